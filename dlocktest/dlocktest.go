@@ -1,0 +1,555 @@
+// Package dlocktest is the conformance suite every dlock backend runs. It
+// checks the semantics of DESIGN §3 against a real server: mutual exclusion
+// under contention, strictly increasing fencing tokens, owner-checked
+// release and refresh, context handling, renewal, loss signalling and input
+// validation. It asserts no latencies: a slow machine makes it slower, not
+// red. Every wait is bounded by HangTimeout and fails the test as a hang.
+package dlocktest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// HangTimeout bounds every wait in the suite; exceeding it is reported as a
+// hang, not as slowness.
+const HangTimeout = 30 * time.Second
+
+// Harness describes the backend under test.
+type Harness struct {
+	// New returns a Locker on the backend under test. Lockers from separate
+	// calls must exclude each other and should use separate connections,
+	// as separate processes would.
+	New func(t testing.TB) dlock.Locker
+	// TTL is the short lease used by the expiry and renewal tests. Zero
+	// means 500ms.
+	TTL time.Duration
+	// Expire deletes key's lease on the server behind its holder's back,
+	// as an expiry or an operator's DEL would.
+	Expire func(t testing.TB, key string)
+	// Contenders is the number of goroutines in the mutual-exclusion test.
+	// Zero means 16.
+	Contenders int
+}
+
+var keySeq atomic.Int64
+
+// Key returns a key unique to this test run.
+func Key(t testing.TB) string {
+	name := strings.NewReplacer("/", ".", " ", "_").Replace(t.Name())
+	return fmt.Sprintf("dlocktest.%s.%d.%d", name, time.Now().UnixNano(), keySeq.Add(1))
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), HangTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func mustAcquire(t testing.TB, l dlock.Locker, key string, opts ...dlock.Option) *dlock.Lock {
+	t.Helper()
+	lk, err := l.Acquire(ctxT(t), key, opts...)
+	if err != nil {
+		t.Fatalf("Acquire(%q): %v", key, err)
+	}
+	return lk
+}
+
+func release(t testing.TB, lk *dlock.Lock) {
+	t.Helper()
+	if err := lk.Release(context.Background()); err != nil {
+		t.Errorf("Release(%q): %v", lk.Key(), err)
+	}
+}
+
+// waitClosed fails the test if ch is not closed within HangTimeout.
+func waitClosed(t testing.TB, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(HangTimeout):
+		t.Fatalf("hang: %s did not happen within %v", what, HangTimeout)
+	}
+}
+
+// assertHeld checks that key is held by someone (a fresh TryAcquire fails).
+func assertHeld(t testing.TB, l dlock.Locker, key string) {
+	t.Helper()
+	lk, err := l.TryAcquire(ctxT(t), key)
+	if err == nil {
+		lk.Release(context.Background())
+		t.Fatalf("key %q was free, want it held", key)
+	}
+	if !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire(%q) = %v, want ErrNotAcquired", key, err)
+	}
+}
+
+// TestLocker runs the conformance suite.
+func TestLocker(t *testing.T, h Harness) {
+	if h.TTL == 0 {
+		h.TTL = 500 * time.Millisecond
+	}
+	if h.Contenders == 0 {
+		h.Contenders = 16
+	}
+	tests := []struct {
+		name string
+		fn   func(*testing.T, Harness)
+	}{
+		{"BadInput", testBadInput},
+		{"TryAcquireHeld", testTryAcquireHeld},
+		{"MutualExclusion", testMutualExclusion},
+		{"TokensIncrease", testTokensIncrease},
+		{"AcquireDeadline", testAcquireDeadline},
+		{"AcquireCancel", testAcquireCancel},
+		{"WithWait", testWithWait},
+		{"WaiterWokenByRelease", testWaiterWoken},
+		{"ReleaseTwice", testReleaseTwice},
+		{"CancelledContextStillReleases", testCancelledRelease},
+		{"HeldPast3TTL", testHeldPast3TTL},
+		{"NoAutoRefreshLosesAtDeadline", testNoAutoRefresh},
+		{"ManualRefresh", testManualRefresh},
+		{"MaxHold", testMaxHold},
+		{"LostWhenExpiredBehindBack", testLostOnExpire},
+		{"ReleaseOfLostLockKeepsNewHolder", testReleaseLostKeepsNewHolder},
+		{"Do", testDo},
+		{"DoReportsLoss", testDoLoss},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
+	}
+}
+
+func testBadInput(t *testing.T, h Harness) {
+	l := h.New(t)
+	ctx := ctxT(t)
+	cases := []struct {
+		name string
+		key  string
+		opts []dlock.Option
+		want error
+	}{
+		{"empty key", "", nil, dlock.ErrInvalidKey},
+		{"oversized key", strings.Repeat("k", dlock.MaxKeyLen+1), nil, dlock.ErrInvalidKey},
+		{"invalid utf-8", "bad\xff", nil, dlock.ErrInvalidKey},
+		{"zero ttl", Key(t), []dlock.Option{dlock.WithTTL(0)}, dlock.ErrInvalidTTL},
+		{"negative ttl", Key(t), []dlock.Option{dlock.WithTTL(-time.Second)}, dlock.ErrInvalidTTL},
+		{"ttl below minimum", Key(t), []dlock.Option{dlock.WithTTL(time.Millisecond)}, dlock.ErrInvalidTTL},
+		{"negative wait", Key(t), []dlock.Option{dlock.WithWait(-1)}, dlock.ErrInvalidOption},
+		{"negative max hold", Key(t), []dlock.Option{dlock.WithMaxHold(-1)}, dlock.ErrInvalidOption},
+		{"oversized metadata", Key(t), []dlock.Option{dlock.WithMetadata("m", strings.Repeat("x", dlock.MaxMetadataLen+1))}, dlock.ErrInvalidOption},
+	}
+	for _, c := range cases {
+		for _, try := range []bool{false, true} {
+			var err error
+			if try {
+				_, err = l.TryAcquire(ctx, c.key, c.opts...)
+			} else {
+				_, err = l.Acquire(ctx, c.key, c.opts...)
+			}
+			if !errors.Is(err, c.want) {
+				t.Errorf("%s (try=%v): err = %v, want %v", c.name, try, err, c.want)
+			}
+		}
+	}
+	// The documented limits themselves are accepted.
+	lk := mustAcquire(t, l, strings.Repeat("k", dlock.MaxKeyLen-32)+Key(t)[:32], dlock.WithTTL(500*time.Millisecond))
+	release(t, lk)
+}
+
+func testTryAcquireHeld(t *testing.T, h Harness) {
+	a, b := h.New(t), h.New(t)
+	key := Key(t)
+	lk := mustAcquire(t, a, key, dlock.WithMetadata("job", "nightly"))
+	defer release(t, lk)
+	if lk.Key() != key || lk.Token() == 0 || len(lk.Owner()) != 32 {
+		t.Fatalf("lock = key %q token %d owner %q", lk.Key(), lk.Token(), lk.Owner())
+	}
+	_, err := b.TryAcquire(ctxT(t), key)
+	if !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire on held key: %v, want ErrNotAcquired", err)
+	}
+	var na *dlock.NotAcquiredError
+	if !errors.As(err, &na) || na.Key != key {
+		t.Fatalf("error %v is not a *NotAcquiredError for %q", err, key)
+	}
+	if na.Holder != "" && na.Holder != lk.Owner() {
+		t.Errorf("NotAcquiredError.Holder = %q, want %q", na.Holder, lk.Owner())
+	}
+	select {
+	case <-lk.Lost():
+		t.Fatal("Lost closed while held")
+	default:
+	}
+	if lk.Err() != nil {
+		t.Fatalf("Err() = %v while held", lk.Err())
+	}
+}
+
+func testMutualExclusion(t *testing.T, h Harness) {
+	key := Key(t)
+	const rounds = 4
+	lockers := make([]dlock.Locker, h.Contenders)
+	for i := range lockers {
+		lockers[i] = h.New(t)
+	}
+	var (
+		inside     atomic.Int32
+		violations atomic.Int32
+		// counter and lastToken are read-modify-written under the lock
+		// only. They are atomics so the race detector, which cannot see
+		// the backend's synchronization, stays quiet; a lost update still
+		// shows because the read and the write are separate.
+		counter    atomic.Int64
+		lastToken  atomic.Uint64
+		tokenErrs  atomic.Int32
+		wg         sync.WaitGroup
+		errs       = make(chan error, h.Contenders)
+	)
+	for i, l := range lockers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := 0; r < rounds; r++ {
+				lk, err := l.Acquire(ctxT(t), key, dlock.WithMetadata("worker", fmt.Sprint(i)))
+				if err != nil {
+					errs <- fmt.Errorf("worker %d: %w", i, err)
+					return
+				}
+				if inside.Add(1) != 1 {
+					violations.Add(1)
+				}
+				if lk.Token() <= lastToken.Load() {
+					tokenErrs.Add(1)
+				}
+				lastToken.Store(lk.Token())
+				c := counter.Load()
+				time.Sleep(time.Millisecond) // widen the race window
+				counter.Store(c + 1)
+				inside.Add(-1)
+				if err := lk.Release(context.Background()); err != nil {
+					errs <- fmt.Errorf("worker %d release: %w", i, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if v := violations.Load(); v != 0 {
+		t.Errorf("%d mutual-exclusion violations", v)
+	}
+	if n := tokenErrs.Load(); n != 0 {
+		t.Errorf("%d tokens did not increase", n)
+	}
+	if want := int64(h.Contenders * rounds); counter.Load() != want {
+		t.Errorf("counter = %d, want %d (lost updates)", counter.Load(), want)
+	}
+}
+
+func testTokensIncrease(t *testing.T, h Harness) {
+	ls := []dlock.Locker{h.New(t), h.New(t)}
+	key := Key(t)
+	var last uint64
+	for i := 0; i < 20; i++ {
+		lk := mustAcquire(t, ls[i%2], key)
+		if lk.Token() <= last {
+			t.Fatalf("acquisition %d: token %d after %d", i, lk.Token(), last)
+		}
+		last = lk.Token()
+		release(t, lk)
+	}
+	// Tokens of different keys are independent but never zero.
+	lk := mustAcquire(t, ls[0], Key(t))
+	defer release(t, lk)
+	if lk.Token() == 0 {
+		t.Fatal("token 0")
+	}
+}
+
+func holdKey(t *testing.T, h Harness) (string, *dlock.Lock) {
+	key := Key(t)
+	lk := mustAcquire(t, h.New(t), key)
+	t.Cleanup(func() { lk.Release(context.Background()) })
+	return key, lk
+}
+
+func testAcquireDeadline(t *testing.T, h Harness) {
+	key, _ := holdKey(t, h)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.New(t).Acquire(ctx, key)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Acquire past deadline: %v, want ErrNotAcquired and DeadlineExceeded", err)
+		}
+	case <-time.After(HangTimeout):
+		t.Fatal("hang: Acquire ignored its context deadline")
+	}
+}
+
+func testAcquireCancel(t *testing.T, h Harness) {
+	key, _ := holdKey(t, h)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.New(t).Acquire(ctx, key)
+		done <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled Acquire: %v, want ErrNotAcquired and Canceled", err)
+		}
+	case <-time.After(HangTimeout):
+		t.Fatal("hang: Acquire ignored cancellation")
+	}
+}
+
+func testWithWait(t *testing.T, h Harness) {
+	key, _ := holdKey(t, h)
+	_, err := h.New(t).Acquire(ctxT(t), key, dlock.WithWait(200*time.Millisecond))
+	if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire WithWait: %v, want ErrNotAcquired and DeadlineExceeded", err)
+	}
+}
+
+func testWaiterWoken(t *testing.T, h Harness) {
+	key := Key(t)
+	holder := mustAcquire(t, h.New(t), key)
+	got := make(chan *dlock.Lock, 1)
+	errc := make(chan error, 1)
+	go func() {
+		lk, err := h.New(t).Acquire(ctxT(t), key)
+		if err != nil {
+			errc <- err
+			return
+		}
+		got <- lk
+	}()
+	time.Sleep(50 * time.Millisecond)
+	tok := holder.Token()
+	release(t, holder)
+	select {
+	case lk := <-got:
+		if lk.Token() <= tok {
+			t.Errorf("waiter token %d <= previous %d", lk.Token(), tok)
+		}
+		release(t, lk)
+	case err := <-errc:
+		t.Fatal(err)
+	case <-time.After(HangTimeout):
+		t.Fatal("hang: waiter not woken after release")
+	}
+}
+
+func testReleaseTwice(t *testing.T, h Harness) {
+	l := h.New(t)
+	key := Key(t)
+	lk := mustAcquire(t, l, key)
+	release(t, lk)
+	release(t, lk)
+	if !errors.Is(lk.Err(), dlock.ErrReleased) {
+		t.Fatalf("Err() after release = %v, want ErrReleased", lk.Err())
+	}
+	waitClosed(t, lk.Lost(), "Lost() closing on release")
+	if err := lk.Refresh(ctxT(t)); !errors.Is(err, dlock.ErrReleased) {
+		t.Fatalf("Refresh after release = %v, want ErrReleased", err)
+	}
+	lk2, err := h.New(t).TryAcquire(ctxT(t), key)
+	if err != nil {
+		t.Fatalf("key not free after release: %v", err)
+	}
+	release(t, lk2)
+}
+
+func testCancelledRelease(t *testing.T, h Harness) {
+	key := Key(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	lk, err := h.New(t).Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := lk.Release(ctx); err != nil {
+		t.Fatalf("Release with cancelled context: %v", err)
+	}
+	lk2, err := h.New(t).TryAcquire(ctxT(t), key)
+	if err != nil {
+		t.Fatalf("key still held after release with cancelled context: %v", err)
+	}
+	release(t, lk2)
+}
+
+func testHeldPast3TTL(t *testing.T, h Harness) {
+	key := Key(t)
+	lk := mustAcquire(t, h.New(t), key, dlock.WithTTL(h.TTL))
+	defer release(t, lk)
+	time.Sleep(3*h.TTL + h.TTL/2)
+	if err := lk.Err(); err != nil {
+		t.Fatalf("lock lost despite auto-refresh: %v", err)
+	}
+	assertHeld(t, h.New(t), key)
+}
+
+func testNoAutoRefresh(t *testing.T, h Harness) {
+	key := Key(t)
+	start := time.Now()
+	lk := mustAcquire(t, h.New(t), key, dlock.WithTTL(h.TTL), dlock.WithAutoRefresh(false))
+	if d := lk.Deadline(); !d.Before(time.Now().Add(h.TTL)) || d.Before(start) {
+		t.Fatalf("deadline %v not within (start, start+TTL)", d.Sub(start))
+	}
+	waitClosed(t, lk.Lost(), "Lost() at the local deadline")
+	if !errors.Is(lk.Err(), dlock.ErrLockLost) {
+		t.Fatalf("Err() = %v, want ErrLockLost", lk.Err())
+	}
+	// The key becomes free (released by the cleanup or expired).
+	lk2 := mustAcquire(t, h.New(t), key)
+	if lk2.Token() <= lk.Token() {
+		t.Errorf("token %d after lost token %d", lk2.Token(), lk.Token())
+	}
+	release(t, lk2)
+	if err := lk.Release(context.Background()); !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Release of lost lock = %v, want ErrLockLost", err)
+	}
+}
+
+func testManualRefresh(t *testing.T, h Harness) {
+	key := Key(t)
+	lk := mustAcquire(t, h.New(t), key, dlock.WithTTL(h.TTL), dlock.WithAutoRefresh(false))
+	defer release(t, lk)
+	for i := 0; i < 4; i++ {
+		time.Sleep(h.TTL / 4)
+		before := lk.Deadline()
+		if err := lk.Refresh(ctxT(t)); err != nil {
+			t.Fatalf("Refresh %d: %v", i, err)
+		}
+		if !lk.Deadline().After(before) {
+			t.Fatalf("Refresh did not move the deadline")
+		}
+	}
+	assertHeld(t, h.New(t), key)
+}
+
+func testMaxHold(t *testing.T, h Harness) {
+	key := Key(t)
+	lk := mustAcquire(t, h.New(t), key, dlock.WithTTL(h.TTL), dlock.WithMaxHold(h.TTL*3/2))
+	waitClosed(t, lk.Lost(), "Lost() at the hold cap")
+	if !errors.Is(lk.Err(), dlock.ErrHoldCapReached) || !errors.Is(lk.Err(), dlock.ErrLockLost) {
+		t.Fatalf("Err() = %v, want ErrLockLost and ErrHoldCapReached", lk.Err())
+	}
+	lk2 := mustAcquire(t, h.New(t), key)
+	release(t, lk2)
+}
+
+func needExpire(t *testing.T, h Harness) {
+	if h.Expire == nil {
+		t.Fatal("Harness.Expire is required by this test")
+	}
+}
+
+func testLostOnExpire(t *testing.T, h Harness) {
+	needExpire(t, h)
+	key := Key(t)
+	lk := mustAcquire(t, h.New(t), key, dlock.WithTTL(h.TTL))
+	h.Expire(t, key)
+	// Someone else takes the key; the old holder must notice and must not
+	// disturb the new one.
+	lk2 := mustAcquire(t, h.New(t), key)
+	defer release(t, lk2)
+	waitClosed(t, lk.Lost(), "Lost() after the key was deleted behind the holder")
+	if !errors.Is(lk.Err(), dlock.ErrLockLost) {
+		t.Fatalf("Err() = %v, want ErrLockLost", lk.Err())
+	}
+	if err := lk2.Refresh(ctxT(t)); err != nil {
+		t.Fatalf("new holder's refresh after old holder noticed loss: %v", err)
+	}
+	assertHeld(t, h.New(t), key)
+}
+
+func testReleaseLostKeepsNewHolder(t *testing.T, h Harness) {
+	needExpire(t, h)
+	key := Key(t)
+	old := mustAcquire(t, h.New(t), key, dlock.WithAutoRefresh(false))
+	h.Expire(t, key) // the old holder does not know
+	lk2 := mustAcquire(t, h.New(t), key)
+	defer release(t, lk2)
+	for i := 0; i < 2; i++ { // a retried release is harmless too
+		if err := old.Release(context.Background()); !errors.Is(err, dlock.ErrLockLost) || !errors.Is(err, dlock.ErrNotHeld) {
+			t.Fatalf("Release of a lost lock = %v, want ErrLockLost wrapping ErrNotHeld", err)
+		}
+	}
+	if err := old.Refresh(ctxT(t)); err == nil {
+		t.Fatal("Refresh of a lost lock succeeded")
+	}
+	if err := lk2.Refresh(ctxT(t)); err != nil {
+		t.Fatalf("new holder lost its lock to the old holder's release: %v", err)
+	}
+	assertHeld(t, h.New(t), key)
+}
+
+func testDo(t *testing.T, h Harness) {
+	l := h.New(t)
+	key := Key(t)
+	ran := false
+	err := dlock.Do(ctxT(t), l, key, func(ctx context.Context, lk *dlock.Lock) error {
+		ran = true
+		assertHeld(t, h.New(t), key)
+		return nil
+	})
+	if err != nil || !ran {
+		t.Fatalf("Do = %v, ran = %v", err, ran)
+	}
+	boom := errors.New("boom")
+	err = dlock.Do(ctxT(t), l, key, func(context.Context, *dlock.Lock) error { return boom })
+	if !errors.Is(err, boom) {
+		t.Fatalf("Do = %v, want fn's error", err)
+	}
+	v, err := dlock.WithLock(ctxT(t), l, key, func(ctx context.Context, lk *dlock.Lock) (uint64, error) {
+		return lk.Token(), nil
+	})
+	if err != nil || v == 0 {
+		t.Fatalf("WithLock = %d, %v", v, err)
+	}
+	lk := mustAcquire(t, h.New(t), key) // free again
+	release(t, lk)
+}
+
+func testDoLoss(t *testing.T, h Harness) {
+	needExpire(t, h)
+	key := Key(t)
+	err := dlock.Do(ctxT(t), h.New(t), key, func(ctx context.Context, lk *dlock.Lock) error {
+		h.Expire(t, key)
+		select {
+		case <-ctx.Done(): // fn's context ends when the lock is lost
+			if !errors.Is(context.Cause(ctx), dlock.ErrLockLost) {
+				return fmt.Errorf("cause = %v", context.Cause(ctx))
+			}
+			return nil
+		case <-time.After(HangTimeout):
+			return errors.New("hang: fn's context not cancelled on loss")
+		}
+	}, dlock.WithTTL(h.TTL))
+	if !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Do after loss = %v, want ErrLockLost", err)
+	}
+}

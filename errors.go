@@ -1,0 +1,147 @@
+package dlock
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Sentinel errors. Every error returned by dlock and its backends wraps one
+// of these where one applies; test for them with errors.Is.
+var (
+	// ErrNotAcquired: the key is held by someone else (TryAcquire), or
+	// Acquire gave up waiting (its context ended or WithWait elapsed).
+	ErrNotAcquired = errors.New("dlock: lock not acquired")
+	// ErrLockLost: the lock was lost while held: renewal failed, the local
+	// deadline passed, the key was deleted or changed behind the holder's
+	// back, or the hold cap was reached.
+	ErrLockLost = errors.New("dlock: lock lost")
+	// ErrNotHeld: the server no longer holds the lock for this owner.
+	ErrNotHeld = errors.New("dlock: lock not held")
+	// ErrReleased: the lock was released by its holder.
+	ErrReleased = errors.New("dlock: lock released")
+
+	// ErrInvalidKey: the key is empty or longer than MaxKeyLen.
+	ErrInvalidKey = errors.New("dlock: invalid key")
+	// ErrInvalidTTL: the TTL is zero, negative or below the backend minimum.
+	ErrInvalidTTL = errors.New("dlock: invalid ttl")
+	// ErrInvalidOption: an option has a value outside its documented range.
+	ErrInvalidOption = errors.New("dlock: invalid option")
+	// ErrNilClient: a backend was constructed without a client.
+	ErrNilClient = errors.New("dlock: nil client")
+	// ErrStaleToken: a guard refused an operation because a newer fencing
+	// token (or the same token from another owner) has already been accepted.
+	ErrStaleToken = errors.New("dlock: stale fencing token")
+	// ErrHoldCapReached: the lock reached the total hold time set with
+	// WithMaxHold. It is reported wrapped together with ErrLockLost.
+	ErrHoldCapReached = errors.New("dlock: hold cap reached")
+)
+
+// NotAcquiredError says why a lock could not be had. It unwraps to
+// ErrNotAcquired and, when waiting ended because of the context, to the
+// context's error as well.
+type NotAcquiredError struct {
+	Key string
+	// Holder is the current holder's owner id, when the backend knows it.
+	Holder string
+	// Metadata is the holder's metadata (host, pid, ...), when known.
+	Metadata map[string]string
+	// TTL is the time left on the holder's lease, when known (0 if unknown).
+	TTL time.Duration
+	// Cause is an extra reason: the context's error or a quorum report.
+	Cause error
+}
+
+func (e *NotAcquiredError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "dlock: lock %q not acquired", e.Key)
+	if e.Holder != "" || len(e.Metadata) > 0 {
+		b.WriteString(": held by ")
+		b.WriteString(HolderString(e.Holder, e.Metadata))
+	}
+	if e.TTL > 0 {
+		fmt.Fprintf(&b, " (ttl %s)", e.TTL.Round(time.Millisecond))
+	}
+	if e.Cause != nil {
+		b.WriteString(": ")
+		b.WriteString(e.Cause.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns ErrNotAcquired and the cause, if any.
+func (e *NotAcquiredError) Unwrap() []error {
+	if e.Cause != nil {
+		return []error{ErrNotAcquired, e.Cause}
+	}
+	return []error{ErrNotAcquired}
+}
+
+// HolderString formats an owner id and its metadata for messages:
+// "owner 3f2a… (host=web-1 pid=42)".
+func HolderString(owner string, md map[string]string) string {
+	var b strings.Builder
+	if owner != "" {
+		short := owner
+		if len(short) > 12 {
+			short = short[:12]
+		}
+		b.WriteString("owner ")
+		b.WriteString(short)
+	}
+	if h, p := md[MetaHost], md[MetaPID]; h != "" || p != "" {
+		if b.Len() > 0 {
+			b.WriteString(" ")
+		}
+		fmt.Fprintf(&b, "(host=%s pid=%s)", h, p)
+	}
+	if b.Len() == 0 {
+		return "unknown holder"
+	}
+	return b.String()
+}
+
+// LostError reports why a held lock was lost. It unwraps to ErrLockLost and
+// to the underlying cause (ErrNotHeld, ErrHoldCapReached, a network error...).
+type LostError struct {
+	Key    string
+	Token  uint64
+	Reason string
+	Cause  error
+}
+
+func (e *LostError) Error() string {
+	s := fmt.Sprintf("dlock: lock %q (token %d) lost: %s", e.Key, e.Token, e.Reason)
+	if e.Cause != nil {
+		s += ": " + e.Cause.Error()
+	}
+	return s
+}
+
+// Unwrap returns ErrLockLost and the cause, if any.
+func (e *LostError) Unwrap() []error {
+	if e.Cause != nil {
+		return []error{ErrLockLost, e.Cause}
+	}
+	return []error{ErrLockLost}
+}
+
+// StaleTokenError is returned by guards when a fence is refused.
+type StaleTokenError struct {
+	Resource string
+	Token    uint64
+	Owner    string
+	// Highest is the highest token the resource has accepted.
+	Highest uint64
+}
+
+func (e *StaleTokenError) Error() string {
+	if e.Token == e.Highest {
+		return fmt.Sprintf("dlock: stale fencing token for %q: token %d already accepted from another owner", e.Resource, e.Token)
+	}
+	return fmt.Sprintf("dlock: stale fencing token for %q: token %d < highest accepted %d", e.Resource, e.Token, e.Highest)
+}
+
+// Unwrap returns ErrStaleToken.
+func (e *StaleTokenError) Unwrap() error { return ErrStaleToken }

@@ -1,0 +1,328 @@
+package dlock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"maps"
+	"sync"
+	"time"
+)
+
+// Locker acquires locks. Every backend's *Locker implements it.
+type Locker interface {
+	// Acquire blocks until key is held, ctx is done, WithWait elapses, or a
+	// non-retryable error occurs. Waiting ends with an error wrapping
+	// ErrNotAcquired (and the context's error).
+	Acquire(ctx context.Context, key string, opts ...Option) (*Lock, error)
+	// TryAcquire makes one attempt; a held key returns an error wrapping
+	// ErrNotAcquired (a *NotAcquiredError naming the holder where known).
+	TryAcquire(ctx context.Context, key string, opts ...Option) (*Lock, error)
+}
+
+// Lease is the server-side half of a held lock, implemented by backends.
+// Both methods must be safe to call more than once and concurrently.
+type Lease interface {
+	// Refresh extends the lease to ttl from the moment the request is sent,
+	// only if it is still held by this owner (compare-and-expire). It
+	// returns an error wrapping ErrNotHeld when the server no longer holds
+	// it for this owner; any other error is treated as transient.
+	Refresh(ctx context.Context, ttl time.Duration) error
+	// Release removes the lease only if it is still this owner's
+	// (compare-and-delete) and wakes waiters. A lease that is no longer held
+	// returns an error wrapping ErrNotHeld and nothing changes.
+	Release(ctx context.Context) error
+}
+
+// LossNotifier is implemented by leases whose backend can notice a loss on
+// its own (a session expiring, a watch on the key). NewLock calls Bind once
+// with a function the backend calls, from any goroutine, when the lease is
+// known or suspected to be lost.
+type LossNotifier interface {
+	Bind(lose func(cause error))
+}
+
+// state of a Lock.
+const (
+	stateHeld = iota
+	stateLost
+	stateReleased
+)
+
+// Lock is a held lock: a lease with a local deadline. It is safe for
+// concurrent use. A Lock is lost when its lease cannot be shown to be valid:
+// Lost() then closes and Err() says why. Lost() closes strictly before the
+// local deadline passes without a successful renewal, and the local deadline
+// is earlier than the server-side expiry by the drift allowance, so a holder
+// that watches Lost() stops before anyone else can be granted the key
+// (given bounded clock drift and no process pause between its check of
+// Lost() and its action; use fencing tokens for the latter).
+type Lock struct {
+	key      string
+	owner    string
+	token    uint64
+	cfg      *Config
+	lease    Lease
+	wd       *watchdog
+	acquired time.Time
+
+	life   context.Context
+	cancel context.CancelCauseFunc
+
+	mu             sync.Mutex
+	state          int
+	err            error
+	deadline       time.Time
+	timer          *time.Timer
+	capTimer       *time.Timer
+	serverReleased bool
+}
+
+// Grant is what a backend returns for a successful attempt.
+type Grant struct {
+	Lease Lease
+	// Token is the fencing token of this acquisition.
+	Token uint64
+}
+
+// newLock wraps a granted lease. start is the monotonic time at which the
+// acquiring request was sent: the local deadline counts from it.
+func newLock(key, owner string, cfg *Config, g Grant, start time.Time, wd *watchdog) *Lock {
+	l := &Lock{key: key, owner: owner, token: g.Token, cfg: cfg, lease: g.Lease, wd: wd, acquired: start}
+	l.life, l.cancel = context.WithCancelCause(context.Background())
+	l.mu.Lock()
+	l.deadline = start.Add(cfg.TTL - cfg.Drift())
+	l.timer = time.AfterFunc(time.Until(l.deadline), l.deadlinePassed)
+	if cfg.MaxHold > 0 {
+		l.capTimer = time.AfterFunc(time.Until(start.Add(cfg.MaxHold)), func() {
+			l.lose("hold cap reached", ErrHoldCapReached, true)
+		})
+	}
+	l.mu.Unlock()
+	if b, ok := g.Lease.(LossNotifier); ok {
+		b.Bind(func(cause error) { l.lose("backend reported loss", cause, !errors.Is(cause, ErrNotHeld)) })
+	}
+	if !cfg.NoAutoRefresh && wd != nil {
+		wd.add(l, start.Add(cfg.TTL/3))
+	}
+	return l
+}
+
+// NewOwner returns a random 128-bit owner id in hex.
+func NewOwner() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+	return hex.EncodeToString(b[:])
+}
+
+// Key returns the locked key.
+func (l *Lock) Key() string { return l.key }
+
+// Token returns the fencing token: it increases each time the key changes
+// hands. Pass it to the protected resource and have a guard check it.
+func (l *Lock) Token() uint64 { return l.token }
+
+// Owner returns this holder's random 128-bit identity (hex).
+func (l *Lock) Owner() string { return l.owner }
+
+// TTL returns the lease length.
+func (l *Lock) TTL() time.Duration { return l.cfg.TTL }
+
+// Metadata returns a copy of the metadata stored with the lock.
+func (l *Lock) Metadata() map[string]string { return maps.Clone(l.cfg.Metadata) }
+
+// Lost returns a channel closed once when the lock is lost or released.
+func (l *Lock) Lost() <-chan struct{} { return l.life.Done() }
+
+// Err is nil while the lock is held; after that it is ErrReleased or an
+// error wrapping ErrLockLost (a *LostError).
+func (l *Lock) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// Deadline returns the local deadline: the monotonic time by which the lease
+// must be renewed or the lock counts as lost. It is the start of the last
+// successful acquire or renewal request + TTL - drift allowance.
+func (l *Lock) Deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline
+}
+
+// Context returns a context derived from parent that is also cancelled, with
+// Err() as its cause, when the lock is lost or released. Call cancel when
+// done with it.
+func (l *Lock) Context(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	stop := context.AfterFunc(l.life, func() { cancel(l.Err()) })
+	return ctx, func() { stop(); cancel(context.Canceled) }
+}
+
+// Fence returns the lock's fencing token and owner, for guards.
+func (l *Lock) Fence() Fence { return Fence{Token: l.token, Owner: l.owner} }
+
+// Refresh extends the lease now. With auto-refresh on the watchdog does this
+// on its own; call it when auto-refresh is off. A refusal by the server
+// loses the lock (error wrapping ErrLockLost); other errors are returned
+// and the lock stays held until its local deadline.
+func (l *Lock) Refresh(ctx context.Context) error {
+	if err := l.Err(); err != nil {
+		return err
+	}
+	ttl, ok := l.renewTTL(time.Now())
+	if !ok {
+		l.lose("hold cap reached", ErrHoldCapReached, true)
+		return l.Err()
+	}
+	start := time.Now()
+	err := l.lease.Refresh(ctx, ttl)
+	switch {
+	case err == nil:
+		l.renewed(start, ttl)
+		return l.Err()
+	case errors.Is(err, ErrNotHeld):
+		l.lose("refresh refused by the server", err, false)
+		return l.Err()
+	default:
+		return errors.Join(err, ctx.Err())
+	}
+}
+
+// Release gives the lock up: it stops renewal, closes Lost() and deletes the
+// server-side lease only if it is still this owner's. It is safe to call
+// again (after a network error it retries the server call; after success it
+// returns nil). If the caller's context is already done, Release uses its
+// own context bounded by DefaultReleaseTimeout so a cancelled request never
+// leaves the lock held until its TTL. When the lock had already been lost,
+// Release still cleans up and returns the loss error (wrapping ErrLockLost):
+// the work done under it may not have been exclusive.
+func (l *Lock) Release(ctx context.Context) error {
+	if ctx == nil || ctx.Err() != nil {
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), DefaultReleaseTimeout)
+		defer cancel()
+	}
+	l.mu.Lock()
+	wasLost := l.state == stateLost
+	if l.state == stateHeld {
+		l.state = stateReleased
+		l.err = ErrReleased
+		l.stopLocked()
+	}
+	done := l.serverReleased
+	lostErr := l.err
+	l.mu.Unlock()
+	if wasLost {
+		if !done {
+			l.releaseServer(ctx)
+		}
+		return lostErr
+	}
+	if done {
+		return nil
+	}
+	err := l.releaseServer(ctx)
+	if errors.Is(err, ErrNotHeld) {
+		// The lease was gone before we released it: the lock had been lost.
+		lost := &LostError{Key: l.key, Token: l.token, Reason: "lease was no longer held at release", Cause: err}
+		l.mu.Lock()
+		l.state, l.err = stateLost, lost
+		l.mu.Unlock()
+		return lost
+	}
+	return err
+}
+
+// releaseServer deletes the server-side lease; ErrNotHeld counts as done.
+func (l *Lock) releaseServer(ctx context.Context) error {
+	err := l.lease.Release(ctx)
+	if err == nil || errors.Is(err, ErrNotHeld) {
+		l.mu.Lock()
+		l.serverReleased = true
+		l.mu.Unlock()
+		return err
+	}
+	return errors.Join(err, ctx.Err())
+}
+
+// stopLocked stops timers, leaves the watchdog and closes Lost(). l.mu held.
+func (l *Lock) stopLocked() {
+	l.timer.Stop()
+	if l.capTimer != nil {
+		l.capTimer.Stop()
+	}
+	if l.wd != nil {
+		l.wd.remove(l)
+	}
+	l.cancel(l.err)
+}
+
+// lose marks the lock lost. cleanup queues a best-effort server release.
+func (l *Lock) lose(reason string, cause error, cleanup bool) {
+	l.mu.Lock()
+	if l.state != stateHeld {
+		l.mu.Unlock()
+		return
+	}
+	l.state = stateLost
+	l.err = &LostError{Key: l.key, Token: l.token, Reason: reason, Cause: cause}
+	l.stopLocked()
+	if !cleanup {
+		l.serverReleased = true
+	}
+	l.mu.Unlock()
+	if cleanup && l.wd != nil {
+		l.wd.cleanup(l)
+	}
+}
+
+// deadlinePassed runs from the deadline timer.
+func (l *Lock) deadlinePassed() {
+	l.mu.Lock()
+	early := time.Now().Before(l.deadline) // a renewal moved it meanwhile
+	l.mu.Unlock()
+	if early {
+		return
+	}
+	// A lease renewed only up to the hold cap ends at the cap.
+	if l.cfg.MaxHold > 0 && !time.Now().Add(l.cfg.Drift()+time.Millisecond).Before(l.acquired.Add(l.cfg.MaxHold)) {
+		l.lose("hold cap reached", ErrHoldCapReached, true)
+		return
+	}
+	l.lose("local deadline passed without a successful renewal", nil, true)
+}
+
+// renewTTL is the TTL for a renewal sent at now, clipped by the hold cap.
+func (l *Lock) renewTTL(now time.Time) (time.Duration, bool) {
+	ttl := l.cfg.TTL
+	if l.cfg.MaxHold > 0 {
+		left := l.acquired.Add(l.cfg.MaxHold).Sub(now)
+		if left < time.Millisecond {
+			return 0, false
+		}
+		if left < ttl {
+			ttl = left.Truncate(time.Millisecond)
+		}
+	}
+	return ttl, true
+}
+
+// renewed moves the local deadline after a renewal sent at start succeeded.
+func (l *Lock) renewed(start time.Time, ttl time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != stateHeld {
+		return
+	}
+	d := start.Add(ttl - l.cfg.Drift())
+	if d.After(l.deadline) {
+		l.deadline = d
+		l.timer.Reset(time.Until(d))
+	}
+}

@@ -1,0 +1,21 @@
+package memlock_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/memlock"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestConformance(t *testing.T) {
+	l := memlock.New()
+	dlocktest.TestLocker(t, dlocktest.Harness{
+		New:    func(testing.TB) dlock.Locker { return l },
+		Expire: func(_ testing.TB, key string) { l.Expire(key) },
+	})
+}

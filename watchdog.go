@@ -1,0 +1,202 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// Renewal is one lease due for renewal, with the TTL to set.
+type Renewal struct {
+	Lease Lease
+	TTL   time.Duration
+}
+
+// BatchRenewer is implemented by backends that renew many leases in one
+// round trip (a Redis pipeline, one SQL statement). RefreshBatch returns one
+// error per renewal, in order, with the same meaning as Lease.Refresh.
+type BatchRenewer interface {
+	RefreshBatch(ctx context.Context, rs []Renewal) []error
+}
+
+// watchdog renews every auto-refreshed lock of one Acquirer from a single
+// goroutine, batching all locks due within a short window into one
+// RefreshBatch call. The goroutine runs only while there is work: it exits
+// when no lock is held and no cleanup is pending, so an idle Locker owns no
+// goroutine. It also performs best-effort server-side releases of lost
+// locks, so a holder that missed its deadline frees the key as soon as the
+// server is reachable again.
+type watchdog struct {
+	batch BatchRenewer // nil: renew leases one by one
+
+	mu      sync.Mutex
+	next    map[*Lock]time.Time // lock -> time of its next renewal
+	pending []*Lock             // lost locks to release on the server
+	running bool
+	kick    chan struct{}
+}
+
+func newWatchdog(b BatchRenewer) *watchdog {
+	return &watchdog{batch: b, next: map[*Lock]time.Time{}, kick: make(chan struct{}, 1)}
+}
+
+func (w *watchdog) add(l *Lock, at time.Time) {
+	w.mu.Lock()
+	w.next[l] = at
+	w.startLocked()
+	w.mu.Unlock()
+}
+
+func (w *watchdog) remove(l *Lock) {
+	w.mu.Lock()
+	delete(w.next, l)
+	w.mu.Unlock()
+}
+
+func (w *watchdog) cleanup(l *Lock) {
+	w.mu.Lock()
+	w.pending = append(w.pending, l)
+	w.startLocked()
+	w.mu.Unlock()
+}
+
+func (w *watchdog) startLocked() {
+	if !w.running {
+		w.running = true
+		go w.loop()
+		return
+	}
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// held reports the number of locks under renewal (for tests and metrics).
+func (w *watchdog) held() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.next)
+}
+
+func (w *watchdog) loop() {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		w.mu.Lock()
+		if len(w.next) == 0 && len(w.pending) == 0 {
+			w.running = false
+			w.mu.Unlock()
+			return
+		}
+		pending := w.pending
+		w.pending = nil
+		now := time.Now()
+		var due []*Lock
+		var wake time.Time
+		for l, at := range w.next {
+			// Coalesce: renew every lock due within 1/12 of its TTL now, so
+			// locks taken at nearly the same time share a round trip.
+			if !at.After(now.Add(l.cfg.TTL / 12)) {
+				due = append(due, l)
+			} else if wake.IsZero() || at.Before(wake) {
+				wake = at
+			}
+		}
+		w.mu.Unlock()
+
+		for _, l := range pending {
+			ctx, cancel := context.WithTimeout(context.Background(), DefaultReleaseTimeout)
+			_ = l.releaseServer(ctx)
+			cancel()
+		}
+		if len(due) > 0 {
+			w.renew(due)
+			continue
+		}
+		if len(pending) > 0 {
+			continue
+		}
+		timer.Reset(time.Until(wake))
+		select {
+		case <-timer.C:
+		case <-w.kick:
+			if !timer.Stop() {
+				<-timer.C
+			}
+		}
+	}
+}
+
+// renew refreshes due locks in one batch, bounded by the earliest deadline.
+func (w *watchdog) renew(due []*Lock) {
+	start := time.Now()
+	rs := make([]Renewal, 0, len(due))
+	locks := due[:0]
+	var deadline time.Time
+	for _, l := range due {
+		ttl, ok := l.renewTTL(start)
+		if !ok {
+			l.lose("hold cap reached", ErrHoldCapReached, true)
+			continue
+		}
+		if d := l.Deadline(); deadline.IsZero() || d.Before(deadline) {
+			deadline = d
+		}
+		rs = append(rs, Renewal{Lease: l.lease, TTL: ttl})
+		locks = append(locks, l)
+	}
+	if len(rs) == 0 {
+		return
+	}
+	// Waiting past the earliest deadline is useless: that lock is lost then.
+	// Give the call at least a few ms so a near-due lock still gets a try.
+	if min := start.Add(5 * time.Millisecond); deadline.Before(min) {
+		deadline = min
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	var errs []error
+	if w.batch != nil {
+		errs = w.batch.RefreshBatch(ctx, rs)
+	} else {
+		errs = make([]error, len(rs))
+		for i, r := range rs {
+			errs[i] = r.Lease.Refresh(ctx, r.TTL)
+		}
+	}
+	after := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i, l := range locks {
+		var err error
+		if i < len(errs) {
+			err = errs[i]
+		} else {
+			err = errors.New("dlock: backend returned too few renewal results")
+		}
+		if _, ok := w.next[l]; !ok {
+			continue // released or lost meanwhile
+		}
+		switch {
+		case err == nil:
+			w.next[l] = start.Add(rs[i].TTL / 3)
+			w.mu.Unlock()
+			l.renewed(start, rs[i].TTL)
+			w.mu.Lock()
+		case errors.Is(err, ErrNotHeld):
+			delete(w.next, l)
+			w.mu.Unlock()
+			l.lose("renewal refused: the key was deleted, expired or taken", err, false)
+			w.mu.Lock()
+		default:
+			// Transient: try again soon; the local deadline decides loss.
+			retry := l.cfg.TTL / 10
+			if retry < 10*time.Millisecond {
+				retry = 10 * time.Millisecond
+			}
+			w.next[l] = after.Add(retry)
+		}
+	}
+}

@@ -209,11 +209,11 @@ func testMutualExclusion(t *testing.T, h Harness) {
 		// only. They are atomics so the race detector, which cannot see
 		// the backend's synchronization, stays quiet; a lost update still
 		// shows because the read and the write are separate.
-		counter    atomic.Int64
-		lastToken  atomic.Uint64
-		tokenErrs  atomic.Int32
-		wg         sync.WaitGroup
-		errs       = make(chan error, h.Contenders)
+		counter   atomic.Int64
+		lastToken atomic.Uint64
+		tokenErrs atomic.Int32
+		wg        sync.WaitGroup
+		errs      = make(chan error, h.Contenders)
 	)
 	for i, l := range lockers {
 		wg.Add(1)

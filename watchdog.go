@@ -51,6 +51,12 @@ func (w *watchdog) add(l *Lock, at time.Time) {
 func (w *watchdog) remove(l *Lock) {
 	w.mu.Lock()
 	delete(w.next, l)
+	if len(w.next) == 0 && w.running {
+		select { // let an idle loop exit now rather than at its next tick
+		case w.kick <- struct{}{}:
+		default:
+		}
+	}
 	w.mu.Unlock()
 }
 

@@ -1,0 +1,228 @@
+// Package testserver starts real servers (redis-server, ...) on free
+// loopback ports for tests and stops them when the test ends. Servers bind
+// 127.0.0.1 only. A missing binary fails the test with a message naming
+// `make deps` when the CI environment variable is set, and skips it
+// otherwise.
+package testserver
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// startTimeout bounds how long a server may take to accept connections.
+const startTimeout = 20 * time.Second
+
+// Binary returns the path of a server binary, or fails (CI) / skips the test.
+func Binary(t testing.TB, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err == nil {
+		return p
+	}
+	for _, dir := range []string{"/usr/sbin", "/usr/local/bin", "/usr/bin"} {
+		if p := filepath.Join(dir, name); isExec(p) {
+			return p
+		}
+	}
+	msg := fmt.Sprintf("%s not found in PATH: run `make deps` (installs it from Debian packages as root)", name)
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+func isExec(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode()&0o111 != 0
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Redis is a redis-server process owned by a test.
+type Redis struct {
+	t        testing.TB
+	bin      string
+	dir      string
+	port     int
+	password string
+	extra    []string
+	cmd      *exec.Cmd
+	exited   chan struct{}
+	paused   bool
+}
+
+// RedisOption configures StartRedis.
+type RedisOption func(*Redis)
+
+// WithPassword makes the server require a password.
+func WithPassword(pw string) RedisOption { return func(r *Redis) { r.password = pw } }
+
+// WithArgs passes extra redis-server arguments ("--maxmemory", "1mb").
+func WithArgs(args ...string) RedisOption {
+	return func(r *Redis) { r.extra = append(r.extra, args...) }
+}
+
+// StartRedis starts redis-server without persistence on a free loopback
+// port and registers its shutdown with t.Cleanup.
+func StartRedis(t testing.TB, opts ...RedisOption) *Redis {
+	t.Helper()
+	r := &Redis{t: t, bin: Binary(t, "redis-server"), dir: t.TempDir()}
+	for _, o := range opts {
+		o(r)
+	}
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		r.port = FreePort(t)
+		if err = r.start(); err == nil {
+			t.Cleanup(r.Stop)
+			return r
+		}
+	}
+	t.Fatalf("redis-server did not start: %v", err)
+	return nil
+}
+
+// Addr is host:port of the server.
+func (r *Redis) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(r.port)) }
+
+// Port is the server's TCP port.
+func (r *Redis) Port() int { return r.port }
+
+// Password is the server's password, if any.
+func (r *Redis) Password() string { return r.password }
+
+// LogPath is the server's log file.
+func (r *Redis) LogPath() string { return filepath.Join(r.dir, "redis.log") }
+
+func (r *Redis) start() error {
+	args := []string{
+		"--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--daemonize", "no",
+		"--dir", r.dir, "--logfile", r.LogPath(),
+	}
+	if r.password != "" {
+		args = append(args, "--requirepass", r.password)
+	}
+	args = append(args, r.extra...)
+	cmd := exec.Command(r.bin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	r.cmd, r.exited, r.paused = cmd, exited, false
+	deadline := time.Now().Add(startTimeout)
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			return fmt.Errorf("exited at start: %s", r.logTail())
+		default:
+		}
+		if err := r.ping(); err == nil {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r.kill()
+	return fmt.Errorf("not ready after %v: %s", startTimeout, r.logTail())
+}
+
+// ping sends PING (after AUTH when a password is set) over RESP.
+func (r *Redis) ping() error {
+	c, err := net.DialTimeout("tcp", r.Addr(), time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	br := bufio.NewReader(c)
+	if r.password != "" {
+		fmt.Fprintf(c, "*2\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n", len(r.password), r.password)
+		if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "+OK") {
+			return fmt.Errorf("auth: %q %v", line, err)
+		}
+	}
+	fmt.Fprint(c, "*1\r\n$4\r\nPING\r\n")
+	line, err := br.ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "+PONG") {
+		return fmt.Errorf("ping: %q", line)
+	}
+	return nil
+}
+
+func (r *Redis) logTail() string {
+	b, _ := os.ReadFile(r.LogPath())
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(bytes.TrimSpace(b))
+}
+
+func (r *Redis) signal(sig syscall.Signal) {
+	if r.cmd != nil && r.cmd.Process != nil {
+		_ = r.cmd.Process.Signal(sig)
+	}
+}
+
+// Pause stops the server process (SIGSTOP): connections stay open and
+// requests hang, as during a long GC pause or a stalled VM.
+func (r *Redis) Pause() { r.signal(syscall.SIGSTOP); r.paused = true }
+
+// Resume continues a paused server (SIGCONT).
+func (r *Redis) Resume() { r.signal(syscall.SIGCONT); r.paused = false }
+
+func (r *Redis) kill() {
+	if r.cmd == nil {
+		return
+	}
+	r.signal(syscall.SIGKILL)
+	select {
+	case <-r.exited:
+	case <-time.After(10 * time.Second):
+		r.t.Errorf("redis-server pid %d did not exit after SIGKILL", r.cmd.Process.Pid)
+	}
+	r.cmd = nil
+}
+
+// Stop kills the server and waits for it to exit. It is idempotent.
+func (r *Redis) Stop() { r.kill() }
+
+// Restart kills the server (losing all data: persistence is off) and starts
+// it again on the same port.
+func (r *Redis) Restart() {
+	r.t.Helper()
+	r.kill()
+	var err error
+	for attempt := 0; attempt < 50; attempt++ { // the port may linger briefly
+		if err = r.start(); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	r.t.Fatalf("redis-server restart on port %d: %v", r.port, err)
+}

@@ -1,0 +1,256 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/redislock"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func newClient(t testing.TB, srv *testserver.Redis) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), Password: srv.Password()})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), dlocktest.HangTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestConformance(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	admin := newClient(t, srv)
+	dlocktest.TestLocker(t, dlocktest.Harness{
+		New: func(t testing.TB) dlock.Locker { return redislock.New(newClient(t, srv)) },
+		Expire: func(t testing.TB, key string) {
+			if err := admin.Del(context.Background(), redislock.New(admin).LockKey(key)).Err(); err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
+}
+
+func TestLostWhenValueChanged(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	c := newClient(t, srv)
+	l := redislock.New(c)
+	key := dlocktest.Key(t)
+	lk, err := l.Acquire(ctxT(t), key, dlock.WithTTL(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Someone overwrites the key (another owner, a buggy script).
+	if err := c.Set(ctxT(t), l.LockKey(key), "intruder|1|{}", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lk.Lost():
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatal("hang: Lost() not closed after the value changed")
+	}
+	if !errors.Is(lk.Err(), dlock.ErrLockLost) || !errors.Is(lk.Err(), dlock.ErrNotHeld) {
+		t.Fatalf("Err() = %v", lk.Err())
+	}
+	// The intruder's key is untouched by the loser's cleanup and release.
+	if err := lk.Release(context.Background()); !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Release = %v", err)
+	}
+	if v, _ := c.Get(ctxT(t), l.LockKey(key)).Result(); v != "intruder|1|{}" {
+		t.Fatalf("intruder's value = %q", v)
+	}
+}
+
+func TestLostWhenServerPaused(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	l := redislock.New(newClient(t, srv))
+	key := dlocktest.Key(t)
+	const ttl = 400 * time.Millisecond
+	lk, err := l.Acquire(ctxT(t), key, dlock.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	paused := time.Now()
+	defer srv.Resume()
+	select {
+	case <-lk.Lost():
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatal("hang: Lost() not closed while the server was paused")
+	}
+	// The key cannot have expired on the server before Lost() closed: the
+	// server is stopped, so its clock for this key starts after resume. We
+	// can at least check the local deadline is before acquire + TTL.
+	if !errors.Is(lk.Err(), dlock.ErrLockLost) {
+		t.Fatalf("Err() = %v", lk.Err())
+	}
+	t.Logf("Lost() closed %v after SIGSTOP (ttl %v)", time.Since(paused).Round(time.Millisecond), ttl)
+	srv.Resume()
+	// After resume the lock becomes free again (cleanup or expiry).
+	lk2, err := redislock.New(newClient(t, srv)).Acquire(ctxT(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lk2.Token() <= lk.Token() {
+		t.Fatalf("token %d after %d", lk2.Token(), lk.Token())
+	}
+	lk2.Release(ctxT(t))
+}
+
+func TestTokenIncreasesAfterRestart(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	key := dlocktest.Key(t)
+	l := redislock.New(newClient(t, srv))
+	lk, err := l.Acquire(ctxT(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := lk.Token()
+	if err := lk.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	srv.Restart() // no persistence: the fence counter is gone
+	l2 := redislock.New(newClient(t, srv))
+	lk2, err := l2.Acquire(ctxT(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk2.Release(ctxT(t))
+	if lk2.Token() <= before {
+		t.Fatalf("token after restart %d <= before %d", lk2.Token(), before)
+	}
+}
+
+func TestHolderInError(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	l := redislock.New(newClient(t, srv))
+	key := dlocktest.Key(t)
+	lk, err := l.Acquire(ctxT(t), key, dlock.WithMetadata("job", "nightly"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Release(ctxT(t))
+	_, err = redislock.New(newClient(t, srv)).TryAcquire(ctxT(t), key)
+	var na *dlock.NotAcquiredError
+	if !errors.As(err, &na) {
+		t.Fatalf("err = %v", err)
+	}
+	if na.Holder != lk.Owner() || na.Metadata["job"] != "nightly" || na.Metadata[dlock.MetaPID] == "" || na.TTL <= 0 {
+		t.Fatalf("NotAcquiredError = %+v", na)
+	}
+	if !strings.Contains(err.Error(), "pid=") {
+		t.Fatalf("message lacks holder: %v", err)
+	}
+	infos, err := l.List(ctxT(t), "dlocktest.")
+	if err != nil || len(infos) != 1 || infos[0].Key != key || infos[0].Token != lk.Token() {
+		t.Fatalf("List = %+v, %v", infos, err)
+	}
+}
+
+// countPipelines counts pipelines and single commands sent by a client.
+type countPipelines struct{ pipes, evalsha atomic.Int64 }
+
+func (c *countPipelines) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *countPipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { return next(ctx, cmd) }
+}
+func (c *countPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.pipes.Add(1)
+		for _, cmd := range cmds {
+			if cmd.Name() == "evalsha" {
+				c.evalsha.Add(1)
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func TestRenewalIsBatched(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	c := newClient(t, srv)
+	hook := &countPipelines{}
+	c.AddHook(hook)
+	l := redislock.New(c)
+	const n = 50
+	const ttl = 300 * time.Millisecond
+	var locks []*dlock.Lock
+	for i := 0; i < n; i++ {
+		lk, err := l.Acquire(ctxT(t), dlocktest.Key(t), dlock.WithTTL(ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		locks = append(locks, lk)
+	}
+	time.Sleep(4 * ttl)
+	for _, lk := range locks {
+		if lk.Err() != nil {
+			t.Fatalf("lost: %v", lk.Err())
+		}
+		lk.Release(ctxT(t))
+	}
+	pipes, refreshes := hook.pipes.Load(), hook.evalsha.Load()
+	t.Logf("%d locks: %d renewals in %d pipelines", n, refreshes, pipes)
+	if refreshes < n {
+		t.Fatalf("only %d renewals for %d locks over 4 TTLs", refreshes, n)
+	}
+	if pipes*5 > refreshes {
+		t.Fatalf("renewals not batched: %d renewals in %d round trips", refreshes, pipes)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	srv := testserver.StartRedis(t, testserver.WithPassword("s3cret"))
+	ctx := ctxT(t)
+	// nil clients, plain and typed.
+	for _, l := range []*redislock.Locker{redislock.New(nil), redislock.New((*redis.Client)(nil)), redislock.New((*redis.ClusterClient)(nil))} {
+		if _, err := l.Acquire(ctx, "k"); !errors.Is(err, dlock.ErrNilClient) {
+			t.Errorf("nil client Acquire: %v", err)
+		}
+		if _, err := l.TryAcquire(ctx, "k"); !errors.Is(err, dlock.ErrNilClient) {
+			t.Errorf("nil client TryAcquire: %v", err)
+		}
+		if _, err := l.List(ctx, ""); !errors.Is(err, dlock.ErrNilClient) {
+			t.Errorf("nil client List: %v", err)
+		}
+	}
+	// Wrong password.
+	bad := redis.NewClient(&redis.Options{Addr: srv.Addr(), Password: "wrong"})
+	defer bad.Close()
+	_, err := redislock.New(bad).Acquire(ctx, "k")
+	if err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
+		t.Errorf("wrong password: %v", err)
+	}
+	// Unreachable server: an error, not a hang, within the context.
+	unreach := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(testserver.FreePort(t)), MaxRetries: 1})
+	defer unreach.Close()
+	start := time.Now()
+	_, err = redislock.New(unreach).Acquire(ctx, "k")
+	if err == nil || errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("unreachable: %v", err)
+	}
+	t.Logf("unreachable server: %v after %v", err, time.Since(start).Round(time.Millisecond))
+	// Right password works.
+	good := redis.NewClient(&redis.Options{Addr: srv.Addr(), Password: "s3cret"})
+	defer good.Close()
+	lk, err := redislock.New(good).Acquire(ctx, "k", dlock.WithTTL(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lk.Release(ctx)
+}
+

@@ -1,0 +1,57 @@
+package redislock
+
+import "github.com/redis/go-redis/v9"
+
+// The lock key holds "<owner>|<token>|<metadata json>" with a PX expiry.
+// Owner checks compare the "<owner>|" prefix: owners are 32 random hex
+// digits, so the prefix identifies the holder exactly, and a caller that
+// lost the reply to its acquire can still abort by owner alone.
+//
+// The fence key (no expiry) holds the last token issued for the key. Both
+// keys share the "{key}" hash tag, so they live in one Cluster slot.
+
+// acquireScript: KEYS[1]=lock, KEYS[2]=fence; ARGV[1]=owner, ARGV[2]=ttl ms,
+// ARGV[3]=metadata json. Returns {1, token} or {0, holder value, pttl}.
+//
+// The token is max(last token + 1, server time in µs): it increases on
+// every acquisition, and after a restart that lost the fence key it still
+// starts above every token issued before (unless the server clock went
+// back). Tokens are formatted with %.0f: Lua numbers are doubles, exact for
+// integers below 2^53 (µs timestamps stay below that until year 2255).
+var acquireScript = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  return {0, cur, redis.call('PTTL', KEYS[1])}
+end
+local t = redis.call('TIME')
+local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+local tok = last + 1
+if tok < floor then tok = floor end
+tok = string.format('%.0f', tok)
+redis.call('SET', KEYS[2], tok)
+redis.call('SET', KEYS[1], ARGV[1] .. '|' .. tok .. '|' .. ARGV[3], 'PX', ARGV[2])
+return {1, tok}
+`)
+
+// refreshScript (compare-and-pexpire): KEYS[1]=lock; ARGV[1]="owner|",
+// ARGV[2]=ttl ms. Returns 1 if extended, 0 if not held by owner.
+var refreshScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v and string.sub(v, 1, #ARGV[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+`)
+
+// releaseScript (compare-and-delete + wake): KEYS[1]=lock; ARGV[1]="owner|",
+// ARGV[2]=release channel. Returns 1 if deleted, 0 if not held by owner.
+var releaseScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v and string.sub(v, 1, #ARGV[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], '1')
+  return 1
+end
+return 0
+`)

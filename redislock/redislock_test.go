@@ -253,4 +253,3 @@ func TestBadInput(t *testing.T) {
 	}
 	lk.Release(ctx)
 }
-

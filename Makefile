@@ -1,0 +1,51 @@
+# dlock — make targets. `make test` is what CI runs (.ci/run).
+SHELL := /bin/bash
+GO ?= go
+# Every module of the workspace (go.work), as directories.
+MODULES = $(shell $(GO) list -m -f '{{.Dir}}')
+# Debian packages providing the servers the tests start.
+DEB_PKGS := redis-server
+SERVER_BINS := redis-server
+TEST_TIMEOUT ?= 20m
+
+.PHONY: all deps test vet fmt-check bench clean
+
+all: test
+
+## deps: install missing server binaries from Debian packages (as root).
+deps:
+	@missing=""; \
+	for b in $(SERVER_BINS); do \
+	  command -v $$b >/dev/null 2>&1 || [ -x /usr/sbin/$$b ] || [ -x /usr/bin/$$b ] || missing="$$missing $$b"; \
+	done; \
+	if [ -z "$$missing" ]; then echo "deps: all servers present ($(SERVER_BINS))"; exit 0; fi; \
+	echo "deps: missing:$$missing"; \
+	if [ "$$(id -u)" != 0 ]; then \
+	  echo "deps: not root; install them with: sudo apt-get install -y $(DEB_PKGS)"; exit 1; \
+	fi; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	apt-get update -qq && apt-get install -y -qq --no-install-recommends $(DEB_PKGS) >/dev/null && \
+	echo "deps: installed $(DEB_PKGS)"
+
+## fmt-check: fail if gofmt would change a file.
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+## vet: go vet every module.
+vet:
+	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
+
+## test: deps, then vet and race-enabled tests of every module.
+test: deps fmt-check vet
+	@set -e; for m in $(MODULES); do \
+	  echo "== go test -race $$m"; \
+	  (cd $$m && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...); \
+	done
+
+## bench: benchmarks against raw Redis and peer libraries (bench/ module).
+bench: deps
+	cd bench && $(GO) test -run '^$$' -bench . -benchtime 2s -count 1 ./...
+
+clean:
+	$(GO) clean -testcache

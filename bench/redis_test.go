@@ -1,0 +1,64 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/redislock"
+)
+
+var seq atomic.Int64
+
+func benchKey() string { return fmt.Sprintf("bench.%d", seq.Add(1)) }
+
+func redisClient(b *testing.B) *redis.Client {
+	srv := testserver.StartRedis(b)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	b.Cleanup(func() { c.Close() })
+	return c
+}
+
+var cad = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+
+// BenchmarkRedisFloor is the physical limit of a Redis lock: SET NX PX and
+// a compare-and-delete script, two round trips, nothing else.
+func BenchmarkRedisFloor(b *testing.B) {
+	c := redisClient(b)
+	ctx := context.Background()
+	owner := dlock.NewOwner()
+	b.ResetTimer()
+	for b.Loop() {
+		k := benchKey()
+		ok, err := c.SetNX(ctx, k, owner, 30e9).Result()
+		if err != nil || !ok {
+			b.Fatal(ok, err)
+		}
+		if err := cad.Run(ctx, c, []string{k}, owner).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRedislock is dlock's uncontended acquire+release on distinct
+// keys (fencing token, metadata, watchdog registration included).
+func BenchmarkRedislock(b *testing.B) {
+	c := redisClient(b)
+	l := redislock.New(c)
+	ctx := context.Background()
+	b.ResetTimer()
+	for b.Loop() {
+		lk, err := l.Acquire(ctx, benchKey())
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := lk.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

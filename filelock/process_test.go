@@ -1,0 +1,345 @@
+package filelock_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/filelock"
+)
+
+// Environment of helper processes.
+const (
+	envMode = "FILELOCK_TEST_HELPER" // "increment" or "hold"
+	envDir  = "FILELOCK_TEST_DIR"    // lock (and guard) directory
+	envData = "FILELOCK_TEST_DATA"   // increment: directory of the counter files
+	envN    = "FILELOCK_TEST_N"      // increment: number of increments
+	envKey  = "FILELOCK_TEST_KEY"    // hold: key
+	envTTL  = "FILELOCK_TEST_TTL"    // hold: TTL
+	envHold = "FILELOCK_TEST_HOLD"   // hold: "renew" (auto-refresh, then sleep) or "exit" (no refresh, exit at once)
+)
+
+// TestHelperProcess is not a test: it is the body of the child processes
+// started by the cross-process tests.
+func TestHelperProcess(t *testing.T) {
+	mode := os.Getenv(envMode)
+	if mode == "" {
+		t.Skip("helper process only")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var err error
+	switch mode {
+	case "increment":
+		err = helperIncrement(ctx)
+	case "hold":
+		err = helperHold(ctx)
+	default:
+		err = fmt.Errorf("unknown mode %q", mode)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "helper:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+func readCounter(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
+}
+
+// slowIncrement reads the counter, sleeps 1ms and writes it back: without
+// exclusion, concurrent increments are lost.
+func slowIncrement(path string) error {
+	c, err := readCounter(path)
+	if err != nil {
+		return err
+	}
+	time.Sleep(time.Millisecond)
+	return os.WriteFile(path, []byte(strconv.Itoa(c+1)), 0o600)
+}
+
+// helperIncrement increments two counters n times under the lock: one
+// directly (the lock's exclusion alone protects it) and one through the
+// file guard with the lock's fence. It prints each token.
+func helperIncrement(ctx context.Context) error {
+	dir, data := os.Getenv(envDir), os.Getenv(envData)
+	n, err := strconv.Atoi(os.Getenv(envN))
+	if err != nil {
+		return err
+	}
+	l, err := filelock.New(dir)
+	if err != nil {
+		return err
+	}
+	g, err := filelock.NewGuard(dir)
+	if err != nil {
+		return err
+	}
+	for i := 0; i < n; i++ {
+		lk, err := l.Acquire(ctx, "counter", dlock.WithTTL(10*time.Second))
+		if err != nil {
+			return err
+		}
+		err = slowIncrement(filepath.Join(data, "plain"))
+		if err == nil {
+			err = g.Do(ctx, "fenced", lk.Fence(), func(context.Context) error {
+				return slowIncrement(filepath.Join(data, "fenced"))
+			})
+		}
+		fmt.Printf("token %d\n", lk.Token())
+		if rerr := lk.Release(ctx); err == nil {
+			err = rerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// helperHold acquires a key, prints "held <token> <owner>" and then either
+// keeps renewing it until killed or exits without releasing it.
+func helperHold(ctx context.Context) error {
+	l, err := filelock.New(os.Getenv(envDir))
+	if err != nil {
+		return err
+	}
+	ttl, err := time.ParseDuration(os.Getenv(envTTL))
+	if err != nil {
+		return err
+	}
+	renew := os.Getenv(envHold) == "renew"
+	lk, err := l.Acquire(ctx, os.Getenv(envKey), dlock.WithTTL(ttl), dlock.WithAutoRefresh(renew))
+	if err != nil {
+		return err
+	}
+	fmt.Printf("held %d %s\n", lk.Token(), lk.Owner())
+	if !renew {
+		os.Exit(0) // abandon the lease: no release, no cleanup
+	}
+	select {
+	case <-lk.Lost():
+		return fmt.Errorf("lost the lock while holding it: %v", lk.Err())
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// lineWriter collects a child's stdout and hands out its lines.
+type lineWriter struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	lines chan string
+}
+
+func newLineWriter() *lineWriter { return &lineWriter{lines: make(chan string, 1024)} }
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	for {
+		i := bytes.IndexByte(w.buf.Bytes(), '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		line := string(w.buf.Next(i + 1))
+		select {
+		case w.lines <- strings.TrimSpace(line):
+		default:
+		}
+	}
+}
+
+func helper(ctx context.Context, t *testing.T, env ...string) (*exec.Cmd, *lineWriter, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env...)
+	out, errb := newLineWriter(), &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, out, errb
+}
+
+func TestCrossProcessExclusion(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir, data := t.TempDir(), t.TempDir()
+	const procs, n = 4, 10
+	type child struct {
+		cmd  *exec.Cmd
+		out  *lineWriter
+		errb *bytes.Buffer
+	}
+	var children []child
+	for i := 0; i < procs; i++ {
+		cmd, out, errb := helper(ctx, t, envMode+"=increment", envDir+"="+dir, envData+"="+data, envN+"="+strconv.Itoa(n))
+		children = append(children, child{cmd, out, errb})
+	}
+	tokens := map[uint64]bool{}
+	var maxTok uint64
+	for i, c := range children {
+		if err := c.cmd.Wait(); err != nil {
+			t.Errorf("child %d: %v\n%s", i, err, c.errb)
+			continue
+		}
+		close(c.out.lines)
+		for line := range c.out.lines {
+			var tok uint64
+			if _, err := fmt.Sscanf(line, "token %d", &tok); err != nil {
+				t.Errorf("child %d printed %q", i, line)
+				continue
+			}
+			if tokens[tok] {
+				t.Errorf("token %d issued twice", tok)
+			}
+			tokens[tok] = true
+			maxTok = max(maxTok, tok)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	if len(tokens) != procs*n {
+		t.Errorf("%d tokens, want %d", len(tokens), procs*n)
+	}
+	for _, name := range []string{"plain", "fenced"} {
+		c, err := readCounter(filepath.Join(data, name))
+		if err != nil || c != procs*n {
+			t.Errorf("%s counter = %d, %v; want %d (lost updates)", name, c, err, procs*n)
+		}
+	}
+	g, err := filelock.NewGuard(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hi, err := g.Highest(ctx, "fenced"); err != nil || hi.Token != maxTok {
+		t.Errorf("guard highest = %+v, %v; want token %d", hi, err, maxTok)
+	}
+	// Tokens carry on from where the other processes left them.
+	lk, err := mustNew(t, dir).TryAcquire(ctx, "counter")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lk.Token() <= maxTok {
+		t.Errorf("token %d after %d", lk.Token(), maxTok)
+	}
+	lk.Release(ctx)
+}
+
+// A lease whose holder stops renewing (killed, or exited without releasing)
+// becomes acquirable after its TTL, with a larger token.
+func TestExpiryAfterHolderDies(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	for _, tc := range []struct {
+		name, hold string
+		ttl        time.Duration
+	}{
+		{"killed-while-renewing", "renew", time.Second},
+		{"exited-without-release", "exit", time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), hang)
+			defer cancel()
+			dir := t.TempDir()
+			key := "abandoned"
+			cmd, out, errb := helper(ctx, t, envMode+"=hold", envDir+"="+dir, envKey+"="+key, envTTL+"="+tc.ttl.String(), envHold+"="+tc.hold)
+			defer func() {
+				cmd.Process.Kill()
+				cmd.Wait()
+			}()
+			var (
+				tok   uint64
+				owner string
+			)
+			select {
+			case line := <-out.lines:
+				if _, err := fmt.Sscanf(line, "held %d %s", &tok, &owner); err != nil {
+					t.Fatalf("child printed %q", line)
+				}
+			case <-ctx.Done():
+				t.Fatalf("hang: child did not acquire\n%s", errb)
+			}
+			l := mustNew(t, dir)
+			if tc.hold == "renew" {
+				// The child is alive and renewing: the key is held, by it.
+				_, err := l.TryAcquire(ctx, key)
+				var na *dlock.NotAcquiredError
+				if !errors.As(err, &na) || na.Holder != owner || na.Metadata[dlock.MetaPID] != strconv.Itoa(cmd.Process.Pid) {
+					t.Fatalf("TryAcquire while the child holds the key = %v", err)
+				}
+				if err := cmd.Process.Kill(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cmd.Wait() // dead now, without having released
+			lk, err := l.Acquire(ctx, key)
+			if err != nil {
+				t.Fatalf("hang: key never expired: %v", err)
+			}
+			defer lk.Release(context.Background())
+			if lk.Token() <= tok {
+				t.Fatalf("token %d after the dead holder's %d", lk.Token(), tok)
+			}
+		})
+	}
+}
+
+// A waiter in this process is woken by a release in another process.
+func TestCrossProcessWaiterWoken(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), hang)
+	defer cancel()
+	dir := t.TempDir()
+	l := mustNew(t, dir)
+	holder, err := l.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The child waits for the key; then it exits without releasing, so
+	// nothing but its own acquisition matters.
+	cmd, out, errb := helper(ctx, t, envMode+"=hold", envDir+"="+dir, envKey+"=k", envTTL+"=1s", envHold+"=exit")
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case line := <-out.lines:
+		if !strings.HasPrefix(line, "held ") {
+			t.Fatalf("child printed %q", line)
+		}
+	case <-ctx.Done():
+		t.Fatalf("hang: waiting child not woken by the release\n%s", errb)
+	}
+}

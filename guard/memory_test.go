@@ -1,0 +1,72 @@
+package guard_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/guard"
+)
+
+func TestMemoryRules(t *testing.T) {
+	var g guard.Memory
+	ctx := context.Background()
+	ok := func(context.Context) error { return nil }
+	must := func(f dlock.Fence, want error) {
+		t.Helper()
+		err := g.Do(ctx, "r", f, ok)
+		if !errors.Is(err, want) && !(want == nil && err == nil) {
+			t.Fatalf("Do(%+v) = %v, want %v", f, err, want)
+		}
+	}
+	must(dlock.Fence{Token: 0, Owner: "z"}, dlock.ErrStaleToken)
+	must(dlock.Fence{Token: 3, Owner: "a"}, nil)
+	must(dlock.Fence{Token: 3, Owner: "a"}, nil)
+	must(dlock.Fence{Token: 3, Owner: "b"}, dlock.ErrStaleToken)
+	must(dlock.Fence{Token: 2, Owner: "a"}, dlock.ErrStaleToken)
+	must(dlock.Fence{Token: 7, Owner: "b"}, nil)
+	must(dlock.Fence{Token: 3, Owner: "a"}, dlock.ErrStaleToken)
+	if hi := g.Highest("r"); hi.Token != 7 || hi.Owner != "b" {
+		t.Fatalf("Highest = %+v", hi)
+	}
+	// Other resources are independent.
+	must(dlock.Fence{Token: 1, Owner: "a"}, dlock.ErrStaleToken) // same resource "r"
+	if err := g.Do(ctx, "other", dlock.Fence{Token: 1, Owner: "a"}, ok); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMemorySerializesAndHonoursContext(t *testing.T) {
+	var g guard.Memory
+	inside := make(chan struct{})
+	releaseFn := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		g.Do(context.Background(), "r", dlock.Fence{Token: 1, Owner: "a"}, func(context.Context) error {
+			close(inside)
+			<-releaseFn
+			return nil
+		})
+	}()
+	<-inside
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err := g.Do(ctx, "r", dlock.Fence{Token: 2, Owner: "b"}, func(context.Context) error { return nil })
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Do while busy = %v, want DeadlineExceeded", err)
+	}
+	close(releaseFn)
+	wg.Wait()
+	boom := errors.New("boom")
+	if err := g.Do(context.Background(), "r", dlock.Fence{Token: 2, Owner: "b"}, func(context.Context) error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("fn error = %v", err)
+	}
+	if g.Highest("r").Token != 2 {
+		t.Fatal("fence not recorded when fn failed")
+	}
+}

@@ -41,6 +41,13 @@
 //     means than this package.
 //   - Directories shared between containers work only when they are the
 //     same filesystem object and the containers see the same wall clock.
+//   - Sharing a directory between users: files are created 0600, so every
+//     process using a directory should run as the same user.
+//   - Durability of releases and renewals: only acquisitions fsync the
+//     directory. After a power loss a released lease can reappear until its
+//     recorded expiry (at most one TTL), and a renewal can be forgotten
+//     (the lease then ends at its previous expiry). Neither affects
+//     exclusion or token order.
 //
 // # Storage
 //

@@ -8,7 +8,7 @@ DEB_PKGS := redis-server
 SERVER_BINS := redis-server
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all deps test vet fmt-check bench clean
+.PHONY: all deps test vet fmt-check bench demo build clean
 
 all: test
 
@@ -42,6 +42,14 @@ test: deps fmt-check vet
 	  echo "== go test -race $$m"; \
 	  (cd $$m && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...); \
 	done
+
+## build: the dlock command in bin/.
+build:
+	$(GO) build -o bin/dlock ./cmd/dlock
+
+## demo: the fencing story with real processes, zero set-up (file backend).
+demo: build
+	./bin/dlock demo
 
 ## bench: benchmarks against raw Redis and peer libraries (bench/ module).
 bench: deps

@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/filelock"
+	"github.com/dlock-go/dlock/redislock"
+)
+
+// lockInfo is one held lock as shown by `dlock ls`.
+type lockInfo struct {
+	Key      string            `json:"key"`
+	Owner    string            `json:"owner"`
+	Token    uint64            `json:"token"`
+	TTL      time.Duration     `json:"-"`
+	TTLms    int64             `json:"ttl_ms"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// backend is an opened lock service.
+type backend struct {
+	locker dlock.Locker
+	list   func(ctx context.Context, prefix string) ([]lockInfo, error)
+	close  func()
+	// where is the URL with any password redacted, for messages.
+	where string
+}
+
+// errBadURL marks URL errors (exit status 2).
+var errBadURL = errors.New("bad URL")
+
+// schemes lists the supported URL schemes, for error messages.
+var schemes = []string{"file", "redis", "rediss", "redis+sentinel"}
+
+// defaultURL is $DLOCK_URL or a file backend in the per-user state dir.
+func defaultURL() string {
+	if u := os.Getenv("DLOCK_URL"); u != "" {
+		return u
+	}
+	return "file://" + stateDir()
+}
+
+// stateDir is $XDG_STATE_HOME/dlock, ~/.local/state/dlock, or a per-user
+// directory under the system temp dir.
+func stateDir() string {
+	if d := os.Getenv("XDG_STATE_HOME"); filepath.IsAbs(d) {
+		return filepath.Join(d, "dlock")
+	}
+	if h, err := os.UserHomeDir(); err == nil && h != "" && h != "/" {
+		return filepath.Join(h, ".local", "state", "dlock")
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("dlock-%d", os.Getuid()))
+}
+
+func badURL(raw, format string, args ...any) error {
+	return fmt.Errorf("%w %q: %s", errBadURL, redact(raw), fmt.Sprintf(format, args...))
+}
+
+// redact hides the password of a URL (best effort for unparsable ones).
+func redact(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		return u.Redacted()
+	}
+	if at := strings.LastIndex(raw, "@"); at >= 0 {
+		if i := strings.Index(raw, "://"); i >= 0 && i < at {
+			return raw[:i+3] + "xxxxx" + raw[at:]
+		}
+	}
+	return raw
+}
+
+// openBackend parses raw and connects. URL errors wrap errBadURL.
+func openBackend(raw string) (*backend, error) {
+	if raw == "" {
+		raw = defaultURL()
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, badURL(raw, "%v", err)
+	}
+	if u.Scheme == "" {
+		return nil, badURL(raw, "no scheme; supported: %s", strings.Join(schemes, ", "))
+	}
+	switch u.Scheme {
+	case "file":
+		return openFile(raw, u)
+	case "redis", "rediss":
+		return openRedis(raw, u)
+	case "redis+sentinel":
+		return openSentinel(raw, u)
+	default:
+		return nil, badURL(raw, "unknown scheme %q; supported: %s", u.Scheme, strings.Join(schemes, ", "))
+	}
+}
+
+func openFile(raw string, u *url.URL) (*backend, error) {
+	dir := u.Path
+	if u.Opaque != "" { // file:relative/dir
+		dir = u.Opaque
+	}
+	if u.Host != "" && u.Host != "localhost" {
+		return nil, badURL(raw, "file URLs name a local directory: use file:///absolute/path (host %q given)", u.Host)
+	}
+	if dir == "" {
+		return nil, badURL(raw, "missing directory path")
+	}
+	l, err := filelock.New(dir)
+	if err != nil {
+		return nil, err
+	}
+	list := func(ctx context.Context, prefix string) ([]lockInfo, error) {
+		infos, err := l.List(ctx, prefix)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]lockInfo, 0, len(infos))
+		for _, in := range infos {
+			out = append(out, lockInfo{Key: in.Key, Owner: in.Owner, Token: in.Token, TTL: in.TTL, Metadata: in.Metadata})
+		}
+		return out, nil
+	}
+	return &backend{locker: l, list: list, close: func() {}, where: u.Redacted()}, nil
+}
+
+func checkHostPort(raw, hp string) error {
+	host, port, err := net.SplitHostPort(hp)
+	if err != nil {
+		return badURL(raw, "address %q is not host:port", hp)
+	}
+	if host == "" {
+		return badURL(raw, "address %q has no host", hp)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return badURL(raw, "port %q is not a number in 1-65535", port)
+	}
+	return nil
+}
+
+func redisBackend(raw string, u *url.URL, c redis.UniversalClient) *backend {
+	l := redislock.New(c)
+	list := func(ctx context.Context, prefix string) ([]lockInfo, error) {
+		infos, err := l.List(ctx, prefix)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]lockInfo, 0, len(infos))
+		for _, in := range infos {
+			out = append(out, lockInfo{Key: in.Key, Owner: in.Owner, Token: in.Token, TTL: in.TTL, Metadata: in.Metadata})
+		}
+		return out, nil
+	}
+	return &backend{locker: l, list: list, close: func() { c.Close() }, where: u.Redacted()}
+}
+
+func openRedis(raw string, u *url.URL) (*backend, error) {
+	hp := u.Host
+	if u.Port() == "" {
+		hp = net.JoinHostPort(u.Hostname(), "6379")
+	}
+	if err := checkHostPort(raw, hp); err != nil {
+		return nil, err
+	}
+	opt, err := redis.ParseURL(raw)
+	if err != nil {
+		return nil, badURL(raw, "%s", strings.TrimPrefix(err.Error(), "redis: "))
+	}
+	return redisBackend(raw, u, redis.NewClient(opt)), nil
+}
+
+// openSentinel parses redis+sentinel://[user:pass@]h1:p1,h2:p2/master[/db].
+func openSentinel(raw string, u *url.URL) (*backend, error) {
+	if u.Host == "" {
+		return nil, badURL(raw, "no sentinel addresses")
+	}
+	addrs := strings.Split(u.Host, ",")
+	for _, a := range addrs {
+		if err := checkHostPort(raw, a); err != nil {
+			return nil, err
+		}
+	}
+	parts := strings.Split(strings.Trim(u.Path, "/"), "/")
+	if parts[0] == "" {
+		return nil, badURL(raw, "missing master name: redis+sentinel://h1:p1,h2:p2/MASTER")
+	}
+	opt := &redis.FailoverOptions{MasterName: parts[0], SentinelAddrs: addrs}
+	if len(parts) > 1 {
+		db, err := strconv.Atoi(parts[1])
+		if err != nil || db < 0 {
+			return nil, badURL(raw, "database %q is not a non-negative number", parts[1])
+		}
+		opt.DB = db
+	}
+	if len(parts) > 2 {
+		return nil, badURL(raw, "path has too many parts: want /MASTER[/DB]")
+	}
+	if u.User != nil {
+		opt.Username = u.User.Username()
+		opt.Password, _ = u.User.Password()
+	}
+	opt.SentinelPassword = u.Query().Get("sentinel_password")
+	return redisBackend(raw, u, redis.NewFailoverClient(opt)), nil
+}
+
+func sortInfos(in []lockInfo) {
+	sort.Slice(in, func(i, j int) bool { return in[i].Key < in[j].Key })
+}

@@ -1,0 +1,61 @@
+// Command dlock runs commands under a distributed lock, lists held locks
+// and plays the fencing demo. See `dlock help`.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+// Exit statuses of dlock itself (the child's status is passed through).
+const (
+	exitConflict = 1 // lock held (-n) or --wait elapsed; -E changes it
+	exitUsage    = 2 // bad flags, arguments or URL
+	exitBackend  = 3 // backend unreachable, authentication failed, ...
+	exitLost     = 4 // the lock was lost while the command ran
+	exitNoExec   = 127
+)
+
+const usage = `dlock — distributed locks with fencing tokens
+
+Usage:
+  dlock run   [--url URL] [--ttl 30s] [-w DUR] [-n] [-E N] [--grace 5s] KEY -- CMD [ARGS...]
+  dlock ls    [--url URL] [--json] [PREFIX]
+  dlock demo  [--url URL]
+  dlock version
+
+Run 'dlock COMMAND --help' for details.
+
+URL (from --url, else $DLOCK_URL, else a file backend in your state directory):
+  file:///path/to/dir                  leases in files on this host (default)
+  redis://[user:pass@]host:port[/db]   one Redis (rediss:// for TLS)
+  redis+sentinel://[user:pass@]h1:p1,h2:p2/master[/db]
+`
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	switch args[0] {
+	case "run":
+		return cmdRun(args[1:], stdout, stderr)
+	case "ls":
+		return cmdLs(args[1:], stdout, stderr)
+	case "demo":
+		return cmdDemo(args[1:], stdout, stderr)
+	case demoWorkerCmd:
+		return cmdDemoWorker(args[1:], stdout, stderr)
+	case "version", "--version", "-version":
+		return cmdVersion(stdout)
+	case "help", "-h", "--help", "-help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "dlock: unknown command %q\n\n%s", args[0], usage)
+		return exitUsage
+	}
+}

@@ -1,0 +1,265 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+const runUsage = `Usage: dlock run [--url URL] [--ttl 30s] [-w|--wait DUR] [-n|--nonblock]
+                 [-E|--conflict-exit-code N] [--grace 5s] KEY -- CMD [ARGS...]
+
+Runs CMD while holding the lock KEY, renewing it automatically. CMD sees
+DLOCK_KEY, DLOCK_TOKEN (the fencing token: pass it to whatever CMD writes to)
+and DLOCK_OWNER. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to dlock are
+forwarded to CMD. When CMD exits the lock is released and dlock exits with
+CMD's status (128+N if CMD was killed by signal N).
+
+If the lock is lost while CMD runs (renewal failed, key deleted), dlock says
+so on stderr, sends CMD SIGTERM, then SIGKILL after --grace, and exits 4.
+
+Options:
+`
+
+const runExitCodes = `
+Exit status:
+  CMD's status   CMD ran and the lock stayed held
+  1              the lock could not be had (held with -n, or --wait elapsed); see -E
+  2              usage error: bad flags, arguments or URL
+  3              backend error: unreachable server, authentication, ...
+  4              the lock was lost while CMD ran; CMD was terminated
+  127            CMD could not be started
+
+Examples:
+  dlock run nightly-report -- ./report.sh
+  dlock run -n -E 75 --url redis://127.0.0.1:6379 deploy -- make deploy
+  dlock run --wait 2m --ttl 10s inventory -- sh -c 'echo token $DLOCK_TOKEN'
+`
+
+func cmdRun(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		rawURL   = fs.String("url", "", "lock service URL (default $DLOCK_URL, else file:// in the state dir)")
+		ttl      = fs.Duration("ttl", 30*time.Second, "lease length; renewed every ttl/3")
+		wait     time.Duration
+		nonblock bool
+		conflict int
+		grace    = fs.Duration("grace", 5*time.Second, "time between SIGTERM and SIGKILL when the lock is lost")
+	)
+	fs.DurationVar(&wait, "wait", 0, "give up after waiting this long (default: wait forever)")
+	fs.DurationVar(&wait, "w", 0, "short for --wait")
+	fs.BoolVar(&nonblock, "nonblock", false, "fail at once if the lock is held")
+	fs.BoolVar(&nonblock, "n", false, "short for --nonblock")
+	fs.IntVar(&conflict, "conflict-exit-code", exitConflict, "exit status when the lock cannot be had")
+	fs.IntVar(&conflict, "E", exitConflict, "short for --conflict-exit-code")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), runUsage)
+		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), runExitCodes)
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return exitUsage
+	}
+	rest := fs.Args()
+	if len(rest) == 0 {
+		fmt.Fprintln(stderr, "dlock run: missing KEY")
+		fs.Usage()
+		return exitUsage
+	}
+	key, cmdArgs := rest[0], rest[1:]
+	if len(cmdArgs) > 0 && cmdArgs[0] == "--" {
+		cmdArgs = cmdArgs[1:]
+	}
+	switch {
+	case len(cmdArgs) == 0:
+		fmt.Fprintln(stderr, "dlock run: missing CMD after KEY --")
+		return exitUsage
+	case *ttl <= 0:
+		fmt.Fprintf(stderr, "dlock run: --ttl must be positive, got %v\n", *ttl)
+		return exitUsage
+	case wait < 0 || *grace < 0:
+		fmt.Fprintln(stderr, "dlock run: --wait and --grace must not be negative")
+		return exitUsage
+	case conflict < 0 || conflict > 255:
+		fmt.Fprintf(stderr, "dlock run: --conflict-exit-code must be in 0-255, got %d\n", conflict)
+		return exitUsage
+	}
+	if err := dlock.ValidateKey(key); err != nil {
+		fmt.Fprintf(stderr, "dlock run: %v\n", err)
+		return exitUsage
+	}
+
+	b, err := openBackend(*rawURL)
+	if err != nil {
+		return reportOpen(stderr, "run", err)
+	}
+	defer b.close()
+
+	// Signals: while waiting they cancel the wait; while CMD runs they are
+	// forwarded to it.
+	sigc := make(chan os.Signal, 4)
+	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	defer signal.Stop(sigc)
+
+	lk, code := acquireForRun(b, key, *ttl, wait, nonblock, conflict, sigc, stderr)
+	if lk == nil {
+		return code
+	}
+	return superviseChild(lk, cmdArgs, *grace, sigc, stderr)
+}
+
+// acquireForRun takes the lock; on failure it returns nil and the exit code.
+func acquireForRun(b *backend, key string, ttl, wait time.Duration, nonblock bool, conflict int, sigc chan os.Signal, stderr io.Writer) (*dlock.Lock, int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var sig os.Signal
+	stop, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		select {
+		case sig = <-sigc:
+			cancel()
+		case <-stop:
+		}
+	}()
+	opts := []dlock.Option{dlock.WithTTL(ttl), dlock.WithMetadata("cmd", "dlock run")}
+	var (
+		lk  *dlock.Lock
+		err error
+	)
+	if nonblock {
+		lk, err = b.locker.TryAcquire(ctx, key, opts...)
+	} else {
+		if wait > 0 {
+			opts = append(opts, dlock.WithWait(wait))
+		}
+		lk, err = b.locker.Acquire(ctx, key, opts...)
+	}
+	close(stop)
+	<-exited
+	if s, ok := sig.(syscall.Signal); ok {
+		if lk != nil {
+			releaseNow(lk, stderr)
+		}
+		fmt.Fprintf(stderr, "dlock run: interrupted by %v while waiting for %q\n", sig, key)
+		return nil, 128 + int(s)
+	}
+	if err == nil {
+		return lk, 0
+	}
+	var na *dlock.NotAcquiredError
+	switch {
+	case errors.As(err, &na):
+		msg := fmt.Sprintf("dlock run: lock %q is held", key)
+		if na.Holder != "" || len(na.Metadata) > 0 {
+			msg += " by " + dlock.HolderString(na.Holder, na.Metadata)
+		}
+		if na.TTL > 0 {
+			msg += fmt.Sprintf(", lease ends in %s", na.TTL.Round(time.Millisecond))
+		}
+		if !nonblock {
+			msg += fmt.Sprintf(" (gave up after waiting %s)", wait)
+		}
+		fmt.Fprintln(stderr, msg)
+		return nil, conflict
+	case errors.Is(err, dlock.ErrInvalidTTL), errors.Is(err, dlock.ErrInvalidKey), errors.Is(err, dlock.ErrInvalidOption):
+		fmt.Fprintf(stderr, "dlock run: %v\n", err)
+		return nil, exitUsage
+	default:
+		fmt.Fprintf(stderr, "dlock run: %s: %v\n", b.where, err)
+		return nil, exitBackend
+	}
+}
+
+// superviseChild runs CMD under lk and returns dlock's exit status.
+func superviseChild(lk *dlock.Lock, cmdArgs []string, grace time.Duration, sigc chan os.Signal, stderr io.Writer) int {
+	release := func() { releaseNow(lk, stderr) }
+	cmd := exec.Command(cmdArgs[0], cmdArgs[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = append(os.Environ(),
+		"DLOCK_KEY="+lk.Key(),
+		"DLOCK_TOKEN="+strconv.FormatUint(lk.Token(), 10),
+		"DLOCK_OWNER="+lk.Owner(),
+	)
+	if err := cmd.Start(); err != nil {
+		release()
+		fmt.Fprintf(stderr, "dlock run: %v\n", err)
+		return exitNoExec
+	}
+	waitc := make(chan error, 1)
+	go func() { waitc <- cmd.Wait() }()
+
+	lost := lk.Lost()
+	var killTimer <-chan time.Time
+	lostLock := false
+	for {
+		select {
+		case sig := <-sigc:
+			_ = cmd.Process.Signal(sig)
+		case <-lost:
+			lost = nil
+			lostLock = true
+			fmt.Fprintf(stderr, "dlock run: LOCK LOST: %v; sending SIGTERM to pid %d (SIGKILL in %s)\n", lk.Err(), cmd.Process.Pid, grace)
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			killTimer = time.After(grace)
+		case <-killTimer:
+			killTimer = nil
+			fmt.Fprintf(stderr, "dlock run: pid %d still running after %s; sending SIGKILL\n", cmd.Process.Pid, grace)
+			_ = cmd.Process.Kill()
+		case err := <-waitc:
+			release()
+			if lostLock {
+				return exitLost
+			}
+			return exitStatus(err, stderr)
+		}
+	}
+}
+
+// exitStatus maps a child's Wait error to a shell-style status.
+func exitStatus(err error, stderr io.Writer) int {
+	if err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
+		return ee.ExitCode()
+	}
+	fmt.Fprintf(stderr, "dlock run: %v\n", err)
+	return exitBackend
+}
+
+// reportOpen prints a backend-open error and returns the exit status.
+func reportOpen(stderr io.Writer, cmd string, err error) int {
+	fmt.Fprintf(stderr, "dlock %s: %v\n", cmd, err)
+	if errors.Is(err, errBadURL) || errors.Is(err, dlock.ErrInvalidOption) {
+		return exitUsage
+	}
+	return exitBackend
+}
+
+// releaseNow releases lk with its own bounded context.
+func releaseNow(lk *dlock.Lock, stderr io.Writer) {
+	ctx, cancel := context.WithTimeout(context.Background(), dlock.DefaultReleaseTimeout)
+	defer cancel()
+	if err := lk.Release(ctx); err != nil && !errors.Is(err, dlock.ErrLockLost) {
+		fmt.Fprintf(stderr, "dlock run: release %q: %v\n", lk.Key(), err)
+	}
+}

@@ -30,7 +30,9 @@
 // use fencing tokens and a Guard for correctness. Tokens are
 // max(previous token + 1, server time in µs), so they keep increasing after
 // a restart that lost the counter, unless the server's clock went back
-// further than the time since the last acquisition. Keys of one lock share
+// further than the time since the last acquisition. The counter key
+// expires FenceRetention (1h) after the key's last acquisition, so locking
+// many distinct keys does not grow Redis without bound. Keys of one lock share
 // the "{key}" hash tag and so one Cluster slot; a key containing '}' still
 // works (its tag is then the part before the first '}').
 package redislock

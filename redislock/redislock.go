@@ -20,6 +20,9 @@ const (
 	DefaultPrefix = "dlock"
 	// MinTTL is the shortest lease this backend accepts.
 	MinTTL = dlock.MinTTL
+	// FenceRetention is how long a key's fencing counter outlives its last
+	// acquisition (see the package documentation).
+	FenceRetention = time.Hour
 )
 
 // Option configures a Locker.
@@ -111,7 +114,7 @@ func (b *backend) Try(ctx context.Context, req *dlock.Request) (dlock.Grant, err
 		return dlock.Grant{}, err
 	}
 	res, err := acquireScript.Run(ctx, b.client, []string{b.lockKey(req.Key), b.fenceKey(req.Key)},
-		req.Owner, ms(req.Config.TTL), string(meta)).Slice()
+		req.Owner, ms(req.Config.TTL), string(meta), ms(req.Config.TTL+FenceRetention)).Slice()
 	if err != nil {
 		return dlock.Grant{}, fmt.Errorf("dlock: redis acquire %q: %w", req.Key, err)
 	}

@@ -253,3 +253,24 @@ func TestBadInput(t *testing.T) {
 	}
 	lk.Release(ctx)
 }
+
+// The fencing counter must not outlive its key forever (memory), but must
+// outlive every lease it fenced.
+func TestFenceCounterExpires(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	c := newClient(t, srv)
+	l := redislock.New(c)
+	key := dlocktest.Key(t)
+	lk, err := l.Acquire(ctxT(t), key, dlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Release(ctxT(t))
+	pttl, err := c.PTTL(ctxT(t), l.LockKey(key)+":fence").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pttl <= 10*time.Second || pttl > 10*time.Second+redislock.FenceRetention {
+		t.Fatalf("fence counter PTTL = %v", pttl)
+	}
+}

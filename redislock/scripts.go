@@ -11,13 +11,21 @@ import "github.com/redis/go-redis/v9"
 // keys share the "{key}" hash tag, so they live in one Cluster slot.
 
 // acquireScript: KEYS[1]=lock, KEYS[2]=fence; ARGV[1]=owner, ARGV[2]=ttl ms,
-// ARGV[3]=metadata json. Returns {1, token} or {0, holder value, pttl}.
+// ARGV[3]=metadata json, ARGV[4]=fence retention ms. Returns {1, token} or
+// {0, holder value, pttl}.
 //
 // The token is max(last token + 1, server time in µs): it increases on
 // every acquisition, and after a restart that lost the fence key it still
 // starts above every token issued before (unless the server clock went
 // back). Tokens are formatted with %.0f: Lua numbers are doubles, exact for
 // integers below 2^53 (µs timestamps stay below that until year 2255).
+//
+// The fence key expires FenceRetention after the last acquisition, so a
+// service that locks millions of distinct keys does not keep a counter for
+// each forever. That is safe because the clock floor alone already exceeds
+// every earlier token once the clock has moved past them: the counter only
+// matters for acquisitions within the same microsecond, or for a clock that
+// stepped back, both far shorter than the retention.
 var acquireScript = redis.NewScript(`
 local cur = redis.call('GET', KEYS[1])
 if cur then
@@ -29,7 +37,7 @@ local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 local tok = last + 1
 if tok < floor then tok = floor end
 tok = string.format('%.0f', tok)
-redis.call('SET', KEYS[2], tok)
+redis.call('SET', KEYS[2], tok, 'PX', ARGV[4])
 redis.call('SET', KEYS[1], ARGV[1] .. '|' .. tok .. '|' .. ARGV[3], 'PX', ARGV[2])
 return {1, tok}
 `)

@@ -9,6 +9,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -149,30 +150,68 @@ func (r *Redis) start() error {
 	return fmt.Errorf("not ready after %v: %s", startTimeout, r.logTail())
 }
 
-// ping sends PING (after AUTH when a password is set) over RESP.
+// ping checks the server answers PING.
 func (r *Redis) ping() error {
+	reply, err := r.Do("PING")
+	if err == nil && reply != "PONG" {
+		err = fmt.Errorf("ping: %q", reply)
+	}
+	return err
+}
+
+// Do sends one command over a fresh connection (after AUTH when a password
+// is set) and returns a simple, integer or bulk-string reply as a string.
+// An error reply is returned as an error. Arrays are not supported.
+func (r *Redis) Do(args ...string) (string, error) {
 	c, err := net.DialTimeout("tcp", r.Addr(), time.Second)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(2 * time.Second))
+	c.SetDeadline(time.Now().Add(5 * time.Second))
 	br := bufio.NewReader(c)
 	if r.password != "" {
-		fmt.Fprintf(c, "*2\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n", len(r.password), r.password)
-		if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "+OK") {
-			return fmt.Errorf("auth: %q %v", line, err)
+		if _, err := roundTrip(c, br, "AUTH", r.password); err != nil {
+			return "", fmt.Errorf("auth: %w", err)
 		}
 	}
-	fmt.Fprint(c, "*1\r\n$4\r\nPING\r\n")
+	return roundTrip(c, br, args...)
+}
+
+func roundTrip(c net.Conn, br *bufio.Reader, args ...string) (string, error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := io.WriteString(c, b.String()); err != nil {
+		return "", err
+	}
 	line, err := br.ReadString('\n')
 	if err != nil {
-		return err
+		return "", err
 	}
-	if !strings.HasPrefix(line, "+PONG") {
-		return fmt.Errorf("ping: %q", line)
+	line = strings.TrimRight(line, "\r\n")
+	if line == "" {
+		return "", fmt.Errorf("empty reply")
 	}
-	return nil
+	switch line[0] {
+	case '+', ':':
+		return line[1:], nil
+	case '-':
+		return "", fmt.Errorf("%s", line[1:])
+	case '$':
+		n, err := strconv.Atoi(line[1:])
+		if err != nil || n < 0 {
+			return "", err
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(br, buf); err != nil {
+			return "", err
+		}
+		return string(buf[:n]), nil
+	}
+	return "", fmt.Errorf("unsupported reply %q", line)
 }
 
 func (r *Redis) logTail() string {
@@ -225,4 +264,48 @@ func (r *Redis) Restart() {
 		time.Sleep(100 * time.Millisecond)
 	}
 	r.t.Fatalf("redis-server restart on port %d: %v", r.port, err)
+}
+
+// StartRedisCluster starts n (≥ 3) cluster-enabled redis-servers, splits
+// the 16384 slots between them, joins them and waits until every node
+// reports cluster_state:ok. It returns the nodes; clients may be given any
+// of their addresses.
+func StartRedisCluster(t testing.TB, n int) []*Redis {
+	t.Helper()
+	if n < 3 {
+		t.Fatalf("StartRedisCluster: need at least 3 masters, got %d", n)
+	}
+	nodes := make([]*Redis, n)
+	for i := range nodes {
+		dir := t.TempDir()
+		nodes[i] = StartRedis(t, WithArgs("--cluster-enabled", "yes",
+			"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
+			"--cluster-node-timeout", "5000"))
+	}
+	const slots = 16384
+	for i, nd := range nodes {
+		lo, hi := i*slots/n, (i+1)*slots/n-1
+		if _, err := nd.Do("CLUSTER", "ADDSLOTSRANGE", strconv.Itoa(lo), strconv.Itoa(hi)); err != nil {
+			t.Fatalf("cluster addslots on %s: %v", nd.Addr(), err)
+		}
+	}
+	for _, nd := range nodes[1:] {
+		if _, err := nodes[0].Do("CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(nd.Port())); err != nil {
+			t.Fatalf("cluster meet %s: %v", nd.Addr(), err)
+		}
+	}
+	deadline := time.Now().Add(startTimeout)
+	for _, nd := range nodes {
+		for {
+			info, err := nd.Do("CLUSTER", "INFO")
+			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d", n)) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("cluster did not converge within %v: %s %v", startTimeout, info, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return nodes
 }

@@ -20,42 +20,42 @@ type BatchRenewer interface {
 	RefreshBatch(ctx context.Context, rs []Renewal) []error
 }
 
-// watchdog renews every auto-refreshed lock of one Acquirer from a single
-// goroutine, batching all locks due within a short window into one
-// RefreshBatch call. The goroutine runs only while there is work: it exits
-// when no lock is held and no cleanup is pending, so an idle Locker owns no
-// goroutine. It also performs best-effort server-side releases of lost
-// locks, so a holder that missed its deadline frees the key as soon as the
-// server is reachable again.
+// watchdog renews every auto-refreshed lock of one Acquirer, batching all
+// locks due within a short window into one RefreshBatch call. It owns no
+// goroutine: a single timer fires at the earliest due time and runs one
+// pass (renewals, then cleanup of lost locks) on the timer's goroutine,
+// then re-arms itself. A lock released before its first renewal costs no
+// goroutine at all, and an idle Locker holds only a stopped timer. It also
+// performs best-effort server-side releases of lost locks, so a holder that
+// missed its deadline frees the key as soon as the server is reachable.
 type watchdog struct {
 	batch BatchRenewer // nil: renew leases one by one
 
 	mu      sync.Mutex
 	next    map[*Lock]time.Time // lock -> time of its next renewal
 	pending []*Lock             // lost locks to release on the server
-	running bool
-	kick    chan struct{}
+	running bool                // a pass is in progress; it re-arms when done
+	timer   *time.Timer
+	timerAt time.Time // when the timer fires; zero when not armed
 }
 
 func newWatchdog(b BatchRenewer) *watchdog {
-	return &watchdog{batch: b, next: map[*Lock]time.Time{}, kick: make(chan struct{}, 1)}
+	return &watchdog{batch: b, next: map[*Lock]time.Time{}}
 }
 
 func (w *watchdog) add(l *Lock, at time.Time) {
 	w.mu.Lock()
 	w.next[l] = at
-	w.startLocked()
+	w.armLocked(at)
 	w.mu.Unlock()
 }
 
 func (w *watchdog) remove(l *Lock) {
 	w.mu.Lock()
 	delete(w.next, l)
-	if len(w.next) == 0 && w.running {
-		select { // let an idle loop exit now rather than at its next tick
-		case w.kick <- struct{}{}:
-		default:
-		}
+	if len(w.next) == 0 && len(w.pending) == 0 && w.timer != nil && !w.timerAt.IsZero() {
+		w.timer.Stop()
+		w.timerAt = time.Time{}
 	}
 	w.mu.Unlock()
 }
@@ -63,20 +63,24 @@ func (w *watchdog) remove(l *Lock) {
 func (w *watchdog) cleanup(l *Lock) {
 	w.mu.Lock()
 	w.pending = append(w.pending, l)
-	w.startLocked()
+	w.armLocked(time.Now())
 	w.mu.Unlock()
 }
 
-func (w *watchdog) startLocked() {
-	if !w.running {
-		w.running = true
-		go w.loop()
+// armLocked makes sure a pass runs no later than at. A running pass
+// re-arms from a full scan when it ends, so nothing is needed then.
+func (w *watchdog) armLocked(at time.Time) {
+	if w.running || (!w.timerAt.IsZero() && !at.Before(w.timerAt)) {
 		return
 	}
-	select {
-	case w.kick <- struct{}{}:
-	default:
+	d := time.Until(at)
+	if w.timer == nil {
+		w.timer = time.AfterFunc(d, w.pass)
+	} else {
+		w.timer.Stop()
+		w.timer.Reset(d)
 	}
+	w.timerAt = at
 }
 
 // held reports the number of locks under renewal (for tests and metrics).
@@ -86,32 +90,32 @@ func (w *watchdog) held() int {
 	return len(w.next)
 }
 
-func (w *watchdog) loop() {
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+// pass runs on the timer's goroutine: it renews what is due and releases
+// lost locks until nothing is due, then re-arms the timer.
+func (w *watchdog) pass() {
+	w.mu.Lock()
+	if w.running {
+		w.mu.Unlock()
+		return
+	}
+	w.running = true
+	w.timerAt = time.Time{}
 	for {
-		w.mu.Lock()
-		if len(w.next) == 0 && len(w.pending) == 0 {
-			w.running = false
-			w.mu.Unlock()
-			return
-		}
 		pending := w.pending
 		w.pending = nil
 		now := time.Now()
 		var due []*Lock
-		var wake time.Time
 		for l, at := range w.next {
 			// Coalesce: renew every lock due within 1/12 of its TTL now, so
 			// locks taken at nearly the same time share a round trip.
 			if !at.After(now.Add(l.cfg.TTL / 12)) {
 				due = append(due, l)
-			} else if wake.IsZero() || at.Before(wake) {
-				wake = at
 			}
 		}
+		if len(pending) == 0 && len(due) == 0 {
+			break
+		}
 		w.mu.Unlock()
-
 		for _, l := range pending {
 			ctx, cancel := context.WithTimeout(context.Background(), DefaultReleaseTimeout)
 			_ = l.releaseServer(ctx)
@@ -119,20 +123,20 @@ func (w *watchdog) loop() {
 		}
 		if len(due) > 0 {
 			w.renew(due)
-			continue
 		}
-		if len(pending) > 0 {
-			continue
-		}
-		timer.Reset(time.Until(wake))
-		select {
-		case <-timer.C:
-		case <-w.kick:
-			if !timer.Stop() {
-				<-timer.C
-			}
+		w.mu.Lock()
+	}
+	w.running = false
+	var wake time.Time
+	for _, at := range w.next {
+		if wake.IsZero() || at.Before(wake) {
+			wake = at
 		}
 	}
+	if !wake.IsZero() {
+		w.armLocked(wake)
+	}
+	w.mu.Unlock()
 }
 
 // renew refreshes due locks in one batch, bounded by the earliest deadline.

@@ -13,9 +13,9 @@
 // stranded waiter.
 //
 // Renewal. With auto-refresh on (the default) every lock taken through one
-// Locker is renewed by one watchdog goroutine at TTL/3, in one pipelined
-// round trip for all locks due together. The goroutine exists only while
-// locks are held.
+// Locker is renewed by one watchdog at TTL/3, in one pipelined round trip
+// for all locks due together. The watchdog runs on a timer: no goroutine
+// exists between renewals.
 //
 // Guarantees, given a Redis that keeps its data (no failover to a replica
 // that missed the write, no restart without persistence within a TTL):

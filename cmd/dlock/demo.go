@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -120,26 +119,35 @@ func (d *demo) runCounters(ctx context.Context, file string, locked bool) (int, 
 	if err := writeInt(file, 0); err != nil {
 		return 0, err
 	}
-	var wg sync.WaitGroup
-	errs := make(chan error, d.workers)
-	for i := 0; i < d.workers; i++ {
-		args := []string{"counter", "--file", file, "--n", strconv.Itoa(d.rounds)}
+	// All workers start, then wait on stdin; closing it releases them
+	// together, so they really run concurrently even on a slow machine.
+	cmds := make([]*exec.Cmd, d.workers)
+	gates := make([]io.WriteCloser, d.workers)
+	for i := range cmds {
+		args := []string{"counter", "--file", file, "--n", strconv.Itoa(d.rounds), "--gate"}
 		if locked {
 			args = append(args, "--key", "demo/counter")
 		}
-		cmd := d.worker(ctx, args...)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if out, err := cmd.Output(); err != nil {
-				errs <- fmt.Errorf("counter worker: %v %s", err, out)
-			}
-		}()
+		cmds[i] = d.worker(ctx, args...)
+		var err error
+		if gates[i], err = cmds[i].StdinPipe(); err != nil {
+			return 0, err
+		}
+		if err := cmds[i].Start(); err != nil {
+			return 0, err
+		}
 	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
-		return 0, err
+	for _, g := range gates {
+		g.Close()
+	}
+	var firstErr error
+	for _, cmd := range cmds {
+		if err := cmd.Wait(); err != nil && firstErr == nil {
+			firstErr = fmt.Errorf("counter worker: %v", err)
+		}
+	}
+	if firstErr != nil {
+		return 0, firstErr
 	}
 	return readInt(file)
 }

@@ -32,6 +32,7 @@ func cmdDemoWorker(args []string, stdout, stderr io.Writer) int {
 	unfenced := fs.String("unfenced", "", "balance file written directly")
 	amount := fs.Int("amount", 0, "amount to withdraw or deposit")
 	ttl := fs.Duration("ttl", 10*time.Second, "lease")
+	gate := fs.Bool("gate", false, "wait for stdin to close before starting")
 	if err := fs.Parse(args[1:]); err != nil {
 		return exitUsage
 	}
@@ -50,6 +51,9 @@ func cmdDemoWorker(args []string, stdout, stderr io.Writer) int {
 	var err error
 	switch mode {
 	case "counter":
+		if *gate {
+			_, _ = io.Copy(io.Discard, os.Stdin)
+		}
 		err = w.counter(*file, *n)
 	case "withdraw", "deposit":
 		if locker == nil {

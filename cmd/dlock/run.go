@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -190,6 +191,13 @@ func superviseChild(lk *dlock.Lock, cmdArgs []string, grace time.Duration, sigc 
 	release := func() { releaseNow(lk, stderr) }
 	cmd := exec.Command(cmdArgs[0], cmdArgs[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	// If dlock dies (SIGKILL, OOM), nobody renews the lease: the child must
+	// not outlive it, or it would run on without the lock. The kernel sends
+	// the death signal when the thread that started the child exits, so
+	// start it from a thread that lives as long as the process.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	setParentDeathSignal(cmd)
 	cmd.Env = append(os.Environ(),
 		"DLOCK_KEY="+lk.Key(),
 		"DLOCK_TOKEN="+strconv.FormatUint(lk.Token(), 10),

@@ -1,0 +1,412 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/filelock"
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/redislock"
+)
+
+// hang bounds every command the tests run; exceeding it fails as a hang.
+const hang = 60 * time.Second
+
+var bin string // the dlock binary under test
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "dlock-cli-test-")
+	if err != nil {
+		panic(err)
+	}
+	bin = filepath.Join(dir, "dlock")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building dlock:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// dlockCmd prepares a dlock invocation with DLOCK_URL pointing at url.
+func dlockCmd(ctx context.Context, url string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), "DLOCK_URL="+url)
+	return cmd
+}
+
+// runDlock runs dlock to completion (bounded by hang).
+func runDlock(t *testing.T, url string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), hang)
+	defer cancel()
+	cmd := dlockCmd(ctx, url, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("hang: dlock %v did not finish within %v", args, hang)
+	}
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return result{code, out.String(), errb.String()}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer goroutine and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func fileURL(t *testing.T) string { return "file://" + t.TempDir() }
+
+// background starts `dlock run` holding key and waits until the child has
+// printed its first line (so the lock is held).
+func background(t *testing.T, url string, args ...string) (*exec.Cmd, *syncBuffer, *syncBuffer) {
+	t.Helper()
+	cmd := dlockCmd(context.Background(), url, args...)
+	out, errb := &syncBuffer{}, &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.WaitDelay = 5 * time.Second
+	t.Cleanup(func() {
+		cmd.Process.Kill() // the child dies with it (parent-death signal)
+		cmd.Wait()
+	})
+	deadline := time.Now().Add(hang)
+	for !strings.Contains(out.String(), "\n") {
+		if time.Now().After(deadline) {
+			t.Fatalf("hang: background dlock never started its child; stderr: %s", errb.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return cmd, errb, out
+}
+
+// waitExit waits for a started command and returns its exit code.
+func waitExit(t *testing.T, cmd *exec.Cmd) int {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0
+	case <-time.After(hang):
+		t.Fatal("hang: dlock did not exit")
+		return -1
+	}
+}
+
+func TestRunPassesTokenAndIncreasesIt(t *testing.T) {
+	url := fileURL(t)
+	var last uint64
+	for i := 0; i < 3; i++ {
+		r := runDlock(t, url, "run", "job", "--", "sh", "-c", `echo "$DLOCK_KEY $DLOCK_TOKEN ${#DLOCK_OWNER}"`)
+		if r.code != 0 {
+			t.Fatalf("exit %d: %s", r.code, r.stderr)
+		}
+		f := strings.Fields(r.stdout)
+		if len(f) != 3 || f[0] != "job" || f[2] != "32" {
+			t.Fatalf("child saw %q", r.stdout)
+		}
+		tok, err := strconv.ParseUint(f[1], 10, 64)
+		if err != nil || tok <= last {
+			t.Fatalf("token %q after %d", f[1], last)
+		}
+		last = tok
+	}
+}
+
+func TestRunPropagatesExitStatus(t *testing.T) {
+	url := fileURL(t)
+	if r := runDlock(t, url, "run", "k", "--", "sh", "-c", "exit 3"); r.code != 3 {
+		t.Fatalf("exit %d, want 3", r.code)
+	}
+	if r := runDlock(t, url, "run", "k", "--", "sh", "-c", "kill -KILL $$"); r.code != 128+9 {
+		t.Fatalf("killed child: exit %d, want 137", r.code)
+	}
+	r := runDlock(t, url, "run", "k", "--", "/nonexistent/cmd")
+	if r.code != exitNoExec || !strings.Contains(r.stderr, "/nonexistent/cmd") {
+		t.Fatalf("missing command: exit %d %q", r.code, r.stderr)
+	}
+	// The lock was released each time: a non-blocking run succeeds.
+	if r := runDlock(t, url, "run", "-n", "k", "--", "true"); r.code != 0 {
+		t.Fatalf("lock still held after the child exited: %d %s", r.code, r.stderr)
+	}
+}
+
+func TestRunConflict(t *testing.T) {
+	url := fileURL(t)
+	holder, _, _ := background(t, url, "run", "busy", "--", "sh", "-c", "echo started; exec sleep 60")
+	r := runDlock(t, url, "run", "-n", "busy", "--", "echo", "should not run")
+	if r.code != 1 || strings.Contains(r.stdout, "should not run") {
+		t.Fatalf("-n on a held key: exit %d, stdout %q", r.code, r.stdout)
+	}
+	if !strings.Contains(r.stderr, `"busy"`) || !strings.Contains(r.stderr, fmt.Sprintf("pid=%d", holder.Process.Pid)) {
+		t.Fatalf("message does not name the key and holder: %q", r.stderr)
+	}
+	if r := runDlock(t, url, "run", "-n", "-E", "75", "busy", "--", "true"); r.code != 75 {
+		t.Fatalf("-E 75: exit %d", r.code)
+	}
+	if r := runDlock(t, url, "run", "--conflict-exit-code", "9", "--wait", "200ms", "busy", "--", "true"); r.code != 9 || !strings.Contains(r.stderr, "gave up") {
+		t.Fatalf("--wait elapsed: exit %d %q", r.code, r.stderr)
+	}
+	// SIGTERM to dlock reaches the child (sleep dies of it: 128+15).
+	holder.Process.Signal(syscall.SIGTERM)
+	if code := waitExit(t, holder); code != 128+15 {
+		t.Fatalf("holder exit %d after SIGTERM, want 143", code)
+	}
+	if r := runDlock(t, url, "run", "-n", "busy", "--", "true"); r.code != 0 {
+		t.Fatalf("lock not released after the holder ended: %d %s", r.code, r.stderr)
+	}
+}
+
+func TestRunForwardsSignals(t *testing.T) {
+	url := fileURL(t)
+	script := `trap 'echo got-$1; exit 7' INT; echo started; while :; do sleep 0.05; done`
+	holder, _, out := background(t, url, "run", "sig", "--", "sh", "-c", strings.ReplaceAll(script, "$1", "INT"))
+	holder.Process.Signal(syscall.SIGINT)
+	if code := waitExit(t, holder); code != 7 {
+		t.Fatalf("exit %d, want the child's 7", code)
+	}
+	if !strings.Contains(out.String(), "got-INT") {
+		t.Fatalf("child did not see SIGINT: %q", out.String())
+	}
+}
+
+// A killed dlock takes its child with it: nobody would renew the lease, so
+// the child must not run on without the lock.
+func TestKilledDlockKillsChild(t *testing.T) {
+	url := fileURL(t)
+	holder, _, out := background(t, url, "run", "k", "--", "sh", "-c", "echo $$; exec sleep 60")
+	pid, err := strconv.Atoi(strings.TrimSpace(out.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder.Process.Kill()
+	waitExit(t, holder)
+	deadline := time.Now().Add(hang)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("hang: child %d survived its dlock", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// alive reports whether pid exists and is not a zombie.
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return syscall.Kill(pid, 0) == nil
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+func TestRunWaitsForRelease(t *testing.T) {
+	url := fileURL(t)
+	holder, _, _ := background(t, url, "run", "q", "--", "sh", "-c", "echo started; sleep 0.5")
+	r := runDlock(t, url, "run", "q", "--", "echo", "second")
+	if r.code != 0 || !strings.Contains(r.stdout, "second") {
+		t.Fatalf("waiting run: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	waitExit(t, holder)
+}
+
+func TestRunLostLockKillsChild(t *testing.T) {
+	dir := t.TempDir()
+	url := "file://" + dir
+	// The child ignores SIGTERM, so dlock must escalate to SIGKILL after --grace.
+	holder, errb, _ := background(t, url, "run", "--ttl", "300ms", "--grace", "500ms", "doomed", "--",
+		"sh", "-c", "trap '' TERM; echo started; exec sleep 60")
+	l, err := filelock.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Expire("doomed"); err != nil { // behind the holder's back
+		t.Fatal(err)
+	}
+	if code := waitExit(t, holder); code != exitLost {
+		t.Fatalf("exit %d, want %d; stderr %s", code, exitLost, errb.String())
+	}
+	for _, want := range []string{"LOCK LOST", "SIGTERM", "SIGKILL"} {
+		if !strings.Contains(errb.String(), want) {
+			t.Fatalf("stderr lacks %q: %s", want, errb.String())
+		}
+	}
+}
+
+func TestRedisURLAndLs(t *testing.T) {
+	srv := testserver.StartRedis(t, testserver.WithPassword("hunter2"))
+	url := "redis://:hunter2@" + srv.Addr()
+	holder, _, _ := background(t, url, "run", "--ttl", "5s", "reports/daily", "--", "sh", "-c", "echo started; exec sleep 60")
+	r := runDlock(t, url, "ls")
+	if r.code != 0 || !strings.Contains(r.stdout, "reports/daily") || !strings.Contains(r.stdout, strconv.Itoa(holder.Process.Pid)) || !strings.Contains(r.stdout, "TOKEN") {
+		t.Fatalf("ls: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	r = runDlock(t, url, "ls", "--json", "reports/")
+	var infos []lockInfo
+	if err := json.Unmarshal([]byte(r.stdout), &infos); err != nil || len(infos) != 1 || infos[0].Key != "reports/daily" || infos[0].Token == 0 || infos[0].TTLms <= 0 {
+		t.Fatalf("ls --json: %v %q", err, r.stdout)
+	}
+	if r := runDlock(t, url, "ls", "--json", "nomatch/"); strings.TrimSpace(r.stdout) != "[]" {
+		t.Fatalf("empty ls --json: %q", r.stdout)
+	}
+	// Deleting the key behind dlock's back: the child is terminated, exit 4.
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), Password: "hunter2"})
+	defer c.Close()
+	if err := c.Del(context.Background(), redislock.New(c).LockKey("reports/daily")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitExit(t, holder); code != exitLost {
+		t.Fatalf("exit %d after the key was deleted, want %d", code, exitLost)
+	}
+	// Wrong password: a backend error that does not echo the password.
+	r = runDlock(t, "redis://:wrongpass@"+srv.Addr(), "run", "k", "--", "true")
+	if r.code != exitBackend || strings.Contains(r.stderr, "wrongpass") || !strings.Contains(r.stderr, "xxxxx") {
+		t.Fatalf("wrong password: %d %q", r.code, r.stderr)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	url := fileURL(t)
+	cases := []struct {
+		args []string
+		url  string
+		code int
+		want string
+	}{
+		{[]string{"bogus"}, url, exitUsage, "unknown command"},
+		{nil, url, exitUsage, "Usage"},
+		{[]string{"run"}, url, exitUsage, "missing KEY"},
+		{[]string{"run", "k"}, url, exitUsage, "missing CMD"},
+		{[]string{"run", "--ttl", "abc", "k", "--", "true"}, url, exitUsage, "invalid value"},
+		{[]string{"run", "--ttl", "-1s", "k", "--", "true"}, url, exitUsage, "--ttl must be positive"},
+		{[]string{"run", "--ttl", "1ms", "k", "--", "true"}, url, exitUsage, "below the minimum"},
+		{[]string{"run", "-E", "300", "k", "--", "true"}, url, exitUsage, "0-255"},
+		{[]string{"run", "--nosuchflag", "k", "--", "true"}, url, exitUsage, "not defined"},
+		{[]string{"run", "", "--", "true"}, url, exitUsage, "key is empty"},
+		{[]string{"run", strings.Repeat("k", 2000), "--", "true"}, url, exitUsage, "maximum"},
+		{[]string{"run", "k", "--", "true"}, "ftp://x", exitUsage, "supported: file, redis"},
+		{[]string{"run", "k", "--", "true"}, "redis://127.0.0.1:99999", exitUsage, "port"},
+		{[]string{"run", "k", "--", "true"}, "redis://:s3cr3t@127.0.0.1:notaport", exitUsage, "port"},
+		{[]string{"run", "k", "--", "true"}, "redis+sentinel://127.0.0.1:26379", exitUsage, "master name"},
+		{[]string{"run", "k", "--", "true"}, "file://otherhost/x", exitUsage, "local directory"},
+		{[]string{"run", "k", "--", "true"}, "::bad", exitUsage, "bad URL"},
+		{[]string{"run", "k", "--", "true"}, "redis://:s3cr3t@127.0.0.1:" + strconv.Itoa(testserver.FreePort(t)), exitBackend, "connection refused"},
+		{[]string{"ls", "a", "b"}, url, exitUsage, "at most one PREFIX"},
+		{[]string{"demo", "extra"}, url, exitUsage, "no arguments"},
+	}
+	for _, c := range cases {
+		r := runDlock(t, c.url, c.args...)
+		if r.code != c.code || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("dlock %q (url %q): exit %d, stderr %q; want exit %d and %q", c.args, c.url, r.code, r.stderr, c.code, c.want)
+		}
+		if strings.Contains(r.stderr+r.stdout, "s3cr3t") {
+			t.Errorf("dlock %q printed the password: %q", c.args, r.stderr)
+		}
+		if strings.Contains(r.stderr, "panic") || strings.Contains(r.stderr, "goroutine ") {
+			t.Errorf("dlock %q panicked: %s", c.args, r.stderr)
+		}
+	}
+}
+
+func TestHelpAndVersion(t *testing.T) {
+	url := fileURL(t)
+	for _, c := range [][]string{{"run", "--help"}, {"ls", "-h"}, {"demo", "--help"}} {
+		r := runDlock(t, url, c...)
+		if r.code != 0 || !strings.Contains(r.stderr, "Usage: dlock "+c[0]) {
+			t.Errorf("%v: %d %q", c, r.code, r.stderr)
+		}
+	}
+	if r := runDlock(t, url, "run", "--help"); !strings.Contains(r.stderr, "Exit status") || !strings.Contains(r.stderr, "Examples") {
+		t.Errorf("run --help lacks exit codes or examples")
+	}
+	if r := runDlock(t, url, "help"); r.code != 0 || !strings.Contains(r.stdout, "dlock run") {
+		t.Errorf("help: %d %q", r.code, r.stdout)
+	}
+	if r := runDlock(t, url, "version"); r.code != 0 || !strings.HasPrefix(r.stdout, "dlock ") {
+		t.Errorf("version: %d %q", r.code, r.stdout)
+	}
+}
+
+func TestLsFileBackend(t *testing.T) {
+	url := fileURL(t)
+	if r := runDlock(t, url, "ls"); r.code != 0 || !strings.Contains(r.stdout, "no locks held") {
+		t.Fatalf("empty ls: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	background(t, url, "run", "batch/nightly", "--", "sh", "-c", "echo started; exec sleep 60")
+	if r := runDlock(t, url, "ls", "batch/"); r.code != 0 || !strings.Contains(r.stdout, "batch/nightly") {
+		t.Fatalf("ls: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+}
+
+func TestDemo(t *testing.T) {
+	r := runDlock(t, "", "demo", "--workers", "6", "--rounds", "10")
+	if r.code != 0 {
+		t.Fatalf("demo exit %d: %s\n%s", r.code, r.stdout, r.stderr)
+	}
+	for _, want := range []string{"updates LOST", "expected 60: correct", "PAUSED with SIGSTOP", "REJECTED by the guard", "with fencing:    balance = 120", "without fencing: balance =  70"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+}
+
+func TestDemoOnRedis(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	r := runDlock(t, "", "demo", "--url", "redis://"+srv.Addr(), "--workers", "4", "--rounds", "5")
+	if r.code != 0 || !strings.Contains(r.stdout, "REJECTED by the guard") {
+		t.Fatalf("demo on redis: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+}

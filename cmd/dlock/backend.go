@@ -125,17 +125,9 @@ func openFile(raw string, u *url.URL) (*backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	list := func(ctx context.Context, prefix string) ([]lockInfo, error) {
-		infos, err := l.List(ctx, prefix)
-		if err != nil {
-			return nil, err
-		}
-		out := make([]lockInfo, 0, len(infos))
-		for _, in := range infos {
-			out = append(out, lockInfo{Key: in.Key, Owner: in.Owner, Token: in.Token, TTL: in.TTL, Metadata: in.Metadata})
-		}
-		return out, nil
-	}
+	list := listVia(l.List, func(in filelock.Info) lockInfo {
+		return lockInfo{Key: in.Key, Owner: in.Owner, Token: in.Token, TTL: in.TTL, Metadata: in.Metadata}
+	})
 	return &backend{locker: l, list: list, close: func() {}, where: u.Redacted()}, nil
 }
 
@@ -155,17 +147,9 @@ func checkHostPort(raw, hp string) error {
 
 func redisBackend(raw string, u *url.URL, c redis.UniversalClient) *backend {
 	l := redislock.New(c)
-	list := func(ctx context.Context, prefix string) ([]lockInfo, error) {
-		infos, err := l.List(ctx, prefix)
-		if err != nil {
-			return nil, err
-		}
-		out := make([]lockInfo, 0, len(infos))
-		for _, in := range infos {
-			out = append(out, lockInfo{Key: in.Key, Owner: in.Owner, Token: in.Token, TTL: in.TTL, Metadata: in.Metadata})
-		}
-		return out, nil
-	}
+	list := listVia(l.List, func(in redislock.Info) lockInfo {
+		return lockInfo{Key: in.Key, Owner: in.Owner, Token: in.Token, TTL: in.TTL, Metadata: in.Metadata}
+	})
 	return &backend{locker: l, list: list, close: func() { c.Close() }, where: u.Redacted()}
 }
 
@@ -220,4 +204,19 @@ func openSentinel(raw string, u *url.URL) (*backend, error) {
 
 func sortInfos(in []lockInfo) {
 	sort.Slice(in, func(i, j int) bool { return in[i].Key < in[j].Key })
+}
+
+// listVia adapts a backend's List to lockInfo.
+func listVia[T any](list func(context.Context, string) ([]T, error), conv func(T) lockInfo) func(context.Context, string) ([]lockInfo, error) {
+	return func(ctx context.Context, prefix string) ([]lockInfo, error) {
+		infos, err := list(ctx, prefix)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]lockInfo, 0, len(infos))
+		for _, in := range infos {
+			out = append(out, conv(in))
+		}
+		return out, nil
+	}
 }

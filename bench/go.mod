@@ -5,11 +5,12 @@ go 1.26.0
 require (
 	github.com/dlock-go/dlock v0.0.0-00010101000000-000000000000
 	github.com/dlock-go/dlock/redislock v0.0.0-00010101000000-000000000000
+	github.com/redis/go-redis/v9 v9.23.0
 )
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/redis/go-redis/v9 v9.23.0 // indirect
+	github.com/dlock-go/dlock/internal/redisx v0.0.0-00010101000000-000000000000 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 )
@@ -18,3 +19,5 @@ replace (
 	github.com/dlock-go/dlock => ../
 	github.com/dlock-go/dlock/redislock => ../redislock
 )
+
+replace github.com/dlock-go/dlock/internal/redisx => ../internal/redisx

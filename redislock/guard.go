@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redisx"
 )
 
 // Guard fences writes (and reads) to data kept in Redis: each operation is
@@ -34,7 +35,7 @@ func NewGuard(client redis.UniversalClient, opts ...Option) *Guard {
 			f(&o)
 		}
 	}
-	if isNil(client) {
+	if redisx.IsNil(client) {
 		client = nil
 	}
 	return &Guard{client: client, prefix: o.prefix}

@@ -2,16 +2,13 @@ package redislock
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redisx"
 )
 
 // Defaults.
@@ -59,81 +56,49 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 	if o.prefix == "" {
 		o.prefix = DefaultPrefix
 	}
-	if isNil(client) {
-		client = nil
+	b := &backend{}
+	if !redisx.IsNil(client) {
+		b.node = redisx.NewNode(client, o.prefix)
 	}
-	b := &backend{client: client, prefix: o.prefix}
-	b.hub = newHub(client)
 	return &Locker{Acquirer: dlock.NewAcquirer(b, MinTTL), b: b}
 }
 
-// isNil catches typed nil pointers inside the interface.
-func isNil(c redis.UniversalClient) bool {
-	switch v := c.(type) {
-	case nil:
-		return true
-	case *redis.Client:
-		return v == nil
-	case *redis.ClusterClient:
-		return v == nil
-	case *redis.Ring:
-		return v == nil
-	}
-	return false
-}
-
 type backend struct {
-	client redis.UniversalClient
-	prefix string
-	hub    *hub
+	node *redisx.Node // nil when constructed with a nil client
 }
 
 // LockKey is the Redis key holding key's lease.
-func (l *Locker) LockKey(key string) string { return l.b.lockKey(key) }
-
-func (b *backend) lockKey(key string) string  { return b.prefix + ":{" + key + "}" }
-func (b *backend) fenceKey(key string) string { return b.lockKey(key) + ":fence" }
-func (b *backend) channel(key string) string  { return b.lockKey(key) + ":released" }
+func (l *Locker) LockKey(key string) string {
+	if l.b.node == nil {
+		return ""
+	}
+	return l.b.node.LockKey(key)
+}
 
 func (b *backend) check() error {
-	if b.client == nil {
+	if b.node == nil {
 		return fmt.Errorf("%w: redislock.New was given a nil redis client", dlock.ErrNilClient)
 	}
 	return nil
 }
-
-func ms(d time.Duration) int64 { return d.Milliseconds() }
 
 // Try implements dlock.Backend.
 func (b *backend) Try(ctx context.Context, req *dlock.Request) (dlock.Grant, error) {
 	if err := b.check(); err != nil {
 		return dlock.Grant{}, err
 	}
-	meta, err := json.Marshal(req.Config.Metadata)
+	meta, err := redisx.EncodeMetadata(req.Config.Metadata)
 	if err != nil {
 		return dlock.Grant{}, err
 	}
-	res, err := acquireScript.Run(ctx, b.client, []string{b.lockKey(req.Key), b.fenceKey(req.Key)},
-		req.Owner, ms(req.Config.TTL), string(meta), ms(req.Config.TTL+FenceRetention)).Slice()
+	o, err := b.node.Acquire(ctx, req.Key, req.Owner, req.Config.TTL, FenceRetention, meta)
 	if err != nil {
 		return dlock.Grant{}, fmt.Errorf("dlock: redis acquire %q: %w", req.Key, err)
 	}
-	if len(res) >= 2 && res[0] == int64(1) {
-		tok, err := strconv.ParseUint(fmt.Sprint(res[1]), 10, 64)
-		if err != nil {
-			return dlock.Grant{}, fmt.Errorf("dlock: redis acquire %q: bad token %v", req.Key, res[1])
-		}
-		return dlock.Grant{Lease: &lease{b: b, key: req.Key, owner: req.Owner}, Token: tok}, nil
+	if o.Granted {
+		return dlock.Grant{Lease: &lease{b: b, key: req.Key, owner: req.Owner}, Token: o.Token}, nil
 	}
-	na := &dlock.NotAcquiredError{Key: req.Key}
-	if len(res) >= 3 {
-		h := parseValue(fmt.Sprint(res[1]))
-		na.Holder, na.Metadata = h.Owner, h.Metadata
-		if pttl, ok := res[2].(int64); ok && pttl > 0 {
-			na.TTL = time.Duration(pttl) * time.Millisecond
-		}
-	}
-	return dlock.Grant{}, na
+	return dlock.Grant{}, &dlock.NotAcquiredError{Key: req.Key, Holder: o.Holder.Owner, Metadata: o.Holder.Metadata, TTL: o.PTTL}
 }
 
 // Abort implements dlock.Aborter: delete the lease if the lost reply had
@@ -150,7 +115,7 @@ func (b *backend) Watch(ctx context.Context, key string) (dlock.Subscription, er
 	if err := b.check(); err != nil {
 		return nil, err
 	}
-	return b.hub.watch(ctx, b.channel(key))
+	return b.node.Watch(ctx, key)
 }
 
 // RefreshBatch implements dlock.BatchRenewer: one pipeline of
@@ -163,23 +128,14 @@ func (b *backend) RefreshBatch(ctx context.Context, rs []dlock.Renewal) []error 
 		}
 		return errs
 	}
-	cmds := make([]*redis.Cmd, len(rs))
-	_, _ = b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, r := range rs {
-			l := r.Lease.(*lease)
-			cmds[i] = refreshScript.EvalSha(ctx, p, []string{b.lockKey(l.key)}, l.owner+"|", ms(r.TTL))
-		}
-		return nil
-	})
-	for i, c := range cmds {
-		l := rs[i].Lease.(*lease)
-		n, err := c.Int64()
-		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			// The server lost its script cache (restart, SCRIPT FLUSH):
-			// Run loads it again.
-			n, err = refreshScript.Run(ctx, b.client, []string{b.lockKey(l.key)}, l.owner+"|", ms(rs[i].TTL)).Int64()
-		}
-		errs[i] = l.result("refresh", n, err)
+	batch := make([]redisx.Renewal, len(rs))
+	for i, r := range rs {
+		l := r.Lease.(*lease)
+		batch[i] = redisx.Renewal{Key: l.key, Owner: l.owner, TTL: r.TTL}
+	}
+	held, nerrs := b.node.RefreshBatch(ctx, batch)
+	for i := range rs {
+		errs[i] = rs[i].Lease.(*lease).result("refresh", held[i], nerrs[i])
 	}
 	return errs
 }
@@ -189,117 +145,41 @@ type lease struct {
 	key, owner string
 }
 
-func (l *lease) result(op string, n int64, err error) error {
+func (l *lease) result(op string, held bool, err error) error {
 	switch {
 	case err != nil:
 		return fmt.Errorf("dlock: redis %s %q: %w", op, l.key, err)
-	case n == 0:
-		return fmt.Errorf("%w: redis key %s no longer holds owner %s", dlock.ErrNotHeld, l.b.lockKey(l.key), l.owner)
+	case !held:
+		return fmt.Errorf("%w: redis key %s no longer holds owner %s", dlock.ErrNotHeld, l.b.node.LockKey(l.key), l.owner)
 	}
 	return nil
 }
 
 // Refresh implements dlock.Lease (compare-and-pexpire).
 func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
-	n, err := refreshScript.Run(ctx, l.b.client, []string{l.b.lockKey(l.key)}, l.owner+"|", ms(ttl)).Int64()
-	return l.result("refresh", n, err)
+	held, err := l.b.node.Refresh(ctx, l.key, l.owner, ttl)
+	return l.result("refresh", held, err)
 }
 
 // Release implements dlock.Lease (compare-and-delete, then publish).
 func (l *lease) Release(ctx context.Context) error {
-	n, err := releaseScript.Run(ctx, l.b.client, []string{l.b.lockKey(l.key)}, l.owner+"|", l.b.channel(l.key)).Int64()
-	return l.result("release", n, err)
+	held, err := l.b.node.Release(ctx, l.key, l.owner)
+	return l.result("release", held, err)
 }
 
 // Info describes a held lock, as stored in Redis.
-type Info struct {
-	Key      string            `json:"key"`
-	Owner    string            `json:"owner"`
-	Token    uint64            `json:"token"`
-	TTL      time.Duration     `json:"ttl"`
-	Metadata map[string]string `json:"metadata,omitempty"`
-}
-
-// parseValue splits a lock value "<owner>|<token>|<metadata json>".
-func parseValue(v string) Info {
-	var in Info
-	parts := strings.SplitN(v, "|", 3)
-	in.Owner = parts[0]
-	if len(parts) > 1 {
-		in.Token, _ = strconv.ParseUint(parts[1], 10, 64)
-	}
-	if len(parts) > 2 {
-		_ = json.Unmarshal([]byte(parts[2]), &in.Metadata)
-	}
-	return in
-}
+type Info = redisx.Info
 
 // List returns the locks currently held whose key starts with prefix, by
 // scanning the keyspace (SCAN, on every master of a Cluster). It is meant
 // for operators (dlock ls), not for hot paths.
 func (l *Locker) List(ctx context.Context, prefix string) ([]Info, error) {
-	b := l.b
-	if err := b.check(); err != nil {
+	if err := l.b.check(); err != nil {
 		return nil, err
 	}
-	pattern := b.prefix + ":{" + globEscape(prefix) + "*"
-	var out []Info
-	scan := func(ctx context.Context, c redis.Cmdable) error {
-		it := c.Scan(ctx, 0, pattern, 512).Iterator()
-		var keys []string
-		for it.Next(ctx) {
-			k := it.Val()
-			if strings.HasSuffix(k, "}") { // skip :fence and other companions
-				keys = append(keys, k)
-			}
-		}
-		if err := it.Err(); err != nil {
-			return err
-		}
-		for _, k := range keys {
-			v, err := c.Get(ctx, k).Result()
-			if errors.Is(err, redis.Nil) {
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			ttl, err := c.PTTL(ctx, k).Result()
-			if err != nil {
-				return err
-			}
-			in := parseValue(v)
-			in.Key = strings.TrimSuffix(strings.TrimPrefix(k, b.prefix+":{"), "}")
-			in.TTL = ttl
-			out = append(out, in)
-		}
-		return nil
-	}
-	var err error
-	if cc, ok := b.client.(*redis.ClusterClient); ok {
-		var mu = make(chan struct{}, 1)
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-			mu <- struct{}{}
-			defer func() { <-mu }()
-			return scan(ctx, c)
-		})
-	} else {
-		err = scan(ctx, b.client)
-	}
+	infos, err := l.b.node.List(ctx, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("dlock: redis list: %w", err)
 	}
-	return out, nil
-}
-
-func globEscape(s string) string {
-	var sb strings.Builder
-	for _, r := range s {
-		switch r {
-		case '*', '?', '[', ']', '\\':
-			sb.WriteByte('\\')
-		}
-		sb.WriteRune(r)
-	}
-	return sb.String()
+	return infos, nil
 }

@@ -1,4 +1,4 @@
-package redislock
+package redisx
 
 import (
 	"context"
@@ -22,26 +22,27 @@ type hub struct {
 	ps   *redis.PubSub
 	done chan struct{} // closed when the current reader exits
 	// channel -> live subscriptions
-	subs map[string]map[*subscription]struct{}
+	subs map[string]map[*Subscription]struct{}
 	// channel -> closed when Redis confirms the SUBSCRIBE
 	confirmed map[string]chan struct{}
 }
 
 func newHub(c redis.UniversalClient) *hub {
-	return &hub{client: c, subs: map[string]map[*subscription]struct{}{}, confirmed: map[string]chan struct{}{}}
+	return &hub{client: c, subs: map[string]map[*Subscription]struct{}{}, confirmed: map[string]chan struct{}{}}
 }
 
-type subscription struct {
+// Subscription is a live interest in a release channel.
+type Subscription struct {
 	h       *hub
 	channel string
 	ch      chan struct{}
 	once    sync.Once
 }
 
-func (s *subscription) C() <-chan struct{} { return s.ch }
-func (s *subscription) Close()             { s.once.Do(func() { s.h.unwatch(s) }) }
+func (s *Subscription) C() <-chan struct{} { return s.ch }
+func (s *Subscription) Close()             { s.once.Do(func() { s.h.unwatch(s) }) }
 
-func (s *subscription) notify() {
+func (s *Subscription) notify() {
 	select {
 	case s.ch <- struct{}{}:
 	default:
@@ -50,8 +51,8 @@ func (s *subscription) notify() {
 
 // watch subscribes to channel and waits (bounded) for the confirmation, so
 // a release published after watch returns is heard.
-func (h *hub) watch(ctx context.Context, channel string) (*subscription, error) {
-	s := &subscription{h: h, channel: channel, ch: make(chan struct{}, 1)}
+func (h *hub) watch(ctx context.Context, channel string) (*Subscription, error) {
+	s := &Subscription{h: h, channel: channel, ch: make(chan struct{}, 1)}
 	h.mu.Lock()
 	if h.ps == nil {
 		h.ps = h.client.Subscribe(context.WithoutCancel(ctx))
@@ -61,7 +62,7 @@ func (h *hub) watch(ctx context.Context, channel string) (*subscription, error) 
 	set := h.subs[channel]
 	first := set == nil
 	if first {
-		set = map[*subscription]struct{}{}
+		set = map[*Subscription]struct{}{}
 		h.subs[channel] = set
 		h.confirmed[channel] = make(chan struct{})
 	}
@@ -87,7 +88,7 @@ func (h *hub) watch(ctx context.Context, channel string) (*subscription, error) 
 	return s, nil
 }
 
-func (h *hub) unwatch(s *subscription) {
+func (h *hub) unwatch(s *Subscription) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	set := h.subs[s.channel]

@@ -1,0 +1,251 @@
+package redisx
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Node is one Redis deployment (standalone, Sentinel or Cluster client)
+// speaking dlock's lock protocol.
+type Node struct {
+	Client redis.UniversalClient
+	Prefix string
+	hub    *hub
+}
+
+// NewNode returns a Node on c with key prefix prefix.
+func NewNode(c redis.UniversalClient, prefix string) *Node {
+	return &Node{Client: c, Prefix: prefix, hub: newHub(c)}
+}
+
+// IsNil reports whether c is nil, including typed nil pointers.
+func IsNil(c redis.UniversalClient) bool {
+	switch v := c.(type) {
+	case nil:
+		return true
+	case *redis.Client:
+		return v == nil
+	case *redis.ClusterClient:
+		return v == nil
+	case *redis.Ring:
+		return v == nil
+	}
+	return false
+}
+
+// LockKey is the key holding key's lease.
+func (n *Node) LockKey(key string) string { return n.Prefix + ":{" + key + "}" }
+
+// FenceKey is the key holding key's fencing counter.
+func (n *Node) FenceKey(key string) string { return n.LockKey(key) + ":fence" }
+
+// Channel is the pub/sub channel releases of key publish on.
+func (n *Node) Channel(key string) string { return n.LockKey(key) + ":released" }
+
+// Ms converts a duration to whole milliseconds for PX arguments.
+func Ms(d time.Duration) int64 { return d.Milliseconds() }
+
+// Outcome is the result of an acquisition attempt on one node.
+type Outcome struct {
+	Granted bool
+	// Token is the token assigned (Acquire) or the node's counter floor,
+	// max(counter, server time in µs) (Grant).
+	Token uint64
+	// Holder and PTTL describe the current holder when not granted.
+	Holder Info
+	PTTL   time.Duration
+}
+
+func parseOutcome(res []any, err error) (Outcome, error) {
+	if err != nil {
+		return Outcome{}, err
+	}
+	if len(res) >= 2 && res[0] == int64(1) {
+		tok, err := strconv.ParseUint(fmt.Sprint(res[1]), 10, 64)
+		if err != nil {
+			return Outcome{}, fmt.Errorf("bad token %v", res[1])
+		}
+		return Outcome{Granted: true, Token: tok}, nil
+	}
+	var o Outcome
+	if len(res) >= 3 {
+		o.Holder = ParseValue(fmt.Sprint(res[1]))
+		if pttl, ok := res[2].(int64); ok && pttl > 0 {
+			o.PTTL = time.Duration(pttl) * time.Millisecond
+		}
+	}
+	return o, nil
+}
+
+// Acquire is the single-deployment acquisition: SET NX PX plus the token
+// max(last + 1, server time in µs), in one script.
+func (n *Node) Acquire(ctx context.Context, key, owner string, ttl, retention time.Duration, meta string) (Outcome, error) {
+	return parseOutcome(acquireScript.Run(ctx, n.Client, []string{n.LockKey(key), n.FenceKey(key)},
+		owner, Ms(ttl), meta, Ms(ttl+retention)).Slice())
+}
+
+// Grant is phase one of a quorum acquisition: SET NX PX with token 0 in the
+// value; it returns the node's counter floor.
+func (n *Node) Grant(ctx context.Context, key, owner string, ttl time.Duration, meta string) (Outcome, error) {
+	return parseOutcome(grantScript.Run(ctx, n.Client, []string{n.LockKey(key), n.FenceKey(key)},
+		owner, Ms(ttl), meta).Slice())
+}
+
+// Commit is phase two: if owner still holds key here, record token in the
+// value and raise the counter to at least token.
+func (n *Node) Commit(ctx context.Context, key, owner string, token uint64, meta string, retention time.Duration) (bool, error) {
+	v, err := commitScript.Run(ctx, n.Client, []string{n.LockKey(key), n.FenceKey(key)},
+		owner+"|", strconv.FormatUint(token, 10), FormatValue(owner, token, meta), Ms(retention)).Int64()
+	return v == 1, err
+}
+
+// Refresh is compare-and-PEXPIRE; false means owner does not hold key here.
+func (n *Node) Refresh(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+	v, err := refreshScript.Run(ctx, n.Client, []string{n.LockKey(key)}, owner+"|", Ms(ttl)).Int64()
+	return v == 1, err
+}
+
+// Release is compare-and-DEL plus PUBLISH; false means owner does not hold
+// key here.
+func (n *Node) Release(ctx context.Context, key, owner string) (bool, error) {
+	v, err := releaseScript.Run(ctx, n.Client, []string{n.LockKey(key)}, owner+"|", n.Channel(key)).Int64()
+	return v == 1, err
+}
+
+// Renewal is one lease to extend in RefreshBatch.
+type Renewal struct {
+	Key, Owner string
+	TTL        time.Duration
+}
+
+// RefreshBatch extends many leases in one pipeline (go-redis splits it per
+// node on a Cluster). held[i] is false when owner no longer holds the key.
+func (n *Node) RefreshBatch(ctx context.Context, rs []Renewal) (held []bool, errs []error) {
+	cmds := make([]*redis.Cmd, len(rs))
+	_, _ = n.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, r := range rs {
+			cmds[i] = refreshScript.EvalSha(ctx, p, []string{n.LockKey(r.Key)}, r.Owner+"|", Ms(r.TTL))
+		}
+		return nil
+	})
+	held, errs = make([]bool, len(rs)), make([]error, len(rs))
+	for i, c := range cmds {
+		v, err := c.Int64()
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			// The server lost its script cache (restart, SCRIPT FLUSH):
+			// Run loads the script again.
+			held[i], errs[i] = n.Refresh(ctx, rs[i].Key, rs[i].Owner, rs[i].TTL)
+			continue
+		}
+		held[i], errs[i] = v == 1, err
+	}
+	return held, errs
+}
+
+// Watch subscribes to releases of key (see hub).
+func (n *Node) Watch(ctx context.Context, key string) (*Subscription, error) {
+	return n.hub.watch(ctx, n.Channel(key))
+}
+
+// Info describes a held lock as stored in Redis.
+type Info struct {
+	Key      string            `json:"key"`
+	Owner    string            `json:"owner"`
+	Token    uint64            `json:"token"`
+	TTL      time.Duration     `json:"ttl"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// FormatValue builds a lease value.
+func FormatValue(owner string, token uint64, meta string) string {
+	return owner + "|" + strconv.FormatUint(token, 10) + "|" + meta
+}
+
+// EncodeMetadata encodes metadata for FormatValue and the scripts.
+func EncodeMetadata(md map[string]string) (string, error) {
+	b, err := json.Marshal(md)
+	return string(b), err
+}
+
+// ParseValue splits a lease value "<owner>|<token>|<metadata json>".
+func ParseValue(v string) Info {
+	var in Info
+	parts := strings.SplitN(v, "|", 3)
+	in.Owner = parts[0]
+	if len(parts) > 1 {
+		in.Token, _ = strconv.ParseUint(parts[1], 10, 64)
+	}
+	if len(parts) > 2 {
+		_ = json.Unmarshal([]byte(parts[2]), &in.Metadata)
+	}
+	return in
+}
+
+// List returns the leases whose key starts with prefix, by SCAN (on every
+// master of a Cluster). For operators, not hot paths.
+func (n *Node) List(ctx context.Context, prefix string) ([]Info, error) {
+	pattern := n.Prefix + ":{" + globEscape(prefix) + "*"
+	var (
+		mu  sync.Mutex
+		out []Info
+	)
+	scan := func(ctx context.Context, c redis.Cmdable) error {
+		it := c.Scan(ctx, 0, pattern, 512).Iterator()
+		var keys []string
+		for it.Next(ctx) {
+			if k := it.Val(); strings.HasSuffix(k, "}") { // skip :fence
+				keys = append(keys, k)
+			}
+		}
+		if err := it.Err(); err != nil {
+			return err
+		}
+		for _, k := range keys {
+			v, err := c.Get(ctx, k).Result()
+			if errors.Is(err, redis.Nil) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			ttl, err := c.PTTL(ctx, k).Result()
+			if err != nil {
+				return err
+			}
+			in := ParseValue(v)
+			in.Key = strings.TrimSuffix(strings.TrimPrefix(k, n.Prefix+":{"), "}")
+			in.TTL = ttl
+			mu.Lock()
+			out = append(out, in)
+			mu.Unlock()
+		}
+		return nil
+	}
+	var err error
+	if cc, ok := n.Client.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+	} else {
+		err = scan(ctx, n.Client)
+	}
+	return out, err
+}
+
+func globEscape(s string) string {
+	var sb strings.Builder
+	for _, r := range s {
+		switch r {
+		case '*', '?', '[', ']', '\\':
+			sb.WriteByte('\\')
+		}
+		sb.WriteRune(r)
+	}
+	return sb.String()
+}

@@ -90,7 +90,6 @@ func (a *Acquirer) acquire(ctx context.Context, key string, opts []Option, wait 
 		ctx, cancel = context.WithTimeout(ctx, cfg.Wait)
 		defer cancel()
 	}
-	req := &Request{Key: key, Owner: NewOwner(), Config: cfg}
 	var (
 		sub     Subscription
 		watched bool
@@ -105,6 +104,9 @@ func (a *Acquirer) acquire(ctx context.Context, key string, opts []Option, wait 
 		if err := ctx.Err(); err != nil {
 			return nil, notAcquired(key, last, context.Cause(ctx))
 		}
+		// A fresh owner per attempt: a backend cleaning up a failed
+		// attempt in the background can never touch a later one.
+		req := &Request{Key: key, Owner: NewOwner(), Config: cfg}
 		start := time.Now()
 		g, err := a.backend.Try(ctx, req)
 		if err == nil {

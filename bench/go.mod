@@ -11,6 +11,7 @@ require (
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dlock-go/dlock/internal/redisx v0.0.0-00010101000000-000000000000 // indirect
+	github.com/dlock-go/dlock/redlock v0.0.0-00010101000000-000000000000
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 )
@@ -21,3 +22,5 @@ replace (
 )
 
 replace github.com/dlock-go/dlock/internal/redisx => ../internal/redisx
+
+replace github.com/dlock-go/dlock/redlock => ../redlock

@@ -11,6 +11,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/redislock"
+	"github.com/dlock-go/dlock/redlock"
 )
 
 var seq atomic.Int64
@@ -62,3 +63,29 @@ func BenchmarkRedislock(b *testing.B) {
 		}
 	}
 }
+
+func benchRedlock(b *testing.B, n int) {
+	var clients []redis.UniversalClient
+	for i := 0; i < n; i++ {
+		clients = append(clients, redisClient(b))
+	}
+	l := redlock.New(clients)
+	ctx := context.Background()
+	b.ResetTimer()
+	for b.Loop() {
+		lk, err := l.Acquire(ctx, benchKey())
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := lk.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRedlock1 is Redlock's acquire+release on one node (grant,
+// commit, release: three round trips).
+func BenchmarkRedlock1(b *testing.B) { benchRedlock(b, 1) }
+
+// BenchmarkRedlock5 is Redlock on five independent masters.
+func BenchmarkRedlock5(b *testing.B) { benchRedlock(b, 5) }

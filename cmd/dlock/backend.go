@@ -18,6 +18,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/filelock"
 	"github.com/dlock-go/dlock/redislock"
+	"github.com/dlock-go/dlock/redlock"
 )
 
 // lockInfo is one held lock as shown by `dlock ls`.
@@ -43,7 +44,7 @@ type backend struct {
 var errBadURL = errors.New("bad URL")
 
 // schemes lists the supported URL schemes, for error messages.
-var schemes = []string{"file", "redis", "rediss", "redis+sentinel"}
+var schemes = []string{"file", "redis", "rediss", "redis+sentinel", "redlock"}
 
 // defaultURL is $DLOCK_URL or a file backend in the per-user state dir.
 func defaultURL() string {
@@ -105,6 +106,8 @@ func openBackend(raw string) (*backend, error) {
 		return openRedis(raw, u)
 	case "redis+sentinel":
 		return openSentinel(raw, u)
+	case "redlock":
+		return openRedlock(raw, u)
 	default:
 		return nil, badURL(raw, "unknown scheme %q; supported: %s", u.Scheme, strings.Join(schemes, ", "))
 	}
@@ -219,4 +222,49 @@ func listVia[T any](list func(context.Context, string) ([]T, error), conv func(T
 		}
 		return out, nil
 	}
+}
+
+// openRedlock parses redlock://[user:pass@]h1:p1,h2:p2,h3:p3[/db]: one
+// independent master per address.
+func openRedlock(raw string, u *url.URL) (*backend, error) {
+	if u.Host == "" {
+		return nil, badURL(raw, "no node addresses: redlock://h1:p1,h2:p2,h3:p3")
+	}
+	addrs := strings.Split(u.Host, ",")
+	seen := map[string]bool{}
+	for _, a := range addrs {
+		if err := checkHostPort(raw, a); err != nil {
+			return nil, err
+		}
+		if seen[a] {
+			return nil, badURL(raw, "address %q is listed twice", a)
+		}
+		seen[a] = true
+	}
+	db := 0
+	if p := strings.Trim(u.Path, "/"); p != "" {
+		var err error
+		if db, err = strconv.Atoi(p); err != nil || db < 0 {
+			return nil, badURL(raw, "database %q is not a non-negative number", p)
+		}
+	}
+	var user, pass string
+	if u.User != nil {
+		user = u.User.Username()
+		pass, _ = u.User.Password()
+	}
+	clients := make([]redis.UniversalClient, len(addrs))
+	for i, a := range addrs {
+		clients[i] = redis.NewClient(&redis.Options{Addr: a, Username: user, Password: pass, DB: db})
+	}
+	l := redlock.New(clients)
+	list := listVia(l.List, func(in redlock.Info) lockInfo {
+		return lockInfo{Key: in.Key, Owner: in.Owner, Token: in.Token, TTL: in.TTL, Metadata: in.Metadata}
+	})
+	closeAll := func() {
+		for _, c := range clients {
+			c.Close()
+		}
+	}
+	return &backend{locker: l, list: list, close: closeAll, where: u.Redacted()}, nil
 }

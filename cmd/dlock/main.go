@@ -31,6 +31,7 @@ URL (from --url, else $DLOCK_URL, else a file backend in your state directory):
   file:///path/to/dir                  leases in files on this host (default)
   redis://[user:pass@]host:port[/db]   one Redis (rediss:// for TLS)
   redis+sentinel://[user:pass@]h1:p1,h2:p2/master[/db]
+  redlock://[user:pass@]h1:p1,h2:p2,h3:p3[/db]   Redlock over independent masters
 `
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }

@@ -410,3 +410,30 @@ func TestDemoOnRedis(t *testing.T) {
 		t.Fatalf("demo on redis: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 }
+
+func TestRedlockURL(t *testing.T) {
+	var addrs []string
+	for i := 0; i < 3; i++ {
+		addrs = append(addrs, testserver.StartRedis(t).Addr())
+	}
+	url := "redlock://" + strings.Join(addrs, ",")
+	var last uint64
+	for i := 0; i < 2; i++ {
+		r := runDlock(t, url, "run", "rl", "--", "sh", "-c", `echo "$DLOCK_TOKEN"`)
+		tok, err := strconv.ParseUint(strings.TrimSpace(r.stdout), 10, 64)
+		if r.code != 0 || err != nil || tok <= last {
+			t.Fatalf("redlock run: %d %q %q", r.code, r.stdout, r.stderr)
+		}
+		last = tok
+	}
+	holder, _, _ := background(t, url, "run", "rl", "--", "sh", "-c", "echo started; exec sleep 60")
+	if r := runDlock(t, url, "ls", "--json"); !strings.Contains(r.stdout, `"key": "rl"`) {
+		t.Fatalf("ls: %q %q", r.stdout, r.stderr)
+	}
+	if r := runDlock(t, url, "run", "-n", "rl", "--", "true"); r.code != 1 || !strings.Contains(r.stderr, fmt.Sprintf("pid=%d", holder.Process.Pid)) {
+		t.Fatalf("conflict: %d %q", r.code, r.stderr)
+	}
+	if r := runDlock(t, "redlock://127.0.0.1:1,127.0.0.1:1", "ls"); r.code != exitUsage || !strings.Contains(r.stderr, "listed twice") {
+		t.Fatalf("duplicate node: %d %q", r.code, r.stderr)
+	}
+}

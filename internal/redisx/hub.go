@@ -51,8 +51,8 @@ func (s *Subscription) notify() {
 
 // watch subscribes to channel and waits (bounded) for the confirmation, so
 // a release published after watch returns is heard.
-func (h *hub) watch(ctx context.Context, channel string) (*Subscription, error) {
-	s := &Subscription{h: h, channel: channel, ch: make(chan struct{}, 1)}
+func (h *hub) watch(ctx context.Context, channel string, ch chan struct{}) (*Subscription, error) {
+	s := &Subscription{h: h, channel: channel, ch: ch}
 	h.mu.Lock()
 	if h.ps == nil {
 		h.ps = h.client.Subscribe(context.WithoutCancel(ctx))

@@ -152,7 +152,13 @@ func (n *Node) RefreshBatch(ctx context.Context, rs []Renewal) (held []bool, err
 
 // Watch subscribes to releases of key (see hub).
 func (n *Node) Watch(ctx context.Context, key string) (*Subscription, error) {
-	return n.hub.watch(ctx, n.Channel(key))
+	return n.hub.watch(ctx, n.Channel(key), make(chan struct{}, 1))
+}
+
+// WatchInto is Watch delivering into ch (buffered, sent without blocking),
+// so one waiter can listen to several nodes without a goroutine each.
+func (n *Node) WatchInto(ctx context.Context, key string, ch chan struct{}) (*Subscription, error) {
+	return n.hub.watch(ctx, n.Channel(key), ch)
 }
 
 // Info describes a held lock as stored in Redis.

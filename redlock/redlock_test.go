@@ -1,0 +1,341 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/redlock"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), dlocktest.HangTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+type cluster struct {
+	srvs  []*testserver.Redis
+	admin []*redis.Client
+}
+
+func startNodes(t *testing.T, n int) *cluster {
+	c := &cluster{}
+	for i := 0; i < n; i++ {
+		s := testserver.StartRedis(t)
+		c.srvs = append(c.srvs, s)
+		c.admin = append(c.admin, c.client(t, s))
+	}
+	return c
+}
+
+func (c *cluster) client(t testing.TB, s *testserver.Redis) *redis.Client {
+	// MaxRetries 0: a dead node should fail at once, not be retried
+	// within the per-node timeout.
+	cl := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+func (c *cluster) locker(t testing.TB, opts ...redlock.Option) *redlock.Locker {
+	var cls []redis.UniversalClient
+	for _, s := range c.srvs {
+		cls = append(cls, c.client(t, s))
+	}
+	return redlock.New(cls, opts...)
+}
+
+func lockKey(key string) string { return "dlock:{" + key + "}" }
+
+// holders returns, per node, the lease value of key ("" if none).
+func (c *cluster) holders(t testing.TB, key string) []string {
+	out := make([]string, len(c.admin))
+	for i, a := range c.admin {
+		v, err := a.Get(context.Background(), lockKey(key)).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			t.Fatal(err)
+		}
+		out[i] = v
+	}
+	return out
+}
+
+func TestConformance(t *testing.T) {
+	c := startNodes(t, 5)
+	dlocktest.TestLocker(t, dlocktest.Harness{
+		New: func(t testing.TB) dlock.Locker { return c.locker(t) },
+		Expire: func(t testing.TB, key string) {
+			for _, a := range c.admin {
+				if err := a.Del(context.Background(), lockKey(key)).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		},
+	})
+}
+
+func TestNodesDown(t *testing.T) {
+	c := startNodes(t, 5)
+	l := c.locker(t)
+	c.srvs[0].Stop()
+	c.srvs[3].Stop()
+	lk, err := l.Acquire(ctxT(t), dlocktest.Key(t))
+	if err != nil {
+		t.Fatalf("2 of 5 down: %v", err)
+	}
+	if err := lk.Release(ctxT(t)); err != nil {
+		t.Fatalf("release with 2 of 5 down: %v", err)
+	}
+
+	c.srvs[4].Stop() // 3 of 5 down
+	start := time.Now()
+	_, err = l.Acquire(ctxT(t), dlocktest.Key(t), dlock.WithTTL(30*time.Second))
+	elapsed := time.Since(start)
+	var qe *redlock.QuorumError
+	if !errors.As(err, &qe) || errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("3 of 5 down: %v, want a QuorumError", err)
+	}
+	if !strings.Contains(err.Error(), "majority is impossible") || !strings.Contains(err.Error(), c.srvs[4].Addr()) {
+		t.Fatalf("quorum error does not say what happened: %v", err)
+	}
+	t.Logf("3 of 5 down: %v after %v", err, elapsed.Round(time.Millisecond))
+	// "Quickly": the answer comes from the failing nodes, not from the TTL.
+	if elapsed > 15*time.Second {
+		t.Fatalf("quorum error took %v with a 30s TTL", elapsed)
+	}
+}
+
+func TestSlowNodeDoesNotDelay(t *testing.T) {
+	c := startNodes(t, 5)
+	const nodeTimeout = 5 * time.Second
+	l := c.locker(t, redlock.WithNodeTimeout(nodeTimeout))
+	c.srvs[2].Pause()
+	defer c.srvs[2].Resume()
+	start := time.Now()
+	lk, err := l.Acquire(ctxT(t), dlocktest.Key(t), dlock.WithTTL(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	acquired := time.Since(start)
+	if err := lk.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	released := time.Since(start) - acquired
+	t.Logf("with one node paused: acquire %v, release %v", acquired.Round(time.Millisecond), released.Round(time.Millisecond))
+	// Waiting for the paused node would take the whole node timeout.
+	if acquired >= nodeTimeout || released >= nodeTimeout {
+		t.Fatalf("a paused node delayed acquire (%v) or release (%v) to its %v timeout", acquired, released, nodeTimeout)
+	}
+}
+
+func TestMinorityAndMajorityHeld(t *testing.T) {
+	c := startNodes(t, 5)
+	l := c.locker(t)
+	ctx := ctxT(t)
+	key := dlocktest.Key(t)
+	other := `0123456789abcdef0123456789abcdef|7|{"host":"elsewhere","pid":"99"}`
+	for _, i := range []int{1, 4} {
+		c.admin[i].Set(ctx, lockKey(key), other, time.Minute)
+	}
+	lk, err := l.TryAcquire(ctx, key)
+	if err != nil {
+		t.Fatalf("minority held by another owner: %v", err)
+	}
+	if err := lk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The other owner's minority leases are untouched by our release.
+	if h := c.holders(t, key); h[1] != other || h[4] != other {
+		t.Fatalf("release touched another owner's leases: %q", h)
+	}
+	c.admin[2].Set(ctx, lockKey(key), other, time.Minute)
+	_, err = l.TryAcquire(ctx, key)
+	var na *dlock.NotAcquiredError
+	var qe *redlock.QuorumError
+	if !errors.As(err, &na) || !errors.As(err, &qe) {
+		t.Fatalf("majority held: %v", err)
+	}
+	if na.Holder != "0123456789abcdef0123456789abcdef" || na.Metadata["host"] != "elsewhere" {
+		t.Fatalf("holder = %q %v", na.Holder, na.Metadata)
+	}
+	if !strings.Contains(err.Error(), "held by owner 0123456789ab (host=elsewhere pid=99)") {
+		t.Fatalf("message: %v", err)
+	}
+	// The failed attempt left nothing behind (cleanup runs in the
+	// background; wait for it, bounded).
+	deadline := time.Now().Add(dlocktest.HangTimeout)
+	for {
+		h := c.holders(t, key)
+		if h[0] == "" && h[3] == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("failed attempt left leases: %q", h)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestTokensAcross200Acquisitions(t *testing.T) {
+	c := startNodes(t, 5)
+	ls := []*redlock.Locker{c.locker(t), c.locker(t)}
+	key := dlocktest.Key(t)
+	var last uint64
+	for i := 0; i < 200; i++ {
+		lk, err := ls[i%2].Acquire(ctxT(t), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lk.Token() <= last {
+			t.Fatalf("acquisition %d: token %d after %d", i, lk.Token(), last)
+		}
+		last = lk.Token()
+		if err := lk.Release(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A node that restarts empty (no persistence) does not break monotonicity
+// while the majority keeps its counters: the commit phase put the last
+// token on a majority, and every majority overlaps it.
+func TestRestartedNodeKeepsTokensIncreasing(t *testing.T) {
+	c := startNodes(t, 5)
+	l := c.locker(t)
+	key := dlocktest.Key(t)
+	var last uint64
+	for i := 0; i < 30; i++ {
+		if i%10 == 5 {
+			c.srvs[i%5].Restart()
+		}
+		lk, err := l.Acquire(ctxT(t), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lk.Token() <= last {
+			t.Fatalf("acquisition %d: token %d after %d", i, lk.Token(), last)
+		}
+		last = lk.Token()
+		lk.Release(ctxT(t))
+	}
+}
+
+// The committed token is what the nodes record, and it is above every
+// node's counter: push one node's counter far ahead, and the next token
+// follows it.
+func TestQuorumCounterWins(t *testing.T) {
+	c := startNodes(t, 3)
+	l := c.locker(t)
+	key := dlocktest.Key(t)
+	ahead := uint64(time.Now().Add(24*time.Hour).UnixMicro()) + 12345
+	for _, a := range c.admin {
+		a.Set(context.Background(), lockKey(key)+":fence", ahead, time.Hour)
+	}
+	lk, err := l.Acquire(ctxT(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lk.Token() != ahead+1 {
+		t.Fatalf("token %d, want counter+1 = %d", lk.Token(), ahead+1)
+	}
+	committed := 0 // the token is recorded on the granting majority
+	for _, v := range c.holders(t, key) {
+		if strings.HasPrefix(v, fmt.Sprintf("%s|%d|", lk.Owner(), lk.Token())) {
+			committed++
+		}
+	}
+	if committed < l.Quorum() {
+		t.Fatalf("token committed on %d nodes: %q", committed, c.holders(t, key))
+	}
+	infos, err := l.List(ctxT(t), key)
+	if err != nil || len(infos) != 1 || infos[0].Token != lk.Token() || infos[0].Nodes < l.Quorum() {
+		t.Fatalf("List = %+v, %v", infos, err)
+	}
+	lk.Release(ctxT(t))
+}
+
+func TestReleaseCleansEveryNode(t *testing.T) {
+	c := startNodes(t, 5)
+	l := c.locker(t)
+	key := dlocktest.Key(t)
+	lk, err := l.Acquire(ctxT(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := c.holders(t, key); strings.Count(strings.Join(h, ","), lk.Owner()) < 3 {
+		t.Fatalf("held on fewer than a majority: %q", h)
+	}
+	if err := lk.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	// Release returns after a majority; the rest follow promptly.
+	deadline := time.Now().Add(dlocktest.HangTimeout)
+	for strings.Join(c.holders(t, key), "") != "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("leases left after release: %q", c.holders(t, key))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestLostWhenMajorityLosesLease(t *testing.T) {
+	c := startNodes(t, 5)
+	l := c.locker(t)
+	key := dlocktest.Key(t)
+	lk, err := l.Acquire(ctxT(t), key, dlock.WithTTL(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{0, 1} { // a minority: still held
+		c.admin[i].Del(context.Background(), lockKey(key))
+	}
+	time.Sleep(400 * time.Millisecond)
+	if lk.Err() != nil {
+		t.Fatalf("lost after a minority dropped it: %v", lk.Err())
+	}
+	c.admin[2].Del(context.Background(), lockKey(key))
+	c.admin[3].Del(context.Background(), lockKey(key))
+	select {
+	case <-lk.Lost():
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatal("hang: Lost() not closed after a majority dropped the lease")
+	}
+	if !errors.Is(lk.Err(), dlock.ErrLockLost) || !errors.Is(lk.Err(), dlock.ErrNotHeld) {
+		t.Fatalf("Err() = %v", lk.Err())
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	c := startNodes(t, 3)
+	ctx := ctxT(t)
+	a := c.client(t, c.srvs[0])
+	cases := []struct {
+		l    *redlock.Locker
+		want error
+	}{
+		{redlock.New(nil), dlock.ErrNilClient},
+		{redlock.New([]redis.UniversalClient{a, nil}), dlock.ErrNilClient},
+		{redlock.New([]redis.UniversalClient{a, (*redis.Client)(nil)}), dlock.ErrNilClient},
+		{redlock.New([]redis.UniversalClient{a, a}), dlock.ErrInvalidOption},
+		{redlock.New([]redis.UniversalClient{a}, redlock.WithNodeTimeout(-1)), dlock.ErrInvalidOption},
+	}
+	for i, tc := range cases {
+		if _, err := tc.l.Acquire(ctx, "k"); !errors.Is(err, tc.want) {
+			t.Errorf("case %d Acquire: %v, want %v", i, err, tc.want)
+		}
+		if _, err := tc.l.List(ctx, ""); !errors.Is(err, tc.want) {
+			t.Errorf("case %d List: %v, want %v", i, err, tc.want)
+		}
+	}
+}

@@ -341,7 +341,7 @@ func (b *backend) Try(ctx context.Context, req *dlock.Request) (dlock.Grant, err
 
 func (b *backend) noValidity(key string, seen map[int]answer, elapsed time.Duration) error {
 	return &dlock.NotAcquiredError{Key: key, Cause: &QuorumError{Op: "acquire", Key: key, Quorum: b.quorum,
-		Reason: fmt.Sprintf("granted, but %v elapsed left no validity; released", elapsed.Round(time.Millisecond)),
+		Reason:  fmt.Sprintf("granted, but %v elapsed left no validity; released", elapsed.Round(time.Millisecond)),
 		Results: b.results(seen, OutcomeGranted)}}
 }
 

@@ -38,6 +38,15 @@ type Subscription interface {
 	Close()
 }
 
+// Queuer is implemented by backends with a server-side FIFO queue (etcd,
+// ZooKeeper). A blocking Acquire calls Queue instead of polling Try: the
+// backend enqueues req and waits for its turn itself, watching only its
+// predecessor, and removes its queue entry if ctx ends first (returning the
+// context's error or a *NotAcquiredError). TryAcquire still uses Try.
+type Queuer interface {
+	Queue(ctx context.Context, req *Request) (Grant, error)
+}
+
 // Aborter is implemented by backends that can undo an attempt whose outcome
 // is unknown (the reply was lost or the context ended mid-request): it
 // removes req.Owner's lease on req.Key if one was granted.
@@ -89,6 +98,21 @@ func (a *Acquirer) acquire(ctx context.Context, key string, opts []Option, wait 
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, cfg.Wait)
 		defer cancel()
+	}
+	if q, ok := a.backend.(Queuer); ok && wait {
+		req := &Request{Key: key, Owner: NewOwner(), Config: cfg}
+		start := time.Now()
+		g, err := q.Queue(ctx, req)
+		if err == nil {
+			return newLock(key, req.Owner, cfg, g, start, a.wd), nil
+		}
+		if errors.Is(err, ErrNotAcquired) {
+			return nil, err
+		}
+		if ctx.Err() != nil {
+			return nil, notAcquired(key, nil, errors.Join(err, context.Cause(ctx)))
+		}
+		return nil, err
 	}
 	var (
 		sub     Subscription

@@ -84,11 +84,18 @@ type Grant struct {
 	Lease Lease
 	// Token is the fencing token of this acquisition.
 	Token uint64
+	// Start, if set, is when the request that began the lease's current
+	// validity was sent (a backend that reuses or renews a lease while
+	// granting). Zero means the start of the attempt.
+	Start time.Time
 }
 
 // newLock wraps a granted lease. start is the monotonic time at which the
 // acquiring request was sent: the local deadline counts from it.
 func newLock(key, owner string, cfg *Config, g Grant, start time.Time, wd *watchdog) *Lock {
+	if !g.Start.IsZero() && g.Start.Before(start) {
+		start = g.Start
+	}
 	l := &Lock{key: key, owner: owner, token: g.Token, cfg: cfg, lease: g.Lease, wd: wd, acquired: start}
 	l.life, l.cancel = context.WithCancelCause(context.Background())
 	l.mu.Lock()

@@ -1,0 +1,429 @@
+package etcdlock_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/goleak"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/etcdlock"
+	"github.com/dlock-go/dlock/etcdlock/etcdtest"
+	"github.com/dlock-go/dlock/internal/testserver"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// Process-wide singletons of the embedded etcd server and gRPC.
+		goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"),
+		goleak.IgnoreAnyFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run"),
+	)
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), dlocktest.HangTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func newClient(t testing.TB, eps []string) *clientv3.Client {
+	c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func harness(c *etcdtest.Cluster, admin *clientv3.Client) dlocktest.Harness {
+	return dlocktest.Harness{
+		New: func(t testing.TB) dlock.Locker { return etcdlock.New(newClient(t, c.Endpoints())) },
+		Expire: func(t testing.TB, key string) {
+			if _, err := admin.Delete(context.Background(), key+"/", clientv3.WithPrefix()); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}
+}
+
+func TestConformanceSingle(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	dlocktest.TestLocker(t, harness(c, newClient(t, c.Endpoints())))
+}
+
+func TestConformanceCluster(t *testing.T) {
+	c := etcdtest.Start(t, 3)
+	dlocktest.TestLocker(t, harness(c, newClient(t, c.Endpoints())))
+}
+
+// A lock held across the loss of the cluster leader is either still held
+// (and nobody else can take it) or reported lost; never silently lost.
+func TestLeaderLoss(t *testing.T) {
+	c := etcdtest.Start(t, 3)
+	eps := c.Endpoints()
+	l := etcdlock.New(newClient(t, eps))
+	key := dlocktest.Key(t)
+	lk, err := l.Acquire(ctxT(t), key, dlock.WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Release(context.Background())
+	leader := c.Leader()
+	if leader == nil {
+		t.Fatal("no leader")
+	}
+	leader.Stop()
+	time.Sleep(4 * time.Second) // two TTLs: an election and some renewals
+	other := etcdlock.New(newClient(t, c.Endpoints()))
+	// Ask the surviving members until they answer (a new leader is elected).
+	var tryErr error
+	deadline := time.Now().Add(dlocktest.HangTimeout)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		var lk2 *dlock.Lock
+		lk2, tryErr = other.TryAcquire(ctx, key)
+		cancel()
+		if tryErr == nil {
+			lk2.Release(context.Background())
+		}
+		if tryErr == nil || errors.Is(tryErr, dlock.ErrNotAcquired) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	switch {
+	case lk.Err() == nil && errors.Is(tryErr, dlock.ErrNotAcquired):
+		t.Logf("lock survived the leader change")
+	case lk.Err() != nil && errors.Is(lk.Err(), dlock.ErrLockLost):
+		t.Logf("lock reported lost across the leader change: %v", lk.Err())
+	case lk.Err() == nil && tryErr == nil:
+		t.Fatal("SILENT LOSS: another client took the key while the holder believes it holds it")
+	default:
+		t.Fatalf("holder err %v, other's try %v", lk.Err(), tryErr)
+	}
+}
+
+func TestInteropWithConcurrencyMutex(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	cli := newClient(t, c.Endpoints())
+	l := etcdlock.New(newClient(t, c.Endpoints()))
+	ctx := ctxT(t)
+	key := dlocktest.Key(t)
+
+	// etcd's Mutex holds → dlock cannot.
+	s, err := concurrency.NewSession(cli, concurrency.WithTTL(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	m := concurrency.NewMutex(s, key)
+	if err := m.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.TryAcquire(ctx, key)
+	if !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("dlock TryAcquire while a Mutex holds: %v", err)
+	}
+	// dlock waits for the Mutex's release.
+	got := make(chan *dlock.Lock, 1)
+	go func() {
+		lk, err := l.Acquire(ctx, key)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- lk
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lk := <-got
+	if lk == nil {
+		t.FailNow()
+	}
+	// dlock holds → the Mutex cannot, and its Lock waits for dlock.
+	m2 := concurrency.NewMutex(s, key)
+	if err := m2.TryLock(ctx); !errors.Is(err, concurrency.ErrLocked) {
+		t.Fatalf("Mutex.TryLock while dlock holds: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- m2.Lock(ctx) }()
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("Mutex.Lock returned while dlock holds: %v", err)
+	default:
+	}
+	if err := lk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	m2.Unlock(ctx)
+	// The key layout is etcd's: "<key>/<lease hex>".
+	lk, err = l.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Release(ctx)
+	infos, err := l.List(ctx, key)
+	if err != nil || len(infos) != 1 || infos[0].Token != lk.Token() {
+		t.Fatalf("List = %+v, %v", infos, err)
+	}
+	resp, err := cli.Get(ctx, key+"/", clientv3.WithPrefix())
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Key) != key+"/"+strconv.FormatInt(infos[0].Lease, 16) {
+		t.Fatalf("layout: %v %v", resp.Kvs, err)
+	}
+	if resp.Kvs[0].CreateRevision != int64(lk.Token()) {
+		t.Fatalf("token %d is not the create revision %d", lk.Token(), resp.Kvs[0].CreateRevision)
+	}
+}
+
+func TestSameClientTwoLocksExclude(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	l := etcdlock.New(newClient(t, c.Endpoints()))
+	ctx := ctxT(t)
+	key := dlocktest.Key(t)
+	a, err := l.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.TryAcquire(ctx, key); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("second lock through the same Locker: %v", err)
+	}
+	got := make(chan *dlock.Lock, 1)
+	go func() {
+		b, err := l.Acquire(ctx, key)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- b
+	}()
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case <-got:
+		t.Fatal("second Acquire through the same Locker did not wait")
+	default:
+	}
+	a.Release(ctx)
+	b := <-got
+	if b == nil || b.Token() <= a.Token() {
+		t.Fatalf("second lock %v", b)
+	}
+	b.Release(ctx)
+}
+
+func TestLeaseRevokedBehindBack(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	admin := newClient(t, c.Endpoints())
+	l := etcdlock.New(newClient(t, c.Endpoints()))
+	key := dlocktest.Key(t)
+	lk, err := l.Acquire(ctxT(t), key, dlock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	infos, err := l.List(ctxT(t), key)
+	if err != nil || len(infos) != 1 {
+		t.Fatal(infos, err)
+	}
+	if _, err := admin.Revoke(ctxT(t), clientv3.LeaseID(infos[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lk.Lost():
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatal("hang: Lost() not closed after the lease was revoked")
+	}
+	if !errors.Is(lk.Err(), dlock.ErrNotHeld) {
+		t.Fatalf("Err() = %v", lk.Err())
+	}
+	// The Locker recovers: a new lease for the next lock.
+	lk2, err := l.Acquire(ctxT(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lk2.Release(ctxT(t))
+}
+
+func TestWaiterLeaseExpiredStopsWaiting(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	admin := newClient(t, c.Endpoints())
+	key := dlocktest.Key(t)
+	holder, err := etcdlock.New(newClient(t, c.Endpoints())).Acquire(ctxT(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release(ctxT(t))
+	waiter := etcdlock.New(newClient(t, c.Endpoints()))
+	errc := make(chan error, 1)
+	go func() {
+		_, err := waiter.Acquire(ctxT(t), key, dlock.WithTTL(time.Second))
+		errc <- err
+	}()
+	// Find the waiter's entry (the second in the queue) and revoke its lease.
+	var lease int64
+	deadline := time.Now().Add(dlocktest.HangTimeout)
+	for lease == 0 {
+		resp, err := admin.Get(ctxT(t), key+"/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) == 2 {
+			lease = resp.Kvs[1].Lease
+		} else if time.Now().After(deadline) {
+			t.Fatal("hang: waiter never queued")
+		} else {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if _, err := admin.Revoke(ctxT(t), clientv3.LeaseID(lease)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errc:
+		if err == nil || errors.Is(err, dlock.ErrNotAcquired) || !strings.Contains(err.Error(), "lease") {
+			t.Fatalf("waiter whose lease expired: %v", err)
+		}
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatal("hang: waiter kept waiting after its lease was revoked")
+	}
+}
+
+func TestFIFO(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	admin := newClient(t, c.Endpoints())
+	key := dlocktest.Key(t)
+	holder, err := etcdlock.New(newClient(t, c.Endpoints())).Acquire(ctxT(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 4
+	var (
+		mu    sync.Mutex
+		order []int
+		wg    sync.WaitGroup
+	)
+	for i := 0; i < n; i++ {
+		l := etcdlock.New(newClient(t, c.Endpoints()))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lk, err := l.Acquire(ctxT(t), key)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			lk.Release(ctxT(t))
+		}()
+		// Wait until waiter i is queued before starting the next.
+		deadline := time.Now().Add(dlocktest.HangTimeout)
+		for {
+			resp, err := admin.Get(ctxT(t), key+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Count == int64(i+2) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("hang: waiter not queued")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	holder.Release(ctxT(t))
+	wg.Wait()
+	for i, got := range order {
+		if got != i {
+			t.Fatalf("served in order %v, want arrival order", order)
+		}
+	}
+}
+
+func TestGuard(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	cli := newClient(t, c.Endpoints())
+	g := etcdlock.NewGuard(cli, "")
+	ctx := ctxT(t)
+	res := dlocktest.Key(t)
+	a := dlock.Fence{Token: 5, Owner: "a"}
+	if err := g.Put(ctx, res, a, "data/"+res, "1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Put(ctx, res, a, "data/"+res, "2"); err != nil {
+		t.Fatalf("same owner, same token: %v", err)
+	}
+	if err := g.Put(ctx, res, dlock.Fence{Token: 5, Owner: "b"}, "data/"+res, "x"); !errors.Is(err, dlock.ErrStaleToken) {
+		t.Fatalf("same token, other owner: %v", err)
+	}
+	b := dlock.Fence{Token: 9, Owner: "b"}
+	if v, ok, err := g.Get(ctx, res, b, "data/"+res); err != nil || !ok || v != "2" {
+		t.Fatalf("fenced read: %q %v %v", v, ok, err)
+	}
+	if err := g.Put(ctx, res, a, "data/"+res, "late"); !errors.Is(err, dlock.ErrStaleToken) {
+		t.Fatalf("write after a newer fenced read: %v", err)
+	}
+	if hi, err := g.Highest(ctx, res); err != nil || hi != b {
+		t.Fatalf("Highest = %+v %v", hi, err)
+	}
+	// Concurrent fenced increments with increasing tokens never interleave.
+	res = dlocktest.Key(t) // a fresh resource: lock tokens are revisions
+	l := etcdlock.New(cli)
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < 5; j++ {
+				err := dlock.Do(ctx, l, res, func(ctx context.Context, lk *dlock.Lock) error {
+					v, _, err := g.Get(ctx, res, lk.Fence(), "n/"+res)
+					if err != nil {
+						return err
+					}
+					n := len(v)
+					return g.Put(ctx, res, lk.Fence(), "n/"+res, strings.Repeat("x", n+1))
+				})
+				if err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if v, _, _ := g.Get(ctx, res, dlock.Fence{Token: 1 << 62, Owner: "z"}, "n/"+res); len(v) != 20 {
+		t.Fatalf("fenced counter = %d, want 20", len(v))
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	ctx := ctxT(t)
+	if _, err := etcdlock.New(nil).Acquire(ctx, "k"); !errors.Is(err, dlock.ErrNilClient) {
+		t.Fatalf("nil client: %v", err)
+	}
+	if err := etcdlock.NewGuard(nil, "").Put(ctx, "r", dlock.Fence{Token: 1}, "k", "v"); !errors.Is(err, dlock.ErrNilClient) {
+		t.Fatalf("nil guard client: %v", err)
+	}
+	// Nothing listens there: an error within the context deadline.
+	dead := newClient(t, []string{"127.0.0.1:" + strconv.Itoa(testserver.FreePort(t))})
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := etcdlock.New(dead).Acquire(dctx, "k")
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("unreachable etcd: %v", err)
+	}
+	t.Logf("unreachable etcd: %v after %v", err, time.Since(start).Round(time.Millisecond))
+}
+

@@ -426,4 +426,3 @@ func TestBadInput(t *testing.T) {
 	}
 	t.Logf("unreachable etcd: %v after %v", err, time.Since(start).Round(time.Millisecond))
 }
-

@@ -27,6 +27,11 @@ const (
 	// election timeout, 2s by default): the server-side lease may be longer
 	// than the TTL, never shorter.
 	MinTTL = dlock.MinTTL
+	// DefaultRequestTimeout bounds each request to etcd made while
+	// acquiring or listing (the etcd client otherwise waits for a
+	// connection for as long as the context allows, so an unreachable
+	// cluster would look like a held lock).
+	DefaultRequestTimeout = 5 * time.Second
 	// maxTxnOps is etcd's default limit of operations per transaction.
 	maxTxnOps = 128
 )
@@ -34,12 +39,19 @@ const (
 // Option configures a Locker.
 type Option func(*options)
 
-type options struct{ prefix string }
+type options struct {
+	prefix         string
+	requestTimeout time.Duration
+}
 
 // WithPrefix puts every lock under prefix (default DefaultPrefix): lock KEY
 // then lives under "<prefix>KEY/". Use the same prefix as the etcdctl or
 // concurrency.Mutex users it must exclude.
 func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
+
+// WithRequestTimeout bounds each request made while acquiring or listing
+// (default DefaultRequestTimeout).
+func WithRequestTimeout(d time.Duration) Option { return func(o *options) { o.requestTimeout = d } }
 
 // Locker is a lock service on an etcd cluster. It never closes the client.
 type Locker struct {
@@ -50,8 +62,9 @@ type Locker struct {
 var _ dlock.Locker = (*Locker)(nil)
 
 type backend struct {
-	client *clientv3.Client
-	prefix string
+	client  *clientv3.Client
+	prefix  string
+	timeout time.Duration
 
 	mu       sync.Mutex
 	sessions map[int64][]*session // by lease TTL in seconds
@@ -66,8 +79,16 @@ func New(client *clientv3.Client, opts ...Option) *Locker {
 			f(&o)
 		}
 	}
-	b := &backend{client: client, prefix: o.prefix, sessions: map[int64][]*session{}}
+	if o.requestTimeout <= 0 {
+		o.requestTimeout = DefaultRequestTimeout
+	}
+	b := &backend{client: client, prefix: o.prefix, timeout: o.requestTimeout, sessions: map[int64][]*session{}}
 	return &Locker{Acquirer: dlock.NewAcquirer(b, MinTTL), b: b}
+}
+
+// rpc bounds one request by the request timeout.
+func (b *backend) rpc(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, b.timeout)
 }
 
 func (b *backend) check() error {
@@ -126,7 +147,9 @@ func (b *backend) session(ctx context.Context, key string, ttl time.Duration) (*
 			return s, from, nil // fresh enough: no round trip
 		}
 		start := time.Now()
-		_, err := b.client.KeepAliveOnce(ctx, s.id)
+		rctx, cancel := b.rpc(ctx)
+		_, err := b.client.KeepAliveOnce(rctx, s.id)
+		cancel()
 		if err == nil {
 			b.mu.Lock()
 			s.validFrom = start
@@ -142,7 +165,9 @@ func (b *backend) session(ctx context.Context, key string, ttl time.Duration) (*
 		b.mu.Unlock()
 	}
 	start := time.Now()
-	resp, err := b.client.Grant(ctx, sec)
+	rctx, cancel := b.rpc(ctx)
+	defer cancel()
+	resp, err := b.client.Grant(rctx, sec)
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("dlock: etcd lease grant: %w", err)
 	}
@@ -214,7 +239,9 @@ func (b *backend) enqueue(ctx context.Context, req *dlock.Request) (*entry, bool
 	}
 	put := clientv3.OpPut(e.myKey, string(val), clientv3.WithLease(s.id))
 	first := clientv3.OpGet(b.queuePrefix(req.Key), clientv3.WithFirstCreate()...)
-	resp, err := b.client.Txn(ctx).
+	rctx, cancel := b.rpc(ctx)
+	defer cancel()
+	resp, err := b.client.Txn(rctx).
 		If(clientv3.Compare(clientv3.CreateRevision(e.myKey), "=", 0)).
 		Then(put, first).
 		Else(clientv3.OpGet(e.myKey), put, first).
@@ -321,7 +348,9 @@ func (e *entry) wait(ctx context.Context, ttl time.Duration) (time.Time, error) 
 	from := time.Time{}
 	keepAlive := func() error {
 		start := time.Now()
-		if _, err := b.client.KeepAliveOnce(ctx, e.s.id); err != nil {
+		rctx, cancel := b.rpc(ctx)
+		defer cancel()
+		if _, err := b.client.KeepAliveOnce(rctx, e.s.id); err != nil {
 			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 				b.markDead(e.s)
 				return fmt.Errorf("%w: %w", errWaiterLeaseExpired, err)
@@ -333,7 +362,9 @@ func (e *entry) wait(ctx context.Context, ttl time.Duration) (time.Time, error) 
 		return nil
 	}
 	for {
-		resp, err := b.client.Get(ctx, pfx, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(e.rev-1))...)
+		rctx, cancel := b.rpc(ctx)
+		resp, err := b.client.Get(rctx, pfx, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(e.rev-1))...)
+		cancel()
 		if err != nil {
 			return from, err
 		}
@@ -374,8 +405,10 @@ func (e *entry) wait(ctx context.Context, ttl time.Duration) (time.Time, error) 
 	// First in the queue: make sure our own entry (and lease) survived the
 	// wait, and renew the lease so the lock starts with a full TTL.
 	start := time.Now()
-	ka, kaErr := b.client.KeepAliveOnce(ctx, e.s.id)
-	resp, err := b.client.Get(ctx, e.myKey)
+	rctx, cancel := b.rpc(ctx)
+	defer cancel()
+	ka, kaErr := b.client.KeepAliveOnce(rctx, e.s.id)
+	resp, err := b.client.Get(rctx, e.myKey)
 	if err != nil {
 		return from, err
 	}
@@ -527,6 +560,8 @@ func (l *Locker) List(ctx context.Context, prefix string) ([]Info, error) {
 	if err := b.check(); err != nil {
 		return nil, err
 	}
+	ctx, cancel := b.rpc(ctx)
+	defer cancel()
 	resp, err := b.client.Get(ctx, b.prefix+prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
 		return nil, fmt.Errorf("dlock: etcd list: %w", err)

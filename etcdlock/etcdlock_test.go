@@ -426,3 +426,13 @@ func TestBadInput(t *testing.T) {
 	}
 	t.Logf("unreachable etcd: %v after %v", err, time.Since(start).Round(time.Millisecond))
 }
+
+// Without a deadline of its own, an Acquire against an unreachable cluster
+// still ends, with an error, after the request timeout.
+func TestUnreachableWithoutDeadline(t *testing.T) {
+	dead := newClient(t, []string{"127.0.0.1:" + strconv.Itoa(testserver.FreePort(t))})
+	_, err := etcdlock.New(dead, etcdlock.WithRequestTimeout(time.Second)).Acquire(context.Background(), "k")
+	if err == nil || errors.Is(err, dlock.ErrNotAcquired) || !strings.Contains(err.Error(), "etcd") {
+		t.Fatalf("unreachable etcd: %v", err)
+	}
+}

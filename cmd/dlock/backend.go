@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -14,8 +16,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/filelock"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/dlock-go/dlock/redlock"
@@ -44,7 +48,7 @@ type backend struct {
 var errBadURL = errors.New("bad URL")
 
 // schemes lists the supported URL schemes, for error messages.
-var schemes = []string{"file", "redis", "rediss", "redis+sentinel", "redlock"}
+var schemes = []string{"file", "redis", "rediss", "redis+sentinel", "redlock", "etcd", "etcds"}
 
 // defaultURL is $DLOCK_URL or a file backend in the per-user state dir.
 func defaultURL() string {
@@ -108,6 +112,8 @@ func openBackend(raw string) (*backend, error) {
 		return openSentinel(raw, u)
 	case "redlock":
 		return openRedlock(raw, u)
+	case "etcd", "etcds":
+		return openEtcd(raw, u)
 	default:
 		return nil, badURL(raw, "unknown scheme %q; supported: %s", u.Scheme, strings.Join(schemes, ", "))
 	}
@@ -267,4 +273,62 @@ func openRedlock(raw string, u *url.URL) (*backend, error) {
 		}
 	}
 	return &backend{locker: l, list: list, close: closeAll, where: u.Redacted()}, nil
+}
+
+// openEtcd parses etcd[s]://[user:pass@]h1:p1[,h2:p2][/prefix][?ca=FILE]
+// and checks the cluster answers (so an unreachable cluster is an error,
+// not an endless wait).
+func openEtcd(raw string, u *url.URL) (*backend, error) {
+	if u.Host == "" {
+		return nil, badURL(raw, "no endpoints: etcd://h1:p1[,h2:p2]")
+	}
+	scheme := "http"
+	var tlsCfg *tls.Config
+	if u.Scheme == "etcds" {
+		scheme, tlsCfg = "https", &tls.Config{MinVersion: tls.VersionTLS12}
+		if ca := u.Query().Get("ca"); ca != "" {
+			pem, err := os.ReadFile(ca)
+			if err != nil {
+				return nil, badURL(raw, "ca file: %v", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, badURL(raw, "ca file %q holds no PEM certificate", ca)
+			}
+			tlsCfg.RootCAs = pool
+		}
+	} else if u.Query().Has("ca") {
+		return nil, badURL(raw, "?ca= needs etcds://")
+	}
+	var eps []string
+	for _, a := range strings.Split(u.Host, ",") {
+		if err := checkHostPort(raw, a); err != nil {
+			return nil, err
+		}
+		eps = append(eps, scheme+"://"+a)
+	}
+	cfg := clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, TLS: tlsCfg}
+	if u.User != nil {
+		cfg.Username = u.User.Username()
+		cfg.Password, _ = u.User.Password()
+	}
+	c, err := clientv3.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("etcd %s: %w", u.Redacted(), err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := c.Get(ctx, "dlock-probe", clientv3.WithCountOnly()); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("etcd %s: not reachable: %w", u.Redacted(), err)
+	}
+	prefix := strings.TrimPrefix(u.Path, "/")
+	if prefix != "" && !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	l := etcdlock.New(c, etcdlock.WithPrefix(prefix))
+	list := listVia(l.List, func(in etcdlock.Info) lockInfo {
+		return lockInfo{Key: in.Key, Owner: in.Owner, Token: in.Token, TTL: in.TTL, Metadata: in.Metadata}
+	})
+	return &backend{locker: l, list: list, close: func() { c.Close() }, where: u.Redacted()}, nil
 }

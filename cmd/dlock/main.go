@@ -23,6 +23,7 @@ Usage:
   dlock run   [--url URL] [--ttl 30s] [-w DUR] [-n] [-E N] [--grace 5s] KEY -- CMD [ARGS...]
   dlock ls    [--url URL] [--json] [PREFIX]
   dlock demo  [--url URL]
+  dlock serve [--data-dir DIR] [--listen 127.0.0.1:2379]
   dlock version
 
 Run 'dlock COMMAND --help' for details.
@@ -32,6 +33,7 @@ URL (from --url, else $DLOCK_URL, else a file backend in your state directory):
   redis://[user:pass@]host:port[/db]   one Redis (rediss:// for TLS)
   redis+sentinel://[user:pass@]h1:p1,h2:p2/master[/db]
   redlock://[user:pass@]h1:p1,h2:p2,h3:p3[/db]   Redlock over independent masters
+  etcd://[user:pass@]h1:p1[,h2:p2][/prefix]      etcd (etcds:// for TLS; ?ca=FILE)
 `
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -48,6 +50,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdLs(args[1:], stdout, stderr)
 	case "demo":
 		return cmdDemo(args[1:], stdout, stderr)
+	case "serve":
+		return cmdServe(args[1:], stdout, stderr)
 	case demoWorkerCmd:
 		return cmdDemoWorker(args[1:], stdout, stderr)
 	case "version", "--version", "-version":

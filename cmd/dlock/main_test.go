@@ -437,3 +437,95 @@ func TestRedlockURL(t *testing.T) {
 		t.Fatalf("duplicate node: %d %q", r.code, r.stderr)
 	}
 }
+
+// startServe runs `dlock serve` on free loopback ports and returns its URL.
+func startServe(t *testing.T) (*exec.Cmd, string) {
+	t.Helper()
+	for attempt := 0; attempt < 5; attempt++ {
+		port := testserver.FreePort(t)
+		listen := fmt.Sprintf("127.0.0.1:%d", port)
+		cmd := exec.Command(bin, "serve", "--data-dir", t.TempDir(), "--listen", listen)
+		out, errb := &syncBuffer{}, &syncBuffer{}
+		cmd.Stdout, cmd.Stderr = out, errb
+		cmd.WaitDelay = 5 * time.Second
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan struct{})
+		go func() { cmd.Process.Wait(); close(exited) }()
+		deadline := time.After(hang)
+	wait:
+		for {
+			select {
+			case <-exited:
+				break wait // port taken (peer port is port+1): try another
+			case <-deadline:
+				cmd.Process.Kill()
+				t.Fatalf("hang: dlock serve not ready: %s %s", out.String(), errb.String())
+			case <-time.After(20 * time.Millisecond):
+				if strings.Contains(out.String(), serveReady) {
+					t.Cleanup(func() { cmd.Process.Kill(); <-exited })
+					return cmd, "etcd://" + listen
+				}
+			}
+		}
+	}
+	t.Fatal("dlock serve did not start on any free port")
+	return nil, ""
+}
+
+func TestServeAndEtcdURL(t *testing.T) {
+	srv, url := startServe(t)
+	var last uint64
+	for i := 0; i < 2; i++ {
+		r := runDlock(t, url, "run", "etcdjob", "--", "sh", "-c", `echo "$DLOCK_TOKEN"`)
+		tok, err := strconv.ParseUint(strings.TrimSpace(r.stdout), 10, 64)
+		if r.code != 0 || err != nil || tok <= last {
+			t.Fatalf("run on dlock serve: %d %q %q", r.code, r.stdout, r.stderr)
+		}
+		last = tok
+	}
+	holder, _, _ := background(t, url, "run", "reports/etcd", "--", "sh", "-c", "echo started; exec sleep 60")
+	if r := runDlock(t, url, "ls"); r.code != 0 || !strings.Contains(r.stdout, "reports/etcd") || !strings.Contains(r.stdout, strconv.Itoa(holder.Process.Pid)) {
+		t.Fatalf("ls on etcd: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	if r := runDlock(t, url, "run", "-n", "reports/etcd", "--", "true"); r.code != 1 {
+		t.Fatalf("conflict on etcd: %d %q", r.code, r.stderr)
+	}
+	holder.Process.Signal(syscall.SIGTERM)
+	waitExit(t, holder)
+	// SIGTERM stops the server cleanly.
+	srv.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- srv.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("dlock serve exit: %v", err)
+		}
+	case <-time.After(hang):
+		t.Fatal("hang: dlock serve ignored SIGTERM")
+	}
+}
+
+func TestEtcdURLErrors(t *testing.T) {
+	cases := []struct {
+		url  string
+		code int
+		want string
+	}{
+		{"etcd://127.0.0.1:" + strconv.Itoa(testserver.FreePort(t)), exitBackend, "not reachable"},
+		{"etcd://", exitUsage, "no endpoints"},
+		{"etcd://127.0.0.1:2379?ca=/x", exitUsage, "needs etcds"},
+		{"etcds://127.0.0.1:2379?ca=/nonexistent", exitUsage, "ca file"},
+	}
+	for _, c := range cases {
+		r := runDlock(t, c.url, "ls")
+		if r.code != c.code || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("%s: exit %d %q, want %d %q", c.url, r.code, r.stderr, c.code, c.want)
+		}
+	}
+	if r := runDlock(t, "", "serve", "--listen", "nonsense"); r.code != exitUsage {
+		t.Errorf("serve --listen nonsense: %d %q", r.code, r.stderr)
+	}
+}

@@ -6,6 +6,7 @@ package etcdtest
 import (
 	"fmt"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -63,7 +64,7 @@ func (c *Cluster) Leader() *Member {
 
 // NewConfig returns an embed config for one member named name that listens
 // on loopback client and peer URLs, logs only errors and keeps its data in
-// dir. Callers set InitialCluster for clusters.
+// dir (the log too). Callers set InitialCluster for clusters.
 func NewConfig(name, dir, clientURL, peerURL string) *embed.Config {
 	cfg := embed.NewConfig()
 	cfg.Name = name
@@ -73,8 +74,10 @@ func NewConfig(name, dir, clientURL, peerURL string) *embed.Config {
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
 	cfg.InitialCluster = name + "=" + peerURL
-	cfg.LogLevel = "error"
-	cfg.LogOutputs = []string{"stderr"}
+	// Logs go to a file in the data dir: a member's shutdown logs errors
+	// ("server closed") that would clutter test and benchmark output.
+	cfg.LogLevel = "warn"
+	cfg.LogOutputs = []string{filepath.Join(dir, "etcd.log")}
 	return cfg
 }
 

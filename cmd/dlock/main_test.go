@@ -438,8 +438,15 @@ func TestRedlockURL(t *testing.T) {
 	}
 }
 
-// startServe runs `dlock serve` on free loopback ports and returns its URL.
-func startServe(t *testing.T) (*exec.Cmd, string) {
+// served is a running `dlock serve`.
+type served struct {
+	cmd    *exec.Cmd
+	exited chan error // receives cmd.Wait's result once
+	url    string
+}
+
+// startServe runs `dlock serve` on free loopback ports and waits for it.
+func startServe(t *testing.T) *served {
 	t.Helper()
 	for attempt := 0; attempt < 5; attempt++ {
 		port := testserver.FreePort(t)
@@ -451,31 +458,32 @@ func startServe(t *testing.T) (*exec.Cmd, string) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		exited := make(chan struct{})
-		go func() { cmd.Process.Wait(); close(exited) }()
+		s := &served{cmd: cmd, exited: make(chan error, 1), url: "etcd://" + listen}
+		go func() { s.exited <- cmd.Wait() }()
 		deadline := time.After(hang)
 	wait:
 		for {
 			select {
-			case <-exited:
+			case <-s.exited:
 				break wait // port taken (peer port is port+1): try another
 			case <-deadline:
 				cmd.Process.Kill()
 				t.Fatalf("hang: dlock serve not ready: %s %s", out.String(), errb.String())
 			case <-time.After(20 * time.Millisecond):
 				if strings.Contains(out.String(), serveReady) {
-					t.Cleanup(func() { cmd.Process.Kill(); <-exited })
-					return cmd, "etcd://" + listen
+					t.Cleanup(func() { cmd.Process.Kill() })
+					return s
 				}
 			}
 		}
 	}
 	t.Fatal("dlock serve did not start on any free port")
-	return nil, ""
+	return nil
 }
 
 func TestServeAndEtcdURL(t *testing.T) {
-	srv, url := startServe(t)
+	srv := startServe(t)
+	url := srv.url
 	var last uint64
 	for i := 0; i < 2; i++ {
 		r := runDlock(t, url, "run", "etcdjob", "--", "sh", "-c", `echo "$DLOCK_TOKEN"`)
@@ -495,11 +503,9 @@ func TestServeAndEtcdURL(t *testing.T) {
 	holder.Process.Signal(syscall.SIGTERM)
 	waitExit(t, holder)
 	// SIGTERM stops the server cleanly.
-	srv.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- srv.Wait() }()
+	srv.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case err := <-done:
+	case err := <-srv.exited:
 		if err != nil {
 			t.Fatalf("dlock serve exit: %v", err)
 		}

@@ -8,7 +8,7 @@ DEB_PKGS := redis-server
 SERVER_BINS := redis-server
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all deps test vet fmt-check bench demo build clean
+.PHONY: all deps test vet fmt-check bench bench-quick demo build clean
 
 all: test
 
@@ -51,9 +51,14 @@ build:
 demo: build
 	./bin/dlock demo
 
-## bench: benchmarks against raw Redis and peer libraries (bench/ module).
+## bench: dlock against the raw-Redis floor and peer libraries, in one run
+## on servers it starts itself; rewrites docs/benchmarks.md (~4 minutes).
 bench: deps
-	cd bench && $(GO) test -run '^$$' -bench . -benchtime 2s -count 1 ./...
+	cd bench && $(GO) run ./cmd/dlockbench -out ../docs/benchmarks.md
+
+## bench-quick: the same, short (a smoke test of the harness, ~1 minute).
+bench-quick: deps
+	cd bench && $(GO) run ./cmd/dlockbench -quick
 
 clean:
 	$(GO) clean -testcache

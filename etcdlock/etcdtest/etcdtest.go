@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
-	"testing"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -82,7 +81,7 @@ func NewConfig(name, dir, clientURL, peerURL string) *embed.Config {
 }
 
 // Start runs an n-member cluster and waits until every member is ready.
-func Start(t testing.TB, n int) *Cluster {
+func Start(t testserver.TB, n int) *Cluster {
 	t.Helper()
 	c := &Cluster{}
 	var initial []string

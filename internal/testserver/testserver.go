@@ -17,15 +17,27 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"testing"
 	"time"
 )
+
+// TB is the part of testing.TB the servers need, so that programs (the
+// benchmark report) can start servers too. *testing.T and *testing.B
+// satisfy it.
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Errorf(format string, args ...any)
+	Skip(args ...any)
+	Cleanup(func())
+	TempDir() string
+}
 
 // startTimeout bounds how long a server may take to accept connections.
 const startTimeout = 20 * time.Second
 
 // Binary returns the path of a server binary, or fails (CI) / skips the test.
-func Binary(t testing.TB, name string) string {
+func Binary(t TB, name string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
 	if err == nil {
@@ -50,7 +62,7 @@ func isExec(p string) bool {
 }
 
 // FreePort returns a loopback TCP port that was free a moment ago.
-func FreePort(t testing.TB) int {
+func FreePort(t TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -62,7 +74,7 @@ func FreePort(t testing.TB) int {
 
 // Redis is a redis-server process owned by a test.
 type Redis struct {
-	t        testing.TB
+	t        TB
 	bin      string
 	dir      string
 	port     int
@@ -86,7 +98,7 @@ func WithArgs(args ...string) RedisOption {
 
 // StartRedis starts redis-server without persistence on a free loopback
 // port and registers its shutdown with t.Cleanup.
-func StartRedis(t testing.TB, opts ...RedisOption) *Redis {
+func StartRedis(t TB, opts ...RedisOption) *Redis {
 	t.Helper()
 	r := &Redis{t: t, bin: Binary(t, "redis-server"), dir: t.TempDir()}
 	for _, o := range opts {
@@ -270,7 +282,7 @@ func (r *Redis) Restart() {
 // the 16384 slots between them, joins them and waits until every node
 // reports cluster_state:ok. It returns the nodes; clients may be given any
 // of their addresses.
-func StartRedisCluster(t testing.TB, n int) []*Redis {
+func StartRedisCluster(t TB, n int) []*Redis {
 	t.Helper()
 	if n < 3 {
 		t.Fatalf("StartRedisCluster: need at least 3 masters, got %d", n)

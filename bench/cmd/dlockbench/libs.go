@@ -1,0 +1,221 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	bsm "github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	rsredis "github.com/go-redsync/redsync/v4/redis"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+	"github.com/redis/rueidis/rueidislock"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/etcdlock"
+	"github.com/dlock-go/dlock/redislock"
+	"github.com/dlock-go/dlock/redlock"
+)
+
+// benchTTL is the lease every library gets where it takes one.
+const benchTTL = 30 * time.Second
+
+// locker is one contender's handle on a library, with its own connections.
+type locker interface {
+	// lock blocks (in the library's documented blocking mode) until key is
+	// held and returns the function that releases it.
+	lock(ctx context.Context, key string) (unlock func(ctx context.Context) error, err error)
+	close()
+}
+
+// lib is a library under test.
+type lib struct {
+	name string
+	// mode states the blocking mode and settings used, for the report.
+	mode string
+	// group: libraries compared with each other ("redis", "redlock", "etcd").
+	group string
+	// newLocker makes a contender with its own client connections.
+	newLocker func() (locker, error)
+	// contended: take part in the contention scenario.
+	contended bool
+}
+
+type env struct {
+	redis   []string // addresses of independent redis-servers (first = single)
+	etcdEPs []string
+}
+
+func redisClient(addr string) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
+}
+
+func libraries(e *env) []lib {
+	one := e.redis[0]
+	five := e.redis[:5]
+	return []lib{
+		{name: "floor: SET NX PX + CAD", group: "redis", mode: "raw go-redis, no waiting (uncontended only)",
+			newLocker: func() (locker, error) { return &floor{c: redisClient(one)}, nil }},
+		{name: "dlock redislock", group: "redis", contended: true, mode: "Acquire (pub/sub wake-up, backoff fallback 5-500ms), default watchdog",
+			newLocker: func() (locker, error) {
+				c := redisClient(one)
+				return &dlockLocker{l: redislock.New(c), close_: func() { c.Close() }}, nil
+			}},
+		{name: "bsm/redislock", group: "redis", contended: true, mode: "Obtain with LinearBackoff(10ms) retry",
+			newLocker: func() (locker, error) { return &bsmLocker{c: redisClient(one)}, nil }},
+		{name: "redsync (1 pool)", group: "redis", contended: true, mode: "Mutex.LockContext, defaults (32 tries, 50-250ms random delay)",
+			newLocker: func() (locker, error) { return newRedsync([]string{one}), nil }},
+		{name: "rueidislock", group: "redis", contended: true, mode: "WithContext, defaults (KeyMajority 2, waits on invalidations)",
+			newLocker: func() (locker, error) {
+				l, err := rueidislock.NewLocker(rueidislock.LockerOption{ClientOption: rueidis.ClientOption{InitAddress: []string{one}}})
+				if err != nil {
+					return nil, err
+				}
+				return &rueidisLocker{l: l}, nil
+			}},
+		{name: "dlock redlock (5 nodes)", group: "redlock", contended: true, mode: "Acquire, defaults",
+			newLocker: func() (locker, error) {
+				var cs []redis.UniversalClient
+				for _, a := range five {
+					cs = append(cs, redisClient(a))
+				}
+				return &dlockLocker{l: redlock.New(cs), close_: func() {
+					for _, c := range cs {
+						c.Close()
+					}
+				}}, nil
+			}},
+		{name: "redsync (5 pools)", group: "redlock", contended: true, mode: "Mutex.LockContext, defaults",
+			newLocker: func() (locker, error) { return newRedsync(five), nil }},
+		{name: "dlock etcdlock", group: "etcd", contended: true, mode: "Acquire (FIFO queue, watch on predecessor)",
+			newLocker: func() (locker, error) {
+				c, err := clientv3.New(clientv3.Config{Endpoints: e.etcdEPs, DialTimeout: 5 * time.Second})
+				if err != nil {
+					return nil, err
+				}
+				return &dlockLocker{l: etcdlock.New(c), close_: func() { c.Close() }}, nil
+			}},
+		{name: "etcd concurrency.Mutex", group: "etcd", contended: true, mode: "Mutex.Lock on one session per contender",
+			newLocker: func() (locker, error) {
+				c, err := clientv3.New(clientv3.Config{Endpoints: e.etcdEPs, DialTimeout: 5 * time.Second})
+				if err != nil {
+					return nil, err
+				}
+				s, err := concurrency.NewSession(c, concurrency.WithTTL(int(benchTTL/time.Second)))
+				if err != nil {
+					c.Close()
+					return nil, err
+				}
+				return &etcdMutex{c: c, s: s}, nil
+			}},
+	}
+}
+
+// floor is the physical limit: SET NX PX, then compare-and-delete.
+type floor struct{ c *redis.Client }
+
+var cad = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+
+func (f *floor) lock(ctx context.Context, key string) (func(context.Context) error, error) {
+	owner := dlock.NewOwner()
+	ok, err := f.c.SetNX(ctx, key, owner, benchTTL).Result()
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, errors.New("floor: key held")
+	}
+	return func(ctx context.Context) error { return cad.Run(ctx, f.c, []string{key}, owner).Err() }, nil
+}
+func (f *floor) close() { f.c.Close() }
+
+type dlockLocker struct {
+	l      dlock.Locker
+	close_ func()
+}
+
+func (d *dlockLocker) lock(ctx context.Context, key string) (func(context.Context) error, error) {
+	lk, err := d.l.Acquire(ctx, key, dlock.WithTTL(benchTTL))
+	if err != nil {
+		return nil, err
+	}
+	return lk.Release, nil
+}
+func (d *dlockLocker) close() { d.close_() }
+
+type bsmLocker struct{ c *redis.Client }
+
+func (b *bsmLocker) lock(ctx context.Context, key string) (func(context.Context) error, error) {
+	l, err := bsm.New(b.c).Obtain(ctx, key, benchTTL, &bsm.Options{RetryStrategy: bsm.LinearBackoff(10 * time.Millisecond)})
+	if err != nil {
+		return nil, err
+	}
+	return l.Release, nil
+}
+func (b *bsmLocker) close() { b.c.Close() }
+
+type redsyncLocker struct {
+	rs *redsync.Redsync
+	cs []*redis.Client
+}
+
+func newRedsync(addrs []string) *redsyncLocker {
+	r := &redsyncLocker{}
+	var pools []rsredis.Pool
+	for _, a := range addrs {
+		c := redisClient(a)
+		r.cs = append(r.cs, c)
+		pools = append(pools, goredis.NewPool(c))
+	}
+	r.rs = redsync.New(pools...)
+	return r
+}
+
+func (r *redsyncLocker) lock(ctx context.Context, key string) (func(context.Context) error, error) {
+	m := r.rs.NewMutex(key, redsync.WithExpiry(benchTTL))
+	if err := m.LockContext(ctx); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		ok, err := m.UnlockContext(ctx)
+		if err == nil && !ok {
+			err = fmt.Errorf("redsync: unlock of %s refused", key)
+		}
+		return err
+	}, nil
+}
+func (r *redsyncLocker) close() {
+	for _, c := range r.cs {
+		c.Close()
+	}
+}
+
+type rueidisLocker struct{ l rueidislock.Locker }
+
+func (r *rueidisLocker) lock(ctx context.Context, key string) (func(context.Context) error, error) {
+	_, cancel, err := r.l.WithContext(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return func(context.Context) error { cancel(); return nil }, nil
+}
+func (r *rueidisLocker) close() { r.l.Close() }
+
+type etcdMutex struct {
+	c *clientv3.Client
+	s *concurrency.Session
+}
+
+func (m *etcdMutex) lock(ctx context.Context, key string) (func(context.Context) error, error) {
+	mu := concurrency.NewMutex(m.s, key)
+	if err := mu.Lock(ctx); err != nil {
+		return nil, err
+	}
+	return mu.Unlock, nil
+}
+func (m *etcdMutex) close() { m.s.Close(); m.c.Close() }

@@ -1,0 +1,163 @@
+// Command dlockbench measures dlock against the raw-Redis floor and peer
+// libraries in one run, on servers it starts itself on loopback, prints the
+// results with ratios and checks them against the project's targets. With
+// -out it also writes the report as Markdown (docs/benchmarks.md).
+//
+//	go run ./cmd/dlockbench -out ../docs/benchmarks.md
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock/etcdlock/etcdtest"
+	"github.com/dlock-go/dlock/internal/testserver"
+)
+
+// tb lets the test-server helpers run outside `go test`.
+type tb struct {
+	cleanups []func()
+}
+
+func (t *tb) Helper()                      {}
+func (t *tb) Fatal(args ...any)            { panic(fmt.Sprint(args...)) }
+func (t *tb) Fatalf(f string, args ...any) { panic(fmt.Sprintf(f, args...)) }
+func (t *tb) Errorf(f string, args ...any) { fmt.Fprintf(os.Stderr, "dlockbench: "+f+"\n", args...) }
+func (t *tb) Skip(args ...any)             { panic(fmt.Sprint(args...)) }
+func (t *tb) Cleanup(f func())             { t.cleanups = append(t.cleanups, f) }
+func (t *tb) TempDir() string {
+	d, _ := os.MkdirTemp("", "dlockbench-")
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+func (t *tb) close() {
+	for i := len(t.cleanups) - 1; i >= 0; i-- {
+		t.cleanups[i]()
+	}
+}
+
+type config struct {
+	measure    time.Duration // per library, scenarios 2 and 3
+	contend    time.Duration // scenario 4
+	contenders int
+	parallel   int
+	heldN      int
+	heldD      time.Duration
+	heldTTL    time.Duration
+	out        string
+}
+
+func main() {
+	var cfg config
+	flag.DurationVar(&cfg.measure, "d", 3*time.Second, "measuring time per library for latency and throughput")
+	flag.DurationVar(&cfg.contend, "contend", 5*time.Second, "contention time per library")
+	flag.IntVar(&cfg.contenders, "contenders", 16, "contenders on one key")
+	flag.IntVar(&cfg.parallel, "parallel", 32, "goroutines in the throughput scenario")
+	flag.IntVar(&cfg.heldN, "held", 10000, "locks held in the many-locks scenario")
+	flag.DurationVar(&cfg.heldD, "held-d", 30*time.Second, "how long the many locks are held")
+	flag.DurationVar(&cfg.heldTTL, "held-ttl", 3*time.Second, "TTL of the many held locks (renewed every TTL/3)")
+	flag.StringVar(&cfg.out, "out", "", "write the Markdown report to this file")
+	quick := flag.Bool("quick", false, "short run (1s per library, 2s contention, 2000 locks for 5s) for smoke tests")
+	flag.Parse()
+	if *quick {
+		cfg.measure, cfg.contend, cfg.heldN, cfg.heldD = time.Second, 2*time.Second, 2000, 5*time.Second
+	}
+	t := &tb{}
+	code := 0
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				fmt.Fprintln(os.Stderr, "dlockbench:", r)
+				code = 1
+			}
+		}()
+		code = run(t, cfg)
+	}()
+	t.close()
+	os.Exit(code)
+}
+
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "[%s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+func run(t *tb, cfg config) int {
+	started := time.Now()
+	progress("starting 5 redis-servers and 1 etcd member on loopback")
+	e := &env{}
+	for i := 0; i < 5; i++ {
+		e.redis = append(e.redis, testserver.StartRedis(t).Addr())
+	}
+	e.etcdEPs = etcdtest.Start(t, 1).Endpoints()
+	libs := libraries(e)
+	rep := &report{cfg: cfg, libs: libs, unc: map[string]uncontendedResult{}, thr: map[string]float64{}, con: map[string]contendedResult{}, errs: map[string]string{}}
+
+	for _, l := range libs {
+		progress("uncontended  %-26s (%v)", l.name, cfg.measure)
+		r := uncontended(l, cfg.measure)
+		if r.err != nil {
+			rep.errs[l.name+"/uncontended"] = r.err.Error()
+		}
+		rep.unc[l.name] = r
+	}
+	for _, l := range libs {
+		progress("throughput   %-26s (%d goroutines, %v)", l.name, cfg.parallel, cfg.measure)
+		ops, err := throughput(l, cfg.parallel, cfg.measure)
+		if err != nil {
+			rep.errs[l.name+"/throughput"] = err.Error()
+		}
+		rep.thr[l.name] = ops
+	}
+	for _, l := range libs {
+		if !l.contended {
+			continue
+		}
+		progress("contended    %-26s (%d contenders, %v)", l.name, cfg.contenders, cfg.contend)
+		r, err := contended(l, cfg.contenders, cfg.contend)
+		if err != nil {
+			rep.errs[l.name+"/contended"] = err.Error()
+		}
+		rep.con[l.name] = r
+	}
+	progress("many held    dlock redislock (%d locks, ttl %v, %v)", cfg.heldN, cfg.heldTTL, cfg.heldD)
+	h, err := manyHeld(e.redis[0], cfg.heldN, cfg.heldTTL, cfg.heldD)
+	if err != nil {
+		rep.errs["many held"] = err.Error()
+	}
+	rep.held = h
+	rep.elapsed = time.Since(started)
+	md := rep.markdown()
+	fmt.Println(md)
+	if cfg.out != "" {
+		if err := os.WriteFile(cfg.out, []byte(md), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "dlockbench:", err)
+			return 1
+		}
+		progress("wrote %s", cfg.out)
+	}
+	return 0
+}
+
+// machine describes where the numbers come from.
+func machine() string {
+	cpu := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "model name") {
+				cpu = strings.TrimSpace(strings.SplitN(line, ":", 2)[1])
+				break
+			}
+		}
+	}
+	redisV := "redis-server ?"
+	if out, err := exec.Command("redis-server", "--version").Output(); err == nil {
+		redisV = strings.TrimSpace(string(out))
+	}
+	return fmt.Sprintf("%s, %d cores (GOMAXPROCS %d), %s %s/%s; %s; etcd (embedded) %s",
+		cpu, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH, redisV, etcdVersion())
+}

@@ -20,6 +20,17 @@ type Request struct {
 	Key    string
 	Owner  string
 	Config *Config
+	// WaitID identifies a waiting Acquire across its attempts, once its
+	// subscription has one (see WaitIDer); empty otherwise. A backend may
+	// queue it so that a release wakes this waiter alone.
+	WaitID string
+}
+
+// WaitIDer is implemented by subscriptions that name their waiter: the
+// backend wakes waiters one at a time by that id, and Acquire passes it to
+// every later attempt in Request.WaitID.
+type WaitIDer interface {
+	WaitID() string
 }
 
 // Watcher is implemented by backends that can notify waiters of a release.
@@ -117,6 +128,7 @@ func (a *Acquirer) acquire(ctx context.Context, key string, opts []Option, wait 
 	var (
 		sub     Subscription
 		watched bool
+		waitID  string
 		last    *NotAcquiredError
 	)
 	defer func() {
@@ -130,7 +142,7 @@ func (a *Acquirer) acquire(ctx context.Context, key string, opts []Option, wait 
 		}
 		// A fresh owner per attempt: a backend cleaning up a failed
 		// attempt in the background can never touch a later one.
-		req := &Request{Key: key, Owner: NewOwner(), Config: cfg}
+		req := &Request{Key: key, Owner: NewOwner(), Config: cfg, WaitID: waitID}
 		start := time.Now()
 		g, err := a.backend.Try(ctx, req)
 		if err == nil {
@@ -155,6 +167,9 @@ func (a *Acquirer) acquire(ctx context.Context, key string, opts []Option, wait 
 			if w, ok := a.backend.(Watcher); ok {
 				if s, err := w.Watch(ctx, key); err == nil {
 					sub = s
+					if wi, ok := s.(WaitIDer); ok {
+						waitID = wi.WaitID()
+					}
 					continue // attempt again now that releases are heard
 				}
 			}

@@ -17,8 +17,8 @@ const (
 	DefaultPrefix = "dlock"
 	// MinTTL is the shortest lease this backend accepts.
 	MinTTL = dlock.MinTTL
-	// FenceRetention is how long a key's fencing counter outlives its last
-	// acquisition (see the package documentation).
+	// FenceRetention is how long a released key keeps its last fencing
+	// token (the "|<token>" marker; see the package documentation).
 	FenceRetention = time.Hour
 )
 
@@ -91,7 +91,7 @@ func (b *backend) Try(ctx context.Context, req *dlock.Request) (dlock.Grant, err
 	if err != nil {
 		return dlock.Grant{}, err
 	}
-	o, err := b.node.Acquire(ctx, req.Key, req.Owner, req.Config.TTL, FenceRetention, meta)
+	o, err := b.node.Acquire(ctx, req.Key, req.Owner, req.Config.TTL, meta, req.WaitID)
 	if err != nil {
 		return dlock.Grant{}, fmt.Errorf("dlock: redis acquire %q: %w", req.Key, err)
 	}
@@ -110,13 +110,27 @@ func (b *backend) Abort(ctx context.Context, req *dlock.Request) error {
 	return (&lease{b: b, key: req.Key, owner: req.Owner}).Release(ctx)
 }
 
-// Watch implements dlock.Watcher with Redis pub/sub.
+// Watch implements dlock.Watcher: the waiter listens on a channel of its
+// own; its failed attempts queue it, and each release wakes the first
+// queued waiter still listening, so one waiter retries, not all.
 func (b *backend) Watch(ctx context.Context, key string) (dlock.Subscription, error) {
 	if err := b.check(); err != nil {
 		return nil, err
 	}
-	return b.node.Watch(ctx, key)
+	id := dlock.NewOwner()[:16]
+	s, err := b.node.Watch(ctx, key, id)
+	if err != nil {
+		return nil, err
+	}
+	return waiter{s, id}, nil
 }
+
+type waiter struct {
+	*redisx.Subscription
+	id string
+}
+
+func (w waiter) WaitID() string { return w.id }
 
 // RefreshBatch implements dlock.BatchRenewer: one pipeline of
 // compare-and-pexpire scripts (go-redis splits it per node on Cluster).
@@ -163,7 +177,7 @@ func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 
 // Release implements dlock.Lease (compare-and-delete, then publish).
 func (l *lease) Release(ctx context.Context) error {
-	held, err := l.b.node.Release(ctx, l.key, l.owner)
+	held, err := l.b.node.Release(ctx, l.key, l.owner, FenceRetention)
 	return l.result("release", held, err)
 }
 

@@ -254,9 +254,10 @@ func TestBadInput(t *testing.T) {
 	lk.Release(ctx)
 }
 
-// The fencing counter must not outlive its key forever (memory), but must
-// outlive every lease it fenced.
-func TestFenceCounterExpires(t *testing.T) {
+// A release leaves the last token in the key as a marker with a bounded
+// lifetime: the next holder continues from it, and a service that locks
+// many distinct keys does not keep them forever.
+func TestReleaseMarker(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	c := newClient(t, srv)
 	l := redislock.New(c)
@@ -265,12 +266,101 @@ func TestFenceCounterExpires(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lk.Release(ctxT(t))
-	pttl, err := c.PTTL(ctxT(t), l.LockKey(key)+":fence").Result()
+	if err := lk.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	v, _ := c.Get(ctxT(t), l.LockKey(key)).Result()
+	if v != "|"+strconv.FormatUint(lk.Token(), 10) {
+		t.Fatalf("marker = %q, want |%d", v, lk.Token())
+	}
+	pttl, err := c.PTTL(ctxT(t), l.LockKey(key)).Result()
+	if err != nil || pttl <= 0 || pttl > redislock.FenceRetention {
+		t.Fatalf("marker PTTL = %v, %v", pttl, err)
+	}
+	if infos, _ := l.List(ctxT(t), key); len(infos) != 0 {
+		t.Fatalf("a released key is listed: %+v", infos)
+	}
+	lk2, err := l.Acquire(ctxT(t), key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pttl <= 10*time.Second || pttl > 10*time.Second+redislock.FenceRetention {
-		t.Fatalf("fence counter PTTL = %v", pttl)
+	defer lk2.Release(ctxT(t))
+	if lk2.Token() != lk.Token()+1 {
+		t.Fatalf("token after the marker = %d, want %d", lk2.Token(), lk.Token()+1)
 	}
+}
+
+// Waiters are woken one at a time: with 8 waiters queued, one release
+// leads to one acquisition attempt, not eight.
+func TestReleaseWakesOneWaiter(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	admin := newClient(t, srv)
+	key := dlocktest.Key(t)
+	holder, err := redislock.New(newClient(t, srv)).Acquire(ctxT(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 8
+	got := make(chan *dlock.Lock, n)
+	for i := 0; i < n; i++ {
+		l := redislock.New(newClient(t, srv))
+		go func() {
+			lk, err := l.Acquire(ctxT(t), key, dlock.WithBackoff(dlock.ConstBackoff{Delay: time.Minute}))
+			if err != nil {
+				t.Error(err)
+			}
+			got <- lk
+		}()
+	}
+	waiters := l0waiters(t, admin, key, n)
+	t.Logf("%d waiters queued", waiters)
+	admin.ConfigResetStat(ctxT(t))
+	if err := holder.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	first := <-got
+	evals := evalCalls(t, admin)
+	// The release itself, and the one woken waiter's attempt.
+	if evals > 3 {
+		t.Errorf("one release caused %d script calls: waiters were not woken one at a time", evals)
+	}
+	// The rest follow one by one.
+	first.Release(ctxT(t))
+	for i := 1; i < n; i++ {
+		select {
+		case lk := <-got:
+			lk.Release(ctxT(t))
+		case <-time.After(dlocktest.HangTimeout):
+			t.Fatalf("hang: waiter %d never woken", i)
+		}
+	}
+}
+
+// l0waiters waits until n waiters are queued for key.
+func l0waiters(t *testing.T, c *redis.Client, key string, n int64) int64 {
+	deadline := time.Now().Add(dlocktest.HangTimeout)
+	for {
+		k := redislock.New(c).LockKey(key) + ":waiters"
+		if got, _ := c.ZCard(ctxT(t), k).Result(); got >= n {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("hang: waiters never queued")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func evalCalls(t *testing.T, c *redis.Client) int {
+	info, err := c.Info(ctxT(t), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if strings.HasPrefix(line, "cmdstat_evalsha:calls=") {
+			n, _ := strconv.Atoi(strings.TrimPrefix(strings.SplitN(line, ",", 2)[0], "cmdstat_evalsha:calls="))
+			return n
+		}
+	}
+	return 0
 }

@@ -428,7 +428,7 @@ func (l *lease) releaseOn(idx []int) {
 		return
 	}
 	ch := l.b.fanOut(context.Background(), l.timeout, idx, func(ctx context.Context, n *node) answer {
-		ok, err := n.Release(ctx, l.key, l.owner)
+		ok, err := n.QuorumRelease(ctx, l.key, l.owner)
 		return answer{ok: ok, err: err}
 	})
 	for range idx {
@@ -473,7 +473,7 @@ func (l *lease) Release(ctx context.Context) error {
 	l.released = true
 	l.mu.Unlock()
 	ch := l.b.fanOut(ctx, l.timeout, l.b.all(), func(ctx context.Context, n *node) answer {
-		ok, err := n.Release(ctx, l.key, l.owner)
+		ok, err := n.QuorumRelease(ctx, l.key, l.owner)
 		return answer{ok: ok, err: err}
 	})
 	// Every node gets the release; the caller waits only until a majority

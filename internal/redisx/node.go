@@ -44,11 +44,19 @@ func IsNil(c redis.UniversalClient) bool {
 // LockKey is the key holding key's lease.
 func (n *Node) LockKey(key string) string { return n.Prefix + ":{" + key + "}" }
 
-// FenceKey is the key holding key's fencing counter.
+// FenceKey is the key holding key's quorum fencing counter (Redlock).
 func (n *Node) FenceKey(key string) string { return n.LockKey(key) + ":fence" }
 
-// Channel is the pub/sub channel releases of key publish on.
+// WaitersKey is the queue of waiters to wake, one per release.
+func (n *Node) WaitersKey(key string) string { return n.LockKey(key) + ":waiters" }
+
+// Channel is the pub/sub channel Redlock releases of key publish on.
 func (n *Node) Channel(key string) string { return n.LockKey(key) + ":released" }
+
+// WaiterChannel is the channel waiter id listens on for its turn.
+func (n *Node) WaiterChannel(key, id string) string { return n.waiterPrefix(key) + id }
+
+func (n *Node) waiterPrefix(key string) string { return n.LockKey(key) + ":w:" }
 
 // Ms converts a duration to whole milliseconds for PX arguments.
 func Ms(d time.Duration) int64 { return d.Milliseconds() }
@@ -85,11 +93,12 @@ func parseOutcome(res []any, err error) (Outcome, error) {
 	return o, nil
 }
 
-// Acquire is the single-deployment acquisition: SET NX PX plus the token
-// max(last + 1, server time in µs), in one script.
-func (n *Node) Acquire(ctx context.Context, key, owner string, ttl, retention time.Duration, meta string) (Outcome, error) {
-	return parseOutcome(acquireScript.Run(ctx, n.Client, []string{n.LockKey(key), n.FenceKey(key)},
-		owner, Ms(ttl), meta, Ms(ttl+retention)).Slice())
+// Acquire is the single-deployment acquisition: SET PX plus the token, in
+// one script. A non-empty waitID queues the caller to be woken by the next
+// release when the key is held.
+func (n *Node) Acquire(ctx context.Context, key, owner string, ttl time.Duration, meta, waitID string) (Outcome, error) {
+	return parseOutcome(acquireScript.Run(ctx, n.Client, []string{n.LockKey(key), n.WaitersKey(key)},
+		owner, Ms(ttl), meta, waitID, time.Now().UnixMicro()).Slice())
 }
 
 // Grant is phase one of a quorum acquisition: SET NX PX with token 0 in the
@@ -113,10 +122,17 @@ func (n *Node) Refresh(ctx context.Context, key, owner string, ttl time.Duration
 	return v == 1, err
 }
 
-// Release is compare-and-DEL plus PUBLISH; false means owner does not hold
-// key here.
-func (n *Node) Release(ctx context.Context, key, owner string) (bool, error) {
-	v, err := releaseScript.Run(ctx, n.Client, []string{n.LockKey(key)}, owner+"|", n.Channel(key)).Int64()
+// Release replaces owner's lease with the token marker (kept for
+// retention) and wakes one waiter; false means owner does not hold key.
+func (n *Node) Release(ctx context.Context, key, owner string, retention time.Duration) (bool, error) {
+	v, err := releaseScript.Run(ctx, n.Client, []string{n.LockKey(key), n.WaitersKey(key)}, owner+"|", Ms(retention), n.waiterPrefix(key)).Int64()
+	return v == 1, err
+}
+
+// QuorumRelease is Redlock's per-node release: compare-and-DEL and a
+// broadcast on the release channel; false means owner does not hold key.
+func (n *Node) QuorumRelease(ctx context.Context, key, owner string) (bool, error) {
+	v, err := quorumReleaseScript.Run(ctx, n.Client, []string{n.LockKey(key)}, owner+"|", n.Channel(key)).Int64()
 	return v == 1, err
 }
 
@@ -150,13 +166,15 @@ func (n *Node) RefreshBatch(ctx context.Context, rs []Renewal) (held []bool, err
 	return held, errs
 }
 
-// Watch subscribes to releases of key (see hub).
-func (n *Node) Watch(ctx context.Context, key string) (*Subscription, error) {
-	return n.hub.watch(ctx, n.Channel(key), make(chan struct{}, 1))
+// Watch subscribes waiter id to its turn on key: the channel a release
+// publishes on when it picks id from the waiter queue.
+func (n *Node) Watch(ctx context.Context, key, id string) (*Subscription, error) {
+	return n.hub.watch(ctx, n.WaiterChannel(key, id), make(chan struct{}, 1))
 }
 
-// WatchInto is Watch delivering into ch (buffered, sent without blocking),
-// so one waiter can listen to several nodes without a goroutine each.
+// WatchInto subscribes to Redlock's release broadcast for key, delivering
+// into ch (buffered, sent without blocking), so one waiter can listen to
+// several nodes without a goroutine each.
 func (n *Node) WatchInto(ctx context.Context, key string, ch chan struct{}) (*Subscription, error) {
 	return n.hub.watch(ctx, n.Channel(key), ch)
 }
@@ -207,7 +225,7 @@ func (n *Node) List(ctx context.Context, prefix string) ([]Info, error) {
 		it := c.Scan(ctx, 0, pattern, 512).Iterator()
 		var keys []string
 		for it.Next(ctx) {
-			if k := it.Val(); strings.HasSuffix(k, "}") { // skip :fence
+			if k := it.Val(); strings.HasSuffix(k, "}") { // skip :fence, :waiters
 				keys = append(keys, k)
 			}
 		}
@@ -221,6 +239,9 @@ func (n *Node) List(ctx context.Context, prefix string) ([]Info, error) {
 			}
 			if err != nil {
 				return err
+			}
+			if strings.HasPrefix(v, "|") {
+				continue // a release marker: not held
 			}
 			ttl, err := c.PTTL(ctx, k).Result()
 			if err != nil {

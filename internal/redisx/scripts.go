@@ -2,35 +2,49 @@ package redisx
 
 import "github.com/redis/go-redis/v9"
 
-// acquireScript: KEYS[1]=lock, KEYS[2]=fence; ARGV[1]=owner, ARGV[2]=ttl ms,
-// ARGV[3]=metadata json, ARGV[4]=fence retention ms. Returns {1, token} or
-// {0, holder value, pttl}.
+// acquireScript is the single-deployment acquisition. KEYS[1]=lock,
+// KEYS[2]=waiters; ARGV[1]=owner, ARGV[2]=ttl ms, ARGV[3]=metadata json,
+// ARGV[4]=wait id ("" when not waiting), ARGV[5]=its queue score. Returns
+// {1, token} or {0, holder value, pttl}.
 //
-// The token is max(last token + 1, server time in µs): it increases on
-// every acquisition, and after a restart that lost the fence key it still
-// starts above every token issued before (unless the server clock went
-// back). Tokens are formatted with %.0f: Lua numbers are doubles, exact for
-// integers below 2^53 (µs timestamps stay below that until year 2255).
+// The lock key holds "<owner>|<token>|<metadata>" while held and, after a
+// release, the marker "|<token>" for a retention period: the last token
+// issued for the key lives in the key itself. The token is marker + 1, or,
+// when there is no marker (first use, expiry without release, a restart
+// that lost it), the server time in µs: tokens increase on every
+// acquisition, and after a restart still start above every earlier token
+// unless the server clock went back. Tokens are formatted with %.0f: Lua
+// numbers are doubles, exact for integers below 2^53 (µs timestamps stay
+// below that until the year 2255).
 //
-// The fence key expires a retention period after the last acquisition, so a
-// service that locks millions of distinct keys does not keep a counter for
-// each forever. That is safe because the clock floor alone already exceeds
-// every earlier token once the clock has moved past them: the counter only
-// matters for acquisitions within the same microsecond, or for a clock that
-// stepped back, both far shorter than the retention.
+// A waiter whose attempt fails is added to the key's waiter queue, so the
+// release can wake exactly one waiter (see releaseScript).
 var acquireScript = redis.NewScript(`
-local cur = redis.call('GET', KEYS[1])
-if cur then
-  return {0, cur, redis.call('PTTL', KEYS[1])}
+local v = redis.call('GET', KEYS[1])
+local last = 0
+if v then
+  local sep = string.find(v, '|', 1, true)
+  if sep ~= 1 then
+    local pttl = redis.call('PTTL', KEYS[1])
+    if ARGV[4] ~= '' then
+      redis.call('ZADD', KEYS[2], 'NX', ARGV[5], ARGV[4])
+      redis.call('PEXPIRE', KEYS[2], math.max(pttl, 0) + 60000)
+    end
+    return {0, v, pttl}
+  end
+  last = tonumber(string.sub(v, 2)) or 0
 end
-local t = redis.call('TIME')
-local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 local tok = last + 1
-if tok < floor then tok = floor end
+if last == 0 then
+  local t = redis.call('TIME')
+  local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if tok < floor then tok = floor end
+end
 tok = string.format('%.0f', tok)
-redis.call('SET', KEYS[2], tok, 'PX', ARGV[4])
 redis.call('SET', KEYS[1], ARGV[1] .. '|' .. tok .. '|' .. ARGV[3], 'PX', ARGV[2])
+if ARGV[4] ~= '' then
+  redis.call('ZREM', KEYS[2], ARGV[4])
+end
 return {1, tok}
 `)
 
@@ -44,9 +58,33 @@ end
 return 0
 `)
 
-// releaseScript (compare-and-delete + wake): KEYS[1]=lock; ARGV[1]="owner|",
-// ARGV[2]=release channel. Returns 1 if deleted, 0 if not held by owner.
+// releaseScript (compare-and-release + wake one): KEYS[1]=lock,
+// KEYS[2]=waiters; ARGV[1]="owner|", ARGV[2]=marker retention ms,
+// ARGV[3]=waiter channel prefix. If owner holds the lock it replaces the
+// value with the marker "|<token>" and publishes on the channel of the
+// first queued waiter that is still listening (PUBLISH counts receivers;
+// departed waiters are skipped), so one waiter retries instead of all of
+// them. Returns 1, or 0 if not held by owner.
 var releaseScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if not (v and string.sub(v, 1, #ARGV[1]) == ARGV[1]) then
+  return 0
+end
+local tok = string.match(string.sub(v, #ARGV[1] + 1), '^(%d+)') or '0'
+redis.call('SET', KEYS[1], '|' .. tok, 'PX', ARGV[2])
+for i = 1, 16 do
+  local w = redis.call('ZPOPMIN', KEYS[2])
+  if #w == 0 then break end
+  if redis.call('PUBLISH', ARGV[3] .. w[1], '1') > 0 then break end
+end
+return 1
+`)
+
+// quorumReleaseScript (compare-and-delete + wake all): Redlock's release
+// on one node. KEYS[1]=lock; ARGV[1]="owner|", ARGV[2]=release channel.
+// The fencing counter of a quorum lock lives in its own key, so the lease
+// is simply deleted. Returns 1, or 0 if not held by owner.
+var quorumReleaseScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 if v and string.sub(v, 1, #ARGV[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
@@ -60,10 +98,11 @@ return 0
 // KEYS[2]=fence; ARGV[1]=owner, ARGV[2]=ttl ms, ARGV[3]=metadata json.
 // Returns {1, floor} where floor = max(counter, server time in µs), or
 // {0, holder value, pttl}. A lease already held by the same owner (a
-// retried attempt) is granted again.
+// retried attempt) is granted again, and a single-deployment release
+// marker ("|<token>") counts as free.
 var grantScript = redis.NewScript(`
 local cur = redis.call('GET', KEYS[1])
-if cur and string.sub(cur, 1, #ARGV[1] + 1) ~= ARGV[1] .. '|' then
+if cur and string.sub(cur, 1, 1) ~= '|' and string.sub(cur, 1, #ARGV[1] + 1) ~= ARGV[1] .. '|' then
   return {0, cur, redis.call('PTTL', KEYS[1])}
 end
 redis.call('SET', KEYS[1], ARGV[1] .. '|0|' .. ARGV[3], 'PX', ARGV[2])

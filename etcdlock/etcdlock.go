@@ -324,7 +324,7 @@ func (b *backend) Queue(ctx context.Context, req *dlock.Request) (dlock.Grant, e
 		return dlock.Grant{}, err
 	}
 	if !first {
-		from, err = e.wait(ctx, req.Config.TTL)
+		from, err = e.wait(ctx, req.Config.TTL, from)
 		if err != nil {
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dlock.DefaultReleaseTimeout)
 			_, _ = e.dequeue(dctx)
@@ -339,22 +339,23 @@ func (b *backend) Queue(ctx context.Context, req *dlock.Request) (dlock.Grant, e
 }
 
 // wait blocks until no entry with a smaller create revision is left, and
-// returns the start of the last successful keep-alive.
-func (e *entry) wait(ctx context.Context, ttl time.Duration) (time.Time, error) {
+// returns the start of the lease's last successful keep-alive (initially
+// from).
+func (e *entry) wait(ctx context.Context, ttl time.Duration, from time.Time) (time.Time, error) {
 	b := e.b
 	pfx := b.queuePrefix(e.key)
 	tick := time.NewTicker(max(ttl/3, 10*time.Millisecond))
 	defer tick.Stop()
-	from := time.Time{}
 	keepAlive := func() error {
 		start := time.Now()
 		rctx, cancel := b.rpc(ctx)
 		defer cancel()
-		if _, err := b.client.KeepAliveOnce(rctx, e.s.id); err != nil {
-			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-				b.markDead(e.s)
-				return fmt.Errorf("%w: %w", errWaiterLeaseExpired, err)
-			}
+		ka, err := b.client.KeepAliveOnce(rctx, e.s.id)
+		switch {
+		case errors.Is(err, rpctypes.ErrLeaseNotFound) || (err == nil && ka.TTL <= 0):
+			b.markDead(e.s)
+			return fmt.Errorf("%w: %v", errWaiterLeaseExpired, err)
+		case err != nil:
 			return nil // transient: try again at the next tick
 		}
 		b.keptAlive(e.s, start)
@@ -362,62 +363,79 @@ func (e *entry) wait(ctx context.Context, ttl time.Duration) (time.Time, error) 
 		return nil
 	}
 	for {
+		// One round trip: the nearest entry ahead of ours, and ours.
 		rctx, cancel := b.rpc(ctx)
-		resp, err := b.client.Get(rctx, pfx, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(e.rev-1))...)
+		resp, err := b.client.Txn(rctx).Then(
+			clientv3.OpGet(pfx, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(e.rev-1))...),
+			clientv3.OpGet(e.myKey),
+		).Commit()
 		cancel()
 		if err != nil {
 			return from, err
 		}
-		if len(resp.Kvs) == 0 {
+		if mine := resp.Responses[1].GetResponseRange().Kvs; len(mine) == 0 || mine[0].CreateRevision != e.rev {
+			b.markDead(e.s)
+			return from, errWaiterLeaseExpired
+		}
+		ahead := resp.Responses[0].GetResponseRange().Kvs
+		if len(ahead) == 0 {
 			break
 		}
-		// Watch the predecessor from the revision after the one we read:
-		// a watch that starts at or below the current revision is served
-		// by etcd's catch-up loop, which runs only every 100ms.
-		pred := string(resp.Kvs[0].Key)
-		wctx, cancel := context.WithCancel(ctx)
-		wch := b.client.Watch(wctx, pred, clientv3.WithRev(resp.Header.Revision+1))
-		deleted := false
-		for !deleted {
-			select {
-			case wr, ok := <-wch:
-				if !ok || wr.Err() != nil {
-					deleted = true // re-read the queue
-					break
-				}
-				for _, ev := range wr.Events {
-					if ev.Type == mvccpb.DELETE {
-						deleted = true
-					}
-				}
-			case <-tick.C:
-				if err := keepAlive(); err != nil {
-					cancel()
-					return from, err
-				}
-			case <-ctx.Done():
-				cancel()
-				return from, ctx.Err()
-			}
+		if err := e.waitDelete(ctx, ahead[0], tick, keepAlive); err != nil {
+			return from, err
 		}
-		cancel()
 	}
-	// First in the queue: make sure our own entry (and lease) survived the
-	// wait, and renew the lease so the lock starts with a full TTL.
-	start := time.Now()
-	rctx, cancel := b.rpc(ctx)
+	// First in the queue with our entry intact (read in the same
+	// transaction). Start the lock with a freshly renewed lease unless the
+	// last renewal is recent.
+	if time.Since(from) > ttl/3 {
+		if err := keepAlive(); err != nil {
+			return from, err
+		}
+	}
+	return from, nil
+}
+
+// waitDelete waits until pred is deleted, keeping the lease alive. The
+// watch starts at the current revision: a watch from a past revision is
+// served by etcd's catch-up loop, which runs only every 100ms (the tail
+// concurrency.Mutex waiters see). A delete between our read and the
+// watch's start is caught by reading pred again once the watch exists.
+func (e *entry) waitDelete(ctx context.Context, pred *mvccpb.KeyValue, tick *time.Ticker, keepAlive func() error) error {
+	b := e.b
+	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	ka, kaErr := b.client.KeepAliveOnce(rctx, e.s.id)
-	resp, err := b.client.Get(rctx, e.myKey)
-	if err != nil {
-		return from, err
+	wch := b.client.Watch(wctx, string(pred.Key), clientv3.WithCreatedNotify())
+	for {
+		select {
+		case wr, ok := <-wch:
+			if !ok || wr.Err() != nil {
+				return ctx.Err() // nil: re-read the queue
+			}
+			if wr.Created {
+				rctx, rcancel := b.rpc(ctx)
+				g, err := b.client.Get(rctx, string(pred.Key))
+				rcancel()
+				if err != nil {
+					return err
+				}
+				if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != pred.CreateRevision {
+					return nil // already gone
+				}
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == mvccpb.DELETE {
+					return nil
+				}
+			}
+		case <-tick.C:
+			if err := keepAlive(); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
-	if kaErr != nil || ka.TTL <= 0 || len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != e.rev {
-		b.markDead(e.s)
-		return from, errWaiterLeaseExpired
-	}
-	b.keptAlive(e.s, start)
-	return start, nil
 }
 
 // Abort implements dlock.Aborter: remove this owner's queue entry if the

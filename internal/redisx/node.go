@@ -122,10 +122,16 @@ func (n *Node) Refresh(ctx context.Context, key, owner string, ttl time.Duration
 	return v == 1, err
 }
 
+// HandoffReserve is how long a release keeps the key for the waiter it
+// woke: long enough for the waiter to ask, short enough that a waiter that
+// died in between delays the next one only briefly.
+const HandoffReserve = 100 * time.Millisecond
+
 // Release replaces owner's lease with the token marker (kept for
-// retention) and wakes one waiter; false means owner does not hold key.
+// retention) and wakes one waiter, reserving the key for it; false means
+// owner does not hold key.
 func (n *Node) Release(ctx context.Context, key, owner string, retention time.Duration) (bool, error) {
-	v, err := releaseScript.Run(ctx, n.Client, []string{n.LockKey(key), n.WaitersKey(key)}, owner+"|", Ms(retention), n.waiterPrefix(key)).Int64()
+	v, err := releaseScript.Run(ctx, n.Client, []string{n.LockKey(key), n.WaitersKey(key)}, owner+"|", Ms(retention), n.waiterPrefix(key), Ms(HandoffReserve)).Int64()
 	return v == 1, err
 }
 

@@ -18,21 +18,40 @@ import "github.com/redis/go-redis/v9"
 // below that until the year 2255).
 //
 // A waiter whose attempt fails is added to the key's waiter queue, so the
-// release can wake exactly one waiter (see releaseScript).
+// release can wake exactly one waiter (see releaseScript). While a release
+// marker reserves the key for the waiter it woke ("|<token>|<wait id>|<until
+// ms>"), everyone else is refused until the reservation ends.
 var acquireScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 local last = 0
 if v then
   local sep = string.find(v, '|', 1, true)
+  local wait = false
+  local pttl
   if sep ~= 1 then
-    local pttl = redis.call('PTTL', KEYS[1])
+    wait, pttl = true, redis.call('PTTL', KEYS[1])
+  else
+    local tok, wid, exp = string.match(v, '^|(%d+)|([^|]*)|(%d+)$')
+    if tok then
+      if wid ~= ARGV[4] then
+        local t = redis.call('TIME')
+        local left = tonumber(exp) - (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+        if left > 0 then
+          wait, pttl = true, left
+        end
+      end
+      last = tonumber(tok)
+    else
+      last = tonumber(string.sub(v, 2)) or 0
+    end
+  end
+  if wait then
     if ARGV[4] ~= '' then
       redis.call('ZADD', KEYS[2], 'NX', ARGV[5], ARGV[4])
       redis.call('PEXPIRE', KEYS[2], math.max(pttl, 0) + 60000)
     end
     return {0, v, pttl}
   end
-  last = tonumber(string.sub(v, 2)) or 0
 end
 local tok = last + 1
 if last == 0 then
@@ -60,23 +79,31 @@ return 0
 
 // releaseScript (compare-and-release + wake one): KEYS[1]=lock,
 // KEYS[2]=waiters; ARGV[1]="owner|", ARGV[2]=marker retention ms,
-// ARGV[3]=waiter channel prefix. If owner holds the lock it replaces the
-// value with the marker "|<token>" and publishes on the channel of the
-// first queued waiter that is still listening (PUBLISH counts receivers;
-// departed waiters are skipped), so one waiter retries instead of all of
-// them. Returns 1, or 0 if not held by owner.
+// ARGV[3]=waiter channel prefix, ARGV[4]=reservation ms. If owner holds the
+// lock it publishes on the channel of the first queued waiter that is still
+// listening (PUBLISH counts receivers; departed waiters are skipped) and
+// replaces the value with the marker "|<token>", extended with that
+// waiter's id and a short reservation: the woken waiter gets the key even
+// if the releaser (or anyone else) asks again first, so waiters are served
+// in queue order and none is starved by barging. Returns 1, or 0 if not
+// held by owner.
 var releaseScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 if not (v and string.sub(v, 1, #ARGV[1]) == ARGV[1]) then
   return 0
 end
-local tok = string.match(string.sub(v, #ARGV[1] + 1), '^(%d+)') or '0'
-redis.call('SET', KEYS[1], '|' .. tok, 'PX', ARGV[2])
+local marker = '|' .. (string.match(string.sub(v, #ARGV[1] + 1), '^(%d+)') or '0')
 for i = 1, 16 do
   local w = redis.call('ZPOPMIN', KEYS[2])
   if #w == 0 then break end
-  if redis.call('PUBLISH', ARGV[3] .. w[1], '1') > 0 then break end
+  if redis.call('PUBLISH', ARGV[3] .. w[1], '1') > 0 then
+    local t = redis.call('TIME')
+    local until_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[4])
+    marker = marker .. '|' .. w[1] .. '|' .. string.format('%.0f', until_ms)
+    break
+  end
 end
+redis.call('SET', KEYS[1], marker, 'PX', ARGV[2])
 return 1
 `)
 

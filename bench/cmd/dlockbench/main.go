@@ -97,13 +97,12 @@ func run(t *tb, cfg config) int {
 	libs := libraries(e)
 	rep := &report{cfg: cfg, libs: libs, unc: map[string]uncontendedResult{}, thr: map[string]float64{}, con: map[string]contendedResult{}, errs: map[string]string{}}
 
-	for _, l := range libs {
-		progress("uncontended  %-26s (%v)", l.name, cfg.measure)
-		r := uncontended(l, cfg.measure)
+	progress("uncontended  all %d libraries, interleaved in 10 rounds (%v each)", len(libs), cfg.measure)
+	rep.unc = uncontendedAll(libs, cfg.measure, 10)
+	for name, r := range rep.unc {
 		if r.err != nil {
-			rep.errs[l.name+"/uncontended"] = r.err.Error()
+			rep.errs[name+"/uncontended"] = r.err.Error()
 		}
-		rep.unc[l.name] = r
 	}
 	for _, l := range libs {
 		progress("throughput   %-26s (%d goroutines, %v)", l.name, cfg.parallel, cfg.measure)

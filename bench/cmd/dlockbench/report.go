@@ -111,7 +111,7 @@ func (r *report) markdown() string {
 	}
 	w("\n%d of %d targets met.\n\n", met, len(ts))
 
-	w("## Uncontended acquire + release (1 goroutine, distinct keys)\n\n")
+	w("## Uncontended acquire + release (1 goroutine, distinct keys)\n\nThe libraries are measured interleaved, in 10 rounds, so that changes in the machine's speed during the run hit all of them alike.\n\n")
 	w("| library | p50 | p99 | ops/s | p50 vs floor | p50 vs dlock of its group |\n|---|---|---|---|---|---|\n")
 	dl := map[string]string{"redis": nDRedis, "redlock": nDRL, "etcd": nDEtcd}
 	for _, l := range r.libs {

@@ -40,37 +40,63 @@ type uncontendedResult struct {
 	err      error
 }
 
-// uncontended: one goroutine, distinct keys, acquire+release, for d.
-func uncontended(l lib, d time.Duration) uncontendedResult {
-	lk, err := l.newLocker()
-	if err != nil {
-		return uncontendedResult{err: err}
-	}
-	defer lk.close()
+// uncontendedAll measures every library with one goroutine on distinct
+// keys, for d each, interleaved in rounds so that drift in the machine's
+// speed during the run affects every library alike.
+func uncontendedAll(libs []lib, d time.Duration, rounds int) map[string]uncontendedResult {
 	ctx := context.Background()
-	// Warm up connections and script caches.
-	for i := 0; i < 50; i++ {
-		un, err := lk.lock(ctx, uniqueKey("warm"))
+	out := map[string]uncontendedResult{}
+	lockers := map[string]locker{}
+	lat := map[string][]time.Duration{}
+	spent := map[string]time.Duration{}
+	for _, l := range libs {
+		lk, err := l.newLocker()
 		if err != nil {
-			return uncontendedResult{err: err}
+			out[l.name] = uncontendedResult{err: err}
+			continue
 		}
-		un(ctx)
+		defer lk.close()
+		lockers[l.name] = lk
+		for i := 0; i < 50; i++ { // warm up connections and script caches
+			un, err := lk.lock(ctx, uniqueKey("warm"))
+			if err != nil {
+				out[l.name] = uncontendedResult{err: err}
+				delete(lockers, l.name)
+				break
+			}
+			un(ctx)
+		}
 	}
-	var lat []time.Duration
-	start := time.Now()
-	for time.Since(start) < d && len(lat) < 200000 {
-		t := time.Now()
-		un, err := lk.lock(ctx, uniqueKey("u"))
-		if err != nil {
-			return uncontendedResult{err: err}
+	for r := 0; r < rounds; r++ {
+		for _, l := range libs {
+			lk, ok := lockers[l.name]
+			if !ok {
+				continue
+			}
+			start := time.Now()
+			for time.Since(start) < d/time.Duration(rounds) {
+				t := time.Now()
+				un, err := lk.lock(ctx, uniqueKey("u"))
+				if err == nil {
+					err = un(ctx)
+				}
+				if err != nil {
+					out[l.name] = uncontendedResult{err: err}
+					delete(lockers, l.name)
+					break
+				}
+				lat[l.name] = append(lat[l.name], time.Since(t))
+			}
+			spent[l.name] += time.Since(start)
 		}
-		if err := un(ctx); err != nil {
-			return uncontendedResult{err: err}
-		}
-		lat = append(lat, time.Since(t))
 	}
-	el := time.Since(start)
-	return uncontendedResult{p50: pct(lat, 0.5), p99: pct(lat, 0.99), opsPerS: float64(len(lat)) / el.Seconds(), n: len(lat)}
+	for name, ls := range lat {
+		if _, failed := out[name]; failed {
+			continue
+		}
+		out[name] = uncontendedResult{p50: pct(ls, 0.5), p99: pct(ls, 0.99), opsPerS: float64(len(ls)) / spent[name].Seconds(), n: len(ls)}
+	}
+	return out
 }
 
 // throughput: g goroutines sharing one locker (one client, as a service

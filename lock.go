@@ -74,7 +74,6 @@ type Lock struct {
 	state          int
 	err            error
 	deadline       time.Time
-	timer          *time.Timer
 	capTimer       *time.Timer
 	serverReleased bool
 }
@@ -100,7 +99,6 @@ func newLock(key, owner string, cfg *Config, g Grant, start time.Time, wd *watch
 	l.life, l.cancel = context.WithCancelCause(context.Background())
 	l.mu.Lock()
 	l.deadline = start.Add(cfg.TTL - cfg.Drift())
-	l.timer = time.AfterFunc(time.Until(l.deadline), l.deadlinePassed)
 	if cfg.MaxHold > 0 {
 		l.capTimer = time.AfterFunc(time.Until(start.Add(cfg.MaxHold)), func() {
 			l.lose("hold cap reached", ErrHoldCapReached, true)
@@ -110,9 +108,15 @@ func newLock(key, owner string, cfg *Config, g Grant, start time.Time, wd *watch
 	if b, ok := g.Lease.(LossNotifier); ok {
 		b.Bind(func(cause error) { l.lose("backend reported loss", cause, !errors.Is(cause, ErrNotHeld)) })
 	}
-	if !cfg.NoAutoRefresh && wd != nil {
-		wd.add(l, start.Add(cfg.TTL/3))
+	// The watchdog renews the lease (unless auto-refresh is off) and loses
+	// the lock at its local deadline.
+	var renewAt time.Time
+	if !cfg.NoAutoRefresh {
+		renewAt = start.Add(cfg.TTL / 3)
 	}
+	l.mu.Lock()
+	wd.add(l, renewAt, l.deadline)
+	l.mu.Unlock()
 	return l
 }
 
@@ -260,13 +264,10 @@ func (l *Lock) releaseServer(ctx context.Context) error {
 
 // stopLocked stops timers, leaves the watchdog and closes Lost(). l.mu held.
 func (l *Lock) stopLocked() {
-	l.timer.Stop()
 	if l.capTimer != nil {
 		l.capTimer.Stop()
 	}
-	if l.wd != nil {
-		l.wd.remove(l)
-	}
+	l.wd.remove(l)
 	l.cancel(l.err)
 }
 
@@ -284,12 +285,20 @@ func (l *Lock) lose(reason string, cause error, cleanup bool) {
 		l.serverReleased = true
 	}
 	l.mu.Unlock()
-	if cleanup && l.wd != nil {
-		l.wd.cleanup(l)
+	if cleanup {
+		go l.cleanup()
 	}
 }
 
-// deadlinePassed runs from the deadline timer.
+// cleanup releases a lost lock on the server, best effort, so the key
+// frees as soon as the server is reachable rather than at expiry.
+func (l *Lock) cleanup() {
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultReleaseTimeout)
+	defer cancel()
+	_ = l.releaseServer(ctx)
+}
+
+// deadlinePassed is called by the watchdog at the local deadline.
 func (l *Lock) deadlinePassed() {
 	l.mu.Lock()
 	early := time.Now().Before(l.deadline) // a renewal moved it meanwhile
@@ -330,6 +339,6 @@ func (l *Lock) renewed(start time.Time, ttl time.Duration) {
 	d := start.Add(ttl - l.cfg.Drift())
 	if d.After(l.deadline) {
 		l.deadline = d
-		l.timer.Reset(time.Until(d))
+		l.wd.setDeadline(l, d)
 	}
 }

@@ -1,16 +1,20 @@
 // Package redislock implements dlock.Locker on a single Redis deployment
 // (standalone, Sentinel or Cluster, through go-redis's UniversalClient).
 //
-// Protocol. Acquire is one Lua script: SET key value NX PX ttl, where the
-// value is "<owner>|<token>|<metadata json>", together with the fencing
-// counter update. Refresh is compare-and-PEXPIRE and release is
-// compare-and-DEL followed by a PUBLISH that wakes waiters; both compare the
-// owner and so never touch another holder's lock, and both are safe to
-// retry. Waiters subscribe to the key's release channel before their next
-// attempt and otherwise sleep until the holder's lease would expire (the
-// PTTL the failed attempt returned) or a jittered backoff step passes,
-// whichever is first: a lost message costs one backoff step, never a
-// stranded waiter.
+// Protocol. Acquire is one Lua script: SET key value PX ttl when the key
+// is free, where the value is "<owner>|<token>|<metadata json>". A release
+// replaces the value with the marker "|<token>" (kept FenceRetention), so
+// the next token is marker + 1; without a marker the token is the server
+// time in µs. Refresh is compare-and-PEXPIRE and release is
+// compare-and-replace; both compare the owner and so never touch another
+// holder's lock, and both are safe to retry.
+//
+// Waiting. A waiter listens on a pub/sub channel of its own and its failed
+// attempts queue it in the key's waiter set. A release wakes the first
+// queued waiter still listening, and reserves the key for it for 100ms, so
+// waiters are served in queue order and one release causes one retry, not
+// a herd. Waiters also poll, on a jittered backoff bounded by the time left
+// on the lease, so a lost message costs at most one backoff step.
 //
 // Renewal. With auto-refresh on (the default) every lock taken through one
 // Locker is renewed by one watchdog at TTL/3, in one pipelined round trip
@@ -27,12 +31,12 @@
 //
 // Not guaranteed: exclusion across a failover or a restart that loses the
 // key (asynchronous replication acknowledges SET before replicas have it);
-// use fencing tokens and a Guard for correctness. Tokens are
-// max(previous token + 1, server time in µs), so they keep increasing after
-// a restart that lost the counter, unless the server's clock went back
-// further than the time since the last acquisition. The counter key
-// expires FenceRetention (1h) after the key's last acquisition, so locking
-// many distinct keys does not grow Redis without bound. Keys of one lock share
-// the "{key}" hash tag and so one Cluster slot; a key containing '}' still
-// works (its tag is then the part before the first '}').
+// use fencing tokens and a Guard for correctness. After a restart that lost
+// the key, tokens restart from the server time in µs, above every earlier
+// token unless the server's clock went back further than the time since the
+// last acquisition. The release marker expires after FenceRetention (1h),
+// so locking many distinct keys does not grow Redis without bound. The
+// keys of one lock (lease, waiter set) share the "{key}" hash tag and so
+// one Cluster slot; a key containing '}' still works (its tag is then the
+// part before the first '}').
 package redislock

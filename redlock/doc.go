@@ -33,13 +33,18 @@
 // extended it in time; otherwise Lost() closes at the local deadline, or at
 // once when a majority reports the lease gone.
 //
-// Release. Compare-and-delete (and a release notification) goes to every
-// node, including those that never answered the acquisition; the call
-// returns once a majority released.
+// Release. Compare-and-delete (or the hand-over to the next waiter) goes to
+// every node, including those that never answered the acquisition; the
+// call returns once a majority released.
 //
-// Waiting. Waiters subscribe to the release channel on every node (a
-// majority must confirm) and otherwise poll with jittered backoff bounded
-// by the shortest lease left.
+// Waiting. A waiter subscribes to a channel of its own on every node (a
+// majority must confirm) and its failed grants queue it on every node under
+// the same score (its arrival time). A release on a node wakes the first
+// queued waiter still listening and reserves the key for it for 100ms;
+// since every node orders the queue alike, every node picks the same
+// waiter, which then wins a majority instead of splitting the votes with a
+// herd of woken contenders. Waiters also poll with jittered backoff bounded
+// by the shortest lease or reservation left.
 //
 // Errors. A failed acquisition says, node by node, who granted, who holds
 // the key (owner, host, pid) and which nodes failed and why: a

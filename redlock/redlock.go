@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -298,7 +300,7 @@ func (b *backend) Try(ctx context.Context, req *dlock.Request) (dlock.Grant, err
 	timeout := b.timeout(cfg.TTL)
 	lease := &lease{b: b, key: req.Key, owner: req.Owner, timeout: timeout}
 	ch := b.fanOut(ctx, timeout, b.all(), func(ctx context.Context, n *node) answer {
-		o, err := n.Grant(ctx, req.Key, req.Owner, cfg.TTL, meta)
+		o, err := n.Grant(ctx, req.Key, req.Owner, cfg.TTL, meta, req.WaitID, waitScore(req.WaitID))
 		return answer{ok: err == nil && o.Granted, o: o, err: err}
 	})
 	seen, ok := tally(ch, len(b.nodes), b.quorum)
@@ -548,11 +550,11 @@ func (b *backend) Watch(ctx context.Context, key string) (dlock.Subscription, er
 	if b.err != nil {
 		return nil, b.err
 	}
-	ms := &multiSub{ch: make(chan struct{}, 1)}
+	ms := &multiSub{ch: make(chan struct{}, 1), id: newWaitID()}
 	done := make(chan bool, len(b.nodes))
 	for _, n := range b.nodes {
 		go func() {
-			s, err := n.WatchInto(ctx, key, ms.ch)
+			s, err := n.WatchInto(ctx, key, ms.id, ms.ch)
 			if err == nil && !ms.add(s) {
 				s.Close() // Close came first
 			}
@@ -575,7 +577,21 @@ func (b *backend) Watch(ctx context.Context, key string) (dlock.Subscription, er
 	return ms, nil
 }
 
+// newWaitID names a waiter: "<µs since epoch>-<random>". Every node queues
+// it with the timestamp as score, so all nodes order waiters alike.
+func newWaitID() string {
+	return strconv.FormatInt(time.Now().UnixMicro(), 10) + "-" + dlock.NewOwner()[:8]
+}
+
+// waitScore is the queue score encoded in a wait id (0 for none).
+func waitScore(id string) int64 {
+	ts, _, _ := strings.Cut(id, "-")
+	n, _ := strconv.ParseInt(ts, 10, 64)
+	return n
+}
+
 type multiSub struct {
+	id     string
 	ch     chan struct{}
 	mu     sync.Mutex
 	subs   []*redisx.Subscription
@@ -593,6 +609,9 @@ func (m *multiSub) add(s *redisx.Subscription) bool {
 }
 
 func (m *multiSub) C() <-chan struct{} { return m.ch }
+
+// WaitID implements dlock.WaitIDer.
+func (m *multiSub) WaitID() string { return m.id }
 
 func (m *multiSub) Close() {
 	m.mu.Lock()

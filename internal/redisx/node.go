@@ -50,9 +50,6 @@ func (n *Node) FenceKey(key string) string { return n.LockKey(key) + ":fence" }
 // WaitersKey is the queue of waiters to wake, one per release.
 func (n *Node) WaitersKey(key string) string { return n.LockKey(key) + ":waiters" }
 
-// Channel is the pub/sub channel Redlock releases of key publish on.
-func (n *Node) Channel(key string) string { return n.LockKey(key) + ":released" }
-
 // WaiterChannel is the channel waiter id listens on for its turn.
 func (n *Node) WaiterChannel(key, id string) string { return n.waiterPrefix(key) + id }
 
@@ -103,9 +100,9 @@ func (n *Node) Acquire(ctx context.Context, key, owner string, ttl time.Duration
 
 // Grant is phase one of a quorum acquisition: SET NX PX with token 0 in the
 // value; it returns the node's counter floor.
-func (n *Node) Grant(ctx context.Context, key, owner string, ttl time.Duration, meta string) (Outcome, error) {
-	return parseOutcome(grantScript.Run(ctx, n.Client, []string{n.LockKey(key), n.FenceKey(key)},
-		owner, Ms(ttl), meta).Slice())
+func (n *Node) Grant(ctx context.Context, key, owner string, ttl time.Duration, meta, waitID string, score int64) (Outcome, error) {
+	return parseOutcome(grantScript.Run(ctx, n.Client, []string{n.LockKey(key), n.FenceKey(key), n.WaitersKey(key)},
+		owner, Ms(ttl), meta, waitID, score).Slice())
 }
 
 // Commit is phase two: if owner still holds key here, record token in the
@@ -135,10 +132,10 @@ func (n *Node) Release(ctx context.Context, key, owner string, retention time.Du
 	return v == 1, err
 }
 
-// QuorumRelease is Redlock's per-node release: compare-and-DEL and a
-// broadcast on the release channel; false means owner does not hold key.
+// QuorumRelease is Redlock's per-node release: compare-and-DEL, or hand
+// the key to the first queued waiter; false means owner does not hold key.
 func (n *Node) QuorumRelease(ctx context.Context, key, owner string) (bool, error) {
-	v, err := quorumReleaseScript.Run(ctx, n.Client, []string{n.LockKey(key)}, owner+"|", n.Channel(key)).Int64()
+	v, err := quorumReleaseScript.Run(ctx, n.Client, []string{n.LockKey(key), n.WaitersKey(key)}, owner+"|", n.waiterPrefix(key), Ms(HandoffReserve)).Int64()
 	return v == 1, err
 }
 
@@ -178,11 +175,11 @@ func (n *Node) Watch(ctx context.Context, key, id string) (*Subscription, error)
 	return n.hub.watch(ctx, n.WaiterChannel(key, id), make(chan struct{}, 1))
 }
 
-// WatchInto subscribes to Redlock's release broadcast for key, delivering
-// into ch (buffered, sent without blocking), so one waiter can listen to
-// several nodes without a goroutine each.
-func (n *Node) WatchInto(ctx context.Context, key string, ch chan struct{}) (*Subscription, error) {
-	return n.hub.watch(ctx, n.Channel(key), ch)
+// WatchInto is Watch delivering into ch (buffered, sent without
+// blocking), so one waiter can listen on several nodes without a goroutine
+// each.
+func (n *Node) WatchInto(ctx context.Context, key, id string, ch chan struct{}) (*Subscription, error) {
+	return n.hub.watch(ctx, n.WaiterChannel(key, id), ch)
 }
 
 // Info describes a held lock as stored in Redis.

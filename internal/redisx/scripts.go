@@ -107,32 +107,67 @@ redis.call('SET', KEYS[1], marker, 'PX', ARGV[2])
 return 1
 `)
 
-// quorumReleaseScript (compare-and-delete + wake all): Redlock's release
-// on one node. KEYS[1]=lock; ARGV[1]="owner|", ARGV[2]=release channel.
-// The fencing counter of a quorum lock lives in its own key, so the lease
-// is simply deleted. Returns 1, or 0 if not held by owner.
+// quorumReleaseScript: Redlock's release on one node. KEYS[1]=lock,
+// KEYS[2]=waiters; ARGV[1]="owner|", ARGV[2]=waiter channel prefix,
+// ARGV[3]=reservation ms. Like releaseScript, it wakes the first queued
+// waiter still listening and reserves the key for it ("|0|<id>|<until>";
+// the quorum counter lives in its own key). Waiters register on every node
+// with the same score, so every node wakes and reserves for the same
+// waiter, which then wins a majority instead of splitting the votes with
+// the others. Returns 1, or 0 if not held by owner.
 var quorumReleaseScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
-if v and string.sub(v, 1, #ARGV[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], '1')
-  return 1
+if not (v and string.sub(v, 1, #ARGV[1]) == ARGV[1]) then
+  return 0
 end
-return 0
+for i = 1, 16 do
+  local w = redis.call('ZPOPMIN', KEYS[2])
+  if #w == 0 then break end
+  if redis.call('PUBLISH', ARGV[2] .. w[1], '1') > 0 then
+    local t = redis.call('TIME')
+    local until_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[3])
+    redis.call('SET', KEYS[1], '|0|' .. w[1] .. '|' .. string.format('%.0f', until_ms), 'PX', ARGV[3])
+    return 1
+  end
+end
+redis.call('DEL', KEYS[1])
+return 1
 `)
 
 // grantScript is phase one of a quorum acquisition. KEYS[1]=lock,
-// KEYS[2]=fence; ARGV[1]=owner, ARGV[2]=ttl ms, ARGV[3]=metadata json.
+// KEYS[2]=fence, KEYS[3]=waiters; ARGV[1]=owner, ARGV[2]=ttl ms,
+// ARGV[3]=metadata json, ARGV[4]=wait id or "", ARGV[5]=its queue score
+// (the same on every node, so every node wakes the same waiter first).
 // Returns {1, floor} where floor = max(counter, server time in µs), or
 // {0, holder value, pttl}. A lease already held by the same owner (a
 // retried attempt) is granted again, and a single-deployment release
 // marker ("|<token>") counts as free.
 var grantScript = redis.NewScript(`
 local cur = redis.call('GET', KEYS[1])
+local wait, pttl = false, 0
 if cur and string.sub(cur, 1, 1) ~= '|' and string.sub(cur, 1, #ARGV[1] + 1) ~= ARGV[1] .. '|' then
-  return {0, cur, redis.call('PTTL', KEYS[1])}
+  wait, pttl = true, redis.call('PTTL', KEYS[1])
+elseif cur and string.sub(cur, 1, 1) == '|' then
+  local wid, exp = string.match(cur, '^|%d+|([^|]*)|(%d+)$')
+  if wid and wid ~= ARGV[4] then
+    local t = redis.call('TIME')
+    local left = tonumber(exp) - (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+    if left > 0 then
+      wait, pttl = true, left
+    end
+  end
+end
+if wait then
+  if ARGV[4] ~= '' then
+    redis.call('ZADD', KEYS[3], 'NX', ARGV[5], ARGV[4])
+    redis.call('PEXPIRE', KEYS[3], math.max(pttl, 0) + 60000)
+  end
+  return {0, cur, pttl}
 end
 redis.call('SET', KEYS[1], ARGV[1] .. '|0|' .. ARGV[3], 'PX', ARGV[2])
+if ARGV[4] ~= '' then
+  redis.call('ZREM', KEYS[3], ARGV[4])
+end
 local t = redis.call('TIME')
 local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local c = tonumber(redis.call('GET', KEYS[2]) or '0') or 0

@@ -2,6 +2,46 @@ package redisx
 
 import "github.com/redis/go-redis/v9"
 
+// Lua helpers shared by the scripts below (prepended to their bodies).
+//
+// reserved_left(v, wait_id): ms left on the reservation a release marker v
+// ("|<token>|<wait id>|<until ms>") holds for a waiter other than wait_id;
+// 0 when there is none.
+//
+// queue_waiter(waiters, id, score, pttl): queue waiter id (once) and keep
+// the queue a minute longer than the current lease or reservation.
+//
+// wake_one(waiters, prefix, reserve_ms): pop queued waiters until a PUBLISH
+// on prefix..id reaches a listener (PUBLISH counts receivers, so departed
+// waiters are skipped) and return "<id>|<until ms>", the reservation for
+// that waiter; nil when no queued waiter listens.
+const luaHelpers = `
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function reserved_left(v, wait_id)
+  local wid, exp = string.match(v, '^|%d+|([^|]*)|(%d+)$')
+  if not wid or wid == wait_id then return 0 end
+  return math.max(tonumber(exp) - now_ms(), 0)
+end
+local function queue_waiter(waiters, id, score, pttl)
+  if id == '' then return end
+  redis.call('ZADD', waiters, 'NX', score, id)
+  redis.call('PEXPIRE', waiters, math.max(pttl, 0) + 60000)
+end
+local function wake_one(waiters, prefix, reserve_ms)
+  for i = 1, 16 do
+    local w = redis.call('ZPOPMIN', waiters)
+    if #w == 0 then return nil end
+    if redis.call('PUBLISH', prefix .. w[1], '1') > 0 then
+      return w[1] .. '|' .. string.format('%.0f', now_ms() + tonumber(reserve_ms))
+    end
+  end
+  return nil
+end
+`
+
 // acquireScript is the single-deployment acquisition. KEYS[1]=lock,
 // KEYS[2]=waiters; ARGV[1]=owner, ARGV[2]=ttl ms, ARGV[3]=metadata json,
 // ARGV[4]=wait id ("" when not waiting), ARGV[5]=its queue score. Returns
@@ -21,35 +61,19 @@ import "github.com/redis/go-redis/v9"
 // release can wake exactly one waiter (see releaseScript). While a release
 // marker reserves the key for the waiter it woke ("|<token>|<wait id>|<until
 // ms>"), everyone else is refused until the reservation ends.
-var acquireScript = redis.NewScript(`
+var acquireScript = redis.NewScript(luaHelpers + `
 local v = redis.call('GET', KEYS[1])
 local last = 0
 if v then
-  local sep = string.find(v, '|', 1, true)
-  local wait = false
-  local pttl
-  if sep ~= 1 then
-    wait, pttl = true, redis.call('PTTL', KEYS[1])
+  local pttl = 0
+  if string.find(v, '|', 1, true) ~= 1 then
+    pttl = redis.call('PTTL', KEYS[1]) -- held
   else
-    local tok, wid, exp = string.match(v, '^|(%d+)|([^|]*)|(%d+)$')
-    if tok then
-      if wid ~= ARGV[4] then
-        local t = redis.call('TIME')
-        local left = tonumber(exp) - (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
-        if left > 0 then
-          wait, pttl = true, left
-        end
-      end
-      last = tonumber(tok)
-    else
-      last = tonumber(string.sub(v, 2)) or 0
-    end
+    pttl = reserved_left(v, ARGV[4]) -- a release marker
+    last = tonumber(string.match(v, '^|(%d+)')) or 0
   end
-  if wait then
-    if ARGV[4] ~= '' then
-      redis.call('ZADD', KEYS[2], 'NX', ARGV[5], ARGV[4])
-      redis.call('PEXPIRE', KEYS[2], math.max(pttl, 0) + 60000)
-    end
+  if pttl ~= 0 then
+    queue_waiter(KEYS[2], ARGV[4], ARGV[5], pttl)
     return {0, v, pttl}
   end
 end
@@ -87,21 +111,15 @@ return 0
 // if the releaser (or anyone else) asks again first, so waiters are served
 // in queue order and none is starved by barging. Returns 1, or 0 if not
 // held by owner.
-var releaseScript = redis.NewScript(`
+var releaseScript = redis.NewScript(luaHelpers + `
 local v = redis.call('GET', KEYS[1])
 if not (v and string.sub(v, 1, #ARGV[1]) == ARGV[1]) then
   return 0
 end
 local marker = '|' .. (string.match(string.sub(v, #ARGV[1] + 1), '^(%d+)') or '0')
-for i = 1, 16 do
-  local w = redis.call('ZPOPMIN', KEYS[2])
-  if #w == 0 then break end
-  if redis.call('PUBLISH', ARGV[3] .. w[1], '1') > 0 then
-    local t = redis.call('TIME')
-    local until_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[4])
-    marker = marker .. '|' .. w[1] .. '|' .. string.format('%.0f', until_ms)
-    break
-  end
+local turn = wake_one(KEYS[2], ARGV[3], ARGV[4])
+if turn then
+  marker = marker .. '|' .. turn
 end
 redis.call('SET', KEYS[1], marker, 'PX', ARGV[2])
 return 1
@@ -115,22 +133,17 @@ return 1
 // with the same score, so every node wakes and reserves for the same
 // waiter, which then wins a majority instead of splitting the votes with
 // the others. Returns 1, or 0 if not held by owner.
-var quorumReleaseScript = redis.NewScript(`
+var quorumReleaseScript = redis.NewScript(luaHelpers + `
 local v = redis.call('GET', KEYS[1])
 if not (v and string.sub(v, 1, #ARGV[1]) == ARGV[1]) then
   return 0
 end
-for i = 1, 16 do
-  local w = redis.call('ZPOPMIN', KEYS[2])
-  if #w == 0 then break end
-  if redis.call('PUBLISH', ARGV[2] .. w[1], '1') > 0 then
-    local t = redis.call('TIME')
-    local until_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[3])
-    redis.call('SET', KEYS[1], '|0|' .. w[1] .. '|' .. string.format('%.0f', until_ms), 'PX', ARGV[3])
-    return 1
-  end
+local turn = wake_one(KEYS[2], ARGV[2], ARGV[3])
+if turn then
+  redis.call('SET', KEYS[1], '|0|' .. turn, 'PX', ARGV[3])
+else
+  redis.call('DEL', KEYS[1])
 end
-redis.call('DEL', KEYS[1])
 return 1
 `)
 
@@ -142,26 +155,16 @@ return 1
 // {0, holder value, pttl}. A lease already held by the same owner (a
 // retried attempt) is granted again, and a single-deployment release
 // marker ("|<token>") counts as free.
-var grantScript = redis.NewScript(`
+var grantScript = redis.NewScript(luaHelpers + `
 local cur = redis.call('GET', KEYS[1])
-local wait, pttl = false, 0
-if cur and string.sub(cur, 1, 1) ~= '|' and string.sub(cur, 1, #ARGV[1] + 1) ~= ARGV[1] .. '|' then
-  wait, pttl = true, redis.call('PTTL', KEYS[1])
-elseif cur and string.sub(cur, 1, 1) == '|' then
-  local wid, exp = string.match(cur, '^|%d+|([^|]*)|(%d+)$')
-  if wid and wid ~= ARGV[4] then
-    local t = redis.call('TIME')
-    local left = tonumber(exp) - (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
-    if left > 0 then
-      wait, pttl = true, left
-    end
-  end
+local pttl = 0
+if cur and string.sub(cur, 1, 1) == '|' then
+  pttl = reserved_left(cur, ARGV[4]) -- a release marker: free unless reserved
+elseif cur and string.sub(cur, 1, #ARGV[1] + 1) ~= ARGV[1] .. '|' then
+  pttl = redis.call('PTTL', KEYS[1]) -- held by someone else
 end
-if wait then
-  if ARGV[4] ~= '' then
-    redis.call('ZADD', KEYS[3], 'NX', ARGV[5], ARGV[4])
-    redis.call('PEXPIRE', KEYS[3], math.max(pttl, 0) + 60000)
-  end
+if pttl ~= 0 then
+  queue_waiter(KEYS[3], ARGV[4], ARGV[5], pttl)
   return {0, cur, pttl}
 end
 redis.call('SET', KEYS[1], ARGV[1] .. '|0|' .. ARGV[3], 'PX', ARGV[2])

@@ -45,16 +45,5 @@ func BenchmarkEtcdMutex(b *testing.B) {
 
 // BenchmarkEtcdlock is dlock's etcdlock on the same kind of server.
 func BenchmarkEtcdlock(b *testing.B) {
-	l := etcdlock.New(etcdClient(b))
-	ctx := context.Background()
-	b.ResetTimer()
-	for b.Loop() {
-		lk, err := l.Acquire(ctx, benchKey())
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := lk.Release(ctx); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchLocker(b, etcdlock.New(etcdClient(b)))
 }

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -68,6 +69,11 @@ type Aborter interface {
 // Acquirer implements Locker on top of a Backend: argument checks, the wait
 // loop (notification plus bounded polling), the Lock handle and the shared
 // watchdog. Backends embed or wrap one.
+//
+// Every backend call the Acquirer makes on behalf of a caller returns by
+// the caller's context, whatever the backend's client does with it: a call
+// still running at the deadline is abandoned (and undone in the background
+// if it turns out to have taken effect).
 type Acquirer struct {
 	backend Backend
 	minTTL  time.Duration
@@ -97,9 +103,12 @@ func (a *Acquirer) TryAcquire(ctx context.Context, key string, opts ...Option) (
 	return a.acquire(ctx, key, opts, false)
 }
 
+// errNilContext is returned for a nil context.
+var errNilContext = fmt.Errorf("%w: nil context", ErrInvalidOption)
+
 func (a *Acquirer) acquire(ctx context.Context, key string, opts []Option, wait bool) (*Lock, error) {
 	if ctx == nil {
-		return nil, errors.New("dlock: nil context")
+		return nil, errNilContext
 	}
 	cfg, err := NewConfig(key, a.minTTL, opts...)
 	if err != nil {
@@ -110,26 +119,17 @@ func (a *Acquirer) acquire(ctx context.Context, key string, opts []Option, wait 
 		ctx, cancel = context.WithTimeout(ctx, cfg.Wait)
 		defer cancel()
 	}
-	if q, ok := a.backend.(Queuer); ok && wait {
-		req := &Request{Key: key, Owner: NewOwner(), Config: cfg}
-		start := time.Now()
-		g, err := q.Queue(ctx, req)
-		if err == nil {
-			return newLock(key, req.Owner, cfg, g, start, a.wd), nil
-		}
-		if errors.Is(err, ErrNotAcquired) {
-			return nil, err
-		}
-		if ctx.Err() != nil {
-			return nil, notAcquired(key, nil, errors.Join(err, context.Cause(ctx)))
-		}
-		return nil, err
+	attemptFn := a.backend.Try
+	q, queued := a.backend.(Queuer)
+	if queued = queued && wait; queued {
+		attemptFn = q.Queue
 	}
 	var (
 		sub     Subscription
 		watched bool
 		waitID  string
-		last    *NotAcquiredError
+		last    *NotAcquiredError // the holder seen by the last attempt, if it saw one
+		lastErr error             // the last transient failure, if the last attempt failed so
 	)
 	defer func() {
 		if sub != nil {
@@ -138,34 +138,65 @@ func (a *Acquirer) acquire(ctx context.Context, key string, opts []Option, wait 
 	}()
 	for attempt := 1; ; attempt++ {
 		if err := ctx.Err(); err != nil {
-			return nil, notAcquired(key, last, context.Cause(ctx))
+			switch {
+			case last != nil:
+				return nil, notAcquired(key, last, context.Cause(ctx))
+			case lastErr != nil:
+				return nil, errors.Join(lastErr, context.Cause(ctx))
+			}
+			return nil, fmt.Errorf("dlock: acquire %q: %w", key, context.Cause(ctx))
 		}
 		// A fresh owner per attempt: a backend cleaning up a failed
 		// attempt in the background can never touch a later one.
 		req := &Request{Key: key, Owner: NewOwner(), Config: cfg, WaitID: waitID}
 		start := time.Now()
-		g, err := a.backend.Try(ctx, req)
+		g, err, abandoned := call(ctx, func(ctx context.Context) (Grant, error) {
+			return attemptFn(ctx, req)
+		}, func(g Grant, err error) { a.undo(req, g, err) })
+		if abandoned {
+			return nil, unavailable(key, last, nil, err)
+		}
 		if err == nil {
-			return newLock(key, req.Owner, cfg, g, start, a.wd), nil
+			if lk := a.grant(req, g, start); lk != nil {
+				return lk, nil
+			}
+			err = fmt.Errorf("%w: lock %q was granted with no validity left (the request took longer than the TTL minus the drift allowance); released", ErrTransient, key)
 		}
 		var na *NotAcquiredError
-		if !errors.As(err, &na) {
-			if ctx.Err() != nil || isTimeout(err) {
-				a.abort(ctx, req) // the request may have been applied
+		switch {
+		case errors.As(err, &na):
+			last, lastErr = na, nil
+			if !wait || queued { // a queue returns it only when ctx ended
+				return nil, err
 			}
+		case errors.Is(err, ErrTransient):
+			last, lastErr = nil, err
+			if !wait {
+				return nil, err
+			}
+		default:
+			// The outcome is unknown (a reset connection, a timeout, the
+			// context ending mid-request): undo it in the background.
+			go a.undo(req, Grant{}, err)
 			if ctx.Err() != nil {
-				return nil, notAcquired(key, last, errors.Join(err, context.Cause(ctx)))
+				return nil, unavailable(key, last, err, context.Cause(ctx))
 			}
 			return nil, err
 		}
-		last = na
-		if !wait {
-			return nil, err
-		}
-		if !watched {
+		if !watched && !queued {
 			watched = true
 			if w, ok := a.backend.(Watcher); ok {
-				if s, err := w.Watch(ctx, key); err == nil {
+				s, err, abandoned := call(ctx, func(ctx context.Context) (Subscription, error) {
+					return w.Watch(ctx, key)
+				}, func(s Subscription, err error) {
+					if err == nil && s != nil {
+						s.Close()
+					}
+				})
+				if abandoned {
+					return nil, unavailable(key, last, nil, err)
+				}
+				if err == nil && s != nil {
 					sub = s
 					if wi, ok := s.(WaitIDer); ok {
 						waitID = wi.WaitID()
@@ -175,8 +206,11 @@ func (a *Acquirer) acquire(ctx context.Context, key string, opts []Option, wait 
 			}
 		}
 		d := cfg.Backoff.Next(attempt)
-		if na.TTL > 0 && na.TTL+time.Millisecond < d {
-			d = na.TTL + time.Millisecond // the lease expires by then
+		if d <= 0 {
+			d = time.Millisecond // a Backoff returning ≤ 0 must not spin
+		}
+		if last != nil && last.TTL > 0 && last.TTL+time.Millisecond < d {
+			d = last.TTL + time.Millisecond // the lease expires by then
 		}
 		var notify <-chan struct{}
 		if sub != nil {
@@ -193,16 +227,36 @@ func (a *Acquirer) acquire(ctx context.Context, key string, opts []Option, wait 
 	}
 }
 
-// abort undoes an attempt whose outcome is unknown, with its own short
-// context when ctx is done.
-func (a *Acquirer) abort(ctx context.Context, req *Request) {
-	ab, ok := a.backend.(Aborter)
-	if !ok {
-		return
+// grant turns a successful attempt into a Lock, or returns nil (and undoes
+// the grant in the background) when the lease has no validity left: the
+// request took so long that its local deadline already passed.
+func (a *Acquirer) grant(req *Request, g Grant, start time.Time) *Lock {
+	if !g.Start.IsZero() && g.Start.Before(start) {
+		start = g.Start
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultReleaseTimeout)
+	if g.Lease == nil || !time.Now().Before(start.Add(req.Config.TTL-req.Config.Drift())) {
+		go a.undo(req, g, nil)
+		return nil
+	}
+	return newLock(req.Key, req.Owner, req.Config, g, start, a.wd)
+}
+
+// undo removes what an attempt may have left on the server: the lease of a
+// grant nobody will use, or, when the outcome is unknown, whatever the
+// backend's Abort finds for the attempt's owner. It runs in the
+// background with its own bounded context.
+func (a *Acquirer) undo(req *Request, g Grant, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultReleaseTimeout)
 	defer cancel()
-	_ = ab.Abort(ctx, req)
+	var na *NotAcquiredError
+	switch {
+	case err == nil && g.Lease != nil:
+		_ = g.Lease.Release(ctx)
+	case err != nil && !errors.As(err, &na) && !errors.Is(err, ErrTransient):
+		if ab, ok := a.backend.(Aborter); ok {
+			_ = ab.Abort(ctx, req)
+		}
+	}
 }
 
 func notAcquired(key string, last *NotAcquiredError, cause error) error {
@@ -213,7 +267,19 @@ func notAcquired(key string, last *NotAcquiredError, cause error) error {
 	return e
 }
 
-func isTimeout(err error) bool {
-	var t interface{ Timeout() bool }
-	return errors.As(err, &t) && t.Timeout()
+// unavailable reports an attempt that got no answer (err nil) or failed
+// (err) while the context ended: nothing is known about the key, so it is
+// not ErrNotAcquired even if an earlier attempt saw a holder.
+func unavailable(key string, last *NotAcquiredError, err, cause error) error {
+	seen := ""
+	if last != nil {
+		seen = "; last seen held by " + HolderString(last.Holder, last.Metadata)
+	}
+	var e error
+	if err != nil {
+		e = fmt.Errorf("%w: acquire %q: %w%s", ErrUnavailable, key, err, seen)
+	} else {
+		e = fmt.Errorf("%w: acquire %q: no answer before the context ended%s", ErrUnavailable, key, seen)
+	}
+	return errors.Join(e, cause)
 }

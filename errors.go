@@ -10,9 +10,24 @@ import (
 // Sentinel errors. Every error returned by dlock and its backends wraps one
 // of these where one applies; test for them with errors.Is.
 var (
-	// ErrNotAcquired: the key is held by someone else (TryAcquire), or
-	// Acquire gave up waiting (its context ended or WithWait elapsed).
+	// ErrNotAcquired: a holder was observed: the key is held by someone
+	// else (TryAcquire), or Acquire gave up waiting for it (its context
+	// ended or WithWait elapsed). It is never returned for a backend that
+	// failed or did not answer: that is the backend's error or
+	// ErrUnavailable.
 	ErrNotAcquired = errors.New("dlock: lock not acquired")
+	// ErrUnavailable: the lock service gave no answer before the context
+	// ended (a hung server or a stalled link), so nothing is known about
+	// the key. The context's error is joined to it. An attempt abandoned
+	// this way is undone in the background if it took effect after all.
+	ErrUnavailable = errors.New("dlock: lock service unavailable")
+	// ErrTransient is wrapped by a backend's attempt that failed without
+	// observing a holder and without leaving anything behind, and that may
+	// succeed if repeated (a Redlock commit that missed its majority, a
+	// grant that arrived with no validity left). Acquire repeats such
+	// attempts after a backoff step while it may wait; TryAcquire returns
+	// the error.
+	ErrTransient = errors.New("dlock: transient failure")
 	// ErrLockLost: the lock was lost while held: renewal failed, the local
 	// deadline passed, the key was deleted or changed behind the holder's
 	// back, or the hold cap was reached.
@@ -24,7 +39,8 @@ var (
 
 	// ErrInvalidKey: the key is empty or longer than MaxKeyLen.
 	ErrInvalidKey = errors.New("dlock: invalid key")
-	// ErrInvalidTTL: the TTL is zero, negative or below the backend minimum.
+	// ErrInvalidTTL: the TTL is zero, negative, below the backend minimum
+	// or above MaxTTL.
 	ErrInvalidTTL = errors.New("dlock: invalid ttl")
 	// ErrInvalidOption: an option has a value outside its documented range.
 	ErrInvalidOption = errors.New("dlock: invalid option")

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"maps"
 	"sync"
 	"time"
@@ -36,11 +37,14 @@ type Lease interface {
 }
 
 // LossNotifier is implemented by leases whose backend can notice a loss on
-// its own (a session expiring, a watch on the key). NewLock calls Bind once
-// with a function the backend calls, from any goroutine, when the lease is
-// known or suspected to be lost.
+// its own (a session expiring, a watch on the key). The core calls Bind
+// once, when the lock is handed out, with a function the backend calls,
+// from any goroutine, when the lease is known or suspected to be lost
+// (cause wrapping ErrNotHeld when the server says it is gone). The
+// returned stop function (may be nil) is called once when the lock ends,
+// released or lost; it must not block.
 type LossNotifier interface {
-	Bind(lose func(cause error))
+	Bind(lose func(cause error)) (stop func())
 }
 
 // state of a Lock.
@@ -70,12 +74,24 @@ type Lock struct {
 	life   context.Context
 	cancel context.CancelCauseFunc
 
-	mu             sync.Mutex
-	state          int
-	err            error
-	deadline       time.Time
-	capTimer       *time.Timer
-	serverReleased bool
+	mu       sync.Mutex
+	state    int
+	err      error
+	deadline time.Time
+	capTimer *time.Timer
+	unbind   func() // from LossNotifier.Bind
+	// The server-side release: at most one request in flight (flight),
+	// shared by concurrent Release calls and the cleanup of a lost lock;
+	// serverDone once the server no longer holds the lease for us.
+	flight     *releaseFlight
+	serverDone bool
+	doneResult error // nil or wrapping ErrNotHeld, once serverDone
+}
+
+// releaseFlight is one server-side release in progress.
+type releaseFlight struct {
+	done chan struct{}
+	err  error
 }
 
 // Grant is what a backend returns for a successful attempt.
@@ -90,32 +106,41 @@ type Grant struct {
 }
 
 // newLock wraps a granted lease. start is the monotonic time at which the
-// acquiring request was sent: the local deadline counts from it.
+// request that began the lease's validity was sent: the local deadline
+// counts from it.
 func newLock(key, owner string, cfg *Config, g Grant, start time.Time, wd *watchdog) *Lock {
-	if !g.Start.IsZero() && g.Start.Before(start) {
-		start = g.Start
-	}
 	l := &Lock{key: key, owner: owner, token: g.Token, cfg: cfg, lease: g.Lease, wd: wd, acquired: start}
 	l.life, l.cancel = context.WithCancelCause(context.Background())
-	l.mu.Lock()
 	l.deadline = start.Add(cfg.TTL - cfg.Drift())
-	if cfg.MaxHold > 0 {
-		l.capTimer = time.AfterFunc(time.Until(start.Add(cfg.MaxHold)), func() {
-			l.lose("hold cap reached", ErrHoldCapReached, true)
-		})
-	}
-	l.mu.Unlock()
 	if b, ok := g.Lease.(LossNotifier); ok {
-		b.Bind(func(cause error) { l.lose("backend reported loss", cause, !errors.Is(cause, ErrNotHeld)) })
+		stop := b.Bind(func(cause error) {
+			l.lose("the backend reported the lease lost", cause, !errors.Is(cause, ErrNotHeld))
+		})
+		l.mu.Lock()
+		if l.state == stateHeld {
+			l.unbind = stop
+			stop = nil
+		}
+		l.mu.Unlock()
+		if stop != nil { // lost during Bind
+			stop()
+		}
 	}
 	// The watchdog renews the lease (unless auto-refresh is off) and loses
-	// the lock at its local deadline.
+	// the lock at its local deadline; the hold cap has a timer of its own.
 	var renewAt time.Time
 	if !cfg.NoAutoRefresh {
 		renewAt = start.Add(cfg.TTL / 3)
 	}
 	l.mu.Lock()
-	wd.add(l, renewAt, l.deadline)
+	if l.state == stateHeld {
+		if cfg.MaxHold > 0 {
+			l.capTimer = time.AfterFunc(time.Until(start.Add(cfg.MaxHold)), func() {
+				l.lose("hold cap reached", ErrHoldCapReached, true)
+			})
+		}
+		wd.add(l, renewAt, l.deadline)
+	}
 	l.mu.Unlock()
 	return l
 }
@@ -127,28 +152,69 @@ func NewOwner() string {
 	return hex.EncodeToString(b[:])
 }
 
-// Key returns the locked key.
-func (l *Lock) Key() string { return l.key }
+// errNilLock is what the methods of a nil *Lock report.
+var errNilLock = fmt.Errorf("%w: nil *dlock.Lock (did Acquire fail?)", ErrNotHeld)
+
+// closedChan is the Lost channel of a nil *Lock.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// Key returns the locked key ("" for a nil *Lock).
+func (l *Lock) Key() string {
+	if l == nil {
+		return ""
+	}
+	return l.key
+}
 
 // Token returns the fencing token: it increases each time the key changes
 // hands. Pass it to the protected resource and have a guard check it.
-func (l *Lock) Token() uint64 { return l.token }
+func (l *Lock) Token() uint64 {
+	if l == nil {
+		return 0
+	}
+	return l.token
+}
 
 // Owner returns this holder's random 128-bit identity (hex).
-func (l *Lock) Owner() string { return l.owner }
+func (l *Lock) Owner() string {
+	if l == nil {
+		return ""
+	}
+	return l.owner
+}
 
 // TTL returns the lease length.
-func (l *Lock) TTL() time.Duration { return l.cfg.TTL }
+func (l *Lock) TTL() time.Duration {
+	if l == nil {
+		return 0
+	}
+	return l.cfg.TTL
+}
 
 // Metadata returns a copy of the metadata stored with the lock.
-func (l *Lock) Metadata() map[string]string { return maps.Clone(l.cfg.Metadata) }
+func (l *Lock) Metadata() map[string]string {
+	if l == nil {
+		return nil
+	}
+	return maps.Clone(l.cfg.Metadata)
+}
 
-// Lost returns a channel closed once when the lock is lost or released.
-func (l *Lock) Lost() <-chan struct{} { return l.life.Done() }
+// Lost returns a channel closed once when the lock is lost or released
+// (already closed for a nil *Lock).
+func (l *Lock) Lost() <-chan struct{} {
+	if l == nil {
+		return closedChan
+	}
+	return l.life.Done()
+}
 
 // Err is nil while the lock is held; after that it is ErrReleased or an
-// error wrapping ErrLockLost (a *LostError).
+// error wrapping ErrLockLost (a *LostError). A nil *Lock reports an error
+// wrapping ErrNotHeld.
 func (l *Lock) Err() error {
+	if l == nil {
+		return errNilLock
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.err
@@ -158,39 +224,65 @@ func (l *Lock) Err() error {
 // must be renewed or the lock counts as lost. It is the start of the last
 // successful acquire or renewal request + TTL - drift allowance.
 func (l *Lock) Deadline() time.Time {
+	if l == nil {
+		return time.Time{}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.deadline
 }
 
-// Context returns a context derived from parent that is also cancelled, with
-// Err() as its cause, when the lock is lost or released. Call cancel when
-// done with it.
+// Context returns a context derived from parent (nil means
+// context.Background()) that is also cancelled, with Err() as its cause,
+// when the lock is lost or released. Call cancel when done with it.
 func (l *Lock) Context(parent context.Context) (context.Context, context.CancelFunc) {
+	if parent == nil {
+		parent = context.Background()
+	}
 	ctx, cancel := context.WithCancelCause(parent)
+	if l == nil {
+		cancel(errNilLock)
+		return ctx, func() {}
+	}
 	stop := context.AfterFunc(l.life, func() { cancel(l.Err()) })
 	return ctx, func() { stop(); cancel(context.Canceled) }
 }
 
 // Fence returns the lock's fencing token and owner, for guards.
-func (l *Lock) Fence() Fence { return Fence{Token: l.token, Owner: l.owner} }
+func (l *Lock) Fence() Fence {
+	if l == nil {
+		return Fence{}
+	}
+	return Fence{Token: l.token, Owner: l.owner}
+}
 
 // Refresh extends the lease now. With auto-refresh on the watchdog does this
 // on its own; call it when auto-refresh is off. A refusal by the server
-// loses the lock (error wrapping ErrLockLost); other errors are returned
-// and the lock stays held until its local deadline.
+// loses the lock (error wrapping ErrLockLost); other errors, and a server
+// that does not answer before ctx ends, are returned and the lock stays
+// held until its local deadline.
 func (l *Lock) Refresh(ctx context.Context) error {
+	if l == nil {
+		return errNilLock
+	}
+	if ctx == nil {
+		return errNilContext
+	}
 	if err := l.Err(); err != nil {
 		return err
 	}
-	ttl, ok := l.renewTTL(time.Now())
+	start := time.Now()
+	ttl, ok := l.renewTTL(start)
 	if !ok {
 		l.lose("hold cap reached", ErrHoldCapReached, true)
 		return l.Err()
 	}
-	start := time.Now()
-	err := l.lease.Refresh(ctx, ttl)
+	_, err, abandoned := call(ctx, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, l.lease.Refresh(ctx, ttl)
+	}, nil)
 	switch {
+	case abandoned:
+		return fmt.Errorf("%w: refresh %q: no answer before the context ended: %w", ErrUnavailable, l.key, err)
 	case err == nil:
 		l.renewed(start, ttl)
 		return l.Err()
@@ -204,13 +296,21 @@ func (l *Lock) Refresh(ctx context.Context) error {
 
 // Release gives the lock up: it stops renewal, closes Lost() and deletes the
 // server-side lease only if it is still this owner's. It is safe to call
-// again (after a network error it retries the server call; after success it
-// returns nil). If the caller's context is already done, Release uses its
-// own context bounded by DefaultReleaseTimeout so a cancelled request never
-// leaves the lock held until its TTL. When the lock had already been lost,
-// Release still cleans up and returns the loss error (wrapping ErrLockLost):
-// the work done under it may not have been exclusive.
+// more than once and from several goroutines at once: one request goes to
+// the server and every caller gets its outcome; after a success later
+// calls return nil at once; after a network error the next call retries.
+// If the caller's context is already done (or nil), Release uses its own
+// context bounded by DefaultReleaseTimeout so a cancelled request never
+// leaves the lock held until its TTL. It returns by the context's deadline
+// even when the server does not answer (ErrUnavailable); the request then
+// completes in the background. When the lock had already been lost, or
+// the server no longer held the lease, Release returns the loss (wrapping
+// ErrLockLost): the work done under it may not have been exclusive.
+// Release on a nil *Lock returns an error wrapping ErrNotHeld.
 func (l *Lock) Release(ctx context.Context) error {
+	if l == nil {
+		return errNilLock
+	}
 	if ctx == nil || ctx.Err() != nil {
 		if ctx == nil {
 			ctx = context.Background()
@@ -220,46 +320,106 @@ func (l *Lock) Release(ctx context.Context) error {
 		defer cancel()
 	}
 	l.mu.Lock()
-	wasLost := l.state == stateLost
 	if l.state == stateHeld {
 		l.state = stateReleased
 		l.err = ErrReleased
 		l.stopLocked()
 	}
-	done := l.serverReleased
-	lostErr := l.err
 	l.mu.Unlock()
-	if wasLost {
-		if !done {
-			l.releaseServer(ctx)
-		}
-		return lostErr
-	}
-	if done {
-		return nil
-	}
 	err := l.releaseServer(ctx)
-	if errors.Is(err, ErrNotHeld) {
+	switch {
+	case err == nil:
+		return l.lostErr()
+	case errors.Is(err, ErrNotHeld):
 		// The lease was gone before we released it: the lock had been lost.
-		lost := &LostError{Key: l.key, Token: l.token, Reason: "lease was no longer held at release", Cause: err}
+		// (A retried or concurrent release never gets here for a lease it
+		// removed itself: backends recognise their own release.)
 		l.mu.Lock()
-		l.state, l.err = stateLost, lost
+		if l.state == stateReleased {
+			l.state = stateLost
+			l.err = &LostError{Key: l.key, Token: l.token, Reason: "lease was no longer held at release", Cause: err}
+		}
+		e := l.err
 		l.mu.Unlock()
-		return lost
-	}
-	return err
-}
-
-// releaseServer deletes the server-side lease; ErrNotHeld counts as done.
-func (l *Lock) releaseServer(ctx context.Context) error {
-	err := l.lease.Release(ctx)
-	if err == nil || errors.Is(err, ErrNotHeld) {
-		l.mu.Lock()
-		l.serverReleased = true
-		l.mu.Unlock()
+		return e
+	default:
+		if lost := l.lostErr(); lost != nil {
+			return errors.Join(lost, err)
+		}
 		return err
 	}
-	return errors.Join(err, ctx.Err())
+}
+
+// lostErr is Err() if the lock was lost, else nil.
+func (l *Lock) lostErr() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state == stateLost {
+		return l.err
+	}
+	return nil
+}
+
+// releaseServer deletes the server-side lease (owner-checked) unless that
+// is done: it joins the request in flight, or sends one. It returns nil or
+// an error wrapping ErrNotHeld once the server no longer holds the lease
+// for us (the first answer is kept), and any other error otherwise.
+func (l *Lock) releaseServer(ctx context.Context) error {
+	l.mu.Lock()
+	if l.serverDone {
+		l.mu.Unlock()
+		return l.doneErr()
+	}
+	f := l.flight
+	if f == nil {
+		f = &releaseFlight{done: make(chan struct{})}
+		l.flight = f
+		l.mu.Unlock()
+		_, err, abandoned := call(ctx, func(ctx context.Context) (struct{}, error) {
+			err := l.lease.Release(ctx)
+			l.endFlight(f, err)
+			return struct{}{}, err
+		}, nil)
+		if abandoned {
+			return fmt.Errorf("%w: release %q: no answer before the context ended (the request goes on in the background): %w", ErrUnavailable, l.key, err)
+		}
+		if err != nil && !errors.Is(err, ErrNotHeld) {
+			return errors.Join(err, ctx.Err())
+		}
+		return l.doneErr()
+	}
+	l.mu.Unlock()
+	select {
+	case <-f.done:
+		if f.err != nil && !errors.Is(f.err, ErrNotHeld) {
+			return f.err
+		}
+		return l.doneErr()
+	case <-ctx.Done():
+		return fmt.Errorf("%w: release %q: no answer before the context ended: %w", ErrUnavailable, l.key, context.Cause(ctx))
+	}
+}
+
+// doneResult is the first definitive answer of the server to a release:
+// nil (released) or an error wrapping ErrNotHeld.
+func (l *Lock) doneErr() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.doneResult
+}
+
+// endFlight records the outcome of the release request f.
+func (l *Lock) endFlight(f *releaseFlight, err error) {
+	l.mu.Lock()
+	f.err = err
+	if (err == nil || errors.Is(err, ErrNotHeld)) && !l.serverDone {
+		l.serverDone, l.doneResult = true, err
+	}
+	if l.flight == f {
+		l.flight = nil
+	}
+	l.mu.Unlock()
+	close(f.done)
 }
 
 // stopLocked stops timers, leaves the watchdog and closes Lost(). l.mu held.
@@ -269,9 +429,15 @@ func (l *Lock) stopLocked() {
 	}
 	l.wd.remove(l)
 	l.cancel(l.err)
+	if l.unbind != nil {
+		l.unbind()
+		l.unbind = nil
+	}
 }
 
-// lose marks the lock lost. cleanup queues a best-effort server release.
+// lose marks the lock lost. cleanup queues a best-effort server release
+// (the server may still hold the lease); without it the server is known
+// not to hold it.
 func (l *Lock) lose(reason string, cause error, cleanup bool) {
 	l.mu.Lock()
 	if l.state != stateHeld {
@@ -281,8 +447,11 @@ func (l *Lock) lose(reason string, cause error, cleanup bool) {
 	l.state = stateLost
 	l.err = &LostError{Key: l.key, Token: l.token, Reason: reason, Cause: cause}
 	l.stopLocked()
-	if !cleanup {
-		l.serverReleased = true
+	if !cleanup && !l.serverDone {
+		l.serverDone, l.doneResult = true, cause
+		if !errors.Is(cause, ErrNotHeld) {
+			l.doneResult = fmt.Errorf("%w: %w", ErrNotHeld, cause)
+		}
 	}
 	l.mu.Unlock()
 	if cleanup {
@@ -329,16 +498,26 @@ func (l *Lock) renewTTL(now time.Time) (time.Duration, bool) {
 	return ttl, true
 }
 
-// renewed moves the local deadline after a renewal sent at start succeeded.
-func (l *Lock) renewed(start time.Time, ttl time.Duration) {
+// renewed moves the local deadline after a renewal sent at start
+// succeeded, and reports whether the lock is still held. A success that
+// arrives after the local deadline passed does not revive the lock: the
+// deadline is a promise to the holder, who may already have stopped.
+func (l *Lock) renewed(start time.Time, ttl time.Duration) bool {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.state != stateHeld {
-		return
+		l.mu.Unlock()
+		return false
+	}
+	if !time.Now().Before(l.deadline) {
+		l.mu.Unlock()
+		l.deadlinePassed()
+		return false
 	}
 	d := start.Add(ttl - l.cfg.Drift())
 	if d.After(l.deadline) {
 		l.deadline = d
 		l.wd.setDeadline(l, d)
 	}
+	l.mu.Unlock()
+	return true
 }

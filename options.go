@@ -15,6 +15,14 @@ const (
 	// MinTTL is the shortest lease any backend accepts. Backends may
 	// document a larger minimum of their own; none documents one above 500ms.
 	MinTTL = 100 * time.Millisecond
+	// MaxTTL is the longest lease any backend accepts: a week. A lease is
+	// how long a crashed holder keeps everyone else out, so it stays short
+	// and the watchdog renews it; the bound keeps every backend's
+	// arithmetic (milliseconds, whole seconds, nanoseconds since 1970) far
+	// from overflow.
+	MaxTTL = 7 * 24 * time.Hour
+	// MaxDriftFactor bounds WithDrift's factor (exclusive).
+	MaxDriftFactor = 0.5
 	// MaxKeyLen is the longest key, in bytes, every backend accepts.
 	MaxKeyLen = 1024
 	// MaxMetadataLen bounds the encoded size of a lock's metadata, in bytes.
@@ -71,9 +79,10 @@ type Config struct {
 	ttlSet bool
 }
 
-// WithTTL sets the lease length (default DefaultTTL). With auto-refresh on,
-// the lease is renewed every TTL/3, so the TTL is how long a crashed holder
-// keeps others out.
+// WithTTL sets the lease length (default DefaultTTL; at least the
+// backend's minimum, at most MaxTTL). With auto-refresh on, the lease is
+// renewed every TTL/3, so the TTL is how long a crashed holder keeps others
+// out.
 func WithTTL(d time.Duration) Option { return func(c *Config) { c.TTL = d; c.ttlSet = true } }
 
 // WithWait bounds how long Acquire waits for a held key (default: until the
@@ -106,7 +115,8 @@ func WithAutoRefresh(on bool) Option { return func(c *Config) { c.NoAutoRefresh 
 func WithMaxHold(d time.Duration) Option { return func(c *Config) { c.MaxHold = d } }
 
 // WithDrift sets the clock-drift allowance: the local deadline of a lease
-// is its start + TTL - (TTL*factor + min).
+// is its start + TTL - (TTL*factor + min). factor must be in
+// [0, MaxDriftFactor) and the allowance below half the TTL.
 func WithDrift(factor float64, min time.Duration) Option {
 	return func(c *Config) { c.DriftFactor, c.DriftMin = factor, min }
 }
@@ -142,6 +152,8 @@ func NewConfig(key string, minTTL time.Duration, opts ...Option) (*Config, error
 		c.TTL = DefaultTTL
 	case c.TTL < minTTL:
 		return nil, fmt.Errorf("%w: %v is below the minimum %v", ErrInvalidTTL, c.TTL, minTTL)
+	case c.TTL > MaxTTL:
+		return nil, fmt.Errorf("%w: %v is above the maximum %v", ErrInvalidTTL, c.TTL, MaxTTL)
 	}
 	if c.TTL%time.Millisecond != 0 {
 		c.TTL = c.TTL.Truncate(time.Millisecond)
@@ -152,8 +164,9 @@ func NewConfig(key string, minTTL time.Duration, opts ...Option) (*Config, error
 	if c.MaxHold < 0 {
 		return nil, fmt.Errorf("%w: max hold %v is negative", ErrInvalidOption, c.MaxHold)
 	}
-	if c.DriftFactor < 0 || c.DriftFactor >= 0.5 || c.DriftMin < 0 {
-		return nil, fmt.Errorf("%w: drift factor %v must be in [0, 0.5) and drift min %v non-negative", ErrInvalidOption, c.DriftFactor, c.DriftMin)
+	// Written so that NaN fails too.
+	if !(c.DriftFactor >= 0 && c.DriftFactor < MaxDriftFactor) || c.DriftMin < 0 || c.DriftMin >= c.TTL {
+		return nil, fmt.Errorf("%w: drift factor %v must be in [0, %v) and drift min %v in [0, ttl %v)", ErrInvalidOption, c.DriftFactor, MaxDriftFactor, c.DriftMin, c.TTL)
 	}
 	if c.DriftFactor == 0 {
 		c.DriftFactor = DefaultDriftFactor

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -14,28 +15,40 @@ type Renewal struct {
 }
 
 // BatchRenewer is implemented by backends that renew many leases in one
-// round trip (a Redis pipeline, one SQL statement). RefreshBatch returns one
-// error per renewal, in order, with the same meaning as Lease.Refresh.
+// round trip (a Redis pipeline, one SQL statement). RefreshBatch calls
+// done(i, err) once for each renewal, as soon as its outcome is known (a
+// backend that talks to several servers reports each server's renewals
+// when that server answers, so a hung one delays only its own), from any
+// goroutine, before it returns; err has the same meaning as for
+// Lease.Refresh. A renewal without a report counts as failed.
 type BatchRenewer interface {
-	RefreshBatch(ctx context.Context, rs []Renewal) []error
+	RefreshBatch(ctx context.Context, rs []Renewal, done func(i int, err error))
 }
 
 // watchdog keeps the locks of one Acquirer: it renews auto-refreshed
 // leases, batching all locks due within a short window into one
-// RefreshBatch call, and loses every lock whose local deadline passed. It
-// owns no goroutine and no timer per lock: a single timer fires at the
-// earliest renewal or deadline and runs one pass on the timer's goroutine,
-// which then re-arms it. Acquiring a lock touches the timer only when the
-// new lock is due before everything else, so a lock released before its
-// first renewal usually costs no timer operation at all (on the 2-core
-// benchmark machine each timer change woke a thread and cost ~10% of an
-// uncontended acquire+release).
+// RefreshBatch call, and loses every lock whose local deadline passed.
+//
+// Timing never waits on I/O. A single timer fires at the earliest renewal
+// or deadline of any lock; its pass (on the timer's own goroutine) first
+// loses the locks whose deadline passed and re-arms the timer for the next
+// event, and only then starts the renewal of the locks due, on the same
+// goroutine. A renewal that hangs (a stalled link, a hung server, a client
+// that ignores contexts) therefore holds up nothing: the timer fires again
+// for the next deadline, a lock added meanwhile is scheduled at once, and a
+// lock whose renewal is in flight is skipped by later passes until that
+// renewal reports (its deadline still fires on time).
+//
+// There is no goroutine and no timer per lock: acquiring a lock touches the
+// timer only when the new lock is due before everything else, so a lock
+// released before its first renewal usually costs no timer operation at
+// all (on the 2-core benchmark machine each timer change woke a thread and
+// cost ~10% of an uncontended acquire+release).
 type watchdog struct {
 	batch BatchRenewer // nil: renew leases one by one
 
 	mu      sync.Mutex
 	locks   map[*Lock]*wdEntry
-	running bool // a pass is in progress; it re-arms when done
 	timer   *time.Timer
 	timerAt time.Time // when the timer fires; zero when not armed
 }
@@ -43,10 +56,12 @@ type watchdog struct {
 type wdEntry struct {
 	renewAt  time.Time // zero: auto-refresh off
 	deadline time.Time // the lock's local deadline (copy, under w.mu)
+	inflight bool      // a renewal of this lock is running
 }
 
+// due is the next time a pass has something to do for the entry.
 func (e *wdEntry) due() time.Time {
-	if !e.renewAt.IsZero() && e.renewAt.Before(e.deadline) {
+	if !e.inflight && !e.renewAt.IsZero() && e.renewAt.Before(e.deadline) {
 		return e.renewAt
 	}
 	return e.deadline
@@ -74,7 +89,7 @@ func (w *watchdog) remove(l *Lock) {
 }
 
 // setDeadline records a later deadline (after a renewal). Called with
-// l.mu held.
+// l.mu held. The timer needs no change: deadlines only move later.
 func (w *watchdog) setDeadline(l *Lock, d time.Time) {
 	w.mu.Lock()
 	if e := w.locks[l]; e != nil {
@@ -83,10 +98,20 @@ func (w *watchdog) setDeadline(l *Lock, d time.Time) {
 	w.mu.Unlock()
 }
 
-// armLocked makes sure a pass runs no later than at. A running pass
-// re-arms from a full scan when it ends, so nothing is needed then.
+// renewDone ends l's renewal in flight and schedules the next one at at.
+func (w *watchdog) renewDone(l *Lock, at time.Time) {
+	w.mu.Lock()
+	if e := w.locks[l]; e != nil {
+		e.inflight = false
+		e.renewAt = at
+		w.armLocked(e.due())
+	}
+	w.mu.Unlock()
+}
+
+// armLocked makes sure a pass runs no later than at. w.mu held.
 func (w *watchdog) armLocked(at time.Time) {
-	if w.running || (!w.timerAt.IsZero() && !at.Before(w.timerAt)) {
+	if !w.timerAt.IsZero() && !at.Before(w.timerAt) {
 		return
 	}
 	d := time.Until(at)
@@ -111,66 +136,49 @@ func (w *watchdog) held() int {
 	return n
 }
 
-// pass runs on the timer's goroutine: it loses locks past their deadline
-// and renews what is due until nothing is, then re-arms the timer.
+// pass runs on the timer's goroutine: it loses the locks past their
+// deadline, re-arms the timer for the next event, then renews what is due.
 func (w *watchdog) pass() {
 	w.mu.Lock()
-	if w.running {
-		w.mu.Unlock()
-		return
-	}
-	w.running = true
 	w.timerAt = time.Time{}
-	for {
-		now := time.Now()
-		var due, expired []*Lock
-		var earliest time.Time // earliest deadline of every tracked lock
-		for l, e := range w.locks {
-			if !now.Before(e.deadline) {
-				expired = append(expired, l)
-				continue
-			}
-			if earliest.IsZero() || e.deadline.Before(earliest) {
-				earliest = e.deadline
-			}
-			// Coalesce: renew every lock due within 1/12 of its TTL now, so
-			// locks taken at nearly the same time share a round trip.
-			if !e.renewAt.IsZero() && !e.renewAt.After(now.Add(l.cfg.TTL/12)) {
-				due = append(due, l)
-			}
+	now := time.Now()
+	var due, expired []*Lock
+	var next time.Time
+	for l, e := range w.locks {
+		if !now.Before(e.deadline) {
+			expired = append(expired, l)
+			continue
 		}
-		if len(expired) == 0 && len(due) == 0 {
-			break
+		// Coalesce: renew every lock due within 1/12 of its TTL now, so
+		// locks taken at nearly the same time share a round trip.
+		if !e.inflight && !e.renewAt.IsZero() && !e.renewAt.After(now.Add(l.cfg.TTL/12)) {
+			e.inflight = true
+			due = append(due, l)
 		}
-		w.mu.Unlock()
-		for _, l := range expired {
-			l.deadlinePassed()
-		}
-		if len(due) > 0 {
-			w.renew(due, earliest)
-		}
-		w.mu.Lock()
-	}
-	w.running = false
-	var wake time.Time
-	for _, e := range w.locks {
-		if at := e.due(); wake.IsZero() || at.Before(wake) {
-			wake = at
+		if at := e.due(); next.IsZero() || at.Before(next) {
+			next = at
 		}
 	}
-	if !wake.IsZero() {
-		w.armLocked(wake)
+	if !next.IsZero() {
+		w.armLocked(next)
 	}
 	w.mu.Unlock()
+	for _, l := range expired {
+		l.deadlinePassed()
+	}
+	if len(due) > 0 {
+		w.renew(due)
+	}
 }
 
-// renew refreshes due locks in one batch. The call is bounded by the
-// earliest deadline of any tracked lock: waiting longer is useless, and
-// the pass must be free by then to lose that lock on time.
-func (w *watchdog) renew(due []*Lock, earliest time.Time) {
+// renew refreshes due locks in one batch and applies each outcome as soon
+// as the backend reports it. The call's context ends at the latest
+// deadline among them: no answer after that can save any of them.
+func (w *watchdog) renew(due []*Lock) {
 	start := time.Now()
 	rs := make([]Renewal, 0, len(due))
-	locks := due[:0]
+	locks := make([]*Lock, 0, len(due))
+	var last time.Time
 	for _, l := range due {
 		ttl, ok := l.renewTTL(start)
 		if !ok {
@@ -179,51 +187,57 @@ func (w *watchdog) renew(due []*Lock, earliest time.Time) {
 		}
 		rs = append(rs, Renewal{Lease: l.lease, TTL: ttl})
 		locks = append(locks, l)
+		if d := l.Deadline(); d.After(last) {
+			last = d
+		}
 	}
 	if len(rs) == 0 {
 		return
 	}
 	// Give the call at least a few ms so a near-due lock still gets a try.
-	if min := start.Add(5 * time.Millisecond); earliest.Before(min) {
-		earliest = min
+	if min := start.Add(5 * time.Millisecond); last.Before(min) {
+		last = min
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), earliest)
+	ctx, cancel := context.WithDeadline(context.Background(), last)
 	defer cancel()
-	var errs []error
-	if w.batch != nil {
-		errs = w.batch.RefreshBatch(ctx, rs)
-	} else {
-		errs = make([]error, len(rs))
-		for i, r := range rs {
-			errs[i] = r.Lease.Refresh(ctx, r.TTL)
+	reported := make([]atomic.Bool, len(rs))
+	done := func(i int, err error) {
+		if i < 0 || i >= len(rs) || reported[i].Swap(true) {
+			return // out of range or reported twice: ignore
 		}
+		w.apply(locks[i], start, rs[i].TTL, err)
 	}
-	after := time.Now()
-	for i, l := range locks {
-		var err error
-		if i < len(errs) {
-			err = errs[i]
-		} else {
-			err = errors.New("dlock: backend returned too few renewal results")
+	switch {
+	case w.batch != nil:
+		w.batch.RefreshBatch(ctx, rs, done)
+	case len(rs) == 1:
+		done(0, rs[0].Lease.Refresh(ctx, rs[0].TTL))
+	default:
+		// One at a time would let a slow lease hold up the others.
+		var wg sync.WaitGroup
+		for i, r := range rs {
+			wg.Go(func() { done(i, r.Lease.Refresh(ctx, r.TTL)) })
 		}
-		switch {
-		case err == nil:
-			l.renewed(start, rs[i].TTL) // updates the deadline (l.mu, then w.mu)
-			w.mu.Lock()
-			if e := w.locks[l]; e != nil {
-				e.renewAt = start.Add(rs[i].TTL / 3)
-			}
-			w.mu.Unlock()
-		case errors.Is(err, ErrNotHeld):
-			l.lose("renewal refused: the key was deleted, expired or taken", err, false)
-		default:
-			// Transient: try again soon; the local deadline decides loss.
-			retry := max(l.cfg.TTL/10, 10*time.Millisecond)
-			w.mu.Lock()
-			if e := w.locks[l]; e != nil {
-				e.renewAt = after.Add(retry)
-			}
-			w.mu.Unlock()
+		wg.Wait()
+	}
+	for i := range rs {
+		done(i, errNoRenewalResult) // no-op for the reported ones
+	}
+}
+
+var errNoRenewalResult = errors.New("dlock: the backend reported no result for this renewal")
+
+// apply records the outcome of l's renewal sent at start.
+func (w *watchdog) apply(l *Lock, start time.Time, ttl time.Duration, err error) {
+	switch {
+	case err == nil:
+		if l.renewed(start, ttl) {
+			w.renewDone(l, start.Add(ttl/3))
 		}
+	case errors.Is(err, ErrNotHeld):
+		l.lose("renewal refused: the key was deleted, expired or taken", err, false)
+	default:
+		// Transient: try again soon; the local deadline decides loss.
+		w.renewDone(l, time.Now().Add(max(l.cfg.TTL/10, 10*time.Millisecond)))
 	}
 }

@@ -465,7 +465,7 @@ func (e *entry) notHeld(why string) error {
 // Refresh implements dlock.Lease: keep the lease alive and check the queue
 // key is still ours.
 func (e *entry) Refresh(ctx context.Context, _ time.Duration) error {
-	errs := e.b.RefreshBatch(ctx, []dlock.Renewal{{Lease: e}})
+	errs := e.b.refreshAll(ctx, []dlock.Renewal{{Lease: e}})
 	return errs[0]
 }
 
@@ -485,7 +485,13 @@ func (e *entry) Release(ctx context.Context) error {
 
 // RefreshBatch implements dlock.BatchRenewer: one keep-alive per distinct
 // lease, and one transaction (per 128 keys) reading every queue key.
-func (b *backend) RefreshBatch(ctx context.Context, rs []dlock.Renewal) []error {
+func (b *backend) RefreshBatch(ctx context.Context, rs []dlock.Renewal, done func(int, error)) {
+	for i, err := range b.refreshAll(ctx, rs) {
+		done(i, err)
+	}
+}
+
+func (b *backend) refreshAll(ctx context.Context, rs []dlock.Renewal) []error {
 	errs := make([]error, len(rs))
 	if err := b.check(); err != nil {
 		for i := range errs {

@@ -134,7 +134,13 @@ func (w waiter) WaitID() string { return w.id }
 
 // RefreshBatch implements dlock.BatchRenewer: one pipeline of
 // compare-and-pexpire scripts (go-redis splits it per node on Cluster).
-func (b *backend) RefreshBatch(ctx context.Context, rs []dlock.Renewal) []error {
+func (b *backend) RefreshBatch(ctx context.Context, rs []dlock.Renewal, done func(int, error)) {
+	for i, err := range b.refreshAll(ctx, rs) {
+		done(i, err)
+	}
+}
+
+func (b *backend) refreshAll(ctx context.Context, rs []dlock.Renewal) []error {
 	errs := make([]error, len(rs))
 	if err := b.check(); err != nil {
 		for i := range errs {

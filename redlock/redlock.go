@@ -494,7 +494,13 @@ func (l *lease) Release(ctx context.Context) error {
 
 // RefreshBatch implements dlock.BatchRenewer: one pipeline per node for all
 // due leases, the nodes in parallel.
-func (b *backend) RefreshBatch(ctx context.Context, rs []dlock.Renewal) []error {
+func (b *backend) RefreshBatch(ctx context.Context, rs []dlock.Renewal, done func(int, error)) {
+	for i, err := range b.refreshAll(ctx, rs) {
+		done(i, err)
+	}
+}
+
+func (b *backend) refreshAll(ctx context.Context, rs []dlock.Renewal) []error {
 	errs := make([]error, len(rs))
 	if b.err != nil {
 		for i := range errs {

@@ -150,7 +150,11 @@ func (a *Acquirer) acquire(ctx context.Context, key string, opts []Option, wait 
 		// attempt in the background can never touch a later one.
 		req := &Request{Key: key, Owner: NewOwner(), Config: cfg, WaitID: waitID}
 		start := time.Now()
-		g, err, abandoned := call(ctx, func(ctx context.Context) (Grant, error) {
+		grace := time.Duration(0)
+		if queued {
+			grace = queueGrace
+		}
+		g, err, abandoned := callGrace(ctx, grace, func(ctx context.Context) (Grant, error) {
 			return attemptFn(ctx, req)
 		}, func(g Grant, err error) { a.undo(req, g, err) })
 		if abandoned {

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // callResult is what a backend call returned.
@@ -21,6 +22,20 @@ type callResult[T any] struct {
 //
 // With a context that can never be done, f runs on the caller's goroutine.
 func call[T any](ctx context.Context, f func(context.Context) (T, error), late func(T, error)) (v T, err error, abandoned bool) {
+	return callGrace(ctx, 0, f, late)
+}
+
+// queueGrace is how long a queue wait (Queuer.Queue) may take to return
+// on its own once its context is done, before the core abandons it. A
+// queue wait blocks by design and ends with a *NotAcquiredError naming
+// the holder it waited behind; the grace lets that honest answer arrive
+// (a backend honouring its context returns within microseconds). A
+// backend stuck in a request overruns the context by at most this much.
+const queueGrace = 100 * time.Millisecond
+
+// callGrace is call, giving f up to grace after ctx is done to return on
+// its own.
+func callGrace[T any](ctx context.Context, grace time.Duration, f func(context.Context) (T, error), late func(T, error)) (v T, err error, abandoned bool) {
 	if ctx.Done() == nil {
 		v, err = f(ctx)
 		return v, err, false
@@ -49,6 +64,15 @@ func call[T any](ctx context.Context, f func(context.Context) (T, error), late f
 	case r := <-ch:
 		return r.v, r.err, false
 	case <-ctx.Done():
+		if grace > 0 {
+			t := time.NewTimer(grace)
+			select {
+			case r := <-ch:
+				t.Stop()
+				return r.v, r.err, false
+			case <-t.C:
+			}
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		select {

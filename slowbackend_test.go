@@ -12,7 +12,7 @@ import (
 // store is an in-memory lock service shared by the clients of one test.
 // Leases expire at processing time + TTL, as on a server.
 type store struct {
-	mu      sync.Mutex
+	mu       sync.Mutex
 	entries  map[string]storeEntry
 	tokens   map[string]uint64
 	released map[string]bool // owners that released

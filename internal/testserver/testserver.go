@@ -191,14 +191,25 @@ func (r *Redis) Do(args ...string) (string, error) {
 }
 
 func roundTrip(c net.Conn, br *bufio.Reader, args ...string) (string, error) {
+	if err := writeCommand(c, args...); err != nil {
+		return "", err
+	}
+	return readReply(br)
+}
+
+// writeCommand sends one command as a RESP array of bulk strings.
+func writeCommand(w io.Writer, args ...string) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "*%d\r\n", len(args))
 	for _, a := range args {
 		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
 	}
-	if _, err := io.WriteString(c, b.String()); err != nil {
-		return "", err
-	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// readReply reads one reply as roundTrip returns it.
+func readReply(br *bufio.Reader) (string, error) {
 	line, err := br.ReadString('\n')
 	if err != nil {
 		return "", err

@@ -1,0 +1,266 @@
+package etcdtest
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/dlock-go/dlock/internal/testserver"
+)
+
+// serveEnv is the environment variable that makes Serve run an etcd
+// member; its value is the member's processSpec as JSON.
+const serveEnv = "DLOCK_ETCDTEST_SERVE"
+
+// readyLine is what a child prints on its stdout once its member serves.
+const readyLine = "dlock-etcdtest: ready"
+
+// processStopTimeout bounds the wait for a killed child to exit.
+const processStopTimeout = 10 * time.Second
+
+// processSpec tells a child process which member to run.
+type processSpec struct {
+	Name      string `json:"name"`
+	Dir       string `json:"dir"`
+	ClientURL string `json:"client_url"`
+	PeerURL   string `json:"peer_url"`
+}
+
+// Serve turns this process into an etcd member when StartProcess started
+// it, and then never returns: the member serves until the process is
+// killed, its stdin is closed (the parent is gone) or it fails. Otherwise
+// Serve returns at once. Call it first thing in the TestMain of every
+// test package that uses StartProcess:
+//
+//	func TestMain(m *testing.M) {
+//		etcdtest.Serve()
+//		os.Exit(m.Run())
+//	}
+func Serve() {
+	v := os.Getenv(serveEnv)
+	if v == "" {
+		return
+	}
+	os.Exit(serve(v))
+}
+
+func serve(v string) int {
+	var spec processSpec
+	if err := json.Unmarshal([]byte(v), &spec); err != nil {
+		fmt.Fprintf(os.Stderr, "etcdtest: bad %s: %v\n", serveEnv, err)
+		return 2
+	}
+	e, err := embed.StartEtcd(NewConfig(spec.Name, spec.Dir, spec.ClientURL, spec.PeerURL))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "etcdtest: start: %v\n", err)
+		return 1
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		fmt.Fprintf(os.Stderr, "etcdtest: %v\n", err)
+		return 1
+	case <-time.After(StartTimeout):
+		fmt.Fprintf(os.Stderr, "etcdtest: not ready within %v\n", StartTimeout)
+		return 1
+	}
+	fmt.Println(readyLine)
+	// The parent holds our stdin open; EOF means it is gone (a backstop
+	// for the parent-death signal, which Linux ties to the forking thread).
+	parentGone := make(chan struct{})
+	go func() { io.Copy(io.Discard, os.Stdin); close(parentGone) }()
+	select {
+	case <-parentGone:
+		return 0
+	case err := <-e.Err():
+		fmt.Fprintf(os.Stderr, "etcdtest: %v\n", err)
+		return 1
+	}
+}
+
+// Process is a one-member etcd cluster running in a child process, so a
+// test can pause it (SIGSTOP: connections stay open, requests hang, as for
+// a stalled VM) and kill it.
+type Process struct {
+	t         testserver.TB
+	dir       string
+	clientURL string
+	cmd       *exec.Cmd
+	stdin     io.WriteCloser
+	exited    chan struct{} // closed once the child has exited and been reaped
+
+	mu      sync.Mutex
+	stopped bool
+}
+
+// StartProcess starts a one-member etcd cluster in a child process (this
+// test binary re-executed; its TestMain must call Serve first) on free
+// loopback ports, waits until it serves (at most StartTimeout) and stops it
+// (SIGKILL and wait) at t.Cleanup. The child's data and logs (etcd.log,
+// stderr.log) are kept in a temporary directory of the test, and the child
+// is killed if the test process dies.
+func StartProcess(t testserver.TB) *Process {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		exe = os.Args[0]
+	}
+	var errs []error
+	for attempt := 0; attempt < 3; attempt++ { // a free port may be taken meanwhile
+		p, err := startProcess(t, exe)
+		if err == nil {
+			return p
+		}
+		errs = append(errs, err)
+	}
+	t.Fatalf("etcd process did not start: %v", errs)
+	return nil
+}
+
+func startProcess(t testserver.TB, exe string) (*Process, error) {
+	dir := t.TempDir()
+	spec := processSpec{
+		Name:      "p0",
+		Dir:       filepath.Join(dir, "etcd"),
+		ClientURL: fmt.Sprintf("http://127.0.0.1:%d", testserver.FreePort(t)),
+		PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", testserver.FreePort(t)),
+	}
+	js, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(spec.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	stderr, err := os.Create(filepath.Join(dir, "stderr.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer stderr.Close() // the child has its own copy
+	out, outW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	// -test.run matches nothing: a binary whose TestMain does not call
+	// Serve runs no test and exits, which is reported below.
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), serveEnv+"="+string(js))
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = outW, stderr
+	cmd.SysProcAttr = sysProcAttr()
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		out.Close()
+		outW.Close()
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		out.Close()
+		outW.Close()
+		return nil, err
+	}
+	outW.Close()
+	p := &Process{t: t, dir: dir, clientURL: spec.ClientURL, cmd: cmd, stdin: stdin,
+		exited: make(chan struct{})}
+	ready := make(chan struct{})
+	// One goroutine per child: it watches stdout for the ready line,
+	// drains it until the child exits (EOF), then reaps the child.
+	go func() {
+		sc := bufio.NewScanner(out)
+		seen := false
+		for sc.Scan() {
+			if !seen && sc.Text() == readyLine {
+				seen = true
+				close(ready)
+			}
+		}
+		io.Copy(io.Discard, out) // a line too long for the scanner
+		out.Close()
+		cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(p.Stop)
+
+	select {
+	case <-ready:
+		return p, nil
+	case <-p.exited:
+		p.Stop()
+		return nil, fmt.Errorf("child exited at start (%v; does TestMain call etcdtest.Serve first?): %s",
+			cmd.ProcessState, p.logTail())
+	case <-time.After(StartTimeout):
+		p.Stop()
+		return nil, fmt.Errorf("not ready within %v: %s", StartTimeout, p.logTail())
+	}
+}
+
+// ClientURL is the member's client URL, http://127.0.0.1:port.
+func (p *Process) ClientURL() string { return p.clientURL }
+
+// Pid is the child's process id.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Dir is the test's temporary directory that holds the member's data
+// (etcd/) and logs (etcd/etcd.log, stderr.log).
+func (p *Process) Dir() string { return p.dir }
+
+// Pause stops the child (SIGSTOP): its connections stay open and requests
+// to it hang until Resume.
+func (p *Process) Pause() { p.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused child (SIGCONT).
+func (p *Process) Resume() { p.signal(syscall.SIGCONT) }
+
+func (p *Process) signal(sig syscall.Signal) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
+		return
+	}
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		p.t.Errorf("etcd process %d: %v: %v", p.cmd.Process.Pid, sig, err)
+	}
+}
+
+// Stop kills the child (SIGKILL, which also ends a paused one) and waits
+// for it to exit. It is idempotent and runs at the test's cleanup.
+func (p *Process) Stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
+		return
+	}
+	p.stopped = true
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	select {
+	case <-p.exited:
+	case <-time.After(processStopTimeout):
+		p.t.Errorf("etcd process %d did not exit within %v of SIGKILL", p.cmd.Process.Pid, processStopTimeout)
+	}
+	p.stdin.Close()
+}
+
+// logTail is the end of the child's stderr and etcd log, for errors.
+func (p *Process) logTail() string {
+	var b bytes.Buffer
+	for _, name := range []string{"stderr.log", filepath.Join("etcd", "etcd.log")} {
+		data, _ := os.ReadFile(filepath.Join(p.dir, name))
+		if len(data) > 2000 {
+			data = data[len(data)-2000:]
+		}
+		if data = bytes.TrimSpace(data); len(data) > 0 {
+			fmt.Fprintf(&b, "[%s] %s\n", name, data)
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,12 @@
+//go:build !linux
+
+package etcdtest
+
+import "syscall"
+
+// sysProcAttr puts the child in its own process group. Without Linux's
+// parent-death signal, a child whose test died ends when its stdin (held
+// by the test) closes.
+func sysProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true}
+}

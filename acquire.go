@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/background"
 )
 
 // Backend is the service-provider interface a lock service implements to
@@ -181,7 +183,7 @@ func (a *Acquirer) acquire(ctx context.Context, key string, opts []Option, wait 
 		default:
 			// The outcome is unknown (a reset connection, a timeout, the
 			// context ending mid-request): undo it in the background.
-			go a.undo(req, Grant{}, err)
+			background.Go(func() { a.undo(req, Grant{}, err) })
 			if ctx.Err() != nil {
 				return nil, unavailable(key, last, err, context.Cause(ctx))
 			}
@@ -239,7 +241,7 @@ func (a *Acquirer) grant(req *Request, g Grant, start time.Time) *Lock {
 		start = g.Start
 	}
 	if g.Lease == nil || !time.Now().Before(start.Add(req.Config.TTL-req.Config.Drift())) {
-		go a.undo(req, g, nil)
+		background.Go(func() { a.undo(req, g, nil) })
 		return nil
 	}
 	return newLock(req.Key, req.Owner, req.Config, g, start, a.wd)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/background"
 )
 
 // callResult is what a backend call returned.
@@ -48,7 +50,7 @@ func callGrace[T any](ctx context.Context, grace time.Duration, f func(context.C
 		left bool // the caller stopped waiting
 		ch   = make(chan callResult[T], 1)
 	)
-	go func() {
+	background.Go(func() {
 		v, err := f(ctx)
 		mu.Lock()
 		gone := left
@@ -59,7 +61,7 @@ func callGrace[T any](ctx context.Context, grace time.Duration, f func(context.C
 		if gone && late != nil {
 			late(v, err)
 		}
-	}()
+	})
 	select {
 	case r := <-ch:
 		return r.v, r.err, false

@@ -9,6 +9,8 @@ import (
 	"maps"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/background"
 )
 
 // Locker acquires locks. Every backend's *Locker implements it.
@@ -455,7 +457,7 @@ func (l *Lock) lose(reason string, cause error, cleanup bool) {
 	}
 	l.mu.Unlock()
 	if cleanup {
-		go l.cleanup()
+		background.Go(l.cleanup)
 	}
 }
 

@@ -22,7 +22,7 @@ import (
 
 func TestMain(m *testing.M) {
 	etcdtest.Serve() // in a child of StartProcess: serve etcd, never return
-	goleak.VerifyTestMain(m,
+	testserver.Main(m,
 		// Process-wide singletons of the embedded etcd server and gRPC.
 		goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"),
 		goleak.IgnoreAnyFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run"),

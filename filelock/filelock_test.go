@@ -12,14 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/filelock"
+	"github.com/dlock-go/dlock/internal/testserver"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testserver.Main(m) }
 
 // hang bounds every wait; exceeding it is a hang, not slowness.
 const hang = 60 * time.Second

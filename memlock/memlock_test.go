@@ -3,14 +3,13 @@ package memlock_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
-
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/memlock"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testserver.Main(m) }
 
 func TestConformance(t *testing.T) {
 	l := memlock.New()

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
@@ -18,7 +17,7 @@ import (
 	"github.com/dlock-go/dlock/redislock"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testserver.Main(m) }
 
 func newClient(t testing.TB, srv *testserver.Redis) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), Password: srv.Password()})

@@ -1,0 +1,36 @@
+package testserver
+
+import (
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/dlock-go/dlock/internal/background"
+)
+
+// BackgroundTimeout bounds how long Main waits for dlock's background work
+// (undoing abandoned attempts, finishing requests whose callers left) to
+// end before it looks for leaked goroutines. That work is bounded by
+// dlock.DefaultReleaseTimeout and the clients' own timeouts.
+const BackgroundTimeout = 30 * time.Second
+
+// Main runs a test package's tests, waits for dlock's background work to
+// end, then fails the run if goroutines leaked (goleak, with opts). Call
+// it from TestMain: func TestMain(m *testing.M) { testserver.Main(m) }.
+func Main(m *testing.M, opts ...goleak.Option) {
+	code := m.Run()
+	if !background.Wait(BackgroundTimeout) {
+		fmt.Fprintf(os.Stderr, "dlock background work still running after %v\n", BackgroundTimeout)
+		code = 1
+	}
+	if code == 0 {
+		if err := goleak.Find(opts...); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}

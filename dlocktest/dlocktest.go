@@ -1,9 +1,15 @@
 // Package dlocktest is the conformance suite every dlock backend runs. It
 // checks the semantics of DESIGN §3 against a real server: mutual exclusion
 // under contention, strictly increasing fencing tokens, owner-checked
-// release and refresh, context handling, renewal, loss signalling and input
-// validation. It asserts no latencies: a slow machine makes it slower, not
-// red. Every wait is bounded by HangTimeout and fails the test as a hang.
+// release and refresh, context handling, renewal, loss signalling, input
+// validation and misuse (nil handles, concurrent releases, panics, odd and
+// hierarchical keys, extreme TTLs), and, for network backends, a fault
+// section: stalled links, a paused server and lost replies, where the
+// promises are asserted as orderings ("the holder's Lost() closed before
+// another client's successful attempt was sent") and outcomes, not
+// latencies. A slow machine makes it slower, not red: every wait is
+// bounded by HangTimeout and fails the test as a hang, and a call may
+// overrun its context by OverrunBound before it counts as one.
 package dlocktest
 
 import (
@@ -38,6 +44,15 @@ type Harness struct {
 	// Contenders is the number of goroutines in the mutual-exclusion test.
 	// Zero means 16.
 	Contenders int
+	// MinTTL is the backend's minimum TTL (zero: dlock.MinTTL).
+	MinTTL time.Duration
+	// NoticesDeletion says the backend watches its leases on the server
+	// (session backends) and closes Lost() when one is deleted, without
+	// waiting for the next renewal; the suite then checks that it does.
+	NoticesDeletion bool
+	// Faults wires the fault section (stalled links, a paused server, lost
+	// replies). Every network backend must provide it.
+	Faults *Faults
 }
 
 var keySeq atomic.Int64
@@ -123,6 +138,25 @@ func TestLocker(t *testing.T, h Harness) {
 		{"ReleaseOfLostLockKeepsNewHolder", testReleaseLostKeepsNewHolder},
 		{"Do", testDo},
 		{"DoReportsLoss", testDoLoss},
+		{"ConcurrentRelease", testConcurrentRelease},
+		{"DoReleasesOnPanic", testDoPanics},
+		{"NilArguments", testNilArgs},
+		{"OddKeys", testOddKeys},
+		{"HierarchicalKeys", testHierarchicalKeys},
+		{"LongTTL", testLongTTL},
+		{"ShortTTLContention", testShortTTLContention},
+	}
+	if h.NoticesDeletion {
+		tests = append(tests, struct {
+			name string
+			fn   func(*testing.T, Harness)
+		}{"DeletionNoticed", testDeletionNoticed})
+	}
+	if h.Faults != nil {
+		tests = append(tests, struct {
+			name string
+			fn   func(*testing.T, Harness)
+		}{"Faults", testFaults})
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })

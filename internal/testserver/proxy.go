@@ -388,3 +388,35 @@ func resetConn(nc net.Conn) {
 	}
 	nc.Close()
 }
+
+// Proxies is a link to several servers: each fault applies to every proxy
+// of the set (LoseNextReply arms each of them).
+type Proxies []*Proxy
+
+// Stall stalls every proxy.
+func (ps Proxies) Stall() {
+	for _, p := range ps {
+		p.Stall()
+	}
+}
+
+// Cut cuts every proxy.
+func (ps Proxies) Cut() {
+	for _, p := range ps {
+		p.Cut()
+	}
+}
+
+// LoseNextReply arms every proxy.
+func (ps Proxies) LoseNextReply() {
+	for _, p := range ps {
+		p.LoseNextReply()
+	}
+}
+
+// Heal heals every proxy.
+func (ps Proxies) Heal() {
+	for _, p := range ps {
+		p.Heal()
+	}
+}

@@ -1,0 +1,372 @@
+package dlocktest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// OverrunBound is how far past its context's deadline a call may return
+// before the fault section calls it a hang. The promise is "by the
+// deadline" (the core abandons a call still running then, within
+// microseconds, or 100ms for a queue wait); the bound is generous so that
+// a slow machine never fails the suite, and it is still far below the
+// seconds that a client's own timeouts and retries take (the defect it
+// catches).
+const OverrunBound = 2 * time.Second
+
+// Link is the network between a client and its server(s), with faults a
+// test can switch on. internal/testserver's Proxy and Proxies implement it.
+type Link interface {
+	// Stall holds bytes in both directions; connections stay open, so the
+	// server looks hung (as under SIGSTOP or a stalled network).
+	Stall()
+	// Cut resets every connection and refuses new ones (a dead server).
+	Cut()
+	// LoseNextReply lets the next request through and drops its reply,
+	// resetting that connection: the request took effect, the client does
+	// not know.
+	LoseNextReply()
+	// Heal ends every fault; held bytes are delivered.
+	Heal()
+}
+
+// Faults wires the fault section of the suite: a hung server is not a dead
+// one, and the promises must hold against both. Lockers from Harness.New
+// keep a healthy link; they play "another client" that polls the server
+// directly.
+type Faults struct {
+	// New returns a Locker whose every connection to the server(s) passes
+	// through the returned Link. Required.
+	New func(t testing.TB) (dlock.Locker, Link)
+	// Pause stops the server(s) holding key (SIGSTOP: connections stay
+	// open, requests hang) until the returned function resumes them. For
+	// a quorum backend it pauses a majority. Required.
+	Pause func(t testing.TB, key string) (resume func())
+	// NewMinority, for quorum backends, returns a Locker in which only a
+	// minority of the servers is reached through the returned Link.
+	NewMinority func(t testing.TB) (dlock.Locker, Link)
+	// TTL is the lease used by the fault tests. Zero means 1s.
+	TTL time.Duration
+}
+
+func testFaults(t *testing.T, h Harness) {
+	f := h.Faults
+	if f.New == nil || f.Pause == nil {
+		t.Fatal("Harness.Faults needs New and Pause")
+	}
+	if f.TTL == 0 {
+		f.TTL = time.Second
+	}
+	t.Run("StalledHolderLosesFirst", func(t *testing.T) { testStalledHolder(t, h, f) })
+	t.Run("PausedServerLosesFirst", func(t *testing.T) { testPausedServer(t, h, f) })
+	t.Run("DeadlinesAgainstStalledLink", func(t *testing.T) { testStalledDeadlines(t, h, f) })
+	t.Run("LostReplyOnAcquire", func(t *testing.T) { testLostAcquireReply(t, h, f) })
+	t.Run("LostReplyOnRelease", func(t *testing.T) { testLostReleaseReply(t, h, f) })
+	t.Run("OutageDuringWait", func(t *testing.T) { testOutageDuringWait(t, h, f) })
+	if f.NewMinority != nil {
+		t.Run("MinorityStalled", func(t *testing.T) { testMinorityStalled(t, h, f) })
+	}
+}
+
+// faulty returns a Locker behind a Link, healed at cleanup (before the
+// servers stop).
+func faulty(t *testing.T, f *Faults) (dlock.Locker, Link) {
+	l, link := f.New(t)
+	t.Cleanup(link.Heal)
+	return l, link
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// AcquireWhenFree polls l.TryAcquire on key until it succeeds (failing as a
+// hang after HangTimeout) and fails the test unless holder's Lost() had
+// closed before the successful attempt was sent: the promise "a held lock
+// tells you it is lost before anyone else can hold it", checked as an
+// ordering, not a latency. It logs the margin between the holder's local
+// deadline and that attempt.
+func AcquireWhenFree(t testing.TB, l dlock.Locker, key string, holder *dlock.Lock) *dlock.Lock {
+	t.Helper()
+	end := time.Now().Add(HangTimeout)
+	for attempts := 0; time.Now().Before(end); attempts++ {
+		lostBefore := isClosed(holder.Lost())
+		sent := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), HangTimeout)
+		lk, err := l.TryAcquire(ctx, key)
+		cancel()
+		if err == nil {
+			if !lostBefore {
+				lk.Release(context.Background())
+				t.Fatalf("two holders: another client acquired %q (attempt %d) while the holder's Lost() was open; holder deadline %v after that attempt was sent", key, attempts, holder.Deadline().Sub(sent))
+			}
+			t.Logf("margin: the holder's local deadline passed %v before the other client's successful attempt was sent", sent.Sub(holder.Deadline()).Round(10*time.Microsecond))
+			return lk
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	t.Fatalf("hang: %q did not become free within %v", key, HangTimeout)
+	return nil
+}
+
+// bounded runs fn with a context of timeout d and fails the test if fn
+// returns more than OverrunBound after the deadline. It logs the overrun.
+func bounded(t *testing.T, what string, d time.Duration, fn func(ctx context.Context) error) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	start := time.Now()
+	err := fn(ctx)
+	over := time.Since(start) - d
+	t.Logf("%s: returned %v after its %v deadline: %v", what, over.Round(10*time.Microsecond), d, err)
+	if over > OverrunBound {
+		t.Fatalf("%s overran its %v context by %v", what, d, over)
+	}
+	return err
+}
+
+// wantUnavailable checks that an attempt that met a hung or dead server
+// did not report the key as held.
+func wantUnavailable(t *testing.T, what string, err error) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("%s succeeded against a hung server", what)
+	}
+	if errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("%s: an outage reported as a held key: %v", what, err)
+	}
+}
+
+// The holder's link stalls past its TTL while another client polls the
+// server directly: the holder's Lost() must close before the other client
+// gets the key.
+func testStalledHolder(t *testing.T, h Harness, f *Faults) {
+	l, link := faulty(t, f)
+	key := Key(t)
+	holder := mustAcquire(t, l, key, dlock.WithTTL(f.TTL))
+	link.Stall()
+	lk := AcquireWhenFree(t, h.New(t), key, holder)
+	defer release(t, lk)
+	if !errors.Is(holder.Err(), dlock.ErrLockLost) {
+		t.Fatalf("holder Err() = %v, want ErrLockLost", holder.Err())
+	}
+	if lk.Token() <= holder.Token() {
+		t.Fatalf("token %d after %d", lk.Token(), holder.Token())
+	}
+}
+
+// The server hangs (SIGSTOP) past the holder's TTL: the holder's Lost()
+// closes while it is stopped (before anyone could take the key), and every
+// call made meanwhile returns by its context's deadline.
+func testPausedServer(t *testing.T, h Harness, f *Faults) {
+	key, other := Key(t), Key(t)
+	l := h.New(t)
+	holder := mustAcquire(t, l, key, dlock.WithTTL(f.TTL))
+	second := mustAcquire(t, l, other, dlock.WithTTL(time.Minute))
+	resume := f.Pause(t, key)
+	resumed := false
+	defer func() {
+		if !resumed {
+			resume()
+		}
+	}()
+	l2 := h.New(t)
+	err := bounded(t, "TryAcquire against a paused server", 500*time.Millisecond, func(ctx context.Context) error {
+		_, err := l2.TryAcquire(ctx, Key(t))
+		return err
+	})
+	wantUnavailable(t, "TryAcquire", err)
+	err = bounded(t, "Acquire of a held key against a paused server", 500*time.Millisecond, func(ctx context.Context) error {
+		_, err := l2.Acquire(ctx, key)
+		return err
+	})
+	wantUnavailable(t, "Acquire", err)
+	bounded(t, "Refresh against a paused server", 500*time.Millisecond, second.Refresh)
+	err = bounded(t, "Release against a paused server", 500*time.Millisecond, second.Release)
+	if errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Release of a healthy lock against a paused server reported a loss: %v", err)
+	}
+	waitClosed(t, holder.Lost(), "the holder's Lost() while the server is paused")
+	resume()
+	resumed = true
+	lk := AcquireWhenFree(t, h.New(t), key, holder)
+	release(t, lk)
+	if lk.Token() <= holder.Token() {
+		t.Fatalf("token %d after %d", lk.Token(), holder.Token())
+	}
+	second.Release(context.Background())
+}
+
+// Every call returns by its context's deadline on a stalled link, and an
+// abandoned attempt that took effect later is undone, not left to its TTL.
+func testStalledDeadlines(t *testing.T, h Harness, f *Faults) {
+	l, link := faulty(t, f)
+	key, held := Key(t), Key(t)
+	lk := mustAcquire(t, l, held, dlock.WithTTL(time.Minute))
+	link.Stall()
+	for _, try := range []bool{true, false} {
+		what := "Acquire"
+		if try {
+			what = "TryAcquire"
+		}
+		err := bounded(t, what+" on a stalled link", 500*time.Millisecond, func(ctx context.Context) error {
+			var err error
+			if try {
+				_, err = l.TryAcquire(ctx, key, dlock.WithTTL(time.Minute))
+			} else {
+				_, err = l.Acquire(ctx, key, dlock.WithTTL(time.Minute))
+			}
+			return err
+		})
+		wantUnavailable(t, what, err)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("%s: %v, want the context's error joined", what, err)
+		}
+	}
+	err := bounded(t, "Refresh on a stalled link", 500*time.Millisecond, lk.Refresh)
+	if err == nil {
+		t.Fatal("Refresh on a stalled link succeeded")
+	}
+	err = bounded(t, "Release on a stalled link", 500*time.Millisecond, lk.Release)
+	if errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Release on a stalled link reported a loss: %v", err)
+	}
+	link.Heal()
+	// The attempts' requests reach the server now and may be granted; the
+	// core undoes them. A one-minute lease left behind would outlast this
+	// Acquire's HangTimeout.
+	lk2 := mustAcquire(t, h.New(t), key)
+	release(t, lk2)
+	// The release that was abandoned completes, or a retry does.
+	if err := lk.Release(ctxT(t)); err != nil {
+		t.Fatalf("Release retried after heal: %v", err)
+	}
+	lk3 := mustAcquire(t, h.New(t), held)
+	release(t, lk3)
+}
+
+// The reply to an acquisition is lost (the request took effect): the
+// client either gets the lock (its retry recognised its own lease) or an
+// error that is not ErrNotAcquired; never its own lease reported as
+// another holder, and never a lease left behind to its TTL.
+func testLostAcquireReply(t *testing.T, h Harness, f *Faults) {
+	l, link := faulty(t, f)
+	key := Key(t)
+	link.LoseNextReply()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	lk, err := l.Acquire(ctx, key, dlock.WithTTL(time.Minute))
+	link.Heal()
+	if err == nil {
+		t.Logf("acquired despite the lost reply (token %d)", lk.Token())
+		assertHeld(t, h.New(t), key)
+		release(t, lk)
+	} else {
+		t.Logf("acquire with a lost reply: %v", err)
+		if errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("a lost reply reported as a held key (the client's own lease?): %v", err)
+		}
+	}
+	lk2 := mustAcquire(t, h.New(t), key) // a minute-long leftover would hang
+	release(t, lk2)
+}
+
+// The reply to a release is lost: Release (retried once if it reports an
+// error) ends with nil, not a loss, and the key is free.
+func testLostReleaseReply(t *testing.T, h Harness, f *Faults) {
+	l, link := faulty(t, f)
+	key := Key(t)
+	lk := mustAcquire(t, l, key, dlock.WithTTL(time.Minute))
+	link.LoseNextReply()
+	err := lk.Release(ctxT(t))
+	link.Heal()
+	if err != nil {
+		t.Logf("first Release: %v", err)
+		if errors.Is(err, dlock.ErrLockLost) {
+			t.Fatalf("a lost release reply reported as a lost lock: %v", err)
+		}
+		err = lk.Release(ctxT(t))
+	}
+	if err != nil {
+		t.Fatalf("Release after a lost reply: %v", err)
+	}
+	if !errors.Is(lk.Err(), dlock.ErrReleased) {
+		t.Fatalf("Err() = %v, want ErrReleased", lk.Err())
+	}
+	lk2 := mustAcquire(t, h.New(t), key)
+	release(t, lk2)
+}
+
+// An outage during a wait for a held key is reported as an outage, not as
+// "held": the link stalls while waiting, or is dead from the start.
+func testOutageDuringWait(t *testing.T, h Harness, f *Faults) {
+	key := Key(t)
+	holder := mustAcquire(t, h.New(t), key)
+	defer release(t, holder)
+
+	l, link := faulty(t, f)
+	errc := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := l.Acquire(context.Background(), key, dlock.WithWait(2*time.Second))
+		errc <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // the waiter has seen the holder by now
+	link.Stall()
+	select {
+	case err := <-errc:
+		over := time.Since(start) - 2*time.Second
+		t.Logf("stalled during the wait: returned %v after the wait: %v", over.Round(10*time.Microsecond), err)
+		if over > OverrunBound {
+			t.Fatalf("Acquire overran its wait by %v", over)
+		}
+		wantUnavailable(t, "Acquire stalled during its wait", err)
+	case <-time.After(HangTimeout):
+		t.Fatal("hang: Acquire ignored its wait on a stalled link")
+	}
+	link.Heal()
+
+	l2, link2 := faulty(t, f)
+	link2.Cut()
+	err := bounded(t, "Acquire on a dead link", time.Second, func(ctx context.Context) error {
+		_, err := l2.Acquire(ctx, key)
+		return err
+	})
+	wantUnavailable(t, "Acquire on a dead link", err)
+}
+
+// A quorum backend keeps its locks while a minority of its servers hangs,
+// renews them, takes new ones and releases them.
+func testMinorityStalled(t *testing.T, h Harness, f *Faults) {
+	l, link := f.NewMinority(t)
+	t.Cleanup(link.Heal)
+	key, key2 := Key(t), Key(t)
+	lk := mustAcquire(t, l, key, dlock.WithTTL(f.TTL))
+	link.Stall()
+	lk2 := mustAcquire(t, l, key2, dlock.WithTTL(f.TTL))
+	time.Sleep(4 * f.TTL)
+	for _, x := range []*dlock.Lock{lk, lk2} {
+		if err := x.Err(); err != nil {
+			t.Fatalf("lock %q lost while only a minority was stalled: %v", x.Key(), err)
+		}
+		assertHeld(t, h.New(t), x.Key())
+	}
+	release(t, lk)
+	release(t, lk2)
+	for _, k := range []string{key, key2} {
+		x, err := h.New(t).TryAcquire(ctxT(t), k)
+		if err != nil {
+			t.Fatalf("%q not free after release with a minority stalled: %v", k, err)
+		}
+		release(t, x)
+	}
+}

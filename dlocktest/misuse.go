@@ -1,0 +1,236 @@
+package dlocktest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// Concurrent Release calls on a healthy lock all succeed and leave it
+// released, never lost.
+func testConcurrentRelease(t *testing.T, h Harness) {
+	key := Key(t)
+	lk := mustAcquire(t, h.New(t), key)
+	var wg sync.WaitGroup
+	errs := make(chan error, 20)
+	for range 20 {
+		wg.Go(func() { errs <- lk.Release(context.Background()) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("concurrent Release: %v", err)
+		}
+	}
+	if !errors.Is(lk.Err(), dlock.ErrReleased) {
+		t.Fatalf("Err() = %v, want ErrReleased", lk.Err())
+	}
+	lk2 := mustAcquire(t, h.New(t), key)
+	release(t, lk2)
+}
+
+// Do releases the lock when fn panics, and the panic goes on.
+func testDoPanics(t *testing.T, h Harness) {
+	key := Key(t)
+	func() {
+		defer func() {
+			if r := recover(); r != "dlocktest panic" {
+				t.Fatalf("recovered %v", r)
+			}
+		}()
+		_ = dlock.Do(ctxT(t), h.New(t), key, func(context.Context, *dlock.Lock) error { panic("dlocktest panic") })
+	}()
+	lk, err := h.New(t).TryAcquire(ctxT(t), key)
+	if err != nil {
+		t.Fatalf("key not released after fn panicked: %v", err)
+	}
+	release(t, lk)
+}
+
+// Nil contexts and nil handles give errors, never panics (a panic in a
+// backend goroutine would kill the process).
+func testNilArgs(t *testing.T, h Harness) {
+	l := h.New(t)
+	//lint:ignore SA1012 nil on purpose
+	if _, err := l.Acquire(nil, Key(t)); err == nil { //nolint:staticcheck
+		t.Error("Acquire(nil ctx) succeeded")
+	}
+	//lint:ignore SA1012 nil on purpose
+	if _, err := l.TryAcquire(nil, Key(t)); err == nil { //nolint:staticcheck
+		t.Error("TryAcquire(nil ctx) succeeded")
+	}
+	key := Key(t)
+	lk := mustAcquire(t, l, key)
+	//lint:ignore SA1012 nil on purpose
+	if err := lk.Refresh(nil); err == nil { //nolint:staticcheck
+		t.Error("Refresh(nil) succeeded")
+	}
+	time.Sleep(50 * time.Millisecond) // a panic in a backend goroutine would surface now
+	//lint:ignore SA1012 nil on purpose
+	if err := lk.Release(nil); err != nil { //nolint:staticcheck
+		t.Errorf("Release(nil) = %v, want it to release with its own context", err)
+	}
+	var nl *dlock.Lock
+	if err := nl.Release(context.Background()); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Release on a nil *Lock = %v, want ErrNotHeld", err)
+	}
+	if err := nl.Refresh(context.Background()); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Refresh on a nil *Lock = %v, want ErrNotHeld", err)
+	}
+	lk2 := mustAcquire(t, h.New(t), key)
+	release(t, lk2)
+}
+
+// Keys with the characters backends give meaning to (hash tags, globs,
+// path separators, escapes) work, exclude only themselves, and round-trip.
+func testOddKeys(t *testing.T, h Harness) {
+	a, b := h.New(t), h.New(t)
+	base := Key(t)
+	odd := []string{"}", "}x", "{", "{}", "{a}", "a}b{c", "*", "?", "[a-z]", "\\", "%", "%2F", "/", "//", "a/", "/a", "..", ".",
+		"\n", " ", "\t", "ü", "日本", "a|b", "|", "|1|x|2", "\x01", "\x7f"}
+	for _, k := range odd {
+		key := base + k
+		if k == "}" || k == "}x" || k == "/" || k == "|" {
+			key = k + base // at the start too
+		}
+		lk, err := a.Acquire(ctxT(t), key)
+		if err != nil {
+			t.Errorf("Acquire(%q): %v", key, err)
+			continue
+		}
+		if lk.Key() != key {
+			t.Errorf("Key() = %q, want %q", lk.Key(), key)
+		}
+		if _, err := b.TryAcquire(ctxT(t), key); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Errorf("second TryAcquire(%q) = %v, want ErrNotAcquired", key, err)
+		}
+		if err := lk.Release(context.Background()); err != nil {
+			t.Errorf("Release(%q): %v", key, err)
+		}
+		lk2, err := b.TryAcquire(ctxT(t), key)
+		if err != nil {
+			t.Errorf("TryAcquire(%q) after release: %v", key, err)
+			continue
+		}
+		release(t, lk2)
+	}
+}
+
+// Hierarchical keys never contend: holding a/b/c blocks neither a/b nor a,
+// and the reported holder is always the holder of the key asked for.
+func testHierarchicalKeys(t *testing.T, h Harness) {
+	a, b := h.New(t), h.New(t)
+	base := Key(t)
+	keys := []string{base + "/a/b", base + "/a", base, base + "/a/bc", base + "/a/b/c"}
+	held := map[string]*dlock.Lock{}
+	for _, k := range keys {
+		lk, err := a.TryAcquire(ctxT(t), k, dlock.WithMetadata("key", k))
+		if err != nil {
+			t.Fatalf("TryAcquire(%q) while holding %d related keys: %v", k, len(held), err)
+		}
+		held[k] = lk
+	}
+	for _, k := range keys {
+		_, err := b.TryAcquire(ctxT(t), k)
+		var na *dlock.NotAcquiredError
+		if !errors.As(err, &na) {
+			t.Fatalf("TryAcquire(%q) of a held key: %v", k, err)
+		}
+		if na.Holder != "" && na.Holder != held[k].Owner() {
+			t.Errorf("%q reported held by %s, want its own holder %s", k, na.Holder, held[k].Owner())
+		}
+		if got := na.Metadata["key"]; got != "" && got != k {
+			t.Errorf("%q reported held by the holder of %q", k, got)
+		}
+	}
+	for _, k := range keys {
+		release(t, held[k])
+	}
+}
+
+// The largest TTL is honoured as such (no overflow to a short or negative
+// lease), and anything larger is refused.
+func testLongTTL(t *testing.T, h Harness) {
+	l := h.New(t)
+	key := Key(t)
+	if _, err := l.TryAcquire(ctxT(t), key, dlock.WithTTL(dlock.MaxTTL+time.Millisecond)); !errors.Is(err, dlock.ErrInvalidTTL) {
+		t.Fatalf("TTL above MaxTTL: %v, want ErrInvalidTTL", err)
+	}
+	lk := mustAcquire(t, l, key, dlock.WithTTL(dlock.MaxTTL))
+	defer release(t, lk)
+	time.Sleep(50 * time.Millisecond)
+	_, err := h.New(t).TryAcquire(ctxT(t), key)
+	var na *dlock.NotAcquiredError
+	if !errors.As(err, &na) {
+		t.Fatalf("TryAcquire of a key held with MaxTTL: %v", err)
+	}
+	if na.TTL != 0 && na.TTL < dlock.MaxTTL/2 {
+		t.Fatalf("a %v lease has %v left on the server: the TTL overflowed", dlock.MaxTTL, na.TTL)
+	}
+	if lk.Err() != nil {
+		t.Fatalf("lock with MaxTTL lost: %v", lk.Err())
+	}
+}
+
+// Short leases under contention: every lock handed out is alive when
+// Acquire returns and stays held while its holder works briefly.
+func testShortTTLContention(t *testing.T, h Harness) {
+	ttl := max(h.MinTTL, 300*time.Millisecond)
+	key := Key(t)
+	const workers, rounds = 4, 8
+	var lost, total atomic.Int32
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		l := h.New(t)
+		wg.Go(func() {
+			for range rounds {
+				lk, err := l.Acquire(ctxT(t), key, dlock.WithTTL(ttl))
+				if err != nil {
+					errs <- fmt.Errorf("worker %d: %w", w, err)
+					return
+				}
+				total.Add(1)
+				if lk.Err() != nil || !time.Now().Before(lk.Deadline()) {
+					lost.Add(1)
+				}
+				time.Sleep(5 * time.Millisecond)
+				if err := lk.Release(context.Background()); err != nil {
+					lost.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if n := lost.Load(); n > 0 {
+		t.Fatalf("%d of %d locks with a %v TTL were lost by the time their holder released them 5ms later", n, total.Load(), ttl)
+	}
+}
+
+// A session backend notices a deletion of its lease on the server by
+// itself, well before its next renewal (TTL/3) would.
+func testDeletionNoticed(t *testing.T, h Harness) {
+	needExpire(t, h)
+	key := Key(t)
+	lk := mustAcquire(t, h.New(t), key, dlock.WithTTL(time.Minute))
+	h.Expire(t, key)
+	select {
+	case <-lk.Lost():
+	case <-time.After(15 * time.Second): // the first renewal is at 20s
+		t.Fatal("a deleted lease was not noticed before the next renewal")
+	}
+	if !errors.Is(lk.Err(), dlock.ErrNotHeld) {
+		t.Fatalf("Err() = %v, want ErrNotHeld", lk.Err())
+	}
+}

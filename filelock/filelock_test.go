@@ -48,6 +48,11 @@ func TestConformance(t *testing.T) {
 				t.Fatalf("Expire(%q): %v", key, err)
 			}
 		},
+		// No network: the fault section's "server" is the record lock,
+		// held by a stopped process.
+		Faults: &dlocktest.Faults{
+			Pause: func(t testing.TB, keys ...string) func() { return pauseKeys(t, dir, keys...) },
+		},
 	})
 }
 
@@ -253,6 +258,12 @@ func TestNotWritable(t *testing.T) {
 func recordPath(dir, key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return filepath.Join(dir, hex.EncodeToString(sum[:16])+".lease")
+}
+
+// flockPath is the file whose flock(2) serializes updates of key's record.
+func flockPath(dir, key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return filepath.Join(dir, hex.EncodeToString(sum[:16])+".flock")
 }
 
 func TestCorruptRecordRefused(t *testing.T) {

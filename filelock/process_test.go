@@ -3,6 +3,7 @@ package filelock_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,6 +29,7 @@ const (
 	envKey  = "FILELOCK_TEST_KEY"    // hold: key
 	envTTL  = "FILELOCK_TEST_TTL"    // hold: TTL
 	envHold = "FILELOCK_TEST_HOLD"   // hold: "renew" (auto-refresh, then sleep) or "exit" (no refresh, exit at once)
+	envKeys = "FILELOCK_TEST_KEYS"   // flock: JSON list of keys whose record locks to hold
 )
 
 // TestHelperProcess is not a test: it is the body of the child processes
@@ -44,6 +47,8 @@ func TestHelperProcess(t *testing.T) {
 		err = helperIncrement(ctx)
 	case "hold":
 		err = helperHold(ctx)
+	case "flock":
+		err = helperFlock(ctx)
 	default:
 		err = fmt.Errorf("unknown mode %q", mode)
 	}
@@ -143,6 +148,61 @@ func helperHold(ctx context.Context) error {
 	}
 }
 
+// helperFlock takes the record locks (flock(2)) of the keys in envKeys,
+// prints "locked" and waits to be stopped and killed: a process frozen in
+// the middle of an update, the file backend's hung server.
+func helperFlock(ctx context.Context) error {
+	var keys []string
+	if err := json.Unmarshal([]byte(os.Getenv(envKeys)), &keys); err != nil {
+		return err
+	}
+	for _, k := range keys {
+		f, err := os.OpenFile(flockPath(os.Getenv(envDir), k), os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return err
+		}
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+			return err
+		}
+	}
+	fmt.Println("locked")
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// pauseKeys starts a process that holds keys' record locks and stops it
+// (SIGSTOP): every update of those records hangs until resume, which
+// continues and kills it.
+func pauseKeys(t testing.TB, dir string, keys ...string) (resume func()) {
+	t.Helper()
+	js, err := json.Marshal(keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	cmd, out, errb := helper(ctx, t, envMode+"=flock", envDir+"="+dir, envKeys+"="+string(js))
+	select {
+	case line := <-out.lines:
+		if line != "locked" {
+			t.Fatalf("flock helper: %q", line)
+		}
+	case <-time.After(hang):
+		t.Fatalf("hang: flock helper did not lock: %s", errb)
+	}
+	_ = cmd.Process.Signal(syscall.SIGSTOP)
+	var once sync.Once
+	resume = func() {
+		once.Do(func() {
+			_ = cmd.Process.Signal(syscall.SIGCONT)
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			cancel()
+		})
+	}
+	t.Cleanup(resume)
+	return resume
+}
+
 // lineWriter collects a child's stdout and hands out its lines.
 type lineWriter struct {
 	mu    sync.Mutex
@@ -169,7 +229,7 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 	}
 }
 
-func helper(ctx context.Context, t *testing.T, env ...string) (*exec.Cmd, *lineWriter, *bytes.Buffer) {
+func helper(ctx context.Context, t testing.TB, env ...string) (*exec.Cmd, *lineWriter, *bytes.Buffer) {
 	t.Helper()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
 	cmd.Env = append(os.Environ(), env...)

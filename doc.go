@@ -54,12 +54,57 @@
 // makes one attempt and returns an error wrapping ErrNotAcquired when the
 // key is held. Every call takes a context and returns when it ends.
 //
+// # Faults: hung is not dead
+//
+// A dead server refuses connections and every client notices at once; a
+// hung one (SIGSTOP, a stalled link, a lost reply) is what breaks locks,
+// because a client library left to itself waits for its own timeouts (a
+// default go-redis client: 3s per read, then retries). dlock does not rely
+// on the user's client settings.
+//
+// Guaranteed:
+//   - Lost() closes at the local deadline whatever any backend call is
+//     doing: deadlines and hold caps fire on timers that never wait on I/O,
+//     a renewal in flight delays neither another lock's deadline nor its
+//     renewal, and a lock taken meanwhile is scheduled at once. A renewal
+//     whose success arrives after the deadline does not revive the lock.
+//   - Every call (Acquire, TryAcquire, Refresh, Release) returns by its
+//     context's deadline even when the server never answers (a queue wait,
+//     which ends on its own when its context does, is given at most 100ms
+//     more to report its holder). A call abandoned at the deadline goes on
+//     in the background and is undone if it turns out to have succeeded.
+//   - ErrNotAcquired means a holder was observed. An attempt that got no
+//     answer before the context ended is ErrUnavailable (joined with the
+//     context's error), a failed one the backend's error: an outage is
+//     never reported as "held".
+//   - Retried steps are harmless: a retried acquisition by the same owner
+//     gets the lease it already has; Release may be called again and
+//     concurrently, sends one request at a time, and reports a release
+//     whose reply was lost as released.
+//   - A nil *Lock, a nil context and a panicking function in Do give errors
+//     or a released lock, never a panic of dlock's own.
+//
+// Not guaranteed:
+//   - The local deadline is only as good as the clocks: the drift
+//     allowance covers bounded clock-rate differences, not a server clock
+//     that jumps, and not a holder process paused between its check of
+//     Lost() and its write (fencing covers both).
+//   - An abandoned request that reaches the server after its undo (a link
+//     that delivers a held request late) may leave a lease nobody holds;
+//     it expires at its TTL.
+//   - A lease deleted on the server behind the holder's back (an operator,
+//     a failover that lost the write) is noticed at the next renewal
+//     (TTL/3) except on backends that watch their leases (etcd).
+//
 // # Writing a backend
 //
 // A backend implements Backend (one acquisition attempt) and Lease
 // (owner-checked refresh and release), optionally Watcher (release
-// notifications), BatchRenewer (many renewals in one round trip), Aborter
-// (undo an attempt whose reply was lost) and LossNotifier (report a loss it
-// notices on its own). NewAcquirer turns that into a Locker with the common
-// wait loop, watchdog and Lock handle; package dlocktest checks the result.
+// notifications), Queuer (a server-side FIFO queue), BatchRenewer (many
+// renewals in one round trip, each reported as soon as known), Aborter
+// (undo an attempt whose outcome is unknown) and LossNotifier (report a
+// loss it notices on its own). Its steps must be idempotent for the same
+// owner (a client's own retry after a lost reply). NewAcquirer turns that
+// into a Locker with the common wait loop, watchdog and Lock handle;
+// package dlocktest, including its fault section, checks the result.
 package dlock

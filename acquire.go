@@ -134,7 +134,13 @@ func (a *Acquirer) acquire(ctx context.Context, key string, opts []Option, wait 
 		lastErr error             // the last transient failure, if the last attempt failed so
 	)
 	defer func() {
-		if sub != nil {
+		switch {
+		case sub == nil:
+		case ctx.Err() != nil:
+			// The server may be hung: unsubscribing must not hold the
+			// caller past its deadline.
+			background.Go(sub.Close)
+		default:
 			sub.Close()
 		}
 	}()

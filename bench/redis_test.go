@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -54,6 +55,19 @@ func BenchmarkRedislock(b *testing.B) {
 	benchLocker(b, l)
 }
 
+// BenchmarkRedislockDeadline is BenchmarkRedislock with a context that
+// has a deadline, as a request handler's has: the core then runs each
+// backend call on a goroutine so that it can return by the deadline even
+// if the client ignores it. The difference to BenchmarkRedislock is the
+// price of that promise.
+func BenchmarkRedislockDeadline(b *testing.B) {
+	c := redisClient(b)
+	l := redislock.New(c)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	benchLockerCtx(b, ctx, l)
+}
+
 func benchRedlock(b *testing.B, n int) {
 	var clients []redis.UniversalClient
 	for i := 0; i < n; i++ {
@@ -71,8 +85,9 @@ func BenchmarkRedlock1(b *testing.B) { benchRedlock(b, 1) }
 func BenchmarkRedlock5(b *testing.B) { benchRedlock(b, 5) }
 
 // benchLocker measures uncontended Acquire+Release on distinct keys.
-func benchLocker(b *testing.B, l dlock.Locker) {
-	ctx := context.Background()
+func benchLocker(b *testing.B, l dlock.Locker) { benchLockerCtx(b, context.Background(), l) }
+
+func benchLockerCtx(b *testing.B, ctx context.Context, l dlock.Locker) {
 	b.ResetTimer()
 	for b.Loop() {
 		lk, err := l.Acquire(ctx, benchKey())

@@ -8,7 +8,11 @@ DEB_PKGS := redis-server
 SERVER_BINS := redis-server
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all deps test vet fmt-check bench bench-quick demo build clean
+# How long each fuzzer runs in `make test` (a smoke run on top of the
+# committed seed corpora; run `make fuzz FUZZTIME=5m` for a real session).
+FUZZTIME ?= 10s
+
+.PHONY: all deps test vet fmt-check fuzz bench bench-quick demo build clean
 
 all: test
 
@@ -36,11 +40,20 @@ fmt-check:
 vet:
 	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
 
-## test: deps, then vet and race-enabled tests of every module.
+## test: deps, then vet, race-enabled tests of every module, then a short
+## run of every fuzzer.
 test: deps fmt-check vet
 	@set -e; for m in $(MODULES); do \
 	  echo "== go test -race $$m"; \
 	  (cd $$m && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...); \
+	done
+	@$(MAKE) --no-print-directory fuzz
+
+## fuzz: run each fuzzer for FUZZTIME (seed corpora in testdata/fuzz).
+fuzz:
+	@set -e; for f in FuzzNewConfig FuzzValidateKey; do \
+	  echo "== fuzz $$f ($(FUZZTIME))"; \
+	  $(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) . ; \
 	done
 
 ## build: the dlock command in bin/.

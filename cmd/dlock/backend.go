@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -44,79 +43,46 @@ type backend struct {
 	where string
 }
 
-// errBadURL marks URL errors (exit status 2).
-var errBadURL = errors.New("bad URL")
-
-// schemes lists the supported URL schemes, for error messages.
-var schemes = []string{"file", "redis", "rediss", "redis+sentinel", "redlock", "etcd", "etcds"}
-
-// defaultURL is $DLOCK_URL or a file backend in the per-user state dir.
-func defaultURL() string {
-	if u := os.Getenv("DLOCK_URL"); u != "" {
-		return u
-	}
-	return "file://" + stateDir()
-}
-
-// stateDir is $XDG_STATE_HOME/dlock, ~/.local/state/dlock, or a per-user
-// directory under the system temp dir.
-func stateDir() string {
-	if d := os.Getenv("XDG_STATE_HOME"); filepath.IsAbs(d) {
-		return filepath.Join(d, "dlock")
-	}
-	if h, err := os.UserHomeDir(); err == nil && h != "" && h != "/" {
-		return filepath.Join(h, ".local", "state", "dlock")
-	}
-	return filepath.Join(os.TempDir(), fmt.Sprintf("dlock-%d", os.Getuid()))
-}
-
-func badURL(raw, format string, args ...any) error {
-	return fmt.Errorf("%w %q: %s", errBadURL, redact(raw), fmt.Sprintf(format, args...))
-}
-
-// redact hides the password of a URL (best effort for unparsable ones).
-func redact(raw string) string {
-	if u, err := url.Parse(raw); err == nil {
-		return u.Redacted()
-	}
-	if at := strings.LastIndex(raw, "@"); at >= 0 {
-		if i := strings.Index(raw, "://"); i >= 0 && i < at {
-			return raw[:i+3] + "xxxxx" + raw[at:]
-		}
-	}
-	return raw
-}
-
-// openBackend parses raw and connects. URL errors wrap errBadURL.
+// openBackend parses raw with parseURL (which checks it and redacts its
+// secrets for messages) and connects. URL errors wrap errBadURL.
 func openBackend(raw string) (*backend, error) {
 	if raw == "" {
 		raw = defaultURL()
 	}
-	u, err := url.Parse(raw)
+	t, err := parseURL(raw)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
+		return nil, err
+	}
+	// Open from the canonical URL parseURL checked.
+	canon := t.URL()
+	u, err := url.Parse(canon)
+	if err != nil {
 		return nil, badURL(raw, "%v", err)
 	}
-	if u.Scheme == "" {
-		return nil, badURL(raw, "no scheme; supported: %s", strings.Join(schemes, ", "))
-	}
+	var b *backend
 	switch u.Scheme {
 	case "file":
-		return openFile(raw, u)
+		b, err = openFile(canon, u)
 	case "redis", "rediss":
-		return openRedis(raw, u)
+		b, err = openRedis(canon, u)
 	case "redis+sentinel":
-		return openSentinel(raw, u)
+		b, err = openSentinel(canon, u)
 	case "redlock":
-		return openRedlock(raw, u)
+		b, err = openRedlock(canon, u)
 	case "etcd", "etcds":
-		return openEtcd(raw, u)
+		b, err = openEtcd(canon, u)
 	default:
-		return nil, badURL(raw, "unknown scheme %q; supported: %s", u.Scheme, strings.Join(schemes, ", "))
+		return nil, badURL(raw, "unknown scheme %q", u.Scheme)
 	}
+	if err != nil {
+		var ue *urlError
+		if errors.As(err, &ue) {
+			return nil, err
+		}
+		return nil, errors.New(scrub(err.Error(), t.secrets))
+	}
+	b.where = t.where
+	return b, nil
 }
 
 func openFile(raw string, u *url.URL) (*backend, error) {

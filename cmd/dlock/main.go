@@ -57,6 +57,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdServe(args[1:], stdout, stderr)
 	case demoWorkerCmd:
 		return cmdDemoWorker(args[1:], stdout, stderr)
+	case superviseCmd:
+		return cmdSupervise(args[1:], stderr)
 	case "version", "--version", "-version":
 		return cmdVersion(stdout)
 	case "help", "-h", "--help", "-help":

@@ -8,9 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
-	"os/exec"
 	"os/signal"
-	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -27,10 +25,17 @@ DLOCK_KEY, DLOCK_TOKEN (the fencing token: pass it to whatever CMD writes to)
 and DLOCK_OWNER. When CMD exits the lock is released and dlock exits with
 CMD's status (128+N if CMD was killed by signal N).
 
-SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to dlock are forwarded to CMD.
+CMD runs in its own process group under a small supervisor process that
+keeps track of every process CMD starts, even ones that leave the group.
+SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to dlock are forwarded to CMD's
+process group. On a terminal, CMD's group gets the terminal's foreground, so
+Ctrl-C reaches it once. Processes CMD leaves running when it exits get
+SIGTERM, then SIGKILL after --grace, before the lock is released. If dlock
+is killed, even with SIGKILL, the whole tree is killed.
 
 If the lock is lost while CMD runs (renewal failed, key deleted), dlock says
-so on stderr, sends CMD SIGTERM, then SIGKILL after --grace, and exits 4.
+so on stderr, sends SIGTERM to every process of the tree, SIGKILL after
+--grace, and exits 4.
 
 Options:
 `
@@ -60,9 +65,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		wait     time.Duration
 		nonblock bool
 		conflict int
-		grace    = fs.Duration("grace", 5*time.Second, "time between SIGTERM and SIGKILL when the lock is lost")
+		grace    = fs.Duration("grace", 5*time.Second, "time between SIGTERM and SIGKILL when the lock is lost or CMD leaves processes behind")
 		connect  = fs.Duration("connect-timeout", defaultConnectTimeout, "bound on connecting to and probing the lock service (--wait bounds it too), and on -n's attempt")
-		verbose  = fs.Bool("verbose", false, "print the client libraries' logs on stderr")
+		verbose  = fs.Bool("verbose", false, "print the process tree's pids and the client libraries' logs on stderr")
 	)
 	fs.Var(waitFlag{&wait}, "wait", "give up after waiting this long: a duration (2m) or seconds (30) (default: wait forever)")
 	fs.Var(waitFlag{&wait}, "w", "short for --wait")
@@ -120,7 +125,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	stderr = &scrubWriter{w: stderr, secrets: secretsOf(raw)}
 	// A closed stderr must not kill dlock (SIGPIPE) while it holds a lock.
-	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	catch(make(chan os.Signal, 1), syscall.SIGPIPE)
 
 	// --wait bounds the whole wait, connecting included.
 	oo := openOptions{connectTimeout: *connect, verbose: *verbose, logs: stderr}
@@ -134,9 +139,10 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	defer b.close()
 
 	// Signals: while waiting they cancel the wait; while CMD runs they are
-	// forwarded to it.
+	// forwarded to it. Those dlock was started with ignored (nohup, "&" in
+	// a script) stay ignored, and CMD inherits them so.
 	sigc := make(chan os.Signal, 4)
-	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	catch(sigc, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	defer signal.Stop(sigc)
 
 	req := acquireRequest{key: key, ttl: *ttl, wait: wait, nonblock: nonblock, conflict: conflict, attempt: *connect}
@@ -274,79 +280,100 @@ func acquireErrorStatus(err error, conflict int) int {
 	return conflict
 }
 
-// runOptions are dlock run's settings for CMD.
+// runOptions are dlock run's settings for the process tree.
 type runOptions struct {
 	grace   time.Duration
 	verbose bool
 }
 
-// superviseChild runs CMD under lk and returns dlock's exit status.
+// superviseChild runs CMD under lk (see supervise.go for the process tree)
+// and returns dlock's exit status.
 func superviseChild(lk *dlock.Lock, cmdArgs []string, o runOptions, sigc chan os.Signal, stderr io.Writer) int {
-	grace := o.grace
 	release := func() { releaseNow(lk, stderr) }
-	cmd := exec.Command(cmdArgs[0], cmdArgs[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	// If dlock dies (SIGKILL, OOM), nobody renews the lease: the child must
-	// not outlive it, or it would run on without the lock. The kernel sends
-	// the death signal when the thread that started the child exits, so
-	// start it from a thread that lives as long as the process.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	setParentDeathSignal(cmd)
-	cmd.Env = append(os.Environ(),
+	// Orphans of the tree come to dlock if the supervisor dies.
+	_ = setSubreaper()
+	contc := make(chan os.Signal, 1)
+	signal.Notify(contc, syscall.SIGCONT)
+	defer signal.Stop(contc)
+	env := append(os.Environ(),
 		"DLOCK_KEY="+lk.Key(),
 		"DLOCK_TOKEN="+strconv.FormatUint(lk.Token(), 10),
 		"DLOCK_OWNER="+lk.Owner(),
 	)
-	if err := cmd.Start(); err != nil {
+	sup, err := startSupervisor(cmdArgs, env, o.grace)
+	if err != nil {
 		release()
-		fmt.Fprintf(stderr, "dlock run: %v\n", err)
+		fmt.Fprintf(stderr, "dlock run: cannot start the supervisor: %v\n", err)
 		return exitNoExec
 	}
-	waitc := make(chan error, 1)
-	go func() { waitc <- cmd.Wait() }()
+	defer sup.killTree()
+	// dlock writes to the terminal from the background while CMD has it;
+	// with "stty tostop" that would stop dlock (and its renewals). Only
+	// now: the supervisor and CMD must not inherit the ignored signal.
+	signal.Ignore(syscall.SIGTTOU)
 
+	status := -1 // CMD's status once known
 	lost := lk.Lost()
 	var killTimer <-chan time.Time
 	lostLock := false
 	for {
 		select {
 		case sig := <-sigc:
-			_ = cmd.Process.Signal(sig)
+			if status >= 0 {
+				sup.killTree() // CMD is gone: a signal hurries its leftovers up
+				continue
+			}
+			if s, ok := sig.(syscall.Signal); ok {
+				sup.send("sig %d", int(s))
+			}
+		case <-contc:
+			// fg or bg after a stop: CMD goes on, in the terminal's
+			// foreground if dlock is there.
+			sup.send("cont")
 		case <-lost:
 			lost = nil
 			lostLock = true
-			fmt.Fprintf(stderr, "dlock run: LOCK LOST: %v; sending SIGTERM to pid %d (SIGKILL in %s)\n", lk.Err(), cmd.Process.Pid, grace)
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			killTimer = time.After(grace)
+			fmt.Fprintf(stderr, "dlock run: LOCK LOST: %v; sending SIGTERM to CMD's process tree (SIGKILL in %s)\n", lk.Err(), o.grace)
+			sup.send("term")
+			killTimer = time.After(o.grace)
 		case <-killTimer:
 			killTimer = nil
-			fmt.Fprintf(stderr, "dlock run: pid %d still running after %s; sending SIGKILL\n", cmd.Process.Pid, grace)
-			_ = cmd.Process.Kill()
-		case err := <-waitc:
-			release()
-			if lostLock {
-				return exitLost
+			fmt.Fprintf(stderr, "dlock run: CMD's process tree still running after %s; sending SIGKILL\n", o.grace)
+			sup.killTree()
+		case ev := <-sup.events:
+			switch ev.kind {
+			case "pid":
+				if o.verbose {
+					fmt.Fprintf(stderr, "dlock run: CMD is pid %d (process group %d), supervisor pid %d\n", ev.n, ev.n, sup.cmd.Process.Pid)
+				}
+			case "noexec":
+				fmt.Fprintf(stderr, "dlock run: %s\n", ev.msg)
+				status = exitNoExec
+			case "exit":
+				status = ev.n
+			case "stop":
+				// CMD was stopped from the terminal (Ctrl-Z), which is ours
+				// again: stop too, so that the shell sees the job stop.
+				if !lostLock {
+					_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+				}
+			case "done":
+				if status < 0 {
+					// The supervisor died without a word (SIGKILL, OOM):
+					// CMD got its parent-death SIGKILL; the rest of the
+					// tree was re-parented to dlock.
+					n := sweepOrphans()
+					fmt.Fprintf(stderr, "dlock run: the supervisor died (%v); CMD was killed, and %d leftover processes\n", ev.err, n)
+					status = 128 + int(syscall.SIGKILL)
+				}
+				release()
+				if lostLock {
+					return exitLost
+				}
+				return status
 			}
-			return exitStatus(err, stderr)
 		}
 	}
-}
-
-// exitStatus maps a child's Wait error to a shell-style status.
-func exitStatus(err error, stderr io.Writer) int {
-	if err == nil {
-		return 0
-	}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return 128 + int(ws.Signal())
-		}
-		return ee.ExitCode()
-	}
-	fmt.Fprintf(stderr, "dlock run: %v\n", err)
-	return exitBackend
 }
 
 // reportOpen prints a backend-open error and returns the exit status.

@@ -151,6 +151,13 @@ func (s *supervisor) run(argv []string, ctl *os.File) int {
 	openStdio()
 	s.tty = foregroundTTY()
 	pid, err := startCmd(argv, s.tty)
+	if err != nil && s.tty >= 0 {
+		// Perhaps the terminal could not be handed over (fork failed
+		// before exec, so nothing ran): run CMD in the background.
+		syscall.Close(s.tty)
+		s.tty = -1
+		pid, err = startCmd(argv, s.tty)
+	}
 	if err != nil {
 		s.report("noexec %v", err)
 		return exitNoExec

@@ -1,22 +1,25 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
-	"net/url"
 	"os"
-	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"google.golang.org/grpc/grpclog"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/etcdlock"
@@ -39,176 +42,220 @@ type lockInfo struct {
 type backend struct {
 	locker dlock.Locker
 	list   func(ctx context.Context, prefix string) ([]lockInfo, error)
-	close  func()
-	// where is the URL with any password redacted, for messages.
+	// probe checks the service answers (PING, a read...).
+	probe func(ctx context.Context) error
+	close func()
+	// where is the URL with every secret redacted, for messages.
 	where string
 }
 
-// errBadURL marks URL errors (exit status 2).
-var errBadURL = errors.New("bad URL")
-
-// schemes lists the supported URL schemes, for error messages.
-var schemes = []string{"file", "redis", "rediss", "redis+sentinel", "redlock", "etcd", "etcds"}
-
-// defaultURL is $DLOCK_URL or a file backend in the per-user state dir.
-func defaultURL() string {
-	if u := os.Getenv("DLOCK_URL"); u != "" {
-		return u
-	}
-	return "file://" + stateDir()
+// openOptions are the connection settings shared by the subcommands.
+type openOptions struct {
+	// connectTimeout bounds connecting and the first probe of the service.
+	connectTimeout time.Duration
+	// timeoutFlag names the flag that set connectTimeout, for messages.
+	timeoutFlag string
+	// verbose routes the client libraries' own logs to logs.
+	verbose bool
+	logs    io.Writer
 }
 
-// stateDir is $XDG_STATE_HOME/dlock, ~/.local/state/dlock, or a per-user
-// directory under the system temp dir.
-func stateDir() string {
-	if d := os.Getenv("XDG_STATE_HOME"); filepath.IsAbs(d) {
-		return filepath.Join(d, "dlock")
-	}
-	if h, err := os.UserHomeDir(); err == nil && h != "" && h != "/" {
-		return filepath.Join(h, ".local", "state", "dlock")
-	}
-	return filepath.Join(os.TempDir(), fmt.Sprintf("dlock-%d", os.Getuid()))
-}
+// defaultConnectTimeout is --connect-timeout's default.
+const defaultConnectTimeout = 5 * time.Second
 
-func badURL(raw, format string, args ...any) error {
-	return fmt.Errorf("%w %q: %s", errBadURL, redact(raw), fmt.Sprintf(format, args...))
-}
+// clientIOTimeout is the CLI's Redis clients' read and write timeout for a
+// request without a deadline of its own.
+const clientIOTimeout = 3 * time.Second
 
-// redact hides the password of a URL (best effort for unparsable ones).
-func redact(raw string) string {
-	if u, err := url.Parse(raw); err == nil {
-		return u.Redacted()
-	}
-	if at := strings.LastIndex(raw, "@"); at >= 0 {
-		if i := strings.Index(raw, "://"); i >= 0 && i < at {
-			return raw[:i+3] + "xxxxx" + raw[at:]
-		}
-	}
-	return raw
-}
-
-// openBackend parses raw and connects. URL errors wrap errBadURL.
-func openBackend(raw string) (*backend, error) {
+// openBackend parses raw, connects and probes the service within
+// o.connectTimeout. URL errors wrap errBadURL.
+func openBackend(raw string, o openOptions) (*backend, error) {
 	if raw == "" {
 		raw = defaultURL()
 	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return nil, badURL(raw, "%v", err)
+	if o.connectTimeout <= 0 {
+		o.connectTimeout = defaultConnectTimeout
 	}
-	if u.Scheme == "" {
-		return nil, badURL(raw, "no scheme; supported: %s", strings.Join(schemes, ", "))
+	if o.timeoutFlag == "" {
+		o.timeoutFlag = "--connect-timeout"
 	}
-	switch u.Scheme {
-	case "file":
-		return openFile(raw, u)
-	case "redis", "rediss":
-		return openRedis(raw, u)
-	case "redis+sentinel":
-		return openSentinel(raw, u)
-	case "redlock":
-		return openRedlock(raw, u)
-	case "etcd", "etcds":
-		return openEtcd(raw, u)
-	default:
-		return nil, badURL(raw, "unknown scheme %q; supported: %s", u.Scheme, strings.Join(schemes, ", "))
-	}
-}
-
-func openFile(raw string, u *url.URL) (*backend, error) {
-	dir := u.Path
-	if u.Opaque != "" { // file:relative/dir
-		dir = u.Opaque
-	}
-	if u.Host != "" && u.Host != "localhost" {
-		return nil, badURL(raw, "file URLs name a local directory: use file:///absolute/path (host %q given)", u.Host)
-	}
-	if dir == "" {
-		return nil, badURL(raw, "missing directory path")
-	}
-	l, err := filelock.New(dir)
+	t, err := parseURL(raw)
 	if err != nil {
 		return nil, err
 	}
-	list := listVia(l.List, func(in filelock.Info) lockInfo {
-		return lockInfo{Key: in.Key, Owner: in.Owner, Token: in.Token, TTL: in.TTL, Metadata: in.Metadata}
-	})
-	return &backend{locker: l, list: list, close: func() {}, where: u.Redacted()}, nil
-}
-
-func checkHostPort(raw, hp string) error {
-	host, port, err := net.SplitHostPort(hp)
+	setClientLogs(o, t.secrets)
+	b, err := t.open(o)
 	if err != nil {
-		return badURL(raw, "address %q is not host:port", hp)
+		return nil, err
 	}
-	if host == "" {
-		return badURL(raw, "address %q has no host", hp)
+	if b.probe != nil {
+		if err := bounded(o.connectTimeout, o.timeoutFlag, b.probe); err != nil {
+			b.close()
+			return nil, t.explain(err, o)
+		}
 	}
-	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
-		return badURL(raw, "port %q is not a number in 1-65535", port)
-	}
-	return nil
+	return b, nil
 }
 
-func redisBackend(raw string, u *url.URL, c redis.UniversalClient) *backend {
+// bounded runs f with a context that ends after d, and gives up on f
+// shortly after that even if f ignores its context. Timeouts come back as
+// errNoAnswer.
+func bounded(d time.Duration, flag string, f func(context.Context) error) error {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- f(ctx) }()
+	t := time.NewTimer(d + 250*time.Millisecond)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		var te interface{ Timeout() bool }
+		if err != nil && (ctx.Err() != nil || errors.As(err, &te) && te.Timeout()) {
+			return errNoAnswer{time.Since(start), d, flag, err}
+		}
+		return err
+	case <-t.C:
+		return errNoAnswer{time.Since(start), d, flag, nil}
+	}
+}
+
+// errNoAnswer: the service did not answer in time.
+type errNoAnswer struct {
+	after, limit time.Duration
+	flag         string
+	err          error
+}
+
+func (e errNoAnswer) Error() string {
+	s := fmt.Sprintf("no answer after %s (%s %s)", e.after.Round(10*time.Millisecond), e.flag, e.limit)
+	if e.err != nil {
+		s += ": " + e.err.Error()
+	}
+	return s
+}
+
+func (e errNoAnswer) Unwrap() error { return e.err }
+
+var (
+	logsMu   sync.Mutex
+	logsDone bool
+)
+
+// setClientLogs silences go-redis's and etcd's (gRPC's) own loggers, or
+// with --verbose routes them to o.logs with secrets scrubbed.
+func setClientLogs(o openOptions, secrets []string) {
+	logsMu.Lock()
+	defer logsMu.Unlock()
+	if logsDone {
+		return
+	}
+	logsDone = true
+	if !o.verbose || o.logs == nil {
+		redis.SetLogger(discardLogger{})
+		grpclog.SetLoggerV2(grpclog.NewLoggerV2(io.Discard, io.Discard, io.Discard))
+		return
+	}
+	w := &scrubWriter{w: o.logs, secrets: secrets}
+	redis.SetLogger(redisLogger{w})
+	grpclog.SetLoggerV2(grpclog.NewLoggerV2(io.Discard, w, w))
+}
+
+type discardLogger struct{}
+
+func (discardLogger) Printf(context.Context, string, ...any) {}
+
+type redisLogger struct{ w io.Writer }
+
+func (l redisLogger) Printf(_ context.Context, format string, args ...any) {
+	fmt.Fprintf(l.w, "redis: "+strings.TrimSuffix(format, "\n")+"\n", args...)
+}
+
+// etcdLogger is the etcd client's zap logger: none, or warnings to logs.
+func etcdLogger(o openOptions, secrets []string) *zap.Logger {
+	if !o.verbose || o.logs == nil {
+		return zap.NewNop()
+	}
+	enc := zap.NewDevelopmentEncoderConfig()
+	core := zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.AddSync(&scrubWriter{w: o.logs, secrets: secrets}), zapcore.InfoLevel)
+	return zap.New(core).Named("etcd-client")
+}
+
+// scrubWriter removes secrets from everything written through it. Each
+// Write is scrubbed on its own: callers write whole lines.
+type scrubWriter struct {
+	mu      sync.Mutex
+	w       io.Writer
+	secrets []string
+}
+
+func (s *scrubWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := io.WriteString(s.w, scrub(string(p), s.secrets)); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// open creates the clients. Only etcd touches the network here (its client
+// dials in the background); probes come after.
+func (t *target) open(o openOptions) (*backend, error) {
+	switch t.Scheme {
+	case "file":
+		l, err := filelock.New(t.Dir)
+		if err != nil {
+			return nil, err
+		}
+		list := listVia(l.List, func(in filelock.Info) lockInfo {
+			return lockInfo{Key: in.Key, Owner: in.Owner, Token: in.Token, TTL: in.TTL, Metadata: in.Metadata}
+		})
+		return &backend{locker: l, list: list, close: func() {}, where: t.where}, nil
+	case "redis", "rediss":
+		opt, err := redis.ParseURL(t.URL())
+		if err != nil { // parseURL accepted it: cannot happen
+			return nil, &urlError{scrub(fmt.Sprintf("%v %q: %v", errBadURL, t.where, err), t.secrets)}
+		}
+		t.tune(opt, o)
+		return t.redisBackend(redis.NewClient(opt)), nil
+	case "redis+sentinel":
+		opt := &redis.FailoverOptions{
+			MasterName: t.Master, SentinelAddrs: t.Addrs, DB: t.DB,
+			Username: t.Username, Password: t.Password,
+			SentinelUsername: t.SentinelUsername, SentinelPassword: t.SentinelPassword,
+			DialTimeout: o.connectTimeout, ReadTimeout: clientIOTimeout, WriteTimeout: clientIOTimeout,
+			ContextTimeoutEnabled: true,
+		}
+		return t.redisBackend(redis.NewFailoverClient(opt)), nil
+	case "redlock":
+		return t.openRedlock(o), nil
+	case "etcd", "etcds":
+		return t.openEtcd(o)
+	}
+	return nil, badURL(t.URL(), "unknown scheme %q", t.Scheme)
+}
+
+// tune sets the CLI's client timeouts where the URL did not.
+func (t *target) tune(opt *redis.Options, o openOptions) {
+	if !t.Options.Has("dial_timeout") {
+		opt.DialTimeout = o.connectTimeout
+	}
+	if !t.Options.Has("read_timeout") {
+		opt.ReadTimeout = clientIOTimeout
+	}
+	if !t.Options.Has("write_timeout") {
+		opt.WriteTimeout = clientIOTimeout
+	}
+	opt.ContextTimeoutEnabled = true
+}
+
+func (t *target) redisBackend(c redis.UniversalClient) *backend {
 	l := redislock.New(c)
 	list := listVia(l.List, func(in redislock.Info) lockInfo {
 		return lockInfo{Key: in.Key, Owner: in.Owner, Token: in.Token, TTL: in.TTL, Metadata: in.Metadata}
 	})
-	return &backend{locker: l, list: list, close: func() { c.Close() }, where: u.Redacted()}
-}
-
-func openRedis(raw string, u *url.URL) (*backend, error) {
-	hp := u.Host
-	if u.Port() == "" {
-		hp = net.JoinHostPort(u.Hostname(), "6379")
-	}
-	if err := checkHostPort(raw, hp); err != nil {
-		return nil, err
-	}
-	opt, err := redis.ParseURL(raw)
-	if err != nil {
-		return nil, badURL(raw, "%s", strings.TrimPrefix(err.Error(), "redis: "))
-	}
-	return redisBackend(raw, u, redis.NewClient(opt)), nil
-}
-
-// openSentinel parses redis+sentinel://[user:pass@]h1:p1,h2:p2/master[/db].
-func openSentinel(raw string, u *url.URL) (*backend, error) {
-	if u.Host == "" {
-		return nil, badURL(raw, "no sentinel addresses")
-	}
-	addrs := strings.Split(u.Host, ",")
-	for _, a := range addrs {
-		if err := checkHostPort(raw, a); err != nil {
-			return nil, err
-		}
-	}
-	parts := strings.Split(strings.Trim(u.Path, "/"), "/")
-	if parts[0] == "" {
-		return nil, badURL(raw, "missing master name: redis+sentinel://h1:p1,h2:p2/MASTER")
-	}
-	opt := &redis.FailoverOptions{MasterName: parts[0], SentinelAddrs: addrs}
-	if len(parts) > 1 {
-		db, err := strconv.Atoi(parts[1])
-		if err != nil || db < 0 {
-			return nil, badURL(raw, "database %q is not a non-negative number", parts[1])
-		}
-		opt.DB = db
-	}
-	if len(parts) > 2 {
-		return nil, badURL(raw, "path has too many parts: want /MASTER[/DB]")
-	}
-	if u.User != nil {
-		opt.Username = u.User.Username()
-		opt.Password, _ = u.User.Password()
-	}
-	opt.SentinelPassword = u.Query().Get("sentinel_password")
-	return redisBackend(raw, u, redis.NewFailoverClient(opt)), nil
+	probe := func(ctx context.Context) error { return c.Ping(ctx).Err() }
+	return &backend{locker: l, list: list, probe: probe, close: func() { c.Close() }, where: t.where}
 }
 
 func sortInfos(in []lockInfo) {
@@ -230,38 +277,16 @@ func listVia[T any](list func(context.Context, string) ([]T, error), conv func(T
 	}
 }
 
-// openRedlock parses redlock://[user:pass@]h1:p1,h2:p2,h3:p3[/db]: one
-// independent master per address.
-func openRedlock(raw string, u *url.URL) (*backend, error) {
-	if u.Host == "" {
-		return nil, badURL(raw, "no node addresses: redlock://h1:p1,h2:p2,h3:p3")
-	}
-	addrs := strings.Split(u.Host, ",")
-	seen := map[string]bool{}
-	for _, a := range addrs {
-		if err := checkHostPort(raw, a); err != nil {
-			return nil, err
-		}
-		if seen[a] {
-			return nil, badURL(raw, "address %q is listed twice", a)
-		}
-		seen[a] = true
-	}
-	db := 0
-	if p := strings.Trim(u.Path, "/"); p != "" {
-		var err error
-		if db, err = strconv.Atoi(p); err != nil || db < 0 {
-			return nil, badURL(raw, "database %q is not a non-negative number", p)
-		}
-	}
-	var user, pass string
-	if u.User != nil {
-		user = u.User.Username()
-		pass, _ = u.User.Password()
-	}
-	clients := make([]redis.UniversalClient, len(addrs))
-	for i, a := range addrs {
-		clients[i] = redis.NewClient(&redis.Options{Addr: a, Username: user, Password: pass, DB: db})
+// openRedlock makes one client per independent master. The probe PINGs
+// them all; a majority must answer.
+func (t *target) openRedlock(o openOptions) *backend {
+	clients := make([]redis.UniversalClient, len(t.Addrs))
+	for i, a := range t.Addrs {
+		clients[i] = redis.NewClient(&redis.Options{
+			Addr: a, Username: t.Username, Password: t.Password, DB: t.DB,
+			DialTimeout: o.connectTimeout, ReadTimeout: clientIOTimeout, WriteTimeout: clientIOTimeout,
+			ContextTimeoutEnabled: true,
+		})
 	}
 	l := redlock.New(clients)
 	list := listVia(l.List, func(in redlock.Info) lockInfo {
@@ -272,63 +297,148 @@ func openRedlock(raw string, u *url.URL) (*backend, error) {
 			c.Close()
 		}
 	}
-	return &backend{locker: l, list: list, close: closeAll, where: u.Redacted()}, nil
+	probe := func(ctx context.Context) error {
+		errs := make([]error, len(clients))
+		var wg sync.WaitGroup
+		for i, c := range clients {
+			wg.Go(func() { errs[i] = c.Ping(ctx).Err() })
+		}
+		wg.Wait()
+		var failed []string
+		for i, err := range errs {
+			if err != nil {
+				failed = append(failed, fmt.Sprintf("%s: %v", t.Addrs[i], err))
+			}
+		}
+		if quorum := len(clients)/2 + 1; len(clients)-len(failed) < quorum {
+			return fmt.Errorf("%d of %d nodes answered, a majority (%d) is needed: %s", len(clients)-len(failed), len(clients), quorum, strings.Join(failed, "; "))
+		}
+		return nil
+	}
+	return &backend{locker: l, list: list, probe: probe, close: closeAll, where: t.where}
 }
 
-// openEtcd parses etcd[s]://[user:pass@]h1:p1[,h2:p2][/prefix][?ca=FILE]
-// and checks the cluster answers (so an unreachable cluster is an error,
-// not an endless wait).
-func openEtcd(raw string, u *url.URL) (*backend, error) {
-	if u.Host == "" {
-		return nil, badURL(raw, "no endpoints: etcd://h1:p1[,h2:p2]")
-	}
+// openEtcd connects to etcd; the probe is a count-only read.
+func (t *target) openEtcd(o openOptions) (*backend, error) {
 	scheme := "http"
 	var tlsCfg *tls.Config
-	if u.Scheme == "etcds" {
+	if t.TLS {
 		scheme, tlsCfg = "https", &tls.Config{MinVersion: tls.VersionTLS12}
-		if ca := u.Query().Get("ca"); ca != "" {
-			pem, err := os.ReadFile(ca)
+		if t.CA != "" {
+			pem, err := os.ReadFile(t.CA)
 			if err != nil {
-				return nil, badURL(raw, "ca file: %v", err)
+				return nil, &urlError{scrub(fmt.Sprintf("%v %q: ca file: %v", errBadURL, t.where, err), t.secrets)}
 			}
 			pool := x509.NewCertPool()
 			if !pool.AppendCertsFromPEM(pem) {
-				return nil, badURL(raw, "ca file %q holds no PEM certificate", ca)
+				return nil, &urlError{scrub(fmt.Sprintf("%v %q: ca file %q holds no PEM certificate", errBadURL, t.where, t.CA), t.secrets)}
 			}
 			tlsCfg.RootCAs = pool
 		}
-	} else if u.Query().Has("ca") {
-		return nil, badURL(raw, "?ca= needs etcds://")
 	}
 	var eps []string
-	for _, a := range strings.Split(u.Host, ",") {
-		if err := checkHostPort(raw, a); err != nil {
-			return nil, err
-		}
+	for _, a := range t.Addrs {
 		eps = append(eps, scheme+"://"+a)
 	}
-	cfg := clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, TLS: tlsCfg}
-	if u.User != nil {
-		cfg.Username = u.User.Username()
-		cfg.Password, _ = u.User.Password()
+	cfg := clientv3.Config{
+		Endpoints: eps, DialTimeout: o.connectTimeout, TLS: tlsCfg,
+		Username: t.Username, Password: t.Password,
+		Logger: etcdLogger(o, t.secrets),
 	}
 	c, err := clientv3.New(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("etcd %s: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("etcd %s: %w", t.where, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if _, err := c.Get(ctx, "dlock-probe", clientv3.WithCountOnly()); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("etcd %s: not reachable: %w", u.Redacted(), err)
-	}
-	prefix := strings.TrimPrefix(u.Path, "/")
-	if prefix != "" && !strings.HasSuffix(prefix, "/") {
-		prefix += "/"
-	}
-	l := etcdlock.New(c, etcdlock.WithPrefix(prefix))
+	l := etcdlock.New(c, etcdlock.WithPrefix(t.Prefix))
 	list := listVia(l.List, func(in etcdlock.Info) lockInfo {
 		return lockInfo{Key: in.Key, Owner: in.Owner, Token: in.Token, TTL: in.TTL, Metadata: in.Metadata}
 	})
-	return &backend{locker: l, list: list, close: func() { c.Close() }, where: u.Redacted()}, nil
+	probe := func(ctx context.Context) error {
+		_, err := c.Get(ctx, "dlock-probe", clientv3.WithCountOnly())
+		return err
+	}
+	return &backend{locker: l, list: list, probe: probe, close: func() { c.Close() }, where: t.where}, nil
+}
+
+// explain turns a failed probe into the message the user sees: where,
+// what failed, and for a TLS mismatch which scheme to use instead.
+func (t *target) explain(err error, o openOptions) error {
+	what := "not reachable"
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		what = "refused"
+	}
+	msg := fmt.Sprintf("%s: %s: %v", t.where, what, err)
+	if t.Scheme == "etcd" || t.Scheme == "etcds" {
+		msg = "etcd " + msg
+	}
+	if rerr == nil {
+		if hint := t.tlsHint(err, o.connectTimeout); hint != "" {
+			msg += "\n  " + hint
+		}
+	}
+	return errors.New(scrub(msg, t.secrets))
+}
+
+// tlsHint looks for a TLS mismatch after a failed probe: a TLS URL for a
+// server that speaks plaintext, or a plaintext URL for a TLS server. It
+// sends no credentials and returns "" when it finds nothing.
+func (t *target) tlsHint(err error, d time.Duration) string {
+	if d > 2*time.Second {
+		d = 2 * time.Second
+	}
+	addr := t.Addrs[0]
+	switch t.Scheme {
+	case "rediss":
+		if speaksPlainRedis(addr, d) {
+			return fmt.Sprintf("TLS handshake with %s failed: the server answers plaintext Redis; use redis:// instead of rediss://", addr)
+		}
+	case "etcds":
+		if !speaksTLS(addr, d) && errorMentionsTLS(err) {
+			return fmt.Sprintf("TLS handshake with %s failed: the server does not speak TLS; use etcd:// instead of etcds://", addr)
+		}
+	case "redis", "etcd":
+		var ne errNoAnswer
+		if errors.As(err, &ne) && t.Scheme == "redis" {
+			return "" // a TLS server hangs up at once; it does not time out
+		}
+		if speaksTLS(addr, d) {
+			return fmt.Sprintf("the server at %s speaks TLS; use %ss:// instead of %s://", addr, t.Scheme, t.Scheme)
+		}
+	}
+	return ""
+}
+
+func errorMentionsTLS(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "tls") || strings.Contains(s, "TLS") || strings.Contains(s, "handshake")
+}
+
+// speaksPlainRedis reports whether addr answers an inline PING in RESP.
+func speaksPlainRedis(addr string, d time.Duration) bool {
+	c, err := net.DialTimeout("tcp", addr, d)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(d))
+	if _, err := io.WriteString(c, "PING\r\n"); err != nil {
+		return false
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return err == nil && len(line) > 0 && (line[0] == '+' || line[0] == '-')
+}
+
+// speaksTLS reports whether addr completes a TLS handshake. The server's
+// certificate is not checked: nothing is sent over the connection, it only
+// tells which protocol the port speaks.
+func speaksTLS(addr string, d time.Duration) bool {
+	dialer := &net.Dialer{Timeout: d}
+	c, err := tls.DialWithDialer(dialer, "tcp", addr, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}) //nolint:gosec // protocol detection only
+	if err != nil {
+		var alert tls.AlertError
+		return errors.As(err, &alert) // the server answered in TLS, e.g. asking for a client certificate
+	}
+	c.Close()
+	return true
 }

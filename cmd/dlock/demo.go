@@ -77,7 +77,8 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 	if u == "" {
 		u = "file://" + filepath.Join(dir, "locks")
 	}
-	b, err := openBackend(u) // check the URL and reachability up front
+	stderr = &scrubWriter{w: stderr, secrets: secretsOf(u)}
+	b, err := openBackend(u, openOptions{}) // check the URL and reachability up front
 	if err != nil {
 		return reportOpen(stderr, "demo", err)
 	}

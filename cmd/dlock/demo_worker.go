@@ -40,7 +40,9 @@ func cmdDemoWorker(args []string, stdout, stderr io.Writer) int {
 	defer cancel()
 	var locker dlock.Locker
 	if *key != "" {
-		b, err := openBackend(os.Getenv("DLOCK_URL"))
+		raw := os.Getenv("DLOCK_URL")
+		stderr = &scrubWriter{w: stderr, secrets: secretsOf(raw)}
+		b, err := openBackend(raw, openOptions{})
 		if err != nil {
 			return reportOpen(stderr, "demo worker", err)
 		}

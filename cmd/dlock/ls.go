@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-const lsUsage = `Usage: dlock ls [--url URL] [--json] [PREFIX]
+const lsUsage = `Usage: dlock ls [--url URL] [--json] [--connect-timeout 5s] [--verbose] [PREFIX]
 
 Lists the locks currently held (whose key starts with PREFIX): key, owner,
 host and pid of the holder, fencing token and time left on the lease.
@@ -29,6 +29,8 @@ func cmdLs(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	rawURL := fs.String("url", "", "lock service URL (default $DLOCK_URL, else file:// in the state dir)")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	connect := fs.Duration("connect-timeout", defaultConnectTimeout, "bound on connecting to and probing the lock service")
+	verbose := fs.Bool("verbose", false, "print the client libraries' logs on stderr")
 	fs.Usage = func() { fmt.Fprint(fs.Output(), lsUsage); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -40,7 +42,16 @@ func cmdLs(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "dlock ls: at most one PREFIX, got %d arguments\n", fs.NArg())
 		return exitUsage
 	}
-	b, err := openBackend(*rawURL)
+	if *connect <= 0 {
+		fmt.Fprintf(stderr, "dlock ls: --connect-timeout must be positive, got %v\n", *connect)
+		return exitUsage
+	}
+	raw := *rawURL
+	if raw == "" {
+		raw = defaultURL()
+	}
+	stderr = &scrubWriter{w: stderr, secrets: secretsOf(raw)}
+	b, err := openBackend(raw, openOptions{connectTimeout: *connect, verbose: *verbose, logs: stderr})
 	if err != nil {
 		return reportOpen(stderr, "ls", err)
 	}

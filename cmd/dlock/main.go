@@ -10,7 +10,7 @@ import (
 
 // Exit statuses of dlock itself (the child's status is passed through).
 const (
-	exitConflict = 1 // lock held (-n) or --wait elapsed; -E changes it
+	exitConflict = 1 // lock held by someone else (-n, or --wait elapsed); -E changes it
 	exitUsage    = 2 // bad flags, arguments or URL
 	exitBackend  = 3 // backend unreachable, authentication failed, ...
 	exitLost     = 4 // the lock was lost while the command ran
@@ -20,8 +20,9 @@ const (
 const usage = `dlock — distributed locks with fencing tokens
 
 Usage:
-  dlock run   [--url URL] [--ttl 30s] [-w DUR] [-n] [-E N] [--grace 5s] KEY -- CMD [ARGS...]
-  dlock ls    [--url URL] [--json] [PREFIX]
+  dlock run   [--url URL] [--ttl 30s] [-w DUR|SECS] [-n] [-E N] [--grace 5s]
+              [--connect-timeout 5s] [--verbose] KEY -- CMD [ARGS...]
+  dlock ls    [--url URL] [--json] [--connect-timeout 5s] [--verbose] [PREFIX]
   dlock demo  [--url URL]
   dlock serve [--data-dir DIR] [--listen 127.0.0.1:2379]
   dlock version
@@ -34,6 +35,8 @@ URL (from --url, else $DLOCK_URL, else a file backend in your state directory):
   redis+sentinel://[user:pass@]h1:p1,h2:p2/master[/db]
   redlock://[user:pass@]h1:p1,h2:p2,h3:p3[/db]   Redlock over independent masters
   etcd://[user:pass@]h1:p1[,h2:p2][/prefix]      etcd (etcds:// for TLS; ?ca=FILE)
+Percent-encode reserved characters (/ ? # @ %) in passwords. Secrets are
+never printed.
 `
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -54,6 +57,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdServe(args[1:], stdout, stderr)
 	case demoWorkerCmd:
 		return cmdDemoWorker(args[1:], stdout, stderr)
+	case superviseCmd:
+		return cmdSupervise(args[1:], stderr)
 	case "version", "--version", "-version":
 		return cmdVersion(stdout)
 	case "help", "-h", "--help", "-help":

@@ -65,6 +65,7 @@ func runDlock(t *testing.T, url string, args ...string) result {
 	cmd := dlockCmd(ctx, url, args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd.WaitDelay = 5 * time.Second // a stray holder of the pipes must not hang the test
 	err := cmd.Run()
 	if ctx.Err() != nil {
 		t.Fatalf("hang: dlock %v did not finish within %v", args, hang)

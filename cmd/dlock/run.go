@@ -6,10 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
-	"os/exec"
 	"os/signal"
-	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -17,17 +16,26 @@ import (
 	"github.com/dlock-go/dlock"
 )
 
-const runUsage = `Usage: dlock run [--url URL] [--ttl 30s] [-w|--wait DUR] [-n|--nonblock]
-                 [-E|--conflict-exit-code N] [--grace 5s] KEY -- CMD [ARGS...]
+const runUsage = `Usage: dlock run [--url URL] [--ttl 30s] [-w|--wait DUR|SECS] [-n|--nonblock]
+                 [-E|--conflict-exit-code N] [--grace 5s] [--connect-timeout 5s]
+                 [--verbose] KEY -- CMD [ARGS...]
 
 Runs CMD while holding the lock KEY, renewing it automatically. CMD sees
 DLOCK_KEY, DLOCK_TOKEN (the fencing token: pass it to whatever CMD writes to)
-and DLOCK_OWNER. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to dlock are
-forwarded to CMD. When CMD exits the lock is released and dlock exits with
+and DLOCK_OWNER. When CMD exits the lock is released and dlock exits with
 CMD's status (128+N if CMD was killed by signal N).
 
+CMD runs in its own process group under a small supervisor process that
+keeps track of every process CMD starts, even ones that leave the group.
+SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to dlock are forwarded to CMD's
+process group. On a terminal, CMD's group gets the terminal's foreground, so
+Ctrl-C reaches it once. Processes CMD leaves running when it exits get
+SIGTERM, then SIGKILL after --grace, before the lock is released. If dlock
+is killed, even with SIGKILL, the whole tree is killed.
+
 If the lock is lost while CMD runs (renewal failed, key deleted), dlock says
-so on stderr, sends CMD SIGTERM, then SIGKILL after --grace, and exits 4.
+so on stderr, sends SIGTERM to every process of the tree, SIGKILL after
+--grace, and exits 4.
 
 Options:
 `
@@ -35,9 +43,10 @@ Options:
 const runExitCodes = `
 Exit status:
   CMD's status   CMD ran and the lock stayed held
-  1              the lock could not be had (held with -n, or --wait elapsed); see -E
+  1              the lock is held by someone else (-n, or --wait elapsed); see -E
   2              usage error: bad flags, arguments or URL
-  3              backend error: unreachable server, authentication, ...
+  3              backend error: unreachable server, no answer, TLS or
+                 authentication failure... (whatever -w and -n say)
   4              the lock was lost while CMD ran; CMD was terminated
   127            CMD could not be started
 
@@ -56,13 +65,15 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		wait     time.Duration
 		nonblock bool
 		conflict int
-		grace    = fs.Duration("grace", 5*time.Second, "time between SIGTERM and SIGKILL when the lock is lost")
+		grace    = fs.Duration("grace", 5*time.Second, "time between SIGTERM and SIGKILL when the lock is lost or CMD leaves processes behind")
+		connect  = fs.Duration("connect-timeout", defaultConnectTimeout, "bound on connecting to and probing the lock service (--wait bounds it too), and on -n's attempt")
+		verbose  = fs.Bool("verbose", false, "print the process tree's pids and the client libraries' logs on stderr")
 	)
-	fs.DurationVar(&wait, "wait", 0, "give up after waiting this long (default: wait forever)")
-	fs.DurationVar(&wait, "w", 0, "short for --wait")
+	fs.Var(waitFlag{&wait}, "wait", "give up after waiting this long: a duration (2m) or seconds (30) (default: wait forever)")
+	fs.Var(waitFlag{&wait}, "w", "short for --wait")
 	fs.BoolVar(&nonblock, "nonblock", false, "fail at once if the lock is held")
 	fs.BoolVar(&nonblock, "n", false, "short for --nonblock")
-	fs.IntVar(&conflict, "conflict-exit-code", exitConflict, "exit status when the lock cannot be had")
+	fs.IntVar(&conflict, "conflict-exit-code", exitConflict, "exit status when the lock is held by someone else")
 	fs.IntVar(&conflict, "E", exitConflict, "short for --conflict-exit-code")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), runUsage)
@@ -95,6 +106,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	case wait < 0 || *grace < 0:
 		fmt.Fprintln(stderr, "dlock run: --wait and --grace must not be negative")
 		return exitUsage
+	case *connect <= 0:
+		fmt.Fprintf(stderr, "dlock run: --connect-timeout must be positive, got %v\n", *connect)
+		return exitUsage
 	case conflict < 0 || conflict > 255:
 		fmt.Fprintf(stderr, "dlock run: --conflict-exit-code must be in 0-255, got %d\n", conflict)
 		return exitUsage
@@ -104,29 +118,85 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 
-	b, err := openBackend(*rawURL)
+	// Nothing dlock prints may carry a secret of the URL.
+	raw := *rawURL
+	if raw == "" {
+		raw = defaultURL()
+	}
+	stderr = &scrubWriter{w: stderr, secrets: secretsOf(raw)}
+	// A closed stderr must not kill dlock (SIGPIPE) while it holds a lock.
+	catch(make(chan os.Signal, 1), syscall.SIGPIPE)
+
+	// --wait bounds the whole wait, connecting included.
+	oo := openOptions{connectTimeout: *connect, verbose: *verbose, logs: stderr}
+	if !nonblock && wait > 0 && wait < *connect {
+		oo.connectTimeout, oo.timeoutFlag = wait, "--wait"
+	}
+	b, err := openBackend(raw, oo)
 	if err != nil {
 		return reportOpen(stderr, "run", err)
 	}
 	defer b.close()
 
 	// Signals: while waiting they cancel the wait; while CMD runs they are
-	// forwarded to it.
+	// forwarded to it. Those dlock was started with ignored (nohup, "&" in
+	// a script) stay ignored, and CMD inherits them so.
 	sigc := make(chan os.Signal, 4)
-	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	catch(sigc, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	defer signal.Stop(sigc)
 
-	lk, code := acquireForRun(b, key, *ttl, wait, nonblock, conflict, sigc, stderr)
+	req := acquireRequest{key: key, ttl: *ttl, wait: wait, nonblock: nonblock, conflict: conflict, attempt: *connect}
+	lk, code := acquireForRun(b, req, sigc, stderr)
 	if lk == nil {
 		return code
 	}
-	return superviseChild(lk, cmdArgs, *grace, sigc, stderr)
+	return superviseChild(lk, cmdArgs, runOptions{grace: *grace, verbose: *verbose}, sigc, stderr)
+}
+
+// waitFlag parses --wait as a duration ("2m", "1.5s") or as seconds
+// ("30", "0.5"), like flock(1)'s -w.
+type waitFlag struct{ d *time.Duration }
+
+func (w waitFlag) String() string {
+	if w.d == nil || *w.d == 0 {
+		return ""
+	}
+	return w.d.String()
+}
+
+func (w waitFlag) Set(s string) error {
+	if d, err := time.ParseDuration(s); err == nil {
+		*w.d = d
+		return nil
+	}
+	secs, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(secs) || math.IsInf(secs, 0) || math.Abs(secs) > float64(math.MaxInt64/int64(time.Second)) {
+		return fmt.Errorf("want a duration (2m, 1.5s) or a number of seconds, got %q", s)
+	}
+	*w.d = time.Duration(secs * float64(time.Second))
+	return nil
+}
+
+// acquireRequest is what acquireForRun asks for.
+type acquireRequest struct {
+	key      string
+	ttl      time.Duration
+	wait     time.Duration // 0: forever
+	nonblock bool
+	conflict int           // exit status when the lock is held
+	attempt  time.Duration // bound on -n's single attempt
 }
 
 // acquireForRun takes the lock; on failure it returns nil and the exit code.
-func acquireForRun(b *backend, key string, ttl, wait time.Duration, nonblock bool, conflict int, sigc chan os.Signal, stderr io.Writer) (*dlock.Lock, int) {
+func acquireForRun(b *backend, r acquireRequest, sigc chan os.Signal, stderr io.Writer) (*dlock.Lock, int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	attemptCtx := ctx
+	if r.nonblock {
+		var cancelAttempt context.CancelFunc
+		attemptCtx, cancelAttempt = context.WithTimeout(ctx, r.attempt)
+		defer cancelAttempt()
+	}
 	var sig os.Signal
 	stop, exited := make(chan struct{}), make(chan struct{})
 	go func() {
@@ -137,18 +207,18 @@ func acquireForRun(b *backend, key string, ttl, wait time.Duration, nonblock boo
 		case <-stop:
 		}
 	}()
-	opts := []dlock.Option{dlock.WithTTL(ttl), dlock.WithMetadata("cmd", "dlock run")}
+	opts := []dlock.Option{dlock.WithTTL(r.ttl), dlock.WithMetadata("cmd", "dlock run")}
 	var (
 		lk  *dlock.Lock
 		err error
 	)
-	if nonblock {
-		lk, err = b.locker.TryAcquire(ctx, key, opts...)
+	if r.nonblock {
+		lk, err = b.locker.TryAcquire(attemptCtx, r.key, opts...)
 	} else {
-		if wait > 0 {
-			opts = append(opts, dlock.WithWait(wait))
+		if r.wait > 0 {
+			opts = append(opts, dlock.WithWait(r.wait))
 		}
-		lk, err = b.locker.Acquire(ctx, key, opts...)
+		lk, err = b.locker.Acquire(ctx, r.key, opts...)
 	}
 	close(stop)
 	<-exited
@@ -156,102 +226,154 @@ func acquireForRun(b *backend, key string, ttl, wait time.Duration, nonblock boo
 		if lk != nil {
 			releaseNow(lk, stderr)
 		}
-		fmt.Fprintf(stderr, "dlock run: interrupted by %v while waiting for %q\n", sig, key)
+		fmt.Fprintf(stderr, "dlock run: interrupted by %v while waiting for %q\n", sig, r.key)
 		return nil, 128 + int(s)
 	}
 	if err == nil {
 		return lk, 0
 	}
+	code := acquireErrorStatus(err, r.conflict)
 	var na *dlock.NotAcquiredError
 	switch {
+	case code == exitUsage:
+		fmt.Fprintf(stderr, "dlock run: %v\n", err)
+	case code == exitBackend && r.nonblock && attemptCtx.Err() != nil:
+		fmt.Fprintf(stderr, "dlock run: %s: no answer to the lock request within --connect-timeout %s: %v\n", b.where, r.attempt, err)
+	case code == exitBackend && errors.Is(err, dlock.ErrNotAcquired):
+		fmt.Fprintf(stderr, "dlock run: %s: no holder of %q was seen; the lock service did not answer: %v\n", b.where, r.key, err)
+	case code == exitBackend:
+		fmt.Fprintf(stderr, "dlock run: %s: %v\n", b.where, err)
 	case errors.As(err, &na):
-		msg := fmt.Sprintf("dlock run: lock %q is held", key)
+		msg := fmt.Sprintf("dlock run: lock %q is held", r.key)
 		if na.Holder != "" || len(na.Metadata) > 0 {
 			msg += " by " + dlock.HolderString(na.Holder, na.Metadata)
 		}
 		if na.TTL > 0 {
 			msg += fmt.Sprintf(", lease ends in %s", na.TTL.Round(time.Millisecond))
 		}
-		if !nonblock {
-			msg += fmt.Sprintf(" (gave up after waiting %s)", wait)
+		if !r.nonblock {
+			msg += fmt.Sprintf(" (gave up after waiting %s)", r.wait)
 		}
 		fmt.Fprintln(stderr, msg)
-		return nil, conflict
-	case errors.Is(err, dlock.ErrInvalidTTL), errors.Is(err, dlock.ErrInvalidKey), errors.Is(err, dlock.ErrInvalidOption):
-		fmt.Fprintf(stderr, "dlock run: %v\n", err)
-		return nil, exitUsage
 	default:
-		fmt.Fprintf(stderr, "dlock run: %s: %v\n", b.where, err)
-		return nil, exitBackend
+		fmt.Fprintf(stderr, "dlock run: lock %q is held: %v\n", r.key, err)
 	}
+	return nil, code
 }
 
-// superviseChild runs CMD under lk and returns dlock's exit status.
-func superviseChild(lk *dlock.Lock, cmdArgs []string, grace time.Duration, sigc chan os.Signal, stderr io.Writer) int {
+// acquireErrorStatus maps an acquisition error to dlock's exit status: the
+// conflict status only when the error wraps dlock.ErrNotAcquired and a
+// holder was actually observed (its owner, metadata or lease); anything
+// else, an outage or a wait that ended without any answer, is a backend
+// error (3) whatever -w and -n say.
+func acquireErrorStatus(err error, conflict int) int {
+	switch {
+	case errors.Is(err, dlock.ErrInvalidTTL), errors.Is(err, dlock.ErrInvalidKey), errors.Is(err, dlock.ErrInvalidOption):
+		return exitUsage
+	case !errors.Is(err, dlock.ErrNotAcquired):
+		return exitBackend
+	}
+	var na *dlock.NotAcquiredError
+	if errors.As(err, &na) && na.Holder == "" && len(na.Metadata) == 0 && na.TTL <= 0 {
+		return exitBackend
+	}
+	return conflict
+}
+
+// runOptions are dlock run's settings for the process tree.
+type runOptions struct {
+	grace   time.Duration
+	verbose bool
+}
+
+// superviseChild runs CMD under lk (see supervise.go for the process tree)
+// and returns dlock's exit status.
+func superviseChild(lk *dlock.Lock, cmdArgs []string, o runOptions, sigc chan os.Signal, stderr io.Writer) int {
 	release := func() { releaseNow(lk, stderr) }
-	cmd := exec.Command(cmdArgs[0], cmdArgs[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	// If dlock dies (SIGKILL, OOM), nobody renews the lease: the child must
-	// not outlive it, or it would run on without the lock. The kernel sends
-	// the death signal when the thread that started the child exits, so
-	// start it from a thread that lives as long as the process.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	setParentDeathSignal(cmd)
-	cmd.Env = append(os.Environ(),
+	// Orphans of the tree come to dlock if the supervisor dies.
+	_ = setSubreaper()
+	contc := make(chan os.Signal, 1)
+	signal.Notify(contc, syscall.SIGCONT)
+	defer signal.Stop(contc)
+	env := append(os.Environ(),
 		"DLOCK_KEY="+lk.Key(),
 		"DLOCK_TOKEN="+strconv.FormatUint(lk.Token(), 10),
 		"DLOCK_OWNER="+lk.Owner(),
 	)
-	if err := cmd.Start(); err != nil {
+	sup, err := startSupervisor(cmdArgs, env, o.grace)
+	if err != nil {
 		release()
-		fmt.Fprintf(stderr, "dlock run: %v\n", err)
+		fmt.Fprintf(stderr, "dlock run: cannot start the supervisor: %v\n", err)
 		return exitNoExec
 	}
-	waitc := make(chan error, 1)
-	go func() { waitc <- cmd.Wait() }()
+	defer sup.killTree()
+	// dlock writes to the terminal from the background while CMD has it;
+	// with "stty tostop" that would stop dlock (and its renewals). Only
+	// now: the supervisor and CMD must not inherit the ignored signal.
+	signal.Ignore(syscall.SIGTTOU)
 
+	status := -1 // CMD's status once known
 	lost := lk.Lost()
 	var killTimer <-chan time.Time
 	lostLock := false
 	for {
 		select {
 		case sig := <-sigc:
-			_ = cmd.Process.Signal(sig)
+			if status >= 0 {
+				sup.killTree() // CMD is gone: a signal hurries its leftovers up
+				continue
+			}
+			if s, ok := sig.(syscall.Signal); ok {
+				sup.send("sig %d", int(s))
+			}
+		case <-contc:
+			// fg or bg after a stop: CMD goes on, in the terminal's
+			// foreground if dlock is there.
+			sup.send("cont")
 		case <-lost:
 			lost = nil
 			lostLock = true
-			fmt.Fprintf(stderr, "dlock run: LOCK LOST: %v; sending SIGTERM to pid %d (SIGKILL in %s)\n", lk.Err(), cmd.Process.Pid, grace)
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			killTimer = time.After(grace)
+			fmt.Fprintf(stderr, "dlock run: LOCK LOST: %v; sending SIGTERM to CMD's process tree (SIGKILL in %s)\n", lk.Err(), o.grace)
+			sup.send("term")
+			killTimer = time.After(o.grace)
 		case <-killTimer:
 			killTimer = nil
-			fmt.Fprintf(stderr, "dlock run: pid %d still running after %s; sending SIGKILL\n", cmd.Process.Pid, grace)
-			_ = cmd.Process.Kill()
-		case err := <-waitc:
-			release()
-			if lostLock {
-				return exitLost
+			fmt.Fprintf(stderr, "dlock run: CMD's process tree still running after %s; sending SIGKILL\n", o.grace)
+			sup.killTree()
+		case ev := <-sup.events:
+			switch ev.kind {
+			case "pid":
+				if o.verbose {
+					fmt.Fprintf(stderr, "dlock run: CMD is pid %d (process group %d), supervisor pid %d\n", ev.n, ev.n, sup.cmd.Process.Pid)
+				}
+			case "noexec":
+				fmt.Fprintf(stderr, "dlock run: %s\n", ev.msg)
+				status = exitNoExec
+			case "exit":
+				status = ev.n
+			case "stop":
+				// CMD was stopped from the terminal (Ctrl-Z), which is ours
+				// again: stop too, so that the shell sees the job stop.
+				if !lostLock {
+					_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+				}
+			case "done":
+				if status < 0 {
+					// The supervisor died without a word (SIGKILL, OOM):
+					// CMD got its parent-death SIGKILL; the rest of the
+					// tree was re-parented to dlock.
+					n := sweepOrphans()
+					fmt.Fprintf(stderr, "dlock run: the supervisor died (%v); CMD was killed, and %d leftover processes\n", ev.err, n)
+					status = 128 + int(syscall.SIGKILL)
+				}
+				release()
+				if lostLock {
+					return exitLost
+				}
+				return status
 			}
-			return exitStatus(err, stderr)
 		}
 	}
-}
-
-// exitStatus maps a child's Wait error to a shell-style status.
-func exitStatus(err error, stderr io.Writer) int {
-	if err == nil {
-		return 0
-	}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return 128 + int(ws.Signal())
-		}
-		return ee.ExitCode()
-	}
-	fmt.Fprintf(stderr, "dlock run: %v\n", err)
-	return exitBackend
 }
 
 // reportOpen prints a backend-open error and returns the exit status.

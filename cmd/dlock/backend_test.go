@@ -1,0 +1,345 @@
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/testserver"
+)
+
+// prompt bounds commands that must give up quickly (a --connect-timeout of
+// 1s plus a -w of 1s, with room for a slow machine). The old behaviour
+// measured 30s and more.
+const prompt = 15 * time.Second
+
+// timedRun runs dlock and also returns how long it took.
+func timedRun(t *testing.T, url string, args ...string) (result, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	r := runDlock(t, url, args...)
+	return r, time.Since(start)
+}
+
+// silentServer accepts connections and reads them forever without a word:
+// a server that is up but does not answer. It returns host:port.
+func silentServer(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+			go func() {
+				buf := make([]byte, 4096)
+				for {
+					if _, err := c.Read(buf); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		close(done)
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return l.Addr().String()
+}
+
+// deadAddr is a loopback address where nothing listens.
+func deadAddr(t *testing.T) string {
+	return "127.0.0.1:" + strconv.Itoa(testserver.FreePort(t))
+}
+
+// An outage is a backend error (3), never "held" (1), whatever -w says.
+func TestOutageIsBackendErrorNotConflict(t *testing.T) {
+	for _, c := range []struct{ name, addr string }{
+		{"dead server", deadAddr(t)},
+		{"silent server", silentServer(t)},
+	} {
+		for _, args := range [][]string{
+			{"run", "-w", "1s", "k", "--", "true"},
+			{"run", "-w", "1", "--connect-timeout", "1s", "k", "--", "true"},
+			{"run", "-n", "--connect-timeout", "1s", "k", "--", "true"},
+			{"run", "-n", "-E", "75", "--connect-timeout", "1s", "k", "--", "true"},
+		} {
+			r, took := timedRun(t, "redis://"+c.addr, args...)
+			if r.code != exitBackend || strings.Contains(r.stderr, "is held") {
+				t.Errorf("%s, %v: exit %d %q, want %d", c.name, args, r.code, r.stderr, exitBackend)
+			}
+			if took > prompt {
+				t.Errorf("%s, %v: took %v", c.name, args, took)
+			}
+		}
+	}
+}
+
+// acquireErrorStatus gives the conflict status only when a holder was
+// seen.
+func TestAcquireErrorStatus(t *testing.T) {
+	netErr := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	cases := []struct {
+		name string
+		err  error
+		want int
+	}{
+		{"held", &dlock.NotAcquiredError{Key: "k", Holder: "o1"}, 75},
+		{"held, metadata only", &dlock.NotAcquiredError{Key: "k", Metadata: map[string]string{"pid": "1"}}, 75},
+		{"reserved for a waiter", &dlock.NotAcquiredError{Key: "k", TTL: time.Second}, 75},
+		{"waited, holder seen", &dlock.NotAcquiredError{Key: "k", Holder: "o1", Cause: context.DeadlineExceeded}, 75},
+		{"waited, nothing seen", &dlock.NotAcquiredError{Key: "k", Cause: errors.Join(netErr, context.DeadlineExceeded)}, exitBackend},
+		{"no answer at all", &dlock.NotAcquiredError{Key: "k", Cause: context.DeadlineExceeded}, exitBackend},
+		{"outage", fmt.Errorf("dlock: redis acquire %q: %w", "k", netErr), exitBackend},
+		{"context", context.DeadlineExceeded, exitBackend},
+		{"bad ttl", fmt.Errorf("%w: too short", dlock.ErrInvalidTTL), exitUsage},
+	}
+	for _, c := range cases {
+		if got := acquireErrorStatus(c.err, 75); got != c.want {
+			t.Errorf("%s: %d, want %d", c.name, got, c.want)
+		}
+	}
+}
+
+// -n and opening a backend are bounded by --connect-timeout, whatever the
+// service does.
+func TestConnectTimeoutBoundsOpening(t *testing.T) {
+	silent := silentServer(t)
+	urls := []string{
+		"redis+sentinel://" + deadAddr(t) + "/mymaster",
+		"redis+sentinel://" + silent + "/mymaster",
+		"redis://" + silent,
+		"redlock://" + silent + "," + deadAddr(t) + "," + deadAddr(t),
+		"etcd://" + silent,
+	}
+	for _, u := range urls {
+		for _, args := range [][]string{
+			{"run", "-n", "--connect-timeout", "1s", "k", "--", "true"},
+			{"ls", "--connect-timeout", "1s"},
+		} {
+			r, took := timedRun(t, u, args...)
+			if r.code != exitBackend || took > prompt {
+				t.Errorf("%s %v: exit %d after %v: %q", u, args, r.code, took, r.stderr)
+			}
+		}
+	}
+	if r := runDlock(t, fileURL(t), "run", "--connect-timeout", "0s", "k", "--", "true"); r.code != exitUsage {
+		t.Errorf("--connect-timeout 0s: %d %q", r.code, r.stderr)
+	}
+}
+
+// Redlock needs a majority of its nodes to answer, not all of them.
+func TestRedlockProbeNeedsMajority(t *testing.T) {
+	a, b := testserver.StartRedis(t).Addr(), testserver.StartRedis(t).Addr()
+	if r := runDlock(t, "redlock://"+a+","+b+","+deadAddr(t), "run", "--connect-timeout", "2s", "k", "--", "true"); r.code != 0 {
+		t.Errorf("2 of 3 nodes up: %d %q", r.code, r.stderr)
+	}
+	r := runDlock(t, "redlock://"+a+","+deadAddr(t)+","+deadAddr(t), "run", "--connect-timeout", "2s", "k", "--", "true")
+	if r.code != exitBackend || !strings.Contains(r.stderr, "majority") {
+		t.Errorf("1 of 3 nodes up: %d %q", r.code, r.stderr)
+	}
+}
+
+// writeSelfSigned writes a self-signed certificate for 127.0.0.1 and its
+// key, and returns their paths.
+func writeSelfSigned(t *testing.T) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "dlock test"},
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
+
+// startTLSRedis starts a redis-server that speaks TLS only, and returns its
+// address. testserver.StartRedis pings a plaintext port, so this one is
+// started here.
+func startTLSRedis(t *testing.T) string {
+	t.Helper()
+	bin := testserver.Binary(t, "redis-server")
+	certFile, keyFile := writeSelfSigned(t)
+	for attempt := 0; attempt < 5; attempt++ {
+		port := testserver.FreePort(t)
+		dir := t.TempDir()
+		cmd := exec.Command(bin, "--port", "0", "--tls-port", strconv.Itoa(port), "--bind", "127.0.0.1",
+			"--tls-cert-file", certFile, "--tls-key-file", keyFile, "--tls-ca-cert-file", certFile,
+			"--tls-auth-clients", "no", "--save", "", "--appendonly", "no", "--dir", dir,
+			"--logfile", filepath.Join(dir, "redis.log"))
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan struct{})
+		go func() { cmd.Wait(); close(exited) }()
+		t.Cleanup(func() {
+			cmd.Process.Kill()
+			<-exited
+		})
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		deadline := time.Now().Add(20 * time.Second)
+		for time.Now().Before(deadline) {
+			select {
+			case <-exited:
+				deadline = time.Time{} // port taken or no TLS support: next attempt
+				continue
+			default:
+			}
+			c, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true})
+			if err == nil {
+				c.Close()
+				return addr
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		cmd.Process.Kill()
+		<-exited
+		b, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
+		if strings.Contains(string(b), "not built with TLS") || strings.Contains(string(b), "Bad directive") {
+			t.Skipf("redis-server has no TLS support: %s", b)
+		}
+	}
+	t.Fatal("TLS redis-server did not start")
+	return ""
+}
+
+// A TLS mismatch says so, and which scheme to use, promptly.
+func TestTLSMismatchIsExplained(t *testing.T) {
+	tlsAddr := startTLSRedis(t)
+	plain := testserver.StartRedis(t).Addr()
+	cases := []struct{ url, want string }{
+		{"redis://" + tlsAddr, "rediss://"},
+		{"rediss://" + plain, "redis://"},
+	}
+	for _, c := range cases {
+		r, took := timedRun(t, c.url, "run", "-n", "--connect-timeout", "1s", "k", "--", "true")
+		if r.code != exitBackend || !strings.Contains(r.stderr, "TLS") || !strings.Contains(r.stderr, "use "+c.want) {
+			t.Errorf("%s: exit %d %q; want %d, TLS and use %s", c.url, r.code, r.stderr, exitBackend, c.want)
+		}
+		if took > prompt {
+			t.Errorf("%s: took %v", c.url, took)
+		}
+	}
+	// The right scheme works (the test's certificate is self-signed).
+	if r := runDlock(t, "rediss://"+tlsAddr+"?skip_verify=true", "run", "-n", "k", "--", "true"); r.code != 0 {
+		t.Errorf("rediss:// to the TLS server: %d %q", r.code, r.stderr)
+	}
+}
+
+// Secrets in URLs never reach stdout or stderr: not the password of the
+// userinfo, nor ?sentinel_password= or ?password=, whatever goes wrong.
+func TestSecretsNeverPrinted(t *testing.T) {
+	srv := testserver.StartRedis(t, testserver.WithPassword("rightPw99"))
+	dead := deadAddr(t)
+	const pw, sentinelPw, queryPw = "hunter2pw", "sentinelS3cret", "queryS3cret"
+	urls := []string{
+		// bad URLs
+		"redis://:" + pw + "@127.0.0.1:notaport",
+		"redis://:" + pw + "@127.0.0.1:6379/?password=" + queryPw,
+		"redis+sentinel://u:" + pw + "@127.0.0.1:1/m/x?sentinel_password=" + sentinelPw,
+		"redis+sentinel://u:" + pw + "@127.0.0.1:1/m?sentinel_password=" + sentinelPw + "&password=" + queryPw,
+		"redis://u:" + pw + "/x@127.0.0.1:6379",
+		"redis:u:" + pw + "@h",
+		"redlock://u:" + pw + "@127.0.0.1:1,127.0.0.1:1",
+		"etcd://u:" + pw + "@127.0.0.1:1/?password=" + queryPw,
+		"ftp://u:" + pw + "@h/?token=" + queryPw,
+		// unreachable
+		"redis://u:" + pw + "@" + dead,
+		"redis+sentinel://u:" + pw + "@" + dead + "/m?sentinel_password=" + sentinelPw,
+		"redlock://u:" + pw + "@" + dead + "," + deadAddr(t),
+		"etcd://u:" + pw + "@" + dead,
+		// wrong password
+		"redis://:" + pw + "@" + srv.Addr(),
+		"redis://default:" + pw + "@" + srv.Addr() + "/0",
+	}
+	for _, u := range urls {
+		for _, args := range [][]string{
+			{"run", "-n", "--connect-timeout", "1s", "k", "--", "true"},
+			{"run", "--verbose", "-w", "1s", "--connect-timeout", "1s", "k", "--", "true"},
+			{"ls", "--connect-timeout", "1s"},
+			{"ls", "--verbose", "--connect-timeout", "1s", "--url", u},
+		} {
+			r := runDlock(t, u, args...)
+			if r.code != exitUsage && r.code != exitBackend {
+				t.Errorf("%s %v: exit %d %q", u, args, r.code, r.stderr)
+			}
+			for _, s := range []string{pw, sentinelPw, queryPw} {
+				if strings.Contains(r.stdout+r.stderr, s) {
+					t.Errorf("%s %v printed the secret %q:\n%s%s", u, args, s, r.stdout, r.stderr)
+				}
+			}
+		}
+	}
+}
+
+// The client libraries' own logs stay quiet unless --verbose.
+func TestClientLogsOnlyWithVerbose(t *testing.T) {
+	u := "redis://" + deadAddr(t)
+	r := runDlock(t, u, "run", "-n", "--connect-timeout", "1s", "k", "--", "true")
+	if r.code != exitBackend || strings.Contains(r.stderr, "redis: 2") || strings.Contains(r.stderr, "pool.go") || strings.Count(r.stderr, "\n") > 2 {
+		t.Errorf("without --verbose: %d %q", r.code, r.stderr)
+	}
+	r = runDlock(t, u, "run", "--verbose", "-n", "--connect-timeout", "1s", "k", "--", "true")
+	if r.code != exitBackend || !strings.Contains(r.stderr, "redis: ") || !strings.Contains(r.stderr, "connection pool") {
+		t.Errorf("with --verbose: %d %q", r.code, r.stderr)
+	}
+	r = runDlock(t, "etcd://"+deadAddr(t), "ls", "--connect-timeout", "1s")
+	if r.code != exitBackend || strings.Contains(r.stderr, `"level"`) || strings.Count(r.stderr, "\n") > 2 {
+		t.Errorf("etcd without --verbose: %d %q", r.code, r.stderr)
+	}
+}

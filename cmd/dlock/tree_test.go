@@ -1,0 +1,271 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/redislock"
+)
+
+// gone bounds the wait for killed processes to disappear.
+const gone = 10 * time.Second
+
+// withArg returns the pids of processes with arg among their arguments
+// (argv[1:]). Marker arguments such as "300.123" (sleep 300.123) make a
+// test's processes findable; dlock's own command line holds them too, so
+// callers that want only the sleeps use sleeps.
+func withArg(arg string) []int {
+	var out []int
+	names, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, n := range names {
+		b, err := os.ReadFile(n)
+		if err != nil || len(b) == 0 {
+			continue
+		}
+		argv := strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+		for _, a := range argv[1:] {
+			if a == arg {
+				pid, _ := strconv.Atoi(strings.Split(n, "/")[2])
+				if alive(pid) {
+					out = append(out, pid)
+				}
+				break
+			}
+		}
+	}
+	return out
+}
+
+// sleeps returns the live `sleep MARKER` processes.
+func sleeps(marker string) []int {
+	var out []int
+	for _, pid := range withArg(marker) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err == nil && bytes.Equal(b, []byte("sleep\x00"+marker+"\x00")) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// killMarked kills whatever still carries marker: no test leaves strays,
+// even when it fails.
+func killMarked(t *testing.T, markers ...string) {
+	t.Cleanup(func() {
+		for _, m := range markers {
+			for _, pid := range withArg(m) {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+}
+
+// waitFor polls cond until it holds or the bound passes.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func waitGone(t *testing.T, what string, pids func() []int) {
+	t.Helper()
+	var left []int
+	waitFor(t, gone, what+" still running", func() bool { left = pids(); return len(left) == 0 })
+}
+
+// The lock is lost (its key deleted behind dlock's back): every process of
+// CMD's tree dies, not only CMD.
+func TestLostLockKillsWholeTree(t *testing.T) {
+	const m = "300.101"
+	killMarked(t, m)
+	srv := testserver.StartRedis(t)
+	url := "redis://" + srv.Addr()
+	holder, errb, _ := background(t, url, "run", "--ttl", "5s", "--grace", "1s", "tree", "--",
+		"sh", "-c", "sleep "+m+" & sleep "+m+" & echo started; wait")
+	waitFor(t, hang, "the two sleeps never started", func() bool { return len(sleeps(m)) == 2 })
+
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer c.Close()
+	if err := c.Del(context.Background(), redislock.New(c).LockKey("tree")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitExit(t, holder); code != exitLost {
+		t.Fatalf("exit %d, want %d; stderr %s", code, exitLost, errb.String())
+	}
+	waitGone(t, "grandchildren of a lost lock", func() []int { return sleeps(m) })
+	if !strings.Contains(errb.String(), "LOCK LOST") {
+		t.Fatalf("stderr: %s", errb.String())
+	}
+}
+
+// dlock SIGKILLed: the whole tree dies, including processes that left
+// CMD's process group and session (setsid) and orphans of a daemon-style
+// double fork, which the supervisor, a subreaper, still finds.
+func TestKilledDlockKillsWholeTree(t *testing.T) {
+	const inGroup, setsid, orphan = "300.201", "300.202", "300.203"
+	killMarked(t, inGroup, setsid, orphan)
+	script := fmt.Sprintf(`sleep %s & setsid sleep %s & setsid sh -c 'sleep %s & exit 0'; echo started; wait`, inGroup, setsid, orphan)
+	holder, _, _ := background(t, fileURL(t), "run", "k", "--", "sh", "-c", script)
+	waitFor(t, hang, "the sleeps never started", func() bool {
+		return len(sleeps(inGroup)) == 1 && len(sleeps(setsid)) == 1 && len(sleeps(orphan)) == 1
+	})
+	holder.Process.Kill()
+	waitExit(t, holder)
+	// Every process carrying a marker: the sleeps, sh, the supervisor.
+	for _, m := range []string{inGroup, setsid, orphan} {
+		waitGone(t, "the tree of a killed dlock (marker "+m+")", func() []int { return withArg(m) })
+	}
+}
+
+// SIGTERM sent to dlock reaches CMD's process group, grandchildren
+// included, exactly once.
+func TestSIGTERMReachesGroupOnce(t *testing.T) {
+	const m = "300.301"
+	killMarked(t, m)
+	// The grandchild counts TERMs for about a second after the first,
+	// then exits; CMD counts its own and waits for it, then exits 7.
+	gc := `trap 'echo gcTERM; t=1' TERM; echo started; i=0; while [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); if [ -n "$t" ]; then t=$((t+1)); [ $t -gt 20 ] && exit 0; fi; done`
+	script := fmt.Sprintf(`trap 'echo cmdTERM' TERM; sh -c '%s' %s & wait; wait; exit 7`, strings.ReplaceAll(gc, "'", `'\''`), m)
+	holder, errb, out := background(t, fileURL(t), "run", "k", "--", "sh", "-c", script)
+	holder.Process.Signal(syscall.SIGTERM)
+	if code := waitExit(t, holder); code != 7 {
+		t.Fatalf("exit %d, want CMD's 7; stdout %q stderr %q", code, out.String(), errb.String())
+	}
+	if n := strings.Count(out.String(), "cmdTERM"); n != 1 {
+		t.Errorf("CMD got SIGTERM %d times, want 1: %q", n, out.String())
+	}
+	if n := strings.Count(out.String(), "gcTERM"); n != 1 {
+		t.Errorf("the grandchild got SIGTERM %d times, want 1: %q", n, out.String())
+	}
+}
+
+// What CMD leaves running is killed before the lock is released, and dlock
+// still exits with CMD's status.
+func TestLeftoversKilledBeforeRelease(t *testing.T) {
+	const polite, stubborn = "300.401", "300.402"
+	killMarked(t, polite, stubborn)
+	url := fileURL(t)
+	// The stubborn leftover ignores SIGTERM: SIGKILL after --grace.
+	script := fmt.Sprintf(`sleep %s & (trap '' TERM; exec sleep %s) & echo started; exit 5`, polite, stubborn)
+	holder, errb, _ := background(t, url, "run", "--grace", "2s", "k", "--", "sh", "-c", script)
+	// A second dlock waits for the lock; once it has it, nothing of the
+	// first tree may be alive.
+	waiter, _, _ := background(t, url, "run", "k", "--", "sh", "-c", "echo acquired; sleep 0.1")
+	if left := append(sleeps(polite), sleeps(stubborn)...); len(left) > 0 {
+		t.Errorf("the lock was released while pid %v (left by the first CMD) still ran", left)
+	}
+	if code := waitExit(t, holder); code != 5 {
+		t.Fatalf("exit %d, want CMD's 5; stderr %s", code, errb.String())
+	}
+	waitExit(t, waiter)
+	for _, want := range []string{"still run", "SIGTERM", "SIGKILL"} {
+		if !strings.Contains(errb.String(), want) {
+			t.Errorf("stderr lacks %q: %s", want, errb.String())
+		}
+	}
+}
+
+func TestExitStatusPassthrough(t *testing.T) {
+	url := fileURL(t)
+	notExec := filepath.Join(t.TempDir(), "script.sh")
+	if err := os.WriteFile(notExec, []byte("#!/bin/sh\necho hi\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"true"}, 0, ""},
+		{[]string{"sh", "-c", "exit 42"}, 42, ""},
+		{[]string{"sh", "-c", "sleep 300.501 & exit 9"}, 9, ""},
+		{[]string{"sh", "-c", "kill -TERM $$"}, 128 + 15, ""},
+		{[]string{"sh", "-c", "kill -KILL $$"}, 128 + 9, ""},
+		{[]string{"no-such-command-dlock-test"}, exitNoExec, "no-such-command-dlock-test"},
+		{[]string{notExec}, exitNoExec, "permission denied"},
+		{[]string{"/nonexistent/cmd"}, exitNoExec, "/nonexistent/cmd"},
+	}
+	killMarked(t, "300.501")
+	for _, c := range cases {
+		r := runDlock(t, url, append([]string{"run", "--grace", "1s", "k", "--"}, c.args...)...)
+		if r.code != c.code || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("%q: exit %d %q, want %d and %q", c.args, r.code, r.stderr, c.code, c.want)
+		}
+	}
+	if left := sleeps("300.501"); len(left) > 0 {
+		t.Errorf("leftover %v survived dlock", left)
+	}
+}
+
+// The supervisor SIGKILLed (the OOM killer's choice): CMD dies of its
+// parent-death signal, its orphans come to dlock (a subreaper too), which
+// kills them, then releases the lock.
+func TestKilledSupervisor(t *testing.T) {
+	const m = "300.601"
+	killMarked(t, m)
+	url := fileURL(t)
+	holder, errb, _ := background(t, url, "run", "--verbose", "k", "--", "sh", "-c", "setsid sleep "+m+" & echo started; wait")
+	var sup int
+	re := regexp.MustCompile(`supervisor pid (\d+)`)
+	waitFor(t, hang, "no supervisor pid in --verbose output", func() bool {
+		mm := re.FindStringSubmatch(errb.String())
+		if mm != nil {
+			sup, _ = strconv.Atoi(mm[1])
+		}
+		return sup > 0 && len(sleeps(m)) == 1
+	})
+	syscall.Kill(sup, syscall.SIGKILL)
+	if code := waitExit(t, holder); code != 128+9 {
+		t.Fatalf("exit %d, want 137; stderr %s", code, errb.String())
+	}
+	waitGone(t, "the tree of a killed supervisor", func() []int { return withArg(m) })
+	if r := runDlock(t, url, "run", "-n", "k", "--", "true"); r.code != 0 {
+		t.Fatalf("lock not released: %d %s", r.code, r.stderr)
+	}
+}
+
+func TestSuperviseIsInternal(t *testing.T) {
+	r := runDlock(t, fileURL(t), superviseCmd, "--", "true")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "internal") {
+		t.Fatalf("dlock %s by hand: %d %q", superviseCmd, r.code, r.stderr)
+	}
+}
+
+// Signals dlock was started with ignored (nohup, "&" in a script) stay
+// ignored for CMD: dlock must not undo nohup.
+func TestIgnoredSignalsStayIgnored(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), hang)
+	defer cancel()
+	// sh ignores SIGHUP and execs dlock, as nohup does.
+	cmd := dlockCmd(ctx, fileURL(t))
+	cmd.Path, cmd.Args = "/bin/sh", []string{"sh", "-c", `trap '' HUP; exec "$0" run k -- sh -c 'grep SigIgn /proc/$$/status'`, bin}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	f := strings.Fields(string(out))
+	if len(f) != 2 {
+		t.Fatalf("CMD printed %q", out)
+	}
+	mask, err := strconv.ParseUint(f[1], 16, 64)
+	if err != nil || mask&(1<<(uint(syscall.SIGHUP)-1)) == 0 {
+		t.Fatalf("CMD does not ignore SIGHUP: SigIgn %s (%v)", f[1], err)
+	}
+}

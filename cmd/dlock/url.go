@@ -1,0 +1,598 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// target is a parsed lock-service URL: everything needed to connect, with
+// nothing opened yet. parseURL is pure, so it can be fuzzed, and
+// target.URL renders it back (parseURL(t.URL()) gives t again).
+type target struct {
+	Scheme string
+	// Dir is the lease directory (file).
+	Dir string
+	// Addrs are host:port of the servers: one Redis, the Sentinels, the
+	// Redlock nodes or the etcd endpoints.
+	Addrs              []string
+	Username, Password string
+	// DB is the Redis database (redis, rediss, redis+sentinel, redlock).
+	DB int
+	// Master is the Sentinel master name (redis+sentinel).
+	Master                             string
+	SentinelUsername, SentinelPassword string
+	// Prefix is the etcd key prefix, "" or ending in "/".
+	Prefix string
+	// CA is a PEM file of CA certificates (etcds).
+	CA string
+	// TLS is set for rediss and etcds.
+	TLS bool
+	// Options are go-redis URL options (redis, rediss: dial_timeout, ...).
+	Options url.Values
+
+	// where is the URL with every secret redacted, for messages.
+	where string
+	// secrets are the strings to scrub from anything printed.
+	secrets []string
+}
+
+// errBadURL marks URL errors (exit status 2).
+var errBadURL = errors.New("bad URL")
+
+// schemes lists the supported URL schemes, for error messages.
+var schemes = []string{"file", "redis", "rediss", "redis+sentinel", "redlock", "etcd", "etcds"}
+
+// redactedMark replaces secrets in printed URLs and messages.
+const redactedMark = "xxxxx"
+
+// defaultURL is $DLOCK_URL or a file backend in the per-user state dir.
+func defaultURL() string {
+	if u := os.Getenv("DLOCK_URL"); u != "" {
+		return u
+	}
+	return "file://" + stateDir()
+}
+
+// stateDir is $XDG_STATE_HOME/dlock, ~/.local/state/dlock, or a per-user
+// directory under the system temp dir.
+func stateDir() string {
+	if d := os.Getenv("XDG_STATE_HOME"); filepath.IsAbs(d) {
+		return filepath.Join(d, "dlock")
+	}
+	if h, err := os.UserHomeDir(); err == nil && h != "" && h != "/" {
+		return filepath.Join(h, ".local", "state", "dlock")
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("dlock-%d", os.Getuid()))
+}
+
+// urlError is a bad URL: it wraps errBadURL and its text is already free of
+// the URL's secrets.
+type urlError struct{ msg string }
+
+func (e *urlError) Error() string { return e.msg }
+func (e *urlError) Unwrap() error { return errBadURL }
+
+func badURL(raw, format string, args ...any) error {
+	msg := fmt.Sprintf("%v %q: %s", errBadURL, redact(raw), fmt.Sprintf(format, args...))
+	return &urlError{scrub(msg, secretsOf(raw))}
+}
+
+// isSecretParam reports whether a query parameter holds a secret.
+func isSecretParam(name string) bool {
+	n := strings.ToLower(name)
+	for _, s := range []string{"pass", "secret", "token", "key"} {
+		if strings.Contains(n, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// redact returns raw with every secret replaced by xxxxx: the password of
+// the userinfo and the value of every query parameter whose name contains
+// pass, secret, token or key. Unparsable URLs are redacted best effort:
+// everything between "://" and the last "@" goes.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || strayAt(raw, u) {
+		return redactRaw(raw)
+	}
+	if u.Opaque != "" && strings.Contains(u.Opaque, "@") {
+		u.Opaque = redactedMark + u.Opaque[strings.LastIndexByte(u.Opaque, '@'):]
+	}
+	if u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			u.User = url.UserPassword(u.User.Username(), redactedMark)
+		}
+	}
+	u.RawQuery = redactQuery(u.RawQuery)
+	return u.String()
+}
+
+// strayAt reports an "@" that is not the end of a userinfo: a password with
+// an unescaped "/", "?" or "#" parses as host, path or query, and must not
+// be printed as such.
+func strayAt(raw string, u *url.URL) bool {
+	if u.Scheme == "file" || u.User != nil {
+		return false
+	}
+	_, rest, ok := strings.Cut(raw, ":")
+	return ok && strings.Contains(rest, "@")
+}
+
+// redactQuery blanks secret parameters in a raw query, keeping the rest as
+// written.
+func redactQuery(q string) string {
+	if q == "" {
+		return q
+	}
+	parts := strings.FieldsFunc(q, func(r rune) bool { return r == '&' || r == ';' })
+	for i, p := range parts {
+		name, _, hasValue := strings.Cut(p, "=")
+		if n, err := url.QueryUnescape(name); err == nil {
+			name = n
+		}
+		if hasValue && isSecretParam(name) {
+			parts[i] = p[:strings.IndexByte(p, '=')+1] + redactedMark
+		}
+	}
+	return strings.Join(parts, "&")
+}
+
+// redactRaw redacts a URL that does not parse.
+func redactRaw(raw string) string {
+	s := raw
+	if i := strings.Index(s, "://"); i >= 0 {
+		if at := strings.LastIndexByte(s, '@'); at > i+3 {
+			s = s[:i+3] + redactedMark + s[at:]
+		}
+	} else if at := strings.LastIndexByte(s, '@'); at >= 0 {
+		if c := strings.IndexByte(s, ':'); c >= 0 && c < at {
+			s = s[:c+1] + redactedMark + s[at:]
+		}
+	}
+	if q := strings.IndexByte(s, '?'); q >= 0 {
+		rest := s[q+1:]
+		frag := ""
+		if h := strings.IndexByte(rest, '#'); h >= 0 {
+			rest, frag = rest[:h], rest[h:]
+		}
+		s = s[:q+1] + redactQuery(rest) + frag
+	}
+	return s
+}
+
+// secretsOf finds the secrets in raw, in decoded and in raw form, with the
+// same rules as redact (plus the best-effort ones, whether or not raw
+// parses).
+func secretsOf(raw string) []string {
+	var out []string
+	add := func(s string) {
+		out = append(out, s)
+		if d, err := url.PathUnescape(s); err == nil {
+			out = append(out, d)
+		}
+		if d, err := url.QueryUnescape(s); err == nil {
+			out = append(out, d)
+		}
+	}
+	if u, err := url.Parse(raw); err == nil {
+		if u.User != nil {
+			if p, ok := u.User.Password(); ok {
+				out = append(out, p)
+			}
+		}
+		if u.Opaque != "" {
+			if at := strings.LastIndexByte(u.Opaque, '@'); at >= 0 {
+				add(u.Opaque[:at])
+			}
+		}
+	}
+	// Best effort: the text between the scheme and the last "@", and the
+	// part of it after the first ":" (the password when it parses).
+	if _, rest, ok := strings.Cut(raw, ":"); ok {
+		rest = strings.TrimPrefix(rest, "//")
+		if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+			ui := rest[:at]
+			add(ui)
+			if _, pw, ok := strings.Cut(ui, ":"); ok {
+				add(pw)
+			}
+		}
+	}
+	if _, q, ok := strings.Cut(raw, "?"); ok {
+		q, _, _ = strings.Cut(q, "#")
+		for _, p := range strings.FieldsFunc(q, func(r rune) bool { return r == '&' || r == ';' }) {
+			name, v, ok := strings.Cut(p, "=")
+			if n, err := url.QueryUnescape(name); err == nil {
+				name = n
+			}
+			if ok && isSecretParam(name) {
+				add(v)
+			}
+		}
+	}
+	slices.Sort(out)
+	out = slices.Compact(out)
+	// Longest first, so that a secret containing another is scrubbed whole.
+	slices.SortStableFunc(out, func(a, b string) int { return len(b) - len(a) })
+	return out
+}
+
+// minScrub is the shortest secret scrubbed from free text: shorter ones
+// would mangle every message (a password "1" is in "127.0.0.1") and are
+// redacted from URLs structurally only.
+const minScrub = 3
+
+// scrub replaces every secret in s with xxxxx.
+func scrub(s string, secrets []string) string {
+	for range len(s) + 1 { // each pass removes at least one non-'x' byte
+		changed := false
+		for _, sec := range secrets {
+			if len(sec) < minScrub || strings.Trim(sec, "x") == "" {
+				continue
+			}
+			if strings.Contains(s, sec) {
+				s = strings.ReplaceAll(s, sec, redactedMark)
+				changed = true
+			}
+		}
+		if !changed {
+			break
+		}
+	}
+	return s
+}
+
+// parseURL parses a lock-service URL. It opens nothing. Errors wrap
+// errBadURL and never contain the URL's secrets.
+func parseURL(raw string) (*target, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		// url.Parse quotes pieces of its input, which may be pieces of a
+		// password: explain with the redacted URL's error instead.
+		hint := ""
+		if strings.Contains(raw, "@") {
+			hint = " (percent-encode / ? # @ % in passwords)"
+		}
+		if _, err := url.Parse(redactRaw(raw)); err != nil {
+			var ue *url.Error
+			if errors.As(err, &ue) {
+				err = ue.Err
+			}
+			return nil, badURL(raw, "%v%s", err, hint)
+		}
+		return nil, badURL(raw, "cannot parse it%s", hint)
+	}
+	if u.Scheme == "" {
+		return nil, badURL(raw, "no scheme; supported: %s", strings.Join(schemes, ", "))
+	}
+	if !slices.Contains(schemes, u.Scheme) {
+		return nil, badURL(raw, "unknown scheme %q; supported: %s", u.Scheme, strings.Join(schemes, ", "))
+	}
+	if strayAt(raw, u) {
+		return nil, badURL(raw, "an \"@\" outside user:password@host (percent-encode / ? # @ %% in passwords)")
+	}
+	if u.Fragment != "" || strings.HasSuffix(raw, "#") {
+		return nil, badURL(raw, "unexpected #fragment")
+	}
+	t := &target{Scheme: u.Scheme, where: redact(raw), secrets: secretsOf(raw)}
+	if u.User != nil {
+		t.Username = u.User.Username()
+		t.Password, _ = u.User.Password()
+	}
+	switch u.Scheme {
+	case "file":
+		err = t.parseFile(raw, u)
+	case "redis", "rediss":
+		err = t.parseRedis(raw, u)
+	case "redis+sentinel":
+		err = t.parseSentinel(raw, u)
+	case "redlock":
+		err = t.parseRedlock(raw, u)
+	case "etcd", "etcds":
+		err = t.parseEtcd(raw, u)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// query returns u's parameters, refusing unknown and repeated ones.
+func query(raw string, u *url.URL, known ...string) (url.Values, error) {
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return nil, badURL(raw, "query: %v", err)
+	}
+	names := slices.Sorted(func(yield func(string) bool) {
+		for k := range q {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+	for _, k := range names {
+		switch {
+		case !slices.Contains(known, k) && len(known) == 0:
+			return nil, badURL(raw, "%s URLs take no ?%s= option", u.Scheme, k)
+		case !slices.Contains(known, k):
+			return nil, badURL(raw, "unknown option ?%s= (known: %s)", k, strings.Join(known, ", "))
+		case len(q[k]) > 1:
+			return nil, badURL(raw, "option ?%s= given %d times", k, len(q[k]))
+		}
+	}
+	return q, nil
+}
+
+func (t *target) parseFile(raw string, u *url.URL) error {
+	dir := u.Path
+	if u.Opaque != "" { // file:relative/dir
+		d, err := url.PathUnescape(u.Opaque)
+		if err != nil {
+			return badURL(raw, "directory path: %v", err)
+		}
+		dir = d
+	}
+	switch {
+	case u.User != nil:
+		return badURL(raw, "file URLs take no user or password")
+	case u.Host != "" && u.Host != "localhost":
+		return badURL(raw, "file URLs name a local directory: use file:///absolute/path (host %q given)", u.Host)
+	case dir == "":
+		return badURL(raw, "missing directory path")
+	case strings.IndexByte(dir, 0) >= 0:
+		return badURL(raw, "directory path contains a NUL byte")
+	}
+	if _, err := query(raw, u); err != nil {
+		return err
+	}
+	t.Dir = dir
+	return nil
+}
+
+// validHost accepts DNS names and IP literals.
+func validHost(h string) bool {
+	if _, err := netip.ParseAddr(h); err == nil {
+		return true
+	}
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(h, ".") {
+		if label == "" || len(label) > 63 {
+			return false
+		}
+		for _, c := range label {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// hostPort checks one host:port and returns it in canonical form.
+func hostPort(raw, hp string) (string, error) {
+	host, port, err := net.SplitHostPort(hp)
+	if err != nil {
+		return "", badURL(raw, "address %q is not host:port", hp)
+	}
+	if host == "" {
+		return "", badURL(raw, "address %q has no host", hp)
+	}
+	if !validHost(host) {
+		return "", badURL(raw, "address %q: %q is not a host name or IP address", hp, host)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 1 || p > 65535 || port != strconv.Itoa(p) {
+		return "", badURL(raw, "port %q is not a number in 1-65535", port)
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+// addrList checks a comma-separated list of host:port.
+func addrList(raw, hosts, what string) ([]string, error) {
+	if hosts == "" {
+		return nil, badURL(raw, "no %s addresses", what)
+	}
+	var out []string
+	for _, a := range strings.Split(hosts, ",") {
+		hp, err := hostPort(raw, a)
+		if err != nil {
+			return nil, err
+		}
+		if slices.Contains(out, hp) {
+			return nil, badURL(raw, "address %q is listed twice", a)
+		}
+		out = append(out, hp)
+	}
+	return out, nil
+}
+
+func parseDB(raw, s string) (int, error) {
+	db, err := strconv.Atoi(s)
+	if err != nil || db < 0 {
+		return 0, badURL(raw, "database %q is not a non-negative number", s)
+	}
+	return db, nil
+}
+
+// parseRedis checks redis[s]://[user:pass@]host[:port][/db][?go-redis options].
+func (t *target) parseRedis(raw string, u *url.URL) error {
+	if u.Opaque != "" || u.Host == "" {
+		return badURL(raw, "no host: %s://[user:pass@]host:port[/db]", u.Scheme)
+	}
+	if strings.Contains(u.Host, ",") {
+		return badURL(raw, "%s:// takes one address (redlock:// for several masters, redis+sentinel:// for Sentinel)", u.Scheme)
+	}
+	hp := u.Host
+	if u.Port() == "" && !strings.HasSuffix(hp, ":") {
+		hp = net.JoinHostPort(u.Hostname(), "6379")
+	}
+	addr, err := hostPort(raw, hp)
+	if err != nil {
+		return err
+	}
+	opt, err := redis.ParseURL(raw)
+	if err != nil {
+		return badURL(raw, "%s", strings.TrimPrefix(err.Error(), "redis: "))
+	}
+	if opt.DB < 0 {
+		return badURL(raw, "database %d is negative", opt.DB)
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return badURL(raw, "query: %v", err)
+	}
+	q.Del("db") // in DB now
+	t.Addrs, t.DB, t.TLS = []string{addr}, opt.DB, u.Scheme == "rediss"
+	if len(q) > 0 {
+		t.Options = q
+	}
+	return nil
+}
+
+// parseSentinel checks redis+sentinel://[user:pass@]h1:p1,h2:p2/master[/db]
+// [?sentinel_username=U&sentinel_password=P].
+func (t *target) parseSentinel(raw string, u *url.URL) error {
+	addrs, err := addrList(raw, u.Host, "sentinel")
+	if err != nil {
+		return err
+	}
+	parts := strings.Split(strings.TrimPrefix(u.Path, "/"), "/")
+	if parts[0] == "" {
+		return badURL(raw, "missing master name: redis+sentinel://h1:p1,h2:p2/MASTER[/DB]")
+	}
+	if len(parts) > 2 {
+		return badURL(raw, "path has too many parts: want /MASTER[/DB]")
+	}
+	if len(parts) == 2 {
+		if t.DB, err = parseDB(raw, parts[1]); err != nil {
+			return err
+		}
+	}
+	q, err := query(raw, u, "sentinel_username", "sentinel_password")
+	if err != nil {
+		return err
+	}
+	t.Addrs, t.Master = addrs, parts[0]
+	t.SentinelUsername, t.SentinelPassword = q.Get("sentinel_username"), q.Get("sentinel_password")
+	return nil
+}
+
+// parseRedlock checks redlock://[user:pass@]h1:p1,h2:p2,h3:p3[/db].
+func (t *target) parseRedlock(raw string, u *url.URL) error {
+	if u.Host == "" {
+		return badURL(raw, "no node addresses: redlock://h1:p1,h2:p2,h3:p3")
+	}
+	addrs, err := addrList(raw, u.Host, "node")
+	if err != nil {
+		return err
+	}
+	if p := strings.TrimPrefix(u.Path, "/"); p != "" {
+		if t.DB, err = parseDB(raw, p); err != nil {
+			return err
+		}
+	}
+	if _, err := query(raw, u); err != nil {
+		return err
+	}
+	t.Addrs = addrs
+	return nil
+}
+
+// parseEtcd checks etcd[s]://[user:pass@]h1:p1[,h2:p2][/prefix][?ca=FILE].
+func (t *target) parseEtcd(raw string, u *url.URL) error {
+	if u.Host == "" {
+		return badURL(raw, "no endpoints: %s://h1:p1[,h2:p2]", u.Scheme)
+	}
+	addrs, err := addrList(raw, u.Host, "endpoint")
+	if err != nil {
+		return err
+	}
+	var q url.Values
+	if u.Scheme == "etcds" {
+		q, err = query(raw, u, "ca")
+	} else if u.Query().Has("ca") {
+		return badURL(raw, "?ca= needs etcds://")
+	} else {
+		q, err = query(raw, u)
+	}
+	if err != nil {
+		return err
+	}
+	prefix := strings.TrimPrefix(u.Path, "/")
+	if prefix != "" && !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	t.Addrs, t.Prefix, t.CA, t.TLS = addrs, prefix, q.Get("ca"), u.Scheme == "etcds"
+	return nil
+}
+
+// URL renders t as a URL that parses back to t, password included: it is
+// for handing to client libraries, never for printing (use t.where).
+func (t *target) URL() string {
+	u := &url.URL{Scheme: t.Scheme}
+	if t.Scheme == "file" {
+		if strings.HasPrefix(t.Dir, "/") {
+			return "file://" + (&url.URL{Path: t.Dir}).EscapedPath()
+		}
+		return "file:" + escapeOpaque(t.Dir)
+	}
+	switch {
+	case t.Password != "":
+		u.User = url.UserPassword(t.Username, t.Password)
+	case t.Username != "":
+		u.User = url.User(t.Username)
+	}
+	u.Host = strings.Join(t.Addrs, ",")
+	q := url.Values{}
+	switch t.Scheme {
+	case "redis", "rediss", "redlock":
+		if t.DB != 0 {
+			u.Path = "/" + strconv.Itoa(t.DB)
+		}
+		for k, v := range t.Options {
+			q[k] = v
+		}
+	case "redis+sentinel":
+		u.Path = "/" + t.Master
+		if t.DB != 0 {
+			u.Path += "/" + strconv.Itoa(t.DB)
+		}
+		if t.SentinelUsername != "" {
+			q.Set("sentinel_username", t.SentinelUsername)
+		}
+		if t.SentinelPassword != "" {
+			q.Set("sentinel_password", t.SentinelPassword)
+		}
+	case "etcd", "etcds":
+		if t.Prefix != "" {
+			u.Path = "/" + t.Prefix
+		}
+		if t.CA != "" {
+			q.Set("ca", t.CA)
+		}
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// escapeOpaque escapes a relative path for a file:relative URL.
+func escapeOpaque(p string) string {
+	s := (&url.URL{Path: p}).EscapedPath()
+	// A first segment with ":" would read as a scheme; url.URL escapes
+	// that only for paths it renders itself.
+	return strings.ReplaceAll(s, ":", "%3A")
+}

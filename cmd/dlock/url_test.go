@@ -1,0 +1,200 @@
+package main
+
+import (
+	"errors"
+	"net/url"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// secretParam is the fuzz target's own notion of a secret parameter,
+// written independently of isSecretParam.
+var secretParam = regexp.MustCompile(`(?i)pass|secret|token|key`)
+
+// userinfoPassword finds "scheme://user:PASSWORD@" with the last "@",
+// whether or not the URL parses.
+var userinfoPassword = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*://[^:/?#@]*:(.*)@`)
+
+// fuzzSecrets lists the secrets of raw, decoded and as written.
+func fuzzSecrets(raw string) []string {
+	var out []string
+	add := func(s string) {
+		out = append(out, s)
+		if d, err := url.PathUnescape(s); err == nil {
+			out = append(out, d)
+		}
+		if d, err := url.QueryUnescape(s); err == nil {
+			out = append(out, d)
+		}
+	}
+	if u, err := url.Parse(raw); err == nil {
+		if p, ok := u.User.Password(); ok {
+			add(p)
+		}
+		for k, vs := range u.Query() {
+			if secretParam.MatchString(k) {
+				for _, v := range vs {
+					add(v)
+				}
+			}
+		}
+	}
+	if m := userinfoPassword.FindStringSubmatch(raw); m != nil {
+		add(m[1])
+	}
+	return out
+}
+
+// checkNoSecret fails if msg holds one of secrets. Secrets shorter than
+// minScrub are only redacted from URLs (see scrub), and a secret made of
+// x's cannot be told from the redaction mark.
+func checkNoSecret(t *testing.T, raw, msg string, secrets []string) {
+	t.Helper()
+	for _, s := range secrets {
+		if len(s) >= minScrub && strings.Trim(s, "x") != "" && strings.Contains(msg, s) {
+			t.Fatalf("parseURL(%q): %q contains the secret %q", raw, msg, s)
+		}
+	}
+}
+
+// checkRedacted checks the printable form of a parsed URL.
+func checkRedacted(t *testing.T, raw string, tg *target) {
+	t.Helper()
+	w, err := url.Parse(tg.where)
+	if err != nil {
+		t.Fatalf("parseURL(%q): where %q does not parse: %v", raw, tg.where, err)
+	}
+	if tg.Password != "" {
+		if p, _ := w.User.Password(); p != redactedMark {
+			t.Fatalf("parseURL(%q): where %q shows the password", raw, tg.where)
+		}
+	}
+	for k, vs := range w.Query() {
+		for _, v := range vs {
+			if secretParam.MatchString(k) && v != redactedMark && v != "" {
+				t.Fatalf("parseURL(%q): where %q shows ?%s=", raw, tg.where, k)
+			}
+		}
+	}
+}
+
+// essential is what must survive a round trip through target.URL.
+func essential(tg *target) target {
+	e := *tg
+	e.where, e.secrets = "", nil
+	if len(e.Options) == 0 {
+		e.Options = nil
+	}
+	return e
+}
+
+// FuzzParseURL: parseURL never panics; its errors wrap errBadURL and never
+// contain a secret of the input; a parsed URL prints without its secrets
+// and renders back to a URL that parses to the same target.
+//
+//	go test -run '^$' -fuzz FuzzParseURL -fuzztime 60s
+func FuzzParseURL(f *testing.F) {
+	f.Fuzz(func(t *testing.T, raw string) {
+		tg, err := parseURL(raw)
+		secrets := fuzzSecrets(raw)
+		if err != nil {
+			if !errors.Is(err, errBadURL) {
+				t.Fatalf("parseURL(%q): %v does not wrap errBadURL", raw, err)
+			}
+			checkNoSecret(t, raw, err.Error(), secrets)
+			return
+		}
+		checkRedacted(t, raw, tg)
+		again := tg.URL()
+		tg2, err := parseURL(again)
+		if err != nil {
+			t.Fatalf("parseURL(%q) = %+v, but its rendering %q fails: %v", raw, essential(tg), again, err)
+		}
+		if a, b := essential(tg), essential(tg2); !reflect.DeepEqual(a, b) {
+			t.Fatalf("round trip of %q through %q:\n got %+v\nwant %+v", raw, again, b, a)
+		}
+		if tg2.URL() != again {
+			t.Fatalf("rendering is not stable: %q then %q", again, tg2.URL())
+		}
+	})
+}
+
+func TestParseURL(t *testing.T) {
+	cases := []struct {
+		raw  string
+		want target // zero Scheme: want an error containing err
+		err  string
+	}{
+		{raw: "file:///var/lib/dlock", want: target{Scheme: "file", Dir: "/var/lib/dlock"}},
+		{raw: "file://localhost/x", want: target{Scheme: "file", Dir: "/x"}},
+		{raw: "file:rel%20dir", want: target{Scheme: "file", Dir: "rel dir"}},
+		{raw: "redis://h", want: target{Scheme: "redis", Addrs: []string{"h:6379"}}},
+		{raw: "redis://u:p%40ss@10.0.0.1:7000/3?dial_timeout=2s", want: target{Scheme: "redis", Addrs: []string{"10.0.0.1:7000"}, Username: "u", Password: "p@ss", DB: 3, Options: url.Values{"dial_timeout": {"2s"}}}},
+		{raw: "redis://[::1]:7000?db=2", want: target{Scheme: "redis", Addrs: []string{"[::1]:7000"}, DB: 2}},
+		{raw: "rediss://:pw@h:1", want: target{Scheme: "rediss", Addrs: []string{"h:1"}, Password: "pw", TLS: true}},
+		{raw: "redis+sentinel://:pw@a:1,b:2/mymaster/4?sentinel_password=sp", want: target{Scheme: "redis+sentinel", Addrs: []string{"a:1", "b:2"}, Password: "pw", Master: "mymaster", DB: 4, SentinelPassword: "sp"}},
+		{raw: "redlock://a:1,b:2,c:3/1", want: target{Scheme: "redlock", Addrs: []string{"a:1", "b:2", "c:3"}, DB: 1}},
+		{raw: "etcd://a:1,b:2/app/locks", want: target{Scheme: "etcd", Addrs: []string{"a:1", "b:2"}, Prefix: "app/locks/"}},
+		{raw: "etcds://a:1?ca=/etc/ca.pem", want: target{Scheme: "etcds", Addrs: []string{"a:1"}, CA: "/etc/ca.pem", TLS: true}},
+		{raw: "redis://a:1,b:2", err: "one address"},
+		{raw: "redis://h:1/x", err: "database"},
+		{raw: "redis://h:1?nosuch=1", err: "unexpected option"},
+		{raw: "redis://h:0", err: "1-65535"},
+		{raw: "redis://h:06379", err: "1-65535"},
+		{raw: "redis://bad host:1", err: "bad URL"},
+		{raw: "redis+sentinel://a:1/m?x=1", err: "unknown option"},
+		{raw: "redis+sentinel://a:1/m?sentinel_password=a&sentinel_password=b", err: "2 times"},
+		{raw: "redis+sentinel://a:1/m/1/2", err: "too many"},
+		{raw: "redlock://a:1,a:1", err: "twice"},
+		{raw: "redlock://a:1?db=1", err: "take no"},
+		{raw: "etcd://a:1?ca=x", err: "needs etcds"},
+		{raw: "file://u:p@/x", err: "no user"},
+		{raw: "file:///x?y=1", err: "take no"},
+		{raw: "file:///a%00b", err: "NUL"},
+		{raw: "redis://h:1#f", err: "fragment"},
+		{raw: "", err: "no scheme"},
+		{raw: "mysql://h", err: "unknown scheme"},
+	}
+	for _, c := range cases {
+		tg, err := parseURL(c.raw)
+		if c.want.Scheme == "" {
+			if err == nil || !errors.Is(err, errBadURL) || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("parseURL(%q): %v, want a bad URL error with %q", c.raw, err, c.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("parseURL(%q): %v", c.raw, err)
+			continue
+		}
+		if got := essential(tg); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("parseURL(%q):\n got %+v\nwant %+v", c.raw, got, c.want)
+		}
+	}
+}
+
+func TestRedact(t *testing.T) {
+	cases := map[string]string{
+		"redis://u:pw@h:1/0?dial_timeout=1s":                  "redis://u:xxxxx@h:1/0?dial_timeout=1s",
+		"redis+sentinel://h:1/m?sentinel_password=sp&Token=t": "redis+sentinel://h:1/m?sentinel_password=xxxxx&Token=xxxxx",
+		"redis://u:pw@h:notaport":                             "redis://xxxxx@h:notaport",
+		"redis://u:p/w@h:1":                                   "redis://xxxxx@h:1",
+		"redis:u:pw@h":                                        "redis:xxxxx@h",
+		"::bad?api_key=k":                                     "::bad?api_key=xxxxx",
+		"file:///x":                                           "file:///x",
+	}
+	for raw, want := range cases {
+		if got := redact(raw); got != want {
+			t.Errorf("redact(%q) = %q, want %q", raw, got, want)
+		}
+	}
+	if got := scrub("a hunter2 b hunter2", []string{"hunter2"}); got != "a xxxxx b xxxxx" {
+		t.Errorf("scrub: %q", got)
+	}
+	// Replacing can make a new occurrence ("a" + "xxxxx"): scrub repeats.
+	if got := scrub("aaxxb", []string{"axx"}); strings.Contains(got, "axx") {
+		t.Errorf("scrub left a secret: %q", got)
+	}
+}

@@ -55,6 +55,8 @@ fuzz:
 	  echo "== fuzz $$f ($(FUZZTIME))"; \
 	  $(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) . ; \
 	done
+	@echo "== fuzz FuzzParseURL ($(FUZZTIME))"
+	@cd cmd/dlock && $(GO) test -run '^$$' -fuzz '^FuzzParseURL$$' -fuzztime $(FUZZTIME) .
 
 ## build: the dlock command in bin/.
 build:

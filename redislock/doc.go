@@ -38,5 +38,7 @@
 // so locking many distinct keys does not grow Redis without bound. The
 // keys of one lock (lease, waiter set) share the "{key}" hash tag and so
 // one Cluster slot; a key containing '}' still works (its tag is then the
-// part before the first '}').
+// part before the first '}'), and a key starting with '}' is stored with a
+// NUL byte in front of it ("dlock:{\x00}x}"), so that its tag is not
+// empty. Guard resources are encoded the same way.
 package redislock

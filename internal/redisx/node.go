@@ -41,8 +41,27 @@ func IsNil(c redis.UniversalClient) bool {
 	return false
 }
 
+// HashTag encodes a dlock key for the inside of the braces of a Redis key
+// ("P:{<tag>}..."), where it must form a non-empty Cluster hash tag so that
+// every Redis key of one lock lands in one slot. Cluster hashes the part
+// between the first '{' and the first '}' after it, and hashes the whole
+// key when that part is empty: a key starting with '}' would have an empty
+// tag. Such keys get a NUL byte in front ("\x00}x"), which makes the tag
+// "\x00"; every other key is used as it is (the layout of earlier
+// versions). dlock keys never contain NUL, so the encoding is injective
+// and DecodeHashTag undoes it.
+func HashTag(key string) string {
+	if strings.HasPrefix(key, "}") {
+		return "\x00" + key
+	}
+	return key
+}
+
+// DecodeHashTag is the inverse of HashTag.
+func DecodeHashTag(tag string) string { return strings.TrimPrefix(tag, "\x00") }
+
 // LockKey is the key holding key's lease.
-func (n *Node) LockKey(key string) string { return n.Prefix + ":{" + key + "}" }
+func (n *Node) LockKey(key string) string { return n.Prefix + ":{" + HashTag(key) + "}" }
 
 // FenceKey is the key holding key's quorum fencing counter (Redlock).
 func (n *Node) FenceKey(key string) string { return n.LockKey(key) + ":fence" }
@@ -219,7 +238,11 @@ func ParseValue(v string) Info {
 // List returns the leases whose key starts with prefix, by SCAN (on every
 // master of a Cluster). For operators, not hot paths.
 func (n *Node) List(ctx context.Context, prefix string) ([]Info, error) {
-	pattern := n.Prefix + ":{" + globEscape(prefix) + "*"
+	tag := ""
+	if prefix != "" {
+		tag = HashTag(prefix)
+	}
+	pattern := n.Prefix + ":{" + globEscape(tag) + "*"
 	var (
 		mu  sync.Mutex
 		out []Info
@@ -251,7 +274,7 @@ func (n *Node) List(ctx context.Context, prefix string) ([]Info, error) {
 				return err
 			}
 			in := ParseValue(v)
-			in.Key = strings.TrimSuffix(strings.TrimPrefix(k, n.Prefix+":{"), "}")
+			in.Key = DecodeHashTag(strings.TrimSuffix(strings.TrimPrefix(k, n.Prefix+":{"), "}"))
 			in.TTL = ttl
 			mu.Lock()
 			out = append(out, in)

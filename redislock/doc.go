@@ -7,7 +7,12 @@
 // the next token is marker + 1; without a marker the token is the server
 // time in µs. Refresh is compare-and-PEXPIRE and release is
 // compare-and-replace; both compare the owner and so never touch another
-// holder's lock, and both are safe to retry.
+// holder's lock, and both are safe to retry: an acquisition executed twice
+// (go-redis resends a script whose reply was lost) is granted its own lease
+// again, and a release executed twice recognises its own marker (or the
+// lease that the next holder took from it, whose token is one more) and
+// succeeds again, so a lost reply is never mistaken for a held key or a
+// lost lock.
 //
 // Waiting. A waiter listens on a pub/sub channel of its own and its failed
 // attempts queue it in the key's waiter set. A release wakes the first

@@ -96,7 +96,7 @@ func (b *backend) Try(ctx context.Context, req *dlock.Request) (dlock.Grant, err
 		return dlock.Grant{}, fmt.Errorf("dlock: redis acquire %q: %w", req.Key, err)
 	}
 	if o.Granted {
-		return dlock.Grant{Lease: &lease{b: b, key: req.Key, owner: req.Owner}, Token: o.Token}, nil
+		return dlock.Grant{Lease: &lease{b: b, key: req.Key, owner: req.Owner, token: o.Token}, Token: o.Token}, nil
 	}
 	return dlock.Grant{}, &dlock.NotAcquiredError{Key: req.Key, Holder: o.Holder.Owner, Metadata: o.Holder.Metadata, TTL: o.PTTL}
 }
@@ -163,6 +163,7 @@ func (b *backend) refreshAll(ctx context.Context, rs []dlock.Renewal) []error {
 type lease struct {
 	b          *backend
 	key, owner string
+	token      uint64 // 0 when unknown (Abort)
 }
 
 func (l *lease) result(op string, held bool, err error) error {
@@ -181,9 +182,11 @@ func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	return l.result("refresh", held, err)
 }
 
-// Release implements dlock.Lease (compare-and-delete, then publish).
+// Release implements dlock.Lease (compare-and-replace with the release
+// marker, then publish). A release that already took effect (a retry
+// after a lost reply or an error) succeeds again.
 func (l *lease) Release(ctx context.Context) error {
-	held, err := l.b.node.Release(ctx, l.key, l.owner, FenceRetention)
+	held, err := l.b.node.Release(ctx, l.key, l.owner, l.token, FenceRetention)
 	return l.result("release", held, err)
 }
 

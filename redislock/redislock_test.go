@@ -363,3 +363,38 @@ func evalCalls(t *testing.T, c *redis.Client) int {
 	}
 	return 0
 }
+
+// The reply to an acquisition is lost on a warm connection, so the script
+// itself ran: go-redis sends it again on a new connection, and the repeat
+// finds the lease of its own owner. It must be granted (the same lease),
+// not reported as held by someone — a phantom that would keep everyone
+// out for the TTL.
+func TestLostAcquireReplyIsOwnLease(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	p := testserver.StartProxy(t, srv.Addr())
+	c := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	t.Cleanup(func() { c.Close() })
+	t.Cleanup(p.Heal)
+	l := redislock.New(c)
+	// Warm up: the connection is open and the server has the script.
+	warm, err := l.Acquire(ctxT(t), dlocktest.Key(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	key := dlocktest.Key(t)
+	p.LoseNextReply()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	lk, err := l.Acquire(ctx, key, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatalf("Acquire with its reply lost: %v", err)
+	}
+	defer lk.Release(context.Background())
+	v, err := newClient(t, srv).Get(ctxT(t), l.LockKey(key)).Result()
+	if err != nil || !strings.HasPrefix(v, lk.Owner()+"|"+strconv.FormatUint(lk.Token(), 10)+"|") {
+		t.Fatalf("server holds %q (%v), want the lease of owner %s, token %d", v, err, lk.Owner(), lk.Token())
+	}
+}

@@ -33,9 +33,12 @@
 // extended it in time; otherwise Lost() closes at the local deadline, or at
 // once when a majority reports the lease gone.
 //
-// Release. Compare-and-delete (or the hand-over to the next waiter) goes to
-// every node, including those that never answered the acquisition; the
-// call returns once a majority released.
+// Release. Compare-and-release (or the hand-over to the next waiter) goes
+// to every node, including those that never answered the acquisition; the
+// call returns once a majority released. Each node keeps the marker
+// "|<token>" for FenceRetention (free for any later acquisition), so that
+// a release sent again (a lost reply, or Release retried after an error)
+// counts that node as released rather than reporting the lock lost.
 //
 // Waiting. A waiter subscribes to a channel of its own on every node (a
 // majority must confirm) and its failed grants queue it on every node under

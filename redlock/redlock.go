@@ -338,6 +338,9 @@ func (b *backend) Try(ctx context.Context, req *dlock.Request) (dlock.Grant, err
 		lease.cleanup(seen)
 		return dlock.Grant{}, b.noValidity(req.Key, seen, elapsed)
 	}
+	lease.mu.Lock()
+	lease.token = tok
+	lease.mu.Unlock()
 	return dlock.Grant{Lease: lease, Token: tok}, nil
 }
 
@@ -389,6 +392,7 @@ type lease struct {
 	timeout    time.Duration
 
 	mu       sync.Mutex
+	token    uint64 // the committed quorum token; 0 until then
 	released bool
 }
 
@@ -429,8 +433,11 @@ func (l *lease) releaseOn(idx []int) {
 	if len(idx) == 0 {
 		return
 	}
+	l.mu.Lock()
+	tok := l.token
+	l.mu.Unlock()
 	ch := l.b.fanOut(context.Background(), l.timeout, idx, func(ctx context.Context, n *node) answer {
-		ok, err := n.QuorumRelease(ctx, l.key, l.owner)
+		ok, err := n.QuorumRelease(ctx, l.key, l.owner, tok, FenceRetention)
 		return answer{ok: ok, err: err}
 	})
 	for range idx {
@@ -468,14 +475,17 @@ func (b *backend) quorumLoss(op, key string, seen map[int]answer) error {
 	return qe
 }
 
-// Release implements dlock.Lease: compare-and-delete (and publish) on every
-// node, including those that never answered the acquisition.
+// Release implements dlock.Lease: compare-and-release (and publish) on
+// every node, including those that never answered the acquisition. A
+// node released already (a retry after a lost reply or an error) counts
+// as released: it keeps a marker with the lease's token.
 func (l *lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	l.released = true
+	tok := l.token
 	l.mu.Unlock()
 	ch := l.b.fanOut(ctx, l.timeout, l.b.all(), func(ctx context.Context, n *node) answer {
-		ok, err := n.QuorumRelease(ctx, l.key, l.owner)
+		ok, err := n.QuorumRelease(ctx, l.key, l.owner, tok, FenceRetention)
 		return answer{ok: ok, err: err}
 	})
 	// Every node gets the release; the caller waits only until a majority

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -278,11 +279,13 @@ func TestReleaseCleansEveryNode(t *testing.T) {
 	if err := lk.Release(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
-	// Release returns after a majority; the rest follow promptly.
+	// Release returns after a majority; the rest follow promptly. Each
+	// node keeps only the release marker "|<token>".
+	marker := "|" + strconv.FormatUint(lk.Token(), 10)
 	deadline := time.Now().Add(dlocktest.HangTimeout)
-	for strings.Join(c.holders(t, key), "") != "" {
+	for h := c.holders(t, key); strings.Join(h, ",") != strings.Repeat(marker+",", len(h)-1)+marker; h = c.holders(t, key) {
 		if time.Now().After(deadline) {
-			t.Fatalf("leases left after release: %q", c.holders(t, key))
+			t.Fatalf("leases left after release: %q, want %q on every node", h, marker)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

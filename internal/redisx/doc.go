@@ -20,4 +20,10 @@
 // the value: owners are 32 random hex digits, so the prefix identifies the
 // holder exactly, and an attempt whose reply was lost can be undone knowing
 // only the owner.
+//
+// Every script is safe to execute twice, as go-redis does when a reply is
+// lost on the way back: an acquisition that finds its own owner's lease is
+// granted that lease again, a release that finds its own release marker
+// (or the lease the next holder took from it) reports success, refresh and
+// commit are idempotent.
 package redisx

@@ -145,17 +145,28 @@ const HandoffReserve = 100 * time.Millisecond
 
 // Release replaces owner's lease with the token marker (kept for
 // retention) and wakes one waiter, reserving the key for it; false means
-// owner does not hold key.
-func (n *Node) Release(ctx context.Context, key, owner string, retention time.Duration) (bool, error) {
-	v, err := releaseScript.Run(ctx, n.Client, []string{n.LockKey(key), n.WaitersKey(key)}, owner+"|", Ms(retention), n.waiterPrefix(key), Ms(HandoffReserve)).Int64()
+// owner does not hold key. token is the lease's token (0 when unknown):
+// with it, a release that already took effect (a retry) reports true.
+func (n *Node) Release(ctx context.Context, key, owner string, token uint64, retention time.Duration) (bool, error) {
+	v, err := releaseScript.Run(ctx, n.Client, []string{n.LockKey(key), n.WaitersKey(key)}, owner+"|", Ms(retention), n.waiterPrefix(key), Ms(HandoffReserve), tokenArg(token)).Int64()
 	return v == 1, err
 }
 
-// QuorumRelease is Redlock's per-node release: compare-and-DEL, or hand
-// the key to the first queued waiter; false means owner does not hold key.
-func (n *Node) QuorumRelease(ctx context.Context, key, owner string) (bool, error) {
-	v, err := quorumReleaseScript.Run(ctx, n.Client, []string{n.LockKey(key), n.WaitersKey(key)}, owner+"|", n.waiterPrefix(key), Ms(HandoffReserve)).Int64()
+// QuorumRelease is Redlock's per-node release: compare-and-release, or
+// hand the key to the first queued waiter; false means owner does not
+// hold key. With the lease's quorum token (0 when unknown) the key keeps
+// the marker "|<token>" for retention, so that a retried release reports
+// true; without it the key is deleted.
+func (n *Node) QuorumRelease(ctx context.Context, key, owner string, token uint64, retention time.Duration) (bool, error) {
+	v, err := quorumReleaseScript.Run(ctx, n.Client, []string{n.LockKey(key), n.WaitersKey(key)}, owner+"|", n.waiterPrefix(key), Ms(HandoffReserve), tokenArg(token), Ms(retention)).Int64()
 	return v == 1, err
+}
+
+func tokenArg(token uint64) string {
+	if token == 0 {
+		return ""
+	}
+	return strconv.FormatUint(token, 10)
 }
 
 // Renewal is one lease to extend in RefreshBatch.

@@ -15,6 +15,10 @@ import (
 
 func TestMain(m *testing.M) { testserver.Main(m) }
 
+// hangBound bounds calls that must not wait on the network; the defects
+// they catch wait for go-redis's 5s read timeout and retries.
+const hangBound = 4 * time.Second
+
 func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
@@ -28,6 +32,69 @@ func newClient(t testing.TB, addr string) *redis.Client {
 }
 
 func key(t testing.TB) string { return fmt.Sprintf("%s.%d", t.Name(), time.Now().UnixNano()) }
+
+// Closing subscriptions never waits on the link: here the hub's pub/sub
+// connection is reconnecting through a stalled link, which holds go-redis's
+// PubSub mutex for the read timeout of the handshake.
+func TestSubscriptionCloseOnStalledLink(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	p := testserver.StartProxy(t, srv.Addr())
+	t.Cleanup(p.Heal) // before the proxy stops, so the background work ends
+	n := redisx.NewNode(newClient(t, p.Addr()), "dlock")
+	k := key(t)
+	a, err := n.Watch(ctxT(t), k, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := n.Watch(ctxT(t), k, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Cut() // the reader's connection dies; reconnecting is refused
+	time.Sleep(200 * time.Millisecond)
+	p.Heal()
+	p.Stall() // the next reconnection hangs in its handshake
+	time.Sleep(300 * time.Millisecond)
+	for _, s := range []*redisx.Subscription{a, b} {
+		done := make(chan struct{})
+		start := time.Now()
+		go func() { s.Close(); close(done) }()
+		select {
+		case <-done:
+			t.Logf("Close returned after %v", time.Since(start).Round(10*time.Microsecond))
+		case <-time.After(hangBound):
+			t.Fatalf("Close hung on a stalled link (%v so far)", hangBound)
+		}
+	}
+}
+
+// Watch returns within its confirmation bound even when the link stalls
+// before the pub/sub connection is made: the waiter then relies on polling.
+func TestWatchOnStalledLink(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	p := testserver.StartProxy(t, srv.Addr())
+	t.Cleanup(p.Heal)
+	n := redisx.NewNode(newClient(t, p.Addr()), "dlock")
+	p.Stall()
+	done := make(chan error, 1)
+	start := time.Now()
+	var s *redisx.Subscription
+	go func() {
+		var err error
+		s, err = n.Watch(context.Background(), key(t), "w")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Logf("Watch returned after %v: %v", time.Since(start).Round(time.Millisecond), err)
+		if err != nil {
+			t.Fatalf("Watch on a stalled link: %v, want an unconfirmed subscription", err)
+		}
+		s.Close()
+	case <-time.After(30 * time.Second):
+		t.Fatal("hang: Watch on a stalled link")
+	}
+}
 
 // An acquisition executed twice for the same owner (go-redis retrying a
 // request whose reply was lost) is granted twice, with the same token.

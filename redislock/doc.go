@@ -23,8 +23,17 @@
 //
 // Renewal. With auto-refresh on (the default) every lock taken through one
 // Locker is renewed by one watchdog at TTL/3, in one pipelined round trip
-// for all locks due together. The watchdog runs on a timer: no goroutine
-// exists between renewals.
+// for all locks due together (on a Cluster, one pipeline per master, the
+// masters concurrently). Each lock's renewal counts as soon as its server
+// answered, so a hung master costs only the locks it holds: they are lost
+// at their local deadline, while the locks on the other masters stay
+// renewed. The watchdog runs on a timer: no goroutine exists between
+// renewals.
+//
+// Deadlines. Every call returns by its context, whatever the go-redis
+// client's timeouts: the dlock core abandons a call still running at the
+// deadline, List does the same, and closing a waiter's subscription never
+// waits on the network.
 //
 // Guarantees, given a Redis that keeps its data (no failover to a replica
 // that missed the write, no restart without persistence within a TTL):

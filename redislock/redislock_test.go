@@ -398,3 +398,37 @@ func TestLostAcquireReplyIsOwnLease(t *testing.T) {
 		t.Fatalf("server holds %q (%v), want the lease of owner %s, token %d", v, err, lk.Owner(), lk.Token())
 	}
 }
+
+// List returns by its context's deadline on a stalled link, where a default
+// client waits for its read timeout and retries.
+func TestListReturnsByDeadline(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	p := testserver.StartProxy(t, srv.Addr())
+	c := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	t.Cleanup(func() { c.Close() })
+	t.Cleanup(p.Heal)
+	l := redislock.New(c)
+	lk, err := l.Acquire(ctxT(t), dlocktest.Key(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Release(context.Background())
+	p.Stall()
+	const d = 300 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	start := time.Now()
+	_, err = l.List(ctx, "")
+	over := time.Since(start) - d
+	t.Logf("List on a stalled link: returned %v after its deadline: %v", over.Round(10*time.Microsecond), err)
+	if !errors.Is(err, dlock.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("List on a stalled link = %v, want ErrUnavailable and the deadline", err)
+	}
+	if over > dlocktest.OverrunBound {
+		t.Fatalf("List overran its deadline by %v", over)
+	}
+	p.Heal()
+	if infos, err := l.List(ctxT(t), ""); err != nil || len(infos) != 1 {
+		t.Fatalf("List after heal = %+v, %v", infos, err)
+	}
+}

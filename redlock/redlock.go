@@ -532,12 +532,15 @@ func (b *backend) refreshAll(ctx context.Context, rs []dlock.Renewal) []error {
 	per := make([]nodeRes, len(b.nodes))
 	var wg sync.WaitGroup
 	for i, n := range b.nodes {
+		per[i].held, per[i].errs = make([]bool, len(batch)), make([]error, len(batch))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			nctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			per[i].held, per[i].errs = n.RefreshBatch(nctx, batch)
+			n.RefreshBatch(nctx, batch, func(j int, held bool, err error) {
+				per[i].held[j], per[i].errs[j] = held, err
+			})
 		}()
 	}
 	wg.Wait()

@@ -26,4 +26,9 @@
 // granted that lease again, a release that finds its own release marker
 // (or the lease the next holder took from it) reports success, refresh and
 // commit are idempotent.
+//
+// Nothing a caller waits for blocks on a stalled link beyond what the
+// caller allows: batch renewals report each server's results as they
+// arrive, one pipeline per server (per master on a Cluster), and the
+// pub/sub hub never waits on the network when a subscription closes.
 package redisx

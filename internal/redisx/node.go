@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/background"
 )
 
 // Node is one Redis deployment (standalone, Sentinel or Cluster client)
@@ -175,28 +177,85 @@ type Renewal struct {
 	TTL        time.Duration
 }
 
-// RefreshBatch extends many leases in one pipeline (go-redis splits it per
-// node on a Cluster). held[i] is false when owner no longer holds the key.
-func (n *Node) RefreshBatch(ctx context.Context, rs []Renewal) (held []bool, errs []error) {
-	cmds := make([]*redis.Cmd, len(rs))
+// RefreshBatch extends many leases with compare-and-pexpire scripts, one
+// pipeline per server, and calls report(i, held, err) once for each
+// renewal as soon as its server answered (held is false when owner no
+// longer holds the key). On a Cluster the renewals are grouped by the
+// master owning their slot and each group is a pipeline of its own sent
+// through the ClusterClient (which follows MOVED and ASK), the groups
+// concurrently: go-redis's own Cluster pipeline waits for every node, so
+// one hung master would hold up the renewals of all the others. report is
+// called from the goroutine of the group's pipeline. RefreshBatch returns
+// when every group has been reported, which takes as long as the client's
+// own timeouts allow: a caller that must not wait runs it on a goroutine
+// of its own.
+func (n *Node) RefreshBatch(ctx context.Context, rs []Renewal, report func(i int, held bool, err error)) {
+	groups := n.groupByServer(ctx, rs)
+	if len(groups) == 1 {
+		n.refreshGroup(ctx, rs, groups[0], report)
+		return
+	}
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		wg.Add(1)
+		background.Go(func() {
+			defer wg.Done()
+			n.refreshGroup(ctx, rs, g, report)
+		})
+	}
+	wg.Wait()
+}
+
+// groupByServer splits the indexes of rs by the Cluster master owning each
+// key's slot; one group on any other client.
+func (n *Node) groupByServer(ctx context.Context, rs []Renewal) [][]int {
+	cc, ok := n.Client.(*redis.ClusterClient)
+	if !ok || len(rs) < 2 {
+		all := make([]int, len(rs))
+		for i := range all {
+			all[i] = i
+		}
+		return [][]int{all}
+	}
+	var groups [][]int
+	index := map[*redis.Client]int{}
+	for i, r := range rs {
+		// From the cached slot map: no I/O once the client knows the
+		// cluster (it does: it took these leases). A key whose master is
+		// unknown gets the nil group; its pipeline reports the error.
+		m, _ := cc.MasterForKey(ctx, n.LockKey(r.Key))
+		g, ok := index[m]
+		if !ok {
+			g = len(groups)
+			index[m] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	return groups
+}
+
+// refreshGroup renews rs[idx] in one pipeline and reports each.
+func (n *Node) refreshGroup(ctx context.Context, rs []Renewal, idx []int, report func(i int, held bool, err error)) {
+	cmds := make([]*redis.Cmd, len(idx))
 	_, _ = n.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, r := range rs {
-			cmds[i] = refreshScript.EvalSha(ctx, p, []string{n.LockKey(r.Key)}, r.Owner+"|", Ms(r.TTL))
+		for k, i := range idx {
+			cmds[k] = refreshScript.EvalSha(ctx, p, []string{n.LockKey(rs[i].Key)}, rs[i].Owner+"|", Ms(rs[i].TTL))
 		}
 		return nil
 	})
-	held, errs = make([]bool, len(rs)), make([]error, len(rs))
-	for i, c := range cmds {
+	for k, c := range cmds {
+		i := idx[k]
 		v, err := c.Int64()
 		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			// The server lost its script cache (restart, SCRIPT FLUSH):
 			// Run loads the script again.
-			held[i], errs[i] = n.Refresh(ctx, rs[i].Key, rs[i].Owner, rs[i].TTL)
+			held, err := n.Refresh(ctx, rs[i].Key, rs[i].Owner, rs[i].TTL)
+			report(i, held, err)
 			continue
 		}
-		held[i], errs[i] = v == 1, err
+		report(i, v == 1, err)
 	}
-	return held, errs
 }
 
 // Watch subscribes waiter id to its turn on key: the channel a release

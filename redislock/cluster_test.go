@@ -87,6 +87,33 @@ func TestCluster(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
+			Faults: &dlocktest.Faults{
+				// A proxy in front of every master.
+				New: func(t testing.TB) (dlock.Locker, dlocktest.Link) {
+					var link testserver.Proxies
+					via := map[string]string{}
+					for _, n := range tc.nodes {
+						p := testserver.StartProxy(t, n.Addr())
+						link = append(link, p)
+						via[n.Addr()] = p.Addr()
+					}
+					return redislock.New(tc.client(t, via)), link
+				},
+				// Every master, not only key's: PausedServerLosesFirst
+				// also expects an attempt on a fresh key (any slot) to
+				// meet the paused server, as it would on one server.
+				// HungMasterDelaysOnlyItsLocks pauses one master alone.
+				Pause: func(t testing.TB, key string) func() {
+					for _, n := range tc.nodes {
+						n.Pause()
+					}
+					return func() {
+						for _, n := range tc.nodes {
+							n.Resume()
+						}
+					}
+				},
+			},
 		})
 	})
 	t.Run("ListAcrossMasters", func(t *testing.T) {

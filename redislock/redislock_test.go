@@ -41,6 +41,20 @@ func TestConformance(t *testing.T) {
 				t.Fatal(err)
 			}
 		},
+		Faults: &dlocktest.Faults{
+			// A default client whose every connection goes through a
+			// fault proxy.
+			New: func(t testing.TB) (dlock.Locker, dlocktest.Link) {
+				p := testserver.StartProxy(t, srv.Addr())
+				c := redis.NewClient(&redis.Options{Addr: p.Addr()})
+				t.Cleanup(func() { c.Close() })
+				return redislock.New(c), p
+			},
+			Pause: func(t testing.TB, key string) func() {
+				srv.Pause()
+				return srv.Resume
+			},
+		},
 	})
 }
 

@@ -86,6 +86,43 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestFaults runs the suite, fault section included, on three nodes.
+func TestFaults(t *testing.T) {
+	c := startNodes(t, 3)
+	dlocktest.TestLocker(t, dlocktest.Harness{
+		New: func(t testing.TB) dlock.Locker { return c.locker(t) },
+		Expire: func(t testing.TB, key string) {
+			for _, a := range c.admin {
+				if err := a.Del(context.Background(), lockKey(key)).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		},
+		Faults: &dlocktest.Faults{
+			// Every node through a proxy of its own.
+			New: func(t testing.TB) (dlock.Locker, dlocktest.Link) {
+				l, link := c.lockerVia(t, []int{0, 1, 2})
+				return l, link
+			},
+			Pause: func(t testing.TB, key string) func() {
+				for _, s := range c.srvs[:2] { // a majority
+					s.Pause()
+				}
+				return func() {
+					for _, s := range c.srvs[:2] {
+						s.Resume()
+					}
+				}
+			},
+			// One node of three through a proxy.
+			NewMinority: func(t testing.TB) (dlock.Locker, dlocktest.Link) {
+				l, link := c.lockerVia(t, []int{2})
+				return l, link
+			},
+		},
+	})
+}
+
 // lockerVia returns a Locker on default clients, the nodes via reached
 // through a fault proxy each, and the proxies.
 func (c *cluster) lockerVia(t testing.TB, via []int, opts ...redlock.Option) (*redlock.Locker, testserver.Proxies) {

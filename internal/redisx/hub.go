@@ -14,8 +14,10 @@ import (
 // SUBSCRIBE before the waiter proceeds on polling alone.
 const confirmTimeout = 2 * time.Second
 
-// unsubscribeTimeout bounds the context of a background UNSUBSCRIBE.
-const unsubscribeTimeout = 5 * time.Second
+// requestTimeout bounds the context of the hub's background SUBSCRIBE and
+// UNSUBSCRIBE requests (a client honours it while dialling or waiting for
+// its PubSub mutex; its read timeout bounds the rest).
+const requestTimeout = 5 * time.Second
 
 // hub multiplexes the release channels of all waiters of one Locker over a
 // single pub/sub connection. The connection and its reader goroutine exist
@@ -95,7 +97,7 @@ func (h *hub) watch(ctx context.Context, channel string, ch chan struct{}) (*Sub
 		// race an UNSUBSCRIBE of the same channel for another waiter.
 		subscribed = make(chan error, 1)
 		background.Go(func() {
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unsubscribeTimeout)
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestTimeout)
 			defer cancel()
 			subscribed <- ps.Subscribe(sctx, channel)
 		})
@@ -148,7 +150,7 @@ func (h *hub) unwatch(s *Subscription) {
 	}
 	channel := s.channel
 	background.Go(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), unsubscribeTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 		defer cancel()
 		_ = ps.Unsubscribe(ctx, channel)
 	})

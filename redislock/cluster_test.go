@@ -2,7 +2,10 @@ package redislock_test
 
 import (
 	"context"
+	"net"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -12,37 +15,116 @@ import (
 	"github.com/dlock-go/dlock/redislock"
 )
 
+// testCluster is a three-master Redis Cluster for the tests.
+type testCluster struct {
+	nodes []*testserver.Redis
+	addrs []string
+	admin *redis.ClusterClient
+}
+
+// startCluster starts a three-master cluster whose failure detection is
+// slower than any pause a test makes (SIGSTOP of a master), so that the
+// healthy masters keep serving their slots meanwhile.
+func startCluster(t *testing.T) *testCluster {
+	tc := &testCluster{nodes: testserver.StartRedisCluster(t, 3)}
+	for _, n := range tc.nodes {
+		tc.addrs = append(tc.addrs, n.Addr())
+		for _, kv := range [][2]string{{"cluster-node-timeout", "120000"}, {"cluster-require-full-coverage", "no"}} {
+			if _, err := n.Do("CONFIG", "SET", kv[0], kv[1]); err != nil {
+				t.Fatalf("config set %s on %s: %v", kv[0], n.Addr(), err)
+			}
+		}
+	}
+	tc.admin = tc.client(t, nil)
+	return tc
+}
+
+// client returns a default ClusterClient; via maps a node address (as the
+// cluster announces it) to the address to dial instead (a fault proxy).
+func (tc *testCluster) client(t testing.TB, via map[string]string) *redis.ClusterClient {
+	opt := &redis.ClusterOptions{Addrs: tc.addrs}
+	if via != nil {
+		// Test wiring only: every connection to a node goes through its
+		// proxy. The client's timeouts and retries stay the defaults.
+		opt.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if p, ok := via[addr]; ok {
+				addr = p
+			}
+			d := net.Dialer{Timeout: 5 * time.Second}
+			return d.DialContext(ctx, network, addr)
+		}
+	}
+	c := redis.NewClusterClient(opt)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// master returns the node owning key's lock.
+func (tc *testCluster) master(t testing.TB, key string) *testserver.Redis {
+	m, err := tc.admin.MasterForKey(context.Background(), redislock.New(tc.admin).LockKey(key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range tc.nodes {
+		if n.Addr() == m.Options().Addr {
+			return n
+		}
+	}
+	t.Fatalf("no node at %s", m.Options().Addr)
+	return nil
+}
+
 // TestCluster runs the conformance suite on a three-master Redis Cluster:
 // lock and counter keys share a slot (hash tag), renewals of locks on
-// different masters are pipelined per node, List scans every master.
+// different masters are pipelined per master, List scans every master.
 func TestCluster(t *testing.T) {
-	nodes := testserver.StartRedisCluster(t, 3)
-	var addrs []string
-	for _, n := range nodes {
-		addrs = append(addrs, n.Addr())
-	}
-	newCluster := func(t testing.TB) *redis.ClusterClient {
-		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	admin := newCluster(t)
+	tc := startCluster(t)
 	t.Run("Conformance", func(t *testing.T) {
 		dlocktest.TestLocker(t, dlocktest.Harness{
-			New: func(t testing.TB) dlock.Locker { return redislock.New(newCluster(t)) },
+			New: func(t testing.TB) dlock.Locker { return redislock.New(tc.client(t, nil)) },
 			Expire: func(t testing.TB, key string) {
-				if err := admin.Del(context.Background(), redislock.New(admin).LockKey(key)).Err(); err != nil {
+				if err := tc.admin.Del(context.Background(), redislock.New(tc.admin).LockKey(key)).Err(); err != nil {
 					t.Fatal(err)
 				}
+			},
+			Faults: &dlocktest.Faults{
+				// A proxy in front of every master.
+				New: func(t testing.TB) (dlock.Locker, dlocktest.Link) {
+					var link testserver.Proxies
+					via := map[string]string{}
+					for _, n := range tc.nodes {
+						p := testserver.StartProxy(t, n.Addr())
+						link = append(link, p)
+						via[n.Addr()] = p.Addr()
+					}
+					return redislock.New(tc.client(t, via)), link
+				},
+				// Every master, not only key's: PausedServerLosesFirst
+				// also expects an attempt on a fresh key (any slot) to
+				// meet the paused server, as it would on one server.
+				// HungMasterDelaysOnlyItsLocks pauses one master alone.
+				Pause: func(t testing.TB, key string) func() {
+					for _, n := range tc.nodes {
+						n.Pause()
+					}
+					return func() {
+						for _, n := range tc.nodes {
+							n.Resume()
+						}
+					}
+				},
 			},
 		})
 	})
 	t.Run("ListAcrossMasters", func(t *testing.T) {
-		l := redislock.New(newCluster(t))
+		l := redislock.New(tc.client(t, nil))
 		ctx := ctxT(t)
 		held := map[string]bool{}
 		for i := 0; i < 12; i++ { // keys spread over the three masters
 			key := dlocktest.Key(t)
+			if i%4 == 0 {
+				key = "}" + key // an encoded hash tag
+			}
 			lk, err := l.Acquire(ctx, key)
 			if err != nil {
 				t.Fatal(err)
@@ -50,7 +132,7 @@ func TestCluster(t *testing.T) {
 			defer lk.Release(ctx)
 			held[key] = true
 		}
-		infos, err := l.List(ctx, "dlocktest.TestCluster")
+		infos, err := l.List(ctx, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -58,7 +140,64 @@ func TestCluster(t *testing.T) {
 			delete(held, in.Key)
 		}
 		if len(held) != 0 {
-			t.Fatalf("List missed %d held keys", len(held))
+			t.Fatalf("List missed %d held keys: %v", len(held), held)
 		}
 	})
+	t.Run("HungMasterDelaysOnlyItsLocks", func(t *testing.T) { testHungMaster(t, tc) })
+}
+
+// One master hangs (SIGSTOP): the lock on it is lost (before anyone else
+// can take it), while a lock on a healthy master, renewed by the same
+// watchdog in the same batches, stays renewed.
+func testHungMaster(t *testing.T, tc *testCluster) {
+	const ttl = time.Second
+	l := redislock.New(tc.client(t, nil))
+	key := dlocktest.Key(t)
+	hung := tc.master(t, key)
+	other := ""
+	for i := 0; i < 1000 && other == ""; i++ {
+		if k := key + "." + strconv.Itoa(i); tc.master(t, k) != hung {
+			other = k
+		}
+	}
+	if other == "" {
+		t.Fatal("no key on another master in 1000 tries")
+	}
+	onHung, err := l.Acquire(ctxT(t), key, dlock.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	healthy, err := l.Acquire(ctxT(t), other, dlock.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer healthy.Release(context.Background())
+	hung.Pause()
+	paused := time.Now()
+	resumed := false
+	defer func() {
+		if !resumed {
+			hung.Resume()
+		}
+	}()
+	select {
+	case <-onHung.Lost():
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatal("hang: the lock on the paused master was not lost")
+	}
+	if d := 4*ttl - time.Since(paused); d > 0 {
+		time.Sleep(d)
+	}
+	if err := healthy.Err(); err != nil {
+		t.Fatalf("the lock on a healthy master was lost while another master hung: %v", err)
+	}
+	t.Logf("after %v with a master paused: the lock on it lost, the other held", time.Since(paused).Round(time.Millisecond))
+	hung.Resume()
+	resumed = true
+	// Nobody could take the lost lock before its Lost() closed.
+	lk := dlocktest.AcquireWhenFree(t, redislock.New(tc.client(t, nil)), key, onHung)
+	lk.Release(context.Background())
+	if err := healthy.Refresh(ctxT(t)); err != nil {
+		t.Fatalf("healthy lock: %v", err)
+	}
 }

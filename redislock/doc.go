@@ -7,7 +7,12 @@
 // the next token is marker + 1; without a marker the token is the server
 // time in µs. Refresh is compare-and-PEXPIRE and release is
 // compare-and-replace; both compare the owner and so never touch another
-// holder's lock, and both are safe to retry.
+// holder's lock, and both are safe to retry: an acquisition executed twice
+// (go-redis resends a script whose reply was lost) is granted its own lease
+// again, and a release executed twice recognises its own marker (or the
+// lease that the next holder took from it, whose token is one more) and
+// succeeds again, so a lost reply is never mistaken for a held key or a
+// lost lock.
 //
 // Waiting. A waiter listens on a pub/sub channel of its own and its failed
 // attempts queue it in the key's waiter set. A release wakes the first
@@ -18,8 +23,17 @@
 //
 // Renewal. With auto-refresh on (the default) every lock taken through one
 // Locker is renewed by one watchdog at TTL/3, in one pipelined round trip
-// for all locks due together. The watchdog runs on a timer: no goroutine
-// exists between renewals.
+// for all locks due together (on a Cluster, one pipeline per master, the
+// masters concurrently). Each lock's renewal counts as soon as its server
+// answered, so a hung master costs only the locks it holds: they are lost
+// at their local deadline, while the locks on the other masters stay
+// renewed. The watchdog runs on a timer: no goroutine exists between
+// renewals.
+//
+// Deadlines. Every call returns by its context, whatever the go-redis
+// client's timeouts: the dlock core abandons a call still running at the
+// deadline, List does the same, and closing a waiter's subscription never
+// waits on the network.
 //
 // Guarantees, given a Redis that keeps its data (no failover to a replica
 // that missed the write, no restart without persistence within a TTL):
@@ -38,5 +52,7 @@
 // so locking many distinct keys does not grow Redis without bound. The
 // keys of one lock (lease, waiter set) share the "{key}" hash tag and so
 // one Cluster slot; a key containing '}' still works (its tag is then the
-// part before the first '}').
+// part before the first '}'), and a key starting with '}' is stored with a
+// NUL byte in front of it ("dlock:{\x00}x}"), so that its tag is not
+// empty. Guard resources are encoded the same way.
 package redislock

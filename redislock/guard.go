@@ -41,12 +41,16 @@ func NewGuard(client redis.UniversalClient, opts ...Option) *Guard {
 	return &Guard{client: client, prefix: o.prefix}
 }
 
-// FenceKey is the key holding resource's highest accepted fence.
-func (g *Guard) FenceKey(resource string) string { return g.prefix + ":guard:{" + resource + "}" }
+// FenceKey is the key holding resource's highest accepted fence. The
+// resource is the hash tag, encoded like lock keys so that it is never
+// empty (a resource starting with '}' gets a NUL byte in front).
+func (g *Guard) FenceKey(resource string) string {
+	return g.prefix + ":guard:{" + redisx.HashTag(resource) + "}"
+}
 
 // Key returns a data key for resource that lives in the fence key's slot.
 func (g *Guard) Key(resource, name string) string {
-	return g.prefix + ":data:{" + resource + "}:" + name
+	return g.prefix + ":data:{" + redisx.HashTag(resource) + "}:" + name
 }
 
 // fencePrelude checks and records the fence. KEYS[1] is the fence key,

@@ -3,11 +3,13 @@ package redislock
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/background"
 	"github.com/dlock-go/dlock/internal/redisx"
 )
 
@@ -96,7 +98,7 @@ func (b *backend) Try(ctx context.Context, req *dlock.Request) (dlock.Grant, err
 		return dlock.Grant{}, fmt.Errorf("dlock: redis acquire %q: %w", req.Key, err)
 	}
 	if o.Granted {
-		return dlock.Grant{Lease: &lease{b: b, key: req.Key, owner: req.Owner}, Token: o.Token}, nil
+		return dlock.Grant{Lease: &lease{b: b, key: req.Key, owner: req.Owner, token: o.Token}, Token: o.Token}, nil
 	}
 	return dlock.Grant{}, &dlock.NotAcquiredError{Key: req.Key, Holder: o.Holder.Owner, Metadata: o.Holder.Metadata, TTL: o.PTTL}
 }
@@ -133,36 +135,57 @@ type waiter struct {
 func (w waiter) WaitID() string { return w.id }
 
 // RefreshBatch implements dlock.BatchRenewer: one pipeline of
-// compare-and-pexpire scripts (go-redis splits it per node on Cluster).
+// compare-and-pexpire scripts per server (on a Cluster, per master, the
+// masters concurrently), each renewal reported as soon as its server
+// answered. It returns when all are reported or ctx is done, whichever
+// comes first: a hung server holds up neither the other servers' renewals
+// nor the watchdog (the pipelines left behind end with the client's
+// timeouts; their results are dropped).
 func (b *backend) RefreshBatch(ctx context.Context, rs []dlock.Renewal, done func(int, error)) {
-	for i, err := range b.refreshAll(ctx, rs) {
-		done(i, err)
-	}
-}
-
-func (b *backend) refreshAll(ctx context.Context, rs []dlock.Renewal) []error {
-	errs := make([]error, len(rs))
 	if err := b.check(); err != nil {
-		for i := range errs {
-			errs[i] = err
+		for i := range rs {
+			done(i, err)
 		}
-		return errs
+		return
 	}
 	batch := make([]redisx.Renewal, len(rs))
+	leases := make([]*lease, len(rs))
 	for i, r := range rs {
 		l := r.Lease.(*lease)
+		leases[i] = l
 		batch[i] = redisx.Renewal{Key: l.key, Owner: l.owner, TTL: r.TTL}
 	}
-	held, nerrs := b.node.RefreshBatch(ctx, batch)
-	for i := range rs {
-		errs[i] = rs[i].Lease.(*lease).result("refresh", held[i], nerrs[i])
+	var (
+		mu     sync.Mutex
+		closed bool
+		left   = len(rs)
+		all    = make(chan struct{})
+	)
+	report := func(i int, held bool, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if closed {
+			return // RefreshBatch returned: too late
+		}
+		done(i, leases[i].result("refresh", held, err))
+		if left--; left == 0 {
+			close(all)
+		}
 	}
-	return errs
+	background.Go(func() { b.node.RefreshBatch(ctx, batch, report) })
+	select {
+	case <-all:
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	closed = true
+	mu.Unlock()
 }
 
 type lease struct {
 	b          *backend
 	key, owner string
+	token      uint64 // 0 when unknown (Abort)
 }
 
 func (l *lease) result(op string, held bool, err error) error {
@@ -181,9 +204,11 @@ func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	return l.result("refresh", held, err)
 }
 
-// Release implements dlock.Lease (compare-and-delete, then publish).
+// Release implements dlock.Lease (compare-and-replace with the release
+// marker, then publish). A release that already took effect (a retry
+// after a lost reply or an error) succeeds again.
 func (l *lease) Release(ctx context.Context) error {
-	held, err := l.b.node.Release(ctx, l.key, l.owner, FenceRetention)
+	held, err := l.b.node.Release(ctx, l.key, l.owner, l.token, FenceRetention)
 	return l.result("release", held, err)
 }
 
@@ -192,13 +217,20 @@ type Info = redisx.Info
 
 // List returns the locks currently held whose key starts with prefix, by
 // scanning the keyspace (SCAN, on every master of a Cluster). It is meant
-// for operators (dlock ls), not for hot paths.
+// for operators (dlock ls), not for hot paths. It returns by ctx's
+// deadline even when the server does not answer (an error wrapping
+// dlock.ErrUnavailable).
 func (l *Locker) List(ctx context.Context, prefix string) ([]Info, error) {
 	if err := l.b.check(); err != nil {
 		return nil, err
 	}
-	infos, err := l.b.node.List(ctx, prefix)
-	if err != nil {
+	infos, err, abandoned := redisx.Await(ctx, func(ctx context.Context) ([]Info, error) {
+		return l.b.node.List(ctx, prefix)
+	})
+	switch {
+	case abandoned:
+		return nil, fmt.Errorf("%w: redis list: no answer before the context ended: %w", dlock.ErrUnavailable, err)
+	case err != nil:
 		return nil, fmt.Errorf("dlock: redis list: %w", err)
 	}
 	return infos, nil

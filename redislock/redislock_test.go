@@ -41,6 +41,20 @@ func TestConformance(t *testing.T) {
 				t.Fatal(err)
 			}
 		},
+		Faults: &dlocktest.Faults{
+			// A default client whose every connection goes through a
+			// fault proxy.
+			New: func(t testing.TB) (dlock.Locker, dlocktest.Link) {
+				p := testserver.StartProxy(t, srv.Addr())
+				c := redis.NewClient(&redis.Options{Addr: p.Addr()})
+				t.Cleanup(func() { c.Close() })
+				return redislock.New(c), p
+			},
+			Pause: func(t testing.TB, key string) func() {
+				srv.Pause()
+				return srv.Resume
+			},
+		},
 	})
 }
 
@@ -362,4 +376,73 @@ func evalCalls(t *testing.T, c *redis.Client) int {
 		}
 	}
 	return 0
+}
+
+// The reply to an acquisition is lost on a warm connection, so the script
+// itself ran: go-redis sends it again on a new connection, and the repeat
+// finds the lease of its own owner. It must be granted (the same lease),
+// not reported as held by someone — a phantom that would keep everyone
+// out for the TTL.
+func TestLostAcquireReplyIsOwnLease(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	p := testserver.StartProxy(t, srv.Addr())
+	c := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	t.Cleanup(func() { c.Close() })
+	t.Cleanup(p.Heal)
+	l := redislock.New(c)
+	// Warm up: the connection is open and the server has the script.
+	warm, err := l.Acquire(ctxT(t), dlocktest.Key(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	key := dlocktest.Key(t)
+	p.LoseNextReply()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	lk, err := l.Acquire(ctx, key, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatalf("Acquire with its reply lost: %v", err)
+	}
+	defer lk.Release(context.Background())
+	v, err := newClient(t, srv).Get(ctxT(t), l.LockKey(key)).Result()
+	if err != nil || !strings.HasPrefix(v, lk.Owner()+"|"+strconv.FormatUint(lk.Token(), 10)+"|") {
+		t.Fatalf("server holds %q (%v), want the lease of owner %s, token %d", v, err, lk.Owner(), lk.Token())
+	}
+}
+
+// List returns by its context's deadline on a stalled link, where a default
+// client waits for its read timeout and retries.
+func TestListReturnsByDeadline(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	p := testserver.StartProxy(t, srv.Addr())
+	c := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	t.Cleanup(func() { c.Close() })
+	t.Cleanup(p.Heal)
+	l := redislock.New(c)
+	lk, err := l.Acquire(ctxT(t), dlocktest.Key(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Release(context.Background())
+	p.Stall()
+	const d = 300 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	start := time.Now()
+	_, err = l.List(ctx, "")
+	over := time.Since(start) - d
+	t.Logf("List on a stalled link: returned %v after its deadline: %v", over.Round(10*time.Microsecond), err)
+	if !errors.Is(err, dlock.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("List on a stalled link = %v, want ErrUnavailable and the deadline", err)
+	}
+	if over > dlocktest.OverrunBound {
+		t.Fatalf("List overran its deadline by %v", over)
+	}
+	p.Heal()
+	if infos, err := l.List(ctxT(t), ""); err != nil || len(infos) != 1 {
+		t.Fatalf("List after heal = %+v, %v", infos, err)
+	}
 }

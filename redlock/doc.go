@@ -5,14 +5,20 @@
 // Acquire. The same key and a fresh owner are written with SET NX PX to
 // every node in parallel, each node bounded by a per-node timeout that is a
 // small fraction of the TTL (TTL × 0.05, within [50ms, 1s]; WithNodeTimeout
-// overrides it). The attempt succeeds as soon as a majority granted and
-// fails as soon as a majority has become impossible (taken or failing), so
-// a slow or dead node never delays the answer. A lock is valid for
-// TTL − elapsed − drift, with drift = TTL × 0.01 + 2ms (dlock.WithDrift
-// changes it) and elapsed measured on the monotonic clock; a grant with no
-// validity left is released and reported. Every node that granted or did
-// not answer cleanly is released afterwards, in the background, when the
-// attempt fails; late grants are released when they arrive.
+// overrides it). A node that has not answered when its timeout passes
+// counts as failed ("no answer"), whether or not its client honours the
+// context (a default go-redis client on a stalled link waits for its read
+// timeout and retries). The attempt succeeds as soon as a majority granted
+// and fails as soon as a majority has become impossible (taken, failing or
+// silent), so a slow, hung or dead node never delays the answer. A lock is
+// valid for TTL − elapsed − drift, with drift = TTL × 0.01 + 2ms
+// (dlock.WithDrift changes it) and elapsed measured on the monotonic clock;
+// a grant with no validity left is released and reported as transient.
+// Every node that granted or did not answer cleanly is released
+// afterwards, in the background, when the attempt fails; late grants are
+// released when they arrive. A grant executed twice for the same owner (a
+// client resending a request whose reply was lost) is granted again and
+// leaves the lease as it is.
 //
 // Fencing token. Each granting node returns max(its counter, its clock in
 // µs). The client takes the maximum + 1 and writes it back (commit) to the
@@ -29,13 +35,19 @@
 // owner as stale, so a repeat is refused rather than accepted twice.
 //
 // Renewal and loss. The watchdog extends the lease on all nodes (one
-// pipeline per node per tick) and keeps the lock only while a majority
-// extended it in time; otherwise Lost() closes at the local deadline, or at
-// once when a majority reports the lease gone.
+// pipeline per node per tick, the nodes concurrently) and keeps the lock
+// only while a majority extended it in time; otherwise Lost() closes at the
+// local deadline, or at once when a majority reports the lease gone. Each
+// lock counts as renewed as soon as a majority extended it: a hung
+// minority delays nothing, and a node whose previous renewal is still
+// running is not sent another one.
 //
-// Release. Compare-and-delete (or the hand-over to the next waiter) goes to
-// every node, including those that never answered the acquisition; the
-// call returns once a majority released.
+// Release. Compare-and-release (or the hand-over to the next waiter) goes
+// to every node, including those that never answered the acquisition; the
+// call returns once a majority released. Each node keeps the marker
+// "|<token>" for FenceRetention (free for any later acquisition), so that
+// a release sent again (a lost reply, or Release retried after an error)
+// counts that node as released rather than reporting the lock lost.
 //
 // Waiting. A waiter subscribes to a channel of its own on every node (a
 // majority must confirm) and its failed grants queue it on every node under
@@ -47,9 +59,14 @@
 // by the shortest lease or reservation left.
 //
 // Errors. A failed acquisition says, node by node, who granted, who holds
-// the key (owner, host, pid) and which nodes failed and why: a
-// *QuorumError, wrapped in a *dlock.NotAcquiredError when the key is held,
-// so errors.Is(err, dlock.ErrNotAcquired) still works.
+// the key (owner, host, pid), whose lease was gone, which nodes failed and
+// why, and which did not answer: a *QuorumError, wrapped in a
+// *dlock.NotAcquiredError when the key is held (errors.Is(err,
+// dlock.ErrNotAcquired) still works). It wraps dlock.ErrTransient, and
+// Acquire tries again, when no holder was seen and the attempt may succeed
+// if repeated: nodes did not answer in time, or a majority granted but the
+// commit could not reach a majority. Nodes answering with errors that
+// alone make a majority impossible end Acquire at once.
 //
 // Not guaranteed: Redlock's safety rests on bounded clock drift and bounded
 // pauses; use the fencing token with a guard where correctness matters.

@@ -4,15 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/background"
 	"github.com/dlock-go/dlock/internal/redisx"
 )
 
@@ -63,7 +66,8 @@ var _ dlock.Locker = (*Locker)(nil)
 
 type node struct {
 	*redisx.Node
-	name string
+	name     string
+	renewing atomic.Bool // a RefreshBatch pipeline to this node is running
 }
 
 type backend struct {
@@ -131,9 +135,20 @@ func (b *backend) timeout(ttl time.Duration) time.Duration {
 
 // Node outcomes in a QuorumError.
 const (
+	// OutcomeGranted: the node did what was asked (granted, committed,
+	// extended or released).
 	OutcomeGranted = "granted"
-	OutcomeHeld    = "held"
-	OutcomeFailed  = "failed"
+	// OutcomeHeld: acquire: someone else holds the key on the node.
+	OutcomeHeld = "held"
+	// OutcomeGone: commit, refresh, release: the node no longer holds the
+	// lease (expired, deleted or taken).
+	OutcomeGone = "lease gone"
+	// OutcomeFailed: the node answered with an error.
+	OutcomeFailed = "failed"
+	// OutcomeNoAnswer: the node did not answer within the per-node timeout
+	// (or before the caller's context ended); what it did is unknown.
+	OutcomeNoAnswer = "no answer"
+	// OutcomePending: the outcome was decided before the node answered.
 	OutcomePending = "no answer yet"
 )
 
@@ -149,8 +164,10 @@ type NodeResult struct {
 
 // QuorumError says, node by node, why an operation did not reach a
 // majority. Acquisitions wrap it in a *dlock.NotAcquiredError when the key
-// is held, so errors.Is(err, dlock.ErrNotAcquired) holds; when failing
-// nodes alone make a majority impossible it is returned as is.
+// is held, so errors.Is(err, dlock.ErrNotAcquired) holds; in an error
+// wrapping dlock.ErrTransient when the attempt may succeed if repeated (a
+// majority granted but the commit or the validity check failed); when
+// failing nodes alone make a majority impossible it is returned as is.
 type QuorumError struct {
 	Op      string // "acquire", "commit", "refresh", "release"
 	Key     string
@@ -178,10 +195,10 @@ func (e *QuorumError) Error() string {
 		switch r.Outcome {
 		case OutcomeHeld:
 			s += fmt.Sprintf("; %s: held by %s", r.Node, dlock.HolderString(r.Holder, r.Metadata))
-		case OutcomeFailed:
+		case OutcomeGone, OutcomePending:
+			s += fmt.Sprintf("; %s: %s", r.Node, r.Outcome)
+		case OutcomeFailed, OutcomeNoAnswer:
 			s += fmt.Sprintf("; %s: %v", r.Node, r.Err)
-		case OutcomePending:
-			s += fmt.Sprintf("; %s: %s", r.Node, OutcomePending)
 		}
 	}
 	return s
@@ -212,27 +229,42 @@ func verb(op string) string {
 
 // answer is one node's reply in a fan-out.
 type answer struct {
-	i   int
-	ok  bool // granted / extended / released / committed
-	o   redisx.Outcome
-	err error
+	i        int
+	ok       bool // granted / extended / released / committed
+	o        redisx.Outcome
+	err      error
+	noAnswer bool // err says the node did not answer in time
 }
 
-// fanOut runs op on every node in parallel, each bounded by timeout, and
-// returns the channel of answers (buffered: senders never block, so
-// stragglers finish on their own).
+// fanOut runs op on the nodes idx in parallel, each bounded by timeout,
+// and returns the channel of answers (buffered: senders never block, so
+// stragglers finish on their own, within the client's timeouts). An error
+// that is a timeout (the per-node context, which a client honours while
+// dialling or waiting for a connection, or the client's own read timeout)
+// counts as no answer.
 func (b *backend) fanOut(ctx context.Context, timeout time.Duration, idx []int, op func(ctx context.Context, n *node) answer) <-chan answer {
 	ch := make(chan answer, len(idx))
 	for _, i := range idx {
-		go func() {
+		background.Go(func() {
 			nctx, cancel := context.WithTimeout(ctx, timeout)
 			a := op(nctx, b.nodes[i])
 			cancel()
 			a.i = i
+			if a.err != nil && isTimeout(a.err) {
+				a.noAnswer = true
+				a.err = fmt.Errorf("no answer within %v: %w", timeout, a.err)
+			}
 			ch <- a
-		}()
+		})
 	}
 	return ch
+}
+
+// isTimeout reports whether err says that no answer came in time.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		(errors.As(err, &ne) && ne.Timeout())
 }
 
 func (b *backend) all() []int {
@@ -243,44 +275,92 @@ func (b *backend) all() []int {
 	return idx
 }
 
-// tally collects answers until ok reaches need (success) or the rest
-// cannot reach it (failure). It returns the answers seen so far, indexed
-// by node, and how many are still outstanding.
-func tally(ch <-chan answer, total, need int) (seen map[int]answer, success bool) {
-	seen = map[int]answer{}
+// tallied is the outcome of tally.
+type tallied struct {
+	// seen has the answer of every node that answered, and a no-answer for
+	// each node that had not when the timeout or ctx ended the wait.
+	seen map[int]answer
+	ok   bool
+	// received counts the answers taken from the channel; the others are
+	// still to come.
+	received int
+}
+
+// tally collects the answers of the nodes idx until ok reaches need
+// (success) or the rest cannot reach it (failure). A node that has not
+// answered when timeout passes or ctx ends counts as failed: the per-node
+// context of fanOut bounds the request only if the client honours it, and
+// a default go-redis client on a stalled link waits for its read timeout
+// and retries instead.
+func tally(ctx context.Context, ch <-chan answer, idx []int, need int, timeout time.Duration) tallied {
+	r := tallied{seen: make(map[int]answer, len(idx))}
 	oks := 0
-	for len(seen) < total {
-		a := <-ch
-		seen[a.i] = a
+	take := func(a answer) {
+		r.seen[a.i] = a
+		r.received++
 		if a.ok {
 			oks++
 		}
+	}
+	decided := func() bool {
 		if oks >= need {
-			return seen, true
+			r.ok = true
+			return true
 		}
-		if oks+(total-len(seen)) < need {
-			return seen, false
+		return oks+len(idx)-len(r.seen) < need
+	}
+	expire := func(err error) {
+		for drained := false; !drained; { // answers already in count
+			select {
+			case a := <-ch:
+				take(a)
+			default:
+				drained = true
+			}
+		}
+		for _, i := range idx {
+			if _, ok := r.seen[i]; !ok {
+				r.seen[i] = answer{i: i, err: err, noAnswer: true}
+			}
 		}
 	}
-	return seen, false
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for !decided() {
+		select {
+		case a := <-ch:
+			take(a)
+		case <-timer.C:
+			expire(fmt.Errorf("no answer within %v", timeout))
+		case <-ctx.Done():
+			expire(fmt.Errorf("no answer before the context ended: %w", context.Cause(ctx)))
+		}
+	}
+	return r
 }
 
-// results turns answers into a QuorumError's node list.
-func (b *backend) results(seen map[int]answer, okOutcome string) []NodeResult {
-	rs := make([]NodeResult, len(b.nodes))
-	for i, n := range b.nodes {
-		rs[i] = NodeResult{Node: n.name, Outcome: OutcomePending}
+// results turns the answers of the nodes idx to op into a QuorumError's
+// node list.
+func (b *backend) results(op string, seen map[int]answer, idx []int) []NodeResult {
+	rs := make([]NodeResult, 0, len(idx))
+	for _, i := range idx {
+		r := NodeResult{Node: b.nodes[i].name, Outcome: OutcomePending}
 		a, ok := seen[i]
 		switch {
 		case !ok:
+		case a.noAnswer:
+			r.Outcome, r.Err = OutcomeNoAnswer, a.err
 		case a.err != nil:
-			rs[i].Outcome, rs[i].Err = OutcomeFailed, a.err
+			r.Outcome, r.Err = OutcomeFailed, a.err
 		case a.ok:
-			rs[i].Outcome = okOutcome
+			r.Outcome = OutcomeGranted
+		case op == "acquire":
+			r.Outcome = OutcomeHeld
+			r.Holder, r.Metadata = a.o.Holder.Owner, a.o.Holder.Metadata
 		default:
-			rs[i].Outcome = OutcomeHeld
-			rs[i].Holder, rs[i].Metadata = a.o.Holder.Owner, a.o.Holder.Metadata
+			r.Outcome = OutcomeGone
 		}
+		rs = append(rs, r)
 	}
 	return rs
 }
@@ -299,63 +379,83 @@ func (b *backend) Try(ctx context.Context, req *dlock.Request) (dlock.Grant, err
 	}
 	timeout := b.timeout(cfg.TTL)
 	lease := &lease{b: b, key: req.Key, owner: req.Owner, timeout: timeout}
-	ch := b.fanOut(ctx, timeout, b.all(), func(ctx context.Context, n *node) answer {
+	all := b.all()
+	ch := b.fanOut(ctx, timeout, all, func(ctx context.Context, n *node) answer {
 		o, err := n.Grant(ctx, req.Key, req.Owner, cfg.TTL, meta, req.WaitID, waitScore(req.WaitID))
 		return answer{ok: err == nil && o.Granted, o: o, err: err}
 	})
-	seen, ok := tally(ch, len(b.nodes), b.quorum)
+	r := tally(ctx, ch, all, b.quorum, timeout)
 	// Stragglers may still grant: release them if this attempt fails or the
 	// lock is released before they answer.
-	go lease.finish(ch, len(b.nodes)-len(seen), !ok)
-	if !ok {
-		lease.cleanup(seen)
-		return dlock.Grant{}, b.acquireError(req.Key, seen)
+	background.Go(func() { lease.finish(ch, len(all)-r.received, !r.ok) })
+	if !r.ok {
+		lease.cleanup(r.seen)
+		return dlock.Grant{}, b.acquireError(req.Key, r.seen)
 	}
 	var granted []int
 	var tok uint64
-	for i, a := range seen {
-		if a.ok {
+	for _, i := range all {
+		if a := r.seen[i]; a.ok {
 			granted = append(granted, i)
 			tok = max(tok, a.o.Token)
 		}
 	}
 	tok++
 	if elapsed := time.Since(start); elapsed >= cfg.TTL-cfg.Drift() {
-		lease.cleanup(seen)
-		return dlock.Grant{}, b.noValidity(req.Key, seen, elapsed)
+		lease.cleanup(r.seen)
+		return dlock.Grant{}, b.noValidity(req.Key, r.seen, elapsed)
 	}
 	// Phase two: make the token durable on a majority before using it.
 	cch := b.fanOut(ctx, timeout, granted, func(ctx context.Context, n *node) answer {
 		ok, err := n.Commit(ctx, req.Key, req.Owner, tok, meta, cfg.TTL+FenceRetention)
 		return answer{ok: ok, err: err}
 	})
-	cseen, ok := tally(cch, len(granted), b.quorum)
-	if !ok {
-		lease.cleanup(seen)
-		return dlock.Grant{}, &QuorumError{Op: "commit", Key: req.Key, Quorum: b.quorum, Reason: "the token could not be recorded on a majority", Results: b.results(cseen, OutcomeGranted)}
+	cr := tally(ctx, cch, granted, b.quorum, timeout)
+	if !cr.ok {
+		// A majority granted, so the key was free: a commit that missed
+		// its majority (a node slow or failing, a lease that expired
+		// meanwhile) may well succeed next time.
+		lease.cleanup(r.seen)
+		return dlock.Grant{}, fmt.Errorf("%w: %w", dlock.ErrTransient, &QuorumError{Op: "commit", Key: req.Key, Quorum: b.quorum,
+			Reason:  "a majority granted, but the token could not be recorded on a majority; released",
+			Results: b.results("commit", cr.seen, granted)})
 	}
 	if elapsed := time.Since(start); elapsed >= cfg.TTL-cfg.Drift() {
-		lease.cleanup(seen)
-		return dlock.Grant{}, b.noValidity(req.Key, seen, elapsed)
+		lease.cleanup(r.seen)
+		return dlock.Grant{}, b.noValidity(req.Key, r.seen, elapsed)
 	}
+	lease.mu.Lock()
+	lease.token = tok
+	lease.mu.Unlock()
 	return dlock.Grant{Lease: lease, Token: tok}, nil
 }
 
+// noValidity reports a majority granted too late to be used: transient,
+// the key was free.
 func (b *backend) noValidity(key string, seen map[int]answer, elapsed time.Duration) error {
-	return &dlock.NotAcquiredError{Key: key, Cause: &QuorumError{Op: "acquire", Key: key, Quorum: b.quorum,
+	return fmt.Errorf("%w: %w", dlock.ErrTransient, &QuorumError{Op: "acquire", Key: key, Quorum: b.quorum,
 		Reason:  fmt.Sprintf("granted, but %v elapsed left no validity; released", elapsed.Round(time.Millisecond)),
-		Results: b.results(seen, OutcomeGranted)}}
+		Results: b.results("acquire", seen, b.all())})
 }
 
-// acquireError reports a failed phase one: held somewhere → not acquired
-// (the caller may wait); failing nodes alone → a quorum error.
+// acquireError reports a failed phase one: nodes answering with errors
+// alone make a majority impossible → a quorum error (Acquire ends); errors
+// and nodes that did not answer in time → the same, wrapping
+// dlock.ErrTransient (Acquire tries again until its deadline: a hung or
+// unreachable node may come back); otherwise the key is held somewhere →
+// not acquired (the caller may wait).
 func (b *backend) acquireError(key string, seen map[int]answer) error {
-	qe := &QuorumError{Op: "acquire", Key: key, Quorum: b.quorum, Results: b.results(seen, OutcomeGranted)}
-	failed := qe.count(OutcomeFailed)
-	if failed > len(b.nodes)-b.quorum {
+	qe := &QuorumError{Op: "acquire", Key: key, Quorum: b.quorum, Results: b.results("acquire", seen, b.all())}
+	failed, silent := qe.count(OutcomeFailed), qe.count(OutcomeNoAnswer)
+	switch {
+	case failed > len(b.nodes)-b.quorum:
 		qe.Reason = fmt.Sprintf("%d nodes failed: a majority is impossible", failed)
 		return qe
+	case failed+silent > len(b.nodes)-b.quorum:
+		qe.Reason = fmt.Sprintf("%d nodes failed or did not answer: a majority is impossible for now; released", failed+silent)
+		return fmt.Errorf("%w: %w", dlock.ErrTransient, qe)
 	}
+	// Otherwise at least one node said the key is held.
 	na := &dlock.NotAcquiredError{Key: key, Cause: qe}
 	// Report the holder seen on most nodes, and the shortest lease left.
 	counts := map[string]int{}
@@ -389,6 +489,7 @@ type lease struct {
 	timeout    time.Duration
 
 	mu       sync.Mutex
+	token    uint64 // the committed quorum token; 0 until then
 	released bool
 }
 
@@ -405,7 +506,7 @@ func (l *lease) cleanup(seen map[int]answer) {
 		}
 		idx = append(idx, i)
 	}
-	go l.releaseOn(idx)
+	background.Go(func() { l.releaseOn(idx) })
 }
 
 // finish waits for the n straggling answers of phase one and releases any
@@ -425,12 +526,17 @@ func (l *lease) finish(ch <-chan answer, n int, failed bool) {
 	}
 }
 
+// releaseOn releases the nodes idx, each bounded by the node timeout, and
+// waits for their answers (the client's timeouts bound a stalled one).
 func (l *lease) releaseOn(idx []int) {
 	if len(idx) == 0 {
 		return
 	}
+	l.mu.Lock()
+	tok := l.token
+	l.mu.Unlock()
 	ch := l.b.fanOut(context.Background(), l.timeout, idx, func(ctx context.Context, n *node) answer {
-		ok, err := n.QuorumRelease(ctx, l.key, l.owner)
+		ok, err := n.QuorumRelease(ctx, l.key, l.owner, tok, FenceRetention)
 		return answer{ok: ok, err: err}
 	})
 	for range idx {
@@ -441,111 +547,197 @@ func (l *lease) releaseOn(idx []int) {
 // Refresh implements dlock.Lease: compare-and-pexpire on every node; held
 // while a majority extended.
 func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
-	ch := l.b.fanOut(ctx, l.timeout, l.b.all(), func(ctx context.Context, n *node) answer {
+	all := l.b.all()
+	ch := l.b.fanOut(ctx, l.timeout, all, func(ctx context.Context, n *node) answer {
 		ok, err := n.Refresh(ctx, l.key, l.owner, ttl)
 		return answer{ok: ok, err: err}
 	})
-	seen, ok := tally(ch, len(l.b.nodes), l.b.quorum)
-	if ok {
+	r := tally(ctx, ch, all, l.b.quorum, l.timeout)
+	if r.ok {
 		return nil
 	}
-	return l.b.quorumLoss("refresh", l.key, seen)
+	return l.b.quorumLoss("refresh", l.key, r.seen)
 }
 
 // quorumLoss turns a failed refresh or release into ErrNotHeld when the
 // nodes themselves said the lease is gone from a majority-breaking number
 // of them, or into a transient quorum error otherwise.
 func (b *backend) quorumLoss(op, key string, seen map[int]answer) error {
-	qe := &QuorumError{Op: op, Key: key, Quorum: b.quorum, Results: b.results(seen, OutcomeGranted)}
-	for i := range qe.Results {
-		if qe.Results[i].Outcome == OutcomeHeld {
-			qe.Results[i].Outcome = "not held"
-		}
-	}
-	if qe.count("not held") > len(b.nodes)-b.quorum {
+	qe := &QuorumError{Op: op, Key: key, Quorum: b.quorum, Results: b.results(op, seen, b.all())}
+	if qe.count(OutcomeGone) > len(b.nodes)-b.quorum {
 		return fmt.Errorf("%w: %w", dlock.ErrNotHeld, qe)
 	}
 	return qe
 }
 
-// Release implements dlock.Lease: compare-and-delete (and publish) on every
-// node, including those that never answered the acquisition.
+// Release implements dlock.Lease: compare-and-release (and publish) on
+// every node, including those that never answered the acquisition. A
+// node released already (a retry after a lost reply or an error) counts
+// as released: it keeps a marker with the lease's token.
 func (l *lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	l.released = true
+	tok := l.token
 	l.mu.Unlock()
-	ch := l.b.fanOut(ctx, l.timeout, l.b.all(), func(ctx context.Context, n *node) answer {
-		ok, err := n.QuorumRelease(ctx, l.key, l.owner)
+	all := l.b.all()
+	ch := l.b.fanOut(ctx, l.timeout, all, func(ctx context.Context, n *node) answer {
+		ok, err := n.QuorumRelease(ctx, l.key, l.owner, tok, FenceRetention)
 		return answer{ok: ok, err: err}
 	})
 	// Every node gets the release; the caller waits only until a majority
 	// released (the rest finish within the node timeout on their own).
-	seen, ok := tally(ch, len(l.b.nodes), l.b.quorum)
-	if ok {
+	r := tally(ctx, ch, all, l.b.quorum, l.timeout)
+	if r.ok {
 		return nil
 	}
-	for _, a := range seen {
-		if a.err != nil {
-			return &QuorumError{Op: "release", Key: l.key, Quorum: l.b.quorum, Results: l.b.results(seen, OutcomeGranted)}
-		}
-	}
-	return l.b.quorumLoss("release", l.key, seen)
+	return l.b.quorumLoss("release", l.key, r.seen)
 }
 
 // RefreshBatch implements dlock.BatchRenewer: one pipeline per node for all
-// due leases, the nodes in parallel.
+// due leases, the nodes in parallel. Each renewal is reported as soon as a
+// majority of nodes extended it (or a majority can no longer do so): a
+// slow or hung minority delays nothing. A node that has not answered
+// within the node timeout counts as failed, and a node whose previous
+// renewal pipeline is still running is not sent another one (it counts as
+// not answering), so renewals do not pile up on a hung node.
 func (b *backend) RefreshBatch(ctx context.Context, rs []dlock.Renewal, done func(int, error)) {
-	for i, err := range b.refreshAll(ctx, rs) {
-		done(i, err)
-	}
-}
-
-func (b *backend) refreshAll(ctx context.Context, rs []dlock.Renewal) []error {
-	errs := make([]error, len(rs))
 	if b.err != nil {
-		for i := range errs {
-			errs[i] = b.err
+		for i := range rs {
+			done(i, b.err)
 		}
-		return errs
+		return
+	}
+	if len(rs) == 0 {
+		return
 	}
 	batch := make([]redisx.Renewal, len(rs))
+	keys := make([]string, len(rs))
 	timeout := time.Duration(0)
 	for i, r := range rs {
 		l := r.Lease.(*lease)
 		batch[i] = redisx.Renewal{Key: l.key, Owner: l.owner, TTL: r.TTL}
+		keys[i] = l.key
 		timeout = max(timeout, l.timeout)
 	}
-	type nodeRes struct {
-		held []bool
-		errs []error
-	}
-	per := make([]nodeRes, len(b.nodes))
-	var wg sync.WaitGroup
+	bt := newBatchTally(b, keys, done)
 	for i, n := range b.nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		if !n.renewing.CompareAndSwap(false, true) {
+			bt.nodeSilent(i, errors.New("no answer: its previous renewal is still running"))
+			continue
+		}
+		background.Go(func() {
+			defer n.renewing.Store(false)
 			nctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			per[i].held, per[i].errs = n.RefreshBatch(nctx, batch)
-		}()
+			n.RefreshBatch(nctx, batch, func(j int, held bool, err error) {
+				bt.report(i, answer{i: i, ok: held && err == nil, err: err}, j)
+			})
+		})
 	}
-	wg.Wait()
-	for j, r := range rs {
-		seen := map[int]answer{}
-		oks := 0
-		for i := range b.nodes {
-			a := answer{i: i, ok: per[i].held[j], err: per[i].errs[j]}
-			seen[i] = a
-			if a.ok {
-				oks++
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case <-bt.all:
+	case <-timer.C:
+		bt.end(fmt.Errorf("no answer within %v", timeout))
+	case <-ctx.Done():
+		bt.end(fmt.Errorf("no answer before the renewal's deadline: %w", context.Cause(ctx)))
+	}
+}
+
+// batchTally decides each renewal of a RefreshBatch from the nodes'
+// answers as they arrive.
+type batchTally struct {
+	b    *backend
+	keys []string
+	done func(int, error)
+	all  chan struct{} // closed when every renewal is decided
+
+	mu      sync.Mutex
+	seen    []map[int]answer // per renewal, per node
+	decided []bool
+	left    int
+	ended   bool
+}
+
+func newBatchTally(b *backend, keys []string, done func(int, error)) *batchTally {
+	bt := &batchTally{b: b, keys: keys, done: done, all: make(chan struct{}),
+		seen: make([]map[int]answer, len(keys)), decided: make([]bool, len(keys)), left: len(keys)}
+	for j := range bt.seen {
+		bt.seen[j] = make(map[int]answer, len(b.nodes))
+	}
+	return bt
+}
+
+// report records node i's answer for renewal j.
+func (bt *batchTally) report(i int, a answer, j int) {
+	bt.mu.Lock()
+	defer bt.mu.Unlock()
+	if bt.ended || j < 0 || j >= len(bt.keys) {
+		return
+	}
+	bt.seen[j][i] = a
+	bt.decideLocked(j, false)
+}
+
+// nodeSilent records that node i will not answer any renewal.
+func (bt *batchTally) nodeSilent(i int, err error) {
+	bt.mu.Lock()
+	defer bt.mu.Unlock()
+	for j := range bt.keys {
+		bt.seen[j][i] = answer{i: i, err: err, noAnswer: true}
+		bt.decideLocked(j, false)
+	}
+}
+
+// end decides every renewal still open, the silent nodes counting as
+// failed, and ignores later answers.
+func (bt *batchTally) end(err error) {
+	bt.mu.Lock()
+	defer bt.mu.Unlock()
+	for j := range bt.keys {
+		if bt.decided[j] {
+			continue
+		}
+		for i := range bt.b.nodes {
+			if _, ok := bt.seen[j][i]; !ok {
+				bt.seen[j][i] = answer{i: i, err: err, noAnswer: true}
 			}
 		}
-		if oks < b.quorum {
-			errs[j] = b.quorumLoss("refresh", r.Lease.(*lease).key, seen)
+		bt.decideLocked(j, true)
+	}
+	bt.ended = true
+}
+
+// decideLocked reports renewal j if its outcome is known (always when
+// final). bt.mu held.
+func (bt *batchTally) decideLocked(j int, final bool) {
+	if bt.decided[j] {
+		return
+	}
+	n, need := len(bt.b.nodes), bt.b.quorum
+	oks, gone := 0, 0
+	for _, a := range bt.seen[j] {
+		switch {
+		case a.ok:
+			oks++
+		case a.err == nil:
+			gone++
 		}
 	}
-	return errs
+	var err error
+	switch {
+	case oks >= need:
+	case gone > n-need || oks+n-len(bt.seen[j]) < need || final:
+		err = bt.b.quorumLoss("refresh", bt.keys[j], bt.seen[j])
+	default:
+		return
+	}
+	bt.decided[j] = true
+	bt.done(j, err)
+	if bt.left--; bt.left == 0 {
+		close(bt.all)
+	}
 }
 
 // Watch implements dlock.Watcher: a release published on any node wakes
@@ -559,13 +751,13 @@ func (b *backend) Watch(ctx context.Context, key string) (dlock.Subscription, er
 	ms := &multiSub{ch: make(chan struct{}, 1), id: newWaitID()}
 	done := make(chan bool, len(b.nodes))
 	for _, n := range b.nodes {
-		go func() {
+		background.Go(func() {
 			s, err := n.WatchInto(ctx, key, ms.id, ms.ch)
 			if err == nil && !ms.add(s) {
 				s.Close() // Close came first
 			}
 			done <- err == nil
-		}()
+		})
 	}
 	ok := 0
 	for range b.nodes {
@@ -637,31 +829,45 @@ type Info struct {
 }
 
 // List returns the locks whose key starts with prefix that a majority of
-// nodes hold for the same owner (SCAN on every node; for operators).
+// nodes hold for the same owner (SCAN on every node; for operators). It
+// returns by ctx's deadline even when nodes do not answer: those count as
+// failed, and without a majority of answers the error wraps
+// dlock.ErrUnavailable.
 func (l *Locker) List(ctx context.Context, prefix string) ([]Info, error) {
 	b := l.b
 	if b.err != nil {
 		return nil, b.err
 	}
 	type kv struct{ key, owner string }
-	var (
-		mu    sync.Mutex
-		agg   = map[kv]*Info{}
-		wg    sync.WaitGroup
-		nerrs []error
-	)
-	for _, n := range b.nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	type listed struct {
+		i     int
+		infos []redisx.Info
+		err   error
+	}
+	ch := make(chan listed, len(b.nodes)) // buffered: a node answering late never blocks
+	for i, n := range b.nodes {
+		background.Go(func() {
 			infos, err := n.List(ctx, prefix)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				nerrs = append(nerrs, fmt.Errorf("%s: %w", n.name, err))
-				return
+			ch <- listed{i, infos, err}
+		})
+	}
+	// Every node is waited for until ctx ends (a default go-redis client
+	// on a stalled link would wait for its own timeouts); a node that has
+	// not answered by then counts as failed.
+	agg := map[kv]*Info{}
+	answered := make([]bool, len(b.nodes))
+	var nerrs []error
+	expired := false
+	for got := 0; got < len(b.nodes) && !expired; {
+		select {
+		case r := <-ch:
+			got++
+			answered[r.i] = true
+			if r.err != nil {
+				nerrs = append(nerrs, fmt.Errorf("%s: %w", b.nodes[r.i].name, r.err))
+				continue
 			}
-			for _, in := range infos {
+			for _, in := range r.infos {
 				k := kv{in.Key, in.Owner}
 				a := agg[k]
 				if a == nil {
@@ -672,9 +878,15 @@ func (l *Locker) List(ctx context.Context, prefix string) ([]Info, error) {
 				a.Token = max(a.Token, in.Token)
 				a.TTL = min(a.TTL, in.TTL)
 			}
-		}()
+		case <-ctx.Done():
+			expired = true
+			for i, ok := range answered {
+				if !ok {
+					nerrs = append(nerrs, fmt.Errorf("%w: %s: no answer before the context ended: %w", dlock.ErrUnavailable, b.nodes[i].name, context.Cause(ctx)))
+				}
+			}
+		}
 	}
-	wg.Wait()
 	if len(nerrs) > len(b.nodes)-b.quorum {
 		return nil, fmt.Errorf("dlock: redlock list: %w", errors.Join(nerrs...))
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -40,9 +42,9 @@ func startNodes(t *testing.T, n int) *cluster {
 }
 
 func (c *cluster) client(t testing.TB, s *testserver.Redis) *redis.Client {
-	// MaxRetries 0: a dead node should fail at once, not be retried
-	// within the per-node timeout.
-	cl := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+	// A default client: no promise may depend on the client's settings
+	// (go-redis retries and waits out its read timeout on a stalled link).
+	cl := redis.NewClient(&redis.Options{Addr: s.Addr()})
 	t.Cleanup(func() { cl.Close() })
 	return cl
 }
@@ -84,6 +86,64 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestFaults runs the suite, fault section included, on three nodes.
+func TestFaults(t *testing.T) {
+	c := startNodes(t, 3)
+	dlocktest.TestLocker(t, dlocktest.Harness{
+		New: func(t testing.TB) dlock.Locker { return c.locker(t) },
+		Expire: func(t testing.TB, key string) {
+			for _, a := range c.admin {
+				if err := a.Del(context.Background(), lockKey(key)).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		},
+		Faults: &dlocktest.Faults{
+			// Every node through a proxy of its own.
+			New: func(t testing.TB) (dlock.Locker, dlocktest.Link) {
+				l, link := c.lockerVia(t, []int{0, 1, 2})
+				return l, link
+			},
+			Pause: func(t testing.TB, key string) func() {
+				for _, s := range c.srvs[:2] { // a majority
+					s.Pause()
+				}
+				return func() {
+					for _, s := range c.srvs[:2] {
+						s.Resume()
+					}
+				}
+			},
+			// One node of three through a proxy.
+			NewMinority: func(t testing.TB) (dlock.Locker, dlocktest.Link) {
+				l, link := c.lockerVia(t, []int{2})
+				return l, link
+			},
+		},
+	})
+}
+
+// lockerVia returns a Locker on default clients, the nodes via reached
+// through a fault proxy each, and the proxies.
+func (c *cluster) lockerVia(t testing.TB, via []int, opts ...redlock.Option) (*redlock.Locker, testserver.Proxies) {
+	var (
+		cls  []redis.UniversalClient
+		link testserver.Proxies
+	)
+	for i, s := range c.srvs {
+		addr := s.Addr()
+		if slices.Contains(via, i) {
+			p := testserver.StartProxy(t, addr)
+			link = append(link, p)
+			addr = p.Addr()
+		}
+		cl := redis.NewClient(&redis.Options{Addr: addr})
+		t.Cleanup(func() { cl.Close() })
+		cls = append(cls, cl)
+	}
+	return redlock.New(cls, opts...), link
+}
+
 func TestNodesDown(t *testing.T) {
 	c := startNodes(t, 5)
 	l := c.locker(t)
@@ -99,7 +159,7 @@ func TestNodesDown(t *testing.T) {
 
 	c.srvs[4].Stop() // 3 of 5 down
 	start := time.Now()
-	_, err = l.Acquire(ctxT(t), dlocktest.Key(t), dlock.WithTTL(30*time.Second))
+	_, err = l.TryAcquire(ctxT(t), dlocktest.Key(t), dlock.WithTTL(30*time.Second))
 	elapsed := time.Since(start)
 	var qe *redlock.QuorumError
 	if !errors.As(err, &qe) || errors.Is(err, dlock.ErrNotAcquired) {
@@ -109,9 +169,19 @@ func TestNodesDown(t *testing.T) {
 		t.Fatalf("quorum error does not say what happened: %v", err)
 	}
 	t.Logf("3 of 5 down: %v after %v", err, elapsed.Round(time.Millisecond))
-	// "Quickly": the answer comes from the failing nodes, not from the TTL.
+	// "Quickly": the answer comes from the per-node timeout (1s here),
+	// not from the TTL.
 	if elapsed > 15*time.Second {
 		t.Fatalf("quorum error took %v with a 30s TTL", elapsed)
+	}
+	// A default client takes longer than the node timeout to give up
+	// dialling a dead node, so dead nodes look silent: Acquire keeps
+	// trying until its deadline (they may come back), then says so.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err = l.Acquire(ctx, dlocktest.Key(t), dlock.WithTTL(30*time.Second))
+	if err == nil || errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire with 3 of 5 down: %v, want an outage joined with the deadline", err)
 	}
 }
 
@@ -278,11 +348,13 @@ func TestReleaseCleansEveryNode(t *testing.T) {
 	if err := lk.Release(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
-	// Release returns after a majority; the rest follow promptly.
+	// Release returns after a majority; the rest follow promptly. Each
+	// node keeps only the release marker "|<token>".
+	marker := "|" + strconv.FormatUint(lk.Token(), 10)
 	deadline := time.Now().Add(dlocktest.HangTimeout)
-	for strings.Join(c.holders(t, key), "") != "" {
+	for h := c.holders(t, key); strings.Join(h, ",") != strings.Repeat(marker+",", len(h)-1)+marker; h = c.holders(t, key) {
 		if time.Now().After(deadline) {
-			t.Fatalf("leases left after release: %q", c.holders(t, key))
+			t.Fatalf("leases left after release: %q, want %q on every node", h, marker)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -336,5 +408,170 @@ func TestBadInput(t *testing.T) {
 		if _, err := tc.l.List(ctx, ""); !errors.Is(err, tc.want) {
 			t.Errorf("case %d List: %v, want %v", i, err, tc.want)
 		}
+	}
+}
+
+// A node that does not answer counts as failed once the per-node timeout
+// passes, even though a default client ignores the per-node context on a
+// stalled link (it would wait for its 5s read timeout and retry): the
+// attempt is decided by the timer, with a context that never ends.
+func TestSilentNodeCountsAsFailed(t *testing.T) {
+	c := startNodes(t, 3)
+	l, link := c.lockerVia(t, []int{2}, redlock.WithNodeTimeout(200*time.Millisecond))
+	t.Cleanup(link.Heal)
+	key := dlocktest.Key(t)
+	other := `0123456789abcdef0123456789abcdef|7|{"host":"elsewhere","pid":"99"}`
+	if err := c.admin[1].Set(context.Background(), lockKey(key), other, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	link.Stall()
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.TryAcquire(context.Background(), key)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Logf("TryAcquire: %v", err)
+		var qe *redlock.QuorumError
+		if !errors.As(err, &qe) || !strings.Contains(err.Error(), "no answer within 200ms") {
+			t.Fatalf("TryAcquire with one node held and one silent: %v, want the silent node timed out", err)
+		}
+		if !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("a holder was seen: %v, want ErrNotAcquired", err)
+		}
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatal("hang: TryAcquire waited for a stalled node")
+	}
+}
+
+// denyFenceWrites makes node i refuse SET on fence counters (a Redis ACL
+// user that may SET lock keys only, checked inside scripts too): grants
+// succeed there, commits fail.
+func (c *cluster) denyFenceWrites(t *testing.T, i int) *redis.Client {
+	if _, err := c.srvs[i].Do("ACL", "SETUSER", "nocommit", "on", ">any", "allchannels", "~*", "+@all", "-set",
+		"(+set ~dlock:{*})"); err != nil {
+		t.Fatal(err)
+	}
+	cl := redis.NewClient(&redis.Options{Addr: c.srvs[i].Addr(), Username: "nocommit", Password: "any"})
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+// A majority grants but the commit cannot reach a majority: the attempt is
+// cleaned up and reported as transient (Acquire tries again), saying what
+// happened on each node, never "held by unknown holder".
+func TestCommitFailureIsTransient(t *testing.T) {
+	c := startNodes(t, 3)
+	cls := []redis.UniversalClient{c.denyFenceWrites(t, 0), c.denyFenceWrites(t, 1), c.client(t, c.srvs[2])}
+	l := redlock.New(cls)
+	key := dlocktest.Key(t)
+	_, err := l.TryAcquire(ctxT(t), key)
+	t.Logf("TryAcquire: %v", err)
+	var qe *redlock.QuorumError
+	if !errors.Is(err, dlock.ErrTransient) || errors.Is(err, dlock.ErrNotAcquired) || !errors.As(err, &qe) || qe.Op != "commit" {
+		t.Fatalf("commit on a minority: %v, want a transient commit QuorumError", err)
+	}
+	if msg := err.Error(); strings.Contains(msg, "unknown holder") || !strings.Contains(msg, "can't access") {
+		t.Fatalf("message does not say what happened: %v", err)
+	}
+	// Acquire keeps trying until its deadline, then reports the outage.
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_, err = l.Acquire(ctx, key)
+	if !errors.Is(err, dlock.ErrTransient) || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("Acquire with failing commits: %v, want transient joined with the deadline", err)
+	}
+	// Every attempt was cleaned up: the key is free on every node.
+	deadline := time.Now().Add(dlocktest.HangTimeout)
+	for h := c.holders(t, key); strings.Join(h, "") != ""; h = c.holders(t, key) {
+		if time.Now().After(deadline) {
+			t.Fatalf("failed attempts left leases: %q", h)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	lk, err := c.locker(t).TryAcquire(ctxT(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lk.Release(ctxT(t))
+}
+
+// QuorumError names what happened on each node.
+func TestQuorumErrorText(t *testing.T) {
+	qe := &redlock.QuorumError{Op: "commit", Key: "k", Quorum: 2, Results: []redlock.NodeResult{
+		{Node: "a", Outcome: redlock.OutcomeGranted},
+		{Node: "b", Outcome: redlock.OutcomeGone},
+		{Node: "c", Outcome: redlock.OutcomeNoAnswer, Err: errors.New("no answer within 50ms")},
+	}}
+	want := `dlock: redlock commit "k": 1/3 nodes confirmed, need 2; b: lease gone; c: no answer within 50ms`
+	if got := qe.Error(); got != want {
+		t.Fatalf("Error() = %q, want %q", got, want)
+	}
+}
+
+// Grants whose replies are lost on warm connections are sent again by
+// go-redis; the repeats are granted without touching the lease, and the
+// lock is taken once.
+func TestLostGrantReplies(t *testing.T) {
+	c := startNodes(t, 3)
+	l, link := c.lockerVia(t, []int{0, 1, 2})
+	t.Cleanup(link.Heal)
+	warm, err := l.Acquire(ctxT(t), dlocktest.Key(t)) // connections open, scripts loaded
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm.Release(ctxT(t))
+	key := dlocktest.Key(t)
+	link.LoseNextReply()
+	lk, err := l.TryAcquire(ctxT(t), key)
+	if err != nil {
+		t.Fatalf("TryAcquire with the grant replies lost: %v", err)
+	}
+	committed := 0
+	for _, v := range c.holders(t, key) {
+		if strings.HasPrefix(v, fmt.Sprintf("%s|%d|", lk.Owner(), lk.Token())) {
+			committed++
+		}
+	}
+	if committed < l.Quorum() {
+		t.Fatalf("token committed on %d nodes: %q", committed, c.holders(t, key))
+	}
+	if err := lk.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// List returns by its context's deadline when nodes do not answer.
+func TestListReturnsByDeadline(t *testing.T) {
+	c := startNodes(t, 3)
+	l, link := c.lockerVia(t, []int{0, 1})
+	t.Cleanup(link.Heal)
+	key := dlocktest.Key(t)
+	lk, err := l.Acquire(ctxT(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Release(context.Background())
+	link.Stall() // a majority
+	const d = 300 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	start := time.Now()
+	_, err = l.List(ctx, "")
+	over := time.Since(start) - d
+	t.Logf("List with a majority stalled: returned %v after its deadline: %v", over.Round(10*time.Microsecond), err)
+	if !errors.Is(err, dlock.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("List = %v, want ErrUnavailable and the deadline", err)
+	}
+	if over > dlocktest.OverrunBound {
+		t.Fatalf("List overran its deadline by %v", over)
+	}
+	link[1].Heal() // a minority stalled: the majority answers
+	ctx2, cancel2 := context.WithTimeout(context.Background(), d)
+	defer cancel2()
+	infos, err := l.List(ctx2, key)
+	if err != nil || len(infos) != 1 || infos[0].Owner != lk.Owner() {
+		t.Fatalf("List with a minority stalled = %+v, %v", infos, err)
 	}
 }

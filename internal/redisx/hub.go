@@ -6,21 +6,36 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/background"
 )
 
 // confirmTimeout bounds how long Watch waits for Redis to confirm a
 // SUBSCRIBE before the waiter proceeds on polling alone.
 const confirmTimeout = 2 * time.Second
 
+// requestTimeout bounds the context of the hub's background SUBSCRIBE and
+// UNSUBSCRIBE requests (a client honours it while dialling or waiting for
+// its PubSub mutex; its read timeout bounds the rest).
+const requestTimeout = 5 * time.Second
+
 // hub multiplexes the release channels of all waiters of one Locker over a
 // single pub/sub connection. The connection and its reader goroutine exist
 // only while someone waits: the last subscription's Close tears them down.
+//
+// Nothing a caller waits for blocks on the connection. go-redis serialises
+// the methods of a PubSub on one mutex, which a (re)connection holds while
+// it dials and handshakes: on a stalled link, SUBSCRIBE, UNSUBSCRIBE and
+// Close can each wait for the client's read timeout and retries. So watch
+// waits for a SUBSCRIBE at most confirmTimeout (or its context), and Close
+// only updates the hub's maps: the UNSUBSCRIBE or the closing of the
+// connection runs in the background. hub.mu is never held across a call
+// into the PubSub.
 type hub struct {
 	client redis.UniversalClient
 
-	mu   sync.Mutex
-	ps   *redis.PubSub
-	done chan struct{} // closed when the current reader exits
+	mu sync.Mutex
+	ps *redis.PubSub
 	// channel -> live subscriptions
 	subs map[string]map[*Subscription]struct{}
 	// channel -> closed when Redis confirms the SUBSCRIBE
@@ -39,8 +54,11 @@ type Subscription struct {
 	once    sync.Once
 }
 
+// C receives (without blocking the sender) when the channel publishes.
 func (s *Subscription) C() <-chan struct{} { return s.ch }
-func (s *Subscription) Close()             { s.once.Do(func() { s.h.unwatch(s) }) }
+
+// Close ends the subscription. It never waits on the network.
+func (s *Subscription) Close() { s.once.Do(func() { s.h.unwatch(s) }) }
 
 func (s *Subscription) notify() {
 	select {
@@ -49,15 +67,18 @@ func (s *Subscription) notify() {
 	}
 }
 
-// watch subscribes to channel and waits (bounded) for the confirmation, so
-// a release published after watch returns is heard.
+// watch subscribes to channel and waits (bounded by confirmTimeout and
+// ctx) for the confirmation, so that a release published after watch
+// returns is heard. Past confirmTimeout it returns the subscription
+// unconfirmed: the waiter's polling covers a message missed meanwhile.
 func (h *hub) watch(ctx context.Context, channel string, ch chan struct{}) (*Subscription, error) {
 	s := &Subscription{h: h, channel: channel, ch: ch}
 	h.mu.Lock()
 	if h.ps == nil {
+		// No connection is made before the first SUBSCRIBE or Receive.
 		h.ps = h.client.Subscribe(context.WithoutCancel(ctx))
-		h.done = make(chan struct{})
-		go h.read(h.ps, h.done)
+		ps := h.ps
+		background.Go(func() { h.read(ps) })
 	}
 	set := h.subs[channel]
 	first := set == nil
@@ -70,24 +91,42 @@ func (h *hub) watch(ctx context.Context, channel string, ch chan struct{}) (*Sub
 	confirmed := h.confirmed[channel]
 	ps := h.ps
 	h.mu.Unlock()
+	var subscribed chan error
 	if first {
-		if err := ps.Subscribe(ctx, channel); err != nil {
-			s.Close()
-			return nil, err
-		}
+		// Waiter channels are unique per waiter, so this SUBSCRIBE cannot
+		// race an UNSUBSCRIBE of the same channel for another waiter.
+		subscribed = make(chan error, 1)
+		background.Go(func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestTimeout)
+			defer cancel()
+			subscribed <- ps.Subscribe(sctx, channel)
+		})
 	}
 	t := time.NewTimer(confirmTimeout)
 	defer t.Stop()
-	select {
-	case <-confirmed:
-	case <-t.C: // proceed; the polling fallback covers a missed message
-	case <-ctx.Done():
-		s.Close()
-		return nil, ctx.Err()
+	for {
+		select {
+		case err := <-subscribed:
+			if err != nil {
+				s.Close()
+				return nil, err
+			}
+			subscribed = nil // sent; wait for the confirmation
+		case <-confirmed:
+			return s, nil
+		case <-t.C: // proceed; the polling fallback covers a missed message
+			return s, nil
+		case <-ctx.Done():
+			s.Close()
+			return nil, ctx.Err()
+		}
 	}
-	return s, nil
 }
 
+// unwatch removes s. When s was the channel's last listener the channel is
+// unsubscribed, and when it was the hub's last the connection is closed:
+// both in the background, so that Close returns at once even on a stalled
+// link.
 func (h *hub) unwatch(s *Subscription) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -98,28 +137,29 @@ func (h *hub) unwatch(s *Subscription) {
 	}
 	delete(h.subs, s.channel)
 	delete(h.confirmed, s.channel)
-	if len(h.subs) == 0 && h.ps != nil {
-		// Last waiter gone: close the connection; the reader exits.
-		_ = h.ps.Close()
-		h.ps = nil
-		done := h.done
-		h.mu.Unlock()
-		<-done
-		h.mu.Lock()
+	ps := h.ps
+	if ps == nil {
 		return
 	}
-	if h.ps != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = h.ps.Unsubscribe(ctx, s.channel)
-		cancel()
+	if len(h.subs) == 0 {
+		// Last waiter gone: close the connection; the reader sees that ps
+		// is no longer the hub's and exits. A later watch opens a new one.
+		h.ps = nil
+		background.Go(func() { _ = ps.Close() })
+		return
 	}
+	channel := s.channel
+	background.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+		defer cancel()
+		_ = ps.Unsubscribe(ctx, channel)
+	})
 }
 
-// read dispatches messages until ps is closed. After a connection error
-// go-redis reconnects and resubscribes on the next Receive; messages may
-// have been missed meanwhile, so every waiter is woken to re-check.
-func (h *hub) read(ps *redis.PubSub, done chan struct{}) {
-	defer close(done)
+// read dispatches the messages of ps until ps is closed. After a connection
+// error go-redis reconnects and resubscribes on the next Receive; messages
+// may have been missed meanwhile, so every waiter is woken to re-check.
+func (h *hub) read(ps *redis.PubSub) {
 	ctx := context.Background()
 	for {
 		msg, err := ps.Receive(ctx)

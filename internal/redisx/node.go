@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/background"
 )
 
 // Node is one Redis deployment (standalone, Sentinel or Cluster client)
@@ -41,8 +43,27 @@ func IsNil(c redis.UniversalClient) bool {
 	return false
 }
 
+// HashTag encodes a dlock key for the inside of the braces of a Redis key
+// ("P:{<tag>}..."), where it must form a non-empty Cluster hash tag so that
+// every Redis key of one lock lands in one slot. Cluster hashes the part
+// between the first '{' and the first '}' after it, and hashes the whole
+// key when that part is empty: a key starting with '}' would have an empty
+// tag. Such keys get a NUL byte in front ("\x00}x"), which makes the tag
+// "\x00"; every other key is used as it is (the layout of earlier
+// versions). dlock keys never contain NUL, so the encoding is injective
+// and DecodeHashTag undoes it.
+func HashTag(key string) string {
+	if strings.HasPrefix(key, "}") {
+		return "\x00" + key
+	}
+	return key
+}
+
+// DecodeHashTag is the inverse of HashTag.
+func DecodeHashTag(tag string) string { return strings.TrimPrefix(tag, "\x00") }
+
 // LockKey is the key holding key's lease.
-func (n *Node) LockKey(key string) string { return n.Prefix + ":{" + key + "}" }
+func (n *Node) LockKey(key string) string { return n.Prefix + ":{" + HashTag(key) + "}" }
 
 // FenceKey is the key holding key's quorum fencing counter (Redlock).
 func (n *Node) FenceKey(key string) string { return n.LockKey(key) + ":fence" }
@@ -126,17 +147,28 @@ const HandoffReserve = 100 * time.Millisecond
 
 // Release replaces owner's lease with the token marker (kept for
 // retention) and wakes one waiter, reserving the key for it; false means
-// owner does not hold key.
-func (n *Node) Release(ctx context.Context, key, owner string, retention time.Duration) (bool, error) {
-	v, err := releaseScript.Run(ctx, n.Client, []string{n.LockKey(key), n.WaitersKey(key)}, owner+"|", Ms(retention), n.waiterPrefix(key), Ms(HandoffReserve)).Int64()
+// owner does not hold key. token is the lease's token (0 when unknown):
+// with it, a release that already took effect (a retry) reports true.
+func (n *Node) Release(ctx context.Context, key, owner string, token uint64, retention time.Duration) (bool, error) {
+	v, err := releaseScript.Run(ctx, n.Client, []string{n.LockKey(key), n.WaitersKey(key)}, owner+"|", Ms(retention), n.waiterPrefix(key), Ms(HandoffReserve), tokenArg(token)).Int64()
 	return v == 1, err
 }
 
-// QuorumRelease is Redlock's per-node release: compare-and-DEL, or hand
-// the key to the first queued waiter; false means owner does not hold key.
-func (n *Node) QuorumRelease(ctx context.Context, key, owner string) (bool, error) {
-	v, err := quorumReleaseScript.Run(ctx, n.Client, []string{n.LockKey(key), n.WaitersKey(key)}, owner+"|", n.waiterPrefix(key), Ms(HandoffReserve)).Int64()
+// QuorumRelease is Redlock's per-node release: compare-and-release, or
+// hand the key to the first queued waiter; false means owner does not
+// hold key. With the lease's quorum token (0 when unknown) the key keeps
+// the marker "|<token>" for retention, so that a retried release reports
+// true; without it the key is deleted.
+func (n *Node) QuorumRelease(ctx context.Context, key, owner string, token uint64, retention time.Duration) (bool, error) {
+	v, err := quorumReleaseScript.Run(ctx, n.Client, []string{n.LockKey(key), n.WaitersKey(key)}, owner+"|", n.waiterPrefix(key), Ms(HandoffReserve), tokenArg(token), Ms(retention)).Int64()
 	return v == 1, err
+}
+
+func tokenArg(token uint64) string {
+	if token == 0 {
+		return ""
+	}
+	return strconv.FormatUint(token, 10)
 }
 
 // Renewal is one lease to extend in RefreshBatch.
@@ -145,28 +177,85 @@ type Renewal struct {
 	TTL        time.Duration
 }
 
-// RefreshBatch extends many leases in one pipeline (go-redis splits it per
-// node on a Cluster). held[i] is false when owner no longer holds the key.
-func (n *Node) RefreshBatch(ctx context.Context, rs []Renewal) (held []bool, errs []error) {
-	cmds := make([]*redis.Cmd, len(rs))
+// RefreshBatch extends many leases with compare-and-pexpire scripts, one
+// pipeline per server, and calls report(i, held, err) once for each
+// renewal as soon as its server answered (held is false when owner no
+// longer holds the key). On a Cluster the renewals are grouped by the
+// master owning their slot and each group is a pipeline of its own sent
+// through the ClusterClient (which follows MOVED and ASK), the groups
+// concurrently: go-redis's own Cluster pipeline waits for every node, so
+// one hung master would hold up the renewals of all the others. report is
+// called from the goroutine of the group's pipeline. RefreshBatch returns
+// when every group has been reported, which takes as long as the client's
+// own timeouts allow: a caller that must not wait runs it on a goroutine
+// of its own.
+func (n *Node) RefreshBatch(ctx context.Context, rs []Renewal, report func(i int, held bool, err error)) {
+	groups := n.groupByServer(ctx, rs)
+	if len(groups) == 1 {
+		n.refreshGroup(ctx, rs, groups[0], report)
+		return
+	}
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		wg.Add(1)
+		background.Go(func() {
+			defer wg.Done()
+			n.refreshGroup(ctx, rs, g, report)
+		})
+	}
+	wg.Wait()
+}
+
+// groupByServer splits the indexes of rs by the Cluster master owning each
+// key's slot; one group on any other client.
+func (n *Node) groupByServer(ctx context.Context, rs []Renewal) [][]int {
+	cc, ok := n.Client.(*redis.ClusterClient)
+	if !ok || len(rs) < 2 {
+		all := make([]int, len(rs))
+		for i := range all {
+			all[i] = i
+		}
+		return [][]int{all}
+	}
+	var groups [][]int
+	index := map[*redis.Client]int{}
+	for i, r := range rs {
+		// From the cached slot map: no I/O once the client knows the
+		// cluster (it does: it took these leases). A key whose master is
+		// unknown gets the nil group; its pipeline reports the error.
+		m, _ := cc.MasterForKey(ctx, n.LockKey(r.Key))
+		g, ok := index[m]
+		if !ok {
+			g = len(groups)
+			index[m] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	return groups
+}
+
+// refreshGroup renews rs[idx] in one pipeline and reports each.
+func (n *Node) refreshGroup(ctx context.Context, rs []Renewal, idx []int, report func(i int, held bool, err error)) {
+	cmds := make([]*redis.Cmd, len(idx))
 	_, _ = n.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, r := range rs {
-			cmds[i] = refreshScript.EvalSha(ctx, p, []string{n.LockKey(r.Key)}, r.Owner+"|", Ms(r.TTL))
+		for k, i := range idx {
+			cmds[k] = refreshScript.EvalSha(ctx, p, []string{n.LockKey(rs[i].Key)}, rs[i].Owner+"|", Ms(rs[i].TTL))
 		}
 		return nil
 	})
-	held, errs = make([]bool, len(rs)), make([]error, len(rs))
-	for i, c := range cmds {
+	for k, c := range cmds {
+		i := idx[k]
 		v, err := c.Int64()
 		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			// The server lost its script cache (restart, SCRIPT FLUSH):
 			// Run loads the script again.
-			held[i], errs[i] = n.Refresh(ctx, rs[i].Key, rs[i].Owner, rs[i].TTL)
+			held, err := n.Refresh(ctx, rs[i].Key, rs[i].Owner, rs[i].TTL)
+			report(i, held, err)
 			continue
 		}
-		held[i], errs[i] = v == 1, err
+		report(i, v == 1, err)
 	}
-	return held, errs
 }
 
 // Watch subscribes waiter id to its turn on key: the channel a release
@@ -219,7 +308,11 @@ func ParseValue(v string) Info {
 // List returns the leases whose key starts with prefix, by SCAN (on every
 // master of a Cluster). For operators, not hot paths.
 func (n *Node) List(ctx context.Context, prefix string) ([]Info, error) {
-	pattern := n.Prefix + ":{" + globEscape(prefix) + "*"
+	tag := ""
+	if prefix != "" {
+		tag = HashTag(prefix)
+	}
+	pattern := n.Prefix + ":{" + globEscape(tag) + "*"
 	var (
 		mu  sync.Mutex
 		out []Info
@@ -251,7 +344,7 @@ func (n *Node) List(ctx context.Context, prefix string) ([]Info, error) {
 				return err
 			}
 			in := ParseValue(v)
-			in.Key = strings.TrimSuffix(strings.TrimPrefix(k, n.Prefix+":{"), "}")
+			in.Key = DecodeHashTag(strings.TrimSuffix(strings.TrimPrefix(k, n.Prefix+":{"), "}"))
 			in.TTL = ttl
 			mu.Lock()
 			out = append(out, in)

@@ -57,6 +57,11 @@ end
 // numbers are doubles, exact for integers below 2^53 (µs timestamps stay
 // below that until the year 2255).
 //
+// A lease already held by ARGV[1] is granted again, unchanged (same token,
+// same expiry): owners are fresh per attempt, so that is this very attempt,
+// executed twice because the client retried a request whose reply was
+// lost.
+//
 // A waiter whose attempt fails is added to the key's waiter queue, so the
 // release can wake exactly one waiter (see releaseScript). While a release
 // marker reserves the key for the waiter it woke ("|<token>|<wait id>|<until
@@ -65,6 +70,12 @@ var acquireScript = redis.NewScript(luaHelpers + `
 local v = redis.call('GET', KEYS[1])
 local last = 0
 if v then
+  if string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. '|' then
+    if ARGV[4] ~= '' then
+      redis.call('ZREM', KEYS[2], ARGV[4])
+    end
+    return {1, string.match(v, '^[^|]*|(%d+)') or '0'}
+  end
   local pttl = 0
   if string.find(v, '|', 1, true) ~= 1 then
     pttl = redis.call('PTTL', KEYS[1]) -- held
@@ -103,17 +114,35 @@ return 0
 
 // releaseScript (compare-and-release + wake one): KEYS[1]=lock,
 // KEYS[2]=waiters; ARGV[1]="owner|", ARGV[2]=marker retention ms,
-// ARGV[3]=waiter channel prefix, ARGV[4]=reservation ms. If owner holds the
-// lock it publishes on the channel of the first queued waiter that is still
-// listening (PUBLISH counts receivers; departed waiters are skipped) and
-// replaces the value with the marker "|<token>", extended with that
-// waiter's id and a short reservation: the woken waiter gets the key even
-// if the releaser (or anyone else) asks again first, so waiters are served
-// in queue order and none is starved by barging. Returns 1, or 0 if not
-// held by owner.
+// ARGV[3]=waiter channel prefix, ARGV[4]=reservation ms, ARGV[5]=the
+// lease's token ("" when unknown). If owner holds the lock it publishes on
+// the channel of the first queued waiter that is still listening (PUBLISH
+// counts receivers; departed waiters are skipped) and replaces the value
+// with the marker "|<token>", extended with that waiter's id and a short
+// reservation: the woken waiter gets the key even if the releaser (or
+// anyone else) asks again first, so waiters are served in queue order and
+// none is starved by barging. Returns 1, or 0 if not held by owner.
+//
+// A release that already took effect returns 1 again (a client retrying a
+// request whose reply was lost, or a second Release after an error): the
+// key then holds our marker (token ARGV[5]) or the value of the next
+// acquisition made from that marker (token ARGV[5] + 1, held or released
+// since). Only our marker yields token + 1: without a marker the token is
+// the server's clock in µs, and our token was at most the clock when it was
+// issued; by the time our lease could have expired or been deleted and the
+// key been taken again, the clock is far past token + 1. So token + 1
+// proves that our release happened. (After two more hand-overs the retry
+// cannot tell, and reports the lease gone.)
 var releaseScript = redis.NewScript(luaHelpers + `
 local v = redis.call('GET', KEYS[1])
 if not (v and string.sub(v, 1, #ARGV[1]) == ARGV[1]) then
+  if v and ARGV[5] ~= '' then
+    local t = tonumber(string.match(v, '^[^|]*|(%d+)'))
+    local mine = tonumber(ARGV[5])
+    if t == mine + 1 or (t == mine and string.sub(v, 1, 1) == '|') then
+      return 1 -- released already
+    end
+  end
   return 0
 end
 local marker = '|' .. (string.match(string.sub(v, #ARGV[1] + 1), '^(%d+)') or '0')
@@ -127,19 +156,33 @@ return 1
 
 // quorumReleaseScript: Redlock's release on one node. KEYS[1]=lock,
 // KEYS[2]=waiters; ARGV[1]="owner|", ARGV[2]=waiter channel prefix,
-// ARGV[3]=reservation ms. Like releaseScript, it wakes the first queued
-// waiter still listening and reserves the key for it ("|0|<id>|<until>";
-// the quorum counter lives in its own key). Waiters register on every node
-// with the same score, so every node wakes and reserves for the same
-// waiter, which then wins a majority instead of splitting the votes with
-// the others. Returns 1, or 0 if not held by owner.
+// ARGV[3]=reservation ms, ARGV[4]=the lease's quorum token ("" when
+// unknown: an attempt that failed before its commit), ARGV[5]=marker
+// retention ms. Like releaseScript, it wakes the first queued waiter still
+// listening and reserves the key for it ("|<token>|<id>|<until>"); the
+// quorum counter lives in its own key. Waiters register on every node with
+// the same score, so every node wakes and reserves for the same waiter,
+// which then wins a majority instead of splitting the votes with the
+// others. With a token, the key keeps the marker "|<token>" (free for
+// everyone, as the grant script reads it) for the retention, so that a
+// retried release recognises its own work and returns 1 again; without
+// one it is deleted. Returns 1, or 0 if not held by owner.
 var quorumReleaseScript = redis.NewScript(luaHelpers + `
 local v = redis.call('GET', KEYS[1])
 if not (v and string.sub(v, 1, #ARGV[1]) == ARGV[1]) then
+  if v and ARGV[4] ~= '' and string.match(v, '^|(%d+)') == ARGV[4] then
+    return 1 -- our own marker: released already
+  end
   return 0
 end
 local turn = wake_one(KEYS[2], ARGV[2], ARGV[3])
-if turn then
+if ARGV[4] ~= '' then
+  local marker = '|' .. ARGV[4]
+  if turn then
+    marker = marker .. '|' .. turn
+  end
+  redis.call('SET', KEYS[1], marker, 'PX', ARGV[5])
+elseif turn then
   redis.call('SET', KEYS[1], '|0|' .. turn, 'PX', ARGV[3])
 else
   redis.call('DEL', KEYS[1])
@@ -152,22 +195,28 @@ return 1
 // ARGV[3]=metadata json, ARGV[4]=wait id or "", ARGV[5]=its queue score
 // (the same on every node, so every node wakes the same waiter first).
 // Returns {1, floor} where floor = max(counter, server time in µs), or
-// {0, holder value, pttl}. A lease already held by the same owner (a
-// retried attempt) is granted again, and a single-deployment release
-// marker ("|<token>") counts as free.
+// {0, holder value, pttl}. A lease already held by the same owner (the
+// same attempt executed twice: the client retried a request whose reply
+// was lost) is granted again and left as it is (a commit may have recorded
+// the token in it already; its expiry stays the one the attempt counted
+// from). A release marker ("|<token>", with or without a reservation that
+// has ended) counts as free.
 var grantScript = redis.NewScript(luaHelpers + `
 local cur = redis.call('GET', KEYS[1])
 local pttl = 0
+local mine = cur and string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '|'
 if cur and string.sub(cur, 1, 1) == '|' then
   pttl = reserved_left(cur, ARGV[4]) -- a release marker: free unless reserved
-elseif cur and string.sub(cur, 1, #ARGV[1] + 1) ~= ARGV[1] .. '|' then
+elseif cur and not mine then
   pttl = redis.call('PTTL', KEYS[1]) -- held by someone else
 end
 if pttl ~= 0 then
   queue_waiter(KEYS[3], ARGV[4], ARGV[5], pttl)
   return {0, cur, pttl}
 end
-redis.call('SET', KEYS[1], ARGV[1] .. '|0|' .. ARGV[3], 'PX', ARGV[2])
+if not mine then
+  redis.call('SET', KEYS[1], ARGV[1] .. '|0|' .. ARGV[3], 'PX', ARGV[2])
+end
 if ARGV[4] ~= '' then
   redis.call('ZREM', KEYS[3], ARGV[4])
 end

@@ -1,0 +1,245 @@
+package redisx_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/redisx"
+	"github.com/dlock-go/dlock/internal/testserver"
+)
+
+func TestMain(m *testing.M) { testserver.Main(m) }
+
+// hangBound bounds calls that must not wait on the network; the defects
+// they catch wait for go-redis's 5s read timeout and retries.
+const hangBound = 4 * time.Second
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func newClient(t testing.TB, addr string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr}) // a default client
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func key(t testing.TB) string { return fmt.Sprintf("%s.%d", t.Name(), time.Now().UnixNano()) }
+
+// Closing subscriptions never waits on the link: here the hub's pub/sub
+// connection is reconnecting through a stalled link, which holds go-redis's
+// PubSub mutex for the read timeout of the handshake.
+func TestSubscriptionCloseOnStalledLink(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	p := testserver.StartProxy(t, srv.Addr())
+	t.Cleanup(p.Heal) // before the proxy stops, so the background work ends
+	n := redisx.NewNode(newClient(t, p.Addr()), "dlock")
+	k := key(t)
+	a, err := n.Watch(ctxT(t), k, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := n.Watch(ctxT(t), k, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Cut() // the reader's connection dies; reconnecting is refused
+	time.Sleep(200 * time.Millisecond)
+	p.Heal()
+	p.Stall() // the next reconnection hangs in its handshake
+	time.Sleep(300 * time.Millisecond)
+	for _, s := range []*redisx.Subscription{a, b} {
+		done := make(chan struct{})
+		start := time.Now()
+		go func() { s.Close(); close(done) }()
+		select {
+		case <-done:
+			t.Logf("Close returned after %v", time.Since(start).Round(10*time.Microsecond))
+		case <-time.After(hangBound):
+			t.Fatalf("Close hung on a stalled link (%v so far)", hangBound)
+		}
+	}
+}
+
+// Watch returns within its confirmation bound even when the link stalls
+// before the pub/sub connection is made: the waiter then relies on polling.
+func TestWatchOnStalledLink(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	p := testserver.StartProxy(t, srv.Addr())
+	t.Cleanup(p.Heal)
+	n := redisx.NewNode(newClient(t, p.Addr()), "dlock")
+	p.Stall()
+	done := make(chan error, 1)
+	start := time.Now()
+	var s *redisx.Subscription
+	go func() {
+		var err error
+		s, err = n.Watch(context.Background(), key(t), "w")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Logf("Watch returned after %v: %v", time.Since(start).Round(time.Millisecond), err)
+		if err != nil {
+			t.Fatalf("Watch on a stalled link: %v, want an unconfirmed subscription", err)
+		}
+		s.Close()
+	case <-time.After(30 * time.Second):
+		t.Fatal("hang: Watch on a stalled link")
+	}
+}
+
+// An acquisition executed twice for the same owner (go-redis retrying a
+// request whose reply was lost) is granted twice, with the same token.
+func TestAcquireRetryGrantsSameLease(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	c := newClient(t, srv.Addr())
+	n := redisx.NewNode(c, "dlock")
+	k, owner := key(t), strings.Repeat("a", 32)
+	first, err := n.Acquire(ctxT(t), k, owner, time.Minute, "{}", "")
+	if err != nil || !first.Granted {
+		t.Fatalf("Acquire = %+v, %v", first, err)
+	}
+	again, err := n.Acquire(ctxT(t), k, owner, time.Minute, "{}", "")
+	if err != nil || !again.Granted || again.Token != first.Token {
+		t.Fatalf("repeated Acquire = %+v, %v; want granted with token %d", again, err, first.Token)
+	}
+	other, err := n.Acquire(ctxT(t), k, strings.Repeat("b", 32), time.Minute, "{}", "")
+	if err != nil || other.Granted || other.Holder.Owner != owner {
+		t.Fatalf("another owner: %+v, %v", other, err)
+	}
+}
+
+// A release that already took effect succeeds again, also after the key
+// moved on to the next holder; a lease that expired or was deleted does
+// not.
+func TestReleaseRecognisesItsOwnRelease(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	c := newClient(t, srv.Addr())
+	n := redisx.NewNode(c, "dlock")
+	ctx := ctxT(t)
+	k := key(t)
+	a, b := strings.Repeat("a", 32), strings.Repeat("b", 32)
+	ga, err := n.Acquire(ctx, k, a, time.Minute, "{}", "")
+	if err != nil || !ga.Granted {
+		t.Fatal(ga, err)
+	}
+	for i := range 2 {
+		if ok, err := n.Release(ctx, k, a, ga.Token, time.Hour); !ok || err != nil {
+			t.Fatalf("release %d = %v, %v", i, ok, err)
+		}
+	}
+	gb, err := n.Acquire(ctx, k, b, time.Minute, "{}", "")
+	if err != nil || !gb.Granted || gb.Token != ga.Token+1 {
+		t.Fatal(gb, err)
+	}
+	if ok, err := n.Release(ctx, k, a, ga.Token, time.Hour); !ok || err != nil {
+		t.Fatalf("release retried while the next holder holds the key = %v, %v", ok, err)
+	}
+	if ok, err := n.Release(ctx, k, b, gb.Token, time.Hour); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if ok, err := n.Release(ctx, k, a, ga.Token, time.Hour); !ok || err != nil {
+		t.Fatalf("release retried after the next holder released = %v, %v", ok, err)
+	}
+	// Without its token a release cannot tell (an Abort): not held.
+	if ok, err := n.Release(ctx, k, a, 0, time.Hour); ok || err != nil {
+		t.Fatalf("tokenless release of a released lease = %v, %v", ok, err)
+	}
+	// A lease deleted behind its holder's back, the key taken again: the
+	// late release is refused and leaves the new holder alone.
+	k2 := key(t)
+	gc, err := n.Acquire(ctx, k2, a, time.Minute, "{}", "")
+	if err != nil || !gc.Granted {
+		t.Fatal(gc, err)
+	}
+	if err := c.Del(ctx, n.LockKey(k2)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	gd, err := n.Acquire(ctx, k2, b, time.Minute, "{}", "")
+	if err != nil || !gd.Granted {
+		t.Fatal(gd, err)
+	}
+	if ok, err := n.Release(ctx, k2, a, gc.Token, time.Hour); ok || err != nil {
+		t.Fatalf("release of a deleted lease = %v, %v, want refused", ok, err)
+	}
+	if v, _ := c.Get(ctx, n.LockKey(k2)).Result(); !strings.HasPrefix(v, b+"|") {
+		t.Fatalf("new holder's value = %q", v)
+	}
+}
+
+// Redlock's per-node release keeps a marker with the token, so a retried
+// release counts as released; a tokenless one (a failed attempt's
+// cleanup) deletes the key.
+func TestQuorumReleaseRecognisesItsOwnRelease(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	c := newClient(t, srv.Addr())
+	n := redisx.NewNode(c, "dlock")
+	ctx := ctxT(t)
+	k, a := key(t), strings.Repeat("a", 32)
+	g, err := n.Grant(ctx, k, a, time.Minute, "{}", "", 0)
+	if err != nil || !g.Granted {
+		t.Fatal(g, err)
+	}
+	tok := g.Token + 1
+	if ok, err := n.Commit(ctx, k, a, tok, "{}", time.Hour); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	// A retried grant leaves the committed lease as it is.
+	if g2, err := n.Grant(ctx, k, a, time.Minute, "{}", "", 0); err != nil || !g2.Granted {
+		t.Fatal(g2, err)
+	}
+	if v, _ := c.Get(ctx, n.LockKey(k)).Result(); v != fmt.Sprintf("%s|%d|{}", a, tok) {
+		t.Fatalf("value after a retried grant = %q", v)
+	}
+	for i := range 2 {
+		if ok, err := n.QuorumRelease(ctx, k, a, tok, time.Hour); !ok || err != nil {
+			t.Fatalf("release %d = %v, %v", i, ok, err)
+		}
+	}
+	// The marker is free for the next holder.
+	if g3, err := n.Grant(ctx, k, strings.Repeat("b", 32), time.Minute, "{}", "", 0); err != nil || !g3.Granted {
+		t.Fatal(g3, err)
+	}
+	k2 := key(t)
+	if g, err := n.Grant(ctx, k2, a, time.Minute, "{}", "", 0); err != nil || !g.Granted {
+		t.Fatal(g, err)
+	}
+	if ok, err := n.QuorumRelease(ctx, k2, a, 0, time.Hour); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if n, _ := c.Exists(ctx, n.LockKey(k2)).Result(); n != 0 {
+		t.Fatal("a tokenless release left the key")
+	}
+}
+
+// Every encoded key has a non-empty hash tag, and the encoding is
+// injective and reversible; keys not starting with '}' are unchanged.
+func TestHashTag(t *testing.T) {
+	seen := map[string]string{}
+	for _, k := range []string{"}", "}x", "}}", "{", "{}", "{a}", "a}b{c", "x", "\x01}", " }", "}{", "日本"} {
+		enc := redisx.HashTag(k)
+		if redisx.DecodeHashTag(enc) != k {
+			t.Errorf("%q: decodes to %q", k, redisx.DecodeHashTag(enc))
+		}
+		if k[0] != '}' && enc != k {
+			t.Errorf("%q: encoded as %q, want unchanged", k, enc)
+		}
+		full := "dlock:{" + enc + "}"
+		open := strings.IndexByte(full, '{')
+		if end := strings.IndexByte(full[open+1:], '}'); end <= 0 {
+			t.Errorf("%q: empty hash tag in %q", k, full)
+		}
+		if prev, dup := seen[enc]; dup {
+			t.Errorf("%q and %q encode alike", k, prev)
+		}
+		seen[enc] = k
+	}
+}

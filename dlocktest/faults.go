@@ -275,6 +275,10 @@ func testStalledDeadlines(t *testing.T, h Harness, f *Faults) {
 func testLostAcquireReply(t *testing.T, h Harness, f *Faults) {
 	l, link := faulty(t, f)
 	key := Key(t)
+	// Warm the connections first: the reply lost must be the
+	// acquisition's, not a connection handshake's.
+	warm := mustAcquire(t, l, Key(t))
+	release(t, warm)
 	link.LoseNextReply()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -99,16 +99,19 @@ func TestCluster(t *testing.T) {
 					}
 					return redislock.New(tc.client(t, via)), link
 				},
-				// Every master, not only key's: PausedServerLosesFirst
-				// also expects an attempt on a fresh key (any slot) to
-				// meet the paused server, as it would on one server.
-				// HungMasterDelaysOnlyItsLocks pauses one master alone.
-				Pause: func(t testing.TB, key string) func() {
-					for _, n := range tc.nodes {
-						n.Pause()
+				// The masters owning the keys, alone: the others keep
+				// serving (HungMasterDelaysOnlyItsLocks checks their locks
+				// survive).
+				Pause: func(t testing.TB, keys ...string) func() {
+					paused := map[*testserver.Redis]bool{}
+					for _, k := range keys {
+						if n := tc.master(t, k); !paused[n] {
+							paused[n] = true
+							n.Pause()
+						}
 					}
 					return func() {
-						for _, n := range tc.nodes {
+						for n := range paused {
 							n.Resume()
 						}
 					}

@@ -50,7 +50,7 @@ func TestConformance(t *testing.T) {
 				t.Cleanup(func() { c.Close() })
 				return redislock.New(c), p
 			},
-			Pause: func(t testing.TB, key string) func() {
+			Pause: func(t testing.TB, keys ...string) func() {
 				srv.Pause()
 				return srv.Resume
 			},

@@ -104,7 +104,7 @@ func TestFaults(t *testing.T) {
 				l, link := c.lockerVia(t, []int{0, 1, 2})
 				return l, link
 			},
-			Pause: func(t testing.TB, key string) func() {
+			Pause: func(t testing.TB, keys ...string) func() {
 				for _, s := range c.srvs[:2] { // a majority
 					s.Pause()
 				}

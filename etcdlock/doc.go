@@ -6,9 +6,19 @@
 // hex>", each attached to its owner's lease; the entry with the lowest
 // create revision holds the lock. With the default empty prefix, a Go
 // service using dlock on KEY and a script running `etcdctl lock KEY` (or a
-// concurrency.Mutex on "KEY") exclude each other. As in etcd's recipe, a
-// lock name must not be a path prefix of another ("a" and "a/b" share
-// entries).
+// concurrency.Mutex on "KEY") exclude each other.
+//
+// Keys with '/' or '%'. In etcd's recipe the queue of "a" is the prefix
+// "a/", which also holds the entries of "a/b": a holder of "a/b" would
+// block "a" and be reported as its holder. dlock therefore names the queue
+// directory EscapeKey(KEY): every '%' becomes "%25" and every '/' "%2F", an
+// injective encoding after which no directory contains another's entries.
+// Keys without those two characters are unchanged, so the compatibility
+// above holds for them; a key with '/' or '%' lives where etcdctl and
+// concurrency.Mutex do not look (dlock's "a/b" is "a%2Fb/...", theirs is
+// "a/b/..."), and the two do not exclude each other on it. List decodes the
+// names (an etcdctl lock whose name has '/' is listed as it is, but List's
+// prefix is matched against the encoded names).
 //
 // Acquire puts this attempt's entry in the queue (one transaction that
 // also reads the head). A waiter then watches only the entry just ahead of

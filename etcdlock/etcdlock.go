@@ -20,7 +20,8 @@ import (
 // Defaults.
 const (
 	// DefaultPrefix is empty: lock KEY lives under "KEY/", exactly where
-	// `etcdctl lock KEY` and concurrency.NewMutex(s, "KEY") put it.
+	// `etcdctl lock KEY` and concurrency.NewMutex(s, "KEY") put it (for
+	// keys without '/' or '%'; see the package documentation).
 	DefaultPrefix = ""
 	// MinTTL is the shortest lease this backend accepts. etcd leases are
 	// whole seconds and the server enforces its own minimum (1.5 × the
@@ -98,8 +99,59 @@ func (b *backend) check() error {
 	return nil
 }
 
-// queuePrefix is the directory of key's queue: "<prefix>KEY/".
-func (b *backend) queuePrefix(key string) string { return b.prefix + key + "/" }
+// EscapeKey is the name of key's queue directory: key with every '%'
+// replaced by "%25" and every '/' by "%2F". Keys without those characters
+// are unchanged. The encoding is injective and no encoded name contains
+// '/', so the directory of one lock never contains another's entries.
+func EscapeKey(key string) string {
+	if !strings.ContainsAny(key, "/%") {
+		return key
+	}
+	var sb strings.Builder
+	sb.Grow(len(key) + 8)
+	for i := 0; i < len(key); i++ {
+		switch c := key[i]; c {
+		case '%':
+			sb.WriteString("%25")
+		case '/':
+			sb.WriteString("%2F")
+		default:
+			sb.WriteByte(c)
+		}
+	}
+	return sb.String()
+}
+
+// unescapeKey inverts EscapeKey. It is lenient: a '%' not followed by 25
+// or 2F (a name that etcdctl or a concurrency.Mutex chose) stays as it is.
+func unescapeKey(name string) string {
+	if !strings.Contains(name, "%") {
+		return name
+	}
+	var sb strings.Builder
+	for i := 0; i < len(name); i++ {
+		if name[i] == '%' && i+3 <= len(name) {
+			switch name[i+1 : i+3] {
+			case "25":
+				sb.WriteByte('%')
+				i += 2
+				continue
+			case "2F":
+				sb.WriteByte('/')
+				i += 2
+				continue
+			}
+		}
+		sb.WriteByte(name[i])
+	}
+	return sb.String()
+}
+
+// QueuePrefix is the etcd key prefix under which key's queue lives:
+// "<prefix><EscapeKey(key)>/" (for example to inspect it with etcdctl).
+func (l *Locker) QueuePrefix(key string) string { return l.b.queuePrefix(key) }
+
+func (b *backend) queuePrefix(key string) string { return b.prefix + EscapeKey(key) + "/" }
 
 // session is a lease shared by the locks and waiters of one Locker that use
 // the same TTL, like a concurrency.Session. At most one lock or waiter per
@@ -231,7 +283,7 @@ func (b *backend) enqueue(ctx context.Context, req *dlock.Request) (*entry, bool
 	if err != nil {
 		return nil, false, nil, time.Time{}, err
 	}
-	e := &entry{b: b, s: s, key: req.Key, owner: req.Owner, myKey: fmt.Sprintf("%s%x", b.queuePrefix(req.Key), int64(s.id))}
+	e := &entry{b: b, s: s, key: req.Key, owner: req.Owner, myKey: b.queuePrefix(req.Key) + strconv.FormatInt(int64(s.id), 16)}
 	val, err := json.Marshal(value{Owner: req.Owner, Metadata: req.Config.Metadata})
 	if err != nil {
 		e.free()
@@ -577,8 +629,9 @@ type Info struct {
 }
 
 // List returns the held locks whose name starts with prefix: every queue
-// "<name>/<lease hex>" with a leased key, the holder being the entry with
-// the lowest create revision (etcdctl's locks included).
+// "<EscapeKey(name)>/<lease hex>" with a leased key, the holder being the
+// entry with the lowest create revision (etcdctl's locks included; their
+// names are shown as they are, unescaped).
 func (l *Locker) List(ctx context.Context, prefix string) ([]Info, error) {
 	b := l.b
 	if err := b.check(); err != nil {
@@ -586,7 +639,7 @@ func (l *Locker) List(ctx context.Context, prefix string) ([]Info, error) {
 	}
 	ctx, cancel := b.rpc(ctx)
 	defer cancel()
-	resp, err := b.client.Get(ctx, b.prefix+prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	resp, err := b.client.Get(ctx, b.prefix+EscapeKey(prefix), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
 		return nil, fmt.Errorf("dlock: etcd list: %w", err)
 	}
@@ -601,7 +654,7 @@ func (l *Locker) List(ctx context.Context, prefix string) ([]Info, error) {
 		if _, err := strconv.ParseUint(k[i+1:], 16, 64); err != nil {
 			continue
 		}
-		name := k[:i]
+		name := unescapeKey(k[:i])
 		if in := byName[name]; in != nil {
 			in.Waiters++
 			continue

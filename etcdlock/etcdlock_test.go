@@ -58,6 +58,7 @@ func harnessOn(eps []string, admin *clientv3.Client) dlocktest.Harness {
 				t.Fatal(err)
 			}
 		},
+		NoticesDeletion: true,
 	}
 }
 

@@ -401,8 +401,9 @@ func (b *backend) keepAlive(ctx context.Context, s *session) error {
 
 // newEntry reserves a slot for req on a live session with req's TTL (a
 // shared one if one is free for the key, else a new lease) and returns the
-// entry and the start from which a lock on it counts.
-func (b *backend) newEntry(ctx context.Context, req *dlock.Request) (*entry, time.Time, error) {
+// entry and the start from which a lock on it counts. peek, if not nil, is
+// called before the first round trip that this takes.
+func (b *backend) newEntry(ctx context.Context, req *dlock.Request, peek func()) (*entry, time.Time, error) {
 	v, err := json.Marshal(value{Owner: req.Owner, Metadata: req.Config.Metadata})
 	if err != nil {
 		return nil, time.Time{}, err
@@ -418,6 +419,10 @@ func (b *backend) newEntry(ctx context.Context, req *dlock.Request) (*entry, tim
 		if fresh {
 			return e, start, nil
 		}
+		if peek != nil {
+			peek()
+			peek = nil
+		}
 		start = time.Now()
 		err := b.keepAlive(ctx, s)
 		if err == nil {
@@ -430,6 +435,9 @@ func (b *backend) newEntry(ctx context.Context, req *dlock.Request) (*entry, tim
 		// The lease expired: take a new one.
 	} else {
 		b.mu.Unlock()
+	}
+	if peek != nil {
+		peek()
 	}
 	start := time.Now()
 	rctx, cancel := b.rpc(ctx)
@@ -491,7 +499,7 @@ func (b *backend) Try(ctx context.Context, req *dlock.Request) (dlock.Grant, err
 	b.sweepKey(ctx, req.Key)
 	pfx := b.queuePrefix(req.Key)
 	for attempt := 0; ; attempt++ {
-		e, start, err := b.newEntry(ctx, req)
+		e, start, err := b.newEntry(ctx, req, nil)
 		if err != nil {
 			return dlock.Grant{}, err
 		}
@@ -524,10 +532,11 @@ func (b *backend) Try(ctx context.Context, req *dlock.Request) (dlock.Grant, err
 
 // enqueue puts this attempt's entry in the queue and reports whether it is
 // first, with the first entry when it is not.
-func (b *backend) enqueue(ctx context.Context, req *dlock.Request) (*entry, bool, *mvccpb.KeyValue, time.Time, error) {
+func (b *backend) enqueue(ctx context.Context, req *dlock.Request, peek func()) (*entry, bool, *mvccpb.KeyValue, time.Time, error) {
 	pfx := b.queuePrefix(req.Key)
 	for attempt := 0; ; attempt++ {
-		e, start, err := b.newEntry(ctx, req)
+		e, start, err := b.newEntry(ctx, req, peek)
+		peek = nil
 		if err != nil {
 			return nil, false, nil, time.Time{}, err
 		}
@@ -592,8 +601,29 @@ func (b *backend) Queue(ctx context.Context, req *dlock.Request) (dlock.Grant, e
 	}
 	b.sweepKey(ctx, req.Key)
 	sent := time.Now()
-	e, first, head, start, err := b.enqueue(ctx, req)
+	// A new or stale lease costs a round trip before the entry is put:
+	// meanwhile, read the head, so that a context ending before the entry
+	// is in still reports the holder seen.
+	var peeked chan *mvccpb.KeyValue
+	peek := func() {
+		peeked = make(chan *mvccpb.KeyValue, 1)
+		background.Go(func() {
+			rctx, cancel := b.rpc(ctx)
+			defer cancel()
+			if g, err := b.client.Get(rctx, b.queuePrefix(req.Key), clientv3.WithFirstCreate()...); err == nil && len(g.Kvs) > 0 {
+				peeked <- g.Kvs[0]
+			}
+		})
+	}
+	e, first, head, start, err := b.enqueue(ctx, req, peek)
 	if err != nil {
+		if ctx.Err() != nil && peeked != nil {
+			select {
+			case holder := <-peeked:
+				return dlock.Grant{}, b.notAcquired(req.Key, holder, errors.Join(err, context.Cause(ctx)))
+			default:
+			}
+		}
 		return dlock.Grant{}, err
 	}
 	if first {

@@ -381,7 +381,7 @@ func (b *backend) keptAlive(s *session, start time.Time) {
 }
 
 // keepAlive renews s's lease once. A lease that is gone returns an error
-// wrapping dlock.ErrNotHeld and forgets s. Orphans on s are swept.
+// wrapping dlock.ErrNotHeld and forgets s.
 func (b *backend) keepAlive(ctx context.Context, s *session) error {
 	start := time.Now()
 	rctx, cancel := b.rpc(ctx)
@@ -395,7 +395,6 @@ func (b *backend) keepAlive(ctx context.Context, s *session) error {
 		return fmt.Errorf("dlock: etcd keep-alive: %w", err)
 	}
 	b.keptAlive(s, start)
-	b.sweepSession(ctx, s)
 	return nil
 }
 
@@ -702,6 +701,7 @@ func (w *waiter) keepAliveDue(ctx context.Context) error {
 		return w.failed(ctx, "keeping the lease alive", err)
 	}
 	w.lastOK = start
+	w.e.b.sweepSession(ctx, s)
 	return nil
 }
 
@@ -1198,6 +1198,10 @@ func (b *backend) refreshSession(ctx context.Context, s *session, rs []dlock.Ren
 			e.b.gone(e)
 		}
 		done(i, err)
+	}
+	// Orphans on this lease would live as long as these locks keep it alive.
+	if kaErr == nil {
+		b.sweepSession(ctx, s)
 	}
 }
 

@@ -6,39 +6,90 @@
 // hex>", each attached to its owner's lease; the entry with the lowest
 // create revision holds the lock. With the default empty prefix, a Go
 // service using dlock on KEY and a script running `etcdctl lock KEY` (or a
-// concurrency.Mutex on "KEY") exclude each other. As in etcd's recipe, a
-// lock name must not be a path prefix of another ("a" and "a/b" share
-// entries).
+// concurrency.Mutex on "KEY") exclude each other.
 //
-// Acquire puts this attempt's entry in the queue (one transaction that
-// also reads the head). A waiter then watches only the entry just ahead of
-// it (the highest create revision below its own) and re-reads the queue
-// when it is deleted, so a release wakes exactly one waiter and waiters are
-// served in arrival order. While waiting it keeps its lease alive; if the
-// lease expires anyway, the wait ends with an error instead of lasting
-// forever. TryAcquire leaves the queue again unless it is first.
+// Keys with '/' or '%'. In etcd's recipe the queue of "a" is the prefix
+// "a/", which also holds the entries of "a/b": a holder of "a/b" would
+// block "a" and be reported as its holder. dlock therefore names the queue
+// directory EscapeKey(KEY): every '%' becomes "%25" and every '/' "%2F", an
+// injective encoding after which no directory contains another's entries.
+// Keys without those two characters are unchanged, so the compatibility
+// above holds for them; a key with '/' or '%' lives where etcdctl and
+// concurrency.Mutex do not look (dlock's "a/b" is "a%2Fb/...", theirs is
+// "a/b/..."), and the two do not exclude each other on it. List decodes the
+// names (an etcdctl lock whose name has '/' is listed as it is, but List's
+// prefix is matched against the encoded names).
 //
-// Leases. Locks and waiters of one Locker that use the same TTL share a
-// lease (like a concurrency.Session), but never two entries of the same
-// key: two locks on one key through one Locker get different leases and
-// exclude each other (two concurrency.Mutex sharing a session do not).
+// TryAcquire is one transaction: put this attempt's entry if the queue is
+// empty, else read its head (the holder); nothing is left behind when the
+// key is held. Acquire puts its entry in the queue (one transaction that
+// also reads the head) and then watches only the entry just ahead of it
+// (the highest create revision below its own), re-reading the queue when
+// it is deleted, so a release wakes exactly one waiter and waiters are
+// served in arrival order. While waiting it keeps its lease alive and
+// checks every 250ms, with point reads, that the entry ahead, its own
+// entry and the holder are still there. If its own entry disappears (its
+// lease expired or was revoked) the wait ends with an error instead of
+// lasting forever. When the context ends while etcd answers, Acquire
+// returns at once a *dlock.NotAcquiredError naming the holder and removes
+// its entry in the background; when a request fails, or etcd has not
+// answered for a second (a hung server or a stalled link), it returns that
+// error instead, never ErrNotAcquired.
+//
+// Leases. Locks and waiters of one Locker that ask for the same lease TTL
+// share a lease (like a concurrency.Session), but never two entries of the
+// same key: two locks on one key through one Locker get different leases
+// and exclude each other (two concurrency.Mutex sharing a session do not).
 // Lease TTLs are whole seconds, rounded up, and etcd enforces a minimum
 // (2s by default), so the server may hold a crashed holder's entry longer
-// than the TTL, never shorter.
+// than the TTL, never shorter. A shared lease is reused without a round
+// trip only while it is fresh for the new lock's own TTL; otherwise it is
+// renewed first, so a lock is never handed out with less than 2/3 of its
+// TTL left.
+//
+// A lease's slot for a key is freed only when its entry is known to be
+// deleted. An entry whose delete failed (a release or a cancelled wait on
+// a broken link) or whose creation has an unknown outcome (a lost reply)
+// keeps its slot, so no later lock can take it over with the same token,
+// and its delete (by create revision, or by value for a creation whose
+// reply was lost) is retried before the next attempt on that key and with
+// each keep-alive of its lease, so it does not linger while other locks
+// keep the shared lease alive. A lease that had a creation with an unknown
+// outcome takes no new entries and is revoked once it has no live entry
+// left, which also removes a creation that takes effect late.
 //
 // Token: the create revision of the lock's entry. Revisions are global and
 // only grow, so tokens strictly increase across holders of a key and across
 // keys, for as long as the cluster keeps its data (etcd persists and
 // replicates every write before acknowledging it).
 //
-// Renewal and loss. The watchdog keeps each lease alive (one keep-alive per
-// lease, one transaction reading all entries, per tick) and loses a lock
-// when its lease is gone (expired or revoked) or its entry was deleted or
-// replaced; Lost() also closes at the local deadline when keep-alives fail,
-// for example while the cluster has no leader.
+// Renewal and loss. A held lock watches its own entry (from its create
+// revision + 1, so a delete before the watch is set up is seen too; the
+// watch starts 20ms after the lock is handed out, so a lock released
+// sooner costs none) and is lost at once, with an error wrapping
+// dlock.ErrNotHeld, when the entry is deleted: its lease was revoked or
+// expired, or someone deleted the key. The watchdog keeps each lease alive
+// (per lease: one keep-alive and one transaction reading its entries, each
+// lease reported as soon as it answered) and also loses a lock whose lease
+// or entry is gone; Lost() also closes at the local deadline when
+// keep-alives fail, for example while the cluster has no leader.
 //
 // Release deletes the entry only if it still has the lock's create
 // revision, so a retried release never deletes a newer holder's entry.
+// etcd cannot tell who deleted a key, so a release that finds the entry
+// already gone decides as follows. On the first release request it is not
+// ours: the release returns an error wrapping dlock.ErrNotHeld (the lock
+// had been lost). On a release retried after an error (the first request
+// may have deleted it and lost its reply), it counts as our own delete,
+// and Release returns nil, when the entry's watch saw no delete while the
+// lock was held and the lease is still alive (or was revoked by this
+// Locker); otherwise ErrNotHeld. A foreign delete in the instant before
+// the first release, not yet delivered by the watch, is thus taken for
+// ours.
+//
+// Every request honours the caller's context and is bounded by the request
+// timeout (WithRequestTimeout); background clean-up is bounded by
+// dlock.DefaultReleaseTimeout.
 //
 // Not guaranteed: a holder paused past its lease can still act after
 // another holder was granted the key; use the token with a Guard.

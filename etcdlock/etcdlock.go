@@ -15,25 +15,39 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/background"
 )
 
 // Defaults.
 const (
 	// DefaultPrefix is empty: lock KEY lives under "KEY/", exactly where
-	// `etcdctl lock KEY` and concurrency.NewMutex(s, "KEY") put it.
+	// `etcdctl lock KEY` and concurrency.NewMutex(s, "KEY") put it (for
+	// keys without '/' or '%'; see the package documentation).
 	DefaultPrefix = ""
 	// MinTTL is the shortest lease this backend accepts. etcd leases are
 	// whole seconds and the server enforces its own minimum (1.5 × the
 	// election timeout, 2s by default): the server-side lease may be longer
 	// than the TTL, never shorter.
 	MinTTL = dlock.MinTTL
-	// DefaultRequestTimeout bounds each request to etcd made while
-	// acquiring or listing (the etcd client otherwise waits for a
-	// connection for as long as the context allows, so an unreachable
-	// cluster would look like a held lock).
+	// DefaultRequestTimeout bounds each request to etcd (the etcd client
+	// otherwise waits for a connection for as long as the context allows,
+	// so an unreachable cluster would look like a held lock).
 	DefaultRequestTimeout = 5 * time.Second
 	// maxTxnOps is etcd's default limit of operations per transaction.
 	maxTxnOps = 128
+	// waitProbe is how often a waiter checks its place in the queue (and
+	// so that etcd answers) while it watches the entry ahead of it.
+	waitProbe = 250 * time.Millisecond
+	// waitRecency: a wait whose context ends reports the holder it waits
+	// behind (ErrNotAcquired) only if etcd confirmed that holder this
+	// recently; otherwise it reports that etcd did not answer.
+	waitRecency = time.Second
+	// watchDelay is how long a held lock waits before it watches its own
+	// entry: a lock released sooner costs no watch.
+	watchDelay = 20 * time.Millisecond
+	// maxRewatch bounds how often the watch on a held lock's entry is
+	// re-established (after a compaction or a cancelled watch).
+	maxRewatch = 1000
 )
 
 // Option configures a Locker.
@@ -49,8 +63,8 @@ type options struct {
 // concurrency.Mutex users it must exclude.
 func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
 
-// WithRequestTimeout bounds each request made while acquiring or listing
-// (default DefaultRequestTimeout).
+// WithRequestTimeout bounds each request to etcd (default
+// DefaultRequestTimeout), within the caller's context.
 func WithRequestTimeout(d time.Duration) Option { return func(o *options) { o.requestTimeout = d } }
 
 // Locker is a lock service on an etcd cluster. It never closes the client.
@@ -67,7 +81,8 @@ type backend struct {
 	timeout time.Duration
 
 	mu       sync.Mutex
-	sessions map[int64][]*session // by lease TTL in seconds
+	sessions map[int64][]*session // by requested lease TTL in seconds
+	orphans  map[*entry]struct{}  // entries whose delete is pending
 }
 
 // New returns a Locker on client. A nil client gives a Locker whose every
@@ -82,7 +97,8 @@ func New(client *clientv3.Client, opts ...Option) *Locker {
 	if o.requestTimeout <= 0 {
 		o.requestTimeout = DefaultRequestTimeout
 	}
-	b := &backend{client: client, prefix: o.prefix, timeout: o.requestTimeout, sessions: map[int64][]*session{}}
+	b := &backend{client: client, prefix: o.prefix, timeout: o.requestTimeout,
+		sessions: map[int64][]*session{}, orphans: map[*entry]struct{}{}}
 	return &Locker{Acquirer: dlock.NewAcquirer(b, MinTTL), b: b}
 }
 
@@ -98,93 +114,264 @@ func (b *backend) check() error {
 	return nil
 }
 
-// queuePrefix is the directory of key's queue: "<prefix>KEY/".
-func (b *backend) queuePrefix(key string) string { return b.prefix + key + "/" }
+// EscapeKey is the name of key's queue directory: key with every '%'
+// replaced by "%25" and every '/' by "%2F". Keys without those characters
+// are unchanged. The encoding is injective and no encoded name contains
+// '/', so the directory of one lock never contains another's entries.
+func EscapeKey(key string) string {
+	if !strings.ContainsAny(key, "/%") {
+		return key
+	}
+	var sb strings.Builder
+	sb.Grow(len(key) + 8)
+	for i := 0; i < len(key); i++ {
+		switch c := key[i]; c {
+		case '%':
+			sb.WriteString("%25")
+		case '/':
+			sb.WriteString("%2F")
+		default:
+			sb.WriteByte(c)
+		}
+	}
+	return sb.String()
+}
 
-// session is a lease shared by the locks and waiters of one Locker that use
-// the same TTL, like a concurrency.Session. At most one lock or waiter per
-// key uses a session, so two locks on one key taken through one Locker have
+// unescapeKey inverts EscapeKey. It is lenient: a '%' not followed by 25
+// or 2F (a name that etcdctl or a concurrency.Mutex chose) stays as it is.
+func unescapeKey(name string) string {
+	if !strings.Contains(name, "%") {
+		return name
+	}
+	var sb strings.Builder
+	for i := 0; i < len(name); i++ {
+		if name[i] == '%' && i+3 <= len(name) {
+			switch name[i+1 : i+3] {
+			case "25":
+				sb.WriteByte('%')
+				i += 2
+				continue
+			case "2F":
+				sb.WriteByte('/')
+				i += 2
+				continue
+			}
+		}
+		sb.WriteByte(name[i])
+	}
+	return sb.String()
+}
+
+// QueuePrefix is the etcd key prefix under which key's queue lives:
+// "<prefix><EscapeKey(key)>/" (for example to inspect it with etcdctl).
+func (l *Locker) QueuePrefix(key string) string { return l.b.queuePrefix(key) }
+
+func (b *backend) queuePrefix(key string) string { return b.prefix + EscapeKey(key) + "/" }
+
+// session is a lease shared by the locks and waiters of one Locker that
+// ask for the same lease TTL (in whole seconds), like a
+// concurrency.Session. A session has at most one entry per key (its slot
+// for that key), so two locks on one key taken through one Locker have
 // different leases, and so different queue keys, and exclude each other.
+//
+// A slot is freed only once its entry is known to be deleted: an entry
+// whose delete failed (or whose creation has an unknown outcome) keeps
+// its slot as an orphan until a later delete succeeds, so no later lock
+// can ever be handed the same entry, and its delete is retried with the
+// session's next keep-alive and before the next attempt on that key.
 type session struct {
 	id  clientv3.LeaseID
-	ttl time.Duration // the lease's TTL (whole seconds)
+	ttl time.Duration // as granted by the server (≥ the TTL asked for)
 
 	// guarded by backend.mu
-	keys      map[string]bool
-	validFrom time.Time // start of the last successful grant or keep-alive
-	dead      bool
+	slots     map[string]*entry // key → this lease's entry for key (live or orphan)
+	live      int               // entries in slots that are live
+	validFrom time.Time         // start of the last successful grant or keep-alive
+	dead      bool              // expired, revoked or forgotten
+	retired   bool              // takes no new entry; revoked once none is live
+	revoking  bool
+	revoked   bool // revoked by us: every entry it had was deleted by us
 }
 
 func leaseSeconds(ttl time.Duration) int64 {
 	return int64((ttl + time.Second - 1) / time.Second)
 }
 
-// session returns a live lease for key with the given TTL, reserving key on
-// it, and the start of the request that last made it valid.
-func (b *backend) session(ctx context.Context, key string, ttl time.Duration) (*session, time.Time, error) {
-	sec := leaseSeconds(ttl)
-	b.mu.Lock()
+// validity returns the start from which a lock of ttl on s counts, at now,
+// without a round trip, if s is fresh enough. The server holds the lease
+// until at least validFrom + s.ttl: a lock taken now may count from now if
+// its whole ttl fits in that; otherwise it counts from validFrom, if that
+// leaves it at least 2/3 of its ttl. Freshness is judged against the lock's
+// own ttl, never the lease's (etcd raises short leases to its minimum).
+// s.mu (backend.mu) held.
+func (s *session) validity(ttl time.Duration, now time.Time) (time.Time, bool) {
+	if !now.Add(ttl).After(s.validFrom.Add(s.ttl)) {
+		return now, true
+	}
+	if now.Sub(s.validFrom) < ttl/3 {
+		return s.validFrom, true
+	}
+	return time.Time{}, false
+}
+
+// entry states.
+const (
+	entryLive   = iota // a lock, a waiter or an attempt in progress
+	entryOrphan        // nobody uses it; it may exist on the server: delete it
+	entryGone          // known deleted (or its lease is gone): slot freed
+)
+
+// entry is one attempt's place in a key's queue.
+type entry struct {
+	b     *backend
+	s     *session
+	key   string // the lock name
+	myKey string // "<prefix><EscapeKey(KEY)>/<lease hex>"
+	val   string // the value put (owner and metadata)
+	owner string
+	rev   int64 // create revision, the fencing token; 0 while unknown
+
+	// guarded by b.mu
+	state       int
+	released    bool // a release of ours was sent (its outcome may be unknown)
+	deletedByUs bool // a request of ours is known to have deleted it
+	stopped     bool // Bind's stop was called: a delete seen from now may be ours
+	foreign     bool // its watch saw it deleted before the lock ended
+}
+
+// attachLocked creates an entry for req on s, taking s's slot for the key.
+// b.mu held.
+func (b *backend) attachLocked(s *session, req *dlock.Request, val string) *entry {
+	e := &entry{b: b, s: s, key: req.Key, owner: req.Owner, val: val,
+		myKey: b.queuePrefix(req.Key) + strconv.FormatInt(int64(s.id), 16)}
+	s.slots[req.Key] = e
+	s.live++
+	return e
+}
+
+// pickLocked returns a usable session for key among those asking for sec
+// seconds, forgetting the ones that are gone. b.mu held.
+func (b *backend) pickLocked(key string, sec int64, now time.Time) *session {
+	list := b.sessions[sec]
+	keep := list[:0]
 	var s *session
-	live := b.sessions[sec][:0]
-	for _, c := range b.sessions[sec] {
-		if c.dead || (len(c.keys) == 0 && time.Since(c.validFrom) > c.ttl) {
-			continue // expired on the server by now: forget it
+	for _, c := range list {
+		if c.dead || (c.live == 0 && !c.revoking && !now.Before(c.validFrom.Add(c.ttl))) {
+			b.forgetLocked(c) // expired on the server by now, or revoked
+			continue
 		}
-		live = append(live, c)
-		if s == nil && !c.keys[key] {
+		keep = append(keep, c)
+		if s == nil && !c.retired && c.slots[key] == nil {
 			s = c
 		}
 	}
-	b.sessions[sec] = live
-	var from time.Time
-	if s != nil {
-		s.keys[key] = true
-		from = s.validFrom
+	clear(list[len(keep):])
+	b.sessions[sec] = keep
+	return s
+}
+
+// forgetLocked drops s: its lease is gone, and so are its entries. b.mu held.
+func (b *backend) forgetLocked(s *session) {
+	s.dead = true
+	for _, e := range s.slots {
+		b.goneLocked(e)
 	}
+}
+
+// goneLocked records that e is deleted on the server. It reports whether
+// e's session must now be revoked. b.mu held.
+func (b *backend) goneLocked(e *entry) bool {
+	switch e.state {
+	case entryGone:
+		return false
+	case entryLive:
+		e.s.live--
+	case entryOrphan:
+		delete(b.orphans, e)
+	}
+	e.state = entryGone
+	if e.s.slots[e.key] == e {
+		delete(e.s.slots, e.key)
+	}
+	return b.revokeDueLocked(e.s)
+}
+
+// orphanLocked records that e is no longer used but may exist on the
+// server; retire also stops new entries on its session. It reports
+// whether the session must now be revoked. b.mu held.
+func (b *backend) orphanLocked(e *entry, retire bool) bool {
+	if retire {
+		e.s.retired = true
+	}
+	switch e.state {
+	case entryGone:
+		return b.revokeDueLocked(e.s)
+	case entryLive:
+		e.s.live--
+	}
+	e.state = entryOrphan
+	b.orphans[e] = struct{}{}
+	return b.revokeDueLocked(e.s)
+}
+
+func (b *backend) revokeDueLocked(s *session) bool {
+	if s.retired && s.live == 0 && !s.dead && !s.revoking {
+		s.revoking = true
+		return true
+	}
+	return false
+}
+
+// gone, orphan: goneLocked and orphanLocked, revoking if due.
+func (b *backend) gone(e *entry) {
+	b.mu.Lock()
+	r := b.goneLocked(e)
 	b.mu.Unlock()
-	if s != nil {
-		if time.Since(from) < s.ttl/3 {
-			return s, from, nil // fresh enough: no round trip
-		}
-		start := time.Now()
-		rctx, cancel := b.rpc(ctx)
-		_, err := b.client.KeepAliveOnce(rctx, s.id)
-		cancel()
-		if err == nil {
-			b.mu.Lock()
-			s.validFrom = start
-			b.mu.Unlock()
-			return s, start, nil
-		}
-		b.done(s, key)
-		if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			return nil, time.Time{}, fmt.Errorf("dlock: etcd keep-alive: %w", err)
-		}
+	if r {
+		b.revoke(e.s)
+	}
+}
+
+func (b *backend) orphan(e *entry, retire bool) {
+	b.mu.Lock()
+	r := b.orphanLocked(e, retire)
+	b.mu.Unlock()
+	if r {
+		b.revoke(e.s)
+	}
+}
+
+// unknown records an attempt whose create request has an unknown outcome
+// (the reply was lost, or the context ended mid-request): its entry may
+// exist now or appear later. It becomes an orphan deleted by value, and its
+// session is retired: revoked once no live entry is left, which deletes a
+// late-created entry too.
+func (b *backend) unknown(e *entry) { b.orphan(e, true) }
+
+// revoke revokes a retired session's lease in the background.
+func (b *backend) revoke(s *session) {
+	background.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), dlock.DefaultReleaseTimeout)
+		defer cancel()
+		_, err := b.client.Revoke(ctx, s.id)
 		b.mu.Lock()
-		s.dead = true
+		s.revoked = err == nil
+		// Forget it either way: nobody keeps it alive any more, so a lease
+		// that could not be revoked expires on its own.
+		b.forgetLocked(s)
 		b.mu.Unlock()
-	}
-	start := time.Now()
-	rctx, cancel := b.rpc(ctx)
-	defer cancel()
-	resp, err := b.client.Grant(rctx, sec)
-	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("dlock: etcd lease grant: %w", err)
-	}
-	s = &session{id: resp.ID, ttl: time.Duration(resp.TTL) * time.Second, keys: map[string]bool{key: true}, validFrom: start}
-	b.mu.Lock()
-	b.sessions[sec] = append(b.sessions[sec], s)
-	b.mu.Unlock()
-	return s, start, nil
+	})
 }
 
-// done frees key on s.
-func (b *backend) done(s *session, key string) {
+// killSession records that s's lease is gone (expired or revoked behind
+// our back).
+func (b *backend) killSession(s *session) {
 	b.mu.Lock()
-	delete(s.keys, key)
+	b.forgetLocked(s)
 	b.mu.Unlock()
 }
 
+// keptAlive records a successful keep-alive of s sent at start.
 func (b *backend) keptAlive(s *session, start time.Time) {
 	b.mu.Lock()
 	if start.After(s.validFrom) {
@@ -193,10 +380,88 @@ func (b *backend) keptAlive(s *session, start time.Time) {
 	b.mu.Unlock()
 }
 
-func (b *backend) markDead(s *session) {
+// keepAlive renews s's lease once. A lease that is gone returns an error
+// wrapping dlock.ErrNotHeld and forgets s.
+func (b *backend) keepAlive(ctx context.Context, s *session) error {
+	start := time.Now()
+	rctx, cancel := b.rpc(ctx)
+	_, err := b.client.KeepAliveOnce(rctx, s.id)
+	cancel()
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		b.killSession(s)
+		return fmt.Errorf("%w: etcd lease %x expired or was revoked", dlock.ErrNotHeld, int64(s.id))
+	case err != nil:
+		return fmt.Errorf("dlock: etcd keep-alive: %w", err)
+	}
+	b.keptAlive(s, start)
+	return nil
+}
+
+// newEntry reserves a slot for req on a live session with req's TTL (a
+// shared one if one is free for the key, else a new lease) and returns the
+// entry and the start from which a lock on it counts. peek, if not nil, is
+// called before the first round trip that this takes.
+func (b *backend) newEntry(ctx context.Context, req *dlock.Request, peek func()) (*entry, time.Time, error) {
+	v, err := json.Marshal(value{Owner: req.Owner, Metadata: req.Config.Metadata})
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	val, ttl := string(v), req.Config.TTL
+	sec := leaseSeconds(ttl)
+	now := time.Now()
 	b.mu.Lock()
-	s.dead = true
+	if s := b.pickLocked(req.Key, sec, now); s != nil {
+		e := b.attachLocked(s, req, val)
+		start, fresh := s.validity(ttl, now)
+		b.mu.Unlock()
+		if fresh {
+			return e, start, nil
+		}
+		if peek != nil {
+			peek()
+			peek = nil
+		}
+		start = time.Now()
+		err := b.keepAlive(ctx, s)
+		if err == nil {
+			return e, start, nil
+		}
+		b.gone(e) // nothing was created
+		if !errors.Is(err, dlock.ErrNotHeld) {
+			return nil, time.Time{}, err
+		}
+		// The lease expired: take a new one.
+	} else {
+		b.mu.Unlock()
+	}
+	if peek != nil {
+		peek()
+	}
+	start := time.Now()
+	rctx, cancel := b.rpc(ctx)
+	resp, err := b.client.Grant(rctx, sec)
+	cancel()
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("dlock: etcd lease grant: %w", err)
+	}
+	s := &session{id: resp.ID, ttl: time.Duration(resp.TTL) * time.Second, slots: map[string]*entry{}, validFrom: start}
+	b.mu.Lock()
+	b.sessions[sec] = append(b.sessions[sec], s)
+	e := b.attachLocked(s, req, val)
 	b.mu.Unlock()
+	return e, start, nil
+}
+
+// leaseGone reports whether a create failed because e's lease no longer
+// exists (nothing was created); it then forgets the session.
+func (b *backend) leaseGone(e *entry, err error) bool {
+	if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return false
+	}
+	b.gone(e)
+	b.killSession(e.s)
+	return true
 }
 
 // value is what dlock stores in its queue key (etcdctl stores nothing).
@@ -211,72 +476,6 @@ func parseValue(v []byte) value {
 	return out
 }
 
-// entry is this attempt's place in key's queue.
-type entry struct {
-	b      *backend
-	s      *session
-	key    string // the lock name
-	myKey  string // "<prefix>KEY/<lease hex>"
-	rev    int64  // its create revision: the fencing token
-	owner  string
-	doneMu sync.Once
-}
-
-func (e *entry) free() { e.doneMu.Do(func() { e.b.done(e.s, e.key) }) }
-
-// enqueue puts this attempt's key in the queue and reports whether it is
-// first, with the first entry's value when it is not.
-func (b *backend) enqueue(ctx context.Context, req *dlock.Request) (*entry, bool, *mvccpb.KeyValue, time.Time, error) {
-	s, from, err := b.session(ctx, req.Key, req.Config.TTL)
-	if err != nil {
-		return nil, false, nil, time.Time{}, err
-	}
-	e := &entry{b: b, s: s, key: req.Key, owner: req.Owner, myKey: fmt.Sprintf("%s%x", b.queuePrefix(req.Key), int64(s.id))}
-	val, err := json.Marshal(value{Owner: req.Owner, Metadata: req.Config.Metadata})
-	if err != nil {
-		e.free()
-		return nil, false, nil, time.Time{}, err
-	}
-	put := clientv3.OpPut(e.myKey, string(val), clientv3.WithLease(s.id))
-	first := clientv3.OpGet(b.queuePrefix(req.Key), clientv3.WithFirstCreate()...)
-	rctx, cancel := b.rpc(ctx)
-	defer cancel()
-	resp, err := b.client.Txn(rctx).
-		If(clientv3.Compare(clientv3.CreateRevision(e.myKey), "=", 0)).
-		Then(put, first).
-		Else(clientv3.OpGet(e.myKey), put, first).
-		Commit()
-	if err != nil {
-		e.free()
-		return nil, false, nil, time.Time{}, fmt.Errorf("dlock: etcd acquire %q: %w", req.Key, err)
-	}
-	e.rev = resp.Header.Revision
-	owner := resp.Responses[1].GetResponseRange()
-	if !resp.Succeeded {
-		// A queue key of this lease left by an earlier attempt of ours
-		// whose cleanup failed: take its place (and its turn) over.
-		e.rev = resp.Responses[0].GetResponseRange().Kvs[0].CreateRevision
-		owner = resp.Responses[2].GetResponseRange()
-	}
-	if len(owner.Kvs) == 0 || owner.Kvs[0].CreateRevision == e.rev {
-		return e, true, nil, from, nil
-	}
-	return e, false, owner.Kvs[0], from, nil
-}
-
-// dequeue deletes this entry's key if it is still ours.
-func (e *entry) dequeue(ctx context.Context) (bool, error) {
-	defer e.free()
-	resp, err := e.b.client.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(e.myKey), "=", e.rev)).
-		Then(clientv3.OpDelete(e.myKey)).
-		Commit()
-	if err != nil {
-		return false, err
-	}
-	return resp.Succeeded, nil
-}
-
 func (b *backend) notAcquired(key string, holder *mvccpb.KeyValue, cause error) *dlock.NotAcquiredError {
 	na := &dlock.NotAcquiredError{Key: key, Cause: cause}
 	if holder != nil {
@@ -289,136 +488,310 @@ func (b *backend) notAcquired(key string, holder *mvccpb.KeyValue, cause error) 
 	return na
 }
 
-// Try implements dlock.Backend: enqueue, and leave the queue again unless
-// first.
+// Try implements dlock.Backend in one transaction: put this attempt's
+// entry only if the queue is empty, else read its head (the holder).
+// Nothing is left behind when the key is held.
 func (b *backend) Try(ctx context.Context, req *dlock.Request) (dlock.Grant, error) {
 	if err := b.check(); err != nil {
 		return dlock.Grant{}, err
 	}
-	e, first, holder, from, err := b.enqueue(ctx, req)
-	if err != nil {
-		return dlock.Grant{}, err
+	b.sweepKey(ctx, req.Key)
+	pfx := b.queuePrefix(req.Key)
+	for attempt := 0; ; attempt++ {
+		e, start, err := b.newEntry(ctx, req, nil)
+		if err != nil {
+			return dlock.Grant{}, err
+		}
+		rctx, cancel := b.rpc(ctx)
+		resp, err := b.client.Txn(rctx).
+			If(clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix()).
+			Then(clientv3.OpPut(e.myKey, e.val, clientv3.WithLease(e.s.id))).
+			Else(clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).
+			Commit()
+		cancel()
+		if err != nil {
+			if attempt == 0 && b.leaseGone(e, err) {
+				continue
+			}
+			b.unknown(e)
+			return dlock.Grant{}, fmt.Errorf("dlock: etcd acquire %q: %w", req.Key, err)
+		}
+		if !resp.Succeeded {
+			b.gone(e) // nothing was put
+			var holder *mvccpb.KeyValue
+			if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+				holder = kvs[0]
+			}
+			return dlock.Grant{}, b.notAcquired(req.Key, holder, nil)
+		}
+		e.rev = resp.Header.Revision
+		return dlock.Grant{Lease: e, Token: uint64(e.rev), Start: start}, nil
 	}
-	if first {
-		return dlock.Grant{Lease: e, Token: uint64(e.rev), Start: from}, nil
-	}
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dlock.DefaultReleaseTimeout)
-	defer cancel()
-	if _, err := e.dequeue(dctx); err != nil {
-		return dlock.Grant{}, fmt.Errorf("dlock: etcd acquire %q: leaving the queue: %w", req.Key, err)
-	}
-	return dlock.Grant{}, b.notAcquired(req.Key, holder, nil)
 }
+
+// enqueue puts this attempt's entry in the queue and reports whether it is
+// first, with the first entry when it is not.
+func (b *backend) enqueue(ctx context.Context, req *dlock.Request, peek func()) (*entry, bool, *mvccpb.KeyValue, time.Time, error) {
+	pfx := b.queuePrefix(req.Key)
+	for attempt := 0; ; attempt++ {
+		e, start, err := b.newEntry(ctx, req, peek)
+		peek = nil
+		if err != nil {
+			return nil, false, nil, time.Time{}, err
+		}
+		rctx, cancel := b.rpc(ctx)
+		resp, err := b.client.Txn(rctx).
+			If(clientv3.Compare(clientv3.CreateRevision(e.myKey), "=", 0)).
+			Then(clientv3.OpPut(e.myKey, e.val, clientv3.WithLease(e.s.id)), clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).
+			Else(clientv3.OpGet(e.myKey)).
+			Commit()
+		cancel()
+		if err != nil {
+			if attempt == 0 && b.leaseGone(e, err) {
+				continue
+			}
+			b.unknown(e)
+			return nil, false, nil, time.Time{}, fmt.Errorf("dlock: etcd acquire %q: %w", req.Key, err)
+		}
+		if !resp.Succeeded {
+			// An entry of this lease for the key that we had no record of
+			// (a create that took effect after we gave up on it). Never
+			// adopt it: delete it, and take another lease.
+			b.mu.Lock()
+			if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+				e.rev, e.val = kvs[0].CreateRevision, string(kvs[0].Value)
+			}
+			r := b.orphanLocked(e, false)
+			b.mu.Unlock()
+			if r {
+				b.revoke(e.s)
+			}
+			b.sweepKey(ctx, req.Key)
+			if attempt < 2 {
+				continue
+			}
+			return nil, false, nil, time.Time{}, fmt.Errorf("%w: etcd acquire %q: a stale entry of this client was in the way", dlock.ErrTransient, req.Key)
+		}
+		e.rev = resp.Header.Revision
+		head := resp.Responses[1].GetResponseRange()
+		if len(head.Kvs) == 0 || head.Kvs[0].CreateRevision == e.rev {
+			return e, true, nil, start, nil
+		}
+		return e, false, head.Kvs[0], start, nil
+	}
+}
+
+// errWaitEnded ends a wait whose context ended while etcd kept answering:
+// Queue reports the holder it waited behind.
+var errWaitEnded = errors.New("dlock: etcd wait ended by its context")
 
 // errWaiterLeaseExpired ends a wait whose own lease expired.
 var errWaiterLeaseExpired = errors.New("dlock: etcd lease of a waiting lock expired; its place in the queue is gone")
 
 // Queue implements dlock.Queuer: wait in key's FIFO queue, watching only
-// the entry just ahead (no herd), keeping the lease alive meanwhile.
+// the entry just ahead (no herd), keeping the lease alive meanwhile. When
+// ctx ends while etcd keeps answering, it returns at once a
+// *dlock.NotAcquiredError naming the holder (the queue entry is removed in
+// the background); when a request fails, or etcd stopped answering, it
+// returns that error.
 func (b *backend) Queue(ctx context.Context, req *dlock.Request) (dlock.Grant, error) {
 	if err := b.check(); err != nil {
 		return dlock.Grant{}, err
 	}
-	e, first, holder, from, err := b.enqueue(ctx, req)
+	b.sweepKey(ctx, req.Key)
+	sent := time.Now()
+	// A new or stale lease costs a round trip before the entry is put:
+	// meanwhile, read the head, so that a context ending before the entry
+	// is in still reports the holder seen.
+	var peeked chan *mvccpb.KeyValue
+	peek := func() {
+		peeked = make(chan *mvccpb.KeyValue, 1)
+		background.Go(func() {
+			rctx, cancel := b.rpc(ctx)
+			defer cancel()
+			if g, err := b.client.Get(rctx, b.queuePrefix(req.Key), clientv3.WithFirstCreate()...); err == nil && len(g.Kvs) > 0 {
+				peeked <- g.Kvs[0]
+			}
+		})
+	}
+	e, first, head, start, err := b.enqueue(ctx, req, peek)
 	if err != nil {
+		if ctx.Err() != nil && peeked != nil {
+			select {
+			case holder := <-peeked:
+				return dlock.Grant{}, b.notAcquired(req.Key, holder, errors.Join(err, context.Cause(ctx)))
+			default:
+			}
+		}
 		return dlock.Grant{}, err
 	}
-	if !first {
-		from, err = e.wait(ctx, req.Config.TTL, from)
-		if err != nil {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dlock.DefaultReleaseTimeout)
-			_, _ = e.dequeue(dctx)
-			cancel()
-			if ctx.Err() != nil {
-				return dlock.Grant{}, b.notAcquired(req.Key, holder, errors.Join(err, context.Cause(ctx)))
-			}
-			return dlock.Grant{}, err
-		}
+	if first {
+		return dlock.Grant{Lease: e, Token: uint64(e.rev), Start: start}, nil
 	}
-	return dlock.Grant{Lease: e, Token: uint64(e.rev), Start: from}, nil
+	w := &waiter{e: e, ttl: req.Config.TTL, head: head, lastOK: sent}
+	start, err = w.wait(ctx)
+	if err != nil {
+		if !errors.Is(err, errWaiterLeaseExpired) {
+			e.abandon()
+		}
+		if errors.Is(err, errWaitEnded) {
+			return dlock.Grant{}, b.notAcquired(req.Key, w.head, context.Cause(ctx))
+		}
+		return dlock.Grant{}, err
+	}
+	return dlock.Grant{Lease: e, Token: uint64(e.rev), Start: start}, nil
+}
+
+// abandon removes a waiter's entry in the background (bounded by
+// dlock.DefaultReleaseTimeout); if that fails, the entry stays an orphan
+// and its delete is retried later.
+func (e *entry) abandon() {
+	e.b.orphan(e, false)
+	background.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), dlock.DefaultReleaseTimeout)
+		defer cancel()
+		_ = e.b.sweep(ctx, []*entry{e})
+	})
+}
+
+// waiter is one entry waiting for its turn.
+type waiter struct {
+	e      *entry
+	ttl    time.Duration
+	head   *mvccpb.KeyValue // the holder, as last read
+	lastOK time.Time        // when the last request that etcd answered was sent
+}
+
+// ended is the outcome of a wait whose context ended (err: the request in
+// flight then, if any): the holder if etcd answered recently, else that
+// etcd did not answer.
+func (w *waiter) ended(ctx context.Context, err error) error {
+	if since := time.Since(w.lastOK); since >= waitRecency {
+		if err == nil {
+			err = context.Cause(ctx)
+		}
+		return fmt.Errorf("dlock: etcd acquire %q: no answer from etcd in the last %v of the wait: %w", w.e.key, since.Round(time.Millisecond), err)
+	}
+	return errWaitEnded
+}
+
+// failed is the outcome of a request of the wait that returned err.
+func (w *waiter) failed(ctx context.Context, what string, err error) error {
+	if ctx.Err() != nil {
+		return w.ended(ctx, err)
+	}
+	return fmt.Errorf("dlock: etcd acquire %q: %s: %w", w.e.key, what, err)
+}
+
+// keepAliveDue renews the lease when a third of the lock's TTL has passed
+// since its last renewal.
+func (w *waiter) keepAliveDue(ctx context.Context) error {
+	s := w.e.s
+	w.e.b.mu.Lock()
+	due := time.Since(s.validFrom) >= w.ttl/3
+	w.e.b.mu.Unlock()
+	if !due {
+		return nil
+	}
+	start := time.Now()
+	if err := w.e.b.keepAlive(ctx, s); err != nil {
+		if errors.Is(err, dlock.ErrNotHeld) {
+			return fmt.Errorf("%w: %v", errWaiterLeaseExpired, err)
+		}
+		return w.failed(ctx, "keeping the lease alive", err)
+	}
+	w.lastOK = start
+	w.e.b.sweepSession(ctx, s)
+	return nil
 }
 
 // wait blocks until no entry with a smaller create revision is left, and
-// returns the start of the lease's last successful keep-alive (initially
-// from).
-func (e *entry) wait(ctx context.Context, ttl time.Duration, from time.Time) (time.Time, error) {
-	b := e.b
+// returns the start from which the lock counts.
+func (w *waiter) wait(ctx context.Context) (time.Time, error) {
+	e, b := w.e, w.e.b
 	pfx := b.queuePrefix(e.key)
-	tick := time.NewTicker(max(ttl/3, 10*time.Millisecond))
-	defer tick.Stop()
-	keepAlive := func() error {
-		start := time.Now()
-		rctx, cancel := b.rpc(ctx)
-		defer cancel()
-		ka, err := b.client.KeepAliveOnce(rctx, e.s.id)
-		switch {
-		case errors.Is(err, rpctypes.ErrLeaseNotFound) || (err == nil && ka.TTL <= 0):
-			b.markDead(e.s)
-			return fmt.Errorf("%w: %v", errWaiterLeaseExpired, err)
-		case err != nil:
-			return nil // transient: try again at the next tick
-		}
-		b.keptAlive(e.s, start)
-		from = start
-		return nil
-	}
 	for {
-		// One round trip: the nearest entry ahead of ours, and ours.
+		if ctx.Err() != nil {
+			return time.Time{}, w.ended(ctx, nil)
+		}
+		// One round trip: the head, the nearest entry ahead of ours, ours.
+		sent := time.Now()
 		rctx, cancel := b.rpc(ctx)
 		resp, err := b.client.Txn(rctx).Then(
+			clientv3.OpGet(pfx, clientv3.WithFirstCreate()...),
 			clientv3.OpGet(pfx, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(e.rev-1))...),
-			clientv3.OpGet(e.myKey),
+			clientv3.OpGet(e.myKey, clientv3.WithKeysOnly()),
 		).Commit()
 		cancel()
 		if err != nil {
-			return from, err
+			return time.Time{}, w.failed(ctx, "reading the queue", err)
 		}
-		if mine := resp.Responses[1].GetResponseRange().Kvs; len(mine) == 0 || mine[0].CreateRevision != e.rev {
-			b.markDead(e.s)
-			return from, errWaiterLeaseExpired
+		w.lastOK = sent
+		if mine := resp.Responses[2].GetResponseRange().Kvs; len(mine) == 0 || mine[0].CreateRevision != e.rev {
+			b.gone(e)
+			return time.Time{}, errWaiterLeaseExpired
 		}
-		ahead := resp.Responses[0].GetResponseRange().Kvs
+		if head := resp.Responses[0].GetResponseRange().Kvs; len(head) > 0 {
+			w.head = head[0]
+		}
+		ahead := resp.Responses[1].GetResponseRange().Kvs
 		if len(ahead) == 0 {
 			break
 		}
-		if err := e.waitDelete(ctx, ahead[0], tick, keepAlive); err != nil {
-			return from, err
+		if err := w.waitDelete(ctx, ahead[0]); err != nil {
+			return time.Time{}, err
 		}
 	}
 	// First in the queue with our entry intact (read in the same
-	// transaction). Start the lock with a freshly renewed lease unless the
-	// last renewal is recent.
-	if time.Since(from) > ttl/3 {
-		if err := keepAlive(); err != nil {
-			return from, err
+	// transaction): the lock counts from a fresh enough renewal of the lease.
+	now := time.Now()
+	b.mu.Lock()
+	start, fresh := e.s.validity(w.ttl, now)
+	b.mu.Unlock()
+	if !fresh {
+		start = time.Now()
+		if err := b.keepAlive(ctx, e.s); err != nil {
+			if errors.Is(err, dlock.ErrNotHeld) {
+				return time.Time{}, fmt.Errorf("%w: %v", errWaiterLeaseExpired, err)
+			}
+			return time.Time{}, w.failed(ctx, "keeping the lease alive", err)
 		}
 	}
-	return from, nil
+	return start, nil
 }
 
-// waitDelete waits until pred is deleted, keeping the lease alive. The
-// watch starts at the current revision: a watch from a past revision is
-// served by etcd's catch-up loop, which runs only every 100ms (the tail
-// concurrency.Mutex waiters see). A delete between our read and the
-// watch's start is caught by reading pred again once the watch exists.
-func (e *entry) waitDelete(ctx context.Context, pred *mvccpb.KeyValue, tick *time.Ticker, keepAlive func() error) error {
-	b := e.b
+// waitDelete waits until pred is deleted, keeping the lease alive and
+// checking every waitProbe that etcd answers and that pred, the holder and
+// our own entry are still there. The watch starts at the current
+// revision: a watch from a past revision is served by etcd's catch-up
+// loop, which runs only every 100ms (the tail concurrency.Mutex waiters
+// see). A delete between our read and the watch's start is caught by
+// reading pred again once the watch exists.
+func (w *waiter) waitDelete(ctx context.Context, pred *mvccpb.KeyValue) error {
+	b := w.e.b
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wch := b.client.Watch(wctx, string(pred.Key), clientv3.WithCreatedNotify())
+	probe := time.NewTimer(waitProbe)
+	defer probe.Stop()
 	for {
 		select {
 		case wr, ok := <-wch:
+			if ctx.Err() != nil {
+				return w.ended(ctx, nil)
+			}
 			if !ok || wr.Err() != nil {
-				return ctx.Err() // nil: re-read the queue
+				return nil // re-read the queue (and watch again)
 			}
 			if wr.Created {
+				sent := time.Now()
 				rctx, rcancel := b.rpc(ctx)
-				g, err := b.client.Get(rctx, string(pred.Key))
+				g, err := b.client.Get(rctx, string(pred.Key), clientv3.WithKeysOnly())
 				rcancel()
 				if err != nil {
-					return err
+					return w.failed(ctx, "reading the entry ahead", err)
 				}
+				w.lastOK = sent
 				if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != pred.CreateRevision {
 					return nil // already gone
 				}
@@ -428,139 +801,408 @@ func (e *entry) waitDelete(ctx context.Context, pred *mvccpb.KeyValue, tick *tim
 					return nil
 				}
 			}
-		case <-tick.C:
-			if err := keepAlive(); err != nil {
+		case <-probe.C:
+			if err := w.keepAliveDue(ctx); err != nil {
 				return err
 			}
+			// A stale entry of ours ahead of us (a release or a wait that
+			// could not delete it) would hold us up until its lease expires.
+			b.sweepKey(ctx, w.e.key)
+			gone, err := w.probe(ctx, pred)
+			if err != nil || gone {
+				return err
+			}
+			probe.Reset(waitProbe)
 		case <-ctx.Done():
-			return ctx.Err()
+			return w.ended(ctx, nil)
 		}
 	}
 }
 
+// probe checks, in one round trip of point reads, that pred and our entry
+// are still there and whether the holder changed (re-reading the head only
+// then). It reports whether pred is gone.
+func (w *waiter) probe(ctx context.Context, pred *mvccpb.KeyValue) (bool, error) {
+	e, b := w.e, w.e.b
+	ops := []clientv3.Op{
+		clientv3.OpGet(string(pred.Key), clientv3.WithKeysOnly()),
+		clientv3.OpGet(e.myKey, clientv3.WithKeysOnly()),
+	}
+	withHead := append(ops, clientv3.OpGet(b.queuePrefix(e.key), clientv3.WithFirstCreate()...))
+	sent := time.Now()
+	rctx, cancel := b.rpc(ctx)
+	txn := b.client.Txn(rctx)
+	if w.head != nil {
+		txn = txn.If(clientv3.Compare(clientv3.CreateRevision(string(w.head.Key)), "=", w.head.CreateRevision)).
+			Then(ops...).Else(withHead...)
+	} else {
+		txn = txn.Then(withHead...)
+	}
+	resp, err := txn.Commit()
+	cancel()
+	if err != nil {
+		return false, w.failed(ctx, "checking the queue", err)
+	}
+	w.lastOK = sent
+	if mine := resp.Responses[1].GetResponseRange().Kvs; len(mine) == 0 || mine[0].CreateRevision != e.rev {
+		b.gone(e)
+		return false, errWaiterLeaseExpired
+	}
+	if len(resp.Responses) > 2 {
+		if head := resp.Responses[2].GetResponseRange().Kvs; len(head) > 0 {
+			w.head = head[0]
+		}
+	}
+	p := resp.Responses[0].GetResponseRange().Kvs
+	return len(p) == 0 || p[0].CreateRevision != pred.CreateRevision, nil
+}
+
+// sweepKey deletes this Locker's orphans of key before a new attempt on
+// it, so that a stale entry of ours is never in the way (best effort).
+func (b *backend) sweepKey(ctx context.Context, key string) {
+	b.mu.Lock()
+	if len(b.orphans) == 0 {
+		b.mu.Unlock()
+		return
+	}
+	var es []*entry
+	for e := range b.orphans {
+		if e.key == key {
+			es = append(es, e)
+		}
+	}
+	b.mu.Unlock()
+	if len(es) > 0 {
+		_ = b.sweep(ctx, es)
+	}
+}
+
+// sweepSession deletes s's orphans (after a keep-alive of s), so that they
+// do not linger while other locks keep the shared lease alive.
+func (b *backend) sweepSession(ctx context.Context, s *session) {
+	b.mu.Lock()
+	if len(b.orphans) == 0 {
+		b.mu.Unlock()
+		return
+	}
+	var es []*entry
+	for _, e := range s.slots {
+		if e.state == entryOrphan {
+			es = append(es, e)
+		}
+	}
+	b.mu.Unlock()
+	if len(es) > 0 {
+		_ = b.sweep(ctx, es)
+	}
+}
+
+// sweep deletes orphaned entries, each only if it is still the one we
+// know: by create revision, or, for a create whose outcome is unknown, by
+// value (it holds the attempt's unique owner id). One transaction per
+// maxTxnOps entries.
+func (b *backend) sweep(ctx context.Context, es []*entry) error {
+	for lo := 0; lo < len(es); lo += maxTxnOps {
+		part := es[lo:min(lo+maxTxnOps, len(es))]
+		ops := make([]clientv3.Op, len(part))
+		for i, e := range part {
+			cmp := clientv3.Compare(clientv3.CreateRevision(e.myKey), "=", e.rev)
+			if e.rev == 0 {
+				cmp = clientv3.Compare(clientv3.Value(e.myKey), "=", e.val)
+			}
+			ops[i] = clientv3.OpTxn([]clientv3.Cmp{cmp}, []clientv3.Op{clientv3.OpDelete(e.myKey)}, nil)
+		}
+		rctx, cancel := b.rpc(ctx)
+		resp, err := b.client.Txn(rctx).Then(ops...).Commit()
+		cancel()
+		if err != nil {
+			return fmt.Errorf("dlock: etcd delete of a stale queue entry: %w", err)
+		}
+		var revoke []*session
+		b.mu.Lock()
+		for i, e := range part {
+			deleted := resp.Responses[i].GetResponseTxn().GetSucceeded()
+			if deleted {
+				e.deletedByUs = true
+			}
+			// By revision, a missing entry can never come back; by value,
+			// only a delete proves that the late create is spent.
+			if (deleted || e.rev != 0) && b.goneLocked(e) {
+				revoke = append(revoke, e.s)
+			}
+		}
+		b.mu.Unlock()
+		for _, s := range revoke {
+			b.revoke(s)
+		}
+	}
+	return nil
+}
+
 // Abort implements dlock.Aborter: remove this owner's queue entry if the
-// lost reply had created it.
+// request whose outcome is unknown had created it. The entry is deleted by
+// its exact value or revision, so another owner's entry is never touched.
 func (b *backend) Abort(ctx context.Context, req *dlock.Request) error {
 	if err := b.check(); err != nil {
 		return err
 	}
-	resp, err := b.client.Get(ctx, b.queuePrefix(req.Key), clientv3.WithPrefix())
+	b.mu.Lock()
+	var mine []*entry
+	for e := range b.orphans {
+		if e.owner == req.Owner {
+			mine = append(mine, e)
+		}
+	}
+	b.mu.Unlock()
+	if len(mine) > 0 {
+		return b.sweep(ctx, mine)
+	}
+	// No record of it (its session was forgotten): look it up by owner.
+	rctx, cancel := b.rpc(ctx)
+	defer cancel()
+	resp, err := b.client.Get(rctx, b.queuePrefix(req.Key), clientv3.WithPrefix())
 	if err != nil {
 		return err
 	}
 	for _, kv := range resp.Kvs {
-		if parseValue(kv.Value).Owner == req.Owner {
-			_, err = b.client.Txn(ctx).
-				If(clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", kv.CreateRevision)).
-				Then(clientv3.OpDelete(string(kv.Key))).Commit()
+		if parseValue(kv.Value).Owner != req.Owner {
+			continue
+		}
+		if _, err := b.client.Txn(rctx).
+			If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
+			Then(clientv3.OpDelete(string(kv.Key))).Commit(); err != nil {
+			return err
 		}
 	}
-	return err
+	return nil
 }
 
 func (e *entry) notHeld(why string) error {
 	return fmt.Errorf("%w: etcd key %s (revision %d): %s", dlock.ErrNotHeld, e.myKey, e.rev, why)
 }
 
+// Bind implements dlock.LossNotifier: watch the lock's own entry from its
+// create revision + 1 (so a delete before the watch exists is seen too)
+// and report its deletion (a revoked or expired lease, an operator's
+// delete) at once, not at the next renewal.
+func (e *entry) Bind(lose func(cause error)) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go e.watchOwn(ctx, lose)
+	return func() {
+		e.b.mu.Lock()
+		e.stopped = true
+		e.b.mu.Unlock()
+		cancel()
+	}
+}
+
+func (e *entry) watchOwn(ctx context.Context, lose func(cause error)) {
+	b := e.b
+	// A lock released at once costs no watch: start it a little later
+	// (from the create revision + 1, so nothing is missed meanwhile).
+	t := time.NewTimer(watchDelay)
+	select {
+	case <-ctx.Done():
+		t.Stop()
+		return
+	case <-t.C:
+	}
+	rev := e.rev + 1
+	pause := 50 * time.Millisecond
+	for i := 0; i < maxRewatch; i++ {
+		for wr := range b.client.Watch(ctx, e.myKey, clientv3.WithRev(rev)) {
+			for _, ev := range wr.Events {
+				if ev.Type == mvccpb.DELETE {
+					e.deleted(lose, fmt.Sprintf("deleted behind the holder's back (revision %d)", ev.Kv.ModRevision))
+					return
+				}
+			}
+		}
+		// The watch ended: the lock ended, the client closed, or etcd
+		// cancelled it (a compaction). Read the entry and watch on from
+		// there.
+		if ctx.Err() != nil || b.client.Ctx().Err() != nil {
+			return
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		pause = min(2*pause, 5*time.Second)
+		rctx, cancel := b.rpc(ctx)
+		g, err := b.client.Get(rctx, e.myKey)
+		cancel()
+		if err != nil {
+			continue
+		}
+		if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != e.rev {
+			e.deleted(lose, "deleted behind the holder's back")
+			return
+		}
+		rev = g.Header.Revision + 1
+	}
+}
+
+// deleted reports a deletion seen by the entry's watch, unless the lock
+// had already ended (then it may be our own release).
+func (e *entry) deleted(lose func(error), why string) {
+	b := e.b
+	b.mu.Lock()
+	if e.stopped {
+		b.mu.Unlock()
+		return
+	}
+	e.foreign = true
+	r := b.goneLocked(e)
+	b.mu.Unlock()
+	if r {
+		b.revoke(e.s)
+	}
+	lose(e.notHeld(why))
+}
+
 // Refresh implements dlock.Lease: keep the lease alive and check the queue
 // key is still ours.
-func (e *entry) Refresh(ctx context.Context, _ time.Duration) error {
-	errs := e.b.refreshAll(ctx, []dlock.Renewal{{Lease: e}})
-	return errs[0]
+func (e *entry) Refresh(ctx context.Context, ttl time.Duration) error {
+	var out error
+	e.b.RefreshBatch(ctx, []dlock.Renewal{{Lease: e, TTL: ttl}}, func(_ int, err error) { out = err })
+	return out
 }
 
 // Release implements dlock.Lease: delete the queue key only if it still
 // has our create revision, so a retried release never deletes a newer
-// holder's key.
+// holder's key. A release retried after an error (its reply was lost)
+// that finds the entry gone returns nil when the delete was ours, as far
+// as etcd can tell (see the package documentation), and an error wrapping
+// dlock.ErrNotHeld otherwise.
 func (e *entry) Release(ctx context.Context) error {
-	ok, err := e.dequeue(ctx)
-	switch {
-	case err != nil:
+	b := e.b
+	b.mu.Lock()
+	if e.deletedByUs {
+		b.mu.Unlock()
+		return nil
+	}
+	retried := e.released
+	e.released = true
+	b.mu.Unlock()
+	rctx, cancel := b.rpc(ctx)
+	resp, err := b.client.Txn(rctx).
+		If(clientv3.Compare(clientv3.CreateRevision(e.myKey), "=", e.rev)).
+		Then(clientv3.OpDelete(e.myKey)).
+		Commit()
+	cancel()
+	if err != nil {
+		// It may or may not be deleted: keep its slot, retry the delete.
+		b.orphan(e, false)
 		return fmt.Errorf("dlock: etcd release %q: %w", e.key, err)
-	case !ok:
-		return e.notHeld("deleted or replaced before release")
 	}
-	return nil
+	b.mu.Lock()
+	if resp.Succeeded {
+		e.deletedByUs = true
+	}
+	r := b.goneLocked(e)
+	foreign, revoked, deletedByUs := e.foreign, e.s.revoked, e.deletedByUs
+	b.mu.Unlock()
+	if r {
+		b.revoke(e.s)
+	}
+	switch {
+	case deletedByUs:
+		return nil
+	case !retried || foreign:
+		return e.notHeld("deleted before release")
+	case revoked:
+		return nil // our own revoke of its lease deleted it
+	}
+	// An earlier release of ours may have deleted it (its reply was lost):
+	// it did if the lease is still alive (no expiry or revoke took it) and
+	// the entry's watch saw no delete while the lock was held.
+	rctx, cancel = b.rpc(ctx)
+	ttl, err := b.client.TimeToLive(rctx, e.s.id)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("dlock: etcd release %q: checking the lease: %w", e.key, err)
+	}
+	if ttl.TTL > 0 {
+		return nil
+	}
+	return e.notHeld("its lease expired or was revoked before a retried release")
 }
 
-// RefreshBatch implements dlock.BatchRenewer: one keep-alive per distinct
-// lease, and one transaction (per 128 keys) reading every queue key.
+// RefreshBatch implements dlock.BatchRenewer: per distinct lease, one
+// keep-alive and one transaction (per 128 keys) reading its entries, both
+// at once; each lease's renewals are reported as soon as both answered, so
+// a slow lease delays only its own locks.
 func (b *backend) RefreshBatch(ctx context.Context, rs []dlock.Renewal, done func(int, error)) {
-	for i, err := range b.refreshAll(ctx, rs) {
-		done(i, err)
+	if err := b.check(); err != nil {
+		for i := range rs {
+			done(i, err)
+		}
+		return
 	}
+	bySession := map[*session][]int{}
+	var order []*session
+	for i, r := range rs {
+		s := r.Lease.(*entry).s
+		if bySession[s] == nil {
+			order = append(order, s)
+		}
+		bySession[s] = append(bySession[s], i)
+	}
+	var wg sync.WaitGroup
+	for _, s := range order {
+		wg.Go(func() { b.refreshSession(ctx, s, rs, bySession[s], done) })
+	}
+	wg.Wait()
 }
 
-func (b *backend) refreshAll(ctx context.Context, rs []dlock.Renewal) []error {
-	errs := make([]error, len(rs))
-	if err := b.check(); err != nil {
-		for i := range errs {
-			errs[i] = err
-		}
-		return errs
-	}
-	leaseErr := map[*session]error{}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	start := time.Now()
-	for _, r := range rs {
-		s := r.Lease.(*entry).s
-		if _, ok := leaseErr[s]; ok {
-			continue
-		}
-		leaseErr[s] = nil
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ka, err := b.client.KeepAliveOnce(ctx, s.id)
-			switch {
-			case errors.Is(err, rpctypes.ErrLeaseNotFound) || (err == nil && ka.TTL <= 0):
-				b.markDead(s)
-				err = fmt.Errorf("%w: etcd lease %x expired or was revoked", dlock.ErrNotHeld, int64(s.id))
-			case err == nil:
-				b.keptAlive(s, start)
-			}
-			mu.Lock()
-			leaseErr[s] = err
-			mu.Unlock()
-		}()
-	}
-	// Meanwhile, read every queue key in as few round trips as possible.
-	kvs := make([]*mvccpb.KeyValue, len(rs))
+// refreshSession renews the lease s and checks the entries rs[idx] on it.
+func (b *backend) refreshSession(ctx context.Context, s *session, rs []dlock.Renewal, idx []int, done func(int, error)) {
+	ka := make(chan error, 1)
+	go func() { ka <- b.keepAlive(ctx, s) }()
+	kvs := make([]*mvccpb.KeyValue, len(idx))
 	var readErr error
-	for lo := 0; lo < len(rs); lo += maxTxnOps {
-		hi := min(lo+maxTxnOps, len(rs))
+	for lo := 0; lo < len(idx); lo += maxTxnOps {
+		hi := min(lo+maxTxnOps, len(idx))
 		ops := make([]clientv3.Op, 0, hi-lo)
-		for _, r := range rs[lo:hi] {
-			ops = append(ops, clientv3.OpGet(r.Lease.(*entry).myKey))
+		for _, i := range idx[lo:hi] {
+			ops = append(ops, clientv3.OpGet(rs[i].Lease.(*entry).myKey, clientv3.WithKeysOnly()))
 		}
-		resp, err := b.client.Txn(ctx).Then(ops...).Commit()
+		rctx, cancel := b.rpc(ctx)
+		resp, err := b.client.Txn(rctx).Then(ops...).Commit()
+		cancel()
 		if err != nil {
 			readErr = err
 			break
 		}
-		for i, rr := range resp.Responses {
+		for j, rr := range resp.Responses {
 			if got := rr.GetResponseRange().Kvs; len(got) > 0 {
-				kvs[lo+i] = got[0]
+				kvs[lo+j] = got[0]
 			}
 		}
 	}
-	wg.Wait()
-	for i, r := range rs {
-		e := r.Lease.(*entry)
+	kaErr := <-ka
+	for j, i := range idx {
+		e := rs[i].Lease.(*entry)
+		var err error
 		switch {
-		case leaseErr[e.s] != nil:
-			errs[i] = leaseErr[e.s]
+		case kaErr != nil:
+			err = kaErr
 		case readErr != nil:
-			errs[i] = fmt.Errorf("dlock: etcd refresh %q: %w", e.key, readErr)
-		case kvs[i] == nil || kvs[i].CreateRevision != e.rev:
-			errs[i] = e.notHeld("deleted or replaced behind the holder's back")
+			err = fmt.Errorf("dlock: etcd refresh %q: %w", e.key, readErr)
+		case kvs[j] == nil || kvs[j].CreateRevision != e.rev:
+			err = e.notHeld("deleted or replaced behind the holder's back")
+			e.b.gone(e)
 		}
-		if errors.Is(errs[i], dlock.ErrNotHeld) {
-			e.free()
-		}
+		done(i, err)
 	}
-	return errs
+	// Orphans on this lease would live as long as these locks keep it alive.
+	if kaErr == nil {
+		b.sweepSession(ctx, s)
+	}
 }
 
 // Info describes a held lock.
@@ -577,16 +1219,20 @@ type Info struct {
 }
 
 // List returns the held locks whose name starts with prefix: every queue
-// "<name>/<lease hex>" with a leased key, the holder being the entry with
-// the lowest create revision (etcdctl's locks included).
+// "<EscapeKey(name)>/<lease hex>" with a leased key, the holder being the
+// entry with the lowest create revision (etcdctl's locks included; their
+// names are shown as they are, unescaped).
 func (l *Locker) List(ctx context.Context, prefix string) ([]Info, error) {
 	b := l.b
 	if err := b.check(); err != nil {
 		return nil, err
 	}
+	if ctx == nil {
+		return nil, fmt.Errorf("%w: nil context", dlock.ErrInvalidOption)
+	}
 	ctx, cancel := b.rpc(ctx)
 	defer cancel()
-	resp, err := b.client.Get(ctx, b.prefix+prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	resp, err := b.client.Get(ctx, b.prefix+EscapeKey(prefix), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
 		return nil, fmt.Errorf("dlock: etcd list: %w", err)
 	}
@@ -601,7 +1247,7 @@ func (l *Locker) List(ctx context.Context, prefix string) ([]Info, error) {
 		if _, err := strconv.ParseUint(k[i+1:], 16, 64); err != nil {
 			continue
 		}
-		name := k[:i]
+		name := unescapeKey(k[:i])
 		if in := byName[name]; in != nil {
 			in.Waiters++
 			continue
@@ -613,7 +1259,12 @@ func (l *Locker) List(ctx context.Context, prefix string) ([]Info, error) {
 	out := make([]Info, 0, len(order))
 	for _, name := range order {
 		in := byName[name]
-		if ttl, err := b.client.TimeToLive(ctx, clientv3.LeaseID(in.Lease)); err == nil && ttl.TTL > 0 {
+		ttl, err := b.client.TimeToLive(ctx, clientv3.LeaseID(in.Lease))
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("dlock: etcd list: %w", err)
+			}
+		} else if ttl.TTL > 0 {
 			in.TTL = time.Duration(ttl.TTL) * time.Second
 		}
 		out = append(out, *in)

@@ -45,13 +45,20 @@ func newClient(t testing.TB, eps []string) *clientv3.Client {
 }
 
 func harness(c *etcdtest.Cluster, admin *clientv3.Client) dlocktest.Harness {
+	return harnessOn(c.Endpoints(), admin)
+}
+
+// harnessOn is the conformance harness for the cluster serving eps.
+func harnessOn(eps []string, admin *clientv3.Client) dlocktest.Harness {
 	return dlocktest.Harness{
-		New: func(t testing.TB) dlock.Locker { return etcdlock.New(newClient(t, c.Endpoints())) },
+		New: func(t testing.TB) dlock.Locker { return etcdlock.New(newClient(t, eps)) },
 		Expire: func(t testing.TB, key string) {
-			if _, err := admin.Delete(context.Background(), key+"/", clientv3.WithPrefix()); err != nil {
+			pfx := etcdlock.New(admin).QueuePrefix(key)
+			if _, err := admin.Delete(context.Background(), pfx, clientv3.WithPrefix()); err != nil {
 				t.Fatal(err)
 			}
 		},
+		NoticesDeletion: true,
 	}
 }
 

@@ -214,12 +214,34 @@ func (p *Process) Pid() int { return p.cmd.Process.Pid }
 // (etcd/) and logs (etcd/etcd.log, stderr.log).
 func (p *Process) Dir() string { return p.dir }
 
+// pauseTimeout bounds how long Pause waits for every thread of the child
+// to stop.
+const pauseTimeout = 10 * time.Second
+
 // Pause stops the child (SIGSTOP): its connections stay open and requests
-// to it hang until Resume.
-func (p *Process) Pause() { p.signal(syscall.SIGSTOP) }
+// to it hang until Resume. It returns once every thread of the child has
+// stopped (on Linux), so no request sent after it is served.
+func (p *Process) Pause() {
+	p.signal(syscall.SIGSTOP)
+	end := time.Now().Add(pauseTimeout)
+	for !p.killed() && !stopped(p.Pid()) {
+		if time.Now().After(end) {
+			p.t.Errorf("etcd process %d: not stopped %v after SIGSTOP", p.Pid(), pauseTimeout)
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
 
 // Resume continues a paused child (SIGCONT).
 func (p *Process) Resume() { p.signal(syscall.SIGCONT) }
+
+// killed reports whether Stop was called.
+func (p *Process) killed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stopped
+}
 
 func (p *Process) signal(sig syscall.Signal) {
 	p.mu.Lock()

@@ -10,3 +10,6 @@ import "syscall"
 func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
 }
+
+// stopped cannot tell here: Pause returns once SIGSTOP is sent.
+func stopped(int) bool { return true }

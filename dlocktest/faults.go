@@ -277,7 +277,9 @@ func testLostAcquireReply(t *testing.T, h Harness, f *Faults) {
 	key := Key(t)
 	// Warm the connections first: the reply lost must be the
 	// acquisition's, not a connection handshake's.
-	warm := mustAcquire(t, l, Key(t))
+	// The same TTL as below, so that a backend sharing leases per TTL
+	// (etcd) already has one and the reply lost is the entry's creation.
+	warm := mustAcquire(t, l, Key(t), dlock.WithTTL(time.Minute))
 	release(t, warm)
 	link.LoseNextReply()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

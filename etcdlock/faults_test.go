@@ -28,7 +28,7 @@ func faultHarness(t *testing.T) dlocktest.Harness {
 			proxy := testserver.StartProxy(t, u.Host)
 			return etcdlock.New(newClient(t, []string{"http://" + proxy.Addr()})), proxy
 		},
-		Pause: func(t testing.TB, key string) func() {
+		Pause: func(t testing.TB, keys ...string) func() {
 			p.Pause()
 			return p.Resume
 		},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/background"
@@ -80,6 +81,32 @@ type Acquirer struct {
 	backend Backend
 	minTTL  time.Duration
 	wd      *watchdog
+	rtt     atomic.Int64 // moving average of answered attempts, ns
+}
+
+// Bounds of the grace an attempt in flight gets once its context ends.
+const (
+	minAttemptGrace = 5 * time.Millisecond
+	maxAttemptGrace = 100 * time.Millisecond
+)
+
+// observe feeds an answered attempt's duration into the moving average.
+func (a *Acquirer) observe(d time.Duration) {
+	old := a.rtt.Load()
+	if old == 0 {
+		a.rtt.Store(int64(d))
+		return
+	}
+	a.rtt.Store(old + (int64(d)-old)/8) // approximate under races: fine
+}
+
+// attemptGrace is how long an attempt still in flight when its context
+// ends may take to answer before it is abandoned: four recent round trips,
+// within [5ms, 100ms]. A healthy server answers within it, so a wait that
+// ends mid-attempt reports what the server said (the holder, or the lock);
+// a hung one is reported unavailable that much after the deadline.
+func (a *Acquirer) attemptGrace() time.Duration {
+	return min(max(4*time.Duration(a.rtt.Load()), minAttemptGrace), maxAttemptGrace)
 }
 
 var _ Locker = (*Acquirer)(nil)
@@ -158,7 +185,7 @@ func (a *Acquirer) acquire(ctx context.Context, key string, opts []Option, wait 
 		// attempt in the background can never touch a later one.
 		req := &Request{Key: key, Owner: NewOwner(), Config: cfg, WaitID: waitID}
 		start := time.Now()
-		grace := time.Duration(0)
+		grace := a.attemptGrace()
 		if queued {
 			grace = queueGrace
 		}
@@ -168,14 +195,22 @@ func (a *Acquirer) acquire(ctx context.Context, key string, opts []Option, wait 
 		if abandoned {
 			return nil, unavailable(key, last, nil, err)
 		}
+		if !queued && ctx.Err() == nil {
+			a.observe(time.Since(start))
+		}
 		if err == nil {
-			if lk := a.grant(req, g, start); lk != nil {
+			var lk *Lock
+			if lk, err = a.grant(req, g, start); err == nil {
 				return lk, nil
 			}
-			err = fmt.Errorf("%w: lock %q was granted with no validity left (the request took longer than the TTL minus the drift allowance); released", ErrTransient, key)
 		}
 		var na *NotAcquiredError
 		switch {
+		case last != nil && ctx.Err() != nil && isContextErr(err, ctx):
+			// The attempt stopped because the wait ended (the backend gave
+			// up on the context it was handed, promptly): the key was
+			// seen held and nothing says otherwise.
+			return nil, notAcquired(key, last, context.Cause(ctx))
 		case errors.As(err, &na):
 			last, lastErr = na, nil
 			if !wait || queued { // a queue returns it only when ctx ended
@@ -231,26 +266,47 @@ func (a *Acquirer) acquire(ctx context.Context, key string, opts []Option, wait 
 		t := time.NewTimer(d)
 		select {
 		case <-t.C:
-		case <-notify:
+		case _, ok := <-notify:
 			t.Stop()
+			if !ok {
+				// A closed channel would be ready for ever: poll instead.
+				sub.Close()
+				sub = nil
+			}
 		case <-ctx.Done():
 			t.Stop()
 		}
 	}
 }
 
-// grant turns a successful attempt into a Lock, or returns nil (and undoes
-// the grant in the background) when the lease has no validity left: the
-// request took so long that its local deadline already passed.
-func (a *Acquirer) grant(req *Request, g Grant, start time.Time) *Lock {
+// grant turns a successful attempt into a Lock. It refuses (and undoes
+// in the background) a grant with no validity left (the request took so
+// long that its local deadline already passed) or lost while it was being
+// handed out, with an error wrapping ErrTransient, and a malformed grant
+// (a backend bug) with a plain error.
+func (a *Acquirer) grant(req *Request, g Grant, start time.Time) (*Lock, error) {
+	if g.Lease == nil || g.Token == 0 {
+		background.Go(func() { a.undo(req, g, nil) })
+		return nil, fmt.Errorf("dlock: acquire %q: the backend granted a lease without a lease handle or with token 0", req.Key)
+	}
 	if !g.Start.IsZero() && g.Start.Before(start) {
 		start = g.Start
 	}
-	if g.Lease == nil || !time.Now().Before(start.Add(req.Config.TTL-req.Config.Drift())) {
+	if !time.Now().Before(start.Add(req.Config.TTL - req.Config.Drift())) {
 		background.Go(func() { a.undo(req, g, nil) })
-		return nil
+		return nil, fmt.Errorf("%w: lock %q was granted with no validity left (the request took longer than the TTL minus the drift allowance); released", ErrTransient, req.Key)
 	}
-	return newLock(req.Key, req.Owner, req.Config, g, start, a.wd)
+	lk := newLock(req.Key, req.Owner, req.Config, g, start, a.wd)
+	if err := lk.Err(); err != nil {
+		return nil, fmt.Errorf("%w: lock %q was lost while it was handed out: %w", ErrTransient, req.Key, err)
+	}
+	return lk, nil
+}
+
+// isContextErr reports whether err is ctx's own error (or cause): the
+// backend stopped because the context ended, not because it failed.
+func isContextErr(err error, ctx context.Context) bool {
+	return err != nil && (errors.Is(err, ctx.Err()) || errors.Is(err, context.Cause(ctx)))
 }
 
 // undo removes what an attempt may have left on the server: the lease of a

@@ -38,6 +38,12 @@ const queueGrace = 100 * time.Millisecond
 // callGrace is call, giving f up to grace after ctx is done to return on
 // its own.
 func callGrace[T any](ctx context.Context, grace time.Duration, f func(context.Context) (T, error), late func(T, error)) (v T, err error, abandoned bool) {
+	if d, ok := ctx.Deadline(); ok && ctx.Done() == nil {
+		// A hand-written context with a deadline but no Done channel.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, d)
+		defer cancel()
+	}
 	if ctx.Done() == nil {
 		v, err = f(ctx)
 		return v, err, false

@@ -25,7 +25,7 @@ func TestConfigDefaults(t *testing.T) {
 	if c.Metadata[dlock.MetaHost] == "" || c.Metadata[dlock.MetaPID] == "" {
 		t.Fatalf("default metadata missing: %v", c.Metadata)
 	}
-	if want := 30*time.Second/100 + 2*time.Millisecond; c.Drift() != want {
+	if want := 30*time.Second/100 + dlock.DefaultDriftMin; c.Drift() != want {
 		t.Fatalf("drift = %v, want %v", c.Drift(), want)
 	}
 	c, _ = dlock.NewConfig("k", 0, dlock.WithoutDefaultMetadata(), dlock.WithMetadata("a", "b"))

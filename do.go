@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 )
 
 // Do acquires key, runs fn while holding it and releases it, also when fn
@@ -25,7 +26,7 @@ func Do(ctx context.Context, l Locker, key string, fn func(ctx context.Context, 
 
 // WithLock is Do for functions that return a value.
 func WithLock[T any](ctx context.Context, l Locker, key string, fn func(ctx context.Context, lk *Lock) (T, error), opts ...Option) (v T, err error) {
-	if l == nil {
+	if l == nil || isNilPointer(l) {
 		return v, ErrNilClient
 	}
 	if fn == nil {
@@ -43,4 +44,11 @@ func WithLock[T any](ctx context.Context, l Locker, key string, fn func(ctx cont
 		err = errors.Join(err, lk.Release(ctx))
 	}()
 	return fn(fctx, lk)
+}
+
+// isNilPointer reports whether l is a typed nil pointer (a nil *X in a
+// Locker interface), on which any method call would panic.
+func isNilPointer(l Locker) bool {
+	v := reflect.ValueOf(l)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }

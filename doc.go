@@ -69,10 +69,13 @@
 //     renewal, and a lock taken meanwhile is scheduled at once. A renewal
 //     whose success arrives after the deadline does not revive the lock.
 //   - Every call (Acquire, TryAcquire, Refresh, Release) returns by its
-//     context's deadline even when the server never answers (a queue wait,
-//     which ends on its own when its context does, is given at most 100ms
-//     more to report its holder). A call abandoned at the deadline goes on
-//     in the background and is undone if it turns out to have succeeded.
+//     context's deadline even when the server never answers. An attempt in
+//     flight at the deadline gets four recent round trips (5 to 100ms) to
+//     answer, so that a healthy server's answer (the holder, or the lock)
+//     is what the caller hears; a queue wait, which ends on its own when
+//     its context does, gets 100ms to report its holder. A call abandoned
+//     then goes on in the background and is undone if it turns out to have
+//     succeeded.
 //   - ErrNotAcquired means a holder was observed. An attempt that got no
 //     answer before the context ended is ErrUnavailable (joined with the
 //     context's error), a failed one the backend's error: an outage is

@@ -113,7 +113,7 @@ type Grant struct {
 func newLock(key, owner string, cfg *Config, g Grant, start time.Time, wd *watchdog) *Lock {
 	l := &Lock{key: key, owner: owner, token: g.Token, cfg: cfg, lease: g.Lease, wd: wd, acquired: start}
 	l.life, l.cancel = context.WithCancelCause(context.Background())
-	l.deadline = start.Add(cfg.TTL - cfg.Drift())
+	l.deadline = l.capDeadline(start.Add(cfg.TTL - cfg.Drift()))
 	if b, ok := g.Lease.(LossNotifier); ok {
 		stop := b.Bind(func(cause error) {
 			l.lose("the backend reported the lease lost", cause, !errors.Is(cause, ErrNotHeld))
@@ -137,7 +137,9 @@ func newLock(key, owner string, cfg *Config, g Grant, start time.Time, wd *watch
 	l.mu.Lock()
 	if l.state == stateHeld {
 		if cfg.MaxHold > 0 {
-			l.capTimer = time.AfterFunc(time.Until(start.Add(cfg.MaxHold)), func() {
+			// Drift allowance included, like every deadline: a renewal
+			// clipped to the cap ends the server lease at the cap.
+			l.capTimer = time.AfterFunc(time.Until(start.Add(cfg.MaxHold-cfg.Drift())), func() {
 				l.lose("hold cap reached", ErrHoldCapReached, true)
 			})
 		}
@@ -322,12 +324,16 @@ func (l *Lock) Release(ctx context.Context) error {
 		defer cancel()
 	}
 	l.mu.Lock()
+	var unbind func()
 	if l.state == stateHeld {
 		l.state = stateReleased
 		l.err = ErrReleased
-		l.stopLocked()
+		unbind = l.stopLocked()
 	}
 	l.mu.Unlock()
+	if unbind != nil {
+		unbind()
+	}
 	err := l.releaseServer(ctx)
 	switch {
 	case err == nil:
@@ -374,32 +380,43 @@ func (l *Lock) releaseServer(ctx context.Context) error {
 	}
 	f := l.flight
 	if f == nil {
+		// The request belongs to no caller: it runs to its own end (at
+		// least DefaultReleaseTimeout, or the caller's later deadline)
+		// even if the caller that started it stops waiting, and every
+		// caller waits for it the same way.
 		f = &releaseFlight{done: make(chan struct{})}
 		l.flight = f
 		l.mu.Unlock()
-		_, err, abandoned := call(ctx, func(ctx context.Context) (struct{}, error) {
-			err := l.lease.Release(ctx)
-			l.endFlight(f, err)
-			return struct{}{}, err
-		}, nil)
-		if abandoned {
-			return fmt.Errorf("%w: release %q: no answer before the context ended (the request goes on in the background): %w", ErrUnavailable, l.key, err)
+		run := func() {
+			end := time.Now().Add(DefaultReleaseTimeout)
+			if d, ok := ctx.Deadline(); ok && d.After(end) {
+				end = d
+			}
+			rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), end)
+			defer cancel()
+			l.endFlight(f, l.lease.Release(rctx))
 		}
-		if err != nil && !errors.Is(err, ErrNotHeld) {
-			return errors.Join(err, ctx.Err())
+		if ctx.Done() == nil {
+			run() // nothing to return early for
+		} else {
+			background.Go(run)
 		}
-		return l.doneErr()
+	} else {
+		l.mu.Unlock()
 	}
-	l.mu.Unlock()
 	select {
 	case <-f.done:
-		if f.err != nil && !errors.Is(f.err, ErrNotHeld) {
-			return f.err
-		}
-		return l.doneErr()
 	case <-ctx.Done():
-		return fmt.Errorf("%w: release %q: no answer before the context ended: %w", ErrUnavailable, l.key, context.Cause(ctx))
+		select {
+		case <-f.done: // both ready: the answer wins
+		default:
+			return fmt.Errorf("%w: release %q: no answer before the context ended (the request goes on in the background): %w", ErrUnavailable, l.key, context.Cause(ctx))
+		}
 	}
+	if f.err != nil && !errors.Is(f.err, ErrNotHeld) {
+		return errors.Join(f.err, ctx.Err())
+	}
+	return l.doneErr()
 }
 
 // doneResult is the first definitive answer of the server to a release:
@@ -424,31 +441,40 @@ func (l *Lock) endFlight(f *releaseFlight, err error) {
 	close(f.done)
 }
 
-// stopLocked stops timers, leaves the watchdog and closes Lost(). l.mu held.
-func (l *Lock) stopLocked() {
+// stopLocked stops timers, leaves the watchdog and closes Lost(). l.mu
+// held. It returns the backend's stop function (LossNotifier), which the
+// caller runs after unlocking: a backend may call lose from it or hold its
+// own mutex while calling lose.
+func (l *Lock) stopLocked() (unbind func()) {
 	if l.capTimer != nil {
 		l.capTimer.Stop()
 	}
 	l.wd.remove(l)
 	l.cancel(l.err)
-	if l.unbind != nil {
-		l.unbind()
-		l.unbind = nil
-	}
+	unbind, l.unbind = l.unbind, nil
+	return unbind
 }
 
 // lose marks the lock lost. cleanup queues a best-effort server release
 // (the server may still hold the lease); without it the server is known
 // not to hold it.
 func (l *Lock) lose(reason string, cause error, cleanup bool) {
+	if l.markLost(reason, cause, cleanup) {
+		background.Go(l.cleanup)
+	}
+}
+
+// markLost closes Lost() and reports whether a cleanup should be started
+// (the watchdog starts them only after closing every expired lock's Lost()).
+func (l *Lock) markLost(reason string, cause error, cleanup bool) bool {
 	l.mu.Lock()
 	if l.state != stateHeld {
 		l.mu.Unlock()
-		return
+		return false
 	}
 	l.state = stateLost
 	l.err = &LostError{Key: l.key, Token: l.token, Reason: reason, Cause: cause}
-	l.stopLocked()
+	unbind := l.stopLocked()
 	if !cleanup && !l.serverDone {
 		l.serverDone, l.doneResult = true, cause
 		if !errors.Is(cause, ErrNotHeld) {
@@ -456,9 +482,10 @@ func (l *Lock) lose(reason string, cause error, cleanup bool) {
 		}
 	}
 	l.mu.Unlock()
-	if cleanup {
-		background.Go(l.cleanup)
+	if unbind != nil {
+		unbind()
 	}
+	return cleanup
 }
 
 // cleanup releases a lost lock on the server, best effort, so the key
@@ -469,20 +496,34 @@ func (l *Lock) cleanup() {
 	_ = l.releaseServer(ctx)
 }
 
-// deadlinePassed is called by the watchdog at the local deadline.
-func (l *Lock) deadlinePassed() {
+// deadlinePassed is called by the watchdog at the local deadline. It
+// closes Lost() and reports whether a cleanup should be started.
+func (l *Lock) deadlinePassed() bool {
 	l.mu.Lock()
 	early := time.Now().Before(l.deadline) // a renewal moved it meanwhile
 	l.mu.Unlock()
 	if early {
-		return
+		// A pass that counted the lock as expired left it out of its
+		// next wake-up: make sure the new deadline is watched.
+		l.wd.rearm(l)
+		return false
 	}
 	// A lease renewed only up to the hold cap ends at the cap.
 	if l.cfg.MaxHold > 0 && !time.Now().Add(l.cfg.Drift()+time.Millisecond).Before(l.acquired.Add(l.cfg.MaxHold)) {
-		l.lose("hold cap reached", ErrHoldCapReached, true)
-		return
+		return l.markLost("hold cap reached", ErrHoldCapReached, true)
 	}
-	l.lose("local deadline passed without a successful renewal", nil, true)
+	return l.markLost("local deadline passed without a successful renewal", nil, true)
+}
+
+// capDeadline bounds a local deadline by the hold cap (less the drift
+// allowance): no renewal extends the server lease past the cap.
+func (l *Lock) capDeadline(d time.Time) time.Time {
+	if l.cfg.MaxHold > 0 {
+		if c := l.acquired.Add(l.cfg.MaxHold - l.cfg.Drift()); d.After(c) {
+			return c
+		}
+	}
+	return d
 }
 
 // renewTTL is the TTL for a renewal sent at now, clipped by the hold cap.
@@ -512,10 +553,12 @@ func (l *Lock) renewed(start time.Time, ttl time.Duration) bool {
 	}
 	if !time.Now().Before(l.deadline) {
 		l.mu.Unlock()
-		l.deadlinePassed()
+		if l.deadlinePassed() {
+			background.Go(l.cleanup)
+		}
 		return false
 	}
-	d := start.Add(ttl - l.cfg.Drift())
+	d := l.capDeadline(start.Add(ttl - l.cfg.Drift()))
 	if d.After(l.deadline) {
 		l.deadline = d
 		l.wd.setDeadline(l, d)

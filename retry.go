@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"math"
 	"math/rand/v2"
 	"time"
 )
@@ -33,13 +34,17 @@ func (b ExpBackoff) Next(attempt int) time.Duration {
 	}
 	d := lo
 	for i := 1; i < attempt && d < hi; i++ {
+		if d > hi/2 { // doubling would pass hi (or overflow)
+			d = hi
+			break
+		}
 		d *= 2
 	}
 	if d > hi {
 		d = hi
 	}
 	half := d / 2
-	return half + rand.N(d-half+1)
+	return half + rand.N(d-half) // d-half ≥ 1 and cannot overflow
 }
 
 // ConstBackoff always waits the same duration, with ±jitter.
@@ -51,8 +56,12 @@ type ConstBackoff struct {
 // Next implements Backoff.
 func (b ConstBackoff) Next(int) time.Duration {
 	d := b.Delay
-	if b.Jitter > 0 {
-		d += rand.N(2*b.Jitter+1) - b.Jitter
+	if j := min(b.Jitter, math.MaxInt64/4); j > 0 {
+		r := rand.N(2*j+1) - j
+		if r > 0 && d > math.MaxInt64-r { // saturate instead of overflowing
+			return math.MaxInt64
+		}
+		d += r
 	}
 	if d < 0 {
 		d = 0

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/background"
 )
 
 // Renewal is one lease due for renewal, with the TTL to set.
@@ -98,6 +100,15 @@ func (w *watchdog) setDeadline(l *Lock, d time.Time) {
 	w.mu.Unlock()
 }
 
+// rearm makes sure a pass runs by l's next due time.
+func (w *watchdog) rearm(l *Lock) {
+	w.mu.Lock()
+	if e := w.locks[l]; e != nil {
+		w.armLocked(e.due())
+	}
+	w.mu.Unlock()
+}
+
 // renewDone ends l's renewal in flight and schedules the next one at at.
 func (w *watchdog) renewDone(l *Lock, at time.Time) {
 	w.mu.Lock()
@@ -163,8 +174,17 @@ func (w *watchdog) pass() {
 		w.armLocked(next)
 	}
 	w.mu.Unlock()
+	// Close every expired lock's Lost() first, then start the cleanups:
+	// with thousands of locks due at once, no Lost() waits behind another
+	// lock's goroutine start.
+	var cleanups []*Lock
 	for _, l := range expired {
-		l.deadlinePassed()
+		if l.deadlinePassed() {
+			cleanups = append(cleanups, l)
+		}
+	}
+	for _, l := range cleanups {
+		background.Go(l.cleanup)
 	}
 	if len(due) > 0 {
 		w.renew(due)

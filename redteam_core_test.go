@@ -1,0 +1,428 @@
+package dlock_test
+
+// Regression tests from the red-team review of the core (issue 9). Each
+// failed before its fix.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/memlock"
+)
+
+// flipCtx is a context whose deadline passes right after the first time
+// anyone asks it Err(): the legal behaviour of a context whose timer fires
+// between two checks (the contract only requires Err to be nil until Done
+// is closed).
+type flipCtx struct {
+	context.Context
+	once   sync.Once
+	ch     chan struct{}
+	n      atomic.Int32
+	cancel func()
+}
+
+func newFlipCtx() *flipCtx { return &flipCtx{Context: context.Background(), ch: make(chan struct{})} }
+
+func (c *flipCtx) Done() <-chan struct{} { return c.ch }
+func (c *flipCtx) Err() error {
+	if c.n.Add(1) == 1 {
+		return nil // still alive at the first check...
+	}
+	c.once.Do(func() { close(c.ch) }) // ...and expired a nanosecond later
+	return context.DeadlineExceeded
+}
+
+// F1: a Release whose context expires between Release's own ctx.Err()
+// check and call()'s check never sends the request and never ends the
+// release flight: every later Release joins a flight that never lands.
+func TestRedReleaseFlightWedgedByExpiringContext(t *testing.T) {
+	st := newStore()
+	c := newSlowClient(st)
+	a := dlock.NewAcquirer(c, 0)
+	lk, err := a.TryAcquire(context.Background(), "k", dlock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = lk.Release(newFlipCtx())
+	t.Logf("first Release (ctx expired mid-call): %v", err)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	err = lk.Release(ctx)
+	t.Logf("second Release(2s ctx) after %v: %v; release requests sent: %d; server holder still %q",
+		time.Since(t0).Round(time.Millisecond), err, c.count("release"), st.holder("k"))
+	if err != nil {
+		t.Errorf("BROKEN: a retried Release on a healthy backend fails: %v", err)
+	}
+	// With context.Background() (Done()==nil) the retry blocks forever on the
+	// stuck flight: demonstrate with a bounded wait.
+	done := make(chan error, 1)
+	go func() { done <- lk.Release(context.Background()) }()
+	select {
+	case err := <-done:
+		t.Logf("Release(Background) returned %v", err)
+	case <-time.After(time.Second):
+		t.Errorf("HANG: Release(context.Background()) still blocked after 1s (goroutine leaks for ever)")
+	}
+}
+
+// F1b: the same wedge, reached naturally with real short deadlines.
+func TestRedReleaseFlightWedgedNaturally(t *testing.T) {
+	st := newStore()
+	c := newSlowClient(st)
+	a := dlock.NewAcquirer(c, 0)
+	wedged := 0
+	const n = 3000
+	for i := 0; i < n; i++ {
+		lk, err := a.TryAcquire(context.Background(), "k", dlock.WithTTL(time.Second), dlock.WithAutoRefresh(false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%40)*100*time.Nanosecond)
+		_ = lk.Release(ctx)
+		cancel()
+		ctx2, cancel2 := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		if err := lk.Release(ctx2); err != nil {
+			wedged++
+			if wedged == 1 {
+				t.Logf("iteration %d: retried Release: %v", i, err)
+			}
+			st.mu.Lock()
+			delete(st.entries, "k") // let the next iteration acquire
+			st.mu.Unlock()
+		}
+		cancel2()
+	}
+	if wedged > 0 {
+		t.Errorf("BROKEN: %d of %d locks could never be released again after a Release whose short deadline expired", wedged, n)
+	}
+}
+
+// closedSub is a subscription whose channel is closed (a backend closing
+// the channel when its pub/sub connection drops, or on Close).
+type closedSub struct{ ch chan struct{} }
+
+func (s closedSub) C() <-chan struct{} { return s.ch }
+func (s closedSub) Close()             {}
+
+type closedWatchClient struct{ *slowClient }
+
+func (c closedWatchClient) Watch(ctx context.Context, key string) (dlock.Subscription, error) {
+	ch := make(chan struct{})
+	close(ch)
+	return closedSub{ch}, nil
+}
+
+// F2: a subscription channel that is closed turns the wait loop into a
+// busy loop against the server: no backoff at all.
+func TestRedClosedSubscriptionSpins(t *testing.T) {
+	st := newStore()
+	holder := dlock.NewAcquirer(newSlowClient(st), 0)
+	lk, err := holder.TryAcquire(context.Background(), "k", dlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Release(context.Background())
+	c := newSlowClient(st)
+	a := dlock.NewAcquirer(closedWatchClient{c}, 0)
+	_, err = a.Acquire(context.Background(), "k", dlock.WithWait(100*time.Millisecond))
+	tries := c.count("try")
+	t.Logf("Acquire waited 100ms: %v; Try calls: %d (DefaultBackoff would make ~6)", err, tries)
+	if tries > 100 {
+		t.Errorf("SPIN: %d attempts in 100ms: a closed subscription channel defeats the backoff", tries)
+	}
+}
+
+// F3: the hold cap. A renewal clipped to the cap shortens the server lease
+// to end at the cap, but the local deadline is not moved earlier and the
+// cap timer has no drift allowance, so with a server clock within the
+// documented drift (0.5% fast here, the allowance is 1%+2ms) the server
+// lease expires and another client takes the key while the holder's
+// Lost() is still open.
+type fastClock struct{ *slowClient }
+
+type fastClockLease struct {
+	*slowLease
+}
+
+func (c fastClock) Try(ctx context.Context, req *dlock.Request) (dlock.Grant, error) {
+	g, err := c.slowClient.Try(ctx, req)
+	if err == nil {
+		// server clock runs 0.5% fast: its TTL ends 0.5% earlier in our time
+		st := c.st
+		st.mu.Lock()
+		e := st.entries[req.Key]
+		e.expires = time.Now().Add(time.Duration(float64(req.Config.TTL) * 0.995))
+		st.entries[req.Key] = e
+		st.mu.Unlock()
+		g.Lease = fastClockLease{g.Lease.(*slowLease)}
+	}
+	return g, err
+}
+
+func (l fastClockLease) Refresh(ctx context.Context, ttl time.Duration) error {
+	return l.slowLease.Refresh(ctx, time.Duration(float64(ttl)*0.995))
+}
+
+func TestRedHoldCapAfterServerExpiry(t *testing.T) {
+	st := newStore()
+	c := newSlowClient(st)
+	a := dlock.NewAcquirer(fastClock{c}, 0)
+	const ttl, hold = 3 * time.Second, 2500 * time.Millisecond
+	t0 := time.Now()
+	lk, err := a.TryAcquire(context.Background(), "k", dlock.WithTTL(ttl), dlock.WithMaxHold(hold))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// let exactly one renewal through (at TTL/3 = 1s, clipped to 1.5s), then hang renewals
+	waitFor(t, "first renewal", func() bool { return c.count("refresh") >= 1 })
+	resume := c.hang("refresh")
+	defer resume()
+	time.Sleep(50 * time.Millisecond)
+	t.Logf("local deadline after the clipped renewal: %v after acquire (server lease now ends ~1s+0.995*1.5s = 2.49s)", lk.Deadline().Sub(t0).Round(time.Millisecond))
+	other := dlock.NewAcquirer(newSlowClient(st), 0)
+	var got *dlock.Lock
+	for end := time.Now().Add(4 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Microsecond) {
+		lostBefore := closed(lk.Lost())
+		g, err := other.TryAcquire(context.Background(), "k", dlock.WithTTL(time.Second))
+		if err == nil {
+			got = g
+			if !lostBefore {
+				gotAt := time.Since(t0)
+				<-lk.Lost()
+				t.Errorf("BROKEN: another client acquired %q at %v while the capped holder's Lost() was open; Lost closed at %v (err %v)",
+					"k", gotAt.Round(time.Millisecond), time.Since(t0).Round(time.Millisecond), lk.Err())
+			} else {
+				t.Logf("held: Lost closed before the other client got the key")
+			}
+			break
+		}
+	}
+	if got != nil {
+		_ = got.Release(context.Background())
+	}
+	resume()
+	_ = lk.Release(context.Background())
+}
+
+// F4: Backoff arithmetic with large values panics inside dlock.
+func TestRedBackoffOverflowPanics(t *testing.T) {
+	try := func(name string, f func()) {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Errorf("PANIC in %s: %v", name, r)
+			}
+		}()
+		f()
+	}
+	try("ExpBackoff{Min: 1<<62, Max: 1<<63-1}.Next(2)", func() {
+		dlock.ExpBackoff{Min: 1 << 62, Max: 1<<63 - 1}.Next(2)
+	})
+	try("ExpBackoff{Min: 1h, Max: 1<<63-1}.Next(50)", func() {
+		dlock.ExpBackoff{Min: time.Hour, Max: 1<<63 - 1}.Next(50)
+	})
+	try("ConstBackoff{Jitter: 1<<62}.Next(1)", func() {
+		dlock.ConstBackoff{Delay: time.Second, Jitter: 1 << 62}.Next(1)
+	})
+}
+
+// F4b: through Acquire: the panic happens on the caller's goroutine while
+// waiting, after the key was observed held.
+func TestRedBackoffPanicThroughAcquire(t *testing.T) {
+	m := memlock.New()
+	lk, err := m.TryAcquire(context.Background(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Release(context.Background())
+	defer func() {
+		if r := recover(); r != nil {
+			t.Errorf("PANIC from Acquire with WithBackoff(ConstBackoff{Delay:1ms, Jitter:1<<62}): %v", r)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err = m.Acquire(ctx, "k", dlock.WithBackoff(dlock.ConstBackoff{Delay: time.Millisecond, Jitter: 1 << 62}))
+	t.Logf("Acquire: %v", err)
+}
+
+var _ = errors.Is
+
+// F7: thousands of locks on one Acquirer whose renewals hang: how late
+// does Lost() close relative to each lock's local deadline and to its
+// server-side expiry (processing time + TTL on the store)?
+func TestRedManyLocksHungRenewal(t *testing.T) {
+	for _, n := range []int{1000} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			st := newStore()
+			c := newSlowClient(st)
+			a := dlock.NewAcquirer(c, 0)
+			resume := c.hang("refresh")
+			const ttl = 300 * time.Millisecond // drift allowance 5ms
+			type rec struct {
+				lk       *dlock.Lock
+				deadline time.Time
+				server   time.Time
+				lost     time.Time
+			}
+			recs := make([]*rec, n)
+			t0 := time.Now()
+			for i := range recs {
+				key := "k" + time.Duration(i).String()
+				lk, err := a.TryAcquire(context.Background(), key, dlock.WithTTL(ttl))
+				if err != nil {
+					t.Fatal(err)
+				}
+				st.mu.Lock()
+				srv := st.entries[key].expires
+				st.mu.Unlock()
+				recs[i] = &rec{lk: lk, deadline: lk.Deadline(), server: srv}
+			}
+			acq := time.Since(t0)
+			// one sampler goroutine sweeps all locks: for each, is Lost()
+			// closed, and does the server still hold the lease? A key free on
+			// the server while its holder's Lost() is open is a violation
+			// (another client would be granted it). Bounded to 5s.
+			left := n
+			violations := 0
+			var worstGap time.Duration
+			for end := time.Now().Add(5 * time.Second); left > 0 && time.Now().Before(end); {
+				for _, r := range recs {
+					if !r.lost.IsZero() {
+						continue
+					}
+					lostBefore := closed(r.lk.Lost())
+					free := st.holder(r.lk.Key()) == ""
+					now := time.Now()
+					if lostBefore {
+						r.lost = now
+						left--
+					} else if free {
+						if r.server.IsZero() || true {
+							if g := now.Sub(r.server); g > worstGap {
+								worstGap = g
+							}
+						}
+						violations++
+					}
+				}
+				time.Sleep(2 * time.Millisecond) // keep the sampler's own load low
+			}
+			t.Logf("sweep observations of a key free on the server while its holder's Lost() was open: %d (longest %v after server expiry)", violations, worstGap.Round(time.Microsecond))
+			resume()
+			var worst, worstSrv time.Duration
+			after := 0
+			never := 0
+			for _, r := range recs {
+				if r.lost.IsZero() {
+					never++
+					continue
+				}
+				worst = max(worst, r.lost.Sub(r.deadline))
+				if d := r.lost.Sub(r.server); d > 0 {
+					after++
+					worstSrv = max(worstSrv, d)
+				}
+			}
+			t.Logf("%d locks acquired in %v; Lost() closed up to %v after the local deadline; %d closed AFTER the server lease expired (worst by %v); %d never closed",
+				n, acq.Round(time.Millisecond), worst.Round(time.Microsecond), after, worstSrv.Round(time.Microsecond), never)
+			// The sampler sees a closed Lost() only on its next sweep, so
+			// "after" overstates; the ordering assertion is violations.
+			if violations > 0 || never > 0 {
+				t.Errorf("BROKEN: %d observations of a key free on the server while its holder's Lost() was open; %d locks never lost", violations, never)
+			}
+			for _, r := range recs {
+				_ = r.lk.Release(context.Background())
+			}
+		})
+	}
+}
+
+// Held (expected to pass): concurrent misuse of one Lock under -race.
+func TestRedConcurrentMisuse(t *testing.T) {
+	st := newStore()
+	c := newSlowClient(st)
+	a := dlock.NewAcquirer(c, 0)
+	for round := 0; round < 30; round++ {
+		lk, err := a.TryAcquire(context.Background(), "k", dlock.WithTTL(100*time.Millisecond), dlock.WithMaxHold(time.Duration(round)*3*time.Millisecond+30*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for g := 0; g < 8; g++ {
+			wg.Go(func() {
+				for i := 0; i < 20; i++ {
+					ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i)*50*time.Microsecond)
+					switch (g + i) % 5 {
+					case 0:
+						_ = lk.Release(ctx)
+					case 1:
+						_ = lk.Refresh(ctx)
+					case 2:
+						c, cc := lk.Context(ctx)
+						_ = c.Err()
+						cc()
+					case 3:
+						_, _ = lk.Deadline(), lk.Err()
+					case 4:
+						select {
+						case <-lk.Lost():
+						default:
+						}
+					}
+					cancel()
+				}
+			})
+		}
+		wg.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err = lk.Release(ctx)
+		cancel()
+		if err != nil && !errors.Is(err, dlock.ErrLockLost) {
+			t.Errorf("round %d: final Release: %v", round, err)
+		}
+		st.mu.Lock()
+		delete(st.entries, "k")
+		st.mu.Unlock()
+	}
+}
+
+// F8: a wait that ends while a poll is being made against a healthy,
+// answering backend is reported as ErrUnavailable ("lock service
+// unavailable"), not ErrNotAcquired, although the key was observed held
+// the whole time. dlock run maps that to exit 3 ("backend error").
+func TestRedWaitTimeoutReportedAsOutage(t *testing.T) {
+	m := memlock.New()
+	lk, err := m.TryAcquire(context.Background(), "k", dlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Release(context.Background())
+	unavail, notacq := 0, 0
+	var sample error
+	for i := 0; i < 300; i++ {
+		_, err := m.Acquire(context.Background(), "k", dlock.WithWait(time.Duration(2+i%5)*time.Millisecond),
+			dlock.WithBackoff(dlock.ConstBackoff{Delay: 100 * time.Microsecond}))
+		switch {
+		case errors.Is(err, dlock.ErrNotAcquired):
+			notacq++
+		case errors.Is(err, dlock.ErrUnavailable):
+			unavail++
+			sample = err
+		default:
+			t.Fatalf("unexpected: %v", err)
+		}
+	}
+	t.Logf("in-process memlock, key held throughout: %d ErrNotAcquired, %d ErrUnavailable; e.g. %v", notacq, unavail, sample)
+	if unavail > 0 {
+		t.Errorf("MISLEADING: %d of 300 plain wait timeouts on a healthy backend reported as an outage", unavail)
+	}
+}

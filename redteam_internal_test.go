@@ -1,0 +1,237 @@
+package dlock
+
+// Regression tests from the red-team review (issue 9) that need the watchdog's internals to force an
+// interleaving (run: go test -p 1 -run TestRedInternal -v .).
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+// gateBackend: one key, leases that expire on a "server" map; Refresh can
+// be gated.
+type gateBackend struct {
+	mu      sync.Mutex
+	expires map[string]time.Time
+	owner   map[string]string
+	gate    chan struct{} // when non-nil, Refresh waits on it
+}
+
+func newGateBackend() *gateBackend {
+	return &gateBackend{expires: map[string]time.Time{}, owner: map[string]string{}}
+}
+
+func (b *gateBackend) Try(ctx context.Context, req *Request) (Grant, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if e, ok := b.expires[req.Key]; ok && time.Now().Before(e) {
+		return Grant{}, &NotAcquiredError{Key: req.Key, Holder: b.owner[req.Key], TTL: time.Until(e)}
+	}
+	b.expires[req.Key] = time.Now().Add(req.Config.TTL)
+	b.owner[req.Key] = req.Owner
+	return Grant{Lease: &gateLease{b: b, key: req.Key, owner: req.Owner}, Token: 1}, nil
+}
+
+type gateLease struct {
+	b          *gateBackend
+	key, owner string
+}
+
+func (l *gateLease) Refresh(ctx context.Context, ttl time.Duration) error {
+	l.b.mu.Lock()
+	g := l.b.gate
+	l.b.mu.Unlock()
+	if g != nil {
+		<-g
+	}
+	l.b.mu.Lock()
+	defer l.b.mu.Unlock()
+	if l.b.owner[l.key] != l.owner || !time.Now().Before(l.b.expires[l.key]) {
+		return fmt.Errorf("%w", ErrNotHeld)
+	}
+	l.b.expires[l.key] = time.Now().Add(ttl)
+	return nil
+}
+
+func (l *gateLease) Release(ctx context.Context) error {
+	l.b.mu.Lock()
+	defer l.b.mu.Unlock()
+	if l.b.owner[l.key] == l.owner {
+		delete(l.b.expires, l.key)
+		delete(l.b.owner, l.key)
+	}
+	return nil
+}
+
+// F5: a manual Refresh whose success lands while a watchdog pass that
+// already read the old deadline waits for w.mu. The pass drops the lock
+// from its "next" computation (it counted it as expired), deadlinePassed
+// then sees the moved deadline ("early") and returns, and nothing re-arms
+// the timer: the lock's new deadline never fires. Lost() stays open for
+// ever while the server lease expires.
+//
+// The interleaving is forced by holding w.mu from the test (standing in
+// for a pass that is iterating many locks, or plain preemption); every
+// step is one the scheduler may choose on its own.
+func TestRedInternalManualRefreshRaceLosesDeadline(t *testing.T) {
+	b := newGateBackend()
+	a := NewAcquirer(b, 0)
+	const ttl = 200 * time.Millisecond
+	// A: a decoy whose deadline fires just before B's, so that a pass is
+	// queued on w.mu before B's renewal is.
+	lkA, err := a.TryAcquire(context.Background(), "a", WithTTL(ttl), WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	lkB, err := a.TryAcquire(context.Background(), "b", WithTTL(ttl), WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dA, dB := lkA.Deadline(), lkB.Deadline()
+
+	gate := make(chan struct{})
+	b.mu.Lock()
+	b.gate = gate
+	b.mu.Unlock()
+	refreshed := make(chan error, 1)
+	time.Sleep(time.Until(dA) - 10*time.Millisecond)
+	go func() { refreshed <- lkB.Refresh(context.Background()) }() // sent 10ms before A's deadline
+
+	time.Sleep(time.Until(dA) - 3*time.Millisecond)
+	a.wd.mu.Lock()                                  // "a pass is busy"
+	time.Sleep(time.Until(dA) + 2*time.Millisecond) // A's timer fires: its pass queues on w.mu
+	time.Sleep(time.Until(dB) - 5*time.Millisecond)
+	close(gate) // B's refresh answers 5ms before B's deadline...
+	time.Sleep(time.Until(dB) + 2*time.Millisecond)
+	// ...renewed() checked now < deadline and waits for w.mu in setDeadline;
+	// B's old deadline has passed now.
+	a.wd.mu.Unlock() // the pass (queued first) runs, then setDeadline
+
+	if err := <-refreshed; err != nil {
+		t.Fatalf("refresh: %v", err)
+	}
+	newDeadline := lkB.Deadline()
+	t.Logf("B refreshed; new local deadline in %v", time.Until(newDeadline).Round(time.Millisecond))
+	select {
+	case <-lkB.Lost():
+		t.Logf("held: B lost at its deadline: %v", lkB.Err())
+	case <-time.After(time.Until(newDeadline) + 500*time.Millisecond):
+		b.mu.Lock()
+		serverLeft := time.Until(b.expires["b"])
+		b.mu.Unlock()
+		t.Errorf("BROKEN: B's local deadline passed %v ago, its server lease ended %v ago, and Lost() is still open (Err=%v, timerAt=%v)",
+			time.Since(newDeadline).Round(time.Millisecond), (-serverLeft).Round(time.Millisecond), lkB.Err(), a.wd.timerAt)
+	}
+	_ = lkA.Release(context.Background())
+	_ = lkB.Release(context.Background())
+}
+
+// notifyLease is a lease that implements LossNotifier in the two ways a
+// backend is likely to get wrong, neither forbidden by the SPI doc.
+type notifyLease struct {
+	gateLease
+	mode string // "lose-in-stop", "lose-in-bind", "mutex"
+	mu   sync.Mutex
+	lose func(error)
+}
+
+func (l *notifyLease) Bind(lose func(cause error)) func() {
+	switch l.mode {
+	case "lose-in-bind":
+		lose(fmt.Errorf("%w: session already gone", ErrNotHeld))
+		return func() {}
+	case "lose-in-stop":
+		return func() { lose(fmt.Errorf("watch closed")) } // synchronous
+	case "mutex":
+		l.lose = lose
+		return func() { l.mu.Lock(); l.lose = nil; l.mu.Unlock() }
+	}
+	return nil
+}
+
+// fire simulates the backend's watch goroutine noticing a loss: under its
+// own mutex (to not race with stop), it calls lose.
+func (l *notifyLease) fire(entered chan<- struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	close(entered)
+	time.Sleep(50 * time.Millisecond) // widen the window
+	if l.lose != nil {
+		l.lose(fmt.Errorf("%w: session expired", ErrNotHeld))
+	}
+}
+
+type notifyBackend struct {
+	*gateBackend
+	mode string
+	last *notifyLease
+}
+
+func (b *notifyBackend) Try(ctx context.Context, req *Request) (Grant, error) {
+	g, err := b.gateBackend.Try(ctx, req)
+	if err != nil {
+		return g, err
+	}
+	nl := &notifyLease{gateLease: *g.Lease.(*gateLease), mode: b.mode}
+	b.last = nl
+	g.Lease = nl
+	return g, nil
+}
+
+// F6: LossNotifier re-entrancy. (a) a stop function that reports the loss
+// synchronously self-deadlocks Release (stop runs under l.mu, lose takes
+// l.mu); (b) a backend that calls lose under its own mutex while stop takes
+// that mutex deadlocks Release against the backend (ABBA: l.mu -> backend
+// mutex in Release, backend mutex -> l.mu in the watch goroutine).
+func TestRedInternalLossNotifierDeadlocks(t *testing.T) {
+	for _, mode := range []string{"lose-in-stop", "mutex"} {
+		t.Run(mode, func(t *testing.T) {
+			nb := &notifyBackend{gateBackend: newGateBackend(), mode: mode}
+			a := NewAcquirer(nb, 0)
+			lk, err := a.TryAcquire(context.Background(), "k", WithTTL(time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if mode == "mutex" {
+				entered := make(chan struct{})
+				go nb.last.fire(entered)
+				<-entered
+			}
+			done := make(chan error, 1)
+			go func() { done <- lk.Release(context.Background()) }()
+			select {
+			case err := <-done:
+				t.Logf("held: Release returned %v", err)
+			case <-time.After(2 * time.Second):
+				t.Errorf("DEADLOCK: Release blocked for 2s (mode %s); the lock's mutex is held for ever, Err()/Deadline()/Refresh() now hang too", mode)
+				errc := make(chan struct{})
+				go func() { lk.Err(); close(errc) }()
+				select {
+				case <-errc:
+				case <-time.After(200 * time.Millisecond):
+					t.Logf("confirmed: lk.Err() blocks as well")
+				}
+			}
+		})
+	}
+}
+
+// F6c: a loss reported during Bind hands out a lock that is lost at birth
+// (the design says no lock is handed out lost at birth).
+func TestRedInternalLostAtBirth(t *testing.T) {
+	nb := &notifyBackend{gateBackend: newGateBackend(), mode: "lose-in-bind"}
+	a := NewAcquirer(nb, 0)
+	lk, err := a.TryAcquire(context.Background(), "k", WithTTL(time.Second))
+	if err != nil {
+		t.Logf("held: %v", err)
+		return
+	}
+	if lk.Err() != nil {
+		t.Errorf("MISLEADING: TryAcquire returned success (err nil) with a lock that is already lost: %v", lk.Err())
+	}
+	_ = lk.Release(context.Background())
+}

@@ -11,7 +11,7 @@
 // timeout and retries). The attempt succeeds as soon as a majority granted
 // and fails as soon as a majority has become impossible (taken, failing or
 // silent), so a slow, hung or dead node never delays the answer. A lock is
-// valid for TTL − elapsed − drift, with drift = TTL × 0.01 + 2ms
+// valid for TTL − elapsed − drift, with drift = TTL × 0.01 + 10ms
 // (dlock.WithDrift changes it) and elapsed measured on the monotonic clock;
 // a grant with no validity left is released and reported as transient.
 // Every node that granted or did not answer cleanly is released

@@ -491,16 +491,18 @@ func (l *Lock) markLost(reason string, cause error, cleanup bool) bool {
 // cleanup releases a lost lock on the server, best effort, so the key
 // frees as soon as the server is reachable rather than at expiry.
 func (l *Lock) cleanup() {
-	ctx, cancel := context.WithTimeout(context.Background(), DefaultReleaseTimeout)
-	defer cancel()
-	_ = l.releaseServer(ctx)
+	// Already on a background goroutine: run the request here (its own
+	// context is bounded by DefaultReleaseTimeout), not on another one.
+	_ = l.releaseServer(context.Background())
 }
 
-// deadlinePassed is called by the watchdog at the local deadline. It
-// closes Lost() and reports whether a cleanup should be started.
-func (l *Lock) deadlinePassed() bool {
+// deadlinePassed is called by the watchdog at the local deadline, with
+// now the time the lock counts as lost at (the watchdog may lose a lock a
+// little early when many are due at once). It closes Lost() and reports
+// whether a cleanup should be started.
+func (l *Lock) deadlinePassed(now time.Time) bool {
 	l.mu.Lock()
-	early := time.Now().Before(l.deadline) // a renewal moved it meanwhile
+	early := now.Before(l.deadline) // a renewal moved it meanwhile
 	l.mu.Unlock()
 	if early {
 		// A pass that counted the lock as expired left it out of its
@@ -509,7 +511,7 @@ func (l *Lock) deadlinePassed() bool {
 		return false
 	}
 	// A lease renewed only up to the hold cap ends at the cap.
-	if l.cfg.MaxHold > 0 && !time.Now().Add(l.cfg.Drift()+time.Millisecond).Before(l.acquired.Add(l.cfg.MaxHold)) {
+	if l.cfg.MaxHold > 0 && !now.Add(l.cfg.Drift()+time.Millisecond).Before(l.acquired.Add(l.cfg.MaxHold)) {
 		return l.markLost("hold cap reached", ErrHoldCapReached, true)
 	}
 	return l.markLost("local deadline passed without a successful renewal", nil, true)
@@ -551,9 +553,9 @@ func (l *Lock) renewed(start time.Time, ttl time.Duration) bool {
 		l.mu.Unlock()
 		return false
 	}
-	if !time.Now().Before(l.deadline) {
+	if now := time.Now(); !now.Before(l.deadline) {
 		l.mu.Unlock()
-		if l.deadlinePassed() {
+		if l.deadlinePassed(now) {
 			background.Go(l.cleanup)
 		}
 		return false

@@ -260,13 +260,13 @@ var _ = errors.Is
 // does Lost() close relative to each lock's local deadline and to its
 // server-side expiry (processing time + TTL on the store)?
 func TestRedManyLocksHungRenewal(t *testing.T) {
-	for _, n := range []int{1000} {
+	for _, n := range []int{1000, 3000} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			st := newStore()
 			c := newSlowClient(st)
 			a := dlock.NewAcquirer(c, 0)
 			resume := c.hang("refresh")
-			const ttl = 300 * time.Millisecond // drift allowance 5ms
+			const ttl = time.Second // drift allowance 20ms
 			type rec struct {
 				lk       *dlock.Lock
 				deadline time.Time
@@ -314,7 +314,7 @@ func TestRedManyLocksHungRenewal(t *testing.T) {
 						violations++
 					}
 				}
-				time.Sleep(2 * time.Millisecond) // keep the sampler's own load low
+				time.Sleep(5 * time.Millisecond) // keep the sampler's own load low
 			}
 			t.Logf("sweep observations of a key free on the server while its holder's Lost() was open: %d (longest %v after server expiry)", violations, worstGap.Round(time.Microsecond))
 			resume()

@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"sync"
@@ -41,6 +42,12 @@ type BatchRenewer interface {
 // lock whose renewal is in flight is skipped by later passes until that
 // renewal reports (its deadline still fires on time).
 //
+// The locks are kept in a min-heap by their next due time, so a pass
+// touches only the locks that are due (the first version scanned every
+// lock on every pass: with thousands of locks whose deadlines are spread
+// out, that is a pass per deadline times a scan of all of them, and under
+// the race detector the timer fell tens of ms behind).
+//
 // There is no goroutine and no timer per lock: acquiring a lock touches the
 // timer only when the new lock is due before everything else, so a lock
 // released before its first renewal usually costs no timer operation at
@@ -51,14 +58,25 @@ type watchdog struct {
 
 	mu      sync.Mutex
 	locks   map[*Lock]*wdEntry
+	queue   wdHeap
 	timer   *time.Timer
 	timerAt time.Time // when the timer fires; zero when not armed
+	// loseCost is the measured time to lose one lock (close its Lost()),
+	// a moving average in ns. A pass that loses many locks at once loses
+	// each one early by the work queued before it, so that the last one
+	// is not late: a lock at position k closes at about now + k*loseCost.
+	loseCost atomic.Int64
 }
 
+// defaultLoseCost is loseCost before the first measurement.
+const defaultLoseCost = 5 * time.Microsecond
+
 type wdEntry struct {
+	l        *Lock
 	renewAt  time.Time // zero: auto-refresh off
 	deadline time.Time // the lock's local deadline (copy, under w.mu)
 	inflight bool      // a renewal of this lock is running
+	idx      int       // position in the heap; -1 when not in it
 }
 
 // due is the next time a pass has something to do for the entry.
@@ -69,6 +87,39 @@ func (e *wdEntry) due() time.Time {
 	return e.deadline
 }
 
+// wdHeap orders entries by due time (container/heap).
+type wdHeap []*wdEntry
+
+func (h wdHeap) Len() int           { return len(h) }
+func (h wdHeap) Less(i, j int) bool { return h[i].due().Before(h[j].due()) }
+func (h wdHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].idx, h[j].idx = i, j
+}
+func (h *wdHeap) Push(x any) {
+	e := x.(*wdEntry)
+	e.idx = len(*h)
+	*h = append(*h, e)
+}
+func (h *wdHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	e.idx = -1
+	return e
+}
+
+// fixLocked restores e's place in the heap after its due time changed,
+// putting it back if a pass took it out. w.mu held.
+func (w *watchdog) fixLocked(e *wdEntry) {
+	if e.idx < 0 {
+		heap.Push(&w.queue, e)
+	} else {
+		heap.Fix(&w.queue, e.idx)
+	}
+}
+
 func newWatchdog(b BatchRenewer) *watchdog {
 	return &watchdog{batch: b, locks: map[*Lock]*wdEntry{}}
 }
@@ -76,8 +127,9 @@ func newWatchdog(b BatchRenewer) *watchdog {
 // add tracks l. Called with l.mu held (lock order: l.mu, then w.mu).
 func (w *watchdog) add(l *Lock, renewAt, deadline time.Time) {
 	w.mu.Lock()
-	e := &wdEntry{renewAt: renewAt, deadline: deadline}
+	e := &wdEntry{l: l, renewAt: renewAt, deadline: deadline, idx: -1}
 	w.locks[l] = e
+	heap.Push(&w.queue, e)
 	w.armLocked(e.due())
 	w.mu.Unlock()
 }
@@ -86,7 +138,12 @@ func (w *watchdog) add(l *Lock, renewAt, deadline time.Time) {
 // to do costs less than stopping and re-arming the timer on every release.
 func (w *watchdog) remove(l *Lock) {
 	w.mu.Lock()
-	delete(w.locks, l)
+	if e := w.locks[l]; e != nil {
+		delete(w.locks, l)
+		if e.idx >= 0 {
+			heap.Remove(&w.queue, e.idx)
+		}
+	}
 	w.mu.Unlock()
 }
 
@@ -96,14 +153,19 @@ func (w *watchdog) setDeadline(l *Lock, d time.Time) {
 	w.mu.Lock()
 	if e := w.locks[l]; e != nil {
 		e.deadline = d
+		if e.idx >= 0 {
+			heap.Fix(&w.queue, e.idx)
+		}
 	}
 	w.mu.Unlock()
 }
 
-// rearm makes sure a pass runs by l's next due time.
+// rearm makes sure a pass runs by l's next due time (a pass that counted
+// the lock as expired took it out of the heap).
 func (w *watchdog) rearm(l *Lock) {
 	w.mu.Lock()
 	if e := w.locks[l]; e != nil {
+		w.fixLocked(e)
 		w.armLocked(e.due())
 	}
 	w.mu.Unlock()
@@ -115,6 +177,7 @@ func (w *watchdog) renewDone(l *Lock, at time.Time) {
 	if e := w.locks[l]; e != nil {
 		e.inflight = false
 		e.renewAt = at
+		w.fixLocked(e)
 		w.armLocked(e.due())
 	}
 	w.mu.Unlock()
@@ -153,41 +216,82 @@ func (w *watchdog) pass() {
 	w.mu.Lock()
 	w.timerAt = time.Time{}
 	now := time.Now()
+	cost := time.Duration(w.loseCost.Load())
+	if cost <= 0 {
+		cost = defaultLoseCost
+	}
 	var due, expired []*Lock
-	var next time.Time
-	for l, e := range w.locks {
-		if !now.Before(e.deadline) {
-			expired = append(expired, l)
+	var at []time.Time // the time each expired lock counts as lost at
+	for w.queue.Len() > 0 {
+		e := w.queue[0]
+		// By the time the locks before it are lost, this one's deadline
+		// will have passed: lose it now, early rather than late.
+		if t := now.Add(cost * time.Duration(len(expired)+1)); !t.Before(e.deadline) {
+			heap.Pop(&w.queue) // back in by rearm if a renewal moved it
+			expired = append(expired, e.l)
+			at = append(at, t)
 			continue
 		}
 		// Coalesce: renew every lock due within 1/12 of its TTL now, so
 		// locks taken at nearly the same time share a round trip.
-		if !e.inflight && !e.renewAt.IsZero() && !e.renewAt.After(now.Add(l.cfg.TTL/12)) {
-			e.inflight = true
-			due = append(due, l)
+		if !e.inflight && !e.renewAt.IsZero() && !e.renewAt.After(now.Add(e.l.cfg.TTL/12)) {
+			e.inflight = true // its due time is now its deadline
+			heap.Fix(&w.queue, 0)
+			due = append(due, e.l)
+			continue
 		}
-		if at := e.due(); next.IsZero() || at.Before(next) {
-			next = at
-		}
+		break
 	}
-	if !next.IsZero() {
-		w.armLocked(next)
+	if w.queue.Len() > 0 {
+		w.armLocked(w.queue[0].due())
 	}
 	w.mu.Unlock()
 	// Close every expired lock's Lost() first, then start the cleanups:
 	// with thousands of locks due at once, no Lost() waits behind another
 	// lock's goroutine start.
 	var cleanups []*Lock
-	for _, l := range expired {
-		if l.deadlinePassed() {
+	start := time.Now()
+	for i, l := range expired {
+		if l.deadlinePassed(at[i]) {
 			cleanups = append(cleanups, l)
 		}
 	}
-	for _, l := range cleanups {
-		background.Go(l.cleanup)
+	if n := len(expired); n > 0 {
+		per := int64(time.Since(start)) / int64(n)
+		old := w.loseCost.Load()
+		if old == 0 {
+			old = int64(defaultLoseCost)
+		}
+		w.loseCost.Store(old + (per-old)/4)
 	}
+	cleanupAll(cleanups)
 	if len(due) > 0 {
 		w.renew(due)
+	}
+}
+
+// cleanupWorkers bounds the goroutines releasing lost locks of one pass:
+// thousands of locks lost at once (a hung server) must not become
+// thousands of goroutines competing with the timers of the next deadlines.
+const cleanupWorkers = 16
+
+// cleanupAll releases lost locks on the server in the background.
+func cleanupAll(locks []*Lock) {
+	if len(locks) == 0 {
+		return
+	}
+	n := min(len(locks), cleanupWorkers)
+	var next atomic.Int64
+	for range n {
+		background.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(locks) {
+					return
+				}
+				locks[i].cleanup()
+			}
+		})
 	}
 }
 

@@ -88,10 +88,13 @@
 //     or a released lock, never a panic of dlock's own.
 //
 // Not guaranteed:
-//   - The local deadline is only as good as the clocks: the drift
-//     allowance covers bounded clock-rate differences, not a server clock
-//     that jumps, and not a holder process paused between its check of
-//     Lost() and its write (fencing covers both).
+//   - The local deadline is only as good as the clocks and the scheduler:
+//     the drift allowance covers bounded clock-rate differences and a
+//     timer firing a little late (the watchdog also learns the timer's
+//     recent lateness and fires that much early), not a server clock that
+//     jumps, not a process paused or starved of CPU for longer than that,
+//     and not a holder paused between its check of Lost() and its write
+//     (fencing covers all of these).
 //   - An abandoned request that reaches the server after its undo (a link
 //     that delivers a held request late) may leave a lease nobody holds;
 //     it expires at its TTL.

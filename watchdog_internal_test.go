@@ -16,8 +16,11 @@ func (b *countingBackend) Try(ctx context.Context, req *Request) (Grant, error) 
 
 type countingLease struct{ b *countingBackend }
 
-func (l countingLease) Refresh(context.Context, time.Duration) error { l.b.refreshes.Add(1); return nil }
-func (l countingLease) Release(context.Context) error                { return nil }
+func (l countingLease) Refresh(context.Context, time.Duration) error {
+	l.b.refreshes.Add(1)
+	return nil
+}
+func (l countingLease) Release(context.Context) error { return nil }
 
 // After the timer was seen very late (a process paused for seconds), the
 // watchdog arms and loses early by at most a tenth of a TTL, and does not

@@ -33,6 +33,11 @@ Ctrl-C reaches it once. Processes CMD leaves running when it exits get
 SIGTERM, then SIGKILL after --grace, before the lock is released. If dlock
 is killed, even with SIGKILL, the whole tree is killed.
 
+Waiting: without -w dlock waits for the lock for ever; -w D gives up once D
+has passed; -n or -w 0 makes a single attempt. Connecting to the lock
+service is bounded by --connect-timeout, and so is the first attempt when
+-n or a shorter -w is given: even -w 1us gets one whole attempt.
+
 If the lock is lost while CMD runs (renewal failed, key deleted), dlock says
 so on stderr, sends SIGTERM to every process of the tree, SIGKILL after
 --grace, and exits 4.
@@ -66,11 +71,12 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		nonblock bool
 		conflict int
 		grace    = fs.Duration("grace", 5*time.Second, "time between SIGTERM and SIGKILL when the lock is lost or CMD leaves processes behind")
-		connect  = fs.Duration("connect-timeout", defaultConnectTimeout, "bound on connecting to and probing the lock service (--wait bounds it too), and on -n's attempt")
+		connect  = fs.Duration("connect-timeout", defaultConnectTimeout, "bound on connecting to and probing the lock service, and on the first lock request when -n or --wait is shorter")
 		verbose  = fs.Bool("verbose", false, "print the process tree's pids and the client libraries' logs on stderr")
 	)
-	fs.Var(waitFlag{&wait}, "wait", "give up after waiting this long: a duration (2m) or seconds (30) (default: wait forever)")
-	fs.Var(waitFlag{&wait}, "w", "short for --wait")
+	var waitSet bool
+	fs.Var(waitFlag{&wait, &waitSet}, "wait", "give up after waiting this long: a duration (2m) or seconds (30); 0 means one attempt, like -n (default: wait forever)")
+	fs.Var(waitFlag{&wait, &waitSet}, "w", "short for --wait")
 	fs.BoolVar(&nonblock, "nonblock", false, "fail at once if the lock is held")
 	fs.BoolVar(&nonblock, "n", false, "short for --nonblock")
 	fs.IntVar(&conflict, "conflict-exit-code", exitConflict, "exit status when the lock is held by someone else")
@@ -117,6 +123,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "dlock run: %v\n", err)
 		return exitUsage
 	}
+	if waitSet && wait == 0 {
+		nonblock = true // -w 0 fails at once, as flock(1)'s does
+	}
 
 	// Nothing dlock prints may carry a secret of the URL.
 	raw := *rawURL
@@ -127,11 +136,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	// A closed stderr must not kill dlock (SIGPIPE) while it holds a lock.
 	catch(make(chan os.Signal, 1), syscall.SIGPIPE)
 
-	// --wait bounds the whole wait, connecting included.
+	// Connecting is bounded by --connect-timeout alone: a --wait shorter
+	// than that must still leave time for one attempt (see acquireForRun).
 	oo := openOptions{connectTimeout: *connect, verbose: *verbose, logs: stderr}
-	if !nonblock && wait > 0 && wait < *connect {
-		oo.connectTimeout, oo.timeoutFlag = wait, "--wait"
-	}
 	b, err := openBackend(raw, oo)
 	if err != nil {
 		return reportOpen(stderr, "run", err)
@@ -154,8 +161,12 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 }
 
 // waitFlag parses --wait as a duration ("2m", "1.5s") or as seconds
-// ("30", "0.5"), like flock(1)'s -w.
-type waitFlag struct{ d *time.Duration }
+// ("30", "0.5"), like flock(1)'s -w; set records that it was given (so
+// that -w 0 can mean one attempt while no -w means for ever).
+type waitFlag struct {
+	d   *time.Duration
+	set *bool
+}
 
 func (w waitFlag) String() string {
 	if w.d == nil || *w.d == 0 {
@@ -166,14 +177,14 @@ func (w waitFlag) String() string {
 
 func (w waitFlag) Set(s string) error {
 	if d, err := time.ParseDuration(s); err == nil {
-		*w.d = d
+		*w.d, *w.set = d, true
 		return nil
 	}
 	secs, err := strconv.ParseFloat(s, 64)
 	if err != nil || math.IsNaN(secs) || math.IsInf(secs, 0) || math.Abs(secs) > float64(math.MaxInt64/int64(time.Second)) {
 		return fmt.Errorf("want a duration (2m, 1.5s) or a number of seconds, got %q", s)
 	}
-	*w.d = time.Duration(secs * float64(time.Second))
+	*w.d, *w.set = time.Duration(secs*float64(time.Second)), true
 	return nil
 }
 
@@ -181,22 +192,22 @@ func (w waitFlag) Set(s string) error {
 type acquireRequest struct {
 	key      string
 	ttl      time.Duration
-	wait     time.Duration // 0: forever
-	nonblock bool
+	wait     time.Duration // 0: forever (unless nonblock)
+	nonblock bool          // -n or -w 0: one attempt
 	conflict int           // exit status when the lock is held
-	attempt  time.Duration // bound on -n's single attempt
+	attempt  time.Duration // --connect-timeout: bound on a first attempt that --wait does not cover
 }
 
 // acquireForRun takes the lock; on failure it returns nil and the exit code.
+//
+// Every run gets at least one whole attempt: with -n (or -w 0) it is the
+// only one, and with a --wait shorter than --connect-timeout the first
+// attempt may take up to --connect-timeout, so that -w 1us still takes a
+// free key. Waiting for a holder after that ends when --wait, counted from
+// the first attempt, has elapsed.
 func acquireForRun(b *backend, r acquireRequest, sigc chan os.Signal, stderr io.Writer) (*dlock.Lock, int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	attemptCtx := ctx
-	if r.nonblock {
-		var cancelAttempt context.CancelFunc
-		attemptCtx, cancelAttempt = context.WithTimeout(ctx, r.attempt)
-		defer cancelAttempt()
-	}
 	var sig os.Signal
 	stop, exited := make(chan struct{}), make(chan struct{})
 	go func() {
@@ -209,11 +220,21 @@ func acquireForRun(b *backend, r acquireRequest, sigc chan os.Signal, stderr io.
 	}()
 	opts := []dlock.Option{dlock.WithTTL(r.ttl), dlock.WithMetadata("cmd", "dlock run")}
 	var (
-		lk  *dlock.Lock
-		err error
+		lk         *dlock.Lock
+		err        error
+		attemptCtx context.Context // the bounded first attempt's, if any
 	)
-	if r.nonblock {
+	start := time.Now()
+	if r.nonblock || r.wait > 0 && r.wait < r.attempt {
+		var cancelAttempt context.CancelFunc
+		attemptCtx, cancelAttempt = context.WithTimeout(ctx, r.attempt)
 		lk, err = b.locker.TryAcquire(attemptCtx, r.key, opts...)
+		cancelAttempt()
+		if left := r.wait - time.Since(start); !r.nonblock && err != nil && left > 0 && ctx.Err() == nil &&
+			(heldBySomeone(err) || errors.Is(err, dlock.ErrTransient)) {
+			attemptCtx = nil // the error to report is the wait's
+			lk, err = b.locker.Acquire(ctx, r.key, append(opts, dlock.WithWait(left))...)
+		}
 	} else {
 		if r.wait > 0 {
 			opts = append(opts, dlock.WithWait(r.wait))
@@ -237,7 +258,7 @@ func acquireForRun(b *backend, r acquireRequest, sigc chan os.Signal, stderr io.
 	switch {
 	case code == exitUsage:
 		fmt.Fprintf(stderr, "dlock run: %v\n", err)
-	case code == exitBackend && r.nonblock && attemptCtx.Err() != nil:
+	case code == exitBackend && attemptCtx != nil && attemptCtx.Err() != nil && ctx.Err() == nil:
 		fmt.Fprintf(stderr, "dlock run: %s: no answer to the lock request within --connect-timeout %s: %v\n", b.where, r.attempt, err)
 	case code == exitBackend && errors.Is(err, dlock.ErrNotAcquired):
 		fmt.Fprintf(stderr, "dlock run: %s: no holder of %q was seen; the lock service did not answer: %v\n", b.where, r.key, err)
@@ -270,14 +291,21 @@ func acquireErrorStatus(err error, conflict int) int {
 	switch {
 	case errors.Is(err, dlock.ErrInvalidTTL), errors.Is(err, dlock.ErrInvalidKey), errors.Is(err, dlock.ErrInvalidOption):
 		return exitUsage
-	case !errors.Is(err, dlock.ErrNotAcquired):
-		return exitBackend
-	}
-	var na *dlock.NotAcquiredError
-	if errors.As(err, &na) && na.Holder == "" && len(na.Metadata) == 0 && na.TTL <= 0 {
+	case !heldBySomeone(err):
 		return exitBackend
 	}
 	return conflict
+}
+
+// heldBySomeone reports whether err says that a holder of the key was
+// seen: it wraps dlock.ErrNotAcquired and names an owner, metadata or a
+// lease.
+func heldBySomeone(err error) bool {
+	if !errors.Is(err, dlock.ErrNotAcquired) {
+		return false
+	}
+	var na *dlock.NotAcquiredError
+	return !errors.As(err, &na) || na.Holder != "" || len(na.Metadata) > 0 || na.TTL > 0
 }
 
 // runOptions are dlock run's settings for the process tree.

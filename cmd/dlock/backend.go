@@ -58,7 +58,14 @@ type openOptions struct {
 	// verbose routes the client libraries' own logs to logs.
 	verbose bool
 	logs    io.Writer
+	// readOnly is for commands that change nothing (ls): a file backend's
+	// directory must exist already (errNoLockDir); it is not created.
+	readOnly bool
 }
+
+// errNoLockDir: a read-only command was given a lock directory that does
+// not exist.
+var errNoLockDir = errors.New("no such lock directory")
 
 // defaultConnectTimeout is --connect-timeout's default.
 const defaultConnectTimeout = 5 * time.Second
@@ -278,6 +285,11 @@ func (s *scrubWriter) Write(p []byte) (int, error) {
 func (t *target) open(o openOptions) (*backend, error) {
 	switch t.Scheme {
 	case "file":
+		if o.readOnly {
+			if _, err := os.Stat(t.Dir); errors.Is(err, os.ErrNotExist) {
+				return nil, fmt.Errorf("%s: %w", t.where, errNoLockDir)
+			}
+		}
 		l, err := filelock.New(t.Dir)
 		if err != nil {
 			return nil, err

@@ -263,8 +263,11 @@ func etcdLogger(o openOptions, secrets []string) *zap.Logger {
 	return zap.New(core).Named("etcd-client")
 }
 
-// scrubWriter removes secrets from everything written through it. Each
-// Write is scrubbed on its own: callers write whole lines.
+// scrubWriter removes secrets from everything written through it, and
+// escapes control characters other than newline and tab (text from the
+// lock service, such as a holder's metadata inside an error, must not
+// drive the terminal). Each Write is scrubbed on its own: callers write
+// whole lines.
 type scrubWriter struct {
 	mu      sync.Mutex
 	w       io.Writer
@@ -274,7 +277,7 @@ type scrubWriter struct {
 func (s *scrubWriter) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, err := io.WriteString(s.w, scrub(string(p), s.secrets)); err != nil {
+	if _, err := io.WriteString(s.w, escapeControls(scrub(string(p), s.secrets))); err != nil {
 		return 0, err
 	}
 	return len(p), nil

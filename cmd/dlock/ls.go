@@ -98,7 +98,9 @@ func cmdLs(args []string, stdout, stderr io.Writer) int {
 		if len(owner) > 12 {
 			owner = owner[:12]
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", in.Key, owner, dash(in.Metadata["host"]), dash(in.Metadata["pid"]), in.Token, in.TTL.Round(time.Millisecond))
+		// Keys and metadata may hold anything: quote the odd ones (see
+		// text.go), so that each lock is one line of plain text.
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", quoteField(in.Key), dash(quoteField(owner)), dash(quoteField(in.Metadata["host"])), dash(quoteField(in.Metadata["pid"])), in.Token, in.TTL.Round(time.Millisecond))
 	}
 	tw.Flush()
 	return 0

@@ -267,7 +267,7 @@ func acquireForRun(b *backend, r acquireRequest, sigc chan os.Signal, stderr io.
 	case errors.As(err, &na):
 		msg := fmt.Sprintf("dlock run: lock %q is held", r.key)
 		if na.Holder != "" || len(na.Metadata) > 0 {
-			msg += " by " + dlock.HolderString(na.Holder, na.Metadata)
+			msg += " by " + holderText(na.Holder, na.Metadata)
 		}
 		if na.TTL > 0 {
 			msg += fmt.Sprintf(", lease ends in %s", na.TTL.Round(time.Millisecond))

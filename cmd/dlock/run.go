@@ -386,13 +386,27 @@ func superviseChild(lk *dlock.Lock, cmdArgs []string, o runOptions, sigc chan os
 					_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 				}
 			case "done":
-				if status < 0 {
+				// Whatever of the tree outlived the supervisor was
+				// re-parented to dlock: it dies before the lock is
+				// released. Normally there is nothing.
+				killed, left := sweepOrphans()
+				switch {
+				case status < 0:
 					// The supervisor died without a word (SIGKILL, OOM):
-					// CMD got its parent-death SIGKILL; the rest of the
-					// tree was re-parented to dlock.
-					n := sweepOrphans()
-					fmt.Fprintf(stderr, "dlock run: the supervisor died (%v); CMD was killed, and %d leftover processes\n", ev.err, n)
+					// CMD got its parent-death SIGKILL.
+					fmt.Fprintf(stderr, "dlock run: the supervisor died (%v); CMD was killed, and %d leftover processes\n", ev.err, len(killed))
 					status = 128 + int(syscall.SIGKILL)
+				case len(killed) > 0:
+					fmt.Fprintf(stderr, "dlock run: the supervisor died (%v) while processes CMD left still ran; killed %d of them (pid %s)\n", supervisorEnd(ev.err), len(killed), pidList(killed))
+				}
+				if len(left) > 0 {
+					// Never release while part of the tree may run: the
+					// lease runs out on its own.
+					fmt.Fprintf(stderr, "dlock run: could not kill pid %s; not releasing %q (its lease ends within %s)\n", pidList(left), lk.Key(), lk.TTL())
+					if lostLock {
+						return exitLost
+					}
+					return status
 				}
 				release()
 				if lostLock {
@@ -402,6 +416,14 @@ func superviseChild(lk *dlock.Lock, cmdArgs []string, o runOptions, sigc chan os
 			}
 		}
 	}
+}
+
+// supervisorEnd describes how the supervisor ended, from its Wait error.
+func supervisorEnd(err error) string {
+	if err == nil {
+		return "exit status 0"
+	}
+	return err.Error()
 }
 
 // reportOpen prints a backend-open error and returns the exit status.

@@ -41,9 +41,12 @@ package main
 //     KillMode=control-group. dlock exits with CMD's status.
 //   - CMD cannot be started: the supervisor reports "noexec" and dlock
 //     exits 127.
-//   - The supervisor itself SIGKILLed (OOM killer): CMD gets SIGKILL from
+//   - The supervisor itself SIGKILLed (OOM killer), at any point, also
+//     while it waits out --grace for CMD's leftovers: CMD gets SIGKILL from
 //     its parent-death signal; dlock is a subreaper too, so the orphans come
-//     to it, and it kills them before releasing the lock. If dlock and the
+//     to it. Whenever the supervisor has exited, dlock kills whatever came
+//     to it, and says so, before releasing the lock; what it cannot kill
+//     keeps the lock unreleased (the lease runs out). If dlock and the
 //     supervisor both die, Pdeathsig is all that is left: CMD dies, its
 //     descendants may not.
 //   - Not covered: a process that escapes the tree by asking another
@@ -479,29 +482,33 @@ func (h *supHandle) killTree() {
 }
 
 // sweepOrphans kills and reaps whatever was re-parented to dlock after its
-// supervisor died (dlock is a subreaper too). Bounded like killAll.
-func sweepOrphans() int {
+// supervisor exited (dlock is a subreaper too): nothing, unless the
+// supervisor died before it was done. It returns the pids it killed and
+// those still alive when it gave up (bounded like killAll).
+func sweepOrphans() (killed, left []int) {
 	self := os.Getpid()
-	killed := 0
+	seen := make(map[int]bool)
 	deadline := time.Now().Add(killTimeout)
-	for sweep := 0; sweep < killSweeps && time.Now().Before(deadline); sweep++ {
-		left := descendants(self)
-		for _, p := range left {
-			if syscall.Kill(p, syscall.SIGKILL) == nil {
-				killed++
+	for sweep := 0; ; sweep++ {
+		for _, p := range descendants(self) {
+			if syscall.Kill(p, syscall.SIGKILL) == nil && !seen[p] {
+				seen[p] = true
+				killed = append(killed, p)
 			}
 		}
 		for {
 			var ws syscall.WaitStatus
 			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
 			if errors.Is(err, syscall.ECHILD) {
-				return killed
+				return killed, nil
 			}
 			if pid <= 0 || err != nil {
 				break
 			}
 		}
+		if sweep >= killSweeps || time.Now().After(deadline) {
+			return killed, descendants(self)
+		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return killed
 }

@@ -269,3 +269,36 @@ func TestIgnoredSignalsStayIgnored(t *testing.T) {
 		t.Fatalf("CMD does not ignore SIGHUP: SigIgn %s (%v)", f[1], err)
 	}
 }
+
+// The supervisor SIGKILLed while it waits out --grace for what CMD left
+// running: the leftover comes to dlock (a subreaper too), which must kill
+// it before releasing the lock, and say so. It used to exit 0 and release
+// the lock with the leftover running on under init.
+func TestSupervisorKilledDuringGrace(t *testing.T) {
+	const m = "300.801"
+	killMarked(t, m)
+	url := fileURL(t)
+	script := fmt.Sprintf(`(trap '' TERM; exec sleep %s) & echo started; exit 0`, m)
+	holder, errb, _ := background(t, url, "run", "--verbose", "--grace", "60s", "k", "--", "sh", "-c", script)
+	var sup int
+	re := regexp.MustCompile(`supervisor pid (\d+)`)
+	waitFor(t, hang, "the supervisor never started waiting out --grace", func() bool {
+		if mm := re.FindStringSubmatch(errb.String()); mm != nil {
+			sup, _ = strconv.Atoi(mm[1])
+		}
+		return sup > 0 && strings.Contains(errb.String(), "still run") && len(sleeps(m)) == 1
+	})
+	syscall.Kill(sup, syscall.SIGKILL)
+	// Once a second dlock has the lock, nothing of the first tree may run.
+	waiter, _, _ := background(t, url, "run", "k", "--", "sh", "-c", "echo acquired")
+	if left := sleeps(m); len(left) > 0 {
+		t.Errorf("the lock was released while pid %v (left by the first CMD) still ran", left)
+	}
+	if code := waitExit(t, holder); code != 0 {
+		t.Errorf("exit %d, want CMD's 0; stderr %s", code, errb.String())
+	}
+	waitExit(t, waiter)
+	if s := errb.String(); !strings.Contains(s, "supervisor died") || !strings.Contains(s, "killed 1 ") {
+		t.Errorf("stderr does not report the supervisor's death and the killed leftover: %s", s)
+	}
+}

@@ -40,7 +40,10 @@ service is bounded by --connect-timeout, and so is the first attempt when
 
 If the lock is lost while CMD runs (renewal failed, key deleted), dlock says
 so on stderr, sends SIGTERM to every process of the tree, SIGKILL after
---grace, and exits 4.
+--grace, and exits 4. The supervisor also keeps the lease's deadline: if
+dlock itself stops renewing without dying (SIGSTOP, SIGTSTP, a long stall),
+the supervisor terminates the tree on its own when the lease runs out, the
+same way, and dlock exits 4 once it runs again.
 
 Options:
 `
@@ -328,7 +331,10 @@ func superviseChild(lk *dlock.Lock, cmdArgs []string, o runOptions, sigc chan os
 		"DLOCK_TOKEN="+strconv.FormatUint(lk.Token(), 10),
 		"DLOCK_OWNER="+lk.Owner(),
 	)
-	sup, err := startSupervisor(cmdArgs, env, o.grace)
+	// The supervisor enforces the lease deadline itself, in case dlock
+	// stops renewing without dying (SIGSTOP); it learns each new one.
+	sentDeadline := lk.Deadline()
+	sup, err := startSupervisor(cmdArgs, env, o.grace, leaseDeadline(lk))
 	if err != nil {
 		release()
 		fmt.Fprintf(stderr, "dlock run: cannot start the supervisor: %v\n", err)
@@ -344,8 +350,18 @@ func superviseChild(lk *dlock.Lock, cmdArgs []string, o runOptions, sigc chan os
 	lost := lk.Lost()
 	var killTimer <-chan time.Time
 	lostLock := false
+	expired := false // the supervisor found the lease run out
+	// Renewals move the deadline every ttl/3; look often enough that the
+	// supervisor's copy is never far behind.
+	leaseTick := time.NewTicker(min(max(lk.TTL()/8, 5*time.Millisecond), time.Second))
+	defer leaseTick.Stop()
 	for {
 		select {
+		case <-leaseTick.C:
+			if d := lk.Deadline(); lost != nil && d.After(sentDeadline) {
+				sentDeadline = d
+				sup.send("lease %d", leaseDeadline(lk))
+			}
 		case sig := <-sigc:
 			if status >= 0 {
 				sup.killTree() // CMD is gone: a signal hurries its leftovers up
@@ -361,9 +377,15 @@ func superviseChild(lk *dlock.Lock, cmdArgs []string, o runOptions, sigc chan os
 		case <-lost:
 			lost = nil
 			lostLock = true
-			fmt.Fprintf(stderr, "dlock run: LOCK LOST: %v; sending SIGTERM to CMD's process tree (SIGKILL in %s)\n", lk.Err(), o.grace)
+			if expired { // the supervisor is terminating the tree already
+				fmt.Fprintf(stderr, "dlock run: LOCK LOST: %v\n", lk.Err())
+			} else {
+				fmt.Fprintf(stderr, "dlock run: LOCK LOST: %v; sending SIGTERM to CMD's process tree (SIGKILL in %s)\n", lk.Err(), o.grace)
+			}
 			sup.send("term")
-			killTimer = time.After(o.grace)
+			if killTimer == nil {
+				killTimer = time.After(o.grace)
+			}
 		case <-killTimer:
 			killTimer = nil
 			fmt.Fprintf(stderr, "dlock run: CMD's process tree still running after %s; sending SIGKILL\n", o.grace)
@@ -379,10 +401,16 @@ func superviseChild(lk *dlock.Lock, cmdArgs []string, o runOptions, sigc chan os
 				status = exitNoExec
 			case "exit":
 				status = ev.n
+			case "expired":
+				// dlock did not renew the lease in time (it was stopped
+				// or stalled): the supervisor terminates the tree on its
+				// own, as on a lost lock, and said so.
+				expired, lostLock = true, true
 			case "stop":
 				// CMD was stopped from the terminal (Ctrl-Z), which is ours
 				// again: stop too, so that the shell sees the job stop.
 				if !lostLock {
+					fmt.Fprintf(stderr, "dlock run: stopped: the lease of %q is not renewed while stopped; CMD's process tree is terminated in %s unless continued\n", lk.Key(), time.Until(lk.Deadline()).Round(time.Second))
 					_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 				}
 			case "done":

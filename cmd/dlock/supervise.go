@@ -36,6 +36,16 @@ package main
 //     Without a terminal CMD's group simply runs in the background.
 //   - Lock lost: SIGTERM (then SIGCONT) to every process of the tree,
 //     SIGKILL to the whole tree after --grace, exit 4.
+//   - Hung is not dead: dlock stopped (SIGSTOP, SIGTSTP without a
+//     terminal) or stalled renews nothing, yet its pipe stays open. So the
+//     supervisor enforces the lease itself: dlock passes it the lease
+//     deadline at start (--lease-deadline) and again whenever a renewal
+//     moves it ("lease N" on fd 3), as a point in time on a clock shared
+//     by all processes (leaseClock: CLOCK_BOOTTIME), so a message read
+//     late cannot stretch it. When the deadline passes without a newer
+//     one, the supervisor treats the lock as lost on its own, as dlock
+//     would, without waiting for dlock: SIGTERM to the tree, SIGKILL after
+//     --grace, and it reports "expired".
 //   - CMD exits: whatever it left running (`sleep 100 &`) gets SIGTERM, and
 //     SIGKILL after --grace, before the lock is released: like systemd's
 //     KillMode=control-group. dlock exits with CMD's status.
@@ -54,6 +64,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
@@ -66,6 +77,10 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dlock-go/dlock"
 )
 
 // superviseCmd is the hidden subcommand run as the supervisor.
@@ -92,14 +107,18 @@ type reapEvent struct {
 }
 
 type supervisor struct {
-	self   int
-	pid    int  // CMD's pid, also its process group id
-	alive  bool // CMD not reaped yet: its pid (so its group id) cannot be reused
-	tty    int  // the controlling terminal when CMD has its foreground, else -1
-	grace  time.Duration
-	status *os.File
-	reaped chan reapEvent
-	stderr io.Writer
+	self  int
+	pid   int  // CMD's pid, also its process group id
+	alive bool // CMD not reaped yet: its pid (so its group id) cannot be reused
+	tty   int  // the controlling terminal when CMD has its foreground, else -1
+	grace time.Duration
+	// leaseEnd is the lease deadline on leaseClock (0: not enforced);
+	// expired is set once it passed.
+	leaseEnd int64
+	expired  bool
+	status   *os.File
+	reaped   chan reapEvent
+	stderr   io.Writer
 	// reported is set once CMD's status went to dlock.
 	reported bool
 }
@@ -109,30 +128,105 @@ func isPipe(fd int) bool {
 	return syscall.Fstat(fd, &st) == nil && uint32(st.Mode)&syscall.S_IFMT == syscall.S_IFIFO
 }
 
-// cmdSupervise is `dlock __supervise [--grace D] -- CMD [ARGS...]`, started
-// by dlock run only.
+// cmdSupervise is `dlock __supervise [--grace D] [--lease-deadline N] --
+// CMD [ARGS...]`, started by dlock run only.
 func cmdSupervise(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet(superviseCmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	grace := fs.Duration("grace", 5*time.Second, "time between SIGTERM and SIGKILL for leftovers")
+	lease := fs.Int64("lease-deadline", 0, "the lease deadline on leaseClock, in ns (0: not enforced)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
-	if fs.NArg() == 0 || *grace < 0 || !isPipe(ctlFD) || !isPipe(statusFD) {
+	if fs.NArg() == 0 || *grace < 0 || *lease < 0 || !isPipe(ctlFD) || !isPipe(statusFD) {
 		fmt.Fprintf(stderr, "dlock: %s is internal to dlock run\n", superviseCmd)
 		return exitUsage
 	}
 	syscall.CloseOnExec(ctlFD)
 	syscall.CloseOnExec(statusFD)
-	s := &supervisor{
-		self:   os.Getpid(),
-		tty:    -1,
-		grace:  *grace,
-		status: os.NewFile(statusFD, "dlock-status"),
-		reaped: make(chan reapEvent, 64),
-		stderr: stderr,
+	ctl, err := newCtlPipe(ctlFD)
+	if err != nil {
+		fmt.Fprintf(stderr, "dlock: %s: control pipe: %v\n", superviseCmd, err)
+		return exitUsage
 	}
-	return s.run(fs.Args(), os.NewFile(ctlFD, "dlock-control"))
+	s := &supervisor{
+		self:     os.Getpid(),
+		tty:      -1,
+		grace:    *grace,
+		leaseEnd: *lease,
+		status:   os.NewFile(statusFD, "dlock-status"),
+		reaped:   make(chan reapEvent, 64),
+		stderr:   stderr,
+	}
+	return s.run(fs.Args(), ctl)
+}
+
+// ctlPipe is the supervisor's end of fd 3, read by its run loop alone, so
+// that the loop can read everything dlock wrote before it decides
+// anything (see the lease check). A goroutine only watches for input.
+type ctlPipe struct {
+	fd      int
+	partial []byte        // the start of a line not yet complete
+	ready   chan struct{} // there is input, or EOF
+	resume  chan struct{} // the run loop has read it: watch again
+}
+
+// maxCommand bounds a line from dlock (dlock's are a few bytes); a read
+// of fd 3 takes at most maxReads reads.
+const (
+	maxCommand = 4096
+	maxReads   = 1024
+)
+
+func newCtlPipe(fd int) (*ctlPipe, error) {
+	if err := syscall.SetNonblock(fd, true); err != nil {
+		return nil, err
+	}
+	return &ctlPipe{fd: fd, ready: make(chan struct{}), resume: make(chan struct{})}, nil
+}
+
+// watch signals ready whenever fd 3 has input (or EOF, or an error, which
+// read then reports), and waits for the run loop to have read it.
+func (c *ctlPipe) watch() {
+	fds := []unix.PollFd{{Fd: int32(c.fd), Events: unix.POLLIN}}
+	for {
+		if _, err := unix.Poll(fds, -1); errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		c.ready <- struct{}{}
+		<-c.resume
+	}
+}
+
+// read returns the complete lines dlock has written so far, without
+// waiting; open is false once the pipe is at EOF (or broken).
+func (c *ctlPipe) read() (lines []string, open bool) {
+	var buf [512]byte
+	open = true
+	for range maxReads { // a pipe holds 64 KiB at most: a few reads drain it
+		n, err := syscall.Read(c.fd, buf[:])
+		if n > 0 {
+			c.partial = append(c.partial, buf[:n]...)
+			continue
+		}
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		open = errors.Is(err, syscall.EAGAIN) // else EOF (0, nil) or broken
+		break
+	}
+	for {
+		i := bytes.IndexByte(c.partial, '\n')
+		if i < 0 {
+			break
+		}
+		lines = append(lines, string(c.partial[:i]))
+		c.partial = c.partial[i+1:]
+	}
+	if len(c.partial) > maxCommand {
+		c.partial = nil // not dlock's
+	}
+	return lines, open
 }
 
 func (s *supervisor) report(format string, args ...any) {
@@ -140,7 +234,7 @@ func (s *supervisor) report(format string, args ...any) {
 	_, _ = io.WriteString(s.status, line+"\n")
 }
 
-func (s *supervisor) run(argv []string, ctl *os.File) int {
+func (s *supervisor) run(argv []string, ctl *ctlPipe) int {
 	// CMD's parent-death signal fires when the thread that forked it
 	// exits: fork from a thread that lives as long as the process.
 	runtime.LockOSThread()
@@ -171,27 +265,78 @@ func (s *supervisor) run(argv []string, ctl *os.File) int {
 	}
 	s.report("pid %d", pid)
 	go s.reap()
-	cmds := make(chan string, 16)
-	go func() {
-		defer close(cmds)
-		sc := bufio.NewScanner(ctl)
-		for sc.Scan() {
-			cmds <- sc.Text()
-		}
-	}()
+	go ctl.watch()
 
 	var cleanup <-chan time.Time
 	termSent := false
+	// terminate is what losing the lock does to the tree, once: SIGTERM
+	// now (unless CMD's leftovers already had theirs), SIGKILL after
+	// --grace at the latest.
+	terminate := func() {
+		if !termSent {
+			termSent = true
+			s.signalTree(syscall.SIGTERM)
+		}
+		if cleanup == nil {
+			cleanup = time.After(s.grace)
+		}
+	}
+	leaseCheck := time.NewTimer(s.untilLeaseCheck())
+	defer leaseCheck.Stop()
+	// readCommands runs what dlock has written so far; false means fd 3
+	// reached EOF: dlock is gone or wants everything killed.
+	readCommands := func() bool {
+		lines, open := ctl.read()
+		for _, c := range lines {
+			switch verb, arg, _ := strings.Cut(c, " "); verb {
+			case "lease":
+				if n, err := strconv.ParseInt(arg, 10, 64); err == nil && n > 0 && !s.expired {
+					s.leaseEnd = n
+					leaseCheck.Reset(s.untilLeaseCheck())
+				}
+			case "term":
+				// dlock saw the lock lost; it sends SIGKILL itself after
+				// --grace, by closing fd 3.
+				if !termSent {
+					termSent = true
+					s.signalTree(syscall.SIGTERM)
+				}
+			case "cont":
+				if !termSent { // a tree being terminated was continued already
+					s.command(c)
+				}
+			default:
+				s.command(c)
+			}
+		}
+		return open
+	}
 	for {
 		select {
-		case c, ok := <-cmds:
-			if !ok {
+		case <-ctl.ready:
+			if !readCommands() {
 				return s.killAll()
 			}
-			if c == "term" {
-				termSent = true
+			ctl.resume <- struct{}{}
+		case <-leaseCheck.C:
+			if s.expired || s.leaseEnd == 0 {
+				continue
 			}
-			s.command(c)
+			// A newer deadline may wait in the pipe, unread: the
+			// supervisor itself may have been stopped while dlock renewed.
+			if !readCommands() {
+				return s.killAll()
+			}
+			if left := s.untilLeaseCheck(); left > 0 {
+				leaseCheck.Reset(left)
+				continue
+			}
+			s.expired = true
+			s.report("expired")
+			if !termSent {
+				fmt.Fprintf(s.stderr, "dlock run: the lease was not renewed in time: dlock (pid %d) is stopped or stuck; sending SIGTERM to CMD's process tree (SIGKILL in %s)\n", os.Getppid(), s.grace)
+			}
+			terminate()
 		case ev := <-s.reaped:
 			if ev.empty {
 				return 0 // CMD was our child, so it has been reaped: all done
@@ -201,9 +346,12 @@ func (s *supervisor) run(argv []string, ctl *os.File) int {
 			}
 			// CMD is gone. Anything it left behind goes too, before dlock
 			// releases the lock.
-			cleanup = time.After(s.grace)
+			if cleanup == nil {
+				cleanup = time.After(s.grace)
+			}
 			if left := descendants(s.self); len(left) > 0 {
 				if !termSent {
+					termSent = true
 					fmt.Fprintf(s.stderr, "dlock run: CMD exited; %d of its processes still run (pid %s); sending SIGTERM (SIGKILL in %s)\n", len(left), pidList(left), s.grace)
 					s.signalTree(syscall.SIGTERM)
 				}
@@ -216,6 +364,20 @@ func (s *supervisor) run(argv []string, ctl *os.File) int {
 			return s.killAll()
 		}
 	}
+}
+
+// leaseCheckEvery bounds the wait between two looks at leaseClock: Go's
+// timers do not count time suspended, the lease does.
+const leaseCheckEvery = time.Second
+
+// untilLeaseCheck is how long to wait before looking at the lease again:
+// until its deadline, at most leaseCheckEvery; 0 once it has passed.
+func (s *supervisor) untilLeaseCheck() time.Duration {
+	if s.leaseEnd == 0 || s.expired {
+		return leaseCheckEvery
+	}
+	left := time.Duration(s.leaseEnd - leaseClock())
+	return max(0, min(left, leaseCheckEvery))
 }
 
 // catch is signal.Notify for the signals that are not ignored: Notify
@@ -329,7 +491,8 @@ func (s *supervisor) takeTerminal() {
 	}
 }
 
-// command runs one of dlock's commands.
+// command runs one of dlock's commands "sig N" and "cont" ("lease" and
+// "term" are the run loop's).
 func (s *supervisor) command(c string) {
 	verb, arg, _ := strings.Cut(c, " ")
 	switch verb {
@@ -337,8 +500,6 @@ func (s *supervisor) command(c string) {
 		if n, err := strconv.Atoi(arg); err == nil && s.alive && n > 0 && n < 65 {
 			_ = syscall.Kill(-s.pid, syscall.Signal(n))
 		}
-	case "term":
-		s.signalTree(syscall.SIGTERM)
 	case "cont":
 		if !s.alive {
 			return
@@ -415,8 +576,9 @@ type supEvent struct {
 	err  error
 }
 
-// startSupervisor starts `dlock __supervise` for cmdArgs with env.
-func startSupervisor(cmdArgs, env []string, grace time.Duration) (*supHandle, error) {
+// startSupervisor starts `dlock __supervise` for cmdArgs with env; it
+// enforces leaseEnd (on leaseClock) until told a later one.
+func startSupervisor(cmdArgs, env []string, grace time.Duration, leaseEnd int64) (*supHandle, error) {
 	exe := "/proc/self/exe"
 	if runtime.GOOS != "linux" {
 		var err error
@@ -436,7 +598,7 @@ func startSupervisor(cmdArgs, env []string, grace time.Duration) (*supHandle, er
 	}
 	c := &exec.Cmd{
 		Path:       exe,
-		Args:       append([]string{"dlock", superviseCmd, "--grace", grace.String(), "--"}, cmdArgs...),
+		Args:       append([]string{"dlock", superviseCmd, "--grace", grace.String(), "--lease-deadline", strconv.FormatInt(leaseEnd, 10), "--"}, cmdArgs...),
 		Env:        env,
 		Stdin:      os.Stdin,
 		Stdout:     os.Stdout,
@@ -471,6 +633,14 @@ func (h *supHandle) send(format string, args ...any) {
 	if h.ctl != nil {
 		_, _ = fmt.Fprintf(h.ctl, format+"\n", args...)
 	}
+}
+
+// leaseDeadline is lk's local deadline as a point on leaseClock. The
+// clock is read first: were dlock stopped between the two readings, the
+// result would come out earlier, never later, than the real deadline.
+func leaseDeadline(lk *dlock.Lock) int64 {
+	now := leaseClock()
+	return now + max(0, int64(time.Until(lk.Deadline())))
 }
 
 // killTree closes the control pipe: the supervisor SIGKILLs the tree.

@@ -3,7 +3,10 @@
 package main
 
 import (
+	"context"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -42,16 +45,53 @@ func readTicks(t *testing.T, file string) []int64 {
 // enforces the lease deadline itself. CMD stops before another dlock can
 // get the key; continued, the first dlock reports the lock lost (exit 4).
 func TestStoppedDlockCannotOutliveLease(t *testing.T) {
+	testStoppedCannotOutliveLease(t, false)
+}
+
+// The same when the whole job is stopped, as `kill -TSTP %1` does: the
+// signal goes to dlock's process group, which the supervisor must not be
+// part of.
+func TestStoppedJobCannotOutliveLease(t *testing.T) {
+	testStoppedCannotOutliveLease(t, true)
+}
+
+func testStoppedCannotOutliveLease(t *testing.T, wholeJob bool) {
 	url := fileURL(t)
 	ticks := filepath.Join(t.TempDir(), "ticks")
 	// CMD writes a wall-clock timestamp per tick; so does the second CMD,
 	// once it has the lock. Every tick of the first must come before it.
 	script := `echo started; while :; do date +%s%N >> "$0"; sleep 0.05; done`
-	holder, errb, _ := background(t, url, "run", "--ttl", "2s", "--grace", "1s", "k", "--", "sh", "-c", script, ticks)
+	args := []string{"run", "--ttl", "2s", "--grace", "1s", "k", "--", "sh", "-c", script, ticks}
+	var (
+		holder *exec.Cmd
+		errb   *syncBuffer
+	)
+	if wholeJob {
+		// A job of its own, as a shell with job control starts it.
+		holder = dlockCmd(context.Background(), url, args...)
+		holder.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		errb = &syncBuffer{}
+		holder.Stdout, holder.Stderr = io.Discard, errb
+		holder.WaitDelay = 5 * time.Second
+		if err := holder.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			syscall.Kill(-holder.Process.Pid, syscall.SIGCONT)
+			holder.Process.Kill()
+			holder.Wait()
+		})
+	} else {
+		holder, errb, _ = background(t, url, args...)
+	}
 	pid := holder.Process.Pid
 	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGCONT) })
 	waitFor(t, hang, "CMD never ticked", func() bool { return len(readTicks(t, ticks)) > 0 })
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+	target, sig := pid, syscall.SIGSTOP
+	if wholeJob {
+		target, sig = -pid, syscall.SIGTSTP
+	}
+	if err := syscall.Kill(target, sig); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, hang, "dlock did not stop", func() bool { return procState(pid) == 'T' })
@@ -88,7 +128,7 @@ func TestStoppedDlockCannotOutliveLease(t *testing.T) {
 		t.Errorf("the first CMD ticked %d times after the second dlock had the key (last tick %v after)", late, time.Duration(last-acquired))
 	}
 
-	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+	if err := syscall.Kill(target, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	if code := waitExit(t, holder); code != exitLost {

@@ -98,15 +98,15 @@ func descendants(root int) []int {
 	return out
 }
 
-// foregroundTTY opens the controlling terminal when the caller's process
-// group is its foreground group, and returns -1 otherwise (no terminal,
-// or started in the background).
-func foregroundTTY() int {
+// foregroundTTY opens the controlling terminal when process group job
+// (dlock's) is its foreground group, and returns -1 otherwise (no
+// terminal, or started in the background).
+func foregroundTTY(job int) int {
 	fd, err := syscall.Open("/dev/tty", syscall.O_RDWR|syscall.O_CLOEXEC|syscall.O_NOCTTY, 0)
 	if err != nil {
 		return -1
 	}
-	if pg, err := tcgetpgrp(fd); err != nil || pg != syscall.Getpgrp() {
+	if pg, err := tcgetpgrp(fd); err != nil || pg != job {
 		syscall.Close(fd)
 		return -1
 	}

@@ -19,7 +19,7 @@ func cmdSysProcAttr(int) *syscall.SysProcAttr { return &syscall.SysProcAttr{Setp
 
 func descendants(int) []int { return nil }
 
-func foregroundTTY() int { return -1 }
+func foregroundTTY(int) int { return -1 }
 
 func tcgetpgrp(int) (int, error) { return 0, errors.ErrUnsupported }
 

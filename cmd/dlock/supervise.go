@@ -7,7 +7,8 @@ package main
 // pipeline: killing CMD's pid alone leaves its children running. So:
 //
 //	dlock run (holds and renews the lock)
-//	  └─ dlock __supervise   (a re-exec of /proc/self/exe; child subreaper)
+//	  └─ dlock __supervise   (a re-exec of /proc/self/exe; child subreaper;
+//	       │                  its own process group)
 //	       └─ CMD            (its own process group; Pdeathsig SIGKILL)
 //	            └─ ...       (children, grandchildren, setsid'd daemons)
 //
@@ -45,7 +46,11 @@ package main
 //     late cannot stretch it. When the deadline passes without a newer
 //     one, the supervisor treats the lock as lost on its own, as dlock
 //     would, without waiting for dlock: SIGTERM to the tree, SIGKILL after
-//     --grace, and it reports "expired".
+//     --grace, and it reports "expired". The supervisor has a process
+//     group of its own, so that stopping dlock's job (kill -STOP %1, or
+//     SIGTSTP to the group) does not stop the supervisor too; it ignores
+//     SIGTTOU, so that writing to the terminal from the background cannot
+//     stop it either.
 //   - CMD exits: whatever it left running (`sleep 100 &`) gets SIGTERM, and
 //     SIGKILL after --grace, before the lock is released: like systemd's
 //     KillMode=control-group. dlock exits with CMD's status.
@@ -111,6 +116,7 @@ type supervisor struct {
 	pid   int  // CMD's pid, also its process group id
 	alive bool // CMD not reaped yet: its pid (so its group id) cannot be reused
 	tty   int  // the controlling terminal when CMD has its foreground, else -1
+	job   int  // dlock's process group, the job the terminal belongs to
 	grace time.Duration
 	// leaseEnd is the lease deadline on leaseClock (0: not enforced);
 	// expired is set once it passed.
@@ -128,17 +134,18 @@ func isPipe(fd int) bool {
 	return syscall.Fstat(fd, &st) == nil && uint32(st.Mode)&syscall.S_IFMT == syscall.S_IFIFO
 }
 
-// cmdSupervise is `dlock __supervise [--grace D] [--lease-deadline N] --
-// CMD [ARGS...]`, started by dlock run only.
+// cmdSupervise is `dlock __supervise --pgrp N [--grace D] [--lease-deadline
+// N] -- CMD [ARGS...]`, started by dlock run only.
 func cmdSupervise(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet(superviseCmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	grace := fs.Duration("grace", 5*time.Second, "time between SIGTERM and SIGKILL for leftovers")
+	pgrp := fs.Int("pgrp", 0, "dlock's process group, which gets the terminal back from CMD")
 	lease := fs.Int64("lease-deadline", 0, "the lease deadline on leaseClock, in ns (0: not enforced)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
-	if fs.NArg() == 0 || *grace < 0 || *lease < 0 || !isPipe(ctlFD) || !isPipe(statusFD) {
+	if fs.NArg() == 0 || *grace < 0 || *lease < 0 || *pgrp <= 0 || !isPipe(ctlFD) || !isPipe(statusFD) {
 		fmt.Fprintf(stderr, "dlock: %s is internal to dlock run\n", superviseCmd)
 		return exitUsage
 	}
@@ -154,6 +161,7 @@ func cmdSupervise(args []string, stderr io.Writer) int {
 		tty:      -1,
 		grace:    *grace,
 		leaseEnd: *lease,
+		job:      *pgrp,
 		status:   os.NewFile(statusFD, "dlock-status"),
 		reaped:   make(chan reapEvent, 64),
 		stderr:   stderr,
@@ -240,13 +248,14 @@ func (s *supervisor) run(argv []string, ctl *ctlPipe) int {
 	runtime.LockOSThread()
 	_ = setSubreaper() // outside Linux orphans go to init: nothing to do
 	// Catch (not ignore: CMD would inherit that) what dlock forwards, so
-	// that the supervisor survives a signal sent to dlock's whole group;
-	// and SIGPIPE, so a closed stderr cannot kill it mid-cleanup.
+	// that a stray one cannot end the supervisor (it is not in dlock's
+	// group, so signals to dlock's job do not reach it anyway); and
+	// SIGPIPE, so a closed stderr cannot kill it mid-cleanup.
 	// Signals dlock was started with ignored (nohup, "&" in a script) stay
 	// ignored, for CMD to inherit as before.
 	catch(make(chan os.Signal, 1), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGPIPE)
 	openStdio()
-	s.tty = foregroundTTY()
+	s.tty = foregroundTTY(s.job)
 	pid, err := startCmd(argv, s.tty)
 	if err != nil && s.tty >= 0 {
 		// Perhaps the terminal could not be handed over (fork failed
@@ -260,9 +269,10 @@ func (s *supervisor) run(argv []string, ctl *ctlPipe) int {
 		return exitNoExec
 	}
 	s.pid, s.alive = pid, true
-	if s.tty >= 0 {
-		signal.Ignore(syscall.SIGTTOU) // to take the terminal back from the background
-	}
+	// In a background group of its own, the supervisor takes the terminal
+	// back for dlock and writes messages to it: SIGTTOU must not stop it.
+	// Only now: CMD must not inherit the ignored signal.
+	signal.Ignore(syscall.SIGTTOU)
 	s.report("pid %d", pid)
 	go s.reap()
 	go ctl.watch()
@@ -487,7 +497,7 @@ func waitStatusCode(ws syscall.WaitStatus) int {
 // has it (after "bg" the shell has it, and keeps it).
 func (s *supervisor) takeTerminal() {
 	if pg, err := tcgetpgrp(s.tty); err == nil && pg == s.pid {
-		_ = tcsetpgrp(s.tty, syscall.Getpgrp())
+		_ = tcsetpgrp(s.tty, s.job)
 	}
 }
 
@@ -505,7 +515,7 @@ func (s *supervisor) command(c string) {
 			return
 		}
 		if s.tty >= 0 {
-			if pg, err := tcgetpgrp(s.tty); err == nil && pg == syscall.Getpgrp() {
+			if pg, err := tcgetpgrp(s.tty); err == nil && pg == s.job {
 				_ = tcsetpgrp(s.tty, s.pid)
 			}
 		}
@@ -597,13 +607,17 @@ func startSupervisor(cmdArgs, env []string, grace time.Duration, leaseEnd int64)
 		return nil, err
 	}
 	c := &exec.Cmd{
-		Path:       exe,
-		Args:       append([]string{"dlock", superviseCmd, "--grace", grace.String(), "--lease-deadline", strconv.FormatInt(leaseEnd, 10), "--"}, cmdArgs...),
+		Path: exe,
+		Args: append([]string{"dlock", superviseCmd, "--pgrp", strconv.Itoa(syscall.Getpgrp()),
+			"--grace", grace.String(), "--lease-deadline", strconv.FormatInt(leaseEnd, 10), "--"}, cmdArgs...),
 		Env:        env,
 		Stdin:      os.Stdin,
 		Stdout:     os.Stdout,
 		Stderr:     os.Stderr,
 		ExtraFiles: []*os.File{ctlR, stW},
+		// Not in dlock's job: stopping the job must not stop the
+		// supervisor, which enforces the lease then.
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
 	}
 	err = c.Start()
 	ctlR.Close()

@@ -268,6 +268,36 @@ func TestIgnoredSignalsStayIgnored(t *testing.T) {
 	if err != nil || mask&(1<<(uint(syscall.SIGHUP)-1)) == 0 {
 		t.Fatalf("CMD does not ignore SIGHUP: SigIgn %s (%v)", f[1], err)
 	}
+	// The supervisor ignores SIGTTOU; CMD must not inherit that.
+	if mask&(1<<(uint(syscall.SIGTTOU)-1)) != 0 {
+		t.Fatalf("CMD ignores SIGTTOU: SigIgn %s", f[1])
+	}
+}
+
+// SIGKILL to dlock's whole job (kill -9 %1, a process-group kill) does
+// not reach the supervisor, which has a group of its own: it sees dlock
+// gone and kills the whole tree, processes that left CMD's session too.
+// (With the supervisor in dlock's group, both died at once and only CMD,
+// by its parent-death signal, was sure to follow.)
+func TestKilledJobKillsWholeTree(t *testing.T) {
+	const setsid, orphan = "300.901", "300.902"
+	killMarked(t, setsid, orphan)
+	script := fmt.Sprintf(`setsid sleep %s & setsid sh -c 'sleep %s & exit 0'; echo started; wait`, setsid, orphan)
+	holder := dlockCmd(context.Background(), fileURL(t), "run", "k", "--", "sh", "-c", script)
+	holder.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a job of its own
+	holder.WaitDelay = 5 * time.Second
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Process.Kill(); holder.Wait() })
+	waitFor(t, hang, "the sleeps never started", func() bool { return len(sleeps(setsid)) == 1 && len(sleeps(orphan)) == 1 })
+	if err := syscall.Kill(-holder.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitExit(t, holder)
+	for _, m := range []string{setsid, orphan} {
+		waitGone(t, "the tree of a killed job (marker "+m+")", func() []int { return withArg(m) })
+	}
 }
 
 // The supervisor SIGKILLed while it waits out --grace for what CMD left

@@ -568,3 +568,19 @@ func TestLsCreatesNothing(t *testing.T) {
 		t.Fatalf("ls created the default state directory: %v", err)
 	}
 }
+
+// CMD inherits the environment, DLOCK_URL included (documented: CMD may
+// run dlock itself against the same service); a URL given with --url is
+// not added to it.
+func TestCommandInheritsDlockURL(t *testing.T) {
+	url := fileURL(t)
+	nested := `echo "url=$DLOCK_URL"; "$0" run -n inner -- sh -c 'echo "inner $DLOCK_KEY"'`
+	r := runDlock(t, url, "run", "outer", "--", "sh", "-c", nested, bin)
+	if r.code != 0 || !strings.Contains(r.stdout, "url="+url+"\n") || !strings.Contains(r.stdout, "inner inner") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	r = runDlock(t, "", "run", "--url", url, "k", "--", "sh", "-c", `echo "url=$DLOCK_URL"`)
+	if r.code != 0 || strings.TrimSpace(r.stdout) != "url=" {
+		t.Fatalf("--url: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+}

@@ -23,7 +23,9 @@ const runUsage = `Usage: dlock run [--url URL] [--ttl 30s] [-w|--wait DUR|SECS] 
 Runs CMD while holding the lock KEY, renewing it automatically. CMD sees
 DLOCK_KEY, DLOCK_TOKEN (the fencing token: pass it to whatever CMD writes to)
 and DLOCK_OWNER. When CMD exits the lock is released and dlock exits with
-CMD's status (128+N if CMD was killed by signal N).
+CMD's status (128+N if CMD was killed by signal N). CMD inherits dlock's
+environment, DLOCK_URL and any password in it included, so that it can run
+dlock itself; use "env -u DLOCK_URL CMD" to keep it from CMD.
 
 CMD runs in its own process group under a small supervisor process that
 keeps track of every process CMD starts, even ones that leave the group.

@@ -3,7 +3,9 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -170,4 +172,77 @@ func TestStoppedSupervisorDoesNotKillOnResume(t *testing.T) {
 	if code := waitExit(t, holder); code != 0 || !strings.Contains(out.String(), "finished") {
 		t.Errorf("exit %d, stdout %q, stderr %s; want CMD to finish", code, out.String(), errb.String())
 	}
+}
+
+// startSupervise runs `dlock __supervise` as dlock run does, and returns
+// it with the write end of its fd 3 and a reader of its fd 4.
+func startSupervise(t *testing.T, leaseEnd int64, cmd ...string) (*exec.Cmd, *os.File, *bufio.Scanner) {
+	t.Helper()
+	ctlR, ctlW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stR, stW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{superviseCmd, "--pgrp", strconv.Itoa(syscall.Getpgrp()), "--grace", "100ms",
+		"--lease-deadline", strconv.FormatInt(leaseEnd, 10), "--"}, cmd...)
+	sup := exec.Command(bin, args...)
+	sup.ExtraFiles = []*os.File{ctlR, stW}
+	sup.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := sup.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctlR.Close()
+	stW.Close()
+	t.Cleanup(func() {
+		ctlW.Close() // the supervisor kills its tree and exits
+		sup.Process.Kill()
+		sup.Wait()
+		stR.Close()
+	})
+	return sup, ctlW, bufio.NewScanner(stR)
+}
+
+// The supervisor's side of the lease: a deadline passed before CMD could
+// start means CMD never runs; a deadline moved by "lease N" is not
+// enforced before N.
+func TestSupervisorLeaseProtocol(t *testing.T) {
+	const m = "300.951"
+	killMarked(t, m)
+	out := filepath.Join(t.TempDir(), "ran")
+	sup, _, st := startSupervise(t, 1, "sh", "-c", `echo ran > "$0"`, out)
+	var reports []string
+	for st.Scan() {
+		reports = append(reports, st.Text())
+	}
+	if code := waitExit(t, sup); code != 0 || strings.Join(reports, ";") != "expired" {
+		t.Errorf("lease over before start: exit %d, reports %q; want 0 and only expired", code, reports)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Errorf("CMD ran although the lease was over before it started")
+	}
+
+	first := leaseClock() + int64(time.Second)
+	sup, ctl, st := startSupervise(t, first, "sleep", m)
+	extended := leaseClock() + int64(2*time.Second)
+	if _, err := fmt.Fprintf(ctl, "lease %d\n", extended); err != nil {
+		t.Fatal(err)
+	}
+	// Were the message written after the first deadline, the supervisor
+	// would be right to have enforced that one.
+	intime := leaseClock() < first
+	var got []string
+	for st.Scan() && st.Text() != "expired" {
+		got = append(got, st.Text())
+	}
+	if now := leaseClock(); now < extended && intime {
+		t.Errorf("the supervisor enforced the first deadline: expired %v before the one it was sent", time.Duration(extended-now))
+	}
+	if len(got) == 0 || !strings.HasPrefix(got[0], "pid ") {
+		t.Errorf("reports before expired: %q, want pid first", got)
+	}
+	waitExit(t, sup)
+	waitGone(t, "CMD after the lease expired", func() []int { return sleeps(m) })
 }

@@ -353,6 +353,7 @@ func superviseChild(lk *dlock.Lock, cmdArgs []string, o runOptions, sigc chan os
 	var killTimer <-chan time.Time
 	lostLock := false
 	expired := false // the supervisor found the lease run out
+	started := false // CMD was started
 	// Renewals move the deadline every ttl/3; look often enough that the
 	// supervisor's copy is never far behind.
 	leaseTick := time.NewTicker(min(max(lk.TTL()/8, 5*time.Millisecond), time.Second))
@@ -395,6 +396,7 @@ func superviseChild(lk *dlock.Lock, cmdArgs []string, o runOptions, sigc chan os
 		case ev := <-sup.events:
 			switch ev.kind {
 			case "pid":
+				started = true
 				if o.verbose {
 					fmt.Fprintf(stderr, "dlock run: CMD is pid %d (process group %d), supervisor pid %d\n", ev.n, ev.n, sup.cmd.Process.Pid)
 				}
@@ -421,6 +423,8 @@ func superviseChild(lk *dlock.Lock, cmdArgs []string, o runOptions, sigc chan os
 				// released. Normally there is nothing.
 				killed, left := sweepOrphans()
 				switch {
+				case status < 0 && expired && !started:
+					fmt.Fprintf(stderr, "dlock run: the lease of %q ran out before CMD could be started; CMD did not run\n", lk.Key())
 				case status < 0:
 					// The supervisor died without a word (SIGKILL, OOM):
 					// CMD got its parent-death SIGKILL.

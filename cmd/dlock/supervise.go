@@ -206,6 +206,15 @@ func (c *ctlPipe) watch() {
 	}
 }
 
+// unread puts lines back, to be returned again by the next read.
+func (c *ctlPipe) unread(lines []string) {
+	var b []byte
+	for _, l := range lines {
+		b = append(append(b, l...), '\n')
+	}
+	c.partial = append(b, c.partial...)
+}
+
 // read returns the complete lines dlock has written so far, without
 // waiting; open is false once the pipe is at EOF (or broken).
 func (c *ctlPipe) read() (lines []string, open bool) {
@@ -255,6 +264,25 @@ func (s *supervisor) run(argv []string, ctl *ctlPipe) int {
 	// ignored, for CMD to inherit as before.
 	catch(make(chan os.Signal, 1), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGPIPE)
 	openStdio()
+	// dlock gone already, or a supervisor that took longer to start than
+	// the lease lasts (a stalled machine): CMD must not start at all.
+	lines, open := ctl.read()
+	for _, c := range lines {
+		if verb, arg, _ := strings.Cut(c, " "); verb == "lease" {
+			if n, err := strconv.ParseInt(arg, 10, 64); err == nil && n > 0 {
+				s.leaseEnd = n
+			}
+		}
+	}
+	ctl.unread(lines) // for the run loop, once CMD runs
+	if !open {
+		return 0
+	}
+	if s.leaseEnd != 0 && s.untilLeaseCheck() == 0 {
+		s.expired = true
+		s.report("expired")
+		return 0
+	}
 	s.tty = foregroundTTY(s.job)
 	pid, err := startCmd(argv, s.tty)
 	if err != nil && s.tty >= 0 {
@@ -321,6 +349,9 @@ func (s *supervisor) run(argv []string, ctl *ctlPipe) int {
 		}
 		return open
 	}
+	if !readCommands() { // what came before CMD started
+		return s.killAll()
+	}
 	for {
 		select {
 		case <-ctl.ready:
@@ -342,11 +373,12 @@ func (s *supervisor) run(argv []string, ctl *ctlPipe) int {
 				continue
 			}
 			s.expired = true
+			told := termSent
+			terminate() // first: the key may be anybody's any moment now
 			s.report("expired")
-			if !termSent {
-				fmt.Fprintf(s.stderr, "dlock run: the lease was not renewed in time: dlock (pid %d) is stopped or stuck; sending SIGTERM to CMD's process tree (SIGKILL in %s)\n", os.Getppid(), s.grace)
+			if !told {
+				fmt.Fprintf(s.stderr, "dlock run: the lease was not renewed in time: dlock (pid %d) is stopped or stuck; sent SIGTERM to CMD's process tree (SIGKILL in %s)\n", os.Getppid(), s.grace)
 			}
-			terminate()
 		case ev := <-s.reaped:
 			if ev.empty {
 				return 0 // CMD was our child, so it has been reaped: all done

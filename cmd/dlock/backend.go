@@ -53,8 +53,6 @@ type backend struct {
 type openOptions struct {
 	// connectTimeout bounds connecting and the first probe of the service.
 	connectTimeout time.Duration
-	// timeoutFlag names the flag that set connectTimeout, for messages.
-	timeoutFlag string
 	// verbose routes the client libraries' own logs to logs.
 	verbose bool
 	logs    io.Writer
@@ -82,9 +80,6 @@ func openBackend(raw string, o openOptions) (*backend, error) {
 	}
 	if o.connectTimeout <= 0 {
 		o.connectTimeout = defaultConnectTimeout
-	}
-	if o.timeoutFlag == "" {
-		o.timeoutFlag = "--connect-timeout"
 	}
 	t, err := parseURL(raw)
 	if err != nil {
@@ -139,7 +134,7 @@ func closeWithin(f func(), d time.Duration) func() {
 func (t *target) probeService(b *backend, o openOptions) error {
 	deadline := time.Now().Add(o.connectTimeout)
 	probed := make(chan error, 1)
-	go func() { probed <- bounded(o.connectTimeout, o.timeoutFlag, b.probe) }()
+	go func() { probed <- bounded(o.connectTimeout, "--connect-timeout", b.probe) }()
 	var early <-chan time.Time
 	if t.Scheme != "redis" { // a TLS server hangs up on plaintext at once
 		tm := time.NewTimer(o.connectTimeout / 2)

@@ -53,12 +53,17 @@ type backend struct {
 type openOptions struct {
 	// connectTimeout bounds connecting and the first probe of the service.
 	connectTimeout time.Duration
-	// timeoutFlag names the flag that set connectTimeout, for messages.
-	timeoutFlag string
 	// verbose routes the client libraries' own logs to logs.
 	verbose bool
 	logs    io.Writer
+	// readOnly is for commands that change nothing (ls): a file backend's
+	// directory must exist already (errNoLockDir); it is not created.
+	readOnly bool
 }
+
+// errNoLockDir: a read-only command was given a lock directory that does
+// not exist.
+var errNoLockDir = errors.New("no such lock directory")
 
 // defaultConnectTimeout is --connect-timeout's default.
 const defaultConnectTimeout = 5 * time.Second
@@ -76,9 +81,6 @@ func openBackend(raw string, o openOptions) (*backend, error) {
 	if o.connectTimeout <= 0 {
 		o.connectTimeout = defaultConnectTimeout
 	}
-	if o.timeoutFlag == "" {
-		o.timeoutFlag = "--connect-timeout"
-	}
 	t, err := parseURL(raw)
 	if err != nil {
 		return nil, err
@@ -88,13 +90,88 @@ func openBackend(raw string, o openOptions) (*backend, error) {
 	if err != nil {
 		return nil, err
 	}
+	b.close = closeWithin(b.close, closeTimeout)
 	if b.probe != nil {
-		if err := bounded(o.connectTimeout, o.timeoutFlag, b.probe); err != nil {
-			b.close()
-			return nil, t.explain(err, o)
+		if err := t.probeService(b, o); err != nil {
+			return nil, err
 		}
 	}
 	return b, nil
+}
+
+// closeTimeout bounds closing a backend's clients: a client still waiting
+// on a server that does not answer (a Sentinel asked for its master) may
+// block Close for seconds.
+const closeTimeout = 250 * time.Millisecond
+
+// closeWithin makes close return after at most d; the rest of the work
+// goes on in the background.
+func closeWithin(f func(), d time.Duration) func() {
+	return func() {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			f()
+		}()
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-t.C:
+		}
+	}
+}
+
+// probeService checks that the service answers, within o.connectTimeout,
+// and on failure explains why, within the same bound: the probe, the
+// search for a TLS mismatch and closing the clients together end by the
+// deadline, whatever the service does. A probe that timed out is not
+// followed by a second connection to look for a mismatch. Where a mismatch
+// looks like a timeout (rediss:// to a plaintext Redis, which waits for
+// the end of a line that never comes; etcd, whose gRPC client retries
+// until the deadline) the look starts halfway, while the probe still
+// waits.
+func (t *target) probeService(b *backend, o openOptions) error {
+	deadline := time.Now().Add(o.connectTimeout)
+	probed := make(chan error, 1)
+	go func() { probed <- bounded(o.connectTimeout, "--connect-timeout", b.probe) }()
+	var early <-chan time.Time
+	if t.Scheme != "redis" { // a TLS server hangs up on plaintext at once
+		tm := time.NewTimer(o.connectTimeout / 2)
+		defer tm.Stop()
+		early = tm.C
+	}
+	var (
+		err  error
+		look <-chan bool // the other protocol was found
+	)
+	for done := false; !done; {
+		select {
+		case <-early:
+			early = nil
+			look = t.lookForMismatch(deadline)
+		case err = <-probed:
+			done = true
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	go b.close() // bounded by closeWithin, but nothing to wait for here
+	var noAnswer errNoAnswer
+	if look == nil && !errors.As(err, &noAnswer) {
+		look = t.lookForMismatch(deadline)
+	}
+	found := false
+	if look != nil {
+		tm := time.NewTimer(time.Until(deadline) + 250*time.Millisecond)
+		defer tm.Stop()
+		select {
+		case found = <-look:
+		case <-tm.C:
+		}
+	}
+	return t.explain(err, found)
 }
 
 // bounded runs f with a context that ends after d, and gives up on f
@@ -181,8 +258,11 @@ func etcdLogger(o openOptions, secrets []string) *zap.Logger {
 	return zap.New(core).Named("etcd-client")
 }
 
-// scrubWriter removes secrets from everything written through it. Each
-// Write is scrubbed on its own: callers write whole lines.
+// scrubWriter removes secrets from everything written through it, and
+// escapes control characters other than newline and tab (text from the
+// lock service, such as a holder's metadata inside an error, must not
+// drive the terminal). Each Write is scrubbed on its own: callers write
+// whole lines.
 type scrubWriter struct {
 	mu      sync.Mutex
 	w       io.Writer
@@ -192,7 +272,7 @@ type scrubWriter struct {
 func (s *scrubWriter) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, err := io.WriteString(s.w, scrub(string(p), s.secrets)); err != nil {
+	if _, err := io.WriteString(s.w, escapeControls(scrub(string(p), s.secrets))); err != nil {
 		return 0, err
 	}
 	return len(p), nil
@@ -203,6 +283,11 @@ func (s *scrubWriter) Write(p []byte) (int, error) {
 func (t *target) open(o openOptions) (*backend, error) {
 	switch t.Scheme {
 	case "file":
+		if o.readOnly {
+			if _, err := os.Stat(t.Dir); errors.Is(err, os.ErrNotExist) {
+				return nil, fmt.Errorf("%s: %w", t.where, errNoLockDir)
+			}
+		}
 		l, err := filelock.New(t.Dir)
 		if err != nil {
 			return nil, err
@@ -361,8 +446,9 @@ func (t *target) openEtcd(o openOptions) (*backend, error) {
 }
 
 // explain turns a failed probe into the message the user sees: where,
-// what failed, and for a TLS mismatch which scheme to use instead.
-func (t *target) explain(err error, o openOptions) error {
+// what failed, and for a TLS mismatch (found by lookForMismatch) which
+// scheme to use instead.
+func (t *target) explain(err error, mismatch bool) error {
 	what := "not reachable"
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
@@ -372,39 +458,59 @@ func (t *target) explain(err error, o openOptions) error {
 	if t.Scheme == "etcd" || t.Scheme == "etcds" {
 		msg = "etcd " + msg
 	}
-	if rerr == nil {
-		if hint := t.tlsHint(err, o.connectTimeout); hint != "" {
+	if rerr == nil && mismatch {
+		if hint := t.tlsHint(err); hint != "" {
 			msg += "\n  " + hint
 		}
 	}
 	return errors.New(scrub(msg, t.secrets))
 }
 
-// tlsHint looks for a TLS mismatch after a failed probe: a TLS URL for a
-// server that speaks plaintext, or a plaintext URL for a TLS server. It
-// sends no credentials and returns "" when it finds nothing.
-func (t *target) tlsHint(err error, d time.Duration) string {
-	if d > 2*time.Second {
-		d = 2 * time.Second
+// maxLook bounds a look for a TLS mismatch (and the deadline it is given).
+const maxLook = 2 * time.Second
+
+// lookForMismatch starts looking, by deadline, whether the server speaks
+// the protocol the URL's scheme does not: plaintext Redis for rediss://,
+// TLS for redis://, etcd:// and etcds:// (where not speaking TLS is the
+// mismatch). It sends no credentials. The channel receives whether the
+// other protocol was found; nil means there is nothing to look for.
+func (t *target) lookForMismatch(deadline time.Time) <-chan bool {
+	if limit := time.Now().Add(maxLook); deadline.After(limit) {
+		deadline = limit
 	}
+	if !time.Now().Before(deadline) {
+		return nil
+	}
+	addr := t.Addrs[0]
+	var look func() bool
+	switch t.Scheme {
+	case "rediss":
+		look = func() bool { return speaksPlainRedis(addr, deadline) }
+	case "etcds":
+		look = func() bool { return !speaksTLS(addr, deadline) }
+	case "redis", "etcd":
+		look = func() bool { return speaksTLS(addr, deadline) }
+	default:
+		return nil
+	}
+	c := make(chan bool, 1)
+	go func() { c <- look() }()
+	return c
+}
+
+// tlsHint is the advice for a mismatch that lookForMismatch found after
+// the probe failed with err; "" when there is none to give.
+func (t *target) tlsHint(err error) string {
 	addr := t.Addrs[0]
 	switch t.Scheme {
 	case "rediss":
-		if speaksPlainRedis(addr, d) {
-			return fmt.Sprintf("TLS handshake with %s failed: the server answers plaintext Redis; use redis:// instead of rediss://", addr)
-		}
+		return fmt.Sprintf("TLS handshake with %s failed: the server answers plaintext Redis; use redis:// instead of rediss://", addr)
 	case "etcds":
-		if !speaksTLS(addr, d) && errorMentionsTLS(err) {
+		if errorMentionsTLS(err) {
 			return fmt.Sprintf("TLS handshake with %s failed: the server does not speak TLS; use etcd:// instead of etcds://", addr)
 		}
 	case "redis", "etcd":
-		var ne errNoAnswer
-		if errors.As(err, &ne) && t.Scheme == "redis" {
-			return "" // a TLS server hangs up at once; it does not time out
-		}
-		if speaksTLS(addr, d) {
-			return fmt.Sprintf("the server at %s speaks TLS; use %ss:// instead of %s://", addr, t.Scheme, t.Scheme)
-		}
+		return fmt.Sprintf("the server at %s speaks TLS; use %ss:// instead of %s://", addr, t.Scheme, t.Scheme)
 	}
 	return ""
 }
@@ -414,14 +520,15 @@ func errorMentionsTLS(err error) bool {
 	return strings.Contains(s, "tls") || strings.Contains(s, "TLS") || strings.Contains(s, "handshake")
 }
 
-// speaksPlainRedis reports whether addr answers an inline PING in RESP.
-func speaksPlainRedis(addr string, d time.Duration) bool {
-	c, err := net.DialTimeout("tcp", addr, d)
+// speaksPlainRedis reports whether addr answers an inline PING in RESP
+// by deadline.
+func speaksPlainRedis(addr string, deadline time.Time) bool {
+	c, err := (&net.Dialer{Deadline: deadline}).Dial("tcp", addr)
 	if err != nil {
 		return false
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(d))
+	_ = c.SetDeadline(deadline)
 	if _, err := io.WriteString(c, "PING\r\n"); err != nil {
 		return false
 	}
@@ -429,11 +536,11 @@ func speaksPlainRedis(addr string, d time.Duration) bool {
 	return err == nil && len(line) > 0 && (line[0] == '+' || line[0] == '-')
 }
 
-// speaksTLS reports whether addr completes a TLS handshake. The server's
-// certificate is not checked: nothing is sent over the connection, it only
-// tells which protocol the port speaks.
-func speaksTLS(addr string, d time.Duration) bool {
-	dialer := &net.Dialer{Timeout: d}
+// speaksTLS reports whether addr completes a TLS handshake by deadline.
+// The server's certificate is not checked: nothing is sent over the
+// connection, it only tells which protocol the port speaks.
+func speaksTLS(addr string, deadline time.Time) bool {
+	dialer := &net.Dialer{Deadline: deadline}
 	c, err := tls.DialWithDialer(dialer, "tcp", addr, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}) //nolint:gosec // protocol detection only
 	if err != nil {
 		var alert tls.AlertError

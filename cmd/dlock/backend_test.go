@@ -343,3 +343,48 @@ func TestClientLogsOnlyWithVerbose(t *testing.T) {
 		t.Errorf("etcd without --verbose: %d %q", r.code, r.stderr)
 	}
 }
+
+// Opening a backend, probe, TLS-mismatch look and closing included, ends
+// within --connect-timeout against a server that accepts connections and
+// never answers: no second probe after the first timed out, no Close
+// waiting on a Sentinel. (It used to take up to twice the timeout.)
+func TestOpeningBoundedBySilentServer(t *testing.T) {
+	silent := silentServer(t)
+	// Process start and exit take tens of milliseconds; the defect was a
+	// whole second timeout (2s more for 2s, 2.1s more for 4s).
+	const slack = 1500 * time.Millisecond
+	cases := []struct {
+		url     string
+		timeout time.Duration // Sentinel's extra time was up to 6s from the start
+		args    []string
+	}{
+		{"rediss://" + silent, 2 * time.Second, []string{"run", "-n", "k", "--", "true"}},
+		{"rediss://" + silent, 2 * time.Second, []string{"run", "-w", "1s", "k", "--", "true"}},
+		{"etcd://" + silent, 2 * time.Second, []string{"run", "-n", "k", "--", "true"}},
+		{"etcds://" + silent, 2 * time.Second, []string{"ls"}},
+		{"redis+sentinel://" + silent + "/mymaster", 4 * time.Second, []string{"run", "-n", "k", "--", "true"}},
+	}
+	for _, c := range cases {
+		args := append([]string{c.args[0], "--connect-timeout", c.timeout.String()}, c.args[1:]...)
+		r, took := timedRun(t, c.url, args...)
+		if r.code != exitBackend || !strings.Contains(r.stderr, "no answer") {
+			t.Errorf("%s %v: exit %d %q, want %d and no answer", c.url, args, r.code, r.stderr, exitBackend)
+		}
+		if took > c.timeout+slack {
+			t.Errorf("%s %v: took %v, more than --connect-timeout %v + %v", c.url, args, took, c.timeout, slack)
+		}
+	}
+}
+
+// etcd's gRPC client retries a TLS mismatch until its deadline: the hint
+// is still given, within --connect-timeout.
+func TestEtcdTLSMismatchHintWithinTimeout(t *testing.T) {
+	tlsAddr := startTLSRedis(t) // any TLS server will do
+	r, took := timedRun(t, "etcd://"+tlsAddr, "run", "-n", "--connect-timeout", "3s", "k", "--", "true")
+	if r.code != exitBackend || !strings.Contains(r.stderr, "use etcds://") {
+		t.Errorf("etcd:// to a TLS server: exit %d %q, want %d and a hint to use etcds://", r.code, r.stderr, exitBackend)
+	}
+	if took > 4500*time.Millisecond {
+		t.Errorf("took %v, more than --connect-timeout 3s + 1.5s", took)
+	}
+}

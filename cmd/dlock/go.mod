@@ -73,7 +73,7 @@ require (
 	github.com/dlock-go/dlock/internal/redisx v0.0.0-00010101000000-000000000000 // indirect
 	github.com/dlock-go/dlock/redlock v0.0.0-00010101000000-000000000000
 	go.uber.org/atomic v1.12.0 // indirect
-	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/sys v0.49.0
 )
 
 replace (

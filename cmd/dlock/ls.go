@@ -15,6 +15,8 @@ const lsUsage = `Usage: dlock ls [--url URL] [--json] [--connect-timeout 5s] [--
 
 Lists the locks currently held (whose key starts with PREFIX): key, owner,
 host and pid of the holder, fencing token and time left on the lease.
+ls changes nothing: a file:// lock directory that does not exist is an
+error (exit 3), except the default one before its first use (no locks).
 
 Examples:
   dlock ls
@@ -51,17 +53,24 @@ func cmdLs(args []string, stdout, stderr io.Writer) int {
 		raw = defaultURL()
 	}
 	stderr = &scrubWriter{w: stderr, secrets: secretsOf(raw)}
-	b, err := openBackend(raw, openOptions{connectTimeout: *connect, verbose: *verbose, logs: stderr})
-	if err != nil {
+	// ls creates nothing: a lock directory that does not exist is an
+	// error, unless it is the default one, where no lock was ever taken.
+	var infos []lockInfo
+	where := redact(raw)
+	b, err := openBackend(raw, openOptions{connectTimeout: *connect, verbose: *verbose, logs: stderr, readOnly: true})
+	switch {
+	case errors.Is(err, errNoLockDir) && raw == "file://"+stateDir():
+	case err != nil:
 		return reportOpen(stderr, "ls", err)
-	}
-	defer b.close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	infos, err := b.list(ctx, fs.Arg(0))
-	if err != nil {
-		fmt.Fprintf(stderr, "dlock ls: %s: %v\n", b.where, err)
-		return exitBackend
+	default:
+		defer b.close()
+		where = b.where
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if infos, err = b.list(ctx, fs.Arg(0)); err != nil {
+			fmt.Fprintf(stderr, "dlock ls: %s: %v\n", b.where, err)
+			return exitBackend
+		}
 	}
 	sortInfos(infos)
 	if *asJSON {
@@ -79,7 +88,7 @@ func cmdLs(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	if len(infos) == 0 {
-		fmt.Fprintf(stdout, "no locks held in %s\n", b.where)
+		fmt.Fprintf(stdout, "no locks held in %s\n", where)
 		return 0
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
@@ -89,7 +98,9 @@ func cmdLs(args []string, stdout, stderr io.Writer) int {
 		if len(owner) > 12 {
 			owner = owner[:12]
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", in.Key, owner, dash(in.Metadata["host"]), dash(in.Metadata["pid"]), in.Token, in.TTL.Round(time.Millisecond))
+		// Keys and metadata may hold anything: quote the odd ones (see
+		// text.go), so that each lock is one line of plain text.
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", quoteField(in.Key), dash(quoteField(owner)), dash(quoteField(in.Metadata["host"])), dash(quoteField(in.Metadata["pid"])), in.Token, in.TTL.Round(time.Millisecond))
 	}
 	tw.Flush()
 	return 0

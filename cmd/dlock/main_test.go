@@ -536,3 +536,51 @@ func TestEtcdURLErrors(t *testing.T) {
 		t.Errorf("serve --listen nonsense: %d %q", r.code, r.stderr)
 	}
 }
+
+// ls is read-only: a lock directory that does not exist is an error (exit
+// 3), and is not created. The default directory, before any lock was
+// taken there, just holds no locks (and is not created either).
+func TestLsCreatesNothing(t *testing.T) {
+	base := t.TempDir()
+	typo := filepath.Join(base, "typo", "locks")
+	for _, args := range [][]string{{"ls"}, {"ls", "--json"}, {"ls", "prefix/"}} {
+		r := runDlock(t, "file://"+typo, args...)
+		if r.code != exitBackend || !strings.Contains(r.stderr, "no such lock directory") || r.stdout != "" {
+			t.Errorf("%v on a missing directory: exit %d, stdout %q, stderr %q; want %d and no such lock directory", args, r.code, r.stdout, r.stderr, exitBackend)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(base, "typo")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("ls created %s: %v", filepath.Join(base, "typo"), err)
+	}
+
+	state := filepath.Join(base, "state")
+	ctx, cancel := context.WithTimeout(context.Background(), hang)
+	defer cancel()
+	for _, args := range [][]string{{"ls"}, {"ls", "--json"}} {
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Env = append(os.Environ(), "DLOCK_URL=", "XDG_STATE_HOME="+state)
+		out, err := cmd.Output()
+		if err != nil || !(strings.Contains(string(out), "no locks held") || strings.TrimSpace(string(out)) == "[]") {
+			t.Errorf("%v with the default URL, never used: %v %q", args, err, out)
+		}
+	}
+	if _, err := os.Stat(state); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("ls created the default state directory: %v", err)
+	}
+}
+
+// CMD inherits the environment, DLOCK_URL included (documented: CMD may
+// run dlock itself against the same service); a URL given with --url is
+// not added to it.
+func TestCommandInheritsDlockURL(t *testing.T) {
+	url := fileURL(t)
+	nested := `echo "url=$DLOCK_URL"; "$0" run -n inner -- sh -c 'echo "inner $DLOCK_KEY"'`
+	r := runDlock(t, url, "run", "outer", "--", "sh", "-c", nested, bin)
+	if r.code != 0 || !strings.Contains(r.stdout, "url="+url+"\n") || !strings.Contains(r.stdout, "inner inner") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	r = runDlock(t, "", "run", "--url", url, "k", "--", "sh", "-c", `echo "url=$DLOCK_URL"`)
+	if r.code != 0 || strings.TrimSpace(r.stdout) != "url=" {
+		t.Fatalf("--url: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+}

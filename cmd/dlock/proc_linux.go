@@ -6,6 +6,8 @@ import (
 	"strings"
 	"syscall"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // prSetChildSubreaper is PR_SET_CHILD_SUBREAPER from <linux/prctl.h>.
@@ -96,15 +98,15 @@ func descendants(root int) []int {
 	return out
 }
 
-// foregroundTTY opens the controlling terminal when the caller's process
-// group is its foreground group, and returns -1 otherwise (no terminal,
-// or started in the background).
-func foregroundTTY() int {
+// foregroundTTY opens the controlling terminal when process group job
+// (dlock's) is its foreground group, and returns -1 otherwise (no
+// terminal, or started in the background).
+func foregroundTTY(job int) int {
 	fd, err := syscall.Open("/dev/tty", syscall.O_RDWR|syscall.O_CLOEXEC|syscall.O_NOCTTY, 0)
 	if err != nil {
 		return -1
 	}
-	if pg, err := tcgetpgrp(fd); err != nil || pg != syscall.Getpgrp() {
+	if pg, err := tcgetpgrp(fd); err != nil || pg != job {
 		syscall.Close(fd)
 		return -1
 	}
@@ -127,4 +129,17 @@ func tcsetpgrp(fd, pgid int) error {
 		return e
 	}
 	return nil
+}
+
+// leaseClock reads the clock on which dlock tells its supervisor the lease
+// deadline: one clock for every process of the system (so a deadline
+// crosses the pipe as a point in time, however late it is read), monotonic,
+// and counting time suspended (CLOCK_BOOTTIME), as the lease on the
+// server does.
+func leaseClock() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		panic("clock_gettime(CLOCK_BOOTTIME): " + err.Error()) // Linux has had it since 2.6.39
+	}
+	return ts.Nano()
 }

@@ -23,7 +23,9 @@ const runUsage = `Usage: dlock run [--url URL] [--ttl 30s] [-w|--wait DUR|SECS] 
 Runs CMD while holding the lock KEY, renewing it automatically. CMD sees
 DLOCK_KEY, DLOCK_TOKEN (the fencing token: pass it to whatever CMD writes to)
 and DLOCK_OWNER. When CMD exits the lock is released and dlock exits with
-CMD's status (128+N if CMD was killed by signal N).
+CMD's status (128+N if CMD was killed by signal N). CMD inherits dlock's
+environment, DLOCK_URL and any password in it included, so that it can run
+dlock itself; use "env -u DLOCK_URL CMD" to keep it from CMD.
 
 CMD runs in its own process group under a small supervisor process that
 keeps track of every process CMD starts, even ones that leave the group.
@@ -33,9 +35,17 @@ Ctrl-C reaches it once. Processes CMD leaves running when it exits get
 SIGTERM, then SIGKILL after --grace, before the lock is released. If dlock
 is killed, even with SIGKILL, the whole tree is killed.
 
+Waiting: without -w dlock waits for the lock for ever; -w D gives up once D
+has passed; -n or -w 0 makes a single attempt. Connecting to the lock
+service is bounded by --connect-timeout, and so is the first attempt when
+-n or a shorter -w is given: even -w 1us gets one whole attempt.
+
 If the lock is lost while CMD runs (renewal failed, key deleted), dlock says
 so on stderr, sends SIGTERM to every process of the tree, SIGKILL after
---grace, and exits 4.
+--grace, and exits 4. The supervisor also keeps the lease's deadline: if
+dlock itself stops renewing without dying (SIGSTOP, SIGTSTP, a long stall),
+the supervisor terminates the tree on its own when the lease runs out, the
+same way, and dlock exits 4 once it runs again.
 
 Options:
 `
@@ -66,11 +76,12 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		nonblock bool
 		conflict int
 		grace    = fs.Duration("grace", 5*time.Second, "time between SIGTERM and SIGKILL when the lock is lost or CMD leaves processes behind")
-		connect  = fs.Duration("connect-timeout", defaultConnectTimeout, "bound on connecting to and probing the lock service (--wait bounds it too), and on -n's attempt")
+		connect  = fs.Duration("connect-timeout", defaultConnectTimeout, "bound on connecting to and probing the lock service, and on the first lock request when -n or --wait is shorter")
 		verbose  = fs.Bool("verbose", false, "print the process tree's pids and the client libraries' logs on stderr")
 	)
-	fs.Var(waitFlag{&wait}, "wait", "give up after waiting this long: a duration (2m) or seconds (30) (default: wait forever)")
-	fs.Var(waitFlag{&wait}, "w", "short for --wait")
+	var waitSet bool
+	fs.Var(waitFlag{&wait, &waitSet}, "wait", "give up after waiting this long: a duration (2m) or seconds (30); 0 means one attempt, like -n (default: wait forever)")
+	fs.Var(waitFlag{&wait, &waitSet}, "w", "short for --wait")
 	fs.BoolVar(&nonblock, "nonblock", false, "fail at once if the lock is held")
 	fs.BoolVar(&nonblock, "n", false, "short for --nonblock")
 	fs.IntVar(&conflict, "conflict-exit-code", exitConflict, "exit status when the lock is held by someone else")
@@ -117,6 +128,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "dlock run: %v\n", err)
 		return exitUsage
 	}
+	if waitSet && wait == 0 {
+		nonblock = true // -w 0 fails at once, as flock(1)'s does
+	}
 
 	// Nothing dlock prints may carry a secret of the URL.
 	raw := *rawURL
@@ -127,11 +141,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	// A closed stderr must not kill dlock (SIGPIPE) while it holds a lock.
 	catch(make(chan os.Signal, 1), syscall.SIGPIPE)
 
-	// --wait bounds the whole wait, connecting included.
+	// Connecting is bounded by --connect-timeout alone: a --wait shorter
+	// than that must still leave time for one attempt (see acquireForRun).
 	oo := openOptions{connectTimeout: *connect, verbose: *verbose, logs: stderr}
-	if !nonblock && wait > 0 && wait < *connect {
-		oo.connectTimeout, oo.timeoutFlag = wait, "--wait"
-	}
 	b, err := openBackend(raw, oo)
 	if err != nil {
 		return reportOpen(stderr, "run", err)
@@ -154,8 +166,12 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 }
 
 // waitFlag parses --wait as a duration ("2m", "1.5s") or as seconds
-// ("30", "0.5"), like flock(1)'s -w.
-type waitFlag struct{ d *time.Duration }
+// ("30", "0.5"), like flock(1)'s -w; set records that it was given (so
+// that -w 0 can mean one attempt while no -w means for ever).
+type waitFlag struct {
+	d   *time.Duration
+	set *bool
+}
 
 func (w waitFlag) String() string {
 	if w.d == nil || *w.d == 0 {
@@ -166,14 +182,14 @@ func (w waitFlag) String() string {
 
 func (w waitFlag) Set(s string) error {
 	if d, err := time.ParseDuration(s); err == nil {
-		*w.d = d
+		*w.d, *w.set = d, true
 		return nil
 	}
 	secs, err := strconv.ParseFloat(s, 64)
 	if err != nil || math.IsNaN(secs) || math.IsInf(secs, 0) || math.Abs(secs) > float64(math.MaxInt64/int64(time.Second)) {
 		return fmt.Errorf("want a duration (2m, 1.5s) or a number of seconds, got %q", s)
 	}
-	*w.d = time.Duration(secs * float64(time.Second))
+	*w.d, *w.set = time.Duration(secs*float64(time.Second)), true
 	return nil
 }
 
@@ -181,22 +197,22 @@ func (w waitFlag) Set(s string) error {
 type acquireRequest struct {
 	key      string
 	ttl      time.Duration
-	wait     time.Duration // 0: forever
-	nonblock bool
+	wait     time.Duration // 0: forever (unless nonblock)
+	nonblock bool          // -n or -w 0: one attempt
 	conflict int           // exit status when the lock is held
-	attempt  time.Duration // bound on -n's single attempt
+	attempt  time.Duration // --connect-timeout: bound on a first attempt that --wait does not cover
 }
 
 // acquireForRun takes the lock; on failure it returns nil and the exit code.
+//
+// Every run gets at least one whole attempt: with -n (or -w 0) it is the
+// only one, and with a --wait shorter than --connect-timeout the first
+// attempt may take up to --connect-timeout, so that -w 1us still takes a
+// free key. Waiting for a holder after that ends when --wait, counted from
+// the first attempt, has elapsed.
 func acquireForRun(b *backend, r acquireRequest, sigc chan os.Signal, stderr io.Writer) (*dlock.Lock, int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	attemptCtx := ctx
-	if r.nonblock {
-		var cancelAttempt context.CancelFunc
-		attemptCtx, cancelAttempt = context.WithTimeout(ctx, r.attempt)
-		defer cancelAttempt()
-	}
 	var sig os.Signal
 	stop, exited := make(chan struct{}), make(chan struct{})
 	go func() {
@@ -209,11 +225,21 @@ func acquireForRun(b *backend, r acquireRequest, sigc chan os.Signal, stderr io.
 	}()
 	opts := []dlock.Option{dlock.WithTTL(r.ttl), dlock.WithMetadata("cmd", "dlock run")}
 	var (
-		lk  *dlock.Lock
-		err error
+		lk         *dlock.Lock
+		err        error
+		attemptCtx context.Context // the bounded first attempt's, if any
 	)
-	if r.nonblock {
+	start := time.Now()
+	if r.nonblock || r.wait > 0 && r.wait < r.attempt {
+		var cancelAttempt context.CancelFunc
+		attemptCtx, cancelAttempt = context.WithTimeout(ctx, r.attempt)
 		lk, err = b.locker.TryAcquire(attemptCtx, r.key, opts...)
+		cancelAttempt()
+		if left := r.wait - time.Since(start); !r.nonblock && err != nil && left > 0 && ctx.Err() == nil &&
+			(heldBySomeone(err) || errors.Is(err, dlock.ErrTransient)) {
+			attemptCtx = nil // the error to report is the wait's
+			lk, err = b.locker.Acquire(ctx, r.key, append(opts, dlock.WithWait(left))...)
+		}
 	} else {
 		if r.wait > 0 {
 			opts = append(opts, dlock.WithWait(r.wait))
@@ -237,7 +263,7 @@ func acquireForRun(b *backend, r acquireRequest, sigc chan os.Signal, stderr io.
 	switch {
 	case code == exitUsage:
 		fmt.Fprintf(stderr, "dlock run: %v\n", err)
-	case code == exitBackend && r.nonblock && attemptCtx.Err() != nil:
+	case code == exitBackend && attemptCtx != nil && attemptCtx.Err() != nil && ctx.Err() == nil:
 		fmt.Fprintf(stderr, "dlock run: %s: no answer to the lock request within --connect-timeout %s: %v\n", b.where, r.attempt, err)
 	case code == exitBackend && errors.Is(err, dlock.ErrNotAcquired):
 		fmt.Fprintf(stderr, "dlock run: %s: no holder of %q was seen; the lock service did not answer: %v\n", b.where, r.key, err)
@@ -246,7 +272,7 @@ func acquireForRun(b *backend, r acquireRequest, sigc chan os.Signal, stderr io.
 	case errors.As(err, &na):
 		msg := fmt.Sprintf("dlock run: lock %q is held", r.key)
 		if na.Holder != "" || len(na.Metadata) > 0 {
-			msg += " by " + dlock.HolderString(na.Holder, na.Metadata)
+			msg += " by " + holderText(na.Holder, na.Metadata)
 		}
 		if na.TTL > 0 {
 			msg += fmt.Sprintf(", lease ends in %s", na.TTL.Round(time.Millisecond))
@@ -270,14 +296,21 @@ func acquireErrorStatus(err error, conflict int) int {
 	switch {
 	case errors.Is(err, dlock.ErrInvalidTTL), errors.Is(err, dlock.ErrInvalidKey), errors.Is(err, dlock.ErrInvalidOption):
 		return exitUsage
-	case !errors.Is(err, dlock.ErrNotAcquired):
-		return exitBackend
-	}
-	var na *dlock.NotAcquiredError
-	if errors.As(err, &na) && na.Holder == "" && len(na.Metadata) == 0 && na.TTL <= 0 {
+	case !heldBySomeone(err):
 		return exitBackend
 	}
 	return conflict
+}
+
+// heldBySomeone reports whether err says that a holder of the key was
+// seen: it wraps dlock.ErrNotAcquired and names an owner, metadata or a
+// lease.
+func heldBySomeone(err error) bool {
+	if !errors.Is(err, dlock.ErrNotAcquired) {
+		return false
+	}
+	var na *dlock.NotAcquiredError
+	return !errors.As(err, &na) || na.Holder != "" || len(na.Metadata) > 0 || na.TTL > 0
 }
 
 // runOptions are dlock run's settings for the process tree.
@@ -300,7 +333,10 @@ func superviseChild(lk *dlock.Lock, cmdArgs []string, o runOptions, sigc chan os
 		"DLOCK_TOKEN="+strconv.FormatUint(lk.Token(), 10),
 		"DLOCK_OWNER="+lk.Owner(),
 	)
-	sup, err := startSupervisor(cmdArgs, env, o.grace)
+	// The supervisor enforces the lease deadline itself, in case dlock
+	// stops renewing without dying (SIGSTOP); it learns each new one.
+	sentDeadline := lk.Deadline()
+	sup, err := startSupervisor(cmdArgs, env, o.grace, leaseDeadline(lk))
 	if err != nil {
 		release()
 		fmt.Fprintf(stderr, "dlock run: cannot start the supervisor: %v\n", err)
@@ -316,8 +352,19 @@ func superviseChild(lk *dlock.Lock, cmdArgs []string, o runOptions, sigc chan os
 	lost := lk.Lost()
 	var killTimer <-chan time.Time
 	lostLock := false
+	expired := false // the supervisor found the lease run out
+	started := false // CMD was started
+	// Renewals move the deadline every ttl/3; look often enough that the
+	// supervisor's copy is never far behind.
+	leaseTick := time.NewTicker(min(max(lk.TTL()/8, 5*time.Millisecond), time.Second))
+	defer leaseTick.Stop()
 	for {
 		select {
+		case <-leaseTick.C:
+			if d := lk.Deadline(); lost != nil && d.After(sentDeadline) {
+				sentDeadline = d
+				sup.send("lease %d", leaseDeadline(lk))
+			}
 		case sig := <-sigc:
 			if status >= 0 {
 				sup.killTree() // CMD is gone: a signal hurries its leftovers up
@@ -333,9 +380,15 @@ func superviseChild(lk *dlock.Lock, cmdArgs []string, o runOptions, sigc chan os
 		case <-lost:
 			lost = nil
 			lostLock = true
-			fmt.Fprintf(stderr, "dlock run: LOCK LOST: %v; sending SIGTERM to CMD's process tree (SIGKILL in %s)\n", lk.Err(), o.grace)
+			if expired { // the supervisor is terminating the tree already
+				fmt.Fprintf(stderr, "dlock run: LOCK LOST: %v\n", lk.Err())
+			} else {
+				fmt.Fprintf(stderr, "dlock run: LOCK LOST: %v; sending SIGTERM to CMD's process tree (SIGKILL in %s)\n", lk.Err(), o.grace)
+			}
 			sup.send("term")
-			killTimer = time.After(o.grace)
+			if killTimer == nil {
+				killTimer = time.After(o.grace)
+			}
 		case <-killTimer:
 			killTimer = nil
 			fmt.Fprintf(stderr, "dlock run: CMD's process tree still running after %s; sending SIGKILL\n", o.grace)
@@ -343,6 +396,7 @@ func superviseChild(lk *dlock.Lock, cmdArgs []string, o runOptions, sigc chan os
 		case ev := <-sup.events:
 			switch ev.kind {
 			case "pid":
+				started = true
 				if o.verbose {
 					fmt.Fprintf(stderr, "dlock run: CMD is pid %d (process group %d), supervisor pid %d\n", ev.n, ev.n, sup.cmd.Process.Pid)
 				}
@@ -351,20 +405,42 @@ func superviseChild(lk *dlock.Lock, cmdArgs []string, o runOptions, sigc chan os
 				status = exitNoExec
 			case "exit":
 				status = ev.n
+			case "expired":
+				// dlock did not renew the lease in time (it was stopped
+				// or stalled): the supervisor terminates the tree on its
+				// own, as on a lost lock, and said so.
+				expired, lostLock = true, true
 			case "stop":
 				// CMD was stopped from the terminal (Ctrl-Z), which is ours
 				// again: stop too, so that the shell sees the job stop.
 				if !lostLock {
+					fmt.Fprintf(stderr, "dlock run: stopped: the lease of %q is not renewed while stopped; CMD's process tree is terminated in %s unless continued\n", lk.Key(), time.Until(lk.Deadline()).Round(time.Second))
 					_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 				}
 			case "done":
-				if status < 0 {
+				// Whatever of the tree outlived the supervisor was
+				// re-parented to dlock: it dies before the lock is
+				// released. Normally there is nothing.
+				killed, left := sweepOrphans()
+				switch {
+				case status < 0 && expired && !started:
+					fmt.Fprintf(stderr, "dlock run: the lease of %q ran out before CMD could be started; CMD did not run\n", lk.Key())
+				case status < 0:
 					// The supervisor died without a word (SIGKILL, OOM):
-					// CMD got its parent-death SIGKILL; the rest of the
-					// tree was re-parented to dlock.
-					n := sweepOrphans()
-					fmt.Fprintf(stderr, "dlock run: the supervisor died (%v); CMD was killed, and %d leftover processes\n", ev.err, n)
+					// CMD got its parent-death SIGKILL.
+					fmt.Fprintf(stderr, "dlock run: the supervisor died (%v); CMD was killed, and %d leftover processes\n", ev.err, len(killed))
 					status = 128 + int(syscall.SIGKILL)
+				case len(killed) > 0:
+					fmt.Fprintf(stderr, "dlock run: the supervisor died (%v) while processes CMD left still ran; killed %d of them (pid %s)\n", supervisorEnd(ev.err), len(killed), pidList(killed))
+				}
+				if len(left) > 0 {
+					// Never release while part of the tree may run: the
+					// lease runs out on its own.
+					fmt.Fprintf(stderr, "dlock run: could not kill pid %s; not releasing %q (its lease ends within %s)\n", pidList(left), lk.Key(), lk.TTL())
+					if lostLock {
+						return exitLost
+					}
+					return status
 				}
 				release()
 				if lostLock {
@@ -374,6 +450,14 @@ func superviseChild(lk *dlock.Lock, cmdArgs []string, o runOptions, sigc chan os
 			}
 		}
 	}
+}
+
+// supervisorEnd describes how the supervisor ended, from its Wait error.
+func supervisorEnd(err error) string {
+	if err == nil {
+		return "exit status 0"
+	}
+	return err.Error()
 }
 
 // reportOpen prints a backend-open error and returns the exit status.

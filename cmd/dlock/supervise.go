@@ -7,7 +7,8 @@ package main
 // pipeline: killing CMD's pid alone leaves its children running. So:
 //
 //	dlock run (holds and renews the lock)
-//	  └─ dlock __supervise   (a re-exec of /proc/self/exe; child subreaper)
+//	  └─ dlock __supervise   (a re-exec of /proc/self/exe; child subreaper;
+//	       │                  its own process group)
 //	       └─ CMD            (its own process group; Pdeathsig SIGKILL)
 //	            └─ ...       (children, grandchildren, setsid'd daemons)
 //
@@ -36,14 +37,31 @@ package main
 //     Without a terminal CMD's group simply runs in the background.
 //   - Lock lost: SIGTERM (then SIGCONT) to every process of the tree,
 //     SIGKILL to the whole tree after --grace, exit 4.
+//   - Hung is not dead: dlock stopped (SIGSTOP, SIGTSTP without a
+//     terminal) or stalled renews nothing, yet its pipe stays open. So the
+//     supervisor enforces the lease itself: dlock passes it the lease
+//     deadline at start (--lease-deadline) and again whenever a renewal
+//     moves it ("lease N" on fd 3), as a point in time on a clock shared
+//     by all processes (leaseClock: CLOCK_BOOTTIME), so a message read
+//     late cannot stretch it. When the deadline passes without a newer
+//     one, the supervisor treats the lock as lost on its own, as dlock
+//     would, without waiting for dlock: SIGTERM to the tree, SIGKILL after
+//     --grace, and it reports "expired". The supervisor has a process
+//     group of its own, so that stopping dlock's job (kill -STOP %1, or
+//     SIGTSTP to the group) does not stop the supervisor too; it ignores
+//     SIGTTOU, so that writing to the terminal from the background cannot
+//     stop it either.
 //   - CMD exits: whatever it left running (`sleep 100 &`) gets SIGTERM, and
 //     SIGKILL after --grace, before the lock is released: like systemd's
 //     KillMode=control-group. dlock exits with CMD's status.
 //   - CMD cannot be started: the supervisor reports "noexec" and dlock
 //     exits 127.
-//   - The supervisor itself SIGKILLed (OOM killer): CMD gets SIGKILL from
+//   - The supervisor itself SIGKILLed (OOM killer), at any point, also
+//     while it waits out --grace for CMD's leftovers: CMD gets SIGKILL from
 //     its parent-death signal; dlock is a subreaper too, so the orphans come
-//     to it, and it kills them before releasing the lock. If dlock and the
+//     to it. Whenever the supervisor has exited, dlock kills whatever came
+//     to it, and says so, before releasing the lock; what it cannot kill
+//     keeps the lock unreleased (the lease runs out). If dlock and the
 //     supervisor both die, Pdeathsig is all that is left: CMD dies, its
 //     descendants may not.
 //   - Not covered: a process that escapes the tree by asking another
@@ -51,6 +69,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
@@ -63,6 +82,10 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dlock-go/dlock"
 )
 
 // superviseCmd is the hidden subcommand run as the supervisor.
@@ -89,14 +112,19 @@ type reapEvent struct {
 }
 
 type supervisor struct {
-	self   int
-	pid    int  // CMD's pid, also its process group id
-	alive  bool // CMD not reaped yet: its pid (so its group id) cannot be reused
-	tty    int  // the controlling terminal when CMD has its foreground, else -1
-	grace  time.Duration
-	status *os.File
-	reaped chan reapEvent
-	stderr io.Writer
+	self  int
+	pid   int  // CMD's pid, also its process group id
+	alive bool // CMD not reaped yet: its pid (so its group id) cannot be reused
+	tty   int  // the controlling terminal when CMD has its foreground, else -1
+	job   int  // dlock's process group, the job the terminal belongs to
+	grace time.Duration
+	// leaseEnd is the lease deadline on leaseClock (0: not enforced);
+	// expired is set once it passed.
+	leaseEnd int64
+	expired  bool
+	status   *os.File
+	reaped   chan reapEvent
+	stderr   io.Writer
 	// reported is set once CMD's status went to dlock.
 	reported bool
 }
@@ -106,30 +134,116 @@ func isPipe(fd int) bool {
 	return syscall.Fstat(fd, &st) == nil && uint32(st.Mode)&syscall.S_IFMT == syscall.S_IFIFO
 }
 
-// cmdSupervise is `dlock __supervise [--grace D] -- CMD [ARGS...]`, started
-// by dlock run only.
+// cmdSupervise is `dlock __supervise --pgrp N [--grace D] [--lease-deadline
+// N] -- CMD [ARGS...]`, started by dlock run only.
 func cmdSupervise(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet(superviseCmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	grace := fs.Duration("grace", 5*time.Second, "time between SIGTERM and SIGKILL for leftovers")
+	pgrp := fs.Int("pgrp", 0, "dlock's process group, which gets the terminal back from CMD")
+	lease := fs.Int64("lease-deadline", 0, "the lease deadline on leaseClock, in ns (0: not enforced)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
-	if fs.NArg() == 0 || *grace < 0 || !isPipe(ctlFD) || !isPipe(statusFD) {
+	if fs.NArg() == 0 || *grace < 0 || *lease < 0 || *pgrp <= 0 || !isPipe(ctlFD) || !isPipe(statusFD) {
 		fmt.Fprintf(stderr, "dlock: %s is internal to dlock run\n", superviseCmd)
 		return exitUsage
 	}
 	syscall.CloseOnExec(ctlFD)
 	syscall.CloseOnExec(statusFD)
-	s := &supervisor{
-		self:   os.Getpid(),
-		tty:    -1,
-		grace:  *grace,
-		status: os.NewFile(statusFD, "dlock-status"),
-		reaped: make(chan reapEvent, 64),
-		stderr: stderr,
+	ctl, err := newCtlPipe(ctlFD)
+	if err != nil {
+		fmt.Fprintf(stderr, "dlock: %s: control pipe: %v\n", superviseCmd, err)
+		return exitUsage
 	}
-	return s.run(fs.Args(), os.NewFile(ctlFD, "dlock-control"))
+	s := &supervisor{
+		self:     os.Getpid(),
+		tty:      -1,
+		grace:    *grace,
+		leaseEnd: *lease,
+		job:      *pgrp,
+		status:   os.NewFile(statusFD, "dlock-status"),
+		reaped:   make(chan reapEvent, 64),
+		stderr:   stderr,
+	}
+	return s.run(fs.Args(), ctl)
+}
+
+// ctlPipe is the supervisor's end of fd 3, read by its run loop alone, so
+// that the loop can read everything dlock wrote before it decides
+// anything (see the lease check). A goroutine only watches for input.
+type ctlPipe struct {
+	fd      int
+	partial []byte        // the start of a line not yet complete
+	ready   chan struct{} // there is input, or EOF
+	resume  chan struct{} // the run loop has read it: watch again
+}
+
+// maxCommand bounds a line from dlock (dlock's are a few bytes); a read
+// of fd 3 takes at most maxReads reads.
+const (
+	maxCommand = 4096
+	maxReads   = 1024
+)
+
+func newCtlPipe(fd int) (*ctlPipe, error) {
+	if err := syscall.SetNonblock(fd, true); err != nil {
+		return nil, err
+	}
+	return &ctlPipe{fd: fd, ready: make(chan struct{}), resume: make(chan struct{})}, nil
+}
+
+// watch signals ready whenever fd 3 has input (or EOF, or an error, which
+// read then reports), and waits for the run loop to have read it.
+func (c *ctlPipe) watch() {
+	fds := []unix.PollFd{{Fd: int32(c.fd), Events: unix.POLLIN}}
+	for {
+		if _, err := unix.Poll(fds, -1); errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		c.ready <- struct{}{}
+		<-c.resume
+	}
+}
+
+// unread puts lines back, to be returned again by the next read.
+func (c *ctlPipe) unread(lines []string) {
+	var b []byte
+	for _, l := range lines {
+		b = append(append(b, l...), '\n')
+	}
+	c.partial = append(b, c.partial...)
+}
+
+// read returns the complete lines dlock has written so far, without
+// waiting; open is false once the pipe is at EOF (or broken).
+func (c *ctlPipe) read() (lines []string, open bool) {
+	var buf [512]byte
+	open = true
+	for range maxReads { // a pipe holds 64 KiB at most: a few reads drain it
+		n, err := syscall.Read(c.fd, buf[:])
+		if n > 0 {
+			c.partial = append(c.partial, buf[:n]...)
+			continue
+		}
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		open = errors.Is(err, syscall.EAGAIN) // else EOF (0, nil) or broken
+		break
+	}
+	for {
+		i := bytes.IndexByte(c.partial, '\n')
+		if i < 0 {
+			break
+		}
+		lines = append(lines, string(c.partial[:i]))
+		c.partial = c.partial[i+1:]
+	}
+	if len(c.partial) > maxCommand {
+		c.partial = nil // not dlock's
+	}
+	return lines, open
 }
 
 func (s *supervisor) report(format string, args ...any) {
@@ -137,19 +251,39 @@ func (s *supervisor) report(format string, args ...any) {
 	_, _ = io.WriteString(s.status, line+"\n")
 }
 
-func (s *supervisor) run(argv []string, ctl *os.File) int {
+func (s *supervisor) run(argv []string, ctl *ctlPipe) int {
 	// CMD's parent-death signal fires when the thread that forked it
 	// exits: fork from a thread that lives as long as the process.
 	runtime.LockOSThread()
 	_ = setSubreaper() // outside Linux orphans go to init: nothing to do
 	// Catch (not ignore: CMD would inherit that) what dlock forwards, so
-	// that the supervisor survives a signal sent to dlock's whole group;
-	// and SIGPIPE, so a closed stderr cannot kill it mid-cleanup.
+	// that a stray one cannot end the supervisor (it is not in dlock's
+	// group, so signals to dlock's job do not reach it anyway); and
+	// SIGPIPE, so a closed stderr cannot kill it mid-cleanup.
 	// Signals dlock was started with ignored (nohup, "&" in a script) stay
 	// ignored, for CMD to inherit as before.
 	catch(make(chan os.Signal, 1), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGPIPE)
 	openStdio()
-	s.tty = foregroundTTY()
+	// dlock gone already, or a supervisor that took longer to start than
+	// the lease lasts (a stalled machine): CMD must not start at all.
+	lines, open := ctl.read()
+	for _, c := range lines {
+		if verb, arg, _ := strings.Cut(c, " "); verb == "lease" {
+			if n, err := strconv.ParseInt(arg, 10, 64); err == nil && n > 0 {
+				s.leaseEnd = n
+			}
+		}
+	}
+	ctl.unread(lines) // for the run loop, once CMD runs
+	if !open {
+		return 0
+	}
+	if s.leaseEnd != 0 && s.untilLeaseCheck() == 0 {
+		s.expired = true
+		s.report("expired")
+		return 0
+	}
+	s.tty = foregroundTTY(s.job)
 	pid, err := startCmd(argv, s.tty)
 	if err != nil && s.tty >= 0 {
 		// Perhaps the terminal could not be handed over (fork failed
@@ -163,32 +297,88 @@ func (s *supervisor) run(argv []string, ctl *os.File) int {
 		return exitNoExec
 	}
 	s.pid, s.alive = pid, true
-	if s.tty >= 0 {
-		signal.Ignore(syscall.SIGTTOU) // to take the terminal back from the background
-	}
+	// In a background group of its own, the supervisor takes the terminal
+	// back for dlock and writes messages to it: SIGTTOU must not stop it.
+	// Only now: CMD must not inherit the ignored signal.
+	signal.Ignore(syscall.SIGTTOU)
 	s.report("pid %d", pid)
 	go s.reap()
-	cmds := make(chan string, 16)
-	go func() {
-		defer close(cmds)
-		sc := bufio.NewScanner(ctl)
-		for sc.Scan() {
-			cmds <- sc.Text()
-		}
-	}()
+	go ctl.watch()
 
 	var cleanup <-chan time.Time
 	termSent := false
+	// terminate is what losing the lock does to the tree, once: SIGTERM
+	// now (unless CMD's leftovers already had theirs), SIGKILL after
+	// --grace at the latest.
+	terminate := func() {
+		if !termSent {
+			termSent = true
+			s.signalTree(syscall.SIGTERM)
+		}
+		if cleanup == nil {
+			cleanup = time.After(s.grace)
+		}
+	}
+	leaseCheck := time.NewTimer(s.untilLeaseCheck())
+	defer leaseCheck.Stop()
+	// readCommands runs what dlock has written so far; false means fd 3
+	// reached EOF: dlock is gone or wants everything killed.
+	readCommands := func() bool {
+		lines, open := ctl.read()
+		for _, c := range lines {
+			switch verb, arg, _ := strings.Cut(c, " "); verb {
+			case "lease":
+				if n, err := strconv.ParseInt(arg, 10, 64); err == nil && n > 0 && !s.expired {
+					s.leaseEnd = n
+					leaseCheck.Reset(s.untilLeaseCheck())
+				}
+			case "term":
+				// dlock saw the lock lost; it sends SIGKILL itself after
+				// --grace, by closing fd 3.
+				if !termSent {
+					termSent = true
+					s.signalTree(syscall.SIGTERM)
+				}
+			case "cont":
+				if !termSent { // a tree being terminated was continued already
+					s.command(c)
+				}
+			default:
+				s.command(c)
+			}
+		}
+		return open
+	}
+	if !readCommands() { // what came before CMD started
+		return s.killAll()
+	}
 	for {
 		select {
-		case c, ok := <-cmds:
-			if !ok {
+		case <-ctl.ready:
+			if !readCommands() {
 				return s.killAll()
 			}
-			if c == "term" {
-				termSent = true
+			ctl.resume <- struct{}{}
+		case <-leaseCheck.C:
+			if s.expired || s.leaseEnd == 0 {
+				continue
 			}
-			s.command(c)
+			// A newer deadline may wait in the pipe, unread: the
+			// supervisor itself may have been stopped while dlock renewed.
+			if !readCommands() {
+				return s.killAll()
+			}
+			if left := s.untilLeaseCheck(); left > 0 {
+				leaseCheck.Reset(left)
+				continue
+			}
+			s.expired = true
+			told := termSent
+			terminate() // first: the key may be anybody's any moment now
+			s.report("expired")
+			if !told {
+				fmt.Fprintf(s.stderr, "dlock run: the lease was not renewed in time: dlock (pid %d) is stopped or stuck; sent SIGTERM to CMD's process tree (SIGKILL in %s)\n", os.Getppid(), s.grace)
+			}
 		case ev := <-s.reaped:
 			if ev.empty {
 				return 0 // CMD was our child, so it has been reaped: all done
@@ -198,9 +388,12 @@ func (s *supervisor) run(argv []string, ctl *os.File) int {
 			}
 			// CMD is gone. Anything it left behind goes too, before dlock
 			// releases the lock.
-			cleanup = time.After(s.grace)
+			if cleanup == nil {
+				cleanup = time.After(s.grace)
+			}
 			if left := descendants(s.self); len(left) > 0 {
 				if !termSent {
+					termSent = true
 					fmt.Fprintf(s.stderr, "dlock run: CMD exited; %d of its processes still run (pid %s); sending SIGTERM (SIGKILL in %s)\n", len(left), pidList(left), s.grace)
 					s.signalTree(syscall.SIGTERM)
 				}
@@ -213,6 +406,20 @@ func (s *supervisor) run(argv []string, ctl *os.File) int {
 			return s.killAll()
 		}
 	}
+}
+
+// leaseCheckEvery bounds the wait between two looks at leaseClock: Go's
+// timers do not count time suspended, the lease does.
+const leaseCheckEvery = time.Second
+
+// untilLeaseCheck is how long to wait before looking at the lease again:
+// until its deadline, at most leaseCheckEvery; 0 once it has passed.
+func (s *supervisor) untilLeaseCheck() time.Duration {
+	if s.leaseEnd == 0 || s.expired {
+		return leaseCheckEvery
+	}
+	left := time.Duration(s.leaseEnd - leaseClock())
+	return max(0, min(left, leaseCheckEvery))
 }
 
 // catch is signal.Notify for the signals that are not ignored: Notify
@@ -322,11 +529,12 @@ func waitStatusCode(ws syscall.WaitStatus) int {
 // has it (after "bg" the shell has it, and keeps it).
 func (s *supervisor) takeTerminal() {
 	if pg, err := tcgetpgrp(s.tty); err == nil && pg == s.pid {
-		_ = tcsetpgrp(s.tty, syscall.Getpgrp())
+		_ = tcsetpgrp(s.tty, s.job)
 	}
 }
 
-// command runs one of dlock's commands.
+// command runs one of dlock's commands "sig N" and "cont" ("lease" and
+// "term" are the run loop's).
 func (s *supervisor) command(c string) {
 	verb, arg, _ := strings.Cut(c, " ")
 	switch verb {
@@ -334,14 +542,12 @@ func (s *supervisor) command(c string) {
 		if n, err := strconv.Atoi(arg); err == nil && s.alive && n > 0 && n < 65 {
 			_ = syscall.Kill(-s.pid, syscall.Signal(n))
 		}
-	case "term":
-		s.signalTree(syscall.SIGTERM)
 	case "cont":
 		if !s.alive {
 			return
 		}
 		if s.tty >= 0 {
-			if pg, err := tcgetpgrp(s.tty); err == nil && pg == syscall.Getpgrp() {
+			if pg, err := tcgetpgrp(s.tty); err == nil && pg == s.job {
 				_ = tcsetpgrp(s.tty, s.pid)
 			}
 		}
@@ -412,8 +618,9 @@ type supEvent struct {
 	err  error
 }
 
-// startSupervisor starts `dlock __supervise` for cmdArgs with env.
-func startSupervisor(cmdArgs, env []string, grace time.Duration) (*supHandle, error) {
+// startSupervisor starts `dlock __supervise` for cmdArgs with env; it
+// enforces leaseEnd (on leaseClock) until told a later one.
+func startSupervisor(cmdArgs, env []string, grace time.Duration, leaseEnd int64) (*supHandle, error) {
 	exe := "/proc/self/exe"
 	if runtime.GOOS != "linux" {
 		var err error
@@ -432,13 +639,17 @@ func startSupervisor(cmdArgs, env []string, grace time.Duration) (*supHandle, er
 		return nil, err
 	}
 	c := &exec.Cmd{
-		Path:       exe,
-		Args:       append([]string{"dlock", superviseCmd, "--grace", grace.String(), "--"}, cmdArgs...),
+		Path: exe,
+		Args: append([]string{"dlock", superviseCmd, "--pgrp", strconv.Itoa(syscall.Getpgrp()),
+			"--grace", grace.String(), "--lease-deadline", strconv.FormatInt(leaseEnd, 10), "--"}, cmdArgs...),
 		Env:        env,
 		Stdin:      os.Stdin,
 		Stdout:     os.Stdout,
 		Stderr:     os.Stderr,
 		ExtraFiles: []*os.File{ctlR, stW},
+		// Not in dlock's job: stopping the job must not stop the
+		// supervisor, which enforces the lease then.
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
 	}
 	err = c.Start()
 	ctlR.Close()
@@ -470,6 +681,14 @@ func (h *supHandle) send(format string, args ...any) {
 	}
 }
 
+// leaseDeadline is lk's local deadline as a point on leaseClock. The
+// clock is read first: were dlock stopped between the two readings, the
+// result would come out earlier, never later, than the real deadline.
+func leaseDeadline(lk *dlock.Lock) int64 {
+	now := leaseClock()
+	return now + max(0, int64(time.Until(lk.Deadline())))
+}
+
 // killTree closes the control pipe: the supervisor SIGKILLs the tree.
 func (h *supHandle) killTree() {
 	if h.ctl != nil {
@@ -479,29 +698,33 @@ func (h *supHandle) killTree() {
 }
 
 // sweepOrphans kills and reaps whatever was re-parented to dlock after its
-// supervisor died (dlock is a subreaper too). Bounded like killAll.
-func sweepOrphans() int {
+// supervisor exited (dlock is a subreaper too): nothing, unless the
+// supervisor died before it was done. It returns the pids it killed and
+// those still alive when it gave up (bounded like killAll).
+func sweepOrphans() (killed, left []int) {
 	self := os.Getpid()
-	killed := 0
+	seen := make(map[int]bool)
 	deadline := time.Now().Add(killTimeout)
-	for sweep := 0; sweep < killSweeps && time.Now().Before(deadline); sweep++ {
-		left := descendants(self)
-		for _, p := range left {
-			if syscall.Kill(p, syscall.SIGKILL) == nil {
-				killed++
+	for sweep := 0; ; sweep++ {
+		for _, p := range descendants(self) {
+			if syscall.Kill(p, syscall.SIGKILL) == nil && !seen[p] {
+				seen[p] = true
+				killed = append(killed, p)
 			}
 		}
 		for {
 			var ws syscall.WaitStatus
 			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
 			if errors.Is(err, syscall.ECHILD) {
-				return killed
+				return killed, nil
 			}
 			if pid <= 0 || err != nil {
 				break
 			}
 		}
+		if sweep >= killSweeps || time.Now().After(deadline) {
+			return killed, descendants(self)
+		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return killed
 }

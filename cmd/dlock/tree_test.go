@@ -268,4 +268,67 @@ func TestIgnoredSignalsStayIgnored(t *testing.T) {
 	if err != nil || mask&(1<<(uint(syscall.SIGHUP)-1)) == 0 {
 		t.Fatalf("CMD does not ignore SIGHUP: SigIgn %s (%v)", f[1], err)
 	}
+	// The supervisor ignores SIGTTOU; CMD must not inherit that.
+	if mask&(1<<(uint(syscall.SIGTTOU)-1)) != 0 {
+		t.Fatalf("CMD ignores SIGTTOU: SigIgn %s", f[1])
+	}
+}
+
+// SIGKILL to dlock's whole job (kill -9 %1, a process-group kill) does
+// not reach the supervisor, which has a group of its own: it sees dlock
+// gone and kills the whole tree, processes that left CMD's session too.
+// (With the supervisor in dlock's group, both died at once and only CMD,
+// by its parent-death signal, was sure to follow.)
+func TestKilledJobKillsWholeTree(t *testing.T) {
+	const setsid, orphan = "300.901", "300.902"
+	killMarked(t, setsid, orphan)
+	script := fmt.Sprintf(`setsid sleep %s & setsid sh -c 'sleep %s & exit 0'; echo started; wait`, setsid, orphan)
+	holder := dlockCmd(context.Background(), fileURL(t), "run", "k", "--", "sh", "-c", script)
+	holder.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a job of its own
+	holder.WaitDelay = 5 * time.Second
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Process.Kill(); holder.Wait() })
+	waitFor(t, hang, "the sleeps never started", func() bool { return len(sleeps(setsid)) == 1 && len(sleeps(orphan)) == 1 })
+	if err := syscall.Kill(-holder.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitExit(t, holder)
+	for _, m := range []string{setsid, orphan} {
+		waitGone(t, "the tree of a killed job (marker "+m+")", func() []int { return withArg(m) })
+	}
+}
+
+// The supervisor SIGKILLed while it waits out --grace for what CMD left
+// running: the leftover comes to dlock (a subreaper too), which must kill
+// it before releasing the lock, and say so. It used to exit 0 and release
+// the lock with the leftover running on under init.
+func TestSupervisorKilledDuringGrace(t *testing.T) {
+	const m = "300.801"
+	killMarked(t, m)
+	url := fileURL(t)
+	script := fmt.Sprintf(`(trap '' TERM; exec sleep %s) & echo started; exit 0`, m)
+	holder, errb, _ := background(t, url, "run", "--verbose", "--grace", "60s", "k", "--", "sh", "-c", script)
+	var sup int
+	re := regexp.MustCompile(`supervisor pid (\d+)`)
+	waitFor(t, hang, "the supervisor never started waiting out --grace", func() bool {
+		if mm := re.FindStringSubmatch(errb.String()); mm != nil {
+			sup, _ = strconv.Atoi(mm[1])
+		}
+		return sup > 0 && strings.Contains(errb.String(), "still run") && len(sleeps(m)) == 1
+	})
+	syscall.Kill(sup, syscall.SIGKILL)
+	// Once a second dlock has the lock, nothing of the first tree may run.
+	waiter, _, _ := background(t, url, "run", "k", "--", "sh", "-c", "echo acquired")
+	if left := sleeps(m); len(left) > 0 {
+		t.Errorf("the lock was released while pid %v (left by the first CMD) still ran", left)
+	}
+	if code := waitExit(t, holder); code != 0 {
+		t.Errorf("exit %d, want CMD's 0; stderr %s", code, errb.String())
+	}
+	waitExit(t, waiter)
+	if s := errb.String(); !strings.Contains(s, "supervisor died") || !strings.Contains(s, "killed 1 ") {
+		t.Errorf("stderr does not report the supervisor's death and the killed leftover: %s", s)
+	}
 }

@@ -1,0 +1,248 @@
+//go:build linux
+
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// readTicks returns the timestamps (ns since the epoch, from date +%s%N)
+// in file, one a line; a partial last line is left out.
+func readTicks(t *testing.T, file string) []int64 {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var out []int64
+	s := string(b)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	} else {
+		s = ""
+	}
+	for _, l := range strings.Fields(s) {
+		n, err := strconv.ParseInt(l, 10, 64)
+		if err != nil {
+			t.Fatalf("tick %q: %v", l, err)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// "Hung is not dead": a stopped dlock renews nothing, so its supervisor
+// enforces the lease deadline itself. CMD stops before another dlock can
+// get the key; continued, the first dlock reports the lock lost (exit 4).
+func TestStoppedDlockCannotOutliveLease(t *testing.T) {
+	testStoppedCannotOutliveLease(t, false)
+}
+
+// The same when the whole job is stopped, as `kill -TSTP %1` does: the
+// signal goes to dlock's process group, which the supervisor must not be
+// part of.
+func TestStoppedJobCannotOutliveLease(t *testing.T) {
+	testStoppedCannotOutliveLease(t, true)
+}
+
+func testStoppedCannotOutliveLease(t *testing.T, wholeJob bool) {
+	url := fileURL(t)
+	ticks := filepath.Join(t.TempDir(), "ticks")
+	// CMD writes a wall-clock timestamp per tick; so does the second CMD,
+	// once it has the lock. Every tick of the first must come before it.
+	script := `echo started; while :; do date +%s%N >> "$0"; sleep 0.05; done`
+	args := []string{"run", "--ttl", "2s", "--grace", "1s", "k", "--", "sh", "-c", script, ticks}
+	var (
+		holder *exec.Cmd
+		errb   *syncBuffer
+	)
+	if wholeJob {
+		// A job of its own, as a shell with job control starts it.
+		holder = dlockCmd(context.Background(), url, args...)
+		holder.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		errb = &syncBuffer{}
+		holder.Stdout, holder.Stderr = io.Discard, errb
+		holder.WaitDelay = 5 * time.Second
+		if err := holder.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			syscall.Kill(-holder.Process.Pid, syscall.SIGCONT)
+			holder.Process.Kill()
+			holder.Wait()
+		})
+	} else {
+		holder, errb, _ = background(t, url, args...)
+	}
+	pid := holder.Process.Pid
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGCONT) })
+	waitFor(t, hang, "CMD never ticked", func() bool { return len(readTicks(t, ticks)) > 0 })
+	target, sig := pid, syscall.SIGSTOP
+	if wholeJob {
+		target, sig = -pid, syscall.SIGTSTP
+	}
+	if err := syscall.Kill(target, sig); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, hang, "dlock did not stop", func() bool { return procState(pid) == 'T' })
+
+	var second result
+	deadline := time.Now().Add(hang)
+	for attempt := 0; ; attempt++ {
+		second = runDlock(t, url, "run", "-n", "k", "--", "date", "+%s%N")
+		if second.code == 0 {
+			break
+		}
+		if second.code != exitConflict {
+			t.Fatalf("second dlock: exit %d %q", second.code, second.stderr)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("hang: the key was never freed after %d attempts", attempt)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	acquired, err := strconv.ParseInt(strings.TrimSpace(second.stdout), 10, 64)
+	if err != nil {
+		t.Fatalf("second CMD printed %q", second.stdout)
+	}
+	// Give a CMD that still ran the time for a few more ticks.
+	time.Sleep(500 * time.Millisecond)
+	all := readTicks(t, ticks)
+	if last := all[len(all)-1]; last >= acquired {
+		late := 0
+		for _, tk := range all {
+			if tk >= acquired {
+				late++
+			}
+		}
+		t.Errorf("the first CMD ticked %d times after the second dlock had the key (last tick %v after)", late, time.Duration(last-acquired))
+	}
+
+	if err := syscall.Kill(target, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitExit(t, holder); code != exitLost {
+		t.Errorf("continued dlock: exit %d, want %d; stderr %s", code, exitLost, errb.String())
+	}
+	if !strings.Contains(errb.String(), "not renewed") {
+		t.Errorf("stderr does not say the lease ran out: %s", errb.String())
+	}
+}
+
+// The supervisor stopped for longer than the lease while dlock renews it:
+// continued, it reads the newer deadlines dlock sent meanwhile before it
+// judges the lease, and does not kill CMD for nothing.
+func TestStoppedSupervisorDoesNotKillOnResume(t *testing.T) {
+	url := fileURL(t)
+	done := filepath.Join(t.TempDir(), "done")
+	script := `echo started; i=0; while [ ! -e "$0" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; echo finished`
+	holder, errb, out := background(t, url, "run", "--verbose", "--ttl", "2s", "k", "--", "sh", "-c", script, done)
+	var sup int
+	re := regexp.MustCompile(`supervisor pid (\d+)`)
+	waitFor(t, hang, "no supervisor pid in --verbose output", func() bool {
+		if mm := re.FindStringSubmatch(errb.String()); mm != nil {
+			sup, _ = strconv.Atoi(mm[1])
+		}
+		return sup > 0
+	})
+	if err := syscall.Kill(sup, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(sup, syscall.SIGCONT) })
+	time.Sleep(3 * time.Second) // longer than the lease: dlock renews it meanwhile
+	if err := syscall.Kill(sup, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // time to act on a stale deadline, were it to
+	if err := os.WriteFile(done, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitExit(t, holder); code != 0 || !strings.Contains(out.String(), "finished") {
+		t.Errorf("exit %d, stdout %q, stderr %s; want CMD to finish", code, out.String(), errb.String())
+	}
+}
+
+// startSupervise runs `dlock __supervise` as dlock run does, and returns
+// it with the write end of its fd 3 and a reader of its fd 4.
+func startSupervise(t *testing.T, leaseEnd int64, cmd ...string) (*exec.Cmd, *os.File, *bufio.Scanner) {
+	t.Helper()
+	ctlR, ctlW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stR, stW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{superviseCmd, "--pgrp", strconv.Itoa(syscall.Getpgrp()), "--grace", "100ms",
+		"--lease-deadline", strconv.FormatInt(leaseEnd, 10), "--"}, cmd...)
+	sup := exec.Command(bin, args...)
+	sup.ExtraFiles = []*os.File{ctlR, stW}
+	sup.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := sup.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctlR.Close()
+	stW.Close()
+	t.Cleanup(func() {
+		ctlW.Close() // the supervisor kills its tree and exits
+		sup.Process.Kill()
+		sup.Wait()
+		stR.Close()
+	})
+	return sup, ctlW, bufio.NewScanner(stR)
+}
+
+// The supervisor's side of the lease: a deadline passed before CMD could
+// start means CMD never runs; a deadline moved by "lease N" is not
+// enforced before N.
+func TestSupervisorLeaseProtocol(t *testing.T) {
+	const m = "300.951"
+	killMarked(t, m)
+	out := filepath.Join(t.TempDir(), "ran")
+	sup, _, st := startSupervise(t, 1, "sh", "-c", `echo ran > "$0"`, out)
+	var reports []string
+	for st.Scan() {
+		reports = append(reports, st.Text())
+	}
+	if code := waitExit(t, sup); code != 0 || strings.Join(reports, ";") != "expired" {
+		t.Errorf("lease over before start: exit %d, reports %q; want 0 and only expired", code, reports)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Errorf("CMD ran although the lease was over before it started")
+	}
+
+	first := leaseClock() + int64(time.Second)
+	sup, ctl, st := startSupervise(t, first, "sleep", m)
+	extended := leaseClock() + int64(2*time.Second)
+	if _, err := fmt.Fprintf(ctl, "lease %d\n", extended); err != nil {
+		t.Fatal(err)
+	}
+	// Were the message written after the first deadline, the supervisor
+	// would be right to have enforced that one.
+	intime := leaseClock() < first
+	var got []string
+	for st.Scan() && st.Text() != "expired" {
+		got = append(got, st.Text())
+	}
+	if now := leaseClock(); now < extended && intime {
+		t.Errorf("the supervisor enforced the first deadline: expired %v before the one it was sent", time.Duration(extended-now))
+	}
+	if len(got) == 0 || !strings.HasPrefix(got[0], "pid ") {
+		t.Errorf("reports before expired: %q, want pid first", got)
+	}
+	waitExit(t, sup)
+	waitGone(t, "CMD after the lease expired", func() []int { return sleeps(m) })
+}

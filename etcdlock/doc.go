@@ -75,17 +75,28 @@
 // keep-alives fail, for example while the cluster has no leader.
 //
 // Release deletes the entry only if it still has the lock's create
-// revision, so a retried release never deletes a newer holder's entry.
-// etcd cannot tell who deleted a key, so a release that finds the entry
-// already gone decides as follows. On the first release request it is not
-// ours: the release returns an error wrapping dlock.ErrNotHeld (the lock
-// had been lost). On a release retried after an error (the first request
-// may have deleted it and lost its reply), it counts as our own delete,
-// and Release returns nil, when the entry's watch saw no delete while the
-// lock was held and the lease is still alive (or was revoked by this
-// Locker); otherwise ErrNotHeld. A foreign delete in the instant before
-// the first release, not yet delivered by the watch, is thus taken for
-// ours.
+// revision, so a retried release never deletes a newer holder's entry,
+// and in the same transaction puts a receipt on the entry's lease:
+// "<prefix>\x00dlock-released/<lease hex>/<create revision>". etcd cannot
+// tell who deleted a key; the receipt can. A release that finds the entry
+// gone returns nil if its receipt exists (an earlier release of this lock
+// deleted it and the reply was lost), and otherwise an error wrapping
+// dlock.ErrNotHeld: the lock had been lost (its lease expired or was
+// revoked, or someone deleted the entry), however long the link stalled
+// and whatever the entry's watch had seen. The retried delete of an entry
+// whose release failed writes the receipt the same way, and a Locker
+// settles such releases before it revokes a lease of its own. Receipts
+// are not locks: dlock keys cannot contain NUL, so no queue directory
+// holds them (for prefixes without NUL), and List skips them (etcdctl and concurrency.Mutex see them
+// only under a lock name that itself contains "\x00dlock-released"). A
+// receipt lives at most as long as its lease; once its release's outcome
+// is known it is deleted by the next release or retried delete of the
+// same Locker (in that request's transaction), so a Locker leaves only
+// the receipts of its most recent releases and of releases whose outcome
+// is still unknown.
+// Limit: a release retried after its lease expired (or an operator
+// revoked it) finds no receipt and reports the lock lost even if its
+// first request had deleted the entry.
 //
 // Every request honours the caller's context and is bounded by the request
 // timeout (WithRequestTimeout); background clean-up is bounded by

@@ -9,16 +9,31 @@
 // concurrency.Mutex on "KEY") exclude each other.
 //
 // Keys with '/' or '%'. In etcd's recipe the queue of "a" is the prefix
-// "a/", which also holds the entries of "a/b": a holder of "a/b" would
-// block "a" and be reported as its holder. dlock therefore names the queue
+// "a/", which also holds the entries of "a/b": a holder of "a/b" blocks
+// "a" and is reported as its holder. dlock therefore names the queue
 // directory EscapeKey(KEY): every '%' becomes "%25" and every '/' "%2F", an
-// injective encoding after which no directory contains another's entries.
-// Keys without those two characters are unchanged, so the compatibility
-// above holds for them; a key with '/' or '%' lives where etcdctl and
-// concurrency.Mutex do not look (dlock's "a/b" is "a%2Fb/...", theirs is
-// "a/b/..."), and the two do not exclude each other on it. List decodes the
-// names (an etcdctl lock whose name has '/' is listed as it is, but List's
-// prefix is matched against the encoded names).
+// injective encoding after which no dlock directory holds another's
+// entries, so dlock keys never contend with each other. etcd's recipe
+// knows no escaping: between a dlock key K and an etcdctl or
+// concurrency.Mutex lock named N (under the same prefix) exactly this
+// holds.
+//   - N equal to EscapeKey(K): they share a directory and exclude each
+//     other. For keys without '/' or '%' this is N == K, the compatibility
+//     above; for K "a/b" it is N "a%2Fb", and for K "a%" it is N "a%25".
+//   - N extending EscapeKey(K) with "/...": N's entries lie inside K's
+//     directory, so N blocks K and is reported as its holder, while K does
+//     not block N. A Mutex on "d/e" blocks dlock's "d"; one on "a%25/x"
+//     blocks dlock's "a%".
+//   - Any other N does not contend with K; in particular dlock's "a/b" and
+//     a Mutex on "a/b" do not exclude each other.
+//
+// dlock does not skip the foreign entries that lie deeper than its
+// directory's direct children: TryAcquire compares the whole directory in
+// its one transaction, and the head and the entry ahead are single range
+// reads with limit 1; etcd cannot restrict either to direct children, so
+// skipping would take reading the whole queue and a second round trip.
+// List decodes the names (an etcdctl lock whose name has '/' is listed as
+// it is, but List's prefix is matched against the encoded names).
 //
 // TryAcquire is one transaction: put this attempt's entry if the queue is
 // empty, else read its head (the holder); nothing is left behind when the

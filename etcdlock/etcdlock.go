@@ -127,7 +127,10 @@ func (b *backend) check() error {
 // EscapeKey is the name of key's queue directory: key with every '%'
 // replaced by "%25" and every '/' by "%2F". Keys without those characters
 // are unchanged. The encoding is injective and no encoded name contains
-// '/', so the directory of one lock never contains another's entries.
+// '/', so the directory of one dlock key never holds another dlock key's
+// entries. etcdctl and concurrency.Mutex do not escape: a lock of theirs
+// named EscapeKey(key), or EscapeKey(key) + "/...", shares or lies inside
+// key's directory (see the package documentation).
 func EscapeKey(key string) string {
 	if !strings.ContainsAny(key, "/%") {
 		return key

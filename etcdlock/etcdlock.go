@@ -388,6 +388,20 @@ func (b *backend) gone(e *entry) {
 	}
 }
 
+// goneUnlessReleased is gone for an entry found missing by a request that
+// may have raced with its release: a release that was sent settles the
+// entry itself (if its reply is lost, from the receipt), and until then
+// the entry must keep its slot and its session must not be revoked, which
+// would delete the receipt.
+func (b *backend) goneUnlessReleased(e *entry) {
+	b.mu.Lock()
+	r := !e.released && b.goneLocked(e)
+	b.mu.Unlock()
+	if r {
+		b.revoke(e.s)
+	}
+}
+
 func (b *backend) orphan(e *entry, retire bool) {
 	b.mu.Lock()
 	r := b.orphanLocked(e, retire)
@@ -1297,7 +1311,7 @@ func (b *backend) refreshSession(ctx context.Context, s *session, rs []dlock.Ren
 			err = fmt.Errorf("dlock: etcd refresh %q: %w", e.key, readErr)
 		case kvs[j] == nil || kvs[j].CreateRevision != e.rev:
 			err = e.notHeld("deleted or replaced behind the holder's back")
-			e.b.gone(e)
+			e.b.goneUnlessReleased(e)
 		}
 		done(i, err)
 	}

@@ -9,16 +9,31 @@
 // concurrency.Mutex on "KEY") exclude each other.
 //
 // Keys with '/' or '%'. In etcd's recipe the queue of "a" is the prefix
-// "a/", which also holds the entries of "a/b": a holder of "a/b" would
-// block "a" and be reported as its holder. dlock therefore names the queue
+// "a/", which also holds the entries of "a/b": a holder of "a/b" blocks
+// "a" and is reported as its holder. dlock therefore names the queue
 // directory EscapeKey(KEY): every '%' becomes "%25" and every '/' "%2F", an
-// injective encoding after which no directory contains another's entries.
-// Keys without those two characters are unchanged, so the compatibility
-// above holds for them; a key with '/' or '%' lives where etcdctl and
-// concurrency.Mutex do not look (dlock's "a/b" is "a%2Fb/...", theirs is
-// "a/b/..."), and the two do not exclude each other on it. List decodes the
-// names (an etcdctl lock whose name has '/' is listed as it is, but List's
-// prefix is matched against the encoded names).
+// injective encoding after which no dlock directory holds another's
+// entries, so dlock keys never contend with each other. etcd's recipe
+// knows no escaping: between a dlock key K and an etcdctl or
+// concurrency.Mutex lock named N (under the same prefix) exactly this
+// holds.
+//   - N equal to EscapeKey(K): they share a directory and exclude each
+//     other. For keys without '/' or '%' this is N == K, the compatibility
+//     above; for K "a/b" it is N "a%2Fb", and for K "a%" it is N "a%25".
+//   - N extending EscapeKey(K) with "/...": N's entries lie inside K's
+//     directory, so N blocks K and is reported as its holder, while K does
+//     not block N. A Mutex on "d/e" blocks dlock's "d"; one on "a%25/x"
+//     blocks dlock's "a%".
+//   - Any other N does not contend with K; in particular dlock's "a/b" and
+//     a Mutex on "a/b" do not exclude each other.
+//
+// dlock does not skip the foreign entries that lie deeper than its
+// directory's direct children: TryAcquire compares the whole directory in
+// its one transaction, and the head and the entry ahead are single range
+// reads with limit 1; etcd cannot restrict either to direct children, so
+// skipping would take reading the whole queue and a second round trip.
+// List decodes the names (an etcdctl lock whose name has '/' is listed as
+// it is, but List's prefix is matched against the encoded names).
 //
 // TryAcquire is one transaction: put this attempt's entry if the queue is
 // empty, else read its head (the holder); nothing is left behind when the
@@ -75,17 +90,28 @@
 // keep-alives fail, for example while the cluster has no leader.
 //
 // Release deletes the entry only if it still has the lock's create
-// revision, so a retried release never deletes a newer holder's entry.
-// etcd cannot tell who deleted a key, so a release that finds the entry
-// already gone decides as follows. On the first release request it is not
-// ours: the release returns an error wrapping dlock.ErrNotHeld (the lock
-// had been lost). On a release retried after an error (the first request
-// may have deleted it and lost its reply), it counts as our own delete,
-// and Release returns nil, when the entry's watch saw no delete while the
-// lock was held and the lease is still alive (or was revoked by this
-// Locker); otherwise ErrNotHeld. A foreign delete in the instant before
-// the first release, not yet delivered by the watch, is thus taken for
-// ours.
+// revision, so a retried release never deletes a newer holder's entry,
+// and in the same transaction puts a receipt on the entry's lease:
+// "<prefix>\x00dlock-released/<lease hex>/<create revision>". etcd cannot
+// tell who deleted a key; the receipt can. A release that finds the entry
+// gone returns nil if its receipt exists (an earlier release of this lock
+// deleted it and the reply was lost), and otherwise an error wrapping
+// dlock.ErrNotHeld: the lock had been lost (its lease expired or was
+// revoked, or someone deleted the entry), however long the link stalled
+// and whatever the entry's watch had seen. The retried delete of an entry
+// whose release failed writes the receipt the same way, and a Locker
+// settles such releases before it revokes a lease of its own. Receipts
+// are not locks: dlock keys cannot contain NUL, so no queue directory
+// holds them (for prefixes without NUL), and List skips them (etcdctl and concurrency.Mutex see them
+// only under a lock name that itself contains "\x00dlock-released"). A
+// receipt lives at most as long as its lease; once its release's outcome
+// is known it is deleted by the next release or retried delete of the
+// same Locker (in that request's transaction), so a Locker leaves only
+// the receipts of its most recent releases and of releases whose outcome
+// is still unknown.
+// Limit: a release retried after its lease expired (or an operator
+// revoked it) finds no receipt and reports the lock lost even if its
+// first request had deleted the entry.
 //
 // Every request honours the caller's context and is bounded by the request
 // timeout (WithRequestTimeout); background clean-up is bounded by

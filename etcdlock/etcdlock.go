@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -48,6 +49,14 @@ const (
 	// maxRewatch bounds how often the watch on a held lock's entry is
 	// re-established (after a compaction or a cancelled watch).
 	maxRewatch = 1000
+	// receiptDir is the directory, under the Locker's prefix, of release
+	// receipts: "<prefix>\x00dlock-released/<lease hex>/<create revision>".
+	// dlock keys cannot contain NUL, so no queue directory
+	// "<prefix><EscapeKey(KEY)>/" is, or is inside, this directory.
+	receiptDir = "\x00dlock-released/"
+	// maxSpentOps bounds the deletes of spent receipts that one
+	// transaction carries along.
+	maxSpentOps = 32
 )
 
 // Option configures a Locker.
@@ -83,6 +92,7 @@ type backend struct {
 	mu       sync.Mutex
 	sessions map[int64][]*session // by requested lease TTL in seconds
 	orphans  map[*entry]struct{}  // entries whose delete is pending
+	spent    map[string]struct{}  // receipts no release will ask for: delete them
 }
 
 // New returns a Locker on client. A nil client gives a Locker whose every
@@ -98,7 +108,7 @@ func New(client *clientv3.Client, opts ...Option) *Locker {
 		o.requestTimeout = DefaultRequestTimeout
 	}
 	b := &backend{client: client, prefix: o.prefix, timeout: o.requestTimeout,
-		sessions: map[int64][]*session{}, orphans: map[*entry]struct{}{}}
+		sessions: map[int64][]*session{}, orphans: map[*entry]struct{}{}, spent: map[string]struct{}{}}
 	return &Locker{Acquirer: dlock.NewAcquirer(b, MinTTL), b: b}
 }
 
@@ -117,7 +127,10 @@ func (b *backend) check() error {
 // EscapeKey is the name of key's queue directory: key with every '%'
 // replaced by "%25" and every '/' by "%2F". Keys without those characters
 // are unchanged. The encoding is injective and no encoded name contains
-// '/', so the directory of one lock never contains another's entries.
+// '/', so the directory of one dlock key never holds another dlock key's
+// entries. etcdctl and concurrency.Mutex do not escape: a lock of theirs
+// named EscapeKey(key), or EscapeKey(key) + "/...", shares or lies inside
+// key's directory (see the package documentation).
 func EscapeKey(key string) string {
 	if !strings.ContainsAny(key, "/%") {
 		return key
@@ -190,7 +203,6 @@ type session struct {
 	dead      bool              // expired, revoked or forgotten
 	retired   bool              // takes no new entry; revoked once none is live
 	revoking  bool
-	revoked   bool // revoked by us: every entry it had was deleted by us
 }
 
 func leaseSeconds(ttl time.Duration) int64 {
@@ -236,7 +248,51 @@ type entry struct {
 	released    bool // a release of ours was sent (its outcome may be unknown)
 	deletedByUs bool // a request of ours is known to have deleted it
 	stopped     bool // Bind's stop was called: a delete seen from now may be ours
-	foreign     bool // its watch saw it deleted before the lock ended
+}
+
+// receiptKey is the key that a release (or the retried delete of a
+// released entry) puts, on the entry's lease, in the same transaction as
+// its delete by create revision: "<prefix>\x00dlock-released/<lease
+// hex>/<create revision>". Its presence proves that a request of ours
+// deleted the entry while it was still ours.
+func (e *entry) receiptKey() string {
+	return e.b.prefix + receiptDir + strconv.FormatInt(int64(e.s.id), 16) + "/" + strconv.FormatInt(e.rev, 10)
+}
+
+// isReceipt reports whether k (a full etcd key) is a release receipt, of
+// this Locker's prefix or any other.
+func isReceipt(k string) bool { return strings.Contains(k, receiptDir) }
+
+// takeSpentLocked returns up to maxSpentOps deletes of spent receipts,
+// removing them from the set; a caller whose request fails gives them
+// back. A receipt becomes spent only together with its entry's
+// deletedByUs, so a caller that saw deletedByUs unset for an entry in the
+// same hold of b.mu never deletes the receipt it puts. b.mu held.
+func (b *backend) takeSpentLocked() []clientv3.Op {
+	if len(b.spent) == 0 {
+		return nil
+	}
+	ops := make([]clientv3.Op, 0, min(len(b.spent), maxSpentOps))
+	for k := range b.spent {
+		if len(ops) == maxSpentOps {
+			break
+		}
+		delete(b.spent, k)
+		ops = append(ops, clientv3.OpDelete(k))
+	}
+	return ops
+}
+
+// giveBackSpent returns the deletes of a failed request to the set.
+func (b *backend) giveBackSpent(ops []clientv3.Op) {
+	if len(ops) == 0 {
+		return
+	}
+	b.mu.Lock()
+	for _, op := range ops {
+		b.spent[string(op.KeyBytes())] = struct{}{}
+	}
+	b.mu.Unlock()
 }
 
 // attachLocked creates an entry for req on s, taking s's slot for the key.
@@ -332,6 +388,20 @@ func (b *backend) gone(e *entry) {
 	}
 }
 
+// goneUnlessReleased is gone for an entry found missing by a request that
+// may have raced with its release: a release that was sent settles the
+// entry itself (if its reply is lost, from the receipt), and until then
+// the entry must keep its slot and its session must not be revoked, which
+// would delete the receipt.
+func (b *backend) goneUnlessReleased(e *entry) {
+	b.mu.Lock()
+	r := !e.released && b.goneLocked(e)
+	b.mu.Unlock()
+	if r {
+		b.revoke(e.s)
+	}
+}
+
 func (b *backend) orphan(e *entry, retire bool) {
 	b.mu.Lock()
 	r := b.orphanLocked(e, retire)
@@ -349,13 +419,28 @@ func (b *backend) orphan(e *entry, retire bool) {
 func (b *backend) unknown(e *entry) { b.orphan(e, true) }
 
 // revoke revokes a retired session's lease in the background.
+//
+// The revoke would delete the receipts of releases whose outcome is still
+// unknown (a reply lost), and with them the proof that a retried release
+// needs. Those entries are first deleted by create revision (which writes
+// their receipt and reads any earlier one, settling each release); if that
+// fails, the lease is not revoked but left to expire.
 func (b *backend) revoke(s *session) {
 	background.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), dlock.DefaultReleaseTimeout)
 		defer cancel()
-		_, err := b.client.Revoke(ctx, s.id)
 		b.mu.Lock()
-		s.revoked = err == nil
+		var unsettled []*entry
+		for _, e := range s.slots {
+			if e.state == entryOrphan && e.released && !e.deletedByUs {
+				unsettled = append(unsettled, e)
+			}
+		}
+		b.mu.Unlock()
+		if len(unsettled) == 0 || b.sweep(ctx, unsettled) == nil {
+			_, _ = b.client.Revoke(ctx, s.id)
+		}
+		b.mu.Lock()
 		// Forget it either way: nobody keeps it alive any more, so a lease
 		// that could not be revoked expires on its own.
 		b.forgetLocked(s)
@@ -899,44 +984,87 @@ func (b *backend) sweepSession(ctx context.Context, s *session) {
 
 // sweep deletes orphaned entries, each only if it is still the one we
 // know: by create revision, or, for a create whose outcome is unknown, by
-// value (it holds the attempt's unique owner id). One transaction per
-// maxTxnOps entries.
+// value (it holds the attempt's unique owner id). An entry whose release
+// was sent with an unknown outcome is deleted as a release is: with its
+// receipt, and if it is gone its receipt tells whether a release of ours
+// deleted it. One transaction per maxTxnOps - maxSpentOps entries, which
+// also deletes spent receipts.
 func (b *backend) sweep(ctx context.Context, es []*entry) error {
-	for lo := 0; lo < len(es); lo += maxTxnOps {
-		part := es[lo:min(lo+maxTxnOps, len(es))]
-		ops := make([]clientv3.Op, len(part))
-		for i, e := range part {
-			cmp := clientv3.Compare(clientv3.CreateRevision(e.myKey), "=", e.rev)
-			if e.rev == 0 {
-				cmp = clientv3.Compare(clientv3.Value(e.myKey), "=", e.val)
-			}
-			ops[i] = clientv3.OpTxn([]clientv3.Cmp{cmp}, []clientv3.Op{clientv3.OpDelete(e.myKey)}, nil)
-		}
-		rctx, cancel := b.rpc(ctx)
-		resp, err := b.client.Txn(rctx).Then(ops...).Commit()
-		cancel()
-		if err != nil {
-			return fmt.Errorf("dlock: etcd delete of a stale queue entry: %w", err)
-		}
+	const per = maxTxnOps - maxSpentOps
+	for lo := 0; lo < len(es); lo += per {
 		var revoke []*session
+		var todo []*entry
+		var ops []clientv3.Op
+		var receipts []string
 		b.mu.Lock()
-		for i, e := range part {
-			deleted := resp.Responses[i].GetResponseTxn().GetSucceeded()
-			if deleted {
-				e.deletedByUs = true
+		for _, e := range es[lo:min(lo+per, len(es))] {
+			if e.deletedByUs { // a release settled it meanwhile
+				if b.goneLocked(e) {
+					revoke = append(revoke, e.s)
+				}
+				continue
 			}
-			// By revision, a missing entry can never come back; by value,
-			// only a delete proves that the late create is spent.
-			if (deleted || e.rev != 0) && b.goneLocked(e) {
-				revoke = append(revoke, e.s)
+			cmp := clientv3.Compare(clientv3.CreateRevision(e.myKey), "=", e.rev)
+			then := []clientv3.Op{clientv3.OpDelete(e.myKey)}
+			var els []clientv3.Op
+			receipt := ""
+			switch {
+			case e.rev == 0:
+				cmp = clientv3.Compare(clientv3.Value(e.myKey), "=", e.val)
+			case e.released:
+				receipt = e.receiptKey()
+				then = append(then, clientv3.OpPut(receipt, "", clientv3.WithLease(e.s.id)))
+				els = []clientv3.Op{clientv3.OpGet(receipt, clientv3.WithCountOnly())}
 			}
+			todo = append(todo, e)
+			receipts = append(receipts, receipt)
+			ops = append(ops, clientv3.OpTxn([]clientv3.Cmp{cmp}, then, els))
+		}
+		var spent []clientv3.Op
+		if len(todo) > 0 {
+			spent = b.takeSpentLocked()
 		}
 		b.mu.Unlock()
+		if len(todo) > 0 {
+			rctx, cancel := b.rpc(ctx)
+			resp, err := b.client.Txn(rctx).Then(append(ops, spent...)...).Commit()
+			cancel()
+			if err != nil {
+				b.giveBackSpent(spent)
+				for _, s := range revoke {
+					b.revoke(s)
+				}
+				return fmt.Errorf("dlock: etcd delete of a stale queue entry: %w", err)
+			}
+			b.mu.Lock()
+			for i, e := range todo {
+				r := resp.Responses[i].GetResponseTxn()
+				deleted := r.GetSucceeded()
+				if deleted || (receipts[i] != "" && hasReceipt(r.GetResponses())) {
+					e.deletedByUs = true
+					if receipts[i] != "" {
+						b.spent[receipts[i]] = struct{}{}
+					}
+				}
+				// By revision, a missing entry can never come back; by
+				// value, only a delete proves that the late create is spent.
+				if (deleted || e.rev != 0) && b.goneLocked(e) {
+					revoke = append(revoke, e.s)
+				}
+			}
+			b.mu.Unlock()
+		}
 		for _, s := range revoke {
 			b.revoke(s)
 		}
 	}
 	return nil
+}
+
+// hasReceipt reports whether rs, the answer to an else branch that reads a
+// receipt (first), found it.
+func hasReceipt(rs []*etcdserverpb.ResponseOp) bool {
+	return len(rs) > 0 && rs[0].GetResponseRange().GetCount() > 0
 }
 
 // Abort implements dlock.Aborter: remove this owner's queue entry if the
@@ -1055,7 +1183,6 @@ func (e *entry) deleted(lose func(error), why string) {
 		b.mu.Unlock()
 		return
 	}
-	e.foreign = true
 	r := b.goneLocked(e)
 	b.mu.Unlock()
 	if r {
@@ -1074,10 +1201,10 @@ func (e *entry) Refresh(ctx context.Context, ttl time.Duration) error {
 
 // Release implements dlock.Lease: delete the queue key only if it still
 // has our create revision, so a retried release never deletes a newer
-// holder's key. A release retried after an error (its reply was lost)
-// that finds the entry gone returns nil when the delete was ours, as far
-// as etcd can tell (see the package documentation), and an error wrapping
-// dlock.ErrNotHeld otherwise.
+// holder's key, and in the same transaction put the entry's receipt on its
+// lease. A release that finds the entry gone returns nil if its receipt is
+// there (an earlier release of ours deleted it and its reply was lost),
+// and an error wrapping dlock.ErrNotHeld otherwise.
 func (e *entry) Release(ctx context.Context) error {
 	b := e.b
 	b.mu.Lock()
@@ -1085,51 +1212,40 @@ func (e *entry) Release(ctx context.Context) error {
 		b.mu.Unlock()
 		return nil
 	}
-	retried := e.released
 	e.released = true
+	spent := b.takeSpentLocked()
 	b.mu.Unlock()
+	receipt := e.receiptKey()
 	rctx, cancel := b.rpc(ctx)
 	resp, err := b.client.Txn(rctx).
 		If(clientv3.Compare(clientv3.CreateRevision(e.myKey), "=", e.rev)).
-		Then(clientv3.OpDelete(e.myKey)).
+		Then(append([]clientv3.Op{clientv3.OpDelete(e.myKey), clientv3.OpPut(receipt, "", clientv3.WithLease(e.s.id))}, spent...)...).
+		Else(append([]clientv3.Op{clientv3.OpGet(receipt, clientv3.WithCountOnly())}, spent...)...).
 		Commit()
 	cancel()
 	if err != nil {
 		// It may or may not be deleted: keep its slot, retry the delete.
+		b.giveBackSpent(spent)
 		b.orphan(e, false)
 		return fmt.Errorf("dlock: etcd release %q: %w", e.key, err)
 	}
 	b.mu.Lock()
-	if resp.Succeeded {
+	if resp.Succeeded || hasReceipt(resp.Responses) {
 		e.deletedByUs = true
+		b.spent[receipt] = struct{}{}
 	}
+	// A retried delete of ours (sweep) may have settled it meanwhile, and
+	// its receipt may already be deleted as spent.
+	deletedByUs := e.deletedByUs
 	r := b.goneLocked(e)
-	foreign, revoked, deletedByUs := e.foreign, e.s.revoked, e.deletedByUs
 	b.mu.Unlock()
 	if r {
 		b.revoke(e.s)
 	}
-	switch {
-	case deletedByUs:
-		return nil
-	case !retried || foreign:
-		return e.notHeld("deleted before release")
-	case revoked:
-		return nil // our own revoke of its lease deleted it
-	}
-	// An earlier release of ours may have deleted it (its reply was lost):
-	// it did if the lease is still alive (no expiry or revoke took it) and
-	// the entry's watch saw no delete while the lock was held.
-	rctx, cancel = b.rpc(ctx)
-	ttl, err := b.client.TimeToLive(rctx, e.s.id)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("dlock: etcd release %q: checking the lease: %w", e.key, err)
-	}
-	if ttl.TTL > 0 {
+	if deletedByUs {
 		return nil
 	}
-	return e.notHeld("its lease expired or was revoked before a retried release")
+	return e.notHeld("deleted before release, not by a request of this lock")
 }
 
 // RefreshBatch implements dlock.BatchRenewer: per distinct lease, one
@@ -1195,7 +1311,7 @@ func (b *backend) refreshSession(ctx context.Context, s *session, rs []dlock.Ren
 			err = fmt.Errorf("dlock: etcd refresh %q: %w", e.key, readErr)
 		case kvs[j] == nil || kvs[j].CreateRevision != e.rev:
 			err = e.notHeld("deleted or replaced behind the holder's back")
-			e.b.gone(e)
+			e.b.goneUnlessReleased(e)
 		}
 		done(i, err)
 	}
@@ -1221,7 +1337,8 @@ type Info struct {
 // List returns the held locks whose name starts with prefix: every queue
 // "<EscapeKey(name)>/<lease hex>" with a leased key, the holder being the
 // entry with the lowest create revision (etcdctl's locks included; their
-// names are shown as they are, unescaped).
+// names are shown as they are, unescaped). Release receipts (see
+// Release) are not locks and are skipped.
 func (l *Locker) List(ctx context.Context, prefix string) ([]Info, error) {
 	b := l.b
 	if err := b.check(); err != nil {
@@ -1239,6 +1356,9 @@ func (l *Locker) List(ctx context.Context, prefix string) ([]Info, error) {
 	byName := map[string]*Info{}
 	var order []string
 	for _, kv := range resp.Kvs {
+		if isReceipt(string(kv.Key)) {
+			continue
+		}
 		k := strings.TrimPrefix(string(kv.Key), b.prefix)
 		i := strings.LastIndexByte(k, '/')
 		if i <= 0 || kv.Lease == 0 {

@@ -321,9 +321,17 @@ func (n *Node) List(ctx context.Context, prefix string) ([]Info, error) {
 		it := c.Scan(ctx, 0, pattern, 512).Iterator()
 		var keys []string
 		for it.Next(ctx) {
-			if k := it.Val(); strings.HasSuffix(k, "}") { // skip :fence, :waiters
-				keys = append(keys, k)
+			k := it.Val()
+			if !strings.HasSuffix(k, "}") { // :fence, :waiters, :rel
+				continue
 			}
+			// The pattern matches on the Redis key, not on the dlock key:
+			// with a '}' in prefix, "P:{a}*" also matches the lock of "a"
+			// ("P:{a}"). Only keys that start with prefix are listed.
+			if !strings.HasPrefix(n.decodeLockKey(k), prefix) {
+				continue
+			}
+			keys = append(keys, k)
 		}
 		if err := it.Err(); err != nil {
 			return err
@@ -344,7 +352,7 @@ func (n *Node) List(ctx context.Context, prefix string) ([]Info, error) {
 				return err
 			}
 			in := ParseValue(v)
-			in.Key = DecodeHashTag(strings.TrimSuffix(strings.TrimPrefix(k, n.Prefix+":{"), "}"))
+			in.Key = n.decodeLockKey(k)
 			in.TTL = ttl
 			mu.Lock()
 			out = append(out, in)
@@ -359,6 +367,11 @@ func (n *Node) List(ctx context.Context, prefix string) ([]Info, error) {
 		err = scan(ctx, n.Client)
 	}
 	return out, err
+}
+
+// decodeLockKey is the dlock key of lock key k (the inverse of LockKey).
+func (n *Node) decodeLockKey(k string) string {
+	return DecodeHashTag(strings.TrimSuffix(strings.TrimPrefix(k, n.Prefix+":{"), "}"))
 }
 
 func globEscape(s string) string {

@@ -9,10 +9,18 @@
 // compare-and-replace; both compare the owner and so never touch another
 // holder's lock, and both are safe to retry: an acquisition executed twice
 // (go-redis resends a script whose reply was lost) is granted its own lease
-// again, and a release executed twice recognises its own marker (or the
-// lease that the next holder took from it, whose token is one more) and
-// succeeds again, so a lost reply is never mistaken for a held key or a
-// lost lock.
+// again, and a release executed twice succeeds again, so a lost reply is
+// never mistaken for a held key or a lost lock. A release recognises its
+// own earlier release by its token: in the marker it left, or, once the
+// key changed hands, in the key's receipts, a list of the tokens of the
+// last 8 markers taken over, which the acquisition that overwrites a
+// marker appends to (in the same script) and which expires a minute after
+// the latest hand-over. A retry is recognised however often the key
+// changed hands meanwhile, up to 8 hand-overs and within a minute of the
+// latest (while nobody takes the key over, the marker recognises it for
+// FenceRetention); later than that it is reported as a lease no longer
+// held (ErrLockLost). Recording at the hand-over keeps the uncontended
+// acquire-and-release free of an extra key.
 //
 // Waiting. A waiter listens on a pub/sub channel of its own and its failed
 // attempts queue it in the key's waiter set. A release wakes the first

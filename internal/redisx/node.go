@@ -71,6 +71,27 @@ func (n *Node) FenceKey(key string) string { return n.LockKey(key) + ":fence" }
 // WaitersKey is the queue of waiters to wake, one per release.
 func (n *Node) WaitersKey(key string) string { return n.LockKey(key) + ":waiters" }
 
+// ReceiptsKey is the list of the tokens of key's last released leases
+// whose markers a later acquisition took over (see Receipts).
+func (n *Node) ReceiptsKey(key string) string { return n.LockKey(key) + ":rel" }
+
+// Release receipts. A release leaves the marker "|<token>" in the lock
+// key; an acquisition that later overwrites the marker records its token
+// in the key's receipt list, which keeps the last Receipts tokens and
+// expires ReceiptRetention after the latest. A release retried after its
+// first attempt took effect (the reply was lost) finds its token in the
+// marker or the receipts and reports success, however often the key
+// changed hands meanwhile, within those limits: a retry after more than
+// Receipts further hand-overs, or more than ReceiptRetention after the
+// latest one, is reported as a lease no longer held. Recording at the
+// hand-over rather than at the release keeps the uncontended cycle free of
+// an extra key: a release whose key nobody takes over writes nothing but
+// its marker.
+const (
+	Receipts         = 8
+	ReceiptRetention = time.Minute
+)
+
 // WaiterChannel is the channel waiter id listens on for its turn.
 func (n *Node) WaiterChannel(key, id string) string { return n.waiterPrefix(key) + id }
 
@@ -115,15 +136,15 @@ func parseOutcome(res []any, err error) (Outcome, error) {
 // one script. A non-empty waitID queues the caller to be woken by the next
 // release when the key is held.
 func (n *Node) Acquire(ctx context.Context, key, owner string, ttl time.Duration, meta, waitID string) (Outcome, error) {
-	return parseOutcome(acquireScript.Run(ctx, n.Client, []string{n.LockKey(key), n.WaitersKey(key)},
-		owner, Ms(ttl), meta, waitID, time.Now().UnixMicro()).Slice())
+	return parseOutcome(acquireScript.Run(ctx, n.Client, []string{n.LockKey(key), n.WaitersKey(key), n.ReceiptsKey(key)},
+		owner, Ms(ttl), meta, waitID, time.Now().UnixMicro(), Receipts, Ms(ReceiptRetention)).Slice())
 }
 
 // Grant is phase one of a quorum acquisition: SET NX PX with token 0 in the
 // value; it returns the node's counter floor.
 func (n *Node) Grant(ctx context.Context, key, owner string, ttl time.Duration, meta, waitID string, score int64) (Outcome, error) {
-	return parseOutcome(grantScript.Run(ctx, n.Client, []string{n.LockKey(key), n.FenceKey(key), n.WaitersKey(key)},
-		owner, Ms(ttl), meta, waitID, score).Slice())
+	return parseOutcome(grantScript.Run(ctx, n.Client, []string{n.LockKey(key), n.FenceKey(key), n.WaitersKey(key), n.ReceiptsKey(key)},
+		owner, Ms(ttl), meta, waitID, score, Receipts, Ms(ReceiptRetention)).Slice())
 }
 
 // Commit is phase two: if owner still holds key here, record token in the
@@ -148,9 +169,11 @@ const HandoffReserve = 100 * time.Millisecond
 // Release replaces owner's lease with the token marker (kept for
 // retention) and wakes one waiter, reserving the key for it; false means
 // owner does not hold key. token is the lease's token (0 when unknown):
-// with it, a release that already took effect (a retry) reports true.
+// with it, a release that already took effect (a retry) reports true (see
+// Receipts).
 func (n *Node) Release(ctx context.Context, key, owner string, token uint64, retention time.Duration) (bool, error) {
-	v, err := releaseScript.Run(ctx, n.Client, []string{n.LockKey(key), n.WaitersKey(key)}, owner+"|", Ms(retention), n.waiterPrefix(key), Ms(HandoffReserve), tokenArg(token)).Int64()
+	v, err := releaseScript.Run(ctx, n.Client, []string{n.LockKey(key), n.WaitersKey(key), n.ReceiptsKey(key)},
+		owner+"|", Ms(retention), n.waiterPrefix(key), Ms(HandoffReserve), tokenArg(token)).Int64()
 	return v == 1, err
 }
 
@@ -158,9 +181,10 @@ func (n *Node) Release(ctx context.Context, key, owner string, token uint64, ret
 // hand the key to the first queued waiter; false means owner does not
 // hold key. With the lease's quorum token (0 when unknown) the key keeps
 // the marker "|<token>" for retention, so that a retried release reports
-// true; without it the key is deleted.
+// true (see Receipts); without it the key is deleted.
 func (n *Node) QuorumRelease(ctx context.Context, key, owner string, token uint64, retention time.Duration) (bool, error) {
-	v, err := quorumReleaseScript.Run(ctx, n.Client, []string{n.LockKey(key), n.WaitersKey(key)}, owner+"|", n.waiterPrefix(key), Ms(HandoffReserve), tokenArg(token), Ms(retention)).Int64()
+	v, err := quorumReleaseScript.Run(ctx, n.Client, []string{n.LockKey(key), n.WaitersKey(key), n.ReceiptsKey(key)},
+		owner+"|", n.waiterPrefix(key), Ms(HandoffReserve), tokenArg(token), Ms(retention)).Int64()
 	return v == 1, err
 }
 

@@ -15,6 +15,13 @@ import "github.com/redis/go-redis/v9"
 // on prefix..id reaches a listener (PUBLISH counts receivers, so departed
 // waiters are skipped) and return "<id>|<until ms>", the reservation for
 // that waiter; nil when no queued waiter listens.
+//
+// take_marker(v, rel, keep, ms): an acquisition is about to overwrite v;
+// if v is a release marker ("|<token>...", token > 0), record its token in
+// the receipt list rel, which keeps the last keep tokens and expires ms
+// after the latest (see Receipts). has_receipt(v, rel, tok): whether the
+// release of the lease with token tok is known to have happened: v is its
+// marker, or rel holds tok.
 const luaHelpers = `
 local function now_ms()
   local t = redis.call('TIME')
@@ -40,12 +47,29 @@ local function wake_one(waiters, prefix, reserve_ms)
   end
   return nil
 end
+local function take_marker(v, rel, keep, ms)
+  local tok = v and string.match(v, '^|(%d+)')
+  if not tok or tok == '0' then return end
+  if redis.call('LPUSH', rel, tok) > tonumber(keep) then
+    redis.call('LTRIM', rel, 0, tonumber(keep) - 1)
+  end
+  redis.call('PEXPIRE', rel, ms)
+end
+local function has_receipt(v, rel, tok)
+  if tok == '' then return false end
+  if v and string.match(v, '^|(%d+)') == tok then return true end
+  for _, t in ipairs(redis.call('LRANGE', rel, 0, -1)) do
+    if t == tok then return true end
+  end
+  return false
+end
 `
 
 // acquireScript is the single-deployment acquisition. KEYS[1]=lock,
-// KEYS[2]=waiters; ARGV[1]=owner, ARGV[2]=ttl ms, ARGV[3]=metadata json,
-// ARGV[4]=wait id ("" when not waiting), ARGV[5]=its queue score. Returns
-// {1, token} or {0, holder value, pttl}.
+// KEYS[2]=waiters, KEYS[3]=receipts; ARGV[1]=owner, ARGV[2]=ttl ms,
+// ARGV[3]=metadata json, ARGV[4]=wait id ("" when not waiting), ARGV[5]=its
+// queue score, ARGV[6]=receipts kept, ARGV[7]=receipt retention ms.
+// Returns {1, token} or {0, holder value, pttl}.
 //
 // The lock key holds "<owner>|<token>|<metadata>" while held and, after a
 // release, the marker "|<token>" for a retention period: the last token
@@ -66,6 +90,9 @@ end
 // release can wake exactly one waiter (see releaseScript). While a release
 // marker reserves the key for the waiter it woke ("|<token>|<wait id>|<until
 // ms>"), everyone else is refused until the reservation ends.
+//
+// An acquisition that overwrites a release marker records the marker's
+// token in the key's receipts (see releaseScript).
 var acquireScript = redis.NewScript(luaHelpers + `
 local v = redis.call('GET', KEYS[1])
 local last = 0
@@ -95,6 +122,7 @@ if last == 0 then
   if tok < floor then tok = floor end
 end
 tok = string.format('%.0f', tok)
+take_marker(v, KEYS[3], ARGV[6], ARGV[7])
 redis.call('SET', KEYS[1], ARGV[1] .. '|' .. tok .. '|' .. ARGV[3], 'PX', ARGV[2])
 if ARGV[4] ~= '' then
   redis.call('ZREM', KEYS[2], ARGV[4])
@@ -113,35 +141,38 @@ return 0
 `)
 
 // releaseScript (compare-and-release + wake one): KEYS[1]=lock,
-// KEYS[2]=waiters; ARGV[1]="owner|", ARGV[2]=marker retention ms,
-// ARGV[3]=waiter channel prefix, ARGV[4]=reservation ms, ARGV[5]=the
-// lease's token ("" when unknown). If owner holds the lock it publishes on
-// the channel of the first queued waiter that is still listening (PUBLISH
-// counts receivers; departed waiters are skipped) and replaces the value
-// with the marker "|<token>", extended with that waiter's id and a short
-// reservation: the woken waiter gets the key even if the releaser (or
-// anyone else) asks again first, so waiters are served in queue order and
-// none is starved by barging. Returns 1, or 0 if not held by owner.
+// KEYS[2]=waiters, KEYS[3]=receipts; ARGV[1]="owner|", ARGV[2]=marker
+// retention ms, ARGV[3]=waiter channel prefix, ARGV[4]=reservation ms,
+// ARGV[5]=the lease's token ("" when unknown). If owner holds the lock it
+// publishes on the channel of the first queued waiter that is still
+// listening (PUBLISH counts receivers; departed waiters are skipped) and
+// replaces the value with the marker "|<token>", extended with that
+// waiter's id and a short reservation: the woken waiter gets the key even
+// if the releaser (or anyone else) asks again first, so waiters are served
+// in queue order and none is starved by barging. Returns 1, or 0 if not
+// held by owner.
 //
 // A release that already took effect returns 1 again (a client retrying a
-// request whose reply was lost, or a second Release after an error): the
-// key then holds our marker (token ARGV[5]) or the value of the next
-// acquisition made from that marker (token ARGV[5] + 1, held or released
-// since). Only our marker yields token + 1: without a marker the token is
-// the server's clock in µs, and our token was at most the clock when it was
-// issued; by the time our lease could have expired or been deleted and the
-// key been taken again, the clock is far past token + 1. So token + 1
-// proves that our release happened. (After two more hand-overs the retry
-// cannot tell, and reports the lease gone.)
+// request whose reply was lost, or a second Release after an error). Its
+// receipt says so: the marker "|<token>" it left, and, once an acquisition
+// overwrote the marker, the token recorded in the receipt list (the last
+// Receipts markers taken over, kept ReceiptRetention after the latest).
+// Tokens of a key strictly increase, so a token names one lease; a marker
+// is written only by the release of that lease. The next acquisition's
+// token (ARGV[5] + 1: only our marker yields it, a key without marker
+// gets the server's clock in µs, far past it by then) says so too, for
+// markers taken over by a version that kept no receipts.
 var releaseScript = redis.NewScript(luaHelpers + `
 local v = redis.call('GET', KEYS[1])
 if not (v and string.sub(v, 1, #ARGV[1]) == ARGV[1]) then
   if v and ARGV[5] ~= '' then
     local t = tonumber(string.match(v, '^[^|]*|(%d+)'))
-    local mine = tonumber(ARGV[5])
-    if t == mine + 1 or (t == mine and string.sub(v, 1, 1) == '|') then
-      return 1 -- released already
+    if t == tonumber(ARGV[5]) + 1 then
+      return 1 -- the next holder took over our marker: released already
     end
+  end
+  if has_receipt(v, KEYS[3], ARGV[5]) then
+    return 1 -- released already
   end
   return 0
 end
@@ -155,23 +186,25 @@ return 1
 `)
 
 // quorumReleaseScript: Redlock's release on one node. KEYS[1]=lock,
-// KEYS[2]=waiters; ARGV[1]="owner|", ARGV[2]=waiter channel prefix,
-// ARGV[3]=reservation ms, ARGV[4]=the lease's quorum token ("" when
-// unknown: an attempt that failed before its commit), ARGV[5]=marker
-// retention ms. Like releaseScript, it wakes the first queued waiter still
-// listening and reserves the key for it ("|<token>|<id>|<until>"); the
-// quorum counter lives in its own key. Waiters register on every node with
-// the same score, so every node wakes and reserves for the same waiter,
-// which then wins a majority instead of splitting the votes with the
-// others. With a token, the key keeps the marker "|<token>" (free for
-// everyone, as the grant script reads it) for the retention, so that a
-// retried release recognises its own work and returns 1 again; without
-// one it is deleted. Returns 1, or 0 if not held by owner.
+// KEYS[2]=waiters, KEYS[3]=receipts; ARGV[1]="owner|", ARGV[2]=waiter
+// channel prefix, ARGV[3]=reservation ms, ARGV[4]=the lease's quorum token
+// ("" when unknown: an attempt that failed before its commit), ARGV[5]=
+// marker retention ms. Like releaseScript, it wakes the first queued
+// waiter still listening and reserves the key for it ("|<token>|<id>|
+// <until>"); the quorum counter lives in its own key. Waiters register on
+// every node with the same score, so every node wakes and reserves for the
+// same waiter, which then wins a majority instead of splitting the votes
+// with the others. With a token, the key keeps the marker "|<token>" (free
+// for everyone, as the grant script reads it) for the retention, so that a
+// retried release recognises its own work and returns 1 again: by the
+// marker, or, once a grant took the marker over, by the token recorded in
+// the receipts. Without a token the key is deleted. Returns 1, or 0 if not
+// held by owner.
 var quorumReleaseScript = redis.NewScript(luaHelpers + `
 local v = redis.call('GET', KEYS[1])
 if not (v and string.sub(v, 1, #ARGV[1]) == ARGV[1]) then
-  if v and ARGV[4] ~= '' and string.match(v, '^|(%d+)') == ARGV[4] then
-    return 1 -- our own marker: released already
+  if has_receipt(v, KEYS[3], ARGV[4]) then
+    return 1 -- released already
   end
   return 0
 end
@@ -191,16 +224,18 @@ return 1
 `)
 
 // grantScript is phase one of a quorum acquisition. KEYS[1]=lock,
-// KEYS[2]=fence, KEYS[3]=waiters; ARGV[1]=owner, ARGV[2]=ttl ms,
-// ARGV[3]=metadata json, ARGV[4]=wait id or "", ARGV[5]=its queue score
-// (the same on every node, so every node wakes the same waiter first).
+// KEYS[2]=fence, KEYS[3]=waiters, KEYS[4]=receipts; ARGV[1]=owner,
+// ARGV[2]=ttl ms, ARGV[3]=metadata json, ARGV[4]=wait id or "", ARGV[5]=its
+// queue score (the same on every node, so every node wakes the same waiter
+// first), ARGV[6]=receipts kept, ARGV[7]=receipt retention ms.
 // Returns {1, floor} where floor = max(counter, server time in µs), or
 // {0, holder value, pttl}. A lease already held by the same owner (the
 // same attempt executed twice: the client retried a request whose reply
 // was lost) is granted again and left as it is (a commit may have recorded
 // the token in it already; its expiry stays the one the attempt counted
 // from). A release marker ("|<token>", with or without a reservation that
-// has ended) counts as free.
+// has ended) counts as free; its token goes to the receipts when the grant
+// overwrites it.
 var grantScript = redis.NewScript(luaHelpers + `
 local cur = redis.call('GET', KEYS[1])
 local pttl = 0
@@ -215,6 +250,7 @@ if pttl ~= 0 then
   return {0, cur, pttl}
 end
 if not mine then
+  take_marker(cur, KEYS[4], ARGV[6], ARGV[7])
   redis.call('SET', KEYS[1], ARGV[1] .. '|0|' .. ARGV[3], 'PX', ARGV[2])
 end
 if ARGV[4] ~= '' then

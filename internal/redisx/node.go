@@ -21,11 +21,19 @@ type Node struct {
 	Client redis.UniversalClient
 	Prefix string
 	hub    *hub
+	// cluster is "1" when Client is a Cluster client: PUBLISH then counts
+	// only the receivers on the node that ran it, not those that the
+	// cluster bus delivers to elsewhere (see wake_one in scripts.go).
+	cluster string
 }
 
 // NewNode returns a Node on c with key prefix prefix.
 func NewNode(c redis.UniversalClient, prefix string) *Node {
-	return &Node{Client: c, Prefix: prefix, hub: newHub(c)}
+	n := &Node{Client: c, Prefix: prefix, hub: newHub(c), cluster: "0"}
+	if _, ok := c.(*redis.ClusterClient); ok {
+		n.cluster = "1"
+	}
+	return n
 }
 
 // IsNil reports whether c is nil, including typed nil pointers.
@@ -173,7 +181,7 @@ const HandoffReserve = 100 * time.Millisecond
 // Receipts).
 func (n *Node) Release(ctx context.Context, key, owner string, token uint64, retention time.Duration) (bool, error) {
 	v, err := releaseScript.Run(ctx, n.Client, []string{n.LockKey(key), n.WaitersKey(key), n.ReceiptsKey(key)},
-		owner+"|", Ms(retention), n.waiterPrefix(key), Ms(HandoffReserve), tokenArg(token)).Int64()
+		owner+"|", Ms(retention), n.waiterPrefix(key), Ms(HandoffReserve), tokenArg(token), n.cluster).Int64()
 	return v == 1, err
 }
 
@@ -184,7 +192,7 @@ func (n *Node) Release(ctx context.Context, key, owner string, token uint64, ret
 // true (see Receipts); without it the key is deleted.
 func (n *Node) QuorumRelease(ctx context.Context, key, owner string, token uint64, retention time.Duration) (bool, error) {
 	v, err := quorumReleaseScript.Run(ctx, n.Client, []string{n.LockKey(key), n.WaitersKey(key), n.ReceiptsKey(key)},
-		owner+"|", n.waiterPrefix(key), Ms(HandoffReserve), tokenArg(token), Ms(retention)).Int64()
+		owner+"|", n.waiterPrefix(key), Ms(HandoffReserve), tokenArg(token), Ms(retention), n.cluster).Int64()
 	return v == 1, err
 }
 

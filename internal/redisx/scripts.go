@@ -11,10 +11,15 @@ import "github.com/redis/go-redis/v9"
 // queue_waiter(waiters, id, score, pttl): queue waiter id (once) and keep
 // the queue a minute longer than the current lease or reservation.
 //
-// wake_one(waiters, prefix, reserve_ms): pop queued waiters until a PUBLISH
-// on prefix..id reaches a listener (PUBLISH counts receivers, so departed
-// waiters are skipped) and return "<id>|<until ms>", the reservation for
-// that waiter; nil when no queued waiter listens.
+// wake_one(waiters, prefix, reserve_ms, cluster): pop queued waiters until
+// a PUBLISH on prefix..id reaches a listener (PUBLISH counts receivers, so
+// departed waiters are skipped) and return "<id>|<until ms>", the
+// reservation for that waiter; nil when no queued waiter listens. On a
+// Cluster (cluster == '1') PUBLISH reaches subscribers on every node over
+// the cluster bus but counts only this node's, so a count of 0 proves
+// nothing: the first queued waiter is popped, told and reserved for
+// whatever the count (a departed one costs the next at most the
+// reservation).
 //
 // take_marker(v, rel, keep, ms): an acquisition is about to overwrite v;
 // if v is a release marker ("|<token>...", token > 0), record its token in
@@ -37,11 +42,11 @@ local function queue_waiter(waiters, id, score, pttl)
   redis.call('ZADD', waiters, 'NX', score, id)
   redis.call('PEXPIRE', waiters, math.max(pttl, 0) + 60000)
 end
-local function wake_one(waiters, prefix, reserve_ms)
+local function wake_one(waiters, prefix, reserve_ms, cluster)
   for i = 1, 16 do
     local w = redis.call('ZPOPMIN', waiters)
     if #w == 0 then return nil end
-    if redis.call('PUBLISH', prefix .. w[1], '1') > 0 then
+    if redis.call('PUBLISH', prefix .. w[1], '1') > 0 or cluster == '1' then
       return w[1] .. '|' .. string.format('%.0f', now_ms() + tonumber(reserve_ms))
     end
   end
@@ -143,9 +148,10 @@ return 0
 // releaseScript (compare-and-release + wake one): KEYS[1]=lock,
 // KEYS[2]=waiters, KEYS[3]=receipts; ARGV[1]="owner|", ARGV[2]=marker
 // retention ms, ARGV[3]=waiter channel prefix, ARGV[4]=reservation ms,
-// ARGV[5]=the lease's token ("" when unknown). If owner holds the lock it
-// publishes on the channel of the first queued waiter that is still
-// listening (PUBLISH counts receivers; departed waiters are skipped) and
+// ARGV[5]=the lease's token ("" when unknown), ARGV[6]="1" on a Cluster.
+// If owner holds the lock it publishes on the channel of the first queued
+// waiter that is still listening (PUBLISH counts receivers; departed
+// waiters are skipped; on a Cluster, the first queued waiter) and
 // replaces the value with the marker "|<token>", extended with that
 // waiter's id and a short reservation: the woken waiter gets the key even
 // if the releaser (or anyone else) asks again first, so waiters are served
@@ -177,7 +183,7 @@ if not (v and string.sub(v, 1, #ARGV[1]) == ARGV[1]) then
   return 0
 end
 local marker = '|' .. (string.match(string.sub(v, #ARGV[1] + 1), '^(%d+)') or '0')
-local turn = wake_one(KEYS[2], ARGV[3], ARGV[4])
+local turn = wake_one(KEYS[2], ARGV[3], ARGV[4], ARGV[6])
 if turn then
   marker = marker .. '|' .. turn
 end
@@ -189,7 +195,7 @@ return 1
 // KEYS[2]=waiters, KEYS[3]=receipts; ARGV[1]="owner|", ARGV[2]=waiter
 // channel prefix, ARGV[3]=reservation ms, ARGV[4]=the lease's quorum token
 // ("" when unknown: an attempt that failed before its commit), ARGV[5]=
-// marker retention ms. Like releaseScript, it wakes the first queued
+// marker retention ms, ARGV[6]="1" on a Cluster. Like releaseScript, it wakes the first queued
 // waiter still listening and reserves the key for it ("|<token>|<id>|
 // <until>"); the quorum counter lives in its own key. Waiters register on
 // every node with the same score, so every node wakes and reserves for the
@@ -208,7 +214,7 @@ if not (v and string.sub(v, 1, #ARGV[1]) == ARGV[1]) then
   end
   return 0
 end
-local turn = wake_one(KEYS[2], ARGV[2], ARGV[3])
+local turn = wake_one(KEYS[2], ARGV[2], ARGV[3], ARGV[6])
 if ARGV[4] ~= '' then
   local marker = '|' .. ARGV[4]
   if turn then

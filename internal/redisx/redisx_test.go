@@ -3,6 +3,7 @@ package redisx_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -65,6 +66,57 @@ func TestSubscriptionCloseOnStalledLink(t *testing.T) {
 		case <-time.After(hangBound):
 			t.Fatalf("Close hung on a stalled link (%v so far)", hangBound)
 		}
+	}
+}
+
+// Waits that end before their SUBSCRIBE was confirmed leave nothing
+// subscribed: the hub sends each channel's SUBSCRIBE and UNSUBSCRIBE in
+// order, and a subscription that outlives them still hears its releases.
+// Here the requests pile up behind a reconnection through a stalled link.
+// (The red-team reproducer in redislock, regress_hub_test.go, shows the
+// race of the earlier design: requests sent from goroutines of their own.)
+func TestHubUnsubscribesEndedWaits(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	p := testserver.StartProxy(t, srv.Addr())
+	t.Cleanup(p.Heal)
+	n := redisx.NewNode(newClient(t, p.Addr()), "dlock")
+	admin := newClient(t, srv.Addr())
+	k := key(t)
+	keeper, err := n.Watch(ctxT(t), k, "keeper")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer keeper.Close()
+	p.Cut() // the reader's connection dies; reconnecting is refused
+	time.Sleep(200 * time.Millisecond)
+	p.Heal()
+	p.Stall() // the next reconnection hangs in its handshake
+	time.Sleep(200 * time.Millisecond)
+	for i := range 50 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		if s, err := n.Watch(ctx, k, fmt.Sprint("w", i)); err == nil {
+			s.Close() // unconfirmed (the confirmation bound is longer)
+		}
+		cancel()
+	}
+	p.Heal()
+	want := []string{n.WaiterChannel(k, "keeper")}
+	for end := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		chans, err := admin.PubSubChannels(ctxT(t), n.WaiterChannel(k, "*")).Result()
+		if err == nil && slices.Equal(chans, want) {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("subscribed channels: %q (%v), want %q", chans, err, want)
+		}
+	}
+	if err := admin.Publish(ctxT(t), want[0], "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-keeper.C():
+	case <-time.After(30 * time.Second):
+		t.Fatal("hang: the remaining subscription did not hear its channel")
 	}
 }
 

@@ -25,15 +25,21 @@
 // Waiting. A waiter listens on a pub/sub channel of its own and its failed
 // attempts queue it in the key's waiter set. A release wakes the first
 // queued waiter still listening, and reserves the key for it for 100ms, so
-// waiters are served in queue order and one release causes one retry, not
-// a herd. Waiters also poll, on a jittered backoff bounded by the time left
-// on the lease, so a lost message costs at most one backoff step. On a
-// Cluster, a Locker's waiters share one pub/sub connection, on one node,
-// and a release on another master reaches them over the cluster bus; as
-// PUBLISH there counts only the receivers on its own node, whether the
-// first queued waiter still listens is unknown, so the release wakes it
-// and reserves the key for it regardless: a waiter that left without
-// being dequeued costs the next one at most the 100ms reservation.
+// waiters are served in queue order and one release causes one retry, not a
+// herd. Waiters also poll, on a jittered backoff bounded by the time left
+// on the lease, so a lost message costs at most one backoff step. A waiter
+// that leaves (Acquire returned, with or without the lock) removes itself
+// from the queue in the background (one pipeline of ZREMs per client for
+// all waiters leaving meanwhile), once none of its attempts is in flight,
+// so that the queue holds live waiters only; an entry whose removal failed
+// is skipped by releases and expires with the queue (a minute after the
+// last failed attempt). On a Cluster, a Locker's waiters share one pub/sub
+// connection, on one node, and a release on another master reaches them
+// over the cluster bus; as PUBLISH there counts only the receivers on its
+// own node, whether the first queued waiter still listens is unknown, so
+// the release wakes it and reserves the key for it regardless: a waiter
+// that left without being dequeued costs the next one at most the 100ms
+// reservation.
 //
 // Renewal. With auto-refresh on (the default) every lock taken through one
 // Locker is renewed by one watchdog at TTL/3, in one pipelined round trip

@@ -61,7 +61,9 @@
 // since every node orders the queue alike, every node picks the same
 // waiter, which then wins a majority instead of splitting the votes with a
 // herd of woken contenders. Waiters also poll with jittered backoff bounded
-// by the shortest lease or reservation left.
+// by the shortest lease or reservation left. A waiter that leaves (Acquire
+// returned) is removed from the queue of every node in the background,
+// once none of its grants is in flight.
 //
 // Errors. A failed acquisition says, node by node, who granted, who holds
 // the key (owner, host, pid), whose lease was gone, which nodes failed and

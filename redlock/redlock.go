@@ -71,6 +71,7 @@ type node struct {
 }
 
 type backend struct {
+	waiters     redisx.Waiters
 	nodes       []*node
 	quorum      int
 	nodeTimeout time.Duration // 0: derived from the TTL
@@ -381,6 +382,7 @@ func (b *backend) Try(ctx context.Context, req *dlock.Request) (dlock.Grant, err
 	lease := &lease{b: b, key: req.Key, owner: req.Owner, timeout: timeout}
 	all := b.all()
 	ch := b.fanOut(ctx, timeout, all, func(ctx context.Context, n *node) answer {
+		defer b.waiters.Begin(req.WaitID)() // may queue the waiter
 		o, err := n.Grant(ctx, req.Key, req.Owner, cfg.TTL, meta, req.WaitID, waitScore(req.WaitID))
 		return answer{ok: err == nil && o.Granted, o: o, err: err}
 	})
@@ -749,6 +751,13 @@ func (b *backend) Watch(ctx context.Context, key string) (dlock.Subscription, er
 		return nil, b.err
 	}
 	ms := &multiSub{ch: make(chan struct{}, 1), id: newWaitID()}
+	nodes := make([]*redisx.Node, len(b.nodes))
+	for i, n := range b.nodes {
+		nodes[i] = n.Node
+	}
+	// Its grants queue it on every node, including those whose
+	// subscription fails: Close dequeues it from all.
+	ms.w = b.waiters.Add(key, ms.id, nodes...)
 	done := make(chan bool, len(b.nodes))
 	for _, n := range b.nodes {
 		background.Go(func() {
@@ -790,6 +799,7 @@ func waitScore(id string) int64 {
 
 type multiSub struct {
 	id     string
+	w      *redisx.Waiter
 	ch     chan struct{}
 	mu     sync.Mutex
 	subs   []*redisx.Subscription
@@ -811,6 +821,9 @@ func (m *multiSub) C() <-chan struct{} { return m.ch }
 // WaitID implements dlock.WaitIDer.
 func (m *multiSub) WaitID() string { return m.id }
 
+// Close ends the subscriptions and dequeues the waiter on every node, in
+// the background once none of its grants is in flight; it never waits on
+// the network.
 func (m *multiSub) Close() {
 	m.mu.Lock()
 	subs := m.subs
@@ -819,6 +832,7 @@ func (m *multiSub) Close() {
 	for _, s := range subs {
 		s.Close()
 	}
+	m.w.Leave()
 }
 
 // Info describes a lock held on a majority of nodes.

@@ -25,6 +25,7 @@ type Node struct {
 	// only the receivers on the node that ran it, not those that the
 	// cluster bus delivers to elsewhere (see wake_one in scripts.go).
 	cluster string
+	dq      dequeuer
 }
 
 // NewNode returns a Node on c with key prefix prefix.

@@ -582,12 +582,16 @@ func (l *lease) Release(ctx context.Context) error {
 	tok := l.token
 	l.mu.Unlock()
 	all := l.b.all()
-	ch := l.b.fanOut(ctx, l.timeout, all, func(ctx context.Context, n *node) answer {
+	// Every node gets the release; the caller waits only until a majority
+	// released, and the rest finish within the node timeout on their own:
+	// their requests must not end with the caller's context (the core
+	// cancels it as soon as Release returns, and a request still waiting
+	// for a connection would then never be sent, leaving the lease on that
+	// node until it expires).
+	ch := l.b.fanOut(context.WithoutCancel(ctx), l.timeout, all, func(ctx context.Context, n *node) answer {
 		ok, err := n.QuorumRelease(ctx, l.key, l.owner, tok, FenceRetention)
 		return answer{ok: ok, err: err}
 	})
-	// Every node gets the release; the caller waits only until a majority
-	// released (the rest finish within the node timeout on their own).
 	r := tally(ctx, ch, all, l.b.quorum, l.timeout)
 	if r.ok {
 		return nil

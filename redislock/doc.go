@@ -39,7 +39,10 @@
 // own node, whether the first queued waiter still listens is unknown, so
 // the release wakes it and reserves the key for it regardless: a waiter
 // that left without being dequeued costs the next one at most the 100ms
-// reservation.
+// reservation. While a key is reserved, anyone else's attempt fails with a
+// *dlock.NotAcquiredError that names no holder: its
+// Metadata[MetaReservedForWaiter] is the waiter's id and its TTL the
+// reservation left.
 //
 // Renewal. With auto-refresh on (the default) every lock taken through one
 // Locker is renewed by one watchdog at TTL/3, in one pipelined round trip

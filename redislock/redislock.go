@@ -22,6 +22,11 @@ const (
 	// FenceRetention is how long a released key keeps its last fencing
 	// token (the "|<token>" marker; see the package documentation).
 	FenceRetention = time.Hour
+	// MetaReservedForWaiter is the metadata key of a *dlock.NotAcquiredError
+	// for a key nobody holds but that a release reserved (for 100ms) for
+	// the waiter it woke: its value is that waiter's id, Holder is empty
+	// and TTL is the reservation left.
+	MetaReservedForWaiter = redisx.MetaReservedForWaiter
 )
 
 // Option configures a Locker.
@@ -102,7 +107,17 @@ func (b *backend) Try(ctx context.Context, req *dlock.Request) (dlock.Grant, err
 	if o.Granted {
 		return dlock.Grant{Lease: &lease{b: b, key: req.Key, owner: req.Owner, token: o.Token}, Token: o.Token}, nil
 	}
-	return dlock.Grant{}, &dlock.NotAcquiredError{Key: req.Key, Holder: o.Holder.Owner, Metadata: o.Holder.Metadata, TTL: o.PTTL}
+	na := &dlock.NotAcquiredError{Key: req.Key, Holder: o.Holder.Owner, Metadata: o.Holder.Metadata, TTL: o.PTTL}
+	if o.ReservedFor != "" {
+		na.Cause = reservedError(o.ReservedFor)
+	}
+	return dlock.Grant{}, na
+}
+
+// reservedError explains a NotAcquiredError for a key that nobody holds
+// but that a release reserved for the waiter it woke.
+func reservedError(id string) error {
+	return fmt.Errorf("nobody holds it: the last release reserved it for waiter %s, which it woke (a hand-over in progress)", id)
 }
 
 // Abort implements dlock.Aborter: delete the lease if the lost reply had

@@ -62,8 +62,12 @@
 // waiter, which then wins a majority instead of splitting the votes with a
 // herd of woken contenders. Waiters also poll with jittered backoff bounded
 // by the shortest lease or reservation left. A waiter that leaves (Acquire
-// returned) is removed from the queue of every node in the background,
-// once none of its grants is in flight.
+// returned) is removed from the queue of every node in the background, once
+// none of its grants is in flight. While a key is reserved, anyone else's
+// attempt fails with a *dlock.NotAcquiredError that names no holder: its
+// Metadata[MetaReservedForWaiter] is the waiter's id and its TTL the
+// shortest reservation left; the QuorumError says "reserved for waiter
+// <id>" for those nodes.
 //
 // Errors. A failed acquisition says, node by node, who granted, who holds
 // the key (owner, host, pid), whose lease was gone, which nodes failed and

@@ -36,6 +36,11 @@ const (
 	// FenceRetention is how long a node's fencing counter outlives the key's
 	// last acquisition.
 	FenceRetention = time.Hour
+	// MetaReservedForWaiter is the metadata key reported (in a
+	// *dlock.NotAcquiredError and a NodeResult) for a key nobody holds but
+	// that a release reserved (for 100ms) for the waiter it woke: its value
+	// is that waiter's id, and the holder is empty.
+	MetaReservedForWaiter = redisx.MetaReservedForWaiter
 )
 
 // Option configures a Locker.
@@ -139,7 +144,9 @@ const (
 	// OutcomeGranted: the node did what was asked (granted, committed,
 	// extended or released).
 	OutcomeGranted = "granted"
-	// OutcomeHeld: acquire: someone else holds the key on the node.
+	// OutcomeHeld: acquire: someone else holds the key on the node, or a
+	// release reserved it for the waiter it woke (Holder empty,
+	// Metadata[MetaReservedForWaiter] that waiter's id).
 	OutcomeHeld = "held"
 	// OutcomeGone: commit, refresh, release: the node no longer holds the
 	// lease (expired, deleted or taken).
@@ -195,6 +202,10 @@ func (e *QuorumError) Error() string {
 	for _, r := range e.Results {
 		switch r.Outcome {
 		case OutcomeHeld:
+			if id := r.Metadata[MetaReservedForWaiter]; r.Holder == "" && id != "" {
+				s += fmt.Sprintf("; %s: reserved for waiter %s", r.Node, id)
+				continue
+			}
 			s += fmt.Sprintf("; %s: held by %s", r.Node, dlock.HolderString(r.Holder, r.Metadata))
 		case OutcomeGone, OutcomePending:
 			s += fmt.Sprintf("; %s: %s", r.Node, r.Outcome)

@@ -115,9 +115,31 @@ type Outcome struct {
 	// Token is the token assigned (Acquire) or the node's counter floor,
 	// max(counter, server time in µs) (Grant).
 	Token uint64
-	// Holder and PTTL describe the current holder when not granted.
+	// Holder and PTTL describe the current holder when not granted. When
+	// the key is free but reserved for the waiter the last release woke,
+	// Holder has no owner, its Metadata says MetaReservedForWaiter, and
+	// PTTL is the reservation left.
 	Holder Info
 	PTTL   time.Duration
+	// ReservedFor is the wait id of the waiter the key is reserved for.
+	ReservedFor string
+}
+
+// MetaReservedForWaiter is the metadata key naming the waiter a free key
+// is reserved for (see HandoffReserve), reported in place of a holder.
+const MetaReservedForWaiter = "reserved_for_waiter"
+
+// reservedFor returns the wait id of a reservation marker
+// ("|<token>|<wait id>|<until ms>").
+func reservedFor(v string) (string, bool) {
+	if !strings.HasPrefix(v, "|") {
+		return "", false
+	}
+	parts := strings.Split(v[1:], "|")
+	if len(parts) != 3 || parts[1] == "" {
+		return "", false
+	}
+	return parts[1], true
 }
 
 func parseOutcome(res []any, err error) (Outcome, error) {
@@ -133,7 +155,13 @@ func parseOutcome(res []any, err error) (Outcome, error) {
 	}
 	var o Outcome
 	if len(res) >= 3 {
-		o.Holder = ParseValue(fmt.Sprint(res[1]))
+		v := fmt.Sprint(res[1])
+		if id, ok := reservedFor(v); ok {
+			o.ReservedFor = id
+			o.Holder = Info{Metadata: map[string]string{MetaReservedForWaiter: id}}
+		} else {
+			o.Holder = ParseValue(v)
+		}
 		if pttl, ok := res[2].(int64); ok && pttl > 0 {
 			o.PTTL = time.Duration(pttl) * time.Millisecond
 		}

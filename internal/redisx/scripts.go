@@ -195,17 +195,17 @@ return 1
 // KEYS[2]=waiters, KEYS[3]=receipts; ARGV[1]="owner|", ARGV[2]=waiter
 // channel prefix, ARGV[3]=reservation ms, ARGV[4]=the lease's quorum token
 // ("" when unknown: an attempt that failed before its commit), ARGV[5]=
-// marker retention ms, ARGV[6]="1" on a Cluster. Like releaseScript, it wakes the first queued
-// waiter still listening and reserves the key for it ("|<token>|<id>|
-// <until>"); the quorum counter lives in its own key. Waiters register on
-// every node with the same score, so every node wakes and reserves for the
-// same waiter, which then wins a majority instead of splitting the votes
-// with the others. With a token, the key keeps the marker "|<token>" (free
-// for everyone, as the grant script reads it) for the retention, so that a
-// retried release recognises its own work and returns 1 again: by the
-// marker, or, once a grant took the marker over, by the token recorded in
-// the receipts. Without a token the key is deleted. Returns 1, or 0 if not
-// held by owner.
+// marker retention ms, ARGV[6]="1" on a Cluster. Like releaseScript, it
+// wakes the first queued waiter still listening and reserves the key for it
+// ("|<token>|<id>|<until>"); the quorum counter lives in its own key.
+// Waiters register on every node with the same score, so every node wakes
+// and reserves for the same waiter, which then wins a majority instead of
+// splitting the votes with the others. With a token, the key keeps the
+// marker "|<token>" (free for everyone, as the grant script reads it) for
+// the retention, so that a retried release recognises its own work and
+// returns 1 again: by the marker, or, once a grant took the marker over, by
+// the token recorded in the receipts. Without a token the key is deleted.
+// Returns 1, or 0 if not held by owner.
 var quorumReleaseScript = redis.NewScript(luaHelpers + `
 local v = redis.call('GET', KEYS[1])
 if not (v and string.sub(v, 1, #ARGV[1]) == ARGV[1]) then

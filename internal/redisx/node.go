@@ -95,7 +95,8 @@ func (n *Node) ReceiptsKey(key string) string { return n.LockKey(key) + ":rel" }
 // latest one, is reported as a lease no longer held. Recording at the
 // hand-over rather than at the release keeps the uncontended cycle free of
 // an extra key: a release whose key nobody takes over writes nothing but
-// its marker.
+// its marker. A hand-over costs an LPUSH and a PEXPIRE (and, every
+// Receipts hand-overs, an LTRIM) in the acquisition's script.
 const (
 	Receipts         = 8
 	ReceiptRetention = time.Minute
@@ -174,14 +175,14 @@ func parseOutcome(res []any, err error) (Outcome, error) {
 // release when the key is held.
 func (n *Node) Acquire(ctx context.Context, key, owner string, ttl time.Duration, meta, waitID string) (Outcome, error) {
 	return parseOutcome(acquireScript.Run(ctx, n.Client, []string{n.LockKey(key), n.WaitersKey(key), n.ReceiptsKey(key)},
-		owner, Ms(ttl), meta, waitID, time.Now().UnixMicro(), Receipts, Ms(ReceiptRetention)).Slice())
+		owner, Ms(ttl), meta, waitID, time.Now().UnixMicro()).Slice())
 }
 
 // Grant is phase one of a quorum acquisition: SET NX PX with token 0 in the
 // value; it returns the node's counter floor.
 func (n *Node) Grant(ctx context.Context, key, owner string, ttl time.Duration, meta, waitID string, score int64) (Outcome, error) {
 	return parseOutcome(grantScript.Run(ctx, n.Client, []string{n.LockKey(key), n.FenceKey(key), n.WaitersKey(key), n.ReceiptsKey(key)},
-		owner, Ms(ttl), meta, waitID, score, Receipts, Ms(ReceiptRetention)).Slice())
+		owner, Ms(ttl), meta, waitID, score).Slice())
 }
 
 // Commit is phase two: if owner still holds key here, record token in the

@@ -1,8 +1,16 @@
 package redisx
 
-import "github.com/redis/go-redis/v9"
+import (
+	"fmt"
 
-// Lua helpers shared by the scripts below (prepended to their bodies).
+	"github.com/redis/go-redis/v9"
+)
+
+// Lua helpers shared by the scripts below, each prepended to the scripts
+// that call it (a script's chunk defines its helpers on every call, so a
+// script carries only those it uses).
+//
+// now_ms(): the server's time in ms.
 //
 // reserved_left(v, wait_id): ms left on the reservation a release marker v
 // ("|<token>|<wait id>|<until ms>") holds for a waiter other than wait_id;
@@ -21,27 +29,38 @@ import "github.com/redis/go-redis/v9"
 // whatever the count (a departed one costs the next at most the
 // reservation).
 //
-// take_marker(v, rel, keep, ms): an acquisition is about to overwrite v;
-// if v is a release marker ("|<token>...", token > 0), record its token in
-// the receipt list rel, which keeps the last keep tokens and expires ms
-// after the latest (see Receipts). has_receipt(v, rel, tok): whether the
-// release of the lease with token tok is known to have happened: v is its
-// marker, or rel holds tok.
-const luaHelpers = `
+// take_marker(v, rel): an acquisition is about to overwrite v; if v is a
+// release marker ("|<token>...", token > 0), record its token in the
+// receipt list rel, which keeps (at least) the last Receipts tokens and
+// expires ReceiptRetention after the latest. The list is trimmed back to
+// Receipts once it holds twice as many, saving an LTRIM on most
+// hand-overs.
+//
+// has_receipt(v, rel, tok): whether the release of the lease with token
+// tok is known to have happened: v is its marker, or it is among the last
+// Receipts tokens in rel.
+const (
+	luaNowMs = `
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+`
+	luaReservedLeft = `
 local function reserved_left(v, wait_id)
   local wid, exp = string.match(v, '^|%d+|([^|]*)|(%d+)$')
   if not wid or wid == wait_id then return 0 end
   return math.max(tonumber(exp) - now_ms(), 0)
 end
+`
+	luaQueueWaiter = `
 local function queue_waiter(waiters, id, score, pttl)
   if id == '' then return end
   redis.call('ZADD', waiters, 'NX', score, id)
   redis.call('PEXPIRE', waiters, math.max(pttl, 0) + 60000)
 end
+`
+	luaWakeOne = `
 local function wake_one(waiters, prefix, reserve_ms, cluster)
   for i = 1, 16 do
     local w = redis.call('ZPOPMIN', waiters)
@@ -52,29 +71,36 @@ local function wake_one(waiters, prefix, reserve_ms, cluster)
   end
   return nil
 end
-local function take_marker(v, rel, keep, ms)
-  local tok = v and string.match(v, '^|(%d+)')
+`
+)
+
+var (
+	luaTakeMarker = fmt.Sprintf(`
+local function take_marker(v, rel)
+  local tok = v and string.match(v, '^|(%%d+)')
   if not tok or tok == '0' then return end
-  if redis.call('LPUSH', rel, tok) > tonumber(keep) then
-    redis.call('LTRIM', rel, 0, tonumber(keep) - 1)
+  if redis.call('LPUSH', rel, tok) > %[1]d then
+    redis.call('LTRIM', rel, 0, %[2]d)
   end
-  redis.call('PEXPIRE', rel, ms)
+  redis.call('PEXPIRE', rel, %[3]d)
 end
+`, 2*Receipts, Receipts-1, Ms(ReceiptRetention))
+	luaHasReceipt = fmt.Sprintf(`
 local function has_receipt(v, rel, tok)
   if tok == '' then return false end
-  if v and string.match(v, '^|(%d+)') == tok then return true end
-  for _, t in ipairs(redis.call('LRANGE', rel, 0, -1)) do
+  if v and string.match(v, '^|(%%d+)') == tok then return true end
+  for _, t in ipairs(redis.call('LRANGE', rel, 0, %[1]d)) do
     if t == tok then return true end
   end
   return false
 end
-`
+`, Receipts-1)
+)
 
 // acquireScript is the single-deployment acquisition. KEYS[1]=lock,
 // KEYS[2]=waiters, KEYS[3]=receipts; ARGV[1]=owner, ARGV[2]=ttl ms,
 // ARGV[3]=metadata json, ARGV[4]=wait id ("" when not waiting), ARGV[5]=its
-// queue score, ARGV[6]=receipts kept, ARGV[7]=receipt retention ms.
-// Returns {1, token} or {0, holder value, pttl}.
+// queue score. Returns {1, token} or {0, holder value, pttl}.
 //
 // The lock key holds "<owner>|<token>|<metadata>" while held and, after a
 // release, the marker "|<token>" for a retention period: the last token
@@ -98,7 +124,7 @@ end
 //
 // An acquisition that overwrites a release marker records the marker's
 // token in the key's receipts (see releaseScript).
-var acquireScript = redis.NewScript(luaHelpers + `
+var acquireScript = redis.NewScript(luaNowMs + luaReservedLeft + luaQueueWaiter + luaTakeMarker + `
 local v = redis.call('GET', KEYS[1])
 local last = 0
 if v then
@@ -127,7 +153,7 @@ if last == 0 then
   if tok < floor then tok = floor end
 end
 tok = string.format('%.0f', tok)
-take_marker(v, KEYS[3], ARGV[6], ARGV[7])
+take_marker(v, KEYS[3])
 redis.call('SET', KEYS[1], ARGV[1] .. '|' .. tok .. '|' .. ARGV[3], 'PX', ARGV[2])
 if ARGV[4] ~= '' then
   redis.call('ZREM', KEYS[2], ARGV[4])
@@ -168,7 +194,7 @@ return 0
 // token (ARGV[5] + 1: only our marker yields it, a key without marker
 // gets the server's clock in µs, far past it by then) says so too, for
 // markers taken over by a version that kept no receipts.
-var releaseScript = redis.NewScript(luaHelpers + `
+var releaseScript = redis.NewScript(luaNowMs + luaWakeOne + luaHasReceipt + `
 local v = redis.call('GET', KEYS[1])
 if not (v and string.sub(v, 1, #ARGV[1]) == ARGV[1]) then
   if v and ARGV[5] ~= '' then
@@ -206,7 +232,7 @@ return 1
 // returns 1 again: by the marker, or, once a grant took the marker over, by
 // the token recorded in the receipts. Without a token the key is deleted.
 // Returns 1, or 0 if not held by owner.
-var quorumReleaseScript = redis.NewScript(luaHelpers + `
+var quorumReleaseScript = redis.NewScript(luaNowMs + luaWakeOne + luaHasReceipt + `
 local v = redis.call('GET', KEYS[1])
 if not (v and string.sub(v, 1, #ARGV[1]) == ARGV[1]) then
   if has_receipt(v, KEYS[3], ARGV[4]) then
@@ -233,7 +259,7 @@ return 1
 // KEYS[2]=fence, KEYS[3]=waiters, KEYS[4]=receipts; ARGV[1]=owner,
 // ARGV[2]=ttl ms, ARGV[3]=metadata json, ARGV[4]=wait id or "", ARGV[5]=its
 // queue score (the same on every node, so every node wakes the same waiter
-// first), ARGV[6]=receipts kept, ARGV[7]=receipt retention ms.
+// first).
 // Returns {1, floor} where floor = max(counter, server time in µs), or
 // {0, holder value, pttl}. A lease already held by the same owner (the
 // same attempt executed twice: the client retried a request whose reply
@@ -242,7 +268,7 @@ return 1
 // from). A release marker ("|<token>", with or without a reservation that
 // has ended) counts as free; its token goes to the receipts when the grant
 // overwrites it.
-var grantScript = redis.NewScript(luaHelpers + `
+var grantScript = redis.NewScript(luaNowMs + luaReservedLeft + luaQueueWaiter + luaTakeMarker + `
 local cur = redis.call('GET', KEYS[1])
 local pttl = 0
 local mine = cur and string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '|'
@@ -256,7 +282,7 @@ if pttl ~= 0 then
   return {0, cur, pttl}
 end
 if not mine then
-  take_marker(cur, KEYS[4], ARGV[6], ARGV[7])
+  take_marker(cur, KEYS[4])
   redis.call('SET', KEYS[1], ARGV[1] .. '|0|' .. ARGV[3], 'PX', ARGV[2])
 end
 if ARGV[4] ~= '' then

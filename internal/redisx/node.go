@@ -75,14 +75,24 @@ func DecodeHashTag(tag string) string { return strings.TrimPrefix(tag, "\x00") }
 func (n *Node) LockKey(key string) string { return n.Prefix + ":{" + HashTag(key) + "}" }
 
 // FenceKey is the key holding key's quorum fencing counter (Redlock).
-func (n *Node) FenceKey(key string) string { return n.LockKey(key) + ":fence" }
+func (n *Node) FenceKey(key string) string { return n.LockKey(key) + fenceSuffix }
 
 // WaitersKey is the queue of waiters to wake, one per release.
-func (n *Node) WaitersKey(key string) string { return n.LockKey(key) + ":waiters" }
+func (n *Node) WaitersKey(key string) string { return n.LockKey(key) + waitersSuffix }
 
 // ReceiptsKey is the list of the tokens of key's last released leases
 // whose markers a later acquisition took over (see Receipts).
-func (n *Node) ReceiptsKey(key string) string { return n.LockKey(key) + ":rel" }
+func (n *Node) ReceiptsKey(key string) string { return n.LockKey(key) + receiptsSuffix }
+
+// The suffixes of a lock's other keys and of its waiters' channels, after
+// the lock key (see the package documentation). The scripts' callers
+// build all of them from one LockKey.
+const (
+	fenceSuffix    = ":fence"
+	waitersSuffix  = ":waiters"
+	receiptsSuffix = ":rel"
+	channelSuffix  = ":w:"
+)
 
 // Release receipts. A release leaves the marker "|<token>" in the lock
 // key; an acquisition that later overwrites the marker records its token
@@ -105,7 +115,7 @@ const (
 // WaiterChannel is the channel waiter id listens on for its turn.
 func (n *Node) WaiterChannel(key, id string) string { return n.waiterPrefix(key) + id }
 
-func (n *Node) waiterPrefix(key string) string { return n.LockKey(key) + ":w:" }
+func (n *Node) waiterPrefix(key string) string { return n.LockKey(key) + channelSuffix }
 
 // Ms converts a duration to whole milliseconds for PX arguments.
 func Ms(d time.Duration) int64 { return d.Milliseconds() }
@@ -174,14 +184,16 @@ func parseOutcome(res []any, err error) (Outcome, error) {
 // one script. A non-empty waitID queues the caller to be woken by the next
 // release when the key is held.
 func (n *Node) Acquire(ctx context.Context, key, owner string, ttl time.Duration, meta, waitID string) (Outcome, error) {
-	return parseOutcome(acquireScript.Run(ctx, n.Client, []string{n.LockKey(key), n.WaitersKey(key), n.ReceiptsKey(key)},
+	lk := n.LockKey(key)
+	return parseOutcome(acquireScript.Run(ctx, n.Client, []string{lk, lk + waitersSuffix, lk + receiptsSuffix},
 		owner, Ms(ttl), meta, waitID, time.Now().UnixMicro()).Slice())
 }
 
 // Grant is phase one of a quorum acquisition: SET NX PX with token 0 in the
 // value; it returns the node's counter floor.
 func (n *Node) Grant(ctx context.Context, key, owner string, ttl time.Duration, meta, waitID string, score int64) (Outcome, error) {
-	return parseOutcome(grantScript.Run(ctx, n.Client, []string{n.LockKey(key), n.FenceKey(key), n.WaitersKey(key), n.ReceiptsKey(key)},
+	lk := n.LockKey(key)
+	return parseOutcome(grantScript.Run(ctx, n.Client, []string{lk, lk + fenceSuffix, lk + waitersSuffix, lk + receiptsSuffix},
 		owner, Ms(ttl), meta, waitID, score).Slice())
 }
 
@@ -210,8 +222,9 @@ const HandoffReserve = 100 * time.Millisecond
 // with it, a release that already took effect (a retry) reports true (see
 // Receipts).
 func (n *Node) Release(ctx context.Context, key, owner string, token uint64, retention time.Duration) (bool, error) {
-	v, err := releaseScript.Run(ctx, n.Client, []string{n.LockKey(key), n.WaitersKey(key), n.ReceiptsKey(key)},
-		owner+"|", Ms(retention), n.waiterPrefix(key), Ms(HandoffReserve), tokenArg(token), n.cluster).Int64()
+	lk := n.LockKey(key)
+	v, err := releaseScript.Run(ctx, n.Client, []string{lk, lk + waitersSuffix, lk + receiptsSuffix},
+		owner+"|", Ms(retention), lk+channelSuffix, Ms(HandoffReserve), tokenArg(token), n.cluster).Int64()
 	return v == 1, err
 }
 
@@ -221,8 +234,9 @@ func (n *Node) Release(ctx context.Context, key, owner string, token uint64, ret
 // the marker "|<token>" for retention, so that a retried release reports
 // true (see Receipts); without it the key is deleted.
 func (n *Node) QuorumRelease(ctx context.Context, key, owner string, token uint64, retention time.Duration) (bool, error) {
-	v, err := quorumReleaseScript.Run(ctx, n.Client, []string{n.LockKey(key), n.WaitersKey(key), n.ReceiptsKey(key)},
-		owner+"|", n.waiterPrefix(key), Ms(HandoffReserve), tokenArg(token), Ms(retention), n.cluster).Int64()
+	lk := n.LockKey(key)
+	v, err := quorumReleaseScript.Run(ctx, n.Client, []string{lk, lk + waitersSuffix, lk + receiptsSuffix},
+		owner+"|", lk+channelSuffix, Ms(HandoffReserve), tokenArg(token), Ms(retention), n.cluster).Int64()
 	return v == 1, err
 }
 

@@ -2,15 +2,19 @@ package redlock_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/internal/background"
 )
 
 // A waiter that gives up is removed from the waiter queue of every node
-// (its grants queued it on each), in the background.
+// (its attempts queued it on each), in the background. The test makes
+// sure the waiter queued on every node before it leaves, then waits for
+// dlock's background work to end (not for the queues to look empty): no
+// node may then hold it.
 func TestRegressDepartedWaitersDequeued(t *testing.T) {
 	c := startNodes(t, 3)
 	holder := c.locker(t)
@@ -19,31 +23,35 @@ func TestRegressDepartedWaitersDequeued(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	queue := lockKey(key) + ":waiters"
 	l := c.locker(t)
-	queued := false
-	for i := 0; i < 20; i++ {
-		if _, err := l.Acquire(ctxT(t), key, dlock.WithWait(50*time.Millisecond)); err == nil {
-			t.Fatal("acquired a held key")
-		}
-		// At least one wait got as far as queuing (bounded: it may take a
-		// few on a slow machine).
-		for _, a := range c.admin {
-			if n, _ := a.ZCard(context.Background(), lockKey(key)+":waiters").Result(); n > 0 {
-				queued = true
+	for i := 0; i < 5; i++ {
+		ctx, cancel := context.WithCancel(ctxT(t))
+		got := make(chan error, 1)
+		go func() {
+			_, err := l.Acquire(ctx, key)
+			got <- err
+		}()
+		for n, a := range c.admin {
+			for end := time.Now().Add(dlocktest.HangTimeout); ; time.Sleep(5 * time.Millisecond) {
+				if q, err := a.ZCard(context.Background(), queue).Result(); err == nil && q == 1 {
+					break
+				}
+				if time.Now().After(end) {
+					t.Fatalf("hang: waiter %d never queued on node %d", i, n)
+				}
 			}
 		}
-	}
-	if !queued {
-		t.Skip("no wait got as far as queuing")
-	}
-	for i, a := range c.admin {
-		for end := time.Now().Add(dlocktest.HangTimeout); ; time.Sleep(5 * time.Millisecond) {
-			n, err := a.ZCard(context.Background(), lockKey(key)+":waiters").Result()
-			if err == nil && n == 0 {
-				break
-			}
-			if time.Now().After(end) {
-				t.Fatalf("node %d: %d departed waiters left in the queue (%v)", i, n, err)
+		cancel()
+		if err := <-got; !errors.Is(err, context.Canceled) {
+			t.Fatalf("waiter %d: %v, want context.Canceled", i, err)
+		}
+		if !background.Wait(dlocktest.HangTimeout) {
+			t.Fatalf("hang: background work did not end within %v", dlocktest.HangTimeout)
+		}
+		for n, a := range c.admin {
+			if q, err := a.ZCard(context.Background(), queue).Result(); err != nil || q != 0 {
+				t.Fatalf("waiter %d left, and node %d still queues %d waiters (%v)", i, n, q, err)
 			}
 		}
 	}

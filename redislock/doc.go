@@ -9,17 +9,40 @@
 // compare-and-replace; both compare the owner and so never touch another
 // holder's lock, and both are safe to retry: an acquisition executed twice
 // (go-redis resends a script whose reply was lost) is granted its own lease
-// again, and a release executed twice recognises its own marker (or the
-// lease that the next holder took from it, whose token is one more) and
-// succeeds again, so a lost reply is never mistaken for a held key or a
-// lost lock.
+// again, and a release executed twice succeeds again, so a lost reply is
+// never mistaken for a held key or a lost lock. A release recognises its
+// own earlier release by its token: in the marker it left, or, once the
+// key changed hands, in the key's receipts, a list of the tokens of the
+// last 8 markers taken over, which the acquisition that overwrites a
+// marker appends to (in the same script) and which expires a minute after
+// the latest hand-over. A retry is recognised however often the key
+// changed hands meanwhile, up to 8 hand-overs and within a minute of the
+// latest (while nobody takes the key over, the marker recognises it for
+// FenceRetention); later than that it is reported as a lease no longer
+// held (ErrLockLost). Recording at the hand-over keeps the uncontended
+// acquire-and-release free of an extra key.
 //
 // Waiting. A waiter listens on a pub/sub channel of its own and its failed
 // attempts queue it in the key's waiter set. A release wakes the first
 // queued waiter still listening, and reserves the key for it for 100ms, so
-// waiters are served in queue order and one release causes one retry, not
-// a herd. Waiters also poll, on a jittered backoff bounded by the time left
-// on the lease, so a lost message costs at most one backoff step.
+// waiters are served in queue order and one release causes one retry, not a
+// herd. Waiters also poll, on a jittered backoff bounded by the time left
+// on the lease, so a lost message costs at most one backoff step. A waiter
+// that leaves (Acquire returned, with or without the lock) removes itself
+// from the queue in the background (one pipeline of ZREMs per client for
+// all waiters leaving meanwhile), once none of its attempts is in flight,
+// so that the queue holds live waiters only; an entry whose removal failed
+// is skipped by releases and expires with the queue (a minute after the
+// last failed attempt). On a Cluster, a Locker's waiters share one pub/sub
+// connection, on one node, and a release on another master reaches them
+// over the cluster bus; as PUBLISH there counts only the receivers on its
+// own node, whether the first queued waiter still listens is unknown, so
+// the release wakes it and reserves the key for it regardless: a waiter
+// that left without being dequeued costs the next one at most the 100ms
+// reservation. While a key is reserved, anyone else's attempt fails with a
+// *dlock.NotAcquiredError that names no holder: its
+// Metadata[MetaReservedForWaiter] is the waiter's id and its TTL the
+// reservation left.
 //
 // Renewal. With auto-refresh on (the default) every lock taken through one
 // Locker is renewed by one watchdog at TTL/3, in one pipelined round trip

@@ -22,6 +22,11 @@ const (
 	// FenceRetention is how long a released key keeps its last fencing
 	// token (the "|<token>" marker; see the package documentation).
 	FenceRetention = time.Hour
+	// MetaReservedForWaiter is the metadata key of a *dlock.NotAcquiredError
+	// for a key nobody holds but that a release reserved (for 100ms) for
+	// the waiter it woke: its value is that waiter's id, Holder is empty
+	// and TTL is the reservation left.
+	MetaReservedForWaiter = redisx.MetaReservedForWaiter
 )
 
 // Option configures a Locker.
@@ -66,7 +71,8 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 }
 
 type backend struct {
-	node *redisx.Node // nil when constructed with a nil client
+	node    *redisx.Node // nil when constructed with a nil client
+	waiters redisx.Waiters
 }
 
 // LockKey is the Redis key holding key's lease.
@@ -93,6 +99,7 @@ func (b *backend) Try(ctx context.Context, req *dlock.Request) (dlock.Grant, err
 	if err != nil {
 		return dlock.Grant{}, err
 	}
+	defer b.waiters.Begin(req.WaitID)() // may queue the waiter
 	o, err := b.node.Acquire(ctx, req.Key, req.Owner, req.Config.TTL, meta, req.WaitID)
 	if err != nil {
 		return dlock.Grant{}, fmt.Errorf("dlock: redis acquire %q: %w", req.Key, err)
@@ -100,7 +107,17 @@ func (b *backend) Try(ctx context.Context, req *dlock.Request) (dlock.Grant, err
 	if o.Granted {
 		return dlock.Grant{Lease: &lease{b: b, key: req.Key, owner: req.Owner, token: o.Token}, Token: o.Token}, nil
 	}
-	return dlock.Grant{}, &dlock.NotAcquiredError{Key: req.Key, Holder: o.Holder.Owner, Metadata: o.Holder.Metadata, TTL: o.PTTL}
+	na := &dlock.NotAcquiredError{Key: req.Key, Holder: o.Holder.Owner, Metadata: o.Holder.Metadata, TTL: o.PTTL}
+	if o.ReservedFor != "" {
+		na.Cause = reservedError(o.ReservedFor)
+	}
+	return dlock.Grant{}, na
+}
+
+// reservedError explains a NotAcquiredError for a key that nobody holds
+// but that a release reserved for the waiter it woke.
+func reservedError(id string) error {
+	return fmt.Errorf("nobody holds it: the last release reserved it for waiter %s, which it woke (a hand-over in progress)", id)
 }
 
 // Abort implements dlock.Aborter: delete the lease if the lost reply had
@@ -114,7 +131,9 @@ func (b *backend) Abort(ctx context.Context, req *dlock.Request) error {
 
 // Watch implements dlock.Watcher: the waiter listens on a channel of its
 // own; its failed attempts queue it, and each release wakes the first
-// queued waiter still listening, so one waiter retries, not all.
+// queued waiter still listening, so one waiter retries, not all. Closing
+// the subscription (Acquire returned) removes the waiter from the queue in
+// the background, once none of its attempts is in flight.
 func (b *backend) Watch(ctx context.Context, key string) (dlock.Subscription, error) {
 	if err := b.check(); err != nil {
 		return nil, err
@@ -124,15 +143,23 @@ func (b *backend) Watch(ctx context.Context, key string) (dlock.Subscription, er
 	if err != nil {
 		return nil, err
 	}
-	return waiter{s, id}, nil
+	return &waiter{Subscription: s, w: b.waiters.Add(key, id, b.node), id: id}, nil
 }
 
 type waiter struct {
 	*redisx.Subscription
+	w  *redisx.Waiter
 	id string
 }
 
-func (w waiter) WaitID() string { return w.id }
+func (w *waiter) WaitID() string { return w.id }
+
+// Close ends the subscription and dequeues the waiter; it never waits on
+// the network.
+func (w *waiter) Close() {
+	w.Subscription.Close()
+	w.w.Leave()
+}
 
 // RefreshBatch implements dlock.BatchRenewer: one pipeline of
 // compare-and-pexpire scripts per server (on a Cluster, per master, the

@@ -45,9 +45,14 @@
 // Release. Compare-and-release (or the hand-over to the next waiter) goes
 // to every node, including those that never answered the acquisition; the
 // call returns once a majority released. Each node keeps the marker
-// "|<token>" for FenceRetention (free for any later acquisition), so that
-// a release sent again (a lost reply, or Release retried after an error)
-// counts that node as released rather than reporting the lock lost.
+// "|<token>" for FenceRetention (free for any later acquisition), and a
+// grant that overwrites a marker records its token in the key's receipts
+// on that node (the last 8 hand-overs, kept a minute after the latest), so
+// that a release sent again (a lost reply, or Release retried after an
+// error) counts that node as released rather than reporting the lock
+// lost, also after the key changed hands. A retry after more than 8
+// hand-overs, or more than a minute after the latest, is reported as a
+// lease no longer held.
 //
 // Waiting. A waiter subscribes to a channel of its own on every node (a
 // majority must confirm) and its failed grants queue it on every node under
@@ -56,7 +61,13 @@
 // since every node orders the queue alike, every node picks the same
 // waiter, which then wins a majority instead of splitting the votes with a
 // herd of woken contenders. Waiters also poll with jittered backoff bounded
-// by the shortest lease or reservation left.
+// by the shortest lease or reservation left. A waiter that leaves (Acquire
+// returned) is removed from the queue of every node in the background, once
+// none of its grants is in flight. While a key is reserved, anyone else's
+// attempt fails with a *dlock.NotAcquiredError that names no holder: its
+// Metadata[MetaReservedForWaiter] is the waiter's id and its TTL the
+// shortest reservation left; the QuorumError says "reserved for waiter
+// <id>" for those nodes.
 //
 // Errors. A failed acquisition says, node by node, who granted, who holds
 // the key (owner, host, pid), whose lease was gone, which nodes failed and

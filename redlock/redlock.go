@@ -36,6 +36,11 @@ const (
 	// FenceRetention is how long a node's fencing counter outlives the key's
 	// last acquisition.
 	FenceRetention = time.Hour
+	// MetaReservedForWaiter is the metadata key reported (in a
+	// *dlock.NotAcquiredError and a NodeResult) for a key nobody holds but
+	// that a release reserved (for 100ms) for the waiter it woke: its value
+	// is that waiter's id, and the holder is empty.
+	MetaReservedForWaiter = redisx.MetaReservedForWaiter
 )
 
 // Option configures a Locker.
@@ -71,6 +76,7 @@ type node struct {
 }
 
 type backend struct {
+	waiters     redisx.Waiters
 	nodes       []*node
 	quorum      int
 	nodeTimeout time.Duration // 0: derived from the TTL
@@ -138,7 +144,9 @@ const (
 	// OutcomeGranted: the node did what was asked (granted, committed,
 	// extended or released).
 	OutcomeGranted = "granted"
-	// OutcomeHeld: acquire: someone else holds the key on the node.
+	// OutcomeHeld: acquire: someone else holds the key on the node, or a
+	// release reserved it for the waiter it woke (Holder empty,
+	// Metadata[MetaReservedForWaiter] that waiter's id).
 	OutcomeHeld = "held"
 	// OutcomeGone: commit, refresh, release: the node no longer holds the
 	// lease (expired, deleted or taken).
@@ -194,6 +202,10 @@ func (e *QuorumError) Error() string {
 	for _, r := range e.Results {
 		switch r.Outcome {
 		case OutcomeHeld:
+			if id := r.Metadata[MetaReservedForWaiter]; r.Holder == "" && id != "" {
+				s += fmt.Sprintf("; %s: reserved for waiter %s", r.Node, id)
+				continue
+			}
 			s += fmt.Sprintf("; %s: held by %s", r.Node, dlock.HolderString(r.Holder, r.Metadata))
 		case OutcomeGone, OutcomePending:
 			s += fmt.Sprintf("; %s: %s", r.Node, r.Outcome)
@@ -381,6 +393,7 @@ func (b *backend) Try(ctx context.Context, req *dlock.Request) (dlock.Grant, err
 	lease := &lease{b: b, key: req.Key, owner: req.Owner, timeout: timeout}
 	all := b.all()
 	ch := b.fanOut(ctx, timeout, all, func(ctx context.Context, n *node) answer {
+		defer b.waiters.Begin(req.WaitID)() // may queue the waiter
 		o, err := n.Grant(ctx, req.Key, req.Owner, cfg.TTL, meta, req.WaitID, waitScore(req.WaitID))
 		return answer{ok: err == nil && o.Granted, o: o, err: err}
 	})
@@ -580,12 +593,16 @@ func (l *lease) Release(ctx context.Context) error {
 	tok := l.token
 	l.mu.Unlock()
 	all := l.b.all()
-	ch := l.b.fanOut(ctx, l.timeout, all, func(ctx context.Context, n *node) answer {
+	// Every node gets the release; the caller waits only until a majority
+	// released, and the rest finish within the node timeout on their own:
+	// their requests must not end with the caller's context (the core
+	// cancels it as soon as Release returns, and a request still waiting
+	// for a connection would then never be sent, leaving the lease on that
+	// node until it expires).
+	ch := l.b.fanOut(context.WithoutCancel(ctx), l.timeout, all, func(ctx context.Context, n *node) answer {
 		ok, err := n.QuorumRelease(ctx, l.key, l.owner, tok, FenceRetention)
 		return answer{ok: ok, err: err}
 	})
-	// Every node gets the release; the caller waits only until a majority
-	// released (the rest finish within the node timeout on their own).
 	r := tally(ctx, ch, all, l.b.quorum, l.timeout)
 	if r.ok {
 		return nil
@@ -749,6 +766,13 @@ func (b *backend) Watch(ctx context.Context, key string) (dlock.Subscription, er
 		return nil, b.err
 	}
 	ms := &multiSub{ch: make(chan struct{}, 1), id: newWaitID()}
+	nodes := make([]*redisx.Node, len(b.nodes))
+	for i, n := range b.nodes {
+		nodes[i] = n.Node
+	}
+	// Its grants queue it on every node, including those whose
+	// subscription fails: Close dequeues it from all.
+	ms.w = b.waiters.Add(key, ms.id, nodes...)
 	done := make(chan bool, len(b.nodes))
 	for _, n := range b.nodes {
 		background.Go(func() {
@@ -790,6 +814,7 @@ func waitScore(id string) int64 {
 
 type multiSub struct {
 	id     string
+	w      *redisx.Waiter
 	ch     chan struct{}
 	mu     sync.Mutex
 	subs   []*redisx.Subscription
@@ -811,6 +836,9 @@ func (m *multiSub) C() <-chan struct{} { return m.ch }
 // WaitID implements dlock.WaitIDer.
 func (m *multiSub) WaitID() string { return m.id }
 
+// Close ends the subscriptions and dequeues the waiter on every node, in
+// the background once none of its grants is in flight; it never waits on
+// the network.
 func (m *multiSub) Close() {
 	m.mu.Lock()
 	subs := m.subs
@@ -819,6 +847,7 @@ func (m *multiSub) Close() {
 	for _, s := range subs {
 		s.Close()
 	}
+	m.w.Leave()
 }
 
 // Info describes a lock held on a majority of nodes.

@@ -2,6 +2,8 @@ package redisx
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -19,27 +21,66 @@ const confirmTimeout = 2 * time.Second
 // its PubSub mutex; its read timeout bounds the rest).
 const requestTimeout = 5 * time.Second
 
+// errUnwatched answers a SUBSCRIBE that was dropped before it was sent
+// because its channel was unwatched meanwhile.
+var errUnwatched = errors.New("redisx: subscription closed before it was sent")
+
 // hub multiplexes the release channels of all waiters of one Locker over a
-// single pub/sub connection. The connection and its reader goroutine exist
-// only while someone waits: the last subscription's Close tears them down.
+// single pub/sub connection. The connection, its reader goroutine and its
+// worker goroutine exist only while someone waits: the last
+// subscription's Close tears them down.
 //
 // Nothing a caller waits for blocks on the connection. go-redis serialises
 // the methods of a PubSub on one mutex, which a (re)connection holds while
 // it dials and handshakes: on a stalled link, SUBSCRIBE, UNSUBSCRIBE and
 // Close can each wait for the client's read timeout and retries. So watch
 // waits for a SUBSCRIBE at most confirmTimeout (or its context), and Close
-// only updates the hub's maps: the UNSUBSCRIBE or the closing of the
-// connection runs in the background. hub.mu is never held across a call
-// into the PubSub.
+// only updates the hub's maps and queues the UNSUBSCRIBE (or the closing
+// of the connection). hub.mu is never held across a call into the PubSub.
+//
+// The requests for one connection are sent in the order they were queued,
+// by one worker goroutine at a time (see hubConn): a SUBSCRIBE and the
+// UNSUBSCRIBE that undoes it, sent from goroutines of their own, could
+// reach the PubSub in the wrong order and leave the channel subscribed
+// for as long as the connection lives.
 type hub struct {
 	client redis.UniversalClient
 
-	mu sync.Mutex
-	ps *redis.PubSub
+	mu   sync.Mutex
+	conn *hubConn // nil while nobody waits
 	// channel -> live subscriptions
 	subs map[string]map[*Subscription]struct{}
 	// channel -> closed when Redis confirms the SUBSCRIBE
 	confirmed map[string]chan struct{}
+}
+
+// hubConn is one pub/sub connection of a hub and the queue of requests
+// for it. A worker goroutine, started when the queue becomes non-empty and
+// ending when it is empty, sends the requests in queue order, so that
+// Redis's subscriptions follow the order of watch and Close. A SUBSCRIBE
+// still queued when its channel is unwatched is dropped together with the
+// UNSUBSCRIBE, and closing the connection drops every request still
+// queued: on a stalled link the queue holds at most one request per live
+// channel plus the UNSUBSCRIBEs of channels already subscribed.
+type hubConn struct {
+	ps *redis.PubSub
+	// under hub.mu:
+	ops     []hubOp
+	working bool // a worker goroutine is running
+}
+
+type opKind int
+
+const (
+	opSubscribe opKind = iota
+	opUnsubscribe
+	opClose
+)
+
+type hubOp struct {
+	kind    opKind
+	channel string
+	done    chan error // opSubscribe: the result (buffered)
 }
 
 func newHub(c redis.UniversalClient) *hub {
@@ -74,11 +115,11 @@ func (s *Subscription) notify() {
 func (h *hub) watch(ctx context.Context, channel string, ch chan struct{}) (*Subscription, error) {
 	s := &Subscription{h: h, channel: channel, ch: ch}
 	h.mu.Lock()
-	if h.ps == nil {
-		// No connection is made before the first SUBSCRIBE or Receive.
-		h.ps = h.client.Subscribe(context.WithoutCancel(ctx))
-		ps := h.ps
-		background.Go(func() { h.read(ps) })
+	if h.conn == nil {
+		// No connection is made before the first request or Receive.
+		c := &hubConn{ps: h.client.Subscribe(context.WithoutCancel(ctx))}
+		h.conn = c
+		background.Go(func() { h.read(c) })
 	}
 	set := h.subs[channel]
 	first := set == nil
@@ -89,19 +130,12 @@ func (h *hub) watch(ctx context.Context, channel string, ch chan struct{}) (*Sub
 	}
 	set[s] = struct{}{}
 	confirmed := h.confirmed[channel]
-	ps := h.ps
-	h.mu.Unlock()
 	var subscribed chan error
 	if first {
-		// Waiter channels are unique per waiter, so this SUBSCRIBE cannot
-		// race an UNSUBSCRIBE of the same channel for another waiter.
 		subscribed = make(chan error, 1)
-		background.Go(func() {
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestTimeout)
-			defer cancel()
-			subscribed <- ps.Subscribe(sctx, channel)
-		})
+		h.queueLocked(h.conn, hubOp{kind: opSubscribe, channel: channel, done: subscribed})
 	}
+	h.mu.Unlock()
 	t := time.NewTimer(confirmTimeout)
 	defer t.Stop()
 	for {
@@ -123,10 +157,9 @@ func (h *hub) watch(ctx context.Context, channel string, ch chan struct{}) (*Sub
 	}
 }
 
-// unwatch removes s. When s was the channel's last listener the channel is
-// unsubscribed, and when it was the hub's last the connection is closed:
-// both in the background, so that Close returns at once even on a stalled
-// link.
+// unwatch removes s. When s was the channel's last listener the channel's
+// UNSUBSCRIBE is queued, and when it was the hub's last the connection's
+// closing: unwatch returns at once even on a stalled link.
 func (h *hub) unwatch(s *Subscription) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -137,45 +170,114 @@ func (h *hub) unwatch(s *Subscription) {
 	}
 	delete(h.subs, s.channel)
 	delete(h.confirmed, s.channel)
-	ps := h.ps
-	if ps == nil {
+	c := h.conn
+	if c == nil {
 		return
 	}
 	if len(h.subs) == 0 {
-		// Last waiter gone: close the connection; the reader sees that ps
+		// Last waiter gone: close the connection; the reader sees that c
 		// is no longer the hub's and exits. A later watch opens a new one.
-		h.ps = nil
-		background.Go(func() { _ = ps.Close() })
+		h.conn = nil
+		h.queueLocked(c, hubOp{kind: opClose})
 		return
 	}
-	channel := s.channel
-	background.Go(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
-		defer cancel()
-		_ = ps.Unsubscribe(ctx, channel)
-	})
+	h.queueLocked(c, hubOp{kind: opUnsubscribe, channel: s.channel})
 }
 
-// read dispatches the messages of ps until ps is closed. After a connection
+// queueLocked appends op to c's queue and starts its worker if none runs.
+// An UNSUBSCRIBE cancels its channel's SUBSCRIBE if that is still queued;
+// a close drops everything still queued. h.mu held.
+func (h *hub) queueLocked(c *hubConn, op hubOp) {
+	switch op.kind {
+	case opUnsubscribe:
+		for i, o := range c.ops {
+			if o.kind == opSubscribe && o.channel == op.channel {
+				o.done <- errUnwatched
+				c.ops = slices.Delete(c.ops, i, i+1)
+				return
+			}
+		}
+	case opClose:
+		for _, o := range c.ops {
+			if o.done != nil {
+				o.done <- errUnwatched
+			}
+		}
+		c.ops = c.ops[:0]
+	}
+	c.ops = append(c.ops, op)
+	if !c.working {
+		c.working = true
+		background.Go(func() { h.work(c) })
+	}
+}
+
+// work sends c's queued requests in order until the queue is empty;
+// consecutive requests of one kind go as one command.
+func (h *hub) work(c *hubConn) {
+	for {
+		h.mu.Lock()
+		ops := c.ops
+		c.ops = nil
+		if len(ops) == 0 {
+			c.working = false
+			h.mu.Unlock()
+			return
+		}
+		h.mu.Unlock()
+		for i := 0; i < len(ops); {
+			j := i + 1
+			for j < len(ops) && ops[j].kind == ops[i].kind && ops[i].kind != opClose {
+				j++
+			}
+			if ops[i].kind == opClose {
+				_ = c.ps.Close()
+				// Nothing is queued after a close: the hub forgot c.
+				i = j
+				continue
+			}
+			channels := make([]string, 0, j-i)
+			for _, o := range ops[i:j] {
+				channels = append(channels, o.channel)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+			var err error
+			if ops[i].kind == opSubscribe {
+				err = c.ps.Subscribe(ctx, channels...)
+			} else {
+				err = c.ps.Unsubscribe(ctx, channels...)
+			}
+			cancel()
+			for _, o := range ops[i:j] {
+				if o.done != nil {
+					o.done <- err
+				}
+			}
+			i = j
+		}
+	}
+}
+
+// read dispatches the messages of c until c is closed. After a connection
 // error go-redis reconnects and resubscribes on the next Receive; messages
 // may have been missed meanwhile, so every waiter is woken to re-check.
-func (h *hub) read(ps *redis.PubSub) {
+func (h *hub) read(c *hubConn) {
 	ctx := context.Background()
 	for {
-		msg, err := ps.Receive(ctx)
+		msg, err := c.ps.Receive(ctx)
 		h.mu.Lock()
-		if h.ps != ps { // closed by unwatch
+		if h.conn != c { // closed by unwatch
 			h.mu.Unlock()
 			return
 		}
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			if m.Kind == "subscribe" {
-				if c, ok := h.confirmed[m.Channel]; ok {
+				if ch, ok := h.confirmed[m.Channel]; ok {
 					select {
-					case <-c:
+					case <-ch:
 					default:
-						close(c)
+						close(ch)
 					}
 				}
 			}

@@ -21,11 +21,20 @@ type Node struct {
 	Client redis.UniversalClient
 	Prefix string
 	hub    *hub
+	// cluster is "1" when Client is a Cluster client: PUBLISH then counts
+	// only the receivers on the node that ran it, not those that the
+	// cluster bus delivers to elsewhere (see wake_one in scripts.go).
+	cluster string
+	dq      dequeuer
 }
 
 // NewNode returns a Node on c with key prefix prefix.
 func NewNode(c redis.UniversalClient, prefix string) *Node {
-	return &Node{Client: c, Prefix: prefix, hub: newHub(c)}
+	n := &Node{Client: c, Prefix: prefix, hub: newHub(c), cluster: "0"}
+	if _, ok := c.(*redis.ClusterClient); ok {
+		n.cluster = "1"
+	}
+	return n
 }
 
 // IsNil reports whether c is nil, including typed nil pointers.
@@ -66,15 +75,47 @@ func DecodeHashTag(tag string) string { return strings.TrimPrefix(tag, "\x00") }
 func (n *Node) LockKey(key string) string { return n.Prefix + ":{" + HashTag(key) + "}" }
 
 // FenceKey is the key holding key's quorum fencing counter (Redlock).
-func (n *Node) FenceKey(key string) string { return n.LockKey(key) + ":fence" }
+func (n *Node) FenceKey(key string) string { return n.LockKey(key) + fenceSuffix }
 
 // WaitersKey is the queue of waiters to wake, one per release.
-func (n *Node) WaitersKey(key string) string { return n.LockKey(key) + ":waiters" }
+func (n *Node) WaitersKey(key string) string { return n.LockKey(key) + waitersSuffix }
+
+// ReceiptsKey is the list of the tokens of key's last released leases
+// whose markers a later acquisition took over (see Receipts).
+func (n *Node) ReceiptsKey(key string) string { return n.LockKey(key) + receiptsSuffix }
+
+// The suffixes of a lock's other keys and of its waiters' channels, after
+// the lock key (see the package documentation). The scripts' callers
+// build all of them from one LockKey.
+const (
+	fenceSuffix    = ":fence"
+	waitersSuffix  = ":waiters"
+	receiptsSuffix = ":rel"
+	channelSuffix  = ":w:"
+)
+
+// Release receipts. A release leaves the marker "|<token>" in the lock
+// key; an acquisition that later overwrites the marker records its token
+// in the key's receipt list, which keeps the last Receipts tokens and
+// expires ReceiptRetention after the latest. A release retried after its
+// first attempt took effect (the reply was lost) finds its token in the
+// marker or the receipts and reports success, however often the key
+// changed hands meanwhile, within those limits: a retry after more than
+// Receipts further hand-overs, or more than ReceiptRetention after the
+// latest one, is reported as a lease no longer held. Recording at the
+// hand-over rather than at the release keeps the uncontended cycle free of
+// an extra key: a release whose key nobody takes over writes nothing but
+// its marker. A hand-over costs an LPUSH and a PEXPIRE (and, every
+// Receipts hand-overs, an LTRIM) in the acquisition's script.
+const (
+	Receipts         = 8
+	ReceiptRetention = time.Minute
+)
 
 // WaiterChannel is the channel waiter id listens on for its turn.
 func (n *Node) WaiterChannel(key, id string) string { return n.waiterPrefix(key) + id }
 
-func (n *Node) waiterPrefix(key string) string { return n.LockKey(key) + ":w:" }
+func (n *Node) waiterPrefix(key string) string { return n.LockKey(key) + channelSuffix }
 
 // Ms converts a duration to whole milliseconds for PX arguments.
 func Ms(d time.Duration) int64 { return d.Milliseconds() }
@@ -85,9 +126,31 @@ type Outcome struct {
 	// Token is the token assigned (Acquire) or the node's counter floor,
 	// max(counter, server time in µs) (Grant).
 	Token uint64
-	// Holder and PTTL describe the current holder when not granted.
+	// Holder and PTTL describe the current holder when not granted. When
+	// the key is free but reserved for the waiter the last release woke,
+	// Holder has no owner, its Metadata says MetaReservedForWaiter, and
+	// PTTL is the reservation left.
 	Holder Info
 	PTTL   time.Duration
+	// ReservedFor is the wait id of the waiter the key is reserved for.
+	ReservedFor string
+}
+
+// MetaReservedForWaiter is the metadata key naming the waiter a free key
+// is reserved for (see HandoffReserve), reported in place of a holder.
+const MetaReservedForWaiter = "reserved_for_waiter"
+
+// reservedFor returns the wait id of a reservation marker
+// ("|<token>|<wait id>|<until ms>").
+func reservedFor(v string) (string, bool) {
+	if !strings.HasPrefix(v, "|") {
+		return "", false
+	}
+	parts := strings.Split(v[1:], "|")
+	if len(parts) != 3 || parts[1] == "" {
+		return "", false
+	}
+	return parts[1], true
 }
 
 func parseOutcome(res []any, err error) (Outcome, error) {
@@ -103,7 +166,13 @@ func parseOutcome(res []any, err error) (Outcome, error) {
 	}
 	var o Outcome
 	if len(res) >= 3 {
-		o.Holder = ParseValue(fmt.Sprint(res[1]))
+		v := fmt.Sprint(res[1])
+		if id, ok := reservedFor(v); ok {
+			o.ReservedFor = id
+			o.Holder = Info{Metadata: map[string]string{MetaReservedForWaiter: id}}
+		} else {
+			o.Holder = ParseValue(v)
+		}
 		if pttl, ok := res[2].(int64); ok && pttl > 0 {
 			o.PTTL = time.Duration(pttl) * time.Millisecond
 		}
@@ -115,14 +184,16 @@ func parseOutcome(res []any, err error) (Outcome, error) {
 // one script. A non-empty waitID queues the caller to be woken by the next
 // release when the key is held.
 func (n *Node) Acquire(ctx context.Context, key, owner string, ttl time.Duration, meta, waitID string) (Outcome, error) {
-	return parseOutcome(acquireScript.Run(ctx, n.Client, []string{n.LockKey(key), n.WaitersKey(key)},
+	lk := n.LockKey(key)
+	return parseOutcome(acquireScript.Run(ctx, n.Client, []string{lk, lk + waitersSuffix, lk + receiptsSuffix},
 		owner, Ms(ttl), meta, waitID, time.Now().UnixMicro()).Slice())
 }
 
 // Grant is phase one of a quorum acquisition: SET NX PX with token 0 in the
 // value; it returns the node's counter floor.
 func (n *Node) Grant(ctx context.Context, key, owner string, ttl time.Duration, meta, waitID string, score int64) (Outcome, error) {
-	return parseOutcome(grantScript.Run(ctx, n.Client, []string{n.LockKey(key), n.FenceKey(key), n.WaitersKey(key)},
+	lk := n.LockKey(key)
+	return parseOutcome(grantScript.Run(ctx, n.Client, []string{lk, lk + fenceSuffix, lk + waitersSuffix, lk + receiptsSuffix},
 		owner, Ms(ttl), meta, waitID, score).Slice())
 }
 
@@ -148,9 +219,12 @@ const HandoffReserve = 100 * time.Millisecond
 // Release replaces owner's lease with the token marker (kept for
 // retention) and wakes one waiter, reserving the key for it; false means
 // owner does not hold key. token is the lease's token (0 when unknown):
-// with it, a release that already took effect (a retry) reports true.
+// with it, a release that already took effect (a retry) reports true (see
+// Receipts).
 func (n *Node) Release(ctx context.Context, key, owner string, token uint64, retention time.Duration) (bool, error) {
-	v, err := releaseScript.Run(ctx, n.Client, []string{n.LockKey(key), n.WaitersKey(key)}, owner+"|", Ms(retention), n.waiterPrefix(key), Ms(HandoffReserve), tokenArg(token)).Int64()
+	lk := n.LockKey(key)
+	v, err := releaseScript.Run(ctx, n.Client, []string{lk, lk + waitersSuffix, lk + receiptsSuffix},
+		owner+"|", Ms(retention), lk+channelSuffix, Ms(HandoffReserve), tokenArg(token), n.cluster).Int64()
 	return v == 1, err
 }
 
@@ -158,9 +232,11 @@ func (n *Node) Release(ctx context.Context, key, owner string, token uint64, ret
 // hand the key to the first queued waiter; false means owner does not
 // hold key. With the lease's quorum token (0 when unknown) the key keeps
 // the marker "|<token>" for retention, so that a retried release reports
-// true; without it the key is deleted.
+// true (see Receipts); without it the key is deleted.
 func (n *Node) QuorumRelease(ctx context.Context, key, owner string, token uint64, retention time.Duration) (bool, error) {
-	v, err := quorumReleaseScript.Run(ctx, n.Client, []string{n.LockKey(key), n.WaitersKey(key)}, owner+"|", n.waiterPrefix(key), Ms(HandoffReserve), tokenArg(token), Ms(retention)).Int64()
+	lk := n.LockKey(key)
+	v, err := quorumReleaseScript.Run(ctx, n.Client, []string{lk, lk + waitersSuffix, lk + receiptsSuffix},
+		owner+"|", lk+channelSuffix, Ms(HandoffReserve), tokenArg(token), Ms(retention), n.cluster).Int64()
 	return v == 1, err
 }
 
@@ -321,9 +397,17 @@ func (n *Node) List(ctx context.Context, prefix string) ([]Info, error) {
 		it := c.Scan(ctx, 0, pattern, 512).Iterator()
 		var keys []string
 		for it.Next(ctx) {
-			if k := it.Val(); strings.HasSuffix(k, "}") { // skip :fence, :waiters
-				keys = append(keys, k)
+			k := it.Val()
+			if !strings.HasSuffix(k, "}") { // :fence, :waiters, :rel
+				continue
 			}
+			// The pattern matches on the Redis key, not on the dlock key:
+			// with a '}' in prefix, "P:{a}*" also matches the lock of "a"
+			// ("P:{a}"). Only keys that start with prefix are listed.
+			if !strings.HasPrefix(n.decodeLockKey(k), prefix) {
+				continue
+			}
+			keys = append(keys, k)
 		}
 		if err := it.Err(); err != nil {
 			return err
@@ -344,7 +428,7 @@ func (n *Node) List(ctx context.Context, prefix string) ([]Info, error) {
 				return err
 			}
 			in := ParseValue(v)
-			in.Key = DecodeHashTag(strings.TrimSuffix(strings.TrimPrefix(k, n.Prefix+":{"), "}"))
+			in.Key = n.decodeLockKey(k)
 			in.TTL = ttl
 			mu.Lock()
 			out = append(out, in)
@@ -359,6 +443,11 @@ func (n *Node) List(ctx context.Context, prefix string) ([]Info, error) {
 		err = scan(ctx, n.Client)
 	}
 	return out, err
+}
+
+// decodeLockKey is the dlock key of lock key k (the inverse of LockKey).
+func (n *Node) decodeLockKey(k string) string {
+	return DecodeHashTag(strings.TrimSuffix(strings.TrimPrefix(k, n.Prefix+":{"), "}"))
 }
 
 func globEscape(s string) string {

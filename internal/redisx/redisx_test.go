@@ -3,6 +3,7 @@ package redisx_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -65,6 +66,57 @@ func TestSubscriptionCloseOnStalledLink(t *testing.T) {
 		case <-time.After(hangBound):
 			t.Fatalf("Close hung on a stalled link (%v so far)", hangBound)
 		}
+	}
+}
+
+// Waits that end before their SUBSCRIBE was confirmed leave nothing
+// subscribed: the hub sends each channel's SUBSCRIBE and UNSUBSCRIBE in
+// order, and a subscription that outlives them still hears its releases.
+// Here the requests pile up behind a reconnection through a stalled link.
+// (The red-team reproducer in redislock, regress_hub_test.go, shows the
+// race of the earlier design: requests sent from goroutines of their own.)
+func TestHubUnsubscribesEndedWaits(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	p := testserver.StartProxy(t, srv.Addr())
+	t.Cleanup(p.Heal)
+	n := redisx.NewNode(newClient(t, p.Addr()), "dlock")
+	admin := newClient(t, srv.Addr())
+	k := key(t)
+	keeper, err := n.Watch(ctxT(t), k, "keeper")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer keeper.Close()
+	p.Cut() // the reader's connection dies; reconnecting is refused
+	time.Sleep(200 * time.Millisecond)
+	p.Heal()
+	p.Stall() // the next reconnection hangs in its handshake
+	time.Sleep(200 * time.Millisecond)
+	for i := range 50 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		if s, err := n.Watch(ctx, k, fmt.Sprint("w", i)); err == nil {
+			s.Close() // unconfirmed (the confirmation bound is longer)
+		}
+		cancel()
+	}
+	p.Heal()
+	want := []string{n.WaiterChannel(k, "keeper")}
+	for end := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		chans, err := admin.PubSubChannels(ctxT(t), n.WaiterChannel(k, "*")).Result()
+		if err == nil && slices.Equal(chans, want) {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("subscribed channels: %q (%v), want %q", chans, err, want)
+		}
+	}
+	if err := admin.Publish(ctxT(t), want[0], "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-keeper.C():
+	case <-time.After(30 * time.Second):
+		t.Fatal("hang: the remaining subscription did not hear its channel")
 	}
 }
 
@@ -218,6 +270,144 @@ func TestQuorumReleaseRecognisesItsOwnRelease(t *testing.T) {
 	if n, _ := c.Exists(ctx, n.LockKey(k2)).Result(); n != 0 {
 		t.Fatal("a tokenless release left the key")
 	}
+}
+
+// A retried release is recognised by its receipt however often the key
+// changed hands meanwhile, up to Receipts hand-overs; the receipts expire
+// ReceiptRetention after the latest hand-over. A lease that was deleted,
+// not released, has no receipt; neither has a release without its token.
+func TestReleaseReceipts(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	c := newClient(t, srv.Addr())
+	n := redisx.NewNode(c, "dlock")
+	ctx := ctxT(t)
+	for _, quorum := range []bool{false, true} {
+		k := key(t)
+		acquire := func(owner string) uint64 {
+			t.Helper()
+			if quorum {
+				g, err := n.Grant(ctx, k, owner, time.Minute, "{}", "", 0)
+				if err != nil || !g.Granted {
+					t.Fatal(g, err)
+				}
+				if ok, err := n.Commit(ctx, k, owner, g.Token+1, "{}", time.Hour); !ok || err != nil {
+					t.Fatal(ok, err)
+				}
+				return g.Token + 1
+			}
+			g, err := n.Acquire(ctx, k, owner, time.Minute, "{}", "")
+			if err != nil || !g.Granted {
+				t.Fatal(g, err)
+			}
+			return g.Token
+		}
+		release := func(owner string, tok uint64) bool {
+			t.Helper()
+			var ok bool
+			var err error
+			if quorum {
+				ok, err = n.QuorumRelease(ctx, k, owner, tok, time.Hour)
+			} else {
+				ok, err = n.Release(ctx, k, owner, tok, time.Hour)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ok
+		}
+		owner := func(i int) string { return fmt.Sprintf("%032x", i+1) }
+		first := acquire(owner(0))
+		if !release(owner(0), first) {
+			t.Fatal("release")
+		}
+		if l, _ := c.Exists(ctx, n.ReceiptsKey(k)).Result(); l != 0 {
+			t.Fatal("a release nobody took over wrote receipts (the marker is the receipt)")
+		}
+		// Receipts hand-overs: the first release is still recognised while
+		// each next holder holds the key and after it released.
+		second := uint64(0)
+		for i := 1; i <= redisx.Receipts; i++ {
+			tok := acquire(owner(i))
+			if i == 1 {
+				second = tok
+			}
+			if !release(owner(0), first) {
+				t.Fatalf("quorum=%v: retried release not recognised while holder %d holds the key", quorum, i)
+			}
+			if !release(owner(i), tok) {
+				t.Fatal("release")
+			}
+			if !release(owner(0), first) {
+				t.Fatalf("quorum=%v: retried release not recognised after %d hand-overs", quorum, i)
+			}
+		}
+		if release(owner(0), 0) {
+			t.Fatalf("quorum=%v: a release without its token recognised", quorum)
+		}
+		pttl, err := c.PTTL(ctx, n.ReceiptsKey(k)).Result()
+		if err != nil || pttl <= 0 || pttl > redisx.ReceiptRetention {
+			t.Fatalf("receipts PTTL = %v, %v; want within (0, %v]", pttl, err, redisx.ReceiptRetention)
+		}
+		if l, _ := c.LLen(ctx, n.ReceiptsKey(k)).Result(); l != redisx.Receipts {
+			t.Fatalf("receipts: %d entries, want %d", l, redisx.Receipts)
+		}
+		// One hand-over more: the first falls out of the receipts. Its
+		// retry is reported as not held (documented limit).
+		if !release(owner(99), acquire(owner(99))) {
+			t.Fatal("release")
+		}
+		if release(owner(0), first) {
+			t.Fatalf("quorum=%v: a release %d hand-overs back still recognised (receipts are capped)", quorum, redisx.Receipts+1)
+		}
+		if !release(owner(1), second) {
+			t.Fatalf("quorum=%v: the second release is no longer recognised", quorum)
+		}
+		// An owner whose lease was deleted never released: no receipt.
+		tok := acquire(owner(100))
+		if err := c.Del(ctx, n.LockKey(k)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if release(owner(100), tok) {
+			t.Fatalf("quorum=%v: a lease that was deleted, not released, reported released", quorum)
+		}
+	}
+}
+
+// A waiter that leaves is dequeued once its last attempt in flight has
+// returned, also when that attempt queued it after it left (an attempt
+// abandoned at its caller's deadline).
+func TestWaiterDequeuedAfterAttemptsInFlight(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	c := newClient(t, srv.Addr())
+	n := redisx.NewNode(c, "dlock")
+	ctx := ctxT(t)
+	k := key(t)
+	if g, err := n.Acquire(ctx, k, strings.Repeat("a", 32), time.Minute, "{}", ""); err != nil || !g.Granted {
+		t.Fatal(g, err)
+	}
+	var ws redisx.Waiters
+	w := ws.Add(k, "w1", n)
+	end := ws.Begin("w1")
+	w.Leave()
+	// The attempt in flight reaches the server after the waiter left.
+	if g, err := n.Acquire(ctx, k, strings.Repeat("b", 32), time.Minute, "{}", "w1"); err != nil || g.Granted {
+		t.Fatal(g, err)
+	}
+	if q, _ := c.ZCard(ctx, n.WaitersKey(k)).Result(); q != 1 {
+		t.Fatalf("queue holds %d waiters, want the one in flight", q)
+	}
+	end()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		q, err := c.ZCard(ctx, n.WaitersKey(k)).Result()
+		if err == nil && q == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queue holds %d waiters (%v) after the waiter left and its attempt returned", q, err)
+		}
+	}
+	// Attempts begun after it left are not tracked.
+	ws.Begin("w1")()
 }
 
 // Every encoded key has a non-empty hash tag, and the encoding is

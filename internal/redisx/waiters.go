@@ -1,0 +1,143 @@
+package redisx
+
+import (
+	"context"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/background"
+)
+
+// maxPendingDequeues caps a Node's backlog of waiters to dequeue (while its
+// link is hung). Past it a departed waiter stays queued: a release skips
+// it (standalone) or reserves the key for it for HandoffReserve (Cluster),
+// and the queue expires a minute after its last failed attempt.
+const maxPendingDequeues = 1024
+
+// Waiters tracks the waiters of one backend, so that a waiter that leaves
+// (its subscription is closed: Acquire returned) is removed from the queues
+// its attempts put it in, and only once none of its attempts is in flight
+// (an attempt abandoned at its caller's deadline may still queue it).
+type Waiters struct {
+	m sync.Map // wait id -> *Waiter
+}
+
+// Waiter is one waiting Acquire's queue entry for key on nodes.
+type Waiter struct {
+	ws    *Waiters
+	key   string
+	id    string
+	nodes []*Node
+
+	mu       sync.Mutex
+	inflight int
+	left     bool
+	dequeued bool
+}
+
+// Add registers waiter id for key on nodes.
+func (ws *Waiters) Add(key, id string, nodes ...*Node) *Waiter {
+	w := &Waiter{ws: ws, key: key, id: id, nodes: nodes}
+	ws.m.Store(id, w)
+	return w
+}
+
+// Begin marks an attempt made with wait id as in flight and returns the
+// function that marks it done. An unknown id (no wait id, or a waiter that
+// left already) gives a no-op.
+func (ws *Waiters) Begin(id string) (end func()) {
+	if id == "" {
+		return func() {}
+	}
+	v, ok := ws.m.Load(id)
+	if !ok {
+		return func() {}
+	}
+	w := v.(*Waiter)
+	w.mu.Lock()
+	w.inflight++
+	w.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			w.mu.Lock()
+			w.inflight--
+			w.mu.Unlock()
+			w.maybeDequeue()
+		})
+	}
+}
+
+// Leave marks the waiter gone: it is removed from its queues now, or when
+// its last attempt in flight returns. It never waits on the network.
+func (w *Waiter) Leave() {
+	w.ws.m.Delete(w.id)
+	w.mu.Lock()
+	w.left = true
+	w.mu.Unlock()
+	w.maybeDequeue()
+}
+
+func (w *Waiter) maybeDequeue() {
+	w.mu.Lock()
+	due := w.left && w.inflight == 0 && !w.dequeued
+	if due {
+		w.dequeued = true
+	}
+	w.mu.Unlock()
+	if due {
+		for _, n := range w.nodes {
+			n.dequeue(w.key, w.id)
+		}
+	}
+}
+
+// dequeuer removes departed waiters from their queues in the background:
+// one goroutine per Node at most, sending everything pending as one
+// pipeline of ZREMs per round, and ending when nothing is pending.
+type dequeuer struct {
+	mu      sync.Mutex
+	pending [][2]string // waiters key, id
+	running bool
+}
+
+// dequeue queues the removal of waiter id from key's queue.
+func (n *Node) dequeue(key, id string) {
+	d := &n.dq
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.pending) >= maxPendingDequeues {
+		return
+	}
+	d.pending = append(d.pending, [2]string{n.WaitersKey(key), id})
+	if !d.running {
+		d.running = true
+		background.Go(n.drainDequeues)
+	}
+}
+
+func (n *Node) drainDequeues() {
+	d := &n.dq
+	for {
+		d.mu.Lock()
+		batch := d.pending
+		d.pending = nil
+		if len(batch) == 0 {
+			d.running = false
+			d.mu.Unlock()
+			return
+		}
+		d.mu.Unlock()
+		// Best effort: a removal that fails leaves the waiter to the
+		// release's skipping and the queue's expiry.
+		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+		_, _ = n.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, e := range batch {
+				p.ZRem(ctx, e[0], e[1])
+			}
+			return nil
+		})
+		cancel()
+	}
+}

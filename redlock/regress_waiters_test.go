@@ -1,0 +1,61 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/internal/background"
+)
+
+// A waiter that gives up is removed from the waiter queue of every node
+// (its attempts queued it on each), in the background. The test makes
+// sure the waiter queued on every node before it leaves, then waits for
+// dlock's background work to end (not for the queues to look empty): no
+// node may then hold it.
+func TestRegressDepartedWaitersDequeued(t *testing.T) {
+	c := startNodes(t, 3)
+	holder := c.locker(t)
+	key := dlocktest.Key(t)
+	h, err := holder.Acquire(ctxT(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := lockKey(key) + ":waiters"
+	l := c.locker(t)
+	for i := 0; i < 5; i++ {
+		ctx, cancel := context.WithCancel(ctxT(t))
+		got := make(chan error, 1)
+		go func() {
+			_, err := l.Acquire(ctx, key)
+			got <- err
+		}()
+		for n, a := range c.admin {
+			for end := time.Now().Add(dlocktest.HangTimeout); ; time.Sleep(5 * time.Millisecond) {
+				if q, err := a.ZCard(context.Background(), queue).Result(); err == nil && q == 1 {
+					break
+				}
+				if time.Now().After(end) {
+					t.Fatalf("hang: waiter %d never queued on node %d", i, n)
+				}
+			}
+		}
+		cancel()
+		if err := <-got; !errors.Is(err, context.Canceled) {
+			t.Fatalf("waiter %d: %v, want context.Canceled", i, err)
+		}
+		if !background.Wait(dlocktest.HangTimeout) {
+			t.Fatalf("hang: background work did not end within %v", dlocktest.HangTimeout)
+		}
+		for n, a := range c.admin {
+			if q, err := a.ZCard(context.Background(), queue).Result(); err != nil || q != 0 {
+				t.Fatalf("waiter %d left, and node %d still queues %d waiters (%v)", i, n, q, err)
+			}
+		}
+	}
+	if err := h.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}

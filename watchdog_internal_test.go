@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -41,5 +42,95 @@ func TestLatenessDoesNotSpin(t *testing.T) {
 	// Renewals every TTL/3 = 100ms, a little early: about 10 in a second.
 	if n := b.refreshes.Load(); n < 5 || n > 40 {
 		t.Fatalf("%d renewals in 1s with a 300ms TTL", n)
+	}
+}
+
+// Locks sharing one deadline (a renewal batch gives all its locks the same
+// one) make the timer fire early by the measured cost of losing them all,
+// bounded by a tenth of the TTL; and a round loses at most maxRoundLosses
+// of them, so the first ones' Lost() does not wait for the whole batch to
+// be collected (red team, 6000 locks on a stalled link under -race).
+func TestSharedDeadlineLeadsAndRoundsAreBounded(t *testing.T) {
+	a := NewAcquirer(&countingBackend{}, 0)
+	w := a.wd
+	const n, ttl = 1000, 10 * time.Second
+	var locks []*Lock
+	for i := 0; i < n; i++ {
+		lk, err := a.TryAcquire(context.Background(), fmt.Sprint("k", i), WithTTL(ttl), WithAutoRefresh(false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		locks = append(locks, lk)
+	}
+	defer func() {
+		for _, lk := range locks {
+			lk.Release(context.Background())
+		}
+	}()
+	w.loseCost.Store(int64(20 * time.Microsecond))
+	w.lateness.Store(0)
+	// Give every lock one deadline, as a renewal batch does.
+	d := time.Now().Add(time.Hour)
+	w.mu.Lock()
+	for _, e := range w.locks {
+		w.shareLocked(e, d)
+		w.fixLocked(e)
+	}
+	w.timerAt = time.Time{}
+	w.armForLocked(w.queue[0])
+	at, lead := w.timerAt, w.timerLead
+	w.mu.Unlock()
+	if want := 20 * time.Millisecond; lead != want || !at.Equal(d.Add(-want)) {
+		t.Fatalf("timer armed %v before the shared deadline (lead %v), want %v", d.Sub(at), lead, want)
+	}
+	// Past the cap: a tenth of the TTL.
+	w.loseCost.Store(int64(10 * time.Millisecond))
+	w.mu.Lock()
+	w.timerAt = time.Time{}
+	w.armForLocked(w.queue[0])
+	lead = w.timerLead
+	w.mu.Unlock()
+	if lead != ttl/10 {
+		t.Fatalf("lead %v, want the cap %v", lead, ttl/10)
+	}
+	// A round collects at most maxRoundLosses, even when all are due.
+	past := time.Now().Add(-time.Second)
+	for _, lk := range locks {
+		lk.mu.Lock()
+		lk.deadline = past
+		lk.mu.Unlock()
+	}
+	w.mu.Lock()
+	for _, e := range w.locks {
+		w.shareLocked(e, past)
+		w.fixLocked(e)
+	}
+	w.mu.Unlock()
+	var fired time.Duration
+	var due []*Lock
+	expired, at2, more := w.collect(false, &fired, &due)
+	if len(expired) != maxRoundLosses || !more || len(at2) != len(expired) {
+		t.Fatalf("a round collected %d locks (more %v), want %d", len(expired), more, maxRoundLosses)
+	}
+	w.lose(expired, at2)
+	for _, lk := range expired {
+		if lk.Err() == nil {
+			t.Fatal("a collected lock was not lost")
+		}
+	}
+	// The timer (armed by collect for what it left) loses the rest; then
+	// no lock counts towards any deadline's sharing.
+	for _, lk := range locks {
+		select {
+		case <-lk.Lost():
+		case <-time.After(10 * time.Second):
+			t.Fatal("hang: a lock past its deadline was not lost")
+		}
+	}
+	w.mu.Lock()
+	left := len(w.sharing)
+	w.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("sharing still counts %d deadlines", left)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -64,6 +65,31 @@ func TestManyLocksStalledLink(t *testing.T) {
 	}
 	time.Sleep(500 * time.Millisecond)
 	other := redislock.New(newClient(t, srv))
+	// Record, for the sampled locks, when Lost() closed relative to the
+	// holder's deadline (negative: early), for the log.
+	var late []time.Duration
+	lostBefore := 0
+	for k := 0; k < n; k += n / 20 {
+		holder := locks[k]
+		select {
+		case <-holder.Lost():
+			lostBefore++ // a starved setup phase; no claim about these
+			continue
+		default:
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case <-holder.Lost():
+				d := time.Since(holder.Deadline())
+				mu.Lock()
+				late = append(late, d.Round(100*time.Microsecond))
+				mu.Unlock()
+			case <-time.After(5 * time.Second):
+			}
+		}()
+	}
 	p.Stall()
 	defer p.Heal()
 	// Another client polls a sample of the keys directly and checks, before
@@ -99,7 +125,8 @@ func TestManyLocksStalledLink(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	t.Logf("%d locks; %d sampled keys taken over, %d while their holder's Lost() was open", n, taken, violations)
+	slices.Sort(late)
+	t.Logf("%d locks; %d sampled keys taken over, %d while their holder's Lost() was open; %d lost before the stall; the others' Lost() closed at deadline%+v", n, taken, violations, lostBefore, late)
 	p.Heal()
 	for _, lk := range locks {
 		lk.Release(context.Background())

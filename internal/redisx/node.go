@@ -320,17 +320,34 @@ func (n *Node) refreshGroup(ctx context.Context, rs []Renewal, idx []int, report
 		}
 		return nil
 	})
+	var missing []int // positions in idx whose script the server lacked
 	for k, c := range cmds {
-		i := idx[k]
 		v, err := c.Int64()
 		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			// The server lost its script cache (restart, SCRIPT FLUSH):
-			// Run loads the script again.
-			held, err := n.Refresh(ctx, rs[i].Key, rs[i].Owner, rs[i].TTL)
-			report(i, held, err)
+			missing = append(missing, k)
 			continue
 		}
-		report(i, v == 1, err)
+		report(idx[k], v == 1, err)
+	}
+	if len(missing) == 0 {
+		return
+	}
+	// The server lost its script cache (first use, restart, failover,
+	// SCRIPT FLUSH): resend those renewals as EVAL, which carries the
+	// script and caches it again, in one pipeline. (One request per lock
+	// here cost a round trip each: a batch of hundreds outlived its
+	// deadlines on a healthy server.)
+	cmds = cmds[:0]
+	_, _ = n.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, k := range missing {
+			i := idx[k]
+			cmds = append(cmds, refreshScript.Eval(ctx, p, []string{n.LockKey(rs[i].Key)}, rs[i].Owner+"|", Ms(rs[i].TTL)))
+		}
+		return nil
+	})
+	for j, c := range cmds {
+		v, err := c.Int64()
+		report(idx[missing[j]], v == 1, err)
 	}
 }
 

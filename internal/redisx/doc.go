@@ -56,7 +56,8 @@
 // are skipped, at most 16 per release); on a Cluster, where PUBLISH counts
 // only the receivers on the node that ran it, the first one popped gets it
 // (see wake_one in scripts.go). A waiter that leaves removes itself
-// (ZREM, in the background, once no attempt of its own is in flight; see
+// (ZREM, in the background, once no attempt of its own is in flight,
+// retried with backoff for up to 30s when the link fails; see
 // Waiters).
 //
 // Receipts. P:{T}:rel lists the tokens of the last Receipts release

@@ -2,7 +2,9 @@ package redisx
 
 import (
 	"context"
+	"errors"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -95,12 +97,30 @@ func (w *Waiter) maybeDequeue() {
 
 // dequeuer removes departed waiters from their queues in the background:
 // one goroutine per Node at most, sending everything pending as one
-// pipeline of ZREMs per round, and ending when nothing is pending.
+// pipeline of ZREMs per round, and ending when nothing is pending. A
+// removal that fails (a stalled or cut link) is retried with backoff for
+// up to dequeueRetryFor, or until the client is closed: a departed
+// waiter left queued costs every later release a pop (standalone) or a
+// reservation for nobody (Cluster).
 type dequeuer struct {
 	mu      sync.Mutex
-	pending [][2]string // waiters key, id
+	pending []dequeueEntry
 	running bool
 }
+
+type dequeueEntry struct {
+	queue, id string
+	failed    time.Time // first failure; zero before any
+	tries     int
+}
+
+const (
+	// dequeueRetryFor bounds the retries of a failed removal. The queue
+	// itself expires a minute after the last failed attempt on the key.
+	dequeueRetryFor = 30 * time.Second
+	// dequeueBackoffMax caps the wait between retries.
+	dequeueBackoffMax = 2 * time.Second
+)
 
 // dequeue queues the removal of waiter id from key's queue.
 func (n *Node) dequeue(key, id string) {
@@ -110,7 +130,7 @@ func (n *Node) dequeue(key, id string) {
 	if len(d.pending) >= maxPendingDequeues {
 		return
 	}
-	d.pending = append(d.pending, [2]string{n.WaitersKey(key), id})
+	d.pending = append(d.pending, dequeueEntry{queue: n.WaitersKey(key), id: id})
 	if !d.running {
 		d.running = true
 		background.Go(n.drainDequeues)
@@ -129,15 +149,42 @@ func (n *Node) drainDequeues() {
 			return
 		}
 		d.mu.Unlock()
-		// Best effort: a removal that fails leaves the waiter to the
-		// release's skipping and the queue's expiry.
 		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+		cmds := make([]*redis.IntCmd, len(batch))
 		_, _ = n.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, e := range batch {
-				p.ZRem(ctx, e[0], e[1])
+			for i, e := range batch {
+				cmds[i] = p.ZRem(ctx, e.queue, e.id)
 			}
 			return nil
 		})
 		cancel()
+		var retry []dequeueEntry
+		wait := time.Duration(0)
+		now := time.Now()
+		for i, c := range cmds {
+			err := c.Err()
+			if err == nil || errors.Is(err, redis.ErrClosed) {
+				continue
+			}
+			e := batch[i]
+			if e.failed.IsZero() {
+				e.failed = now
+			}
+			if now.Sub(e.failed) >= dequeueRetryFor {
+				continue // left to the release's skipping and the expiry
+			}
+			e.tries++
+			retry = append(retry, e)
+			wait = max(wait, min(100*time.Millisecond<<min(e.tries, 8), dequeueBackoffMax))
+		}
+		if len(retry) > 0 {
+			time.Sleep(wait)
+			d.mu.Lock()
+			d.pending = append(retry, d.pending...)
+			if len(d.pending) > maxPendingDequeues {
+				d.pending = d.pending[:maxPendingDequeues]
+			}
+			d.mu.Unlock()
+		}
 	}
 }

@@ -75,6 +75,8 @@ type watchdog struct {
 	// that shrank meanwhile (lateness decays, the cost estimate moves)
 	// cannot make the pass find nothing and re-arm in the past.
 	timerLead time.Duration
+	// looping counts the passes in their losing loop (see collect).
+	looping int
 	// loseCost is the measured time to lose one lock (close its Lost()),
 	// a moving average in ns. A pass that loses many locks at once loses
 	// each one early by the work queued before it, so that the last one
@@ -117,16 +119,56 @@ func (w *watchdog) unshareLocked(e *wdEntry) {
 }
 
 // leadLocked is how early the lock of e counts as lost, and its pass
-// starts: the timer's recent lateness plus the cost of losing the locks
-// ahead of it (ahead, already taken in this round) and of the locks that
-// share its deadline, bounded by a tenth of its TTL. w.mu held.
+// starts: the timer's recent lateness (at most a tenth of the TTL) plus
+// the cost of losing the locks ahead of it (ahead, already taken in this
+// round) and of the locks that share its deadline, at most maxLeadDiv-th
+// of its TTL in all. w.mu held.
 func (w *watchdog) leadLocked(e *wdEntry, late, cost time.Duration, ahead int) time.Duration {
 	n := ahead + w.sharing[e.bucket]
-	return min(late+cost*time.Duration(max(n, 1)), e.l.cfg.TTL/10)
+	return min(min(late, e.l.cfg.TTL/10)+cost*time.Duration(max(n, 1)), e.l.cfg.TTL/maxLeadDiv)
 }
 
-// defaultLoseCost is loseCost before the first measurement.
-const defaultLoseCost = 5 * time.Microsecond
+// streamLeadLocked is how early a pass must start for e, whose deadline
+// is next, so that losing the locks due from then on keeps up with their
+// deadlines: losing at cost per lock, the lock at position i of that
+// stream closes at start + i*cost, so start must lead each one's deadline
+// by i*cost less how far that deadline lies after e's. The stream is read
+// from the per-millisecond counts, only as far as cost times the number
+// of tracked locks could reach (nothing beyond can need a longer lead),
+// and never past the cap. On top comes the timer's lateness; the whole is
+// capped like leadLocked. A pass started this early keeps this lead for
+// all its rounds (collect's floor), which covers the stream behind e.
+// w.mu held.
+func (w *watchdog) streamLeadLocked(e *wdEntry, late, cost time.Duration) time.Duration {
+	limit := e.l.cfg.TTL / maxLeadDiv
+	cum := max(w.sharing[e.bucket], 1)
+	need := cost * time.Duration(cum)
+	reach := min(cost*time.Duration(len(w.locks)), limit)
+	for b := int64(1); time.Duration(b)*time.Millisecond < reach; b++ {
+		c, ok := w.sharing[e.bucket+b]
+		if !ok {
+			continue
+		}
+		cum += c
+		need = max(need, cost*time.Duration(cum)-time.Duration(b)*time.Millisecond)
+	}
+	return min(min(late, e.l.cfg.TTL/10)+need, limit)
+}
+
+// maxLeadDiv bounds how early a lock counts as lost: by at most a quarter
+// of its TTL. The timer's lateness alone leads by at most a tenth; the
+// rest is for the CPU time of losing many locks at once (red team: 6000
+// to 15000 locks sharing one deadline under -race needed more than a
+// tenth of a 1s TTL).
+const maxLeadDiv = 4
+
+// defaultLoseCost is loseCost before the first measurement. It is on the
+// high side (measured: 1-2us a lock in a normal build, 10-25us under
+// -race) because the first measurement comes only from the first losses,
+// and those may be thousands at once: a lead too long costs only locks
+// whose renewals have been failing for most of their TTL anyway, a lead
+// too short loses locks after their lease expired.
+const defaultLoseCost = 25 * time.Microsecond
 
 type wdEntry struct {
 	l        *Lock
@@ -252,11 +294,14 @@ func (w *watchdog) armForLocked(e *wdEntry) {
 	due := e.due()
 	lead := min(late, e.l.cfg.TTL/10)
 	if due.Equal(e.deadline) {
-		lead = w.leadLocked(e, late, w.cost(), 0)
+		lead = w.streamLeadLocked(e, late, w.cost())
 	}
 	at := due.Add(-lead)
 	if !w.timerAt.IsZero() && !at.Before(w.timerAt) {
 		return
+	}
+	if w.looping > 0 && !at.After(time.Now()) {
+		return // a pass is losing locks; its next round takes this one
 	}
 	d := time.Until(at)
 	if w.timer == nil {
@@ -297,15 +342,19 @@ func (w *watchdog) pass() {
 	// deadline would fall behind a stream of deadlines (measured: 6000
 	// locks on a stalled link, passes 3ms apart, falling 100ms behind).
 	var fired time.Duration // the lead the timer was armed with
-	for round := 0; round < maxPassRounds; round++ {
+	var cleanups []*Lock
+	for round := 0; ; round++ {
 		start := time.Now()
-		expired, at, more := w.collect(round == 0, &fired, &due)
-		w.lose(expired, at)
+		expired, at, more := w.collect(round == 0, round == maxPassRounds-1, &fired, &due)
+		cleanups = w.lose(expired, at, cleanups)
 		w.noteCost(start, len(expired))
 		if !more {
 			break
 		}
 	}
+	// The cleanups (server releases) start once every lock due has been
+	// lost, so that they do not compete with the losing for the CPU.
+	cleanupAll(cleanups)
 	if len(due) > 0 {
 		w.renew(due)
 	}
@@ -333,11 +382,12 @@ const maxRoundLosses = 128
 // this round and the locks sharing its deadline, bounded by a tenth of
 // the lock's TTL; and at least the lead the timer was armed with (fired,
 // recorded by the first round).
-func (w *watchdog) collect(first bool, fired *time.Duration, due *[]*Lock) (expired []*Lock, at []time.Time, more bool) {
+func (w *watchdog) collect(first, last bool, fired *time.Duration, due *[]*Lock) (expired []*Lock, at []time.Time, more bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	now := time.Now()
 	if first {
+		w.looping++
 		if armed := w.timerAt; !armed.IsZero() {
 			w.noteLateness(now.Sub(armed))
 			*fired = w.timerLead
@@ -348,7 +398,7 @@ func (w *watchdog) collect(first bool, fired *time.Duration, due *[]*Lock) (expi
 	cost := w.cost()
 	for w.queue.Len() > 0 {
 		e := w.queue[0]
-		floor := min(*fired, e.l.cfg.TTL/10)
+		floor := min(*fired, e.l.cfg.TTL/maxLeadDiv)
 		lead := max(w.leadLocked(e, late, cost, len(expired)), floor)
 		if len(expired) == maxRoundLosses {
 			break // the next round takes the rest, with a fresh now
@@ -372,10 +422,19 @@ func (w *watchdog) collect(first bool, fired *time.Duration, due *[]*Lock) (expi
 		}
 		break
 	}
-	if w.queue.Len() > 0 {
-		w.armForLocked(w.queue[0])
+	more = len(expired) > 0 && !last
+	if !more {
+		// The loop ends: arm for what is next. While it runs it takes
+		// what comes due itself; arming the timer for a lock already due
+		// started a pass per round, and the passes fought over w.mu (red
+		// team, 6000 locks sharing a deadline under -race: 128 losses
+		// took 20-80ms, and the cost estimate rose to 600us a lock).
+		w.looping--
+		if w.queue.Len() > 0 {
+			w.armForLocked(w.queue[0])
+		}
 	}
-	return expired, at, len(expired) > 0
+	return expired, at, more
 }
 
 // noteLateness feeds how late the timer fired into the moving maximum:
@@ -389,20 +448,17 @@ func (w *watchdog) noteLateness(d time.Duration) {
 	w.lateness.Store(int64(d))
 }
 
-// lose closes the Lost() of expired locks (each counting as lost at at[i]),
-// then starts their cleanups: with thousands of locks due at once, no
-// Lost() waits behind another lock's goroutine start.
-func (w *watchdog) lose(expired []*Lock, at []time.Time) {
-	if len(expired) == 0 {
-		return
-	}
-	var cleanups []*Lock
+// lose closes the Lost() of expired locks (each counting as lost at at[i])
+// and appends those that need a cleanup to cleanups: with thousands of
+// locks due at once, no Lost() waits behind another lock's goroutine
+// start.
+func (w *watchdog) lose(expired []*Lock, at []time.Time, cleanups []*Lock) []*Lock {
 	for i, l := range expired {
 		if l.deadlinePassed(at[i]) {
 			cleanups = append(cleanups, l)
 		}
 	}
-	cleanupAll(cleanups)
+	return cleanups
 }
 
 // noteCost feeds the time a round took to collect and lose n locks

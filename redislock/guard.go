@@ -81,6 +81,9 @@ local function body(KEYS, ARGV)
 // runs only if f is admissible; the fence is recorded even if the body then
 // raises an error. Pass data keys built with Key.
 func (g *Guard) Eval(ctx context.Context, resource string, f dlock.Fence, body string, keys []string, args ...any) (any, error) {
+	if ctx == nil {
+		return nil, errNilContext
+	}
 	if g.client == nil {
 		return nil, fmt.Errorf("%w: redislock.NewGuard was given a nil redis client", dlock.ErrNilClient)
 	}
@@ -140,6 +143,9 @@ func (g *Guard) IncrBy(ctx context.Context, resource string, f dlock.Fence, name
 
 // Highest returns the highest fence resource has accepted (zero if none).
 func (g *Guard) Highest(ctx context.Context, resource string) (dlock.Fence, error) {
+	if ctx == nil {
+		return dlock.Fence{}, errNilContext
+	}
 	if g.client == nil {
 		return dlock.Fence{}, dlock.ErrNilClient
 	}

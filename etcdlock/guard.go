@@ -49,6 +49,9 @@ func parseFence(v []byte) dlock.Fence {
 // response (ops' results follow the fence write: Responses[1:]). A stale
 // fence returns a *dlock.StaleTokenError and runs nothing.
 func (g *Guard) Txn(ctx context.Context, resource string, f dlock.Fence, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
+	if ctx == nil {
+		return nil, errNilContext
+	}
 	if g.client == nil {
 		return nil, fmt.Errorf("%w: etcdlock.NewGuard was given a nil etcd client", dlock.ErrNilClient)
 	}
@@ -107,6 +110,9 @@ func (g *Guard) Get(ctx context.Context, resource string, f dlock.Fence, key str
 
 // Highest returns the highest fence resource has accepted.
 func (g *Guard) Highest(ctx context.Context, resource string) (dlock.Fence, error) {
+	if ctx == nil {
+		return dlock.Fence{}, errNilContext
+	}
 	if g.client == nil {
 		return dlock.Fence{}, dlock.ErrNilClient
 	}

@@ -112,6 +112,10 @@ func New(client *clientv3.Client, opts ...Option) *Locker {
 	return &Locker{Acquirer: dlock.NewAcquirer(b, MinTTL), b: b}
 }
 
+// errNilContext is returned by the entry points that take a context (List
+// and the Guard's methods) for a nil one, like dlock's Acquire does.
+var errNilContext = fmt.Errorf("%w: etcdlock: nil context", dlock.ErrInvalidOption)
+
 // rpc bounds one request by the request timeout.
 func (b *backend) rpc(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, b.timeout)
@@ -1340,12 +1344,12 @@ type Info struct {
 // names are shown as they are, unescaped). Release receipts (see
 // Release) are not locks and are skipped.
 func (l *Locker) List(ctx context.Context, prefix string) ([]Info, error) {
+	if ctx == nil {
+		return nil, errNilContext
+	}
 	b := l.b
 	if err := b.check(); err != nil {
 		return nil, err
-	}
-	if ctx == nil {
-		return nil, fmt.Errorf("%w: nil context", dlock.ErrInvalidOption)
 	}
 	ctx, cancel := b.rpc(ctx)
 	defer cancel()

@@ -22,6 +22,11 @@ const maxGuardConflicts = 16
 // applies the caller's operations only if the fence key still holds what
 // was read and the caller's fence is admissible, recording the new fence in
 // the same transaction.
+//
+// Every method returns by its context's deadline (clientv3 bounds each
+// request by its context) with an error wrapping the context's error. A
+// write abandoned there may still take effect; it stays fenced, since the
+// fence comparison is part of the transaction.
 type Guard struct {
 	client *clientv3.Client
 	prefix string
@@ -49,6 +54,9 @@ func parseFence(v []byte) dlock.Fence {
 // response (ops' results follow the fence write: Responses[1:]). A stale
 // fence returns a *dlock.StaleTokenError and runs nothing.
 func (g *Guard) Txn(ctx context.Context, resource string, f dlock.Fence, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
+	if ctx == nil {
+		return nil, errNilContext
+	}
 	if g.client == nil {
 		return nil, fmt.Errorf("%w: etcdlock.NewGuard was given a nil etcd client", dlock.ErrNilClient)
 	}
@@ -107,12 +115,18 @@ func (g *Guard) Get(ctx context.Context, resource string, f dlock.Fence, key str
 
 // Highest returns the highest fence resource has accepted.
 func (g *Guard) Highest(ctx context.Context, resource string) (dlock.Fence, error) {
+	if ctx == nil {
+		return dlock.Fence{}, errNilContext
+	}
 	if g.client == nil {
 		return dlock.Fence{}, dlock.ErrNilClient
 	}
 	resp, err := g.client.Get(ctx, g.FenceKey(resource))
-	if err != nil || len(resp.Kvs) == 0 {
-		return dlock.Fence{}, err
+	if err != nil {
+		return dlock.Fence{}, fmt.Errorf("dlock: etcd guard %q: %w", resource, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return dlock.Fence{}, nil
 	}
 	return parseFence(resp.Kvs[0].Value), nil
 }

@@ -100,11 +100,18 @@ type Info struct {
 	Metadata map[string]string
 }
 
+// errNilContext is returned by the entry points that take a context (List
+// and the Guard's methods) for a nil one, like dlock's Acquire does.
+var errNilContext = fmt.Errorf("%w: filelock: nil context", dlock.ErrInvalidOption)
+
 // List returns the unexpired leases whose key starts with prefix, sorted by
 // key. It reads the records without taking their flocks: each record is
 // replaced atomically, so every entry is a consistent snapshot. Records that
 // cannot be decoded are skipped.
 func (l *Locker) List(ctx context.Context, prefix string) ([]Info, error) {
+	if ctx == nil {
+		return nil, errNilContext
+	}
 	ents, err := os.ReadDir(l.dir)
 	if err != nil {
 		return nil, fmt.Errorf("filelock: list: %w", err)

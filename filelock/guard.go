@@ -66,6 +66,9 @@ func (g *Guard) read(id, resource string) (dlock.Fence, error) {
 // *dlock.StaleTokenError without running fn when f is not admitted; fn's
 // error is returned as is, and the fence stays recorded even if fn fails.
 func (g *Guard) Do(ctx context.Context, resource string, f dlock.Fence, fn func(ctx context.Context) error) error {
+	if ctx == nil {
+		return errNilContext
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -98,6 +101,9 @@ func (g *Guard) Do(ctx context.Context, resource string, f dlock.Fence, fn func(
 // if none). It reads the fence file without waiting for a running Do: the
 // file is replaced atomically, so the answer is the last recorded fence.
 func (g *Guard) Highest(ctx context.Context, resource string) (dlock.Fence, error) {
+	if ctx == nil {
+		return dlock.Fence{}, errNilContext
+	}
 	if err := ctx.Err(); err != nil {
 		return dlock.Fence{}, err
 	}

@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	"github.com/dlock-go/dlock"
@@ -37,8 +38,16 @@ func (m *Memory) resource(name string) *memRes {
 	return r
 }
 
-// Do implements Guard.
+// errNilContext is returned by Do for a nil context, like dlock's Acquire
+// does.
+var errNilContext = fmt.Errorf("%w: guard: nil context", dlock.ErrInvalidOption)
+
+// Do implements Guard. A nil ctx is an error wrapping
+// dlock.ErrInvalidOption (fn is not run, no fence is recorded).
 func (m *Memory) Do(ctx context.Context, resource string, f dlock.Fence, fn func(ctx context.Context) error) error {
+	if ctx == nil {
+		return errNilContext
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}

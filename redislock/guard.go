@@ -21,6 +21,16 @@ import (
 //
 // The fence of resource R is kept at "<prefix>:guard:{R}". Data keys passed
 // to Eval must hash to the same Cluster slot: build them with Key.
+//
+// Every method returns by its context's deadline, even with a go-redis
+// client that does not honour contexts on a stalled link (no
+// ContextTimeoutEnabled): a call that got no answer in time returns an
+// error wrapping dlock.ErrUnavailable and the context's error
+// (context.DeadlineExceeded or context.Canceled). Its outcome is then
+// unknown: a write abandoned this way may still take effect once the
+// request reaches the server. It stays fenced: the fence check runs on the
+// server, in the same script as the write, so it is refused there if a
+// newer fence was accepted meanwhile.
 type Guard struct {
 	client redis.UniversalClient
 	prefix string
@@ -80,7 +90,14 @@ local function body(KEYS, ARGV)
 // ARGV (keys and args as passed here) and its return value is returned. It
 // runs only if f is admissible; the fence is recorded even if the body then
 // raises an error. Pass data keys built with Key.
+//
+// Eval returns by ctx's deadline; a script abandoned there (error wrapping
+// dlock.ErrUnavailable and ctx's error) may still run on the server later,
+// fenced by f as usual.
 func (g *Guard) Eval(ctx context.Context, resource string, f dlock.Fence, body string, keys []string, args ...any) (any, error) {
+	if ctx == nil {
+		return nil, errNilContext
+	}
 	if g.client == nil {
 		return nil, fmt.Errorf("%w: redislock.NewGuard was given a nil redis client", dlock.ErrNilClient)
 	}
@@ -93,7 +110,12 @@ func (g *Guard) Eval(ctx context.Context, resource string, f dlock.Fence, body s
 	script := g.script(body)
 	allKeys := append([]string{g.FenceKey(resource)}, keys...)
 	allArgs := append([]any{strconv.FormatUint(f.Token, 10), f.Owner}, args...)
-	v, err := script.Run(ctx, g.client, allKeys, allArgs...).Result()
+	v, err, abandoned := redisx.Await(ctx, func(ctx context.Context) (any, error) {
+		return script.Run(ctx, g.client, allKeys, allArgs...).Result()
+	})
+	if abandoned {
+		return nil, g.abandoned(resource, err)
+	}
 	if err != nil && !errors.Is(err, redis.Nil) {
 		if msg := err.Error(); strings.HasPrefix(msg, "DLOCKSTALE ") {
 			hi, _ := strconv.ParseUint(strings.TrimSpace(strings.TrimPrefix(msg, "DLOCKSTALE ")), 10, 64)
@@ -104,11 +126,18 @@ func (g *Guard) Eval(ctx context.Context, resource string, f dlock.Fence, body s
 	return v, nil
 }
 
+// abandoned is the error of a call given up at the end of its context
+// (cause is the context's cause).
+func (g *Guard) abandoned(resource string, cause error) error {
+	return fmt.Errorf("%w: redis guard %q: no answer before the context ended (the operation may still take effect, fenced): %w", dlock.ErrUnavailable, resource, cause)
+}
+
 func (g *Guard) script(body string) *redis.Script {
 	return redis.NewScript(fencePrelude + body + "\nend\nreturn body(k, a)\n")
 }
 
-// Set sets data key name of resource to value, fenced by f.
+// Set sets data key name of resource to value, fenced by f. It returns by
+// ctx's deadline; a write abandoned there may still take effect (fenced).
 func (g *Guard) Set(ctx context.Context, resource string, f dlock.Fence, name, value string) error {
 	_, err := g.Eval(ctx, resource, f, `return redis.call('SET', KEYS[1], ARGV[1])`, []string{g.Key(resource, name)}, value)
 	return err
@@ -116,6 +145,7 @@ func (g *Guard) Set(ctx context.Context, resource string, f dlock.Fence, name, v
 
 // Get reads data key name of resource, fenced by f (a fenced read: once it
 // succeeds, older fences can no longer write). A missing key reads as "".
+// It returns by ctx's deadline; an abandoned read may still record f.
 func (g *Guard) Get(ctx context.Context, resource string, f dlock.Fence, name string) (string, error) {
 	v, err := g.Eval(ctx, resource, f, `return redis.call('GET', KEYS[1])`, []string{g.Key(resource, name)})
 	if err != nil || v == nil {
@@ -125,7 +155,8 @@ func (g *Guard) Get(ctx context.Context, resource string, f dlock.Fence, name st
 }
 
 // IncrBy adds n to data key name of resource, fenced by f, and returns the
-// new value.
+// new value. It returns by ctx's deadline; an increment abandoned there may
+// still take effect (fenced), so do not simply repeat it.
 func (g *Guard) IncrBy(ctx context.Context, resource string, f dlock.Fence, name string, n int64) (int64, error) {
 	v, err := g.Eval(ctx, resource, f, `return redis.call('INCRBY', KEYS[1], ARGV[1])`, []string{g.Key(resource, name)}, n)
 	if err != nil {
@@ -139,11 +170,20 @@ func (g *Guard) IncrBy(ctx context.Context, resource string, f dlock.Fence, name
 }
 
 // Highest returns the highest fence resource has accepted (zero if none).
+// It returns by ctx's deadline.
 func (g *Guard) Highest(ctx context.Context, resource string) (dlock.Fence, error) {
+	if ctx == nil {
+		return dlock.Fence{}, errNilContext
+	}
 	if g.client == nil {
 		return dlock.Fence{}, dlock.ErrNilClient
 	}
-	v, err := g.client.Get(ctx, g.FenceKey(resource)).Result()
+	v, err, abandoned := redisx.Await(ctx, func(ctx context.Context) (string, error) {
+		return g.client.Get(ctx, g.FenceKey(resource)).Result()
+	})
+	if abandoned {
+		return dlock.Fence{}, g.abandoned(resource, err)
+	}
 	if errors.Is(err, redis.Nil) {
 		return dlock.Fence{}, nil
 	}

@@ -239,6 +239,10 @@ func (l *lease) Release(ctx context.Context) error {
 	return l.result("release", held, err)
 }
 
+// errNilContext is returned by the entry points that take a context (List
+// and the Guard's methods) for a nil one, like dlock's Acquire does.
+var errNilContext = fmt.Errorf("%w: redislock: nil context", dlock.ErrInvalidOption)
+
 // Info describes a held lock, as stored in Redis.
 type Info = redisx.Info
 
@@ -248,6 +252,9 @@ type Info = redisx.Info
 // deadline even when the server does not answer (an error wrapping
 // dlock.ErrUnavailable).
 func (l *Locker) List(ctx context.Context, prefix string) ([]Info, error) {
+	if ctx == nil {
+		return nil, errNilContext
+	}
 	if err := l.b.check(); err != nil {
 		return nil, err
 	}

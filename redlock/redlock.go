@@ -857,12 +857,19 @@ type Info struct {
 	Nodes int `json:"nodes"`
 }
 
+// errNilContext is returned by List for a nil context, like dlock's
+// Acquire does.
+var errNilContext = fmt.Errorf("%w: redlock: nil context", dlock.ErrInvalidOption)
+
 // List returns the locks whose key starts with prefix that a majority of
 // nodes hold for the same owner (SCAN on every node; for operators). It
 // returns by ctx's deadline even when nodes do not answer: those count as
 // failed, and without a majority of answers the error wraps
 // dlock.ErrUnavailable.
 func (l *Locker) List(ctx context.Context, prefix string) ([]Info, error) {
+	if ctx == nil { // checked before any goroutine gets it
+		return nil, errNilContext
+	}
 	b := l.b
 	if b.err != nil {
 		return nil, b.err

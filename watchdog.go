@@ -48,14 +48,18 @@ type BatchRenewer interface {
 // out, that is a pass per deadline times a scan of all of them, and under
 // the race detector the timer fell tens of ms behind).
 //
-// Losing a lock costs CPU (under -race ~20us), so a pass that must lose
-// thousands at once starts early by that cost: the watchdog counts the
-// locks sharing each deadline millisecond (a renewal batch gives its locks
-// one deadline) and arms the timer early by the measured cost of losing
-// them all, and a pass loses locks in rounds of at most maxRoundLosses,
-// so that no Lost() waits for a whole batch to be collected. Both leads
-// are bounded by a tenth of the TTL: a lock may count as lost that much
-// before its deadline, never after it on a machine that runs the timer.
+// Losing a lock costs CPU (1-2us; 10-50us under -race), so a pass that
+// must lose thousands at once starts early by that cost: the watchdog
+// counts the tracked locks per deadline millisecond (a renewal batch gives
+// its locks one deadline) and arms the timer early by the lead the stream
+// of upcoming deadlines needs (streamLeadLocked). A pass loses locks in
+// rounds of at most maxRoundLosses, so that no Lost() waits for a whole
+// batch to be collected, keeps taking what comes due until nothing is
+// (without arming the timer for it, which would start competing passes),
+// and starts the cleanups only then. Leads are bounded by a quarter of the
+// TTL (the lateness part by a tenth): a lock may count as lost that much
+// before its deadline. Past that bound, or on a machine too starved to
+// run the pass, fencing is what protects the resource.
 //
 // There is no goroutine and no timer per lock: acquiring a lock touches the
 // timer only when the new lock is due before everything else, so a lock
@@ -379,9 +383,9 @@ const maxRoundLosses = 128
 // deadline: lead is the timer's recent lateness (a timer that fired late
 // will be late again; a process paused outright is covered by fencing,
 // not by this) plus the measured cost of losing the locks ahead of it in
-// this round and the locks sharing its deadline, bounded by a tenth of
-// the lock's TTL; and at least the lead the timer was armed with (fired,
-// recorded by the first round).
+// this round and the locks sharing its deadline (see leadLocked); and at
+// least the lead the timer was armed with (fired, recorded by the first
+// round), which covers the stream of deadlines behind the first.
 func (w *watchdog) collect(first, last bool, fired *time.Duration, due *[]*Lock) (expired []*Lock, at []time.Time, more bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -467,10 +467,21 @@ func (l *Lock) lose(reason string, cause error, cleanup bool) {
 // markLost closes Lost() and reports whether a cleanup should be started
 // (the watchdog starts them only after closing every expired lock's Lost()).
 func (l *Lock) markLost(reason string, cause error, cleanup bool) bool {
+	cleanup, unbind := l.markLostUnbound(reason, cause, cleanup)
+	if unbind != nil {
+		unbind()
+	}
+	return cleanup
+}
+
+// markLostUnbound is markLost leaving the backend's loss notifier to stop
+// to the caller (unbind, nil if none): the watchdog stops them after its
+// losing loop, so that no backend code runs inside it.
+func (l *Lock) markLostUnbound(reason string, cause error, cleanup bool) (bool, func()) {
 	l.mu.Lock()
 	if l.state != stateHeld {
 		l.mu.Unlock()
-		return false
+		return false, nil
 	}
 	l.state = stateLost
 	l.err = &LostError{Key: l.key, Token: l.token, Reason: reason, Cause: cause}
@@ -482,10 +493,7 @@ func (l *Lock) markLost(reason string, cause error, cleanup bool) bool {
 		}
 	}
 	l.mu.Unlock()
-	if unbind != nil {
-		unbind()
-	}
-	return cleanup
+	return cleanup, unbind
 }
 
 // cleanup releases a lost lock on the server, best effort, so the key
@@ -501,6 +509,16 @@ func (l *Lock) cleanup() {
 // little early when many are due at once). It closes Lost() and reports
 // whether a cleanup should be started.
 func (l *Lock) deadlinePassed(now time.Time) bool {
+	cleanup, unbind := l.deadlinePassedUnbound(now)
+	if unbind != nil {
+		unbind()
+	}
+	return cleanup
+}
+
+// deadlinePassedUnbound is deadlinePassed leaving the loss notifier's stop
+// to the caller (see markLostUnbound).
+func (l *Lock) deadlinePassedUnbound(now time.Time) (bool, func()) {
 	l.mu.Lock()
 	early := now.Before(l.deadline) // a renewal moved it meanwhile
 	l.mu.Unlock()
@@ -508,13 +526,13 @@ func (l *Lock) deadlinePassed(now time.Time) bool {
 		// A pass that counted the lock as expired left it out of its
 		// next wake-up: make sure the new deadline is watched.
 		l.wd.rearm(l)
-		return false
+		return false, nil
 	}
 	// A lease renewed only up to the hold cap ends at the cap.
 	if l.cfg.MaxHold > 0 && !now.Add(l.cfg.Drift()+time.Millisecond).Before(l.acquired.Add(l.cfg.MaxHold)) {
-		return l.markLost("hold cap reached", ErrHoldCapReached, true)
+		return l.markLostUnbound("hold cap reached", ErrHoldCapReached, true)
 	}
-	return l.markLost("local deadline passed without a successful renewal", nil, true)
+	return l.markLostUnbound("local deadline passed without a successful renewal", nil, true)
 }
 
 // capDeadline bounds a local deadline by the hold cap (less the drift

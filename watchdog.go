@@ -347,17 +347,24 @@ func (w *watchdog) pass() {
 	// locks on a stalled link, passes 3ms apart, falling 100ms behind).
 	var fired time.Duration // the lead the timer was armed with
 	var cleanups []*Lock
+	var unbinds []func()
 	for round := 0; ; round++ {
 		start := time.Now()
 		expired, at, more := w.collect(round == 0, round == maxPassRounds-1, &fired, &due)
-		cleanups = w.lose(expired, at, cleanups)
+		cleanups, unbinds = w.lose(expired, at, cleanups, unbinds)
 		w.noteCost(start, len(expired))
 		if !more {
 			break
 		}
 	}
-	// The cleanups (server releases) start once every lock due has been
-	// lost, so that they do not compete with the losing for the CPU.
+	// The backends' loss notifiers are stopped, and the cleanups (server
+	// releases) started, once every lock due has been lost: no backend
+	// code runs inside the losing loop (while it runs, no other pass
+	// starts for what comes due), and the cleanups do not compete with
+	// the losing for the CPU.
+	for _, stop := range unbinds {
+		stop()
+	}
 	cleanupAll(cleanups)
 	if len(due) > 0 {
 		w.renew(due)
@@ -453,16 +460,21 @@ func (w *watchdog) noteLateness(d time.Duration) {
 }
 
 // lose closes the Lost() of expired locks (each counting as lost at at[i])
-// and appends those that need a cleanup to cleanups: with thousands of
+// and appends those that need a cleanup to cleanups and their loss
+// notifiers' stop functions to unbinds: with thousands of
 // locks due at once, no Lost() waits behind another lock's goroutine
 // start.
-func (w *watchdog) lose(expired []*Lock, at []time.Time, cleanups []*Lock) []*Lock {
+func (w *watchdog) lose(expired []*Lock, at []time.Time, cleanups []*Lock, unbinds []func()) ([]*Lock, []func()) {
 	for i, l := range expired {
-		if l.deadlinePassed(at[i]) {
+		cleanup, unbind := l.deadlinePassedUnbound(at[i])
+		if cleanup {
 			cleanups = append(cleanups, l)
 		}
+		if unbind != nil {
+			unbinds = append(unbinds, unbind)
+		}
 	}
-	return cleanups
+	return cleanups, unbinds
 }
 
 // noteCost feeds the time a round took to collect and lose n locks

@@ -122,7 +122,7 @@ func TestSharedDeadlineLeadsAndRoundsAreBounded(t *testing.T) {
 	if !armed.IsZero() {
 		t.Fatalf("timer armed for %v while a pass is losing the locks due", armed)
 	}
-	cleanupAll(w.lose(expired, at2, nil))
+	cleanupAll(loseAll(w, expired, at2))
 	for _, lk := range expired {
 		if lk.Err() == nil {
 			t.Fatal("a collected lock was not lost")
@@ -135,7 +135,7 @@ func TestSharedDeadlineLeadsAndRoundsAreBounded(t *testing.T) {
 		if len(expired) > maxRoundLosses {
 			t.Fatalf("a round collected %d locks", len(expired))
 		}
-		cleanupAll(w.lose(expired, at2, nil))
+		cleanupAll(loseAll(w, expired, at2))
 	}
 	for _, lk := range locks {
 		select {
@@ -150,4 +150,13 @@ func TestSharedDeadlineLeadsAndRoundsAreBounded(t *testing.T) {
 	if left != 0 || looping != 0 {
 		t.Fatalf("sharing still counts %d deadlines; %d passes looping", left, looping)
 	}
+}
+
+// loseAll is lose plus what pass does after its loop.
+func loseAll(w *watchdog, expired []*Lock, at []time.Time) []*Lock {
+	cleanups, unbinds := w.lose(expired, at, nil, nil)
+	for _, stop := range unbinds {
+		stop()
+	}
+	return cleanups
 }

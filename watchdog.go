@@ -79,8 +79,15 @@ type watchdog struct {
 	// that shrank meanwhile (lateness decays, the cost estimate moves)
 	// cannot make the pass find nothing and re-arm in the past.
 	timerLead time.Duration
+	// timerUntil is the last deadline of the stream the timer was armed
+	// for (see streamLeadLocked): the pass it starts loses, in order, every
+	// lock due up to it.
+	timerUntil time.Time
 	// looping counts the passes in their losing loop (see collect).
 	looping int
+	// passes counts the passes run (for tests: a timer re-armed in the
+	// past shows as a burst of passes).
+	passes atomic.Int64
 	// loseCost is the measured time to lose one lock (close its Lost()),
 	// a moving average in ns. A pass that loses many locks at once loses
 	// each one early by the work queued before it, so that the last one
@@ -95,7 +102,16 @@ type watchdog struct {
 	// the pass that loses them must start early by the time losing them
 	// all takes, not only by the timer's lateness (measured under -race:
 	// 3289 locks sharing a deadline took 37ms to lose, the last 31ms late).
-	sharing map[int64]int
+	sharing map[int64]share
+}
+
+// share is one deadline millisecond's count of tracked locks, and the
+// longest TTL counted there since the bucket appeared (it only grows: it
+// bounds how early the timer may fire for the bucket; collect bounds each
+// lock's own lead by its own TTL).
+type share struct {
+	n      int
+	maxTTL time.Duration
 }
 
 // deadlineBucket is the sharing key of a deadline.
@@ -103,61 +119,79 @@ func deadlineBucket(d time.Time) int64 { return d.UnixNano() / int64(time.Millis
 
 // shareLocked moves e's deadline count to d. w.mu held.
 func (w *watchdog) shareLocked(e *wdEntry, d time.Time) {
-	if e.counted {
-		if w.sharing[e.bucket]--; w.sharing[e.bucket] <= 0 {
-			delete(w.sharing, e.bucket)
-		}
-	}
+	w.unshareLocked(e)
 	e.deadline, e.bucket, e.counted = d, deadlineBucket(d), true
-	w.sharing[e.bucket]++
+	sh := w.sharing[e.bucket]
+	sh.n++
+	sh.maxTTL = max(sh.maxTTL, e.l.cfg.TTL)
+	w.sharing[e.bucket] = sh
 }
 
 // unshareLocked drops e's deadline count. w.mu held.
 func (w *watchdog) unshareLocked(e *wdEntry) {
-	if e.counted {
-		if w.sharing[e.bucket]--; w.sharing[e.bucket] <= 0 {
-			delete(w.sharing, e.bucket)
-		}
-		e.counted = false
+	if !e.counted {
+		return
 	}
+	e.counted = false
+	sh := w.sharing[e.bucket]
+	if sh.n--; sh.n <= 0 {
+		delete(w.sharing, e.bucket)
+		return
+	}
+	w.sharing[e.bucket] = sh
 }
 
-// leadLocked is how early the lock of e counts as lost, and its pass
-// starts: the timer's recent lateness (at most a tenth of the TTL) plus
-// the cost of losing the locks ahead of it (ahead, already taken in this
-// round) and of the locks that share its deadline, at most maxLeadDiv-th
-// of its TTL in all. w.mu held.
+// leadLocked is how early the lock of e counts as lost: the timer's recent
+// lateness (at most a tenth of the TTL) plus the cost of losing the locks
+// ahead of it (ahead, already taken in this round) and of the locks that
+// share its deadline, at most maxLeadDiv-th of its TTL in all. w.mu held.
 func (w *watchdog) leadLocked(e *wdEntry, late, cost time.Duration, ahead int) time.Duration {
-	n := ahead + w.sharing[e.bucket]
+	n := ahead + w.sharing[e.bucket].n
 	return min(min(late, e.l.cfg.TTL/10)+cost*time.Duration(max(n, 1)), e.l.cfg.TTL/maxLeadDiv)
 }
 
-// streamLeadLocked is how early a pass must start for e, whose deadline
-// is next, so that losing the locks due from then on keeps up with their
-// deadlines: losing at cost per lock, the lock at position i of that
-// stream closes at start + i*cost, so start must lead each one's deadline
-// by i*cost less how far that deadline lies after e's. The stream is read
-// from the per-millisecond counts, only as far as cost times the number
-// of tracked locks could reach (nothing beyond can need a longer lead),
-// and never past the cap. On top comes the timer's lateness; the whole is
-// capped like leadLocked. A pass started this early keeps this lead for
-// all its rounds (collect's floor), which covers the stream behind e.
-// w.mu held.
-func (w *watchdog) streamLeadLocked(e *wdEntry, late, cost time.Duration) time.Duration {
-	limit := e.l.cfg.TTL / maxLeadDiv
-	cum := max(w.sharing[e.bucket], 1)
-	need := cost * time.Duration(cum)
-	reach := min(cost*time.Duration(len(w.locks)), limit)
-	for b := int64(1); time.Duration(b)*time.Millisecond < reach; b++ {
-		c, ok := w.sharing[e.bucket+b]
+// streamLeadLocked is how early before e's due time (e is the heap's
+// root, so no tracked deadline comes before it) the timer must fire so
+// that losing the locks due from then on keeps up with their deadlines:
+// losing at cost per lock, the i-th deadline closes at start + i*cost, so
+// for each deadline millisecond b, start must lead b by cost times the
+// locks due up to b (plus the timer's lateness, each bounded by the TTLs
+// counted at b), less b's distance from e's due time. It is at least the
+// timer's lateness for e itself. This holds whether e is due for renewal
+// or at its deadline: a renewal due just before a batch's shared deadline
+// must not make the timer forget the batch (red team). The stream is read
+// from the per-millisecond counts, as far as cost times the number of
+// tracked locks reaches, and no further than maxLeadScan ms. until is
+// the end of the millisecond that set the lead: the pass started for it
+// loses, in order, every lock due by then (each within its own cap), so
+// that a stream of many small deadline buckets is worked through from the
+// start rather than each lock waiting for its own, shorter, lead. w.mu
+// held.
+func (w *watchdog) streamLeadLocked(e *wdEntry, late, cost time.Duration) (lead time.Duration, until time.Time) {
+	from := e.due()
+	lead = min(late, e.l.cfg.TTL/10)
+	first := deadlineBucket(from)
+	steps := min(int64(cost*time.Duration(len(w.locks))/time.Millisecond)+1, maxLeadScan)
+	cum, seen := 0, 0
+	for b := first; b <= first+steps && seen < len(w.sharing); b++ {
+		sh, ok := w.sharing[b]
 		if !ok {
 			continue
 		}
-		cum += c
-		need = max(need, cost*time.Duration(cum)-time.Duration(b)*time.Millisecond)
+		seen++
+		cum += sh.n
+		need := min(min(late, sh.maxTTL/10)+cost*time.Duration(cum), sh.maxTTL/maxLeadDiv)
+		end := time.Unix(0, (b+1)*int64(time.Millisecond))
+		if l := need - end.Add(-time.Millisecond).Sub(from); l > lead {
+			lead, until = l, end
+		}
 	}
-	return min(min(late, e.l.cfg.TTL/10)+need, limit)
+	return lead, until
 }
+
+// maxLeadScan bounds the deadline milliseconds one streamLeadLocked reads
+// (at 25us a lock, 1024ms covers 40000 locks due at once).
+const maxLeadScan = 1024
 
 // maxLeadDiv bounds how early a lock counts as lost: by at most a quarter
 // of its TTL. The timer's lateness alone leads by at most a tenth; the
@@ -226,7 +260,7 @@ func (w *watchdog) fixLocked(e *wdEntry) {
 }
 
 func newWatchdog(b BatchRenewer) *watchdog {
-	return &watchdog{batch: b, locks: map[*Lock]*wdEntry{}, sharing: map[int64]int{}}
+	return &watchdog{batch: b, locks: map[*Lock]*wdEntry{}, sharing: map[int64]share{}}
 }
 
 // add tracks l. Called with l.mu held (lock order: l.mu, then w.mu).
@@ -293,14 +327,32 @@ func (w *watchdog) renewDone(l *Lock, at time.Time) {
 // armForLocked makes sure a pass runs early enough for e: by its renewal
 // time less the timer's lateness, or by its deadline less its lead (see
 // leadLocked). w.mu held.
-func (w *watchdog) armForLocked(e *wdEntry) {
+func (w *watchdog) armForLocked(e *wdEntry) { w.armLocked(e, false) }
+
+// armLocked is armForLocked; with stuck (a pass that could do nothing
+// for the stream lead: its root cannot be lost yet by its own lead, and
+// nothing behind it could), a stream lead that would fire the timer at
+// once gives way to e's own lead, so that the timer never fires again and
+// again for nothing (red team: 28000 passes in 230ms). w.mu held.
+func (w *watchdog) armLocked(e *wdEntry, stuck bool) {
 	late := time.Duration(w.lateness.Load())
 	due := e.due()
-	lead := min(late, e.l.cfg.TTL/10)
-	if due.Equal(e.deadline) {
-		lead = w.streamLeadLocked(e, late, w.cost())
+	cost := w.cost()
+	// Nothing to do when even the longest lead the stream could need
+	// (losing every tracked lock, after the lateness) leaves the timer
+	// earlier: most adds end here without reading the stream.
+	if !w.timerAt.IsZero() && !due.Add(-late-cost*time.Duration(len(w.locks))).Before(w.timerAt) {
+		return
 	}
+	lead, until := w.streamLeadLocked(e, late, cost)
 	at := due.Add(-lead)
+	if stuck && !at.After(time.Now()) {
+		lead, until = min(late, e.l.cfg.TTL/10), time.Time{}
+		if due.Equal(e.deadline) {
+			lead = w.leadLocked(e, late, cost, 0)
+		}
+		at = due.Add(-lead)
+	}
 	if !w.timerAt.IsZero() && !at.Before(w.timerAt) {
 		return
 	}
@@ -313,16 +365,25 @@ func (w *watchdog) armForLocked(e *wdEntry) {
 	} else {
 		w.timer.Reset(d)
 	}
-	w.timerAt, w.timerLead = at, lead
+	w.timerAt, w.timerLead, w.timerUntil = at, lead, until
 }
 
 // cost is the measured time to lose one lock.
 func (w *watchdog) cost() time.Duration {
-	if c := time.Duration(w.loseCost.Load()); c > 0 {
-		return c
+	c := time.Duration(w.loseCost.Load())
+	if c <= 0 {
+		c = defaultLoseCost
 	}
-	return defaultLoseCost
+	return c * costMargin
 }
+
+// costMargin is the factor by which leads overestimate the measured cost
+// of losing a lock: the cost of the next mass loss is not the average of
+// the last ones (under -race a pass lost 17us a lock, the next 23us, while
+// the estimate said 13us, and a 12000-lock stream was lost 25ms late). A
+// lead too long loses locks a little earlier, only when their renewals
+// have failed for most of the TTL, and never by more than the cap.
+const costMargin = 2
 
 // held reports the number of locks under renewal (for tests and metrics).
 func (w *watchdog) held() int {
@@ -340,17 +401,26 @@ func (w *watchdog) held() int {
 // pass runs on the timer's goroutine: it loses the locks past their
 // deadline, re-arms the timer for the next event, then renews what is due.
 func (w *watchdog) pass() {
+	w.passes.Add(1)
 	var due []*Lock
 	// Keep losing what has come due while this goroutine runs: on a busy
 	// machine each timer firing waits for the scheduler, and a pass per
 	// deadline would fall behind a stream of deadlines (measured: 6000
 	// locks on a stalled link, passes 3ms apart, falling 100ms behind).
-	var fired time.Duration // the lead the timer was armed with
+	var fired passLead // the lead the timer was armed with
 	var cleanups []*Lock
 	var unbinds []func()
 	for round := 0; ; round++ {
 		start := time.Now()
 		expired, at, more := w.collect(round == 0, round == maxPassRounds-1, &fired, &due)
+		if len(due) > 0 && (more || round > 0) {
+			// Renewals taken while a long losing loop runs start now,
+			// not after it (red team: 100ms locks due during a 30000-lock
+			// loop were sent 50ms late and lost).
+			batch := due
+			due = nil
+			background.Go(func() { w.renew(batch) })
+		}
 		cleanups, unbinds = w.lose(expired, at, cleanups, unbinds)
 		w.noteCost(start, len(expired))
 		if !more {
@@ -365,11 +435,27 @@ func (w *watchdog) pass() {
 	for _, stop := range unbinds {
 		stop()
 	}
+	if len(cleanups) > 0 && len(due) > 0 {
+		// Renewals go out before the cleanups compete with them.
+		batch := due
+		due = nil
+		background.Go(func() { w.renew(batch) })
+	}
 	cleanupAll(cleanups)
 	if len(due) > 0 {
 		w.renew(due)
 	}
 }
+
+// passLead is the lead a pass's timer was armed with, and the last
+// deadline of the stream it was armed for.
+type passLead struct {
+	lead  time.Duration
+	until time.Time
+}
+
+// maxAside bounds the locks a round looks past (see collect).
+const maxAside = 64
 
 // maxPassRounds bounds the rounds of one pass; the timer covers the rest.
 const maxPassRounds = 256
@@ -392,27 +478,48 @@ const maxRoundLosses = 128
 // not by this) plus the measured cost of losing the locks ahead of it in
 // this round and the locks sharing its deadline (see leadLocked); and at
 // least the lead the timer was armed with (fired, recorded by the first
-// round), which covers the stream of deadlines behind the first.
-func (w *watchdog) collect(first, last bool, fired *time.Duration, due *[]*Lock) (expired []*Lock, at []time.Time, more bool) {
+// round), which covers the stream of deadlines behind the first; every
+// lock due by the end of that stream (fired.until) is lost in order, each
+// within its own cap; a lock at the root that its own cap keeps from
+// being lost yet is set aside, so the stream behind it is not held up.
+func (w *watchdog) collect(first, last bool, fired *passLead, due *[]*Lock) (expired []*Lock, at []time.Time, more bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	now := time.Now()
 	if first {
 		w.looping++
-		if armed := w.timerAt; !armed.IsZero() {
+		// A firing from before the timer's last re-arm (AfterFunc had
+		// already started it) finds the timer armed for later: it leaves
+		// that arming alone (it is still scheduled) and takes no lead
+		// from it. Taking it used to make such a pass find nothing to
+		// lose yet and re-arm the timer later, by the root's own lead,
+		// dropping the stream lead (red team: a batch lost 0.2ms short of
+		// collectable, then 25ms late).
+		if armed := w.timerAt; !armed.IsZero() && !now.Before(armed) {
 			w.noteLateness(now.Sub(armed))
-			*fired = w.timerLead
+			*fired = passLead{w.timerLead, w.timerUntil}
+			w.timerAt, w.timerLead, w.timerUntil = time.Time{}, 0, time.Time{}
 		}
-		w.timerAt, w.timerLead = time.Time{}, 0
 	}
 	late := time.Duration(w.lateness.Load())
 	cost := w.cost()
+	var aside []*wdEntry
+	renewing := len(*due)
 	for w.queue.Len() > 0 {
 		e := w.queue[0]
-		floor := min(*fired, e.l.cfg.TTL/maxLeadDiv)
+		// At least the lead the timer was armed with, plus the cost of
+		// the locks taken ahead in this round: a pass armed early for a
+		// stream of deadlines works through it in order from the start.
+		cap := e.l.cfg.TTL / maxLeadDiv
+		floor := min(fired.lead+cost*time.Duration(len(expired)+1), cap)
 		lead := max(w.leadLocked(e, late, cost, len(expired)), floor)
 		if len(expired) == maxRoundLosses {
 			break // the next round takes the rest, with a fresh now
+		}
+		// Part of the stream the timer was armed for (due by its end), and
+		// within this lock's own cap: lost now, in order.
+		if !e.deadline.After(fired.until) && e.deadline.Sub(now) <= cap {
+			lead = max(lead, e.deadline.Sub(now))
 		}
 		if t := now.Add(lead); !t.Before(e.deadline) {
 			heap.Pop(&w.queue) // back in by rearm if a renewal moved it
@@ -431,7 +538,21 @@ func (w *watchdog) collect(first, last bool, fired *time.Duration, due *[]*Lock)
 			*due = append(*due, e.l)
 			continue
 		}
+		// Not due by its own lead, but the timer was armed for a stream
+		// of deadlines behind it that needs a longer lead than this
+		// lock's TTL allows (a short lock in front of a batch of long
+		// ones, red team): set it aside and look further, so that the
+		// batch is not lost late and the timer is not re-armed in the
+		// past for a root that cannot be collected yet.
+		if fired.lead > floor && len(aside) < maxAside {
+			heap.Pop(&w.queue)
+			aside = append(aside, e)
+			continue
+		}
 		break
+	}
+	for _, e := range aside {
+		heap.Push(&w.queue, e)
 	}
 	more = len(expired) > 0 && !last
 	if !more {
@@ -442,7 +563,7 @@ func (w *watchdog) collect(first, last bool, fired *time.Duration, due *[]*Lock)
 		// took 20-80ms, and the cost estimate rose to 600us a lock).
 		w.looping--
 		if w.queue.Len() > 0 {
-			w.armForLocked(w.queue[0])
+			w.armLocked(w.queue[0], len(expired) == 0 && len(*due) == renewing)
 		}
 	}
 	return expired, at, more
@@ -483,7 +604,7 @@ func (w *watchdog) lose(expired []*Lock, at []time.Time, cleanups []*Lock, unbin
 // would count as the cost of every lock of the next batch), while the
 // estimate matters for rounds of thousands.
 func (w *watchdog) noteCost(start time.Time, n int) {
-	if n == 0 {
+	if n < minCostSample {
 		return
 	}
 	per := int64(time.Since(start)) / int64(n)
@@ -491,8 +612,15 @@ func (w *watchdog) noteCost(start time.Time, n int) {
 	if old == 0 {
 		old = int64(defaultLoseCost)
 	}
+	// A round that waited for the mutex or was preempted says little about
+	// the next: one sample moves the estimate up by at most 4x (red team:
+	// unclamped, it rose to 1.5ms a lock against a real 10us).
+	per = min(per, 4*old)
 	w.loseCost.Store(old + (per-old)*int64(min(n, 64))/256)
 }
+
+// minCostSample is the fewest losses a round needs to feed loseCost.
+const minCostSample = 16
 
 // cleanupWorkers bounds the goroutines releasing lost locks of one pass:
 // thousands of locks lost at once (a hung server) must not become

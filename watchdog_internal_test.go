@@ -80,7 +80,9 @@ func TestSharedDeadlineLeadsAndRoundsAreBounded(t *testing.T) {
 	w.armForLocked(w.queue[0])
 	at, lead := w.timerAt, w.timerLead
 	w.mu.Unlock()
-	if want := 20 * time.Millisecond; lead != want || !at.Equal(d.Add(-want)) {
+	// 1000 x 20us x costMargin, plus at most the millisecond the deadline's bucket
+	// starts before it.
+	if want := 20 * time.Millisecond * costMargin; lead < want || lead > want+time.Millisecond || !at.Equal(d.Add(-lead)) {
 		t.Fatalf("timer armed %v before the shared deadline (lead %v), want %v", d.Sub(at), lead, want)
 	}
 	// Past the cap: a quarter of the TTL.
@@ -90,7 +92,7 @@ func TestSharedDeadlineLeadsAndRoundsAreBounded(t *testing.T) {
 	w.armForLocked(w.queue[0])
 	lead = w.timerLead
 	w.mu.Unlock()
-	if lead != ttl/maxLeadDiv {
+	if cap := ttl / maxLeadDiv; lead < cap || lead > cap+time.Millisecond {
 		t.Fatalf("lead %v, want the cap %v", lead, ttl/maxLeadDiv)
 	}
 	// A round collects at most maxRoundLosses, even when all are due.
@@ -106,7 +108,7 @@ func TestSharedDeadlineLeadsAndRoundsAreBounded(t *testing.T) {
 		w.fixLocked(e)
 	}
 	w.mu.Unlock()
-	var fired time.Duration
+	var fired passLead
 	var due []*Lock
 	expired, at2, more := w.collect(true, false, &fired, &due)
 	if len(expired) != maxRoundLosses || !more || len(at2) != len(expired) {
@@ -119,8 +121,8 @@ func TestSharedDeadlineLeadsAndRoundsAreBounded(t *testing.T) {
 	w.armForLocked(w.queue[0])
 	armed := w.timerAt
 	w.mu.Unlock()
-	if !armed.IsZero() {
-		t.Fatalf("timer armed for %v while a pass is losing the locks due", armed)
+	if !armed.IsZero() && !armed.After(time.Now()) {
+		t.Fatalf("timer armed for %v (a lock already due) while a pass is losing the locks due", armed)
 	}
 	cleanupAll(loseAll(w, expired, at2))
 	for _, lk := range expired {

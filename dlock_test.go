@@ -81,10 +81,10 @@ func TestFenceAdmits(t *testing.T) {
 		f    dlock.Fence
 		want bool
 	}{
-		{dlock.Fence{6, "b"}, true},
-		{dlock.Fence{5, "a"}, true},
-		{dlock.Fence{5, "b"}, false},
-		{dlock.Fence{4, "a"}, false},
+		{dlock.Fence{Token: 6, Owner: "b"}, true},
+		{dlock.Fence{Token: 5, Owner: "a"}, true},
+		{dlock.Fence{Token: 5, Owner: "b"}, false},
+		{dlock.Fence{Token: 4, Owner: "a"}, false},
 	}
 	for _, c := range cases {
 		if got := hi.Admits(c.f); got != c.want {
@@ -97,7 +97,7 @@ func TestFenceAdmits(t *testing.T) {
 }
 
 func TestErrorsUnwrap(t *testing.T) {
-	na := &dlock.NotAcquiredError{Key: "k", Holder: "0123456789abcdef", Metadata: map[string]string{"host": "h", "pid": "1"}, TTL: time.Second, Cause: context.Canceled}
+	na := &dlock.NotAcquiredError{Key: "k", Holders: []dlock.Holder{{Owner: "0123456789abcdef", Metadata: map[string]string{"host": "h", "pid": "1"}, TTL: time.Second}}, Cause: context.Canceled}
 	if !errors.Is(na, dlock.ErrNotAcquired) || !errors.Is(na, context.Canceled) {
 		t.Fatal("NotAcquiredError does not unwrap")
 	}
@@ -148,21 +148,21 @@ func TestNilArguments(t *testing.T) {
 }
 
 func TestWatchdogStopsWhenIdle(t *testing.T) {
-	l := memlock.New()
+	l := dlock.NewEngine(newSlowClient(newStore()))
 	ctx := context.Background()
 	lk, err := l.Acquire(ctx, "k", dlock.WithTTL(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.Renewing() != 1 {
-		t.Fatalf("renewing %d", l.Renewing())
+	if dlock.Renewing(l) != 1 {
+		t.Fatalf("renewing %d", dlock.Renewing(l))
 	}
 	time.Sleep(400 * time.Millisecond)
 	if err := lk.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if l.Renewing() != 0 {
-		t.Fatalf("renewing %d after release", l.Renewing())
+	if dlock.Renewing(l) != 0 {
+		t.Fatalf("renewing %d after release", dlock.Renewing(l))
 	}
 	// goleak in TestMain checks the watchdog goroutine has exited.
 }

@@ -52,19 +52,21 @@ var (
 	// ErrHoldCapReached: the lock reached the total hold time set with
 	// WithMaxHold. It is reported wrapped together with ErrLockLost.
 	ErrHoldCapReached = errors.New("dlock: hold cap reached")
+	// ErrUnsupported: the backend does not offer what was asked (a shared
+	// or counted lock on a backend without them, listing). The message
+	// names the mode or feature.
+	ErrUnsupported = errors.New("dlock: not supported")
 )
 
-// NotAcquiredError says why a lock could not be had. It unwraps to
-// ErrNotAcquired and, when waiting ended because of the context, to the
-// context's error as well.
+// NotAcquiredError says why a lock could not be had: the key is held. It
+// unwraps to ErrNotAcquired and, when waiting ended because of the context,
+// to the context's error as well.
 type NotAcquiredError struct {
 	Key string
-	// Holder is the current holder's owner id, when the backend knows it.
-	Holder string
-	// Metadata is the holder's metadata (host, pid, ...), when known.
-	Metadata map[string]string
-	// TTL is the time left on the holder's lease, when known (0 if unknown).
-	TTL time.Duration
+	// Holders are the holders seen, when the backend knows them: one for an
+	// exclusive lock, several for shared or counted ones. A reservation for
+	// a woken waiter shows as a holder without an owner.
+	Holders []Holder
 	// Cause is an extra reason: the context's error or a quorum report.
 	Cause error
 }
@@ -72,12 +74,20 @@ type NotAcquiredError struct {
 func (e *NotAcquiredError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "dlock: lock %q not acquired", e.Key)
-	if e.Holder != "" || len(e.Metadata) > 0 {
-		b.WriteString(": held by ")
-		b.WriteString(HolderString(e.Holder, e.Metadata))
-	}
-	if e.TTL > 0 {
-		fmt.Fprintf(&b, " (ttl %s)", e.TTL.Round(time.Millisecond))
+	if len(e.Holders) > 0 {
+		h := e.Holders[0]
+		if h.Owner != "" || len(h.Metadata) > 0 {
+			b.WriteString(": held by ")
+			b.WriteString(h.String())
+		} else {
+			b.WriteString(": held")
+		}
+		if h.TTL > 0 {
+			fmt.Fprintf(&b, " (ttl %s)", h.TTL.Round(time.Millisecond))
+		}
+		if n := len(e.Holders) - 1; n > 0 {
+			fmt.Fprintf(&b, " and %d more", n)
+		}
 	}
 	if e.Cause != nil {
 		b.WriteString(": ")
@@ -92,6 +102,18 @@ func (e *NotAcquiredError) Unwrap() []error {
 		return []error{ErrNotAcquired, e.Cause}
 	}
 	return []error{ErrNotAcquired}
+}
+
+// soonest is the shortest known time left on a holder's lease (0 if none
+// is known): the key may be free by then.
+func (e *NotAcquiredError) soonest() time.Duration {
+	var d time.Duration
+	for _, h := range e.Holders {
+		if h.TTL > 0 && (d == 0 || h.TTL < d) {
+			d = h.TTL
+		}
+	}
+	return d
 }
 
 // HolderString formats an owner id and its metadata for messages:
@@ -123,12 +145,12 @@ func HolderString(owner string, md map[string]string) string {
 type LostError struct {
 	Key    string
 	Token  uint64
-	Reason string
+	Reason LossReason
 	Cause  error
 }
 
 func (e *LostError) Error() string {
-	s := fmt.Sprintf("dlock: lock %q (token %d) lost: %s", e.Key, e.Token, e.Reason)
+	s := fmt.Sprintf("dlock: lock %q (token %d) lost: %s", e.Key, e.Token, e.Reason.text())
 	if e.Cause != nil {
 		s += ": " + e.Cause.Error()
 	}
@@ -153,6 +175,9 @@ type StaleTokenError struct {
 }
 
 func (e *StaleTokenError) Error() string {
+	if e.Token == 0 {
+		return fmt.Sprintf("dlock: stale fencing token for %q: token 0 is no lock's token (highest accepted %d)", e.Resource, e.Highest)
+	}
 	if e.Token == e.Highest {
 		return fmt.Sprintf("dlock: stale fencing token for %q: token %d already accepted from another owner", e.Resource, e.Token)
 	}

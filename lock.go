@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/background"
 )
 
@@ -22,31 +23,6 @@ type Locker interface {
 	// TryAcquire makes one attempt; a held key returns an error wrapping
 	// ErrNotAcquired (a *NotAcquiredError naming the holder where known).
 	TryAcquire(ctx context.Context, key string, opts ...Option) (*Lock, error)
-}
-
-// Lease is the server-side half of a held lock, implemented by backends.
-// Both methods must be safe to call more than once and concurrently.
-type Lease interface {
-	// Refresh extends the lease to ttl from the moment the request is sent,
-	// only if it is still held by this owner (compare-and-expire). It
-	// returns an error wrapping ErrNotHeld when the server no longer holds
-	// it for this owner; any other error is treated as transient.
-	Refresh(ctx context.Context, ttl time.Duration) error
-	// Release removes the lease only if it is still this owner's
-	// (compare-and-delete) and wakes waiters. A lease that is no longer held
-	// returns an error wrapping ErrNotHeld and nothing changes.
-	Release(ctx context.Context) error
-}
-
-// LossNotifier is implemented by leases whose backend can notice a loss on
-// its own (a session expiring, a watch on the key). The core calls Bind
-// once, when the lock is handed out, with a function the backend calls,
-// from any goroutine, when the lease is known or suspected to be lost
-// (cause wrapping ErrNotHeld when the server says it is gone). The
-// returned stop function (may be nil) is called once when the lock ends,
-// released or lost; it must not block.
-type LossNotifier interface {
-	Bind(lose func(cause error)) (stop func())
 }
 
 // state of a Lock.
@@ -68,8 +44,8 @@ type Lock struct {
 	key      string
 	owner    string
 	token    uint64
-	cfg      *Config
-	lease    Lease
+	cfg      *config
+	lease    driver.Lease
 	wd       *watchdog
 	acquired time.Time
 
@@ -96,27 +72,16 @@ type releaseFlight struct {
 	err  error
 }
 
-// Grant is what a backend returns for a successful attempt.
-type Grant struct {
-	Lease Lease
-	// Token is the fencing token of this acquisition.
-	Token uint64
-	// Start, if set, is when the request that began the lease's current
-	// validity was sent (a backend that reuses or renews a lease while
-	// granting). Zero means the start of the attempt.
-	Start time.Time
-}
-
 // newLock wraps a granted lease. start is the monotonic time at which the
 // request that began the lease's validity was sent: the local deadline
 // counts from it.
-func newLock(key, owner string, cfg *Config, g Grant, start time.Time, wd *watchdog) *Lock {
+func newLock(key, owner string, cfg *config, g driver.Grant, start time.Time, wd *watchdog) *Lock {
 	l := &Lock{key: key, owner: owner, token: g.Token, cfg: cfg, lease: g.Lease, wd: wd, acquired: start}
 	l.life, l.cancel = context.WithCancelCause(context.Background())
 	l.deadline = l.capDeadline(start.Add(cfg.TTL - cfg.Drift()))
-	if b, ok := g.Lease.(LossNotifier); ok {
+	if b, ok := g.Lease.(driver.LossNotifier); ok {
 		stop := b.Bind(func(cause error) {
-			l.lose("the backend reported the lease lost", cause, !errors.Is(cause, ErrNotHeld))
+			l.lose(LossBackend, cause, !errors.Is(cause, ErrNotHeld))
 		})
 		l.mu.Lock()
 		if l.state == stateHeld {
@@ -140,7 +105,7 @@ func newLock(key, owner string, cfg *Config, g Grant, start time.Time, wd *watch
 			// Drift allowance included, like every deadline: a renewal
 			// clipped to the cap ends the server lease at the cap.
 			l.capTimer = time.AfterFunc(time.Until(start.Add(cfg.MaxHold-cfg.Drift())), func() {
-				l.lose("hold cap reached", ErrHoldCapReached, true)
+				l.lose(LossHoldCap, ErrHoldCapReached, true)
 			})
 		}
 		wd.add(l, renewAt, l.deadline)
@@ -257,7 +222,7 @@ func (l *Lock) Fence() Fence {
 	if l == nil {
 		return Fence{}
 	}
-	return Fence{Token: l.token, Owner: l.owner}
+	return Fence{Token: l.token, Owner: l.owner, Shared: l.cfg.mode != Exclusive}
 }
 
 // Refresh extends the lease now. With auto-refresh on the watchdog does this
@@ -278,7 +243,7 @@ func (l *Lock) Refresh(ctx context.Context) error {
 	start := time.Now()
 	ttl, ok := l.renewTTL(start)
 	if !ok {
-		l.lose("hold cap reached", ErrHoldCapReached, true)
+		l.lose(LossHoldCap, ErrHoldCapReached, true)
 		return l.Err()
 	}
 	_, err, abandoned := call(ctx, func(ctx context.Context) (struct{}, error) {
@@ -288,12 +253,15 @@ func (l *Lock) Refresh(ctx context.Context) error {
 	case abandoned:
 		return fmt.Errorf("%w: refresh %q: no answer before the context ended: %w", ErrUnavailable, l.key, err)
 	case err == nil:
+		l.wd.src.renew(l, ResultOK, nil)
 		l.renewed(start, ttl)
 		return l.Err()
 	case errors.Is(err, ErrNotHeld):
-		l.lose("refresh refused by the server", err, false)
+		l.wd.src.renew(l, ResultRefused, err)
+		l.lose(LossNotHeld, err, false)
 		return l.Err()
 	default:
+		l.wd.src.renew(l, ResultError, err)
 		return errors.Join(err, ctx.Err())
 	}
 }
@@ -325,7 +293,8 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	l.mu.Lock()
 	var unbind func()
-	if l.state == stateHeld {
+	first := l.state == stateHeld
+	if first {
 		l.state = stateReleased
 		l.err = ErrReleased
 		unbind = l.stopLocked()
@@ -335,6 +304,9 @@ func (l *Lock) Release(ctx context.Context) error {
 		unbind()
 	}
 	err := l.releaseServer(ctx)
+	if first {
+		l.wd.src.released(l, err)
+	}
 	switch {
 	case err == nil:
 		return l.lostErr()
@@ -345,7 +317,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		l.mu.Lock()
 		if l.state == stateReleased {
 			l.state = stateLost
-			l.err = &LostError{Key: l.key, Token: l.token, Reason: "lease was no longer held at release", Cause: err}
+			l.err = &LostError{Key: l.key, Token: l.token, Reason: LossNotHeld, Cause: err}
 		}
 		e := l.err
 		l.mu.Unlock()
@@ -458,7 +430,7 @@ func (l *Lock) stopLocked() (unbind func()) {
 // lose marks the lock lost. cleanup queues a best-effort server release
 // (the server may still hold the lease); without it the server is known
 // not to hold it.
-func (l *Lock) lose(reason string, cause error, cleanup bool) {
+func (l *Lock) lose(reason LossReason, cause error, cleanup bool) {
 	if l.markLost(reason, cause, cleanup) {
 		background.Go(l.cleanup)
 	}
@@ -466,7 +438,7 @@ func (l *Lock) lose(reason string, cause error, cleanup bool) {
 
 // markLost closes Lost() and reports whether a cleanup should be started
 // (the watchdog starts them only after closing every expired lock's Lost()).
-func (l *Lock) markLost(reason string, cause error, cleanup bool) bool {
+func (l *Lock) markLost(reason LossReason, cause error, cleanup bool) bool {
 	cleanup, unbind := l.markLostUnbound(reason, cause, cleanup)
 	if unbind != nil {
 		unbind()
@@ -477,7 +449,7 @@ func (l *Lock) markLost(reason string, cause error, cleanup bool) bool {
 // markLostUnbound is markLost leaving the backend's loss notifier to stop
 // to the caller (unbind, nil if none): the watchdog stops them after its
 // losing loop, so that no backend code runs inside it.
-func (l *Lock) markLostUnbound(reason string, cause error, cleanup bool) (bool, func()) {
+func (l *Lock) markLostUnbound(reason LossReason, cause error, cleanup bool) (bool, func()) {
 	l.mu.Lock()
 	if l.state != stateHeld {
 		l.mu.Unlock()
@@ -492,7 +464,9 @@ func (l *Lock) markLostUnbound(reason string, cause error, cleanup bool) (bool, 
 			l.doneResult = fmt.Errorf("%w: %w", ErrNotHeld, cause)
 		}
 	}
+	lerr := l.err
 	l.mu.Unlock()
+	l.wd.src.lost(l, reason, lerr)
 	return cleanup, unbind
 }
 
@@ -530,9 +504,9 @@ func (l *Lock) deadlinePassedUnbound(now time.Time) (bool, func()) {
 	}
 	// A lease renewed only up to the hold cap ends at the cap.
 	if l.cfg.MaxHold > 0 && !now.Add(l.cfg.Drift()+time.Millisecond).Before(l.acquired.Add(l.cfg.MaxHold)) {
-		return l.markLostUnbound("hold cap reached", ErrHoldCapReached, true)
+		return l.markLostUnbound(LossHoldCap, ErrHoldCapReached, true)
 	}
-	return l.markLostUnbound("local deadline passed without a successful renewal", nil, true)
+	return l.markLostUnbound(LossDeadline, nil, true)
 }
 
 // capDeadline bounds a local deadline by the hold cap (less the drift

@@ -48,11 +48,10 @@ const (
 )
 
 // Option configures one acquisition.
-type Option func(*Config)
+type Option func(*config)
 
-// Config is the resolved set of options for one acquisition. Backends read
-// it; users build it through Options.
-type Config struct {
+// config is the resolved set of options for one acquisition.
+type config struct {
 	// TTL is the lease length. Zero means DefaultTTL.
 	TTL time.Duration
 	// Wait bounds how long Acquire waits, on top of its context. Zero means
@@ -80,25 +79,34 @@ type Config struct {
 	DriftMin    time.Duration
 
 	ttlSet bool
+
+	// mode and limit: WithShared, WithLimit (modeErr: a bad limit).
+	mode    Mode
+	limit   int
+	modeErr error
+	// attempts counts the attempts of the acquisition (for Events).
+	attempts int
+	// key is the key being acquired.
+	key string
 }
 
 // WithTTL sets the lease length (default DefaultTTL; at least the
 // backend's minimum, at most MaxTTL). With auto-refresh on, the lease is
 // renewed every TTL/3, so the TTL is how long a crashed holder keeps others
 // out.
-func WithTTL(d time.Duration) Option { return func(c *Config) { c.TTL = d; c.ttlSet = true } }
+func WithTTL(d time.Duration) Option { return func(c *config) { c.TTL = d; c.ttlSet = true } }
 
 // WithWait bounds how long Acquire waits for a held key (default: until the
 // context ends). TryAcquire ignores it.
-func WithWait(d time.Duration) Option { return func(c *Config) { c.Wait = d } }
+func WithWait(d time.Duration) Option { return func(c *config) { c.Wait = d } }
 
 // WithBackoff sets the polling fallback used between attempts while waiting.
-func WithBackoff(b Backoff) Option { return func(c *Config) { c.Backoff = b } }
+func WithBackoff(b Backoff) Option { return func(c *config) { c.Backoff = b } }
 
 // WithMetadata adds key=value metadata stored with the lock (merged with the
 // automatic host and pid).
 func WithMetadata(key, value string) Option {
-	return func(c *Config) {
+	return func(c *config) {
 		if c.Metadata == nil {
 			c.Metadata = map[string]string{}
 		}
@@ -107,21 +115,21 @@ func WithMetadata(key, value string) Option {
 }
 
 // WithoutDefaultMetadata stops dlock from recording host and pid.
-func WithoutDefaultMetadata() Option { return func(c *Config) { c.NoDefaultMetadata = true } }
+func WithoutDefaultMetadata() Option { return func(c *config) { c.NoDefaultMetadata = true } }
 
 // WithAutoRefresh turns the watchdog on (the default) or off.
-func WithAutoRefresh(on bool) Option { return func(c *Config) { c.NoAutoRefresh = !on } }
+func WithAutoRefresh(on bool) Option { return func(c *config) { c.NoAutoRefresh = !on } }
 
 // WithMaxHold caps the total hold time: once it is reached the lock is no
 // longer renewed, Lost closes with an error wrapping ErrHoldCapReached and
 // the lock is released.
-func WithMaxHold(d time.Duration) Option { return func(c *Config) { c.MaxHold = d } }
+func WithMaxHold(d time.Duration) Option { return func(c *config) { c.MaxHold = d } }
 
 // WithDrift sets the clock-drift allowance: the local deadline of a lease
 // is its start + TTL - (TTL*factor + min). factor must be in
 // [0, MaxDriftFactor) and the allowance below half the TTL.
 func WithDrift(factor float64, min time.Duration) Option {
-	return func(c *Config) { c.DriftFactor, c.DriftMin = factor, min }
+	return func(c *config) { c.DriftFactor, c.DriftMin = factor, min }
 }
 
 var hostname = func() string {
@@ -132,14 +140,14 @@ var hostname = func() string {
 	return h
 }()
 
-// NewConfig applies opts, fills in defaults and validates the result and the
-// key against minTTL (pass 0 for MinTTL). Backends call it first in every
-// Acquire; errors wrap ErrInvalidKey, ErrInvalidTTL or ErrInvalidOption.
-func NewConfig(key string, minTTL time.Duration, opts ...Option) (*Config, error) {
+// newConfig applies opts, fills in defaults and validates the result and the
+// key against minTTL (pass 0 for MinTTL); errors wrap ErrInvalidKey,
+// ErrInvalidTTL or ErrInvalidOption.
+func newConfig(key string, minTTL time.Duration, opts ...Option) (*config, error) {
 	if err := ValidateKey(key); err != nil {
 		return nil, err
 	}
-	c := &Config{}
+	c := &config{key: key}
 	for _, o := range opts {
 		if o != nil {
 			o(c)
@@ -160,6 +168,9 @@ func NewConfig(key string, minTTL time.Duration, opts ...Option) (*Config, error
 	}
 	if c.TTL%time.Millisecond != 0 {
 		c.TTL = c.TTL.Truncate(time.Millisecond)
+	}
+	if c.modeErr != nil {
+		return nil, c.modeErr
 	}
 	if c.Wait < 0 {
 		return nil, fmt.Errorf("%w: wait %v is negative", ErrInvalidOption, c.Wait)
@@ -209,7 +220,7 @@ func NewConfig(key string, minTTL time.Duration, opts ...Option) (*Config, error
 }
 
 // Drift is the clock-drift allowance for this config's TTL.
-func (c *Config) Drift() time.Duration {
+func (c *config) Drift() time.Duration {
 	return time.Duration(float64(c.TTL)*c.DriftFactor) + c.DriftMin
 }
 

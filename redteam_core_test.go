@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/memlock"
 )
@@ -45,7 +47,7 @@ func (c *flipCtx) Err() error {
 func TestRedReleaseFlightWedgedByExpiringContext(t *testing.T) {
 	st := newStore()
 	c := newSlowClient(st)
-	a := dlock.NewAcquirer(c, 0)
+	a := dlock.NewEngine(c)
 	lk, err := a.TryAcquire(context.Background(), "k", dlock.WithTTL(time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +80,7 @@ func TestRedReleaseFlightWedgedByExpiringContext(t *testing.T) {
 func TestRedReleaseFlightWedgedNaturally(t *testing.T) {
 	st := newStore()
 	c := newSlowClient(st)
-	a := dlock.NewAcquirer(c, 0)
+	a := dlock.NewEngine(c)
 	wedged := 0
 	const n = 3000
 	for i := 0; i < n; i++ {
@@ -115,7 +117,7 @@ func (s closedSub) Close()             {}
 
 type closedWatchClient struct{ *slowClient }
 
-func (c closedWatchClient) Watch(ctx context.Context, key string) (dlock.Subscription, error) {
+func (c closedWatchClient) Watch(ctx context.Context, key string) (driver.Subscription, error) {
 	ch := make(chan struct{})
 	close(ch)
 	return closedSub{ch}, nil
@@ -125,14 +127,14 @@ func (c closedWatchClient) Watch(ctx context.Context, key string) (dlock.Subscri
 // busy loop against the server: no backoff at all.
 func TestRedClosedSubscriptionSpins(t *testing.T) {
 	st := newStore()
-	holder := dlock.NewAcquirer(newSlowClient(st), 0)
+	holder := dlock.NewEngine(newSlowClient(st))
 	lk, err := holder.TryAcquire(context.Background(), "k", dlock.WithTTL(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer lk.Release(context.Background())
 	c := newSlowClient(st)
-	a := dlock.NewAcquirer(closedWatchClient{c}, 0)
+	a := dlock.NewEngine(closedWatchClient{c})
 	_, err = a.Acquire(context.Background(), "k", dlock.WithWait(100*time.Millisecond))
 	tries := c.count("try")
 	t.Logf("Acquire waited 100ms: %v; Try calls: %d (DefaultBackoff would make ~6)", err, tries)
@@ -153,14 +155,14 @@ type fastClockLease struct {
 	*slowLease
 }
 
-func (c fastClock) Try(ctx context.Context, req *dlock.Request) (dlock.Grant, error) {
+func (c fastClock) Try(ctx context.Context, req *driver.Request) (driver.Grant, error) {
 	g, err := c.slowClient.Try(ctx, req)
 	if err == nil {
 		// server clock runs 0.5% fast: its TTL ends 0.5% earlier in our time
 		st := c.st
 		st.mu.Lock()
 		e := st.entries[req.Key]
-		e.expires = time.Now().Add(time.Duration(float64(req.Config.TTL) * 0.995))
+		e.expires = time.Now().Add(time.Duration(float64(req.TTL) * 0.995))
 		st.entries[req.Key] = e
 		st.mu.Unlock()
 		g.Lease = fastClockLease{g.Lease.(*slowLease)}
@@ -175,7 +177,7 @@ func (l fastClockLease) Refresh(ctx context.Context, ttl time.Duration) error {
 func TestRedHoldCapAfterServerExpiry(t *testing.T) {
 	st := newStore()
 	c := newSlowClient(st)
-	a := dlock.NewAcquirer(fastClock{c}, 0)
+	a := dlock.NewEngine(fastClock{c})
 	const ttl, hold = 3 * time.Second, 2500 * time.Millisecond
 	t0 := time.Now()
 	lk, err := a.TryAcquire(context.Background(), "k", dlock.WithTTL(ttl), dlock.WithMaxHold(hold))
@@ -188,7 +190,7 @@ func TestRedHoldCapAfterServerExpiry(t *testing.T) {
 	defer resume()
 	time.Sleep(50 * time.Millisecond)
 	t.Logf("local deadline after the clipped renewal: %v after acquire (server lease now ends ~1s+0.995*1.5s = 2.49s)", lk.Deadline().Sub(t0).Round(time.Millisecond))
-	other := dlock.NewAcquirer(newSlowClient(st), 0)
+	other := dlock.NewEngine(newSlowClient(st))
 	var got *dlock.Lock
 	for end := time.Now().Add(4 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Microsecond) {
 		lostBefore := closed(lk.Lost())
@@ -264,7 +266,7 @@ func TestRedManyLocksHungRenewal(t *testing.T) {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			st := newStore()
 			c := newSlowClient(st)
-			a := dlock.NewAcquirer(c, 0)
+			a := dlock.NewEngine(c)
 			resume := c.hang("refresh")
 			const ttl = time.Second // drift allowance 20ms
 			type rec struct {
@@ -350,7 +352,7 @@ func TestRedManyLocksHungRenewal(t *testing.T) {
 func TestRedConcurrentMisuse(t *testing.T) {
 	st := newStore()
 	c := newSlowClient(st)
-	a := dlock.NewAcquirer(c, 0)
+	a := dlock.NewEngine(c)
 	for round := 0; round < 30; round++ {
 		lk, err := a.TryAcquire(context.Background(), "k", dlock.WithTTL(100*time.Millisecond), dlock.WithMaxHold(time.Duration(round)*3*time.Millisecond+30*time.Millisecond))
 		if err != nil {

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // gateBackend: one key, leases that expire on a "server" map; Refresh can
@@ -24,15 +26,15 @@ func newGateBackend() *gateBackend {
 	return &gateBackend{expires: map[string]time.Time{}, owner: map[string]string{}}
 }
 
-func (b *gateBackend) Try(ctx context.Context, req *Request) (Grant, error) {
+func (b *gateBackend) Try(ctx context.Context, req *driver.Request) (driver.Grant, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if e, ok := b.expires[req.Key]; ok && time.Now().Before(e) {
-		return Grant{}, &NotAcquiredError{Key: req.Key, Holder: b.owner[req.Key], TTL: time.Until(e)}
+		return driver.Grant{}, &NotAcquiredError{Key: req.Key, Holders: []Holder{{Owner: b.owner[req.Key], TTL: time.Until(e)}}}
 	}
-	b.expires[req.Key] = time.Now().Add(req.Config.TTL)
+	b.expires[req.Key] = time.Now().Add(req.TTL)
 	b.owner[req.Key] = req.Owner
-	return Grant{Lease: &gateLease{b: b, key: req.Key, owner: req.Owner}, Token: 1}, nil
+	return driver.Grant{Lease: &gateLease{b: b, key: req.Key, owner: req.Owner}, Token: 1}, nil
 }
 
 type gateLease struct {
@@ -78,7 +80,7 @@ func (l *gateLease) Release(ctx context.Context) error {
 // step is one the scheduler may choose on its own.
 func TestRedInternalManualRefreshRaceLosesDeadline(t *testing.T) {
 	b := newGateBackend()
-	a := NewAcquirer(b, 0)
+	a := NewEngine(b)
 	const ttl = 200 * time.Millisecond
 	// A: a decoy whose deadline fires just before B's, so that a pass is
 	// queued on w.mu before B's renewal is.
@@ -171,7 +173,7 @@ type notifyBackend struct {
 	last *notifyLease
 }
 
-func (b *notifyBackend) Try(ctx context.Context, req *Request) (Grant, error) {
+func (b *notifyBackend) Try(ctx context.Context, req *driver.Request) (driver.Grant, error) {
 	g, err := b.gateBackend.Try(ctx, req)
 	if err != nil {
 		return g, err
@@ -191,7 +193,7 @@ func TestRedInternalLossNotifierDeadlocks(t *testing.T) {
 	for _, mode := range []string{"lose-in-stop", "mutex"} {
 		t.Run(mode, func(t *testing.T) {
 			nb := &notifyBackend{gateBackend: newGateBackend(), mode: mode}
-			a := NewAcquirer(nb, 0)
+			a := NewEngine(nb)
 			lk, err := a.TryAcquire(context.Background(), "k", WithTTL(time.Second))
 			if err != nil {
 				t.Fatal(err)
@@ -224,7 +226,7 @@ func TestRedInternalLossNotifierDeadlocks(t *testing.T) {
 // (the design says no lock is handed out lost at birth).
 func TestRedInternalLostAtBirth(t *testing.T) {
 	nb := &notifyBackend{gateBackend: newGateBackend(), mode: "lose-in-bind"}
-	a := NewAcquirer(nb, 0)
+	a := NewEngine(nb)
 	lk, err := a.TryAcquire(context.Background(), "k", WithTTL(time.Second))
 	if err != nil {
 		t.Logf("held: %v", err)
@@ -235,3 +237,7 @@ func TestRedInternalLostAtBirth(t *testing.T) {
 	}
 	_ = lk.Release(context.Background())
 }
+
+func (*gateBackend) Spec() driver.Spec { return driver.Spec{Name: "test"} }
+
+func (*notifyBackend) Spec() driver.Spec { return driver.Spec{Name: "test"} }

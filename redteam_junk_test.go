@@ -7,17 +7,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/memlock"
 )
 
 // junkBackend returns whatever the test says.
 type junkBackend struct {
-	try   func() (dlock.Grant, error)
+	try   func() (driver.Grant, error)
 	tries atomic.Int32
 }
 
-func (b *junkBackend) Try(ctx context.Context, req *dlock.Request) (dlock.Grant, error) {
+func (b *junkBackend) Try(ctx context.Context, req *driver.Request) (driver.Grant, error) {
 	b.tries.Add(1)
 	return b.try()
 }
@@ -37,7 +39,7 @@ type batchJunk struct {
 	calls atomic.Int32
 }
 
-func (b *batchJunk) RefreshBatch(ctx context.Context, rs []dlock.Renewal, done func(int, error)) {
+func (b *batchJunk) RefreshBatch(ctx context.Context, rs []driver.Renewal, done func(int, error)) {
 	b.calls.Add(1)
 	switch b.mode {
 	case "twice":
@@ -66,8 +68,8 @@ func (b *batchJunk) RefreshBatch(ctx context.Context, rs []dlock.Renewal, done f
 
 func TestRedJunkBackend(t *testing.T) {
 	t.Run("nil Lease in a successful Grant", func(t *testing.T) {
-		b := &junkBackend{try: func() (dlock.Grant, error) { return dlock.Grant{Token: 1}, nil }}
-		a := dlock.NewAcquirer(b, 0)
+		b := &junkBackend{try: func() (driver.Grant, error) { return driver.Grant{Token: 1}, nil }}
+		a := dlock.NewEngine(b)
 		lk, err := a.TryAcquire(context.Background(), "k")
 		t.Logf("TryAcquire: lk=%v err=%v", lk, err)
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
@@ -76,8 +78,8 @@ func TestRedJunkBackend(t *testing.T) {
 		t.Logf("Acquire(50ms): err=%v after %d tries", err, b.tries.Load())
 	})
 	t.Run("zero token", func(t *testing.T) {
-		b := &junkBackend{try: func() (dlock.Grant, error) { return dlock.Grant{Lease: &okLease{}}, nil }}
-		a := dlock.NewAcquirer(b, 0)
+		b := &junkBackend{try: func() (driver.Grant, error) { return driver.Grant{Lease: &okLease{}}, nil }}
+		a := dlock.NewEngine(b)
 		lk, err := a.TryAcquire(context.Background(), "k")
 		if err == nil {
 			t.Logf("a grant with token 0 is handed out: Token()=%d; a fresh guard admits it? %v", lk.Token(), dlock.Fence{}.Admits(lk.Fence()))
@@ -88,8 +90,8 @@ func TestRedJunkBackend(t *testing.T) {
 		t.Run("RefreshBatch "+mode, func(t *testing.T) {
 			b := &batchJunk{mode: mode}
 			lease := &okLease{}
-			b.try = func() (dlock.Grant, error) { return dlock.Grant{Lease: lease, Token: 1}, nil }
-			a := dlock.NewAcquirer(b, 0)
+			b.try = func() (driver.Grant, error) { return driver.Grant{Lease: lease, Token: 1}, nil }
+			a := dlock.NewEngine(b)
 			lk, err := a.TryAcquire(context.Background(), "k", dlock.WithTTL(150*time.Millisecond))
 			if err != nil {
 				t.Fatal(err)
@@ -108,14 +110,14 @@ func TestRedJunkBackend(t *testing.T) {
 // Watch returning (nil, nil), and a Subscription whose C() is nil.
 type nilWatch struct{ junkBackend }
 
-func (*nilWatch) Watch(ctx context.Context, key string) (dlock.Subscription, error) { return nil, nil }
+func (*nilWatch) Watch(ctx context.Context, key string) (driver.Subscription, error) { return nil, nil }
 
 func TestRedNilSubscription(t *testing.T) {
 	b := &nilWatch{}
-	b.try = func() (dlock.Grant, error) {
-		return dlock.Grant{}, &dlock.NotAcquiredError{Key: "k", Holder: "h", TTL: time.Second}
+	b.try = func() (driver.Grant, error) {
+		return driver.Grant{}, &dlock.NotAcquiredError{Key: "k", Holders: []dlock.Holder{{Owner: "h", TTL: time.Second}}}
 	}
-	a := dlock.NewAcquirer(b, 0)
+	a := dlock.NewEngine(b)
 	_, err := a.Acquire(context.Background(), "k", dlock.WithWait(100*time.Millisecond))
 	t.Logf("Acquire with Watch()=(nil,nil): %v, tries %d", err, b.tries.Load())
 }
@@ -143,7 +145,7 @@ func (deadlineNoDone) Done() <-chan struct{} { return nil }
 func TestRedDeadlineButNilDone(t *testing.T) {
 	st := newStore()
 	c := newSlowClient(st)
-	a := dlock.NewAcquirer(c, 0)
+	a := dlock.NewEngine(c)
 	resume := c.hang("try")
 	defer resume()
 	inner, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -162,3 +164,5 @@ func TestRedDeadlineButNilDone(t *testing.T) {
 		<-done
 	}
 }
+
+func (*junkBackend) Spec() driver.Spec { return driver.Spec{Name: "test"} }

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 )
 
@@ -93,7 +95,7 @@ func (c *slowClient) count(op string) int {
 	return c.calls[op]
 }
 
-func (c *slowClient) Try(ctx context.Context, req *dlock.Request) (dlock.Grant, error) {
+func (c *slowClient) Try(ctx context.Context, req *driver.Request) (driver.Grant, error) {
 	c.gate("try", req.Key)
 	s := c.st
 	s.mu.Lock()
@@ -101,17 +103,17 @@ func (c *slowClient) Try(ctx context.Context, req *dlock.Request) (dlock.Grant, 
 	now := time.Now()
 	if e, ok := s.entries[req.Key]; ok && now.Before(e.expires) {
 		if e.owner == req.Owner { // a retried request: the lease it already has
-			return dlock.Grant{Lease: &slowLease{c: c, key: req.Key, owner: req.Owner, token: e.token}, Token: e.token}, nil
+			return driver.Grant{Lease: &slowLease{c: c, key: req.Key, owner: req.Owner, token: e.token}, Token: e.token}, nil
 		}
-		return dlock.Grant{}, &dlock.NotAcquiredError{Key: req.Key, Holder: e.owner, TTL: e.expires.Sub(now)}
+		return driver.Grant{}, &dlock.NotAcquiredError{Key: req.Key, Holders: []dlock.Holder{{Owner: e.owner, TTL: e.expires.Sub(now)}}}
 	}
 	s.tokens[req.Key]++
 	tok := s.tokens[req.Key]
-	s.entries[req.Key] = storeEntry{owner: req.Owner, token: tok, expires: now.Add(req.Config.TTL)}
-	return dlock.Grant{Lease: &slowLease{c: c, key: req.Key, owner: req.Owner, token: tok}, Token: tok}, nil
+	s.entries[req.Key] = storeEntry{owner: req.Owner, token: tok, expires: now.Add(req.TTL)}
+	return driver.Grant{Lease: &slowLease{c: c, key: req.Key, owner: req.Owner, token: tok}, Token: tok}, nil
 }
 
-func (c *slowClient) Abort(ctx context.Context, req *dlock.Request) error {
+func (c *slowClient) Abort(ctx context.Context, req *driver.Request) error {
 	s := c.st
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -157,3 +159,5 @@ func (l *slowLease) Release(ctx context.Context) error {
 	}
 	return fmt.Errorf("%w: %q", dlock.ErrNotHeld, l.key)
 }
+
+func (*slowClient) Spec() driver.Spec { return driver.Spec{Name: "test"} }

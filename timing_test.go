@@ -80,8 +80,8 @@ func acquireWhenFree(t *testing.T, l dlock.Locker, key string, holder *dlock.Loc
 func TestLostBeforeOtherHolderWhileRenewalHangs(t *testing.T) {
 	st := newStore()
 	hc := newSlowClient(st)
-	holder := dlock.NewAcquirer(hc, 0)
-	other := dlock.NewAcquirer(newSlowClient(st), 0)
+	holder := dlock.NewEngine(hc)
+	other := dlock.NewEngine(newSlowClient(st))
 	lk, err := holder.Acquire(ctxT(t), "k", dlock.WithTTL(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +100,7 @@ func TestLostBeforeOtherHolderWhileRenewalHangs(t *testing.T) {
 func TestLockTakenDuringHungRenewalIsRenewed(t *testing.T) {
 	st := newStore()
 	c := newSlowClient(st)
-	l := dlock.NewAcquirer(c, 0)
+	l := dlock.NewEngine(c)
 	const ttl = 300 * time.Millisecond
 	a, err := l.Acquire(ctxT(t), "a", dlock.WithTTL(ttl))
 	if err != nil {
@@ -133,7 +133,7 @@ func TestLockTakenDuringHungRenewalIsRenewed(t *testing.T) {
 func TestAcquireReturnsByDeadlineAgainstHungBackend(t *testing.T) {
 	st := newStore()
 	c := newSlowClient(st)
-	l := dlock.NewAcquirer(c, 0)
+	l := dlock.NewEngine(c)
 	resume := c.hang("try")
 	defer resume()
 	for _, try := range []bool{false, true} {
@@ -167,14 +167,14 @@ func TestAcquireReturnsByDeadlineAgainstHungBackend(t *testing.T) {
 // an outage, not as "held".
 func TestOutageDuringWaitIsNotNotAcquired(t *testing.T) {
 	st := newStore()
-	other := dlock.NewAcquirer(newSlowClient(st), 0)
+	other := dlock.NewEngine(newSlowClient(st))
 	held, err := other.Acquire(ctxT(t), "k")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer held.Release(context.Background())
 	c := newSlowClient(st)
-	l := dlock.NewAcquirer(c, 0)
+	l := dlock.NewEngine(c)
 	errc := make(chan error, 1)
 	go func() {
 		_, err := l.Acquire(ctxT(t), "k", dlock.WithWait(time.Second))
@@ -195,7 +195,7 @@ func TestOutageDuringWaitIsNotNotAcquired(t *testing.T) {
 func TestGrantWithoutValidityIsRetried(t *testing.T) {
 	st := newStore()
 	c := newSlowClient(st)
-	l := dlock.NewAcquirer(c, 0)
+	l := dlock.NewEngine(c)
 	resume := c.hang("try")
 	type res struct {
 		lk  *dlock.Lock
@@ -223,7 +223,7 @@ func TestGrantWithoutValidityIsRetried(t *testing.T) {
 func TestConcurrentReleaseIsHarmless(t *testing.T) {
 	for name, l := range map[string]dlock.Locker{
 		"memlock": memlock.New(),
-		"slow":    dlock.NewAcquirer(newSlowClient(newStore()), 0),
+		"slow":    dlock.NewEngine(newSlowClient(newStore())),
 	} {
 		t.Run(name, func(t *testing.T) {
 			lk, err := l.Acquire(ctxT(t), "k")
@@ -254,7 +254,7 @@ func TestConcurrentReleaseIsHarmless(t *testing.T) {
 func TestReleaseReturnsByDeadlineAgainstHungBackend(t *testing.T) {
 	st := newStore()
 	c := newSlowClient(st)
-	l := dlock.NewAcquirer(c, 0)
+	l := dlock.NewEngine(c)
 	lk, err := l.Acquire(ctxT(t), "k", dlock.WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
@@ -300,7 +300,7 @@ func TestReleaseReturnsByDeadlineAgainstHungBackend(t *testing.T) {
 // Defect: Do and WithLock never released when fn panicked; the watchdog
 // renewed the lock for the life of the process.
 func TestDoReleasesWhenFnPanics(t *testing.T) {
-	l := memlock.New()
+	l := dlock.NewEngine(newSlowClient(newStore()))
 	func() {
 		defer func() {
 			if r := recover(); r != "boom" {
@@ -309,7 +309,7 @@ func TestDoReleasesWhenFnPanics(t *testing.T) {
 		}()
 		_ = dlock.Do(ctxT(t), l, "k", func(context.Context, *dlock.Lock) error { panic("boom") })
 	}()
-	if n := l.Renewing(); n != 0 {
+	if n := dlock.Renewing(l); n != 0 {
 		t.Fatalf("%d locks still renewed after the panic", n)
 	}
 	lk, err := l.TryAcquire(ctxT(t), "k")
@@ -409,14 +409,14 @@ func (zeroBackoff) Next(int) time.Duration { return -time.Hour }
 
 func TestNonPositiveBackoffDoesNotSpin(t *testing.T) {
 	st := newStore()
-	holder := dlock.NewAcquirer(newSlowClient(st), 0)
+	holder := dlock.NewEngine(newSlowClient(st))
 	held, err := holder.Acquire(ctxT(t), "k")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer held.Release(context.Background())
 	c := newSlowClient(st)
-	l := dlock.NewAcquirer(c, 0)
+	l := dlock.NewEngine(c)
 	_, err = l.Acquire(ctxT(t), "k", dlock.WithWait(100*time.Millisecond), dlock.WithBackoff(zeroBackoff{}))
 	if !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("err = %v", err)

@@ -8,25 +8,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/background"
 )
-
-// Renewal is one lease due for renewal, with the TTL to set.
-type Renewal struct {
-	Lease Lease
-	TTL   time.Duration
-}
-
-// BatchRenewer is implemented by backends that renew many leases in one
-// round trip (a Redis pipeline, one SQL statement). RefreshBatch calls
-// done(i, err) once for each renewal, as soon as its outcome is known (a
-// backend that talks to several servers reports each server's renewals
-// when that server answers, so a hung one delays only its own), from any
-// goroutine, before it returns; err has the same meaning as for
-// Lease.Refresh. A renewal without a report counts as failed.
-type BatchRenewer interface {
-	RefreshBatch(ctx context.Context, rs []Renewal, done func(i int, err error))
-}
 
 // watchdog keeps the locks of one Acquirer: it renews auto-refreshed
 // leases, batching all locks due within a short window into one
@@ -67,7 +51,8 @@ type BatchRenewer interface {
 // all (on the 2-core benchmark machine each timer change woke a thread and
 // cost ~10% of an uncontended acquire+release).
 type watchdog struct {
-	batch BatchRenewer // nil: renew leases one by one
+	batch driver.BatchRenewer // nil: renew leases one by one
+	src   *source             // the engine's name and Observer
 
 	mu      sync.Mutex
 	locks   map[*Lock]*wdEntry
@@ -259,8 +244,11 @@ func (w *watchdog) fixLocked(e *wdEntry) {
 	}
 }
 
-func newWatchdog(b BatchRenewer) *watchdog {
-	return &watchdog{batch: b, locks: map[*Lock]*wdEntry{}, sharing: map[int64]share{}}
+func newWatchdog(b driver.BatchRenewer, src *source) *watchdog {
+	if src == nil {
+		src = &source{}
+	}
+	return &watchdog{batch: b, src: src, locks: map[*Lock]*wdEntry{}, sharing: map[int64]share{}}
 }
 
 // add tracks l. Called with l.mu held (lock order: l.mu, then w.mu).
@@ -652,16 +640,16 @@ func cleanupAll(locks []*Lock) {
 // deadline among them: no answer after that can save any of them.
 func (w *watchdog) renew(due []*Lock) {
 	start := time.Now()
-	rs := make([]Renewal, 0, len(due))
+	rs := make([]driver.Renewal, 0, len(due))
 	locks := make([]*Lock, 0, len(due))
 	var last time.Time
 	for _, l := range due {
 		ttl, ok := l.renewTTL(start)
 		if !ok {
-			l.lose("hold cap reached", ErrHoldCapReached, true)
+			l.lose(LossHoldCap, ErrHoldCapReached, true)
 			continue
 		}
-		rs = append(rs, Renewal{Lease: l.lease, TTL: ttl})
+		rs = append(rs, driver.Renewal{Lease: l.lease, TTL: ttl})
 		locks = append(locks, l)
 		if d := l.Deadline(); d.After(last) {
 			last = d
@@ -707,12 +695,15 @@ var errNoRenewalResult = errors.New("dlock: the backend reported no result for t
 func (w *watchdog) apply(l *Lock, start time.Time, ttl time.Duration, err error) {
 	switch {
 	case err == nil:
+		w.src.renew(l, ResultOK, nil)
 		if l.renewed(start, ttl) {
 			w.renewDone(l, start.Add(ttl/3))
 		}
 	case errors.Is(err, ErrNotHeld):
-		l.lose("renewal refused: the key was deleted, expired or taken", err, false)
+		w.src.renew(l, ResultRefused, err)
+		l.lose(LossNotHeld, err, false)
 	default:
+		w.src.renew(l, ResultError, err)
 		// Transient: try again soon; the local deadline decides loss.
 		w.renewDone(l, time.Now().Add(max(l.cfg.TTL/10, 10*time.Millisecond)))
 	}

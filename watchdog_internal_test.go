@@ -6,13 +6,15 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // countingBackend grants every attempt and counts renewals.
 type countingBackend struct{ refreshes atomic.Int64 }
 
-func (b *countingBackend) Try(ctx context.Context, req *Request) (Grant, error) {
-	return Grant{Lease: countingLease{b}, Token: 1}, nil
+func (b *countingBackend) Try(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	return driver.Grant{Lease: countingLease{b}, Token: 1}, nil
 }
 
 type countingLease struct{ b *countingBackend }
@@ -28,7 +30,7 @@ func (l countingLease) Release(context.Context) error { return nil }
 // spin: a lock due for renewal is renewed, not re-examined in a loop.
 func TestLatenessDoesNotSpin(t *testing.T) {
 	b := &countingBackend{}
-	a := NewAcquirer(b, 0)
+	a := NewEngine(b)
 	a.wd.noteLateness(10 * time.Second)
 	lk, err := a.TryAcquire(context.Background(), "k", WithTTL(300*time.Millisecond))
 	if err != nil {
@@ -51,7 +53,7 @@ func TestLatenessDoesNotSpin(t *testing.T) {
 // of them, so the first ones' Lost() does not wait for the whole batch to
 // be collected (red team, 6000 locks on a stalled link under -race).
 func TestSharedDeadlineLeadsAndRoundsAreBounded(t *testing.T) {
-	a := NewAcquirer(&countingBackend{}, 0)
+	a := NewEngine(&countingBackend{})
 	w := a.wd
 	const n, ttl = 1000, 10 * time.Second
 	var locks []*Lock
@@ -162,3 +164,5 @@ func loseAll(w *watchdog, expired []*Lock, at []time.Time) []*Lock {
 	}
 	return cleanups
 }
+
+func (*countingBackend) Spec() driver.Spec { return driver.Spec{Name: "test"} }

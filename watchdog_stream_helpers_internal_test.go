@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // rt4Backend grants every key with the Start set for it (zero: the
@@ -19,11 +21,11 @@ func newRT4Backend() *rt4Backend { return &rt4Backend{start: map[string]time.Tim
 
 func (b *rt4Backend) setStart(key string, t time.Time) { b.mu.Lock(); b.start[key] = t; b.mu.Unlock() }
 
-func (b *rt4Backend) Try(ctx context.Context, req *Request) (Grant, error) {
+func (b *rt4Backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, error) {
 	b.mu.Lock()
 	s := b.start[req.Key]
 	b.mu.Unlock()
-	return Grant{Lease: nopLease{}, Token: 1, Start: s}, nil
+	return driver.Grant{Lease: nopLease{}, Token: 1, Start: s}, nil
 }
 
 type nopLease struct{}
@@ -94,7 +96,7 @@ func (o *rt4Obs) report(t *testing.T, name string) (maxLate, maxEarly time.Durat
 	return
 }
 
-func rt4Acquire(t *testing.T, a *Acquirer, key string, opts ...Option) *Lock {
+func rt4Acquire(t *testing.T, a *Engine, key string, opts ...Option) *Lock {
 	t.Helper()
 	lk, err := a.TryAcquire(context.Background(), key, opts...)
 	if err != nil {
@@ -102,3 +104,5 @@ func rt4Acquire(t *testing.T, a *Acquirer, key string, opts ...Option) *Lock {
 	}
 	return lk
 }
+
+func (*rt4Backend) Spec() driver.Spec { return driver.Spec{Name: "test"} }

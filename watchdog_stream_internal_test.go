@@ -23,7 +23,7 @@ func rt4N(def int) int {
 // millisecond, by the longest TTL counted there.
 func TestRegressMixedTTLStreamLead(t *testing.T) {
 	b := newRT4Backend()
-	a := NewAcquirer(b, 0)
+	a := NewEngine(b)
 	n := rt4N(12000)
 	// A cost estimate on the high side, as a Locker that has lost locks
 	// under -race learns (10-48us a lock): the test is about where the
@@ -84,7 +84,7 @@ func TestRegressMixedTTLStreamLead(t *testing.T) {
 // whatever it is due for.
 func TestRegressRenewalRootKeepsStreamLead(t *testing.T) {
 	b := newRT4Backend()
-	a := NewAcquirer(b, 0)
+	a := NewEngine(b)
 	n := rt4N(8000)
 	const ttl = 10 * time.Second
 	now0 := time.Now()
@@ -129,7 +129,7 @@ func TestRegressRenewalRootKeepsStreamLead(t *testing.T) {
 // lock's own lead and lost the rest up to 27ms late.
 func TestRegressSpreadStreamBehindShortRoot(t *testing.T) {
 	b := newRT4Backend()
-	a := NewAcquirer(b, 0)
+	a := NewEngine(b)
 	n := rt4N(12000)
 	a.wd.loseCost.Store(int64(40 * time.Microsecond))
 	const ttl = 10 * time.Second

@@ -73,7 +73,6 @@ require (
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dlock-go/dlock/etcdlock v0.0.0-00010101000000-000000000000
-	github.com/dlock-go/dlock/internal/redisx v0.0.0-00010101000000-000000000000 // indirect
 	github.com/dlock-go/dlock/redlock v0.0.0-00010101000000-000000000000
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
@@ -83,8 +82,6 @@ replace (
 	github.com/dlock-go/dlock => ../
 	github.com/dlock-go/dlock/redislock => ../redislock
 )
-
-replace github.com/dlock-go/dlock/internal/redisx => ../internal/redisx
 
 replace github.com/dlock-go/dlock/redlock => ../redlock
 

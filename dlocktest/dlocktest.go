@@ -63,10 +63,23 @@ func Key(t testing.TB) string {
 	return fmt.Sprintf("dlocktest.%s.%d.%d", name, time.Now().UnixNano(), keySeq.Add(1))
 }
 
-func ctxT(t testing.TB) context.Context {
+// Context returns a context for one test step: it ends after HangTimeout
+// (so a hang fails as a hang, not as a test binary timeout) or when the
+// test ends. Backend tests use it instead of a helper of their own.
+func Context(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), HangTimeout)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+func ctxT(t testing.TB) context.Context { return Context(t) }
+
+// holder is the first holder a NotAcquiredError names (zero if none).
+func holder(na *dlock.NotAcquiredError) dlock.Holder {
+	if len(na.Holders) == 0 {
+		return dlock.Holder{}
+	}
+	return na.Holders[0]
 }
 
 func mustAcquire(t testing.TB, l dlock.Locker, key string, opts ...dlock.Option) *dlock.Lock {
@@ -145,6 +158,8 @@ func TestLocker(t *testing.T, h Harness) {
 		{"HierarchicalKeys", testHierarchicalKeys},
 		{"LongTTL", testLongTTL},
 		{"ShortTTLContention", testShortTTLContention},
+		{"Modes", testModes},
+		{"List", testList},
 	}
 	if h.NoticesDeletion {
 		tests = append(tests, struct {
@@ -216,8 +231,8 @@ func testTryAcquireHeld(t *testing.T, h Harness) {
 	if !errors.As(err, &na) || na.Key != key {
 		t.Fatalf("error %v is not a *NotAcquiredError for %q", err, key)
 	}
-	if na.Holder != "" && na.Holder != lk.Owner() {
-		t.Errorf("NotAcquiredError.Holder = %q, want %q", na.Holder, lk.Owner())
+	if h := holder(na); h.Owner != "" && h.Owner != lk.Owner() {
+		t.Errorf("NotAcquiredError holder = %q, want %q", h.Owner, lk.Owner())
 	}
 	select {
 	case <-lk.Lost():

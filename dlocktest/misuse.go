@@ -143,10 +143,10 @@ func testHierarchicalKeys(t *testing.T, h Harness) {
 		if !errors.As(err, &na) {
 			t.Fatalf("TryAcquire(%q) of a held key: %v", k, err)
 		}
-		if na.Holder != "" && na.Holder != held[k].Owner() {
-			t.Errorf("%q reported held by %s, want its own holder %s", k, na.Holder, held[k].Owner())
+		if h := holder(na); h.Owner != "" && h.Owner != held[k].Owner() {
+			t.Errorf("%q reported held by %s, want its own holder %s", k, h.Owner, held[k].Owner())
 		}
-		if got := na.Metadata["key"]; got != "" && got != k {
+		if got := holder(na).Metadata["key"]; got != "" && got != k {
 			t.Errorf("%q reported held by the holder of %q", k, got)
 		}
 	}
@@ -171,8 +171,8 @@ func testLongTTL(t *testing.T, h Harness) {
 	if !errors.As(err, &na) {
 		t.Fatalf("TryAcquire of a key held with MaxTTL: %v", err)
 	}
-	if na.TTL != 0 && na.TTL < dlock.MaxTTL/2 {
-		t.Fatalf("a %v lease has %v left on the server: the TTL overflowed", dlock.MaxTTL, na.TTL)
+	if ttl := holder(na).TTL; ttl != 0 && ttl < dlock.MaxTTL/2 {
+		t.Fatalf("a %v lease has %v left on the server: the TTL overflowed", dlock.MaxTTL, ttl)
 	}
 	if lk.Err() != nil {
 		t.Fatalf("lock with MaxTTL lost: %v", lk.Err())

@@ -1,22 +1,25 @@
 // Package etcdlock implements dlock.Locker on etcd, with leases, a FIFO
 // queue per key and the lock key's create revision as fencing token.
 //
-// Layout, compatible with etcd's own recipe (concurrency.Mutex and
-// `etcdctl lock`): lock KEY is a queue of keys "<prefix>KEY/<lease id in
-// hex>", each attached to its owner's lease; the entry with the lowest
-// create revision holds the lock. With the default empty prefix, a Go
-// service using dlock on KEY and a script running `etcdctl lock KEY` (or a
-// concurrency.Mutex on "KEY") exclude each other.
+// # Layout
 //
-// Keys with '/' or '%'. In etcd's recipe the queue of "a" is the prefix
-// "a/", which also holds the entries of "a/b": a holder of "a/b" blocks
-// "a" and is reported as its holder. dlock therefore names the queue
-// directory EscapeKey(KEY): every '%' becomes "%25" and every '/' "%2F", an
-// injective encoding after which no dlock directory holds another's
-// entries, so dlock keys never contend with each other. etcd's recipe
-// knows no escaping: between a dlock key K and an etcdctl or
-// concurrency.Mutex lock named N (under the same prefix) exactly this
-// holds.
+// Compatible with etcd's own recipe (concurrency.Mutex and `etcdctl lock`):
+// lock KEY is a queue of keys "<prefix>KEY/<lease id in hex>", each
+// attached to its owner's lease; the entry with the lowest create revision
+// holds the lock. With the default empty prefix, a Go service using dlock
+// on KEY and a script running `etcdctl lock KEY` (or a concurrency.Mutex on
+// "KEY") exclude each other.
+//
+// # Keys with '/' or '%'
+//
+// In etcd's recipe the queue of "a" is the prefix "a/", which also holds
+// the entries of "a/b": a holder of "a/b" blocks "a" and is reported as its
+// holder. dlock therefore names the queue directory EscapeKey(KEY): every
+// '%' becomes "%25" and every '/' "%2F", an injective encoding after which
+// no dlock directory holds another's entries, so dlock keys never contend
+// with each other. etcd's recipe knows no escaping: between a dlock key K
+// and an etcdctl or concurrency.Mutex lock named N (under the same prefix)
+// exactly this holds.
 //   - N equal to EscapeKey(K): they share a directory and exclude each
 //     other. For keys without '/' or '%' this is N == K, the compatibility
 //     above; for K "a/b" it is N "a%2Fb", and for K "a%" it is N "a%25".
@@ -35,30 +38,35 @@
 // List decodes the names (an etcdctl lock whose name has '/' is listed as
 // it is, but List's prefix is matched against the encoded names).
 //
-// TryAcquire is one transaction: put this attempt's entry if the queue is
+// # Acquiring and waiting
+//
+// TryAcquire is one transaction (after a lease grant or renewal when no
+// fresh shared lease is at hand): put this attempt's entry if the queue is
 // empty, else read its head (the holder); nothing is left behind when the
 // key is held. Acquire puts its entry in the queue (one transaction that
 // also reads the head) and then watches only the entry just ahead of it
-// (the highest create revision below its own), re-reading the queue when
-// it is deleted, so a release wakes exactly one waiter and waiters are
-// served in arrival order. While waiting it keeps its lease alive and
-// checks every 250ms, with point reads, that the entry ahead, its own
-// entry and the holder are still there. If its own entry disappears (its
-// lease expired or was revoked) the wait ends with an error instead of
-// lasting forever. When the context ends while etcd answers, Acquire
-// returns at once a *dlock.NotAcquiredError naming the holder and removes
-// its entry in the background; when a request fails, or etcd has not
-// answered for a second (a hung server or a stalled link), it returns that
-// error instead, never ErrNotAcquired.
+// (the highest create revision below its own), re-reading the queue when it
+// is deleted, so a release wakes exactly one waiter and waiters are served
+// in arrival order. While waiting it keeps its lease alive and checks every
+// 250ms, with point reads, that the entry ahead, its own entry and the
+// holder are still there. If its own entry disappears (its lease expired or
+// was revoked) the wait ends with an error instead of lasting forever. When
+// the context ends while etcd answers, Acquire returns at once a
+// *dlock.NotAcquiredError naming the holder and removes its entry in the
+// background; when a request fails, or etcd has not answered for a second
+// (a hung server or a stalled link), it returns that error instead, never
+// ErrNotAcquired.
 //
-// Leases. Locks and waiters of one Locker that ask for the same lease TTL
-// share a lease (like a concurrency.Session), but never two entries of the
-// same key: two locks on one key through one Locker get different leases
-// and exclude each other (two concurrency.Mutex sharing a session do not).
-// Lease TTLs are whole seconds, rounded up, and etcd enforces a minimum
-// (2s by default), so the server may hold a crashed holder's entry longer
-// than the TTL, never shorter. A shared lease is reused without a round
-// trip only while it is fresh for the new lock's own TTL; otherwise it is
+// # Leases
+//
+// Locks and waiters of one Locker that ask for the same lease TTL share a
+// lease (like a concurrency.Session), but never two entries of the same
+// key: two locks on one key through one Locker get different leases and
+// exclude each other (two concurrency.Mutex sharing a session do not).
+// Lease TTLs are whole seconds, rounded up, and etcd enforces a minimum (2s
+// by default), so the server may hold a crashed holder's entry longer than
+// the TTL, never shorter. A shared lease is reused without a round trip
+// only while it is fresh for the new lock's own TTL; otherwise it is
 // renewed first, so a lock is never handed out with less than 2/3 of its
 // TTL left.
 //
@@ -73,50 +81,114 @@
 // outcome takes no new entries and is revoked once it has no live entry
 // left, which also removes a creation that takes effect late.
 //
-// Token: the create revision of the lock's entry. Revisions are global and
-// only grow, so tokens strictly increase across holders of a key and across
-// keys, for as long as the cluster keeps its data (etcd persists and
-// replicates every write before acknowledging it).
+// # Tokens
 //
-// Renewal and loss. A held lock watches its own entry (from its create
-// revision + 1, so a delete before the watch is set up is seen too; the
-// watch starts 20ms after the lock is handed out, so a lock released
-// sooner costs none) and is lost at once, with an error wrapping
-// dlock.ErrNotHeld, when the entry is deleted: its lease was revoked or
-// expired, or someone deleted the key. The watchdog keeps each lease alive
-// (per lease: one keep-alive and one transaction reading its entries, each
-// lease reported as soon as it answered) and also loses a lock whose lease
-// or entry is gone; Lost() also closes at the local deadline when
-// keep-alives fail, for example while the cluster has no leader.
+// The token is the create revision of the lock's entry. Revisions are
+// global and only grow, so tokens strictly increase across holders of a key
+// and across keys, for as long as the cluster keeps its data (etcd persists
+// and replicates every write before acknowledging it).
+//
+// # Renewal and loss
+//
+// A held lock watches its own entry (from its create revision + 1, so a
+// delete before the watch is set up is seen too; the watch starts 20ms
+// after the lock is handed out, so a lock released sooner costs none) and
+// is lost at once, with an error wrapping dlock.ErrNotHeld, when the entry
+// is deleted: its lease was revoked or expired, or someone deleted the key.
+// The watchdog keeps each lease alive (per lease: one keep-alive and one
+// transaction per 128 entries reading its entries, each lease reported as
+// soon as it answered) and also loses a lock whose lease or entry is gone;
+// Lost() also closes at the local deadline when keep-alives fail, for
+// example while the cluster has no leader.
+//
+// # Release
 //
 // Release deletes the entry only if it still has the lock's create
-// revision, so a retried release never deletes a newer holder's entry,
-// and in the same transaction puts a receipt on the entry's lease:
+// revision, so a retried release never deletes a newer holder's entry, and
+// in the same transaction puts a receipt on the entry's lease:
 // "<prefix>\x00dlock-released/<lease hex>/<create revision>". etcd cannot
 // tell who deleted a key; the receipt can. A release that finds the entry
 // gone returns nil if its receipt exists (an earlier release of this lock
 // deleted it and the reply was lost), and otherwise an error wrapping
 // dlock.ErrNotHeld: the lock had been lost (its lease expired or was
-// revoked, or someone deleted the entry), however long the link stalled
-// and whatever the entry's watch had seen. The retried delete of an entry
-// whose release failed writes the receipt the same way, and a Locker
-// settles such releases before it revokes a lease of its own. Receipts
-// are not locks: dlock keys cannot contain NUL, so no queue directory
-// holds them (for prefixes without NUL), and List skips them (etcdctl and concurrency.Mutex see them
-// only under a lock name that itself contains "\x00dlock-released"). A
-// receipt lives at most as long as its lease; once its release's outcome
-// is known it is deleted by the next release or retried delete of the
-// same Locker (in that request's transaction), so a Locker leaves only
-// the receipts of its most recent releases and of releases whose outcome
-// is still unknown.
-// Limit: a release retried after its lease expired (or an operator
-// revoked it) finds no receipt and reports the lock lost even if its
-// first request had deleted the entry.
+// revoked, or someone deleted the entry), however long the link stalled and
+// whatever the entry's watch had seen. The retried delete of an entry whose
+// release failed writes the receipt the same way, and a Locker settles such
+// releases before it revokes a lease of its own. Receipts are not locks:
+// dlock keys cannot contain NUL, so no queue directory holds them (for
+// prefixes without NUL), and List skips them (etcdctl and concurrency.Mutex
+// see them only under a lock name that itself contains
+// "\x00dlock-released"). A receipt lives at most as long as its lease; once
+// its release's outcome is known it is deleted by the next release or
+// retried delete of the same Locker (in that request's transaction), so a
+// Locker leaves only the receipts of its most recent releases and of
+// releases whose outcome is still unknown.
 //
-// Every request honours the caller's context and is bounded by the request
-// timeout (WithRequestTimeout); background clean-up is bounded by
-// dlock.DefaultReleaseTimeout.
+// Every request of a Locker honours the caller's context and is bounded by
+// the request timeout (WithRequestTimeout); background clean-up is bounded
+// by dlock.DefaultReleaseTimeout. A Guard's requests are bounded by the
+// caller's context only.
 //
-// Not guaranteed: a holder paused past its lease can still act after
-// another holder was granted the key; use the token with a Guard.
+// # Guarantees
+//
+// Given an etcd cluster that keeps its data, and on the dlock core's terms
+// for the local deadline (clock drift within its allowance):
+//   - Mutual exclusion: a lock is handed out only when one etcd
+//     transaction showed its entry to be the oldest (lowest create
+//     revision) in its key's queue, among the entries of all dlock Lockers
+//     and of the etcdctl and concurrency.Mutex locks that share its
+//     directory (see Keys with '/' or '%'). Two locks on one key through
+//     one Locker exclude each other.
+//   - Lost() closes before etcd can expire the holder's lease: a lock
+//     counts from the start of the request that last granted or renewed
+//     its lease (from later only when its whole TTL fits in what that
+//     request bought), so it is never handed out with less than 2/3 of its
+//     TTL left, and the server-side lease is never shorter than the TTL.
+//     An entry deleted behind the holder's back (a revoked or expired
+//     lease, an operator's delete) closes Lost() as soon as the entry's
+//     watch sees the deletion.
+//   - Fencing tokens strictly increase across holders of a key, and across
+//     keys.
+//   - Waiters are served in arrival order, and a release wakes one waiter.
+//     A wait whose own entry disappears ends with an error.
+//   - ErrNotAcquired means the call read a holder from etcd; a wait whose
+//     context ends reports it only if etcd answered in the wait's last
+//     second. A failed request or a silent etcd is reported as such.
+//   - Release never deletes another holder's entry; a retried release
+//     whose first reply was lost reports success (from its receipt), and
+//     a release of a lock that was lost reports dlock.ErrNotHeld.
+//   - No later lock is handed an earlier attempt's entry (and token): an
+//     entry's slot on its lease is freed only once the entry is known to
+//     be deleted.
+//
+// # Not guaranteed
+//
+//   - A holder paused past its lease can still act after another holder
+//     was granted the key; use the token with a Guard.
+//   - A crashed holder keeps the key for as long as its lease lives, which
+//     can be longer than the TTL: whole seconds rounded up, at least etcd's
+//     minimum lease TTL (2s by default), and etcd extends every lease when
+//     it elects a new leader.
+//   - Exclusion with etcdctl and concurrency.Mutex locks holds only as
+//     described under Keys with '/' or '%': their locks on names inside a
+//     dlock key's directory block that key and are reported as its holder,
+//     and a dlock key with '/' or '%' does not exclude their lock of the
+//     same name.
+//   - Tokens are ordered only for as long as the cluster keeps its data: a
+//     cluster rebuilt from an older snapshot can hand out tokens again.
+//   - A held entry's deletion is seen at once only while its watch runs:
+//     the watch starts 20ms after the lock is handed out (from the create
+//     revision + 1, so an earlier deletion is seen then), and a watch that
+//     ends (a compaction, a cancelled watch) is re-established after a
+//     backoff of up to 5s, at most 1000 times; otherwise the next renewal
+//     sees it.
+//   - A release retried after its lease expired (or an operator revoked
+//     it) finds no receipt and reports the lock lost even if its first
+//     request had deleted the entry.
+//   - An entry whose delete failed (a release or a cancelled wait on a
+//     broken link) stays in its queue, ahead of later waiters, until a
+//     retried delete succeeds or its lease expires.
+//   - A Locker leaves keys and leases behind: the receipts of its most
+//     recent releases (each until its lease ends) and shared leases with
+//     no entry left (until they expire).
 package etcdlock

@@ -68,6 +68,10 @@
 //     caller's context; goroutines of one process queue on an in-process
 //     semaphore first, so only one of them polls the flock at a time.
 //
+// A Guard on the directory adds <id>.fence, <id>.fence.flock and, for the
+// values it keeps, <id>.data files (see Guard), written with the same
+// discipline.
+//
 // Reading a record needs no flock (List, and the fast path of a TryAcquire
 // on a held key). Files are created 0600 and the directory 0700 when New
 // creates it. A key's two files stay after its last release, by design:

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 )
 
 // DefaultPollInterval is how often, by default, a waiter re-checks a held
@@ -34,34 +35,40 @@ type options struct {
 	inotify bool
 }
 
-// Option configures a Locker.
-type Option func(*options)
+// Option configures a Locker: filelock's own options below and the
+// core's (dlock.WithObserver).
+type Option = driver.Option
 
 // WithPollInterval sets the fallback polling period of waiters (default
 // DefaultPollInterval, jittered ±25%). Values below MinPollInterval make
 // New fail.
-func WithPollInterval(d time.Duration) Option { return func(o *options) { o.poll = d } }
+func WithPollInterval(d time.Duration) Option {
+	return driver.Setting(func(o *options) { o.poll = d })
+}
 
 // WithInotify turns the Linux inotify watch on the directory on (the
 // default) or off. With it off, a release in another process is noticed by
 // polling only; releases through a Locker of this process still wake
 // waiters at once. It has no effect on other systems, which always poll.
-func WithInotify(on bool) Option { return func(o *options) { o.inotify = on } }
+func WithInotify(on bool) Option {
+	return driver.Setting(func(o *options) { o.inotify = on })
+}
 
 // Locker is a lock service kept in a directory. Lockers are safe for
 // concurrent use; Lockers on the same directory, in one process or many,
 // exclude each other.
 type Locker struct {
-	*dlock.Acquirer
+	e    *dlock.Engine
 	dir  string
 	opts options
 }
 
 var (
-	_ dlock.Locker  = (*Locker)(nil)
-	_ dlock.Backend = (*backend)(nil)
-	_ dlock.Watcher = (*backend)(nil)
-	_ dlock.Aborter = (*backend)(nil)
+	_ dlock.Locker   = (*Locker)(nil)
+	_ dlock.Lister   = (*Locker)(nil)
+	_ driver.Driver  = (*backend)(nil)
+	_ driver.Watcher = (*backend)(nil)
+	_ driver.Aborter = (*backend)(nil)
 )
 
 // New returns a Locker on dir, creating the directory (mode 0700) if it is
@@ -70,11 +77,7 @@ var (
 // option is out of range.
 func New(dir string, opts ...Option) (*Locker, error) {
 	o := options{poll: DefaultPollInterval, inotify: true}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&o)
-		}
-	}
+	driver.Apply(&o, opts)
 	if o.poll < MinPollInterval {
 		return nil, fmt.Errorf("%w: filelock: poll interval %v is below %v", dlock.ErrInvalidOption, o.poll, MinPollInterval)
 	}
@@ -83,22 +86,22 @@ func New(dir string, opts ...Option) (*Locker, error) {
 		return nil, err
 	}
 	l := &Locker{dir: canon, opts: o}
-	l.Acquirer = dlock.NewAcquirer((*backend)(l), 0)
+	l.e = dlock.NewEngine((*backend)(l), opts...)
 	return l, nil
+}
+
+// Acquire implements dlock.Locker.
+func (l *Locker) Acquire(ctx context.Context, key string, opts ...dlock.Option) (*dlock.Lock, error) {
+	return l.e.Acquire(ctx, key, opts...)
+}
+
+// TryAcquire implements dlock.Locker.
+func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...dlock.Option) (*dlock.Lock, error) {
+	return l.e.TryAcquire(ctx, key, opts...)
 }
 
 // Dir returns the lock directory (absolute, symlinks resolved).
 func (l *Locker) Dir() string { return l.dir }
-
-// Info describes a held lease.
-type Info struct {
-	Key   string
-	Owner string
-	Token uint64
-	// TTL is the time left on the lease, by this host's wall clock.
-	TTL      time.Duration
-	Metadata map[string]string
-}
 
 // errNilContext is returned by the entry points that take a context (List
 // and the Guard's methods) for a nil one, like dlock's Acquire does.
@@ -108,7 +111,7 @@ var errNilContext = fmt.Errorf("%w: filelock: nil context", dlock.ErrInvalidOpti
 // key. It reads the records without taking their flocks: each record is
 // replaced atomically, so every entry is a consistent snapshot. Records that
 // cannot be decoded are skipped.
-func (l *Locker) List(ctx context.Context, prefix string) ([]Info, error) {
+func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) {
 	if ctx == nil {
 		return nil, errNilContext
 	}
@@ -116,7 +119,7 @@ func (l *Locker) List(ctx context.Context, prefix string) ([]Info, error) {
 	if err != nil {
 		return nil, fmt.Errorf("filelock: list: %w", err)
 	}
-	out := []Info{}
+	out := []dlock.Info{}
 	for _, e := range ents {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -132,9 +135,9 @@ func (l *Locker) List(ctx context.Context, prefix string) ([]Info, error) {
 		if !r.heldAt(now) || !strings.HasPrefix(r.Key, prefix) || fileID(r.Key)+leaseSuffix != e.Name() {
 			continue
 		}
-		out = append(out, Info{Key: r.Key, Owner: r.Owner, Token: r.Token, TTL: r.left(now), Metadata: maps.Clone(r.Metadata)})
+		out = append(out, dlock.Info{Key: r.Key, Holders: []dlock.Holder{r.holder(now)}, Waiters: -1})
 	}
-	slices.SortFunc(out, func(a, b Info) int { return strings.Compare(a.Key, b.Key) })
+	slices.SortFunc(out, func(a, b dlock.Info) int { return strings.Compare(a.Key, b.Key) })
 	return out, nil
 }
 
@@ -198,19 +201,27 @@ func (b *backend) update(ctx context.Context, key string, fn func(r *record, now
 }
 
 func notAcquired(r *record, now int64) *dlock.NotAcquiredError {
-	return &dlock.NotAcquiredError{Key: r.Key, Holder: r.Owner, Metadata: maps.Clone(r.Metadata), TTL: r.left(now)}
+	return &dlock.NotAcquiredError{Key: r.Key, Holders: []dlock.Holder{r.holder(now)}}
 }
 
-// Try implements dlock.Backend.
-func (b *backend) Try(ctx context.Context, req *dlock.Request) (dlock.Grant, error) {
+// holder is the record's lease as other clients see it.
+func (r *record) holder(now int64) dlock.Holder {
+	return dlock.Holder{Owner: r.Owner, Token: r.Token, TTL: r.left(now), Metadata: maps.Clone(r.Metadata)}
+}
+
+// Spec implements driver.Driver.
+func (b *backend) Spec() driver.Spec { return driver.Spec{Name: "file"} }
+
+// Try implements driver.Driver.
+func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, error) {
 	if err := ctx.Err(); err != nil {
-		return dlock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	// Fast path for waiters: a held lease seen in an (atomically replaced)
 	// record is a valid answer without contending for the flock.
 	if r, err := readRecord(b.recordPath(fileID(req.Key)), req.Key); err == nil {
 		if now := time.Now().UnixNano(); r.heldAt(now) {
-			return dlock.Grant{}, notAcquired(&r, now)
+			return driver.Grant{}, notAcquired(&r, now)
 		}
 	}
 	var token uint64
@@ -226,8 +237,8 @@ func (b *backend) Try(ctx context.Context, req *dlock.Request) (dlock.Grant, err
 			Key:      req.Key,
 			Owner:    req.Owner,
 			Token:    token,
-			Expires:  now + int64(req.Config.TTL),
-			Metadata: req.Config.Metadata,
+			Expires:  now + int64(req.TTL),
+			Metadata: req.Metadata,
 			Counter:  token,
 		}
 		// The counter grew: make the rename durable so no token is ever
@@ -243,14 +254,14 @@ func (b *backend) Try(ctx context.Context, req *dlock.Request) (dlock.Grant, err
 			_ = b.releaseOwner(cctx, req.Key, req.Owner)
 			cancel()
 		}
-		return dlock.Grant{}, err
+		return driver.Grant{}, err
 	}
-	return dlock.Grant{Lease: &lease{b: b, key: req.Key, owner: req.Owner}, Token: token}, nil
+	return driver.Grant{Lease: &lease{b: b, key: req.Key, owner: req.Owner}, Token: token}, nil
 }
 
-// Abort implements dlock.Aborter: it removes owner's lease if one was
+// Abort implements driver.Aborter: it removes owner's lease if one was
 // granted.
-func (b *backend) Abort(ctx context.Context, req *dlock.Request) error {
+func (b *backend) Abort(ctx context.Context, req *driver.Request) error {
 	if err := b.releaseOwner(ctx, req.Key, req.Owner); err != nil && !errors.Is(err, dlock.ErrNotHeld) {
 		return err
 	}
@@ -283,7 +294,7 @@ type lease struct {
 	key, owner string
 }
 
-// Refresh implements dlock.Lease: compare-and-expire under the flock.
+// Refresh implements driver.Lease: compare-and-expire under the flock.
 func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -297,7 +308,7 @@ func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	})
 }
 
-// Release implements dlock.Lease.
+// Release implements driver.Lease.
 func (l *lease) Release(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err

@@ -140,11 +140,15 @@ func TestList(t *testing.T) {
 	}
 	for i, in := range infos {
 		lk := held[1-i]
-		if in.Owner != lk.Owner() || in.Token != lk.Token() || in.TTL <= 0 || in.TTL > dlock.DefaultTTL {
+		if len(in.Holders) != 1 {
+			t.Fatalf("%s: holders %+v", in.Key, in.Holders)
+		}
+		h := in.Holders[0]
+		if h.Owner != lk.Owner() || h.Token != lk.Token() || h.TTL <= 0 || h.TTL > dlock.DefaultTTL {
 			t.Errorf("info %+v does not match lock owner %s token %d", in, lk.Owner(), lk.Token())
 		}
-		if in.Metadata["job"] != in.Key || in.Metadata[dlock.MetaPID] != strconv.Itoa(os.Getpid()) {
-			t.Errorf("metadata %v", in.Metadata)
+		if h.Metadata["job"] != in.Key || h.Metadata[dlock.MetaPID] != strconv.Itoa(os.Getpid()) {
+			t.Errorf("metadata %v", h.Metadata)
 		}
 	}
 	if err := held[0].Release(ctx); err != nil {
@@ -187,7 +191,7 @@ func TestTryAcquireHeldReportsHolder(t *testing.T) {
 	if !errors.As(err, &na) {
 		t.Fatalf("TryAcquire = %v", err)
 	}
-	if na.Key != key || na.Holder != lk.Owner() || na.Metadata["job"] != "x" || na.TTL <= 0 || na.TTL > dlock.DefaultTTL {
+	if h := na.Holders[0]; na.Key != key || h.Owner != lk.Owner() || h.Metadata["job"] != "x" || h.TTL <= 0 || h.TTL > dlock.DefaultTTL {
 		t.Fatalf("NotAcquiredError = %+v", na)
 	}
 }

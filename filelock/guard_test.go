@@ -3,21 +3,29 @@ package filelock_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/filelock"
 	"github.com/dlock-go/dlock/guard"
+	"github.com/dlock-go/dlock/guard/guardtest"
 )
 
-var _ guard.Guard = (*filelock.Guard)(nil)
+var (
+	_ guard.Guard = (*filelock.Guard)(nil)
+	_ guard.Doer  = (*filelock.Guard)(nil)
+)
 
-func mustGuard(t testing.TB, dir string) *filelock.Guard {
+func mustGuard(t testing.TB, dir string, opts ...filelock.Option) *filelock.Guard {
 	t.Helper()
-	g, err := filelock.NewGuard(dir)
+	g, err := filelock.NewGuard(dir, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,4 +193,75 @@ func TestGuardWithLocks(t *testing.T) {
 	wantAdmitted(t, g, "out", lk.Fence())
 	wantStale(t, g, "out", old.Fence(), lk.Token())
 	old.Release(context.Background())
+}
+
+// The guard suite, on a fresh directory per guard, and with second
+// instances on the first one's directory (another process, a restart).
+func TestGuardSuite(t *testing.T) {
+	newGuard := func(t *testing.T, opts ...driver.Option) guard.Guard { return mustGuard(t, t.TempDir(), opts...) }
+	t.Run("OneInstance", func(t *testing.T) { guardtest.Run(t, newGuard) })
+	t.Run("Shared", func(t *testing.T) {
+		guardtest.Run(t, newGuard, guardtest.Shared(func(t *testing.T, g guard.Guard, opts ...driver.Option) guard.Guard {
+			return mustGuard(t, g.(*filelock.Guard).Dir(), opts...)
+		}))
+	})
+}
+
+// Put's values are files of their own, durable and checked on read: a
+// value file that belongs to another resource or name, or cannot be
+// decoded, is an error naming the file, not a missing or wrong value.
+func TestGuardValueFiles(t *testing.T) {
+	dir := t.TempDir()
+	g := mustGuard(t, dir)
+	f := dlock.Fence{Token: 1, Owner: "a"}
+	if err := g.Put(ctxT(t), "r", f, "n", "v"); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Put(ctxT(t), "r", f, "m", "w"); err != nil {
+		t.Fatal(err)
+	}
+	data, err := filepath.Glob(filepath.Join(dir, "*.data"))
+	if err != nil || len(data) != 2 {
+		t.Fatalf("value files %v, %v; want 2", data, err)
+	}
+	if tmp, _ := filepath.Glob(filepath.Join(dir, "*.tmp")); len(tmp) != 0 {
+		t.Fatalf("temp files left: %v", tmp)
+	}
+	// Swap the two files: each now names the other's name.
+	a, _ := os.ReadFile(data[0])
+	b, _ := os.ReadFile(data[1])
+	if err := os.WriteFile(data[0], b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(data[1], a, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"n", "m"} {
+		if v, ok, err := g.Get(ctxT(t), "r", f, n); err == nil || !strings.Contains(err.Error(), ".data") {
+			t.Errorf("Get(%q) of a swapped file = %q, %v, %v; want an error naming the file", n, v, ok, err)
+		}
+	}
+	if err := os.WriteFile(data[0], []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(data[1], []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"n", "m"} {
+		if v, ok, err := g.Get(ctxT(t), "r", f, n); err == nil || !strings.Contains(err.Error(), ".data") {
+			t.Errorf("Get(%q) of an undecodable file = %q, %v, %v; want an error naming the file", n, v, ok, err)
+		}
+	}
+	// Put replaces a bad file whole.
+	if err := g.Put(ctxT(t), "r", f, "n", "again"); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Put(ctxT(t), "r", f, "m", "again"); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"n", "m"} {
+		if v, ok, err := g.Get(ctxT(t), "r", f, n); err != nil || !ok || v != "again" {
+			t.Errorf("Get(%q) after Put repaired the file = %q, %v, %v", n, v, ok, err)
+		}
+	}
 }

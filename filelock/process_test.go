@@ -81,9 +81,10 @@ func slowIncrement(path string) error {
 	return os.WriteFile(path, []byte(strconv.Itoa(c+1)), 0o600)
 }
 
-// helperIncrement increments two counters n times under the lock: one
-// directly (the lock's exclusion alone protects it) and one through the
-// file guard with the lock's fence. It prints each token.
+// helperIncrement increments three counters n times under the lock: one
+// directly (the lock's exclusion alone protects it), one through the file
+// guard's Do with the lock's fence, and one kept by the guard (Get, Put).
+// It prints each token.
 func helperIncrement(ctx context.Context) error {
 	dir, data := os.Getenv(envDir), os.Getenv(envData)
 	n, err := strconv.Atoi(os.Getenv(envN))
@@ -109,6 +110,9 @@ func helperIncrement(ctx context.Context) error {
 				return slowIncrement(filepath.Join(data, "fenced"))
 			})
 		}
+		if err == nil {
+			err = guardIncrement(ctx, g, lk.Fence())
+		}
 		fmt.Printf("token %d\n", lk.Token())
 		if rerr := lk.Release(ctx); err == nil {
 			err = rerr
@@ -118,6 +122,23 @@ func helperIncrement(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// guardIncrement increments the counter kept by the guard itself (name
+// "count" of resource "kept"), a fenced read then a fenced write.
+func guardIncrement(ctx context.Context, g *filelock.Guard, f dlock.Fence) error {
+	v, ok, err := g.Get(ctx, "kept", f, "count")
+	if err != nil {
+		return err
+	}
+	c := 0
+	if ok {
+		if c, err = strconv.Atoi(v); err != nil {
+			return err
+		}
+	}
+	time.Sleep(time.Millisecond)
+	return g.Put(ctx, "kept", f, "count", strconv.Itoa(c+1))
 }
 
 // helperHold acquires a key, prints "held <token> <owner>" and then either
@@ -296,8 +317,13 @@ func TestCrossProcessExclusion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if hi, err := g.Highest(ctx, "fenced"); err != nil || hi.Token != maxTok {
-		t.Errorf("guard highest = %+v, %v; want token %d", hi, err, maxTok)
+	for _, res := range []string{"fenced", "kept"} {
+		if hi, err := g.Highest(ctx, res); err != nil || hi.Token != maxTok {
+			t.Errorf("guard highest of %q = %+v, %v; want token %d", res, hi, err, maxTok)
+		}
+	}
+	if v, ok, err := g.Get(ctx, "kept", dlock.Fence{Token: maxTok, Owner: "reader", Shared: true}, "count"); err != nil || !ok || v != strconv.Itoa(procs*n) {
+		t.Errorf("guard-kept counter = %q, %v, %v; want %d (lost updates)", v, ok, err, procs*n)
 	}
 	// Tokens carry on from where the other processes left them.
 	lk, err := mustNew(t, dir).TryAcquire(ctx, "counter")
@@ -350,7 +376,7 @@ func TestExpiryAfterHolderDies(t *testing.T) {
 				// The child is alive and renewing: the key is held, by it.
 				_, err := l.TryAcquire(ctx, key)
 				var na *dlock.NotAcquiredError
-				if !errors.As(err, &na) || na.Holder != owner || na.Metadata[dlock.MetaPID] != strconv.Itoa(cmd.Process.Pid) {
+				if !errors.As(err, &na) || len(na.Holders) != 1 || na.Holders[0].Owner != owner || na.Holders[0].Metadata[dlock.MetaPID] != strconv.Itoa(cmd.Process.Pid) {
 					t.Fatalf("TryAcquire while the child holds the key = %v", err)
 				}
 				if err := cmd.Process.Kill(); err != nil {

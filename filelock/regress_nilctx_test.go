@@ -12,7 +12,8 @@ import (
 
 // Every entry point taking a context reports a nil one as an error
 // wrapping dlock.ErrInvalidOption, never a panic. (Red-team reproducer
-// RT3-F1: List, Guard.Do and Guard.Highest panicked.)
+// RT3-F1: List, Guard.Do and Guard.Highest panicked; Put and Get came
+// with the guard vocabulary.)
 func TestRegressNilContext(t *testing.T) {
 	l, err := filelock.New(t.TempDir())
 	if err != nil {
@@ -38,6 +39,8 @@ func TestRegressNilContext(t *testing.T) {
 		{"Lock.Refresh", func() error { return lk.Refresh(nilCtx) }},
 		{"Guard.Do", func() error { return g.Do(nilCtx, "r", f, fn) }},
 		{"Guard.Highest", func() error { _, err := g.Highest(nilCtx, "r"); return err }},
+		{"Guard.Put", func() error { return g.Put(nilCtx, "r", f, "n", "v") }},
+		{"Guard.Get", func() error { _, _, err := g.Get(nilCtx, "r", f, "n"); return err }},
 	} {
 		err := func() (err error) {
 			defer func() {

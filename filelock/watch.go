@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 )
 
 // Waiting for a held key.
@@ -140,10 +140,10 @@ func (h *hub) wakeAll(dir string) {
 // wake tells this process's waiters on key that it may be free.
 func (b *backend) wake(key string) { wakeups.wake(b.dir, fileID(key)) }
 
-// Watch implements dlock.Watcher. The in-process registration and the
+// Watch implements driver.Watcher. The in-process registration and the
 // inotify watch are in place when Watch returns, so a release after it is
 // heard.
-func (b *backend) Watch(_ context.Context, key string) (dlock.Subscription, error) {
+func (b *backend) Watch(_ context.Context, key string) (driver.Subscription, error) {
 	s := &subscription{dir: b.dir, id: fileID(key), notify: b.opts.inotify, poll: b.opts.poll, ch: make(chan struct{}, 1)}
 	wakeups.add(s)
 	s.mu.Lock()

@@ -1,31 +1,128 @@
-// Package guard is the resource side of fencing: a Guard admits an
-// operation on a resource only if the caller's fence (token, owner) is at
-// least as new as every fence the resource accepted before, and an equal
-// token only from the same owner. A holder that paused past its lease and
-// comes back with an old token is refused with an error wrapping
-// dlock.ErrStaleToken, even though it still believes it holds the lock.
-//
-// Guarantee: two operations admitted by the same guard for the same
-// resource never interleave, and once a fence is admitted no older fence is
-// ever admitted again (while the guard keeps its state). Reads go through
-// the guard too, so a fenced read-modify-write is safe: a newer holder's
-// read makes an older holder's later write fail.
-//
-// Not guaranteed: anything about operations that bypass the guard.
 package guard
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 )
 
-// Guard runs operations on a resource under a fence check.
+// Guard is what every guard offers: fenced Put and Get of named values
+// kept per resource, and the resource's highest accepted fence.
+//
+// Resources and names are 1 to dlock.MaxKeyLen bytes of valid UTF-8
+// without NUL, like lock keys; values are any bytes. Each resource has its
+// own highest fence and its own names: no resource or name is a prefix of
+// another as far as the guard is concerned.
 type Guard interface {
-	// Do runs fn if f is admissible for resource, recording f as the highest
-	// accepted fence, with no other Do on the same resource running at the
-	// same time. It returns a *dlock.StaleTokenError (wrapping
-	// dlock.ErrStaleToken) without running fn when f is stale. fn's error is
-	// returned as is; the fence stays recorded even if fn fails.
+	// Highest returns the highest fence resource has accepted: the last
+	// admitted exclusive fence (Shared false), or the zero Fence if none.
+	Highest(ctx context.Context, resource string) (dlock.Fence, error)
+	// Put sets name to value in resource if f is admitted (see the
+	// package's rule), recording f as the highest fence when it is
+	// exclusive. A refused fence returns a *dlock.StaleTokenError and
+	// writes nothing.
+	Put(ctx context.Context, resource string, f dlock.Fence, name, value string) error
+	// Get reads name in resource if f is admitted, and records f exactly
+	// as Put does: a fenced read, so an older holder's later Put is
+	// refused. ok is false (with a nil error) when name was never Put.
+	// A refused fence returns a *dlock.StaleTokenError.
+	Get(ctx context.Context, resource string, f dlock.Fence, name string) (value string, ok bool, err error)
+}
+
+// Doer is implemented by guards that can run arbitrary code under the
+// fence check: those whose resource is in the guard's process or host
+// (Memory, filelock.Guard).
+type Doer interface {
+	// Do runs fn if f is admitted for resource, recording f as Put does,
+	// with no other admitted operation (Do, Put, Get) on the same resource
+	// running at the same time. A refused fence returns a
+	// *dlock.StaleTokenError without running fn. fn's error is returned as
+	// is; the fence stays recorded even if fn fails. Waiting for another
+	// operation on the resource is bounded by ctx. fn must not call the
+	// guard for the same resource (it would wait for itself). A nil fn is
+	// an error wrapping dlock.ErrInvalidOption.
 	Do(ctx context.Context, resource string, f dlock.Fence, fn func(ctx context.Context) error) error
+}
+
+// Checker is the part of a guard every implementation shares: argument
+// checks, the admission rule (dlock.Fence.Admit), and the refusal: the
+// *dlock.StaleTokenError and the dlock.EventRejected reported to the
+// guard's Observer. The zero Checker has no backend name and no Observer.
+// A Checker is a small value, safe for concurrent use.
+type Checker struct {
+	backend string
+	obs     dlock.Observer
+}
+
+// NewChecker returns the Checker of a guard of backend ("memory", "file",
+// "redis", ...), which names the guard in errors and in Event.Backend.
+// opts are the guard constructor's options: the Checker reports refusals
+// to the Observer set among them with dlock.WithObserver (none: no
+// reports); other options are ignored.
+func NewChecker(backend string, opts []driver.Option) Checker {
+	return Checker{backend: backend, obs: dlock.ObserverOf(opts)}
+}
+
+// Backend returns the backend name given to NewChecker.
+func (c Checker) Backend() string { return c.backend }
+
+// Validate checks the arguments of a guard call, in this order: a nil ctx
+// (an error wrapping dlock.ErrInvalidOption), then resource and each of
+// names (1 to dlock.MaxKeyLen bytes of valid UTF-8 without NUL; errors
+// wrap dlock.ErrInvalidKey), then ctx having ended (ctx.Err()). A guard
+// calls it first and does nothing else when it fails.
+func (c Checker) Validate(ctx context.Context, resource string, names ...string) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: %s guard: nil context", dlock.ErrInvalidOption, c.backend)
+	}
+	if err := dlock.ValidateKey(resource); err != nil {
+		return fmt.Errorf("%s guard: resource: %w", c.backend, err)
+	}
+	for _, n := range names {
+		if err := dlock.ValidateKey(n); err != nil {
+			return fmt.Errorf("%s guard: name: %w", c.backend, err)
+		}
+	}
+	return ctx.Err()
+}
+
+// Check applies the rule to f for resource, whose highest accepted fence
+// is hi. Admitted, it returns the highest fence to record afterwards (f
+// for an exclusive fence, hi for a shared one; the guard records it when
+// it differs from hi) and a nil error. Refused, it returns hi and the
+// error of Refuse, which it reports.
+func (c Checker) Check(resource string, hi, f dlock.Fence) (next dlock.Fence, err error) {
+	next, ok := hi.Admit(f)
+	if !ok {
+		return hi, c.Refuse(resource, f, hi.Token)
+	}
+	return next, nil
+}
+
+// Refuse is the refusal of f for resource whose highest accepted token is
+// highest: it reports one dlock.EventRejected (Backend, Key: resource,
+// Token, Owner, Highest; Mode dlock.Shared for a shared fence) to the
+// Observer and returns the *dlock.StaleTokenError (wrapping
+// dlock.ErrStaleToken). Guards whose store applies the rule itself (a
+// Lua script, a transaction) call it when the store refused; others call
+// Check.
+func (c Checker) Refuse(resource string, f dlock.Fence, highest uint64) error {
+	if c.obs != nil {
+		mode := dlock.Exclusive
+		if f.Shared {
+			mode = dlock.Shared
+		}
+		c.obs.Observe(dlock.Event{
+			Kind:    dlock.EventRejected,
+			Backend: c.backend,
+			Key:     resource,
+			Mode:    mode,
+			Token:   f.Token,
+			Owner:   f.Owner,
+			Highest: highest,
+		})
+	}
+	return &dlock.StaleTokenError{Resource: resource, Token: f.Token, Owner: f.Owner, Highest: highest}
 }

@@ -6,23 +6,52 @@ import (
 	"sync"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 )
 
-// Memory is the reference Guard: fences kept in process memory. The zero
-// value is ready to use. It suits a resource that lives in the same process
-// as the guard (a service that owns the data and receives tokens from lock
-// holders over its API).
+// Memory is the reference guard: fences and values kept in process
+// memory. It suits a resource that lives in the same process as the guard
+// (a service that owns the data and receives fences from lock holders
+// over its API). Its state lasts as long as the Memory: a new Memory (a
+// restarted process) admits any fence again.
+//
+// The zero value is ready to use, without an Observer; NewMemory takes
+// options. A Memory must not be copied after first use. Memory keeps one
+// small entry per resource it has seen, for as long as it lives.
 type Memory struct {
+	chk Checker
 	mu  sync.Mutex
 	res map[string]*memRes
 }
 
 type memRes struct {
-	sem chan struct{} // a token is held while the fence is checked and fn runs
-	hi  dlock.Fence
+	// sem is held while an operation checks the fence and runs: Do, Put
+	// and Get on one resource never overlap.
+	sem chan struct{}
+	// mu guards hi and data; they change only while sem is held, and
+	// Highest reads hi without waiting for a running Do.
+	mu   sync.Mutex
+	hi   dlock.Fence
+	data map[string]string
 }
 
-var _ Guard = (*Memory)(nil)
+var (
+	_ Guard = (*Memory)(nil)
+	_ Doer  = (*Memory)(nil)
+)
+
+// NewMemory returns an empty Memory. It accepts dlock.WithObserver (its
+// refusals are reported with Backend "memory"); other options are ignored.
+func NewMemory(opts ...driver.Option) *Memory {
+	return &Memory{chk: NewChecker("memory", opts)}
+}
+
+func (m *Memory) checker() Checker {
+	if m.chk.backend == "" {
+		return Checker{backend: "memory"}
+	}
+	return m.chk
+}
 
 func (m *Memory) resource(name string) *memRes {
 	m.mu.Lock()
@@ -38,19 +67,9 @@ func (m *Memory) resource(name string) *memRes {
 	return r
 }
 
-// errNilContext is returned by Do for a nil context, like dlock's Acquire
-// does.
-var errNilContext = fmt.Errorf("%w: guard: nil context", dlock.ErrInvalidOption)
-
-// Do implements Guard. A nil ctx is an error wrapping
-// dlock.ErrInvalidOption (fn is not run, no fence is recorded).
-func (m *Memory) Do(ctx context.Context, resource string, f dlock.Fence, fn func(ctx context.Context) error) error {
-	if ctx == nil {
-		return errNilContext
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
+// run checks f for resource and, if it is admitted, records it and runs
+// op, all while holding the resource's sem.
+func (m *Memory) run(ctx context.Context, resource string, f dlock.Fence, op func(r *memRes) error) error {
 	r := m.resource(resource)
 	select {
 	case r.sem <- struct{}{}:
@@ -58,17 +77,73 @@ func (m *Memory) Do(ctx context.Context, resource string, f dlock.Fence, fn func
 		return ctx.Err()
 	}
 	defer func() { <-r.sem }()
-	if !r.hi.Admits(f) {
-		return &dlock.StaleTokenError{Resource: resource, Token: f.Token, Owner: f.Owner, Highest: r.hi.Token}
+	r.mu.Lock()
+	next, err := m.checker().Check(resource, r.hi, f)
+	r.hi = next
+	r.mu.Unlock()
+	if err != nil {
+		return err
 	}
-	r.hi = f
-	return fn(ctx)
+	return op(r)
 }
 
-// Highest returns the highest fence accepted for resource.
-func (m *Memory) Highest(resource string) dlock.Fence {
-	r := m.resource(resource)
-	r.sem <- struct{}{}
-	defer func() { <-r.sem }()
-	return r.hi
+// Do implements Doer.
+func (m *Memory) Do(ctx context.Context, resource string, f dlock.Fence, fn func(ctx context.Context) error) error {
+	c := m.checker()
+	if err := c.Validate(ctx, resource); err != nil {
+		return err
+	}
+	if fn == nil {
+		return fmt.Errorf("%w: %s guard: nil function", dlock.ErrInvalidOption, c.backend)
+	}
+	return m.run(ctx, resource, f, func(*memRes) error { return fn(ctx) })
+}
+
+// Put implements Guard. Waiting for a running Do on the resource is
+// bounded by ctx.
+func (m *Memory) Put(ctx context.Context, resource string, f dlock.Fence, name, value string) error {
+	if err := m.checker().Validate(ctx, resource, name); err != nil {
+		return err
+	}
+	return m.run(ctx, resource, f, func(r *memRes) error {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.data == nil {
+			r.data = map[string]string{}
+		}
+		r.data[name] = value
+		return nil
+	})
+}
+
+// Get implements Guard. Waiting for a running Do on the resource is
+// bounded by ctx.
+func (m *Memory) Get(ctx context.Context, resource string, f dlock.Fence, name string) (value string, ok bool, err error) {
+	if err := m.checker().Validate(ctx, resource, name); err != nil {
+		return "", false, err
+	}
+	err = m.run(ctx, resource, f, func(r *memRes) error {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		value, ok = r.data[name]
+		return nil
+	})
+	return value, ok, err
+}
+
+// Highest implements Guard. It does not wait for a running Do: the fence
+// is recorded before fn starts.
+func (m *Memory) Highest(ctx context.Context, resource string) (dlock.Fence, error) {
+	if err := m.checker().Validate(ctx, resource); err != nil {
+		return dlock.Fence{}, err
+	}
+	m.mu.Lock()
+	r := m.res[resource]
+	m.mu.Unlock()
+	if r == nil {
+		return dlock.Fence{}, nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.hi, nil
 }

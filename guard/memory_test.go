@@ -29,8 +29,8 @@ func TestMemoryRules(t *testing.T) {
 	must(dlock.Fence{Token: 2, Owner: "a"}, dlock.ErrStaleToken)
 	must(dlock.Fence{Token: 7, Owner: "b"}, nil)
 	must(dlock.Fence{Token: 3, Owner: "a"}, dlock.ErrStaleToken)
-	if hi := g.Highest("r"); hi.Token != 7 || hi.Owner != "b" {
-		t.Fatalf("Highest = %+v", hi)
+	if hi, err := g.Highest(ctx, "r"); err != nil || hi.Token != 7 || hi.Owner != "b" {
+		t.Fatalf("Highest = %+v, %v", hi, err)
 	}
 	// Other resources are independent.
 	must(dlock.Fence{Token: 1, Owner: "a"}, dlock.ErrStaleToken) // same resource "r"
@@ -66,7 +66,7 @@ func TestMemorySerializesAndHonoursContext(t *testing.T) {
 	if err := g.Do(context.Background(), "r", dlock.Fence{Token: 2, Owner: "b"}, func(context.Context) error { return boom }); !errors.Is(err, boom) {
 		t.Fatalf("fn error = %v", err)
 	}
-	if g.Highest("r").Token != 2 {
-		t.Fatal("fence not recorded when fn failed")
+	if hi, err := g.Highest(context.Background(), "r"); err != nil || hi.Token != 2 {
+		t.Fatalf("fence not recorded when fn failed: Highest = %+v, %v", hi, err)
 	}
 }

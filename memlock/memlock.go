@@ -1,82 +1,205 @@
 // Package memlock is an in-process dlock.Locker for unit tests and hermetic
-// examples. It has the same lease semantics as the network backends (TTL,
-// watchdog renewal, local deadline, fencing tokens, owner-checked release),
-// but its state lives in one process: it gives no mutual exclusion between
-// processes.
+// examples, and the reference backend: read it first to see how a backend
+// plugs into package dlock/driver. It has the same lease semantics as the
+// network backends (TTL, watchdog renewal, local deadline, fencing tokens,
+// owner-checked release, release notifications) and offers every mode:
+// exclusive, shared (dlock.WithShared) and counted (dlock.WithLimit).
+//
+// Guarantees: within one Locker, at most one exclusive holder per key, or
+// any number of shared holders, or at most N holders of a key locked with
+// WithLimit(N); tokens strictly increase per key for as long as the Locker
+// exists, in every mode.
+//
+// Not guaranteed: anything between processes (the state lives in one
+// process), and fairness: a waiting exclusive request may wait while
+// shared holders keep overlapping (writer preference comes with the
+// read-write lock primitive).
 package memlock
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 )
+
+// Option configures a Locker. memlock has no options of its own; it
+// accepts the core's (dlock.WithObserver).
+type Option = driver.Option
 
 // Locker is an in-memory lock service. The zero value is not usable; call
 // New. Lockers are safe for concurrent use; share one between the goroutines
 // that should exclude each other.
 type Locker struct {
-	*dlock.Acquirer
+	e *dlock.Engine
+	s *state
+}
+
+var (
+	_ dlock.Locker = (*Locker)(nil)
+	_ dlock.Lister = (*Locker)(nil)
+)
+
+// New returns an empty in-memory lock service.
+func New(opts ...Option) *Locker {
+	s := &state{keys: map[string]*keyState{}, waiters: map[string]map[chan struct{}]struct{}{}}
+	return &Locker{e: dlock.NewEngine(s, opts...), s: s}
+}
+
+// Acquire implements dlock.Locker.
+func (l *Locker) Acquire(ctx context.Context, key string, opts ...dlock.Option) (*dlock.Lock, error) {
+	return l.e.Acquire(ctx, key, opts...)
+}
+
+// TryAcquire implements dlock.Locker.
+func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...dlock.Option) (*dlock.Lock, error) {
+	return l.e.TryAcquire(ctx, key, opts...)
+}
+
+// List implements dlock.Lister: the held keys under prefix, sorted.
+func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) {
+	if err := l.e.Check(ctx); err != nil {
+		return nil, err
+	}
+	s := l.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	var out []dlock.Info
+	for k, ks := range s.keys {
+		if !strings.HasPrefix(k, prefix) {
+			continue
+		}
+		hs := ks.live(now)
+		if len(hs) == 0 {
+			continue
+		}
+		info := dlock.Info{Key: k, Mode: dlock.Mode(ks.mode), Limit: ks.limit, Waiters: len(s.waiters[k])}
+		for _, h := range hs {
+			info.Holders = append(info.Holders, h.public(ks.mode, now))
+		}
+		out = append(out, info)
+	}
+	slices.SortFunc(out, func(a, b dlock.Info) int { return cmp.Compare(a.Key, b.Key) })
+	return out, nil
+}
+
+// Expire deletes every lease on key as if it had expired, behind the
+// holders' backs. Tests use it to exercise loss handling: a holder notices
+// at its next renewal.
+func (l *Locker) Expire(key string) {
+	s := l.s
+	s.mu.Lock()
+	if ks := s.keys[key]; ks != nil {
+		clear(ks.holders)
+	}
+	s.wakeLocked(key)
+	s.mu.Unlock()
+}
+
+// state is the lock service: it implements driver.Driver and
+// driver.Watcher.
+type state struct {
 	mu      sync.Mutex
-	entries map[string]*entry
-	tokens  map[string]uint64
+	keys    map[string]*keyState
 	waiters map[string]map[chan struct{}]struct{}
 }
 
-type entry struct {
+// keyState is one key: its holders (all of one mode) and its token
+// counter, kept after the holders leave so tokens never repeat.
+type keyState struct {
+	token   uint64
+	mode    driver.Mode
+	limit   int
+	holders map[string]*holder // by owner
+}
+
+type holder struct {
 	owner   string
 	token   uint64
 	expires time.Time
 	meta    map[string]string
 }
 
-var _ dlock.Locker = (*Locker)(nil)
-
-// New returns an empty in-memory lock service.
-func New() *Locker {
-	l := &Locker{entries: map[string]*entry{}, tokens: map[string]uint64{}, waiters: map[string]map[chan struct{}]struct{}{}}
-	l.Acquirer = dlock.NewAcquirer((*backend)(l), 0)
-	return l
+func (h *holder) public(m driver.Mode, now time.Time) dlock.Holder {
+	return dlock.Holder{Owner: h.owner, Token: h.token, Metadata: maps.Clone(h.meta), TTL: h.expires.Sub(now), Mode: dlock.Mode(m)}
 }
 
-// Info describes a held lock.
-type Info struct {
-	Key      string
-	Owner    string
-	Token    uint64
-	TTL      time.Duration
-	Metadata map[string]string
+// live drops expired holders and returns the others, oldest first.
+func (ks *keyState) live(now time.Time) []*holder {
+	var hs []*holder
+	for o, h := range ks.holders {
+		if !h.expires.After(now) {
+			delete(ks.holders, o)
+			continue
+		}
+		hs = append(hs, h)
+	}
+	slices.SortFunc(hs, func(a, b *holder) int { return cmp.Compare(a.token, b.token) })
+	return hs
 }
 
-// List returns the held locks.
-func (l *Locker) List() []Info {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+func (s *state) Spec() driver.Spec {
+	return driver.Spec{Name: "memory", Shared: true, Limited: true}
+}
+
+// Try implements driver.Driver.
+func (s *state) Try(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	if err := ctx.Err(); err != nil {
+		return driver.Grant{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	now := time.Now()
-	var out []Info
-	for k, e := range l.entries {
-		if e.expires.After(now) {
-			out = append(out, Info{Key: k, Owner: e.owner, Token: e.token, TTL: e.expires.Sub(now), Metadata: maps.Clone(e.meta)})
+	ks := s.keys[req.Key]
+	if ks == nil {
+		ks = &keyState{holders: map[string]*holder{}}
+		s.keys[req.Key] = ks
+	}
+	hs := ks.live(now)
+	if h, ok := ks.holders[req.Owner]; ok { // a retry of a granted attempt
+		return driver.Grant{Lease: &lease{s: s, key: req.Key, owner: req.Owner}, Token: h.token}, nil
+	}
+	if len(hs) > 0 {
+		switch {
+		case req.Mode == driver.Limited && ks.mode == driver.Limited && ks.limit != req.Limit:
+			return driver.Grant{}, fmt.Errorf("%w: memlock key %q is a semaphore of %d, not %d", dlock.ErrInvalidOption, req.Key, ks.limit, req.Limit)
+		case req.Mode != ks.mode, req.Mode == driver.Exclusive,
+			req.Mode == driver.Limited && len(hs) >= ks.limit:
+			na := &dlock.NotAcquiredError{Key: req.Key}
+			for _, h := range hs {
+				na.Holders = append(na.Holders, h.public(ks.mode, now))
+			}
+			return driver.Grant{}, na
 		}
 	}
-	return out
+	ks.token++
+	ks.mode, ks.limit = req.Mode, req.Limit
+	ks.holders[req.Owner] = &holder{owner: req.Owner, token: ks.token, expires: now.Add(req.TTL), meta: req.Metadata}
+	return driver.Grant{Lease: &lease{s: s, key: req.Key, owner: req.Owner}, Token: ks.token}, nil
 }
 
-// Expire deletes key's lease as if it had expired, behind its holder's back.
-// Tests use it to exercise loss handling: the holder notices at its next
-// renewal.
-func (l *Locker) Expire(key string) {
-	l.mu.Lock()
-	delete(l.entries, key)
-	l.wakeLocked(key)
-	l.mu.Unlock()
+// Watch implements driver.Watcher.
+func (s *state) Watch(ctx context.Context, key string) (driver.Subscription, error) {
+	ch := make(chan struct{}, 1)
+	s.mu.Lock()
+	if s.waiters[key] == nil {
+		s.waiters[key] = map[chan struct{}]struct{}{}
+	}
+	s.waiters[key][ch] = struct{}{}
+	s.mu.Unlock()
+	return &sub{s: s, key: key, ch: ch}, nil
 }
 
-func (l *Locker) wakeLocked(key string) {
-	for ch := range l.waiters[key] {
+func (s *state) wakeLocked(key string) {
+	for ch := range s.waiters[key] {
 		select {
 		case ch <- struct{}{}:
 		default:
@@ -84,77 +207,50 @@ func (l *Locker) wakeLocked(key string) {
 	}
 }
 
-// backend implements the dlock SPI on Locker's state.
-type backend Locker
-
-func (b *backend) Try(ctx context.Context, req *dlock.Request) (dlock.Grant, error) {
-	if err := ctx.Err(); err != nil {
-		return dlock.Grant{}, err
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	now := time.Now()
-	if e, ok := b.entries[req.Key]; ok && e.expires.After(now) {
-		return dlock.Grant{}, &dlock.NotAcquiredError{Key: req.Key, Holder: e.owner, Metadata: maps.Clone(e.meta), TTL: e.expires.Sub(now)}
-	}
-	tok := b.tokens[req.Key] + 1
-	b.tokens[req.Key] = tok
-	b.entries[req.Key] = &entry{owner: req.Owner, token: tok, expires: now.Add(req.Config.TTL), meta: req.Config.Metadata}
-	return dlock.Grant{Lease: &lease{b: b, key: req.Key, owner: req.Owner}, Token: tok}, nil
-}
-
-func (b *backend) Watch(ctx context.Context, key string) (dlock.Subscription, error) {
-	ch := make(chan struct{}, 1)
-	b.mu.Lock()
-	if b.waiters[key] == nil {
-		b.waiters[key] = map[chan struct{}]struct{}{}
-	}
-	b.waiters[key][ch] = struct{}{}
-	b.mu.Unlock()
-	return &sub{b: b, key: key, ch: ch}, nil
-}
-
 type sub struct {
-	b   *backend
+	s   *state
 	key string
 	ch  chan struct{}
 }
 
-func (s *sub) C() <-chan struct{} { return s.ch }
-func (s *sub) Close() {
-	s.b.mu.Lock()
-	delete(s.b.waiters[s.key], s.ch)
-	if len(s.b.waiters[s.key]) == 0 {
-		delete(s.b.waiters, s.key)
+func (u *sub) C() <-chan struct{} { return u.ch }
+
+func (u *sub) Close() {
+	u.s.mu.Lock()
+	delete(u.s.waiters[u.key], u.ch)
+	if len(u.s.waiters[u.key]) == 0 {
+		delete(u.s.waiters, u.key)
 	}
-	s.b.mu.Unlock()
+	u.s.mu.Unlock()
 }
 
+// lease is one holder's lease: driver.Lease.
 type lease struct {
-	b          *backend
+	s          *state
 	key, owner string
 }
 
-// heldLocked returns the entry if it is still this lease's and unexpired.
-func (l *lease) heldLocked() (*entry, error) {
-	e, ok := l.b.entries[l.key]
-	if !ok || e.owner != l.owner || !e.expires.After(time.Now()) {
-		return nil, fmt.Errorf("%w: memlock key %q", dlock.ErrNotHeld, l.key)
+// heldLocked returns the holder if it is still this lease's and unexpired.
+func (l *lease) heldLocked() (*holder, error) {
+	if ks := l.s.keys[l.key]; ks != nil {
+		if h, ok := ks.holders[l.owner]; ok && h.expires.After(time.Now()) {
+			return h, nil
+		}
 	}
-	return e, nil
+	return nil, fmt.Errorf("%w: memlock key %q", dlock.ErrNotHeld, l.key)
 }
 
 func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	l.b.mu.Lock()
-	defer l.b.mu.Unlock()
-	e, err := l.heldLocked()
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	h, err := l.heldLocked()
 	if err != nil {
 		return err
 	}
-	e.expires = time.Now().Add(ttl)
+	h.expires = time.Now().Add(ttl)
 	return nil
 }
 
@@ -162,12 +258,12 @@ func (l *lease) Release(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	l.b.mu.Lock()
-	defer l.b.mu.Unlock()
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
 	if _, err := l.heldLocked(); err != nil {
 		return err
 	}
-	delete(l.b.entries, l.key)
-	(*Locker)(l.b).wakeLocked(l.key)
+	delete(l.s.keys[l.key].holders, l.owner)
+	l.s.wakeLocked(l.key)
 	return nil
 }

@@ -21,6 +21,8 @@
 // FenceRetention); later than that it is reported as a lease no longer
 // held (ErrLockLost). Recording at the hand-over keeps the uncontended
 // acquire-and-release free of an extra key.
+// The keys, values and scripts are dlock's Redis wire protocol, documented
+// (and versioned) in package redisproto, which redlock shares.
 //
 // Waiting. A waiter listens on a pub/sub channel of its own and its failed
 // attempts queue it in the key's waiter set. A release wakes the first

@@ -6,7 +6,6 @@ require github.com/dlock-go/dlock v0.0.0-00010101000000-000000000000
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/dlock-go/dlock/internal/redisx v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0
 	go.uber.org/atomic v1.12.0 // indirect
 	go.uber.org/goleak v1.3.0
@@ -14,5 +13,3 @@ require (
 )
 
 replace github.com/dlock-go/dlock => ../
-
-replace github.com/dlock-go/dlock/internal/redisx => ../internal/redisx

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/redisx"
+	"github.com/dlock-go/dlock/redislock/redisproto"
 )
 
 // Guard fences writes (and reads) to data kept in Redis: each operation is
@@ -45,7 +45,7 @@ func NewGuard(client redis.UniversalClient, opts ...Option) *Guard {
 			f(&o)
 		}
 	}
-	if redisx.IsNil(client) {
+	if redisproto.IsNil(client) {
 		client = nil
 	}
 	return &Guard{client: client, prefix: o.prefix}
@@ -55,12 +55,12 @@ func NewGuard(client redis.UniversalClient, opts ...Option) *Guard {
 // resource is the hash tag, encoded like lock keys so that it is never
 // empty (a resource starting with '}' gets a NUL byte in front).
 func (g *Guard) FenceKey(resource string) string {
-	return g.prefix + ":guard:{" + redisx.HashTag(resource) + "}"
+	return g.prefix + ":guard:{" + redisproto.HashTag(resource) + "}"
 }
 
 // Key returns a data key for resource that lives in the fence key's slot.
 func (g *Guard) Key(resource, name string) string {
-	return g.prefix + ":data:{" + redisx.HashTag(resource) + "}:" + name
+	return g.prefix + ":data:{" + redisproto.HashTag(resource) + "}:" + name
 }
 
 // fencePrelude checks and records the fence. KEYS[1] is the fence key,
@@ -110,7 +110,7 @@ func (g *Guard) Eval(ctx context.Context, resource string, f dlock.Fence, body s
 	script := g.script(body)
 	allKeys := append([]string{g.FenceKey(resource)}, keys...)
 	allArgs := append([]any{strconv.FormatUint(f.Token, 10), f.Owner}, args...)
-	v, err, abandoned := redisx.Await(ctx, func(ctx context.Context) (any, error) {
+	v, err, abandoned := redisproto.Await(ctx, func(ctx context.Context) (any, error) {
 		return script.Run(ctx, g.client, allKeys, allArgs...).Result()
 	})
 	if abandoned {
@@ -178,7 +178,7 @@ func (g *Guard) Highest(ctx context.Context, resource string) (dlock.Fence, erro
 	if g.client == nil {
 		return dlock.Fence{}, dlock.ErrNilClient
 	}
-	v, err, abandoned := redisx.Await(ctx, func(ctx context.Context) (string, error) {
+	v, err, abandoned := redisproto.Await(ctx, func(ctx context.Context) (string, error) {
 		return g.client.Get(ctx, g.FenceKey(resource)).Result()
 	})
 	if abandoned {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/background"
-	"github.com/dlock-go/dlock/internal/redisx"
+	"github.com/dlock-go/dlock/redislock/redisproto"
 )
 
 // Defaults.
@@ -26,7 +26,7 @@ const (
 	// for a key nobody holds but that a release reserved (for 100ms) for
 	// the waiter it woke: its value is that waiter's id, Holder is empty
 	// and TTL is the reservation left.
-	MetaReservedForWaiter = redisx.MetaReservedForWaiter
+	MetaReservedForWaiter = redisproto.MetaReservedForWaiter
 )
 
 // Option configures a Locker.
@@ -64,15 +64,15 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 		o.prefix = DefaultPrefix
 	}
 	b := &backend{}
-	if !redisx.IsNil(client) {
-		b.node = redisx.NewNode(client, o.prefix)
+	if !redisproto.IsNil(client) {
+		b.node = redisproto.NewNode(client, o.prefix)
 	}
 	return &Locker{Acquirer: dlock.NewAcquirer(b, MinTTL), b: b}
 }
 
 type backend struct {
-	node    *redisx.Node // nil when constructed with a nil client
-	waiters redisx.Waiters
+	node    *redisproto.Node // nil when constructed with a nil client
+	waiters redisproto.Waiters
 }
 
 // LockKey is the Redis key holding key's lease.
@@ -95,7 +95,7 @@ func (b *backend) Try(ctx context.Context, req *dlock.Request) (dlock.Grant, err
 	if err := b.check(); err != nil {
 		return dlock.Grant{}, err
 	}
-	meta, err := redisx.EncodeMetadata(req.Config.Metadata)
+	meta, err := redisproto.EncodeMetadata(req.Config.Metadata)
 	if err != nil {
 		return dlock.Grant{}, err
 	}
@@ -147,8 +147,8 @@ func (b *backend) Watch(ctx context.Context, key string) (dlock.Subscription, er
 }
 
 type waiter struct {
-	*redisx.Subscription
-	w  *redisx.Waiter
+	*redisproto.Subscription
+	w  *redisproto.Waiter
 	id string
 }
 
@@ -175,12 +175,12 @@ func (b *backend) RefreshBatch(ctx context.Context, rs []dlock.Renewal, done fun
 		}
 		return
 	}
-	batch := make([]redisx.Renewal, len(rs))
+	batch := make([]redisproto.Renewal, len(rs))
 	leases := make([]*lease, len(rs))
 	for i, r := range rs {
 		l := r.Lease.(*lease)
 		leases[i] = l
-		batch[i] = redisx.Renewal{Key: l.key, Owner: l.owner, TTL: r.TTL}
+		batch[i] = redisproto.Renewal{Key: l.key, Owner: l.owner, TTL: r.TTL}
 	}
 	var (
 		mu     sync.Mutex
@@ -244,7 +244,7 @@ func (l *lease) Release(ctx context.Context) error {
 var errNilContext = fmt.Errorf("%w: redislock: nil context", dlock.ErrInvalidOption)
 
 // Info describes a held lock, as stored in Redis.
-type Info = redisx.Info
+type Info = redisproto.Info
 
 // List returns the locks currently held whose key starts with prefix, by
 // scanning the keyspace (SCAN, on every master of a Cluster). It is meant
@@ -258,7 +258,7 @@ func (l *Locker) List(ctx context.Context, prefix string) ([]Info, error) {
 	if err := l.b.check(); err != nil {
 		return nil, err
 	}
-	infos, err, abandoned := redisx.Await(ctx, func(ctx context.Context) ([]Info, error) {
+	infos, err, abandoned := redisproto.Await(ctx, func(ctx context.Context) ([]Info, error) {
 		return l.b.node.List(ctx, prefix)
 	})
 	switch {

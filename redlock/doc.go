@@ -81,4 +81,9 @@
 //
 // Not guaranteed: Redlock's safety rests on bounded clock drift and bounded
 // pauses; use the fencing token with a guard where correctness matters.
+//
+// Layout. Each node holds the keys of a redislock deployment (plus the
+// counter "<prefix>:{<key>}:fence"), written by scripts of its own: the
+// layout, value grammar and scripts are documented, and versioned, in
+// package github.com/dlock-go/dlock/redislock/redisproto.
 package redlock

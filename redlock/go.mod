@@ -4,12 +4,12 @@ go 1.26.0
 
 require (
 	github.com/dlock-go/dlock v0.0.0-00010101000000-000000000000
-	github.com/dlock-go/dlock/internal/redisx v0.0.0-00010101000000-000000000000
+	github.com/dlock-go/dlock/redislock v0.0.0-00010101000000-000000000000
+	github.com/redis/go-redis/v9 v9.23.0
 )
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/redis/go-redis/v9 v9.23.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	go.uber.org/goleak v1.3.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
@@ -17,5 +17,5 @@ require (
 
 replace (
 	github.com/dlock-go/dlock => ../
-	github.com/dlock-go/dlock/internal/redisx => ../internal/redisx
+	github.com/dlock-go/dlock/redislock => ../redislock
 )

@@ -16,7 +16,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/background"
-	"github.com/dlock-go/dlock/internal/redisx"
+	"github.com/dlock-go/dlock/redislock/redisproto"
 )
 
 // Defaults.
@@ -40,7 +40,7 @@ const (
 	// *dlock.NotAcquiredError and a NodeResult) for a key nobody holds but
 	// that a release reserved (for 100ms) for the waiter it woke: its value
 	// is that waiter's id, and the holder is empty.
-	MetaReservedForWaiter = redisx.MetaReservedForWaiter
+	MetaReservedForWaiter = redisproto.MetaReservedForWaiter
 )
 
 // Option configures a Locker.
@@ -70,13 +70,13 @@ type Locker struct {
 var _ dlock.Locker = (*Locker)(nil)
 
 type node struct {
-	*redisx.Node
+	*redisproto.Node
 	name     string
 	renewing atomic.Bool // a RefreshBatch pipeline to this node is running
 }
 
 type backend struct {
-	waiters     redisx.Waiters
+	waiters     redisproto.Waiters
 	nodes       []*node
 	quorum      int
 	nodeTimeout time.Duration // 0: derived from the TTL
@@ -101,7 +101,7 @@ func New(clients []redis.UniversalClient, opts ...Option) *Locker {
 	seen := map[redis.UniversalClient]bool{}
 	for i, c := range clients {
 		switch {
-		case redisx.IsNil(c):
+		case redisproto.IsNil(c):
 			b.err = fmt.Errorf("%w: redlock.New: client %d is nil", dlock.ErrNilClient, i)
 		case seen[c]:
 			b.err = fmt.Errorf("%w: redlock.New: client %d is listed twice; nodes must be independent", dlock.ErrInvalidOption, i)
@@ -110,7 +110,7 @@ func New(clients []redis.UniversalClient, opts ...Option) *Locker {
 			break
 		}
 		seen[c] = true
-		b.nodes = append(b.nodes, &node{Node: redisx.NewNode(c, o.prefix), name: nodeName(c, i)})
+		b.nodes = append(b.nodes, &node{Node: redisproto.NewNode(c, o.prefix), name: nodeName(c, i)})
 	}
 	if len(clients) == 0 {
 		b.err = fmt.Errorf("%w: redlock.New: no clients", dlock.ErrNilClient)
@@ -243,7 +243,7 @@ func verb(op string) string {
 type answer struct {
 	i        int
 	ok       bool // granted / extended / released / committed
-	o        redisx.Outcome
+	o        redisproto.Outcome
 	err      error
 	noAnswer bool // err says the node did not answer in time
 }
@@ -385,7 +385,7 @@ func (b *backend) Try(ctx context.Context, req *dlock.Request) (dlock.Grant, err
 	}
 	start := time.Now()
 	cfg := req.Config
-	meta, err := redisx.EncodeMetadata(cfg.Metadata)
+	meta, err := redisproto.EncodeMetadata(cfg.Metadata)
 	if err != nil {
 		return dlock.Grant{}, err
 	}
@@ -627,12 +627,12 @@ func (b *backend) RefreshBatch(ctx context.Context, rs []dlock.Renewal, done fun
 	if len(rs) == 0 {
 		return
 	}
-	batch := make([]redisx.Renewal, len(rs))
+	batch := make([]redisproto.Renewal, len(rs))
 	keys := make([]string, len(rs))
 	timeout := time.Duration(0)
 	for i, r := range rs {
 		l := r.Lease.(*lease)
-		batch[i] = redisx.Renewal{Key: l.key, Owner: l.owner, TTL: r.TTL}
+		batch[i] = redisproto.Renewal{Key: l.key, Owner: l.owner, TTL: r.TTL}
 		keys[i] = l.key
 		timeout = max(timeout, l.timeout)
 	}
@@ -766,7 +766,7 @@ func (b *backend) Watch(ctx context.Context, key string) (dlock.Subscription, er
 		return nil, b.err
 	}
 	ms := &multiSub{ch: make(chan struct{}, 1), id: newWaitID()}
-	nodes := make([]*redisx.Node, len(b.nodes))
+	nodes := make([]*redisproto.Node, len(b.nodes))
 	for i, n := range b.nodes {
 		nodes[i] = n.Node
 	}
@@ -814,14 +814,14 @@ func waitScore(id string) int64 {
 
 type multiSub struct {
 	id     string
-	w      *redisx.Waiter
+	w      *redisproto.Waiter
 	ch     chan struct{}
 	mu     sync.Mutex
-	subs   []*redisx.Subscription
+	subs   []*redisproto.Subscription
 	closed bool
 }
 
-func (m *multiSub) add(s *redisx.Subscription) bool {
+func (m *multiSub) add(s *redisproto.Subscription) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -852,7 +852,7 @@ func (m *multiSub) Close() {
 
 // Info describes a lock held on a majority of nodes.
 type Info struct {
-	redisx.Info
+	redisproto.Info
 	// Nodes is how many nodes hold the lease.
 	Nodes int `json:"nodes"`
 }
@@ -877,7 +877,7 @@ func (l *Locker) List(ctx context.Context, prefix string) ([]Info, error) {
 	type kv struct{ key, owner string }
 	type listed struct {
 		i     int
-		infos []redisx.Info
+		infos []redisproto.Info
 		err   error
 	}
 	ch := make(chan listed, len(b.nodes)) // buffered: a node answering late never blocks

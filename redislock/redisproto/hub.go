@@ -1,4 +1,4 @@
-package redisx
+package redisproto
 
 import (
 	"context"
@@ -23,7 +23,7 @@ const requestTimeout = 5 * time.Second
 
 // errUnwatched answers a SUBSCRIBE that was dropped before it was sent
 // because its channel was unwatched meanwhile.
-var errUnwatched = errors.New("redisx: subscription closed before it was sent")
+var errUnwatched = errors.New("redisproto: subscription closed before it was sent")
 
 // hub multiplexes the release channels of all waiters of one Locker over a
 // single pub/sub connection. The connection, its reader goroutine and its
@@ -298,4 +298,17 @@ func (h *hub) read(c *hubConn) {
 			time.Sleep(50 * time.Millisecond) // server down: don't spin
 		}
 	}
+}
+
+// Watch subscribes waiter id to its turn on key: the channel a release
+// publishes on when it picks id from the waiter queue.
+func (n *Node) Watch(ctx context.Context, key, id string) (*Subscription, error) {
+	return n.hub.watch(ctx, n.WaiterChannel(key, id), make(chan struct{}, 1))
+}
+
+// WatchInto is Watch delivering into ch (buffered, sent without
+// blocking), so one waiter can listen on several nodes without a goroutine
+// each.
+func (n *Node) WatchInto(ctx context.Context, key, id string, ch chan struct{}) (*Subscription, error) {
+	return n.hub.watch(ctx, n.WaiterChannel(key, id), ch)
 }

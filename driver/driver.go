@@ -1,0 +1,253 @@
+// Package driver is the interface a lock service implements to plug into
+// dlock: one acquisition attempt, an owner-checked lease, and optional
+// capabilities (release notifications, a server-side queue, batched
+// renewal, undoing an attempt whose outcome is unknown, reporting a loss
+// noticed by the server).
+//
+// Most code should use package dlock and a backend package (redislock,
+// etcdlock, filelock, ...) instead. This package is for writing a backend,
+// the way database/sql/driver is for writing a database driver: a backend
+// implements Driver, hands it to dlock.NewEngine, and gets the common wait
+// loop, the watchdog that renews leases and closes Lost() at the local
+// deadline, the *dlock.Lock handle and the Observer calls. The conformance
+// suite in package dlocktest checks the result.
+//
+// This package imports nothing from dlock, so that dlock can import it.
+// A backend package imports both: errors and data it reports (ErrNotHeld,
+// ErrTransient, *dlock.NotAcquiredError with its Holders, dlock.Info) are
+// dlock's vocabulary.
+//
+// # What a backend must guarantee
+//
+//   - Every step is idempotent for the same Request.Owner: a client's own
+//     retry after a lost reply gets the lease it already has (Try, Queue),
+//     and a retried Release or Refresh is harmless.
+//   - Refresh and Release act only while the server still records this
+//     owner (compare-and-expire, compare-and-delete).
+//   - Tokens strictly increase each time the key is granted, for every
+//     mode, while the backend keeps its data (see Fencing below).
+//   - A call may be abandoned when its context ends: the engine does not
+//     wait for a backend that ignores contexts, and undoes the attempt
+//     later (Lease.Release of a late grant, Aborter.Abort of an attempt
+//     whose outcome is unknown).
+//
+// # Modes
+//
+// A Request has a Mode: Exclusive (one holder), Shared (any number of
+// Shared holders, no Exclusive one: a read lock) or Limited (at most
+// Request.Limit Limited holders: a semaphore). A backend states what it
+// supports in Spec; the engine refuses the rest with an error naming the
+// mode before calling the driver, so a driver never silently turns a
+// shared request into an exclusive one.
+//
+// # Fencing
+//
+// Each grant, whatever its mode, takes the next token of the key's single
+// counter. So an Exclusive holder's token is above every earlier holder's,
+// shared or not, and guards can fence writers against everyone who held
+// the key before. Shared and Limited holders overlap, so their tokens order
+// their grants but not their operations: a guard checks their fences
+// against the highest exclusive fence it accepted without recording them
+// (see dlock.Fence).
+package driver
+
+import (
+	"context"
+	"time"
+)
+
+// Mode is how a request shares its key. Its values equal dlock.Mode's.
+type Mode uint8
+
+const (
+	// Exclusive: one holder at a time (the default).
+	Exclusive Mode = iota
+	// Shared: any number of Shared holders and no Exclusive one.
+	Shared
+	// Limited: at most Request.Limit Limited holders.
+	Limited
+)
+
+// String returns "exclusive", "shared" or "limited".
+func (m Mode) String() string {
+	switch m {
+	case Exclusive:
+		return "exclusive"
+	case Shared:
+		return "shared"
+	case Limited:
+		return "limited"
+	}
+	return "mode(" + itoa(int(m)) + ")"
+}
+
+func itoa(n int) string {
+	if n == 0 {
+		return "0"
+	}
+	neg := n < 0
+	if neg {
+		n = -n
+	}
+	var b [20]byte
+	i := len(b)
+	for n > 0 {
+		i--
+		b[i] = byte('0' + n%10)
+		n /= 10
+	}
+	if neg {
+		i--
+		b[i] = '-'
+	}
+	return string(b[i:])
+}
+
+// Spec describes a driver to the engine. It is read once, by
+// dlock.NewEngine.
+type Spec struct {
+	// Name labels the backend in errors and Observer events ("redis",
+	// "etcd", "file", ...).
+	Name string
+	// MinTTL is the shortest lease the backend accepts. Zero means
+	// dlock.MinTTL.
+	MinTTL time.Duration
+	// Shared and Limited say which modes besides Exclusive the driver
+	// implements.
+	Shared, Limited bool
+}
+
+// Driver is one lock service. Try is its only required method; the
+// optional capabilities below are discovered by type assertion.
+type Driver interface {
+	Spec() Spec
+	// Try makes one attempt to take req.Key for req.Owner. When the key is
+	// held it returns a *dlock.NotAcquiredError naming the holders (and
+	// the time left on their leases where known). An attempt that failed
+	// without observing a holder and without leaving anything behind, and
+	// may succeed if repeated, returns an error wrapping
+	// dlock.ErrTransient. Any other error ends Acquire, and the engine
+	// calls Aborter.Abort in case the attempt took effect after all.
+	Try(ctx context.Context, req *Request) (Grant, error)
+}
+
+// Request is one acquisition attempt. The engine validates it before the
+// driver sees it: the key is 1..dlock.MaxKeyLen bytes of UTF-8 without NUL,
+// the TTL within [Spec.MinTTL, dlock.MaxTTL] in whole milliseconds, the
+// metadata within dlock.MaxMetadataLen, the mode one the Spec admits.
+type Request struct {
+	Key string
+	// Owner is a fresh random 128-bit id (32 hex digits) for every
+	// attempt, so a later attempt never touches an earlier one's lease.
+	Owner string
+	// TTL is the requested lease length.
+	TTL time.Duration
+	// Metadata is stored with the lease and shown to other clients. Never
+	// nil; the driver must not modify it.
+	Metadata map[string]string
+	// Mode and, for Limited, Limit (>= 1) say how the key is shared.
+	Mode  Mode
+	Limit int
+	// WaitID identifies a waiting Acquire across its attempts, once its
+	// subscription has one (see WaitIDer); empty otherwise. A backend may
+	// queue it so that a release wakes this waiter alone.
+	WaitID string
+}
+
+// Grant is what a driver returns for a successful attempt.
+type Grant struct {
+	Lease Lease
+	// Token is the fencing token of this acquisition (never 0).
+	Token uint64
+	// TTL is the effective lease length, when the server's differs from
+	// the request's (etcd rounds up to whole seconds; a ZooKeeper session
+	// has its own timeout). Zero means Request.TTL. The engine renews with
+	// and counts the local deadline from the effective length.
+	TTL time.Duration
+	// Start, if set, is when the request that began the lease's current
+	// validity was sent (a backend that reuses or renews a lease while
+	// granting). Zero means the start of the attempt.
+	Start time.Time
+}
+
+// Lease is the server-side half of a held lock. Both methods must be safe
+// to call more than once and concurrently.
+type Lease interface {
+	// Refresh extends the lease to ttl from the moment the request is sent,
+	// only if it is still held by this owner (compare-and-expire). It
+	// returns an error wrapping dlock.ErrNotHeld when the server no longer
+	// holds it for this owner; any other error is treated as transient.
+	Refresh(ctx context.Context, ttl time.Duration) error
+	// Release removes the lease only if it is still this owner's
+	// (compare-and-delete) and wakes waiters. A lease that is no longer
+	// held returns an error wrapping dlock.ErrNotHeld and nothing changes.
+	Release(ctx context.Context) error
+}
+
+// Renewal is one lease due for renewal, with the TTL to set.
+type Renewal struct {
+	Lease Lease
+	TTL   time.Duration
+}
+
+// BatchRenewer is implemented by drivers that renew many leases in one
+// round trip (a Redis pipeline, one SQL statement). RefreshBatch calls
+// done(i, err) once for each renewal, as soon as its outcome is known (a
+// driver that talks to several servers reports each server's renewals when
+// that server answers, so a hung one delays only its own), from any
+// goroutine, before it returns; err has the same meaning as for
+// Lease.Refresh. A renewal without a report counts as failed.
+type BatchRenewer interface {
+	RefreshBatch(ctx context.Context, rs []Renewal, done func(i int, err error))
+}
+
+// Watcher is implemented by drivers that can notify waiters of a release.
+// Acquire subscribes before its next attempt, so a release that happens
+// between the attempt and the wait still wakes it.
+type Watcher interface {
+	// Watch starts listening for releases of key. The returned
+	// subscription's channel receives (without blocking the sender) when
+	// the key may have become free. An error makes Acquire fall back to
+	// polling.
+	Watch(ctx context.Context, key string) (Subscription, error)
+}
+
+// Subscription is a live interest in a key's release.
+type Subscription interface {
+	C() <-chan struct{}
+	Close()
+}
+
+// WaitIDer is implemented by subscriptions that name their waiter: the
+// driver wakes waiters one at a time by that id, and Acquire passes it to
+// every later attempt in Request.WaitID.
+type WaitIDer interface {
+	WaitID() string
+}
+
+// Queuer is implemented by drivers with a server-side FIFO queue (etcd,
+// ZooKeeper). A blocking Acquire calls Queue instead of polling Try: the
+// driver enqueues req and waits for its turn itself, watching only its
+// predecessor, and removes its queue entry if ctx ends first (returning the
+// context's error or a *dlock.NotAcquiredError). TryAcquire still uses Try.
+type Queuer interface {
+	Queue(ctx context.Context, req *Request) (Grant, error)
+}
+
+// Aborter is implemented by drivers that can undo an attempt whose outcome
+// is unknown (the reply was lost or the context ended mid-request): it
+// removes req.Owner's lease on req.Key if one was granted.
+type Aborter interface {
+	Abort(ctx context.Context, req *Request) error
+}
+
+// LossNotifier is implemented by leases whose backend can notice a loss on
+// its own (a session expiring, a watch on the key). The engine calls Bind
+// once, when the lock is handed out, with a function the backend calls,
+// from any goroutine, when the lease is known or suspected to be lost
+// (cause wrapping dlock.ErrNotHeld when the server says it is gone). The
+// returned stop function (may be nil) is called once when the lock ends,
+// released or lost; it must not block.
+type LossNotifier interface {
+	Bind(lose func(cause error)) (stop func())
+}

@@ -1,0 +1,480 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/background"
+)
+
+// Engine is the Locker every backend is built on: argument checks, the
+// wait loop (notification plus bounded polling), the Lock handle, the shared
+// watchdog and the Observer calls, over a driver.Driver. A backend's New
+// creates one with NewEngine and its *Locker forwards to it; most code never
+// uses an Engine directly.
+//
+// Every driver call the Engine makes on behalf of a caller returns by the
+// caller's context, whatever the driver's client does with it: a call still
+// running at the deadline is abandoned (and undone in the background if it
+// turns out to have taken effect).
+type Engine struct {
+	drv     driver.Driver
+	spec    driver.Spec
+	minTTL  time.Duration
+	watcher driver.Watcher // nil if the driver has none
+	queuer  driver.Queuer
+	aborter driver.Aborter
+	wd      *watchdog
+	src     *source
+	rtt     atomic.Int64 // moving average of answered attempts, ns
+	err     error        // the constructor's failure: every call returns it
+}
+
+// source is what Locks and the watchdog need to report Events.
+type source struct {
+	name string
+	obs  Observer
+}
+
+func (s *source) emit(e Event) {
+	if s.obs != nil {
+		e.Backend = s.name
+		s.obs.Observe(e)
+	}
+}
+
+func (s *source) renew(l *Lock, r Result, err error) {
+	if s.obs != nil {
+		s.emit(Event{Kind: EventRenew, Key: l.key, Mode: l.cfg.mode, Token: l.token, Owner: l.owner, Result: r, Err: err})
+	}
+}
+
+func (s *source) lost(l *Lock, reason LossReason, err error) {
+	if s.obs != nil {
+		s.emit(Event{Kind: EventLost, Key: l.key, Mode: l.cfg.mode, Token: l.token, Owner: l.owner, Reason: reason, Held: time.Since(l.acquired), Err: err})
+	}
+}
+
+func (s *source) released(l *Lock, err error) {
+	if s.obs != nil {
+		s.emit(Event{Kind: EventRelease, Key: l.key, Mode: l.cfg.mode, Token: l.token, Owner: l.owner, Held: time.Since(l.acquired), Err: err})
+	}
+}
+
+var _ Locker = (*Engine)(nil)
+
+// NewEngine returns an Engine over d, configured by the core's options
+// among opts (WithObserver; a backend passes its New's whole option list,
+// and the options meant for the backend are ignored here). Leases are
+// renewed in batches when d implements driver.BatchRenewer. A nil d gives
+// an Engine that fails every call with ErrNilClient.
+func NewEngine(d driver.Driver, opts ...driver.Option) *Engine {
+	if d == nil {
+		return FailedEngine(fmt.Errorf("%w: nil driver", ErrNilClient))
+	}
+	e := &Engine{drv: d, spec: d.Spec()}
+	e.src = &source{name: e.spec.Name, obs: ObserverOf(opts)}
+	if e.minTTL = e.spec.MinTTL; e.minTTL <= 0 {
+		e.minTTL = MinTTL
+	}
+	e.watcher, _ = d.(driver.Watcher)
+	e.queuer, _ = d.(driver.Queuer)
+	e.aborter, _ = d.(driver.Aborter)
+	br, _ := d.(driver.BatchRenewer)
+	e.wd = newWatchdog(br, e.src)
+	return e
+}
+
+// FailedEngine returns an Engine whose every call fails with err: what a
+// backend's New returns when it is given a nil client or a bad option (its
+// signature has no error), so the failure is reported once, the same way,
+// by the first call.
+func FailedEngine(err error) *Engine {
+	if err == nil {
+		err = ErrNilClient
+	}
+	return &Engine{err: err, src: &source{}}
+}
+
+// Err returns the error the Engine was constructed with (nil for a working
+// one). Backends check it in methods of their own (List, guards).
+func (e *Engine) Err() error {
+	if e == nil {
+		return fmt.Errorf("%w: nil Locker", ErrNilClient)
+	}
+	return e.err
+}
+
+// Check returns the error a call with ctx must fail with before doing
+// anything: the constructor's failure or a nil context.
+func (e *Engine) Check(ctx context.Context) error {
+	if err := e.Err(); err != nil {
+		return err
+	}
+	if ctx == nil {
+		return errNilContext
+	}
+	return nil
+}
+
+// Bounds of the grace an attempt in flight gets once its context ends.
+const (
+	minAttemptGrace = 5 * time.Millisecond
+	maxAttemptGrace = 100 * time.Millisecond
+)
+
+// observe feeds an answered attempt's duration into the moving average.
+func (e *Engine) observe(d time.Duration) {
+	old := e.rtt.Load()
+	if old == 0 {
+		e.rtt.Store(int64(d))
+		return
+	}
+	e.rtt.Store(old + (int64(d)-old)/8) // approximate under races: fine
+}
+
+// attemptGrace is how long an attempt still in flight when its context
+// ends may take to answer before it is abandoned: four recent round trips,
+// within [5ms, 100ms]. A healthy server answers within it, so a wait that
+// ends mid-attempt reports what the server said (the holder, or the lock);
+// a hung one is reported unavailable that much after the deadline.
+func (e *Engine) attemptGrace() time.Duration {
+	return min(max(4*time.Duration(e.rtt.Load()), minAttemptGrace), maxAttemptGrace)
+}
+
+// renewing reports how many locks the watchdog is keeping alive (tests).
+func (e *Engine) renewing() int {
+	if e.wd == nil {
+		return 0
+	}
+	return e.wd.held()
+}
+
+// Acquire implements Locker.
+func (e *Engine) Acquire(ctx context.Context, key string, opts ...Option) (*Lock, error) {
+	return e.observed(ctx, key, opts, true)
+}
+
+// TryAcquire implements Locker.
+func (e *Engine) TryAcquire(ctx context.Context, key string, opts ...Option) (*Lock, error) {
+	return e.observed(ctx, key, opts, false)
+}
+
+// errNilContext is returned for a nil context.
+var errNilContext = fmt.Errorf("%w: nil context", ErrInvalidOption)
+
+// observed is acquire with its EventWait and EventAcquire.
+func (e *Engine) observed(ctx context.Context, key string, opts []Option, wait bool) (*Lock, error) {
+	if err := e.Err(); err != nil {
+		return nil, err
+	}
+	if e.src.obs == nil {
+		lk, _, err := e.acquire(ctx, key, opts, wait)
+		return lk, err
+	}
+	start := time.Now()
+	e.src.emit(Event{Kind: EventWait, Key: key})
+	lk, cfg, err := e.acquire(ctx, key, opts, wait)
+	ev := Event{Kind: EventAcquire, Key: key, Wait: time.Since(start), Err: err}
+	if cfg != nil {
+		ev.Mode, ev.Attempts = cfg.mode, cfg.attempts
+	}
+	switch {
+	case err == nil:
+		ev.Result, ev.Token, ev.Owner = ResultAcquired, lk.token, lk.owner
+	case errors.Is(err, ErrNotAcquired) && !wait && (ctx == nil || ctx.Err() == nil):
+		ev.Result = ResultContended
+	case errors.Is(err, ErrNotAcquired), errors.Is(err, ErrUnavailable):
+		ev.Result = ResultTimeout
+	default:
+		ev.Result = ResultError
+	}
+	e.src.emit(ev)
+	return lk, err
+}
+
+func (e *Engine) acquire(ctx context.Context, key string, opts []Option, wait bool) (*Lock, *config, error) {
+	if ctx == nil {
+		return nil, nil, errNilContext
+	}
+	cfg, err := newConfig(key, e.minTTL, opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	switch {
+	case cfg.mode == Shared && !e.spec.Shared, cfg.mode == Limited && !e.spec.Limited:
+		return nil, cfg, fmt.Errorf("%w: the %s backend does not offer %s locks (%q)", ErrUnsupported, e.spec.Name, cfg.mode, key)
+	}
+	if wait && cfg.Wait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cfg.Wait)
+		defer cancel()
+	}
+	var lk *Lock
+	if wait && e.queuer != nil {
+		lk, err = e.queue(ctx, cfg)
+	} else {
+		lk, err = e.poll(ctx, cfg, wait)
+	}
+	return lk, cfg, err
+}
+
+// waiter is the state of one acquisition across its attempts.
+type waiter struct {
+	e       *Engine
+	cfg     *config
+	waitID  string
+	last    *NotAcquiredError // the holders seen by the last attempt, if it saw some
+	lastErr error             // the last transient failure, if the last attempt failed so
+}
+
+// ended is the error of an acquisition whose context ended between attempts.
+func (w *waiter) ended(ctx context.Context) error {
+	switch {
+	case w.last != nil:
+		return notAcquired(w.cfg.key, w.last, context.Cause(ctx))
+	case w.lastErr != nil:
+		return errors.Join(w.lastErr, context.Cause(ctx))
+	}
+	return fmt.Errorf("dlock: acquire %q: %w", w.cfg.key, context.Cause(ctx))
+}
+
+// attempt makes one attempt with fn (the driver's Try or Queue), bounded
+// by ctx plus grace. It returns the Lock, or done with the error that ends
+// the acquisition, or neither: the attempt saw holders (w.last) or failed
+// transiently (w.lastErr) and the caller may wait and try again.
+func (w *waiter) attempt(ctx context.Context, n int, fn func(context.Context, *driver.Request) (driver.Grant, error), grace time.Duration, rtt bool) (lk *Lock, done bool, err error) {
+	e, cfg := w.e, w.cfg
+	// A fresh owner per attempt: a driver cleaning up a failed attempt in
+	// the background can never touch a later one.
+	req := &driver.Request{Key: cfg.key, Owner: NewOwner(), TTL: cfg.TTL, Metadata: cfg.Metadata, Mode: driver.Mode(cfg.mode), Limit: cfg.limit, WaitID: w.waitID}
+	cfg.attempts = n
+	if e.src.obs != nil {
+		e.src.emit(Event{Kind: EventAttempt, Key: cfg.key, Mode: cfg.mode, Attempts: n})
+	}
+	start := time.Now()
+	g, err, abandoned := callGrace(ctx, grace, func(ctx context.Context) (driver.Grant, error) {
+		return fn(ctx, req)
+	}, func(g driver.Grant, err error) { e.undo(req, g, err) })
+	if abandoned {
+		return nil, true, unavailable(cfg.key, w.last, nil, err)
+	}
+	if rtt && ctx.Err() == nil {
+		e.observe(time.Since(start))
+	}
+	if err == nil {
+		if lk, err = e.grant(req, cfg, g, start); err == nil {
+			return lk, true, nil
+		}
+	}
+	var na *NotAcquiredError
+	switch {
+	case w.last != nil && ctx.Err() != nil && isContextErr(err, ctx):
+		// The attempt stopped because the wait ended (the driver gave up
+		// on the context it was handed, promptly): the key was seen held
+		// and nothing says otherwise.
+		return nil, true, notAcquired(cfg.key, w.last, context.Cause(ctx))
+	case errors.As(err, &na):
+		w.last, w.lastErr = na, nil
+		return nil, false, err
+	case errors.Is(err, ErrTransient):
+		w.last, w.lastErr = nil, err
+		return nil, false, err
+	default:
+		// The outcome is unknown (a reset connection, a timeout, the
+		// context ending mid-request): undo it in the background.
+		background.Go(func() { e.undo(req, driver.Grant{}, err) })
+		if ctx.Err() != nil {
+			return nil, true, unavailable(cfg.key, w.last, err, context.Cause(ctx))
+		}
+		return nil, true, err
+	}
+}
+
+// sleep waits for the backoff step after attempt n (shortened to when a
+// seen lease expires), a release notification on notify, or ctx's end. It
+// reports false when notify was closed (the subscription is dead).
+func (w *waiter) sleep(ctx context.Context, n int, notify <-chan struct{}) bool {
+	d := w.cfg.Backoff.Next(n)
+	if d <= 0 {
+		d = time.Millisecond // a Backoff returning ≤ 0 must not spin
+	}
+	if w.last != nil {
+		if ttl := w.last.soonest(); ttl > 0 && ttl+time.Millisecond < d {
+			d = ttl + time.Millisecond // a lease expires by then
+		}
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case _, ok := <-notify:
+		return ok
+	case <-ctx.Done():
+	}
+	return true
+}
+
+// queue is a blocking Acquire on a driver with a server-side queue: the
+// driver waits for its turn itself; a transient failure is retried after
+// a backoff step.
+func (e *Engine) queue(ctx context.Context, cfg *config) (*Lock, error) {
+	w := &waiter{e: e, cfg: cfg}
+	for n := 1; ; n++ {
+		if ctx.Err() != nil {
+			return nil, w.ended(ctx)
+		}
+		lk, done, err := w.attempt(ctx, n, e.queuer.Queue, queueGrace, false)
+		if done || w.last != nil { // a queue reports holders only when ctx ended
+			return lk, err
+		}
+		w.sleep(ctx, n, nil)
+	}
+}
+
+// poll is TryAcquire (wait false: one attempt) and a blocking Acquire on a
+// driver without a queue: attempts woken by release notifications (when
+// the driver is a Watcher) with a bounded poll as the fallback.
+func (e *Engine) poll(ctx context.Context, cfg *config, wait bool) (*Lock, error) {
+	w := &waiter{e: e, cfg: cfg}
+	var (
+		sub     driver.Subscription
+		watched bool
+	)
+	defer func() {
+		switch {
+		case sub == nil:
+		case ctx.Err() != nil:
+			// The server may be hung: unsubscribing must not hold the
+			// caller past its deadline.
+			background.Go(sub.Close)
+		default:
+			sub.Close()
+		}
+	}()
+	for n := 1; ; n++ {
+		if ctx.Err() != nil {
+			return nil, w.ended(ctx)
+		}
+		lk, done, err := w.attempt(ctx, n, e.drv.Try, e.attemptGrace(), true)
+		if done || !wait {
+			return lk, err
+		}
+		if !watched && e.watcher != nil {
+			watched = true
+			s, err, abandoned := call(ctx, func(ctx context.Context) (driver.Subscription, error) {
+				return e.watcher.Watch(ctx, cfg.key)
+			}, func(s driver.Subscription, err error) {
+				if err == nil && s != nil {
+					s.Close()
+				}
+			})
+			if abandoned {
+				return nil, unavailable(cfg.key, w.last, nil, err)
+			}
+			if err == nil && s != nil {
+				sub = s
+				if wi, ok := s.(driver.WaitIDer); ok {
+					w.waitID = wi.WaitID()
+				}
+				continue // attempt again now that releases are heard
+			}
+		}
+		var notify <-chan struct{}
+		if sub != nil {
+			notify = sub.C()
+		}
+		if !w.sleep(ctx, n, notify) {
+			// A closed channel would be ready for ever: poll instead.
+			sub.Close()
+			sub = nil
+		}
+	}
+}
+
+// grant turns a successful attempt into a Lock. It refuses (and undoes
+// in the background) a grant with no validity left (the request took so
+// long that its local deadline already passed) or lost while it was being
+// handed out, with an error wrapping ErrTransient, and a malformed grant
+// (a driver bug) with a plain error. A grant whose effective TTL differs
+// from the request's gives the Lock its own copy of cfg with that TTL.
+func (e *Engine) grant(req *driver.Request, cfg *config, g driver.Grant, start time.Time) (*Lock, error) {
+	if g.Lease == nil || g.Token == 0 || g.TTL < 0 || g.TTL > MaxTTL {
+		background.Go(func() { e.undo(req, g, nil) })
+		return nil, fmt.Errorf("dlock: acquire %q: the %s driver granted a lease without a lease handle, with token 0 or with ttl %v", req.Key, e.spec.Name, g.TTL)
+	}
+	if g.TTL > 0 && g.TTL != cfg.TTL {
+		c := *cfg
+		c.TTL = g.TTL
+		if c.Drift() >= c.TTL/2 || (c.MaxHold > 0 && c.MaxHold <= c.Drift()) {
+			background.Go(func() { e.undo(req, g, nil) })
+			return nil, fmt.Errorf("%w: lock %q: the server granted a %v lease, too short for the drift allowance %v", ErrInvalidTTL, req.Key, g.TTL, c.Drift())
+		}
+		cfg = &c
+	}
+	if !g.Start.IsZero() && g.Start.Before(start) {
+		start = g.Start
+	}
+	if !time.Now().Before(start.Add(cfg.TTL - cfg.Drift())) {
+		background.Go(func() { e.undo(req, g, nil) })
+		return nil, fmt.Errorf("%w: lock %q was granted with no validity left (the request took longer than the TTL minus the drift allowance); released", ErrTransient, req.Key)
+	}
+	lk := newLock(req.Key, req.Owner, cfg, g, start, e.wd)
+	if err := lk.Err(); err != nil {
+		return nil, fmt.Errorf("%w: lock %q was lost while it was handed out: %w", ErrTransient, req.Key, err)
+	}
+	return lk, nil
+}
+
+// isContextErr reports whether err is ctx's own error (or cause): the
+// backend stopped because the context ended, not because it failed.
+func isContextErr(err error, ctx context.Context) bool {
+	return err != nil && (errors.Is(err, ctx.Err()) || errors.Is(err, context.Cause(ctx)))
+}
+
+// undo removes what an attempt may have left on the server: the lease of a
+// grant nobody will use, or, when the outcome is unknown, whatever the
+// backend's Abort finds for the attempt's owner. It runs in the
+// background with its own bounded context.
+func (e *Engine) undo(req *driver.Request, g driver.Grant, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultReleaseTimeout)
+	defer cancel()
+	var na *NotAcquiredError
+	switch {
+	case err == nil && g.Lease != nil:
+		_ = g.Lease.Release(ctx)
+	case err != nil && !errors.As(err, &na) && !errors.Is(err, ErrTransient):
+		if e.aborter != nil {
+			_ = e.aborter.Abort(ctx, req)
+		}
+	}
+}
+
+func notAcquired(key string, last *NotAcquiredError, cause error) error {
+	e := &NotAcquiredError{Key: key, Cause: cause}
+	if last != nil {
+		e.Holders = last.Holders
+	}
+	return e
+}
+
+// unavailable reports an attempt that got no answer (err nil) or failed
+// (err) while the context ended: nothing is known about the key, so it is
+// not ErrNotAcquired even if an earlier attempt saw a holder.
+func unavailable(key string, last *NotAcquiredError, err, cause error) error {
+	seen := ""
+	if last != nil && len(last.Holders) > 0 {
+		seen = "; last seen held by " + last.Holders[0].String()
+	}
+	var e error
+	if err != nil {
+		e = fmt.Errorf("%w: acquire %q: %w%s", ErrUnavailable, key, err, seen)
+	} else {
+		e = fmt.Errorf("%w: acquire %q: no answer before the context ended%s", ErrUnavailable, key, seen)
+	}
+	return errors.Join(e, cause)
+}

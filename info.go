@@ -1,0 +1,47 @@
+package dlock
+
+import (
+	"context"
+	"time"
+)
+
+// Holder is one holder of a key, as a backend reports it to other clients
+// (NotAcquiredError, Lister). Fields a backend does not know are zero.
+type Holder struct {
+	// Owner is the holder's random 128-bit owner id (hex).
+	Owner string
+	// Token is the holder's fencing token.
+	Token uint64
+	// Metadata is what the holder stored with the lock (host, pid, ...).
+	Metadata map[string]string
+	// TTL is the time left on the holder's lease.
+	TTL time.Duration
+	// Mode is how the holder shares the key.
+	Mode Mode
+}
+
+// String formats the holder for messages: "owner 3f2a… (host=web-1 pid=42)".
+func (h Holder) String() string { return HolderString(h.Owner, h.Metadata) }
+
+// Info describes one held key, for dlock ls and monitoring.
+type Info struct {
+	Key string
+	// Mode is the holders' mode; Limit the permit count for Limited keys.
+	Mode  Mode
+	Limit int
+	// Holders lists the holders: one for an exclusive lock.
+	Holders []Holder
+	// Waiters is the number of queued waiters, where the backend keeps a
+	// queue (-1 when it cannot tell).
+	Waiters int
+}
+
+// Lister is implemented by every backend's Locker that can list the keys
+// held under a prefix ("" for all). Use it through a type assertion:
+//
+//	if ls, ok := locker.(dlock.Lister); ok { infos, err := ls.List(ctx, "jobs/") }
+//
+// Infos come sorted by key.
+type Lister interface {
+	List(ctx context.Context, prefix string) ([]Info, error)
+}

@@ -1,0 +1,206 @@
+package dlock
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// LossReason says why a held lock was lost (LostError.Reason, Event.Reason).
+// Its values are short and fixed, fit for a metric label.
+type LossReason string
+
+const (
+	// LossDeadline: the local deadline passed without a successful renewal
+	// (a hung server, a stalled link, renewals failing).
+	LossDeadline LossReason = "deadline"
+	// LossNotHeld: the server no longer held the lease for this owner when
+	// asked (renewal or release refused: the key expired, was deleted or
+	// was taken).
+	LossNotHeld LossReason = "not_held"
+	// LossHoldCap: the total hold time set with WithMaxHold was reached.
+	LossHoldCap LossReason = "hold_cap"
+	// LossBackend: the backend noticed the loss on its own (a watch saw the
+	// lease deleted, a session expired).
+	LossBackend LossReason = "backend"
+)
+
+func (r LossReason) text() string {
+	switch r {
+	case LossDeadline:
+		return "local deadline passed without a successful renewal"
+	case LossNotHeld:
+		return "the server no longer held the lease (deleted, expired or taken)"
+	case LossHoldCap:
+		return "hold cap reached"
+	case LossBackend:
+		return "the backend reported the lease lost"
+	}
+	return string(r)
+}
+
+// EventKind says what an Event reports.
+type EventKind uint8
+
+const (
+	// EventWait: Acquire or TryAcquire started (paired with one
+	// EventAcquire when it returns).
+	EventWait EventKind = iota + 1
+	// EventAttempt: one attempt was sent to the backend (Attempts counts).
+	EventAttempt
+	// EventAcquire: Acquire or TryAcquire returned (Result, Wait,
+	// Attempts; Token and Owner when acquired; Err otherwise).
+	EventAcquire
+	// EventRenew: a renewal of a held lock answered or failed (Result: ok,
+	// error or refused; Err).
+	EventRenew
+	// EventLost: a held lock was lost (Reason, Held, Err); its Lost() is
+	// already closed.
+	EventLost
+	// EventRelease: a held lock was released by its holder (Held; Err when
+	// the server-side release failed).
+	EventRelease
+	// EventRejected: a guard refused a stale fence (Resource, Token,
+	// Owner, Highest).
+	EventRejected
+)
+
+var kindNames = [...]string{"", "wait", "attempt", "acquire", "renew", "lost", "release", "rejected"}
+
+// String returns the kind's name ("acquire", "lost", ...).
+func (k EventKind) String() string {
+	if int(k) < len(kindNames) && k > 0 {
+		return kindNames[k]
+	}
+	return "unknown"
+}
+
+// Result is the outcome an EventAcquire or EventRenew reports. Its values
+// fit a metric label.
+type Result string
+
+const (
+	ResultAcquired  Result = "acquired"  // the lock was granted
+	ResultContended Result = "contended" // TryAcquire found the key held
+	ResultTimeout   Result = "timeout"   // the wait ended (context, WithWait) or the service did not answer in time
+	ResultError     Result = "error"     // bad arguments or a backend error
+	ResultOK        Result = "ok"        // renewal succeeded
+	ResultRefused   Result = "refused"   // renewal refused by the server: the lock is lost
+)
+
+// Event is one thing that happened to a lock. Fields that do not apply to
+// its Kind are zero.
+type Event struct {
+	Kind    EventKind
+	Backend string // the backend's name ("redis", "etcd", "file", ...)
+	Key     string // the lock's key (a guard's resource for EventRejected)
+	Mode    Mode
+	Token   uint64
+	Owner   string
+
+	Result   Result
+	Attempts int           // attempts made by this Acquire so far
+	Wait     time.Duration // EventAcquire: time from the call to its return
+	Held     time.Duration // EventLost, EventRelease: time since acquisition
+	Reason   LossReason    // EventLost
+	Highest  uint64        // EventRejected: the highest token the resource accepted
+	Err      error
+}
+
+// Observer receives Events: attempts, acquisitions, renewals, losses,
+// releases and guard rejections, for metrics, logs and traces. Observe is
+// called synchronously, from any goroutine, sometimes from the watchdog
+// that closes other locks' Lost(): it must be fast and must not block or
+// call back into the lock. A Locker without an Observer pays nothing.
+type Observer interface {
+	Observe(Event)
+}
+
+// ObserverFunc adapts a function to Observer.
+type ObserverFunc func(Event)
+
+// Observe implements Observer.
+func (f ObserverFunc) Observe(e Event) { f(e) }
+
+// WithObserver makes a backend's Locker (or guard) report its Events to o.
+// Every backend's New and every guard constructor accepts it among its own
+// options:
+//
+//	redislock.New(client, dlock.WithObserver(dlock.NewSlogObserver(logger)))
+func WithObserver(o Observer) driver.Option {
+	return driver.Setting(func(s *coreSettings) { s.observer = o })
+}
+
+// ObserverOf returns the Observer that WithObserver set among opts, or nil.
+// Backend packages use it for parts that report Events without an Engine
+// (guards); a Locker gets its Observer through NewEngine.
+func ObserverOf(opts []driver.Option) Observer {
+	var s coreSettings
+	driver.Apply(&s, opts)
+	return s.observer
+}
+
+// coreSettings are the core's settings among a constructor's options.
+type coreSettings struct {
+	observer Observer
+}
+
+// NewSlogObserver returns an Observer that logs Events as structured
+// records: lock_acquire_attempt (debug), lock_acquired (info), lock_failed
+// (warn; info when contended), lock_renew_failed (warn), lock_lost (warn),
+// lock_released (info) and lock_fencing_rejected (warn). A nil logger means
+// slog.Default(). Keys are logged as they are: use a logger handler that
+// redacts them if they are sensitive.
+func NewSlogObserver(logger *slog.Logger) Observer {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return slogObserver{logger}
+}
+
+type slogObserver struct{ l *slog.Logger }
+
+func (o slogObserver) Observe(e Event) {
+	ctx := context.Background()
+	base := []slog.Attr{slog.String("backend", e.Backend), slog.String("key", e.Key)}
+	if e.Mode != Exclusive {
+		base = append(base, slog.String("mode", e.Mode.String()))
+	}
+	switch e.Kind {
+	case EventAttempt:
+		o.l.LogAttrs(ctx, slog.LevelDebug, "lock_acquire_attempt", append(base, slog.Int("attempt", e.Attempts))...)
+	case EventAcquire:
+		if e.Result == ResultAcquired {
+			o.l.LogAttrs(ctx, slog.LevelInfo, "lock_acquired", append(base, slog.Uint64("token", e.Token), slog.Duration("wait", e.Wait), slog.Int("attempts", e.Attempts))...)
+			return
+		}
+		level := slog.LevelWarn
+		if e.Result == ResultContended {
+			level = slog.LevelInfo
+		}
+		o.l.LogAttrs(ctx, level, "lock_failed", append(base, slog.String("result", string(e.Result)), slog.Duration("wait", e.Wait), slog.Int("attempts", e.Attempts), errAttr(e.Err))...)
+	case EventRenew:
+		if e.Result != ResultOK {
+			o.l.LogAttrs(ctx, slog.LevelWarn, "lock_renew_failed", append(base, slog.Uint64("token", e.Token), slog.String("result", string(e.Result)), errAttr(e.Err))...)
+		}
+	case EventLost:
+		o.l.LogAttrs(ctx, slog.LevelWarn, "lock_lost", append(base, slog.Uint64("token", e.Token), slog.String("reason", string(e.Reason)), slog.Duration("held", e.Held), errAttr(e.Err))...)
+	case EventRelease:
+		attrs := append(base, slog.Uint64("token", e.Token), slog.Duration("held", e.Held))
+		if e.Err != nil {
+			attrs = append(attrs, errAttr(e.Err))
+		}
+		o.l.LogAttrs(ctx, slog.LevelInfo, "lock_released", attrs...)
+	case EventRejected:
+		o.l.LogAttrs(ctx, slog.LevelWarn, "lock_fencing_rejected", slog.String("backend", e.Backend), slog.String("resource", e.Key), slog.Uint64("token", e.Token), slog.Uint64("highest", e.Highest))
+	}
+}
+
+func errAttr(err error) slog.Attr {
+	if err == nil {
+		return slog.String("error", "")
+	}
+	return slog.String("error", err.Error())
+}

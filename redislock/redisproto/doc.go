@@ -1,0 +1,145 @@
+// Package redisproto is dlock's Redis wire protocol: key layout, value
+// grammar and scripts, shared by redislock and redlock; most code should
+// use package redislock.
+//
+// A Node speaks the protocol to one Redis deployment (standalone, Sentinel
+// or Cluster): redislock uses one, redlock one per independent master. On
+// top of the scripts it renews leases in pipelines (RefreshBatch), lists
+// held locks (List), wakes waiters over pub/sub (Watch) and removes
+// departed waiters from their queues (Waiters). The package is public so
+// that redlock, a module of its own, can share it, and so that the layout
+// is documented in one place for operators and tools that read dlock's
+// keys; its Go API serves redislock and redlock and changes with them.
+//
+// # Layout, version 2
+//
+// The layout below is ProtocolVersion 2. For lock KEY under prefix P (the
+// lockers' WithPrefix, default "dlock"), with T = HashTag(KEY):
+//
+//	key            type        holds                                expires
+//	P:{T}          string      the lock value (below)               with the lease or marker (below)
+//	P:{T}:waiters  sorted set  wait ids, scored by arrival (µs)     a minute past the lease or reservation
+//	P:{T}:rel      list        receipts: tokens, newest first       ReceiptRetention after the latest
+//	P:{T}:fence    string      Redlock's quorum counter, decimal    TTL + FenceRetention after a commit
+//	P:{T}:w:<id>   channel     (pub/sub, not a key) waiter <id>'s turn: a release publishes "1"
+//
+// The lock value is one of
+//
+//	value                           meaning                         written by         expires
+//	<owner>|<token>|<metadata>      a lease                         acquire            PX the TTL
+//	<owner>|0|<metadata>            a Redlock lease, not committed  quorum_grant       PX the TTL
+//	|<token>                        a release marker: free          release,           PX FenceRetention
+//	                                                                quorum_release
+//	|<token>|<wait id>|<until ms>   a release marker reserving the  release,           PX FenceRetention
+//	                                key for waiter <wait id>        quorum_release
+//	|0|<wait id>|<until ms>         the same, after a release       quorum_release     PX HandoffReserve
+//	                                without a token
+//
+// where
+//
+//	<owner>     32 lowercase hex digits, fresh for every attempt
+//	<token>     decimal, below 2^53; 0 only in the forms above
+//	<metadata>  JSON, an object of strings (host, pid and the caller's own)
+//	<wait id>   redislock: 16 hex digits; Redlock: "<µs since epoch>-<8 hex digits>"
+//	<until ms>  decimal, the end of the reservation on the server's clock
+//
+// Only <metadata> may contain '|', and it comes last. The scripts and
+// their files are named in the table as in lua/ (acquire is
+// lua/acquire.lua); quorum_commit rewrites a Redlock lease with its
+// token, keeping its expiry. FenceRetention is the retention the callers
+// pass (redislock.FenceRetention, redlock.FenceRetention: an hour).
+//
+// The "{T}" hash tag keeps every key of a lock in one Cluster slot. A KEY
+// starting with '}' would make an empty tag (Cluster then hashes the whole
+// key, and the keys of one lock land in different slots), so such keys are
+// written with a NUL byte in front ("P:{\x00}x}"); every other KEY is used
+// as it is (see HashTag).
+//
+// Lease. Owner checks compare the "<owner>|" prefix of the value: owners
+// are fresh for every attempt, so the prefix identifies one attempt
+// exactly, and an attempt whose reply was lost can be undone knowing only
+// the owner. redislock's acquire issues the marker's token + 1, or the
+// server's time in µs when the key holds no marker; Redlock's grant writes
+// token 0 and its commit the quorum token (the largest max(counter, server
+// time in µs) of the granting majority, plus one).
+//
+// Release marker. A release replaces the lease with "|<token>": free for
+// anyone, it carries the key's last token (redislock's next token is
+// marker + 1). When the release woke a queued waiter, the marker also
+// names it and the end of its reservation (HandoffReserve after the
+// release): until then everyone else is refused, and reported the
+// reservation (Outcome.ReservedFor, MetaReservedForWaiter) rather than a
+// holder. A Redlock release without a token (an attempt that failed
+// before its commit) deletes the key, or leaves "|0|<wait id>|<until ms>"
+// when it woke a waiter.
+//
+// Waiters. A waiting Acquire's failed attempts add its wait id to
+// P:{T}:waiters (ZADD NX, scored by its arrival in µs: Redlock's score is
+// the one in its id, so every node orders its waiters alike) and push the
+// set's expiry to a minute past the current lease or reservation. A
+// release pops waiters in score order and PUBLISHes "1" on P:{T}:w:<id>:
+// on a standalone server or Sentinel the first one that PUBLISH reports
+// heard gets the reservation (departed ones are skipped, at most 16 per
+// release); on a Cluster, where PUBLISH counts only the receivers on the
+// node that ran it, the first one popped gets it. A waiter that leaves
+// removes itself (ZREM, in the background, once no attempt of its own is
+// in flight, retried with backoff for up to 30s when the link fails; see
+// Waiters).
+//
+// Receipts. P:{T}:rel lists the tokens of the last Receipts release
+// markers that an acquisition (acquire, quorum_grant) overwrote; it is
+// trimmed back to Receipts entries once it holds more than twice as
+// many. A release
+// whose lease is gone reports success when its token is the current
+// marker's or is in the receipts (or, in redislock, when the key holds the
+// next lease taken from its marker, whose token is one more): the release
+// happened, and this is a retry whose first reply was lost.
+//
+// Fence. Redlock's commit raises P:{T}:fence to at least the quorum token
+// and keeps it for the lease's TTL + FenceRetention; grants read it, so
+// the next majority, which shares a node with the last, issues a larger
+// token.
+//
+// Under the same prefix, redislock's Guard keeps keys of its own, outside
+// this layout: "P:guard:{R}" holds "<token>|<owner>", the highest fence
+// resource R accepted (no expiry), and "P:data:{R}:<name>" the guarded
+// data (see redislock.Guard). List reads lock keys only.
+//
+// # Scripts
+//
+// Each script is a file in lua/, embedded, whose header comment gives its
+// KEYS, ARGV and replies: acquire.lua, refresh.lua and release.lua for a
+// single deployment (node.go), quorum_grant.lua, quorum_commit.lua and
+// quorum_release.lua for Redlock (quorum.go). The functions they share are
+// in lua/helpers.lua. When a script is set up, the helpers it calls (and
+// the helpers those call) are put in front of its first line, flattened to
+// that one line: comments removed and lines joined, so the script keeps
+// exactly the lines of its file and the line numbers Redis reports in an
+// error ("user_script:12") are the file's. An error raised inside a helper
+// is reported on line 1. The constants the Lua code names (RECEIPTS,
+// RECEIPT_RETENTION_MS) are defined there too, from Receipts and
+// ReceiptRetention.
+//
+// Every script is safe to execute twice, as go-redis does when a reply is
+// lost on the way back: an acquisition that finds its own owner's lease is
+// granted that lease again, a release that finds its marker or receipt
+// reports success, refresh and commit are idempotent.
+//
+// # Hung links
+//
+// Nothing a caller waits for blocks on a stalled link beyond what the
+// caller allows: batch renewals report each server's results as they
+// arrive, one pipeline per server (per master on a Cluster); the pub/sub
+// hub never waits on the network when a subscription closes (its
+// SUBSCRIBEs and UNSUBSCRIBEs are sent in order by a background worker);
+// waiters are dequeued by a background worker per Node with a bounded
+// backlog; Await lets a caller return by its context whatever the
+// client's timeouts.
+package redisproto
+
+// ProtocolVersion is the version of the layout and value grammar in the
+// package documentation. Version 1 was dlock's first layout: a fencing
+// counter key for every lock and one release channel per key that woke
+// every waiter. A change that makes keys written by one version misread
+// by another gets a new version.
+const ProtocolVersion = 2

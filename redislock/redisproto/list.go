@@ -1,0 +1,86 @@
+package redisproto
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// List returns the leases whose key starts with prefix, by SCAN (on every
+// master of a Cluster). For operators, not hot paths.
+func (n *Node) List(ctx context.Context, prefix string) ([]Info, error) {
+	tag := ""
+	if prefix != "" {
+		tag = HashTag(prefix)
+	}
+	pattern := n.Prefix + ":{" + globEscape(tag) + "*"
+	var (
+		mu  sync.Mutex
+		out []Info
+	)
+	scan := func(ctx context.Context, c redis.Cmdable) error {
+		it := c.Scan(ctx, 0, pattern, 512).Iterator()
+		var keys []string
+		for it.Next(ctx) {
+			k := it.Val()
+			if !strings.HasSuffix(k, "}") { // :fence, :waiters, :rel
+				continue
+			}
+			// The pattern matches on the Redis key, not on the dlock key:
+			// with a '}' in prefix, "P:{a}*" also matches the lock of "a"
+			// ("P:{a}"). Only keys that start with prefix are listed.
+			if !strings.HasPrefix(n.decodeLockKey(k), prefix) {
+				continue
+			}
+			keys = append(keys, k)
+		}
+		if err := it.Err(); err != nil {
+			return err
+		}
+		for _, k := range keys {
+			v, err := c.Get(ctx, k).Result()
+			if errors.Is(err, redis.Nil) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if strings.HasPrefix(v, "|") {
+				continue // a release marker: not held
+			}
+			ttl, err := c.PTTL(ctx, k).Result()
+			if err != nil {
+				return err
+			}
+			in := ParseValue(v)
+			in.Key = n.decodeLockKey(k)
+			in.TTL = ttl
+			mu.Lock()
+			out = append(out, in)
+			mu.Unlock()
+		}
+		return nil
+	}
+	var err error
+	if cc, ok := n.Client.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+	} else {
+		err = scan(ctx, n.Client)
+	}
+	return out, err
+}
+
+func globEscape(s string) string {
+	var sb strings.Builder
+	for _, r := range s {
+		switch r {
+		case '*', '?', '[', ']', '\\':
+			sb.WriteByte('\\')
+		}
+		sb.WriteRune(r)
+	}
+	return sb.String()
+}

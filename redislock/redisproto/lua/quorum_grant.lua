@@ -1,0 +1,50 @@
+-- quorum_grant.lua: phase one of a Redlock acquisition on one node
+-- (Node.Grant).
+--
+-- KEYS[1]  the lock key            P:{T}
+-- KEYS[2]  the fencing counter     P:{T}:fence
+-- KEYS[3]  the waiter queue        P:{T}:waiters
+-- KEYS[4]  the receipts            P:{T}:rel
+-- ARGV[1]  owner
+-- ARGV[2]  ttl, ms
+-- ARGV[3]  metadata json
+-- ARGV[4]  wait id, "" when not waiting
+-- ARGV[5]  the wait id's queue score (the same on every node, so every
+--          node wakes the same waiter first)
+--
+-- Returns {1, floor} when granted, where floor = max(counter, server time
+-- in µs), decimal; else {0, the key's value, ms left on the lease or
+-- reservation}.
+--
+-- A free key gets the lease "<owner>|0|<metadata>", PX ttl; the commit
+-- (quorum_commit.lua) writes the quorum token into it. A lease already
+-- held by the same owner (the same attempt executed twice: the client
+-- retried a request whose reply was lost) is granted again and left as it
+-- is (a commit may have recorded the token in it already; its expiry stays
+-- the one the attempt counted from). A release marker ("|<token>", with or
+-- without a reservation that has ended) counts as free; its token goes to
+-- the receipts when the grant overwrites it.
+local cur = redis.call('GET', KEYS[1])
+local pttl = 0
+local mine = cur and string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '|'
+if cur and string.sub(cur, 1, 1) == '|' then
+  pttl = reserved_left(cur, ARGV[4]) -- a release marker: free unless reserved
+elseif cur and not mine then
+  pttl = redis.call('PTTL', KEYS[1]) -- held by someone else
+end
+if pttl ~= 0 then
+  queue_waiter(KEYS[3], ARGV[4], ARGV[5], pttl)
+  return {0, cur, pttl}
+end
+if not mine then
+  take_marker(cur, KEYS[4])
+  redis.call('SET', KEYS[1], ARGV[1] .. '|0|' .. ARGV[3], 'PX', ARGV[2])
+end
+if ARGV[4] ~= '' then
+  redis.call('ZREM', KEYS[3], ARGV[4])
+end
+local t = redis.call('TIME')
+local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local c = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+if c < floor then c = floor end
+return {1, string.format('%.0f', c)}

@@ -1,0 +1,89 @@
+package redisproto_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/redislock/redisproto"
+)
+
+// An acquisition executed twice for the same owner (go-redis retrying a
+// request whose reply was lost) is granted twice, with the same token.
+func TestAcquireRetryGrantsSameLease(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	c := newClient(t, srv.Addr())
+	n := redisproto.NewNode(c, "dlock")
+	k, owner := key(t), strings.Repeat("a", 32)
+	first, err := n.Acquire(ctxT(t), k, owner, time.Minute, "{}", "")
+	if err != nil || !first.Granted {
+		t.Fatalf("Acquire = %+v, %v", first, err)
+	}
+	again, err := n.Acquire(ctxT(t), k, owner, time.Minute, "{}", "")
+	if err != nil || !again.Granted || again.Token != first.Token {
+		t.Fatalf("repeated Acquire = %+v, %v; want granted with token %d", again, err, first.Token)
+	}
+	other, err := n.Acquire(ctxT(t), k, strings.Repeat("b", 32), time.Minute, "{}", "")
+	if err != nil || other.Granted || other.Holder.Owner != owner {
+		t.Fatalf("another owner: %+v, %v", other, err)
+	}
+}
+
+// A release that already took effect succeeds again, also after the key
+// moved on to the next holder; a lease that expired or was deleted does
+// not.
+func TestReleaseRecognisesItsOwnRelease(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	c := newClient(t, srv.Addr())
+	n := redisproto.NewNode(c, "dlock")
+	ctx := ctxT(t)
+	k := key(t)
+	a, b := strings.Repeat("a", 32), strings.Repeat("b", 32)
+	ga, err := n.Acquire(ctx, k, a, time.Minute, "{}", "")
+	if err != nil || !ga.Granted {
+		t.Fatal(ga, err)
+	}
+	for i := range 2 {
+		if ok, err := n.Release(ctx, k, a, ga.Token, time.Hour); !ok || err != nil {
+			t.Fatalf("release %d = %v, %v", i, ok, err)
+		}
+	}
+	gb, err := n.Acquire(ctx, k, b, time.Minute, "{}", "")
+	if err != nil || !gb.Granted || gb.Token != ga.Token+1 {
+		t.Fatal(gb, err)
+	}
+	if ok, err := n.Release(ctx, k, a, ga.Token, time.Hour); !ok || err != nil {
+		t.Fatalf("release retried while the next holder holds the key = %v, %v", ok, err)
+	}
+	if ok, err := n.Release(ctx, k, b, gb.Token, time.Hour); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if ok, err := n.Release(ctx, k, a, ga.Token, time.Hour); !ok || err != nil {
+		t.Fatalf("release retried after the next holder released = %v, %v", ok, err)
+	}
+	// Without its token a release cannot tell (an Abort): not held.
+	if ok, err := n.Release(ctx, k, a, 0, time.Hour); ok || err != nil {
+		t.Fatalf("tokenless release of a released lease = %v, %v", ok, err)
+	}
+	// A lease deleted behind its holder's back, the key taken again: the
+	// late release is refused and leaves the new holder alone.
+	k2 := key(t)
+	gc, err := n.Acquire(ctx, k2, a, time.Minute, "{}", "")
+	if err != nil || !gc.Granted {
+		t.Fatal(gc, err)
+	}
+	if err := c.Del(ctx, n.LockKey(k2)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	gd, err := n.Acquire(ctx, k2, b, time.Minute, "{}", "")
+	if err != nil || !gd.Granted {
+		t.Fatal(gd, err)
+	}
+	if ok, err := n.Release(ctx, k2, a, gc.Token, time.Hour); ok || err != nil {
+		t.Fatalf("release of a deleted lease = %v, %v, want refused", ok, err)
+	}
+	if v, _ := c.Get(ctx, n.LockKey(k2)).Result(); !strings.HasPrefix(v, b+"|") {
+		t.Fatalf("new holder's value = %q", v)
+	}
+}

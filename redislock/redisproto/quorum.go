@@ -1,0 +1,43 @@
+package redisproto
+
+import (
+	"context"
+	"strconv"
+	"time"
+)
+
+// The quorum (Redlock) scripts, run on each node (see the header of each
+// file in lua/ for its KEYS, ARGV and replies).
+var (
+	grantScript         = script("quorum_grant")   // lua/quorum_grant.lua
+	commitScript        = script("quorum_commit")  // lua/quorum_commit.lua
+	quorumReleaseScript = script("quorum_release") // lua/quorum_release.lua
+)
+
+// Grant is phase one of a quorum acquisition: SET NX PX with token 0 in the
+// value; it returns the node's counter floor.
+func (n *Node) Grant(ctx context.Context, key, owner string, ttl time.Duration, meta, waitID string, score int64) (Outcome, error) {
+	lk := n.LockKey(key)
+	return parseOutcome(grantScript.Run(ctx, n.Client, []string{lk, lk + fenceSuffix, lk + waitersSuffix, lk + receiptsSuffix},
+		owner, Ms(ttl), meta, waitID, score).Slice())
+}
+
+// Commit is phase two: if owner still holds key here, record token in the
+// value and raise the counter to at least token.
+func (n *Node) Commit(ctx context.Context, key, owner string, token uint64, meta string, retention time.Duration) (bool, error) {
+	v, err := commitScript.Run(ctx, n.Client, []string{n.LockKey(key), n.FenceKey(key)},
+		owner+"|", strconv.FormatUint(token, 10), FormatValue(owner, token, meta), Ms(retention)).Int64()
+	return v == 1, err
+}
+
+// QuorumRelease is Redlock's per-node release: compare-and-release, or
+// hand the key to the first queued waiter; false means owner does not
+// hold key. With the lease's quorum token (0 when unknown) the key keeps
+// the marker "|<token>" for retention, so that a retried release reports
+// true (see Receipts); without it the key is deleted.
+func (n *Node) QuorumRelease(ctx context.Context, key, owner string, token uint64, retention time.Duration) (bool, error) {
+	lk := n.LockKey(key)
+	v, err := quorumReleaseScript.Run(ctx, n.Client, []string{lk, lk + waitersSuffix, lk + receiptsSuffix},
+		owner+"|", lk+channelSuffix, Ms(HandoffReserve), tokenArg(token), Ms(retention), n.cluster).Int64()
+	return v == 1, err
+}

@@ -1,0 +1,47 @@
+package redisproto_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/redislock/redisproto"
+)
+
+// A waiter that leaves is dequeued once its last attempt in flight has
+// returned, also when that attempt queued it after it left (an attempt
+// abandoned at its caller's deadline).
+func TestWaiterDequeuedAfterAttemptsInFlight(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	c := newClient(t, srv.Addr())
+	n := redisproto.NewNode(c, "dlock")
+	ctx := ctxT(t)
+	k := key(t)
+	if g, err := n.Acquire(ctx, k, strings.Repeat("a", 32), time.Minute, "{}", ""); err != nil || !g.Granted {
+		t.Fatal(g, err)
+	}
+	var ws redisproto.Waiters
+	w := ws.Add(k, "w1", n)
+	end := ws.Begin("w1")
+	w.Leave()
+	// The attempt in flight reaches the server after the waiter left.
+	if g, err := n.Acquire(ctx, k, strings.Repeat("b", 32), time.Minute, "{}", "w1"); err != nil || g.Granted {
+		t.Fatal(g, err)
+	}
+	if q, _ := c.ZCard(ctx, n.WaitersKey(k)).Result(); q != 1 {
+		t.Fatalf("queue holds %d waiters, want the one in flight", q)
+	}
+	end()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		q, err := c.ZCard(ctx, n.WaitersKey(k)).Result()
+		if err == nil && q == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queue holds %d waiters (%v) after the waiter left and its attempt returned", q, err)
+		}
+	}
+	// Attempts begun after it left are not tracked.
+	ws.Begin("w1")()
+}

@@ -12,7 +12,7 @@ TEST_TIMEOUT ?= 20m
 # committed seed corpora; run `make fuzz FUZZTIME=5m` for a real session).
 FUZZTIME ?= 10s
 
-.PHONY: all deps test vet fmt-check fuzz bench bench-quick demo build clean
+.PHONY: all deps test vet fmt-check fuzz release-check bench bench-quick demo build clean
 
 all: test
 
@@ -48,6 +48,14 @@ test: deps fmt-check vet
 	  (cd $$m && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...); \
 	done
 	@$(MAKE) --no-print-directory fuzz
+	@$(MAKE) --no-print-directory release-check
+
+## release-check: prove the modules install the way a user gets them: pack
+## every module into a local module proxy at a throw-away version, then
+## build, vet and `go install` a consumer with GOWORK=off and no replace.
+release-check:
+	@echo "== release-check"
+	@$(GO) run ./internal/releasecheck
 
 ## fuzz: run each fuzzer for FUZZTIME (seed corpora in testdata/fuzz).
 fuzz:

@@ -28,9 +28,11 @@ import (
 	"github.com/dlock-go/dlock/redlock"
 )
 
-// lockInfo is one held lock as shown by `dlock ls`.
+// lockInfo is one holder of a held key, one row of `dlock ls`: a key
+// held shared or counted shows one row per holder.
 type lockInfo struct {
 	Key      string            `json:"key"`
+	Mode     string            `json:"mode"`
 	Owner    string            `json:"owner"`
 	Token    uint64            `json:"token"`
 	TTL      time.Duration     `json:"-"`
@@ -41,7 +43,6 @@ type lockInfo struct {
 // backend is an opened lock service.
 type backend struct {
 	locker dlock.Locker
-	list   func(ctx context.Context, prefix string) ([]lockInfo, error)
 	// probe checks the service answers (PING, a read...).
 	probe func(ctx context.Context) error
 	close func()
@@ -292,74 +293,8 @@ func (t *target) open(o openOptions) (*backend, error) {
 		if err != nil {
 			return nil, err
 		}
-		list := listVia(l.List, func(in filelock.Info) lockInfo {
-			return lockInfo{Key: in.Key, Owner: in.Owner, Token: in.Token, TTL: in.TTL, Metadata: in.Metadata}
-		})
-		return &backend{locker: l, list: list, close: func() {}, where: t.where}, nil
-	case "redis", "rediss":
-		opt, err := redis.ParseURL(t.URL())
-		if err != nil { // parseURL accepted it: cannot happen
-			return nil, &urlError{scrub(fmt.Sprintf("%v %q: %v", errBadURL, t.where, err), t.secrets)}
-		}
-		t.tune(opt, o)
-		return t.redisBackend(redis.NewClient(opt)), nil
-	case "redis+sentinel":
-		opt := &redis.FailoverOptions{
-			MasterName: t.Master, SentinelAddrs: t.Addrs, DB: t.DB,
-			Username: t.Username, Password: t.Password,
-			SentinelUsername: t.SentinelUsername, SentinelPassword: t.SentinelPassword,
-			DialTimeout: o.connectTimeout, ReadTimeout: clientIOTimeout, WriteTimeout: clientIOTimeout,
-			ContextTimeoutEnabled: true,
-		}
-		return t.redisBackend(redis.NewFailoverClient(opt)), nil
-	case "redlock":
-		return t.openRedlock(o), nil
-	case "etcd", "etcds":
-		return t.openEtcd(o)
-	}
-	return nil, badURL(t.URL(), "unknown scheme %q", t.Scheme)
-}
-
-// tune sets the CLI's client timeouts where the URL did not.
-func (t *target) tune(opt *redis.Options, o openOptions) {
-	if !t.Options.Has("dial_timeout") {
-		opt.DialTimeout = o.connectTimeout
-	}
-	if !t.Options.Has("read_timeout") {
-		opt.ReadTimeout = clientIOTimeout
-	}
-	if !t.Options.Has("write_timeout") {
-		opt.WriteTimeout = clientIOTimeout
-	}
-	opt.ContextTimeoutEnabled = true
-}
-
-func (t *target) redisBackend(c redis.UniversalClient) *backend {
-	l := redislock.New(c)
-	list := listVia(l.List, func(in redislock.Info) lockInfo {
-		return lockInfo{Key: in.Key, Owner: in.Owner, Token: in.Token, TTL: in.TTL, Metadata: in.Metadata}
-	})
-	probe := func(ctx context.Context) error { return c.Ping(ctx).Err() }
-	return &backend{locker: l, list: list, probe: probe, close: func() { c.Close() }, where: t.where}
-}
-
-func sortInfos(in []lockInfo) {
-	sort.Slice(in, func(i, j int) bool { return in[i].Key < in[j].Key })
-}
-
-// listVia adapts a backend's List to lockInfo.
-func listVia[T any](list func(context.Context, string) ([]T, error), conv func(T) lockInfo) func(context.Context, string) ([]lockInfo, error) {
-	return func(ctx context.Context, prefix string) ([]lockInfo, error) {
-		infos, err := list(ctx, prefix)
-		if err != nil {
-			return nil, err
-		}
-		out := make([]lockInfo, 0, len(infos))
-		for _, in := range infos {
-			out = append(out, conv(in))
-		}
-		return out, nil
-	}
+		probe := func(ctx context.Context) error { return c.Ping(ctx).Err() }
+	return &backend{locker: l, probe: probe, close: func() { c.Close() }, where: t.where}
 }
 
 // openRedlock makes one client per independent master. The probe PINGs
@@ -374,9 +309,6 @@ func (t *target) openRedlock(o openOptions) *backend {
 		})
 	}
 	l := redlock.New(clients)
-	list := listVia(l.List, func(in redlock.Info) lockInfo {
-		return lockInfo{Key: in.Key, Owner: in.Owner, Token: in.Token, TTL: in.TTL, Metadata: in.Metadata}
-	})
 	closeAll := func() {
 		for _, c := range clients {
 			c.Close()
@@ -400,7 +332,7 @@ func (t *target) openRedlock(o openOptions) *backend {
 		}
 		return nil
 	}
-	return &backend{locker: l, list: list, probe: probe, close: closeAll, where: t.where}
+	return &backend{locker: l, probe: probe, close: closeAll, where: t.where}
 }
 
 // openEtcd connects to etcd; the probe is a count-only read.
@@ -435,14 +367,11 @@ func (t *target) openEtcd(o openOptions) (*backend, error) {
 		return nil, fmt.Errorf("etcd %s: %w", t.where, err)
 	}
 	l := etcdlock.New(c, etcdlock.WithPrefix(t.Prefix))
-	list := listVia(l.List, func(in etcdlock.Info) lockInfo {
-		return lockInfo{Key: in.Key, Owner: in.Owner, Token: in.Token, TTL: in.TTL, Metadata: in.Metadata}
-	})
 	probe := func(ctx context.Context) error {
 		_, err := c.Get(ctx, "dlock-probe", clientv3.WithCountOnly())
 		return err
 	}
-	return &backend{locker: l, list: list, probe: probe, close: func() { c.Close() }, where: t.where}, nil
+	return &backend{locker: l, probe: probe, close: func() { c.Close() }, where: t.where}, nil
 }
 
 // explain turns a failed probe into the message the user sees: where,
@@ -548,4 +477,30 @@ func speaksTLS(addr string, deadline time.Time) bool {
 	}
 	c.Close()
 	return true
+}
+
+// list returns the holders of the keys under prefix, one row per holder,
+// sorted by key then token.
+func (b *backend) list(ctx context.Context, prefix string) ([]lockInfo, error) {
+	ls, ok := b.locker.(dlock.Lister)
+	if !ok {
+		return nil, fmt.Errorf("%w: this backend cannot list its locks", dlock.ErrUnsupported)
+	}
+	infos, err := ls.List(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	var out []lockInfo
+	for _, in := range infos {
+		for _, h := range in.Holders {
+			out = append(out, lockInfo{Key: in.Key, Mode: in.Mode.String(), Owner: h.Owner, Token: h.Token, TTL: h.TTL, Metadata: h.Metadata})
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Key != out[j].Key {
+			return out[i].Key < out[j].Key
+		}
+		return out[i].Token < out[j].Token
+	})
+	return out, nil
 }

@@ -113,10 +113,10 @@ func TestAcquireErrorStatus(t *testing.T) {
 		err  error
 		want int
 	}{
-		{"held", &dlock.NotAcquiredError{Key: "k", Holder: "o1"}, 75},
-		{"held, metadata only", &dlock.NotAcquiredError{Key: "k", Metadata: map[string]string{"pid": "1"}}, 75},
-		{"reserved for a waiter", &dlock.NotAcquiredError{Key: "k", TTL: time.Second}, 75},
-		{"waited, holder seen", &dlock.NotAcquiredError{Key: "k", Holder: "o1", Cause: context.DeadlineExceeded}, 75},
+		{"held", &dlock.NotAcquiredError{Key: "k", Holders: []dlock.Holder{{Owner: "o1"}}}, 75},
+		{"held, metadata only", &dlock.NotAcquiredError{Key: "k", Holders: []dlock.Holder{{Metadata: map[string]string{"pid": "1"}}}}, 75},
+		{"reserved for a waiter", &dlock.NotAcquiredError{Key: "k", Holders: []dlock.Holder{{TTL: time.Second}}}, 75},
+		{"waited, holder seen", &dlock.NotAcquiredError{Key: "k", Holders: []dlock.Holder{{Owner: "o1"}}, Cause: context.DeadlineExceeded}, 75},
 		{"waited, nothing seen", &dlock.NotAcquiredError{Key: "k", Cause: errors.Join(netErr, context.DeadlineExceeded)}, exitBackend},
 		{"no answer at all", &dlock.NotAcquiredError{Key: "k", Cause: context.DeadlineExceeded}, exitBackend},
 		{"outage", fmt.Errorf("dlock: redis acquire %q: %w", "k", netErr), exitBackend},

@@ -72,7 +72,6 @@ func cmdLs(args []string, stdout, stderr io.Writer) int {
 			return exitBackend
 		}
 	}
-	sortInfos(infos)
 	if *asJSON {
 		for i := range infos {
 			infos[i].TTLms = infos[i].TTL.Milliseconds()

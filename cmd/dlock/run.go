@@ -271,11 +271,16 @@ func acquireForRun(b *backend, r acquireRequest, sigc chan os.Signal, stderr io.
 		fmt.Fprintf(stderr, "dlock run: %s: %v\n", b.where, err)
 	case errors.As(err, &na):
 		msg := fmt.Sprintf("dlock run: lock %q is held", r.key)
-		if na.Holder != "" || len(na.Metadata) > 0 {
-			msg += " by " + holderText(na.Holder, na.Metadata)
-		}
-		if na.TTL > 0 {
-			msg += fmt.Sprintf(", lease ends in %s", na.TTL.Round(time.Millisecond))
+		if h, ok := seenHolder(na); ok {
+			if h.Owner != "" || len(h.Metadata) > 0 {
+				msg += " by " + holderText(h.Owner, h.Metadata)
+			}
+			if n := len(na.Holders); n > 1 {
+				msg += fmt.Sprintf(" and %d other holder(s)", n-1)
+			}
+			if h.TTL > 0 {
+				msg += fmt.Sprintf(", lease ends in %s", h.TTL.Round(time.Millisecond))
+			}
 		}
 		if !r.nonblock {
 			msg += fmt.Sprintf(" (gave up after waiting %s)", r.wait)
@@ -310,7 +315,22 @@ func heldBySomeone(err error) bool {
 		return false
 	}
 	var na *dlock.NotAcquiredError
-	return !errors.As(err, &na) || na.Holder != "" || len(na.Metadata) > 0 || na.TTL > 0
+	if !errors.As(err, &na) {
+		return true
+	}
+	_, ok := seenHolder(na)
+	return ok
+}
+
+// seenHolder returns the first holder na names that was actually seen:
+// one with an owner, metadata or a lease.
+func seenHolder(na *dlock.NotAcquiredError) (dlock.Holder, bool) {
+	for _, h := range na.Holders {
+		if h.Owner != "" || len(h.Metadata) > 0 || h.TTL > 0 {
+			return h, true
+		}
+	}
+	return dlock.Holder{}, false
 }
 
 // runOptions are dlock run's settings for the process tree.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -53,4 +54,27 @@ func ExampleFence() {
 	err := g.Do(ctx, "account:7", first.Fence(), func(context.Context) error { balance = 0; return nil })
 	fmt.Println(errors.Is(err, dlock.ErrStaleToken), balance)
 	// Output: true 70
+}
+
+// An Observer sees every acquisition, wait, renewal, loss and release:
+// the place for metrics, logs and traces. Observe is called synchronously,
+// sometimes from the watchdog: keep it fast and never block in it.
+func ExampleWithObserver() {
+	var mu sync.Mutex
+	obs := dlock.ObserverFunc(func(ev dlock.Event) {
+		if ev.Kind == dlock.EventAttempt || ev.Kind == dlock.EventRenew {
+			return // timing-dependent; not printed here
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Println(ev.Backend, ev.Kind, ev.Key, ev.Result, ev.Token)
+	})
+	l := memlock.New(dlock.WithObserver(obs))
+	ctx := context.Background()
+	lk, _ := l.TryAcquire(ctx, "report")
+	lk.Release(ctx)
+	// Output:
+	// memory wait report  0
+	// memory acquire report acquired 1
+	// memory release report  1
 }

@@ -293,7 +293,48 @@ func (t *target) open(o openOptions) (*backend, error) {
 		if err != nil {
 			return nil, err
 		}
-		probe := func(ctx context.Context) error { return c.Ping(ctx).Err() }
+		return &backend{locker: l, close: func() {}, where: t.where}, nil
+	case "redis", "rediss":
+		opt, err := redis.ParseURL(t.URL())
+		if err != nil { // parseURL accepted it: cannot happen
+			return nil, &urlError{scrub(fmt.Sprintf("%v %q: %v", errBadURL, t.where, err), t.secrets)}
+		}
+		t.tune(opt, o)
+		return t.redisBackend(redis.NewClient(opt)), nil
+	case "redis+sentinel":
+		opt := &redis.FailoverOptions{
+			MasterName: t.Master, SentinelAddrs: t.Addrs, DB: t.DB,
+			Username: t.Username, Password: t.Password,
+			SentinelUsername: t.SentinelUsername, SentinelPassword: t.SentinelPassword,
+			DialTimeout: o.connectTimeout, ReadTimeout: clientIOTimeout, WriteTimeout: clientIOTimeout,
+			ContextTimeoutEnabled: true,
+		}
+		return t.redisBackend(redis.NewFailoverClient(opt)), nil
+	case "redlock":
+		return t.openRedlock(o), nil
+	case "etcd", "etcds":
+		return t.openEtcd(o)
+	}
+	return nil, badURL(t.URL(), "unknown scheme %q", t.Scheme)
+}
+
+// tune sets the CLI's client timeouts where the URL did not.
+func (t *target) tune(opt *redis.Options, o openOptions) {
+	if !t.Options.Has("dial_timeout") {
+		opt.DialTimeout = o.connectTimeout
+	}
+	if !t.Options.Has("read_timeout") {
+		opt.ReadTimeout = clientIOTimeout
+	}
+	if !t.Options.Has("write_timeout") {
+		opt.WriteTimeout = clientIOTimeout
+	}
+	opt.ContextTimeoutEnabled = true
+}
+
+func (t *target) redisBackend(c redis.UniversalClient) *backend {
+	l := redislock.New(c)
+	probe := func(ctx context.Context) error { return c.Ping(ctx).Err() }
 	return &backend{locker: l, probe: probe, close: func() { c.Close() }, where: t.where}
 }
 

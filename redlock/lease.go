@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/background"
 	"github.com/dlock-go/dlock/redislock/redisproto"
 )
@@ -74,7 +74,7 @@ func (l *lease) releaseOn(idx []int) {
 	}
 }
 
-// Refresh implements dlock.Lease: compare-and-pexpire on every node; held
+// Refresh implements driver.Lease: compare-and-pexpire on every node; held
 // while a majority extended.
 func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	all := l.b.all()
@@ -89,7 +89,7 @@ func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	return l.b.quorumLoss("refresh", l.key, r.seen)
 }
 
-// Release implements dlock.Lease: compare-and-release (and publish) on
+// Release implements driver.Lease: compare-and-release (and publish) on
 // every node, including those that never answered the acquisition. A
 // node released already (a retry after a lost reply or an error) counts
 // as released: it keeps a marker with the lease's token.
@@ -116,20 +116,14 @@ func (l *lease) Release(ctx context.Context) error {
 	return l.b.quorumLoss("release", l.key, r.seen)
 }
 
-// RefreshBatch implements dlock.BatchRenewer: one pipeline per node for all
+// RefreshBatch implements driver.BatchRenewer: one pipeline per node for all
 // due leases, the nodes in parallel. Each renewal is reported as soon as a
 // majority of nodes extended it (or a majority can no longer do so): a
 // slow or hung minority delays nothing. A node that has not answered
 // within the node timeout counts as failed, and a node whose previous
 // renewal pipeline is still running is not sent another one (it counts as
 // not answering), so renewals do not pile up on a hung node.
-func (b *backend) RefreshBatch(ctx context.Context, rs []dlock.Renewal, done func(int, error)) {
-	if b.err != nil {
-		for i := range rs {
-			done(i, b.err)
-		}
-		return
-	}
+func (b *backend) RefreshBatch(ctx context.Context, rs []driver.Renewal, done func(int, error)) {
 	if len(rs) == 0 {
 		return
 	}

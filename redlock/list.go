@@ -5,36 +5,25 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/background"
 	"github.com/dlock-go/dlock/redislock/redisproto"
 )
 
-// Info describes a lock held on a majority of nodes.
-type Info struct {
-	redisproto.Info
-	// Nodes is how many nodes hold the lease.
-	Nodes int `json:"nodes"`
-}
-
-// errNilContext is returned by List for a nil context, like dlock's
-// Acquire does.
-var errNilContext = fmt.Errorf("%w: redlock: nil context", dlock.ErrInvalidOption)
-
-// List returns the locks whose key starts with prefix that a majority of
-// nodes hold for the same owner (SCAN on every node; for operators). It
-// returns by ctx's deadline even when nodes do not answer: those count as
-// failed, and without a majority of answers the error wraps
-// dlock.ErrUnavailable.
-func (l *Locker) List(ctx context.Context, prefix string) ([]Info, error) {
-	if ctx == nil { // checked before any goroutine gets it
-		return nil, errNilContext
+// List implements dlock.Lister: the locks whose key starts with prefix
+// that a majority of nodes hold for the same owner (SCAN on every node;
+// for operators), sorted by key. Each has one holder, with the highest
+// token and the shortest lease left among the nodes holding it; Waiters is
+// -1 (the nodes' queues are not read). It returns by ctx's deadline even
+// when nodes do not answer: those count as failed, and without a majority
+// of answers the error wraps dlock.ErrUnavailable.
+func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) {
+	if err := l.e.Check(ctx); err != nil { // before any goroutine gets ctx
+		return nil, err
 	}
 	b := l.b
-	if b.err != nil {
-		return nil, b.err
-	}
 	type kv struct{ key, owner string }
 	type listed struct {
 		i     int
@@ -51,7 +40,11 @@ func (l *Locker) List(ctx context.Context, prefix string) ([]Info, error) {
 	// Every node is waited for until ctx ends (a default go-redis client
 	// on a stalled link would wait for its own timeouts); a node that has
 	// not answered by then counts as failed.
-	agg := map[kv]*Info{}
+	type held struct {
+		h     dlock.Holder
+		nodes int
+	}
+	agg := map[kv]*held{}
 	answered := make([]bool, len(b.nodes))
 	var nerrs []error
 	expired := false
@@ -68,12 +61,12 @@ func (l *Locker) List(ctx context.Context, prefix string) ([]Info, error) {
 				k := kv{in.Key, in.Owner}
 				a := agg[k]
 				if a == nil {
-					a = &Info{Info: in}
+					a = &held{h: dlock.Holder{Owner: in.Owner, Token: in.Token, Metadata: in.Metadata, TTL: in.TTL, Mode: dlock.Exclusive}}
 					agg[k] = a
 				}
-				a.Nodes++
-				a.Token = max(a.Token, in.Token)
-				a.TTL = min(a.TTL, in.TTL)
+				a.nodes++
+				a.h.Token = max(a.h.Token, in.Token)
+				a.h.TTL = min(a.h.TTL, in.TTL)
 			}
 		case <-ctx.Done():
 			expired = true
@@ -87,20 +80,12 @@ func (l *Locker) List(ctx context.Context, prefix string) ([]Info, error) {
 	if len(nerrs) > len(b.nodes)-b.quorum {
 		return nil, fmt.Errorf("dlock: redlock list: %w", errors.Join(nerrs...))
 	}
-	var out []Info
-	for _, a := range agg {
-		if a.Nodes >= b.quorum {
-			out = append(out, *a)
+	var out []dlock.Info
+	for k, a := range agg {
+		if a.nodes >= b.quorum {
+			out = append(out, dlock.Info{Key: k.key, Mode: dlock.Exclusive, Holders: []dlock.Holder{a.h}, Waiters: -1})
 		}
 	}
-	slices.SortFunc(out, func(a, b Info) int {
-		if a.Key < b.Key {
-			return -1
-		}
-		if a.Key > b.Key {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(x, y dlock.Info) int { return strings.Compare(x.Key, y.Key) })
 	return out, nil
 }

@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"context"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/redislock/redisproto"
 )
 
@@ -35,8 +37,9 @@ const (
 	MetaReservedForWaiter = redisproto.MetaReservedForWaiter
 )
 
-// Option configures a Locker.
-type Option func(*options)
+// Option configures a Locker: redlock's own options below and the core's
+// (dlock.WithObserver), in one list.
+type Option = driver.Option
 
 type options struct {
 	prefix      string
@@ -44,22 +47,35 @@ type options struct {
 }
 
 // WithPrefix sets the key prefix on every node (default DefaultPrefix).
-func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
+func WithPrefix(p string) Option {
+	return driver.Setting(func(o *options) { o.prefix = p })
+}
 
 // WithNodeTimeout fixes the time each node has to answer one request
 // (default: TTL × DefaultNodeTimeoutFactor, within [DefaultNodeTimeoutMin,
-// DefaultNodeTimeoutMax]).
-func WithNodeTimeout(d time.Duration) Option { return func(o *options) { o.nodeTimeout = d } }
+// DefaultNodeTimeoutMax]). A negative duration makes every call of the
+// Locker fail with an error wrapping dlock.ErrInvalidOption.
+func WithNodeTimeout(d time.Duration) Option {
+	return driver.Setting(func(o *options) { o.nodeTimeout = d })
+}
 
 // Locker is the Redlock algorithm over N independent Redis masters: a lock
 // is held when a majority of them granted it with validity left. It never
 // closes the clients.
 type Locker struct {
-	*dlock.Acquirer
+	e *dlock.Engine
 	b *backend
 }
 
-var _ dlock.Locker = (*Locker)(nil)
+var (
+	_ dlock.Locker        = (*Locker)(nil)
+	_ dlock.Lister        = (*Locker)(nil)
+	_ driver.Driver       = (*backend)(nil)
+	_ driver.Watcher      = (*backend)(nil)
+	_ driver.Aborter      = (*backend)(nil)
+	_ driver.BatchRenewer = (*backend)(nil)
+	_ driver.WaitIDer     = (*multiSub)(nil)
+)
 
 type node struct {
 	*redisproto.Node
@@ -67,50 +83,68 @@ type node struct {
 	renewing atomic.Bool // a RefreshBatch pipeline to this node is running
 }
 
+// backend is the driver: the nodes and the quorum.
 type backend struct {
 	waiters     redisproto.Waiters
 	nodes       []*node
 	quorum      int
 	nodeTimeout time.Duration // 0: derived from the TTL
-	err         error         // construction error, reported by every call
 }
 
 // New returns a Locker over clients, one per independent master (use an
-// odd number, 3 or 5). Nil clients, an empty slice or a client listed twice
-// give a Locker whose every call fails with an error wrapping
-// dlock.ErrNilClient or dlock.ErrInvalidOption.
+// odd number, 3 or 5), configured by redlock's options and the core's
+// (dlock.WithObserver). Nil clients, an empty slice, a client listed twice
+// or an option out of range give a Locker whose every call fails with an
+// error wrapping dlock.ErrNilClient or dlock.ErrInvalidOption.
 func New(clients []redis.UniversalClient, opts ...Option) *Locker {
 	o := options{prefix: DefaultPrefix}
-	for _, f := range opts {
-		if f != nil {
-			f(&o)
-		}
-	}
+	driver.Apply(&o, opts)
 	if o.prefix == "" {
 		o.prefix = DefaultPrefix
 	}
 	b := &backend{quorum: len(clients)/2 + 1, nodeTimeout: o.nodeTimeout}
+	if err := b.addNodes(clients, o); err != nil {
+		return &Locker{e: dlock.FailedEngine(err), b: b}
+	}
+	return &Locker{e: dlock.NewEngine(b, opts...), b: b}
+}
+
+// addNodes checks the options and the clients and makes a node of each
+// client.
+func (b *backend) addNodes(clients []redis.UniversalClient, o options) error {
+	if o.nodeTimeout < 0 {
+		return fmt.Errorf("%w: redlock node timeout %v is negative", dlock.ErrInvalidOption, o.nodeTimeout)
+	}
+	if len(clients) == 0 {
+		return fmt.Errorf("%w: redlock.New: no clients", dlock.ErrNilClient)
+	}
 	seen := map[redis.UniversalClient]bool{}
 	for i, c := range clients {
 		switch {
 		case redisproto.IsNil(c):
-			b.err = fmt.Errorf("%w: redlock.New: client %d is nil", dlock.ErrNilClient, i)
+			return fmt.Errorf("%w: redlock.New: client %d is nil", dlock.ErrNilClient, i)
 		case seen[c]:
-			b.err = fmt.Errorf("%w: redlock.New: client %d is listed twice; nodes must be independent", dlock.ErrInvalidOption, i)
-		}
-		if b.err != nil {
-			break
+			return fmt.Errorf("%w: redlock.New: client %d is listed twice; nodes must be independent", dlock.ErrInvalidOption, i)
 		}
 		seen[c] = true
 		b.nodes = append(b.nodes, &node{Node: redisproto.NewNode(c, o.prefix), name: nodeName(c, i)})
 	}
-	if len(clients) == 0 {
-		b.err = fmt.Errorf("%w: redlock.New: no clients", dlock.ErrNilClient)
-	}
-	if o.nodeTimeout < 0 {
-		b.err = fmt.Errorf("%w: redlock node timeout %v is negative", dlock.ErrInvalidOption, o.nodeTimeout)
-	}
-	return &Locker{Acquirer: dlock.NewAcquirer(b, MinTTL), b: b}
+	return nil
+}
+
+// Spec implements driver.Driver: exclusive locks only.
+func (b *backend) Spec() driver.Spec {
+	return driver.Spec{Name: "redlock", MinTTL: MinTTL}
+}
+
+// Acquire implements dlock.Locker.
+func (l *Locker) Acquire(ctx context.Context, key string, opts ...dlock.Option) (*dlock.Lock, error) {
+	return l.e.Acquire(ctx, key, opts...)
+}
+
+// TryAcquire implements dlock.Locker.
+func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...dlock.Option) (*dlock.Lock, error) {
+	return l.e.TryAcquire(ctx, key, opts...)
 }
 
 func nodeName(c redis.UniversalClient, i int) string {

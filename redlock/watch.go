@@ -9,18 +9,16 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/background"
 	"github.com/dlock-go/dlock/redislock/redisproto"
 )
 
-// Watch implements dlock.Watcher: a release published on any node wakes
+// Watch implements driver.Watcher: a release published on any node wakes
 // the waiter. It returns once a majority of nodes confirmed the
 // subscription (a release is published on every node, so a majority
 // hears it); the rest keep subscribing in the background.
-func (b *backend) Watch(ctx context.Context, key string) (dlock.Subscription, error) {
-	if b.err != nil {
-		return nil, b.err
-	}
+func (b *backend) Watch(ctx context.Context, key string) (driver.Subscription, error) {
 	ms := &multiSub{ch: make(chan struct{}, 1), id: newWaitID()}
 	nodes := make([]*redisproto.Node, len(b.nodes))
 	for i, n := range b.nodes {
@@ -89,7 +87,7 @@ func (m *multiSub) add(s *redisproto.Subscription) bool {
 
 func (m *multiSub) C() <-chan struct{} { return m.ch }
 
-// WaitID implements dlock.WaitIDer.
+// WaitID implements driver.WaitIDer.
 func (m *multiSub) WaitID() string { return m.id }
 
 // Close ends the subscriptions and dequeues the waiter on every node, in

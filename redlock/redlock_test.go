@@ -20,12 +20,6 @@ import (
 
 func TestMain(m *testing.M) { testserver.Main(m) }
 
-func ctxT(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), dlocktest.HangTimeout)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 type cluster struct {
 	srvs  []*testserver.Redis
 	admin []*redis.Client
@@ -149,17 +143,17 @@ func TestNodesDown(t *testing.T) {
 	l := c.locker(t)
 	c.srvs[0].Stop()
 	c.srvs[3].Stop()
-	lk, err := l.Acquire(ctxT(t), dlocktest.Key(t))
+	lk, err := l.Acquire(dlocktest.Context(t), dlocktest.Key(t))
 	if err != nil {
 		t.Fatalf("2 of 5 down: %v", err)
 	}
-	if err := lk.Release(ctxT(t)); err != nil {
+	if err := lk.Release(dlocktest.Context(t)); err != nil {
 		t.Fatalf("release with 2 of 5 down: %v", err)
 	}
 
 	c.srvs[4].Stop() // 3 of 5 down
 	start := time.Now()
-	_, err = l.TryAcquire(ctxT(t), dlocktest.Key(t), dlock.WithTTL(30*time.Second))
+	_, err = l.TryAcquire(dlocktest.Context(t), dlocktest.Key(t), dlock.WithTTL(30*time.Second))
 	elapsed := time.Since(start)
 	var qe *redlock.QuorumError
 	if !errors.As(err, &qe) || errors.Is(err, dlock.ErrNotAcquired) {
@@ -192,12 +186,12 @@ func TestSlowNodeDoesNotDelay(t *testing.T) {
 	c.srvs[2].Pause()
 	defer c.srvs[2].Resume()
 	start := time.Now()
-	lk, err := l.Acquire(ctxT(t), dlocktest.Key(t), dlock.WithTTL(20*time.Second))
+	lk, err := l.Acquire(dlocktest.Context(t), dlocktest.Key(t), dlock.WithTTL(20*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	acquired := time.Since(start)
-	if err := lk.Release(ctxT(t)); err != nil {
+	if err := lk.Release(dlocktest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	released := time.Since(start) - acquired
@@ -211,7 +205,7 @@ func TestSlowNodeDoesNotDelay(t *testing.T) {
 func TestMinorityAndMajorityHeld(t *testing.T) {
 	c := startNodes(t, 5)
 	l := c.locker(t)
-	ctx := ctxT(t)
+	ctx := dlocktest.Context(t)
 	key := dlocktest.Key(t)
 	other := `0123456789abcdef0123456789abcdef|7|{"host":"elsewhere","pid":"99"}`
 	for _, i := range []int{1, 4} {
@@ -235,8 +229,8 @@ func TestMinorityAndMajorityHeld(t *testing.T) {
 	if !errors.As(err, &na) || !errors.As(err, &qe) {
 		t.Fatalf("majority held: %v", err)
 	}
-	if na.Holder != "0123456789abcdef0123456789abcdef" || na.Metadata["host"] != "elsewhere" {
-		t.Fatalf("holder = %q %v", na.Holder, na.Metadata)
+	if len(na.Holders) != 1 || na.Holders[0].Owner != "0123456789abcdef0123456789abcdef" || na.Holders[0].Metadata["host"] != "elsewhere" {
+		t.Fatalf("holders = %+v, want the one owner holding the majority", na.Holders)
 	}
 	if !strings.Contains(err.Error(), "held by owner 0123456789ab (host=elsewhere pid=99)") {
 		t.Fatalf("message: %v", err)
@@ -262,7 +256,7 @@ func TestTokensAcross200Acquisitions(t *testing.T) {
 	key := dlocktest.Key(t)
 	var last uint64
 	for i := 0; i < 200; i++ {
-		lk, err := ls[i%2].Acquire(ctxT(t), key)
+		lk, err := ls[i%2].Acquire(dlocktest.Context(t), key)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -270,7 +264,7 @@ func TestTokensAcross200Acquisitions(t *testing.T) {
 			t.Fatalf("acquisition %d: token %d after %d", i, lk.Token(), last)
 		}
 		last = lk.Token()
-		if err := lk.Release(ctxT(t)); err != nil {
+		if err := lk.Release(dlocktest.Context(t)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -288,7 +282,7 @@ func TestRestartedNodeKeepsTokensIncreasing(t *testing.T) {
 		if i%10 == 5 {
 			c.srvs[i%5].Restart()
 		}
-		lk, err := l.Acquire(ctxT(t), key)
+		lk, err := l.Acquire(dlocktest.Context(t), key)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -296,7 +290,7 @@ func TestRestartedNodeKeepsTokensIncreasing(t *testing.T) {
 			t.Fatalf("acquisition %d: token %d after %d", i, lk.Token(), last)
 		}
 		last = lk.Token()
-		lk.Release(ctxT(t))
+		lk.Release(dlocktest.Context(t))
 	}
 }
 
@@ -311,7 +305,7 @@ func TestQuorumCounterWins(t *testing.T) {
 	for _, a := range c.admin {
 		a.Set(context.Background(), lockKey(key)+":fence", ahead, time.Hour)
 	}
-	lk, err := l.Acquire(ctxT(t), key)
+	lk, err := l.Acquire(dlocktest.Context(t), key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,25 +321,27 @@ func TestQuorumCounterWins(t *testing.T) {
 	if committed < l.Quorum() {
 		t.Fatalf("token committed on %d nodes: %q", committed, c.holders(t, key))
 	}
-	infos, err := l.List(ctxT(t), key)
-	if err != nil || len(infos) != 1 || infos[0].Token != lk.Token() || infos[0].Nodes < l.Quorum() {
+	// List reports only keys a majority holds for one owner (the count of
+	// nodes holding it is checked above, from the nodes themselves).
+	infos, err := l.List(dlocktest.Context(t), key)
+	if err != nil || len(infos) != 1 || len(infos[0].Holders) != 1 || infos[0].Holders[0].Token != lk.Token() || infos[0].Holders[0].Owner != lk.Owner() {
 		t.Fatalf("List = %+v, %v", infos, err)
 	}
-	lk.Release(ctxT(t))
+	lk.Release(dlocktest.Context(t))
 }
 
 func TestReleaseCleansEveryNode(t *testing.T) {
 	c := startNodes(t, 5)
 	l := c.locker(t)
 	key := dlocktest.Key(t)
-	lk, err := l.Acquire(ctxT(t), key)
+	lk, err := l.Acquire(dlocktest.Context(t), key)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if h := c.holders(t, key); strings.Count(strings.Join(h, ","), lk.Owner()) < 3 {
 		t.Fatalf("held on fewer than a majority: %q", h)
 	}
-	if err := lk.Release(ctxT(t)); err != nil {
+	if err := lk.Release(dlocktest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	// Release returns after a majority; the rest follow promptly. Each
@@ -364,7 +360,7 @@ func TestLostWhenMajorityLosesLease(t *testing.T) {
 	c := startNodes(t, 5)
 	l := c.locker(t)
 	key := dlocktest.Key(t)
-	lk, err := l.Acquire(ctxT(t), key, dlock.WithTTL(300*time.Millisecond))
+	lk, err := l.Acquire(dlocktest.Context(t), key, dlock.WithTTL(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +385,7 @@ func TestLostWhenMajorityLosesLease(t *testing.T) {
 
 func TestBadInput(t *testing.T) {
 	c := startNodes(t, 3)
-	ctx := ctxT(t)
+	ctx := dlocktest.Context(t)
 	a := c.client(t, c.srvs[0])
 	cases := []struct {
 		l    *redlock.Locker
@@ -466,7 +462,7 @@ func TestCommitFailureIsTransient(t *testing.T) {
 	cls := []redis.UniversalClient{c.denyFenceWrites(t, 0), c.denyFenceWrites(t, 1), c.client(t, c.srvs[2])}
 	l := redlock.New(cls)
 	key := dlocktest.Key(t)
-	_, err := l.TryAcquire(ctxT(t), key)
+	_, err := l.TryAcquire(dlocktest.Context(t), key)
 	t.Logf("TryAcquire: %v", err)
 	var qe *redlock.QuorumError
 	if !errors.Is(err, dlock.ErrTransient) || errors.Is(err, dlock.ErrNotAcquired) || !errors.As(err, &qe) || qe.Op != "commit" {
@@ -490,11 +486,11 @@ func TestCommitFailureIsTransient(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	lk, err := c.locker(t).TryAcquire(ctxT(t), key)
+	lk, err := c.locker(t).TryAcquire(dlocktest.Context(t), key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lk.Release(ctxT(t))
+	lk.Release(dlocktest.Context(t))
 }
 
 // QuorumError names what happened on each node.
@@ -517,14 +513,14 @@ func TestLostGrantReplies(t *testing.T) {
 	c := startNodes(t, 3)
 	l, link := c.lockerVia(t, []int{0, 1, 2})
 	t.Cleanup(link.Heal)
-	warm, err := l.Acquire(ctxT(t), dlocktest.Key(t)) // connections open, scripts loaded
+	warm, err := l.Acquire(dlocktest.Context(t), dlocktest.Key(t)) // connections open, scripts loaded
 	if err != nil {
 		t.Fatal(err)
 	}
-	warm.Release(ctxT(t))
+	warm.Release(dlocktest.Context(t))
 	key := dlocktest.Key(t)
 	link.LoseNextReply()
-	lk, err := l.TryAcquire(ctxT(t), key)
+	lk, err := l.TryAcquire(dlocktest.Context(t), key)
 	if err != nil {
 		t.Fatalf("TryAcquire with the grant replies lost: %v", err)
 	}
@@ -537,7 +533,7 @@ func TestLostGrantReplies(t *testing.T) {
 	if committed < l.Quorum() {
 		t.Fatalf("token committed on %d nodes: %q", committed, c.holders(t, key))
 	}
-	if err := lk.Release(ctxT(t)); err != nil {
+	if err := lk.Release(dlocktest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -548,7 +544,7 @@ func TestListReturnsByDeadline(t *testing.T) {
 	l, link := c.lockerVia(t, []int{0, 1})
 	t.Cleanup(link.Heal)
 	key := dlocktest.Key(t)
-	lk, err := l.Acquire(ctxT(t), key)
+	lk, err := l.Acquire(dlocktest.Context(t), key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -571,7 +567,7 @@ func TestListReturnsByDeadline(t *testing.T) {
 	ctx2, cancel2 := context.WithTimeout(context.Background(), d)
 	defer cancel2()
 	infos, err := l.List(ctx2, key)
-	if err != nil || len(infos) != 1 || infos[0].Owner != lk.Owner() {
+	if err != nil || len(infos) != 1 || len(infos[0].Holders) != 1 || infos[0].Holders[0].Owner != lk.Owner() {
 		t.Fatalf("List with a minority stalled = %+v, %v", infos, err)
 	}
 }

@@ -17,7 +17,7 @@ func TestRegressNilContext(t *testing.T) {
 	c := startNodes(t, 3)
 	l := c.locker(t)
 	key := dlocktest.Key(t)
-	lk, err := l.Acquire(ctxT(t), key)
+	lk, err := l.Acquire(dlocktest.Context(t), key)
 	if err != nil {
 		t.Fatal(err)
 	}

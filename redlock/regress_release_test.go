@@ -23,11 +23,11 @@ func TestRegressReleaseRetryAfterHandover(t *testing.T) {
 	other := c.locker(t)
 	key := dlocktest.Key(t)
 
-	w, err := l.Acquire(ctxT(t), key) // warm up the script cache
+	w, err := l.Acquire(dlocktest.Context(t), key) // warm up the script cache
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Release(ctxT(t)); err != nil {
+	if err := w.Release(dlocktest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	// go-redis resends a script on a new connection after a short random
@@ -35,10 +35,10 @@ func TestRegressReleaseRetryAfterHandover(t *testing.T) {
 	// cut, the replies were not lost: try again (bounded).
 	var lk *dlock.Lock
 	for round := 0; ; round++ {
-		if lk, err = l.Acquire(ctxT(t), key); err != nil {
+		if lk, err = l.Acquire(dlocktest.Context(t), key); err != nil {
 			t.Fatal(err)
 		}
-		err1 := c.loseReleaseReplies(link, key, func() error { return lk.Release(ctxT(t)) })
+		err1 := c.loseReleaseReplies(link, key, func() error { return lk.Release(dlocktest.Context(t)) })
 		t.Logf("first Release: %v; nodes: %q", err1, c.holders(t, key))
 		if err1 != nil {
 			break
@@ -47,12 +47,12 @@ func TestRegressReleaseRetryAfterHandover(t *testing.T) {
 			t.Skip("the replies were never lost")
 		}
 	}
-	o, err := other.TryAcquire(ctxT(t), key)
+	o, err := other.TryAcquire(dlocktest.Context(t), key)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer o.Release(context.Background())
-	err2 := lk.Release(ctxT(t))
+	err2 := lk.Release(dlocktest.Context(t))
 	if errors.Is(err2, dlock.ErrLockLost) || errors.Is(err2, dlock.ErrNotHeld) {
 		t.Fatalf("retried Release of a lock released cleanly reports it lost: %v", err2)
 	}

@@ -19,14 +19,14 @@ func TestRegressDepartedWaitersDequeued(t *testing.T) {
 	c := startNodes(t, 3)
 	holder := c.locker(t)
 	key := dlocktest.Key(t)
-	h, err := holder.Acquire(ctxT(t), key)
+	h, err := holder.Acquire(dlocktest.Context(t), key)
 	if err != nil {
 		t.Fatal(err)
 	}
 	queue := lockKey(key) + ":waiters"
 	l := c.locker(t)
 	for i := 0; i < 5; i++ {
-		ctx, cancel := context.WithCancel(ctxT(t))
+		ctx, cancel := context.WithCancel(dlocktest.Context(t))
 		got := make(chan error, 1)
 		go func() {
 			_, err := l.Acquire(ctx, key)

@@ -1,0 +1,164 @@
+package redlock
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/background"
+	"github.com/dlock-go/dlock/redislock/redisproto"
+)
+
+// Try implements driver.Driver: phase one grants on a majority, phase two
+// commits the quorum token on the granting majority.
+//
+// The lock's validity, TTL − elapsed − drift, is the engine's to enforce:
+// it counts the lock's local deadline from the start of the attempt, before
+// phase one, and refuses (and releases) a grant that arrives with none
+// left, with an error wrapping dlock.ErrTransient. The drift allowance is
+// the caller's (dlock.WithDrift) and the driver does not see it, so Try
+// itself only gives up on a grant whose whole TTL has run out: it skips
+// the commit and reports which nodes granted.
+func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	start := time.Now()
+	meta, err := redisproto.EncodeMetadata(req.Metadata)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	timeout := b.timeout(req.TTL)
+	lease := &lease{b: b, key: req.Key, owner: req.Owner, timeout: timeout}
+	all := b.all()
+	ch := b.fanOut(ctx, timeout, all, func(ctx context.Context, n *node) answer {
+		defer b.waiters.Begin(req.WaitID)() // may queue the waiter
+		o, err := n.Grant(ctx, req.Key, req.Owner, req.TTL, meta, req.WaitID, waitScore(req.WaitID))
+		return answer{ok: err == nil && o.Granted, o: o, err: err}
+	})
+	r := tally(ctx, ch, all, b.quorum, timeout)
+	// Stragglers may still grant: release them if this attempt fails or the
+	// lock is released before they answer.
+	background.Go(func() { lease.finish(ch, len(all)-r.received, !r.ok) })
+	if !r.ok {
+		lease.cleanup(r.seen)
+		return driver.Grant{}, b.acquireError(req.Key, r.seen)
+	}
+	var granted []int
+	var tok uint64
+	for _, i := range all {
+		if a := r.seen[i]; a.ok {
+			granted = append(granted, i)
+			tok = max(tok, a.o.Token)
+		}
+	}
+	tok++
+	if elapsed := time.Since(start); elapsed >= req.TTL {
+		lease.cleanup(r.seen)
+		return driver.Grant{}, b.noValidity(req.Key, r.seen, elapsed)
+	}
+	// Phase two: make the token durable on a majority before using it.
+	cch := b.fanOut(ctx, timeout, granted, func(ctx context.Context, n *node) answer {
+		ok, err := n.Commit(ctx, req.Key, req.Owner, tok, meta, req.TTL+FenceRetention)
+		return answer{ok: ok, err: err}
+	})
+	cr := tally(ctx, cch, granted, b.quorum, timeout)
+	if !cr.ok {
+		// A majority granted, so the key was free: a commit that missed
+		// its majority (a node slow or failing, a lease that expired
+		// meanwhile) may well succeed next time.
+		lease.cleanup(r.seen)
+		return driver.Grant{}, fmt.Errorf("%w: %w", dlock.ErrTransient, &QuorumError{Op: "commit", Key: req.Key, Quorum: b.quorum,
+			Reason:  "a majority granted, but the token could not be recorded on a majority; released",
+			Results: b.results("commit", cr.seen, granted)})
+	}
+	if elapsed := time.Since(start); elapsed >= req.TTL {
+		lease.cleanup(r.seen)
+		return driver.Grant{}, b.noValidity(req.Key, r.seen, elapsed)
+	}
+	lease.mu.Lock()
+	lease.token = tok
+	lease.mu.Unlock()
+	return driver.Grant{Lease: lease, Token: tok}, nil
+}
+
+// noValidity reports a majority granted too late to be used: transient,
+// the key was free.
+func (b *backend) noValidity(key string, seen map[int]answer, elapsed time.Duration) error {
+	return fmt.Errorf("%w: %w", dlock.ErrTransient, &QuorumError{Op: "acquire", Key: key, Quorum: b.quorum,
+		Reason:  fmt.Sprintf("granted, but %v elapsed left no validity; released", elapsed.Round(time.Millisecond)),
+		Results: b.results("acquire", seen, b.all())})
+}
+
+// acquireError reports a failed phase one: nodes answering with errors
+// alone make a majority impossible → a quorum error (Acquire ends); errors
+// and nodes that did not answer in time → the same, wrapping
+// dlock.ErrTransient (Acquire tries again until its deadline: a hung or
+// unreachable node may come back); otherwise the key is held somewhere →
+// not acquired (the caller may wait).
+func (b *backend) acquireError(key string, seen map[int]answer) error {
+	qe := &QuorumError{Op: "acquire", Key: key, Quorum: b.quorum, Results: b.results("acquire", seen, b.all())}
+	failed, silent := qe.count(OutcomeFailed), qe.count(OutcomeNoAnswer)
+	switch {
+	case failed > len(b.nodes)-b.quorum:
+		qe.Reason = fmt.Sprintf("%d nodes failed: a majority is impossible", failed)
+		return qe
+	case failed+silent > len(b.nodes)-b.quorum:
+		qe.Reason = fmt.Sprintf("%d nodes failed or did not answer: a majority is impossible for now; released", failed+silent)
+		return fmt.Errorf("%w: %w", dlock.ErrTransient, qe)
+	}
+	// Otherwise at least one node said the key is held.
+	return &dlock.NotAcquiredError{Key: key, Holders: holdersSeen(seen), Cause: qe}
+}
+
+// holdersSeen lists the holders that the nodes refusing the key reported:
+// one per owner (a reservation for a woken waiter counts as a holder
+// without an owner, one per waiter), the one seen on most nodes first,
+// each with the highest token and the shortest lease left it was seen
+// with.
+func holdersSeen(seen map[int]answer) []dlock.Holder {
+	type seenHolder struct {
+		h     dlock.Holder
+		nodes int
+	}
+	by := map[string]*seenHolder{}
+	for _, a := range seen {
+		if a.err != nil || a.ok {
+			continue
+		}
+		in := a.o.Holder
+		id := in.Owner + "|" + in.Metadata[MetaReservedForWaiter]
+		sh := by[id]
+		if sh == nil {
+			sh = &seenHolder{h: dlock.Holder{Owner: in.Owner, Metadata: in.Metadata, Mode: dlock.Exclusive}}
+			by[id] = sh
+		}
+		sh.nodes++
+		sh.h.Token = max(sh.h.Token, in.Token)
+		if a.o.PTTL > 0 && (sh.h.TTL == 0 || a.o.PTTL < sh.h.TTL) {
+			sh.h.TTL = a.o.PTTL
+		}
+	}
+	ids := slices.Collect(maps.Keys(by))
+	slices.SortFunc(ids, func(x, y string) int {
+		if c := cmp.Compare(by[y].nodes, by[x].nodes); c != 0 {
+			return c
+		}
+		return strings.Compare(x, y)
+	})
+	hs := make([]dlock.Holder, len(ids))
+	for i, id := range ids {
+		hs[i] = by[id].h
+	}
+	return hs
+}
+
+// Abort implements driver.Aborter: it releases req.Owner's lease on every
+// node, for an attempt whose outcome is unknown.
+func (b *backend) Abort(ctx context.Context, req *driver.Request) error {
+	l := &lease{b: b, key: req.Key, owner: req.Owner, timeout: b.timeout(req.TTL)}
+	return l.Release(ctx)
+}

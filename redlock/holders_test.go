@@ -1,0 +1,62 @@
+package redlock_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/redlock"
+)
+
+// Two other owners hold the key on different nodes: the NotAcquiredError
+// lists both, the one seen on most nodes first, each with its own lease
+// left; the per-node report is its Cause.
+func TestNotAcquiredListsHoldersAcrossNodes(t *testing.T) {
+	c := startNodes(t, 5)
+	l := c.locker(t)
+	ctx := dlocktest.Context(t)
+	key := dlocktest.Key(t)
+	const (
+		ownerA = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+		ownerB = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+	)
+	held := map[int]struct {
+		value string
+		ttl   time.Duration
+	}{
+		0: {ownerA + `|5|{"host":"a","pid":"1"}`, time.Minute},
+		1: {ownerB + `|7|{"host":"b","pid":"2"}`, time.Minute},
+		2: {ownerB + `|7|{"host":"b","pid":"2"}`, 30 * time.Second},
+	}
+	for i, h := range held {
+		if err := c.admin[i].Set(ctx, lockKey(key), h.value, h.ttl).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := l.TryAcquire(ctx, key)
+	t.Logf("TryAcquire: %v", err)
+	var na *dlock.NotAcquiredError
+	var qe *redlock.QuorumError
+	if !errors.As(err, &na) || !errors.As(na.Cause, &qe) {
+		t.Fatalf("TryAcquire with 3 of 5 nodes held: %v, want a NotAcquiredError caused by a QuorumError", err)
+	}
+	if len(na.Holders) != 2 {
+		t.Fatalf("holders = %+v, want the two owners", na.Holders)
+	}
+	b, a := na.Holders[0], na.Holders[1]
+	if b.Owner != ownerB || b.Token != 7 || b.Metadata["host"] != "b" || b.Mode != dlock.Exclusive {
+		t.Fatalf("first holder = %+v, want %s (seen on two nodes) with token 7", b, ownerB)
+	}
+	if a.Owner != ownerA || a.Token != 5 || a.Metadata["host"] != "a" {
+		t.Fatalf("second holder = %+v, want %s with token 5", a, ownerA)
+	}
+	if b.TTL <= 0 || b.TTL > 30*time.Second || a.TTL <= 30*time.Second || a.TTL > time.Minute {
+		t.Fatalf("TTLs %v and %v, want the shortest lease left of each holder (≤30s, ≤1m)", b.TTL, a.TTL)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "and 1 more") || !strings.Contains(msg, "held by owner aaaaaaaaaaaa") {
+		t.Fatalf("message does not name both holders: %v", err)
+	}
+}

@@ -1,0 +1,258 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/background"
+	"github.com/dlock-go/dlock/redislock/redisproto"
+)
+
+// lease is a lock held on a majority.
+type lease struct {
+	b          *backend
+	key, owner string
+	timeout    time.Duration
+
+	mu       sync.Mutex
+	token    uint64 // the committed quorum token; 0 until then
+	released bool
+}
+
+// cleanup releases, in the background, every node that granted or did not
+// answer cleanly in a failed attempt.
+func (l *lease) cleanup(seen map[int]answer) {
+	l.mu.Lock()
+	l.released = true
+	l.mu.Unlock()
+	var idx []int
+	for i := range l.b.nodes {
+		if a, ok := seen[i]; ok && a.err == nil && !a.ok {
+			continue // held by someone else: nothing of ours there
+		}
+		idx = append(idx, i)
+	}
+	background.Go(func() { l.releaseOn(idx) })
+}
+
+// finish waits for the n straggling answers of phase one and releases any
+// late grant if the attempt failed or the lock was released meanwhile.
+func (l *lease) finish(ch <-chan answer, n int, failed bool) {
+	for ; n > 0; n-- {
+		a := <-ch
+		if !a.ok && a.err == nil {
+			continue
+		}
+		l.mu.Lock()
+		gone := failed || l.released
+		l.mu.Unlock()
+		if gone {
+			l.releaseOn([]int{a.i})
+		}
+	}
+}
+
+// releaseOn releases the nodes idx, each bounded by the node timeout, and
+// waits for their answers (the client's timeouts bound a stalled one).
+func (l *lease) releaseOn(idx []int) {
+	if len(idx) == 0 {
+		return
+	}
+	l.mu.Lock()
+	tok := l.token
+	l.mu.Unlock()
+	ch := l.b.fanOut(context.Background(), l.timeout, idx, func(ctx context.Context, n *node) answer {
+		ok, err := n.QuorumRelease(ctx, l.key, l.owner, tok, FenceRetention)
+		return answer{ok: ok, err: err}
+	})
+	for range idx {
+		<-ch
+	}
+}
+
+// Refresh implements driver.Lease: compare-and-pexpire on every node; held
+// while a majority extended.
+func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
+	all := l.b.all()
+	ch := l.b.fanOut(ctx, l.timeout, all, func(ctx context.Context, n *node) answer {
+		ok, err := n.Refresh(ctx, l.key, l.owner, ttl)
+		return answer{ok: ok, err: err}
+	})
+	r := tally(ctx, ch, all, l.b.quorum, l.timeout)
+	if r.ok {
+		return nil
+	}
+	return l.b.quorumLoss("refresh", l.key, r.seen)
+}
+
+// Release implements driver.Lease: compare-and-release (and publish) on
+// every node, including those that never answered the acquisition. A
+// node released already (a retry after a lost reply or an error) counts
+// as released: it keeps a marker with the lease's token.
+func (l *lease) Release(ctx context.Context) error {
+	l.mu.Lock()
+	l.released = true
+	tok := l.token
+	l.mu.Unlock()
+	all := l.b.all()
+	// Every node gets the release; the caller waits only until a majority
+	// released, and the rest finish within the node timeout on their own:
+	// their requests must not end with the caller's context (the core
+	// cancels it as soon as Release returns, and a request still waiting
+	// for a connection would then never be sent, leaving the lease on that
+	// node until it expires).
+	ch := l.b.fanOut(context.WithoutCancel(ctx), l.timeout, all, func(ctx context.Context, n *node) answer {
+		ok, err := n.QuorumRelease(ctx, l.key, l.owner, tok, FenceRetention)
+		return answer{ok: ok, err: err}
+	})
+	r := tally(ctx, ch, all, l.b.quorum, l.timeout)
+	if r.ok {
+		return nil
+	}
+	return l.b.quorumLoss("release", l.key, r.seen)
+}
+
+// RefreshBatch implements driver.BatchRenewer: one pipeline per node for all
+// due leases, the nodes in parallel. Each renewal is reported as soon as a
+// majority of nodes extended it (or a majority can no longer do so): a
+// slow or hung minority delays nothing. A node that has not answered
+// within the node timeout counts as failed, and a node whose previous
+// renewal pipeline is still running is not sent another one (it counts as
+// not answering), so renewals do not pile up on a hung node.
+func (b *backend) RefreshBatch(ctx context.Context, rs []driver.Renewal, done func(int, error)) {
+	if len(rs) == 0 {
+		return
+	}
+	batch := make([]redisproto.Renewal, len(rs))
+	keys := make([]string, len(rs))
+	timeout := time.Duration(0)
+	for i, r := range rs {
+		l := r.Lease.(*lease)
+		batch[i] = redisproto.Renewal{Key: l.key, Owner: l.owner, TTL: r.TTL}
+		keys[i] = l.key
+		timeout = max(timeout, l.timeout)
+	}
+	bt := newBatchTally(b, keys, done)
+	for i, n := range b.nodes {
+		if !n.renewing.CompareAndSwap(false, true) {
+			bt.nodeSilent(i, errors.New("no answer: its previous renewal is still running"))
+			continue
+		}
+		background.Go(func() {
+			defer n.renewing.Store(false)
+			nctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			n.RefreshBatch(nctx, batch, func(j int, held bool, err error) {
+				bt.report(i, answer{i: i, ok: held && err == nil, err: err}, j)
+			})
+		})
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case <-bt.all:
+	case <-timer.C:
+		bt.end(fmt.Errorf("no answer within %v", timeout))
+	case <-ctx.Done():
+		bt.end(fmt.Errorf("no answer before the renewal's deadline: %w", context.Cause(ctx)))
+	}
+}
+
+// batchTally decides each renewal of a RefreshBatch from the nodes'
+// answers as they arrive.
+type batchTally struct {
+	b    *backend
+	keys []string
+	done func(int, error)
+	all  chan struct{} // closed when every renewal is decided
+
+	mu      sync.Mutex
+	seen    []map[int]answer // per renewal, per node
+	decided []bool
+	left    int
+	ended   bool
+}
+
+func newBatchTally(b *backend, keys []string, done func(int, error)) *batchTally {
+	bt := &batchTally{b: b, keys: keys, done: done, all: make(chan struct{}),
+		seen: make([]map[int]answer, len(keys)), decided: make([]bool, len(keys)), left: len(keys)}
+	for j := range bt.seen {
+		bt.seen[j] = make(map[int]answer, len(b.nodes))
+	}
+	return bt
+}
+
+// report records node i's answer for renewal j.
+func (bt *batchTally) report(i int, a answer, j int) {
+	bt.mu.Lock()
+	defer bt.mu.Unlock()
+	if bt.ended || j < 0 || j >= len(bt.keys) {
+		return
+	}
+	bt.seen[j][i] = a
+	bt.decideLocked(j, false)
+}
+
+// nodeSilent records that node i will not answer any renewal.
+func (bt *batchTally) nodeSilent(i int, err error) {
+	bt.mu.Lock()
+	defer bt.mu.Unlock()
+	for j := range bt.keys {
+		bt.seen[j][i] = answer{i: i, err: err, noAnswer: true}
+		bt.decideLocked(j, false)
+	}
+}
+
+// end decides every renewal still open, the silent nodes counting as
+// failed, and ignores later answers.
+func (bt *batchTally) end(err error) {
+	bt.mu.Lock()
+	defer bt.mu.Unlock()
+	for j := range bt.keys {
+		if bt.decided[j] {
+			continue
+		}
+		for i := range bt.b.nodes {
+			if _, ok := bt.seen[j][i]; !ok {
+				bt.seen[j][i] = answer{i: i, err: err, noAnswer: true}
+			}
+		}
+		bt.decideLocked(j, true)
+	}
+	bt.ended = true
+}
+
+// decideLocked reports renewal j if its outcome is known (always when
+// final). bt.mu held.
+func (bt *batchTally) decideLocked(j int, final bool) {
+	if bt.decided[j] {
+		return
+	}
+	n, need := len(bt.b.nodes), bt.b.quorum
+	oks, gone := 0, 0
+	for _, a := range bt.seen[j] {
+		switch {
+		case a.ok:
+			oks++
+		case a.err == nil:
+			gone++
+		}
+	}
+	var err error
+	switch {
+	case oks >= need:
+	case gone > n-need || oks+n-len(bt.seen[j]) < need || final:
+		err = bt.b.quorumLoss("refresh", bt.keys[j], bt.seen[j])
+	default:
+		return
+	}
+	bt.decided[j] = true
+	bt.done(j, err)
+	if bt.left--; bt.left == 0 {
+		close(bt.all)
+	}
+}

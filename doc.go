@@ -109,13 +109,15 @@
 //
 // # Writing a backend
 //
-// A backend implements Backend (one acquisition attempt) and Lease
-// (owner-checked refresh and release), optionally Watcher (release
-// notifications), Queuer (a server-side FIFO queue), BatchRenewer (many
-// renewals in one round trip, each reported as soon as known), Aborter
-// (undo an attempt whose outcome is unknown) and LossNotifier (report a
-// loss it notices on its own). Its steps must be idempotent for the same
-// owner (a client's own retry after a lost reply). NewAcquirer turns that
-// into a Locker with the common wait loop, watchdog and Lock handle;
-// package dlocktest, including its fault section, checks the result.
+// A backend implements driver.Driver (its Spec and one acquisition
+// attempt, Try) and driver.Lease (owner-checked refresh and release),
+// optionally driver.Watcher (release notifications), driver.Queuer (a
+// server-side FIFO queue), driver.BatchRenewer (many renewals in one round
+// trip, each reported as soon as known), driver.Aborter (undo an attempt
+// whose outcome is unknown) and driver.LossNotifier (report a loss it
+// notices on its own). Its steps must be idempotent for the same owner (a
+// client's own retry after a lost reply). NewEngine turns that into a
+// Locker with the common wait loop, watchdog, Lock handle and Observer
+// calls; package dlocktest, including its fault section, checks the
+// result. Package memlock is the reference backend.
 package dlock

@@ -101,10 +101,15 @@ func FailedEngine(err error) *Engine {
 }
 
 // Err returns the error the Engine was constructed with (nil for a working
-// one). Backends check it in methods of their own (List, guards).
+// one). Backends check it in methods of their own (List, guards). A nil
+// *Engine and the zero Engine (not made by NewEngine or FailedEngine)
+// report an error wrapping ErrNilClient.
 func (e *Engine) Err() error {
-	if e == nil {
+	switch {
+	case e == nil:
 		return fmt.Errorf("%w: nil Locker", ErrNilClient)
+	case e.err == nil && e.drv == nil:
+		return fmt.Errorf("%w: zero dlock.Engine (use NewEngine)", ErrNilClient)
 	}
 	return e.err
 }

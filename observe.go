@@ -119,7 +119,11 @@ type Event struct {
 // An Observer cannot break a lock: a panic in Observe is recovered and
 // its Event dropped (the lock, its watchdog and its release go on as if
 // nothing was observed), and a nil Observer, also a typed nil such as
-// ObserverFunc(nil), counts as none.
+// ObserverFunc(nil), counts as none. One that is slow or blocks delays
+// the Events after the one it holds and the goroutine it holds (the
+// caller's, a renewal's: a renewal applied late may lose its lock), but
+// never keeps a Lost() open past its deadline: the watchdog reports
+// losses only after closing every Lost() due.
 type Observer interface {
 	Observe(Event)
 }

@@ -101,10 +101,15 @@ func FailedEngine(err error) *Engine {
 }
 
 // Err returns the error the Engine was constructed with (nil for a working
-// one). Backends check it in methods of their own (List, guards).
+// one). Backends check it in methods of their own (List, guards). A nil
+// *Engine and the zero Engine (not made by NewEngine or FailedEngine)
+// report an error wrapping ErrNilClient.
 func (e *Engine) Err() error {
-	if e == nil {
+	switch {
+	case e == nil:
 		return fmt.Errorf("%w: nil Locker", ErrNilClient)
+	case e.err == nil && e.drv == nil:
+		return fmt.Errorf("%w: zero dlock.Engine (use NewEngine)", ErrNilClient)
 	}
 	return e.err
 }
@@ -346,14 +351,8 @@ func (e *Engine) poll(ctx context.Context, cfg *config, wait bool) (*Lock, error
 		watched bool
 	)
 	defer func() {
-		switch {
-		case sub == nil:
-		case ctx.Err() != nil:
-			// The server may be hung: unsubscribing must not hold the
-			// caller past its deadline.
-			background.Go(sub.Close)
-		default:
-			sub.Close()
+		if sub != nil {
+			closeSub(ctx, sub)
 		}
 	}()
 	for n := 1; ; n++ {
@@ -390,8 +389,31 @@ func (e *Engine) poll(ctx context.Context, cfg *config, wait bool) (*Lock, error
 		}
 		if !w.sleep(ctx, n, notify) {
 			// A closed channel would be ready for ever: poll instead.
-			sub.Close()
+			closeSub(ctx, sub)
 			sub = nil
+		}
+	}
+}
+
+// closeSub closes sub, waiting for it no longer than ctx allows: closing
+// a subscription may talk to a server that is hung, and the caller must
+// return by its deadline (red team: an Acquire that got its lock hung in
+// Close for ever). A Close still running then finishes in the background.
+func closeSub(ctx context.Context, sub driver.Subscription) {
+	switch {
+	case ctx.Err() != nil:
+		background.Go(sub.Close)
+	case ctx.Done() == nil:
+		sub.Close() // nothing to return early for
+	default:
+		done := make(chan struct{})
+		background.Go(func() {
+			defer close(done)
+			sub.Close()
+		})
+		select {
+		case <-done:
+		case <-ctx.Done():
 		}
 	}
 }

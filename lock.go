@@ -439,21 +439,27 @@ func (l *Lock) lose(reason LossReason, cause error, cleanup bool) {
 // markLost closes Lost() and reports whether a cleanup should be started
 // (the watchdog starts them only after closing every expired lock's Lost()).
 func (l *Lock) markLost(reason LossReason, cause error, cleanup bool) bool {
-	cleanup, unbind := l.markLostUnbound(reason, cause, cleanup)
+	cleanup, unbind, lost := l.markLostUnbound(reason, cause, cleanup)
 	if unbind != nil {
 		unbind()
+	}
+	if lost {
+		l.reportLost()
 	}
 	return cleanup
 }
 
-// markLostUnbound is markLost leaving the backend's loss notifier to stop
-// to the caller (unbind, nil if none): the watchdog stops them after its
-// losing loop, so that no backend code runs inside it.
-func (l *Lock) markLostUnbound(reason LossReason, cause error, cleanup bool) (bool, func()) {
+// markLostUnbound is markLost leaving to the caller the backend's loss
+// notifier to stop (unbind, nil if none) and the EventLost to report
+// (lost: this call lost the lock; see reportLost): the watchdog does both
+// after its losing loop, so that neither backend code nor an Observer
+// runs inside it (a slow Observer there held up every other lock's Lost()
+// behind it, red team).
+func (l *Lock) markLostUnbound(reason LossReason, cause error, cleanup bool) (bool, func(), bool) {
 	l.mu.Lock()
 	if l.state != stateHeld {
 		l.mu.Unlock()
-		return false, nil
+		return false, nil, false
 	}
 	l.state = stateLost
 	l.err = &LostError{Key: l.key, Token: l.token, Reason: reason, Cause: cause}
@@ -464,10 +470,23 @@ func (l *Lock) markLostUnbound(reason LossReason, cause error, cleanup bool) (bo
 			l.doneResult = fmt.Errorf("%w: %w", ErrNotHeld, cause)
 		}
 	}
-	lerr := l.err
 	l.mu.Unlock()
-	l.wd.src.lost(l, reason, lerr)
-	return cleanup, unbind
+	return cleanup, unbind, true
+}
+
+// reportLost reports the EventLost of a lock markLostUnbound lost.
+func (l *Lock) reportLost() {
+	if l.wd.src.obs == nil {
+		return
+	}
+	l.mu.Lock()
+	err := l.err
+	l.mu.Unlock()
+	var reason LossReason
+	if le, ok := err.(*LostError); ok {
+		reason = le.Reason
+	}
+	l.wd.src.lost(l, reason, err)
 }
 
 // cleanup releases a lost lock on the server, best effort, so the key
@@ -483,16 +502,19 @@ func (l *Lock) cleanup() {
 // little early when many are due at once). It closes Lost() and reports
 // whether a cleanup should be started.
 func (l *Lock) deadlinePassed(now time.Time) bool {
-	cleanup, unbind := l.deadlinePassedUnbound(now)
+	cleanup, unbind, lost := l.deadlinePassedUnbound(now)
 	if unbind != nil {
 		unbind()
+	}
+	if lost {
+		l.reportLost()
 	}
 	return cleanup
 }
 
 // deadlinePassedUnbound is deadlinePassed leaving the loss notifier's stop
-// to the caller (see markLostUnbound).
-func (l *Lock) deadlinePassedUnbound(now time.Time) (bool, func()) {
+// and the EventLost to the caller (see markLostUnbound).
+func (l *Lock) deadlinePassedUnbound(now time.Time) (bool, func(), bool) {
 	l.mu.Lock()
 	early := now.Before(l.deadline) // a renewal moved it meanwhile
 	l.mu.Unlock()
@@ -500,7 +522,7 @@ func (l *Lock) deadlinePassedUnbound(now time.Time) (bool, func()) {
 		// A pass that counted the lock as expired left it out of its
 		// next wake-up: make sure the new deadline is watched.
 		l.wd.rearm(l)
-		return false, nil
+		return false, nil, false
 	}
 	// A lease renewed only up to the hold cap ends at the cap.
 	if l.cfg.MaxHold > 0 && !now.Add(l.cfg.Drift()+time.Millisecond).Before(l.acquired.Add(l.cfg.MaxHold)) {

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"log/slog"
+	"reflect"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -114,6 +115,15 @@ type Event struct {
 // called synchronously, from any goroutine, sometimes from the watchdog
 // that closes other locks' Lost(): it must be fast and must not block or
 // call back into the lock. A Locker without an Observer pays nothing.
+//
+// An Observer cannot break a lock: a panic in Observe is recovered and
+// its Event dropped (the lock, its watchdog and its release go on as if
+// nothing was observed), and a nil Observer, also a typed nil such as
+// ObserverFunc(nil), counts as none. One that is slow or blocks delays
+// the Events after the one it holds and the goroutine it holds (the
+// caller's, a renewal's: a renewal applied late may lose its lock), but
+// never keeps a Lost() open past its deadline: the watchdog reports
+// losses only after closing every Lost() due.
 type Observer interface {
 	Observe(Event)
 }
@@ -133,13 +143,45 @@ func WithObserver(o Observer) driver.Option {
 	return driver.Setting(func(s *coreSettings) { s.observer = o })
 }
 
-// ObserverOf returns the Observer that WithObserver set among opts, or nil.
-// Backend packages use it for parts that report Events without an Engine
-// (guards); a Locker gets its Observer through NewEngine.
+// ObserverOf returns the Observer that WithObserver set among opts, or nil
+// (also for a typed nil). Backend packages use it for parts that report
+// Events without an Engine (guards); a Locker gets its Observer through
+// NewEngine. The Observer returned recovers a panic of the one set, so
+// that reporting an Event never unwinds the caller's state (a held mutex,
+// a lock being handed out).
 func ObserverOf(opts []driver.Option) Observer {
 	var s coreSettings
 	driver.Apply(&s, opts)
-	return s.observer
+	o := s.observer
+	if o == nil || isNilValue(o) {
+		return nil
+	}
+	if _, ok := o.(recovering); ok {
+		return o
+	}
+	return recovering{o}
+}
+
+// isNilValue reports whether o holds a typed nil (a nil pointer, func,
+// map, ...), whose Observe would usually panic.
+func isNilValue(o Observer) bool {
+	v := reflect.ValueOf(o)
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Func, reflect.Map, reflect.Slice, reflect.Chan, reflect.Interface, reflect.UnsafePointer:
+		return v.IsNil()
+	}
+	return false
+}
+
+// recovering is an Observer whose panics are recovered and dropped: an
+// Event is reported from the middle of the lock's own work (a watchdog
+// pass, Acquire handing out a lock, a guard holding its mutex), which a
+// panic must not cut short.
+type recovering struct{ o Observer }
+
+func (r recovering) Observe(e Event) {
+	defer func() { _ = recover() }()
+	r.o.Observe(e)
 }
 
 // coreSettings are the core's settings among a constructor's options.

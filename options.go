@@ -80,10 +80,12 @@ type config struct {
 
 	ttlSet bool
 
-	// mode and limit: WithShared, WithLimit (modeErr: a bad limit).
-	mode    Mode
-	limit   int
-	modeErr error
+	// mode and limit: from WithShared (shared) and WithLimit (limited,
+	// limit; modeErr: a bad limit), resolved by resolveMode.
+	mode            Mode
+	limit           int
+	shared, limited bool
+	modeErr         error
 	// attempts counts the attempts of the acquisition (for Events).
 	attempts int
 	// key is the key being acquired.
@@ -169,8 +171,8 @@ func newConfig(key string, minTTL time.Duration, opts ...Option) (*config, error
 	if c.TTL%time.Millisecond != 0 {
 		c.TTL = c.TTL.Truncate(time.Millisecond)
 	}
-	if c.modeErr != nil {
-		return nil, c.modeErr
+	if err := c.resolveMode(); err != nil {
+		return nil, err
 	}
 	if c.Wait < 0 {
 		return nil, fmt.Errorf("%w: wait %v is negative", ErrInvalidOption, c.Wait)

@@ -396,7 +396,7 @@ func (w *watchdog) pass() {
 	// deadline would fall behind a stream of deadlines (measured: 6000
 	// locks on a stalled link, passes 3ms apart, falling 100ms behind).
 	var fired passLead // the lead the timer was armed with
-	var cleanups []*Lock
+	var cleanups, lost []*Lock
 	var unbinds []func()
 	for round := 0; ; round++ {
 		start := time.Now()
@@ -409,7 +409,7 @@ func (w *watchdog) pass() {
 			due = nil
 			background.Go(func() { w.renew(batch) })
 		}
-		cleanups, unbinds = w.lose(expired, at, cleanups, unbinds)
+		cleanups, unbinds, lost = w.lose(expired, at, cleanups, unbinds, lost)
 		w.noteCost(start, len(expired))
 		if !more {
 			break
@@ -423,13 +423,20 @@ func (w *watchdog) pass() {
 	for _, stop := range unbinds {
 		stop()
 	}
-	if len(cleanups) > 0 && len(due) > 0 {
-		// Renewals go out before the cleanups compete with them.
+	if (len(cleanups) > 0 || len(lost) > 0) && len(due) > 0 {
+		// Renewals go out before the cleanups compete with them, and
+		// before the Observer hears of the losses.
 		batch := due
 		due = nil
 		background.Go(func() { w.renew(batch) })
 	}
 	cleanupAll(cleanups)
+	// The Observer hears of the losses last: however long it takes, every
+	// Lost() of the pass is closed, the timer armed for what comes next
+	// (another pass can run meanwhile), and the renewals and cleanups sent.
+	for _, l := range lost {
+		l.reportLost()
+	}
 	if len(due) > 0 {
 		w.renew(due)
 	}
@@ -569,21 +576,25 @@ func (w *watchdog) noteLateness(d time.Duration) {
 }
 
 // lose closes the Lost() of expired locks (each counting as lost at at[i])
-// and appends those that need a cleanup to cleanups and their loss
-// notifiers' stop functions to unbinds: with thousands of
-// locks due at once, no Lost() waits behind another lock's goroutine
-// start.
-func (w *watchdog) lose(expired []*Lock, at []time.Time, cleanups []*Lock, unbinds []func()) ([]*Lock, []func()) {
+// and appends those that need a cleanup to cleanups, their loss
+// notifiers' stop functions to unbinds and those it lost to lost (their
+// EventLost is reported after the losing loop): with thousands of locks
+// due at once, no Lost() waits behind another lock's goroutine start or
+// an Observer.
+func (w *watchdog) lose(expired []*Lock, at []time.Time, cleanups []*Lock, unbinds []func(), lost []*Lock) ([]*Lock, []func(), []*Lock) {
 	for i, l := range expired {
-		cleanup, unbind := l.deadlinePassedUnbound(at[i])
+		cleanup, unbind, justLost := l.deadlinePassedUnbound(at[i])
 		if cleanup {
 			cleanups = append(cleanups, l)
 		}
 		if unbind != nil {
 			unbinds = append(unbinds, unbind)
 		}
+		if justLost {
+			lost = append(lost, l)
+		}
 	}
-	return cleanups, unbinds
+	return cleanups, unbinds, lost
 }
 
 // noteCost feeds the time a round took to collect and lose n locks

@@ -158,9 +158,12 @@ func TestSharedDeadlineLeadsAndRoundsAreBounded(t *testing.T) {
 
 // loseAll is lose plus what pass does after its loop.
 func loseAll(w *watchdog, expired []*Lock, at []time.Time) []*Lock {
-	cleanups, unbinds := w.lose(expired, at, nil, nil)
+	cleanups, unbinds, lost := w.lose(expired, at, nil, nil, nil)
 	for _, stop := range unbinds {
 		stop()
+	}
+	for _, l := range lost {
+		l.reportLost()
 	}
 	return cleanups
 }

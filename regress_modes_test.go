@@ -1,0 +1,51 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/memlock"
+)
+
+// WithShared after WithLimit cleared the limit's error and its mode (and
+// WithLimit after WithShared replaced the shared mode), so contradictory
+// or invalid mode options were silently accepted as whichever came last:
+// WithLimit(-1), WithShared() took a shared lock. Each is now an error
+// wrapping ErrInvalidOption, before any I/O.
+func TestRegressModeOptionConflicts(t *testing.T) {
+	ctx := context.Background()
+	l := memlock.New()
+	for name, opts := range map[string][]dlock.Option{
+		"limit(-1) then shared": {dlock.WithLimit(-1), dlock.WithShared()},
+		"limit(0) then shared":  {dlock.WithLimit(0), dlock.WithShared()},
+		"limit(3) then shared":  {dlock.WithLimit(3), dlock.WithShared()},
+		"shared then limit(3)":  {dlock.WithShared(), dlock.WithLimit(3)},
+		"limit(-1) then limit":  {dlock.WithLimit(-1), dlock.WithLimit(3)},
+		"limit(max+1)":          {dlock.WithLimit(dlock.MaxLimit + 1)},
+	} {
+		lk, err := l.TryAcquire(ctx, "conflict", opts...)
+		if !errors.Is(err, dlock.ErrInvalidOption) {
+			t.Errorf("%s: got lock %+v, err %v; want ErrInvalidOption", name, lk.Fence(), err)
+		}
+		if lk != nil {
+			lk.Release(ctx)
+		}
+	}
+	// What stays valid: repeated options of one mode (the last limit
+	// wins) and nil options.
+	lk, err := l.TryAcquire(ctx, "ok", nil, dlock.WithLimit(2), dlock.WithLimit(1), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.TryAcquire(ctx, "ok", dlock.WithLimit(1)); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("second permit of a WithLimit(2), WithLimit(1) key: %v, want ErrNotAcquired (the last limit wins)", err)
+	}
+	lk.Release(ctx)
+	sh, err := l.TryAcquire(ctx, "ok", dlock.WithShared(), dlock.WithShared())
+	if err != nil || !sh.Fence().Shared {
+		t.Fatalf("WithShared twice: %v", err)
+	}
+	sh.Release(ctx)
+}

@@ -3,8 +3,8 @@ module github.com/dlock-go/dlock/redlock
 go 1.26.0
 
 require (
-	github.com/dlock-go/dlock v0.0.0-00010101000000-000000000000
-	github.com/dlock-go/dlock/redislock v0.0.0-00010101000000-000000000000
+	github.com/dlock-go/dlock v0.2.0
+	github.com/dlock-go/dlock/redislock v0.2.0
 	github.com/redis/go-redis/v9 v9.23.0
 )
 
@@ -13,9 +13,4 @@ require (
 	go.uber.org/atomic v1.12.0 // indirect
 	go.uber.org/goleak v1.3.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
-)
-
-replace (
-	github.com/dlock-go/dlock => ../
-	github.com/dlock-go/dlock/redislock => ../redislock
 )

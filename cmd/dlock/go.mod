@@ -3,8 +3,8 @@ module github.com/dlock-go/dlock/cmd/dlock
 go 1.26.0
 
 require (
-	github.com/dlock-go/dlock v0.0.0-00010101000000-000000000000
-	github.com/dlock-go/dlock/redislock v0.0.0-00010101000000-000000000000
+	github.com/dlock-go/dlock v0.2.0
+	github.com/dlock-go/dlock/redislock v0.2.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3
@@ -70,17 +70,8 @@ require (
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/dlock-go/dlock/etcdlock v0.0.0-00010101000000-000000000000
-	github.com/dlock-go/dlock/redlock v0.0.0-00010101000000-000000000000
+	github.com/dlock-go/dlock/etcdlock v0.2.0
+	github.com/dlock-go/dlock/redlock v0.2.0
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.49.0
 )
-
-replace (
-	github.com/dlock-go/dlock => ../../
-	github.com/dlock-go/dlock/redislock => ../../redislock
-)
-
-replace github.com/dlock-go/dlock/redlock => ../../redlock
-
-replace github.com/dlock-go/dlock/etcdlock => ../../etcdlock

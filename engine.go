@@ -292,7 +292,8 @@ func (w *waiter) attempt(ctx context.Context, n int, fn func(context.Context, *d
 	default:
 		// The outcome is unknown (a reset connection, a timeout, the
 		// context ending mid-request): undo it in the background.
-		background.Go(func() { e.undo(req, driver.Grant{}, err) })
+		failed := err // err is the named result, written by the returns below
+		background.Go(func() { e.undo(req, driver.Grant{}, failed) })
 		if ctx.Err() != nil {
 			return nil, true, unavailable(cfg.key, w.last, err, context.Cause(ctx))
 		}

@@ -121,7 +121,7 @@ func TestCluster(t *testing.T) {
 	})
 	t.Run("ListAcrossMasters", func(t *testing.T) {
 		l := redislock.New(tc.client(t, nil))
-		ctx := ctxT(t)
+		ctx := dlocktest.Context(t)
 		held := map[string]bool{}
 		for i := 0; i < 12; i++ { // keys spread over the three masters
 			key := dlocktest.Key(t)
@@ -166,11 +166,11 @@ func testHungMaster(t *testing.T, tc *testCluster) {
 	if other == "" {
 		t.Fatal("no key on another master in 1000 tries")
 	}
-	onHung, err := l.Acquire(ctxT(t), key, dlock.WithTTL(ttl))
+	onHung, err := l.Acquire(dlocktest.Context(t), key, dlock.WithTTL(ttl))
 	if err != nil {
 		t.Fatal(err)
 	}
-	healthy, err := l.Acquire(ctxT(t), other, dlock.WithTTL(ttl))
+	healthy, err := l.Acquire(dlocktest.Context(t), other, dlock.WithTTL(ttl))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +200,7 @@ func testHungMaster(t *testing.T, tc *testCluster) {
 	// Nobody could take the lost lock before its Lost() closed.
 	lk := dlocktest.AcquireWhenFree(t, redislock.New(tc.client(t, nil)), key, onHung)
 	lk.Release(context.Background())
-	if err := healthy.Refresh(ctxT(t)); err != nil {
+	if err := healthy.Refresh(dlocktest.Context(t)); err != nil {
 		t.Fatalf("healthy lock: %v", err)
 	}
 }

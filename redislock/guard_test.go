@@ -9,9 +9,25 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/guard"
+	"github.com/dlock-go/dlock/guard/guardtest"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/redislock"
 )
+
+// TestGuardSuite runs the conformance suite of every guard. Each Guard has
+// a client of its own; the second instance (guardtest.Shared) is another
+// client on the same server, as another process would open it.
+func TestGuardSuite(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	newGuard := func(t *testing.T, opts ...driver.Option) guard.Guard {
+		return redislock.NewGuard(newClient(t, srv), opts...)
+	}
+	guardtest.Run(t, newGuard, guardtest.Shared(func(t *testing.T, _ guard.Guard, opts ...driver.Option) guard.Guard {
+		return newGuard(t, opts...)
+	}))
+}
 
 func TestGuardRules(t *testing.T) {
 	srv := testserver.StartRedis(t)

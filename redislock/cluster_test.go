@@ -11,6 +11,9 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/guard"
+	"github.com/dlock-go/dlock/guard/guardtest"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/redislock"
 )
@@ -76,7 +79,8 @@ func (tc *testCluster) master(t testing.TB, key string) *testserver.Redis {
 
 // TestCluster runs the conformance suite on a three-master Redis Cluster:
 // lock and counter keys share a slot (hash tag), renewals of locks on
-// different masters are pipelined per master, List scans every master.
+// different masters are pipelined per master, List scans every master,
+// and a Guard's keys of one resource share a slot.
 func TestCluster(t *testing.T) {
 	tc := startCluster(t)
 	t.Run("Conformance", func(t *testing.T) {
@@ -121,7 +125,7 @@ func TestCluster(t *testing.T) {
 	})
 	t.Run("ListAcrossMasters", func(t *testing.T) {
 		l := redislock.New(tc.client(t, nil))
-		ctx := ctxT(t)
+		ctx := dlocktest.Context(t)
 		held := map[string]bool{}
 		for i := 0; i < 12; i++ { // keys spread over the three masters
 			key := dlocktest.Key(t)
@@ -147,6 +151,17 @@ func TestCluster(t *testing.T) {
 		}
 	})
 	t.Run("HungMasterDelaysOnlyItsLocks", func(t *testing.T) { testHungMaster(t, tc) })
+	// The guard suite on a Cluster: every script of a resource names its
+	// fence key and a data key, so a data key outside the fence key's slot
+	// fails with CROSSSLOT.
+	t.Run("Guard", func(t *testing.T) {
+		newGuard := func(t *testing.T, opts ...driver.Option) guard.Guard {
+			return redislock.NewGuard(tc.client(t, nil), opts...)
+		}
+		guardtest.Run(t, newGuard, guardtest.Shared(func(t *testing.T, _ guard.Guard, opts ...driver.Option) guard.Guard {
+			return newGuard(t, opts...)
+		}))
+	})
 }
 
 // One master hangs (SIGSTOP): the lock on it is lost (before anyone else
@@ -166,11 +181,11 @@ func testHungMaster(t *testing.T, tc *testCluster) {
 	if other == "" {
 		t.Fatal("no key on another master in 1000 tries")
 	}
-	onHung, err := l.Acquire(ctxT(t), key, dlock.WithTTL(ttl))
+	onHung, err := l.Acquire(dlocktest.Context(t), key, dlock.WithTTL(ttl))
 	if err != nil {
 		t.Fatal(err)
 	}
-	healthy, err := l.Acquire(ctxT(t), other, dlock.WithTTL(ttl))
+	healthy, err := l.Acquire(dlocktest.Context(t), other, dlock.WithTTL(ttl))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +215,7 @@ func testHungMaster(t *testing.T, tc *testCluster) {
 	// Nobody could take the lost lock before its Lost() closed.
 	lk := dlocktest.AcquireWhenFree(t, redislock.New(tc.client(t, nil)), key, onHung)
 	lk.Release(context.Background())
-	if err := healthy.Refresh(ctxT(t)); err != nil {
+	if err := healthy.Refresh(dlocktest.Context(t)); err != nil {
 		t.Fatalf("healthy lock: %v", err)
 	}
 }

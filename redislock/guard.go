@@ -10,17 +10,35 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/guard"
 	"github.com/dlock-go/dlock/redislock/redisproto"
 )
 
-// Guard fences writes (and reads) to data kept in Redis: each operation is
-// one Lua script that checks the caller's fence against the highest fence
-// the resource accepted, records it, and applies the operation, atomically.
-// A holder that paused past its lease comes back with an older token and
-// its write is refused with a *dlock.StaleTokenError.
+// Guard is a guard.Guard whose fences and values live in Redis: each
+// operation is one Lua script that checks the caller's fence against the
+// highest fence the resource accepted, records it, and applies the
+// operation, atomically. The script applies the rule of package guard
+// (dlock.Fence.Admit): token 0 is never admitted; an exclusive fence is
+// admitted above the highest token, or equal to it from the same non-empty
+// owner, and recorded; a shared fence (Fence.Shared) is admitted at or
+// above the highest token and never recorded. A holder that paused past
+// its lease comes back with an older token and its operation is refused
+// with a *dlock.StaleTokenError (reported as a dlock.EventRejected to the
+// Observer given with dlock.WithObserver).
 //
-// The fence of resource R is kept at "<prefix>:guard:{R}". Data keys passed
-// to Eval must hash to the same Cluster slot: build them with Key.
+// Layout, under the prefix P (WithPrefix, default DefaultPrefix), for
+// resource R:
+//
+//   - FenceKey(R) = "P:guard:{R'}" holds "<token>|<owner>", the highest
+//     exclusive fence R accepted, with no expiry (R' is R encoded like a
+//     lock key's hash tag: a resource starting with '}' gets a NUL byte in
+//     front);
+//   - Key(R, name) = FenceKey(R) + "\x00" + name holds the value Put under
+//     name. Resources and names never contain NUL, so no two
+//     resource/name pairs share a key, and every key of R has R's hash tag
+//     and so lives in the fence key's Cluster slot.
+//
+// Data keys passed to Eval must be in that slot too: build them with Key.
 //
 // Every method returns by its context's deadline, even with a go-redis
 // client that does not honour contexts on a stalled link (no
@@ -32,23 +50,27 @@ import (
 // server, in the same script as the write, so it is refused there if a
 // newer fence was accepted meanwhile.
 type Guard struct {
-	client redis.UniversalClient
+	client redis.UniversalClient // nil when err is set
 	prefix string
+	chk    guard.Checker
+	err    error // NewGuard's failure: every call returns it
 }
 
-// NewGuard returns a Guard on client (key prefix DefaultPrefix unless
-// WithPrefix is given).
+var _ guard.Guard = (*Guard)(nil)
+
+// NewGuard returns a Guard on client, configured by opts: WithPrefix (key
+// prefix, default DefaultPrefix) and dlock.WithObserver (refusals are
+// reported with Backend "redis"). A nil client gives a Guard whose every
+// call with valid arguments fails with an error wrapping
+// dlock.ErrNilClient.
 func NewGuard(client redis.UniversalClient, opts ...Option) *Guard {
-	o := options{prefix: DefaultPrefix}
-	for _, f := range opts {
-		if f != nil {
-			f(&o)
-		}
-	}
+	cfg := newConfig(opts)
+	g := &Guard{client: client, prefix: cfg.prefix, chk: guard.NewChecker("redis", opts)}
 	if redisproto.IsNil(client) {
-		client = nil
+		g.client = nil
+		g.err = fmt.Errorf("%w: redislock.NewGuard was given a nil redis client", dlock.ErrNilClient)
 	}
-	return &Guard{client: client, prefix: o.prefix}
+	return g
 }
 
 // FenceKey is the key holding resource's highest accepted fence. The
@@ -58,107 +80,141 @@ func (g *Guard) FenceKey(resource string) string {
 	return g.prefix + ":guard:{" + redisproto.HashTag(resource) + "}"
 }
 
-// Key returns a data key for resource that lives in the fence key's slot.
+// Key returns the data key of name in resource: FenceKey(resource), a NUL
+// byte, and name. It lives in the fence key's Cluster slot.
 func (g *Guard) Key(resource, name string) string {
-	return g.prefix + ":data:{" + redisproto.HashTag(resource) + "}:" + name
+	return g.FenceKey(resource) + "\x00" + name
 }
 
-// fencePrelude checks and records the fence. KEYS[1] is the fence key,
-// ARGV[1] the token (decimal, no leading zeros), ARGV[2] the owner. Tokens
-// are compared as decimal strings (length, then bytes), so every uint64
-// compares exactly. The caller's body follows as a function of its own
-// KEYS and ARGV (the rest of the arrays).
+// fencePrelude applies the admission rule and records the fence. KEYS[1]
+// is the fence key, ARGV[1] the token (decimal, no leading zeros), ARGV[2]
+// the owner, ARGV[3] "1" for a shared fence. Tokens are compared as
+// decimal strings (length, then bytes), so every uint64 compares exactly.
+// A refusal is the error reply "DLOCKSTALE <highest token>". The caller's
+// body follows as a function of its own KEYS and ARGV (the rest of the
+// arrays).
 const fencePrelude = `
+local t, o, shared = ARGV[1], ARGV[2], ARGV[3] == '1'
 local hi = redis.call('GET', KEYS[1])
+local ht, ho = '0', ''
 if hi then
   local sep = string.find(hi, '|', 1, true)
-  local ht, ho = string.sub(hi, 1, sep - 1), string.sub(hi, sep + 1)
-  local t = ARGV[1]
-  local newer = #t > #ht or (#t == #ht and t > ht)
-  if not (newer or (t == ht and ARGV[2] == ho and ho ~= '')) then
-    return redis.error_reply('DLOCKSTALE ' .. ht)
+  if not sep then
+    return redis.error_reply('DLOCKCORRUPT ' .. KEYS[1] .. ' does not hold <token>|<owner>')
   end
+  ht, ho = string.sub(hi, 1, sep - 1), string.sub(hi, sep + 1)
 end
-redis.call('SET', KEYS[1], ARGV[1] .. '|' .. ARGV[2])
+local newer = #t > #ht or (#t == #ht and t > ht)
+local ok
+if t == '0' then
+  ok = false
+elseif shared then
+  ok = newer or t == ht
+else
+  ok = newer or (hi and t == ht and o == ho and ho ~= '')
+end
+if not ok then
+  return redis.error_reply('DLOCKSTALE ' .. ht)
+end
+if newer and not shared then
+  redis.call('SET', KEYS[1], t .. '|' .. o)
+end
 local k, a = {}, {}
 for i = 2, #KEYS do k[i - 1] = KEYS[i] end
-for i = 3, #ARGV do a[i - 2] = ARGV[i] end
+for i = 4, #ARGV do a[i - 3] = ARGV[i] end
 local function body(KEYS, ARGV)
 `
 
 // Eval runs a Lua script body fenced by f: the body sees its own KEYS and
 // ARGV (keys and args as passed here) and its return value is returned. It
-// runs only if f is admissible; the fence is recorded even if the body then
-// raises an error. Pass data keys built with Key.
+// runs only if f is admitted; the fence is recorded (when exclusive) even
+// if the body then raises an error. Pass data keys built with Key.
 //
 // Eval returns by ctx's deadline; a script abandoned there (error wrapping
 // dlock.ErrUnavailable and ctx's error) may still run on the server later,
 // fenced by f as usual.
 func (g *Guard) Eval(ctx context.Context, resource string, f dlock.Fence, body string, keys []string, args ...any) (any, error) {
-	if ctx == nil {
-		return nil, errNilContext
-	}
-	if g.client == nil {
-		return nil, fmt.Errorf("%w: redislock.NewGuard was given a nil redis client", dlock.ErrNilClient)
-	}
-	if err := dlock.ValidateKey(resource); err != nil {
+	if err := g.check(ctx, resource); err != nil {
 		return nil, err
 	}
-	if f.Token == 0 {
-		return nil, &dlock.StaleTokenError{Resource: resource, Token: 0, Owner: f.Owner}
+	return g.eval(ctx, resource, f, body, keys, args...)
+}
+
+// check validates a call's arguments, then reports NewGuard's failure.
+func (g *Guard) check(ctx context.Context, resource string, names ...string) error {
+	if err := g.chk.Validate(ctx, resource, names...); err != nil {
+		return err
 	}
-	script := g.script(body)
+	return g.err
+}
+
+func (g *Guard) eval(ctx context.Context, resource string, f dlock.Fence, body string, keys []string, args ...any) (any, error) {
+	script := redis.NewScript(fencePrelude + body + "\nend\nreturn body(k, a)\n")
+	shared := "0"
+	if f.Shared {
+		shared = "1"
+	}
 	allKeys := append([]string{g.FenceKey(resource)}, keys...)
-	allArgs := append([]any{strconv.FormatUint(f.Token, 10), f.Owner}, args...)
+	allArgs := append([]any{strconv.FormatUint(f.Token, 10), f.Owner, shared}, args...)
 	v, err, abandoned := redisproto.Await(ctx, func(ctx context.Context) (any, error) {
 		return script.Run(ctx, g.client, allKeys, allArgs...).Result()
 	})
-	if abandoned {
-		return nil, g.abandoned(resource, err)
-	}
-	if err != nil && !errors.Is(err, redis.Nil) {
-		if msg := err.Error(); strings.HasPrefix(msg, "DLOCKSTALE ") {
-			hi, _ := strconv.ParseUint(strings.TrimSpace(strings.TrimPrefix(msg, "DLOCKSTALE ")), 10, 64)
-			return nil, &dlock.StaleTokenError{Resource: resource, Token: f.Token, Owner: f.Owner, Highest: hi}
+	switch {
+	case abandoned:
+		return nil, fmt.Errorf("%w: redis guard %q: no answer before the context ended (the operation may still take effect, fenced): %w", dlock.ErrUnavailable, resource, err)
+	case errors.Is(err, redis.Nil):
+		return nil, nil
+	case err != nil:
+		if hi, ok := strings.CutPrefix(err.Error(), "DLOCKSTALE "); ok {
+			highest, perr := strconv.ParseUint(strings.TrimSpace(hi), 10, 64)
+			if perr == nil {
+				return nil, g.chk.Refuse(resource, f, highest)
+			}
 		}
 		return nil, fmt.Errorf("dlock: redis guard %q: %w", resource, err)
 	}
 	return v, nil
 }
 
-// abandoned is the error of a call given up at the end of its context
-// (cause is the context's cause).
-func (g *Guard) abandoned(resource string, cause error) error {
-	return fmt.Errorf("%w: redis guard %q: no answer before the context ended (the operation may still take effect, fenced): %w", dlock.ErrUnavailable, resource, cause)
-}
-
-func (g *Guard) script(body string) *redis.Script {
-	return redis.NewScript(fencePrelude + body + "\nend\nreturn body(k, a)\n")
-}
-
-// Set sets data key name of resource to value, fenced by f. It returns by
-// ctx's deadline; a write abandoned there may still take effect (fenced).
-func (g *Guard) Set(ctx context.Context, resource string, f dlock.Fence, name, value string) error {
-	_, err := g.Eval(ctx, resource, f, `return redis.call('SET', KEYS[1], ARGV[1])`, []string{g.Key(resource, name)}, value)
+// Put implements guard.Guard: it sets name of resource to value, fenced
+// by f. It returns by ctx's deadline; a write abandoned there may still
+// take effect (fenced).
+func (g *Guard) Put(ctx context.Context, resource string, f dlock.Fence, name, value string) error {
+	if err := g.check(ctx, resource, name); err != nil {
+		return err
+	}
+	_, err := g.eval(ctx, resource, f, `return redis.call('SET', KEYS[1], ARGV[1])`, []string{g.Key(resource, name)}, value)
 	return err
 }
 
-// Get reads data key name of resource, fenced by f (a fenced read: once it
-// succeeds, older fences can no longer write). A missing key reads as "".
-// It returns by ctx's deadline; an abandoned read may still record f.
-func (g *Guard) Get(ctx context.Context, resource string, f dlock.Fence, name string) (string, error) {
-	v, err := g.Eval(ctx, resource, f, `return redis.call('GET', KEYS[1])`, []string{g.Key(resource, name)})
-	if err != nil || v == nil {
-		return "", err
+// Get implements guard.Guard: it reads name of resource, fenced by f (a
+// fenced read: once an exclusive fence is admitted, older fences can no
+// longer write). ok is false when name was never Put. It returns by ctx's
+// deadline; an abandoned read may still record f.
+func (g *Guard) Get(ctx context.Context, resource string, f dlock.Fence, name string) (value string, ok bool, err error) {
+	if err := g.check(ctx, resource, name); err != nil {
+		return "", false, err
 	}
-	return fmt.Sprint(v), nil
+	v, err := g.eval(ctx, resource, f, `return redis.call('GET', KEYS[1])`, []string{g.Key(resource, name)})
+	switch v := v.(type) {
+	case nil:
+		return "", false, err
+	case string:
+		return v, true, nil
+	default:
+		return "", false, fmt.Errorf("dlock: redis guard %q: GET returned %T", resource, v)
+	}
 }
 
-// IncrBy adds n to data key name of resource, fenced by f, and returns the
-// new value. It returns by ctx's deadline; an increment abandoned there may
-// still take effect (fenced), so do not simply repeat it.
+// IncrBy adds n to the integer kept under name in resource, fenced by f,
+// and returns the new value (a missing name counts as 0). It returns by
+// ctx's deadline; an increment abandoned there may still take effect
+// (fenced), so do not simply repeat it.
 func (g *Guard) IncrBy(ctx context.Context, resource string, f dlock.Fence, name string, n int64) (int64, error) {
-	v, err := g.Eval(ctx, resource, f, `return redis.call('INCRBY', KEYS[1], ARGV[1])`, []string{g.Key(resource, name)}, n)
+	if err := g.check(ctx, resource, name); err != nil {
+		return 0, err
+	}
+	v, err := g.eval(ctx, resource, f, `return redis.call('INCRBY', KEYS[1], ARGV[1])`, []string{g.Key(resource, name)}, n)
 	if err != nil {
 		return 0, err
 	}
@@ -169,28 +225,27 @@ func (g *Guard) IncrBy(ctx context.Context, resource string, f dlock.Fence, name
 	return i, nil
 }
 
-// Highest returns the highest fence resource has accepted (zero if none).
-// It returns by ctx's deadline.
+// Highest implements guard.Guard: the highest exclusive fence resource
+// has accepted (the zero Fence if none). It returns by ctx's deadline.
 func (g *Guard) Highest(ctx context.Context, resource string) (dlock.Fence, error) {
-	if ctx == nil {
-		return dlock.Fence{}, errNilContext
-	}
-	if g.client == nil {
-		return dlock.Fence{}, dlock.ErrNilClient
+	if err := g.check(ctx, resource); err != nil {
+		return dlock.Fence{}, err
 	}
 	v, err, abandoned := redisproto.Await(ctx, func(ctx context.Context) (string, error) {
 		return g.client.Get(ctx, g.FenceKey(resource)).Result()
 	})
-	if abandoned {
-		return dlock.Fence{}, g.abandoned(resource, err)
-	}
-	if errors.Is(err, redis.Nil) {
+	switch {
+	case abandoned:
+		return dlock.Fence{}, fmt.Errorf("%w: redis guard %q: no answer before the context ended: %w", dlock.ErrUnavailable, resource, err)
+	case errors.Is(err, redis.Nil):
 		return dlock.Fence{}, nil
-	}
-	if err != nil {
+	case err != nil:
 		return dlock.Fence{}, fmt.Errorf("dlock: redis guard %q: %w", resource, err)
 	}
-	tok, owner, _ := strings.Cut(v, "|")
-	t, _ := strconv.ParseUint(tok, 10, 64)
+	tok, owner, found := strings.Cut(v, "|")
+	t, perr := strconv.ParseUint(tok, 10, 64)
+	if !found || perr != nil {
+		return dlock.Fence{}, fmt.Errorf("dlock: redis guard %q: %s holds %q, not <token>|<owner>", resource, g.FenceKey(resource), v)
+	}
 	return dlock.Fence{Token: t, Owner: owner}, nil
 }

@@ -9,36 +9,52 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/guard"
+	"github.com/dlock-go/dlock/guard/guardtest"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/redislock"
 )
 
+// TestGuardSuite runs the conformance suite of every guard. Each Guard has
+// a client of its own; the second instance (guardtest.Shared) is another
+// client on the same server, as another process would open it.
+func TestGuardSuite(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	newGuard := func(t *testing.T, opts ...driver.Option) guard.Guard {
+		return redislock.NewGuard(newClient(t, srv), opts...)
+	}
+	guardtest.Run(t, newGuard, guardtest.Shared(func(t *testing.T, _ guard.Guard, opts ...driver.Option) guard.Guard {
+		return newGuard(t, opts...)
+	}))
+}
+
 func TestGuardRules(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	g := redislock.NewGuard(newClient(t, srv))
-	ctx := ctxT(t)
+	ctx := dlocktest.Context(t)
 	res := dlocktest.Key(t)
 	a := dlock.Fence{Token: 10, Owner: "a"}
-	if err := g.Set(ctx, res, a, "v", "1"); err != nil {
+	if err := g.Put(ctx, res, a, "v", "1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.Set(ctx, res, a, "v", "2"); err != nil { // same token, same owner
+	if err := g.Put(ctx, res, a, "v", "2"); err != nil { // same token, same owner
 		t.Fatalf("same owner, same token: %v", err)
 	}
 	var st *dlock.StaleTokenError
-	err := g.Set(ctx, res, dlock.Fence{Token: 10, Owner: "b"}, "v", "x")
+	err := g.Put(ctx, res, dlock.Fence{Token: 10, Owner: "b"}, "v", "x")
 	if !errors.Is(err, dlock.ErrStaleToken) || !errors.As(err, &st) || st.Highest != 10 {
 		t.Fatalf("same token, other owner: %v", err)
 	}
-	if err := g.Set(ctx, res, dlock.Fence{Token: 9, Owner: "a"}, "v", "x"); !errors.Is(err, dlock.ErrStaleToken) {
+	if err := g.Put(ctx, res, dlock.Fence{Token: 9, Owner: "a"}, "v", "x"); !errors.Is(err, dlock.ErrStaleToken) {
 		t.Fatalf("older token: %v", err)
 	}
 	// A fenced read by a newer holder shuts out the older one's write.
 	b := dlock.Fence{Token: 1 << 60, Owner: "b"} // large: compared exactly
-	if v, err := g.Get(ctx, res, b, "v"); err != nil || v != "2" {
-		t.Fatalf("fenced read = %q, %v", v, err)
+	if v, ok, err := g.Get(ctx, res, b, "v"); err != nil || !ok || v != "2" {
+		t.Fatalf("fenced read = %q, %v, %v", v, ok, err)
 	}
-	if err := g.Set(ctx, res, a, "v", "late"); !errors.Is(err, dlock.ErrStaleToken) {
+	if err := g.Put(ctx, res, a, "v", "late"); !errors.Is(err, dlock.ErrStaleToken) {
 		t.Fatalf("write after newer read: %v", err)
 	}
 	if n, err := g.IncrBy(ctx, res, b, "n", 5); err != nil || n != 5 {
@@ -50,7 +66,7 @@ func TestGuardRules(t *testing.T) {
 	if _, err := g.Eval(ctx, res, dlock.Fence{}, "return 1", nil); !errors.Is(err, dlock.ErrStaleToken) {
 		t.Fatalf("zero fence: %v", err)
 	}
-	if _, err := redislock.NewGuard(nil).Get(ctx, res, b, "v"); !errors.Is(err, dlock.ErrNilClient) {
+	if _, _, err := redislock.NewGuard(nil).Get(ctx, res, b, "v"); !errors.Is(err, dlock.ErrNilClient) {
 		t.Fatalf("nil client: %v", err)
 	}
 }
@@ -62,7 +78,7 @@ func TestGuardRejectsPausedHolder(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	c := newClient(t, srv)
 	l, g := redislock.New(c), redislock.NewGuard(c)
-	ctx := ctxT(t)
+	ctx := dlocktest.Context(t)
 	key := dlocktest.Key(t)
 	first, err := l.Acquire(ctx, key, dlock.WithTTL(200*time.Millisecond), dlock.WithAutoRefresh(false))
 	if err != nil {
@@ -74,10 +90,10 @@ func TestGuardRejectsPausedHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer second.Release(ctx)
-	if err := g.Set(ctx, key, second.Fence(), "balance", "100"); err != nil {
+	if err := g.Put(ctx, key, second.Fence(), "balance", "100"); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.Set(ctx, key, first.Fence(), "balance", "0"); !errors.Is(err, dlock.ErrStaleToken) {
+	if err := g.Put(ctx, key, first.Fence(), "balance", "0"); !errors.Is(err, dlock.ErrStaleToken) {
 		t.Fatalf("late write by the paused holder: %v", err)
 	}
 	if v, _ := c.Get(ctx, g.Key(key, "balance")).Result(); v != "100" {
@@ -98,7 +114,7 @@ func TestGuardFencedIncrements(t *testing.T) {
 			defer wg.Done()
 			l := redislock.New(newClient(t, srv))
 			for j := 0; j < 5; j++ {
-				err := dlock.Do(ctxT(t), l, key, func(ctx context.Context, lk *dlock.Lock) error {
+				err := dlock.Do(dlocktest.Context(t), l, key, func(ctx context.Context, lk *dlock.Lock) error {
 					_, err := g.IncrBy(ctx, key, lk.Fence(), "n", 1)
 					return err
 				})
@@ -110,8 +126,8 @@ func TestGuardFencedIncrements(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	v, err := g.Get(ctxT(t), key, dlock.Fence{Token: 1<<63 + 1, Owner: "reader"}, "n")
-	if err != nil || v != "40" {
-		t.Fatalf("counter = %q, %v", v, err)
+	v, ok, err := g.Get(dlocktest.Context(t), key, dlock.Fence{Token: 1<<63 + 1, Owner: "reader"}, "n")
+	if err != nil || !ok || v != "40" {
+		t.Fatalf("counter = %q, %v, %v", v, ok, err)
 	}
 }

@@ -25,12 +25,6 @@ func newClient(t testing.TB, srv *testserver.Redis) *redis.Client {
 	return c
 }
 
-func ctxT(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), dlocktest.HangTimeout)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func TestConformance(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	admin := newClient(t, srv)
@@ -63,12 +57,12 @@ func TestLostWhenValueChanged(t *testing.T) {
 	c := newClient(t, srv)
 	l := redislock.New(c)
 	key := dlocktest.Key(t)
-	lk, err := l.Acquire(ctxT(t), key, dlock.WithTTL(300*time.Millisecond))
+	lk, err := l.Acquire(dlocktest.Context(t), key, dlock.WithTTL(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Someone overwrites the key (another owner, a buggy script).
-	if err := c.Set(ctxT(t), l.LockKey(key), "intruder|1|{}", time.Minute).Err(); err != nil {
+	if err := c.Set(dlocktest.Context(t), l.LockKey(key), "intruder|1|{}", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -83,7 +77,7 @@ func TestLostWhenValueChanged(t *testing.T) {
 	if err := lk.Release(context.Background()); !errors.Is(err, dlock.ErrLockLost) {
 		t.Fatalf("Release = %v", err)
 	}
-	if v, _ := c.Get(ctxT(t), l.LockKey(key)).Result(); v != "intruder|1|{}" {
+	if v, _ := c.Get(dlocktest.Context(t), l.LockKey(key)).Result(); v != "intruder|1|{}" {
 		t.Fatalf("intruder's value = %q", v)
 	}
 }
@@ -93,7 +87,7 @@ func TestLostWhenServerPaused(t *testing.T) {
 	l := redislock.New(newClient(t, srv))
 	key := dlocktest.Key(t)
 	const ttl = 400 * time.Millisecond
-	lk, err := l.Acquire(ctxT(t), key, dlock.WithTTL(ttl))
+	lk, err := l.Acquire(dlocktest.Context(t), key, dlock.WithTTL(ttl))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,35 +108,35 @@ func TestLostWhenServerPaused(t *testing.T) {
 	t.Logf("Lost() closed %v after SIGSTOP (ttl %v)", time.Since(paused).Round(time.Millisecond), ttl)
 	srv.Resume()
 	// After resume the lock becomes free again (cleanup or expiry).
-	lk2, err := redislock.New(newClient(t, srv)).Acquire(ctxT(t), key)
+	lk2, err := redislock.New(newClient(t, srv)).Acquire(dlocktest.Context(t), key)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if lk2.Token() <= lk.Token() {
 		t.Fatalf("token %d after %d", lk2.Token(), lk.Token())
 	}
-	lk2.Release(ctxT(t))
+	lk2.Release(dlocktest.Context(t))
 }
 
 func TestTokenIncreasesAfterRestart(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	key := dlocktest.Key(t)
 	l := redislock.New(newClient(t, srv))
-	lk, err := l.Acquire(ctxT(t), key)
+	lk, err := l.Acquire(dlocktest.Context(t), key)
 	if err != nil {
 		t.Fatal(err)
 	}
 	before := lk.Token()
-	if err := lk.Release(ctxT(t)); err != nil {
+	if err := lk.Release(dlocktest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	srv.Restart() // no persistence: the fence counter is gone
 	l2 := redislock.New(newClient(t, srv))
-	lk2, err := l2.Acquire(ctxT(t), key)
+	lk2, err := l2.Acquire(dlocktest.Context(t), key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lk2.Release(ctxT(t))
+	defer lk2.Release(dlocktest.Context(t))
 	if lk2.Token() <= before {
 		t.Fatalf("token after restart %d <= before %d", lk2.Token(), before)
 	}
@@ -152,24 +146,27 @@ func TestHolderInError(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	l := redislock.New(newClient(t, srv))
 	key := dlocktest.Key(t)
-	lk, err := l.Acquire(ctxT(t), key, dlock.WithMetadata("job", "nightly"))
+	lk, err := l.Acquire(dlocktest.Context(t), key, dlock.WithMetadata("job", "nightly"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lk.Release(ctxT(t))
-	_, err = redislock.New(newClient(t, srv)).TryAcquire(ctxT(t), key)
+	defer lk.Release(dlocktest.Context(t))
+	_, err = redislock.New(newClient(t, srv)).TryAcquire(dlocktest.Context(t), key)
 	var na *dlock.NotAcquiredError
 	if !errors.As(err, &na) {
 		t.Fatalf("err = %v", err)
 	}
-	if na.Holder != lk.Owner() || na.Metadata["job"] != "nightly" || na.Metadata[dlock.MetaPID] == "" || na.TTL <= 0 {
+	if len(na.Holders) != 1 {
+		t.Fatalf("NotAcquiredError = %+v, want one holder", na)
+	}
+	if h := na.Holders[0]; h.Owner != lk.Owner() || h.Token != lk.Token() || h.Metadata["job"] != "nightly" || h.Metadata[dlock.MetaPID] == "" || h.TTL <= 0 {
 		t.Fatalf("NotAcquiredError = %+v", na)
 	}
 	if !strings.Contains(err.Error(), "pid=") {
 		t.Fatalf("message lacks holder: %v", err)
 	}
-	infos, err := l.List(ctxT(t), "dlocktest.")
-	if err != nil || len(infos) != 1 || infos[0].Key != key || infos[0].Token != lk.Token() {
+	infos, err := l.List(dlocktest.Context(t), "dlocktest.")
+	if err != nil || len(infos) != 1 || infos[0].Key != key || len(infos[0].Holders) != 1 || infos[0].Holders[0].Token != lk.Token() || infos[0].Holders[0].Owner != lk.Owner() {
 		t.Fatalf("List = %+v, %v", infos, err)
 	}
 }
@@ -203,7 +200,7 @@ func TestRenewalIsBatched(t *testing.T) {
 	const ttl = 300 * time.Millisecond
 	var locks []*dlock.Lock
 	for i := 0; i < n; i++ {
-		lk, err := l.Acquire(ctxT(t), dlocktest.Key(t), dlock.WithTTL(ttl))
+		lk, err := l.Acquire(dlocktest.Context(t), dlocktest.Key(t), dlock.WithTTL(ttl))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -214,7 +211,7 @@ func TestRenewalIsBatched(t *testing.T) {
 		if lk.Err() != nil {
 			t.Fatalf("lost: %v", lk.Err())
 		}
-		lk.Release(ctxT(t))
+		lk.Release(dlocktest.Context(t))
 	}
 	pipes, refreshes := hook.pipes.Load(), hook.evalsha.Load()
 	t.Logf("%d locks: %d renewals in %d pipelines", n, refreshes, pipes)
@@ -228,7 +225,7 @@ func TestRenewalIsBatched(t *testing.T) {
 
 func TestBadInput(t *testing.T) {
 	srv := testserver.StartRedis(t, testserver.WithPassword("s3cret"))
-	ctx := ctxT(t)
+	ctx := dlocktest.Context(t)
 	// nil clients, plain and typed.
 	for _, l := range []*redislock.Locker{redislock.New(nil), redislock.New((*redis.Client)(nil)), redislock.New((*redis.ClusterClient)(nil))} {
 		if _, err := l.Acquire(ctx, "k"); !errors.Is(err, dlock.ErrNilClient) {
@@ -275,29 +272,29 @@ func TestReleaseMarker(t *testing.T) {
 	c := newClient(t, srv)
 	l := redislock.New(c)
 	key := dlocktest.Key(t)
-	lk, err := l.Acquire(ctxT(t), key, dlock.WithTTL(10*time.Second))
+	lk, err := l.Acquire(dlocktest.Context(t), key, dlock.WithTTL(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := lk.Release(ctxT(t)); err != nil {
+	if err := lk.Release(dlocktest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
-	v, _ := c.Get(ctxT(t), l.LockKey(key)).Result()
+	v, _ := c.Get(dlocktest.Context(t), l.LockKey(key)).Result()
 	if v != "|"+strconv.FormatUint(lk.Token(), 10) {
 		t.Fatalf("marker = %q, want |%d", v, lk.Token())
 	}
-	pttl, err := c.PTTL(ctxT(t), l.LockKey(key)).Result()
+	pttl, err := c.PTTL(dlocktest.Context(t), l.LockKey(key)).Result()
 	if err != nil || pttl <= 0 || pttl > redislock.FenceRetention {
 		t.Fatalf("marker PTTL = %v, %v", pttl, err)
 	}
-	if infos, _ := l.List(ctxT(t), key); len(infos) != 0 {
+	if infos, _ := l.List(dlocktest.Context(t), key); len(infos) != 0 {
 		t.Fatalf("a released key is listed: %+v", infos)
 	}
-	lk2, err := l.Acquire(ctxT(t), key)
+	lk2, err := l.Acquire(dlocktest.Context(t), key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lk2.Release(ctxT(t))
+	defer lk2.Release(dlocktest.Context(t))
 	if lk2.Token() != lk.Token()+1 {
 		t.Fatalf("token after the marker = %d, want %d", lk2.Token(), lk.Token()+1)
 	}
@@ -309,7 +306,7 @@ func TestReleaseWakesOneWaiter(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	admin := newClient(t, srv)
 	key := dlocktest.Key(t)
-	holder, err := redislock.New(newClient(t, srv)).Acquire(ctxT(t), key)
+	holder, err := redislock.New(newClient(t, srv)).Acquire(dlocktest.Context(t), key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +315,7 @@ func TestReleaseWakesOneWaiter(t *testing.T) {
 	for i := 0; i < n; i++ {
 		l := redislock.New(newClient(t, srv))
 		go func() {
-			lk, err := l.Acquire(ctxT(t), key, dlock.WithBackoff(dlock.ConstBackoff{Delay: time.Minute}))
+			lk, err := l.Acquire(dlocktest.Context(t), key, dlock.WithBackoff(dlock.ConstBackoff{Delay: time.Minute}))
 			if err != nil {
 				t.Error(err)
 			}
@@ -327,8 +324,8 @@ func TestReleaseWakesOneWaiter(t *testing.T) {
 	}
 	waiters := l0waiters(t, admin, key, n)
 	t.Logf("%d waiters queued", waiters)
-	admin.ConfigResetStat(ctxT(t))
-	if err := holder.Release(ctxT(t)); err != nil {
+	admin.ConfigResetStat(dlocktest.Context(t))
+	if err := holder.Release(dlocktest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	first := <-got
@@ -338,11 +335,11 @@ func TestReleaseWakesOneWaiter(t *testing.T) {
 		t.Errorf("one release caused %d script calls: waiters were not woken one at a time", evals)
 	}
 	// The rest follow one by one.
-	first.Release(ctxT(t))
+	first.Release(dlocktest.Context(t))
 	for i := 1; i < n; i++ {
 		select {
 		case lk := <-got:
-			lk.Release(ctxT(t))
+			lk.Release(dlocktest.Context(t))
 		case <-time.After(dlocktest.HangTimeout):
 			t.Fatalf("hang: waiter %d never woken", i)
 		}
@@ -354,7 +351,7 @@ func l0waiters(t *testing.T, c *redis.Client, key string, n int64) int64 {
 	deadline := time.Now().Add(dlocktest.HangTimeout)
 	for {
 		k := redislock.New(c).LockKey(key) + ":waiters"
-		if got, _ := c.ZCard(ctxT(t), k).Result(); got >= n {
+		if got, _ := c.ZCard(dlocktest.Context(t), k).Result(); got >= n {
 			return got
 		}
 		if time.Now().After(deadline) {
@@ -365,7 +362,7 @@ func l0waiters(t *testing.T, c *redis.Client, key string, n int64) int64 {
 }
 
 func evalCalls(t *testing.T, c *redis.Client) int {
-	info, err := c.Info(ctxT(t), "commandstats").Result()
+	info, err := c.Info(dlocktest.Context(t), "commandstats").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,11 +388,11 @@ func TestLostAcquireReplyIsOwnLease(t *testing.T) {
 	t.Cleanup(p.Heal)
 	l := redislock.New(c)
 	// Warm up: the connection is open and the server has the script.
-	warm, err := l.Acquire(ctxT(t), dlocktest.Key(t))
+	warm, err := l.Acquire(dlocktest.Context(t), dlocktest.Key(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := warm.Release(ctxT(t)); err != nil {
+	if err := warm.Release(dlocktest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	key := dlocktest.Key(t)
@@ -407,7 +404,7 @@ func TestLostAcquireReplyIsOwnLease(t *testing.T) {
 		t.Fatalf("Acquire with its reply lost: %v", err)
 	}
 	defer lk.Release(context.Background())
-	v, err := newClient(t, srv).Get(ctxT(t), l.LockKey(key)).Result()
+	v, err := newClient(t, srv).Get(dlocktest.Context(t), l.LockKey(key)).Result()
 	if err != nil || !strings.HasPrefix(v, lk.Owner()+"|"+strconv.FormatUint(lk.Token(), 10)+"|") {
 		t.Fatalf("server holds %q (%v), want the lease of owner %s, token %d", v, err, lk.Owner(), lk.Token())
 	}
@@ -422,7 +419,7 @@ func TestListReturnsByDeadline(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	t.Cleanup(p.Heal)
 	l := redislock.New(c)
-	lk, err := l.Acquire(ctxT(t), dlocktest.Key(t))
+	lk, err := l.Acquire(dlocktest.Context(t), dlocktest.Key(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -442,7 +439,7 @@ func TestListReturnsByDeadline(t *testing.T) {
 		t.Fatalf("List overran its deadline by %v", over)
 	}
 	p.Heal()
-	if infos, err := l.List(ctxT(t), ""); err != nil || len(infos) != 1 {
+	if infos, err := l.List(dlocktest.Context(t), ""); err != nil || len(infos) != 1 {
 		t.Fatalf("List after heal = %+v, %v", infos, err)
 	}
 }

@@ -41,12 +41,12 @@ func TestRegressClusterWakeAcrossMasters(t *testing.T) {
 		t.Fatal("no key on another master in 1000 tries")
 	}
 	holder := redislock.New(tc.client(t, nil))
-	hA, err := holder.Acquire(ctxT(t), keyA)
+	hA, err := holder.Acquire(dlocktest.Context(t), keyA)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer hA.Release(context.Background())
-	hB, err := holder.Acquire(ctxT(t), keyB)
+	hB, err := holder.Acquire(dlocktest.Context(t), keyB)
 	if err != nil {
 		t.Fatal(err)
 	}

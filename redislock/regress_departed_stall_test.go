@@ -25,7 +25,7 @@ func TestRegressDepartedWaiterDequeuedAfterStall(t *testing.T) {
 	admin := newClient(t, srv)
 	holder := redislock.New(newClient(t, srv))
 	key := dlocktest.Key(t)
-	h, err := holder.Acquire(ctxT(t), key, dlock.WithTTL(30*time.Second))
+	h, err := holder.Acquire(dlocktest.Context(t), key, dlock.WithTTL(30*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

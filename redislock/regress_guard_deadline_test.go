@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/redislock"
 )
@@ -16,7 +17,7 @@ import (
 // Every Guard call returns by its context's deadline on a stalled link,
 // even with a default go-redis client (no ContextTimeoutEnabled), which
 // would otherwise wait for its own read timeout and retries. (Red-team
-// reproducer RT3-R3: Set and Highest took about 5s with a 200ms context.)
+// reproducer RT3-R3: Set (now Put) and Highest took about 5s with a 200ms context.)
 func TestRegressGuardReturnsByDeadlineOnStalledLink(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	p := testserver.StartProxy(t, srv.Addr())
@@ -25,7 +26,7 @@ func TestRegressGuardReturnsByDeadlineOnStalledLink(t *testing.T) {
 	t.Cleanup(p.Heal) // runs before c.Close: abandoned calls finish
 	g := redislock.NewGuard(c)
 	f := dlock.Fence{Token: 5, Owner: "me"}
-	if err := g.Set(ctxT(t), "res", f, "x", "1"); err != nil {
+	if err := g.Put(dlocktest.Context(t), "res", f, "x", "1"); err != nil {
 		t.Fatal(err)
 	}
 	p.Stall()
@@ -38,8 +39,8 @@ func TestRegressGuardReturnsByDeadlineOnStalledLink(t *testing.T) {
 		fn   func(ctx context.Context) error
 	}{
 		{"Eval", func(ctx context.Context) error { _, err := g.Eval(ctx, "res", f, "return 1", nil); return err }},
-		{"Set", func(ctx context.Context) error { return g.Set(ctx, "res", f, "x", "2") }},
-		{"Get", func(ctx context.Context) error { _, err := g.Get(ctx, "res", f, "x"); return err }},
+		{"Put", func(ctx context.Context) error { return g.Put(ctx, "res", f, "x", "2") }},
+		{"Get", func(ctx context.Context) error { _, _, err := g.Get(ctx, "res", f, "x"); return err }},
 		{"IncrBy", func(ctx context.Context) error { _, err := g.IncrBy(ctx, "res", f, "n", 1); return err }},
 		{"Highest", func(ctx context.Context) error { _, err := g.Highest(ctx, "res"); return err }},
 	} {

@@ -22,12 +22,12 @@ func TestRegressHubLeaksSubscriptions(t *testing.T) {
 	l := redislock.New(c)
 	holder := redislock.New(newClient(t, srv))
 	key, other := dlocktest.Key(t), dlocktest.Key(t)
-	h1, err := holder.Acquire(ctxT(t), key)
+	h1, err := holder.Acquire(dlocktest.Context(t), key)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer h1.Release(context.Background())
-	h2, err := holder.Acquire(ctxT(t), other)
+	h2, err := holder.Acquire(dlocktest.Context(t), other)
 	if err != nil {
 		t.Fatal(err)
 	}

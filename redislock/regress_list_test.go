@@ -16,17 +16,17 @@ func TestRegressListPrefixWithBrace(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	l := redislock.New(newClient(t, srv))
 	base := dlocktest.Key(t)
-	lk, err := l.Acquire(ctxT(t), base)
+	lk, err := l.Acquire(dlocktest.Context(t), base)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer lk.Release(context.Background())
-	with, err := l.Acquire(ctxT(t), base+"}x")
+	with, err := l.Acquire(dlocktest.Context(t), base+"}x")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer with.Release(context.Background())
-	infos, err := l.List(ctxT(t), base+"}")
+	infos, err := l.List(dlocktest.Context(t), base+"}")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,7 @@ func TestManyLocksStalledLink(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := g; i < n; i += 16 {
-				lk, err := l.Acquire(ctxT(t), fmt.Sprintf("%s.%d", base, i), dlock.WithTTL(ttl))
+				lk, err := l.Acquire(dlocktest.Context(t), fmt.Sprintf("%s.%d", base, i), dlock.WithTTL(ttl))
 				if err != nil {
 					mu.Lock()
 					firstErr = err

@@ -43,7 +43,7 @@ func TestRegressNilContext(t *testing.T) {
 	l := redislock.New(newClient(t, srv))
 	g := redislock.NewGuard(newClient(t, srv))
 	key := dlocktest.Key(t)
-	lk, err := l.Acquire(ctxT(t), key)
+	lk, err := l.Acquire(dlocktest.Context(t), key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,11 +59,11 @@ func TestRegressNilContext(t *testing.T) {
 		{"Locker.List", func() error { _, err := l.List(nilCtx, ""); return err }},
 		{"Lock.Refresh", func() error { return lk.Refresh(nilCtx) }},
 		{"Guard.Eval", func() error { _, err := g.Eval(nilCtx, "res", f, "return 1", nil); return err }},
-		{"Guard.Set", func() error { return g.Set(nilCtx, "res", f, "n", "v") }},
-		{"Guard.Get", func() error { _, err := g.Get(nilCtx, "res", f, "n"); return err }},
+		{"Guard.Put", func() error { return g.Put(nilCtx, "res", f, "n", "v") }},
+		{"Guard.Get", func() error { _, _, err := g.Get(nilCtx, "res", f, "n"); return err }},
 		{"Guard.IncrBy", func() error { _, err := g.IncrBy(nilCtx, "res", f, "c", 1); return err }},
 		{"Guard.Highest", func() error { _, err := g.Highest(nilCtx, "res"); return err }},
-		{"nil-client Guard.Set", func() error { return redislock.NewGuard(nil).Set(nilCtx, "res", f, "n", "v") }},
+		{"nil-client Guard.Put", func() error { return redislock.NewGuard(nil).Put(nilCtx, "res", f, "n", "v") }},
 		{"dlock.Do", func() error {
 			return dlock.Do(nilCtx, l, key+"y", func(context.Context, *dlock.Lock) error { return nil })
 		}},

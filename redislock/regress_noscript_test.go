@@ -45,7 +45,7 @@ func TestRegressNoScriptRenewalKeepsLocks(t *testing.T) {
 		for g := 0; g < 16; g++ {
 			wg.Go(func() {
 				for i := g; i < n; i += 16 {
-					lk, err := l.Acquire(ctxT(t), fmt.Sprintf("%s.%d", base, i), dlock.WithTTL(ttl))
+					lk, err := l.Acquire(dlocktest.Context(t), fmt.Sprintf("%s.%d", base, i), dlock.WithTTL(ttl))
 					if err != nil {
 						t.Error(err)
 						return

@@ -29,11 +29,11 @@ func TestRegressReleaseRetryAfterTwoHandovers(t *testing.T) {
 	key := dlocktest.Key(t)
 
 	// Warm up: the scripts are cached, so the lost reply is the release's.
-	w, err := l.Acquire(ctxT(t), key)
+	w, err := l.Acquire(dlocktest.Context(t), key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Release(ctxT(t)); err != nil {
+	if err := w.Release(dlocktest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	admin := newClient(t, srv)
@@ -42,10 +42,10 @@ func TestRegressReleaseRetryAfterTwoHandovers(t *testing.T) {
 	// random backoff; if the resend got through before the link was cut,
 	// the reply was not lost: try again (bounded).
 	for round := 0; ; round++ {
-		if lk, err = l.Acquire(ctxT(t), key); err != nil {
+		if lk, err = l.Acquire(dlocktest.Context(t), key); err != nil {
 			t.Fatal(err)
 		}
-		err1 := loseReleaseReply(p, admin, l.LockKey(key), func() error { return lk.Release(ctxT(t)) })
+		err1 := loseReleaseReply(p, admin, l.LockKey(key), func() error { return lk.Release(dlocktest.Context(t)) })
 		t.Logf("first Release: %v", err1)
 		if err1 != nil {
 			break
@@ -56,16 +56,16 @@ func TestRegressReleaseRetryAfterTwoHandovers(t *testing.T) {
 	}
 	// The release did take effect: the key is free. Two hand-overs.
 	for i := 0; i < 2; i++ {
-		o, err := other.TryAcquire(ctxT(t), key)
+		o, err := other.TryAcquire(dlocktest.Context(t), key)
 		if err != nil {
 			t.Fatalf("hand-over %d: %v", i, err)
 		}
 		t.Logf("hand-over %d: token %d (ours was %d)", i, o.Token(), lk.Token())
-		if err := o.Release(ctxT(t)); err != nil {
+		if err := o.Release(dlocktest.Context(t)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	err2 := lk.Release(ctxT(t))
+	err2 := lk.Release(dlocktest.Context(t))
 	if errors.Is(err2, dlock.ErrLockLost) || errors.Is(err2, dlock.ErrNotHeld) {
 		t.Fatalf("retried Release of a lock we released cleanly reports it lost: %v", err2)
 	}

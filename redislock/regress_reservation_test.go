@@ -33,13 +33,13 @@ func TestRegressReservationReportedAsHolder(t *testing.T) {
 	// that (a slow machine), it gets the key; then try again (bounded).
 	for round := 0; ; round++ {
 		key := dlocktest.Key(t)
-		lk, err := l1.Acquire(ctxT(t), key)
+		lk, err := l1.Acquire(dlocktest.Context(t), key)
 		if err != nil {
 			t.Fatal(err)
 		}
 		waiting := make(chan error, 1)
 		go func() {
-			w, err := l2.Acquire(ctxT(t), key)
+			w, err := l2.Acquire(dlocktest.Context(t), key)
 			if err == nil {
 				err = w.Release(context.Background())
 			}
@@ -52,14 +52,14 @@ func TestRegressReservationReportedAsHolder(t *testing.T) {
 			t.Fatal(ids, err)
 		}
 		px.Stall() // the waiter's host hangs: the key stays reserved
-		if err := lk.Release(ctxT(t)); err != nil {
+		if err := lk.Release(dlocktest.Context(t)); err != nil {
 			t.Fatal(err)
 		}
-		o, err := l3.TryAcquire(ctxT(t), key)
+		o, err := l3.TryAcquire(dlocktest.Context(t), key)
 		px.Heal()
 		if err == nil {
 			t.Logf("round %d: the reservation ended before the TryAcquire", round)
-			if err := o.Release(ctxT(t)); err != nil {
+			if err := o.Release(dlocktest.Context(t)); err != nil {
 				t.Fatal(err)
 			}
 			if err := <-waiting; err != nil {
@@ -78,11 +78,15 @@ func TestRegressReservationReportedAsHolder(t *testing.T) {
 		if !errors.As(err, &na) {
 			t.Fatalf("TryAcquire of a reserved key = %v, want a *dlock.NotAcquiredError", err)
 		}
-		if na.Holder != "" || na.Metadata[redislock.MetaReservedForWaiter] != ids[0] {
-			t.Fatalf("TryAcquire of a key reserved for waiter %s: holder %q, metadata %v", ids[0], na.Holder, na.Metadata)
+		if len(na.Holders) != 1 {
+			t.Fatalf("TryAcquire of a key reserved for waiter %s: holders %+v, want one (the reservation)", ids[0], na.Holders)
 		}
-		if na.TTL <= 0 || na.TTL > 100*time.Millisecond {
-			t.Fatalf("TTL %v, want the reservation left, within (0, 100ms]", na.TTL)
+		h := na.Holders[0]
+		if h.Owner != "" || h.Metadata[redislock.MetaReservedForWaiter] != ids[0] {
+			t.Fatalf("TryAcquire of a key reserved for waiter %s: holder %q, metadata %v", ids[0], h.Owner, h.Metadata)
+		}
+		if h.TTL <= 0 || h.TTL > 100*time.Millisecond {
+			t.Fatalf("TTL %v, want the reservation left, within (0, 100ms]", h.TTL)
 		}
 		if msg := err.Error(); !strings.Contains(msg, "reserved it for waiter "+ids[0]) {
 			t.Fatalf("message %q does not name the reservation", msg)

@@ -27,14 +27,14 @@ func TestRegressDepartedWaitersStayQueued(t *testing.T) {
 	admin := newClient(t, srv)
 	holder := redislock.New(newClient(t, srv))
 	key := dlocktest.Key(t)
-	h, err := holder.Acquire(ctxT(t), key)
+	h, err := holder.Acquire(dlocktest.Context(t), key)
 	if err != nil {
 		t.Fatal(err)
 	}
 	queue := holder.LockKey(key) + ":waiters"
 	l := redislock.New(newClient(t, srv))
 	for i := 0; i < 20; i++ {
-		ctx, cancel := context.WithCancel(ctxT(t))
+		ctx, cancel := context.WithCancel(dlocktest.Context(t))
 		got := make(chan error, 1)
 		go func() {
 			_, err := l.Acquire(ctx, key)
@@ -56,7 +56,7 @@ func TestRegressDepartedWaitersStayQueued(t *testing.T) {
 	// for it.
 	got := make(chan error, 1)
 	go func() {
-		lk, err := l.Acquire(ctxT(t), key)
+		lk, err := l.Acquire(dlocktest.Context(t), key)
 		if err == nil {
 			lk.Release(context.Background())
 		}

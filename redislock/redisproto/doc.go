@@ -101,9 +101,10 @@
 // token.
 //
 // Under the same prefix, redislock's Guard keeps keys of its own, outside
-// this layout: "P:guard:{R}" holds "<token>|<owner>", the highest fence
-// resource R accepted (no expiry), and "P:data:{R}:<name>" the guarded
-// data (see redislock.Guard). List reads lock keys only.
+// this layout: "P:guard:{R}" holds "<token>|<owner>", the highest
+// exclusive fence resource R accepted (no expiry), and "P:guard:{R}",
+// a NUL byte and <name> the value kept under name (see redislock.Guard;
+// R is encoded as HashTag encodes lock keys). List reads lock keys only.
 //
 // # Scripts
 //

@@ -1,0 +1,181 @@
+package redislock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/background"
+	"github.com/dlock-go/dlock/redislock/redisproto"
+)
+
+// backend is the driver the Locker's Engine runs: one Redis deployment
+// speaking the protocol of package redisproto.
+type backend struct {
+	node    *redisproto.Node
+	waiters redisproto.Waiters
+}
+
+var (
+	_ driver.Driver       = (*backend)(nil)
+	_ driver.Aborter      = (*backend)(nil)
+	_ driver.Watcher      = (*backend)(nil)
+	_ driver.BatchRenewer = (*backend)(nil)
+	_ driver.WaitIDer     = (*subscription)(nil)
+)
+
+// Spec implements driver.Driver: exclusive locks only.
+func (b *backend) Spec() driver.Spec {
+	return driver.Spec{Name: "redis", MinTTL: MinTTL}
+}
+
+// Try implements driver.Driver: one acquire script. A held key (or one
+// reserved for a woken waiter) is a *dlock.NotAcquiredError naming the
+// holder; a failed request is returned as is, and the Engine aborts it.
+func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	meta, err := redisproto.EncodeMetadata(req.Metadata)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	defer b.waiters.Begin(req.WaitID)() // may queue the waiter
+	o, err := b.node.Acquire(ctx, req.Key, req.Owner, req.TTL, meta, req.WaitID)
+	if err != nil {
+		return driver.Grant{}, fmt.Errorf("dlock: redis acquire %q: %w", req.Key, err)
+	}
+	if o.Granted {
+		return driver.Grant{Lease: &lease{b: b, key: req.Key, owner: req.Owner, token: o.Token}, Token: o.Token}, nil
+	}
+	na := &dlock.NotAcquiredError{Key: req.Key, Holders: []dlock.Holder{{
+		Owner:    o.Holder.Owner,
+		Token:    o.Holder.Token,
+		Metadata: o.Holder.Metadata,
+		TTL:      o.PTTL,
+		Mode:     dlock.Exclusive,
+	}}}
+	if o.ReservedFor != "" {
+		na.Cause = reservedError(o.ReservedFor)
+	}
+	return driver.Grant{}, na
+}
+
+// reservedError explains a NotAcquiredError for a key that nobody holds
+// but that a release reserved for the waiter it woke.
+func reservedError(id string) error {
+	return fmt.Errorf("nobody holds it: the last release reserved it for waiter %s, which it woke (a hand-over in progress)", id)
+}
+
+// Abort implements driver.Aborter: delete the lease if the lost reply had
+// granted it.
+func (b *backend) Abort(ctx context.Context, req *driver.Request) error {
+	return (&lease{b: b, key: req.Key, owner: req.Owner}).Release(ctx)
+}
+
+// Watch implements driver.Watcher: the waiter listens on a channel of its
+// own; its failed attempts queue it, and each release wakes the first
+// queued waiter still listening, so one waiter retries, not all. Closing
+// the subscription (Acquire returned) removes the waiter from the queue in
+// the background, once none of its attempts is in flight.
+func (b *backend) Watch(ctx context.Context, key string) (driver.Subscription, error) {
+	id := dlock.NewOwner()[:16]
+	s, err := b.node.Watch(ctx, key, id)
+	if err != nil {
+		return nil, err
+	}
+	return &subscription{Subscription: s, w: b.waiters.Add(key, id, b.node), id: id}, nil
+}
+
+// subscription is a waiter's: driver.Subscription and driver.WaitIDer.
+type subscription struct {
+	*redisproto.Subscription
+	w  *redisproto.Waiter
+	id string
+}
+
+// WaitID implements driver.WaitIDer.
+func (s *subscription) WaitID() string { return s.id }
+
+// Close ends the subscription and dequeues the waiter; it never waits on
+// the network.
+func (s *subscription) Close() {
+	s.Subscription.Close()
+	s.w.Leave()
+}
+
+// RefreshBatch implements driver.BatchRenewer: one pipeline of
+// compare-and-pexpire scripts per server (on a Cluster, per master, the
+// masters concurrently), each renewal reported as soon as its server
+// answered. It returns when all are reported or ctx is done, whichever
+// comes first: a hung server holds up neither the other servers' renewals
+// nor the watchdog (the pipelines left behind end with the client's
+// timeouts; their results are dropped).
+func (b *backend) RefreshBatch(ctx context.Context, rs []driver.Renewal, done func(int, error)) {
+	batch := make([]redisproto.Renewal, len(rs))
+	leases := make([]*lease, len(rs))
+	for i, r := range rs {
+		l := r.Lease.(*lease)
+		leases[i] = l
+		batch[i] = redisproto.Renewal{Key: l.key, Owner: l.owner, TTL: r.TTL}
+	}
+	var (
+		mu     sync.Mutex
+		closed bool
+		left   = len(rs)
+		all    = make(chan struct{})
+	)
+	if left == 0 {
+		return
+	}
+	report := func(i int, held bool, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if closed {
+			return // RefreshBatch returned: too late
+		}
+		done(i, leases[i].result("refresh", held, err))
+		if left--; left == 0 {
+			close(all)
+		}
+	}
+	background.Go(func() { b.node.RefreshBatch(ctx, batch, report) })
+	select {
+	case <-all:
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	closed = true
+	mu.Unlock()
+}
+
+// lease is one holder's lease: driver.Lease.
+type lease struct {
+	b          *backend
+	key, owner string
+	token      uint64 // 0 when unknown (Abort)
+}
+
+func (l *lease) result(op string, held bool, err error) error {
+	switch {
+	case err != nil:
+		return fmt.Errorf("dlock: redis %s %q: %w", op, l.key, err)
+	case !held:
+		return fmt.Errorf("%w: redis key %s no longer holds owner %s", dlock.ErrNotHeld, l.b.node.LockKey(l.key), l.owner)
+	}
+	return nil
+}
+
+// Refresh implements driver.Lease (compare-and-pexpire).
+func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
+	held, err := l.b.node.Refresh(ctx, l.key, l.owner, ttl)
+	return l.result("refresh", held, err)
+}
+
+// Release implements driver.Lease (compare-and-replace with the release
+// marker, then publish). A release that already took effect (a retry
+// after a lost reply or an error) succeeds again.
+func (l *lease) Release(ctx context.Context) error {
+	held, err := l.b.node.Release(ctx, l.key, l.owner, l.token, FenceRetention)
+	return l.result("release", held, err)
+}

@@ -1,0 +1,71 @@
+package redislock
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/redislock/redisproto"
+)
+
+// List implements dlock.Lister: the locks currently held whose key starts
+// with prefix, sorted by key, each with its one holder (owner, token,
+// metadata, time left on the lease) and the number of waiters in its
+// queue. It scans the keyspace (SCAN, on every master of a Cluster), then
+// reads the queues' sizes in one pipeline: it is meant for operators
+// (dlock ls), not for hot paths. A queue may still count, for up to a
+// minute, a waiter that left while its link failed. List returns by ctx's
+// deadline even when the server does not answer (an error wrapping
+// dlock.ErrUnavailable).
+func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) {
+	if err := l.e.Check(ctx); err != nil {
+		return nil, err
+	}
+	infos, err, abandoned := redisproto.Await(ctx, func(ctx context.Context) ([]dlock.Info, error) {
+		return l.b.list(ctx, prefix)
+	})
+	switch {
+	case abandoned:
+		return nil, fmt.Errorf("%w: redis list: no answer before the context ended: %w", dlock.ErrUnavailable, err)
+	case err != nil:
+		return nil, fmt.Errorf("dlock: redis list: %w", err)
+	}
+	return infos, nil
+}
+
+func (b *backend) list(ctx context.Context, prefix string) ([]dlock.Info, error) {
+	held, err := b.node.List(ctx, prefix)
+	if err != nil || len(held) == 0 {
+		return nil, err
+	}
+	slices.SortFunc(held, func(a, b redisproto.Info) int { return cmp.Compare(a.Key, b.Key) })
+	cards := make([]*redis.IntCmd, len(held))
+	if _, err := b.node.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, in := range held {
+			cards[i] = p.ZCard(ctx, b.node.WaitersKey(in.Key))
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	out := make([]dlock.Info, len(held))
+	for i, in := range held {
+		out[i] = dlock.Info{
+			Key:  in.Key,
+			Mode: dlock.Exclusive,
+			Holders: []dlock.Holder{{
+				Owner:    in.Owner,
+				Token:    in.Token,
+				Metadata: in.Metadata,
+				TTL:      in.TTL,
+				Mode:     dlock.Exclusive,
+			}},
+			Waiters: int(cards[i].Val()),
+		}
+	}
+	return out, nil
+}

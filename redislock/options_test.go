@@ -1,0 +1,74 @@
+package redislock_test
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/redislock"
+)
+
+type events struct {
+	mu sync.Mutex
+	ev []dlock.Event
+}
+
+func (e *events) Observe(ev dlock.Event) {
+	e.mu.Lock()
+	e.ev = append(e.ev, ev)
+	e.mu.Unlock()
+}
+
+func (e *events) kinds() map[dlock.EventKind]string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	m := map[dlock.EventKind]string{}
+	for _, ev := range e.ev {
+		m[ev.Kind] = ev.Backend
+	}
+	return m
+}
+
+// New's option list reaches both redislock (WithPrefix) and the core
+// (dlock.WithObserver, nil options skipped); the modes redislock does not
+// offer are refused by name.
+func TestOptions(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	c := newClient(t, srv)
+	var rec events
+	l := redislock.New(c, nil, redislock.WithPrefix("opts"), dlock.WithObserver(&rec), nil)
+	key := dlocktest.Key(t)
+	if lk := l.LockKey(key); !strings.HasPrefix(lk, "opts:{") {
+		t.Fatalf("LockKey = %q, want the prefix opts", lk)
+	}
+	ctx := dlocktest.Context(t)
+	lk, err := l.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := c.Get(ctx, l.LockKey(key)).Result(); err != nil || !strings.HasPrefix(v, lk.Owner()+"|") {
+		t.Fatalf("%s = %q, %v; want the lease", l.LockKey(key), v, err)
+	}
+	if err := lk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	k := rec.kinds()
+	for _, kind := range []dlock.EventKind{dlock.EventAcquire, dlock.EventRelease} {
+		if b, ok := k[kind]; !ok || b != "redis" {
+			t.Errorf("observer: event %v with backend %q (seen %v), want backend redis", kind, b, ok)
+		}
+	}
+	if got := redislock.New(c, redislock.WithPrefix("")).LockKey(key); !strings.HasPrefix(got, redislock.DefaultPrefix+":{") {
+		t.Errorf("WithPrefix(\"\"): LockKey = %q, want the default prefix", got)
+	}
+	for name, opt := range map[string]dlock.Option{"shared": dlock.WithShared(), "limited": dlock.WithLimit(2)} {
+		_, err := l.TryAcquire(ctx, key, opt)
+		if !errors.Is(err, dlock.ErrUnsupported) || !strings.Contains(err.Error(), name) {
+			t.Errorf("TryAcquire %s = %v, want an error wrapping dlock.ErrUnsupported naming the mode", name, err)
+		}
+	}
+}

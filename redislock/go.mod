@@ -2,7 +2,7 @@ module github.com/dlock-go/dlock/redislock
 
 go 1.26.0
 
-require github.com/dlock-go/dlock v0.0.0-00010101000000-000000000000
+require github.com/dlock-go/dlock v0.2.0
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
@@ -11,5 +11,3 @@ require (
 	go.uber.org/goleak v1.3.0
 	golang.org/x/sys v0.48.0 // indirect
 )
-
-replace github.com/dlock-go/dlock => ../

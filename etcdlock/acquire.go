@@ -1,5 +1,5 @@
-// Acquiring: Try (dlock.Backend) and Queue (dlock.Queuer) put an entry in a
-// key's queue; the holder is the entry with the lowest create revision.
+// Acquiring: Try (driver.Driver) and Queue (driver.Queuer) put an entry in
+// a key's queue; the holder is the entry with the lowest create revision.
 
 package etcdlock
 
@@ -14,34 +14,47 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/background"
 )
 
+// notAcquired is the error of an attempt that found the key held by holder
+// (nil if unknown). A holder that is not dlock's (etcdctl, a
+// concurrency.Mutex) has no owner id: it is named by its lease.
 func (b *backend) notAcquired(key string, holder *mvccpb.KeyValue, cause error) *dlock.NotAcquiredError {
 	na := &dlock.NotAcquiredError{Key: key, Cause: cause}
 	if holder != nil {
-		v := parseValue(holder.Value)
-		na.Holder, na.Metadata = v.Owner, v.Metadata
-		if na.Holder == "" {
-			na.Holder = "lease " + strconv.FormatInt(holder.Lease, 16)
-		}
+		na.Holders = []dlock.Holder{holderOf(holder)}
 	}
 	return na
 }
 
-// Try implements dlock.Backend in one transaction: put this attempt's
+// holderOf describes the queue entry kv as a holder (TTL unknown: zero).
+func holderOf(kv *mvccpb.KeyValue) dlock.Holder {
+	v := parseValue(kv.Value)
+	h := dlock.Holder{Owner: v.Owner, Token: uint64(kv.CreateRevision), Metadata: v.Metadata, Mode: dlock.Exclusive}
+	if h.Owner == "" {
+		h.Owner = "lease " + strconv.FormatInt(kv.Lease, 16)
+	}
+	return h
+}
+
+// grant is the Grant of a held entry whose lock counts from start: its TTL
+// is the lease's, as etcd applied it.
+func (e *entry) grant(start time.Time) driver.Grant {
+	return driver.Grant{Lease: e, Token: uint64(e.rev), TTL: e.s.ttl, Start: start}
+}
+
+// Try implements driver.Driver in one transaction: put this attempt's
 // entry only if the queue is empty, else read its head (the holder).
 // Nothing is left behind when the key is held.
-func (b *backend) Try(ctx context.Context, req *dlock.Request) (dlock.Grant, error) {
-	if err := b.check(); err != nil {
-		return dlock.Grant{}, err
-	}
+func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, error) {
 	b.sweepKey(ctx, req.Key)
 	pfx := b.queuePrefix(req.Key)
 	for attempt := 0; ; attempt++ {
 		e, start, err := b.newEntry(ctx, req, nil)
 		if err != nil {
-			return dlock.Grant{}, err
+			return driver.Grant{}, err
 		}
 		rctx, cancel := b.rpc(ctx)
 		resp, err := b.client.Txn(rctx).
@@ -55,7 +68,7 @@ func (b *backend) Try(ctx context.Context, req *dlock.Request) (dlock.Grant, err
 				continue
 			}
 			b.unknown(e)
-			return dlock.Grant{}, fmt.Errorf("dlock: etcd acquire %q: %w", req.Key, err)
+			return driver.Grant{}, fmt.Errorf("dlock: etcd acquire %q: %w", req.Key, err)
 		}
 		if !resp.Succeeded {
 			b.gone(e) // nothing was put
@@ -63,16 +76,16 @@ func (b *backend) Try(ctx context.Context, req *dlock.Request) (dlock.Grant, err
 			if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
 				holder = kvs[0]
 			}
-			return dlock.Grant{}, b.notAcquired(req.Key, holder, nil)
+			return driver.Grant{}, b.notAcquired(req.Key, holder, nil)
 		}
 		e.rev = resp.Header.Revision
-		return dlock.Grant{Lease: e, Token: uint64(e.rev), Start: start}, nil
+		return e.grant(start), nil
 	}
 }
 
 // enqueue puts this attempt's entry in the queue and reports whether it is
 // first, with the first entry when it is not.
-func (b *backend) enqueue(ctx context.Context, req *dlock.Request, peek func()) (*entry, bool, *mvccpb.KeyValue, time.Time, error) {
+func (b *backend) enqueue(ctx context.Context, req *driver.Request, peek func()) (*entry, bool, *mvccpb.KeyValue, time.Time, error) {
 	pfx := b.queuePrefix(req.Key)
 	for attempt := 0; ; attempt++ {
 		e, start, err := b.newEntry(ctx, req, peek)
@@ -122,16 +135,13 @@ func (b *backend) enqueue(ctx context.Context, req *dlock.Request, peek func()) 
 	}
 }
 
-// Queue implements dlock.Queuer: wait in key's FIFO queue, watching only
+// Queue implements driver.Queuer: wait in key's FIFO queue, watching only
 // the entry just ahead (no herd), keeping the lease alive meanwhile. When
 // ctx ends while etcd keeps answering, it returns at once a
 // *dlock.NotAcquiredError naming the holder (the queue entry is removed in
 // the background); when a request fails, or etcd stopped answering, it
 // returns that error.
-func (b *backend) Queue(ctx context.Context, req *dlock.Request) (dlock.Grant, error) {
-	if err := b.check(); err != nil {
-		return dlock.Grant{}, err
-	}
+func (b *backend) Queue(ctx context.Context, req *driver.Request) (driver.Grant, error) {
 	b.sweepKey(ctx, req.Key)
 	sent := time.Now()
 	// A new or stale lease costs a round trip before the entry is put:
@@ -153,25 +163,25 @@ func (b *backend) Queue(ctx context.Context, req *dlock.Request) (dlock.Grant, e
 		if ctx.Err() != nil && peeked != nil {
 			select {
 			case holder := <-peeked:
-				return dlock.Grant{}, b.notAcquired(req.Key, holder, errors.Join(err, context.Cause(ctx)))
+				return driver.Grant{}, b.notAcquired(req.Key, holder, errors.Join(err, context.Cause(ctx)))
 			default:
 			}
 		}
-		return dlock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	if first {
-		return dlock.Grant{Lease: e, Token: uint64(e.rev), Start: start}, nil
+		return e.grant(start), nil
 	}
-	w := &waiter{e: e, ttl: req.Config.TTL, head: head, lastOK: sent}
+	w := &waiter{e: e, head: head, lastOK: sent}
 	start, err = w.wait(ctx)
 	if err != nil {
 		if !errors.Is(err, errWaiterLeaseExpired) {
 			e.abandon()
 		}
 		if errors.Is(err, errWaitEnded) {
-			return dlock.Grant{}, b.notAcquired(req.Key, w.head, context.Cause(ctx))
+			return driver.Grant{}, b.notAcquired(req.Key, w.head, context.Cause(ctx))
 		}
-		return dlock.Grant{}, err
+		return driver.Grant{}, err
 	}
-	return dlock.Grant{Lease: e, Token: uint64(e.rev), Start: start}, nil
+	return e.grant(start), nil
 }

@@ -1,5 +1,12 @@
 // Package etcdlock implements dlock.Locker on etcd, with leases, a FIFO
-// queue per key and the lock key's create revision as fencing token.
+// queue per key and the lock key's create revision as fencing token, and
+// a Guard that fences data kept in etcd.
+//
+// It is a driver of the dlock core (package dlock/driver) under a
+// dlock.Engine: New's options are etcdlock's own (WithPrefix,
+// WithRequestTimeout) and the core's (dlock.WithObserver). Locks are
+// exclusive: dlock.WithShared and dlock.WithLimit are refused with an
+// error wrapping dlock.ErrUnsupported. A Locker is a dlock.Lister.
 //
 // # Layout
 //
@@ -59,16 +66,19 @@
 //
 // # Leases
 //
-// Locks and waiters of one Locker that ask for the same lease TTL share a
-// lease (like a concurrency.Session), but never two entries of the same
-// key: two locks on one key through one Locker get different leases and
-// exclude each other (two concurrency.Mutex sharing a session do not).
-// Lease TTLs are whole seconds, rounded up, and etcd enforces a minimum (2s
-// by default), so the server may hold a crashed holder's entry longer than
-// the TTL, never shorter. A shared lease is reused without a round trip
-// only while it is fresh for the new lock's own TTL; otherwise it is
-// renewed first, so a lock is never handed out with less than 2/3 of its
-// TTL left.
+// Locks and waiters of one Locker that ask for the same lease TTL (in
+// whole seconds) share a lease (like a concurrency.Session), but never two
+// entries of the same key: two locks on one key through one Locker get
+// different leases and exclude each other (two concurrency.Mutex sharing a
+// session do not). Lease TTLs are whole seconds, rounded up, and etcd
+// enforces a minimum (2s by default). A lock's TTL is its lease's as etcd
+// applied it (Lock.TTL reports it: 2s for a WithTTL(300ms) lock on a
+// default server): the watchdog renews the lease every third of it and
+// Lost() closes by the end of it, counted from the start of the request
+// that last granted or renewed the lease. A shared lease is reused without
+// a round trip only while less than a third of its TTL has passed since
+// then; otherwise it is renewed first, so a lock is never handed out with
+// less than 2/3 of its TTL left.
 //
 // A lease's slot for a key is freed only when its entry is known to be
 // deleted. An entry whose delete failed (a release or a cancelled wait on
@@ -129,6 +139,26 @@
 // by dlock.DefaultReleaseTimeout. A Guard's requests are bounded by the
 // caller's context only.
 //
+// # Listing
+//
+// List (dlock.Lister) reads every queue under a prefix in one range read
+// and reports each held key, sorted, with its holder (owner, token,
+// metadata, and the time left on its lease, one TimeToLive request per
+// held key) and the number of waiters behind it.
+//
+// # Guard
+//
+// A Guard (guard.Guard) keeps, under its prefix (DefaultGuardPrefix,
+// "dlock/guard/", or WithGuardPrefix), each resource's highest accepted
+// fence at FenceKey(resource) and its named values at
+// FenceKey(resource)+"\x00"+name. Put, Get and Txn (any etcd operations)
+// are each one transaction that compares the fence key's mod revision
+// with the one just read and was decided by the rule of package guard on
+// what was read; an exclusive fence that becomes the highest is written
+// in the same transaction. A refusal runs nothing, returns a
+// *dlock.StaleTokenError and reports a dlock.EventRejected to the Observer
+// given to NewGuard with dlock.WithObserver.
+//
 // # Guarantees
 //
 // Given an etcd cluster that keeps its data, and on the dlock core's terms
@@ -139,11 +169,10 @@
 //     and of the etcdctl and concurrency.Mutex locks that share its
 //     directory (see Keys with '/' or '%'). Two locks on one key through
 //     one Locker exclude each other.
-//   - Lost() closes before etcd can expire the holder's lease: a lock
-//     counts from the start of the request that last granted or renewed
-//     its lease (from later only when its whole TTL fits in what that
-//     request bought), so it is never handed out with less than 2/3 of its
-//     TTL left, and the server-side lease is never shorter than the TTL.
+//   - Lost() closes before etcd can expire the holder's lease: a lock's
+//     TTL is the one etcd applied to its lease, and it counts from the
+//     start of the request that last granted or renewed the lease, so it
+//     is never handed out with less than 2/3 of its TTL left.
 //     An entry deleted behind the holder's back (a revoked or expired
 //     lease, an operator's delete) closes Lost() as soon as the entry's
 //     watch sees the deletion.
@@ -160,15 +189,29 @@
 //   - No later lock is handed an earlier attempt's entry (and token): an
 //     entry's slot on its lease is freed only once the entry is known to
 //     be deleted.
+//   - A Guard applies the rule of package guard: once it admitted an
+//     exclusive fence for a resource, no Guard on the same prefix admits
+//     an older one for it, for as long as the cluster keeps its data; the
+//     check, the record of the fence and the operation are one
+//     transaction. A fence key holding something that is not a fence is
+//     an error, never a reset of the resource's fences. Every Guard call
+//     returns by its context's deadline.
+//   - A nil client, or a negative WithRequestTimeout, makes every call of
+//     the Locker fail with an error (dlock.ErrNilClient,
+//     dlock.ErrInvalidOption); a Guard on a nil client fails every call
+//     with dlock.ErrNilClient. Neither panics.
 //
 // # Not guaranteed
 //
 //   - A holder paused past its lease can still act after another holder
 //     was granted the key; use the token with a Guard.
 //   - A crashed holder keeps the key for as long as its lease lives, which
-//     can be longer than the TTL: whole seconds rounded up, at least etcd's
-//     minimum lease TTL (2s by default), and etcd extends every lease when
-//     it elects a new leader.
+//     can be longer than the TTL asked for: whole seconds rounded up, at
+//     least etcd's minimum lease TTL (2s by default), and etcd extends
+//     every lease when it elects a new leader. Lock.TTL reports the lease
+//     etcd applied, not the one asked for.
+//   - Shared and counted locks (dlock.WithShared, dlock.WithLimit): they
+//     are refused with dlock.ErrUnsupported.
 //   - Exclusion with etcdctl and concurrency.Mutex locks holds only as
 //     described under Keys with '/' or '%': their locks on names inside a
 //     dlock key's directory block that key and are reported as its holder,
@@ -191,4 +234,14 @@
 //   - A Locker leaves keys and leases behind: the receipts of its most
 //     recent releases (each until its lease ends) and shared leases with
 //     no entry left (until they expire).
+//   - List is not a snapshot of the holders' leases: the TTLs are read
+//     after the queues, and a key released meanwhile is still listed.
+//   - A Guard's write abandoned at its context's deadline may still take
+//     effect (it stays fenced). Guards on different prefixes do not see
+//     each other's fences, and the guard's keys must stay out of lock
+//     queues: with the default prefixes a lock named "dlock" has the
+//     queue directory "dlock/", which holds the guard's keys and would be
+//     blocked by them. A Txn's operations must not write the guard's own
+//     keys. A Txn that keeps losing races with other writers of the same
+//     fence (16 in a row) fails with an error.
 package etcdlock

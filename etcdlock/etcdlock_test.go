@@ -29,12 +29,6 @@ func TestMain(m *testing.M) {
 	)
 }
 
-func ctxT(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), dlocktest.HangTimeout)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func newClient(t testing.TB, eps []string) *clientv3.Client {
 	c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second})
 	if err != nil {
@@ -44,13 +38,28 @@ func newClient(t testing.TB, eps []string) *clientv3.Client {
 	return c
 }
 
+// leaseOf returns the etcd lease of key's holder in l's layout, read from
+// the head of its queue through cli.
+func leaseOf(t testing.TB, cli *clientv3.Client, l *etcdlock.Locker, key string) clientv3.LeaseID {
+	t.Helper()
+	resp, err := cli.Get(dlocktest.Context(t), l.QueuePrefix(key), clientv3.WithFirstCreate()...)
+	if err != nil || len(resp.Kvs) == 0 {
+		t.Fatalf("queue of %q: %v, %v", key, resp, err)
+	}
+	return clientv3.LeaseID(resp.Kvs[0].Lease)
+}
+
 func harness(c *etcdtest.Cluster, admin *clientv3.Client) dlocktest.Harness {
 	return harnessOn(c.Endpoints(), admin)
 }
 
-// harnessOn is the conformance harness for the cluster serving eps.
+// harnessOn is the conformance harness for the cluster serving eps. Its
+// short lease is 2s: a lock's TTL is the lease etcd applies, and etcd's
+// shortest lease is 2s by default (1.5 × the election timeout, rounded up
+// to whole seconds), so a shorter TTL asked for is 2s all the same.
 func harnessOn(eps []string, admin *clientv3.Client) dlocktest.Harness {
 	return dlocktest.Harness{
+		TTL: 2 * time.Second,
 		New: func(t testing.TB) dlock.Locker { return etcdlock.New(newClient(t, eps)) },
 		Expire: func(t testing.TB, key string) {
 			pfx := etcdlock.New(admin).QueuePrefix(key)
@@ -79,7 +88,7 @@ func TestLeaderLoss(t *testing.T) {
 	eps := c.Endpoints()
 	l := etcdlock.New(newClient(t, eps))
 	key := dlocktest.Key(t)
-	lk, err := l.Acquire(ctxT(t), key, dlock.WithTTL(2*time.Second))
+	lk, err := l.Acquire(dlocktest.Context(t), key, dlock.WithTTL(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +132,7 @@ func TestInteropWithConcurrencyMutex(t *testing.T) {
 	c := etcdtest.Start(t, 1)
 	cli := newClient(t, c.Endpoints())
 	l := etcdlock.New(newClient(t, c.Endpoints()))
-	ctx := ctxT(t)
+	ctx := dlocktest.Context(t)
 	key := dlocktest.Key(t)
 
 	// etcd's Mutex holds → dlock cannot.
@@ -184,11 +193,11 @@ func TestInteropWithConcurrencyMutex(t *testing.T) {
 	}
 	defer lk.Release(ctx)
 	infos, err := l.List(ctx, key)
-	if err != nil || len(infos) != 1 || infos[0].Token != lk.Token() {
+	if err != nil || len(infos) != 1 || len(infos[0].Holders) != 1 || infos[0].Holders[0].Token != lk.Token() || infos[0].Holders[0].Owner != lk.Owner() {
 		t.Fatalf("List = %+v, %v", infos, err)
 	}
 	resp, err := cli.Get(ctx, key+"/", clientv3.WithPrefix())
-	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Key) != key+"/"+strconv.FormatInt(infos[0].Lease, 16) {
+	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Lease == 0 || string(resp.Kvs[0].Key) != key+"/"+strconv.FormatInt(resp.Kvs[0].Lease, 16) {
 		t.Fatalf("layout: %v %v", resp.Kvs, err)
 	}
 	if resp.Kvs[0].CreateRevision != int64(lk.Token()) {
@@ -199,7 +208,7 @@ func TestInteropWithConcurrencyMutex(t *testing.T) {
 func TestSameClientTwoLocksExclude(t *testing.T) {
 	c := etcdtest.Start(t, 1)
 	l := etcdlock.New(newClient(t, c.Endpoints()))
-	ctx := ctxT(t)
+	ctx := dlocktest.Context(t)
 	key := dlocktest.Key(t)
 	a, err := l.Acquire(ctx, key)
 	if err != nil {
@@ -235,15 +244,15 @@ func TestLeaseRevokedBehindBack(t *testing.T) {
 	admin := newClient(t, c.Endpoints())
 	l := etcdlock.New(newClient(t, c.Endpoints()))
 	key := dlocktest.Key(t)
-	lk, err := l.Acquire(ctxT(t), key, dlock.WithTTL(time.Second))
+	lk, err := l.Acquire(dlocktest.Context(t), key, dlock.WithTTL(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	infos, err := l.List(ctxT(t), key)
+	infos, err := l.List(dlocktest.Context(t), key)
 	if err != nil || len(infos) != 1 {
 		t.Fatal(infos, err)
 	}
-	if _, err := admin.Revoke(ctxT(t), clientv3.LeaseID(infos[0].Lease)); err != nil {
+	if _, err := admin.Revoke(dlocktest.Context(t), leaseOf(t, admin, l, key)); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -255,33 +264,33 @@ func TestLeaseRevokedBehindBack(t *testing.T) {
 		t.Fatalf("Err() = %v", lk.Err())
 	}
 	// The Locker recovers: a new lease for the next lock.
-	lk2, err := l.Acquire(ctxT(t), key)
+	lk2, err := l.Acquire(dlocktest.Context(t), key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lk2.Release(ctxT(t))
+	lk2.Release(dlocktest.Context(t))
 }
 
 func TestWaiterLeaseExpiredStopsWaiting(t *testing.T) {
 	c := etcdtest.Start(t, 1)
 	admin := newClient(t, c.Endpoints())
 	key := dlocktest.Key(t)
-	holder, err := etcdlock.New(newClient(t, c.Endpoints())).Acquire(ctxT(t), key)
+	holder, err := etcdlock.New(newClient(t, c.Endpoints())).Acquire(dlocktest.Context(t), key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer holder.Release(ctxT(t))
+	defer holder.Release(dlocktest.Context(t))
 	waiter := etcdlock.New(newClient(t, c.Endpoints()))
 	errc := make(chan error, 1)
 	go func() {
-		_, err := waiter.Acquire(ctxT(t), key, dlock.WithTTL(time.Second))
+		_, err := waiter.Acquire(dlocktest.Context(t), key, dlock.WithTTL(time.Second))
 		errc <- err
 	}()
 	// Find the waiter's entry (the second in the queue) and revoke its lease.
 	var lease int64
 	deadline := time.Now().Add(dlocktest.HangTimeout)
 	for lease == 0 {
-		resp, err := admin.Get(ctxT(t), key+"/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+		resp, err := admin.Get(dlocktest.Context(t), key+"/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -293,7 +302,7 @@ func TestWaiterLeaseExpiredStopsWaiting(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	if _, err := admin.Revoke(ctxT(t), clientv3.LeaseID(lease)); err != nil {
+	if _, err := admin.Revoke(dlocktest.Context(t), clientv3.LeaseID(lease)); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -310,7 +319,7 @@ func TestFIFO(t *testing.T) {
 	c := etcdtest.Start(t, 1)
 	admin := newClient(t, c.Endpoints())
 	key := dlocktest.Key(t)
-	holder, err := etcdlock.New(newClient(t, c.Endpoints())).Acquire(ctxT(t), key)
+	holder, err := etcdlock.New(newClient(t, c.Endpoints())).Acquire(dlocktest.Context(t), key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,7 +334,7 @@ func TestFIFO(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			lk, err := l.Acquire(ctxT(t), key)
+			lk, err := l.Acquire(dlocktest.Context(t), key)
 			if err != nil {
 				t.Error(err)
 				return
@@ -333,12 +342,12 @@ func TestFIFO(t *testing.T) {
 			mu.Lock()
 			order = append(order, i)
 			mu.Unlock()
-			lk.Release(ctxT(t))
+			lk.Release(dlocktest.Context(t))
 		}()
 		// Wait until waiter i is queued before starting the next.
 		deadline := time.Now().Add(dlocktest.HangTimeout)
 		for {
-			resp, err := admin.Get(ctxT(t), key+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+			resp, err := admin.Get(dlocktest.Context(t), key+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -351,7 +360,7 @@ func TestFIFO(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	holder.Release(ctxT(t))
+	holder.Release(dlocktest.Context(t))
 	wg.Wait()
 	for i, got := range order {
 		if got != i {
@@ -360,67 +369,12 @@ func TestFIFO(t *testing.T) {
 	}
 }
 
-func TestGuard(t *testing.T) {
-	c := etcdtest.Start(t, 1)
-	cli := newClient(t, c.Endpoints())
-	g := etcdlock.NewGuard(cli, "")
-	ctx := ctxT(t)
-	res := dlocktest.Key(t)
-	a := dlock.Fence{Token: 5, Owner: "a"}
-	if err := g.Put(ctx, res, a, "data/"+res, "1"); err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Put(ctx, res, a, "data/"+res, "2"); err != nil {
-		t.Fatalf("same owner, same token: %v", err)
-	}
-	if err := g.Put(ctx, res, dlock.Fence{Token: 5, Owner: "b"}, "data/"+res, "x"); !errors.Is(err, dlock.ErrStaleToken) {
-		t.Fatalf("same token, other owner: %v", err)
-	}
-	b := dlock.Fence{Token: 9, Owner: "b"}
-	if v, ok, err := g.Get(ctx, res, b, "data/"+res); err != nil || !ok || v != "2" {
-		t.Fatalf("fenced read: %q %v %v", v, ok, err)
-	}
-	if err := g.Put(ctx, res, a, "data/"+res, "late"); !errors.Is(err, dlock.ErrStaleToken) {
-		t.Fatalf("write after a newer fenced read: %v", err)
-	}
-	if hi, err := g.Highest(ctx, res); err != nil || hi != b {
-		t.Fatalf("Highest = %+v %v", hi, err)
-	}
-	// Concurrent fenced increments with increasing tokens never interleave.
-	res = dlocktest.Key(t) // a fresh resource: lock tokens are revisions
-	l := etcdlock.New(cli)
-	var wg sync.WaitGroup
-	for i := 0; i < 4; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := 0; j < 5; j++ {
-				err := dlock.Do(ctx, l, res, func(ctx context.Context, lk *dlock.Lock) error {
-					v, _, err := g.Get(ctx, res, lk.Fence(), "n/"+res)
-					if err != nil {
-						return err
-					}
-					n := len(v)
-					return g.Put(ctx, res, lk.Fence(), "n/"+res, strings.Repeat("x", n+1))
-				})
-				if err != nil {
-					t.Error(err)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if v, _, _ := g.Get(ctx, res, dlock.Fence{Token: 1 << 62, Owner: "z"}, "n/"+res); len(v) != 20 {
-		t.Fatalf("fenced counter = %d, want 20", len(v))
-	}
-}
-
 func TestBadInput(t *testing.T) {
-	ctx := ctxT(t)
+	ctx := dlocktest.Context(t)
 	if _, err := etcdlock.New(nil).Acquire(ctx, "k"); !errors.Is(err, dlock.ErrNilClient) {
 		t.Fatalf("nil client: %v", err)
 	}
-	if err := etcdlock.NewGuard(nil, "").Put(ctx, "r", dlock.Fence{Token: 1}, "k", "v"); !errors.Is(err, dlock.ErrNilClient) {
+	if err := etcdlock.NewGuard(nil).Put(ctx, "r", dlock.Fence{Token: 1}, "k", "v"); !errors.Is(err, dlock.ErrNilClient) {
 		t.Fatalf("nil guard client: %v", err)
 	}
 	// Nothing listens there: an error within the context deadline.

@@ -1,7 +1,10 @@
+// The Guard: fenced values and fenced transactions on etcd (guard.Guard).
+
 package etcdlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -9,78 +12,143 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/guard"
 )
 
-// DefaultGuardPrefix is where guards keep fences: "<prefix><resource>".
+// DefaultGuardPrefix is where a Guard keeps its keys unless
+// WithGuardPrefix says otherwise: resource R's highest fence at
+// "dlock/guard/R" and its values under it (see Guard). It is the prefix
+// the guards of earlier versions used when given none.
 const DefaultGuardPrefix = "dlock/guard/"
 
 // maxGuardConflicts bounds the retries of a fenced transaction that lost a
 // race with another writer of the same fence.
 const maxGuardConflicts = 16
 
-// Guard fences writes (and reads) to data kept in etcd: a transaction
-// applies the caller's operations only if the fence key still holds what
-// was read and the caller's fence is admissible, recording the new fence in
-// the same transaction.
+type guardOptions struct {
+	prefix string
+}
+
+// WithGuardPrefix makes a Guard keep its keys under p (default
+// DefaultGuardPrefix; empty means the default). Guards exclude each other
+// only when they use the same prefix. The Locker ignores it.
+func WithGuardPrefix(p string) Option {
+	return driver.Setting(func(o *guardOptions) { o.prefix = p })
+}
+
+// Guard is a guard.Guard on etcd: it fences writes (and reads) to data
+// kept in etcd, applying the rule of package guard (dlock.Fence.Admit)
+// through guard.Checker.
+//
+// Per resource R it keeps, under its prefix P:
+//
+//   - P+R (FenceKey): the highest accepted fence, "<token>|<owner>";
+//   - P+R+"\x00"+name (ValueKey) for each name Put: the value as it is.
+//     Resources and names contain no NUL, so no two resource/name pairs,
+//     and no value and fence, share a key.
+//
+// Every operation is one etcd transaction that compares the fence key's
+// mod revision with the one read just before, decided by Checker.Check on
+// what was read: an admitted exclusive fence that is new is written in the
+// same transaction as the operation; a shared fence, or the recorded fence
+// again, is not written, and the transaction reads the fence key instead.
+// A transaction that lost a race with another writer of the fence reads
+// the fence again and decides again (at most 16 times). A refusal runs
+// nothing, returns a *dlock.StaleTokenError and reports a dlock.Event of
+// Kind dlock.EventRejected to the Observer given with dlock.WithObserver.
 //
 // Every method returns by its context's deadline (clientv3 bounds each
 // request by its context) with an error wrapping the context's error. A
 // write abandoned there may still take effect; it stays fenced, since the
 // fence comparison is part of the transaction.
+//
+// Keep the guard prefix apart from lock names: with the default prefix and
+// the Locker's default empty prefix, the guard's keys lie in the queue
+// directory "dlock/" of a lock named "dlock", which they would block.
 type Guard struct {
 	client *clientv3.Client
 	prefix string
+	chk    guard.Checker
+	err    error // the constructor's failure: every call returns it
 }
 
-// NewGuard returns a Guard on client keeping fences under prefix
-// (DefaultGuardPrefix if empty).
-func NewGuard(client *clientv3.Client, prefix string) *Guard {
-	if prefix == "" {
-		prefix = DefaultGuardPrefix
+var _ guard.Guard = (*Guard)(nil)
+
+// NewGuard returns a Guard on client keeping its keys under
+// DefaultGuardPrefix or WithGuardPrefix's prefix. It accepts
+// dlock.WithObserver (refusals are reported with Backend "etcd"); the
+// Locker's options are ignored. A nil client gives a Guard whose every
+// call fails with an error wrapping dlock.ErrNilClient (after the
+// argument checks of guard.Checker.Validate).
+func NewGuard(client *clientv3.Client, opts ...Option) *Guard {
+	o := guardOptions{}
+	driver.Apply(&o, opts)
+	if o.prefix == "" {
+		o.prefix = DefaultGuardPrefix
 	}
-	return &Guard{client: client, prefix: prefix}
+	g := &Guard{client: client, prefix: o.prefix, chk: guard.NewChecker("etcd", opts)}
+	if client == nil {
+		g.err = fmt.Errorf("%w: etcdlock.NewGuard was given a nil etcd client", dlock.ErrNilClient)
+	}
+	return g
 }
 
 // FenceKey is the key holding resource's highest accepted fence.
 func (g *Guard) FenceKey(resource string) string { return g.prefix + resource }
 
-func parseFence(v []byte) dlock.Fence {
-	tok, owner, _ := strings.Cut(string(v), "|")
-	t, _ := strconv.ParseUint(tok, 10, 64)
-	return dlock.Fence{Token: t, Owner: owner}
+// ValueKey is the key holding the value Put under name in resource.
+func (g *Guard) ValueKey(resource, name string) string {
+	return g.FenceKey(resource) + "\x00" + name
+}
+
+func formatFence(f dlock.Fence) string { return strconv.FormatUint(f.Token, 10) + "|" + f.Owner }
+
+// errBadFence reports a fence key whose value is not a fence.
+var errBadFence = errors.New("not a fence (delete it to reset the resource's fences)")
+
+func parseFence(v []byte) (dlock.Fence, error) {
+	tok, owner, ok := strings.Cut(string(v), "|")
+	t, err := strconv.ParseUint(tok, 10, 64)
+	if !ok || err != nil || t == 0 {
+		return dlock.Fence{}, errBadFence
+	}
+	return dlock.Fence{Token: t, Owner: owner}, nil
 }
 
 // Txn runs ops in one etcd transaction fenced by f and returns its
-// response (ops' results follow the fence write: Responses[1:]). A stale
-// fence returns a *dlock.StaleTokenError and runs nothing.
+// response: Responses[0] is the fence key's (a put when f became the
+// highest fence, a read otherwise) and ops' results follow
+// (Responses[1:]). A stale fence returns a *dlock.StaleTokenError and runs
+// nothing. ops must not write the guard's own keys.
 func (g *Guard) Txn(ctx context.Context, resource string, f dlock.Fence, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
-	if ctx == nil {
-		return nil, errNilContext
-	}
-	if g.client == nil {
-		return nil, fmt.Errorf("%w: etcdlock.NewGuard was given a nil etcd client", dlock.ErrNilClient)
-	}
-	if err := dlock.ValidateKey(resource); err != nil {
+	if err := g.chk.Validate(ctx, resource); err != nil {
 		return nil, err
 	}
+	if g.err != nil {
+		return nil, g.err
+	}
+	return g.txn(ctx, resource, f, ops)
+}
+
+func (g *Guard) txn(ctx context.Context, resource string, f dlock.Fence, ops []clientv3.Op) (*clientv3.TxnResponse, error) {
 	fk := g.FenceKey(resource)
 	for attempt := 0; attempt < maxGuardConflicts; attempt++ {
-		cur, err := g.client.Get(ctx, fk)
+		hi, modRev, err := g.read(ctx, resource)
 		if err != nil {
-			return nil, fmt.Errorf("dlock: etcd guard %q: %w", resource, err)
+			return nil, err
 		}
-		var hi dlock.Fence
-		var modRev int64
-		if len(cur.Kvs) > 0 {
-			hi, modRev = parseFence(cur.Kvs[0].Value), cur.Kvs[0].ModRevision
+		next, err := g.chk.Check(resource, hi, f)
+		if err != nil {
+			return nil, err
 		}
-		if !hi.Admits(f) {
-			return nil, &dlock.StaleTokenError{Resource: resource, Token: f.Token, Owner: f.Owner, Highest: hi.Token}
+		fenceOp := clientv3.OpGet(fk)
+		if next != hi {
+			fenceOp = clientv3.OpPut(fk, formatFence(next))
 		}
-		put := clientv3.OpPut(fk, strconv.FormatUint(f.Token, 10)+"|"+f.Owner)
 		resp, err := g.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(fk), "=", modRev)).
-			Then(append([]clientv3.Op{put}, ops...)...).
+			Then(append([]clientv3.Op{fenceOp}, ops...)...).
 			Commit()
 		if err != nil {
 			return nil, fmt.Errorf("dlock: etcd guard %q: %w", resource, err)
@@ -93,16 +161,50 @@ func (g *Guard) Txn(ctx context.Context, resource string, f dlock.Fence, ops ...
 	return nil, fmt.Errorf("dlock: etcd guard %q: fence kept changing (%d conflicts)", resource, maxGuardConflicts)
 }
 
-// Put writes key = value fenced by f.
-func (g *Guard) Put(ctx context.Context, resource string, f dlock.Fence, key, value string) error {
-	_, err := g.Txn(ctx, resource, f, clientv3.OpPut(key, value))
+// read returns resource's highest fence and its key's mod revision (zero
+// for a resource without one).
+func (g *Guard) read(ctx context.Context, resource string) (dlock.Fence, int64, error) {
+	fk := g.FenceKey(resource)
+	resp, err := g.client.Get(ctx, fk)
+	if err != nil {
+		return dlock.Fence{}, 0, fmt.Errorf("dlock: etcd guard %q: %w", resource, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return dlock.Fence{}, 0, nil
+	}
+	kv := resp.Kvs[0]
+	hi, err := parseFence(kv.Value)
+	if err != nil {
+		return dlock.Fence{}, 0, fmt.Errorf("dlock: etcd guard %q: key %q holds %q: %w", resource, fk, kv.Value, err)
+	}
+	return hi, kv.ModRevision, nil
+}
+
+// Put implements guard.Guard: it sets ValueKey(resource, name) to value in
+// one fenced transaction.
+func (g *Guard) Put(ctx context.Context, resource string, f dlock.Fence, name, value string) error {
+	if err := g.chk.Validate(ctx, resource, name); err != nil {
+		return err
+	}
+	if g.err != nil {
+		return g.err
+	}
+	_, err := g.txn(ctx, resource, f, []clientv3.Op{clientv3.OpPut(g.ValueKey(resource, name), value)})
 	return err
 }
 
-// Get reads key fenced by f (a fenced read: once it succeeds, older fences
-// can no longer write). ok is false when the key does not exist.
-func (g *Guard) Get(ctx context.Context, resource string, f dlock.Fence, key string) (value string, ok bool, err error) {
-	resp, err := g.Txn(ctx, resource, f, clientv3.OpGet(key))
+// Get implements guard.Guard: it reads ValueKey(resource, name) in one
+// fenced transaction (a fenced read: once it succeeds with an exclusive
+// fence, older fences can no longer write). ok is false when name was
+// never Put.
+func (g *Guard) Get(ctx context.Context, resource string, f dlock.Fence, name string) (value string, ok bool, err error) {
+	if err := g.chk.Validate(ctx, resource, name); err != nil {
+		return "", false, err
+	}
+	if g.err != nil {
+		return "", false, g.err
+	}
+	resp, err := g.txn(ctx, resource, f, []clientv3.Op{clientv3.OpGet(g.ValueKey(resource, name))})
 	if err != nil {
 		return "", false, err
 	}
@@ -113,20 +215,14 @@ func (g *Guard) Get(ctx context.Context, resource string, f dlock.Fence, key str
 	return string(kvs[0].Value), true, nil
 }
 
-// Highest returns the highest fence resource has accepted.
+// Highest implements guard.Guard: one read of FenceKey(resource).
 func (g *Guard) Highest(ctx context.Context, resource string) (dlock.Fence, error) {
-	if ctx == nil {
-		return dlock.Fence{}, errNilContext
+	if err := g.chk.Validate(ctx, resource); err != nil {
+		return dlock.Fence{}, err
 	}
-	if g.client == nil {
-		return dlock.Fence{}, dlock.ErrNilClient
+	if g.err != nil {
+		return dlock.Fence{}, g.err
 	}
-	resp, err := g.client.Get(ctx, g.FenceKey(resource))
-	if err != nil {
-		return dlock.Fence{}, fmt.Errorf("dlock: etcd guard %q: %w", resource, err)
-	}
-	if len(resp.Kvs) == 0 {
-		return dlock.Fence{}, nil
-	}
-	return parseFence(resp.Kvs[0].Value), nil
+	hi, _, err := g.read(ctx, resource)
+	return hi, err
 }

@@ -20,7 +20,7 @@ func TestKeyEncoding(t *testing.T) {
 	l := etcdlock.New(cli)
 	base := dlocktest.Key(t)
 	for _, k := range []string{base, base + "/a", base + "/a/b%c", base + "%2Fa"} {
-		lk, err := l.Acquire(ctxT(t), k)
+		lk, err := l.Acquire(dlocktest.Context(t), k)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -32,7 +32,7 @@ func TestKeyEncoding(t *testing.T) {
 	if got := l.QueuePrefix(base); got != base+"/" {
 		t.Fatalf("QueuePrefix of a plain key = %q, want etcd's layout %q", got, base+"/")
 	}
-	infos, err := l.List(ctxT(t), base)
+	infos, err := l.List(dlocktest.Context(t), base)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,13 +43,14 @@ func TestKeyEncoding(t *testing.T) {
 			t.Errorf("%q has %d waiters", in.Key, in.Waiters)
 		}
 	}
-	if got, want := strings.Join(names, " "), strings.Join([]string{base, base + "/a", base + "/a/b%c", base + "%2Fa"}, " "); got != want {
+	// Sorted by key ('%' sorts before '/').
+	if got, want := strings.Join(names, " "), strings.Join([]string{base, base + "%2Fa", base + "/a", base + "/a/b%c"}, " "); got != want {
 		t.Fatalf("List = %v, want %v", got, want)
 	}
-	if infos, err := l.List(ctxT(t), base+"/a/"); err != nil || len(infos) != 1 || infos[0].Key != base+"/a/b%c" {
+	if infos, err := l.List(dlocktest.Context(t), base+"/a/"); err != nil || len(infos) != 1 || infos[0].Key != base+"/a/b%c" {
 		t.Fatalf("List(%q) = %+v, %v", base+"/a/", infos, err)
 	}
-	resp, err := cli.Get(ctxT(t), base, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	resp, err := cli.Get(dlocktest.Context(t), base, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-// The held lock: an entry as a dlock.Lease, renewed (Refresh, RefreshBatch)
+// The held lock: an entry as a driver.Lease, renewed (Refresh, RefreshBatch)
 // and released. The etcd lease under it is its session (session.go).
 
 package etcdlock
@@ -12,18 +12,18 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 )
 
-// Refresh implements dlock.Lease: keep the lease alive and check the queue
+// Refresh implements driver.Lease: keep the lease alive and check the queue
 // key is still ours.
 func (e *entry) Refresh(ctx context.Context, ttl time.Duration) error {
 	var out error
-	e.b.RefreshBatch(ctx, []dlock.Renewal{{Lease: e, TTL: ttl}}, func(_ int, err error) { out = err })
+	e.b.RefreshBatch(ctx, []driver.Renewal{{Lease: e, TTL: ttl}}, func(_ int, err error) { out = err })
 	return out
 }
 
-// Release implements dlock.Lease: delete the queue key only if it still
+// Release implements driver.Lease: delete the queue key only if it still
 // has our create revision, so a retried release never deletes a newer
 // holder's key, and in the same transaction put the entry's receipt on its
 // lease. A release that finds the entry gone returns nil if its receipt is
@@ -72,17 +72,11 @@ func (e *entry) Release(ctx context.Context) error {
 	return e.notHeld("deleted before release, not by a request of this lock")
 }
 
-// RefreshBatch implements dlock.BatchRenewer: per distinct lease, one
+// RefreshBatch implements driver.BatchRenewer: per distinct lease, one
 // keep-alive and one transaction (per 128 keys) reading its entries, both
 // at once; each lease's renewals are reported as soon as both answered, so
 // a slow lease delays only its own locks.
-func (b *backend) RefreshBatch(ctx context.Context, rs []dlock.Renewal, done func(int, error)) {
-	if err := b.check(); err != nil {
-		for i := range rs {
-			done(i, err)
-		}
-		return
-	}
+func (b *backend) RefreshBatch(ctx context.Context, rs []driver.Renewal, done func(int, error)) {
 	bySession := map[*session][]int{}
 	var order []*session
 	for i, r := range rs {
@@ -100,7 +94,7 @@ func (b *backend) RefreshBatch(ctx context.Context, rs []dlock.Renewal, done fun
 }
 
 // refreshSession renews the lease s and checks the entries rs[idx] on it.
-func (b *backend) refreshSession(ctx context.Context, s *session, rs []dlock.Renewal, idx []int, done func(int, error)) {
+func (b *backend) refreshSession(ctx context.Context, s *session, rs []driver.Renewal, idx []int, done func(int, error)) {
 	ka := make(chan error, 1)
 	go func() { ka <- b.keepAlive(ctx, s) }()
 	kvs := make([]*mvccpb.KeyValue, len(idx))

@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 )
 
 // Defaults.
@@ -22,8 +23,9 @@ const (
 	DefaultPrefix = ""
 	// MinTTL is the shortest lease this backend accepts. etcd leases are
 	// whole seconds and the server enforces its own minimum (1.5 × the
-	// election timeout, 2s by default): the server-side lease may be longer
-	// than the TTL, never shorter.
+	// election timeout, 2s by default): the lease a lock gets is the one
+	// etcd applied, which may be longer than the TTL asked for, never
+	// shorter, and the lock's TTL() reports it.
 	MinTTL = dlock.MinTTL
 	// DefaultRequestTimeout bounds each request to etcd (the etcd client
 	// otherwise waits for a connection for as long as the context allows,
@@ -33,8 +35,10 @@ const (
 	maxTxnOps = 128
 )
 
-// Option configures a Locker.
-type Option func(*options)
+// Option configures a Locker or a Guard: etcdlock's own options below and
+// the core's (dlock.WithObserver). Each is applied where it is meant and
+// ignored elsewhere.
+type Option = driver.Option
 
 type options struct {
 	prefix         string
@@ -44,20 +48,37 @@ type options struct {
 // WithPrefix puts every lock under prefix (default DefaultPrefix): lock KEY
 // then lives under "<prefix>KEY/". Use the same prefix as the etcdctl or
 // concurrency.Mutex users it must exclude.
-func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
+func WithPrefix(p string) Option {
+	return driver.Setting(func(o *options) { o.prefix = p })
+}
 
 // WithRequestTimeout bounds each request to etcd (default
-// DefaultRequestTimeout), within the caller's context.
-func WithRequestTimeout(d time.Duration) Option { return func(o *options) { o.requestTimeout = d } }
+// DefaultRequestTimeout; zero means the default), within the caller's
+// context. A negative timeout makes every call of the Locker fail with an
+// error wrapping dlock.ErrInvalidOption.
+func WithRequestTimeout(d time.Duration) Option {
+	return driver.Setting(func(o *options) { o.requestTimeout = d })
+}
 
 // Locker is a lock service on an etcd cluster. It never closes the client.
 type Locker struct {
-	*dlock.Acquirer
+	e *dlock.Engine
 	b *backend
 }
 
-var _ dlock.Locker = (*Locker)(nil)
+var (
+	_ dlock.Locker        = (*Locker)(nil)
+	_ dlock.Lister        = (*Locker)(nil)
+	_ driver.Driver       = (*backend)(nil)
+	_ driver.Queuer       = (*backend)(nil)
+	_ driver.BatchRenewer = (*backend)(nil)
+	_ driver.Aborter      = (*backend)(nil)
+	_ driver.Lease        = (*entry)(nil)
+	_ driver.LossNotifier = (*entry)(nil)
+)
 
+// backend implements driver.Driver (and its optional capabilities) on an
+// etcd client.
 type backend struct {
 	client  *clientv3.Client
 	prefix  string
@@ -70,34 +91,42 @@ type backend struct {
 }
 
 // New returns a Locker on client. A nil client gives a Locker whose every
-// call fails with dlock.ErrNilClient.
+// call fails with an error wrapping dlock.ErrNilClient, and a negative
+// WithRequestTimeout one whose every call fails with an error wrapping
+// dlock.ErrInvalidOption. opts may also hold the core's options
+// (dlock.WithObserver); the Guard's (WithGuardPrefix) are ignored.
 func New(client *clientv3.Client, opts ...Option) *Locker {
 	o := options{prefix: DefaultPrefix}
-	for _, f := range opts {
-		if f != nil {
-			f(&o)
-		}
-	}
-	if o.requestTimeout <= 0 {
-		o.requestTimeout = DefaultRequestTimeout
-	}
+	driver.Apply(&o, opts)
 	b := &backend{client: client, prefix: o.prefix, timeout: o.requestTimeout,
 		sessions: map[int64][]*session{}, orphans: map[*entry]struct{}{}, spent: map[string]struct{}{}}
-	return &Locker{Acquirer: dlock.NewAcquirer(b, MinTTL), b: b}
+	switch {
+	case client == nil:
+		return &Locker{e: dlock.FailedEngine(fmt.Errorf("%w: etcdlock.New was given a nil etcd client", dlock.ErrNilClient)), b: b}
+	case o.requestTimeout < 0:
+		return &Locker{e: dlock.FailedEngine(fmt.Errorf("%w: etcdlock: negative request timeout %v", dlock.ErrInvalidOption, o.requestTimeout)), b: b}
+	case o.requestTimeout == 0:
+		b.timeout = DefaultRequestTimeout
+	}
+	return &Locker{e: dlock.NewEngine(b, opts...), b: b}
 }
 
-// errNilContext is returned by the entry points that take a context (List
-// and the Guard's methods) for a nil one, like dlock's Acquire does.
-var errNilContext = fmt.Errorf("%w: etcdlock: nil context", dlock.ErrInvalidOption)
+// Acquire implements dlock.Locker.
+func (l *Locker) Acquire(ctx context.Context, key string, opts ...dlock.Option) (*dlock.Lock, error) {
+	return l.e.Acquire(ctx, key, opts...)
+}
+
+// TryAcquire implements dlock.Locker.
+func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...dlock.Option) (*dlock.Lock, error) {
+	return l.e.TryAcquire(ctx, key, opts...)
+}
+
+// Spec implements driver.Driver: exclusive locks only.
+func (b *backend) Spec() driver.Spec {
+	return driver.Spec{Name: "etcd", MinTTL: MinTTL}
+}
 
 // rpc bounds one request by the request timeout.
 func (b *backend) rpc(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, b.timeout)
-}
-
-func (b *backend) check() error {
-	if b.client == nil {
-		return fmt.Errorf("%w: etcdlock.New was given a nil etcd client", dlock.ErrNilClient)
-	}
-	return nil
 }

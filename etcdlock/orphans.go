@@ -1,7 +1,7 @@
 // Orphans: entries nobody uses any more that may still exist on the server
 // (a failed delete, a create with an unknown outcome, an abandoned wait),
 // and their deletes (sweep), retried before the next attempt on the key and
-// after each keep-alive of their lease; Abort (dlock.Aborter).
+// after each keep-alive of their lease; Abort (driver.Aborter).
 
 package etcdlock
 
@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/background"
 )
 
@@ -146,13 +147,10 @@ func (b *backend) sweep(ctx context.Context, es []*entry) error {
 	return nil
 }
 
-// Abort implements dlock.Aborter: remove this owner's queue entry if the
+// Abort implements driver.Aborter: remove this owner's queue entry if the
 // request whose outcome is unknown had created it. The entry is deleted by
 // its exact value or revision, so another owner's entry is never touched.
-func (b *backend) Abort(ctx context.Context, req *dlock.Request) error {
-	if err := b.check(); err != nil {
-		return err
-	}
+func (b *backend) Abort(ctx context.Context, req *driver.Request) error {
 	b.mu.Lock()
 	var mine []*entry
 	for e := range b.orphans {

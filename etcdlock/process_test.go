@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/etcdlock/etcdtest"
 )
 
@@ -14,7 +15,7 @@ import (
 func TestProcessPauseResume(t *testing.T) {
 	p := etcdtest.StartProcess(t)
 	c := newClient(t, []string{p.ClientURL()})
-	if _, err := c.Put(ctxT(t), "k", "v1"); err != nil {
+	if _, err := c.Put(dlocktest.Context(t), "k", "v1"); err != nil {
 		t.Fatal(err)
 	}
 	get := func(ctx context.Context) (string, error) {
@@ -27,7 +28,7 @@ func TestProcessPauseResume(t *testing.T) {
 		}
 		return string(resp.Kvs[0].Value), nil
 	}
-	if v, err := get(ctxT(t)); err != nil || v != "v1" {
+	if v, err := get(dlocktest.Context(t)); err != nil || v != "v1" {
 		t.Fatalf("Get = %q, %v", v, err)
 	}
 
@@ -40,13 +41,13 @@ func TestProcessPauseResume(t *testing.T) {
 	}
 
 	p.Resume()
-	if v, err := get(ctxT(t)); err != nil || v != "v1" {
+	if v, err := get(dlocktest.Context(t)); err != nil || v != "v1" {
 		t.Fatalf("Get after Resume = %q, %v", v, err)
 	}
-	if _, err := c.Put(ctxT(t), "k", "v2"); err != nil {
+	if _, err := c.Put(dlocktest.Context(t), "k", "v2"); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := get(ctxT(t)); err != nil || v != "v2" {
+	if v, err := get(dlocktest.Context(t)); err != nil || v != "v2" {
 		t.Fatalf("Get after Put = %q, %v", v, err)
 	}
 }
@@ -56,7 +57,7 @@ func TestProcessPauseResume(t *testing.T) {
 func TestProcessStopPaused(t *testing.T) {
 	p := etcdtest.StartProcess(t)
 	c := newClient(t, []string{p.ClientURL()})
-	if _, err := c.Put(ctxT(t), "k", "v"); err != nil {
+	if _, err := c.Put(dlocktest.Context(t), "k", "v"); err != nil {
 		t.Fatal(err)
 	}
 	p.Pause()

@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/etcdlock/etcdtest"
 	"github.com/dlock-go/dlock/internal/testserver"
@@ -25,10 +26,10 @@ func TestRegressGuardReturnsByDeadlineOnStalledLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := testserver.StartProxy(t, u.Host)
-	g := etcdlock.NewGuard(newClient(t, []string{"http://" + p.Addr()}), "/guard/")
+	g := etcdlock.NewGuard(newClient(t, []string{"http://" + p.Addr()}), etcdlock.WithGuardPrefix("/guard/"))
 	t.Cleanup(p.Heal)
 	f := dlock.Fence{Token: 5, Owner: "me"}
-	if err := g.Put(ctxT(t), "res", f, "/data/x", "1"); err != nil {
+	if err := g.Put(dlocktest.Context(t), "res", f, "/data/x", "1"); err != nil {
 		t.Fatal(err)
 	}
 	p.Stall()

@@ -54,10 +54,10 @@ func TestForeignLocksOnEscapedNames(t *testing.T) {
 	} {
 		name := "dlock " + tc.dlockKey + " vs Mutex " + tc.mutexName
 		m := concurrency.NewMutex(s, tc.mutexName)
-		if err := m.TryLock(ctxT(t)); err != nil {
+		if err := m.TryLock(dlocktest.Context(t)); err != nil {
 			t.Fatalf("%s: Mutex.TryLock: %v", name, err)
 		}
-		lk, err := l.TryAcquire(ctxT(t), tc.dlockKey)
+		lk, err := l.TryAcquire(dlocktest.Context(t), tc.dlockKey)
 		switch {
 		case err == nil:
 			if tc.mutexBlocksDlock {
@@ -71,21 +71,21 @@ func TestForeignLocksOnEscapedNames(t *testing.T) {
 		default:
 			t.Fatalf("%s: TryAcquire: %v", name, err)
 		}
-		if err := m.Unlock(ctxT(t)); err != nil {
+		if err := m.Unlock(dlocktest.Context(t)); err != nil {
 			t.Fatal(err)
 		}
 
-		lk, err = l.TryAcquire(ctxT(t), tc.dlockKey)
+		lk, err = l.TryAcquire(dlocktest.Context(t), tc.dlockKey)
 		if err != nil {
 			t.Fatalf("%s: TryAcquire with no Mutex held: %v", name, err)
 		}
 		m = concurrency.NewMutex(s, tc.mutexName)
-		switch err := m.TryLock(ctxT(t)); {
+		switch err := m.TryLock(dlocktest.Context(t)); {
 		case err == nil:
 			if tc.dlockBlocksMutex {
 				t.Errorf("%s: dlock does not block the Mutex", name)
 			}
-			m.Unlock(ctxT(t))
+			m.Unlock(dlocktest.Context(t))
 		case errors.Is(err, concurrency.ErrLocked):
 			if !tc.dlockBlocksMutex {
 				t.Errorf("%s: dlock blocks the Mutex", name)
@@ -93,7 +93,7 @@ func TestForeignLocksOnEscapedNames(t *testing.T) {
 		default:
 			t.Fatalf("%s: Mutex.TryLock: %v", name, err)
 		}
-		if err := lk.Release(ctxT(t)); err != nil {
+		if err := lk.Release(dlocktest.Context(t)); err != nil {
 			t.Fatal(err)
 		}
 	}

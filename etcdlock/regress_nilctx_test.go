@@ -21,9 +21,9 @@ func TestRegressNilContext(t *testing.T) {
 	c := etcdtest.Start(t, 1)
 	cl := newClient(t, c.Endpoints())
 	l := etcdlock.New(cl)
-	g := etcdlock.NewGuard(cl, "/guard/")
+	g := etcdlock.NewGuard(cl, etcdlock.WithGuardPrefix("/guard/"))
 	key := dlocktest.Key(t)
-	lk, err := l.Acquire(ctxT(t), key)
+	lk, err := l.Acquire(dlocktest.Context(t), key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,9 @@ func TestRegressNilContext(t *testing.T) {
 		{"Guard.Put", func() error { return g.Put(nilCtx, "r", f, "/data/k", "v") }},
 		{"Guard.Get", func() error { _, _, err := g.Get(nilCtx, "r", f, "/data/k"); return err }},
 		{"Guard.Highest", func() error { _, err := g.Highest(nilCtx, "r"); return err }},
-		{"nil-client Guard.Put", func() error { return etcdlock.NewGuard(nil, "/guard/").Put(nilCtx, "r", f, "/data/k", "v") }},
+		{"nil-client Guard.Put", func() error {
+			return etcdlock.NewGuard(nil, etcdlock.WithGuardPrefix("/guard/")).Put(nilCtx, "r", f, "/data/k", "v")
+		}},
 	} {
 		err := func() (err error) {
 			defer func() {

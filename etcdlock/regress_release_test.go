@@ -41,29 +41,29 @@ func TestForeignDeleteDuringStallIsReportedLost(t *testing.T) {
 	l := etcdlock.New(newClient(t, []string{"http://" + proxy.Addr()}))
 	other := etcdlock.New(admin)
 	key := dlocktest.Key(t)
-	lk, err := l.Acquire(ctxT(t), key)
+	lk, err := l.Acquire(dlocktest.Context(t), key)
 	if err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond) // its own-entry watch is running
 	proxy.Stall()
 	defer proxy.Heal()
-	if _, err := admin.Delete(ctxT(t), l.QueuePrefix(key), clientv3.WithPrefix()); err != nil {
+	if _, err := admin.Delete(dlocktest.Context(t), l.QueuePrefix(key), clientv3.WithPrefix()); err != nil {
 		t.Fatal(err)
 	}
-	o, err := other.TryAcquire(ctxT(t), key)
+	o, err := other.TryAcquire(dlocktest.Context(t), key)
 	if err != nil {
 		t.Fatalf("other client: %v", err)
 	}
 	t.Logf("another client holds the key (token %d); the holder's Lost() open: %v", o.Token(), lk.Err() == nil)
-	o.Release(ctxT(t))
+	o.Release(dlocktest.Context(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 7*time.Second)
 	err1 := lk.Release(ctx)
 	cancel()
 	t.Logf("first Release (link stalled): %v", err1)
 	proxy.Heal()
 	time.Sleep(300 * time.Millisecond)
-	err2 := lk.Release(ctxT(t))
+	err2 := lk.Release(dlocktest.Context(t))
 	t.Logf("retried Release: %v", err2)
 	if !errors.Is(err2, dlock.ErrLockLost) {
 		t.Fatalf("retried Release = %v; the entry was deleted by someone else and the key held by another client while we held it: want ErrLockLost", err2)
@@ -78,21 +78,21 @@ func TestReleaseReceiptsAreNotLocksAndDoNotPileUp(t *testing.T) {
 	c := etcdtest.Start(t, 1)
 	cli := newClient(t, c.Endpoints())
 	l := etcdlock.New(newClient(t, c.Endpoints()))
-	if _, err := l.TryAcquire(ctxT(t), strings.TrimSuffix(receiptDir, "/")); !errors.Is(err, dlock.ErrInvalidKey) {
+	if _, err := l.TryAcquire(dlocktest.Context(t), strings.TrimSuffix(receiptDir, "/")); !errors.Is(err, dlock.ErrInvalidKey) {
 		t.Fatalf("TryAcquire on the receipts' directory name = %v, want ErrInvalidKey", err)
 	}
 	base := dlocktest.Key(t)
 	const n = 20
 	for i := 0; i < n; i++ {
-		lk, err := l.Acquire(ctxT(t), base)
+		lk, err := l.Acquire(dlocktest.Context(t), base)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := lk.Release(ctxT(t)); err != nil {
+		if err := lk.Release(dlocktest.Context(t)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	resp, err := cli.Get(ctxT(t), receiptDir, clientv3.WithPrefix())
+	resp, err := cli.Get(dlocktest.Context(t), receiptDir, clientv3.WithPrefix())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestReleaseReceiptsAreNotLocksAndDoNotPileUp(t *testing.T) {
 	if resp.Kvs[0].Lease == 0 {
 		t.Fatalf("receipt %q has no lease: it would outlive its lock's lease", resp.Kvs[0].Key)
 	}
-	infos, err := l.List(ctxT(t), "")
+	infos, err := l.List(dlocktest.Context(t), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,10 +121,10 @@ func TestReleaseReceiptsAreNotLocksAndDoNotPileUp(t *testing.T) {
 	}
 	defer s.Close()
 	m := concurrency.NewMutex(s, base)
-	if err := m.TryLock(ctxT(t)); err != nil {
+	if err := m.TryLock(dlocktest.Context(t)); err != nil {
 		t.Fatalf("Mutex on a released key: %v", err)
 	}
-	m.Unlock(ctxT(t))
+	m.Unlock(dlocktest.Context(t))
 }
 
 // A release whose reply is lost on a lease that this Locker retires (it
@@ -141,35 +141,35 @@ func TestLostReleaseReplyOnRevokedLease(t *testing.T) {
 			t.Skip("the lost replies never hit the intended requests (background requests took them)")
 		}
 		key, key2 := dlocktest.Key(t), dlocktest.Key(t)
-		lk, err := l.Acquire(ctxT(t), key, ttl)
+		lk, err := l.Acquire(dlocktest.Context(t), key, ttl)
 		if err != nil {
 			t.Fatal(err)
 		}
-		infos, err := l.List(ctxT(t), key)
+		infos, err := l.List(dlocktest.Context(t), key)
 		if err != nil || len(infos) != 1 {
 			t.Fatalf("List = %+v, %v", infos, err)
 		}
-		lease := clientv3.LeaseID(infos[0].Lease)
+		lease := leaseOf(t, admin, l, key)
 		time.Sleep(300 * time.Millisecond) // its own-entry watch is set up
 		p.LoseNextReply()
-		lk2, err := l.TryAcquire(ctxT(t), key2, ttl) // same TTL: same lease
+		lk2, err := l.TryAcquire(dlocktest.Context(t), key2, ttl) // same TTL: same lease
 		p.Heal()
 		if err == nil {
 			t.Logf("attempt %d: the lost reply missed the TryAcquire", attempt)
-			lk2.Release(ctxT(t))
-			lk.Release(ctxT(t))
+			lk2.Release(dlocktest.Context(t))
+			lk.Release(dlocktest.Context(t))
 			continue
 		}
 		t.Logf("TryAcquire with a lost reply: %v", err)
 		// The lost reply reset the connection: let the client reconnect
 		// (a round trip) and settle, so the next lost reply is the
 		// release's rather than the handshake's.
-		if _, err := l.List(ctxT(t), key); err != nil {
+		if _, err := l.List(dlocktest.Context(t), key); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(300 * time.Millisecond)
 		p.LoseNextReply()
-		err1 := lk.Release(ctxT(t))
+		err1 := lk.Release(dlocktest.Context(t))
 		p.Heal()
 		if err1 == nil {
 			t.Logf("attempt %d: the lost reply missed the Release", attempt)
@@ -179,7 +179,7 @@ func TestLostReleaseReplyOnRevokedLease(t *testing.T) {
 		// The retired lease is revoked in the background once it has no
 		// live entry: wait for it (bounded).
 		for i := 0; ; i++ {
-			ttlResp, err := admin.TimeToLive(ctxT(t), lease)
+			ttlResp, err := admin.TimeToLive(dlocktest.Context(t), lease)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -191,7 +191,7 @@ func TestLostReleaseReplyOnRevokedLease(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		if err := lk.Release(ctxT(t)); err != nil {
+		if err := lk.Release(dlocktest.Context(t)); err != nil {
 			t.Fatalf("retried Release after the Locker revoked the lease = %v, want nil (the first request deleted the entry)", err)
 		}
 		return

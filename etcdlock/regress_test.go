@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/etcdlock"
@@ -42,7 +40,7 @@ func TestFailedReleaseThenAcquireKeepsNewHolder(t *testing.T) {
 	c, l, p := proxied(t)
 	other := etcdlock.New(newClient(t, c.Endpoints()))
 	key := dlocktest.Key(t)
-	a, err := l.Acquire(ctxT(t), key, dlock.WithTTL(time.Minute))
+	a, err := l.Acquire(dlocktest.Context(t), key, dlock.WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +52,7 @@ func TestFailedReleaseThenAcquireKeepsNewHolder(t *testing.T) {
 		t.Fatal("Release through a cut link succeeded")
 	}
 	p.Heal()
-	b, err := l.Acquire(ctxT(t), key, dlock.WithTTL(time.Minute))
+	b, err := l.Acquire(dlocktest.Context(t), key, dlock.WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,11 +60,11 @@ func TestFailedReleaseThenAcquireKeepsNewHolder(t *testing.T) {
 	if b.Token() == a.Token() {
 		t.Fatalf("the new lock was handed the failed release's entry (token %d)", b.Token())
 	}
-	t.Logf("retried release of the first lock: %v", a.Release(ctxT(t)))
-	if err := b.Refresh(ctxT(t)); err != nil {
+	t.Logf("retried release of the first lock: %v", a.Release(dlocktest.Context(t)))
+	if err := b.Refresh(dlocktest.Context(t)); err != nil {
 		t.Fatalf("the retried release of the old lock took the new one: %v", err)
 	}
-	if _, err := other.TryAcquire(ctxT(t), key); !errors.Is(err, dlock.ErrNotAcquired) {
+	if _, err := other.TryAcquire(dlocktest.Context(t), key); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("TWO HOLDERS: another client's TryAcquire = %v while the new lock is held", err)
 	}
 	if b.Err() != nil {
@@ -82,11 +80,11 @@ func TestFailedReleaseDoesNotLingerOnSharedLease(t *testing.T) {
 	other := etcdlock.New(newClient(t, c.Endpoints()))
 	key, key2 := dlocktest.Key(t), dlocktest.Key(t)
 	ttl := dlock.WithTTL(3 * time.Second)
-	a, err := l.Acquire(ctxT(t), key, ttl)
+	a, err := l.Acquire(dlocktest.Context(t), key, ttl)
 	if err != nil {
 		t.Fatal(err)
 	}
-	keeper, err := l.Acquire(ctxT(t), key2, ttl) // same TTL: same lease
+	keeper, err := l.Acquire(dlocktest.Context(t), key2, ttl) // same TTL: same lease
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +99,7 @@ func TestFailedReleaseDoesNotLingerOnSharedLease(t *testing.T) {
 	p.Heal()
 	// The lease is renewed every second by keeper: without the retried
 	// delete the key would stay held as long as keeper is.
-	lk, err := other.Acquire(ctxT(t), key)
+	lk, err := other.Acquire(dlocktest.Context(t), key)
 	if err != nil {
 		t.Fatalf("the entry whose release failed lingered: %v", err)
 	}
@@ -119,13 +117,13 @@ func TestShortTTLOnReusedLeaseIsAliveAtBirth(t *testing.T) {
 	l := etcdlock.New(newClient(t, c.Endpoints()))
 	ttl := dlock.WithTTL(300 * time.Millisecond)
 	for i := 0; i < 3; i++ {
-		lk, err := l.Acquire(ctxT(t), dlocktest.Key(t), ttl)
+		lk, err := l.Acquire(dlocktest.Context(t), dlocktest.Key(t), ttl)
 		if err != nil {
 			t.Fatal(err)
 		}
 		lk.Release(context.Background())
 		time.Sleep(400 * time.Millisecond) // > the lock's TTL, < a third of etcd's 2s minimum lease
-		lk, err = l.TryAcquire(ctxT(t), dlocktest.Key(t), ttl)
+		lk, err = l.TryAcquire(dlocktest.Context(t), dlocktest.Key(t), ttl)
 		if err != nil {
 			t.Fatalf("TryAcquire on a reused lease: %v", err)
 		}
@@ -143,15 +141,15 @@ func TestRevokedLeaseNoticedBeforeRenewal(t *testing.T) {
 	admin := newClient(t, c.Endpoints())
 	l := etcdlock.New(newClient(t, c.Endpoints()))
 	key := dlocktest.Key(t)
-	lk, err := l.Acquire(ctxT(t), key, dlock.WithTTL(time.Minute))
+	lk, err := l.Acquire(dlocktest.Context(t), key, dlock.WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
-	infos, err := l.List(ctxT(t), key)
+	infos, err := l.List(dlocktest.Context(t), key)
 	if err != nil || len(infos) != 1 {
 		t.Fatal(infos, err)
 	}
-	if _, err := admin.Revoke(ctxT(t), clientv3.LeaseID(infos[0].Lease)); err != nil {
+	if _, err := admin.Revoke(dlocktest.Context(t), leaseOf(t, admin, l, key)); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -162,7 +160,7 @@ func TestRevokedLeaseNoticedBeforeRenewal(t *testing.T) {
 	if !errors.Is(lk.Err(), dlock.ErrNotHeld) {
 		t.Fatalf("Err() = %v, want ErrNotHeld", lk.Err())
 	}
-	if err := lk.Release(ctxT(t)); !errors.Is(err, dlock.ErrLockLost) {
+	if err := lk.Release(dlocktest.Context(t)); !errors.Is(err, dlock.ErrLockLost) {
 		t.Fatalf("Release of a lock whose lease was revoked = %v, want ErrLockLost", err)
 	}
 }
@@ -174,7 +172,7 @@ func TestQueueReportsHolderWhenContextEnds(t *testing.T) {
 	c, l, p := proxied(t)
 	holderL := etcdlock.New(newClient(t, c.Endpoints()))
 	key := dlocktest.Key(t)
-	holder, err := holderL.Acquire(ctxT(t), key)
+	holder, err := holderL.Acquire(dlocktest.Context(t), key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,14 +196,14 @@ func TestQueueReportsHolderWhenContextEnds(t *testing.T) {
 	if !errors.As(err2, &na) || !errors.Is(err2, context.DeadlineExceeded) {
 		t.Fatalf("Acquire whose context ended while waiting = %v, want a *NotAcquiredError with the context's error", err2)
 	}
-	if na.Holder != holder.Owner() {
-		t.Fatalf("reported holder %q, want %q", na.Holder, holder.Owner())
+	if len(na.Holders) != 1 || na.Holders[0].Owner != holder.Owner() || na.Holders[0].Token != holder.Token() {
+		t.Fatalf("reported holders %+v, want owner %q token %d", na.Holders, holder.Owner(), holder.Token())
 	}
 	p.Heal()
 	// The waiter's entry is gone (removed in the background): after the
 	// holder's release the key is free, not held by the waiter's leftover.
-	holder.Release(ctxT(t))
-	lk, err := holderL.Acquire(ctxT(t), key, dlock.WithWait(10*time.Second))
+	holder.Release(dlocktest.Context(t))
+	lk, err := holderL.Acquire(dlocktest.Context(t), key, dlock.WithWait(10*time.Second))
 	if err != nil {
 		t.Fatalf("the waiter's entry was left behind: %v", err)
 	}
@@ -220,18 +218,18 @@ func TestLostCreateReplyIsAborted(t *testing.T) {
 	other := etcdlock.New(newClient(t, c.Endpoints()))
 	key, key2 := dlocktest.Key(t), dlocktest.Key(t)
 	ttl := dlock.WithTTL(time.Minute)
-	keeper, err := l.Acquire(ctxT(t), key2, ttl) // keeps the shared lease alive
+	keeper, err := l.Acquire(dlocktest.Context(t), key2, ttl) // keeps the shared lease alive
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer keeper.Release(context.Background())
 	time.Sleep(100 * time.Millisecond) // keeper's own-entry watch is set up
 	p.LoseNextReply()
-	lk, err := l.TryAcquire(ctxT(t), key, ttl)
+	lk, err := l.TryAcquire(dlocktest.Context(t), key, ttl)
 	p.Heal()
 	if err == nil {
 		t.Logf("acquired despite the lost reply")
-		lk.Release(ctxT(t))
+		lk.Release(dlocktest.Context(t))
 	} else if errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("a lost reply reported as a held key: %v", err)
 	}
@@ -242,7 +240,7 @@ func TestLostCreateReplyIsAborted(t *testing.T) {
 		t.Fatalf("the entry of the attempt whose reply was lost was left behind: %v", err)
 	}
 	lk2.Release(context.Background())
-	if err := keeper.Refresh(ctxT(t)); err != nil {
+	if err := keeper.Refresh(dlocktest.Context(t)); err != nil {
 		t.Fatalf("another lock of the same lease was touched: %v", err)
 	}
 }
@@ -254,27 +252,27 @@ func TestReleaseRetriedAfterLostReply(t *testing.T) {
 	other := etcdlock.New(newClient(t, c.Endpoints()))
 	for i := 0; i < 3; i++ {
 		key := dlocktest.Key(t)
-		lk, err := l.Acquire(ctxT(t), key, dlock.WithTTL(time.Minute))
+		lk, err := l.Acquire(dlocktest.Context(t), key, dlock.WithTTL(time.Minute))
 		if err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(100 * time.Millisecond) // the own-entry watch is set up
 		p.LoseNextReply()
-		err = lk.Release(ctxT(t))
+		err = lk.Release(dlocktest.Context(t))
 		p.Heal()
 		if err != nil {
 			t.Logf("first Release: %v", err)
 			if errors.Is(err, dlock.ErrLockLost) {
 				t.Fatalf("a lost release reply reported as a lost lock: %v", err)
 			}
-			if err = lk.Release(ctxT(t)); err != nil {
+			if err = lk.Release(dlocktest.Context(t)); err != nil {
 				t.Fatalf("retried Release: %v", err)
 			}
 		}
 		if !errors.Is(lk.Err(), dlock.ErrReleased) {
 			t.Fatalf("Err() = %v, want ErrReleased", lk.Err())
 		}
-		lk2, err := other.TryAcquire(ctxT(t), key)
+		lk2, err := other.TryAcquire(dlocktest.Context(t), key)
 		if err != nil {
 			t.Fatalf("key not free after the release: %v", err)
 		}
@@ -286,7 +284,7 @@ func TestReleaseRetriedAfterLostReply(t *testing.T) {
 func TestListHonoursContext(t *testing.T) {
 	_, l, p := proxied(t)
 	key := dlocktest.Key(t)
-	lk, err := l.Acquire(ctxT(t), key)
+	lk, err := l.Acquire(dlocktest.Context(t), key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +297,7 @@ func TestListHonoursContext(t *testing.T) {
 		t.Fatalf("List on a stalled link: %v after %v", err, time.Since(start))
 	}
 	p.Heal()
-	if err := lk.Release(ctxT(t)); err != nil {
+	if err := lk.Release(dlocktest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 }

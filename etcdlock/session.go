@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/background"
 )
 
@@ -47,18 +48,15 @@ func leaseSeconds(ttl time.Duration) int64 {
 	return int64((ttl + time.Second - 1) / time.Second)
 }
 
-// validity returns the start from which a lock of ttl on s counts, at now,
-// without a round trip, if s is fresh enough. The server holds the lease
-// until at least validFrom + s.ttl: a lock taken now may count from now if
-// its whole ttl fits in that; otherwise it counts from validFrom, if that
-// leaves it at least 2/3 of its ttl. Freshness is judged against the lock's
-// own ttl, never the lease's (etcd raises short leases to its minimum).
+// validity returns the start from which a lock on s counts, at now,
+// without a round trip, if s is fresh enough. A lock's TTL is its lease's
+// (s.ttl, what etcd applied: whole seconds, at least the server's minimum),
+// and the server holds the lease until at least validFrom + s.ttl, so the
+// lock counts from validFrom, if that leaves it at least 2/3 of its TTL
+// (the watchdog renews it a third of the TTL after that start).
 // s.mu (backend.mu) held.
-func (s *session) validity(ttl time.Duration, now time.Time) (time.Time, bool) {
-	if !now.Add(ttl).After(s.validFrom.Add(s.ttl)) {
-		return now, true
-	}
-	if now.Sub(s.validFrom) < ttl/3 {
+func (s *session) validity(now time.Time) (time.Time, bool) {
+	if now.Sub(s.validFrom) < s.ttl/3 {
 		return s.validFrom, true
 	}
 	return time.Time{}, false
@@ -66,7 +64,7 @@ func (s *session) validity(ttl time.Duration, now time.Time) (time.Time, bool) {
 
 // attachLocked creates an entry for req on s, taking s's slot for the key.
 // b.mu held.
-func (b *backend) attachLocked(s *session, req *dlock.Request, val string) *entry {
+func (b *backend) attachLocked(s *session, req *driver.Request, val string) *entry {
 	e := &entry{b: b, s: s, key: req.Key, owner: req.Owner, val: val,
 		myKey: b.queuePrefix(req.Key) + strconv.FormatInt(int64(s.id), 16)}
 	s.slots[req.Key] = e
@@ -176,22 +174,23 @@ func (b *backend) keepAlive(ctx context.Context, s *session) error {
 	return nil
 }
 
-// newEntry reserves a slot for req on a live session with req's TTL (a
-// shared one if one is free for the key, else a new lease) and returns the
-// entry and the start from which a lock on it counts. peek, if not nil, is
-// called before the first round trip that this takes.
-func (b *backend) newEntry(ctx context.Context, req *dlock.Request, peek func()) (*entry, time.Time, error) {
-	v, err := json.Marshal(value{Owner: req.Owner, Metadata: req.Config.Metadata})
+// newEntry reserves a slot for req on a live session with req's TTL in
+// whole seconds (a shared one if one is free for the key, else a new
+// lease) and returns the entry and the start from which a lock on it
+// counts. peek, if not nil, is called before the first round trip that
+// this takes.
+func (b *backend) newEntry(ctx context.Context, req *driver.Request, peek func()) (*entry, time.Time, error) {
+	v, err := json.Marshal(value{Owner: req.Owner, Metadata: req.Metadata})
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	val, ttl := string(v), req.Config.TTL
-	sec := leaseSeconds(ttl)
+	val := string(v)
+	sec := leaseSeconds(req.TTL)
 	now := time.Now()
 	b.mu.Lock()
 	if s := b.pickLocked(req.Key, sec, now); s != nil {
 		e := b.attachLocked(s, req, val)
-		start, fresh := s.validity(ttl, now)
+		start, fresh := s.validity(now)
 		b.mu.Unlock()
 		if fresh {
 			return e, start, nil

@@ -35,7 +35,6 @@ var errWaiterLeaseExpired = errors.New("dlock: etcd lease of a waiting lock expi
 // waiter is one entry waiting for its turn.
 type waiter struct {
 	e      *entry
-	ttl    time.Duration
 	head   *mvccpb.KeyValue // the holder, as last read
 	lastOK time.Time        // when the last request that etcd answered was sent
 }
@@ -61,12 +60,12 @@ func (w *waiter) failed(ctx context.Context, what string, err error) error {
 	return fmt.Errorf("dlock: etcd acquire %q: %s: %w", w.e.key, what, err)
 }
 
-// keepAliveDue renews the lease when a third of the lock's TTL has passed
-// since its last renewal.
+// keepAliveDue renews the lease when a third of its TTL has passed since
+// its last renewal.
 func (w *waiter) keepAliveDue(ctx context.Context) error {
 	s := w.e.s
 	w.e.b.mu.Lock()
-	due := time.Since(s.validFrom) >= w.ttl/3
+	due := time.Since(s.validFrom) >= s.ttl/3
 	w.e.b.mu.Unlock()
 	if !due {
 		return nil
@@ -124,7 +123,7 @@ func (w *waiter) wait(ctx context.Context) (time.Time, error) {
 	// transaction): the lock counts from a fresh enough renewal of the lease.
 	now := time.Now()
 	b.mu.Lock()
-	start, fresh := e.s.validity(w.ttl, now)
+	start, fresh := e.s.validity(now)
 	b.mu.Unlock()
 	if !fresh {
 		start = time.Now()

@@ -1,5 +1,5 @@
 // Loss notification: a held lock watches its own entry and is lost at once
-// when it is deleted behind the holder's back (dlock.LossNotifier).
+// when it is deleted behind the holder's back (driver.LossNotifier).
 
 package etcdlock
 
@@ -21,7 +21,7 @@ const (
 	maxRewatch = 1000
 )
 
-// Bind implements dlock.LossNotifier: watch the lock's own entry from its
+// Bind implements driver.LossNotifier: watch the lock's own entry from its
 // create revision + 1 (so a delete before the watch exists is seen too)
 // and report its deletion (a revoked or expired lease, an operator's
 // delete) at once, not at the next renewal.

@@ -1,0 +1,193 @@
+package etcdlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/etcdlock"
+	"github.com/dlock-go/dlock/etcdlock/etcdtest"
+	"github.com/dlock-go/dlock/guard"
+	"github.com/dlock-go/dlock/guard/guardtest"
+)
+
+func TestGuard(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	cli := newClient(t, c.Endpoints())
+	g := etcdlock.NewGuard(cli)
+	ctx := dlocktest.Context(t)
+	res := dlocktest.Key(t)
+	a := dlock.Fence{Token: 5, Owner: "a"}
+	if err := g.Put(ctx, res, a, "data/"+res, "1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Put(ctx, res, a, "data/"+res, "2"); err != nil {
+		t.Fatalf("same owner, same token: %v", err)
+	}
+	if err := g.Put(ctx, res, dlock.Fence{Token: 5, Owner: "b"}, "data/"+res, "x"); !errors.Is(err, dlock.ErrStaleToken) {
+		t.Fatalf("same token, other owner: %v", err)
+	}
+	b := dlock.Fence{Token: 9, Owner: "b"}
+	if v, ok, err := g.Get(ctx, res, b, "data/"+res); err != nil || !ok || v != "2" {
+		t.Fatalf("fenced read: %q %v %v", v, ok, err)
+	}
+	if err := g.Put(ctx, res, a, "data/"+res, "late"); !errors.Is(err, dlock.ErrStaleToken) {
+		t.Fatalf("write after a newer fenced read: %v", err)
+	}
+	if hi, err := g.Highest(ctx, res); err != nil || hi != b {
+		t.Fatalf("Highest = %+v %v", hi, err)
+	}
+	// Concurrent fenced increments with increasing tokens never interleave.
+	res = dlocktest.Key(t) // a fresh resource: lock tokens are revisions
+	l := etcdlock.New(cli)
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < 5; j++ {
+				err := dlock.Do(ctx, l, res, func(ctx context.Context, lk *dlock.Lock) error {
+					v, _, err := g.Get(ctx, res, lk.Fence(), "n/"+res)
+					if err != nil {
+						return err
+					}
+					n := len(v)
+					return g.Put(ctx, res, lk.Fence(), "n/"+res, strings.Repeat("x", n+1))
+				})
+				if err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if v, _, _ := g.Get(ctx, res, dlock.Fence{Token: 1 << 62, Owner: "z"}, "n/"+res); len(v) != 20 {
+		t.Fatalf("fenced counter = %d, want 20", len(v))
+	}
+}
+
+// The guard suite: every Guard on its own client of one embedded server,
+// and second instances (another process) on yet another client.
+func TestGuardSuite(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	eps := c.Endpoints()
+	guardtest.Run(t,
+		func(t *testing.T, opts ...driver.Option) guard.Guard {
+			return etcdlock.NewGuard(newClient(t, eps), opts...)
+		},
+		guardtest.Shared(func(t *testing.T, _ guard.Guard, opts ...driver.Option) guard.Guard {
+			return etcdlock.NewGuard(newClient(t, eps), opts...)
+		}))
+}
+
+// Txn runs arbitrary operations under the fence: Responses[0] is the
+// fence key's, the operations' results follow; a shared fence is admitted
+// without being recorded; a refusal runs nothing and is reported once.
+func TestGuardTxn(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	cli := newClient(t, c.Endpoints())
+	var (
+		mu     sync.Mutex
+		events []dlock.Event
+	)
+	obs := dlock.ObserverFunc(func(e dlock.Event) { mu.Lock(); events = append(events, e); mu.Unlock() })
+	g := etcdlock.NewGuard(cli, etcdlock.WithGuardPrefix("/fences/"), dlock.WithObserver(obs))
+	ctx := dlocktest.Context(t)
+	res := dlocktest.Key(t)
+	data := "/data/" + res
+	if got, want := g.FenceKey(res), "/fences/"+res; got != want {
+		t.Fatalf("FenceKey = %q, want %q", got, want)
+	}
+	a := dlock.Fence{Token: 5, Owner: "a"}
+	resp, err := g.Txn(ctx, res, a, clientv3.OpPut(data, "1"), clientv3.OpGet(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Responses) != 3 || resp.Responses[0].GetResponsePut() == nil {
+		t.Fatalf("Txn responses %v: want the fence's put and the two operations'", resp.Responses)
+	}
+	if kvs := resp.Responses[2].GetResponseRange().Kvs; len(kvs) != 1 || string(kvs[0].Value) != "1" {
+		t.Fatalf("Txn's read = %v", kvs)
+	}
+	// The same fence again is not written again: the fence key is read.
+	resp, err = g.Txn(ctx, res, a, clientv3.OpGet(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) != 1 || string(kvs[0].Value) != "5|a" {
+		t.Fatalf("Txn with the recorded fence: fence response %v", resp.Responses[0])
+	}
+	// A shared fence at or above the highest is admitted and not recorded.
+	s := dlock.Fence{Token: 7, Owner: "s", Shared: true}
+	if _, err := g.Txn(ctx, res, s, clientv3.OpPut(data, "2")); err != nil {
+		t.Fatalf("shared fence: %v", err)
+	}
+	if hi, err := g.Highest(ctx, res); err != nil || hi != a {
+		t.Fatalf("Highest after a shared fence = %+v, %v; want %+v", hi, err, a)
+	}
+	// A stale fence runs nothing, returns the refusal and reports it.
+	old := dlock.Fence{Token: 4, Owner: "o"}
+	_, err = g.Txn(ctx, res, old, clientv3.OpPut(data, "stale"))
+	var st *dlock.StaleTokenError
+	if !errors.As(err, &st) || st.Resource != res || st.Token != 4 || st.Highest != 5 {
+		t.Fatalf("stale Txn = %v", err)
+	}
+	if g, err := cli.Get(ctx, data); err != nil || len(g.Kvs) != 1 || string(g.Kvs[0].Value) != "2" {
+		t.Fatalf("data after a refused Txn: %v, %v", g, err)
+	}
+	mu.Lock()
+	got := append([]dlock.Event(nil), events...)
+	mu.Unlock()
+	want := dlock.Event{Kind: dlock.EventRejected, Backend: "etcd", Key: res, Mode: dlock.Exclusive, Token: 4, Owner: "o", Highest: 5}
+	if len(got) != 1 || got[0] != want {
+		t.Fatalf("events %+v, want [%+v]", got, want)
+	}
+}
+
+// Named values live under FenceKey(res)+NUL+name: no resource/name pair
+// shares a key with another, nor with a fence, and a fence key that holds
+// something else is an error, not a reset of the resource's fences.
+func TestGuardKeys(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	cli := newClient(t, c.Endpoints())
+	g := etcdlock.NewGuard(cli)
+	ctx := dlocktest.Context(t)
+	res := dlocktest.Key(t)
+	f := dlock.Fence{Token: 3, Owner: "a"}
+	if err := g.Put(ctx, res, f, "n", "v"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := g.ValueKey(res, "n"), etcdlock.DefaultGuardPrefix+res+"\x00n"; got != want {
+		t.Fatalf("ValueKey = %q, want %q", got, want)
+	}
+	kv, err := cli.Get(ctx, g.ValueKey(res, "n"))
+	if err != nil || len(kv.Kvs) != 1 || string(kv.Kvs[0].Value) != "v" {
+		t.Fatalf("value key: %v, %v", kv, err)
+	}
+	// "res/x" + "n" and "res" + "x/n" are different pairs.
+	if err := g.Put(ctx, res+"/x", f, "n", "1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Put(ctx, res, f, "x/n", "2"); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok, err := g.Get(ctx, res+"/x", f, "n"); err != nil || !ok || v != "1" {
+		t.Fatalf("Get(res/x, n) = %q, %v, %v", v, ok, err)
+	}
+	if _, err := cli.Put(ctx, g.FenceKey(res), "garbage"); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Put(ctx, res, dlock.Fence{Token: 1, Owner: "z"}, "n", "x"); err == nil || errors.Is(err, dlock.ErrStaleToken) || !strings.Contains(err.Error(), "not a fence") {
+		t.Fatalf("Put over a corrupt fence key = %v, want an error naming it", err)
+	}
+	if _, err := g.Highest(ctx, res); err == nil {
+		t.Fatal("Highest of a corrupt fence key: no error")
+	}
+}

@@ -1,0 +1,115 @@
+package etcdlock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/etcdlock"
+	"github.com/dlock-go/dlock/etcdlock/etcdtest"
+)
+
+// A lock's TTL is the lease etcd applied: whole seconds, rounded up, and
+// at least the server's minimum; the local deadline counts from it.
+func TestEffectiveTTL(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	admin := newClient(t, c.Endpoints())
+	l := etcdlock.New(newClient(t, c.Endpoints()))
+	for _, ttl := range []time.Duration{300 * time.Millisecond, 2500 * time.Millisecond, time.Minute} {
+		key := dlocktest.Key(t)
+		start := time.Now()
+		lk, err := l.Acquire(dlocktest.Context(t), key, dlock.WithTTL(ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := admin.TimeToLive(dlocktest.Context(t), leaseOf(t, admin, l, key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		granted := time.Duration(resp.GrantedTTL) * time.Second
+		if lk.TTL() != granted || granted < ttl || granted%time.Second != 0 {
+			t.Errorf("WithTTL(%v): lock TTL %v, lease granted %v: want the lease's, whole seconds, at least the TTL asked for", ttl, lk.TTL(), granted)
+		}
+		if d := lk.Deadline(); !d.Before(start.Add(granted)) {
+			t.Errorf("WithTTL(%v): deadline %v after the start, beyond the lease's %v", ttl, d.Sub(start), granted)
+		}
+		if err := lk.Release(dlocktest.Context(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// New passes its whole option list to the core: dlock.WithObserver sees
+// the etcd backend's events.
+func TestObserver(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	var (
+		mu     sync.Mutex
+		events []dlock.Event
+	)
+	obs := dlock.ObserverFunc(func(e dlock.Event) { mu.Lock(); events = append(events, e); mu.Unlock() })
+	l := etcdlock.New(newClient(t, c.Endpoints()), etcdlock.WithPrefix("observed/"), dlock.WithObserver(obs))
+	key := dlocktest.Key(t)
+	lk, err := l.Acquire(dlocktest.Context(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := l.QueuePrefix(key); got != "observed/"+key+"/" {
+		t.Fatalf("QueuePrefix = %q: WithPrefix was not applied", got)
+	}
+	if err := lk.Release(dlocktest.Context(t)); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	kinds := map[dlock.EventKind]int{}
+	for _, e := range events {
+		if e.Backend != "etcd" || e.Key != key {
+			t.Errorf("event %+v: want Backend etcd and Key %q", e, key)
+		}
+		kinds[e.Kind]++
+	}
+	if kinds[dlock.EventAcquire] != 1 || kinds[dlock.EventRelease] != 1 {
+		t.Fatalf("events %+v: want one acquire and one release", events)
+	}
+}
+
+// Bad input to New is reported by every call, never a panic: a nil client
+// (dlock.ErrNilClient), a negative request timeout (dlock.ErrInvalidOption).
+func TestNewBadInput(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	cli := newClient(t, c.Endpoints())
+	ctx := dlocktest.Context(t)
+	for _, tc := range []struct {
+		name string
+		l    *etcdlock.Locker
+		want error
+	}{
+		{"nil client", etcdlock.New(nil), dlock.ErrNilClient},
+		{"negative request timeout", etcdlock.New(cli, etcdlock.WithRequestTimeout(-time.Second)), dlock.ErrInvalidOption},
+	} {
+		if _, err := tc.l.Acquire(ctx, "k"); !errors.Is(err, tc.want) {
+			t.Errorf("%s: Acquire = %v, want %v", tc.name, err, tc.want)
+		}
+		if _, err := tc.l.TryAcquire(ctx, "k"); !errors.Is(err, tc.want) {
+			t.Errorf("%s: TryAcquire = %v, want %v", tc.name, err, tc.want)
+		}
+		if _, err := tc.l.List(ctx, ""); !errors.Is(err, tc.want) {
+			t.Errorf("%s: List = %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	// Zero is the default timeout, and nil options are skipped.
+	lk, err := etcdlock.New(cli, etcdlock.WithRequestTimeout(0), nil).TryAcquire(ctx, dlocktest.Key(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lk.Release(context.Background())
+	// Shared and counted locks are refused, naming the mode.
+	if _, err := etcdlock.New(cli).TryAcquire(ctx, dlocktest.Key(t), dlock.WithShared()); !errors.Is(err, dlock.ErrUnsupported) {
+		t.Fatalf("WithShared = %v, want ErrUnsupported", err)
+	}
+}

@@ -439,7 +439,11 @@ func (e *Engine) grant(req *driver.Request, cfg *config, g driver.Grant, start t
 		}
 		cfg = &c
 	}
-	if !g.Start.IsZero() && g.Start.Before(start) {
+	// The driver knows when the lease's current validity began: earlier
+	// than the attempt (a reused lease), or later (a queued attempt whose
+	// lease was kept alive while it waited). A Start in the future is
+	// a driver bug and is not believed.
+	if !g.Start.IsZero() && !g.Start.After(time.Now()) {
 		start = g.Start
 	}
 	if !time.Now().Before(start.Add(cfg.TTL - cfg.Drift())) {

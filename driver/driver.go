@@ -165,8 +165,11 @@ type Grant struct {
 	// and counts the local deadline from the effective length.
 	TTL time.Duration
 	// Start, if set, is when the request that began the lease's current
-	// validity was sent (a backend that reuses or renews a lease while
-	// granting). Zero means the start of the attempt.
+	// validity was sent: before the attempt for a backend that reuses a
+	// lease, or during it for a queued attempt whose lease was renewed
+	// while it waited. It must never be later than that request's send
+	// time (the engine counts the local deadline from it; a Start after
+	// the grant arrived is ignored). Zero means the start of the attempt.
 	Start time.Time
 }
 

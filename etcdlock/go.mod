@@ -3,7 +3,7 @@ module github.com/dlock-go/dlock/etcdlock
 go 1.26.0
 
 require (
-	github.com/dlock-go/dlock v0.0.0-00010101000000-000000000000
+	github.com/dlock-go/dlock v0.2.0
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.etcd.io/etcd/server/v3 v3.7.3
@@ -67,5 +67,3 @@ require (
 	k8s.io/utils v0.0.0-20260108192941-914a6e750570 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
-
-replace github.com/dlock-go/dlock => ../

@@ -149,7 +149,7 @@
 // # Guard
 //
 // A Guard (guard.Guard) keeps, under its prefix (DefaultGuardPrefix,
-// "dlock/guard/", or WithGuardPrefix), each resource's highest accepted
+// "dlock%guard/", or WithGuardPrefix), each resource's highest accepted
 // fence at FenceKey(resource) and its named values at
 // FenceKey(resource)+"\x00"+name. Put, Get and Txn (any etcd operations)
 // are each one transaction that compares the fence key's mod revision
@@ -238,10 +238,10 @@
 //     after the queues, and a key released meanwhile is still listed.
 //   - A Guard's write abandoned at its context's deadline may still take
 //     effect (it stays fenced). Guards on different prefixes do not see
-//     each other's fences, and the guard's keys must stay out of lock
-//     queues: with the default prefixes a lock named "dlock" has the
-//     queue directory "dlock/", which holds the guard's keys and would be
-//     blocked by them. A Txn's operations must not write the guard's own
+//     each other's fences, and a guard prefix of your own must stay out
+//     of lock queues (a prefix "jobs/" is the queue directory of a lock
+//     named "jobs", whose holder would be blocked by the guard's keys;
+//     the default prefix is never a dlock queue directory). A Txn's operations must not write the guard's own
 //     keys. A Txn that keeps losing races with other writers of the same
 //     fence (16 in a row) fails with an error.
 package etcdlock

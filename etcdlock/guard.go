@@ -18,9 +18,12 @@ import (
 
 // DefaultGuardPrefix is where a Guard keeps its keys unless
 // WithGuardPrefix says otherwise: resource R's highest fence at
-// "dlock/guard/R" and its values under it (see Guard). It is the prefix
-// the guards of earlier versions used when given none.
-const DefaultGuardPrefix = "dlock/guard/"
+// "dlock%guard/R" and its values under it (see Guard). The '%' not
+// followed by "25" or "2F" makes it a name EscapeKey never produces, so
+// no dlock lock's queue directory can hold the guard's keys (v1's
+// "dlock/guard/" was inside the directory of a lock named "dlock", whose
+// holder it blocked).
+const DefaultGuardPrefix = "dlock%guard/"
 
 // maxGuardConflicts bounds the retries of a fenced transaction that lost a
 // race with another writer of the same fence.

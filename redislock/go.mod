@@ -1,13 +1,15 @@
 module github.com/dlock-go/dlock/redislock
 
-go 1.26.0
+go 1.25
 
-require github.com/dlock-go/dlock v0.2.0
+require (
+	github.com/dlock-go/dlock v0.2.0
+	github.com/redis/go-redis/v9 v9.22.0
+)
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/redis/go-redis/v9 v9.23.0
-	go.uber.org/atomic v1.12.0 // indirect
-	go.uber.org/goleak v1.3.0
-	golang.org/x/sys v0.48.0 // indirect
+	go.uber.org/atomic v1.11.0 // indirect
+	go.uber.org/goleak v1.3.0 // indirect
+	golang.org/x/sys v0.30.0 // indirect
 )

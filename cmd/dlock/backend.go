@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"sort"
@@ -22,6 +23,7 @@ import (
 	"google.golang.org/grpc/grpclog"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/filelock"
 	"github.com/dlock-go/dlock/redislock"
@@ -54,12 +56,23 @@ type backend struct {
 type openOptions struct {
 	// connectTimeout bounds connecting and the first probe of the service.
 	connectTimeout time.Duration
-	// verbose routes the client libraries' own logs to logs.
+	// verbose routes the client libraries' own logs to logs, and the
+	// lock's events (acquired, renewal failures, lost, released) through
+	// dlock's log/slog Observer.
 	verbose bool
 	logs    io.Writer
 	// readOnly is for commands that change nothing (ls): a file backend's
 	// directory must exist already (errNoLockDir); it is not created.
 	readOnly bool
+}
+
+// lockOptions are the options every backend's New gets: with --verbose,
+// dlock's log/slog Observer writing to logs.
+func (o openOptions) lockOptions() []driver.Option {
+	if !o.verbose || o.logs == nil {
+		return nil
+	}
+	return []driver.Option{dlock.WithObserver(dlock.NewSlogObserver(slog.New(slog.NewTextHandler(o.logs, nil))))}
 }
 
 // errNoLockDir: a read-only command was given a lock directory that does
@@ -289,7 +302,7 @@ func (t *target) open(o openOptions) (*backend, error) {
 				return nil, fmt.Errorf("%s: %w", t.where, errNoLockDir)
 			}
 		}
-		l, err := filelock.New(t.Dir)
+		l, err := filelock.New(t.Dir, o.lockOptions()...)
 		if err != nil {
 			return nil, err
 		}
@@ -300,7 +313,7 @@ func (t *target) open(o openOptions) (*backend, error) {
 			return nil, &urlError{scrub(fmt.Sprintf("%v %q: %v", errBadURL, t.where, err), t.secrets)}
 		}
 		t.tune(opt, o)
-		return t.redisBackend(redis.NewClient(opt)), nil
+		return t.redisBackend(redis.NewClient(opt), o), nil
 	case "redis+sentinel":
 		opt := &redis.FailoverOptions{
 			MasterName: t.Master, SentinelAddrs: t.Addrs, DB: t.DB,
@@ -309,7 +322,7 @@ func (t *target) open(o openOptions) (*backend, error) {
 			DialTimeout: o.connectTimeout, ReadTimeout: clientIOTimeout, WriteTimeout: clientIOTimeout,
 			ContextTimeoutEnabled: true,
 		}
-		return t.redisBackend(redis.NewFailoverClient(opt)), nil
+		return t.redisBackend(redis.NewFailoverClient(opt), o), nil
 	case "redlock":
 		return t.openRedlock(o), nil
 	case "etcd", "etcds":
@@ -332,8 +345,8 @@ func (t *target) tune(opt *redis.Options, o openOptions) {
 	opt.ContextTimeoutEnabled = true
 }
 
-func (t *target) redisBackend(c redis.UniversalClient) *backend {
-	l := redislock.New(c)
+func (t *target) redisBackend(c redis.UniversalClient, o openOptions) *backend {
+	l := redislock.New(c, o.lockOptions()...)
 	probe := func(ctx context.Context) error { return c.Ping(ctx).Err() }
 	return &backend{locker: l, probe: probe, close: func() { c.Close() }, where: t.where}
 }
@@ -349,7 +362,7 @@ func (t *target) openRedlock(o openOptions) *backend {
 			ContextTimeoutEnabled: true,
 		})
 	}
-	l := redlock.New(clients)
+	l := redlock.New(clients, o.lockOptions()...)
 	closeAll := func() {
 		for _, c := range clients {
 			c.Close()
@@ -407,7 +420,7 @@ func (t *target) openEtcd(o openOptions) (*backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcd %s: %w", t.where, err)
 	}
-	l := etcdlock.New(c, etcdlock.WithPrefix(t.Prefix))
+	l := etcdlock.New(c, append(o.lockOptions(), etcdlock.WithPrefix(t.Prefix))...)
 	probe := func(ctx context.Context) error {
 		_, err := c.Get(ctx, "dlock-probe", clientv3.WithCountOnly())
 		return err

@@ -77,7 +77,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		conflict int
 		grace    = fs.Duration("grace", 5*time.Second, "time between SIGTERM and SIGKILL when the lock is lost or CMD leaves processes behind")
 		connect  = fs.Duration("connect-timeout", defaultConnectTimeout, "bound on connecting to and probing the lock service, and on the first lock request when -n or --wait is shorter")
-		verbose  = fs.Bool("verbose", false, "print the process tree's pids and the client libraries' logs on stderr")
+		verbose  = fs.Bool("verbose", false, "print the process tree's pids, the lock's events (acquired, renewal failures, lost, released) and the client libraries' logs on stderr")
 	)
 	var waitSet bool
 	fs.Var(waitFlag{&wait, &waitSet}, "wait", "give up after waiting this long: a duration (2m) or seconds (30); 0 means one attempt, like -n (default: wait forever)")

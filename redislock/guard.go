@@ -89,7 +89,10 @@ func (g *Guard) Key(resource, name string) string {
 // fencePrelude applies the admission rule and records the fence. KEYS[1]
 // is the fence key, ARGV[1] the token (decimal, no leading zeros), ARGV[2]
 // the owner, ARGV[3] "1" for a shared fence. Tokens are compared as
-// decimal strings (length, then bytes), so every uint64 compares exactly.
+// decimal strings (length, then bytes), so every uint64 compares exactly;
+// a fence key whose token is not one (not canonical decimal, 0, above the
+// uint64 range) is the error reply "DLOCKCORRUPT ...", as Highest reports
+// it, and is left as it is.
 // A refusal is the error reply "DLOCKSTALE <highest token>". The caller's
 // body follows as a function of its own KEYS and ARGV (the rest of the
 // arrays).
@@ -103,6 +106,9 @@ if hi then
     return redis.error_reply('DLOCKCORRUPT ' .. KEYS[1] .. ' does not hold <token>|<owner>')
   end
   ht, ho = string.sub(hi, 1, sep - 1), string.sub(hi, sep + 1)
+  if not string.match(ht, '^[1-9]%d*$') or #ht > 20 or (#ht == 20 and ht > '18446744073709551615') then
+    return redis.error_reply('DLOCKCORRUPT ' .. KEYS[1] .. ' does not hold <token>|<owner>')
+  end
 end
 local newer = #t > #ht or (#t == #ht and t > ht)
 local ok
@@ -242,10 +248,21 @@ func (g *Guard) Highest(ctx context.Context, resource string) (dlock.Fence, erro
 	case err != nil:
 		return dlock.Fence{}, fmt.Errorf("dlock: redis guard %q: %w", resource, err)
 	}
-	tok, owner, found := strings.Cut(v, "|")
-	t, perr := strconv.ParseUint(tok, 10, 64)
-	if !found || perr != nil {
+	f, ok := parseFence(v)
+	if !ok {
 		return dlock.Fence{}, fmt.Errorf("dlock: redis guard %q: %s holds %q, not <token>|<owner>", resource, g.FenceKey(resource), v)
 	}
-	return dlock.Fence{Token: t, Owner: owner}, nil
+	return f, nil
+}
+
+// parseFence parses a fence key's value as the script does: a token in
+// canonical decimal (what strconv.FormatUint writes), above 0, a '|' and
+// the owner. Anything else is not a fence the guard wrote.
+func parseFence(v string) (dlock.Fence, bool) {
+	tok, owner, found := strings.Cut(v, "|")
+	t, err := strconv.ParseUint(tok, 10, 64)
+	if !found || err != nil || t == 0 || strconv.FormatUint(t, 10) != tok {
+		return dlock.Fence{}, false
+	}
+	return dlock.Fence{Token: t, Owner: owner}, true
 }

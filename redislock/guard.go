@@ -131,6 +131,19 @@ for i = 4, #ARGV do a[i - 3] = ARGV[i] end
 local function body(KEYS, ARGV)
 `
 
+// fenceEpilogue closes the caller's body and returns its result. An
+// error reply the body returns that reads like the prelude's refusal
+// ("DLOCKSTALE ...") gets the prefix "ERR script body: ", so that only the
+// prelude's refusal is taken for one.
+const fenceEpilogue = `
+end
+local r = body(k, a)
+if type(r) == 'table' and type(r.err) == 'string' and string.sub(r.err, 1, 11) == 'DLOCKSTALE ' then
+  return redis.error_reply('ERR script body: ' .. r.err)
+end
+return r
+`
+
 // Eval runs a Lua script body fenced by f: the body sees its own KEYS and
 // ARGV (keys and args as passed here) and its return value is returned. It
 // runs only if f is admitted; the fence is recorded (when exclusive) even
@@ -155,7 +168,7 @@ func (g *Guard) check(ctx context.Context, resource string, names ...string) err
 }
 
 func (g *Guard) eval(ctx context.Context, resource string, f dlock.Fence, body string, keys []string, args ...any) (any, error) {
-	script := redis.NewScript(fencePrelude + body + "\nend\nreturn body(k, a)\n")
+	script := redis.NewScript(fencePrelude + body + fenceEpilogue)
 	shared := "0"
 	if f.Shared {
 		shared = "1"

@@ -55,6 +55,9 @@ func (n *Node) List(ctx context.Context, prefix string) ([]Info, error) {
 			if err != nil {
 				return err
 			}
+			if ttl < 0 {
+				continue // the lease ended since the GET (-2: no such key)
+			}
 			in := ParseValue(v)
 			in.Key = n.decodeLockKey(k)
 			in.TTL = ttl

@@ -62,7 +62,7 @@ var _ guard.Guard = (*Guard)(nil)
 // prefix, default DefaultPrefix) and dlock.WithObserver (refusals are
 // reported with Backend "redis"). A nil client gives a Guard whose every
 // call with valid arguments fails with an error wrapping
-// dlock.ErrNilClient.
+// dlock.ErrNilClient, as does the zero Guard.
 func NewGuard(client redis.UniversalClient, opts ...Option) *Guard {
 	cfg := newConfig(opts)
 	g := &Guard{client: client, prefix: cfg.prefix, chk: guard.NewChecker("redis", opts)}
@@ -159,10 +159,18 @@ func (g *Guard) Eval(ctx context.Context, resource string, f dlock.Fence, body s
 	return g.eval(ctx, resource, f, body, keys, args...)
 }
 
-// check validates a call's arguments, then reports NewGuard's failure.
+// errZeroGuard is the error of every call of a Guard not made by
+// NewGuard.
+var errZeroGuard = fmt.Errorf("%w: zero redislock.Guard (use NewGuard)", dlock.ErrNilClient)
+
+// check validates a call's arguments, then reports NewGuard's failure,
+// or the zero Guard's (it has no client to call).
 func (g *Guard) check(ctx context.Context, resource string, names ...string) error {
 	if err := g.chk.Validate(ctx, resource, names...); err != nil {
 		return err
+	}
+	if g.err == nil && g.client == nil {
+		return errZeroGuard
 	}
 	return g.err
 }

@@ -83,7 +83,7 @@ var _ guard.Guard = (*Guard)(nil)
 // dlock.WithObserver (refusals are reported with Backend "etcd"); the
 // Locker's options are ignored. A nil client gives a Guard whose every
 // call fails with an error wrapping dlock.ErrNilClient (after the
-// argument checks of guard.Checker.Validate).
+// argument checks of guard.Checker.Validate), as does the zero Guard.
 func NewGuard(client *clientv3.Client, opts ...Option) *Guard {
 	o := guardOptions{}
 	driver.Apply(&o, opts)
@@ -103,6 +103,22 @@ func (g *Guard) FenceKey(resource string) string { return g.prefix + resource }
 // ValueKey is the key holding the value Put under name in resource.
 func (g *Guard) ValueKey(resource, name string) string {
 	return g.FenceKey(resource) + "\x00" + name
+}
+
+// errZeroGuard is the error of every call of a Guard not made by
+// NewGuard.
+var errZeroGuard = fmt.Errorf("%w: zero etcdlock.Guard (use NewGuard)", dlock.ErrNilClient)
+
+// check validates a call's arguments, then reports NewGuard's failure, or
+// the zero Guard's (it has no client to call).
+func (g *Guard) check(ctx context.Context, resource string, names ...string) error {
+	if err := g.chk.Validate(ctx, resource, names...); err != nil {
+		return err
+	}
+	if g.err == nil && g.client == nil {
+		return errZeroGuard
+	}
+	return g.err
 }
 
 func formatFence(f dlock.Fence) string { return strconv.FormatUint(f.Token, 10) + "|" + f.Owner }
@@ -125,11 +141,8 @@ func parseFence(v []byte) (dlock.Fence, error) {
 // (Responses[1:]). A stale fence returns a *dlock.StaleTokenError and runs
 // nothing. ops must not write the guard's own keys.
 func (g *Guard) Txn(ctx context.Context, resource string, f dlock.Fence, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
-	if err := g.chk.Validate(ctx, resource); err != nil {
+	if err := g.check(ctx, resource); err != nil {
 		return nil, err
-	}
-	if g.err != nil {
-		return nil, g.err
 	}
 	return g.txn(ctx, resource, f, ops)
 }
@@ -186,11 +199,8 @@ func (g *Guard) read(ctx context.Context, resource string) (dlock.Fence, int64, 
 // Put implements guard.Guard: it sets ValueKey(resource, name) to value in
 // one fenced transaction.
 func (g *Guard) Put(ctx context.Context, resource string, f dlock.Fence, name, value string) error {
-	if err := g.chk.Validate(ctx, resource, name); err != nil {
+	if err := g.check(ctx, resource, name); err != nil {
 		return err
-	}
-	if g.err != nil {
-		return g.err
 	}
 	_, err := g.txn(ctx, resource, f, []clientv3.Op{clientv3.OpPut(g.ValueKey(resource, name), value)})
 	return err
@@ -201,11 +211,8 @@ func (g *Guard) Put(ctx context.Context, resource string, f dlock.Fence, name, v
 // fence, older fences can no longer write). ok is false when name was
 // never Put.
 func (g *Guard) Get(ctx context.Context, resource string, f dlock.Fence, name string) (value string, ok bool, err error) {
-	if err := g.chk.Validate(ctx, resource, name); err != nil {
+	if err := g.check(ctx, resource, name); err != nil {
 		return "", false, err
-	}
-	if g.err != nil {
-		return "", false, g.err
 	}
 	resp, err := g.txn(ctx, resource, f, []clientv3.Op{clientv3.OpGet(g.ValueKey(resource, name))})
 	if err != nil {
@@ -220,11 +227,8 @@ func (g *Guard) Get(ctx context.Context, resource string, f dlock.Fence, name st
 
 // Highest implements guard.Guard: one read of FenceKey(resource).
 func (g *Guard) Highest(ctx context.Context, resource string) (dlock.Fence, error) {
-	if err := g.chk.Validate(ctx, resource); err != nil {
+	if err := g.check(ctx, resource); err != nil {
 		return dlock.Fence{}, err
-	}
-	if g.err != nil {
-		return dlock.Fence{}, g.err
 	}
 	hi, _, err := g.read(ctx, resource)
 	return hi, err

@@ -62,7 +62,7 @@ var _ guard.Guard = (*Guard)(nil)
 // prefix, default DefaultPrefix) and dlock.WithObserver (refusals are
 // reported with Backend "redis"). A nil client gives a Guard whose every
 // call with valid arguments fails with an error wrapping
-// dlock.ErrNilClient.
+// dlock.ErrNilClient, as does the zero Guard.
 func NewGuard(client redis.UniversalClient, opts ...Option) *Guard {
 	cfg := newConfig(opts)
 	g := &Guard{client: client, prefix: cfg.prefix, chk: guard.NewChecker("redis", opts)}
@@ -89,7 +89,10 @@ func (g *Guard) Key(resource, name string) string {
 // fencePrelude applies the admission rule and records the fence. KEYS[1]
 // is the fence key, ARGV[1] the token (decimal, no leading zeros), ARGV[2]
 // the owner, ARGV[3] "1" for a shared fence. Tokens are compared as
-// decimal strings (length, then bytes), so every uint64 compares exactly.
+// decimal strings (length, then bytes), so every uint64 compares exactly;
+// a fence key whose token is not one (not canonical decimal, 0, above the
+// uint64 range) is the error reply "DLOCKCORRUPT ...", as Highest reports
+// it, and is left as it is.
 // A refusal is the error reply "DLOCKSTALE <highest token>". The caller's
 // body follows as a function of its own KEYS and ARGV (the rest of the
 // arrays).
@@ -103,6 +106,9 @@ if hi then
     return redis.error_reply('DLOCKCORRUPT ' .. KEYS[1] .. ' does not hold <token>|<owner>')
   end
   ht, ho = string.sub(hi, 1, sep - 1), string.sub(hi, sep + 1)
+  if not string.match(ht, '^[1-9]%d*$') or #ht > 20 or (#ht == 20 and ht > '18446744073709551615') then
+    return redis.error_reply('DLOCKCORRUPT ' .. KEYS[1] .. ' does not hold <token>|<owner>')
+  end
 end
 local newer = #t > #ht or (#t == #ht and t > ht)
 local ok
@@ -125,6 +131,19 @@ for i = 4, #ARGV do a[i - 3] = ARGV[i] end
 local function body(KEYS, ARGV)
 `
 
+// fenceEpilogue closes the caller's body and returns its result. An
+// error reply the body returns that reads like the prelude's refusal
+// ("DLOCKSTALE ...") gets the prefix "ERR script body: ", so that only the
+// prelude's refusal is taken for one.
+const fenceEpilogue = `
+end
+local r = body(k, a)
+if type(r) == 'table' and type(r.err) == 'string' and string.sub(r.err, 1, 11) == 'DLOCKSTALE ' then
+  return redis.error_reply('ERR script body: ' .. r.err)
+end
+return r
+`
+
 // Eval runs a Lua script body fenced by f: the body sees its own KEYS and
 // ARGV (keys and args as passed here) and its return value is returned. It
 // runs only if f is admitted; the fence is recorded (when exclusive) even
@@ -140,16 +159,24 @@ func (g *Guard) Eval(ctx context.Context, resource string, f dlock.Fence, body s
 	return g.eval(ctx, resource, f, body, keys, args...)
 }
 
-// check validates a call's arguments, then reports NewGuard's failure.
+// errZeroGuard is the error of every call of a Guard not made by
+// NewGuard.
+var errZeroGuard = fmt.Errorf("%w: zero redislock.Guard (use NewGuard)", dlock.ErrNilClient)
+
+// check validates a call's arguments, then reports NewGuard's failure,
+// or the zero Guard's (it has no client to call).
 func (g *Guard) check(ctx context.Context, resource string, names ...string) error {
 	if err := g.chk.Validate(ctx, resource, names...); err != nil {
 		return err
+	}
+	if g.err == nil && g.client == nil {
+		return errZeroGuard
 	}
 	return g.err
 }
 
 func (g *Guard) eval(ctx context.Context, resource string, f dlock.Fence, body string, keys []string, args ...any) (any, error) {
-	script := redis.NewScript(fencePrelude + body + "\nend\nreturn body(k, a)\n")
+	script := redis.NewScript(fencePrelude + body + fenceEpilogue)
 	shared := "0"
 	if f.Shared {
 		shared = "1"
@@ -242,10 +269,21 @@ func (g *Guard) Highest(ctx context.Context, resource string) (dlock.Fence, erro
 	case err != nil:
 		return dlock.Fence{}, fmt.Errorf("dlock: redis guard %q: %w", resource, err)
 	}
-	tok, owner, found := strings.Cut(v, "|")
-	t, perr := strconv.ParseUint(tok, 10, 64)
-	if !found || perr != nil {
+	f, ok := parseFence(v)
+	if !ok {
 		return dlock.Fence{}, fmt.Errorf("dlock: redis guard %q: %s holds %q, not <token>|<owner>", resource, g.FenceKey(resource), v)
 	}
-	return dlock.Fence{Token: t, Owner: owner}, nil
+	return f, nil
+}
+
+// parseFence parses a fence key's value as the script does: a token in
+// canonical decimal (what strconv.FormatUint writes), above 0, a '|' and
+// the owner. Anything else is not a fence the guard wrote.
+func parseFence(v string) (dlock.Fence, bool) {
+	tok, owner, found := strings.Cut(v, "|")
+	t, err := strconv.ParseUint(tok, 10, 64)
+	if !found || err != nil || t == 0 || strconv.FormatUint(t, 10) != tok {
+		return dlock.Fence{}, false
+	}
+	return dlock.Fence{Token: t, Owner: owner}, true
 }

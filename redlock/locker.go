@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"sync/atomic"
 	"time"
 
@@ -123,10 +124,15 @@ func (b *backend) addNodes(clients []redis.UniversalClient, o options) error {
 		switch {
 		case redisproto.IsNil(c):
 			return fmt.Errorf("%w: redlock.New: client %d is nil", dlock.ErrNilClient, i)
+		case !reflect.ValueOf(c).Comparable():
+			// Not a map key (a wrapper with a slice field, say): it
+			// cannot be told apart from the others, and indexing seen
+			// with it would panic.
 		case seen[c]:
 			return fmt.Errorf("%w: redlock.New: client %d is listed twice; nodes must be independent", dlock.ErrInvalidOption, i)
+		default:
+			seen[c] = true
 		}
-		seen[c] = true
 		b.nodes = append(b.nodes, &node{Node: redisproto.NewNode(c, o.prefix), name: nodeName(c, i)})
 	}
 	return nil

@@ -55,6 +55,9 @@ func (n *Node) List(ctx context.Context, prefix string) ([]Info, error) {
 			if err != nil {
 				return err
 			}
+			if ttl < 0 {
+				continue // the lease ended since the GET (-2: no such key)
+			}
 			in := ParseValue(v)
 			in.Key = n.decodeLockKey(k)
 			in.TTL = ttl
@@ -73,14 +76,17 @@ func (n *Node) List(ctx context.Context, prefix string) ([]Info, error) {
 	return out, err
 }
 
+// globEscape escapes s for a SCAN pattern, byte by byte: a prefix need not
+// be valid UTF-8 (it may end inside a character), and ranging over runes
+// would turn each invalid byte into U+FFFD.
 func globEscape(s string) string {
 	var sb strings.Builder
-	for _, r := range s {
-		switch r {
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
 		case '*', '?', '[', ']', '\\':
 			sb.WriteByte('\\')
 		}
-		sb.WriteRune(r)
+		sb.WriteByte(s[i])
 	}
 	return sb.String()
 }

@@ -61,7 +61,13 @@ func unescapeKey(name string) string {
 
 // QueuePrefix is the etcd key prefix under which key's queue lives:
 // "<prefix><EscapeKey(key)>/" (for example to inspect it with etcdctl).
-func (l *Locker) QueuePrefix(key string) string { return l.b.queuePrefix(key) }
+// The zero Locker reports DefaultPrefix's.
+func (l *Locker) QueuePrefix(key string) string {
+	if l == nil || l.b == nil {
+		return DefaultPrefix + EscapeKey(key) + "/"
+	}
+	return l.b.queuePrefix(key)
+}
 
 func (b *backend) queuePrefix(key string) string { return b.prefix + EscapeKey(key) + "/" }
 

@@ -34,3 +34,14 @@ func TestRegressZeroGuard(t *testing.T) {
 		}()
 	}
 }
+
+// Regression (red team, issue 10): QueuePrefix on the zero Locker panicked.
+func TestRegressQueuePrefixOfZeroLocker(t *testing.T) {
+	var zero etcdlock.Locker
+	if got := zero.QueuePrefix("a/b"); got != "a%2Fb/" {
+		t.Fatalf("zero Locker QueuePrefix %q", got)
+	}
+	if got := etcdlock.New(nil).QueuePrefix("k"); got != "k/" {
+		t.Fatalf("refused Locker QueuePrefix %q", got)
+	}
+}

@@ -160,8 +160,14 @@ func nodeName(c redis.UniversalClient, i int) string {
 	return fmt.Sprintf("node%d", i)
 }
 
-// Quorum is the number of nodes that must grant a lock.
-func (l *Locker) Quorum() int { return l.b.quorum }
+// Quorum is the number of nodes that must grant a lock (0 for the zero
+// Locker).
+func (l *Locker) Quorum() int {
+	if l == nil || l.b == nil {
+		return 0
+	}
+	return l.b.quorum
+}
 
 func (b *backend) timeout(ttl time.Duration) time.Duration {
 	if b.nodeTimeout > 0 {

@@ -52,3 +52,13 @@ func TestRegressNewUncomparableClient(t *testing.T) {
 		t.Fatalf("a client listed twice: %v, want ErrInvalidOption", err)
 	}
 }
+
+// Regression (red team, issue 10): Quorum on the zero Locker, or on one
+// New refused, panicked.
+func TestRegressQuorumOfZeroLocker(t *testing.T) {
+	var zero redlock.Locker
+	if q := zero.Quorum(); q != 0 {
+		t.Fatalf("zero Locker quorum %d", q)
+	}
+	_ = redlock.New(nil).Quorum() // must not panic
+}

@@ -501,10 +501,26 @@ func testManualRefresh(t *testing.T, h Harness) {
 
 func testMaxHold(t *testing.T, h Harness) {
 	key := Key(t)
-	lk := mustAcquire(t, h.New(t), key, dlock.WithTTL(h.TTL), dlock.WithMaxHold(h.TTL*3/2))
-	waitClosed(t, lk.Lost(), "Lost() at the hold cap")
-	if !errors.Is(lk.Err(), dlock.ErrHoldCapReached) || !errors.Is(lk.Err(), dlock.ErrLockLost) {
-		t.Fatalf("Err() = %v, want ErrLockLost and ErrHoldCapReached", lk.Err())
+	// A renewal that misses its local deadline loses the lock before the
+	// cap: correct, but not what this test is about. On a loaded machine
+	// that can happen with a short TTL, so the test tries again with a
+	// longer one (bounded) rather than failing because the machine is
+	// slow.
+	ttl := h.TTL
+	for attempt := 1; ; attempt++ {
+		lk := mustAcquire(t, h.New(t), key, dlock.WithTTL(ttl), dlock.WithMaxHold(ttl*3/2))
+		waitClosed(t, lk.Lost(), "Lost() at the hold cap")
+		err := lk.Err()
+		if !errors.Is(err, dlock.ErrHoldCapReached) && errors.Is(err, dlock.ErrLockLost) && attempt < 3 {
+			t.Logf("attempt %d: lost before the hold cap (%v); a slow machine? trying again with TTL %v", attempt, err, 2*ttl)
+			ttl *= 2
+			AcquireWhenFree(t, h.New(t), key, lk).Release(Context(t))
+			continue
+		}
+		if !errors.Is(err, dlock.ErrHoldCapReached) || !errors.Is(err, dlock.ErrLockLost) {
+			t.Fatalf("Err() = %v, want ErrLockLost and ErrHoldCapReached", err)
+		}
+		break
 	}
 	lk2 := mustAcquire(t, h.New(t), key)
 	release(t, lk2)

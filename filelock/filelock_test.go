@@ -23,12 +23,6 @@ func TestMain(m *testing.M) { testserver.Main(m) }
 // hang bounds every wait; exceeding it is a hang, not slowness.
 const hang = 60 * time.Second
 
-func ctxT(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), hang)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func mustNew(t testing.TB, dir string, opts ...filelock.Option) *filelock.Locker {
 	t.Helper()
 	l, err := filelock.New(dir, opts...)
@@ -83,7 +77,7 @@ func TestTokenSurvivesRestart(t *testing.T) {
 	var last uint64
 	for i := 0; i < 3; i++ {
 		l := mustNew(t, dir) // a fresh Locker each round, as after a restart
-		lk, err := l.Acquire(ctxT(t), key)
+		lk, err := l.Acquire(dlocktest.Context(t), key)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,30 +85,30 @@ func TestTokenSurvivesRestart(t *testing.T) {
 			t.Fatalf("round %d: token %d after %d", i, lk.Token(), last)
 		}
 		last = lk.Token()
-		if err := lk.Release(ctxT(t)); err != nil {
+		if err := lk.Release(dlocktest.Context(t)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Expire keeps the counter too.
 	l := mustNew(t, dir)
-	lk, err := l.Acquire(ctxT(t), key, dlock.WithAutoRefresh(false))
+	lk, err := l.Acquire(dlocktest.Context(t), key, dlock.WithAutoRefresh(false))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := l.Expire(key); err != nil {
 		t.Fatal(err)
 	}
-	lk2, err := mustNew(t, dir).TryAcquire(ctxT(t), key)
+	lk2, err := mustNew(t, dir).TryAcquire(dlocktest.Context(t), key)
 	if err != nil {
 		t.Fatalf("key not free after Expire: %v", err)
 	}
 	if lk2.Token() <= lk.Token() || lk.Token() <= last {
 		t.Fatalf("tokens %d, %d after %d", lk.Token(), lk2.Token(), last)
 	}
-	if err := lk2.Release(ctxT(t)); err != nil {
+	if err := lk2.Release(dlocktest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
-	if err := lk.Release(ctxT(t)); !errors.Is(err, dlock.ErrLockLost) {
+	if err := lk.Release(dlocktest.Context(t)); !errors.Is(err, dlock.ErrLockLost) {
 		t.Fatalf("Release after Expire = %v, want ErrLockLost", err)
 	}
 }
@@ -122,7 +116,7 @@ func TestTokenSurvivesRestart(t *testing.T) {
 func TestList(t *testing.T) {
 	dir := t.TempDir()
 	l := mustNew(t, dir)
-	ctx := ctxT(t)
+	ctx := dlocktest.Context(t)
 	var held []*dlock.Lock
 	for _, k := range []string{"jobs/b", "jobs/a", "other"} {
 		lk, err := l.Acquire(ctx, k, dlock.WithMetadata("job", k))
@@ -181,12 +175,12 @@ func TestList(t *testing.T) {
 func TestTryAcquireHeldReportsHolder(t *testing.T) {
 	dir := t.TempDir()
 	key := dlocktest.Key(t)
-	lk, err := mustNew(t, dir).Acquire(ctxT(t), key, dlock.WithMetadata("job", "x"))
+	lk, err := mustNew(t, dir).Acquire(dlocktest.Context(t), key, dlock.WithMetadata("job", "x"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer lk.Release(context.Background())
-	_, err = mustNew(t, dir).TryAcquire(ctxT(t), key)
+	_, err = mustNew(t, dir).TryAcquire(dlocktest.Context(t), key)
 	var na *dlock.NotAcquiredError
 	if !errors.As(err, &na) {
 		t.Fatalf("TryAcquire = %v", err)
@@ -277,33 +271,33 @@ func TestCorruptRecordRefused(t *testing.T) {
 	if err := os.WriteFile(recordPath(dir, key), []byte("{not json"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err := l.TryAcquire(ctxT(t), key)
+	_, err := l.TryAcquire(dlocktest.Context(t), key)
 	if err == nil || errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("TryAcquire on a corrupt record = %v, want a storage error", err)
 	}
-	if infos, err := l.List(ctxT(t), ""); err != nil || len(infos) != 0 {
+	if infos, err := l.List(dlocktest.Context(t), ""); err != nil || len(infos) != 0 {
 		t.Fatalf("List = %+v, %v", infos, err)
 	}
 	// Removing the record resets the key.
 	if err := os.Remove(recordPath(dir, key)); err != nil {
 		t.Fatal(err)
 	}
-	lk, err := l.TryAcquire(ctxT(t), key)
+	lk, err := l.TryAcquire(dlocktest.Context(t), key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lk.Release(ctxT(t))
+	lk.Release(dlocktest.Context(t))
 }
 
 func TestRecordLayout(t *testing.T) {
 	dir := t.TempDir()
 	key := dlocktest.Key(t)
 	l := mustNew(t, dir)
-	lk, err := l.Acquire(ctxT(t), key)
+	lk, err := l.Acquire(dlocktest.Context(t), key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := lk.Release(ctxT(t)); err != nil {
+	if err := lk.Release(dlocktest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(recordPath(dir, key))
@@ -323,7 +317,7 @@ func TestRecordLayout(t *testing.T) {
 func TestManyWaiters(t *testing.T) {
 	dir := t.TempDir()
 	key := dlocktest.Key(t)
-	holder, err := mustNew(t, dir).Acquire(ctxT(t), key)
+	holder, err := mustNew(t, dir).Acquire(dlocktest.Context(t), key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +328,7 @@ func TestManyWaiters(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			lk, err := mustNew(t, dir).Acquire(ctxT(t), key)
+			lk, err := mustNew(t, dir).Acquire(dlocktest.Context(t), key)
 			if err != nil {
 				errs <- err
 				return
@@ -343,7 +337,7 @@ func TestManyWaiters(t *testing.T) {
 		}()
 	}
 	time.Sleep(20 * time.Millisecond)
-	if err := holder.Release(ctxT(t)); err != nil {
+	if err := holder.Release(dlocktest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	wg.Wait()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/filelock"
 	"github.com/dlock-go/dlock/guard"
@@ -35,7 +36,7 @@ func mustGuard(t testing.TB, dir string, opts ...filelock.Option) *filelock.Guar
 // do runs g.Do with a function that records that it ran.
 func do(t *testing.T, g *filelock.Guard, res string, f dlock.Fence) (ran bool, err error) {
 	t.Helper()
-	err = g.Do(ctxT(t), res, f, func(context.Context) error { ran = true; return nil })
+	err = g.Do(dlocktest.Context(t), res, f, func(context.Context) error { ran = true; return nil })
 	if ran && err != nil {
 		t.Fatalf("fn ran but Do returned %v", err)
 	}
@@ -83,7 +84,7 @@ func TestGuard(t *testing.T) {
 	// A second guard on the same directory (another process, or after a
 	// restart) shares the state.
 	g2 := mustGuard(t, dir)
-	if hi, err := g2.Highest(ctxT(t), res); err != nil || hi != (dlock.Fence{Token: 6, Owner: "c"}) {
+	if hi, err := g2.Highest(dlocktest.Context(t), res); err != nil || hi != (dlock.Fence{Token: 6, Owner: "c"}) {
 		t.Fatalf("Highest = %+v, %v", hi, err)
 	}
 	wantStale(t, g2, res, a5, 6)
@@ -92,13 +93,13 @@ func TestGuard(t *testing.T) {
 
 	// fn's error is returned as is; the fence stays recorded.
 	boom := errors.New("boom")
-	if err := g.Do(ctxT(t), res, dlock.Fence{Token: 10, Owner: "f"}, func(context.Context) error { return boom }); err != boom {
+	if err := g.Do(dlocktest.Context(t), res, dlock.Fence{Token: 10, Owner: "f"}, func(context.Context) error { return boom }); err != boom {
 		t.Fatalf("Do = %v, want fn's error", err)
 	}
-	if hi, err := g2.Highest(ctxT(t), res); err != nil || hi.Token != 10 {
+	if hi, err := g2.Highest(dlocktest.Context(t), res); err != nil || hi.Token != 10 {
 		t.Fatalf("Highest after failed fn = %+v, %v", hi, err)
 	}
-	if hi, err := g.Highest(ctxT(t), "never-used"); err != nil || hi != (dlock.Fence{}) {
+	if hi, err := g.Highest(dlocktest.Context(t), "never-used"); err != nil || hi != (dlock.Fence{}) {
 		t.Fatalf("Highest of unused resource = %+v, %v", hi, err)
 	}
 }
@@ -120,7 +121,7 @@ func TestGuardSerializes(t *testing.T) {
 			g := guards[i%2]
 			for j := 0; j < 5; j++ {
 				f := dlock.Fence{Token: tok.Add(1), Owner: "w"}
-				err := g.Do(ctxT(t), "r", f, func(context.Context) error {
+				err := g.Do(dlocktest.Context(t), "r", f, func(context.Context) error {
 					if inside.Add(1) != 1 {
 						violations.Add(1)
 					}
@@ -143,7 +144,7 @@ func TestGuardSerializes(t *testing.T) {
 	entered, leave := make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		done <- guards[0].Do(ctxT(t), "r", dlock.Fence{Token: 1000, Owner: "long"}, func(context.Context) error {
+		done <- guards[0].Do(dlocktest.Context(t), "r", dlock.Fence{Token: 1000, Owner: "long"}, func(context.Context) error {
 			close(entered)
 			<-leave
 			return nil
@@ -177,7 +178,7 @@ func TestGuardSerializes(t *testing.T) {
 func TestGuardWithLocks(t *testing.T) {
 	dir := t.TempDir()
 	l, g := mustNew(t, dir), mustGuard(t, dir)
-	old, err := l.Acquire(ctxT(t), "job", dlock.WithAutoRefresh(false))
+	old, err := l.Acquire(dlocktest.Context(t), "job", dlock.WithAutoRefresh(false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +186,7 @@ func TestGuardWithLocks(t *testing.T) {
 	if err := l.Expire("job"); err != nil {
 		t.Fatal(err)
 	}
-	lk, err := mustNew(t, dir).Acquire(ctxT(t), "job")
+	lk, err := mustNew(t, dir).Acquire(dlocktest.Context(t), "job")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,10 +215,10 @@ func TestGuardValueFiles(t *testing.T) {
 	dir := t.TempDir()
 	g := mustGuard(t, dir)
 	f := dlock.Fence{Token: 1, Owner: "a"}
-	if err := g.Put(ctxT(t), "r", f, "n", "v"); err != nil {
+	if err := g.Put(dlocktest.Context(t), "r", f, "n", "v"); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.Put(ctxT(t), "r", f, "m", "w"); err != nil {
+	if err := g.Put(dlocktest.Context(t), "r", f, "m", "w"); err != nil {
 		t.Fatal(err)
 	}
 	data, err := filepath.Glob(filepath.Join(dir, "*.data"))
@@ -237,7 +238,7 @@ func TestGuardValueFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range []string{"n", "m"} {
-		if v, ok, err := g.Get(ctxT(t), "r", f, n); err == nil || !strings.Contains(err.Error(), ".data") {
+		if v, ok, err := g.Get(dlocktest.Context(t), "r", f, n); err == nil || !strings.Contains(err.Error(), ".data") {
 			t.Errorf("Get(%q) of a swapped file = %q, %v, %v; want an error naming the file", n, v, ok, err)
 		}
 	}
@@ -248,19 +249,19 @@ func TestGuardValueFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range []string{"n", "m"} {
-		if v, ok, err := g.Get(ctxT(t), "r", f, n); err == nil || !strings.Contains(err.Error(), ".data") {
+		if v, ok, err := g.Get(dlocktest.Context(t), "r", f, n); err == nil || !strings.Contains(err.Error(), ".data") {
 			t.Errorf("Get(%q) of an undecodable file = %q, %v, %v; want an error naming the file", n, v, ok, err)
 		}
 	}
 	// Put replaces a bad file whole.
-	if err := g.Put(ctxT(t), "r", f, "n", "again"); err != nil {
+	if err := g.Put(dlocktest.Context(t), "r", f, "n", "again"); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.Put(ctxT(t), "r", f, "m", "again"); err != nil {
+	if err := g.Put(dlocktest.Context(t), "r", f, "m", "again"); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range []string{"n", "m"} {
-		if v, ok, err := g.Get(ctxT(t), "r", f, n); err != nil || !ok || v != "again" {
+		if v, ok, err := g.Get(dlocktest.Context(t), "r", f, n); err != nil || !ok || v != "again" {
 			t.Errorf("Get(%q) after Put repaired the file = %q, %v, %v", n, v, ok, err)
 		}
 	}

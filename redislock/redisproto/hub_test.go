@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/redislock/redisproto"
 )
@@ -20,11 +21,11 @@ func TestSubscriptionCloseOnStalledLink(t *testing.T) {
 	t.Cleanup(p.Heal) // before the proxy stops, so the background work ends
 	n := redisproto.NewNode(newClient(t, p.Addr()), "dlock")
 	k := key(t)
-	a, err := n.Watch(ctxT(t), k, "a")
+	a, err := n.Watch(dlocktest.Context(t), k, "a")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := n.Watch(ctxT(t), k, "b")
+	b, err := n.Watch(dlocktest.Context(t), k, "b")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +60,7 @@ func TestHubUnsubscribesEndedWaits(t *testing.T) {
 	n := redisproto.NewNode(newClient(t, p.Addr()), "dlock")
 	admin := newClient(t, srv.Addr())
 	k := key(t)
-	keeper, err := n.Watch(ctxT(t), k, "keeper")
+	keeper, err := n.Watch(dlocktest.Context(t), k, "keeper")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +80,7 @@ func TestHubUnsubscribesEndedWaits(t *testing.T) {
 	p.Heal()
 	want := []string{n.WaiterChannel(k, "keeper")}
 	for end := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		chans, err := admin.PubSubChannels(ctxT(t), n.WaiterChannel(k, "*")).Result()
+		chans, err := admin.PubSubChannels(dlocktest.Context(t), n.WaiterChannel(k, "*")).Result()
 		if err == nil && slices.Equal(chans, want) {
 			break
 		}
@@ -87,7 +88,7 @@ func TestHubUnsubscribesEndedWaits(t *testing.T) {
 			t.Fatalf("subscribed channels: %q (%v), want %q", chans, err, want)
 		}
 	}
-	if err := admin.Publish(ctxT(t), want[0], "1").Err(); err != nil {
+	if err := admin.Publish(dlocktest.Context(t), want[0], "1").Err(); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -1,7 +1,6 @@
 package redisproto_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -16,12 +15,6 @@ func TestMain(m *testing.M) { testserver.Main(m) }
 // hangBound bounds calls that must not wait on the network; the defects
 // they catch wait for go-redis's 5s read timeout and retries.
 const hangBound = 4 * time.Second
-
-func ctxT(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 func newClient(t testing.TB, addr string) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: addr}) // a default client

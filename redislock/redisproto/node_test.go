@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/redislock/redisproto"
 )
@@ -16,15 +17,15 @@ func TestAcquireRetryGrantsSameLease(t *testing.T) {
 	c := newClient(t, srv.Addr())
 	n := redisproto.NewNode(c, "dlock")
 	k, owner := key(t), strings.Repeat("a", 32)
-	first, err := n.Acquire(ctxT(t), k, owner, time.Minute, "{}", "")
+	first, err := n.Acquire(dlocktest.Context(t), k, owner, time.Minute, "{}", "")
 	if err != nil || !first.Granted {
 		t.Fatalf("Acquire = %+v, %v", first, err)
 	}
-	again, err := n.Acquire(ctxT(t), k, owner, time.Minute, "{}", "")
+	again, err := n.Acquire(dlocktest.Context(t), k, owner, time.Minute, "{}", "")
 	if err != nil || !again.Granted || again.Token != first.Token {
 		t.Fatalf("repeated Acquire = %+v, %v; want granted with token %d", again, err, first.Token)
 	}
-	other, err := n.Acquire(ctxT(t), k, strings.Repeat("b", 32), time.Minute, "{}", "")
+	other, err := n.Acquire(dlocktest.Context(t), k, strings.Repeat("b", 32), time.Minute, "{}", "")
 	if err != nil || other.Granted || other.Holder.Owner != owner {
 		t.Fatalf("another owner: %+v, %v", other, err)
 	}
@@ -37,7 +38,7 @@ func TestReleaseRecognisesItsOwnRelease(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	c := newClient(t, srv.Addr())
 	n := redisproto.NewNode(c, "dlock")
-	ctx := ctxT(t)
+	ctx := dlocktest.Context(t)
 	k := key(t)
 	a, b := strings.Repeat("a", 32), strings.Repeat("b", 32)
 	ga, err := n.Acquire(ctx, k, a, time.Minute, "{}", "")

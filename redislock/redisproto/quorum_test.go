@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/redislock/redisproto"
 )
@@ -17,7 +18,7 @@ func TestQuorumReleaseRecognisesItsOwnRelease(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	c := newClient(t, srv.Addr())
 	n := redisproto.NewNode(c, "dlock")
-	ctx := ctxT(t)
+	ctx := dlocktest.Context(t)
 	k, a := key(t), strings.Repeat("a", 32)
 	g, err := n.Grant(ctx, k, a, time.Minute, "{}", "", 0)
 	if err != nil || !g.Granted {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/redislock/redisproto"
 )
@@ -17,7 +18,7 @@ func TestReleaseReceipts(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	c := newClient(t, srv.Addr())
 	n := redisproto.NewNode(c, "dlock")
-	ctx := ctxT(t)
+	ctx := dlocktest.Context(t)
 	for _, quorum := range []bool{false, true} {
 		k := key(t)
 		acquire := func(owner string) uint64 {

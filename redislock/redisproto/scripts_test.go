@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/redislock/redisproto"
 )
@@ -120,7 +121,7 @@ type scriptCall struct {
 func TestEveryScriptLoadsAndRuns(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	c := newClient(t, srv.Addr())
-	ctx := ctxT(t)
+	ctx := dlocktest.Context(t)
 	n := redisproto.NewNode(c, "dlock")
 	k := key(t)
 	lk := n.LockKey(k)
@@ -245,7 +246,7 @@ func lineOf(t *testing.T, src, s string) int {
 func TestScriptErrorLines(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	c := newClient(t, srv.Addr())
-	ctx := ctxT(t)
+	ctx := dlocktest.Context(t)
 	n := redisproto.NewNode(c, "dlock")
 	k := key(t)
 	lk := n.LockKey(k)

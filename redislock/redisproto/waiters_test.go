@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/redislock/redisproto"
 )
@@ -16,7 +17,7 @@ func TestWaiterDequeuedAfterAttemptsInFlight(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	c := newClient(t, srv.Addr())
 	n := redisproto.NewNode(c, "dlock")
-	ctx := ctxT(t)
+	ctx := dlocktest.Context(t)
 	k := key(t)
 	if g, err := n.Acquire(ctx, k, strings.Repeat("a", 32), time.Minute, "{}", ""); err != nil || !g.Granted {
 		t.Fatal(g, err)

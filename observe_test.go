@@ -6,32 +6,13 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/memlock"
 )
-
-type recorder struct {
-	mu     sync.Mutex
-	events []dlock.Event
-}
-
-func (r *recorder) Observe(e dlock.Event) {
-	r.mu.Lock()
-	r.events = append(r.events, e)
-	r.mu.Unlock()
-}
-
-func (r *recorder) take() []dlock.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	ev := r.events
-	r.events = nil
-	return ev
-}
 
 func kinds(ev []dlock.Event) string {
 	var s []string
@@ -49,7 +30,7 @@ func kinds(ev []dlock.Event) string {
 }
 
 func TestObserverSeesTheLifeOfALock(t *testing.T) {
-	rec := &recorder{}
+	rec := &dlocktest.Recorder{}
 	l := memlock.New(dlock.WithObserver(rec))
 	other := l
 	ctx := ctxT(t)
@@ -58,26 +39,26 @@ func TestObserverSeesTheLifeOfALock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := kinds(rec.take()), "wait attempt acquire:acquired"; got != want {
+	if got, want := kinds(rec.Take()), "wait attempt acquire:acquired"; got != want {
 		t.Fatalf("acquire events %q, want %q", got, want)
 	}
 	if _, err := other.TryAcquire(ctx, "k"); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatal(err)
 	}
-	if got, want := kinds(rec.take()), "wait attempt acquire:contended"; got != want {
+	if got, want := kinds(rec.Take()), "wait attempt acquire:contended"; got != want {
 		t.Fatalf("contended events %q, want %q", got, want)
 	}
 	if _, err := other.Acquire(ctx, "k", dlock.WithWait(30*time.Millisecond)); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatal(err)
 	}
-	ev := rec.take()
+	ev := rec.Take()
 	if last := ev[len(ev)-1]; last.Kind != dlock.EventAcquire || last.Result != dlock.ResultTimeout || last.Wait < 30*time.Millisecond || last.Attempts < 2 {
 		t.Fatalf("timed-out wait reported %+v", last)
 	}
 	if err := lk.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := kinds(rec.take()), "renew:ok"; got != want {
+	if got, want := kinds(rec.Take()), "renew:ok"; got != want {
 		t.Fatalf("refresh events %q, want %q", got, want)
 	}
 	l.Expire("k")
@@ -88,10 +69,10 @@ func TestObserverSeesTheLifeOfALock(t *testing.T) {
 	}
 	// EventLost is reported once Lost() is closed, so it may come a moment
 	// after the receive above.
-	ev = rec.take()
+	ev = rec.Take()
 	for end := time.Now().Add(time.Second); !strings.Contains(kinds(ev), "lost") && time.Now().Before(end); {
 		time.Sleep(time.Millisecond)
-		ev = append(ev, rec.take()...)
+		ev = append(ev, rec.Take()...)
 	}
 	if got := kinds(ev); !strings.HasSuffix(got, "renew:refused lost:not_held") {
 		t.Fatalf("loss events %q, want a refused renewal then lost:not_held", got)
@@ -108,25 +89,25 @@ func TestObserverSeesTheLifeOfALock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec.take()
+	rec.Take()
 	if err := lk2.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	_ = lk2.Release(ctx) // a second release reports nothing more
-	if got, want := kinds(rec.take()), "release"; got != want {
+	if got, want := kinds(rec.Take()), "release"; got != want {
 		t.Fatalf("release events %q, want %q", got, want)
 	}
 
 	if _, err := l.Acquire(ctx, ""); err == nil {
 		t.Fatal("empty key accepted")
 	}
-	if got, want := kinds(rec.take()), "wait acquire:error"; got != want {
+	if got, want := kinds(rec.Take()), "wait acquire:error"; got != want {
 		t.Fatalf("bad-input events %q, want %q", got, want)
 	}
 }
 
 func TestHoldCapLossReason(t *testing.T) {
-	rec := &recorder{}
+	rec := &dlocktest.Recorder{}
 	l := memlock.New(dlock.WithObserver(rec))
 	lk, err := l.Acquire(ctxT(t), "k", dlock.WithTTL(200*time.Millisecond), dlock.WithMaxHold(250*time.Millisecond))
 	if err != nil {

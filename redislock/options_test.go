@@ -3,7 +3,6 @@ package redislock_test
 import (
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/dlock-go/dlock"
@@ -12,34 +11,13 @@ import (
 	"github.com/dlock-go/dlock/redislock"
 )
 
-type events struct {
-	mu sync.Mutex
-	ev []dlock.Event
-}
-
-func (e *events) Observe(ev dlock.Event) {
-	e.mu.Lock()
-	e.ev = append(e.ev, ev)
-	e.mu.Unlock()
-}
-
-func (e *events) kinds() map[dlock.EventKind]string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	m := map[dlock.EventKind]string{}
-	for _, ev := range e.ev {
-		m[ev.Kind] = ev.Backend
-	}
-	return m
-}
-
 // New's option list reaches both redislock (WithPrefix) and the core
 // (dlock.WithObserver, nil options skipped); the modes redislock does not
 // offer are refused by name.
 func TestOptions(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	c := newClient(t, srv)
-	var rec events
+	var rec dlocktest.Recorder
 	l := redislock.New(c, nil, redislock.WithPrefix("opts"), dlock.WithObserver(&rec), nil)
 	key := dlocktest.Key(t)
 	if lk := l.LockKey(key); !strings.HasPrefix(lk, "opts:{") {
@@ -56,10 +34,9 @@ func TestOptions(t *testing.T) {
 	if err := lk.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	k := rec.kinds()
 	for _, kind := range []dlock.EventKind{dlock.EventAcquire, dlock.EventRelease} {
-		if b, ok := k[kind]; !ok || b != "redis" {
-			t.Errorf("observer: event %v with backend %q (seen %v), want backend redis", kind, b, ok)
+		if e, ok := rec.Last(kind); !ok || e.Backend != "redis" {
+			t.Errorf("observer: event %v with backend %q (seen %v), want backend redis", kind, e.Backend, ok)
 		}
 	}
 	if got := redislock.New(c, redislock.WithPrefix("")).LockKey(key); !strings.HasPrefix(got, redislock.DefaultPrefix+":{") {

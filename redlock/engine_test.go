@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,32 +12,11 @@ import (
 	"github.com/dlock-go/dlock/redlock"
 )
 
-type recorder struct {
-	mu     sync.Mutex
-	events []dlock.Event
-}
-
-func (r *recorder) Observe(e dlock.Event) {
-	r.mu.Lock()
-	r.events = append(r.events, e)
-	r.mu.Unlock()
-}
-
-func (r *recorder) kinds() map[dlock.EventKind]dlock.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	m := map[dlock.EventKind]dlock.Event{}
-	for _, e := range r.events {
-		m[e.Kind] = e
-	}
-	return m
-}
-
 // dlock.WithObserver given to New among redlock's own options reaches the
 // engine: the Locker reports its events, under the backend name "redlock".
 func TestObserverThroughNew(t *testing.T) {
 	c := startNodes(t, 3)
-	var r recorder
+	var r dlocktest.Recorder
 	l := c.locker(t, redlock.WithNodeTimeout(time.Second), dlock.WithObserver(&r))
 	ctx := dlocktest.Context(t)
 	lk, err := l.Acquire(ctx, dlocktest.Key(t))
@@ -48,17 +26,16 @@ func TestObserverThroughNew(t *testing.T) {
 	if err := lk.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	got := r.kinds()
 	for _, k := range []dlock.EventKind{dlock.EventWait, dlock.EventAttempt, dlock.EventAcquire, dlock.EventRelease} {
-		e, ok := got[k]
+		e, ok := r.Last(k)
 		if !ok {
-			t.Fatalf("no %v event; got %+v", k, r.events)
+			t.Fatalf("no %v event; got %+v", k, r.Events())
 		}
 		if e.Backend != "redlock" {
 			t.Fatalf("%v event from backend %q, want \"redlock\"", k, e.Backend)
 		}
 	}
-	if e := got[dlock.EventAcquire]; e.Result != dlock.ResultAcquired || e.Token != lk.Token() {
+	if e, _ := r.Last(dlock.EventAcquire); e.Result != dlock.ResultAcquired || e.Token != lk.Token() {
 		t.Fatalf("acquire event %+v, want acquired with token %d", e, lk.Token())
 	}
 }

@@ -416,7 +416,7 @@ func (s *suite) testIndependent(t *testing.T) {
 
 // Bad input is an error, never a panic, and records and reports nothing.
 func (s *suite) testBadInput(t *testing.T) {
-	var rec recorder
+	var rec dlocktest.Recorder
 	g := s.new(t, dlock.WithObserver(&rec))
 	res := Resource("bad")
 	f := dlock.Fence{Token: 5, Owner: "a"}
@@ -467,35 +467,18 @@ func (s *suite) testBadInput(t *testing.T) {
 	if v, ok := peek(t, g, res, "n"); ok {
 		t.Errorf("bad calls wrote %q", v)
 	}
-	if n := len(rec.events()); n != 0 {
-		t.Errorf("bad calls reported %d events: %+v", n, rec.events())
+	if n := len(rec.Events()); n != 0 {
+		t.Errorf("bad calls reported %d events: %+v", n, rec.Events())
 	}
 	// The guard still works.
 	mustPut(t, g, res, f, "n", "ok")
 	mustGet(t, g, res, f, "n", "ok")
 }
 
-type recorder struct {
-	mu sync.Mutex
-	ev []dlock.Event
-}
-
-func (r *recorder) Observe(e dlock.Event) {
-	r.mu.Lock()
-	r.ev = append(r.ev, e)
-	r.mu.Unlock()
-}
-
-func (r *recorder) events() []dlock.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]dlock.Event(nil), r.ev...)
-}
-
 // Every refusal reports exactly one EventRejected matching its error;
 // admitted operations report nothing. Nil options are accepted.
 func (s *suite) testObserver(t *testing.T) {
-	var rec recorder
+	var rec dlocktest.Recorder
 	g := s.new(t, nil, dlock.WithObserver(&rec), nil)
 	res := Resource("observed")
 	type refusal struct {
@@ -531,7 +514,7 @@ func (s *suite) testObserver(t *testing.T) {
 		try(o, dlock.Fence{Token: base + 5, Owner: "s", Shared: true}, true)
 		try(o, dlock.Fence{Token: base - 1, Owner: "s", Shared: true}, false)
 	}
-	ev := rec.events()
+	ev := rec.Events()
 	if len(ev) != len(refused) {
 		t.Fatalf("observer got %d events for %d refusals: %+v", len(ev), len(refused), ev)
 	}
@@ -803,7 +786,7 @@ func (s *suite) testSecondInstance(t *testing.T) {
 	if s.cfg.other == nil {
 		t.Skip("the guard's state is not shared between instances (no guardtest.Shared)")
 	}
-	var rec recorder
+	var rec dlocktest.Recorder
 	g1 := s.new(t)
 	g2 := s.cfg.other(t, g1, dlock.WithObserver(&rec))
 	res := Resource("shared")
@@ -813,7 +796,7 @@ func (s *suite) testSecondInstance(t *testing.T) {
 	mustGet(t, g2, res, a5, "n", "1")
 	b4 := dlock.Fence{Token: 4, Owner: "b"}
 	checkStale(t, "Put on the second instance", g2.Put(ctxT(t), res, b4, "n", "x"), res, b4, 5)
-	if n := len(rec.events()); n != 1 {
+	if n := len(rec.Events()); n != 1 {
 		t.Errorf("the second instance's observer got %d events, want 1", n)
 	}
 	mustPut(t, g2, res, c9, "n", "2")
@@ -824,7 +807,7 @@ func (s *suite) testSecondInstance(t *testing.T) {
 	g3 := s.cfg.other(t, g2)
 	wantHighest(t, g3, res, c9)
 	mustGet(t, g3, res, c9, "n", "2")
-	if len(rec.events()) != 1 {
+	if len(rec.Events()) != 1 {
 		t.Errorf("the second instance's observer saw the first instance's refusal")
 	}
 }

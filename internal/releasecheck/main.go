@@ -36,6 +36,10 @@ import (
 
 const root = "github.com/dlock-go/dlock"
 
+// unpublished are the workspace's modules that test dlock and that no
+// user imports: the benchmarks and the safety harness.
+var unpublished = map[string]bool{root + "/bench": true, root + "/safety": true}
+
 type module struct {
 	Path string // module path
 	Dir  string // absolute directory
@@ -77,8 +81,8 @@ func run(keep bool) error {
 	proxy := filepath.Join(tmp, "proxy")
 	var published []module
 	for _, m := range mods {
-		if !strings.HasPrefix(m.Path, root) || m.Path == root+"/bench" {
-			continue // benchmarks are not published
+		if !strings.HasPrefix(m.Path, root) || unpublished[m.Path] {
+			continue
 		}
 		if err := checkGoMod(m, mods); err != nil {
 			return err

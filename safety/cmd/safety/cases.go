@@ -1,0 +1,348 @@
+package main
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/dlock-go/dlock/etcdlock/etcdtest"
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/safety/history"
+)
+
+// caseSpec is one cell of the matrix: a backend deployment and a fault.
+type caseSpec struct {
+	backend string
+	fault   string
+	ttl     time.Duration // the workers' lock TTL
+	dur     time.Duration // how long the workers run
+	pauses  int           // how many times the fault is injected
+}
+
+func (c caseSpec) name() string { return c.backend + "/" + c.fault }
+
+// faults, by name, with what they do (for the report).
+var faultDoc = map[string]string{
+	"none":             "no fault (baseline)",
+	"client-pause":     "a worker stops itself (SIGSTOP) between its fenced read and its write, while it believes it holds the lock, for 3×TTL; then SIGCONT",
+	"server-pause":     "the server (Redlock: a majority of nodes) is stopped with SIGSTOP for 3×TTL: connections stay open, requests hang",
+	"restart-volatile": "the server is killed (SIGKILL) and restarted at once with no persistence: every lock is forgotten",
+	"restart-aof":      "the server is killed (SIGKILL) and restarted at once with appendonly yes, appendfsync always",
+	"partition-client": "one worker's link to the server is stalled (fault proxy: bytes stop flowing both ways, the connection stays open) for 3×TTL",
+	"restart-minority": "the Kleppmann scenario: one Redlock node of 3 (a minority) is killed and restarted without persistence while a lock is held",
+	"kill-holder":      "a worker is killed (SIGKILL) between its fenced read and its write, while it holds the lock; a new worker replaces it",
+}
+
+func allCases() []caseSpec {
+	const ttl, dur, pauses = time.Second, 12 * time.Second, 3
+	etcdTTL := 2 * time.Second // etcd's minimum lease
+	return []caseSpec{
+		{"redis", "none", ttl, dur, 0},
+		{"redis", "client-pause", ttl, dur, pauses},
+		{"redis", "server-pause", ttl, dur, 2},
+		{"redis", "partition-client", ttl, dur, 2},
+		{"redis", "restart-volatile", ttl, dur, pauses},
+		{"redis-aof", "restart-aof", ttl, dur, pauses},
+		{"redlock", "none", ttl, dur, 0},
+		{"redlock", "client-pause", ttl, dur, pauses},
+		{"redlock", "server-pause", ttl, dur, 2},
+		{"redlock", "restart-minority", ttl, dur, pauses},
+		{"etcd", "none", etcdTTL, dur, 0},
+		{"etcd", "client-pause", etcdTTL, 20 * time.Second, 2},
+		{"etcd", "server-pause", etcdTTL, 20 * time.Second, 1},
+		{"file", "none", ttl, dur, 0},
+		{"file", "client-pause", ttl, dur, pauses},
+		{"file", "kill-holder", ttl, dur, pauses},
+	}
+}
+
+func quickCases() []caseSpec {
+	return []caseSpec{
+		{"redis", "client-pause", time.Second, 8 * time.Second, 2},
+		{"file", "client-pause", time.Second, 8 * time.Second, 2},
+	}
+}
+
+// deployment is a backend's servers for one case, and what the faults act on.
+type deployment struct {
+	specs   []string // per worker: the backend spec it locks with
+	redis   []*testserver.Redis
+	proxies []*testserver.Proxy // per worker, for partition-client
+	etcd    *etcdtest.Process
+	fileDir string
+}
+
+func deploy(t *tb, c caseSpec, workers int) *deployment {
+	d := &deployment{}
+	switch c.backend {
+	case "redis", "redis-aof":
+		var opts []testserver.RedisOption
+		if c.backend == "redis-aof" {
+			opts = append(opts, testserver.WithArgs("--appendonly", "yes", "--appendfsync", "always", "--dir", t.TempDir()))
+		}
+		srv := testserver.StartRedis(t, opts...)
+		d.redis = []*testserver.Redis{srv}
+		for range workers {
+			addr := srv.Addr()
+			if c.fault == "partition-client" {
+				p := testserver.StartProxy(t, srv.Addr())
+				d.proxies = append(d.proxies, p)
+				addr = p.Addr()
+			}
+			d.specs = append(d.specs, "redis:"+addr)
+		}
+	case "redlock":
+		var addrs []string
+		for range 3 {
+			srv := testserver.StartRedis(t)
+			d.redis = append(d.redis, srv)
+			addrs = append(addrs, srv.Addr())
+		}
+		for range workers {
+			d.specs = append(d.specs, "redlock:"+strings.Join(addrs, ","))
+		}
+	case "etcd":
+		d.etcd = etcdtest.StartProcess(t)
+		for range workers {
+			d.specs = append(d.specs, "etcd:"+d.etcd.ClientURL())
+		}
+	case "file":
+		d.fileDir = t.TempDir()
+		for range workers {
+			d.specs = append(d.specs, "file:"+d.fileDir)
+		}
+	default:
+		t.Fatalf("unknown backend %q", c.backend)
+	}
+	return d
+}
+
+// proc is a running worker process.
+type proc struct {
+	id   int
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func startWorker(t *tb, dir, spec string, id int, c caseSpec, dur time.Duration, seed uint64) *proc {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "worker", "-id", strconv.Itoa(id), "-dir", dir, "-backend", spec,
+		"-ttl", c.ttl.String(), "-duration", dur.String(), "-seed", strconv.FormatUint(seed, 10))
+	errf, err := os.Create(filepath.Join(dir, fmt.Sprintf("worker-%d.stderr", id)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer errf.Close()
+	cmd.Stderr = errf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{id: id, cmd: cmd, done: make(chan struct{})}
+	go func() { cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGCONT)
+		cmd.Process.Kill()
+		<-p.done
+	})
+	return p
+}
+
+// stopped reports whether pid is stopped (state T in /proc/pid/stat).
+func stopped(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && len(s) > i+2 && (s[i+2] == 'T' || s[i+2] == 't')
+}
+
+// pauseInCriticalSection asks w to stop itself at its next think step and
+// waits (bounded) until it has. It returns false if the worker did not
+// stop in time (it was not getting the lock, or it exited).
+func pauseInCriticalSection(w *proc, within time.Duration) bool {
+	if w.cmd.Process.Signal(syscall.SIGUSR1) != nil {
+		return false
+	}
+	for end := time.Now().Add(within); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		if stopped(w.cmd.Process.Pid) {
+			return true
+		}
+		select {
+		case <-w.done:
+			return false
+		default:
+		}
+	}
+	return false
+}
+
+// caseResult is what one case produced.
+type caseResult struct {
+	spec       caseSpec
+	events     []history.Event
+	faultFrom  int64 // monotonic ns: the first fault began
+	faultTo    int64 // the last fault ended
+	start, end int64
+	injected   int
+	err        string
+	note       string
+}
+
+// runCase deploys, runs the workers, injects the fault on a seeded
+// schedule and collects the history.
+func runCase(c caseSpec, workers int, seed uint64) (res caseResult) {
+	res.spec = c
+	t := &tb{}
+	defer t.close()
+	defer func() {
+		if r := recover(); r != nil {
+			if f, ok := r.(fatal); ok {
+				res.err = f.msg
+				return
+			}
+			panic(r)
+		}
+	}()
+	root, err := os.MkdirTemp("", "dlock-safety-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.root = root
+	t.Cleanup(func() { os.RemoveAll(root) })
+	dir := t.TempDir()
+	d := deploy(t, c, workers)
+	rng := rand.New(rand.NewPCG(seed, 7))
+	res.start = history.Now()
+	var procs []*proc
+	for i := range workers {
+		procs = append(procs, startWorker(t, dir, d.specs[i], i, c, c.dur, seed))
+	}
+	end := time.Now().Add(c.dur)
+	// The fault window is the middle of the run; the first third is the
+	// baseline for availability.
+	faultStart := time.Now().Add(c.dur / 3)
+	hold := 3 * c.ttl
+	time.Sleep(time.Until(faultStart))
+	for n := 0; n < c.pauses && time.Until(end) > hold+c.ttl; n++ {
+		// A random delay, so faults do not line up with the workers' loop.
+		time.Sleep(time.Duration(rng.Int64N(int64(c.ttl / 2))))
+		if inject(t, c, d, &procs, dir, seed, rng, hold, end, &res) {
+			res.injected++
+		}
+		time.Sleep(c.ttl / 2) // recovery between faults
+	}
+	for _, p := range procs {
+		select {
+		case <-p.done:
+		case <-time.After(time.Until(end) + 30*time.Second):
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+	}
+	res.end = history.Now()
+	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	if res.events, err = history.ReadFiles(logs...); err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// inject applies one fault; it returns whether the fault took place.
+func inject(t *tb, c caseSpec, d *deployment, procs *[]*proc, dir string, seed uint64, rng *rand.Rand, hold time.Duration, end time.Time, res *caseResult) bool {
+	mark := func(from int64) {
+		if res.faultFrom == 0 {
+			res.faultFrom = from
+		}
+		res.faultTo = history.Now()
+	}
+	live := func() []*proc {
+		var out []*proc
+		for _, p := range *procs {
+			select {
+			case <-p.done:
+			default:
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	switch c.fault {
+	case "none":
+		return false
+	case "client-pause", "kill-holder":
+		ws := live()
+		if len(ws) == 0 {
+			return false
+		}
+		w := ws[rng.IntN(len(ws))]
+		if !pauseInCriticalSection(w, 2*c.ttl+time.Second) {
+			return false
+		}
+		from := history.Now()
+		if c.fault == "kill-holder" {
+			w.cmd.Process.Kill()
+			<-w.done
+			mark(from)
+			id := len(*procs)
+			*procs = append(*procs, startWorker(t, dir, d.specs[w.id], id, c, time.Until(end), seed+uint64(id)))
+			return true
+		}
+		time.Sleep(hold)
+		w.cmd.Process.Signal(syscall.SIGCONT)
+		mark(from)
+		return true
+	case "server-pause":
+		from := history.Now()
+		switch {
+		case d.etcd != nil:
+			d.etcd.Pause()
+			time.Sleep(hold)
+			d.etcd.Resume()
+		default:
+			n := len(d.redis)/2 + 1 // a majority (1 of 1)
+			for _, s := range d.redis[:n] {
+				s.Pause()
+			}
+			time.Sleep(hold)
+			for _, s := range d.redis[:n] {
+				s.Resume()
+			}
+		}
+		mark(from)
+		return true
+	case "partition-client":
+		p := d.proxies[rng.IntN(len(d.proxies))]
+		from := history.Now()
+		p.Stall()
+		time.Sleep(hold)
+		p.Heal()
+		mark(from)
+		return true
+	case "restart-volatile", "restart-aof":
+		from := history.Now()
+		d.redis[0].Restart()
+		mark(from)
+		time.Sleep(c.ttl)
+		return true
+	case "restart-minority":
+		// Wait until some worker holds the lock, then make one node forget.
+		from := history.Now()
+		d.redis[rng.IntN(len(d.redis))].Restart()
+		mark(from)
+		time.Sleep(c.ttl)
+		return true
+	}
+	t.Fatalf("unknown fault %q", c.fault)
+	return false
+}

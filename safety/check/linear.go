@@ -1,8 +1,10 @@
 package check
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -106,18 +108,61 @@ func partitionByKey(ops []porcupine.Operation) [][]porcupine.Operation {
 }
 
 // fencedOps turns the workers' reads and writes of the fenced register
-// into Porcupine operations. Failed operations (definitely not done) are
-// left out; an operation with Result Unknown, or OK or Rejected without a
-// return time (T1 0), returns at infinity with an unknown outcome.
+// into Porcupine operations, completed with what the register's log
+// (its accept events) tells:
+//
+//   - Failed operations (definitely not done) are left out.
+//   - An operation with Result Unknown, or OK or Rejected without a
+//     return time (T1 0), returns at infinity with an unknown outcome.
+//   - A write with an unknown outcome that the register's log shows
+//     applied (an accept of the same worker, token and value) is a write
+//     with Result OK returning at infinity.
+//   - A write the register's log shows applied that no worker event
+//     records (the worker was killed before it could log it) is a write
+//     with Result OK, called at the end of that worker's last event
+//     before the register applied it, returning at infinity.
 func fencedOps(events []history.Event) []porcupine.Operation {
+	type wkey struct {
+		worker int
+		token  uint64
+		value  int64
+	}
+	applied := map[wkey]int{} // accepts not yet matched to a worker's write
+	for _, e := range events {
+		if e.Op == history.OpAccept && e.Register == history.Fenced {
+			applied[wkey{e.Worker, e.Token, e.Value}]++
+		}
+	}
+	match := func(e history.Event) bool {
+		k := wkey{e.Worker, e.Token, e.Value}
+		if applied[k] > 0 {
+			applied[k]--
+			return true
+		}
+		return false
+	}
+	isWrite := func(e history.Event) bool {
+		return e.Op == history.OpWrite && e.Register == history.Fenced
+	}
+	for _, e := range events { // writes known done claim their accepts first
+		if isWrite(e) && e.Result == history.OK && e.T1 != 0 {
+			match(e)
+		}
+	}
+
 	var ops []porcupine.Operation
+	add := func(e history.Event, out regOutput, ret int64) {
+		in := regInput{write: e.Op == history.OpWrite, token: e.Token, worker: e.Worker, value: e.Value}
+		ops = append(ops, porcupine.Operation{
+			ClientId: e.Worker, Input: in, Call: e.T0, Output: out, Return: max(ret, e.T0),
+			Metadata: opMeta{key: e.Key},
+		})
+	}
 	for _, e := range events {
 		if e.Register != history.Fenced || (e.Op != history.OpRead && e.Op != history.OpWrite) {
 			continue
 		}
-		in := regInput{write: e.Op == history.OpWrite, token: e.Token, worker: e.Worker, value: e.Value}
-		out := regOutput{result: e.Result}
-		ret := e.T1
+		out, ret := regOutput{result: e.Result}, e.T1
 		switch e.Result {
 		case history.OK, history.Rejected:
 			if e.T1 == 0 {
@@ -128,14 +173,42 @@ func fencedOps(events []history.Event) []porcupine.Operation {
 		default: // Failed, or no result: not done
 			continue
 		}
-		if out.result == history.OK && !in.write {
+		if out.result == history.Unknown && isWrite(e) && match(e) {
+			out.result = history.OK
+		}
+		if out.result == history.OK && e.Op == history.OpRead {
 			out.value = e.Value
 		}
-		ret = max(ret, e.T0)
-		ops = append(ops, porcupine.Operation{
-			ClientId: e.Worker, Input: in, Call: e.T0, Output: out, Return: ret,
-			Metadata: opMeta{key: e.Key},
-		})
+		add(e, out, ret)
+	}
+
+	// Accepts no worker event records.
+	var byWorker map[int][]history.Event // per worker, its events by end
+	for _, e := range events {
+		if e.Op != history.OpAccept || e.Register != history.Fenced || !match(e) {
+			continue
+		}
+		if byWorker == nil {
+			byWorker = map[int][]history.Event{}
+			for _, w := range events {
+				if w.Op != history.OpAccept {
+					byWorker[w.Worker] = append(byWorker[w.Worker], w)
+				}
+			}
+			for _, ws := range byWorker {
+				slices.SortStableFunc(ws, func(a, b history.Event) int { return cmp.Compare(end(a), end(b)) })
+			}
+		}
+		w := e
+		w.Op, w.T0 = history.OpWrite, 0
+		ws := byWorker[e.Worker]
+		if i, _ := slices.BinarySearchFunc(ws, e.T0+1, func(x history.Event, t int64) int { return cmp.Compare(end(x), t) }); i > 0 {
+			w.T0 = end(ws[i-1]) // the worker's last event before the register applied the write
+			if w.Key == "" {
+				w.Key = ws[i-1].Key
+			}
+		}
+		add(w, regOutput{result: history.OK}, math.MaxInt64)
 	}
 	return ops
 }

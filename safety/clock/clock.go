@@ -33,6 +33,9 @@ var shimSource []byte
 // hash of the source, so a second Build into the same dir reuses the first
 // one's result; the object is written under a temporary name and renamed,
 // so a concurrent Build or a crash never leaves a half-written .so behind.
+//
+// Without a compiler the error is ErrNoCompiler (it names `apt-get install
+// gcc`).
 func Build(dir string) (soPath string, err error) {
 	cc, err := compiler()
 	if err != nil {
@@ -67,7 +70,8 @@ func Build(dir string) (soPath string, err error) {
 	return soPath, nil
 }
 
-// compiler finds the C compiler: $CC if set, else cc, else gcc.
+// compiler finds the C compiler: $CC if set, else cc, else gcc; none is
+// ErrNoCompiler.
 func compiler() (string, error) {
 	if cc := os.Getenv("CC"); cc != "" {
 		p, err := exec.LookPath(cc)
@@ -81,8 +85,11 @@ func compiler() (string, error) {
 			return p, nil
 		}
 	}
-	return "", errors.New("clock: no C compiler (cc or gcc) in PATH to build the clock shim: run `apt-get install gcc`")
+	return "", ErrNoCompiler
 }
+
+// ErrNoCompiler is Build's error when neither $CC nor cc nor gcc is found.
+var ErrNoCompiler = errors.New("clock: no C compiler (cc or gcc) in PATH to build the clock shim: run `apt-get install gcc`")
 
 // Env is the environment that makes a process load the shim (soPath, from
 // Build) and follow the offset file (offsetPath, from NewOffset):

@@ -50,11 +50,21 @@ func build(t *testing.T) (so, probe string) {
 			return
 		}
 		shared.probe = filepath.Join(shared.dir, "probe")
-		out, err := exec.Command("cc", "-Wall", "-Wextra", "-o", shared.probe, "testdata/probe.c").CombinedOutput()
+		cc := os.Getenv("CC")
+		if cc == "" {
+			cc = "cc"
+			if _, err := exec.LookPath(cc); err != nil {
+				cc = "gcc"
+			}
+		}
+		out, err := exec.Command(cc, "-Wall", "-Wextra", "-o", shared.probe, "testdata/probe.c").CombinedOutput()
 		if err != nil {
 			shared.err = fmt.Errorf("compile probe: %v\n%s", err, out)
 		}
 	})
+	if errors.Is(shared.err, clock.ErrNoCompiler) && os.Getenv("CI") == "" {
+		t.Skip(shared.err) // as testserver does for a missing server binary
+	}
 	if shared.err != nil {
 		t.Fatal(shared.err)
 	}
@@ -100,7 +110,7 @@ func TestBuildWithoutCompiler(t *testing.T) {
 	t.Setenv("CC", "")
 	t.Setenv("PATH", t.TempDir())
 	_, err := clock.Build(t.TempDir())
-	if err == nil || !strings.Contains(err.Error(), "apt-get install gcc") {
+	if !errors.Is(err, clock.ErrNoCompiler) || !strings.Contains(err.Error(), "apt-get install gcc") {
 		t.Fatalf("Build without a compiler: %v; want an error naming apt-get install gcc", err)
 	}
 }

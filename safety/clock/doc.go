@@ -49,6 +49,10 @@
 // A backward jump makes keys live longer: expiry times are absolute
 // wall-clock instants, so a key with 10s to live on a clock set back 1h
 // lives 1h10s (PTTL says so) and gets its 10s back when the clock returns.
+// The same holds across a restart with persistence: the RDB and AOF store
+// absolute expiry instants (checked by hand with --appendonly yes,
+// BGREWRITEAOF and BGSAVE under the shim: forked children inherit the
+// mapping and keep the offset).
 //
 // # Constraints and what is not covered
 //

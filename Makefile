@@ -4,15 +4,16 @@ GO ?= go
 # Every module of the workspace (go.work), as directories.
 MODULES = $(shell $(GO) list -m -f '{{.Dir}}')
 # Debian packages providing the servers the tests start.
-DEB_PKGS := redis-server
-SERVER_BINS := redis-server
+# gcc builds the safety harness's clock shim (safety/clock).
+DEB_PKGS := redis-server gcc
+SERVER_BINS := redis-server gcc
 TEST_TIMEOUT ?= 20m
 
 # How long each fuzzer runs in `make test` (a smoke run on top of the
 # committed seed corpora; run `make fuzz FUZZTIME=5m` for a real session).
 FUZZTIME ?= 10s
 
-.PHONY: all deps test vet fmt-check fuzz release-check bench bench-quick demo build clean
+.PHONY: all deps test vet fmt-check fuzz release-check safety safety-quick safety-repro bench bench-quick demo build clean
 
 all: test
 
@@ -49,6 +50,7 @@ test: deps fmt-check vet
 	done
 	@$(MAKE) --no-print-directory fuzz
 	@$(MAKE) --no-print-directory release-check
+	@$(MAKE) --no-print-directory safety-quick
 
 ## release-check: prove the modules install the way a user gets them: pack
 ## every module into a local module proxy at a throw-away version, then
@@ -73,6 +75,25 @@ build:
 ## demo: the fencing story with real processes, zero set-up (file backend).
 demo: build
 	./bin/dlock demo
+
+## safety: the safety harness (safety/): worker processes under real
+## faults on real servers; rewrites docs/safety.md. SEED=N replays a run.
+SEED ?=
+safety: deps
+	cd safety && $(GO) run ./cmd/safety -out ../docs/safety.md $(if $(SEED),-seed $(SEED))
+
+## safety-repro: replay one cell of the matrix: make safety-repro
+## CASE=redis/client-pause SEED=<the seed in its row>.
+safety-repro: deps
+	@test -n "$(CASE)" -a -n "$(SEED)" || { echo "usage: make safety-repro CASE=backend/fault SEED=N"; exit 2; }
+	cd safety && $(GO) run ./cmd/safety -case '$(CASE)' -seed $(SEED)
+
+## safety-quick: a short run of the harness (part of make test), so it
+## cannot rot: fails if the negative control shows no violation or the
+## fenced register accepted a stale write.
+safety-quick: deps
+	@echo "== safety-quick"
+	@cd safety && $(GO) run ./cmd/safety -quick $(if $(SEED),-seed $(SEED))
 
 ## bench: dlock against the raw-Redis floor and peer libraries, in one run
 ## on servers it starts itself; rewrites docs/benchmarks.md (~4 minutes).

@@ -32,8 +32,9 @@ const (
 	// OpLost: the worker noticed (Lost() closed, or an operation failed
 	// with ErrLockLost) that it lost its lock at T1.
 	OpLost Op = "lost"
-	// OpAccept: a register applied an operation (Source "register"):
-	// the register's own serialized log, in the order it applied them.
+	// OpAccept: a register applied a write (Register names which; Worker
+	// is the writer): the register's own log, in the order it applied
+	// them. Reads are logged by the workers only.
 	OpAccept Op = "accept"
 )
 

@@ -49,6 +49,7 @@ func allCases() []caseSpec {
 		{"redis", "partition-client", ttl, dur, 2},
 		{"redis", "restart-volatile", ttl, dur, pauses},
 		{"redis-aof", "restart-aof", ttl, dur, pauses},
+		{"redis-clock", "clock-jump", ttl, dur, 2},
 		{"redlock", "none", ttl, dur, 0},
 		{"redlock", "client-pause", ttl, dur, pauses},
 		{"redlock", "server-pause", ttl, dur, 2},
@@ -75,6 +76,7 @@ type deployment struct {
 	redis   []*testserver.Redis
 	proxies []*testserver.Proxy // per worker, for partition-client
 	etcd    *etcdtest.Process
+	clocked *shimmedRedis
 	fileDir string
 }
 
@@ -96,6 +98,11 @@ func deploy(t *tb, c caseSpec, workers int) *deployment {
 				addr = p.Addr()
 			}
 			d.specs = append(d.specs, "redis:"+addr)
+		}
+	case "redis-clock":
+		d.clocked = startShimmedRedis(t)
+		for range workers {
+			d.specs = append(d.specs, "redis:"+d.clocked.addr)
 		}
 	case "redlock":
 		var addrs []string
@@ -196,13 +203,14 @@ type caseResult struct {
 	start, end int64
 	injected   int
 	err        string
-	note       string
+	seed       uint64
+	analysis   *analyzed
 }
 
 // runCase deploys, runs the workers, injects the fault on a seeded
 // schedule and collects the history.
 func runCase(c caseSpec, workers int, seed uint64) (res caseResult) {
-	res.spec = c
+	res.spec, res.seed = c, seed
 	t := &tb{}
 	defer t.close()
 	defer func() {
@@ -295,7 +303,7 @@ func inject(t *tb, c caseSpec, d *deployment, procs *[]*proc, dir string, seed u
 			<-w.done
 			mark(from)
 			id := len(*procs)
-			*procs = append(*procs, startWorker(t, dir, d.specs[w.id], id, c, time.Until(end), seed+uint64(id)))
+			*procs = append(*procs, startWorker(t, dir, d.specs[w.id%len(d.specs)], id, c, time.Until(end), seed+uint64(id)))
 			return true
 		}
 		time.Sleep(hold)
@@ -334,6 +342,17 @@ func inject(t *tb, c caseSpec, d *deployment, procs *[]*proc, dir string, seed u
 		d.redis[0].Restart()
 		mark(from)
 		time.Sleep(c.ttl)
+		return true
+	case "clock-jump":
+		from := history.Now()
+		if err := d.clocked.offset.Set(hold); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(hold)
+		if err := d.clocked.offset.Set(0); err != nil {
+			t.Fatal(err)
+		}
+		mark(from)
 		return true
 	case "restart-minority":
 		// Wait until some worker holds the lock, then make one node forget.

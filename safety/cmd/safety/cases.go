@@ -25,6 +25,19 @@ type caseSpec struct {
 	pauses  int           // how many times the fault is injected
 }
 
+// think is the time a worker spends between its read and its write. A
+// fault on the server side only matters while a worker is inside its
+// critical section, so those cases use long sections (half the TTL): a
+// restart or a clock jump then almost always catches a holder mid-work.
+// Client-side faults stop the worker inside its section themselves.
+func (c caseSpec) think() time.Duration {
+	switch c.fault {
+	case "none", "client-pause", "kill-holder":
+		return 5 * time.Millisecond
+	}
+	return c.ttl / 2
+}
+
 func (c caseSpec) name() string { return c.backend + "/" + c.fault }
 
 // faults, by name, with what they do (for the report).
@@ -57,6 +70,7 @@ func allCases() []caseSpec {
 		{"etcd", "none", etcdTTL, dur, 0},
 		{"etcd", "client-pause", etcdTTL, 20 * time.Second, 2},
 		{"etcd", "server-pause", etcdTTL, 20 * time.Second, 1},
+		{"etcd3", "kill-leader", etcdTTL, 20 * time.Second, 1},
 		{"file", "none", ttl, dur, 0},
 		{"file", "client-pause", ttl, dur, pauses},
 		{"file", "kill-holder", ttl, dur, pauses},
@@ -76,6 +90,7 @@ type deployment struct {
 	redis   []*testserver.Redis
 	proxies []*testserver.Proxy // per worker, for partition-client
 	etcd    *etcdtest.Process
+	etcd3   *etcdtest.Cluster
 	clocked *shimmedRedis
 	fileDir string
 }
@@ -119,6 +134,11 @@ func deploy(t *tb, c caseSpec, workers int) *deployment {
 		for range workers {
 			d.specs = append(d.specs, "etcd:"+d.etcd.ClientURL())
 		}
+	case "etcd3":
+		d.etcd3 = etcdtest.Start(t, 3)
+		for range workers {
+			d.specs = append(d.specs, "etcd:"+strings.Join(d.etcd3.Endpoints(), ","))
+		}
 	case "file":
 		d.fileDir = t.TempDir()
 		for range workers {
@@ -143,7 +163,7 @@ func startWorker(t *tb, dir, spec string, id int, c caseSpec, dur time.Duration,
 		t.Fatal(err)
 	}
 	cmd := exec.Command(exe, "worker", "-id", strconv.Itoa(id), "-dir", dir, "-backend", spec,
-		"-ttl", c.ttl.String(), "-duration", dur.String(), "-seed", strconv.FormatUint(seed, 10))
+		"-ttl", c.ttl.String(), "-think", c.think().String(), "-duration", dur.String(), "-seed", strconv.FormatUint(seed, 10))
 	errf, err := os.Create(filepath.Join(dir, fmt.Sprintf("worker-%d.stderr", id)))
 	if err != nil {
 		t.Fatal(err)
@@ -352,6 +372,11 @@ func inject(t *tb, c caseSpec, d *deployment, procs *[]*proc, dir string, seed u
 		if err := d.clocked.offset.Set(0); err != nil {
 			t.Fatal(err)
 		}
+		mark(from)
+		return true
+	case "kill-leader":
+		from := history.Now()
+		d.etcd3.Leader().Stop()
 		mark(from)
 		return true
 	case "restart-minority":

@@ -121,7 +121,9 @@ func (rep report) markdown() string {
 
 const matrixIntro = `Each case runs 4 worker processes for 12–20 s on one key. A worker loops:
 acquire → read both registers (the fenced read records its token) → think
-5 ms → write both registers (value read + 1) → release. It never checks its
+(5 ms; half the TTL in the server-side fault cases, so that a restart or a
+clock jump catches a holder mid-work) → write both registers (value read
++ 1) → release. It never checks its
 lock between the read and the write: a pause there is exactly what a GC
 pause or a stalled VM does to a real client. The **fenced** register sits
 behind a ` + "`filelock.Guard`" + ` (a store separate from the lock service, which the
@@ -147,28 +149,52 @@ host's CLOCK_MONOTONIC, shared by all processes) and counts:
 `
 
 const matrixNotes = `
-## What the matrix shows
+## What the matrix shows, and the theory it tests
 
-- **A lock alone is not enough.** Every client-pause row shows overlapping
-  holders on every backend — the lock service did its job (the lease
-  expired, the next holder got a higher token), but the paused holder
-  resumed and wrote. Without fencing those writes are accepted and
-  updates are lost (the negative control: the run fails if it shows
-  nothing, so the checker cannot be blind). With fencing the same writes
-  are refused and no update is lost: Kleppmann's argument ("How to do
-  distributed locking", 2016), measured.
-- **Server pauses and partitions** make the lock unavailable for their
-  duration, and the holder's Lost() closes at its local deadline; they
-  do not produce overlaps in these runs because the paused server also
-  stops expiring the lease.
-- **Restarts without persistence** forget held locks: another worker gets
-  the key at once while the holder still works (overlaps). dlock's Redis
-  token is kept in the key and falls back to the server clock in µs when
-  the key is gone, so tokens still increase and fencing still holds, as
-  long as the server clock does not run behind (the documented limit).
-  With appendfsync always the lease survives the restart.
-- **Redlock's minority restart** (Kleppmann's scenario) needs two
-  restarts in one lease to hand a key to two holders with 3 nodes; the
-  quorum fencing token (committed to a majority) keeps the register safe
-  either way.
+- **A lock alone is not enough** (the client-pause rows). On every backend
+  a holder stopped past its TTL comes back believing it holds the lock: the
+  lock service did its job (the lease expired, the next holder got a higher
+  token), yet the two critical sections overlap. Without fencing the paused
+  holder's write is accepted and the increments made meanwhile are lost;
+  with fencing the same write is refused, no update is lost and Porcupine
+  finds the fenced register linearizable. This is Kleppmann's argument
+  ("How to do distributed locking", 2016), measured; it holds for etcd too,
+  as Jepsen found for etcd 3.4.3's locks (2020), whose advice was to fence
+  with the lease's revision, which is dlock's etcd token. The run fails if
+  the negative control shows no violation in a client-pause row, so the
+  checker cannot be blind.
+- **Server pauses and client partitions** cost availability for their
+  duration (compare the acquisitions/s columns); they do not hand the key to
+  a second holder while the first still works, because the holder's local
+  deadline ends its lease on its side before the server can.
+- **A restart without persistence** forgets held leases: another worker gets
+  the key while the holder is still working, so sections overlap and the
+  unfenced register loses updates. Fencing still holds because dlock's Redis
+  token survives in the key after release and otherwise comes from the
+  server clock in µs, which keeps tokens increasing across a restart while
+  the server's clock does not run behind the tokens it issued — the
+  documented limit (the Redis documentation's advice for Redlock is to delay
+  restarts by the maximum TTL instead). **With appendfsync always** the lease
+  survives the restart and there is no overlap.
+- **A clock jump forward** on the Redis server expires a held lease early
+  (Redis expires keys by its wall clock, an assumption Redlock's analysis
+  depends on and Kleppmann criticised): the next holder enters while the
+  first still works; fencing refuses the late write. The backward jump only
+  makes leases last longer (liveness, not safety).
+- **Redlock with one of three nodes restarted** does not hand a key to two
+  holders here: a healthy holder took all three nodes, so one forgetful
+  node leaves a majority still holding it. Kleppmann's scenario needs a
+  holder with a bare majority (a node unreachable during its acquisition)
+  and the restart of one of its two nodes; that combined fault is not yet
+  injected. Redlock's quorum fencing token (committed to a majority) keeps
+  the register safe in every row.
+- **etcd's leader stopped**: the cluster elects a new leader and the leases
+  survive it; expect a short unavailability and no overlap.
+- **A holder killed mid-work** (file) leaves its lease to expire: the next
+  holder waits up to one TTL; no overlap, no lost update.
+
+Counts vary between runs (timing is not seeded); the ratios and which cells
+are zero are what the matrix is for. A cell with a violation *with*
+fencing fails the run unless it is a documented limit, and names its
+reproduction: ` + "`make safety-repro CASE=backend/fault SEED=N`" + `.
 `

@@ -48,6 +48,7 @@ var faultDoc = map[string]string{
 	"restart-volatile": "the server is killed (SIGKILL) and restarted at once with no persistence: every lock is forgotten",
 	"restart-aof":      "the server is killed (SIGKILL) and restarted at once with appendonly yes, appendfsync always",
 	"partition-client": "one worker's link to the server is stalled (fault proxy: bytes stop flowing both ways, the connection stays open) for 3×TTL",
+	"partition-server": "one Redlock node of 3 is cut off from every client (its fault proxy stalls: requests hang, connections stay open) for 3×TTL",
 	"restart-minority": "the Kleppmann scenario: one Redlock node of 3 (a minority) is killed and restarted without persistence while a lock is held",
 	"kill-holder":      "a worker is killed (SIGKILL) between its fenced read and its write, while it holds the lock; a new worker replaces it",
 }
@@ -66,6 +67,7 @@ func allCases() []caseSpec {
 		{"redlock", "none", ttl, dur, 0},
 		{"redlock", "client-pause", ttl, dur, pauses},
 		{"redlock", "server-pause", ttl, dur, 2},
+		{"redlock", "partition-server", ttl, dur, 2},
 		{"redlock", "restart-minority", ttl, dur, pauses},
 		{"etcd", "none", etcdTTL, dur, 0},
 		{"etcd", "client-pause", etcdTTL, 20 * time.Second, 2},
@@ -124,7 +126,13 @@ func deploy(t *tb, c caseSpec, workers int) *deployment {
 		for range 3 {
 			srv := testserver.StartRedis(t)
 			d.redis = append(d.redis, srv)
-			addrs = append(addrs, srv.Addr())
+			addr := srv.Addr()
+			if c.fault == "partition-server" { // one proxy per node, shared by the workers
+				p := testserver.StartProxy(t, addr)
+				d.proxies = append(d.proxies, p)
+				addr = p.Addr()
+			}
+			addrs = append(addrs, addr)
 		}
 		for range workers {
 			d.specs = append(d.specs, "redlock:"+strings.Join(addrs, ","))
@@ -349,7 +357,7 @@ func inject(t *tb, c caseSpec, d *deployment, procs *[]*proc, dir string, seed u
 		}
 		mark(from)
 		return true
-	case "partition-client":
+	case "partition-client", "partition-server":
 		p := d.proxies[rng.IntN(len(d.proxies))]
 		from := history.Now()
 		p.Stall()

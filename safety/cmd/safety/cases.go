@@ -49,6 +49,7 @@ var faultDoc = map[string]string{
 	"restart-aof":      "the server is killed (SIGKILL) and restarted at once with appendonly yes, appendfsync always",
 	"partition-client": "one worker's link to the server is stalled (fault proxy: bytes stop flowing both ways, the connection stays open) for 3×TTL",
 	"partition-server": "one Redlock node of 3 is cut off from every client (its fault proxy stalls: requests hang, connections stay open) for 3×TTL",
+	"kleppmann":        "Kleppmann's Redlock scenario: node C is cut off (connections refused) for one TTL, so holders take A and B only; then B is restarted without persistence and C is healed: a majority (B, C) no longer knows the holder",
 	"restart-minority": "the Kleppmann scenario: one Redlock node of 3 (a minority) is killed and restarted without persistence while a lock is held",
 	"kill-holder":      "a worker is killed (SIGKILL) between its fenced read and its write, while it holds the lock; a new worker replaces it",
 }
@@ -69,6 +70,7 @@ func allCases() []caseSpec {
 		{"redlock", "server-pause", ttl, dur, 2},
 		{"redlock", "partition-server", ttl, dur, 2},
 		{"redlock", "restart-minority", ttl, dur, pauses},
+		{"redlock", "kleppmann", ttl, dur, pauses},
 		{"etcd", "none", etcdTTL, dur, 0},
 		{"etcd", "client-pause", etcdTTL, 20 * time.Second, 2},
 		{"etcd", "server-pause", etcdTTL, 20 * time.Second, 1},
@@ -127,7 +129,7 @@ func deploy(t *tb, c caseSpec, workers int) *deployment {
 			srv := testserver.StartRedis(t)
 			d.redis = append(d.redis, srv)
 			addr := srv.Addr()
-			if c.fault == "partition-server" { // one proxy per node, shared by the workers
+			if c.fault == "partition-server" || c.fault == "kleppmann" { // one proxy per node, shared by the workers
 				p := testserver.StartProxy(t, addr)
 				d.proxies = append(d.proxies, p)
 				addr = p.Addr()
@@ -386,6 +388,16 @@ func inject(t *tb, c caseSpec, d *deployment, procs *[]*proc, dir string, seed u
 		from := history.Now()
 		d.etcd3.Leader().Stop()
 		mark(from)
+		return true
+	case "kleppmann":
+		from := history.Now()
+		c3 := d.proxies[2]
+		c3.Cut()
+		time.Sleep(c.ttl) // acquisitions meanwhile reach A and B only
+		d.redis[1].Restart()
+		c3.Heal()
+		mark(from)
+		time.Sleep(c.ttl)
 		return true
 	case "restart-minority":
 		// Wait until some worker holds the lock, then make one node forget.

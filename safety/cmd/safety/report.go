@@ -181,13 +181,19 @@ const matrixNotes = `
   depends on and Kleppmann criticised): the next holder enters while the
   first still works; fencing refuses the late write. The backward jump only
   makes leases last longer (liveness, not safety).
-- **Redlock with one of three nodes restarted** does not hand a key to two
-  holders here: a healthy holder took all three nodes, so one forgetful
-  node leaves a majority still holding it. Kleppmann's scenario needs a
-  holder with a bare majority (a node unreachable during its acquisition)
-  and the restart of one of its two nodes; that combined fault is not yet
-  injected. Redlock's quorum fencing token (committed to a majority) keeps
-  the register safe in every row.
+- **Redlock with one of three nodes restarted** (restart-minority) does not
+  hand a key to two holders: a healthy holder took all three nodes, so one
+  forgetful node leaves a majority still holding it. **Kleppmann's scenario**
+  (the kleppmann row) does: the holder got a bare majority (A, B) while C
+  was cut off, B restarts without persistence and C comes back, and (B, C)
+  grant the key to a second client while the first still works. Without
+  fencing the first holder's late write is accepted and updates are lost;
+  Redlock's quorum fencing token is committed to a majority before use, so
+  the second holder's token is above the first's and the guard refuses the
+  late write. A restart without persistence that also loses the quorum
+  counter on a majority could let a token repeat: that is the documented
+  limit (redlock's package docs), and the row's token-regression count
+  would show it.
 - **etcd's leader stopped**: the cluster elects a new leader and the leases
   survive it; expect a short unavailability and no overlap.
 - **A holder killed mid-work** (file) leaves its lease to expire: the next

@@ -82,9 +82,11 @@ func allCases() []caseSpec {
 }
 
 func quickCases() []caseSpec {
+	// Short leases so that several pauses fit: one pause that found no
+	// other worker ready to take the key would leave the control blind.
 	return []caseSpec{
-		{"redis", "client-pause", time.Second, 8 * time.Second, 2},
-		{"file", "client-pause", time.Second, 8 * time.Second, 2},
+		{"redis", "client-pause", 500 * time.Millisecond, 10 * time.Second, 3},
+		{"file", "client-pause", 500 * time.Millisecond, 10 * time.Second, 3},
 	}
 }
 
@@ -272,7 +274,10 @@ func runCase(c caseSpec, workers int, seed uint64) (res caseResult) {
 	faultStart := time.Now().Add(c.dur / 3)
 	hold := 3 * c.ttl
 	time.Sleep(time.Until(faultStart))
-	for n := 0; n < c.pauses && time.Until(end) > hold+c.ttl; n++ {
+	// Attempts are bounded by the run's time; one that did not take place
+	// (a worker that did not reach its critical section in time) is
+	// retried.
+	for attempts := 0; res.injected < c.pauses && attempts < 4*c.pauses && time.Until(end) > hold+c.ttl; attempts++ {
 		// A random delay, so faults do not line up with the workers' loop.
 		time.Sleep(time.Duration(rng.Int64N(int64(c.ttl / 2))))
 		if inject(t, c, d, &procs, dir, seed, rng, hold, end, &res) {

@@ -58,9 +58,11 @@ func expectedLimit(c caseSpec) string {
 	return ""
 }
 
-// problems are what make the run fail: a case that errored, a negative
-// control that saw nothing under client pauses (the checker would be
-// blind), and a fenced violation that is not a documented limit.
+// problems are what make the run fail: a case that errored, a case that
+// measured nothing (no acquisition or no fenced write applied: its zeros
+// would pass vacuously), a negative control that saw nothing under client
+// pauses (the checker would be blind), and a fenced violation that is not
+// a documented limit.
 func (rep report) problems() []string {
 	var out []string
 	for i := range rep.results {
@@ -70,6 +72,10 @@ func (rep report) problems() []string {
 			continue
 		}
 		a := r.analyze()
+		if a.Acquired == 0 || a.Fenced.Accepted == 0 {
+			out = append(out, fmt.Sprintf("%s: nothing was measured (%d acquisitions, %d fenced writes applied): a case whose workers never worked shows no violation vacuously", r.spec.name(), a.Acquired, a.Fenced.Accepted))
+			continue
+		}
 		if r.spec.fault == "client-pause" && !a.ControlSawViolations() {
 			out = append(out, fmt.Sprintf("%s: the negative control (unfenced register) shows no violation after %d pauses past the TTL: the checker or the harness is blind", r.spec.name(), r.injected))
 		}

@@ -60,7 +60,8 @@ func expectedLimit(c caseSpec) string {
 
 // problems are what make the run fail: a case that errored, a case that
 // measured nothing (no acquisition or no fenced write applied: its zeros
-// would pass vacuously), a negative control that saw nothing under client
+// would pass vacuously), a fenced history Porcupine did not decide (not
+// verified), a negative control that saw nothing under client
 // pauses (the checker would be blind), and a fenced violation that is not
 // a documented limit.
 func (rep report) problems() []string {
@@ -78,6 +79,9 @@ func (rep report) problems() []string {
 		}
 		if r.spec.fault == "client-pause" && !a.ControlSawViolations() {
 			out = append(out, fmt.Sprintf("%s: the negative control (unfenced register) shows no violation after %d pauses past the TTL: the checker or the harness is blind", r.spec.name(), r.injected))
+		}
+		if a.Linearizability == check.TimedOut {
+			out = append(out, fmt.Sprintf("%s: Porcupine did not decide the fenced history (%d operations) within its timeout: the fenced register was not verified", r.spec.name(), a.CheckedOps))
 		}
 		if a.FencedViolations() && expectedLimit(r.spec) == "" {
 			out = append(out, fmt.Sprintf("%s: the fenced register shows a violation: %s (examples: %s); reproduce with make safety-repro CASE=%s SEED=%d", r.spec.name(), a.String(), strings.Join(a.Examples, "; "), r.spec.name(), r.seed))

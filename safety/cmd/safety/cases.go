@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -153,6 +154,7 @@ func deploy(t *tb, c caseSpec, workers int) *deployment {
 // proc is a running worker process.
 type proc struct {
 	id   int
+	dir  string // the run directory (pause requests)
 	cmd  *exec.Cmd
 	done chan struct{}
 }
@@ -173,7 +175,7 @@ func startWorker(t *tb, dir, spec string, id int, c caseSpec, dur time.Duration,
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{id: id, cmd: cmd, done: make(chan struct{})}
+	p := &proc{id: id, dir: dir, cmd: cmd, done: make(chan struct{})}
 	go func() { cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() {
 		cmd.Process.Signal(syscall.SIGCONT)
@@ -196,11 +198,26 @@ func stopped(pid int) bool {
 
 // pauseInCriticalSection asks w to stop itself at its next think step and
 // waits (bounded) until it has. It returns false if the worker did not
-// stop in time (it was not getting the lock, or it exited).
+// stop in time (it was not getting the lock, or it exited); the request
+// is then withdrawn, so the worker does not stop later, unrecorded, with
+// no one to resume it. A request the worker took just before the
+// withdrawal is a pause that lands: it waits for that stop.
 func pauseInCriticalSection(w *proc, within time.Duration) bool {
-	if w.cmd.Process.Signal(syscall.SIGUSR1) != nil {
+	req := pauseRequest(w.dir, w.id)
+	if os.WriteFile(req, nil, 0o644) != nil {
 		return false
 	}
+	if waitStopped(w, within) {
+		return true
+	}
+	if err := os.Remove(req); !errors.Is(err, os.ErrNotExist) {
+		return false // withdrawn (or the file is gone some other way)
+	}
+	return waitStopped(w, 5*time.Second) // taken: it is stopping now
+}
+
+// waitStopped waits until w is stopped (true), exits or within passes.
+func waitStopped(w *proc, within time.Duration) bool {
 	for end := time.Now().Add(within); time.Now().Before(end); time.Sleep(time.Millisecond) {
 		if stopped(w.cmd.Process.Pid) {
 			return true

@@ -15,6 +15,10 @@ import (
 // os.Executable() "worker" ...).
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "worker" {
+		if os.Getenv("DLOCK_SAFETY_TEST_WORKER_EXIT") != "" {
+			os.Stderr.WriteString("worker: told to fail\n")
+			os.Exit(3) // a worker that crashes (regress_workerexit_test.go)
+		}
 		os.Exit(runWorker(os.Args[2:]))
 	}
 	os.Exit(m.Run())

@@ -101,7 +101,7 @@ func (rep report) markdown() string {
 	for i := range rep.results {
 		r := &rep.results[i]
 		if r.err != "" {
-			fmt.Fprintf(&b, "| %s | %s | error: %s |||||||||||| %d |\n", r.spec.backend, r.spec.fault, strings.ReplaceAll(r.err, "|", "/"), r.seed)
+			fmt.Fprintf(&b, "| %s | %s | error: %s |||||||||||| %d |\n", r.spec.backend, r.spec.fault, strings.NewReplacer("|", "/", "\n", " / ").Replace(r.err), r.seed)
 			continue
 		}
 		a := r.analyze()

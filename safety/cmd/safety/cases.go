@@ -175,6 +175,7 @@ func startWorker(t *tb, dir, spec string, id int, c caseSpec, dur time.Duration,
 	}
 	defer errf.Close()
 	cmd.Stderr = errf
+	cmd.SysProcAttr = childProcAttr()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

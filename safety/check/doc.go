@@ -55,8 +55,10 @@
 // (d) Token regressions. An acquisition with Result OK is a regression if
 // its token is not above (is below or equal to) the token of some
 // acquisition of the same key with Result OK that returned (T1) before it
-// was called (T0). Concurrent acquisitions are not ordered and not
-// compared.
+// was called (T0), or if its token equals the token of an acquisition of
+// the same key with Result OK called before it: concurrent acquisitions
+// are not ordered, but two holders granted one token cannot be told apart
+// by a fence, whatever their timing.
 //
 // (e) Linearizability. The workers' reads and writes of the fenced
 // register are checked with Porcupine (CheckOperationsTimeout, by key)

@@ -71,7 +71,7 @@ type Report struct {
 
 	// (d) Successful acquisitions whose token is not above the token of
 	// every successful acquisition of the key that completed before
-	// they started.
+	// they started, or that repeat the token of an earlier-called one.
 	TokenRegressions int
 
 	// (b), (c) per register.

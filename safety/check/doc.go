@@ -32,7 +32,8 @@
 //
 // (b) Stale writes. Register.StaleAccepted counts the register's accepts
 // whose token is below the highest token among the writes it applied
-// before (in its log order). For the unfenced register this is the
+// before (in its log order), or equal to it from another worker (dlock's
+// rule for exclusive fences admits an equal token from its holder only). For the unfenced register this is the
 // damage a plain lock lets through; for the fenced one it must be 0.
 // Register.RejectedWrite (the fenced column "stale rejected") counts the
 // workers' writes with Result Rejected: what fencing refused.

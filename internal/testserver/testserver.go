@@ -139,7 +139,7 @@ func (r *Redis) start() error {
 	}
 	args = append(args, r.extra...)
 	cmd := exec.Command(r.bin, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = serverProcAttr()
 	if err := cmd.Start(); err != nil {
 		return err
 	}

@@ -32,7 +32,8 @@
 //
 // (b) Stale writes. Register.StaleAccepted counts the register's accepts
 // whose token is below the highest token among the writes it applied
-// before (in its log order). For the unfenced register this is the
+// before (in its log order), or equal to it from another worker (dlock's
+// rule for exclusive fences admits an equal token from its holder only). For the unfenced register this is the
 // damage a plain lock lets through; for the fenced one it must be 0.
 // Register.RejectedWrite (the fenced column "stale rejected") counts the
 // workers' writes with Result Rejected: what fencing refused.
@@ -55,8 +56,10 @@
 // (d) Token regressions. An acquisition with Result OK is a regression if
 // its token is not above (is below or equal to) the token of some
 // acquisition of the same key with Result OK that returned (T1) before it
-// was called (T0). Concurrent acquisitions are not ordered and not
-// compared.
+// was called (T0), or if its token equals the token of an acquisition of
+// the same key with Result OK called before it: concurrent acquisitions
+// are not ordered, but two holders granted one token cannot be told apart
+// by a fence, whatever their timing.
 //
 // (e) Linearizability. The workers' reads and writes of the fenced
 // register are checked with Porcupine (CheckOperationsTimeout, by key)

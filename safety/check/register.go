@@ -34,7 +34,7 @@ func register(r *Report, name string, events []history.Event) Register {
 		}
 		s := get(e.Key)
 		g.Accepted++
-		if s.applied && e.Token < s.hi.Token {
+		if s.applied && (e.Token < s.hi.Token || e.Token == s.hi.Token && e.Worker != s.hi.Worker) {
 			g.StaleAccepted++
 			if staleShown < 3 {
 				staleShown++

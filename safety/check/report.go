@@ -31,7 +31,7 @@ type Register struct {
 
 	// The register's log (OpAccept events).
 	Accepted      int   // writes the register applied
-	StaleAccepted int   // applied writes whose token is below the highest it had applied before
+	StaleAccepted int   // applied writes whose token is below the highest it had applied before, or equal to it from another worker
 	Clobbers      int   // applied writes whose Value is not the previous value + 1
 	LostUpdates   int64 // increments erased by clobbers: Σ max(0, previous + 1 - Value)
 	Final         int64 // the last applied Value (summed over keys)
@@ -71,7 +71,7 @@ type Report struct {
 
 	// (d) Successful acquisitions whose token is not above the token of
 	// every successful acquisition of the key that completed before
-	// they started.
+	// they started, or that repeat the token of an earlier-called one.
 	TokenRegressions int
 
 	// (b), (c) per register.

@@ -100,7 +100,9 @@ func overlaps(r *Report, secs []section) {
 
 // tokenRegressions counts successful acquisitions whose token is not above
 // the token of every successful acquisition of the same key that
-// completed (returned) before the former was called.
+// completed (returned) before the former was called, or that repeats the
+// token of one called before it (concurrent calls included: two holders
+// with one token cannot be told apart by a fence).
 func tokenRegressions(r *Report, events []history.Event) {
 	by := map[string][]history.Event{}
 	for _, e := range events {
@@ -118,6 +120,7 @@ func tokenRegressions(r *Report, events []history.Event) {
 		})
 		var hi history.Event // the highest token among those completed so far
 		seen := false
+		granted := map[uint64]history.Event{} // tokens of the acquisitions called so far
 		j := 0
 		for _, x := range acq {
 			for ; j < len(byEnd) && byEnd[j].T1 < x.T0; j++ {
@@ -125,12 +128,24 @@ func tokenRegressions(r *Report, events []history.Event) {
 					hi, seen = byEnd[j], true
 				}
 			}
-			if seen && x.Token <= hi.Token {
+			dup, isDup := granted[x.Token]
+			if !isDup {
+				granted[x.Token] = x
+			}
+			switch {
+			case seen && x.Token <= hi.Token:
 				r.TokenRegressions++
 				if shown < 3 {
 					shown++
 					r.example("token regression on %q: worker %d acquired token %d at [%d, %d], after worker %d had acquired token %d at [%d, %d]",
 						k, x.Worker, x.Token, x.T0, x.T1, hi.Worker, hi.Token, hi.T0, hi.T1)
+				}
+			case isDup:
+				r.TokenRegressions++
+				if shown < 3 {
+					shown++
+					r.example("token regression on %q: worker %d acquired token %d at [%d, %d], already granted to worker %d at [%d, %d]",
+						k, x.Worker, x.Token, x.T0, x.T1, dup.Worker, dup.T0, dup.T1)
 				}
 			}
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -165,8 +167,11 @@ func deploy(t *tb, c caseSpec, workers int) *deployment {
 // proc is a running worker process.
 type proc struct {
 	id   int
+	dir  string // the run directory (pause requests)
 	cmd  *exec.Cmd
 	done chan struct{}
+	err  error       // cmd.Wait's, once done is closed
+	kill atomic.Bool // the harness killed it on purpose (kill-holder)
 }
 
 func startWorker(t *tb, dir, spec string, id int, c caseSpec, dur time.Duration, seed uint64) *proc {
@@ -182,11 +187,12 @@ func startWorker(t *tb, dir, spec string, id int, c caseSpec, dur time.Duration,
 	}
 	defer errf.Close()
 	cmd.Stderr = errf
+	cmd.SysProcAttr = childProcAttr()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{id: id, cmd: cmd, done: make(chan struct{})}
-	go func() { cmd.Wait(); close(p.done) }()
+	p := &proc{id: id, dir: dir, cmd: cmd, done: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() {
 		cmd.Process.Signal(syscall.SIGCONT)
 		cmd.Process.Kill()
@@ -208,11 +214,26 @@ func stopped(pid int) bool {
 
 // pauseInCriticalSection asks w to stop itself at its next think step and
 // waits (bounded) until it has. It returns false if the worker did not
-// stop in time (it was not getting the lock, or it exited).
+// stop in time (it was not getting the lock, or it exited); the request
+// is then withdrawn, so the worker does not stop later, unrecorded, with
+// no one to resume it. A request the worker took just before the
+// withdrawal is a pause that lands: it waits for that stop.
 func pauseInCriticalSection(w *proc, within time.Duration) bool {
-	if w.cmd.Process.Signal(syscall.SIGUSR1) != nil {
+	req := pauseRequest(w.dir, w.id)
+	if os.WriteFile(req, nil, 0o644) != nil {
 		return false
 	}
+	if waitStopped(w, within) {
+		return true
+	}
+	if err := os.Remove(req); !errors.Is(err, os.ErrNotExist) {
+		return false // withdrawn (or the file is gone some other way)
+	}
+	return waitStopped(w, 5*time.Second) // taken: it is stopping now
+}
+
+// waitStopped waits until w is stopped (true), exits or within passes.
+func waitStopped(w *proc, within time.Duration) bool {
 	for end := time.Now().Add(within); time.Now().Before(end); time.Sleep(time.Millisecond) {
 		if stopped(w.cmd.Process.Pid) {
 			return true
@@ -285,20 +306,49 @@ func runCase(c caseSpec, workers int, seed uint64) (res caseResult) {
 		}
 		time.Sleep(c.ttl / 2) // recovery between faults
 	}
-	for _, p := range procs {
-		select {
-		case <-p.done:
-		case <-time.After(time.Until(end) + 30*time.Second):
-			p.cmd.Process.Kill()
-			<-p.done
-		}
-	}
+	werr := waitWorkers(procs, end)
 	res.end = history.Now()
+	if werr != nil {
+		t.Fatal(werr)
+	}
 	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
 	if res.events, err = history.ReadFiles(logs...); err != nil {
 		t.Fatal(err)
 	}
 	return res
+}
+
+// waitWorkers waits for every worker to finish (bounded: 30 s past end,
+// then it kills it). A worker that did not exit by then, or exited with an
+// error the harness did not cause, is an error: the case's history would
+// lack its work, silently.
+func waitWorkers(procs []*proc, end time.Time) error {
+	var errs []error
+	for _, p := range procs {
+		select {
+		case <-p.done:
+		case <-time.After(time.Until(end) + 30*time.Second):
+			p.kill.Store(true)
+			p.cmd.Process.Signal(syscall.SIGCONT)
+			p.cmd.Process.Kill()
+			<-p.done
+			errs = append(errs, fmt.Errorf("worker %d still running 30 s after its end: killed", p.id))
+			continue
+		}
+		if p.err != nil && !p.kill.Load() {
+			errs = append(errs, fmt.Errorf("worker %d: %v: %s", p.id, p.err, stderrTail(p)))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// stderrTail is the end of a worker's standard error.
+func stderrTail(p *proc) string {
+	b, _ := os.ReadFile(filepath.Join(p.dir, fmt.Sprintf("worker-%d.stderr", p.id)))
+	if len(b) > 300 {
+		b = b[len(b)-300:]
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // inject applies one fault; it returns whether the fault took place.
@@ -334,6 +384,7 @@ func inject(t *tb, c caseSpec, d *deployment, procs *[]*proc, dir string, seed u
 		}
 		from := history.Now()
 		if c.fault == "kill-holder" {
+			w.kill.Store(true)
 			w.cmd.Process.Kill()
 			<-w.done
 			mark(from)

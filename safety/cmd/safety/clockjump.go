@@ -36,6 +36,7 @@ func startShimmedRedis(t *tb) *shimmedRedis {
 	port := testserver.FreePort(t)
 	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
 	cmd.Env = append(os.Environ(), clock.Env(so, off.Path())...)
+	cmd.SysProcAttr = childProcAttr()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

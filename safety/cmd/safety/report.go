@@ -58,9 +58,12 @@ func expectedLimit(c caseSpec) string {
 	return ""
 }
 
-// problems are what make the run fail: a case that errored, a negative
-// control that saw nothing under client pauses (the checker would be
-// blind), and a fenced violation that is not a documented limit.
+// problems are what make the run fail: a case that errored, a case that
+// measured nothing (no acquisition or no fenced write applied: its zeros
+// would pass vacuously), a fenced history Porcupine did not decide (not
+// verified), a negative control that saw nothing under client
+// pauses (the checker would be blind), and a fenced violation that is not
+// a documented limit.
 func (rep report) problems() []string {
 	var out []string
 	for i := range rep.results {
@@ -70,8 +73,15 @@ func (rep report) problems() []string {
 			continue
 		}
 		a := r.analyze()
+		if a.Acquired == 0 || a.Fenced.Accepted == 0 {
+			out = append(out, fmt.Sprintf("%s: nothing was measured (%d acquisitions, %d fenced writes applied): a case whose workers never worked shows no violation vacuously", r.spec.name(), a.Acquired, a.Fenced.Accepted))
+			continue
+		}
 		if r.spec.fault == "client-pause" && !a.ControlSawViolations() {
 			out = append(out, fmt.Sprintf("%s: the negative control (unfenced register) shows no violation after %d pauses past the TTL: the checker or the harness is blind", r.spec.name(), r.injected))
+		}
+		if a.Linearizability == check.TimedOut {
+			out = append(out, fmt.Sprintf("%s: Porcupine did not decide the fenced history (%d operations) within its timeout: the fenced register was not verified", r.spec.name(), a.CheckedOps))
 		}
 		if a.FencedViolations() && expectedLimit(r.spec) == "" {
 			out = append(out, fmt.Sprintf("%s: the fenced register shows a violation: %s (examples: %s); reproduce with make safety-repro CASE=%s SEED=%d", r.spec.name(), a.String(), strings.Join(a.Examples, "; "), r.spec.name(), r.seed))
@@ -91,7 +101,7 @@ func (rep report) markdown() string {
 	for i := range rep.results {
 		r := &rep.results[i]
 		if r.err != "" {
-			fmt.Fprintf(&b, "| %s | %s | error: %s |||||||||||| %d |\n", r.spec.backend, r.spec.fault, strings.ReplaceAll(r.err, "|", "/"), r.seed)
+			fmt.Fprintf(&b, "| %s | %s | error: %s |||||||||||| %d |\n", r.spec.backend, r.spec.fault, strings.NewReplacer("|", "/", "\n", " / ").Replace(r.err), r.seed)
 			continue
 		}
 		a := r.analyze()

@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -23,9 +21,11 @@ import (
 // write (a check there is what a GC pause or a stalled VM defeats), so a
 // pause lands exactly where locks alone fail.
 //
-// SIGUSR1 asks it to stop itself (SIGSTOP) at its next think step, while
-// it believes it holds the lock: the orchestrator resumes it (SIGCONT)
-// after the pause it chose.
+// A pause request (the file pauseRequest(dir, id)) asks it to stop itself
+// (SIGSTOP) at its next think step, while it believes it holds the lock:
+// it takes the request by renaming the file, so that the orchestrator can
+// withdraw a request the worker has not taken (see pauseInCriticalSection),
+// and the orchestrator resumes it (SIGCONT) after the pause it chose.
 func runWorker(args []string) int {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	id := fs.Int("id", 0, "worker id")
@@ -58,14 +58,7 @@ func runWorker(args []string) int {
 	}
 	defer closeLocker()
 
-	var pauseNext atomic.Bool
-	usr1 := make(chan os.Signal, 1)
-	signal.Notify(usr1, syscall.SIGUSR1)
-	go func() {
-		for range usr1 {
-			pauseNext.Store(true)
-		}
-	}()
+	pauseReq := pauseRequest(*dir, *id)
 	rng := rand.New(rand.NewPCG(*seed, uint64(*id)))
 	ev := func(e history.Event) {
 		e.Worker, e.Key = *id, *key
@@ -106,7 +99,7 @@ func runWorker(args []string) int {
 		uv, uerr := reg.readPlain()
 		ev(opEvent(history.OpRead, history.Unfenced, f.Token, uv, t0, uerr))
 		// Think: the window where a pause bites.
-		if pauseNext.CompareAndSwap(true, false) {
+		if os.Rename(pauseReq, pauseReq+".taken") == nil {
 			syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 		}
 		time.Sleep(*think)
@@ -149,4 +142,10 @@ func opEvent(op history.Op, reg string, token uint64, v int64, t0 int64, err err
 		e.Result, e.Err = history.Unknown, err.Error()
 	}
 	return e
+}
+
+// pauseRequest is the file through which the orchestrator asks worker id
+// to stop itself in its critical section.
+func pauseRequest(dir string, id int) string {
+	return filepath.Join(dir, fmt.Sprintf("pause-%d", id))
 }

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/safety/history"
+)
+
+// A case in which no worker ever acquired the lock (every worker crashed at
+// start, or the backend refused everything) measured nothing: its zeros are
+// not "no violation". Only the client-pause rows were guarded by the
+// negative-control rule; every other row passed vacuously.
+func TestRegressVacuousCaseFails(t *testing.T) {
+	for _, fault := range []string{"none", "server-pause", "restart-volatile", "kill-holder"} {
+		c := caseSpec{backend: "redis", fault: fault, ttl: time.Second, dur: time.Second}
+		var evs []history.Event
+		for i := range 50 { // workers that only ever failed to acquire
+			evs = append(evs, history.Event{Worker: i % 4, Key: "k", Op: history.OpAcquire, Result: history.Failed, T0: int64(10 * i), T1: int64(10*i + 5)})
+		}
+		rep := report{results: []caseResult{{spec: c, events: evs, start: 0, end: 1000}}}
+		if ps := rep.problems(); len(ps) == 0 {
+			t.Errorf("%s: a case with no successful acquisition and no fenced write passed", c.name())
+		}
+		rep = report{results: []caseResult{{spec: c}}} // no events at all
+		if ps := rep.problems(); len(ps) == 0 {
+			t.Errorf("%s: a case with an empty history passed", c.name())
+		}
+	}
+}
+
+// A case whose workers acquired and wrote passes.
+func TestRegressVacuousHealthyCasePasses(t *testing.T) {
+	c := caseSpec{backend: "redis", fault: "none", ttl: time.Second, dur: time.Second}
+	var evs []history.Event
+	t0 := int64(0)
+	for i := range 20 {
+		w, tok := i%2, uint64(i+1)
+		evs = append(evs,
+			history.Event{Worker: w, Key: "k", Op: history.OpAcquire, Result: history.OK, Token: tok, T0: t0, T1: t0 + 1},
+			history.Event{Worker: w, Key: "k", Op: history.OpRead, Register: history.Fenced, Result: history.OK, Token: tok, Value: int64(i), T0: t0 + 2, T1: t0 + 3},
+			history.Event{Worker: w, Key: "k", Op: history.OpWrite, Register: history.Fenced, Result: history.OK, Token: tok, Value: int64(i + 1), T0: t0 + 4, T1: t0 + 6},
+			history.Event{Worker: w, Key: "k", Op: history.OpAccept, Register: history.Fenced, Result: history.OK, Token: tok, Value: int64(i + 1), T0: t0 + 5},
+			history.Event{Worker: w, Key: "k", Op: history.OpRelease, Result: history.OK, Token: tok, T0: t0 + 7, T1: t0 + 8},
+		)
+		t0 += 10
+	}
+	rep := report{results: []caseResult{{spec: c, events: evs, start: 0, end: t0}}}
+	if ps := rep.problems(); len(ps) != 0 {
+		t.Fatalf("a healthy case failed: %s", strings.Join(ps, "; "))
+	}
+}

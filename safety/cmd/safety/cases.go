@@ -52,6 +52,8 @@ var faultDoc = map[string]string{
 	"partition-client": "one worker's link to the server is stalled (fault proxy: bytes stop flowing both ways, the connection stays open) for 3×TTL",
 	"partition-server": "one Redlock node of 3 is cut off from every client (its fault proxy stalls: requests hang, connections stay open) for 3×TTL",
 	"kleppmann":        "Kleppmann's Redlock scenario: node C is cut off (connections refused) for one TTL, so holders take A and B only; then B is restarted without persistence and C is healed: a majority (B, C) no longer knows the holder",
+	"lost-replies":     "for 3×TTL, every TTL/4 one request of one worker (acquire, renewal or release) takes effect on the server but its reply is lost and the connection reset (fault proxy)",
+	"kleppmann-clock":  "Kleppmann's Redlock clock scenario: node C is cut off for one TTL, so holders take A and B only; then B's wall clock jumps 3×TTL forward (its copy of the lease expires) and C is healed",
 	"restart-minority": "the Kleppmann scenario: one Redlock node of 3 (a minority) is killed and restarted without persistence while a lock is held",
 	"kill-holder":      "a worker is killed (SIGKILL) between its fenced read and its write, while it holds the lock; a new worker replaces it",
 }
@@ -64,6 +66,7 @@ func allCases() []caseSpec {
 		{"redis", "client-pause", ttl, dur, pauses},
 		{"redis", "server-pause", ttl, dur, 2},
 		{"redis", "partition-client", ttl, dur, 2},
+		{"redis", "lost-replies", ttl, dur, 1},
 		{"redis", "restart-volatile", ttl, dur, pauses},
 		{"redis-aof", "restart-aof", ttl, dur, pauses},
 		{"redis-clock", "clock-jump", ttl, dur, 2},
@@ -73,6 +76,7 @@ func allCases() []caseSpec {
 		{"redlock", "partition-server", ttl, dur, 2},
 		{"redlock", "restart-minority", ttl, dur, pauses},
 		{"redlock", "kleppmann", ttl, dur, pauses},
+		{"redlock", "kleppmann-clock", ttl, dur, 2},
 		{"etcd", "none", etcdTTL, dur, 0},
 		{"etcd", "client-pause", etcdTTL, 20 * time.Second, 2},
 		{"etcd", "server-pause", etcdTTL, 20 * time.Second, 1},
@@ -115,7 +119,7 @@ func deploy(t *tb, c caseSpec, workers int) *deployment {
 		d.redis = []*testserver.Redis{srv}
 		for range workers {
 			addr := srv.Addr()
-			if c.fault == "partition-client" {
+			if c.fault == "partition-client" || c.fault == "lost-replies" {
 				p := testserver.StartProxy(t, srv.Addr())
 				d.proxies = append(d.proxies, p)
 				addr = p.Addr()
@@ -129,11 +133,17 @@ func deploy(t *tb, c caseSpec, workers int) *deployment {
 		}
 	case "redlock":
 		var addrs []string
-		for range 3 {
-			srv := testserver.StartRedis(t)
-			d.redis = append(d.redis, srv)
-			addr := srv.Addr()
-			if c.fault == "partition-server" || c.fault == "kleppmann" { // one proxy per node, shared by the workers
+		for i := range 3 {
+			var addr string
+			if c.fault == "kleppmann-clock" && i == 1 { // node B's clock will jump
+				d.clocked = startShimmedRedis(t)
+				addr = d.clocked.addr
+			} else {
+				srv := testserver.StartRedis(t)
+				d.redis = append(d.redis, srv)
+				addr = srv.Addr()
+			}
+			if c.fault == "partition-server" || strings.HasPrefix(c.fault, "kleppmann") { // one proxy per node, shared by the workers
 				p := testserver.StartProxy(t, addr)
 				d.proxies = append(d.proxies, p)
 				addr = p.Addr()
@@ -454,6 +464,28 @@ func inject(t *tb, c caseSpec, d *deployment, procs *[]*proc, dir string, seed u
 		c3.Heal()
 		mark(from)
 		time.Sleep(c.ttl)
+		return true
+	case "kleppmann-clock":
+		from := history.Now()
+		c3 := d.proxies[2]
+		c3.Cut()
+		time.Sleep(c.ttl) // acquisitions meanwhile reach A and B only
+		if err := d.clocked.offset.Set(hold); err != nil {
+			t.Fatal(err)
+		}
+		c3.Heal()
+		time.Sleep(hold)
+		if err := d.clocked.offset.Set(0); err != nil {
+			t.Fatal(err)
+		}
+		mark(from)
+		return true
+	case "lost-replies":
+		from := history.Now()
+		for stop := time.Now().Add(hold); time.Now().Before(stop); time.Sleep(c.ttl / 4) {
+			d.proxies[rng.IntN(len(d.proxies))].LoseNextReply()
+		}
+		mark(from)
 		return true
 	case "restart-minority":
 		// Wait until some worker holds the lock, then make one node forget.

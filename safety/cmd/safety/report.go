@@ -176,7 +176,7 @@ const matrixNotes = `
   with the lease's revision, which is dlock's etcd token. The run fails if
   the negative control shows no violation in a client-pause row, so the
   checker cannot be blind.
-- **Server pauses and client partitions** cost availability for their
+- **Server pauses, partitions and lost replies** cost availability for their
   duration (compare the acquisitions/s columns); they do not hand the key to
   a second holder while the first still works, because the holder's local
   deadline ends its lease on its side before the server can.
@@ -203,8 +203,10 @@ const matrixNotes = `
   fencing the first holder's late write is accepted and updates are lost;
   Redlock's quorum fencing token is committed to a majority before use, so
   the second holder's token is above the first's and the guard refuses the
-  late write. A restart without persistence that also loses the quorum
-  counter on a majority could let a token repeat: that is the documented
+  late write. The kleppmann-clock row is the same scenario with B's wall
+  clock jumping forward instead of a restart (Kleppmann's other example):
+  the same overlap, refused the same way. A restart without persistence
+  that also loses the quorum counter on a majority could let a token repeat: that is the documented
   limit (redlock's package docs), and the row's token-regression count
   would show it.
 - **etcd's leader stopped**: the cluster elects a new leader and the leases

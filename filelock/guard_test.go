@@ -6,8 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -104,43 +102,12 @@ func TestGuard(t *testing.T) {
 	}
 }
 
-// Do calls on one resource never overlap, across guards on one directory,
-// and a waiting Do honours its context.
-func TestGuardSerializes(t *testing.T) {
+// A Do waiting behind a long one, through either of two guards on one
+// directory, gives up when its context ends. (That Do calls never overlap,
+// across instances, is guardtest's Doer section, run by TestGuardSuite.)
+func TestGuardDoHonoursContext(t *testing.T) {
 	dir := t.TempDir()
 	guards := []*filelock.Guard{mustGuard(t, dir), mustGuard(t, dir)}
-	var (
-		inside, violations atomic.Int32
-		tok                atomic.Uint64
-		wg                 sync.WaitGroup
-	)
-	for i := 0; i < 8; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			g := guards[i%2]
-			for j := 0; j < 5; j++ {
-				f := dlock.Fence{Token: tok.Add(1), Owner: "w"}
-				err := g.Do(dlocktest.Context(t), "r", f, func(context.Context) error {
-					if inside.Add(1) != 1 {
-						violations.Add(1)
-					}
-					time.Sleep(100 * time.Microsecond)
-					inside.Add(-1)
-					return nil
-				})
-				if err != nil && !errors.Is(err, dlock.ErrStaleToken) {
-					t.Error(err)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if v := violations.Load(); v != 0 {
-		t.Fatalf("%d overlapping Do calls", v)
-	}
-
-	// A Do that waits behind a long one gives up when its context ends.
 	entered, leave := make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)
 	go func() {

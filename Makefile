@@ -4,9 +4,11 @@ GO ?= go
 # Every module of the workspace (go.work), as directories.
 MODULES = $(shell $(GO) list -m -f '{{.Dir}}')
 # Debian packages providing the servers the tests start.
-# gcc builds the safety harness's clock shim (safety/clock).
-DEB_PKGS := redis-server gcc
-SERVER_BINS := redis-server gcc
+# gcc builds the safety harness's clock shim (safety/clock); zookeeper
+# brings the server jar and default-jre (java) that zklock's tests start.
+DEB_PKGS := redis-server gcc zookeeper
+SERVER_BINS := redis-server gcc java
+SERVER_FILES := /usr/share/java/zookeeper.jar
 TEST_TIMEOUT ?= 20m
 
 # How long each fuzzer runs in `make test` (a smoke run on top of the
@@ -23,6 +25,7 @@ deps:
 	for b in $(SERVER_BINS); do \
 	  command -v $$b >/dev/null 2>&1 || [ -x /usr/sbin/$$b ] || [ -x /usr/bin/$$b ] || missing="$$missing $$b"; \
 	done; \
+	for f in $(SERVER_FILES); do [ -f $$f ] || missing="$$missing $$f"; done; \
 	if [ -z "$$missing" ]; then echo "deps: all servers present ($(SERVER_BINS))"; exit 0; fi; \
 	echo "deps: missing:$$missing"; \
 	if [ "$$(id -u)" != 0 ]; then \

@@ -1,0 +1,359 @@
+// Acquiring: Try (driver.Driver) and Queue (driver.Queuer) create an
+// ephemeral sequential node under the key's znode; the holder is the node
+// with the lowest sequence number.
+
+package zklock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/background"
+)
+
+// exists is what an Exists or ExistsW returned.
+type exists struct {
+	ok    bool
+	stat  *zk.Stat
+	watch <-chan zk.Event
+}
+
+// create puts req's queue node under the key's znode (a container, created
+// if missing, with the prefix above it) and returns it. A create whose
+// reply was lost is found again by its protection id before it is tried
+// again, so it is never orphaned nor duplicated.
+func (b *backend) create(ctx context.Context, req *driver.Request) (*entry, error) {
+	lease, err := b.lease()
+	if err != nil {
+		return nil, err
+	}
+	dir := b.keyPath(req.Key)
+	data := encodeValue(req.Owner, req.Metadata)
+	sid := b.conn.SessionID()
+	for attempt := 0; ; attempt++ {
+		path, err := call(ctx, b, "create", func() (string, error) {
+			return b.conn.Create(dir+"/"+nodePrefix(req.Owner), data, zk.FlagEphemeralSequential, b.acl)
+		})
+		switch {
+		case err == nil:
+			return b.newEntry(req, dir, path[len(dir)+1:], sid, lease), nil
+		case errors.Is(err, zk.ErrNoNode) && attempt < 5:
+			if err := b.ensureDir(ctx, dir); err != nil {
+				return nil, err
+			}
+			continue
+		case errors.Is(err, zk.ErrConnectionClosed) && attempt < 5 && ctx.Err() == nil:
+			// The reply was lost: the node may exist. Look for it by its
+			// protection id (after the client reconnects), then retry.
+			name, ferr := b.find(ctx, dir, req.Owner)
+			if ferr == nil && name != "" {
+				return b.newEntry(req, dir, name, b.conn.SessionID(), lease), nil
+			}
+			if ferr != nil && !errors.Is(ferr, zk.ErrConnectionClosed) {
+				return nil, ferr
+			}
+			continue
+		case errors.Is(err, zk.ErrNoAuth):
+			return nil, fmt.Errorf("%w (the znode %s is not writable by this client: check the digest credentials and the znode's ACL)", err, dir)
+		}
+		return nil, err
+	}
+}
+
+func (b *backend) newEntry(req *driver.Request, dir, name string, sid int64, lease time.Duration) *entry {
+	return &entry{b: b, key: req.Key, owner: req.Owner, dir: dir, name: name, path: dir + "/" + name, sid: sid, lease: lease}
+}
+
+// find returns the name of owner's queue node under dir ("" if none).
+func (b *backend) find(ctx context.Context, dir, owner string) (string, error) {
+	kids, err := call(ctx, b, "list", func() ([]string, error) {
+		k, _, err := b.conn.Children(dir)
+		return k, err
+	})
+	if errors.Is(err, zk.ErrNoNode) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	for _, k := range kids {
+		if n, ok := parseNode(k); ok && n.owner == owner {
+			return k, nil
+		}
+	}
+	return "", nil
+}
+
+// ensureDir creates the key's znode as a container (ZooKeeper deletes it
+// once its last child is gone) and the prefix above it as persistent
+// nodes, as far as they are missing.
+func (b *backend) ensureDir(ctx context.Context, dir string) error {
+	_, err := call(ctx, b, "create", func() (string, error) {
+		return b.conn.CreateContainer(dir, nil, zk.FlagContainer, b.acl)
+	})
+	if err == nil || errors.Is(err, zk.ErrNodeExists) {
+		return nil
+	}
+	if !errors.Is(err, zk.ErrNoNode) {
+		return err
+	}
+	// The prefix is missing: create it, one level at a time.
+	p := ""
+	for _, seg := range strings.Split(strings.TrimPrefix(b.prefix, "/"), "/") {
+		p += "/" + seg
+		_, err := call(ctx, b, "create", func() (string, error) {
+			return b.conn.Create(p, nil, zk.FlagPersistent, b.acl)
+		})
+		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return err
+		}
+	}
+	return nil
+}
+
+// look reads, at once, the key's queue and e's node (setting a watch on
+// it: Bind's loss signal). It reports the queue and whether e's node is in
+// it with its stat.
+func (b *backend) look(ctx context.Context, e *entry) ([]qnode, exists, error) {
+	kids := make(chan result[[]string], 1)
+	go func() {
+		k, err := call(ctx, b, "list", func() ([]string, error) {
+			k, _, err := b.conn.Children(e.dir)
+			return k, err
+		})
+		kids <- result[[]string]{k, err}
+	}()
+	me, err := call(ctx, b, "exists", func() (exists, error) {
+		ok, st, w, err := b.conn.ExistsW(e.path)
+		return exists{ok, st, w}, err
+	})
+	k := <-kids
+	if err == nil {
+		err = k.err
+	}
+	if err != nil {
+		return nil, exists{}, err
+	}
+	return queueOf(k.v), me, nil
+}
+
+// holderOf reads the queue node n of key (its data and creation zxid) as
+// a holder; what cannot be read is left zero.
+func (b *backend) holderOf(ctx context.Context, key, dir string, n qnode) dlock.Holder {
+	h := dlock.Holder{Owner: n.owner, Mode: dlock.Exclusive}
+	type got struct {
+		data []byte
+		stat *zk.Stat
+	}
+	g, err := call(ctx, b, "get", func() (got, error) {
+		d, st, err := b.conn.Get(dir + "/" + n.name)
+		return got{d, st}, err
+	})
+	if err == nil {
+		if v := parseValue(g.data); v.Owner != "" {
+			h.Owner, h.Metadata = v.Owner, v.Metadata
+		}
+		h.Token = uint64(g.stat.Czxid)
+	}
+	if h.Owner == "" {
+		h.Owner = "node " + n.name
+	}
+	return h
+}
+
+// Try implements driver.Driver: create this attempt's node; it holds the
+// lock if it is first in the queue, else it is deleted again and the
+// first node is reported as the holder.
+func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	start := time.Now()
+	e, err := b.create(ctx, req)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	q, me, err := b.look(ctx, e)
+	if err != nil {
+		e.abandon()
+		return driver.Grant{}, err
+	}
+	if !me.ok {
+		return driver.Grant{}, fmt.Errorf("%w: zookeeper acquire %q: the new queue node vanished (session expired?)", dlock.ErrTransient, req.Key)
+	}
+	if len(q) > 0 && q[0].name == e.name {
+		return e.grant(me, start), nil
+	}
+	e.abandon()
+	na := &dlock.NotAcquiredError{Key: req.Key}
+	if len(q) > 0 {
+		na.Holders = []dlock.Holder{b.holderOf(ctx, req.Key, e.dir, q[0])}
+	}
+	return driver.Grant{}, na
+}
+
+// Wait liveness: a waiter probes its own node while it waits, so that a
+// wait whose context ends can tell a held key from a silent ensemble.
+const (
+	// waitProbe is how often a waiter checks its node is still there
+	// (which also shows ZooKeeper answering).
+	waitProbe = 250 * time.Millisecond
+	// waitRecency: a wait whose context ends reports the holder it waits
+	// behind (ErrNotAcquired) only if ZooKeeper answered this recently;
+	// otherwise it reports that ZooKeeper did not answer.
+	waitRecency = time.Second
+)
+
+// Queue implements driver.Queuer: wait in key's FIFO queue, watching only
+// the node just ahead (a release wakes one waiter, not the herd). When ctx
+// ends while ZooKeeper keeps answering it returns a *dlock.NotAcquiredError
+// naming the holder; when ZooKeeper stopped answering, an error saying so.
+// Either way the node is deleted in the background.
+func (b *backend) Queue(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	e, err := b.create(ctx, req)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	lastOK := time.Now()
+	var head qnode
+	ended := func(err error) error {
+		e.abandon()
+		if since := time.Since(lastOK); since >= waitRecency || head.name == "" {
+			return fmt.Errorf("dlock: zookeeper acquire %q: no answer from ZooKeeper in the last %v of the wait: %w", req.Key, since.Round(time.Millisecond), err)
+		}
+		return b.waitEnded(req.Key, head, context.Cause(ctx))
+	}
+	probe := time.NewTicker(waitProbe)
+	defer probe.Stop()
+	for {
+		sent := time.Now()
+		q, me, err := b.look(ctx, e)
+		if err != nil {
+			if ctx.Err() != nil {
+				return driver.Grant{}, ended(err)
+			}
+			e.abandon()
+			return driver.Grant{}, err
+		}
+		lastOK = sent
+		if !me.ok {
+			return driver.Grant{}, fmt.Errorf("%w: zookeeper acquire %q: the queue node vanished while waiting (session expired?)", dlock.ErrTransient, req.Key)
+		}
+		i := 0
+		for i < len(q) && q[i].name != e.name {
+			i++
+		}
+		if i == 0 {
+			return e.grant(me, sent), nil
+		}
+		if i == len(q) { // listed before our node was visible: look again
+			continue
+		}
+		head = q[0]
+		pred := e.dir + "/" + q[i-1].name
+		sent = time.Now()
+		w, err := call(ctx, b, "watch", func() (exists, error) {
+			ok, st, w, err := b.conn.ExistsW(pred)
+			return exists{ok, st, w}, err
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return driver.Grant{}, ended(err)
+			}
+			e.abandon()
+			return driver.Grant{}, err
+		}
+		lastOK = sent
+		if !w.ok {
+			continue
+		}
+	wait:
+		for {
+			select {
+			case ev := <-w.watch:
+				b.sawWatch()
+				if ev.Type == zk.EventNotWatching {
+					e.abandon()
+					return driver.Grant{}, fmt.Errorf("%w: zookeeper acquire %q: the watch ended: %w", dlock.ErrTransient, req.Key, ev.Err)
+				}
+				break wait
+			case <-probe.C:
+				sent := time.Now()
+				me, err := call(ctx, b, "exists", func() (exists, error) {
+					ok, st, err := b.conn.Exists(e.path)
+					return exists{ok: ok, stat: st}, err
+				})
+				switch {
+				case err != nil && ctx.Err() != nil:
+					return driver.Grant{}, ended(err)
+				case err != nil:
+					// Disconnected: the client reconnects (and re-sets
+					// the watch) or the session expires; keep waiting.
+				case !me.ok:
+					return driver.Grant{}, fmt.Errorf("%w: zookeeper acquire %q: the queue node vanished while waiting (session expired?)", dlock.ErrTransient, req.Key)
+				default:
+					lastOK = sent
+				}
+			case <-ctx.Done():
+				return driver.Grant{}, ended(context.Cause(ctx))
+			}
+		}
+	}
+}
+
+// waitEnded is the error of a wait whose context ended: the key was held
+// by the queue's first node.
+func (b *backend) waitEnded(key string, head qnode, cause error) error {
+	h := dlock.Holder{Owner: head.owner, Mode: dlock.Exclusive}
+	if h.Owner == "" {
+		h.Owner = "node " + head.name
+	}
+	return &dlock.NotAcquiredError{Key: key, Holders: []dlock.Holder{h}, Cause: cause}
+}
+
+// Abort implements driver.Aborter: delete req.Owner's queue node, if an
+// attempt whose outcome is unknown created one.
+func (b *backend) Abort(ctx context.Context, req *driver.Request) error {
+	dir := b.keyPath(req.Key)
+	name, err := b.find(ctx, dir, req.Owner)
+	if err != nil || name == "" {
+		return err
+	}
+	_, err = call(ctx, b, "delete", func() (struct{}, error) {
+		return struct{}{}, b.conn.Delete(dir+"/"+name, -1)
+	})
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil
+	}
+	return err
+}
+
+// abandon deletes e's node in the background (a waiter that gave up, an
+// attempt that found the key held).
+func (e *entry) abandon() {
+	background.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), dlock.DefaultReleaseTimeout)
+		defer cancel()
+		for ctx.Err() == nil {
+			_, err := call(ctx, e.b, "delete", func() (struct{}, error) {
+				return struct{}{}, e.b.conn.Delete(e.path, -1)
+			})
+			if err == nil || errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrClosing) {
+				return
+			}
+			if e.b.conn.SessionID() != e.sid { // the session is gone, and the node with it
+				return
+			}
+			t := time.NewTimer(50 * time.Millisecond)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			t.Stop()
+		}
+	})
+}

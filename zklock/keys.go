@@ -1,0 +1,191 @@
+// Keys and znodes: how a lock key maps to its znode path, and how the
+// queue's ephemeral sequential nodes are named and parsed.
+
+package zklock
+
+import (
+	"encoding/json"
+	"sort"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// EscapeKey returns the znode name of a lock key: the key itself where
+// ZooKeeper accepts it, with '%', '/', control characters and the code
+// points ZooKeeper refuses in paths (U+007F–U+009F, U+D800–U+F8FF,
+// U+FFF0–U+FFFF, and everything beyond U+FFFF, which Java stores as
+// surrogates) percent-encoded as their UTF-8 bytes. "." and "..", which
+// ZooKeeper reserves, and "zookeeper", reserved at the root, are encoded
+// too. So every key is one znode directly under the prefix, and
+// hierarchical keys ("orders/42" and "orders") are siblings that never
+// contend with each other.
+func EscapeKey(key string) string {
+	switch key {
+	case ".", "..":
+		return strings.Repeat("%2E", len(key))
+	case "zookeeper":
+		return "%7Aookeeper"
+	}
+	var b strings.Builder
+	for i := 0; i < len(key); {
+		r, w := utf8.DecodeRuneInString(key[i:])
+		if plain(r, w) {
+			b.WriteString(key[i : i+w])
+		} else {
+			for j := i; j < i+w; j++ {
+				b.WriteByte('%')
+				b.WriteByte(hexDigits[key[j]>>4])
+				b.WriteByte(hexDigits[key[j]&15])
+			}
+		}
+		i += w
+	}
+	return b.String()
+}
+
+const hexDigits = "0123456789ABCDEF"
+
+// plain reports whether rune r (w bytes of valid UTF-8) may stand for
+// itself in a znode name.
+func plain(r rune, w int) bool {
+	switch {
+	case r == utf8.RuneError && w <= 1:
+		return false
+	case r == '%' || r == '/':
+		return false
+	case r < 0x20 || (r >= 0x7F && r <= 0x9F):
+		return false
+	case r >= 0xD800 && r <= 0xF8FF:
+		return false
+	case r >= 0xFFF0:
+		return false
+	}
+	return true
+}
+
+// unescapeKey reverses EscapeKey. A name EscapeKey cannot have produced
+// (a node someone else created under the prefix) reports false.
+func unescapeKey(name string) (string, bool) {
+	if !strings.Contains(name, "%") {
+		return name, name != "" && name != "zookeeper"
+	}
+	var b strings.Builder
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if c != '%' {
+			b.WriteByte(c)
+			continue
+		}
+		if i+2 >= len(name) {
+			return "", false
+		}
+		v, err := strconv.ParseUint(name[i+1:i+3], 16, 8)
+		if err != nil {
+			return "", false
+		}
+		b.WriteByte(byte(v))
+		i += 2
+	}
+	key := b.String()
+	return key, EscapeKey(key) == name
+}
+
+// Queue nodes are named "_c_<owner>-lock-<sequence>": the "_c_<id>-"
+// protection prefix (a client that lost the reply to its create finds its
+// node again by id; ZOOKEEPER-1262) and "lock-" followed by ZooKeeper's
+// 10-digit sequence number. Curator's InterProcessMutex and go-zookeeper's
+// Lock name their nodes the same way, so their holders are seen as
+// holders too.
+const (
+	protectPrefix = "_c_"
+	lockInfix     = "lock-"
+	seqDigits     = 10
+)
+
+// nodePrefix is the name given to Create for owner's queue node; ZooKeeper
+// appends the sequence number.
+func nodePrefix(owner string) string { return protectPrefix + owner + "-" + lockInfix }
+
+// qnode is one queue node of a key.
+type qnode struct {
+	name  string
+	owner string // the protection id (dlock's owner id); "" if none
+	seq   int64
+}
+
+// parseNode parses a child of a key's znode as a queue node.
+func parseNode(name string) (qnode, bool) {
+	i := strings.LastIndex(name, lockInfix)
+	if i < 0 || len(name)-i-len(lockInfix) != seqDigits {
+		return qnode{}, false
+	}
+	seq, err := strconv.ParseInt(name[i+len(lockInfix):], 10, 64)
+	if err != nil || seq < 0 {
+		return qnode{}, false
+	}
+	n := qnode{name: name, seq: seq}
+	if head := name[:i]; head != "" {
+		if !strings.HasPrefix(head, protectPrefix) || !strings.HasSuffix(head, "-") {
+			return qnode{}, false
+		}
+		n.owner = head[len(protectPrefix) : len(head)-1]
+	}
+	return n, true
+}
+
+// queueOf returns the queue nodes among children, in queue order (lowest
+// sequence first: the holder).
+func queueOf(children []string) []qnode {
+	q := make([]qnode, 0, len(children))
+	for _, c := range children {
+		if n, ok := parseNode(c); ok {
+			q = append(q, n)
+		}
+	}
+	sort.Slice(q, func(i, j int) bool { return q[i].seq < q[j].seq })
+	return q
+}
+
+// value is the data of a queue node: who holds or waits, for other
+// clients and `dlock ls`.
+type value struct {
+	Owner    string            `json:"owner"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+func encodeValue(owner string, md map[string]string) []byte {
+	b, _ := json.Marshal(value{Owner: owner, Metadata: md})
+	return b
+}
+
+func parseValue(v []byte) value {
+	var out value
+	_ = json.Unmarshal(v, &out)
+	return out
+}
+
+// validPrefix reports whether p is a ZooKeeper path usable as the prefix:
+// absolute, no trailing '/', no empty, "." or ".." segments, no character
+// ZooKeeper refuses.
+func validPrefix(p string) bool {
+	if p == "" || p[0] != '/' {
+		return false
+	}
+	if p == "/" {
+		return true
+	}
+	for _, seg := range strings.Split(p[1:], "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return false
+		}
+		for i := 0; i < len(seg); {
+			r, w := utf8.DecodeRuneInString(seg[i:])
+			if !plain(r, w) && r != '%' {
+				return false
+			}
+			i += w
+		}
+	}
+	return true
+}

@@ -1,0 +1,209 @@
+// The Locker: New and its options, the backend state shared by the other
+// files, and the bounds every request to ZooKeeper runs under.
+
+package zklock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/background"
+)
+
+// Defaults.
+const (
+	// DefaultPrefix is the znode under which every lock lives: lock KEY is
+	// the znode DefaultPrefix + "/" + EscapeKey(KEY), and its queue nodes
+	// are that znode's children.
+	DefaultPrefix = "/dlock"
+	// DefaultRequestTimeout bounds each request to ZooKeeper (go-zookeeper
+	// keeps a request queued while it is disconnected, so an unreachable
+	// ensemble would otherwise look like a held lock).
+	DefaultRequestTimeout = 5 * time.Second
+	// MinSessionTimeout is the shortest session timeout a Locker works
+	// with: the lease is two thirds of it and must leave room for the
+	// drift allowance and renewals.
+	MinSessionTimeout = 300 * time.Millisecond
+)
+
+// Option configures a Locker, a Guard or Connect: zklock's own options
+// below and the core's (dlock.WithObserver). Each is applied where it is
+// meant and ignored elsewhere.
+type Option = driver.Option
+
+type options struct {
+	prefix         string
+	requestTimeout time.Duration
+	sessionTimeout time.Duration
+	user, password string
+	digest         bool
+	logger         zk.Logger
+}
+
+// WithPrefix puts every lock under the znode p (default DefaultPrefix),
+// an absolute ZooKeeper path. It is created (as persistent nodes) when
+// first needed.
+func WithPrefix(p string) Option {
+	return driver.Setting(func(o *options) { o.prefix = p })
+}
+
+// WithRequestTimeout bounds each request to ZooKeeper (default
+// DefaultRequestTimeout; zero means the default), within the caller's
+// context. A negative timeout makes every call fail with an error wrapping
+// dlock.ErrInvalidOption.
+func WithRequestTimeout(d time.Duration) Option {
+	return driver.Setting(func(o *options) { o.requestTimeout = d })
+}
+
+// WithSessionTimeout tells New the session timeout of a connection made
+// with zk.Connect: the timeout passed to it. zklock cannot read the
+// timeout the ensemble granted from such a connection, and trusts d: if
+// the servers grant less (a maxSessionTimeout below d), a lock may be
+// reported held after its session expired. Prefer Connect, which reads
+// the granted timeout; for its connections this option is ignored.
+func WithSessionTimeout(d time.Duration) Option {
+	return driver.Setting(func(o *options) { o.sessionTimeout = d })
+}
+
+// Locker is a lock service on a ZooKeeper ensemble. It never closes the
+// connection.
+type Locker struct {
+	e *dlock.Engine
+	b *backend
+}
+
+var (
+	_ dlock.Locker        = (*Locker)(nil)
+	_ dlock.Lister        = (*Locker)(nil)
+	_ driver.Driver       = (*backend)(nil)
+	_ driver.Queuer       = (*backend)(nil)
+	_ driver.Aborter      = (*backend)(nil)
+	_ driver.BatchRenewer = (*backend)(nil)
+	_ driver.Lease        = (*entry)(nil)
+	_ driver.LossNotifier = (*entry)(nil)
+)
+
+// backend implements driver.Driver on a go-zookeeper connection.
+type backend struct {
+	conn    *zk.Conn
+	prefix  string
+	timeout time.Duration
+	acl     []zk.ACL
+	info    *sessionInfo  // from Connect; nil otherwise
+	fixed   time.Duration // WithSessionTimeout, for connections not from Connect
+}
+
+// New returns a Locker on conn. conn should come from Connect, which
+// records the session timeout the ensemble granted; for a connection from
+// zk.Connect pass WithSessionTimeout. Otherwise, and for a nil conn, an
+// invalid WithPrefix, a negative WithRequestTimeout or a session timeout
+// below MinSessionTimeout, every call of the Locker fails with an error
+// saying so (wrapping dlock.ErrNilClient or dlock.ErrInvalidOption). opts
+// may also hold the core's options (dlock.WithObserver).
+func New(conn *zk.Conn, opts ...Option) *Locker {
+	o := options{prefix: DefaultPrefix}
+	driver.Apply(&o, opts)
+	b := &backend{conn: conn, prefix: o.prefix, timeout: o.requestTimeout, acl: zk.WorldACL(zk.PermAll)}
+	if o.digest {
+		b.acl = zk.DigestACL(zk.PermAll, o.user, o.password)
+	}
+	if b.timeout == 0 {
+		b.timeout = DefaultRequestTimeout
+	}
+	fail := func(err error) *Locker { return &Locker{e: dlock.FailedEngine(err), b: b} }
+	switch {
+	case conn == nil:
+		return fail(fmt.Errorf("%w: zklock.New was given a nil *zk.Conn", dlock.ErrNilClient))
+	case o.requestTimeout < 0:
+		return fail(fmt.Errorf("%w: zklock: negative request timeout %v", dlock.ErrInvalidOption, o.requestTimeout))
+	case !validPrefix(o.prefix):
+		return fail(fmt.Errorf("%w: zklock: prefix %q is not an absolute ZooKeeper path", dlock.ErrInvalidOption, o.prefix))
+	}
+	if b.prefix == "/" {
+		b.prefix = ""
+	}
+	if b.info = lookup(conn); b.info == nil {
+		switch {
+		case o.sessionTimeout == 0:
+			return fail(fmt.Errorf("%w: %w", dlock.ErrInvalidOption, errNoTimeout))
+		case o.sessionTimeout < MinSessionTimeout || o.sessionTimeout > dlock.MaxTTL:
+			return fail(fmt.Errorf("%w: zklock: session timeout %v out of range [%v, %v]", dlock.ErrInvalidOption, o.sessionTimeout, MinSessionTimeout, dlock.MaxTTL))
+		}
+		b.fixed = o.sessionTimeout
+	}
+	return &Locker{e: dlock.NewEngine(b, opts...), b: b}
+}
+
+// Acquire implements dlock.Locker.
+func (l *Locker) Acquire(ctx context.Context, key string, opts ...dlock.Option) (*dlock.Lock, error) {
+	return l.e.Acquire(ctx, key, opts...)
+}
+
+// TryAcquire implements dlock.Locker.
+func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...dlock.Option) (*dlock.Lock, error) {
+	return l.e.TryAcquire(ctx, key, opts...)
+}
+
+// Path returns the znode of key's queue under this Locker's prefix.
+func (l *Locker) Path(key string) string { return l.b.keyPath(key) }
+
+// Spec implements driver.Driver: exclusive locks only.
+func (b *backend) Spec() driver.Spec {
+	return driver.Spec{Name: "zookeeper", MinTTL: dlock.MinTTL}
+}
+
+func (b *backend) keyPath(key string) string { return b.prefix + "/" + EscapeKey(key) }
+
+// lease returns the lease a lock gets now: LeaseOf the session timeout.
+func (b *backend) lease() (time.Duration, error) {
+	d := b.fixed
+	if b.info != nil {
+		d = time.Duration(b.info.ms.Load()) * time.Millisecond
+	}
+	if d < MinSessionTimeout {
+		return 0, fmt.Errorf("%w: zklock: session timeout %v is below %v", dlock.ErrInvalidOption, d, MinSessionTimeout)
+	}
+	return LeaseOf(d), nil
+}
+
+// result is one go-zookeeper call's outcome.
+type result[T any] struct {
+	v   T
+	err error
+}
+
+// call runs fn, a blocking go-zookeeper call, bounded by ctx and the
+// request timeout. go-zookeeper calls take no context: one ends when its
+// reply arrives or the connection drops (the client gives up on a silent
+// server after two thirds of the session timeout). When ctx or the
+// request timeout ends first, call returns at once and fn finishes in the
+// background.
+func call[T any](ctx context.Context, b *backend, what string, fn func() (T, error)) (T, error) {
+	var zero T
+	if err := ctx.Err(); err != nil {
+		return zero, fmt.Errorf("dlock: zookeeper %s: %w", what, context.Cause(ctx))
+	}
+	t := time.NewTimer(b.timeout)
+	defer t.Stop()
+	done := make(chan result[T], 1)
+	background.Go(func() {
+		v, err := fn()
+		done <- result[T]{v, err}
+	})
+	select {
+	case r := <-done:
+		if r.err != nil {
+			return r.v, fmt.Errorf("dlock: zookeeper %s: %w", what, r.err)
+		}
+		return r.v, nil
+	case <-ctx.Done():
+		return zero, fmt.Errorf("dlock: zookeeper %s: %w", what, context.Cause(ctx))
+	case <-t.C:
+		return zero, fmt.Errorf("%w: zookeeper %s: no answer within the request timeout %v", dlock.ErrUnavailable, what, b.timeout)
+	}
+}

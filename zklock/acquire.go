@@ -332,28 +332,76 @@ func (b *backend) Abort(ctx context.Context, req *driver.Request) error {
 	return err
 }
 
-// abandon deletes e's node in the background (a waiter that gave up, an
-// attempt that found the key held).
+// Orphans: a node nobody uses any more (a waiter that gave up, an attempt
+// that found the key held, a lost lock whose release failed) must be
+// deleted, or it holds the key for as long as the session lives, and the
+// client's pings keep the session alive. So the deletion is retried in the
+// background until it succeeds or the node is gone with its session.
+const (
+	// orphanRetryFor bounds the retries of one deletion.
+	orphanRetryFor = 2 * time.Minute
+	// orphanBackoff is the longest pause between two tries.
+	orphanBackoff = time.Second
+)
+
+// abandon deletes e's node in the background (see Orphans). At most one
+// deletion runs per node.
 func (e *entry) abandon() {
-	background.Go(func() {
+	e.mu.Lock()
+	if e.deleting || e.deletedByUs {
+		e.mu.Unlock()
+		return
+	}
+	e.deleting = true
+	e.mu.Unlock()
+	background.Go(e.deleteOrphan)
+}
+
+func (e *entry) deleteOrphan() {
+	b := e.b
+	end := time.Now().Add(orphanRetryFor)
+	pause := 50 * time.Millisecond
+	for time.Now().Before(end) {
 		ctx, cancel := context.WithTimeout(context.Background(), dlock.DefaultReleaseTimeout)
-		defer cancel()
-		for ctx.Err() == nil {
-			_, err := call(ctx, e.b, "delete", func() (struct{}, error) {
-				return struct{}{}, e.b.conn.Delete(e.path, -1)
-			})
-			if err == nil || errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrClosing) {
-				return
-			}
-			if e.b.conn.SessionID() != e.sid { // the session is gone, and the node with it
-				return
-			}
-			t := time.NewTimer(50 * time.Millisecond)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-			}
-			t.Stop()
+		_, err := call(ctx, b, "delete", func() (struct{}, error) {
+			return struct{}{}, b.conn.Delete(e.path, -1)
+		})
+		cancel()
+		switch {
+		case err == nil, errors.Is(err, zk.ErrNoNode):
+			e.mu.Lock()
+			e.deletedByUs = e.deletedByUs || err == nil || e.unsure
+			e.deleting = false
+			e.mu.Unlock()
+			return
+		case b.conn.SessionID() != e.sid, b.closed():
+			// The session is gone (its nodes with it), or the program
+			// closed the connection (which ends the session).
+			e.mu.Lock()
+			e.deleting = false
+			e.mu.Unlock()
+			return
 		}
-	})
+		e.mu.Lock()
+		e.unsure = true
+		e.mu.Unlock()
+		time.Sleep(pause)
+		pause = min(2*pause, orphanBackoff)
+	}
+	e.mu.Lock()
+	e.deleting = false
+	e.mu.Unlock()
+}
+
+// closed reports whether the connection was closed by the program: its
+// state stays Disconnected (a client that lost its server is Connecting
+// or Connected again within a moment).
+func (b *backend) closed() bool {
+	for i := 0; i < 3; i++ {
+		if b.conn.State() != zk.StateDisconnected {
+			return false
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return true
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/background"
 )
 
 // entry is one attempt's queue node.
@@ -34,6 +35,7 @@ type entry struct {
 	mu          sync.Mutex
 	released    bool // a release was sent: a deletion seen from now is ours
 	unsure      bool // a delete of ours was sent and its outcome is unknown
+	deleting    bool // abandon's deletion is running
 	deletedByUs bool
 }
 
@@ -159,6 +161,12 @@ func (e *entry) Release(ctx context.Context) error {
 		return e.notHeld("its node was deleted before the release, not by a request of this lock")
 	}
 	e.unsure = true
+	if b.conn.SessionID() == e.sid && !e.deleting {
+		// Make sure the node goes, even if nobody calls Release again (a
+		// lost lock's release runs once): see Orphans.
+		e.deleting = true
+		background.Go(e.deleteOrphan)
+	}
 	return fmt.Errorf("dlock: zookeeper release %q: %w", e.key, err)
 }
 

@@ -60,8 +60,6 @@ func (b *backend) create(ctx context.Context, req *driver.Request) (*entry, erro
 				return nil, ferr
 			}
 			continue
-		case errors.Is(err, zk.ErrNoAuth):
-			return nil, fmt.Errorf("%w (the znode %s is not writable by this client: check the digest credentials and the znode's ACL)", err, dir)
 		}
 		return nil, err
 	}

@@ -5,6 +5,7 @@ package zklock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -197,6 +198,14 @@ func call[T any](ctx context.Context, b *backend, what string, fn func() (T, err
 	})
 	select {
 	case r := <-done:
+		if errors.Is(r.err, zk.ErrNoServer) {
+			// The client could not reach any server and never sent the
+			// request: nothing happened, and a retry may succeed.
+			return r.v, fmt.Errorf("%w: zookeeper %s: %w", dlock.ErrTransient, what, r.err)
+		}
+		if errors.Is(r.err, zk.ErrNoAuth) {
+			return r.v, fmt.Errorf("dlock: zookeeper %s: %w (this client is not authorized: check the digest credentials and the ACL of the znodes under the prefix)", what, r.err)
+		}
 		if r.err != nil {
 			return r.v, fmt.Errorf("dlock: zookeeper %s: %w", what, r.err)
 		}

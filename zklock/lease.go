@@ -136,7 +136,7 @@ func (e *entry) Release(ctx context.Context) error {
 	e.mu.Unlock()
 	b := e.b
 	_, err := call(ctx, b, "release", func() ([]zk.MultiResponse, error) {
-		return b.conn.Multi(&zk.DeleteRequest{Path: e.path, Version: -1}, &zk.DeleteRequest{Path: e.dir, Version: -1})
+		return multi(b.conn, &zk.DeleteRequest{Path: e.path, Version: -1}, &zk.DeleteRequest{Path: e.dir, Version: -1})
 	})
 	if err != nil && !errors.Is(err, zk.ErrConnectionClosed) && !errors.Is(err, dlock.ErrUnavailable) && ctx.Err() == nil {
 		// Others are queued (ErrNotEmpty), or the node is gone.

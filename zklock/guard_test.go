@@ -1,0 +1,62 @@
+package zklock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/guard"
+	"github.com/dlock-go/dlock/guard/guardtest"
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/zklock"
+)
+
+// The guard suite on a standalone server and on an ensemble (each guard
+// instance on its own connection, the ensemble's through any member).
+func TestGuard(t *testing.T) {
+	z := testserver.StartZooKeeper(t)
+	guardtest.Run(t, func(t *testing.T, opts ...driver.Option) guard.Guard {
+		return zklock.NewGuard(connect(t, []string{z.Addr()}), opts...)
+	})
+}
+
+func TestGuardEnsemble(t *testing.T) {
+	nodes := testserver.StartZooKeeperEnsemble(t, 3)
+	addrs := testserver.ZooKeeperAddrs(nodes)
+	guardtest.Run(t, func(t *testing.T, opts ...driver.Option) guard.Guard {
+		return zklock.NewGuard(connect(t, addrs), opts...)
+	})
+}
+
+func TestGuardBadInput(t *testing.T) {
+	ctx := context.Background()
+	f := dlock.Fence{Token: 1, Owner: "o"}
+	for name, g := range map[string]*zklock.Guard{
+		"nil conn":   zklock.NewGuard(nil),
+		"zero guard": {},
+	} {
+		if err := g.Put(ctx, "r", f, "n", "v"); !errors.Is(err, dlock.ErrNilClient) {
+			t.Errorf("%s: Put = %v, want ErrNilClient", name, err)
+		}
+	}
+	z := testserver.StartZooKeeper(t)
+	c := connect(t, []string{z.Addr()})
+	for _, p := range []string{"/", "rel", "/a//b", "/a/"} {
+		if _, err := zklock.NewGuard(c, zklock.WithGuardPrefix(p)).Highest(ctx, "r"); !errors.Is(err, dlock.ErrInvalidOption) {
+			t.Errorf("prefix %q: %v, want ErrInvalidOption", p, err)
+		}
+	}
+	// A fence znode that does not hold a fence is an error, not a reset.
+	g := zklock.NewGuard(c)
+	if err := g.Put(ctx, "junk", f, "n", "v"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Set(g.FencePath("junk"), []byte("garbage"), -1); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Put(ctx, "junk", dlock.Fence{Token: 9}, "n", "v"); err == nil {
+		t.Fatal("Put over a garbage fence znode succeeded")
+	}
+}

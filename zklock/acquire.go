@@ -37,27 +37,34 @@ func (b *backend) create(ctx context.Context, req *driver.Request) (*entry, erro
 	dir := b.keyPath(req.Key)
 	data := encodeValue(req.Owner, req.Metadata)
 	sid := b.conn.SessionID()
+	recovered := false
 	for attempt := 0; ; attempt++ {
 		path, err := call(ctx, b, "create", func() (string, error) {
 			return b.conn.Create(dir+"/"+nodePrefix(req.Owner), data, zk.FlagEphemeralSequential, b.acl)
 		})
 		switch {
 		case err == nil:
-			return b.newEntry(req, dir, path[len(dir)+1:], sid, lease), nil
+			e := b.newEntry(req, dir, path[len(dir)+1:], sid, lease)
+			e.recovered = recovered
+			return e, nil
 		case errors.Is(err, zk.ErrNoNode) && attempt < 5:
 			if err := b.ensureDir(ctx, dir); err != nil {
 				return nil, err
 			}
 			continue
 		case errors.Is(err, zk.ErrConnectionClosed) && attempt < 5 && ctx.Err() == nil:
-			// The reply was lost: the node may exist. Look for it by its
-			// protection id (after the client reconnects), then retry.
-			name, ferr := b.find(ctx, dir, req.Owner)
-			if ferr == nil && name != "" {
-				return b.newEntry(req, dir, name, b.conn.SessionID(), lease), nil
+			// The reply was lost: the node may exist. Create again only
+			// once a listing of the key's children (after the client
+			// reconnects) shows it does not: never two nodes.
+			name, ferr := b.findRetrying(ctx, dir, req.Owner)
+			if ferr != nil {
+				return nil, ferr // unknown outcome: Abort finds it by owner
 			}
-			if ferr != nil && !errors.Is(ferr, zk.ErrConnectionClosed) {
-				return nil, ferr
+			recovered = true
+			if name != "" {
+				e := b.newEntry(req, dir, name, b.conn.SessionID(), lease)
+				e.recovered = true
+				return e, nil
 			}
 			continue
 		}
@@ -67,6 +74,24 @@ func (b *backend) create(ctx context.Context, req *driver.Request) (*entry, erro
 
 func (b *backend) newEntry(req *driver.Request, dir, name string, sid int64, lease time.Duration) *entry {
 	return &entry{b: b, key: req.Key, owner: req.Owner, dir: dir, name: name, path: dir + "/" + name, sid: sid, lease: lease}
+}
+
+// findRetrying is find, retried while the connection is being
+// re-established (bounded by ctx and a few attempts).
+func (b *backend) findRetrying(ctx context.Context, dir, owner string) (string, error) {
+	for attempt := 0; ; attempt++ {
+		name, err := b.find(ctx, dir, owner)
+		if err == nil || attempt >= 10 || ctx.Err() != nil ||
+			!(errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, dlock.ErrTransient)) {
+			return name, err
+		}
+		t := time.NewTimer(50 * time.Millisecond)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
 }
 
 // find returns the name of owner's queue node under dir ("" if none).
@@ -139,7 +164,18 @@ func (b *backend) look(ctx context.Context, e *entry) ([]qnode, exists, error) {
 	if err != nil {
 		return nil, exists{}, err
 	}
-	return queueOf(k.v), me, nil
+	q := queueOf(k.v)
+	for i := 0; i < len(q); i++ {
+		if n := q[i]; n.owner == e.owner && n.name != e.name {
+			// Another node of this very attempt (a create that took
+			// effect twice): it would wait ahead of us for ever.
+			dup := &entry{b: b, key: e.key, owner: e.owner, dir: e.dir, name: n.name, path: e.dir + "/" + n.name, sid: e.sid}
+			dup.abandon()
+			q = append(q[:i], q[i+1:]...)
+			i--
+		}
+	}
+	return q, me, nil
 }
 
 // holderOf reads the queue node n of key (its data and creation zxid) as
@@ -317,17 +353,29 @@ func (b *backend) waitEnded(key string, head qnode, cause error) error {
 // attempt whose outcome is unknown created one.
 func (b *backend) Abort(ctx context.Context, req *driver.Request) error {
 	dir := b.keyPath(req.Key)
-	name, err := b.find(ctx, dir, req.Owner)
-	if err != nil || name == "" {
-		return err
-	}
-	_, err = call(ctx, b, "delete", func() (struct{}, error) {
-		return struct{}{}, b.conn.Delete(dir+"/"+name, -1)
+	kids, err := call(ctx, b, "list", func() ([]string, error) {
+		k, _, err := b.conn.Children(dir)
+		return k, err
 	})
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, k := range kids {
+		if n, ok := parseNode(k); !ok || n.owner != req.Owner {
+			continue
+		}
+		_, err := call(ctx, b, "delete", func() (struct{}, error) {
+			return struct{}{}, b.conn.Delete(dir+"/"+k, -1)
+		})
+		if err != nil && !errors.Is(err, zk.ErrNoNode) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Orphans: a node nobody uses any more (a waiter that gave up, an attempt

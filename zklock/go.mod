@@ -1,6 +1,6 @@
 module github.com/dlock-go/dlock/zklock
 
-go 1.26.0
+go 1.25.0
 
 require (
 	github.com/dlock-go/dlock v0.2.0

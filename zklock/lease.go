@@ -31,6 +31,10 @@ type entry struct {
 	lease time.Duration
 	czxid int64 // the creation zxid: the fencing token
 	watch <-chan zk.Event
+	// recovered: a create of this attempt lost its reply. A create still
+	// in flight then may yet add a second node of the same owner, behind
+	// this one; it is deleted after the release.
+	recovered bool
 
 	mu          sync.Mutex
 	released    bool // a release was sent: a deletion seen from now is ours
@@ -146,6 +150,13 @@ func (e *entry) Release(ctx context.Context) error {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.recovered && (err == nil || errors.Is(err, zk.ErrNoNode)) {
+		background.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), dlock.DefaultReleaseTimeout)
+			defer cancel()
+			_ = b.Abort(ctx, &driver.Request{Key: e.key, Owner: e.owner})
+		})
+	}
 	switch {
 	case err == nil:
 		e.deletedByUs = true

@@ -68,6 +68,8 @@ fuzz:
 	  echo "== fuzz $$f ($(FUZZTIME))"; \
 	  $(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) . ; \
 	done
+	@echo "== fuzz FuzzEscapeKey ($(FUZZTIME))"
+	@cd zklock && $(GO) test -run '^$$' -fuzz '^FuzzEscapeKey$$' -fuzztime $(FUZZTIME) .
 	@echo "== fuzz FuzzParseURL ($(FUZZTIME))"
 	@cd cmd/dlock && $(GO) test -run '^$$' -fuzz '^FuzzParseURL$$' -fuzztime $(FUZZTIME) .
 

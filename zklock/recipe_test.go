@@ -352,3 +352,41 @@ func TestSessionExpiredByStall(t *testing.T) {
 	}
 	lk3.Release(context.Background())
 }
+
+// A short disconnect (the connection reset, the session kept): the client
+// reconnects within the lease and the lock is still held and exclusive, or
+// (on a machine too slow to reconnect in time) Lost() closed before anyone
+// else could hold it; never both held and taken.
+func TestShortDisconnect(t *testing.T) {
+	z := testserver.StartZooKeeper(t)
+	p := testserver.StartProxy(t, z.Addr())
+	t.Cleanup(p.Heal)
+	l := zklock.New(connectFor(t, []string{p.Addr()}, longSessionTimeout))
+	key := dlocktest.Key(t)
+	lk, err := l.Acquire(dlocktest.Context(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Release(context.Background())
+	p.Cut()
+	time.Sleep(200 * time.Millisecond)
+	p.Heal()
+	other := zklock.New(connect(t, []string{z.Addr()}))
+	err = lk.Refresh(dlocktest.Context(t))
+	lostBefore := isClosed(lk.Lost())
+	_, tryErr := other.TryAcquire(dlocktest.Context(t), key)
+	switch {
+	case err == nil:
+		if !errors.Is(tryErr, dlock.ErrNotAcquired) {
+			t.Fatalf("the lock was renewed after the reconnect, yet another client's TryAcquire = %v", tryErr)
+		}
+		t.Logf("held across the disconnect (token %d)", lk.Token())
+	case errors.Is(err, dlock.ErrLockLost):
+		if tryErr == nil && !lostBefore {
+			t.Fatal("another client acquired before the holder's Lost() closed")
+		}
+		t.Logf("lost across the disconnect: %v", err)
+	default:
+		t.Fatalf("Refresh after the reconnect: %v", err)
+	}
+}

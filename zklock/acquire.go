@@ -141,10 +141,12 @@ func (b *backend) ensureDir(ctx context.Context, dir string) error {
 	return nil
 }
 
-// look reads, at once, the key's queue and e's node (setting a watch on
-// it: Bind's loss signal). It reports the queue and whether e's node is in
-// it with its stat.
-func (b *backend) look(ctx context.Context, e *entry) ([]qnode, exists, error) {
+// look reads, at once, the key's queue and, when mine is nil, e's node
+// (setting a watch on it: Bind's loss signal). It reports the queue and
+// whether e's node is in it with its stat. A waiter looking again passes
+// what its first look read (the node's stat and watch stay valid while
+// the node is in the queue).
+func (b *backend) look(ctx context.Context, e *entry, mine *exists) ([]qnode, exists, error) {
 	kids := make(chan result[[]string], 1)
 	go func() {
 		k, err := call(ctx, b, "list", func() ([]string, error) {
@@ -153,11 +155,24 @@ func (b *backend) look(ctx context.Context, e *entry) ([]qnode, exists, error) {
 		})
 		kids <- result[[]string]{k, err}
 	}()
-	me, err := call(ctx, b, "exists", func() (exists, error) {
-		ok, st, w, err := b.conn.ExistsW(e.path)
-		return exists{ok, st, w}, err
-	})
+	var me exists
+	var err error
+	if mine == nil {
+		me, err = call(ctx, b, "exists", func() (exists, error) {
+			ok, st, w, err := b.conn.ExistsW(e.path)
+			return exists{ok, st, w}, err
+		})
+	}
 	k := <-kids
+	if mine != nil && k.err == nil {
+		me = *mine
+		me.ok = false
+		for _, c := range k.v {
+			if c == e.name {
+				me.ok = true
+			}
+		}
+	}
 	if err == nil {
 		err = k.err
 	}
@@ -211,7 +226,7 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	q, me, err := b.look(ctx, e)
+	q, me, err := b.look(ctx, e, nil)
 	if err != nil {
 		e.abandon()
 		return driver.Grant{}, err
@@ -263,9 +278,10 @@ func (b *backend) Queue(ctx context.Context, req *driver.Request) (driver.Grant,
 	}
 	probe := time.NewTicker(waitProbe)
 	defer probe.Stop()
+	var first *exists
 	for {
 		sent := time.Now()
-		q, me, err := b.look(ctx, e)
+		q, me, err := b.look(ctx, e, first)
 		if err != nil {
 			if ctx.Err() != nil {
 				return driver.Grant{}, ended(err)
@@ -276,6 +292,9 @@ func (b *backend) Queue(ctx context.Context, req *driver.Request) (driver.Grant,
 		lastOK = sent
 		if !me.ok {
 			return driver.Grant{}, fmt.Errorf("%w: zookeeper acquire %q: the queue node vanished while waiting (session expired?)", dlock.ErrTransient, req.Key)
+		}
+		if first == nil {
+			first = &me
 		}
 		i := 0
 		for i < len(q) && q[i].name != e.name {

@@ -17,8 +17,11 @@
 // The owner id in the name lets a client whose create reply was lost find
 // its node again instead of orphaning it (ZOOKEEPER-1262). The key's znode
 // is a container node (ZooKeeper 3.6+): the server deletes it once it has
-// no children, and a release that removes the last child deletes it in
-// the same transaction, so keys used once leave nothing behind.
+// no children (checked every znode.container.checkIntervalMs, a minute by
+// default, at most znode.container.maxPerMinute, 10,000, a minute: raise
+// it for more distinct keys than that), so keys used once leave nothing
+// behind. A release deletes only its node: the next acquisition of the
+// same key then finds the key's znode in place.
 //
 // # Fencing tokens
 //

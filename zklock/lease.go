@@ -1,6 +1,7 @@
 // The held lock: a queue node as a driver.Lease. Its validity is its
 // session's: renewing proves the session alive and the node still there;
-// releasing deletes the node (and the key's znode, when it was the last).
+// releasing deletes the node (the key's znode, a container, is the
+// server's to remove once empty).
 
 package zklock
 
@@ -124,10 +125,12 @@ func (b *backend) RefreshBatch(ctx context.Context, rs []driver.Renewal, done fu
 	}
 }
 
-// Release implements driver.Lease: delete the node and, in the same
-// transaction, the key's znode when the node was its last child; if other
-// nodes wait, delete the node alone. The node's name is unique to this
-// attempt, so the delete never touches another holder's node. A release
+// Release implements driver.Lease: one delete of the node, which wakes
+// the next waiter (its watch). The node's name is unique to this attempt,
+// so the delete never touches another holder's node. The key's znode is
+// left to the server (a container is removed once it has no children):
+// deleting it here too would make the next acquisition of the same key
+// recreate it, two more writes in sequence. A release
 // retried after a lost reply, on the same session, counts the node's
 // absence as its own deletion.
 func (e *entry) Release(ctx context.Context) error {
@@ -139,15 +142,9 @@ func (e *entry) Release(ctx context.Context) error {
 	e.released = true
 	e.mu.Unlock()
 	b := e.b
-	_, err := call(ctx, b, "release", func() ([]zk.MultiResponse, error) {
-		return multi(b.conn, &zk.DeleteRequest{Path: e.path, Version: -1}, &zk.DeleteRequest{Path: e.dir, Version: -1})
+	_, err := call(ctx, b, "release", func() (struct{}, error) {
+		return struct{}{}, b.conn.Delete(e.path, -1)
 	})
-	if err != nil && !errors.Is(err, zk.ErrConnectionClosed) && !errors.Is(err, dlock.ErrUnavailable) && ctx.Err() == nil {
-		// Others are queued (ErrNotEmpty), or the node is gone.
-		_, err = call(ctx, b, "release", func() (struct{}, error) {
-			return struct{}{}, b.conn.Delete(e.path, -1)
-		})
-	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.recovered && (err == nil || errors.Is(err, zk.ErrNoNode)) {

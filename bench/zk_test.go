@@ -26,9 +26,8 @@ func (quiet) Printf(string, ...any) {}
 // are under zklock.DefaultPrefix).
 const zkPeerPrefix = "/bench-zk"
 
-// zkConnect connects to addr with zklock.Connect (which zklock needs to
-// know the granted session timeout); go-zookeeper's lock takes any
-// connection, so both get one made this way.
+// zkConnect connects to addr with zklock.Connect, which zklock needs to
+// know the session timeout the server granted.
 func zkConnect(b *testing.B, addr string) *zk.Conn {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -37,6 +36,22 @@ func zkConnect(b *testing.B, addr string) *zk.Conn {
 		b.Fatal(err)
 	}
 	b.Cleanup(c.Close)
+	return c
+}
+
+// zkPeerConnect connects to addr the way a go-zookeeper program does
+// (zk.Connect) and waits, at most 20s, for the session.
+func zkPeerConnect(b *testing.B, addr string) *zk.Conn {
+	c, _, err := zk.Connect([]string{addr}, zkSession, zk.WithLogger(quiet{}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(c.Close)
+	for deadline := time.Now().Add(20 * time.Second); c.State() != zk.StateHasSession; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			b.Fatalf("zookeeper %s: no session after 20s", addr)
+		}
+	}
 	return c
 }
 
@@ -93,7 +108,7 @@ func benchZK(b *testing.B, srv *testserver.ZooKeeper, key func(int) string, op z
 // rtt is one exists request: the round trip the others are made of.
 func BenchmarkZooKeeper(b *testing.B) {
 	srv := testserver.StartZooKeeper(b)
-	dconn, pconn := zkConnect(b, srv.Addr()), zkConnect(b, srv.Addr())
+	dconn, pconn := zkConnect(b, srv.Addr()), zkPeerConnect(b, srv.Addr())
 	l := zklock.New(dconn)
 	acl := zk.WorldACL(zk.PermAll)
 	if _, err := pconn.Create(zkPeerPrefix, nil, 0, acl); err != nil && err != zk.ErrNodeExists {

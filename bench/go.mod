@@ -74,6 +74,8 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dlock-go/dlock/etcdlock v0.0.0-00010101000000-000000000000
 	github.com/dlock-go/dlock/redlock v0.0.0-00010101000000-000000000000
+	github.com/dlock-go/dlock/zklock v0.0.0-00010101000000-000000000000
+	github.com/go-zookeeper/zk v1.0.4
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 )
@@ -86,3 +88,5 @@ replace (
 replace github.com/dlock-go/dlock/redlock => ../redlock
 
 replace github.com/dlock-go/dlock/etcdlock => ../etcdlock
+
+replace github.com/dlock-go/dlock/zklock => ../zklock

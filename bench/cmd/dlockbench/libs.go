@@ -10,6 +10,7 @@ import (
 	"github.com/go-redsync/redsync/v4"
 	rsredis "github.com/go-redsync/redsync/v4/redis"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/go-zookeeper/zk"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 	"github.com/redis/rueidis/rueidislock"
@@ -20,6 +21,7 @@ import (
 	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/dlock-go/dlock/redlock"
+	"github.com/dlock-go/dlock/zklock"
 )
 
 // benchTTL is the lease every library gets where it takes one.
@@ -38,7 +40,8 @@ type lib struct {
 	name string
 	// mode states the blocking mode and settings used, for the report.
 	mode string
-	// group: libraries compared with each other ("redis", "redlock", "etcd").
+	// group: libraries compared with each other ("redis", "redlock", "etcd",
+	// "zookeeper").
 	group string
 	// newLocker makes a contender with its own client connections.
 	newLocker func() (locker, error)
@@ -49,6 +52,7 @@ type lib struct {
 type env struct {
 	redis   []string // addresses of independent redis-servers (first = single)
 	etcdEPs []string
+	zk      []string // one standalone ZooKeeper server
 }
 
 func redisClient(addr string) *redis.Client {
@@ -112,6 +116,24 @@ func libraries(e *env) []lib {
 					return nil, err
 				}
 				return &etcdMutex{c: c, s: s}, nil
+			}},
+		{name: "dlock zklock", group: "zookeeper", contended: true, mode: fmt.Sprintf("Acquire (FIFO queue, watch on predecessor), zklock.Connect session %v (lease %v)", benchTTL, zklock.LeaseOf(benchTTL)),
+			newLocker: func() (locker, error) {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				c, err := zklock.Connect(ctx, e.zk, benchTTL, zklock.WithLogger(quiet{}))
+				if err != nil {
+					return nil, err
+				}
+				return &dlockLocker{l: zklock.New(c), close_: c.Close}, nil
+			}},
+		{name: "go-zookeeper zk.Lock", group: "zookeeper", contended: true, mode: "zk.NewLock, Lock/Unlock (FIFO queue, watch on predecessor), one session per contender",
+			newLocker: func() (locker, error) {
+				c, err := zkPeerConnect(e.zk)
+				if err != nil {
+					return nil, err
+				}
+				return &zkLock{c: c}, nil
 			}},
 	}
 }
@@ -219,3 +241,64 @@ func (m *etcdMutex) lock(ctx context.Context, key string) (func(context.Context)
 	return mu.Unlock, nil
 }
 func (m *etcdMutex) close() { m.s.Close(); m.c.Close() }
+
+// quiet drops go-zookeeper's log lines.
+type quiet struct{}
+
+func (quiet) Printf(string, ...any) {}
+
+// zkPeerPrefix is the znode under which go-zookeeper's zk.Lock keeps its
+// locks (one child per key, created by Lock, persistent); zklock's are
+// under zklock.DefaultPrefix.
+const zkPeerPrefix = "/bench-zk"
+
+// zkPeerConnect connects the way a go-zookeeper program does (zk.Connect)
+// and waits, at most 20s, for the session.
+func zkPeerConnect(servers []string) (*zk.Conn, error) {
+	c, _, err := zk.Connect(servers, benchTTL, zk.WithLogger(quiet{}))
+	if err != nil {
+		return nil, err
+	}
+	for deadline := time.Now().Add(20 * time.Second); c.State() != zk.StateHasSession; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			c.Close()
+			return nil, fmt.Errorf("zookeeper %v: no session after 20s", servers)
+		}
+	}
+	return c, nil
+}
+
+// zkLock is go-zookeeper's own recipe. Its Lock takes no context: where
+// ctx can end, Lock runs on a goroutine and a Lock that returns after ctx
+// ended is unlocked there (closing the connection ends a pending one).
+type zkLock struct{ c *zk.Conn }
+
+var zkACL = zk.WorldACL(zk.PermAll)
+
+func (z *zkLock) lock(ctx context.Context, key string) (func(context.Context) error, error) {
+	m := zk.NewLock(z.c, zkPeerPrefix+"/"+key, zkACL)
+	unlock := func(context.Context) error { return m.Unlock() }
+	if ctx.Done() == nil {
+		if err := m.Lock(); err != nil {
+			return nil, err
+		}
+		return unlock, nil
+	}
+	done := make(chan error, 1)
+	go func() { done <- m.Lock() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return nil, err
+		}
+		return unlock, nil
+	case <-ctx.Done():
+		go func() {
+			if <-done == nil {
+				m.Unlock()
+			}
+		}()
+		return nil, fmt.Errorf("zk.Lock %s: %w", key, context.Cause(ctx))
+	}
+}
+func (z *zkLock) close() { z.c.Close() }

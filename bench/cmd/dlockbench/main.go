@@ -1,7 +1,8 @@
 // Command dlockbench measures dlock against the raw-Redis floor and peer
-// libraries in one run, on servers it starts itself on loopback, prints the
-// results with ratios and checks them against the project's targets. With
-// -out it also writes the report as Markdown (docs/benchmarks.md).
+// libraries (Redis, etcd, ZooKeeper) in one run, on servers it starts
+// itself on loopback, prints the results with ratios and checks them
+// against the project's targets. With -out it also writes the report as
+// Markdown (docs/benchmarks.md).
 //
 //	go run ./cmd/dlockbench -out ../docs/benchmarks.md
 package main
@@ -88,14 +89,16 @@ func progress(format string, args ...any) {
 
 func run(t *tb, cfg config) int {
 	started := time.Now()
-	progress("starting 5 redis-servers and 1 etcd member on loopback")
+	progress("starting 5 redis-servers, 1 etcd member and 1 ZooKeeper server on loopback")
 	e := &env{}
 	for i := 0; i < 5; i++ {
 		e.redis = append(e.redis, testserver.StartRedis(t).Addr())
 	}
 	e.etcdEPs = etcdtest.Start(t, 1).Endpoints()
+	zks := testserver.StartZooKeeper(t)
+	e.zk = []string{zks.Addr()}
 	libs := libraries(e)
-	rep := &report{cfg: cfg, libs: libs, unc: map[string]uncontendedResult{}, thr: map[string]float64{}, con: map[string]contendedResult{}, errs: map[string]string{}}
+	rep := &report{cfg: cfg, libs: libs, zkVersion: zkVersion(zks), unc: map[string]uncontendedResult{}, thr: map[string]float64{}, con: map[string]contendedResult{}, errs: map[string]string{}}
 
 	progress("uncontended  all %d libraries, interleaved in 10 rounds (%v each)", len(libs), cfg.measure)
 	rep.unc = uncontendedAll(libs, cfg.measure, 10)
@@ -142,8 +145,24 @@ func run(t *tb, cfg config) int {
 	return 0
 }
 
+// zkVersion is the server's version as "srvr" reports it.
+func zkVersion(z *testserver.ZooKeeper) string {
+	out, err := z.FourLetter("srvr")
+	if err != nil {
+		return "?"
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(line, "Zookeeper version: "); ok {
+			v, _, _ = strings.Cut(v, ",")  // drop ", built on ..."
+			v, _, _ = strings.Cut(v, "-$") // Debian's jar: "3.8.0-${mvngit.commit.id}"
+			return strings.TrimSpace(v)
+		}
+	}
+	return "?"
+}
+
 // machine describes where the numbers come from.
-func machine() string {
+func machine(zkV string) string {
 	cpu := "unknown CPU"
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
@@ -157,6 +176,6 @@ func machine() string {
 	if out, err := exec.Command("redis-server", "--version").Output(); err == nil {
 		redisV = strings.TrimSpace(string(out))
 	}
-	return fmt.Sprintf("%s, %d cores (GOMAXPROCS %d), %s %s/%s; %s; etcd (embedded) %s",
-		cpu, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH, redisV, etcdVersion())
+	return fmt.Sprintf("%s, %d cores (GOMAXPROCS %d), %s %s/%s; %s; etcd (embedded) %s; ZooKeeper %s (standalone)",
+		cpu, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH, redisV, etcdVersion(), zkV)
 }

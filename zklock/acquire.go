@@ -18,11 +18,27 @@ import (
 	"github.com/dlock-go/dlock/internal/background"
 )
 
-// exists is what an Exists or ExistsW returned.
+// exists is what an Exists or a watching read returned.
 type exists struct {
 	ok    bool
 	stat  *zk.Stat
 	watch <-chan zk.Event
+}
+
+// watchNode reads path with a watch on it. It uses a data read, not an
+// exists: an exists on a missing node leaves a watch for the node's
+// creation, which for a sequential node never comes, so the watch would
+// stay on the server (and be re-sent at every reconnect) for the whole
+// session. A data read of a missing node sets no watch.
+func watchNode(c *zk.Conn, path string) (exists, error) {
+	_, st, w, err := c.GetW(path)
+	if errors.Is(err, zk.ErrNoNode) {
+		return exists{}, nil
+	}
+	if err != nil {
+		return exists{}, err
+	}
+	return exists{ok: true, stat: st, watch: w}, nil
 }
 
 // create puts req's queue node under the key's znode (a container, created
@@ -58,7 +74,11 @@ func (b *backend) create(ctx context.Context, req *driver.Request) (*entry, erro
 			// reconnects) shows it does not: never two nodes.
 			name, ferr := b.findRetrying(ctx, dir, req.Owner)
 			if ferr != nil {
-				return nil, ferr // unknown outcome: Abort finds it by owner
+				// The outcome stays unknown: never report it as transient
+				// (nothing left behind), and delete the node whenever the
+				// ensemble answers again.
+				b.abandonOwner(dir, req.Owner)
+				return nil, fmt.Errorf("dlock: zookeeper create %q: the reply was lost (%v) and the node could not be looked up: %s", req.Key, err, ferr.Error())
 			}
 			recovered = true
 			if name != "" {
@@ -159,8 +179,7 @@ func (b *backend) look(ctx context.Context, e *entry, mine *exists) ([]qnode, ex
 	var err error
 	if mine == nil {
 		me, err = call(ctx, b, "exists", func() (exists, error) {
-			ok, st, w, err := b.conn.ExistsW(e.path)
-			return exists{ok, st, w}, err
+			return watchNode(b.conn, e.path)
 		})
 	}
 	k := <-kids
@@ -310,8 +329,7 @@ func (b *backend) Queue(ctx context.Context, req *driver.Request) (driver.Grant,
 		pred := e.dir + "/" + q[i-1].name
 		sent = time.Now()
 		w, err := call(ctx, b, "watch", func() (exists, error) {
-			ok, st, w, err := b.conn.ExistsW(pred)
-			return exists{ok, st, w}, err
+			return watchNode(b.conn, pred)
 		})
 		if err != nil {
 			if ctx.Err() != nil {
@@ -372,29 +390,11 @@ func (b *backend) waitEnded(key string, head qnode, cause error) error {
 // attempt whose outcome is unknown created one.
 func (b *backend) Abort(ctx context.Context, req *driver.Request) error {
 	dir := b.keyPath(req.Key)
-	kids, err := call(ctx, b, "list", func() ([]string, error) {
-		k, _, err := b.conn.Children(dir)
-		return k, err
-	})
-	if errors.Is(err, zk.ErrNoNode) {
-		return nil
-	}
+	err := b.deleteOwner(ctx, dir, req.Owner)
 	if err != nil {
-		return err
+		b.abandonOwner(dir, req.Owner) // the attempt may still take effect
 	}
-	var errs []error
-	for _, k := range kids {
-		if n, ok := parseNode(k); !ok || n.owner != req.Owner {
-			continue
-		}
-		_, err := call(ctx, b, "delete", func() (struct{}, error) {
-			return struct{}{}, b.conn.Delete(dir+"/"+k, -1)
-		})
-		if err != nil && !errors.Is(err, zk.ErrNoNode) {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return err
 }
 
 // Orphans: a node nobody uses any more (a waiter that gave up, an attempt
@@ -423,39 +423,87 @@ func (e *entry) abandon() {
 }
 
 func (e *entry) deleteOrphan() {
-	b := e.b
+	deleted := e.b.retryDelete(e.sid, func(ctx context.Context) (bool, error) {
+		_, err := call(ctx, e.b, "delete", func() (struct{}, error) {
+			return struct{}{}, e.b.conn.Delete(e.path, -1)
+		})
+		switch {
+		case err == nil:
+			return true, nil
+		case errors.Is(err, zk.ErrNoNode):
+			return false, nil
+		}
+		return false, err
+	})
+	e.mu.Lock()
+	if deleted || e.unsure {
+		e.deletedByUs = true
+	}
+	e.deleting = false
+	e.mu.Unlock()
+}
+
+// abandonOwner deletes, in the background, every queue node of owner under
+// dir: an attempt whose outcome is unknown and could not be undone at once
+// (the ensemble hung or was unreachable) may still create one, and nobody
+// would ever delete it (see Orphans).
+func (b *backend) abandonOwner(dir, owner string) {
+	sid := b.conn.SessionID()
+	background.Go(func() {
+		b.retryDelete(sid, func(ctx context.Context) (bool, error) {
+			return false, b.deleteOwner(ctx, dir, owner)
+		})
+	})
+}
+
+// deleteOwner deletes every queue node of owner under dir.
+func (b *backend) deleteOwner(ctx context.Context, dir, owner string) error {
+	kids, err := call(ctx, b, "list", func() ([]string, error) {
+		k, _, err := b.conn.Children(dir)
+		return k, err
+	})
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, k := range kids {
+		if n, ok := parseNode(k); !ok || n.owner != owner {
+			continue
+		}
+		_, err := call(ctx, b, "delete", func() (struct{}, error) {
+			return struct{}{}, b.conn.Delete(dir+"/"+k, -1)
+		})
+		if err != nil && !errors.Is(err, zk.ErrNoNode) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// retryDelete runs try until it succeeds (a nil error), the session sid
+// is gone (its ephemeral nodes with it), the program closed the
+// connection, or orphanRetryFor passed, pausing with a growing backoff.
+// It reports try's deleted result of the successful run.
+func (b *backend) retryDelete(sid int64, try func(ctx context.Context) (deleted bool, err error)) bool {
 	end := time.Now().Add(orphanRetryFor)
 	pause := 50 * time.Millisecond
 	for time.Now().Before(end) {
 		ctx, cancel := context.WithTimeout(context.Background(), dlock.DefaultReleaseTimeout)
-		_, err := call(ctx, b, "delete", func() (struct{}, error) {
-			return struct{}{}, b.conn.Delete(e.path, -1)
-		})
+		deleted, err := try(ctx)
 		cancel()
-		switch {
-		case err == nil, errors.Is(err, zk.ErrNoNode):
-			e.mu.Lock()
-			e.deletedByUs = e.deletedByUs || err == nil || e.unsure
-			e.deleting = false
-			e.mu.Unlock()
-			return
-		case b.conn.SessionID() != e.sid, b.closed():
-			// The session is gone (its nodes with it), or the program
-			// closed the connection (which ends the session).
-			e.mu.Lock()
-			e.deleting = false
-			e.mu.Unlock()
-			return
+		if err == nil {
+			return deleted
 		}
-		e.mu.Lock()
-		e.unsure = true
-		e.mu.Unlock()
+		if errors.Is(err, zk.ErrNoAuth) || b.conn.SessionID() != sid || b.closed() {
+			return false
+		}
 		time.Sleep(pause)
 		pause = min(2*pause, orphanBackoff)
 	}
-	e.mu.Lock()
-	e.deleting = false
-	e.mu.Unlock()
+	return false
 }
 
 // closed reports whether the connection was closed by the program: its

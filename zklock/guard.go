@@ -89,12 +89,27 @@ func NewGuard(conn *zk.Conn, opts ...Option) *Guard {
 }
 
 // FencePath is the znode holding resource's highest accepted fence; its
-// children hold the resource's named values.
-func (g *Guard) FencePath(resource string) string { return g.b.keyPath(resource) }
+// children hold the resource's named values. The zero Guard's is under
+// DefaultGuardPrefix.
+func (g *Guard) FencePath(resource string) string {
+	if g == nil || g.b == nil {
+		return DefaultGuardPrefix + "/" + EscapeKey(resource)
+	}
+	return g.b.keyPath(resource)
+}
+
+// MaxValueLen is the largest value Put stores: a znode's data, with the
+// rest of the request, must fit ZooKeeper's default packet limit
+// (jute.maxbuffer, 1 MiB); a larger request makes the server drop the
+// connection, and every lock sharing it.
+const MaxValueLen = 1<<20 - 32<<10
 
 var errZeroGuard = fmt.Errorf("%w: zero zklock.Guard (use NewGuard)", dlock.ErrNilClient)
 
 func (g *Guard) check(ctx context.Context, resource string, names ...string) error {
+	if g == nil {
+		return errZeroGuard
+	}
 	if err := g.chk.Validate(ctx, resource, names...); err != nil {
 		return err
 	}
@@ -251,6 +266,9 @@ func multi(c *zk.Conn, ops ...any) ([]zk.MultiResponse, error) {
 func (g *Guard) Put(ctx context.Context, resource string, f dlock.Fence, name, value string) error {
 	if err := g.check(ctx, resource, name); err != nil {
 		return err
+	}
+	if len(value) > MaxValueLen {
+		return fmt.Errorf("%w: zookeeper guard %q: a %d-byte value is over MaxValueLen (%d): ZooKeeper would drop the connection", dlock.ErrInvalidOption, resource, len(value), MaxValueLen)
 	}
 	b, vpath := g.b, g.FencePath(resource)+"/"+EscapeKey(name)
 	return g.fenced(ctx, resource, f, func(st fenceState) ([]any, error) {

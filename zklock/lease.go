@@ -218,8 +218,7 @@ func (e *entry) Bind(lose func(cause error)) func() {
 				// Data changed (someone wrote to the node): watch again.
 				ctx, cancel := context.WithTimeout(context.Background(), e.b.timeout)
 				me, err := call(ctx, e.b, "watch", func() (exists, error) {
-					ok, st, w, err := e.b.conn.ExistsW(e.path)
-					return exists{ok, st, w}, err
+					return watchNode(e.b.conn, e.path)
 				})
 				cancel()
 				switch {
@@ -233,8 +232,17 @@ func (e *entry) Bind(lose func(cause error)) func() {
 			}
 		}
 	}()
+	forget := func() {}
+	if e.b.info != nil {
+		forget = e.b.info.hold(e, lose)
+	}
 	var once sync.Once
-	return func() { once.Do(func() { close(stop) }) }
+	return func() {
+		once.Do(func() {
+			close(stop)
+			forget()
+		})
+	}
 }
 
 // watchEvents counts the watch events zklock's waiters and holders

@@ -150,8 +150,14 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...dlock.Optio
 	return l.e.TryAcquire(ctx, key, opts...)
 }
 
-// Path returns the znode of key's queue under this Locker's prefix.
-func (l *Locker) Path(key string) string { return l.b.keyPath(key) }
+// Path returns the znode of key's queue under this Locker's prefix
+// (DefaultPrefix for the zero Locker).
+func (l *Locker) Path(key string) string {
+	if l == nil || l.b == nil {
+		return DefaultPrefix + "/" + EscapeKey(key)
+	}
+	return l.b.keyPath(key)
+}
 
 // Spec implements driver.Driver: exclusive locks only.
 func (b *backend) Spec() driver.Spec {

@@ -34,9 +34,92 @@ const (
 func LeaseOf(d time.Duration) time.Duration { return d * leaseNum / leaseDen }
 
 // sessionInfo is what Connect learned about a connection: the session
-// timeout the server granted at the last handshake.
+// timeout the server granted at the last handshake, the network
+// connections it dialled, and the held locks to tell when a reconnect
+// lowers the timeout.
 type sessionInfo struct {
 	ms atomic.Int64
+
+	mu      sync.Mutex
+	conns   map[*sniffConn]struct{}
+	held    map[*entry]func(error)
+	lastErr error // a handshake refused by the sniffer
+}
+
+// track records a dialled connection until it is closed.
+func (s *sessionInfo) track(c *sniffConn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conns == nil {
+		s.conns = map[*sniffConn]struct{}{}
+	}
+	s.conns[c] = struct{}{}
+}
+
+func (s *sessionInfo) untrack(c *sniffConn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+// closeAll closes every dialled connection (a Connect that failed: the
+// client may be blocked reading a handshake reply that never comes).
+func (s *sessionInfo) closeAll() {
+	s.mu.Lock()
+	cs := make([]*sniffConn, 0, len(s.conns))
+	for c := range s.conns {
+		cs = append(cs, c)
+	}
+	s.mu.Unlock()
+	for _, c := range cs {
+		c.Close()
+	}
+}
+
+// hold registers a held lock to lose if a reconnect lowers the session
+// timeout below what its lease assumes; the returned function forgets it.
+func (s *sessionInfo) hold(e *entry, lose func(error)) func() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held == nil {
+		s.held = map[*entry]func(error){}
+	}
+	s.held[e] = lose
+	return func() {
+		s.mu.Lock()
+		delete(s.held, e)
+		s.mu.Unlock()
+	}
+}
+
+// granted records the timeout of a handshake. A timeout lower than the
+// last one shortens the session from now on: every held lock whose lease
+// no longer fits is lost at once (its renewal might never answer, and its
+// local deadline counts from the old timeout).
+func (s *sessionInfo) granted(ms int64) {
+	old := s.ms.Swap(ms)
+	if old <= 0 || ms >= old {
+		return
+	}
+	lease := LeaseOf(time.Duration(ms) * time.Millisecond)
+	s.mu.Lock()
+	var lost []func()
+	for e, lose := range s.held {
+		if e.lease > lease {
+			cause := e.notHeld(fmt.Sprintf("a reconnect lowered the session timeout to %v, below what its %v lease needs", time.Duration(ms)*time.Millisecond, e.lease))
+			lost = append(lost, func() { lose(cause) })
+		}
+	}
+	s.mu.Unlock()
+	for _, f := range lost {
+		go f()
+	}
+}
+
+func (s *sessionInfo) refused(err error) {
+	s.mu.Lock()
+	s.lastErr = err
+	s.mu.Unlock()
 }
 
 // sessions maps connections made by Connect to what their handshakes said.
@@ -77,6 +160,10 @@ type sniffConn struct {
 	n    int
 }
 
+// Read passes the server's bytes on, reading the handshake reply on the
+// way. A reply granting a session with a timeout go-zookeeper cannot work
+// with (zero or negative: it would panic on a zero ping interval) fails
+// the read instead, so the client drops that server.
 func (c *sniffConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if c.n < len(c.head) && n > 0 {
@@ -84,12 +171,25 @@ func (c *sniffConn) Read(p []byte) (int, error) {
 		if c.n == len(c.head) {
 			ms := int32(binary.BigEndian.Uint32(c.head[8:12]))
 			sid := int64(binary.BigEndian.Uint64(c.head[12:20]))
-			if sid != 0 && ms > 0 { // 0: the session had expired
-				c.s.ms.Store(int64(ms))
+			switch {
+			case sid == 0: // the session had expired: no timeout granted
+			case ms <= 0:
+				err := fmt.Errorf("dlock: zklock: %s granted a session with timeout %dms: not a ZooKeeper server?", c.RemoteAddr(), ms)
+				c.s.refused(err)
+				c.Conn.Close()
+				return 0, err
+			default:
+				c.s.granted(int64(ms))
 			}
 		}
 	}
 	return n, err
+}
+
+// Close closes the connection and forgets it.
+func (c *sniffConn) Close() error {
+	c.s.untrack(c)
+	return c.Conn.Close()
 }
 
 // WithDigest makes Connect authenticate with ZooKeeper's digest scheme as
@@ -144,7 +244,9 @@ func Connect(ctx context.Context, servers []string, sessionTimeout time.Duration
 		if err != nil {
 			return nil, err
 		}
-		return &sniffConn{Conn: c, s: info}, nil
+		sc := &sniffConn{Conn: c, s: info}
+		info.track(sc)
+		return sc, nil
 	}
 	ready := make(chan struct{})
 	var once sync.Once
@@ -165,6 +267,13 @@ func Connect(ctx context.Context, servers []string, sessionTimeout time.Duration
 	case <-ready:
 	case <-ctx.Done():
 		conn.Close()
+		info.closeAll() // the client may be blocked reading a handshake reply
+		info.mu.Lock()
+		why := info.lastErr
+		info.mu.Unlock()
+		if why != nil {
+			return nil, fmt.Errorf("%w: zklock.Connect %v: no session before the context ended (%v): %w", dlock.ErrUnavailable, servers, why, context.Cause(ctx))
+		}
 		return nil, fmt.Errorf("%w: zklock.Connect %v: no session before the context ended: %w", dlock.ErrUnavailable, servers, context.Cause(ctx))
 	}
 	if o.digest {
@@ -178,6 +287,7 @@ func Connect(ctx context.Context, servers []string, sessionTimeout time.Duration
 		}
 		if err != nil {
 			conn.Close()
+			info.closeAll()
 			return nil, fmt.Errorf("%w: zklock.Connect %v: digest auth: %w", dlock.ErrUnavailable, servers, err)
 		}
 	}

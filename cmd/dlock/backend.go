@@ -33,7 +33,9 @@ import (
 )
 
 // lockInfo is one holder of a held key, one row of `dlock ls`: a key
-// held shared or counted shows one row per holder.
+// held shared or counted shows one row per holder. Waiters is the key's:
+// the clients queued for it where the backend keeps a queue (ZooKeeper,
+// Redis), -1 where it cannot tell.
 type lockInfo struct {
 	Key      string            `json:"key"`
 	Mode     string            `json:"mode"`
@@ -41,6 +43,7 @@ type lockInfo struct {
 	Token    uint64            `json:"token"`
 	TTL      time.Duration     `json:"-"`
 	TTLms    int64             `json:"ttl_ms"`
+	Waiters  int               `json:"waiters"`
 	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
@@ -739,7 +742,7 @@ func (b *backend) list(ctx context.Context, prefix string) ([]lockInfo, error) {
 	var out []lockInfo
 	for _, in := range infos {
 		for _, h := range in.Holders {
-			out = append(out, lockInfo{Key: in.Key, Mode: in.Mode.String(), Owner: h.Owner, Token: h.Token, TTL: h.TTL, Metadata: h.Metadata})
+			out = append(out, lockInfo{Key: in.Key, Mode: in.Mode.String(), Owner: h.Owner, Token: h.Token, TTL: h.TTL, Waiters: in.Waiters, Metadata: h.Metadata})
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool {

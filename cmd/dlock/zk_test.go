@@ -85,6 +85,28 @@ func TestZooKeeperURLAndLs(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { waiter.Process.Kill(); waiter.Wait() })
+	// ls shows it queued: --json and the table's WAITERS column.
+	deadline := time.Now().Add(hang)
+	for {
+		r := runDlock(t, url, "ls", "--json", "reports/zk")
+		infos = nil
+		if err := json.Unmarshal([]byte(r.stdout), &infos); err != nil || len(infos) != 1 {
+			t.Fatalf("ls --json with a waiter: %v %q %q", err, r.stdout, r.stderr)
+		}
+		if infos[0].Waiters == 1 && infos[0].Metadata["pid"] == pid {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("hang: ls never showed the waiter: %q", r.stdout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	r = runDlock(t, url, "ls")
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if f := strings.Fields(lines[len(lines)-1]); len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != "KEY OWNER HOST PID TOKEN TTL WAITERS" ||
+		len(f) != 7 || f[0] != "reports/zk" || f[3] != pid || f[5] != "-" || f[6] != "1" {
+		t.Fatalf("ls table with a waiter (no lease known to others: TTL -): %q", r.stdout)
+	}
 	holder.Process.Signal(syscall.SIGTERM)
 	waitExit(t, holder)
 	if code := waitExit(t, waiter); code != 0 || !strings.Contains(wout.String(), "got ") {

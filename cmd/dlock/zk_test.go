@@ -214,3 +214,16 @@ func TestZooKeeperUnreachable(t *testing.T) {
 		}
 	}
 }
+
+// The demo on ZooKeeper: worker A's lease is its session's (a short one
+// here), B gets the key once the server expires A's session, and A, once
+// resumed, takes the key again although its client has to reconnect.
+func TestDemoOnZooKeeper(t *testing.T) {
+	srv := testserver.StartZooKeeper(t)
+	r := runDlock(t, "", "demo", "--url", "zk://"+srv.Addr()+"/demo?session_timeout=1s", "--workers", "4", "--rounds", "5")
+	for _, want := range []string{"expected 20: correct", "REJECTED by the guard", "retried under a new lock", "with fencing:    balance = 120"} {
+		if r.code != 0 || !strings.Contains(r.stdout, want) {
+			t.Fatalf("demo on zookeeper: exit %d, no %q\n%s\n%s", r.code, want, r.stdout, r.stderr)
+		}
+	}
+}

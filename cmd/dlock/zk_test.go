@@ -48,6 +48,10 @@ func TestZooKeeperURLAndLs(t *testing.T) {
 		}
 		last = tok
 	}
+	// A server list: the client finds the live one.
+	if r := runDlock(t, "zk://"+deadAddr(t)+","+srv.Addr()+"/cli/locks", "run", "zkjob", "--", "true"); r.code != 0 {
+		t.Fatalf("run with a dead server listed first: %d %q", r.code, r.stderr)
+	}
 	holder, _, _ := background(t, url, "run", "reports/zk", "--", "sh", "-c", "echo started; exec sleep 60")
 	pid := strconv.Itoa(holder.Process.Pid)
 	r := runDlock(t, url, "ls")

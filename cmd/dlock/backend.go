@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -28,10 +29,13 @@ import (
 	"github.com/dlock-go/dlock/filelock"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/dlock-go/dlock/redlock"
+	"github.com/dlock-go/dlock/zklock"
 )
 
 // lockInfo is one holder of a held key, one row of `dlock ls`: a key
-// held shared or counted shows one row per holder.
+// held shared or counted shows one row per holder. Waiters is the key's:
+// the clients queued for it where the backend keeps a queue (ZooKeeper,
+// Redis), -1 where it cannot tell.
 type lockInfo struct {
 	Key      string            `json:"key"`
 	Mode     string            `json:"mode"`
@@ -39,6 +43,7 @@ type lockInfo struct {
 	Token    uint64            `json:"token"`
 	TTL      time.Duration     `json:"-"`
 	TTLms    int64             `json:"ttl_ms"`
+	Waiters  int               `json:"waiters"`
 	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
@@ -234,7 +239,8 @@ var (
 )
 
 // setClientLogs silences go-redis's and etcd's (gRPC's) own loggers, or
-// with --verbose routes them to o.logs with secrets scrubbed.
+// with --verbose routes them to o.logs with secrets scrubbed. (etcd's zap
+// logger and go-zookeeper's are per client: etcdLogger, newZKLogger.)
 func setClientLogs(o openOptions, secrets []string) {
 	logsMu.Lock()
 	defer logsMu.Unlock()
@@ -272,6 +278,43 @@ func etcdLogger(o openOptions, secrets []string) *zap.Logger {
 	return zap.New(core).Named("etcd-client")
 }
 
+// zkLogger is a go-zookeeper connection's logger: silent, or with
+// --verbose "zookeeper: ..." lines to logs, secrets scrubbed. It also keeps
+// the client's last failure to connect, which Connect does not return, for
+// the error when no session came.
+type zkLogger struct {
+	w io.Writer // nil: silent
+
+	mu          sync.Mutex
+	lastFailure string
+}
+
+func newZKLogger(o openOptions, secrets []string) *zkLogger {
+	l := &zkLogger{}
+	if o.verbose && o.logs != nil {
+		l.w = &scrubWriter{w: o.logs, secrets: secrets}
+	}
+	return l
+}
+
+func (l *zkLogger) Printf(format string, args ...any) {
+	msg := strings.TrimSuffix(fmt.Sprintf(format, args...), "\n")
+	if strings.HasPrefix(format, "failed to connect to ") {
+		l.mu.Lock()
+		l.lastFailure = msg
+		l.mu.Unlock()
+	}
+	if l.w != nil {
+		fmt.Fprintf(l.w, "zookeeper: %s\n", msg)
+	}
+}
+
+func (l *zkLogger) last() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lastFailure
+}
+
 // scrubWriter removes secrets from everything written through it, and
 // escapes control characters other than newline and tab (text from the
 // lock service, such as a holder's metadata inside an error, must not
@@ -293,7 +336,8 @@ func (s *scrubWriter) Write(p []byte) (int, error) {
 }
 
 // open creates the clients. Only etcd touches the network here (its client
-// dials in the background); probes come after.
+// dials in the background); probes come after. ZooKeeper connects in its
+// probe: a session is the first thing to wait for.
 func (t *target) open(o openOptions) (*backend, error) {
 	switch t.Scheme {
 	case "file":
@@ -327,6 +371,8 @@ func (t *target) open(o openOptions) (*backend, error) {
 		return t.openRedlock(o), nil
 	case "etcd", "etcds":
 		return t.openEtcd(o)
+	case "zk":
+		return t.openZK(o), nil
 	}
 	return nil, badURL(t.URL(), "unknown scheme %q", t.Scheme)
 }
@@ -428,18 +474,167 @@ func (t *target) openEtcd(o openOptions) (*backend, error) {
 	return &backend{locker: l, probe: probe, close: func() { c.Close() }, where: t.where}, nil
 }
 
+// zkConn is the connection of a zk:// backend, made by its probe: close
+// may come first (a probe that timed out), and then closes it on arrival.
+type zkConn struct {
+	mu     sync.Mutex
+	conn   *zk.Conn
+	closed bool
+}
+
+func (c *zkConn) set(conn *zk.Conn) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		conn.Close()
+		return false
+	}
+	c.conn = conn
+	return true
+}
+
+func (c *zkConn) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	if c.conn != nil {
+		c.conn.Close()
+	}
+}
+
+// openZK prepares a ZooKeeper backend. Its probe connects (Connect waits
+// for a session) and reads the znode the locks live under, which finds
+// wrong credentials before any lock is asked for.
+func (t *target) openZK(o openOptions) *backend {
+	prefix := t.Chroot
+	if prefix == "" {
+		prefix = zklock.DefaultPrefix
+	}
+	session := t.SessionTimeout
+	if session == 0 {
+		session = defaultSessionTimeout
+	}
+	var auth []zklock.Option
+	if t.Username != "" {
+		auth = append(auth, zklock.WithDigest(t.Username, t.Password))
+	}
+	logs := newZKLogger(o, t.secrets)
+	c := &zkConn{}
+	b := &backend{close: c.close, where: t.where}
+	b.probe = func(ctx context.Context) error {
+		conn, err := zkConnect(ctx, t.Addrs, session, append(auth, zklock.WithLogger(logs))...)
+		if err != nil {
+			if last := logs.last(); last != "" {
+				err = fmt.Errorf("%w (last: %s)", err, last)
+			}
+			return err
+		}
+		if !c.set(conn) {
+			return fmt.Errorf("%w: zookeeper: the connection was closed", dlock.ErrUnavailable)
+		}
+		l := zklock.New(conn, append(append(o.lockOptions(), auth...), zklock.WithPrefix(prefix))...)
+		z := zkLocker{l, t.zkNoAuth(prefix)}
+		read := make(chan error, 1)
+		go func() {
+			_, _, err := conn.Get(prefix)
+			read <- err
+		}()
+		select {
+		case err = <-read:
+		case <-ctx.Done():
+			err = context.Cause(ctx)
+		}
+		if err != nil && !errors.Is(err, zk.ErrNoNode) {
+			return z.explain(fmt.Errorf("zookeeper read %s: %w", prefix, err))
+		}
+		b.locker = z
+		return nil
+	}
+	return b
+}
+
+// zkConnect is zklock.Connect returning when ctx ends: Connect then
+// closes its half-made connection first, which waits up to a second for
+// a server that accepted the TCP connection and never answers.
+func zkConnect(ctx context.Context, servers []string, session time.Duration, opts ...zklock.Option) (*zk.Conn, error) {
+	type result struct {
+		conn *zk.Conn
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		conn, err := zklock.Connect(ctx, servers, session, opts...)
+		done <- result{conn, err}
+	}()
+	select {
+	case r := <-done:
+		return r.conn, r.err
+	case <-ctx.Done():
+		go func() { // not leaked: Connect returns soon after ctx ended
+			if r := <-done; r.conn != nil {
+				r.conn.Close()
+			}
+		}()
+		return nil, fmt.Errorf("%w: zookeeper %v: no session: %w", dlock.ErrUnavailable, servers, context.Cause(ctx))
+	}
+}
+
+// zkNoAuth returns the explanation of ZooKeeper's refusals for a backend
+// whose locks live under prefix.
+func (t *target) zkNoAuth(prefix string) func(error) error {
+	creds := fmt.Sprintf("(digest user %q)", t.Username)
+	if t.Username == "" {
+		creds = "(the URL has none: zk://user:password@host:port/path)"
+	}
+	return func(err error) error {
+		switch {
+		case errors.Is(err, zk.ErrNoAuth):
+			return fmt.Errorf("dlock: not authorized: check the credentials %s and the ACLs of the znodes at %s: %w", creds, prefix, err)
+		case errors.Is(err, zk.ErrAuthFailed):
+			return fmt.Errorf("dlock: ZooKeeper authentication failed: check the credentials %s: %w", creds, err)
+		}
+		return err
+	}
+}
+
+// zkLocker is a zklock.Locker whose errors explain ZooKeeper's refusals:
+// a znode's ACL shuts out a client with wrong or no digest credentials
+// (ZooKeeper accepts any identity at connect time).
+type zkLocker struct {
+	*zklock.Locker
+	explain func(error) error
+}
+
+func (l zkLocker) Acquire(ctx context.Context, key string, opts ...dlock.Option) (*dlock.Lock, error) {
+	lk, err := l.Locker.Acquire(ctx, key, opts...)
+	return lk, l.explain(err)
+}
+
+func (l zkLocker) TryAcquire(ctx context.Context, key string, opts ...dlock.Option) (*dlock.Lock, error) {
+	lk, err := l.Locker.TryAcquire(ctx, key, opts...)
+	return lk, l.explain(err)
+}
+
+func (l zkLocker) List(ctx context.Context, prefix string) ([]dlock.Info, error) {
+	infos, err := l.Locker.List(ctx, prefix)
+	return infos, l.explain(err)
+}
+
 // explain turns a failed probe into the message the user sees: where,
 // what failed, and for a TLS mismatch (found by lookForMismatch) which
 // scheme to use instead.
 func (t *target) explain(err error, mismatch bool) error {
 	what := "not reachable"
 	var rerr redis.Error
-	if errors.As(err, &rerr) {
+	if errors.As(err, &rerr) || errors.Is(err, zk.ErrNoAuth) || errors.Is(err, zk.ErrAuthFailed) {
 		what = "refused"
 	}
 	msg := fmt.Sprintf("%s: %s: %v", t.where, what, err)
-	if t.Scheme == "etcd" || t.Scheme == "etcds" {
+	switch t.Scheme {
+	case "etcd", "etcds":
 		msg = "etcd " + msg
+	case "zk":
+		msg = "zookeeper " + msg
 	}
 	if rerr == nil && mismatch {
 		if hint := t.tlsHint(err); hint != "" {
@@ -547,7 +742,7 @@ func (b *backend) list(ctx context.Context, prefix string) ([]lockInfo, error) {
 	var out []lockInfo
 	for _, in := range infos {
 		for _, h := range in.Holders {
-			out = append(out, lockInfo{Key: in.Key, Mode: in.Mode.String(), Owner: h.Owner, Token: h.Token, TTL: h.TTL, Metadata: h.Metadata})
+			out = append(out, lockInfo{Key: in.Key, Mode: in.Mode.String(), Owner: h.Owner, Token: h.Token, TTL: h.TTL, Waiters: in.Waiters, Metadata: h.Metadata})
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool {

@@ -140,6 +140,8 @@ func TestConnectTimeoutBoundsOpening(t *testing.T) {
 		"redis://" + silent,
 		"redlock://" + silent + "," + deadAddr(t) + "," + deadAddr(t),
 		"etcd://" + silent,
+		"zk://" + silent,
+		"zk://" + deadAddr(t) + "," + silent,
 	}
 	for _, u := range urls {
 		for _, args := range [][]string{
@@ -298,11 +300,17 @@ func TestSecretsNeverPrinted(t *testing.T) {
 		"redlock://u:" + pw + "@127.0.0.1:1,127.0.0.1:1",
 		"etcd://u:" + pw + "@127.0.0.1:1/?password=" + queryPw,
 		"ftp://u:" + pw + "@h/?token=" + queryPw,
+		"zk://u:" + pw + "@127.0.0.1:1/a//b",
+		"zk://u:" + pw + "@127.0.0.1:1,,127.0.0.2:1",
+		"zk://u:" + pw + "@127.0.0.1:1/?session_timeout=x&password=" + queryPw,
+		"zk://" + pw + "@127.0.0.1:1/app",
+		"zk://u:" + pw + "/x@127.0.0.1:1",
 		// unreachable
 		"redis://u:" + pw + "@" + dead,
 		"redis+sentinel://u:" + pw + "@" + dead + "/m?sentinel_password=" + sentinelPw,
 		"redlock://u:" + pw + "@" + dead + "," + deadAddr(t),
 		"etcd://u:" + pw + "@" + dead,
+		"zk://u:" + pw + "@" + dead + "/app",
 		// wrong password
 		"redis://:" + pw + "@" + srv.Addr(),
 		"redis://default:" + pw + "@" + srv.Addr() + "/0",
@@ -342,6 +350,16 @@ func TestClientLogsOnlyWithVerbose(t *testing.T) {
 	if r.code != exitBackend || strings.Contains(r.stderr, `"level"`) || strings.Count(r.stderr, "\n") > 2 {
 		t.Errorf("etcd without --verbose: %d %q", r.code, r.stderr)
 	}
+	const pw = "zkS3cretPw"
+	u = "zk://u:" + pw + "@" + deadAddr(t)
+	r = runDlock(t, u, "ls", "--connect-timeout", "1s")
+	if r.code != exitBackend || strings.Contains(r.stderr, "zookeeper: failed") || strings.Count(r.stderr, "\n") > 1 {
+		t.Errorf("zookeeper without --verbose: %d %q", r.code, r.stderr)
+	}
+	r = runDlock(t, u, "ls", "--verbose", "--connect-timeout", "1s")
+	if r.code != exitBackend || !strings.Contains(r.stderr, "zookeeper: failed to connect") || strings.Contains(r.stderr, pw) {
+		t.Errorf("zookeeper with --verbose: %d %q", r.code, r.stderr)
+	}
 }
 
 // Opening a backend, probe, TLS-mismatch look and closing included, ends
@@ -362,6 +380,8 @@ func TestOpeningBoundedBySilentServer(t *testing.T) {
 		{"rediss://" + silent, 2 * time.Second, []string{"run", "-w", "1s", "k", "--", "true"}},
 		{"etcd://" + silent, 2 * time.Second, []string{"run", "-n", "k", "--", "true"}},
 		{"etcds://" + silent, 2 * time.Second, []string{"ls"}},
+		{"zk://" + silent, 2 * time.Second, []string{"run", "-n", "k", "--", "true"}},
+		{"zk://" + silent + "/app", 2 * time.Second, []string{"ls"}},
 		{"redis+sentinel://" + silent + "/mymaster", 4 * time.Second, []string{"run", "-n", "k", "--", "true"}},
 	}
 	for _, c := range cases {

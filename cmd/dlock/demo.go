@@ -231,7 +231,7 @@ func (d *demo) actFencing(ctx context.Context) error {
 	if err := a.Process.Signal(syscall.SIGSTOP); err != nil {
 		return err
 	}
-	d.say("A is PAUSED with SIGSTOP between its check of the lock and its write (a long GC pause). Its 1s lease runs out.")
+	d.say("A is PAUSED with SIGSTOP between its check of the lock and its write (a long GC pause). Its lease runs out.")
 
 	b := d.worker(ctx, append([]string{"deposit", "--amount", "50", "--ttl", "10s"}, common...)...)
 	out, err := b.Output()

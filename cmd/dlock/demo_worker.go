@@ -169,7 +169,7 @@ func (w *worker) withdraw() error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w.out, "holds the lock with token %d (Err() = %v), read balance %d, will write %d\n", lk.Token(), lk.Err(), seen, seen-w.amount)
+	fmt.Fprintf(w.out, "holds the lock with token %d (lease %s, Err() = %v), read balance %d, will write %d\n", lk.Token(), lk.TTL().Round(time.Millisecond), lk.Err(), seen, seen-w.amount)
 	// Wait for the demo to pause and resume us.
 	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
 		return err
@@ -191,11 +191,31 @@ func (w *worker) withdraw() error {
 	case <-time.After(5 * time.Second):
 	}
 	// Do it right: take the lock again and redo the read-modify-write.
-	return dlock.Do(w.ctx, w.locker, w.key, func(ctx context.Context, lk2 *dlock.Lock) error {
-		before, after, err := w.fencedUpdate(lk2, -w.amount)
-		if err == nil {
-			fmt.Fprintf(w.out, "retried under a new lock, token %d: balance %d -> %d\n", lk2.Token(), before, after)
-		}
+	lk2, err := w.acquireAfterPause()
+	if err != nil {
 		return err
-	}, dlock.WithTTL(10*time.Second))
+	}
+	before, after, err := w.fencedUpdate(lk2, -w.amount)
+	if err == nil {
+		fmt.Fprintf(w.out, "retried under a new lock, token %d: balance %d -> %d\n", lk2.Token(), before, after)
+	}
+	return errors.Join(err, lk2.Release(w.ctx))
+}
+
+// acquireAfterPause takes the lock for a worker that was just paused. Its
+// client was paused too and may still be reconnecting (a ZooKeeper client
+// whose session expired meanwhile replaces it, and its requests fail until
+// then): acquiring is tried again for a few seconds. Nothing was done
+// under a failed attempt, so trying again is safe.
+func (w *worker) acquireAfterPause() (*dlock.Lock, error) {
+	for attempt := 1; ; attempt++ {
+		lk, err := w.locker.Acquire(w.ctx, w.key, dlock.WithTTL(10*time.Second))
+		if err == nil || attempt == 10 || w.ctx.Err() != nil {
+			return lk, err
+		}
+		select {
+		case <-time.After(500 * time.Millisecond):
+		case <-w.ctx.Done():
+		}
+	}
 }

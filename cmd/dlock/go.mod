@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/dlock-go/dlock v0.2.0
 	github.com/dlock-go/dlock/redislock v0.2.0
+	github.com/go-zookeeper/zk v1.0.4
 	github.com/redis/go-redis/v9 v9.23.0
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3
@@ -72,6 +73,7 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dlock-go/dlock/etcdlock v0.2.0
 	github.com/dlock-go/dlock/redlock v0.2.0
+	github.com/dlock-go/dlock/zklock v0.2.0
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.49.0
 )

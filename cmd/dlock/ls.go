@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"text/tabwriter"
 	"time"
 )
@@ -14,7 +15,10 @@ import (
 const lsUsage = `Usage: dlock ls [--url URL] [--json] [--connect-timeout 5s] [--verbose] [PREFIX]
 
 Lists the locks currently held (whose key starts with PREFIX): key, owner,
-host and pid of the holder, fencing token and time left on the lease.
+host and pid of the holder, fencing token, time left on the lease ("-"
+where other clients cannot know it: ZooKeeper's lease is its holder's
+session) and the number of clients queued for the key, where the backend
+keeps a queue (ZooKeeper, Redis; "-" where it cannot tell).
 ls changes nothing: a file:// lock directory that does not exist is an
 error (exit 3), except the default one before its first use (no locks).
 
@@ -91,7 +95,7 @@ func cmdLs(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tOWNER\tHOST\tPID\tTOKEN\tTTL")
+	fmt.Fprintln(tw, "KEY\tOWNER\tHOST\tPID\tTOKEN\tTTL\tWAITERS")
 	for _, in := range infos {
 		owner := in.Owner
 		if len(owner) > 12 {
@@ -99,7 +103,14 @@ func cmdLs(args []string, stdout, stderr io.Writer) int {
 		}
 		// Keys and metadata may hold anything: quote the odd ones (see
 		// text.go), so that each lock is one line of plain text.
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", quoteField(in.Key), dash(quoteField(owner)), dash(quoteField(in.Metadata["host"])), dash(quoteField(in.Metadata["pid"])), in.Token, in.TTL.Round(time.Millisecond))
+		ttl, waiters := "-", "-"
+		if in.TTL > 0 {
+			ttl = in.TTL.Round(time.Millisecond).String()
+		}
+		if in.Waiters >= 0 {
+			waiters = strconv.Itoa(in.Waiters)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", quoteField(in.Key), dash(quoteField(owner)), dash(quoteField(in.Metadata["host"])), dash(quoteField(in.Metadata["pid"])), in.Token, ttl, waiters)
 	}
 	tw.Flush()
 	return 0

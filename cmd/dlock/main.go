@@ -35,6 +35,11 @@ URL (from --url, else $DLOCK_URL, else a file backend in your state directory):
   redis+sentinel://[user:pass@]h1:p1,h2:p2/master[/db]
   redlock://[user:pass@]h1:p1,h2:p2,h3:p3[/db]   Redlock over independent masters
   etcd://[user:pass@]h1:p1[,h2:p2][/prefix]      etcd (etcds:// for TLS; ?ca=FILE)
+  zk://[user:pass@]h1:p1[,h2:p2][/path][?session_timeout=10s]
+                                       ZooKeeper (port 2181 if none): locks under /path
+                                       (default /dlock); user:pass is digest auth and
+                                       the znodes' ACL; a lease is 2/3 of the session
+                                       timeout (default 10s), --ttl does not apply
 Percent-encode reserved characters (/ ? # @ %) in passwords. Secrets are
 never printed.
 `

@@ -345,6 +345,10 @@ func TestBadInput(t *testing.T) {
 		{[]string{"run", "k", "--", "true"}, "file://otherhost/x", exitUsage, "local directory"},
 		{[]string{"run", "k", "--", "true"}, "::bad", exitUsage, "bad URL"},
 		{[]string{"run", "k", "--", "true"}, "redis://:s3cr3t@127.0.0.1:" + strconv.Itoa(testserver.FreePort(t)), exitBackend, "connection refused"},
+		{[]string{"run", "k", "--", "true"}, "zk://u:s3cr3t@127.0.0.1:2181/a//b", exitUsage, "empty znode name"},
+		{[]string{"ls"}, "zk://u:s3cr3t@", exitUsage, "no servers"},
+		{[]string{"ls"}, "zk://u@127.0.0.1:2181", exitUsage, "without a password"},
+		{[]string{"run", "--connect-timeout", "1s", "k", "--", "true"}, "zk://u:s3cr3t@127.0.0.1:" + strconv.Itoa(testserver.FreePort(t)), exitBackend, "connection refused"},
 		{[]string{"ls", "a", "b"}, url, exitUsage, "at most one PREFIX"},
 		{[]string{"demo", "extra"}, url, exitUsage, "no arguments"},
 	}
@@ -373,7 +377,7 @@ func TestHelpAndVersion(t *testing.T) {
 	if r := runDlock(t, url, "run", "--help"); !strings.Contains(r.stderr, "Exit status") || !strings.Contains(r.stderr, "Examples") {
 		t.Errorf("run --help lacks exit codes or examples")
 	}
-	if r := runDlock(t, url, "help"); r.code != 0 || !strings.Contains(r.stdout, "dlock run") {
+	if r := runDlock(t, url, "help"); r.code != 0 || !strings.Contains(r.stdout, "dlock run") || !strings.Contains(r.stdout, "zk://[user:pass@]h1:p1") {
 		t.Errorf("help: %d %q", r.code, r.stdout)
 	}
 	if r := runDlock(t, url, "version"); r.code != 0 || !strings.HasPrefix(r.stdout, "dlock ") {

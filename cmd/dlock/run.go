@@ -71,7 +71,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var (
 		rawURL   = fs.String("url", "", "lock service URL (default $DLOCK_URL, else file:// in the state dir)")
-		ttl      = fs.Duration("ttl", 30*time.Second, "lease length; renewed every ttl/3")
+		ttl      = fs.Duration("ttl", 30*time.Second, "lease length; renewed every ttl/3 (zk://: the lease follows the session timeout instead)")
 		wait     time.Duration
 		nonblock bool
 		conflict int

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // secretParam is the fuzz target's own notion of a secret parameter,
@@ -138,6 +139,11 @@ func TestParseURL(t *testing.T) {
 		{raw: "redlock://a:1,b:2,c:3/1", want: target{Scheme: "redlock", Addrs: []string{"a:1", "b:2", "c:3"}, DB: 1}},
 		{raw: "etcd://a:1,b:2/app/locks", want: target{Scheme: "etcd", Addrs: []string{"a:1", "b:2"}, Prefix: "app/locks/"}},
 		{raw: "etcds://a:1?ca=/etc/ca.pem", want: target{Scheme: "etcds", Addrs: []string{"a:1"}, CA: "/etc/ca.pem", TLS: true}},
+		{raw: "zk://a:1,b:2/app/locks", want: target{Scheme: "zk", Addrs: []string{"a:1", "b:2"}, Chroot: "/app/locks"}},
+		{raw: "zk://h", want: target{Scheme: "zk", Addrs: []string{"h:2181"}}},
+		{raw: "zk://[::1]/", want: target{Scheme: "zk", Addrs: []string{"[::1]:2181"}}},
+		{raw: "zk://alice:p%40ss@h:1/app?session_timeout=1m", want: target{Scheme: "zk", Addrs: []string{"h:1"}, Username: "alice", Password: "p@ss", Chroot: "/app", SessionTimeout: time.Minute}},
+		{raw: "zk://h:1/a%20b/%25c", want: target{Scheme: "zk", Addrs: []string{"h:1"}, Chroot: "/a b/%c"}},
 		{raw: "redis://a:1,b:2", err: "one address"},
 		{raw: "redis://h:1/x", err: "database"},
 		{raw: "redis://h:1?nosuch=1", err: "unexpected option"},
@@ -150,6 +156,31 @@ func TestParseURL(t *testing.T) {
 		{raw: "redlock://a:1,a:1", err: "twice"},
 		{raw: "redlock://a:1?db=1", err: "take no"},
 		{raw: "etcd://a:1?ca=x", err: "needs etcds"},
+		{raw: "zk://", err: "no servers"},
+		{raw: "zk:h:1", err: "no servers"},
+		{raw: "zk:///app", err: "no servers"},
+		{raw: "zk://h:0", err: "1-65535"},
+		{raw: "zk://h:x", err: "port"},
+		{raw: "zk://h:99999", err: "1-65535"},
+		{raw: "zk://a:1,,b:2", err: "empty server address"},
+		{raw: "zk://,a:1", err: "empty server address"},
+		{raw: "zk://a:1,a:1", err: "twice"},
+		{raw: "zk://a,a:2181", err: "twice"},
+		{raw: "zk://h:1/a//b", err: "empty znode name"},
+		{raw: "zk://h:1/a/", err: "does not end with"},
+		{raw: "zk://h:1/./x", err: "not a znode name"},
+		{raw: "zk://h:1/a/..", err: "not a znode name"},
+		{raw: "zk://h:1/a%00b", err: "U+0000"},
+		{raw: "zk://h:1/a%ffb", err: "UTF-8"},
+		{raw: "zk://h:1/zookeeper/x", err: "reserved"},
+		{raw: "zk://alice@h:1", err: "without a password"},
+		{raw: "zk://alice:@h:1", err: "without a password"},
+		{raw: "zk://:pw@h:1", err: "needs a user name"},
+		{raw: "zk://a%3Ab:pw@h:1", err: "contains"},
+		{raw: "zk://h:1?session_timeout=abc", err: "not a duration"},
+		{raw: "zk://h:1?session_timeout=1ms", err: "out of range"},
+		{raw: "zk://h:1?session=10s", err: "unknown option"},
+		{raw: "zk://h:1?session_timeout=1s&session_timeout=2s", err: "2 times"},
 		{raw: "file://u:p@/x", err: "no user"},
 		{raw: "file:///x?y=1", err: "take no"},
 		{raw: "file:///a%00b", err: "NUL"},
@@ -184,6 +215,8 @@ func TestRedact(t *testing.T) {
 		"redis:u:pw@h":                                        "redis:xxxxx@h",
 		"::bad?api_key=k":                                     "::bad?api_key=xxxxx",
 		"file:///x":                                           "file:///x",
+		"zk://alice:pw@a:1,b:2/app?session_timeout=5s":        "zk://alice:xxxxx@a:1,b:2/app?session_timeout=5s",
+		"zk://alice:p/w@a:1/app":                              "zk://xxxxx@a:1/app",
 	}
 	for raw, want := range cases {
 		if got := redact(raw); got != want {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/background"
 )
 
 // Lease fraction: a lock's lease is this fraction of the negotiated session
@@ -266,8 +267,11 @@ func Connect(ctx context.Context, servers []string, sessionTimeout time.Duration
 	select {
 	case <-ready:
 	case <-ctx.Done():
-		conn.Close()
-		info.closeAll() // the client may be blocked reading a handshake reply
+		// The client may be blocked reading a handshake reply: close what
+		// it dialled, and let Close (which waits up to a second to send
+		// its goodbye) finish in the background.
+		info.closeAll()
+		background.Go(conn.Close)
 		info.mu.Lock()
 		why := info.lastErr
 		info.mu.Unlock()
@@ -286,8 +290,8 @@ func Connect(ctx context.Context, servers []string, sessionTimeout time.Duration
 			err = context.Cause(ctx)
 		}
 		if err != nil {
-			conn.Close()
 			info.closeAll()
+			background.Go(conn.Close)
 			return nil, fmt.Errorf("%w: zklock.Connect %v: digest auth: %w", dlock.ErrUnavailable, servers, err)
 		}
 	}

@@ -46,7 +46,7 @@ func (c caseSpec) name() string { return c.backend + "/" + c.fault }
 var faultDoc = map[string]string{
 	"none":             "no fault (baseline)",
 	"client-pause":     "a worker stops itself (SIGSTOP) between its fenced read and its write, while it believes it holds the lock, for 3×TTL; then SIGCONT",
-	"server-pause":     "the server (Redlock: a majority of nodes) is stopped with SIGSTOP for 3×TTL: connections stay open, requests hang",
+	"server-pause":     "the server (Redlock: a majority of nodes; a ZooKeeper ensemble: its leader) is stopped with SIGSTOP for 3×TTL: connections stay open, requests hang",
 	"restart-volatile": "the server is killed (SIGKILL) and restarted at once with no persistence: every lock is forgotten",
 	"restart-aof":      "the server is killed (SIGKILL) and restarted at once with appendonly yes, appendfsync always",
 	"partition-client": "one worker's link to the server is stalled (fault proxy: bytes stop flowing both ways, the connection stays open) for 3×TTL",
@@ -56,6 +56,8 @@ var faultDoc = map[string]string{
 	"kleppmann-clock":  "Kleppmann's Redlock clock scenario: node C is cut off for one TTL, so holders take A and B only; then B's wall clock jumps 3×TTL forward (its copy of the lease expires) and C is healed",
 	"restart-minority": "the Kleppmann scenario: one Redlock node of 3 (a minority) is killed and restarted without persistence while a lock is held",
 	"kill-holder":      "a worker is killed (SIGKILL) between its fenced read and its write, while it holds the lock; a new worker replaces it",
+	"clock-jump":       "the Redis server's wall clock jumps 3×TTL forward (LD_PRELOAD shim, safety/clock) and back to real time 3×TTL later",
+	"kill-leader":      "the leader of a 3-member cluster is killed (SIGKILL); etcd: it stays down (two members keep a quorum); ZooKeeper: it is started again 3×TTL later with its data and rejoins as a follower",
 }
 
 func allCases() []caseSpec {

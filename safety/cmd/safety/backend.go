@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -13,12 +14,16 @@ import (
 	"github.com/dlock-go/dlock/filelock"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/dlock-go/dlock/redlock"
+	"github.com/dlock-go/dlock/zklock"
 )
 
 // openLocker opens the backend a worker locks with, from a spec
-// "redis:ADDR", "redlock:ADDR,ADDR,...", "etcd:URL,URL,..." or
-// "file:DIR". Clients are the libraries' defaults: no promise may depend
-// on the user's client settings.
+// "redis:ADDR", "redlock:ADDR,ADDR,...", "etcd:URL,URL,...",
+// "zk:ADDR,ADDR,...@SESSIONTIMEOUT" or "file:DIR". Clients are the
+// libraries' defaults: no promise may depend on the user's client
+// settings. A ZooKeeper lock's lease comes from its session (two thirds of
+// the timeout the ensemble granted), not from the worker's TTL, so the
+// session timeout is part of the spec.
 func openLocker(spec string) (dlock.Locker, func(), error) {
 	kind, arg, ok := strings.Cut(spec, ":")
 	if !ok || arg == "" {
@@ -44,6 +49,19 @@ func openLocker(spec string) (dlock.Locker, func(), error) {
 			return nil, nil, err
 		}
 		return etcdlock.New(c), func() { c.Close() }, nil
+	case "zk":
+		addrs, st, ok := strings.Cut(arg, "@")
+		session, err := time.ParseDuration(st)
+		if !ok || addrs == "" || err != nil {
+			return nil, nil, fmt.Errorf("bad zk spec %q: want zk:ADDR,ADDR,...@SESSIONTIMEOUT", spec)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c, err := zklock.Connect(ctx, strings.Split(addrs, ","), session)
+		if err != nil {
+			return nil, nil, err
+		}
+		return zklock.New(c), func() { c.Close() }, nil
 	case "file":
 		l, err := filelock.New(arg)
 		if err != nil {

@@ -46,7 +46,7 @@ func (c caseSpec) name() string { return c.backend + "/" + c.fault }
 var faultDoc = map[string]string{
 	"none":             "no fault (baseline)",
 	"client-pause":     "a worker stops itself (SIGSTOP) between its fenced read and its write, while it believes it holds the lock, for 3×TTL; then SIGCONT",
-	"server-pause":     "the server (Redlock: a majority of nodes) is stopped with SIGSTOP for 3×TTL: connections stay open, requests hang",
+	"server-pause":     "the server (Redlock: a majority of nodes; a ZooKeeper ensemble: its leader) is stopped with SIGSTOP for 3×TTL: connections stay open, requests hang",
 	"restart-volatile": "the server is killed (SIGKILL) and restarted at once with no persistence: every lock is forgotten",
 	"restart-aof":      "the server is killed (SIGKILL) and restarted at once with appendonly yes, appendfsync always",
 	"partition-client": "one worker's link to the server is stalled (fault proxy: bytes stop flowing both ways, the connection stays open) for 3×TTL",
@@ -56,6 +56,8 @@ var faultDoc = map[string]string{
 	"kleppmann-clock":  "Kleppmann's Redlock clock scenario: node C is cut off for one TTL, so holders take A and B only; then B's wall clock jumps 3×TTL forward (its copy of the lease expires) and C is healed",
 	"restart-minority": "the Kleppmann scenario: one Redlock node of 3 (a minority) is killed and restarted without persistence while a lock is held",
 	"kill-holder":      "a worker is killed (SIGKILL) between its fenced read and its write, while it holds the lock; a new worker replaces it",
+	"clock-jump":       "the Redis server's wall clock jumps 3×TTL forward (LD_PRELOAD shim, safety/clock) and back to real time 3×TTL later",
+	"kill-leader":      "the leader of a 3-member cluster is killed (SIGKILL); etcd: it stays down (two members keep a quorum); ZooKeeper: it is started again 3×TTL later with its data and rejoins as a follower",
 }
 
 func allCases() []caseSpec {
@@ -81,6 +83,13 @@ func allCases() []caseSpec {
 		{"etcd", "client-pause", etcdTTL, 20 * time.Second, 2},
 		{"etcd", "server-pause", etcdTTL, 20 * time.Second, 1},
 		{"etcd3", "kill-leader", etcdTTL, 20 * time.Second, 1},
+		{"zk", "none", ttl, dur, 0},
+		{"zk", "client-pause", ttl, dur, pauses},
+		{"zk", "server-pause", ttl, dur, 2},
+		{"zk", "partition-client", ttl, dur, 2},
+		{"zk", "lost-replies", ttl, dur, 1},
+		{"zk3", "kill-leader", ttl, 20 * time.Second, 2},
+		{"zk3", "server-pause", ttl, 15 * time.Second, 2},
 		{"file", "none", ttl, dur, 0},
 		{"file", "client-pause", ttl, dur, pauses},
 		{"file", "kill-holder", ttl, dur, pauses},
@@ -103,6 +112,8 @@ type deployment struct {
 	proxies []*testserver.Proxy // per worker, for partition-client
 	etcd    *etcdtest.Process
 	etcd3   *etcdtest.Cluster
+	zk      *testserver.ZooKeeper   // standalone
+	zk3     []*testserver.ZooKeeper // an ensemble of 3
 	clocked *shimmedRedis
 	fileDir string
 }
@@ -163,6 +174,22 @@ func deploy(t *tb, c caseSpec, workers int) *deployment {
 		for range workers {
 			d.specs = append(d.specs, "etcd:"+strings.Join(d.etcd3.Endpoints(), ","))
 		}
+	case "zk":
+		d.zk = testserver.StartZooKeeper(t)
+		for range workers {
+			addr := d.zk.Addr()
+			if c.fault == "partition-client" || c.fault == "lost-replies" {
+				p := testserver.StartProxy(t, addr)
+				d.proxies = append(d.proxies, p)
+				addr = p.Addr()
+			}
+			d.specs = append(d.specs, zkSpec([]string{addr}, c.ttl))
+		}
+	case "zk3":
+		d.zk3 = testserver.StartZooKeeperEnsemble(t, 3)
+		for range workers {
+			d.specs = append(d.specs, zkSpec(testserver.ZooKeeperAddrs(d.zk3), c.ttl))
+		}
 	case "file":
 		d.fileDir = t.TempDir()
 		for range workers {
@@ -172,6 +199,25 @@ func deploy(t *tb, c caseSpec, workers int) *deployment {
 		t.Fatalf("unknown backend %q", c.backend)
 	}
 	return d
+}
+
+// zkSpec is the backend spec of a ZooKeeper client of servers whose locks
+// last ttl: zklock derives a lock's lease from its session (two thirds of
+// the session timeout, whatever WithTTL says), so the session timeout is
+// ttl×3/2.
+func zkSpec(addrs []string, ttl time.Duration) string {
+	return "zk:" + strings.Join(addrs, ",") + "@" + (ttl * 3 / 2).String()
+}
+
+// zkLeader waits (bounded) until one member of the ensemble reports
+// itself leader, and returns it (nil if none did: an election that is
+// still running).
+func zkLeader(nodes []*testserver.ZooKeeper, within time.Duration) *testserver.ZooKeeper {
+	for end := time.Now().Add(within); ; time.Sleep(50 * time.Millisecond) {
+		if l := testserver.ZooKeeperLeader(nodes); l != nil || time.Now().After(end) {
+			return l
+		}
+	}
 }
 
 // proc is a running worker process.
@@ -413,6 +459,21 @@ func inject(t *tb, c caseSpec, d *deployment, procs *[]*proc, dir string, seed u
 			d.etcd.Pause()
 			time.Sleep(hold)
 			d.etcd.Resume()
+		case d.zk != nil:
+			d.zk.Pause()
+			time.Sleep(hold)
+			d.zk.Resume()
+		case d.zk3 != nil:
+			// The leader: the followers elect another after syncLimit
+			// ticks; the old one resumes to find itself deposed.
+			l := zkLeader(d.zk3, c.ttl)
+			if l == nil {
+				return false
+			}
+			from = history.Now()
+			l.Pause()
+			time.Sleep(hold)
+			l.Resume()
 		default:
 			n := len(d.redis)/2 + 1 // a majority (1 of 1)
 			for _, s := range d.redis[:n] {
@@ -445,6 +506,21 @@ func inject(t *tb, c caseSpec, d *deployment, procs *[]*proc, dir string, seed u
 		mark(from)
 		return true
 	case "kill-leader":
+		if d.zk3 != nil {
+			// Killed, then started again 3×TTL later (it rejoins as a
+			// follower, with its data), so that a second kill finds a
+			// full ensemble.
+			l := zkLeader(d.zk3, c.ttl)
+			if l == nil {
+				return false
+			}
+			from := history.Now()
+			l.Stop()
+			time.Sleep(hold)
+			l.Start()
+			mark(from)
+			return true
+		}
 		from := history.Now()
 		d.etcd3.Leader().Stop()
 		mark(from)

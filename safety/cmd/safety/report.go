@@ -173,7 +173,8 @@ const matrixNotes = `
   finds the fenced register linearizable. This is Kleppmann's argument
   ("How to do distributed locking", 2016), measured; it holds for etcd too,
   as Jepsen found for etcd 3.4.3's locks (2020), whose advice was to fence
-  with the lease's revision, which is dlock's etcd token. The run fails if
+  with the lease's revision, which is dlock's etcd token, and for
+  ZooKeeper, whose session expiry hands the key on the same way. The run fails if
   the negative control shows no violation in a client-pause row, so the
   checker cannot be blind.
 - **Server pauses, partitions and lost replies** cost availability for their
@@ -211,6 +212,32 @@ const matrixNotes = `
   would show it.
 - **etcd's leader stopped**: the cluster elects a new leader and the leases
   survive it; expect a short unavailability and no overlap.
+- **ZooKeeper** (the zk rows) is Curator's recipe: each attempt is an
+  ephemeral sequential node, the lowest holds the key, and a node lives as
+  long as its client's session, which the server expires when it has heard
+  nothing from the client for the session timeout. So the lease is not a
+  TTL the client asked for but the session's: zklock gives a lock two
+  thirds of the timeout (the rows ask for 1.5 s, so a 1 s lease), counted
+  from the sending of the last renewal (a sync, then an exists of the
+  node) that found the node. The client-pause row is the case Kleppmann's
+  article gives for ZooKeeper: the paused holder's session expires, its
+  node goes, the next waiter enters, and the holder comes back to write;
+  his remedy, the zxid as a fencing token, is dlock's token (the node's
+  czxid), and the guard refuses the write. A stopped server, a stalled
+  link and lost replies must cost availability only: the holder's deadline
+  passes before the server can expire its session. A create whose reply
+  is lost is found again by the owner id in the node's name, and a release
+  whose reply is lost is retried until the node is gone, so no orphan node
+  keeps the key for the rest of its session; the recovery (go-zookeeper
+  waits a second before it retries a lone server, then the retried
+  deletions) is why few keys change hands during the lost-replies window.
+- **ZooKeeper's leader killed or stopped** (zk3): the two others elect a
+  new leader in a new epoch, the high half of every zxid (the tokens jump
+  by 2³² at each election), and take over its sessions with a fresh
+  timeout; a killed leader is started again and rejoins as a follower, a
+  stopped one resumes to find itself deposed. Tokens must keep increasing
+  across elections, and a lease must not outlive the leader's silence:
+  expect unavailability for the election and no overlap.
 - **A holder killed mid-work** (file) leaves its lease to expire: the next
   holder waits up to one TTL; no overlap, no lost update.
 

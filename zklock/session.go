@@ -153,29 +153,65 @@ func SessionTimeout(c *zk.Conn) (time.Duration, bool) {
 }
 
 // sniffConn reads the server's reply to the connect handshake as it passes
-// by: [length][protocol version][timeout ms][session id]...
+// by: [length][protocol version][timeout ms][session id][password length]
+// [password]... It also bounds the handshake (see handshakeBound).
 type sniffConn struct {
 	net.Conn
-	s    *sessionInfo
-	head [20]byte
-	n    int
+	s          *sessionInfo
+	hsDeadline time.Time
+	head       [24]byte
+	n          int
+	done       bool // the handshake reply was read (or refused)
+}
+
+// handshakeBound is how long a server may take to answer the connect
+// handshake: a third of the session timeout, within [1s, 5s].
+// go-zookeeper waits ten times two thirds of the session timeout, so one
+// hung member of a healthy ensemble (the kernel accepts its connections,
+// nothing answers) would make Connect miss its deadline although a quorum
+// was there.
+func handshakeBound(session time.Duration) time.Duration {
+	return min(max(session/3, time.Second), 5*time.Second)
+}
+
+// SetReadDeadline passes the client's deadline on, bounded by the
+// handshake's until the handshake reply has been read.
+func (c *sniffConn) SetReadDeadline(t time.Time) error {
+	if !c.done && (t.IsZero() || t.After(c.hsDeadline)) {
+		t = c.hsDeadline
+	}
+	return c.Conn.SetReadDeadline(t)
+}
+
+// SetDeadline is SetReadDeadline for reads.
+func (c *sniffConn) SetDeadline(t time.Time) error {
+	if err := c.Conn.SetWriteDeadline(t); err != nil {
+		return err
+	}
+	return c.SetReadDeadline(t)
 }
 
 // Read passes the server's bytes on, reading the handshake reply on the
-// way. A reply granting a session with a timeout go-zookeeper cannot work
-// with (zero or negative: it would panic on a zero ping interval) fails
-// the read instead, so the client drops that server.
+// way. A reply that is not a ZooKeeper connect response granting a
+// session (a wrong port, an HTTP server, a hostile endpoint), or one with
+// a timeout go-zookeeper cannot work with (zero: it would panic on a zero
+// ping interval), fails the read instead, so the client drops that server
+// and its bytes are never taken for a session timeout.
 func (c *sniffConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
-	if c.n < len(c.head) && n > 0 {
+	if !c.done && n > 0 {
 		c.n += copy(c.head[c.n:], p[:n])
 		if c.n == len(c.head) {
+			c.done = true
+			length := binary.BigEndian.Uint32(c.head[0:4])
+			proto := binary.BigEndian.Uint32(c.head[4:8])
 			ms := int32(binary.BigEndian.Uint32(c.head[8:12]))
 			sid := int64(binary.BigEndian.Uint64(c.head[12:20]))
+			pwlen := binary.BigEndian.Uint32(c.head[20:24])
 			switch {
-			case sid == 0: // the session had expired: no timeout granted
-			case ms <= 0:
-				err := fmt.Errorf("dlock: zklock: %s granted a session with timeout %dms: not a ZooKeeper server?", c.RemoteAddr(), ms)
+			case sid == 0 && proto == 0: // the session had expired: no timeout granted
+			case length < 36 || length > 64 || proto != 0 || pwlen != 16 || ms <= 0:
+				err := fmt.Errorf("dlock: zklock: %s did not answer the handshake as a ZooKeeper server does (length %d, protocol %d, timeout %dms, password length %d)", c.RemoteAddr(), length, proto, ms, pwlen)
 				c.s.refused(err)
 				c.Conn.Close()
 				return 0, err
@@ -245,7 +281,7 @@ func Connect(ctx context.Context, servers []string, sessionTimeout time.Duration
 		if err != nil {
 			return nil, err
 		}
-		sc := &sniffConn{Conn: c, s: info}
+		sc := &sniffConn{Conn: c, s: info, hsDeadline: time.Now().Add(handshakeBound(sessionTimeout))}
 		info.track(sc)
 		return sc, nil
 	}

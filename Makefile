@@ -5,10 +5,12 @@ GO ?= go
 MODULES = $(shell $(GO) list -m -f '{{.Dir}}')
 # Debian packages providing the servers the tests start.
 # gcc builds the safety harness's clock shim (safety/clock); zookeeper
-# brings the server jar and default-jre (java) that zklock's tests start.
-DEB_PKGS := redis-server gcc zookeeper
-SERVER_BINS := redis-server gcc java
-SERVER_FILES := /usr/share/java/zookeeper.jar
+# brings the server jar and default-jre (java) that zklock's tests start;
+# postgresql and pgbouncer are started by internal/testserver (as the
+# postgres user when the tests run as root).
+DEB_PKGS := redis-server gcc zookeeper postgresql pgbouncer
+SERVER_BINS := redis-server gcc java psql pgbouncer
+SERVER_FILES := /usr/share/java/zookeeper.jar /usr/lib/postgresql/*/bin/postgres
 TEST_TIMEOUT ?= 20m
 
 # How long each fuzzer runs in `make test` (a smoke run on top of the
@@ -25,7 +27,7 @@ deps:
 	for b in $(SERVER_BINS); do \
 	  command -v $$b >/dev/null 2>&1 || [ -x /usr/sbin/$$b ] || [ -x /usr/bin/$$b ] || missing="$$missing $$b"; \
 	done; \
-	for f in $(SERVER_FILES); do [ -f $$f ] || missing="$$missing $$f"; done; \
+	for f in $(SERVER_FILES); do ls $$f >/dev/null 2>&1 || missing="$$missing $$f"; done; \
 	if [ -z "$$missing" ]; then echo "deps: all servers present ($(SERVER_BINS))"; exit 0; fi; \
 	echo "deps: missing:$$missing"; \
 	if [ "$$(id -u)" != 0 ]; then \

@@ -1,0 +1,385 @@
+package testserver
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// PostgresUser is the database superuser of the servers StartPostgres
+// starts (no password: loopback connections are trusted).
+const PostgresUser = "dlock"
+
+// Postgres is a PostgreSQL server (postgres, from Debian's postgresql
+// package) owned by a test: its own data directory from initdb, a free
+// loopback port, fsync off. PostgreSQL refuses to run as root, so when
+// the test runs as root the server runs as the "postgres" system user
+// the package creates.
+type Postgres struct {
+	t      TB
+	bin    string // directory of postgres, initdb
+	dir    string // the data directory's parent (owned by the server's user)
+	port   int
+	cred   *syscall.Credential
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// postgresBin returns the bin directory of the newest PostgreSQL installed
+// under /usr/lib/postgresql (Debian's layout), or fails (CI) / skips.
+func postgresBin(t TB) string {
+	t.Helper()
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	var ok []string
+	for _, d := range dirs {
+		if isExec(filepath.Join(d, "postgres")) && isExec(filepath.Join(d, "initdb")) {
+			ok = append(ok, d)
+		}
+	}
+	if len(ok) == 0 {
+		missing(t, "PostgreSQL (/usr/lib/postgresql/*/bin/postgres)", "postgresql")
+	}
+	sort.Slice(ok, func(i, j int) bool { return pgVersion(ok[i]) < pgVersion(ok[j]) })
+	return ok[len(ok)-1]
+}
+
+func pgVersion(bin string) int {
+	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(bin)))
+	return v
+}
+
+// missing fails the test (CI) or skips it, naming `make deps`.
+func missing(t TB, what, pkg string) {
+	t.Helper()
+	msg := fmt.Sprintf("%s not found: run `make deps` (installs Debian's %s package as root)", what, pkg)
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+// serverUser returns the credential to run a server that refuses root
+// as, and its uid/gid for chown: nil when the test is not root.
+func serverUser(t TB) *syscall.Credential {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		t.Fatalf("running as root and there is no postgres user to run the server as (make deps installs it): %v", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+}
+
+// ownedDir makes a fresh directory under os.TempDir owned by cred's user
+// (removed when the test ends): t.TempDir's parents are private to root.
+func ownedDir(t TB, prefix string, cred *syscall.Credential) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if cred != nil {
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// StartPostgres runs initdb into a fresh directory and starts postgres on
+// a free loopback port; it is stopped when the test ends.
+func StartPostgres(t TB) *Postgres {
+	t.Helper()
+	bin := postgresBin(t)
+	cred := serverUser(t)
+	p := &Postgres{t: t, bin: bin, cred: cred, port: FreePort(t)}
+	p.dir = ownedDir(t, "dlock-pg-", cred)
+	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", p.dataDir(), "-U", PostgresUser,
+		"--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync")
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	initdb.Dir = p.dir
+	if out, err := initdb.CombinedOutput(); err != nil {
+		t.Fatalf("initdb: %v: %s", err, out)
+	}
+	if err := p.start(); err != nil {
+		t.Fatalf("postgres: %v", err)
+	}
+	t.Cleanup(p.Stop)
+	return p
+}
+
+func (p *Postgres) dataDir() string { return filepath.Join(p.dir, "data") }
+
+// LogPath is the server's log file.
+func (p *Postgres) LogPath() string { return filepath.Join(p.dir, "postgres.log") }
+
+func (p *Postgres) start() error {
+	out, err := os.OpenFile(p.LogPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	if p.cred != nil {
+		_ = out.Chown(int(p.cred.Uid), int(p.cred.Gid))
+	}
+	cmd := exec.Command(filepath.Join(p.bin, "postgres"), "-D", p.dataDir(),
+		"-p", strconv.Itoa(p.port), "-h", "127.0.0.1", "-k", p.dir,
+		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+		"-c", "max_connections=200", "-c", "shared_buffers=32MB")
+	cmd.Stdout, cmd.Stderr = out, out
+	attr := serverProcAttr()
+	attr.Credential = p.cred
+	cmd.SysProcAttr = attr
+	if err := cmd.Start(); err != nil {
+		out.Close()
+		return err
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); out.Close(); close(exited) }()
+	p.cmd, p.exited = cmd, exited
+	deadline := time.Now().Add(startTimeout)
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			return fmt.Errorf("exited at start: %s", p.logTail())
+		default:
+		}
+		if err := p.ready(); err == nil {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	p.kill()
+	return fmt.Errorf("not ready after %v: %s", startTimeout, p.logTail())
+}
+
+// ready asks pg_isready whether the server accepts connections.
+func (p *Postgres) ready() error {
+	cmd := exec.Command(filepath.Join(p.bin, "pg_isready"), "-h", "127.0.0.1", "-p", strconv.Itoa(p.port), "-U", PostgresUser, "-d", "postgres", "-t", "1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%v: %s", err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// Addr is host:port of the server.
+func (p *Postgres) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(p.port)) }
+
+// Port is the server's TCP port.
+func (p *Postgres) Port() int { return p.port }
+
+// DSN is a connection URL for database db ("postgres" if empty) as the
+// superuser PostgresUser.
+func (p *Postgres) DSN(db string) string {
+	if db == "" {
+		db = "postgres"
+	}
+	return fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable", PostgresUser, p.Addr(), db)
+}
+
+// Exec runs SQL through psql as the superuser on database db ("postgres"
+// if empty) and returns psql's unaligned, tuples-only output.
+func (p *Postgres) Exec(db, sql string) (string, error) {
+	if db == "" {
+		db = "postgres"
+	}
+	psql, err := exec.LookPath("psql")
+	if err != nil {
+		psql = filepath.Join(p.bin, "psql")
+	}
+	cmd := exec.Command(psql, "-h", "127.0.0.1", "-p", strconv.Itoa(p.port), "-U", PostgresUser,
+		"-d", db, "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("psql: %v: %s", err, bytes.TrimSpace(errb.Bytes()))
+	}
+	return strings.TrimSpace(out.String()), nil
+}
+
+func (p *Postgres) logTail() string {
+	b, _ := os.ReadFile(p.LogPath())
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(bytes.TrimSpace(b))
+}
+
+// group signals the server's whole process group: the postmaster and
+// every backend (a SIGSTOP of the postmaster alone leaves the backends
+// serving).
+func (p *Postgres) group(sig syscall.Signal) {
+	if p.cmd != nil && p.cmd.Process != nil {
+		_ = syscall.Kill(-p.cmd.Process.Pid, sig)
+	}
+}
+
+// Pause stops the server and all its backends (SIGSTOP): connections stay
+// open and queries hang.
+func (p *Postgres) Pause() { p.group(syscall.SIGSTOP) }
+
+// Resume continues a paused server (SIGCONT).
+func (p *Postgres) Resume() { p.group(syscall.SIGCONT) }
+
+func (p *Postgres) kill() {
+	if p.cmd == nil {
+		return
+	}
+	p.group(syscall.SIGCONT)
+	p.group(syscall.SIGKILL)
+	select {
+	case <-p.exited:
+	case <-time.After(10 * time.Second):
+		p.t.Errorf("postgres pid %d did not exit after SIGKILL", p.cmd.Process.Pid)
+	}
+	p.cmd = nil
+}
+
+// Stop kills the server (and its backends) and waits for it to exit. It
+// is idempotent. The data directory stays, so Restart brings it back.
+func (p *Postgres) Stop() { p.kill() }
+
+// Restart kills the server (a crash: committed data survives, since
+// every commit reaches the OS before it is acknowledged) and starts it
+// again on the same port and data.
+func (p *Postgres) Restart() {
+	p.t.Helper()
+	p.kill()
+	var err error
+	for attempt := 0; attempt < 50; attempt++ { // the port may linger briefly
+		if err = p.start(); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	p.t.Fatalf("postgres restart on port %d: %v", p.port, err)
+}
+
+// PgBouncer is a pgbouncer process (Debian's pgbouncer package) in front
+// of a Postgres, pooling in transaction mode: consecutive transactions of
+// one client connection may run on different server connections, so
+// session state (advisory locks, LISTEN, prepared statements) does not
+// survive between them.
+type PgBouncer struct {
+	t      TB
+	dir    string
+	port   int
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// StartPgBouncer starts pgbouncer in transaction pooling mode in front of
+// pg on a free loopback port; it is stopped when the test ends.
+func StartPgBouncer(t TB, pg *Postgres) *PgBouncer {
+	t.Helper()
+	bin, err := exec.LookPath("pgbouncer")
+	if err != nil {
+		if b := "/usr/sbin/pgbouncer"; isExec(b) {
+			bin = b
+		} else {
+			missing(t, "pgbouncer", "pgbouncer")
+		}
+	}
+	cred := serverUser(t)
+	b := &PgBouncer{t: t, port: FreePort(t)}
+	b.dir = ownedDir(t, "dlock-pgbouncer-", cred)
+	ini := strings.Join([]string{
+		"[databases]",
+		fmt.Sprintf("* = host=127.0.0.1 port=%d", pg.Port()),
+		"[pgbouncer]",
+		"listen_addr = 127.0.0.1",
+		fmt.Sprintf("listen_port = %d", b.port),
+		"unix_socket_dir =",
+		"auth_type = trust",
+		"auth_file = " + filepath.Join(b.dir, "users.txt"),
+		"pool_mode = transaction",
+		"max_client_conn = 500",
+		"default_pool_size = 20",
+		"ignore_startup_parameters = extra_float_digits,search_path",
+		"logfile = " + filepath.Join(b.dir, "pgbouncer.log"),
+		"pidfile = " + filepath.Join(b.dir, "pgbouncer.pid"),
+	}, "\n") + "\n"
+	files := map[string]string{
+		"pgbouncer.ini": ini,
+		"users.txt":     fmt.Sprintf("%q \"\"\n", PostgresUser),
+	}
+	for name, content := range files {
+		path := filepath.Join(b.dir, name)
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if cred != nil {
+			_ = os.Chown(path, int(cred.Uid), int(cred.Gid))
+		}
+	}
+	cmd := exec.Command(bin, filepath.Join(b.dir, "pgbouncer.ini"))
+	attr := serverProcAttr()
+	attr.Credential = cred
+	cmd.SysProcAttr = attr
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("pgbouncer: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	b.cmd, b.exited = cmd, exited
+	t.Cleanup(b.Stop)
+	deadline := time.Now().Add(startTimeout)
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			log, _ := os.ReadFile(filepath.Join(b.dir, "pgbouncer.log"))
+			t.Fatalf("pgbouncer exited at start: %s %s", out.String(), log)
+		default:
+		}
+		if c, err := net.DialTimeout("tcp", b.Addr(), time.Second); err == nil {
+			c.Close()
+			return b
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("pgbouncer not listening after %v", startTimeout)
+	return nil
+}
+
+// Addr is host:port of pgbouncer.
+func (b *PgBouncer) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(b.port)) }
+
+// DSN is a connection URL for database db ("postgres" if empty) through
+// pgbouncer. Clients must not rely on session state, and pgx must not use
+// its statement cache (default_query_exec_mode=exec).
+func (b *PgBouncer) DSN(db string) string {
+	if db == "" {
+		db = "postgres"
+	}
+	return fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable&default_query_exec_mode=exec", PostgresUser, b.Addr(), db)
+}
+
+// Stop kills pgbouncer and waits for it to exit. It is idempotent.
+func (b *PgBouncer) Stop() {
+	if b.cmd == nil {
+		return
+	}
+	_ = b.cmd.Process.Signal(syscall.SIGKILL)
+	select {
+	case <-b.exited:
+	case <-time.After(10 * time.Second):
+		b.t.Errorf("pgbouncer pid %d did not exit after SIGKILL", b.cmd.Process.Pid)
+	}
+	b.cmd = nil
+}

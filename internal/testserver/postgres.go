@@ -219,13 +219,46 @@ func (p *Postgres) logTail() string {
 	return string(bytes.TrimSpace(b))
 }
 
-// group signals the server's whole process group: the postmaster and
-// every backend (a SIGSTOP of the postmaster alone leaves the backends
-// serving).
+// group signals the postmaster and every process it forked (backends
+// and workers). Each backend calls setsid(), so the process group is not
+// enough: the children are found by their parent pid in /proc.
 func (p *Postgres) group(sig syscall.Signal) {
-	if p.cmd != nil && p.cmd.Process != nil {
-		_ = syscall.Kill(-p.cmd.Process.Pid, sig)
+	if p.cmd == nil || p.cmd.Process == nil {
+		return
 	}
+	pid := p.cmd.Process.Pid
+	_ = syscall.Kill(pid, sig)
+	for _, c := range childPIDs(pid) {
+		_ = syscall.Kill(c, sig)
+	}
+}
+
+// childPIDs lists the processes whose parent is pid (Linux /proc).
+func childPIDs(pid int) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		c, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces; cut after ')'.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) > 1 {
+			if pp, _ := strconv.Atoi(f[1]); pp == pid {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
 }
 
 // Pause stops the server and all its backends (SIGSTOP): connections stay

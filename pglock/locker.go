@@ -1,0 +1,199 @@
+// The Locker: New and its options, and the backend state shared by the
+// other files.
+
+package pglock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+)
+
+// Defaults.
+const (
+	// DefaultTable is the lease table.
+	DefaultTable = "dlock_leases"
+	// DefaultRequestTimeout bounds each statement, within the caller's
+	// context.
+	DefaultRequestTimeout = 5 * time.Second
+)
+
+// Option configures a Locker, a Guard or Migrate: pglock's own options and
+// the core's (dlock.WithObserver). Each is applied where it is meant and
+// ignored elsewhere.
+type Option = driver.Option
+
+type options struct {
+	table          string
+	requestTimeout time.Duration
+	noMigrate      bool
+	noListen       bool
+}
+
+func defaultOptions() options { return options{table: DefaultTable} }
+
+// WithTable names the lease table (default DefaultTable): a lower-case
+// identifier, optionally schema-qualified ("app.locks"). Lockers exclude
+// each other only on the same table.
+func WithTable(name string) Option {
+	return driver.Setting(func(o *options) { o.table = name })
+}
+
+// WithRequestTimeout bounds each statement (default DefaultRequestTimeout;
+// zero means the default), within the caller's context. A negative
+// timeout makes every call fail with an error wrapping
+// dlock.ErrInvalidOption.
+func WithRequestTimeout(d time.Duration) Option {
+	return driver.Setting(func(o *options) { o.requestTimeout = d })
+}
+
+// WithoutMigrate stops the Locker from creating its table on first use:
+// run Migrate (or the SQL in migrations/) yourself. A missing table is
+// then an error saying so.
+func WithoutMigrate() Option {
+	return driver.Setting(func(o *options) { o.noMigrate = true })
+}
+
+// WithoutListen turns off LISTEN/NOTIFY wake-ups: waiters poll (with
+// dlock.WithBackoff's backoff). Behind a transaction pooler NOTIFY does
+// not reach a listener anyway, and the poll is what wakes waiters there.
+func WithoutListen() Option {
+	return driver.Setting(func(o *options) { o.noListen = true })
+}
+
+// Locker is a lock service on a PostgreSQL database. It never closes the
+// pool.
+type Locker struct {
+	e *dlock.Engine
+	b *backend
+}
+
+var (
+	_ dlock.Locker        = (*Locker)(nil)
+	_ dlock.Lister        = (*Locker)(nil)
+	_ driver.Driver       = (*backend)(nil)
+	_ driver.Aborter      = (*backend)(nil)
+	_ driver.BatchRenewer = (*backend)(nil)
+	_ driver.Watcher      = (*backend)(nil)
+	_ driver.Lease        = (*lease)(nil)
+)
+
+// backend implements driver.Driver on a pgx pool.
+type backend struct {
+	pool    *pgxpool.Pool
+	n       names
+	timeout time.Duration
+	migrate bool
+	l       *listener // nil: WithoutListen
+
+	mu       sync.Mutex
+	migrated bool
+
+	lastOK atomic.Int64 // when the last statement PostgreSQL answered was sent (unix ns)
+}
+
+// answerRecency: an attempt whose context ends reports the key held (as
+// the engine does once it has seen a holder) only if PostgreSQL answered
+// a statement of this Locker this recently; otherwise it reports that
+// PostgreSQL did not answer (a hung server or stalled link, not a held
+// key).
+const answerRecency = time.Second
+
+// answered records that a statement sent at sent was answered.
+func (b *backend) answered(sent time.Time) {
+	for {
+		old := b.lastOK.Load()
+		if sent.UnixNano() <= old || b.lastOK.CompareAndSwap(old, sent.UnixNano()) {
+			return
+		}
+	}
+}
+
+// silent returns err, unless ctx ended and PostgreSQL has not answered for
+// answerRecency: then an error that does not wrap the context's (the
+// engine must report an outage, not a held key).
+func (b *backend) silent(ctx context.Context, what string, err error) error {
+	if ctx.Err() == nil {
+		return err
+	}
+	since := time.Since(time.Unix(0, b.lastOK.Load()))
+	if since < answerRecency {
+		return err
+	}
+	return fmt.Errorf("dlock: postgres %s: no answer from PostgreSQL in the last %v (%v)", what, since.Round(time.Millisecond), err)
+}
+
+// New returns a Locker on pool. A nil pool gives a Locker whose every call
+// fails with an error wrapping dlock.ErrNilClient; an invalid WithTable or
+// a negative WithRequestTimeout, with one wrapping dlock.ErrInvalidOption.
+// opts may also hold the core's options (dlock.WithObserver).
+func New(pool *pgxpool.Pool, opts ...Option) *Locker {
+	o := defaultOptions()
+	driver.Apply(&o, opts)
+	b := &backend{pool: pool, timeout: o.requestTimeout, migrate: !o.noMigrate}
+	fail := func(err error) *Locker { return &Locker{e: dlock.FailedEngine(err), b: b} }
+	n, err := namesFor(o.table)
+	switch {
+	case pool == nil:
+		return fail(fmt.Errorf("%w: pglock.New was given a nil pool", dlock.ErrNilClient))
+	case err != nil:
+		return fail(err)
+	case o.requestTimeout < 0:
+		return fail(fmt.Errorf("%w: pglock: negative request timeout %v", dlock.ErrInvalidOption, o.requestTimeout))
+	case o.requestTimeout == 0:
+		b.timeout = DefaultRequestTimeout
+	}
+	b.n = n
+	if !o.noListen {
+		b.l = newListener(b)
+	}
+	return &Locker{e: dlock.NewEngine(b, opts...), b: b}
+}
+
+// Acquire implements dlock.Locker.
+func (l *Locker) Acquire(ctx context.Context, key string, opts ...dlock.Option) (*dlock.Lock, error) {
+	return l.e.Acquire(ctx, key, opts...)
+}
+
+// TryAcquire implements dlock.Locker.
+func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...dlock.Option) (*dlock.Lock, error) {
+	return l.e.TryAcquire(ctx, key, opts...)
+}
+
+// Spec implements driver.Driver: exclusive locks only.
+func (b *backend) Spec() driver.Spec { return driver.Spec{Name: "postgres", MinTTL: dlock.MinTTL} }
+
+// rpc bounds one statement by the request timeout.
+func (b *backend) rpc(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, b.timeout)
+}
+
+// ready creates the schema on first use (unless WithoutMigrate); a failure
+// is retried by the next call.
+func (b *backend) ready(ctx context.Context) error {
+	if !b.migrate {
+		return nil
+	}
+	b.mu.Lock()
+	done := b.migrated
+	b.mu.Unlock()
+	if done {
+		return nil
+	}
+	rctx, cancel := b.rpc(ctx)
+	defer cancel()
+	if err := migrate(rctx, b.pool, b.n); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	b.migrated = true
+	b.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,161 @@
+// The schema: versioned migrations embedded in the package, applied by
+// Migrate (or by hand), recorded in dlock_schema_migrations.
+
+package pglock
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// MigrationsTable records the migrations applied, per component and
+// table: ("leases:<table>", version).
+const MigrationsTable = "dlock_schema_migrations"
+
+// identRE is what WithTable accepts: an unquoted lower-case identifier,
+// optionally schema-qualified, each part at most 48 bytes (so derived
+// names such as "<table>_token_seq" stay under PostgreSQL's 63).
+var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,47}(\.[a-z_][a-z0-9_]{0,47})?$`)
+
+// names are the quoted SQL names of a Locker's objects.
+type names struct {
+	raw      string // as given: "dlock_leases" or "app.locks"
+	table    string // quoted
+	sequence string // quoted
+	channel  string // the NOTIFY channel's name (unquoted: pg_notify's argument)
+}
+
+func namesFor(table string) (names, error) {
+	if !identRE.MatchString(table) {
+		return names{}, fmt.Errorf("%w: pglock: table name %q: want a lower-case identifier (optionally schema.table), at most 48 bytes a part", dlock.ErrInvalidOption, table)
+	}
+	parts := strings.Split(table, ".")
+	seq := append(append([]string(nil), parts[:len(parts)-1]...), parts[len(parts)-1]+"_token_seq")
+	return names{
+		raw:      table,
+		table:    pgx.Identifier(parts).Sanitize(),
+		sequence: pgx.Identifier(seq).Sanitize(),
+		channel:  strings.ReplaceAll(table, ".", "_") + "_released",
+	}, nil
+}
+
+func (n names) channelName() string { return n.channel }
+
+type migration struct {
+	version int
+	sql     string
+}
+
+func migrations() ([]migration, error) {
+	entries, err := fs.ReadDir(migrationFiles, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	var ms []migration
+	for _, e := range entries {
+		v, err := strconv.Atoi(strings.SplitN(e.Name(), "_", 2)[0])
+		if err != nil {
+			return nil, fmt.Errorf("pglock: migration %q has no version number", e.Name())
+		}
+		b, err := migrationFiles.ReadFile("migrations/" + e.Name())
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, migration{v, string(b)})
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
+	return ms, nil
+}
+
+// Migrate creates or upgrades the lease table (WithTable's, default
+// DefaultTable) and its token sequence: the migrations in the package's
+// migrations directory not yet recorded in MigrationsTable, in one
+// transaction serialized by a transaction-scoped advisory lock (so it is
+// safe to run from many replicas at once, and through a transaction
+// pooler). A Locker runs it on first use unless WithoutMigrate is given.
+func Migrate(ctx context.Context, pool *pgxpool.Pool, opts ...Option) error {
+	o := defaultOptions()
+	driver.Apply(&o, opts)
+	if pool == nil {
+		return fmt.Errorf("%w: pglock.Migrate was given a nil pool", dlock.ErrNilClient)
+	}
+	if ctx == nil {
+		return fmt.Errorf("%w: pglock.Migrate: nil context", dlock.ErrInvalidOption)
+	}
+	n, err := namesFor(o.table)
+	if err != nil {
+		return err
+	}
+	return migrate(ctx, pool, n)
+}
+
+func migrate(ctx context.Context, pool *pgxpool.Pool, n names) error {
+	ms, err := migrations()
+	if err != nil {
+		return err
+	}
+	component := "leases:" + n.raw
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext('dlock_schema_migrations'))"); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+MigrationsTable+" (component text NOT NULL, version int NOT NULL, applied_at timestamptz NOT NULL DEFAULT clock_timestamp(), PRIMARY KEY (component, version))"); err != nil {
+			return err
+		}
+		var applied int
+		if err := tx.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM "+MigrationsTable+" WHERE component = $1", component).Scan(&applied); err != nil {
+			return err
+		}
+		for _, m := range ms {
+			if m.version <= applied {
+				continue
+			}
+			sql := strings.NewReplacer("{{table}}", n.table, "{{sequence}}", n.sequence).Replace(m.sql)
+			if _, err := tx.Exec(ctx, sql); err != nil {
+				return fmt.Errorf("migration %d: %w", m.version, err)
+			}
+			if _, err := tx.Exec(ctx, "INSERT INTO "+MigrationsTable+" (component, version) VALUES ($1, $2)", component, m.version); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("dlock: pglock migrate %s: %w", n.raw, explain(err))
+	}
+	return nil
+}
+
+// explain adds what to do to the PostgreSQL errors a user can fix.
+func explain(err error) error {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return err
+	}
+	switch pe.Code {
+	case "42P01": // undefined_table
+		return fmt.Errorf("%w (run pglock.Migrate, or the SQL in pglock/migrations by hand, or drop WithoutMigrate)", err)
+	case "25006": // read_only_sql_transaction
+		return fmt.Errorf("%w (the server is read-only: a hot standby? locks need the primary)", err)
+	case "42501": // insufficient_privilege
+		return fmt.Errorf("%w (the database user may not use the lease table or sequence)", err)
+	}
+	return err
+}

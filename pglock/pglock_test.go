@@ -1,0 +1,86 @@
+package pglock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/pglock"
+)
+
+func TestMain(m *testing.M) { testserver.Main(m) }
+
+// newPool returns a default pgxpool on dsn, closed when the test ends.
+func newPool(t testing.TB, dsn string) *pgxpool.Pool {
+	t.Helper()
+	p, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// harness is the conformance harness on the server at dsn; admin deletes
+// rows behind their holders' backs.
+func harness(t *testing.T, pg *testserver.Postgres, dsn string) dlocktest.Harness {
+	return dlocktest.Harness{
+		New: func(t testing.TB) dlock.Locker { return pglock.New(newPool(t, dsn)) },
+		Expire: func(t testing.TB, key string) {
+			if _, err := pg.Exec("", "DELETE FROM dlock_leases WHERE key = '"+escape(key)+"'"); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}
+}
+
+func escape(s string) string {
+	out := []byte{}
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\'' {
+			out = append(out, '\'')
+		}
+		out = append(out, s[i])
+	}
+	return string(out)
+}
+
+// withFaults adds the fault section: Faults.New reaches the server
+// through a fault proxy, Pause stops postgres and all its backends.
+func withFaults(h dlocktest.Harness, pg *testserver.Postgres, dsnVia func(addr string) string) dlocktest.Harness {
+	h.Faults = &dlocktest.Faults{
+		New: func(t testing.TB) (dlock.Locker, dlocktest.Link) {
+			p := testserver.StartProxy(t, pg.Addr())
+			return pglock.New(newPool(t, dsnVia(p.Addr()))), p
+		},
+		Pause: func(t testing.TB, keys ...string) func() {
+			pg.Pause()
+			return pg.Resume
+		},
+	}
+	return h
+}
+
+func TestConformance(t *testing.T) {
+	pg := testserver.StartPostgres(t)
+	h := harness(t, pg, pg.DSN(""))
+	h = withFaults(h, pg, func(addr string) string {
+		return "postgres://" + testserver.PostgresUser + "@" + addr + "/postgres?sslmode=disable"
+	})
+	dlocktest.TestLocker(t, h)
+}
+
+// Through PgBouncer in transaction pooling mode: no session state may be
+// relied on between statements.
+func TestConformancePgBouncer(t *testing.T) {
+	pg := testserver.StartPostgres(t)
+	pb := testserver.StartPgBouncer(t, pg)
+	dlocktest.TestLocker(t, harness(t, pg, pb.DSN("")))
+}
+
+var _ = time.Second

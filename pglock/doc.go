@@ -1,6 +1,69 @@
-// Package pglock is dlock's PostgreSQL backend, on pgx (pgxpool): leases in
-// a table, expiring by the database's clock, fencing tokens from a
-// sequence, wake-ups by LISTEN/NOTIFY with a bounded poll as fallback, and
-// no session state between statements, so it works behind transaction
-// poolers (PgBouncer in transaction mode).
+// Package pglock is dlock's PostgreSQL backend, on pgx (pgxpool).
+//
+//	pool, err := pgxpool.New(ctx, "postgres://app@db/app")
+//	...
+//	locker := pglock.New(pool)
+//	lk, err := locker.Acquire(ctx, "nightly-batch")
+//
+// # Table
+//
+// Leases are rows of one table (DefaultTable, or WithTable's): key, owner,
+// token, expires_at, metadata. The table and its token sequence are made
+// by an embedded, versioned migration (migrations/*.sql), which a Locker
+// runs on first use (serialized by a transaction-scoped advisory lock,
+// recorded in MigrationsTable) unless WithoutMigrate is given; Migrate runs
+// it explicitly, and the SQL can be run by hand.
+//
+// # Statements
+//
+// Every operation is one statement in its own transaction: no session
+// state (no session advisory lock, no prepared statement kept, no SET), so
+// a Locker works behind PgBouncer in transaction pooling mode (tested).
+//
+//   - Acquire inserts the key's row, or takes over a row whose lease
+//     expired or was released, or reads the holder.
+//   - Expiry is by the database's clock: expires_at is clock_timestamp()
+//     plus the TTL, computed by the server; the client's clock is never
+//     sent, so a client with a wrong clock cannot shorten or lengthen a
+//     lease. The holder counts its own local deadline from the time it
+//     sent the statement, which is earlier than the server's clock read.
+//   - Tokens come from the table's sequence, drawn while the row is locked
+//     on a takeover, so a key's tokens increase in grant order. Rows are
+//     never deleted by pglock (a release sets expires_at to -infinity), so
+//     a key keeps its place in token order; sequences never go back, also
+//     across a server crash.
+//   - Renewal is one UPDATE for every lock of the Locker due, extended
+//     only while the row is still the owner's and not expired.
+//   - Release marks the row released only if it is still the owner's live
+//     lease, and NOTIFYs in the same statement; a retried release whose
+//     first reply was lost finds its own released row and succeeds.
+//
+// Waiters are woken by LISTEN/NOTIFY on one connection per Locker (taken
+// out of the pool while someone waits) and keep polling with the
+// dlock.WithBackoff backoff meanwhile, so a notification lost (a broken
+// connection, or a transaction pooler: NOTIFY does not cross one) delays a
+// waiter by one poll step at most. Every waiter of a key is woken by its
+// release; they race for it.
+//
+// # Guarantees
+//
+//   - Mutual exclusion on one primary: a row has one live owner.
+//   - Tokens strictly increase each time a key is granted, across
+//     restarts.
+//   - Lost() closes before the row can expire by the database's clock, as
+//     long as the client's clock does not run more than a few percent slow
+//     against the server's (the drift allowance).
+//   - Every call returns by its context's deadline, also when the server
+//     hangs; each statement is also bounded by WithRequestTimeout. A wait
+//     that ends while PostgreSQL does not answer reports an outage, not a
+//     held key.
+//
+// # Not guaranteed
+//
+//   - Shared and limited modes (ErrUnsupported).
+//   - Failover: a lease written to a primary that fails before its
+//     replica has it is lost with it; locks need the primary (a read-only
+//     standby is refused with an error saying so).
+//   - Bounded table size: one row stays per key ever locked.
+//   - One waiter woken per release: all waiters of the key are.
 package pglock

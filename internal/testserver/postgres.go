@@ -16,7 +16,8 @@ import (
 )
 
 // PostgresUser is the database superuser of the servers StartPostgres
-// starts (no password: loopback connections are trusted).
+// starts (no password: its loopback connections are trusted; other roles
+// authenticate with scram-sha-256).
 const PostgresUser = "dlock"
 
 // Postgres is a PostgreSQL server (postgres, from Debian's postgresql
@@ -115,6 +116,17 @@ func StartPostgres(t TB) *Postgres {
 	if out, err := initdb.CombinedOutput(); err != nil {
 		t.Fatalf("initdb: %v: %s", err, out)
 	}
+	// The superuser is trusted on loopback; every other role needs its
+	// password (so tests can try a wrong one).
+	hba := "local all all trust\n" +
+		"host all " + PostgresUser + " 127.0.0.1/32 trust\n" +
+		"host all all 127.0.0.1/32 scram-sha-256\n"
+	if err := os.WriteFile(filepath.Join(p.dataDir(), "pg_hba.conf"), []byte(hba), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if cred != nil {
+		_ = os.Chown(filepath.Join(p.dataDir(), "pg_hba.conf"), int(cred.Uid), int(cred.Gid))
+	}
 	if err := p.start(); err != nil {
 		t.Fatalf("postgres: %v", err)
 	}
@@ -137,7 +149,11 @@ func (p *Postgres) start() error {
 	}
 	cmd := exec.Command(filepath.Join(p.bin, "postgres"), "-D", p.dataDir(),
 		"-p", strconv.Itoa(p.port), "-h", "127.0.0.1", "-k", p.dir,
-		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+		// fsync off: a killed server loses nothing (the kernel has every
+		// write), only a host crash would. synchronous_commit stays on, so
+		// an acknowledged commit is in the kernel before the client hears
+		// of it and survives Restart.
+		"-c", "fsync=off", "-c", "full_page_writes=off",
 		"-c", "max_connections=200", "-c", "shared_buffers=32MB")
 	cmd.Stdout, cmd.Stderr = out, out
 	attr := serverProcAttr()

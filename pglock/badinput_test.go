@@ -1,0 +1,123 @@
+package pglock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/pglock"
+)
+
+func TestBadInput(t *testing.T) {
+	pg := testserver.StartPostgres(t)
+	pool := newPool(t, pg.DSN(""))
+	for name, tc := range map[string]struct {
+		l    *pglock.Locker
+		want error
+	}{
+		"nil pool":         {pglock.New(nil), dlock.ErrNilClient},
+		"quoted table":     {pglock.New(pool, pglock.WithTable(`"x"`)), dlock.ErrInvalidOption},
+		"injection":        {pglock.New(pool, pglock.WithTable("x; DROP TABLE y")), dlock.ErrInvalidOption},
+		"upper case":       {pglock.New(pool, pglock.WithTable("Locks")), dlock.ErrInvalidOption},
+		"three parts":      {pglock.New(pool, pglock.WithTable("a.b.c")), dlock.ErrInvalidOption},
+		"empty table":      {pglock.New(pool, pglock.WithTable("")), dlock.ErrInvalidOption},
+		"too long":         {pglock.New(pool, pglock.WithTable(strings.Repeat("a", 49))), dlock.ErrInvalidOption},
+		"negative timeout": {pglock.New(pool, pglock.WithRequestTimeout(-time.Second)), dlock.ErrInvalidOption},
+	} {
+		if _, err := tc.l.TryAcquire(dlocktest.Context(t), "k"); !errors.Is(err, tc.want) {
+			t.Errorf("%s: TryAcquire = %v, want %v", name, err, tc.want)
+		}
+		if _, err := tc.l.List(dlocktest.Context(t), ""); !errors.Is(err, tc.want) {
+			t.Errorf("%s: List = %v, want %v", name, err, tc.want)
+		}
+	}
+	if err := pglock.Migrate(context.Background(), nil); !errors.Is(err, dlock.ErrNilClient) {
+		t.Errorf("Migrate(nil pool) = %v", err)
+	}
+	// WithoutMigrate and no table: a clear error naming Migrate.
+	l := pglock.New(pool, pglock.WithTable("never_made"), pglock.WithoutMigrate())
+	_, err := l.TryAcquire(dlocktest.Context(t), "k")
+	if err == nil || !strings.Contains(err.Error(), "pglock.Migrate") {
+		t.Fatalf("missing table: %v, want an error naming pglock.Migrate", err)
+	}
+	// A schema-qualified table is made by Migrate and used.
+	if _, err := pg.Exec("", "CREATE SCHEMA app"); err != nil {
+		t.Fatal(err)
+	}
+	if err := pglock.Migrate(dlocktest.Context(t), pool, pglock.WithTable("app.locks")); err != nil {
+		t.Fatal(err)
+	}
+	lk, err := pglock.New(pool, pglock.WithTable("app.locks"), pglock.WithoutMigrate()).Acquire(dlocktest.Context(t), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lk.Release(context.Background())
+}
+
+// A read-only server (a hot standby, here default_transaction_read_only)
+// is refused with an error saying why.
+func TestReadOnly(t *testing.T) {
+	pg := testserver.StartPostgres(t)
+	if _, err := pg.Exec("", "CREATE DATABASE ro"); err != nil {
+		t.Fatal(err)
+	}
+	if err := pglock.Migrate(dlocktest.Context(t), newPool(t, pg.DSN("ro"))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pg.Exec("", "ALTER DATABASE ro SET default_transaction_read_only = on"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := pglock.New(newPool(t, pg.DSN("ro"))).TryAcquire(dlocktest.Context(t), "k")
+	if err == nil || !strings.Contains(err.Error(), "read-only") {
+		t.Fatalf("TryAcquire on a read-only database: %v", err)
+	}
+}
+
+// A wrong password is an error in bounded time, not a held key.
+func TestWrongPassword(t *testing.T) {
+	pg := testserver.StartPostgres(t)
+	if _, err := pg.Exec("", "CREATE ROLE app LOGIN PASSWORD 'right'"); err != nil {
+		t.Fatal(err)
+	}
+	dsn := strings.Replace(pg.DSN(""), testserver.PostgresUser+"@", "app:wrong@", 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := pglock.New(newPool(t, dsn)).TryAcquire(ctx, "k")
+	if err == nil || errors.Is(err, dlock.ErrNotAcquired) || !strings.Contains(err.Error(), "password authentication failed") {
+		t.Fatalf("TryAcquire with a wrong password: %v", err)
+	}
+	if strings.Contains(err.Error(), "wrong") {
+		t.Fatalf("the error shows the password: %v", err)
+	}
+	t.Logf("wrong password: %v", err)
+}
+
+// Tokens keep increasing across a server crash and restart.
+func TestRestartKeepsTokens(t *testing.T) {
+	pg := testserver.StartPostgres(t)
+	key := dlocktest.Key(t)
+	l := pglock.New(newPool(t, pg.DSN("")))
+	lk, err := l.Acquire(dlocktest.Context(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := lk.Token()
+	if err := lk.Release(dlocktest.Context(t)); err != nil {
+		t.Fatal(err)
+	}
+	pg.Restart()
+	l2 := pglock.New(newPool(t, pg.DSN("")))
+	lk2, err := l2.Acquire(dlocktest.Context(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk2.Release(context.Background())
+	if lk2.Token() <= before {
+		t.Fatalf("token %d after a restart, %d before", lk2.Token(), before)
+	}
+}

@@ -1,0 +1,61 @@
+package pglock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/pglock"
+)
+
+// A waiter is woken by the release's NOTIFY, not by its poll: its backoff
+// is a minute, twice the suite's hang bound, so only a notification can
+// wake it in time.
+func TestWokenByNotify(t *testing.T) {
+	pg := testserver.StartPostgres(t)
+	key := dlocktest.Key(t)
+	holder, err := pglock.New(newPool(t, pg.DSN(""))).Acquire(dlocktest.Context(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := pglock.New(newPool(t, pg.DSN("")))
+	got := make(chan error, 1)
+	go func() {
+		lk, err := waiter.Acquire(dlocktest.Context(t), key, dlock.WithBackoff(dlock.ConstBackoff{Delay: time.Minute}))
+		if err == nil {
+			lk.Release(context.Background())
+		}
+		got <- err
+	}()
+	// Release once the waiter listens (its first attempt saw the holder,
+	// then it subscribed and tried again): the server lists its LISTEN.
+	end := time.Now().Add(dlocktest.HangTimeout)
+	for {
+		out, err := pg.Exec("", "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %'")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out != "0" {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("hang: the waiter never listened")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // its retry after subscribing has run
+	if err := holder.Release(dlocktest.Context(t)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatal("the waiter was not woken by the release (a one-minute poll would be next)")
+	}
+}

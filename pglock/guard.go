@@ -99,6 +99,11 @@ const maxFenceRowAttempts = 3
 //     lock_timeout, bounds that wait): keep fenced transactions short.
 //     Transactions that check two resources in opposite orders can
 //     deadlock; PostgreSQL then aborts one of them (SQLSTATE 40P01).
+//   - A call abandoned when its context ends returns at once, but with
+//     pgx's default context handling (the connection is closed, no cancel
+//     request is sent) its server backend may stay queued for the fence
+//     row until the row is free, and then end. Its transaction never
+//     commits. The server's lock_timeout bounds such waits.
 //   - Under REPEATABLE READ or SERIALIZABLE, Check fails with a
 //     serialization failure (SQLSTATE 40001) when another transaction
 //     changed the fence row after the snapshot was taken; retry the

@@ -7,6 +7,7 @@ package pglock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strconv"
@@ -478,9 +479,12 @@ func TestGuardCheckWaits(t *testing.T) {
 }
 
 // Transactions with different tokens race on one resource (through the
-// server and through PgBouncer at once): each admitted one sees, after its
-// Check, only writes of lower tokens, so writes commit in token order; the
-// highest token always commits; a refusal names a higher token.
+// server and through PgBouncer at once), at each isolation level: each
+// admitted one sees, after its Check, only writes of lower tokens, so
+// writes commit in token order, and the last write is the highest
+// committed token's. Under READ COMMITTED the highest token always
+// commits; under REPEATABLE READ and SERIALIZABLE a transaction may also
+// fail with a serialization failure (SQLSTATE 40001), committing nothing.
 func TestGuardCheckRace(t *testing.T) {
 	pg, direct := guardServer(t)
 	guardInventory(t, direct)
@@ -488,76 +492,194 @@ func TestGuardCheckRace(t *testing.T) {
 	pools := []*pgxpool.Pool{direct, bouncer}
 	ctx := dlocktest.Context(t)
 	g := []*pglock.Guard{pglock.NewGuard(direct), pglock.NewGuard(bouncer)}
-	const rounds, racers = 40, 4
-	var committed, refused int
-	for round := range rounds {
-		sku := "race-" + strconv.Itoa(round)
-		guardExec(t, direct, `INSERT INTO inventory (sku, qty) VALUES ($1, 0)`, sku)
-		tokens := rand.Perm(racers)
-		var (
-			wg    sync.WaitGroup
-			start = make(chan struct{})
-			mu    sync.Mutex
-			wins  []uint64
-		)
-		for i := range racers {
-			f := dlock.Fence{Token: uint64(tokens[i] + 1), Owner: "r" + strconv.Itoa(i)}
-			wg.Go(func() {
-				<-start
-				tx, err := pools[i%2].Begin(ctx)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				defer tx.Rollback(ctx)
-				err = g[i%2].Check(ctx, tx, "sku:"+sku, f)
-				var st *dlock.StaleTokenError
-				if errors.As(err, &st) {
-					if st.Highest <= f.Token {
-						t.Errorf("token %d refused with highest %d", f.Token, st.Highest)
-					}
+	const rounds, racers = 30, 4
+	for _, iso := range []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead, pgx.Serializable} {
+		var committed, refused, serialization int
+		for round := range rounds {
+			sku := fmt.Sprintf("race-%s-%d", iso, round)
+			guardExec(t, direct, `INSERT INTO inventory (sku, qty) VALUES ($1, 0)`, sku)
+			tokens := rand.Perm(racers)
+			var (
+				wg    sync.WaitGroup
+				start = make(chan struct{})
+				mu    sync.Mutex
+				wins  []uint64
+			)
+			for i := range racers {
+				f := dlock.Fence{Token: uint64(tokens[i] + 1), Owner: "r" + strconv.Itoa(i)}
+				wg.Go(func() {
+					<-start
+					err := func() error {
+						tx, err := pools[i%2].BeginTx(ctx, pgx.TxOptions{IsoLevel: iso})
+						if err != nil {
+							return err
+						}
+						defer tx.Rollback(ctx)
+						if err := g[i%2].Check(ctx, tx, "sku:"+sku, f); err != nil {
+							return err
+						}
+						var last uint64
+						if err := tx.QueryRow(ctx, `SELECT last_token FROM inventory WHERE sku = $1`, sku).Scan(&last); err != nil {
+							return err
+						}
+						if last >= f.Token {
+							t.Errorf("%s: token %d admitted after a write of token %d committed", iso, f.Token, last)
+						}
+						if _, err := tx.Exec(ctx, `UPDATE inventory SET qty = qty + 1, last_token = $2 WHERE sku = $1`, sku, f.Token); err != nil {
+							return err
+						}
+						return tx.Commit(ctx)
+					}()
 					mu.Lock()
-					refused++
-					mu.Unlock()
-					return
-				}
-				if err != nil {
-					t.Errorf("Check with token %d: %v", f.Token, err)
-					return
-				}
-				var last uint64
-				if err := tx.QueryRow(ctx, `SELECT last_token FROM inventory WHERE sku = $1`, sku).Scan(&last); err != nil {
-					t.Error(err)
-					return
-				}
-				if last >= f.Token {
-					t.Errorf("token %d admitted after a write of token %d committed", f.Token, last)
-				}
-				if _, err := tx.Exec(ctx, `UPDATE inventory SET qty = qty + 1, last_token = $2 WHERE sku = $1`, sku, f.Token); err != nil {
-					t.Error(err)
-					return
-				}
-				if err := tx.Commit(ctx); err != nil {
-					t.Error(err)
-					return
-				}
-				mu.Lock()
-				wins = append(wins, f.Token)
-				committed++
-				mu.Unlock()
-			})
+					defer mu.Unlock()
+					var st *dlock.StaleTokenError
+					var pgErr *pgconn.PgError
+					switch {
+					case err == nil:
+						wins = append(wins, f.Token)
+						committed++
+					case errors.As(err, &st):
+						if st.Highest <= f.Token {
+							t.Errorf("%s: token %d refused with highest %d", iso, f.Token, st.Highest)
+						}
+						refused++
+					case iso != pgx.ReadCommitted && errors.As(err, &pgErr) && pgErr.Code == "40001":
+						serialization++
+					default:
+						t.Errorf("%s: token %d: %v", iso, f.Token, err)
+					}
+				})
+			}
+			close(start)
+			wg.Wait()
+			if t.Failed() {
+				t.FailNow()
+			}
+			q, lt := guardQty(t, direct, sku)
+			want := uint64(0)
+			for _, w := range wins {
+				want = max(want, w)
+			}
+			if q != len(wins) || lt != strconv.FormatUint(want, 10) || (iso == pgx.ReadCommitted && want != racers) {
+				t.Fatalf("%s round %d: qty %d last_token %s after commits of %v", iso, round, q, lt, wins)
+			}
 		}
-		close(start)
-		wg.Wait()
-		if t.Failed() {
-			t.FailNow()
-		}
-		q, lt := guardQty(t, direct, sku)
-		if q != len(wins) || lt != strconv.Itoa(racers) {
-			t.Fatalf("round %d: qty %d last_token %s after commits of %v; want %d and %d", round, q, lt, wins, len(wins), racers)
+		t.Logf("%s: %d rounds of %d racers: %d committed, %d refused, %d serialization failures", iso, rounds, racers, committed, refused, serialization)
+	}
+}
+
+// A Check waiting behind an open transaction ends with its context;
+// transactions that check two resources in opposite orders deadlock, and
+// the server aborts one of them; under REPEATABLE READ, a fence row
+// changed after the snapshot is a serialization failure.
+func TestGuardCheckConflicts(t *testing.T) {
+	_, pool := guardServer(t)
+	ctx := dlocktest.Context(t)
+	g := pglock.NewGuard(pool)
+	a5, b6 := dlock.Fence{Token: 5, Owner: "a"}, dlock.Fence{Token: 6, Owner: "b"}
+
+	txA := guardBegin(t, pool)
+	if err := g.Check(ctx, txA, "x", a5); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	txB := guardBegin(t, pool)
+	err := g.Check(short, txB, "x", b6)
+	cancel()
+	if !errors.Is(err, dlock.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Check behind an open transaction = %v, want ErrUnavailable and DeadlineExceeded", err)
+	}
+	_ = txB.Rollback(ctx) // the pool has 4 connections
+	if err := txA.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if hi, err := g.Highest(ctx, "x"); err != nil || hi != a5 {
+		t.Fatalf("Highest = %+v, %v; want %+v", hi, err, a5)
+	}
+
+	// Deadlock: A checks p then q, B checks q then p.
+	txA, txB = guardBegin(t, pool), guardBegin(t, pool)
+	if err := g.Check(ctx, txA, "p", a5); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Check(ctx, txB, "q", b6); err != nil {
+		t.Fatal(err)
+	}
+	errA := make(chan error, 1)
+	go func() { errA <- g.Check(ctx, txA, "q", a5) }()
+	guardWaitBlocked(t, pool, 1)
+	errs := []error{g.Check(ctx, txB, "p", b6)}
+	select {
+	case err := <-errA:
+		errs = append(errs, err)
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatal("hang: deadlock not resolved")
+	}
+	deadlocks := 0
+	for _, err := range errs {
+		var pgErr *pgconn.PgError
+		var st *dlock.StaleTokenError
+		switch {
+		case errors.As(err, &pgErr) && pgErr.Code == "40P01":
+			deadlocks++
+		case err != nil && !errors.As(err, &st):
+			t.Errorf("unexpected error: %v", err)
 		}
 	}
-	t.Logf("%d rounds of %d racers: %d committed, %d refused", rounds, racers, committed, refused)
+	if deadlocks != 1 {
+		t.Fatalf("errors %v, want one deadlock (40P01)", errs)
+	}
+	_, _ = txA.Rollback(ctx), txB.Rollback(ctx)
+
+	// REPEATABLE READ: the snapshot predates another transaction's fence.
+	rr, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rr.Rollback(ctx)
+	if _, err := rr.Exec(ctx, `SELECT 1`); err != nil { // takes the snapshot
+		t.Fatal(err)
+	}
+	if err := g.Put(ctx, "x", b6, "n", "v"); err != nil {
+		t.Fatal(err)
+	}
+	var pgErr *pgconn.PgError
+	c7 := dlock.Fence{Token: 7, Owner: "c"}
+	if err := g.Check(ctx, rr, "x", c7); !errors.As(err, &pgErr) || pgErr.Code != "40001" {
+		t.Fatalf("Check in a REPEATABLE READ transaction older than the fence = %v, want a serialization failure", err)
+	}
+}
+
+// The suite with pgx's simple protocol (parameters interpolated by the
+// client), as some poolers need.
+func TestGuardSimpleProtocol(t *testing.T) {
+	pg, _ := guardServer(t)
+	guardSuite(t, pg.DSN("")+"&default_query_exec_mode=simple_protocol")
+}
+
+// BenchmarkGuardCheck measures a fenced transaction: begin, Check with a
+// new token (an update of the fence row), commit.
+func BenchmarkGuardCheck(b *testing.B) {
+	pg := testserver.StartPostgres(b)
+	pool, err := pgxpool.New(context.Background(), pg.DSN(""))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
+	ctx := context.Background()
+	if err := pglock.MigrateGuard(ctx, pool); err != nil {
+		b.Fatal(err)
+	}
+	g := pglock.NewGuard(pool)
+	tok := uint64(0)
+	b.ResetTimer()
+	for b.Loop() {
+		tok++
+		err := g.Do(ctx, "bench", dlock.Fence{Token: tok, Owner: "b"}, func(context.Context, pgx.Tx) error { return nil })
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 // Bad input: errors wrapping the documented sentinels, never a panic.

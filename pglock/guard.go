@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math/big"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -86,7 +87,9 @@ const maxFenceRowAttempts = 3
 //     of the server and of the clients, and every Guard (any process) on
 //     the same tables sees and respects them.
 //   - No session state: every lock is transaction-scoped, so the Guard and
-//     MigrateGuard work through PgBouncer in transaction pooling mode.
+//     MigrateGuard work through PgBouncer in transaction pooling mode
+//     (with pgx's statement cache off, as for any pgx client there:
+//     default_query_exec_mode=exec or simple_protocol).
 //   - Bounded by ctx: a call that ends with its context returns an error
 //     wrapping dlock.ErrUnavailable and the context's error.
 //
@@ -176,19 +179,10 @@ func (g *Guard) check(ctx context.Context, resource string, names ...string) err
 
 // checkOwner refuses an owner PostgreSQL's text cannot hold.
 func (g *Guard) checkOwner(resource string, f dlock.Fence) error {
-	if !utf8.ValidString(f.Owner) || containsNUL(f.Owner) {
+	if !utf8.ValidString(f.Owner) || strings.IndexByte(f.Owner, 0) >= 0 {
 		return fmt.Errorf("%w: postgres guard %q: the fence's owner %q is not valid UTF-8 without NUL", dlock.ErrInvalidOption, resource, f.Owner)
 	}
 	return nil
-}
-
-func containsNUL(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] == 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // Check checks f for resource inside tx and records it, as the first step

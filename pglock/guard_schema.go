@@ -149,7 +149,8 @@ const (
 // (pg_advisory_xact_lock), so it needs no session state and works through
 // PgBouncer in transaction mode. It needs the privilege to create tables
 // in the schema; the Guard then needs SELECT, INSERT and UPDATE on both
-// tables. Other options are ignored. A nil pool is an error wrapping
+// tables. It needs PostgreSQL 11 or later (as the Guard does). Other
+// options are ignored. A nil pool is an error wrapping
 // dlock.ErrNilClient; an invalid table name or a nil ctx, one wrapping
 // dlock.ErrInvalidOption.
 func MigrateGuard(ctx context.Context, pool *pgxpool.Pool, opts ...Option) error {

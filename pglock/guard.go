@@ -22,10 +22,10 @@ import (
 	"github.com/dlock-go/dlock/guard"
 )
 
-// maxFenceRowAttempts bounds Check's loop of reading the fence row and,
+// maxGuardRowAttempts bounds Check's loop of reading the fence row and,
 // when the resource has none, inserting it: the second read finds the row
 // unless it is deleted concurrently.
-const maxFenceRowAttempts = 3
+const maxGuardRowAttempts = 3
 
 // Guard is a fencing guard on PostgreSQL (a guard.Guard) made to fence
 // writes where they happen: in the database, in the writer's own
@@ -156,14 +156,14 @@ func NewGuard(pool *pgxpool.Pool, opts ...Option) *Guard {
 	return g
 }
 
-// errZeroGuard is the error of every call of a Guard not made by NewGuard.
-var errZeroGuard = fmt.Errorf("%w: zero pglock.Guard (use NewGuard)", dlock.ErrNilClient)
+// errZeroPgGuard is the error of every call of a Guard not made by NewGuard.
+var errZeroPgGuard = fmt.Errorf("%w: zero pglock.Guard (use NewGuard)", dlock.ErrNilClient)
 
 // check validates a call's arguments, then reports NewGuard's failure, or
 // the zero Guard's.
 func (g *Guard) check(ctx context.Context, resource string, names ...string) error {
 	if g == nil {
-		return errZeroGuard
+		return errZeroPgGuard
 	}
 	if err := g.chk.Validate(ctx, resource, names...); err != nil {
 		return err
@@ -172,7 +172,7 @@ func (g *Guard) check(ctx context.Context, resource string, names ...string) err
 		return g.err
 	}
 	if g.pool == nil {
-		return errZeroGuard
+		return errZeroPgGuard
 	}
 	return nil
 }
@@ -213,22 +213,22 @@ func (g *Guard) Check(ctx context.Context, tx pgx.Tx, resource string, f dlock.F
 	}
 	err := g.checkTx(ctx, tx, resource, f)
 	if errors.Is(err, dlock.ErrStaleToken) {
-		abortTx(ctx, tx)
+		abortGuardTx(ctx, tx)
 	}
 	return err
 }
 
-// abortStmt raises an error, which aborts the transaction it runs in.
-const abortStmt = `DO $$BEGIN RAISE EXCEPTION 'dlock: pglock.Guard.Check refused a stale fencing token: this transaction must roll back'; END$$`
+// guardAbortStmt raises an error, which aborts the transaction it runs in.
+const guardAbortStmt = `DO $$BEGIN RAISE EXCEPTION 'dlock: pglock.Guard.Check refused a stale fencing token: this transaction must roll back'; END$$`
 
-// abortTx aborts tx after a refused Check, so that it cannot commit: the
+// abortGuardTx aborts tx after a refused Check, so that it cannot commit: the
 // statement fails by design, with a server error. If it could not reach
 // the server (ctx ended, a broken connection), the connection is closed,
 // which aborts tx on the server just as well.
-func abortTx(ctx context.Context, tx pgx.Tx) {
+func abortGuardTx(ctx context.Context, tx pgx.Tx) {
 	var pgErr *pgconn.PgError
 	if ctx.Err() == nil {
-		_, err := tx.Exec(ctx, abortStmt)
+		_, err := tx.Exec(ctx, guardAbortStmt)
 		if errors.As(err, &pgErr) {
 			return
 		}
@@ -248,7 +248,7 @@ func (g *Guard) checkTx(ctx context.Context, tx pgx.Tx, resource string, f dlock
 		lock = " FOR SHARE"
 	}
 	sel := `SELECT token::text, owner FROM ` + g.tables.fences + ` WHERE resource = $1` + lock
-	for attempt := 0; attempt < maxFenceRowAttempts; attempt++ {
+	for attempt := 0; attempt < maxGuardRowAttempts; attempt++ {
 		var tok, owner string
 		err := tx.QueryRow(ctx, sel, resource).Scan(&tok, &owner)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -275,24 +275,24 @@ func (g *Guard) checkTx(ctx context.Context, tx pgx.Tx, resource string, f dlock
 		if next == hi {
 			return nil
 		}
-		_, err = tx.Exec(ctx, `UPDATE `+g.tables.fences+` SET token = $2, owner = $3 WHERE resource = $1`, resource, numericToken(next.Token), next.Owner)
+		_, err = tx.Exec(ctx, `UPDATE `+g.tables.fences+` SET token = $2, owner = $3 WHERE resource = $1`, resource, guardNumericToken(next.Token), next.Owner)
 		if err != nil {
 			return g.dbError(ctx, resource, err)
 		}
 		return nil
 	}
-	return fmt.Errorf("dlock: postgres guard %q: the fence row in %s kept disappearing (deleted concurrently %d times)", resource, g.tables.name, maxFenceRowAttempts)
+	return fmt.Errorf("dlock: postgres guard %q: the fence row in %s kept disappearing (deleted concurrently %d times)", resource, g.tables.name, maxGuardRowAttempts)
 }
 
-// errBadFence reports a fence row that does not hold a fence.
-var errBadFence = errors.New("not a fence (delete the row to reset the resource's fences)")
+// errBadFenceRow reports a fence row that does not hold a fence.
+var errBadFenceRow = errors.New("not a fence (delete the row to reset the resource's fences)")
 
 // parseFenceRow returns the fence of a fence row; token 0 is the zero
 // Fence (no exclusive fence recorded yet).
 func parseFenceRow(tok, owner string) (dlock.Fence, error) {
 	t, err := strconv.ParseUint(tok, 10, 64)
 	if err != nil {
-		return dlock.Fence{}, errBadFence
+		return dlock.Fence{}, errBadFenceRow
 	}
 	if t == 0 {
 		return dlock.Fence{}, nil
@@ -300,13 +300,13 @@ func parseFenceRow(tok, owner string) (dlock.Fence, error) {
 	return dlock.Fence{Token: t, Owner: owner}, nil
 }
 
-// numericToken is a token as a numeric parameter: every uint64, exactly.
-func numericToken(t uint64) pgtype.Numeric {
+// guardNumericToken is a token as a numeric parameter: every uint64, exactly.
+func guardNumericToken(t uint64) pgtype.Numeric {
 	return pgtype.Numeric{Int: new(big.Int).SetUint64(t), Valid: true}
 }
 
-// noAnswer describes a call its context ended.
-const noAnswer = "no answer before the context ended (a hung server or link, or a wait for the fence row while another transaction holds it)"
+// guardNoAnswer describes a call its context ended.
+const guardNoAnswer = "no answer before the context ended (a hung server or link, or a wait for the fence row while another transaction holds it)"
 
 // dbError wraps a failure of the server or the connection with what the
 // caller needs to know: the context ended (dlock.ErrUnavailable), the
@@ -315,9 +315,9 @@ const noAnswer = "no answer before the context ended (a hung server or link, or 
 func (g *Guard) dbError(ctx context.Context, resource string, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
 		if errors.Is(err, cerr) {
-			return fmt.Errorf("%w: postgres guard %q: %s: %w", dlock.ErrUnavailable, resource, noAnswer, err)
+			return fmt.Errorf("%w: postgres guard %q: %s: %w", dlock.ErrUnavailable, resource, guardNoAnswer, err)
 		}
-		return fmt.Errorf("%w: postgres guard %q: %s: %w", dlock.ErrUnavailable, resource, noAnswer, errors.Join(cerr, err))
+		return fmt.Errorf("%w: postgres guard %q: %s: %w", dlock.ErrUnavailable, resource, guardNoAnswer, errors.Join(cerr, err))
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {

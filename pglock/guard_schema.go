@@ -31,10 +31,10 @@ const DefaultGuardTable = "dlock_fences"
 // table of its values (Put and Get).
 const GuardValuesSuffix = "_values"
 
-// maxIdentLen is PostgreSQL's limit on an identifier's length in bytes
+// maxGuardIdentLen is PostgreSQL's limit on an identifier's length in bytes
 // (NAMEDATALEN - 1): longer names are truncated by the server, so two
 // long names could end up the same table.
-const maxIdentLen = 63
+const maxGuardIdentLen = 63
 
 type guardOptions struct {
 	table string
@@ -72,13 +72,13 @@ func parseGuardTable(name string) (guardTables, error) {
 		return bad("has more than one '.' (want \"table\" or \"schema.table\")")
 	}
 	for _, p := range parts {
-		if !validIdent(p) {
+		if !validGuardIdent(p) {
 			return bad("is not one or two dot-separated identifiers of lowercase ASCII letters, digits and '_', not starting with a digit")
 		}
 	}
 	table := parts[len(parts)-1]
-	if len(parts[0]) > maxIdentLen || len(table)+len(GuardValuesSuffix) > maxIdentLen {
-		return bad(fmt.Sprintf("is too long (the table part is at most %d bytes, the schema %d)", maxIdentLen-len(GuardValuesSuffix), maxIdentLen))
+	if len(parts[0]) > maxGuardIdentLen || len(table)+len(GuardValuesSuffix) > maxGuardIdentLen {
+		return bad(fmt.Sprintf("is too long (the table part is at most %d bytes, the schema %d)", maxGuardIdentLen-len(GuardValuesSuffix), maxGuardIdentLen))
 	}
 	fences := pgx.Identifier(parts)
 	values := append(pgx.Identifier{}, parts...)
@@ -86,9 +86,9 @@ func parseGuardTable(name string) (guardTables, error) {
 	return guardTables{name: name, fences: fences.Sanitize(), values: values.Sanitize()}, nil
 }
 
-// validIdent reports whether s is a lowercase SQL identifier that needs no
+// validGuardIdent reports whether s is a lowercase SQL identifier that needs no
 // quoting: [a-z_][a-z0-9_]*.
-func validIdent(s string) bool {
+func validGuardIdent(s string) bool {
 	if s == "" {
 		return false
 	}
@@ -104,8 +104,8 @@ func validIdent(s string) bool {
 	return true
 }
 
-// maxToken is the largest token, the CHECK bound of the token column.
-const maxToken = "18446744073709551615"
+// maxGuardToken is the largest token, the CHECK bound of the token column.
+const maxGuardToken = "18446744073709551615"
 
 // ddl returns the statements creating the guard's tables. Tokens are
 // numeric(20,0) rather than bigint, so that every uint64 token (dlock's
@@ -117,7 +117,7 @@ func (t guardTables) ddl() (fences, values []string) {
 	fences = []string{
 		`CREATE TABLE IF NOT EXISTS ` + t.fences + ` (
 	resource text COLLATE "C" PRIMARY KEY,
-	token numeric(20,0) NOT NULL CHECK (token >= 0 AND token <= ` + maxToken + `),
+	token numeric(20,0) NOT NULL CHECK (token >= 0 AND token <= ` + maxGuardToken + `),
 	owner text NOT NULL
 )`,
 		`COMMENT ON TABLE ` + t.fences + ` IS 'dlock pglock.Guard: the highest exclusive fence (token, owner) each resource accepted; token 0: none yet. Created by pglock.MigrateGuard.'`,
@@ -136,9 +136,9 @@ func (t guardTables) ddl() (fences, values []string) {
 
 // Column types MigrateGuard checks an existing table against.
 const (
-	oidBytea   = 17
-	oidText    = 25
-	oidNumeric = 1700
+	guardOIDBytea   = 17
+	guardOIDText    = 25
+	guardOIDNumeric = 1700
 )
 
 // MigrateGuard creates the guard's tables (DefaultGuardTable and its values
@@ -209,8 +209,8 @@ func (t guardTables) checkColumns(ctx context.Context, tx pgx.Tx) error {
 		cols  string
 		oids  []uint32
 	}{
-		{t.fences, "resource, token, owner", []uint32{oidText, oidNumeric, oidText}},
-		{t.values, "resource, name, value", []uint32{oidText, oidText, oidBytea}},
+		{t.fences, "resource, token, owner", []uint32{guardOIDText, guardOIDNumeric, guardOIDText}},
+		{t.values, "resource, name, value", []uint32{guardOIDText, guardOIDText, guardOIDBytea}},
 	} {
 		rows, err := tx.Query(ctx, `SELECT `+c.cols+` FROM `+c.table+` LIMIT 0`)
 		if err != nil {

@@ -106,9 +106,9 @@ func TestGuardPgBouncer(t *testing.T) {
 	guardSuite(t, b.DSN(""))
 }
 
-// checkStale fails unless err is the refusal of f for res with the given
+// guardCheckStale fails unless err is the refusal of f for res with the given
 // highest token.
-func checkStale(t *testing.T, err error, res string, f dlock.Fence, highest uint64) {
+func guardCheckStale(t *testing.T, err error, res string, f dlock.Fence, highest uint64) {
 	t.Helper()
 	var st *dlock.StaleTokenError
 	if !errors.Is(err, dlock.ErrStaleToken) || !errors.As(err, &st) {
@@ -119,7 +119,7 @@ func checkStale(t *testing.T, err error, res string, f dlock.Fence, highest uint
 	}
 }
 
-// inventory is a business table the tests fence writes to.
+// guardInventory creates a business table the tests fence writes to.
 func guardInventory(t *testing.T, pool *pgxpool.Pool) {
 	t.Helper()
 	guardExec(t, pool, `CREATE TABLE IF NOT EXISTS inventory (sku text PRIMARY KEY, qty int NOT NULL, last_token numeric NOT NULL DEFAULT 0)`)
@@ -133,8 +133,8 @@ func guardQty(t *testing.T, pool *pgxpool.Pool, sku string) (qty int, lastToken 
 	return qty, lastToken
 }
 
-// decrement is a fenced transaction: Check, then the business write.
-func decrement(ctx context.Context, g *pglock.Guard, tx pgx.Tx, sku string, f dlock.Fence) error {
+// guardDecrement is a fenced transaction: Check, then the business write.
+func guardDecrement(ctx context.Context, g *pglock.Guard, tx pgx.Tx, sku string, f dlock.Fence) error {
 	if err := g.Check(ctx, tx, "sku:"+sku, f); err != nil {
 		return err
 	}
@@ -157,7 +157,7 @@ func TestGuardInTransaction(t *testing.T) {
 	commit := func(f dlock.Fence) {
 		t.Helper()
 		tx := guardBegin(t, pool)
-		if err := decrement(ctx, g, tx, "42", f); err != nil {
+		if err := guardDecrement(ctx, g, tx, "42", f); err != nil {
 			t.Fatalf("decrement with %+v: %v", f, err)
 		}
 		if err := tx.Commit(ctx); err != nil {
@@ -177,7 +177,7 @@ func TestGuardInTransaction(t *testing.T) {
 	if _, err := tx.Exec(ctx, `UPDATE inventory SET qty = 0, last_token = 5 WHERE sku = '42'`); err != nil {
 		t.Fatal(err)
 	}
-	checkStale(t, g.Check(ctx, tx, res, a5), res, a5, 6)
+	guardCheckStale(t, g.Check(ctx, tx, res, a5), res, a5, 6)
 	if _, err := tx.Exec(ctx, `SELECT 1`); err == nil {
 		t.Fatal("a statement after a refused Check succeeded")
 	}
@@ -186,7 +186,7 @@ func TestGuardInTransaction(t *testing.T) {
 	}
 	// It checks first, ignores the refusal and writes: nothing commits.
 	tx = guardBegin(t, pool)
-	checkStale(t, decrement(ctx, g, tx, "42", a5), res, a5, 6)
+	guardCheckStale(t, guardDecrement(ctx, g, tx, "42", a5), res, a5, 6)
 	_, _ = tx.Exec(ctx, `UPDATE inventory SET qty = 0 WHERE sku = '42'`)
 	if err := tx.Commit(ctx); err == nil {
 		t.Fatal("Commit after an ignored refusal succeeded")
@@ -201,7 +201,7 @@ func TestGuardInTransaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkStale(t, decrement(ctx, g, sp, "42", a5), res, a5, 6)
+	guardCheckStale(t, guardDecrement(ctx, g, sp, "42", a5), res, a5, 6)
 	if err := sp.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +227,7 @@ func TestGuardInTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	tx = guardBegin(t, pool)
-	checkStale(t, decrement(ctx, g, tx, "42", b6), res, b6, 7)
+	guardCheckStale(t, guardDecrement(ctx, g, tx, "42", b6), res, b6, 7)
 	if hi, err := g.Highest(ctx, res); err != nil || hi != c7 {
 		t.Fatalf("Highest = %+v, %v; want %+v", hi, err, c7)
 	}
@@ -235,7 +235,7 @@ func TestGuardInTransaction(t *testing.T) {
 	// A rolled back transaction takes its fence back with it.
 	d8 := dlock.Fence{Token: 8, Owner: "d"}
 	tx = guardBegin(t, pool)
-	if err := decrement(ctx, g, tx, "42", d8); err != nil {
+	if err := guardDecrement(ctx, g, tx, "42", d8); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Rollback(ctx); err != nil {
@@ -259,7 +259,7 @@ func TestGuardInTransaction(t *testing.T) {
 	}
 	tx = guardBegin(t, pool)
 	s6 := dlock.Fence{Token: 6, Owner: "s", Shared: true}
-	checkStale(t, g.Check(ctx, tx, res, s6), res, s6, 7)
+	guardCheckStale(t, g.Check(ctx, tx, res, s6), res, s6, 7)
 
 	// Two resources in one transaction; the largest token is kept exactly.
 	top := dlock.Fence{Token: math.MaxUint64, Owner: "top"}
@@ -301,7 +301,7 @@ func TestGuardDo(t *testing.T) {
 	}
 	ran := false
 	err := g.Do(ctx, res, a5, func(context.Context, pgx.Tx) error { ran = true; return nil })
-	checkStale(t, err, res, a5, 6)
+	guardCheckStale(t, err, res, a5, 6)
 	if ran {
 		t.Fatal("fn ran with a refused fence")
 	}
@@ -396,7 +396,7 @@ func TestGuardCheckWaits(t *testing.T) {
 		done := make(chan error, 1)
 		tx := guardBegin(t, pool)
 		go func() {
-			err := decrement(ctx, g, tx, "1", f)
+			err := guardDecrement(ctx, g, tx, "1", f)
 			if err == nil {
 				err = tx.Commit(ctx)
 			} else {
@@ -420,7 +420,7 @@ func TestGuardCheckWaits(t *testing.T) {
 	// The older holder checks first; the newer one waits, then wins.
 	a5, b6 := dlock.Fence{Token: 5, Owner: "a"}, dlock.Fence{Token: 6, Owner: "b"}
 	txA := guardBegin(t, pool)
-	if err := decrement(ctx, g, txA, "1", a5); err != nil {
+	if err := guardDecrement(ctx, g, txA, "1", a5); err != nil {
 		t.Fatal(err)
 	}
 	doneB := started(b6)
@@ -438,7 +438,7 @@ func TestGuardCheckWaits(t *testing.T) {
 	// The newer holder checks first; the older one waits and is refused.
 	c7, d8 := dlock.Fence{Token: 7, Owner: "c"}, dlock.Fence{Token: 8, Owner: "d"}
 	txD := guardBegin(t, pool)
-	if err := decrement(ctx, g, txD, "1", d8); err != nil {
+	if err := guardDecrement(ctx, g, txD, "1", d8); err != nil {
 		t.Fatal(err)
 	}
 	doneC := started(c7)
@@ -446,7 +446,7 @@ func TestGuardCheckWaits(t *testing.T) {
 	if err := txD.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	checkStale(t, result(doneC), res, c7, 8)
+	guardCheckStale(t, result(doneC), res, c7, 8)
 	if q, lt := guardQty(t, pool, "1"); q != 97 || lt != "8" {
 		t.Fatalf("qty %d last_token %s, want 97 and 8", q, lt)
 	}

@@ -1,0 +1,463 @@
+// The fencing guard on PostgreSQL: a resource's highest accepted fence in
+// a row, checked and advanced inside the caller's own transaction.
+
+package pglock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/big"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/guard"
+)
+
+// maxGuardRowAttempts bounds Check's loop of reading the fence row and,
+// when the resource has none, inserting it: the second read finds the row
+// unless it is deleted concurrently.
+const maxGuardRowAttempts = 3
+
+// Guard is a fencing guard on PostgreSQL (a guard.Guard) made to fence
+// writes where they happen: in the database, in the writer's own
+// transaction. Check verifies a lock holder's dlock.Fence for a resource
+// and records it, inside the transaction that makes the protected change,
+// so the change commits only with an admitted fence:
+//
+//	tx, _ := pool.Begin(ctx)
+//	defer tx.Rollback(ctx)
+//	if err := g.Check(ctx, tx, "sku:42", lock.Fence()); err != nil {
+//		return err // a *dlock.StaleTokenError when a newer holder came first
+//	}
+//	tx.Exec(ctx, "UPDATE inventory SET qty = qty - 1 WHERE sku = 42")
+//	return tx.Commit(ctx)
+//
+// Do wraps the same steps. A fenced read is Check followed by the SELECT
+// in the same transaction, committed: with an exclusive fence it records
+// the fence, so older holders can no longer write (call Check first in the
+// transaction, see below). Put and Get keep named values in the guard's
+// own table, each in a transaction of its own, so the guard offers the
+// guard.Guard contract on its own as well.
+//
+// Storage (see MigrateGuard, which creates it; WithGuardTable names it):
+// the table DefaultGuardTable has one row per resource (resource, token,
+// owner): the highest exclusive fence the resource accepted (token 0: none
+// yet). Its values table has one row per (resource, name) with the value
+// as bytea.
+//
+// How Check works: it locks the resource's fence row (creating it with
+// token 0 on first use), FOR NO KEY UPDATE for an exclusive fence and FOR
+// SHARE for a shared one, applies the rule of package guard
+// (dlock.Fence.Admit, through guard.Checker) to the fence read, and
+// updates the row when an exclusive fence becomes the highest. The row
+// lock is held until the transaction ends.
+//
+// Guarantees:
+//
+//   - Fenced commits. A transaction in which Check admitted f for a
+//     resource holds the resource's fence row locked until it commits or
+//     rolls back; any other transaction's Check on the resource waits for
+//     it (only shared fences' checks share the lock). So fenced
+//     transactions on one resource commit in fence order: once a
+//     transaction that recorded fence N committed, every later Check of a
+//     fence below N is refused, and a transaction admitted before it
+//     finished first. A lock holder that paused past its lease never
+//     commits a change after its successor's.
+//   - Fails closed. A refused Check returns a *dlock.StaleTokenError
+//     (errors.Is dlock.ErrStaleToken) and aborts the transaction (it runs a
+//     statement that raises an error): the caller's later statements fail
+//     and Commit rolls back (pgx.ErrTxCommitRollback), even if the refusal
+//     is ignored. Inside a savepoint (a nested pgx.Tx), only the savepoint
+//     is aborted. Put and Get write and return nothing when refused.
+//   - The rule is dlock.Fence.Admit's, for every uint64 token (tokens are
+//     numeric(20,0), compared exactly). Shared fences are admitted at or
+//     above the highest token and never recorded. Every refusal reports
+//     one dlock.EventRejected (Backend "postgres") to the Observer given
+//     with dlock.WithObserver.
+//   - Durable and shared: fences are committed rows, kept across restarts
+//     of the server and of the clients, and every Guard (any process) on
+//     the same tables sees and respects them.
+//   - No session state: every lock is transaction-scoped, so the Guard and
+//     MigrateGuard work through PgBouncer in transaction pooling mode
+//     (with pgx's statement cache off, as for any pgx client there:
+//     default_query_exec_mode=exec or simple_protocol).
+//   - Bounded by ctx: a call that ends with its context returns an error
+//     wrapping dlock.ErrUnavailable and the context's error.
+//
+// Not guaranteed:
+//
+//   - Only writes in a checked transaction are fenced: a change made on
+//     another connection, or in another database or system, is not.
+//   - A checked transaction blocks the next holder's Check on the resource
+//     for as long as it stays open (only ctx, or the server's
+//     lock_timeout, bounds that wait): keep fenced transactions short.
+//     Transactions that check two resources in opposite orders can
+//     deadlock; PostgreSQL then aborts one of them (SQLSTATE 40P01).
+//   - A call abandoned when its context ends returns at once, but with
+//     pgx's default context handling (the connection is closed, no cancel
+//     request is sent) its server backend may stay queued for the fence
+//     row until the row is free, and then end. Its transaction never
+//     commits. The server's lock_timeout bounds such waits.
+//   - Under REPEATABLE READ or SERIALIZABLE, Check fails with a
+//     serialization failure (SQLSTATE 40001) when another transaction
+//     changed the fence row after the snapshot was taken; retry the
+//     transaction. The snapshot is taken by the transaction's first
+//     statement: call Check first, or a fenced read may miss writes that
+//     committed before the fence was checked.
+//   - Check needs a read-write transaction on the primary: in a read-only
+//     transaction or on a replica it fails with an error wrapping
+//     dlock.ErrUnsupported. Highest works there, as of the replica.
+//   - A connection lost during COMMIT leaves the outcome unknown, as for
+//     any transaction (Put returns an error; the write may have
+//     committed, fenced).
+//   - Owners are kept as text: a fence whose owner is not valid UTF-8, or
+//     contains NUL, is refused with an error wrapping
+//     dlock.ErrInvalidOption. Lock owners (dlock.NewOwner) are hex.
+//   - Nothing is ever deleted: a resource keeps its fence row, and its
+//     values, until someone deletes them (deleting the fence row resets the
+//     resource: it admits every fence again).
+type Guard struct {
+	pool   *pgxpool.Pool
+	chk    guard.Checker
+	tables guardTables
+	err    error // NewGuard's failure: every call returns it
+}
+
+var _ guard.Guard = (*Guard)(nil)
+
+// NewGuard returns a Guard on pool's database, configured by opts:
+// WithGuardTable (default DefaultGuardTable) and dlock.WithObserver
+// (refusals are reported with Backend "postgres"); other options are
+// ignored. Its tables must exist: run MigrateGuard with the same
+// WithGuardTable once (at deployment or start-up); a call on missing
+// tables fails with an error that says so.
+//
+// A nil pool gives a Guard whose every call fails with an error wrapping
+// dlock.ErrNilClient, as does the zero Guard; an invalid table name, one
+// wrapping dlock.ErrInvalidOption. Those errors come after the argument
+// checks of guard.Checker.Validate.
+func NewGuard(pool *pgxpool.Pool, opts ...Option) *Guard {
+	o := guardOptions{table: DefaultGuardTable}
+	driver.Apply(&o, opts)
+	g := &Guard{pool: pool, chk: guard.NewChecker("postgres", opts)}
+	g.tables, g.err = parseGuardTable(o.table)
+	if g.err == nil && pool == nil {
+		g.err = fmt.Errorf("%w: pglock.NewGuard was given a nil pool", dlock.ErrNilClient)
+	}
+	return g
+}
+
+// errZeroPgGuard is the error of every call of a Guard not made by NewGuard.
+var errZeroPgGuard = fmt.Errorf("%w: zero pglock.Guard (use NewGuard)", dlock.ErrNilClient)
+
+// check validates a call's arguments, then reports NewGuard's failure, or
+// the zero Guard's.
+func (g *Guard) check(ctx context.Context, resource string, names ...string) error {
+	if g == nil {
+		return errZeroPgGuard
+	}
+	if err := g.chk.Validate(ctx, resource, names...); err != nil {
+		return err
+	}
+	if g.err != nil {
+		return g.err
+	}
+	if g.pool == nil {
+		return errZeroPgGuard
+	}
+	return nil
+}
+
+// checkOwner refuses an owner PostgreSQL's text cannot hold.
+func (g *Guard) checkOwner(resource string, f dlock.Fence) error {
+	if !utf8.ValidString(f.Owner) || strings.IndexByte(f.Owner, 0) >= 0 {
+		return fmt.Errorf("%w: postgres guard %q: the fence's owner %q is not valid UTF-8 without NUL", dlock.ErrInvalidOption, resource, f.Owner)
+	}
+	return nil
+}
+
+// Check checks f for resource inside tx and records it, as the first step
+// of a fenced transaction (see Guard): if f is admitted, it returns nil
+// and tx holds the resource's fence row locked until it ends, so whatever
+// tx changes commits only with f admitted; commit tx to keep the fence
+// and the changes together. If f is refused, it returns a
+// *dlock.StaleTokenError (errors.Is dlock.ErrStaleToken) and aborts tx:
+// roll it back.
+//
+// tx must be on the database that holds the guard's tables; the Guard's
+// pool is not used. Check may be called again in tx, for the same resource
+// or others (in a consistent order across transactions). Other failures
+// (the server's, a context that ended, a read-only transaction) leave tx
+// in whatever state the failed statement left it: roll it back.
+//
+// A nil tx is an error wrapping dlock.ErrInvalidOption; a nil pool given to
+// NewGuard, dlock.ErrNilClient.
+func (g *Guard) Check(ctx context.Context, tx pgx.Tx, resource string, f dlock.Fence) error {
+	if err := g.check(ctx, resource); err != nil {
+		return err
+	}
+	if tx == nil {
+		return fmt.Errorf("%w: postgres guard %q: nil transaction", dlock.ErrInvalidOption, resource)
+	}
+	if err := g.checkOwner(resource, f); err != nil {
+		return err
+	}
+	err := g.checkTx(ctx, tx, resource, f)
+	if errors.Is(err, dlock.ErrStaleToken) {
+		abortGuardTx(ctx, tx)
+	}
+	return err
+}
+
+// guardAbortStmt raises an error, which aborts the transaction it runs in.
+const guardAbortStmt = `DO $$BEGIN RAISE EXCEPTION 'dlock: pglock.Guard.Check refused a stale fencing token: this transaction must roll back'; END$$`
+
+// abortGuardTx aborts tx after a refused Check, so that it cannot commit: the
+// statement fails by design, with a server error. If it could not reach
+// the server (ctx ended, a broken connection), the connection is closed,
+// which aborts tx on the server just as well.
+func abortGuardTx(ctx context.Context, tx pgx.Tx) {
+	var pgErr *pgconn.PgError
+	if ctx.Err() == nil {
+		_, err := tx.Exec(ctx, guardAbortStmt)
+		if errors.As(err, &pgErr) {
+			return
+		}
+	}
+	if c := tx.Conn(); c != nil && c.PgConn() != nil {
+		_ = c.PgConn().Close(ctx)
+	}
+}
+
+// checkTx is Check on valid arguments: it locks resource's fence row,
+// applies the rule and records f when it becomes the highest fence. A
+// refusal returns the Checker's *dlock.StaleTokenError and leaves tx as
+// it is.
+func (g *Guard) checkTx(ctx context.Context, tx pgx.Tx, resource string, f dlock.Fence) error {
+	lock := " FOR NO KEY UPDATE"
+	if f.Shared {
+		lock = " FOR SHARE"
+	}
+	sel := `SELECT token::text, owner FROM ` + g.tables.fences + ` WHERE resource = $1` + lock
+	for attempt := 0; attempt < maxGuardRowAttempts; attempt++ {
+		var tok, owner string
+		err := tx.QueryRow(ctx, sel, resource).Scan(&tok, &owner)
+		if errors.Is(err, pgx.ErrNoRows) {
+			// No fence row yet: insert one with no fence, then lock it.
+			// A concurrent insert of the same row makes this one wait for
+			// that transaction's end, then do nothing.
+			_, err = tx.Exec(ctx, `INSERT INTO `+g.tables.fences+` (resource, token, owner) VALUES ($1, 0, '') ON CONFLICT (resource) DO NOTHING`, resource)
+			if err != nil {
+				return g.dbError(ctx, resource, err)
+			}
+			continue
+		}
+		if err != nil {
+			return g.dbError(ctx, resource, err)
+		}
+		hi, err := parseFenceRow(tok, owner)
+		if err != nil {
+			return fmt.Errorf("dlock: postgres guard %q: the fence row in %s holds token %q owner %q: %w", resource, g.tables.name, tok, owner, err)
+		}
+		next, err := g.chk.Check(resource, hi, f)
+		if err != nil {
+			return err
+		}
+		if next == hi {
+			return nil
+		}
+		_, err = tx.Exec(ctx, `UPDATE `+g.tables.fences+` SET token = $2, owner = $3 WHERE resource = $1`, resource, guardNumericToken(next.Token), next.Owner)
+		if err != nil {
+			return g.dbError(ctx, resource, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("dlock: postgres guard %q: the fence row in %s kept disappearing (deleted concurrently %d times)", resource, g.tables.name, maxGuardRowAttempts)
+}
+
+// errBadFenceRow reports a fence row that does not hold a fence.
+var errBadFenceRow = errors.New("not a fence (delete the row to reset the resource's fences)")
+
+// parseFenceRow returns the fence of a fence row; token 0 is the zero
+// Fence (no exclusive fence recorded yet).
+func parseFenceRow(tok, owner string) (dlock.Fence, error) {
+	t, err := strconv.ParseUint(tok, 10, 64)
+	if err != nil {
+		return dlock.Fence{}, errBadFenceRow
+	}
+	if t == 0 {
+		return dlock.Fence{}, nil
+	}
+	return dlock.Fence{Token: t, Owner: owner}, nil
+}
+
+// guardNumericToken is a token as a numeric parameter: every uint64, exactly.
+func guardNumericToken(t uint64) pgtype.Numeric {
+	return pgtype.Numeric{Int: new(big.Int).SetUint64(t), Valid: true}
+}
+
+// guardNoAnswer describes a call its context ended.
+const guardNoAnswer = "no answer before the context ended (a hung server or link, or a wait for the fence row while another transaction holds it)"
+
+// dbError wraps a failure of the server or the connection with what the
+// caller needs to know: the context ended (dlock.ErrUnavailable), the
+// transaction is read-only (dlock.ErrUnsupported), the tables are missing
+// (run MigrateGuard).
+func (g *Guard) dbError(ctx context.Context, resource string, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		if errors.Is(err, cerr) {
+			return fmt.Errorf("%w: postgres guard %q: %s: %w", dlock.ErrUnavailable, resource, guardNoAnswer, err)
+		}
+		return fmt.Errorf("%w: postgres guard %q: %s: %w", dlock.ErrUnavailable, resource, guardNoAnswer, errors.Join(cerr, err))
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "25006": // read_only_sql_transaction
+			return fmt.Errorf("%w: postgres guard %q: a fence check records the fence, so it needs a read-write transaction on the primary, not a read-only transaction or a replica: %w", dlock.ErrUnsupported, resource, err)
+		case "42P01", "42703", "42P10": // undefined_table, undefined_column, invalid_column_reference (no unique index for ON CONFLICT)
+			return fmt.Errorf("dlock: postgres guard %q: the guard's tables (%s and %s) are missing or not as pglock.MigrateGuard makes them: run pglock.MigrateGuard with the same WithGuardTable first: %w", resource, g.tables.fences, g.tables.values, err)
+		}
+	}
+	return fmt.Errorf("dlock: postgres guard %q: %w", resource, err)
+}
+
+// Do runs fn in a fenced transaction: it begins a transaction on the
+// Guard's pool, runs Check in it, then fn, and commits. If f is refused,
+// fn does not run and Do returns the *dlock.StaleTokenError. If fn returns
+// an error (or panics), the transaction rolls back, the fence with it, and
+// the error is returned as is (the panic goes on). A failed commit returns
+// an error; errors.Is(err, pgx.ErrTxCommitRollback) when a statement of fn
+// had failed and fn ignored it.
+//
+// Unlike guard.Doer's Do, fn's database work is part of the fenced
+// transaction: fn must do it through tx (not through the Guard's pool, or
+// the Guard's other methods on the same resource, which would wait for tx
+// to end). A nil fn is an error wrapping dlock.ErrInvalidOption.
+func (g *Guard) Do(ctx context.Context, resource string, f dlock.Fence, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	if err := g.check(ctx, resource); err != nil {
+		return err
+	}
+	if fn == nil {
+		return fmt.Errorf("%w: postgres guard %q: nil function", dlock.ErrInvalidOption, resource)
+	}
+	if err := g.checkOwner(resource, f); err != nil {
+		return err
+	}
+	var fnErr error
+	err := g.inTx(ctx, resource, f, func(tx pgx.Tx) error {
+		fnErr = fn(ctx, tx)
+		return fnErr
+	})
+	if fnErr != nil {
+		return fnErr
+	}
+	return err
+}
+
+// inTx runs op in a transaction of its own after checking f, and commits.
+// A refusal, or op's error, rolls back and returns the error as is.
+func (g *Guard) inTx(ctx context.Context, resource string, f dlock.Fence, op func(tx pgx.Tx) error) (err error) {
+	tx, err := g.pool.Begin(ctx)
+	if err != nil {
+		return g.dbError(ctx, resource, err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			// With ctx ended, the rollback fails and pgx closes the
+			// connection: the server rolls back.
+			_ = tx.Rollback(ctx)
+		}
+	}()
+	if err := g.checkTx(ctx, tx, resource, f); err != nil {
+		return err
+	}
+	if err := op(tx); err != nil {
+		return err
+	}
+	committed = true
+	if err := tx.Commit(ctx); err != nil {
+		return g.dbError(ctx, resource, fmt.Errorf("commit: %w", err))
+	}
+	return nil
+}
+
+// Put implements guard.Guard: one transaction checks f (as Check does)
+// and sets name to value in the values table.
+func (g *Guard) Put(ctx context.Context, resource string, f dlock.Fence, name, value string) error {
+	if err := g.check(ctx, resource, name); err != nil {
+		return err
+	}
+	if err := g.checkOwner(resource, f); err != nil {
+		return err
+	}
+	return g.inTx(ctx, resource, f, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO `+g.tables.values+` (resource, name, value) VALUES ($1, $2, $3)
+ON CONFLICT (resource, name) DO UPDATE SET value = EXCLUDED.value`, resource, name, []byte(value))
+		if err != nil {
+			return g.dbError(ctx, resource, err)
+		}
+		return nil
+	})
+}
+
+// Get implements guard.Guard: one transaction checks f (as Check does),
+// reads name from the values table and commits (a fenced read: once it
+// succeeds with an exclusive fence, older fences can no longer write). ok
+// is false when name was never Put.
+func (g *Guard) Get(ctx context.Context, resource string, f dlock.Fence, name string) (value string, ok bool, err error) {
+	if err := g.check(ctx, resource, name); err != nil {
+		return "", false, err
+	}
+	if err := g.checkOwner(resource, f); err != nil {
+		return "", false, err
+	}
+	err = g.inTx(ctx, resource, f, func(tx pgx.Tx) error {
+		var v []byte
+		err := tx.QueryRow(ctx, `SELECT value FROM `+g.tables.values+` WHERE resource = $1 AND name = $2`, resource, name).Scan(&v)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			value, ok = "", false
+		case err != nil:
+			return g.dbError(ctx, resource, err)
+		default:
+			value, ok = string(v), true
+		}
+		return nil
+	})
+	if err != nil {
+		return "", false, err
+	}
+	return value, ok, nil
+}
+
+// Highest implements guard.Guard: one read of resource's fence row,
+// without locking it (the last committed fence).
+func (g *Guard) Highest(ctx context.Context, resource string) (dlock.Fence, error) {
+	if err := g.check(ctx, resource); err != nil {
+		return dlock.Fence{}, err
+	}
+	var tok, owner string
+	err := g.pool.QueryRow(ctx, `SELECT token::text, owner FROM `+g.tables.fences+` WHERE resource = $1`, resource).Scan(&tok, &owner)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return dlock.Fence{}, nil
+	}
+	if err != nil {
+		return dlock.Fence{}, g.dbError(ctx, resource, err)
+	}
+	hi, err := parseFenceRow(tok, owner)
+	if err != nil {
+		return dlock.Fence{}, fmt.Errorf("dlock: postgres guard %q: the fence row in %s holds token %q owner %q: %w", resource, g.tables.name, tok, owner, err)
+	}
+	return hi, nil
+}

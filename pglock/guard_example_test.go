@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/memlock"
 	"github.com/dlock-go/dlock/pglock"
 )
 
@@ -53,9 +52,8 @@ func takeOne(ctx context.Context, pool *pgxpool.Pool, g *pglock.Guard, lk *dlock
 	return tx.Commit(ctx)
 }
 
-// An inventory decrement fenced inside its transaction. The lock may come
-// from any dlock Locker every process shares (memlock is in-process, for
-// the example only).
+// An inventory decrement fenced inside its transaction, under a pglock
+// lock on the same database (any dlock Locker the processes share works).
 func ExampleGuard_Check() {
 	ctx := context.Background()
 	pool := newGuardPool(ctx)
@@ -66,7 +64,7 @@ func ExampleGuard_Check() {
 		log.Fatal(err)
 	}
 	g := pglock.NewGuard(pool)
-	var locker dlock.Locker = memlock.New()
+	var locker dlock.Locker = pglock.New(pool)
 	err := dlock.Do(ctx, locker, "sku:42", func(ctx context.Context, lk *dlock.Lock) error {
 		return takeOne(ctx, pool, g, lk, "42")
 	})

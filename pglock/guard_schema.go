@@ -17,10 +17,6 @@ import (
 	"github.com/dlock-go/dlock/driver"
 )
 
-// Option configures NewGuard and MigrateGuard. dlock's own options
-// (dlock.WithObserver) are Options too.
-type Option = driver.Option
-
 // DefaultGuardTable is the table in which a Guard keeps the highest fence
 // of each resource unless WithGuardTable says otherwise. Its named values
 // are in the table of the same name followed by GuardValuesSuffix

@@ -90,3 +90,5 @@ replace github.com/dlock-go/dlock/redlock => ../redlock
 replace github.com/dlock-go/dlock/etcdlock => ../etcdlock
 
 replace github.com/dlock-go/dlock/zklock => ../zklock
+
+replace github.com/dlock-go/dlock/pglock => ../pglock

@@ -8,12 +8,15 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
@@ -50,6 +53,14 @@ type target struct {
 	// SessionTimeout is the ZooKeeper session timeout asked for (zk:
 	// ?session_timeout=), 0 for defaultSessionTimeout.
 	SessionTimeout time.Duration
+	// Conn is the libpq URL handed to pgxpool.ParseConfig (postgres,
+	// postgresql), password included, without dlock's own options.
+	Conn string
+	// Table is the lease table (postgres: ?table=), "" for
+	// pglock.DefaultTable.
+	Table string
+	// NoListen turns LISTEN/NOTIFY wake-ups off (postgres: ?listen=off).
+	NoListen bool
 
 	// where is the URL with every secret redacted, for messages.
 	where string
@@ -61,7 +72,7 @@ type target struct {
 var errBadURL = errors.New("bad URL")
 
 // schemes lists the supported URL schemes, for error messages.
-var schemes = []string{"file", "redis", "rediss", "redis+sentinel", "redlock", "etcd", "etcds", "zk"}
+var schemes = []string{"file", "redis", "rediss", "redis+sentinel", "redlock", "etcd", "etcds", "zk", "postgres", "postgresql"}
 
 // redactedMark replaces secrets in printed URLs and messages.
 const redactedMark = "xxxxx"
@@ -315,6 +326,8 @@ func parseURL(raw string) (*target, error) {
 		err = t.parseEtcd(raw, u)
 	case "zk":
 		err = t.parseZK(raw, u)
+	case "postgres", "postgresql":
+		err = t.parsePostgres(raw, u)
 	}
 	if err != nil {
 		return nil, err
@@ -656,6 +669,70 @@ func badZNodePath(p string) string {
 	return ""
 }
 
+// pgTableRE is what pglock.WithTable accepts (pglock's identRE): a
+// lower-case identifier, optionally schema-qualified, at most 48 bytes a
+// part.
+var pgTableRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,47}(\.[a-z_][a-z0-9_]{0,47})?$`)
+
+// parsePostgres checks a libpq URL,
+// postgres[ql]://[user[:pass]@][h1[:p1][,h2[:p2]]][/db][?param=...], with
+// dlock's own options taken out of the query: ?table= (the lease table)
+// and ?listen=off (no LISTEN/NOTIFY, waiters poll). The rest goes to
+// pgxpool.ParseConfig as given (sslmode, connect_timeout, pool_max_conns,
+// default_query_exec_mode, ...).
+func (t *target) parsePostgres(raw string, u *url.URL) error {
+	if u.Opaque != "" {
+		return badURL(raw, "want %s://[user:pass@]host:port/db", u.Scheme)
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return badURL(raw, "query: %v", err)
+	}
+	for _, k := range []string{"table", "listen"} {
+		if len(q[k]) > 1 {
+			return badURL(raw, "option ?%s= given %d times", k, len(q[k]))
+		}
+	}
+	if q.Has("table") {
+		t.Table = q.Get("table")
+		if !pgTableRE.MatchString(t.Table) {
+			return badURL(raw, "?table=%q: want a lower-case identifier, optionally schema.table, at most 48 bytes a part", t.Table)
+		}
+	}
+	if q.Has("listen") {
+		switch l := q.Get("listen"); l {
+		case "on":
+		case "off":
+			t.NoListen = true
+		default:
+			return badURL(raw, "?listen=%q: want on or off", l)
+		}
+	}
+	q.Del("table")
+	q.Del("listen")
+	c := *u
+	c.RawQuery, c.ForceQuery = q.Encode(), false
+	t.Conn = c.String()
+	if _, err := pgxpool.ParseConfig(t.Conn); err != nil {
+		return badURL(raw, "%s", pgParseError(err))
+	}
+	return nil
+}
+
+// pgParseError is pgx's reason for refusing a connection string, without
+// the string itself.
+func pgParseError(err error) string {
+	var pe *pgconn.ParseConfigError
+	if !errors.As(err, &pe) {
+		return err.Error()
+	}
+	msg := err.Error()
+	if i := strings.LastIndex(msg, "`: "); i >= 0 {
+		msg = msg[i+3:]
+	}
+	return msg
+}
+
 // URL renders t as a URL that parses back to t, password included: it is
 // for handing to client libraries, never for printing (use t.where).
 func (t *target) URL() string {
@@ -705,6 +782,20 @@ func (t *target) URL() string {
 		if t.SessionTimeout != 0 {
 			q.Set("session_timeout", t.SessionTimeout.String())
 		}
+	case "postgres", "postgresql":
+		c, err := url.Parse(t.Conn)
+		if err != nil { // parsePostgres made it: cannot happen
+			return t.Conn
+		}
+		cq := c.Query()
+		if t.Table != "" {
+			cq.Set("table", t.Table)
+		}
+		if t.NoListen {
+			cq.Set("listen", "off")
+		}
+		c.RawQuery = cq.Encode()
+		return c.String()
 	}
 	u.RawQuery = q.Encode()
 	return u.String()

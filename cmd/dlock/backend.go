@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -27,6 +29,7 @@ import (
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/filelock"
+	"github.com/dlock-go/dlock/pglock"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/dlock-go/dlock/redlock"
 	"github.com/dlock-go/dlock/zklock"
@@ -373,6 +376,8 @@ func (t *target) open(o openOptions) (*backend, error) {
 		return t.openEtcd(o)
 	case "zk":
 		return t.openZK(o), nil
+	case "postgres", "postgresql":
+		return t.openPostgres(o)
 	}
 	return nil, badURL(t.URL(), "unknown scheme %q", t.Scheme)
 }
@@ -620,13 +625,77 @@ func (l zkLocker) List(ctx context.Context, prefix string) ([]dlock.Info, error)
 	return infos, l.explain(err)
 }
 
+// openPostgres makes a pgx pool (it connects on first use) and a pglock
+// Locker on it. Each connection attempt is bounded by --connect-timeout
+// (or the URL's connect_timeout, if shorter). The probe asks whether the
+// server takes writes: a read-only server (a hot standby) is refused,
+// except by ls, which only reads. ls creates nothing: its Locker does not
+// migrate, and a lease table that does not exist lists no locks.
+func (t *target) openPostgres(o openOptions) (*backend, error) {
+	cfg, err := pgxpool.ParseConfig(t.Conn)
+	if err != nil { // parseURL accepted it: only the environment could change
+		return nil, &urlError{scrub(fmt.Sprintf("%v %q: %s", errBadURL, t.where, pgParseError(err)), t.secrets)}
+	}
+	if c := cfg.ConnConfig.ConnectTimeout; c == 0 || c > o.connectTimeout {
+		cfg.ConnConfig.ConnectTimeout = o.connectTimeout
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		return nil, errors.New(scrub(fmt.Sprintf("postgres %s: %v", t.where, err), t.secrets))
+	}
+	table := t.Table
+	if table == "" {
+		table = pglock.DefaultTable
+	}
+	opts := append(o.lockOptions(), pglock.WithTable(table))
+	if t.NoListen {
+		opts = append(opts, pglock.WithoutListen())
+	}
+	if o.readOnly {
+		opts = append(opts, pglock.WithoutMigrate())
+	}
+	l := pglock.New(pool, opts...)
+	b := &backend{locker: l, close: pool.Close, where: t.where}
+	b.probe = func(ctx context.Context) error {
+		var ro string
+		if err := pool.QueryRow(ctx, "SHOW transaction_read_only").Scan(&ro); err != nil {
+			return err
+		}
+		if !o.readOnly {
+			if ro == "on" {
+				return errPgReadOnly
+			}
+			return nil
+		}
+		var exists bool
+		if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", table).Scan(&exists); err != nil {
+			return err
+		}
+		if !exists {
+			b.locker = pgNoTable{l}
+		}
+		return nil
+	}
+	return b, nil
+}
+
+// errPgReadOnly: the server takes no writes.
+var errPgReadOnly = errors.New("the server is read-only (transaction_read_only is on: a hot standby?); locks need the primary")
+
+// pgNoTable is the Locker of ls when the lease table does not exist: no
+// lock was ever taken there, and ls creates nothing.
+type pgNoTable struct{ *pglock.Locker }
+
+func (pgNoTable) List(context.Context, string) ([]dlock.Info, error) { return nil, nil }
+
 // explain turns a failed probe into the message the user sees: where,
 // what failed, and for a TLS mismatch (found by lookForMismatch) which
 // scheme to use instead.
 func (t *target) explain(err error, mismatch bool) error {
 	what := "not reachable"
 	var rerr redis.Error
-	if errors.As(err, &rerr) || errors.Is(err, zk.ErrNoAuth) || errors.Is(err, zk.ErrAuthFailed) {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &rerr) || errors.Is(err, zk.ErrNoAuth) || errors.Is(err, zk.ErrAuthFailed) || errors.As(err, &pgErr) || errors.Is(err, errPgReadOnly) {
 		what = "refused"
 	}
 	msg := fmt.Sprintf("%s: %s: %v", t.where, what, err)
@@ -635,6 +704,8 @@ func (t *target) explain(err error, mismatch bool) error {
 		msg = "etcd " + msg
 	case "zk":
 		msg = "zookeeper " + msg
+	case "postgres", "postgresql":
+		msg = "postgres " + msg
 	}
 	if rerr == nil && mismatch {
 		if hint := t.tlsHint(err); hint != "" {

@@ -727,7 +727,7 @@ func (t *target) lookForMismatch(deadline time.Time) <-chan bool {
 	if limit := time.Now().Add(maxLook); deadline.After(limit) {
 		deadline = limit
 	}
-	if !time.Now().Before(deadline) {
+	if !time.Now().Before(deadline) || len(t.Addrs) == 0 { // postgres: pgx's sslmode handles TLS
 		return nil
 	}
 	addr := t.Addrs[0]

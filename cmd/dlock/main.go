@@ -40,6 +40,11 @@ URL (from --url, else $DLOCK_URL, else a file backend in your state directory):
                                        (default /dlock); user:pass is digest auth and
                                        the znodes' ACL; a lease is 2/3 of the session
                                        timeout (default 10s), --ttl does not apply
+  postgres://[user:pass@]host:port/db[?sslmode=...&table=T&listen=off]
+                                       PostgreSQL (postgresql:// too; libpq URL, pgx
+                                       options); leases in table T (default
+                                       dlock_leases, created on first lock); listen=off
+                                       polls instead of LISTEN/NOTIFY (PgBouncer)
 Percent-encode reserved characters (/ ? # @ %) in passwords. Secrets are
 never printed.
 `

@@ -377,7 +377,7 @@ func TestHelpAndVersion(t *testing.T) {
 	if r := runDlock(t, url, "run", "--help"); !strings.Contains(r.stderr, "Exit status") || !strings.Contains(r.stderr, "Examples") {
 		t.Errorf("run --help lacks exit codes or examples")
 	}
-	if r := runDlock(t, url, "help"); r.code != 0 || !strings.Contains(r.stdout, "dlock run") || !strings.Contains(r.stdout, "zk://[user:pass@]h1:p1") {
+	if r := runDlock(t, url, "help"); r.code != 0 || !strings.Contains(r.stdout, "dlock run") || !strings.Contains(r.stdout, "zk://[user:pass@]h1:p1") || !strings.Contains(r.stdout, "postgres://[user:pass@]host:port/db") {
 		t.Errorf("help: %d %q", r.code, r.stdout)
 	}
 	if r := runDlock(t, url, "version"); r.code != 0 || !strings.HasPrefix(r.stdout, "dlock ") {

@@ -5,6 +5,7 @@ package pglock
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -54,11 +55,7 @@ func (b *backend) Watch(ctx context.Context, key string) (driver.Subscription, e
 	return b.l.add(key), nil
 }
 
-var errNoListen = errorString("dlock: pglock: WithoutListen: waiters poll")
-
-type errorString string
-
-func (e errorString) Error() string { return string(e) }
+var errNoListen = errors.New("dlock: pglock: WithoutListen: waiters poll")
 
 func (l *listener) add(key string) *sub {
 	s := &sub{l: l, key: key, c: make(chan struct{}, 1)}

@@ -58,16 +58,6 @@ func pgVersion(bin string) int {
 	return v
 }
 
-// missing fails the test (CI) or skips it, naming `make deps`.
-func missing(t TB, what, pkg string) {
-	t.Helper()
-	msg := fmt.Sprintf("%s not found: run `make deps` (installs Debian's %s package as root)", what, pkg)
-	if os.Getenv("CI") != "" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-}
-
 // serverUser returns the credential to run a server that refuses root
 // as, and its uid/gid for chown: nil when the test is not root.
 func serverUser(t TB) *syscall.Credential {

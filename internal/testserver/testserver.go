@@ -48,12 +48,23 @@ func Binary(t TB, name string) string {
 			return p
 		}
 	}
-	msg := fmt.Sprintf("%s not found in PATH: run `make deps` (installs it from Debian packages as root)", name)
+	missing(t, name+" (in PATH)", "")
+	return ""
+}
+
+// missing fails the test (CI) or skips it, naming `make deps` and the
+// Debian package that brings what is missing.
+func missing(t TB, what, pkg string) {
+	t.Helper()
+	from := "Debian's " + pkg + " package"
+	if pkg == "" {
+		from = "its Debian package"
+	}
+	msg := fmt.Sprintf("%s not found: run `make deps` (installs %s as root)", what, from)
 	if os.Getenv("CI") != "" {
 		t.Fatal(msg)
 	}
 	t.Skip(msg)
-	return ""
 }
 
 func isExec(p string) bool {

@@ -42,11 +42,7 @@ func zkJava(t TB) string {
 	t.Helper()
 	java := Binary(t, "java")
 	if !isFile(ZooKeeperJar) {
-		msg := fmt.Sprintf("%s not found: run `make deps` (installs Debian's zookeeper package as root)", ZooKeeperJar)
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		missing(t, ZooKeeperJar, "zookeeper")
 	}
 	return java
 }

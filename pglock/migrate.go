@@ -5,7 +5,9 @@ package pglock
 
 import (
 	"context"
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -52,8 +54,24 @@ func namesFor(table string) (names, error) {
 		raw:      table,
 		table:    pgx.Identifier(parts).Sanitize(),
 		sequence: pgx.Identifier(seq).Sanitize(),
-		channel:  strings.ReplaceAll(table, ".", "_") + "_released",
+		channel:  channelFor(table),
 	}, nil
+}
+
+// maxIdentLen is PostgreSQL's longest identifier, in bytes (NAMEDATALEN -
+// 1): pg_notify refuses a longer channel name, and LISTEN truncates one.
+const maxIdentLen = 63
+
+// channelFor names the NOTIFY channel of a table: "<table>_released" (a
+// schema's dot made '_'), or, when that is longer than a channel name may
+// be (red team: every Release of a table named with two long parts failed
+// with "channel name too long"), "dlock_<hash of the table>_released".
+func channelFor(table string) string {
+	if c := strings.ReplaceAll(table, ".", "_") + "_released"; len(c) <= maxIdentLen {
+		return c
+	}
+	sum := sha256.Sum256([]byte(table))
+	return "dlock_" + hex.EncodeToString(sum[:12]) + "_released"
 }
 
 func (n names) channelName() string { return n.channel }

@@ -59,7 +59,7 @@ FROM ` + t + ` h WHERE h.key = $1 AND h.expires_at > clock_timestamp() AND NOT E
 		hmd   []byte
 		leftS float64
 	)
-	err = b.pool.QueryRow(rctx, sql, req.Key, req.Owner, req.TTL.Milliseconds(), string(md)).Scan(&won, &token, &owner, &hmd, &leftS)
+	err = b.pool.QueryRow(rctx, sql, b.mode, req.Key, req.Owner, req.TTL.Milliseconds(), string(md)).Scan(&won, &token, &owner, &hmd, &leftS)
 	if err == nil || errors.Is(err, pgx.ErrNoRows) {
 		b.answered(sent)
 	}
@@ -86,7 +86,7 @@ FROM ` + t + ` h WHERE h.key = $1 AND h.expires_at > clock_timestamp() AND NOT E
 func (b *backend) Abort(ctx context.Context, req *driver.Request) error {
 	rctx, cancel := b.rpc(ctx)
 	defer cancel()
-	_, err := b.pool.Exec(rctx, `UPDATE `+b.n.table+` SET expires_at = '-infinity' WHERE key = $1 AND owner = $2`, req.Key, req.Owner)
+	_, err := b.pool.Exec(rctx, `UPDATE `+b.n.table+` SET expires_at = '-infinity' WHERE key = $1 AND owner = $2`, b.mode, req.Key, req.Owner)
 	if err != nil {
 		return fmt.Errorf("dlock: postgres abort %q: %w", req.Key, explain(err))
 	}

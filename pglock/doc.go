@@ -18,7 +18,10 @@
 //
 // Every operation is one statement in its own transaction: no session
 // state (no session advisory lock, no prepared statement kept, no SET), so
-// a Locker works behind PgBouncer in transaction pooling mode (tested).
+// a Locker works behind PgBouncer in transaction pooling mode (tested),
+// also on a pool with pgx's default configuration: pglock runs its
+// statements without pgx's statement cache (QueryExecModeExec where the
+// pool says QueryExecModeCacheStatement; any other mode as configured).
 //
 //   - Acquire inserts the key's row, or takes over a row whose lease
 //     expired or was released, or reads the holder.

@@ -51,7 +51,7 @@ func (b *backend) RefreshBatch(ctx context.Context, rs []driver.Renewal, done fu
 SET expires_at = clock_timestamp() + x.ttl * interval '1 millisecond'
 FROM unnest($1::text[], $2::text[], $3::bigint[]) AS x(key, owner, ttl)
 WHERE l.key = x.key AND l.owner = x.owner AND l.expires_at > clock_timestamp()
-RETURNING l.key, l.owner`, keys, owners, ttls)
+RETURNING l.key, l.owner`, b.mode, keys, owners, ttls)
 	renewed := map[[2]string]bool{}
 	if err == nil {
 		for rows.Next() {
@@ -106,7 +106,7 @@ func (l *lease) Release(ctx context.Context) error {
 ), n AS (SELECT pg_notify($3, key) FROM r)
 SELECT (SELECT count(*) FROM r), (SELECT count(*) FROM n),
 	EXISTS (SELECT 1 FROM `+b.n.table+` WHERE key = $1 AND owner = $2 AND expires_at = '-infinity')`,
-		l.key, l.owner, b.n.channelName()).Scan(&released, &notified, &before)
+		b.mode, l.key, l.owner, b.n.channelName()).Scan(&released, &notified, &before)
 	if err != nil {
 		return fmt.Errorf("dlock: postgres release %q: %w", l.key, explain(err))
 	}

@@ -26,7 +26,7 @@ func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) 
 	rctx, cancel := b.rpc(ctx)
 	defer cancel()
 	rows, err := b.pool.Query(rctx, `SELECT key, owner, token, metadata::text, extract(epoch FROM expires_at - clock_timestamp())::float8
-FROM `+b.n.table+` WHERE left(key, length($1)) = $1 AND expires_at > clock_timestamp() ORDER BY key COLLATE "C"`, prefix)
+FROM `+b.n.table+` WHERE left(key, length($1)) = $1 AND expires_at > clock_timestamp() ORDER BY key COLLATE "C"`, b.mode, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("dlock: postgres list: %w", explain(err))
 	}

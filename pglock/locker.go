@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock-go/dlock"
@@ -90,6 +91,7 @@ type backend struct {
 	pool    *pgxpool.Pool
 	n       names
 	timeout time.Duration
+	mode    pgx.QueryExecMode // passed to every statement: see execMode
 	migrate bool
 	l       *listener // nil: WithoutListen
 
@@ -151,10 +153,26 @@ func New(pool *pgxpool.Pool, opts ...Option) *Locker {
 		b.timeout = DefaultRequestTimeout
 	}
 	b.n = n
+	b.mode = execMode(pool)
 	if !o.noListen {
 		b.l = newListener(b)
 	}
 	return &Locker{e: dlock.NewEngine(b, opts...), b: b}
+}
+
+// execMode is how pglock runs its statements on pool: as the pool is
+// configured, except that pgx's default, QueryExecModeCacheStatement, is
+// replaced by QueryExecModeExec (one round trip, the unnamed statement).
+// The statement cache prepares named statements on the server connection,
+// and behind a transaction pooler (PgBouncer's transaction mode) that
+// connection is shared with other clients: red team, with a default pool
+// through PgBouncer most statements failed with "prepared statement
+// stmtcache_... already exists".
+func execMode(pool *pgxpool.Pool) pgx.QueryExecMode {
+	if m := pool.Config().ConnConfig.DefaultQueryExecMode; m != pgx.QueryExecModeCacheStatement {
+		return m
+	}
+	return pgx.QueryExecModeExec
 }
 
 // Acquire implements dlock.Locker.
@@ -189,7 +207,7 @@ func (b *backend) ready(ctx context.Context) error {
 	}
 	rctx, cancel := b.rpc(ctx)
 	defer cancel()
-	if err := migrate(rctx, b.pool, b.n); err != nil {
+	if err := migrate(rctx, b.pool, b.n, b.mode); err != nil {
 		return err
 	}
 	b.mu.Lock()

@@ -121,24 +121,26 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, opts ...Option) error {
 	if err != nil {
 		return err
 	}
-	return migrate(ctx, pool, n)
+	return migrate(ctx, pool, n, execMode(pool))
 }
 
-func migrate(ctx context.Context, pool *pgxpool.Pool, n names) error {
+// migrate applies the migrations not yet recorded, running every
+// statement in mode (see execMode).
+func migrate(ctx context.Context, pool *pgxpool.Pool, n names, mode pgx.QueryExecMode) error {
 	ms, err := migrations()
 	if err != nil {
 		return err
 	}
 	component := "leases:" + n.raw
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext('dlock_schema_migrations'))"); err != nil {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext('dlock_schema_migrations'))", mode); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+MigrationsTable+" (component text NOT NULL, version int NOT NULL, applied_at timestamptz NOT NULL DEFAULT clock_timestamp(), PRIMARY KEY (component, version))"); err != nil {
+		if _, err := tx.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+MigrationsTable+" (component text NOT NULL, version int NOT NULL, applied_at timestamptz NOT NULL DEFAULT clock_timestamp(), PRIMARY KEY (component, version))", mode); err != nil {
 			return err
 		}
 		var applied int
-		if err := tx.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM "+MigrationsTable+" WHERE component = $1", component).Scan(&applied); err != nil {
+		if err := tx.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM "+MigrationsTable+" WHERE component = $1", mode, component).Scan(&applied); err != nil {
 			return err
 		}
 		for _, m := range ms {
@@ -146,10 +148,10 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, n names) error {
 				continue
 			}
 			sql := strings.NewReplacer("{{table}}", n.table, "{{sequence}}", n.sequence).Replace(m.sql)
-			if _, err := tx.Exec(ctx, sql); err != nil {
+			if _, err := tx.Exec(ctx, sql, mode); err != nil {
 				return fmt.Errorf("migration %d: %w", m.version, err)
 			}
-			if _, err := tx.Exec(ctx, "INSERT INTO "+MigrationsTable+" (component, version) VALUES ($1, $2)", component, m.version); err != nil {
+			if _, err := tx.Exec(ctx, "INSERT INTO "+MigrationsTable+" (component, version) VALUES ($1, $2)", mode, component, m.version); err != nil {
 				return err
 			}
 		}

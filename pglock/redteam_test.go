@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testserver"
@@ -73,4 +75,54 @@ func waitListening(t *testing.T, pg *testserver.Postgres) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	time.Sleep(100 * time.Millisecond)
+}
+
+// Behind PgBouncer in transaction pooling mode with pgx's default
+// configuration (its statement cache prepares named statements on the
+// server connection, which the pooler hands to other clients): acquires,
+// releases, lists and migrations failed with "prepared statement
+// stmtcache_... already exists" (or "does not exist") most of the time,
+// while the package doc promised "no prepared statement kept". pglock now
+// runs its statements without the statement cache.
+func TestRedTeam_PgBouncerDefaultPool(t *testing.T) {
+	pg := testserver.StartPostgres(t)
+	pb := testserver.StartPgBouncer(t, pg)
+	dsn := strings.Replace(pb.DSN(""), "&default_query_exec_mode=exec", "", 1)
+	if dsn == pb.DSN("") {
+		t.Fatalf("cannot make a default DSN from %s", dsn)
+	}
+	const nPools = 4
+	var lockers []*pglock.Locker
+	for i := 0; i < nPools; i++ {
+		p := newPool(t, dsn)
+		if p.Config().ConnConfig.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
+			t.Fatalf("pool %d is not pgx's default configuration", i)
+		}
+		lockers = append(lockers, pglock.New(p))
+		if err := pglock.Migrate(dlocktest.Context(t), p); err != nil {
+			t.Fatalf("Migrate through PgBouncer with a default pool: %v", err)
+		}
+	}
+	key := dlocktest.Key(t)
+	var last uint64
+	for i := 0; i < 40; i++ {
+		l := lockers[i%nPools]
+		lk, err := l.Acquire(dlocktest.Context(t), key)
+		if err != nil {
+			t.Fatalf("cycle %d: Acquire through PgBouncer with a default pool: %v", i, err)
+		}
+		if lk.Token() <= last {
+			t.Fatalf("cycle %d: token %d after %d", i, lk.Token(), last)
+		}
+		last = lk.Token()
+		if err := lk.Refresh(dlocktest.Context(t)); err != nil {
+			t.Fatalf("cycle %d: Refresh: %v", i, err)
+		}
+		if _, err := lockers[(i+1)%nPools].List(dlocktest.Context(t), key); err != nil {
+			t.Fatalf("cycle %d: List: %v", i, err)
+		}
+		if err := lk.Release(dlocktest.Context(t)); err != nil {
+			t.Fatalf("cycle %d: Release: %v", i, err)
+		}
+	}
 }

@@ -12,7 +12,11 @@
 // by an embedded, versioned migration (migrations/*.sql), which a Locker
 // runs on first use (serialized by a transaction-scoped advisory lock,
 // recorded in MigrationsTable) unless WithoutMigrate is given; Migrate runs
-// it explicitly, and the SQL can be run by hand.
+// it explicitly, and the SQL can be run by hand. A Locker whose migrations
+// are recorded already only reads MigrationsTable, so an application role
+// needs no privilege to create tables: SELECT, INSERT and UPDATE on the
+// lease table, USAGE on its sequence and SELECT on MigrationsTable (or
+// WithoutMigrate, and no access to MigrationsTable).
 //
 // # Statements
 //

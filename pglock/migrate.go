@@ -132,6 +132,15 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, n names, mode pgx.QueryExe
 		return err
 	}
 	component := "leases:" + n.raw
+	// Up to date already (the common case): one read, no DDL and no lock.
+	// CREATE TABLE IF NOT EXISTS needs the privilege to create in the
+	// schema even when the table exists, so a role that may only use the
+	// table an administrator made could not pass the migration (red team).
+	var applied int
+	err = pool.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM "+MigrationsTable+" WHERE component = $1", mode, component).Scan(&applied)
+	if err == nil && applied >= ms[len(ms)-1].version {
+		return nil
+	}
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext('dlock_schema_migrations'))", mode); err != nil {
 			return err
@@ -139,7 +148,6 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, n names, mode pgx.QueryExe
 		if _, err := tx.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+MigrationsTable+" (component text NOT NULL, version int NOT NULL, applied_at timestamptz NOT NULL DEFAULT clock_timestamp(), PRIMARY KEY (component, version))", mode); err != nil {
 			return err
 		}
-		var applied int
 		if err := tx.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM "+MigrationsTable+" WHERE component = $1", mode, component).Scan(&applied); err != nil {
 			return err
 		}
@@ -158,6 +166,10 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, n names, mode pgx.QueryExe
 		return nil
 	})
 	if err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "42501" { // insufficient_privilege
+			return fmt.Errorf("dlock: pglock migrate %s: %w (the database user may not create the lease table: run pglock.Migrate, or the SQL in pglock/migrations, as a user who may; grant this one SELECT, INSERT and UPDATE on the table, USAGE on its sequence and SELECT on %s, or give WithoutMigrate)", n.raw, err, MigrationsTable)
+		}
 		return fmt.Errorf("dlock: pglock migrate %s: %w", n.raw, explain(err))
 	}
 	return nil

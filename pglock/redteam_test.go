@@ -126,3 +126,48 @@ func TestRedTeam_PgBouncerDefaultPool(t *testing.T) {
 		}
 	}
 }
+
+// The least-privilege setup: the lease table made by an administrator
+// (pglock.Migrate), the application's role allowed only to use it. A
+// default Locker (migration on first use) failed every call with
+// "permission denied for schema public" (PostgreSQL 15's default: only
+// the owner may create in public), because its migration ran CREATE TABLE
+// IF NOT EXISTS, which needs the privilege to create even when the table
+// exists; the error said the user "may not use the lease table".
+func TestRedTeam_LeastPrivilegeUser(t *testing.T) {
+	pg := testserver.StartPostgres(t)
+	if err := pglock.Migrate(dlocktest.Context(t), newPool(t, pg.DSN(""))); err != nil {
+		t.Fatal(err)
+	}
+	for _, sql := range []string{
+		"CREATE ROLE app LOGIN PASSWORD 'pw'",
+		"REVOKE CREATE ON SCHEMA public FROM PUBLIC",
+		"GRANT SELECT, INSERT, UPDATE ON " + pglock.DefaultTable + " TO app",
+		"GRANT USAGE ON SEQUENCE " + pglock.DefaultTable + "_token_seq TO app",
+		"GRANT SELECT ON " + pglock.MigrationsTable + " TO app",
+	} {
+		if _, err := pg.Exec("", sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	app := strings.Replace(pg.DSN(""), testserver.PostgresUser+"@", "app:pw@", 1)
+	l := pglock.New(newPool(t, app))
+	key := dlocktest.Key(t)
+	lk, err := l.Acquire(dlocktest.Context(t), key)
+	if err != nil {
+		t.Fatalf("Acquire as a role that may only use the lease table: %v", err)
+	}
+	if infos, err := l.List(dlocktest.Context(t), key); err != nil || len(infos) != 1 {
+		t.Fatalf("List: %v %v", infos, err)
+	}
+	if err := lk.Release(dlocktest.Context(t)); err != nil {
+		t.Fatal(err)
+	}
+	// Without the table, the same role is told to run Migrate as a role
+	// that may create it.
+	_, err = pglock.New(newPool(t, app), pglock.WithTable("other")).TryAcquire(dlocktest.Context(t), key)
+	if err == nil || !strings.Contains(err.Error(), "pglock.Migrate") {
+		t.Fatalf("no table and no privilege to create it: %v, want an error naming pglock.Migrate", err)
+	}
+	t.Logf("no table, no privilege: %v", err)
+}

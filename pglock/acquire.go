@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,6 +29,11 @@ import (
 // the TTL, so a client whose clock is wrong does not shorten or lengthen
 // anyone's lease.
 func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	for k, v := range req.Metadata {
+		if strings.IndexByte(k, 0) >= 0 || strings.IndexByte(v, 0) >= 0 {
+			return driver.Grant{}, fmt.Errorf("%w: postgres acquire %q: metadata %q holds a NUL byte, which PostgreSQL's jsonb cannot store", dlock.ErrInvalidOption, req.Key, k)
+		}
+	}
 	if err := b.ready(ctx); err != nil {
 		return driver.Grant{}, err
 	}

@@ -73,4 +73,6 @@
 //     standby is refused with an error saying so).
 //   - Bounded table size: one row stays per key ever locked.
 //   - One waiter woken per release: all waiters of the key are.
+//   - Metadata holding a NUL byte (jsonb cannot store one): Acquire
+//     refuses it with an error wrapping dlock.ErrInvalidOption.
 package pglock

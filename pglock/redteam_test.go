@@ -2,6 +2,7 @@ package pglock_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -170,4 +171,42 @@ func TestRedTeam_LeastPrivilegeUser(t *testing.T) {
 		t.Fatalf("no table and no privilege to create it: %v, want an error naming pglock.Migrate", err)
 	}
 	t.Logf("no table, no privilege: %v", err)
+}
+
+// Metadata is stored as jsonb, which cannot hold "\u0000": metadata with a
+// NUL byte (valid UTF-8, accepted by the core) failed with the server's
+// "unsupported Unicode escape sequence (SQLSTATE 22P05)". It is now refused
+// before anything is sent, with an error wrapping dlock.ErrInvalidOption;
+// other odd characters round-trip.
+func TestRedTeam_MetadataOddBytes(t *testing.T) {
+	pg := testserver.StartPostgres(t)
+	l := pglock.New(newPool(t, pg.DSN("")))
+	key := dlocktest.Key(t)
+	for name, md := range map[string][2]string{
+		"NUL in value": {"k", "x\x00y"},
+		"NUL in name":  {"k\x00", "v"},
+	} {
+		_, err := l.TryAcquire(dlocktest.Context(t), key, dlock.WithMetadata(md[0], md[1]))
+		if !errors.Is(err, dlock.ErrInvalidOption) || !strings.Contains(err.Error(), "NUL") {
+			t.Errorf("%s: TryAcquire = %v, want ErrInvalidOption naming the NUL byte", name, err)
+		}
+	}
+	odd := "\x01\x7f\"\\'\u2028\U0001F512\ufffd{}[]$1%_"
+	lk, err := l.TryAcquire(dlocktest.Context(t), key, dlock.WithMetadata(odd, odd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Release(context.Background())
+	infos, err := l.List(dlocktest.Context(t), key)
+	if err != nil || len(infos) != 1 {
+		t.Fatalf("List: %v %v", infos, err)
+	}
+	if got := infos[0].Holders[0].Metadata[odd]; got != odd {
+		t.Fatalf("metadata read back as %q, want %q", got, odd)
+	}
+	_, err = l.TryAcquire(dlocktest.Context(t), key)
+	var na *dlock.NotAcquiredError
+	if !errors.As(err, &na) || len(na.Holders) != 1 || na.Holders[0].Metadata[odd] != odd {
+		t.Fatalf("the holder as a contender sees it: %v", err)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"reflect"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -205,7 +206,7 @@ func (g *Guard) Check(ctx context.Context, tx pgx.Tx, resource string, f dlock.F
 	if err := g.check(ctx, resource); err != nil {
 		return err
 	}
-	if tx == nil {
+	if isNilTx(tx) {
 		return fmt.Errorf("%w: postgres guard %q: nil transaction", dlock.ErrInvalidOption, resource)
 	}
 	if err := g.checkOwner(resource, f); err != nil {
@@ -216,6 +217,17 @@ func (g *Guard) Check(ctx context.Context, tx pgx.Tx, resource string, f dlock.F
 		abortGuardTx(ctx, tx)
 	}
 	return err
+}
+
+// isNilTx reports a nil tx, also a nil pointer of a concrete type in the
+// interface (a *pgxpool.Tx left nil by a failed Begin), whose methods
+// would panic (red team).
+func isNilTx(tx pgx.Tx) bool {
+	if tx == nil {
+		return true
+	}
+	v := reflect.ValueOf(tx)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 // guardAbortStmt raises an error, which aborts the transaction it runs in.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
@@ -208,5 +209,25 @@ func TestRedTeam_MetadataOddBytes(t *testing.T) {
 	var na *dlock.NotAcquiredError
 	if !errors.As(err, &na) || len(na.Holders) != 1 || na.Holders[0].Metadata[odd] != odd {
 		t.Fatalf("the holder as a contender sees it: %v", err)
+	}
+}
+
+// A nil transaction of a concrete type in the pgx.Tx interface (a
+// *pgxpool.Tx left nil by a failed Begin) passed the nil check of
+// Guard.Check and panicked with a nil pointer dereference.
+func TestRedTeam_GuardTypedNilTx(t *testing.T) {
+	pg := testserver.StartPostgres(t)
+	g := pglock.NewGuard(newPool(t, pg.DSN("")))
+	var tx *pgxpool.Tx
+	err := func() (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Fatalf("Guard.Check panicked on a nil *pgxpool.Tx: %v", r)
+			}
+		}()
+		return g.Check(dlocktest.Context(t), tx, "r", dlock.Fence{Token: 1, Owner: "o"})
+	}()
+	if !errors.Is(err, dlock.ErrInvalidOption) {
+		t.Fatalf("Check(nil *pgxpool.Tx) = %v, want ErrInvalidOption", err)
 	}
 }

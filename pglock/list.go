@@ -6,7 +6,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dlock-go/dlock"
 )
@@ -18,6 +20,11 @@ import (
 func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) {
 	if err := l.e.Check(ctx); err != nil {
 		return nil, err
+	}
+	if !utf8.ValidString(prefix) || strings.IndexByte(prefix, 0) >= 0 {
+		// PostgreSQL's text cannot hold it (keys never do: see
+		// dlock.ValidateKey).
+		return nil, fmt.Errorf("%w: postgres list: prefix %q is not valid UTF-8 without NUL", dlock.ErrInvalidKey, prefix)
 	}
 	b := l.b
 	if err := b.ready(ctx); err != nil {

@@ -231,3 +231,20 @@ func TestRedTeam_GuardTypedNilTx(t *testing.T) {
 		t.Fatalf("Check(nil *pgxpool.Tx) = %v, want ErrInvalidOption", err)
 	}
 }
+
+// List with a prefix PostgreSQL's text cannot hold (a NUL byte, invalid
+// UTF-8) failed with the server's "invalid byte sequence for encoding"
+// error after a round trip; it is now refused up front with an error
+// wrapping dlock.ErrInvalidKey. A huge prefix is simply no match.
+func TestRedTeam_ListOddPrefix(t *testing.T) {
+	pg := testserver.StartPostgres(t)
+	l := pglock.New(newPool(t, pg.DSN("")))
+	for _, p := range []string{"a\x00", "\xff", "a\xc3"} {
+		if _, err := l.List(dlocktest.Context(t), p); !errors.Is(err, dlock.ErrInvalidKey) {
+			t.Errorf("List(%q) = %v, want ErrInvalidKey", p, err)
+		}
+	}
+	if infos, err := l.List(dlocktest.Context(t), strings.Repeat("é", 1<<16)); err != nil || len(infos) != 0 {
+		t.Errorf("List(huge prefix) = %v, %v", infos, err)
+	}
+}

@@ -3,7 +3,9 @@ package pglock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -246,5 +248,99 @@ func TestRedTeam_ListOddPrefix(t *testing.T) {
 	}
 	if infos, err := l.List(dlocktest.Context(t), strings.Repeat("é", 1<<16)); err != nil || len(infos) != 0 {
 		t.Errorf("List(huge prefix) = %v, %v", infos, err)
+	}
+}
+
+// Racing takeovers: lockers on separate pools take one key in turn, some
+// releasing, some abandoning the lock to expire (a takeover of an expired
+// row), directly and through PgBouncer with default pools. While a lock
+// is still valid (Err nil, checked under the test's mutex), its token must
+// be above every token granted before it: a later grant can only come
+// after its Lost() closed. Passed: kept as a regression test.
+func TestRedTeam_TokensUnderRacingTakeovers(t *testing.T) {
+	pg := testserver.StartPostgres(t)
+	pb := testserver.StartPgBouncer(t, pg)
+	for name, dsn := range map[string]string{
+		"direct":    pg.DSN(""),
+		"pgbouncer": strings.Replace(pb.DSN(""), "&default_query_exec_mode=exec", "", 1),
+	} {
+		t.Run(name, func(t *testing.T) {
+			key := dlocktest.Key(t)
+			var (
+				mu      sync.Mutex
+				last    uint64
+				checked int
+			)
+			var wg sync.WaitGroup
+			errs := make(chan error, 64)
+			for g := 0; g < 6; g++ {
+				l := pglock.New(newPool(t, dsn))
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < 8; i++ {
+						lk, err := l.Acquire(dlocktest.Context(t), key, dlock.WithTTL(300*time.Millisecond), dlock.WithAutoRefresh(false))
+						if err != nil {
+							errs <- err
+							return
+						}
+						mu.Lock()
+						if lk.Err() == nil {
+							if lk.Token() <= last {
+								errs <- fmt.Errorf("token %d granted after %d", lk.Token(), last)
+							}
+							last = lk.Token()
+							checked++
+						}
+						mu.Unlock()
+						if (g+i)%3 != 0 {
+							_ = lk.Release(dlocktest.Context(t))
+						} else {
+							<-lk.Lost() // abandoned: the next grant is a takeover of the expired row
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+			t.Logf("%d grants checked, last token %d", checked, last)
+		})
+	}
+}
+
+// Many waiters on one key sharing a pool of two connections (and the
+// LISTEN connection taken out of it): every one gets the key in turn, and
+// the holders' releases are not starved of connections.
+func TestRedTeam_ManyWaitersSmallPool(t *testing.T) {
+	pg := testserver.StartPostgres(t)
+	pool := newPool(t, pg.DSN("")+"&pool_max_conns=2")
+	l := pglock.New(pool)
+	key := dlocktest.Key(t)
+	const n = 100
+	ctx, cancel := context.WithTimeout(context.Background(), 4*dlocktest.HangTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lk, err := l.Acquire(ctx, key)
+			if err != nil {
+				errs <- err
+				return
+			}
+			if err := lk.Release(ctx); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
 	}
 }

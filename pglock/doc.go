@@ -71,7 +71,17 @@
 //   - Failover: a lease written to a primary that fails before its
 //     replica has it is lost with it; locks need the primary (a read-only
 //     standby is refused with an error saying so).
-//   - Bounded table size: one row stays per key ever locked.
+//   - Bounded table size: one row stays per key ever locked. Deleting
+//     rows by hand keeps token order, with one narrow exception: a first
+//     insert draws its token before it finds the key's row missing, so an
+//     acquire in flight while a row is taken over, released and deleted
+//     can insert a token below the deleted row's. Delete only rows
+//     released or expired long ago.
+//   - Durability with synchronous_commit = off (or fsync off): a server
+//     crash can lose grants it acknowledged, and the sequence's advance
+//     with them, so a key can be granted again to someone else, with a
+//     token already used. Keep synchronous_commit on for the lease table's
+//     database role or database.
 //   - One waiter woken per release: all waiters of the key are.
 //   - Metadata holding a NUL byte (jsonb cannot store one): Acquire
 //     refuses it with an error wrapping dlock.ErrInvalidOption.

@@ -408,23 +408,33 @@ func TestRedWaitTimeoutReportedAsOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lk.Release(context.Background())
-	unavail, notacq := 0, 0
-	var sample error
-	for i := 0; i < 300; i++ {
-		_, err := m.Acquire(context.Background(), "k", dlock.WithWait(time.Duration(2+i%5)*time.Millisecond),
-			dlock.WithBackoff(dlock.ConstBackoff{Delay: 100 * time.Microsecond}))
-		switch {
-		case errors.Is(err, dlock.ErrNotAcquired):
-			notacq++
-		case errors.Is(err, dlock.ErrUnavailable):
-			unavail++
-			sample = err
-		default:
-			t.Fatalf("unexpected: %v", err)
+	// An attempt in flight when the wait ends gets a grace of a few round
+	// trips (at least 5ms) to answer. On a machine loaded far beyond its
+	// cores the attempt's goroutine can wait longer than that for a CPU,
+	// and the attempt is then rightly abandoned as unanswered. The finding
+	// was systematic (every round of 300 had some), so the test fails only
+	// if three rounds in a row do.
+	const rounds = 3
+	for round := 1; round <= rounds; round++ {
+		unavail, notacq := 0, 0
+		var sample error
+		for i := 0; i < 300; i++ {
+			_, err := m.Acquire(context.Background(), "k", dlock.WithWait(time.Duration(2+i%5)*time.Millisecond),
+				dlock.WithBackoff(dlock.ConstBackoff{Delay: 100 * time.Microsecond}))
+			switch {
+			case errors.Is(err, dlock.ErrNotAcquired):
+				notacq++
+			case errors.Is(err, dlock.ErrUnavailable):
+				unavail++
+				sample = err
+			default:
+				t.Fatalf("unexpected: %v", err)
+			}
+		}
+		t.Logf("round %d: in-process memlock, key held throughout: %d ErrNotAcquired, %d ErrUnavailable; e.g. %v", round, notacq, unavail, sample)
+		if unavail == 0 {
+			return
 		}
 	}
-	t.Logf("in-process memlock, key held throughout: %d ErrNotAcquired, %d ErrUnavailable; e.g. %v", notacq, unavail, sample)
-	if unavail > 0 {
-		t.Errorf("MISLEADING: %d of 300 plain wait timeouts on a healthy backend reported as an outage", unavail)
-	}
+	t.Errorf("MISLEADING: plain wait timeouts on a healthy backend reported as an outage in %d rounds of 300 in a row", rounds)
 }

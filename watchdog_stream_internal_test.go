@@ -21,7 +21,9 @@ func rt4N(def int) int {
 // lock's TTL/4, so the batch behind it was lost late (36000 locks under
 // -race: up to 216ms late, 5 of 5 runs). The cap is now per deadline
 // millisecond, by the longest TTL counted there.
-func TestRegressMixedTTLStreamLead(t *testing.T) {
+func TestRegressMixedTTLStreamLead(t *testing.T) { rt4Attempts(t, rt4RegressMixedTTLStreamLead) }
+
+func rt4RegressMixedTTLStreamLead(t rt4T) {
 	b := newRT4Backend()
 	a := NewEngine(b)
 	n := rt4N(12000)
@@ -83,6 +85,10 @@ func TestRegressMixedTTLStreamLead(t *testing.T) {
 // with it, every run). The stream is now read from the root's due time,
 // whatever it is due for.
 func TestRegressRenewalRootKeepsStreamLead(t *testing.T) {
+	rt4Attempts(t, rt4RegressRenewalRootKeepsStreamLead)
+}
+
+func rt4RegressRenewalRootKeepsStreamLead(t rt4T) {
 	b := newRT4Backend()
 	a := NewEngine(b)
 	n := rt4N(8000)
@@ -128,6 +134,10 @@ func TestRegressRenewalRootKeepsStreamLead(t *testing.T) {
 // (no margin), a pass that ran ahead of the stream re-armed by the short
 // lock's own lead and lost the rest up to 27ms late.
 func TestRegressSpreadStreamBehindShortRoot(t *testing.T) {
+	rt4Attempts(t, rt4RegressSpreadStreamBehindShortRoot)
+}
+
+func rt4RegressSpreadStreamBehindShortRoot(t rt4T) {
 	b := newRT4Backend()
 	a := NewEngine(b)
 	n := rt4N(12000)

@@ -73,9 +73,14 @@ require (
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dlock-go/dlock/etcdlock v0.0.0-00010101000000-000000000000
+	github.com/dlock-go/dlock/pglock v0.0.0-00010101000000-000000000000
 	github.com/dlock-go/dlock/redlock v0.0.0-00010101000000-000000000000
 	github.com/dlock-go/dlock/zklock v0.0.0-00010101000000-000000000000
 	github.com/go-zookeeper/zk v1.0.4
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/pgx/v5 v5.12.0
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 )

@@ -11,6 +11,7 @@ import (
 	rsredis "github.com/go-redsync/redsync/v4/redis"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/go-zookeeper/zk"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 	"github.com/redis/rueidis/rueidislock"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/etcdlock"
+	"github.com/dlock-go/dlock/pglock"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/dlock-go/dlock/redlock"
 	"github.com/dlock-go/dlock/zklock"
@@ -41,7 +43,7 @@ type lib struct {
 	// mode states the blocking mode and settings used, for the report.
 	mode string
 	// group: libraries compared with each other ("redis", "redlock", "etcd",
-	// "zookeeper").
+	// "zookeeper", "postgres").
 	group string
 	// newLocker makes a contender with its own client connections.
 	newLocker func() (locker, error)
@@ -53,6 +55,7 @@ type env struct {
 	redis   []string // addresses of independent redis-servers (first = single)
 	etcdEPs []string
 	zk      []string // one standalone ZooKeeper server
+	pg      string   // DSN of one PostgreSQL server
 }
 
 func redisClient(addr string) *redis.Client {
@@ -134,6 +137,30 @@ func libraries(e *env) []lib {
 					return nil, err
 				}
 				return &zkLock{c: c}, nil
+			}},
+		{name: "dlock pglock", group: "postgres", contended: true, mode: fmt.Sprintf("Acquire (LISTEN/NOTIFY wake-up, backoff fallback 5-500ms), default watchdog, pglock.New on a default pgxpool (%d conns): one statement per acquire and one per release, a lease by the database's clock, a fencing token, no session state (pooler-safe)", pgMaxConns(e.pg)),
+			newLocker: func() (locker, error) {
+				pool, err := pgPool(e.pg)
+				if err != nil {
+					return nil, err
+				}
+				return warm(&dlockLocker{l: pglock.New(pool), close_: pool.Close})
+			}},
+		{name: "advisory lock (session)", group: "postgres", contended: true, mode: "baseline on the same server and pool: pg_try_advisory_lock(hashtext(key)) on a pooled connection kept while the lock is held, pg_advisory_unlock on it; a waiter blocks in pg_advisory_lock, so the server hands over the lock itself (the fastest hand-off PostgreSQL has; a try+retry loop could only be slower). No lease, no fencing token, a connection per held lock and per waiter, not pooler-safe",
+			newLocker: func() (locker, error) {
+				pool, err := pgPool(e.pg)
+				if err != nil {
+					return nil, err
+				}
+				return warm(&pgAdvisory{pool: pool})
+			}},
+		{name: "advisory lock (transaction)", group: "postgres", contended: true, mode: "baseline: BEGIN; pg_try_advisory_xact_lock(hashtext(key)) (a waiter blocks in pg_advisory_xact_lock); COMMIT releases. The lock lives as long as a transaction held open on a pooled connection. No lease, no fencing token",
+			newLocker: func() (locker, error) {
+				pool, err := pgPool(e.pg)
+				if err != nil {
+					return nil, err
+				}
+				return warm(&pgXactAdvisory{pool: pool})
 			}},
 	}
 }
@@ -302,3 +329,104 @@ func (z *zkLock) lock(ctx context.Context, key string) (func(context.Context) er
 	}
 }
 func (z *zkLock) close() { z.c.Close() }
+
+// pgPool is a pgxpool with its defaults (as pgxpool.New gives), on dsn.
+func pgPool(dsn string) (*pgxpool.Pool, error) {
+	return pgxpool.New(context.Background(), dsn)
+}
+
+// pgMaxConns is the size of a default pool on dsn (pgxpool's default:
+// the larger of 4 and the number of CPUs).
+func pgMaxConns(dsn string) int32 {
+	c, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return 0
+	}
+	return c.MaxConns
+}
+
+// warm takes and releases one lock on a fresh key, so that a contender
+// starts with a connection dialled and its statements prepared (and
+// pglock's first-use schema check done) like the clients of the other
+// groups, which connect before they are measured. On failure it closes lk.
+func warm(lk locker) (locker, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	un, err := lk.lock(ctx, uniqueKey("warm"))
+	if err == nil {
+		err = un(ctx)
+	}
+	if err != nil {
+		lk.close()
+		return nil, err
+	}
+	return lk, nil
+}
+
+// pgAdvisory is a session advisory lock: a connection out of the pool for
+// as long as the lock is held, the lock taken and released on it.
+type pgAdvisory struct{ pool *pgxpool.Pool }
+
+// discard closes c's connection before it goes back to the pool (which
+// then drops it): after an error the session may hold the lock (a wait
+// cancelled just as it was granted), and only its end releases that.
+func discard(c *pgxpool.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	c.Conn().Close(ctx)
+	c.Release()
+}
+
+func (a *pgAdvisory) lock(ctx context.Context, key string) (func(context.Context) error, error) {
+	c, err := a.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var ok bool
+	err = c.QueryRow(ctx, "SELECT pg_try_advisory_lock(hashtext($1))", key).Scan(&ok)
+	if err == nil && !ok {
+		_, err = c.Exec(ctx, "SELECT pg_advisory_lock(hashtext($1))", key)
+	}
+	if err != nil {
+		discard(c)
+		return nil, fmt.Errorf("advisory lock %s: %w", key, err)
+	}
+	return func(ctx context.Context) error {
+		var ok bool
+		err := c.QueryRow(ctx, "SELECT pg_advisory_unlock(hashtext($1))", key).Scan(&ok)
+		if err == nil && !ok {
+			err = errors.New("not held")
+		}
+		if err != nil {
+			discard(c)
+			return fmt.Errorf("advisory unlock %s: %w", key, err)
+		}
+		c.Release()
+		return nil
+	}, nil
+}
+func (a *pgAdvisory) close() { a.pool.Close() }
+
+// pgXactAdvisory is a transaction-scoped advisory lock: the lock is held
+// by an open transaction and released by its end.
+type pgXactAdvisory struct{ pool *pgxpool.Pool }
+
+func (a *pgXactAdvisory) lock(ctx context.Context, key string) (func(context.Context) error, error) {
+	tx, err := a.pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var ok bool
+	err = tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock(hashtext($1))", key).Scan(&ok)
+	if err == nil && !ok {
+		_, err = tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", key)
+	}
+	if err != nil {
+		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		tx.Rollback(rctx) // closes the connection if it cannot roll back
+		cancel()
+		return nil, fmt.Errorf("advisory xact lock %s: %w", key, err)
+	}
+	return tx.Commit, nil
+}
+func (a *pgXactAdvisory) close() { a.pool.Close() }

@@ -1,5 +1,5 @@
 // Command dlockbench measures dlock against the raw-Redis floor and peer
-// libraries (Redis, etcd, ZooKeeper) in one run, on servers it starts
+// libraries (Redis, etcd, ZooKeeper, PostgreSQL) in one run, on servers it starts
 // itself on loopback, prints the results with ratios and checks them
 // against the project's targets. With -out it also writes the report as
 // Markdown (docs/benchmarks.md).
@@ -89,7 +89,7 @@ func progress(format string, args ...any) {
 
 func run(t *tb, cfg config) int {
 	started := time.Now()
-	progress("starting 5 redis-servers, 1 etcd member and 1 ZooKeeper server on loopback")
+	progress("starting 5 redis-servers, 1 etcd member, 1 ZooKeeper server and 1 PostgreSQL server on loopback")
 	e := &env{}
 	for i := 0; i < 5; i++ {
 		e.redis = append(e.redis, testserver.StartRedis(t).Addr())
@@ -97,8 +97,10 @@ func run(t *tb, cfg config) int {
 	e.etcdEPs = etcdtest.Start(t, 1).Endpoints()
 	zks := testserver.StartZooKeeper(t)
 	e.zk = []string{zks.Addr()}
+	pg := testserver.StartPostgres(t)
+	e.pg = pg.DSN("")
 	libs := libraries(e)
-	rep := &report{cfg: cfg, libs: libs, zkVersion: zkVersion(zks), unc: map[string]uncontendedResult{}, thr: map[string]float64{}, con: map[string]contendedResult{}, errs: map[string]string{}}
+	rep := &report{cfg: cfg, libs: libs, zkVersion: zkVersion(zks), pgVersion: pgVersion(pg), unc: map[string]uncontendedResult{}, thr: map[string]float64{}, con: map[string]contendedResult{}, errs: map[string]string{}}
 
 	progress("uncontended  all %d libraries, interleaved in 10 rounds (%v each)", len(libs), cfg.measure)
 	rep.unc = uncontendedAll(libs, cfg.measure, 10)
@@ -161,8 +163,19 @@ func zkVersion(z *testserver.ZooKeeper) string {
 	return "?"
 }
 
+// pgVersion is the server's version as it reports it ("15.14"), without
+// the packager's note in parentheses.
+func pgVersion(p *testserver.Postgres) string {
+	v, err := p.Exec("", "SHOW server_version")
+	if err != nil || v == "" {
+		return "?"
+	}
+	v, _, _ = strings.Cut(v, " (") // Debian's "15.14 (Debian 15.14-0+deb12u1)"
+	return v
+}
+
 // machine describes where the numbers come from.
-func machine(zkV string) string {
+func machine(zkV, pgV string) string {
 	cpu := "unknown CPU"
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
@@ -176,6 +189,6 @@ func machine(zkV string) string {
 	if out, err := exec.Command("redis-server", "--version").Output(); err == nil {
 		redisV = strings.TrimSpace(string(out))
 	}
-	return fmt.Sprintf("%s, %d cores (GOMAXPROCS %d), %s %s/%s; %s; etcd (embedded) %s; ZooKeeper %s (standalone)",
-		cpu, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH, redisV, etcdVersion(), zkV)
+	return fmt.Sprintf("%s, %d cores (GOMAXPROCS %d), %s %s/%s; %s; etcd (embedded) %s; ZooKeeper %s (standalone); PostgreSQL %s (fsync off)",
+		cpu, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH, redisV, etcdVersion(), zkV, pgV)
 }

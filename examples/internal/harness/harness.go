@@ -13,7 +13,6 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/dlock-go/dlock/etcdlock/etcdtest"
 	"github.com/dlock-go/dlock/internal/testserver"
 )
 
@@ -93,13 +92,4 @@ func Postgres(t testserver.TB, dsn string) string {
 		return dsn
 	}
 	return testserver.StartPostgres(t).DSN("")
-}
-
-// Etcd returns endpoint, or, if it is empty, the client URL of a
-// single-member etcd embedded in this process.
-func Etcd(t testserver.TB, endpoint string) string {
-	if endpoint != "" {
-		return endpoint
-	}
-	return etcdtest.Start(t, 1).Endpoints()[0]
 }

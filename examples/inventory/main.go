@@ -167,7 +167,7 @@ func pausedBuyer(raw []byte) error {
 // continued once every other buyer is done (sku-0 sold out by buyers
 // holding newer tokens), so its write comes after theirs.
 func runScenario(ctx context.Context, e env, sc scenario, logf func(string, ...any)) (result, error) {
-	ctx, cancel := context.WithTimeout(ctx, 45*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
 	run := e.run + "-" + map[bool]string{true: "fenced", false: "lock"}[sc.fenced] + map[bool]string{true: "-paused", false: ""}[sc.pause]
 	s, err := openShop(ctx, e.redis, e.pg, run, sc.fenced)

@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -47,8 +50,18 @@ func Say(format string, args ...any) {
 
 // StopSelf stops this process with SIGSTOP, every thread of it, as a long
 // GC pause or a stalled VM would; it returns once the parent continues it.
+//
+// The signal is sent to the calling thread (tgkill), not to the process:
+// a process-directed SIGSTOP may be taken by another thread, and until
+// that thread runs and stops the others, the caller goes on running its
+// next statements (on a loaded host, long enough to do the write the
+// pause was meant to delay). A thread-directed one is taken by the caller
+// on its way out of the system call: nothing after StopSelf runs before
+// the process is continued.
 func StopSelf() {
-	_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	_ = syscall.Tgkill(os.Getpid(), syscall.Gettid(), syscall.SIGSTOP)
 }
 
 // Child is a child process: this program's binary re-executed in a role.
@@ -116,15 +129,15 @@ func (c *Child) Expect(ctx context.Context, prefix string) (string, error) {
 	}
 }
 
-// WaitStopped waits until the child is stopped (state T in /proc), as it
-// is after StopSelf.
+// WaitStopped waits until the child is stopped, every thread of it (state
+// T in /proc), as it is after StopSelf.
 func (c *Child) WaitStopped(ctx context.Context) error {
 	for {
-		st, err := procState(c.Pid())
+		stopped, err := allStopped(c.Pid())
 		if err != nil {
 			return fmt.Errorf("child %d: %w", c.Pid(), err)
 		}
-		if st == 'T' {
+		if stopped {
 			return nil
 		}
 		select {
@@ -137,16 +150,38 @@ func (c *Child) WaitStopped(ctx context.Context) error {
 	}
 }
 
-// procState is the state letter of process pid (Linux /proc).
-func procState(pid int) (byte, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+// allStopped reports whether every thread of process pid is stopped
+// (Linux /proc).
+func allStopped(pid int) (bool, error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return false, err
+	}
+	for _, t := range tasks {
+		st, err := procState(fmt.Sprintf("/proc/%d/task/%s/stat", pid, t.Name()))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // a thread that exited
+		}
+		if err != nil {
+			return false, err
+		}
+		if st != 'T' {
+			return false, nil
+		}
+	}
+	return len(tasks) > 0, nil
+}
+
+// procState is the state letter in a /proc stat file.
+func procState(path string) (byte, error) {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, err
 	}
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 || i+2 >= len(s) {
-		return 0, fmt.Errorf("unexpected /proc/%d/stat: %q", pid, s)
+		return 0, fmt.Errorf("unexpected %s: %q", path, s)
 	}
 	return s[i+2], nil
 }

@@ -17,7 +17,7 @@ TEST_TIMEOUT ?= 20m
 # committed seed corpora; run `make fuzz FUZZTIME=5m` for a real session).
 FUZZTIME ?= 10s
 
-.PHONY: all deps test vet fmt-check fuzz release-check safety safety-quick safety-repro bench bench-quick demo build clean
+.PHONY: all deps test vet fmt-check fuzz release-check safety safety-quick safety-repro bench bench-quick demo examples build clean
 
 all: test
 
@@ -56,6 +56,7 @@ test: deps fmt-check vet
 	@$(MAKE) --no-print-directory fuzz
 	@$(MAKE) --no-print-directory release-check
 	@$(MAKE) --no-print-directory safety-quick
+	@$(MAKE) --no-print-directory examples
 
 ## release-check: prove the modules install the way a user gets them: pack
 ## every module into a local module proxy at a throw-away version, then
@@ -82,6 +83,16 @@ build:
 ## demo: the fencing story with real processes, zero set-up (file backend).
 demo: build
 	./bin/dlock demo
+
+## examples: run the case studies (examples/: inventory, nightly,
+## transfer) on servers they start themselves; each prints its invariant
+## lines and fails if one is not as expected (their tests already ran in
+## `make test`'s go test of the examples module).
+examples: deps
+	@set -e; for ex in inventory nightly transfer; do \
+	  echo "== examples/$$ex"; \
+	  (cd examples && $(GO) run ./$$ex); \
+	done
 
 ## safety: the safety harness (safety/): worker processes under real
 ## faults on real servers; rewrites docs/safety.md. SEED=N replays a run.

@@ -36,9 +36,10 @@ import (
 
 const root = "github.com/dlock-go/dlock"
 
-// unpublished are the workspace's modules that test dlock and that no
-// user imports: the benchmarks and the safety harness.
-var unpublished = map[string]bool{root + "/bench": true, root + "/safety": true}
+// unpublished are the workspace's modules that test or show dlock and
+// that no user imports: the benchmarks, the safety harness and the case
+// studies (examples).
+var unpublished = map[string]bool{root + "/bench": true, root + "/examples": true, root + "/safety": true}
 
 type module struct {
 	Path string // module path

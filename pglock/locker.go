@@ -125,7 +125,11 @@ func (b *backend) silent(ctx context.Context, what string, err error) error {
 	if ctx.Err() == nil {
 		return err
 	}
-	since := time.Since(time.Unix(0, b.lastOK.Load()))
+	last := b.lastOK.Load()
+	if last == 0 {
+		return fmt.Errorf("dlock: postgres %s: no answer from PostgreSQL yet (%v)", what, err)
+	}
+	since := time.Since(time.Unix(0, last))
 	if since < answerRecency {
 		return err
 	}

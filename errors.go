@@ -151,7 +151,7 @@ type LostError struct {
 
 func (e *LostError) Error() string {
 	s := fmt.Sprintf("dlock: lock %q (token %d) lost: %s", e.Key, e.Token, e.Reason.text())
-	if e.Cause != nil {
+	if e.Cause != nil && e.Cause != ErrHoldCapReached { // its text is the reason's
 		s += ": " + e.Cause.Error()
 	}
 	return s

@@ -165,3 +165,15 @@ func TestFailedEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The hold cap's LostError says so once ("hold cap reached: dlock: hold
+// cap reached" before), and still wraps ErrHoldCapReached.
+func TestLostErrorHoldCapText(t *testing.T) {
+	e := &dlock.LostError{Key: "k", Token: 7, Reason: dlock.LossHoldCap, Cause: dlock.ErrHoldCapReached}
+	if got, want := e.Error(), `dlock: lock "k" (token 7) lost: hold cap reached`; got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
+	}
+	if !errors.Is(e, dlock.ErrHoldCapReached) || !errors.Is(e, dlock.ErrLockLost) {
+		t.Errorf("%v does not wrap ErrHoldCapReached and ErrLockLost", e)
+	}
+}

@@ -128,13 +128,7 @@ func deploy(t *tb, c caseSpec, workers int) *deployment {
 		}
 		srv := testserver.StartRedis(t, opts...)
 		d.redis = []*testserver.Redis{srv}
-		for range workers {
-			addr := srv.Addr()
-			if c.fault == "partition-client" || c.fault == "lost-replies" {
-				p := testserver.StartProxy(t, srv.Addr())
-				d.proxies = append(d.proxies, p)
-				addr = p.Addr()
-			}
+		for _, addr := range d.clientAddrs(t, c, workers, srv.Addr()) {
 			d.specs = append(d.specs, "redis:"+addr)
 		}
 	case "redis-clock":
@@ -176,13 +170,7 @@ func deploy(t *tb, c caseSpec, workers int) *deployment {
 		}
 	case "zk":
 		d.zk = testserver.StartZooKeeper(t)
-		for range workers {
-			addr := d.zk.Addr()
-			if c.fault == "partition-client" || c.fault == "lost-replies" {
-				p := testserver.StartProxy(t, addr)
-				d.proxies = append(d.proxies, p)
-				addr = p.Addr()
-			}
+		for _, addr := range d.clientAddrs(t, c, workers, d.zk.Addr()) {
 			d.specs = append(d.specs, zkSpec([]string{addr}, c.ttl))
 		}
 	case "zk3":
@@ -199,6 +187,55 @@ func deploy(t *tb, c caseSpec, workers int) *deployment {
 		t.Fatalf("unknown backend %q", c.backend)
 	}
 	return d
+}
+
+// clientAddrs is the address each of n workers reaches the server at addr
+// by: through a fault proxy of its own (appended to d.proxies) when the
+// fault acts on the client's link (partition-client, lost-replies), else
+// addr itself.
+func (d *deployment) clientAddrs(t *tb, c caseSpec, n int, addr string) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = addr
+		if c.fault == "partition-client" || c.fault == "lost-replies" {
+			p := testserver.StartProxy(t, addr)
+			d.proxies = append(d.proxies, p)
+			out[i] = p.Addr()
+		}
+	}
+	return out
+}
+
+// pauser is a server process the server-pause fault stops (SIGSTOP) and
+// continues.
+type pauser interface {
+	Pause()
+	Resume()
+}
+
+// pauseTargets are the servers the server-pause fault stops: the
+// deployment's one server, a majority of Redlock's nodes, or a ZooKeeper
+// ensemble's leader (none if no member reports itself leader within a TTL:
+// an election is running, and the fault does not take place).
+func (d *deployment) pauseTargets(c caseSpec) []pauser {
+	switch {
+	case d.etcd != nil:
+		return []pauser{d.etcd}
+	case d.zk != nil:
+		return []pauser{d.zk}
+	case d.zk3 != nil:
+		// The leader: the followers elect another after syncLimit
+		// ticks; the old one resumes to find itself deposed.
+		if l := zkLeader(d.zk3, c.ttl); l != nil {
+			return []pauser{l}
+		}
+		return nil
+	}
+	var out []pauser
+	for _, s := range d.redis[:len(d.redis)/2+1] { // a majority (1 of 1)
+		out = append(out, s)
+	}
+	return out
 }
 
 // zkSpec is the backend spec of a ZooKeeper client of servers whose locks
@@ -453,36 +490,17 @@ func inject(t *tb, c caseSpec, d *deployment, procs *[]*proc, dir string, seed u
 		mark(from)
 		return true
 	case "server-pause":
+		servers := d.pauseTargets(c)
+		if len(servers) == 0 {
+			return false
+		}
 		from := history.Now()
-		switch {
-		case d.etcd != nil:
-			d.etcd.Pause()
-			time.Sleep(hold)
-			d.etcd.Resume()
-		case d.zk != nil:
-			d.zk.Pause()
-			time.Sleep(hold)
-			d.zk.Resume()
-		case d.zk3 != nil:
-			// The leader: the followers elect another after syncLimit
-			// ticks; the old one resumes to find itself deposed.
-			l := zkLeader(d.zk3, c.ttl)
-			if l == nil {
-				return false
-			}
-			from = history.Now()
-			l.Pause()
-			time.Sleep(hold)
-			l.Resume()
-		default:
-			n := len(d.redis)/2 + 1 // a majority (1 of 1)
-			for _, s := range d.redis[:n] {
-				s.Pause()
-			}
-			time.Sleep(hold)
-			for _, s := range d.redis[:n] {
-				s.Resume()
-			}
+		for _, s := range servers {
+			s.Pause()
+		}
+		time.Sleep(hold)
+		for _, s := range servers {
+			s.Resume()
 		}
 		mark(from)
 		return true

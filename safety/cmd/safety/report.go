@@ -272,7 +272,11 @@ const matrixNotes = `
   pooler's DSN turns pgx's statement cache off; waiters, whose LISTEN
   wake-ups do not cross the pooler, poll), so pooling changes nothing: a
   paused holder overlaps the next one the same way, and its write is
-  refused the same way.
+  refused the same way. (pglock LISTENs by default there too, and the
+  server session the pooler ran the LISTEN on stays subscribed after it
+  goes back to the pool: PgBouncer 1.18 warns about every NOTIFY such a
+  session receives and has been seen to exit on one, "server in bad
+  state". A pooler that exits is a case error, not a safety result.)
 - **A holder killed mid-work** (file) leaves its lease to expire: the next
   holder waits up to one TTL; no overlap, no lost update.
 

@@ -227,16 +227,35 @@ func (p *Postgres) logTail() string {
 
 // group signals the postmaster and every process it forked (backends
 // and workers). Each backend calls setsid(), so the process group is not
-// enough: the children are found by their parent pid in /proc.
-func (p *Postgres) group(sig syscall.Signal) {
+// enough: the children are found by their parent pid in /proc. The
+// postmaster is stopped before the search and signalled after its
+// children: a running one could fork a backend the search misses, and a
+// killed one's children are reparented (and so not found) before the
+// search reaches them; they would outlive the crash. It returns the
+// children it signalled.
+func (p *Postgres) group(sig syscall.Signal) []int {
 	if p.cmd == nil || p.cmd.Process == nil {
-		return
+		return nil
 	}
 	pid := p.cmd.Process.Pid
-	_ = syscall.Kill(pid, sig)
-	for _, c := range childPIDs(pid) {
+	_ = syscall.Kill(pid, syscall.SIGSTOP)
+	children := childPIDs(pid)
+	for _, c := range children {
 		_ = syscall.Kill(c, sig)
 	}
+	_ = syscall.Kill(pid, sig)
+	return children
+}
+
+// exitedPID reports whether process pid has exited (gone, or a zombie
+// waiting for its new parent to reap it).
+func exitedPID(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i < 0 || len(b) < i+3 || b[i+2] == 'Z' || b[i+2] == 'X'
 }
 
 // childPIDs lists the processes whose parent is pid (Linux /proc).
@@ -279,11 +298,22 @@ func (p *Postgres) kill() {
 		return
 	}
 	p.group(syscall.SIGCONT)
-	p.group(syscall.SIGKILL)
+	children := p.group(syscall.SIGKILL)
+	end := time.Now().Add(10 * time.Second)
 	select {
 	case <-p.exited:
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Until(end)):
 		p.t.Errorf("postgres pid %d did not exit after SIGKILL", p.cmd.Process.Pid)
+	}
+	// The backends too, so that the crash is over when kill returns (and
+	// a restart does not find the old server's shared memory in use).
+	for _, c := range children {
+		for !exitedPID(c) && time.Now().Before(end) {
+			time.Sleep(time.Millisecond)
+		}
+		if !exitedPID(c) {
+			p.t.Errorf("postgres backend pid %d did not exit after SIGKILL", c)
+		}
 	}
 	p.cmd = nil
 }

@@ -1,7 +1,10 @@
 package testserver_test
 
 import (
+	"fmt"
+	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -45,5 +48,57 @@ func TestPgBouncer(t *testing.T) {
 	out, err := exec.Command(psql, "postgres://dlock@"+b.Addr()+"/postgres?sslmode=disable", "-X", "-A", "-t", "-c", "SELECT current_setting('port')").CombinedOutput()
 	if err != nil || strings.TrimSpace(string(out)) != strings.TrimPrefix(pg.Addr(), "127.0.0.1:") {
 		t.Fatalf("through pgbouncer: %q, %v", out, err)
+	}
+}
+
+// Stop and Restart killed the postmaster before they looked for its
+// backends by their parent pid: the backends, reparented in between,
+// were not killed, and went on (to the end of their statement, logging
+// "terminating connection due to unexpected postmaster exit") after the
+// crash was over: not a crash of the whole server.
+func TestRegressPostgresStopKillsBackends(t *testing.T) {
+	pg := testserver.StartPostgres(t)
+	psql, err := exec.LookPath("psql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Idle sessions: psql waiting on its standard input.
+	const sessions = 8
+	for range sessions {
+		cmd := exec.Command(psql, pg.DSN(""), "-X", "-q")
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { in.Close(); cmd.Process.Kill(); cmd.Wait() })
+	}
+	var pids []int
+	for end := time.Now().Add(10 * time.Second); len(pids) < sessions; time.Sleep(50 * time.Millisecond) {
+		out, err := pg.Exec("", "SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pids = pids[:0]
+		for _, f := range strings.Fields(out) {
+			pid, _ := strconv.Atoi(f)
+			pids = append(pids, pid)
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%d of %d psql sessions connected", len(pids), sessions)
+		}
+	}
+	pg.Stop()
+	for _, pid := range pids {
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && !strings.Contains(string(b), ") Z") {
+			t.Errorf("backend %d still running after Stop", pid)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	log, _ := os.ReadFile(pg.LogPath())
+	if n := strings.Count(string(log), "unexpected postmaster exit"); n > 0 {
+		t.Errorf("%d backends outlived the postmaster (they noticed its exit and logged it)", n)
 	}
 }

@@ -6,12 +6,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/filelock"
+	"github.com/dlock-go/dlock/pglock"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/dlock-go/dlock/redlock"
 	"github.com/dlock-go/dlock/zklock"
@@ -19,11 +21,13 @@ import (
 
 // openLocker opens the backend a worker locks with, from a spec
 // "redis:ADDR", "redlock:ADDR,ADDR,...", "etcd:URL,URL,...",
-// "zk:ADDR,ADDR,...@SESSIONTIMEOUT" or "file:DIR". Clients are the
-// libraries' defaults: no promise may depend on the user's client
+// "zk:ADDR,ADDR,...@SESSIONTIMEOUT", "pg:DSN" or "file:DIR". Clients are
+// the libraries' defaults: no promise may depend on the user's client
 // settings. A ZooKeeper lock's lease comes from its session (two thirds of
 // the timeout the ensemble granted), not from the worker's TTL, so the
-// session timeout is part of the spec.
+// session timeout is part of the spec. A PostgreSQL pool is pgxpool's
+// default configuration for the DSN (a libpq URL or key=value string):
+// whatever the DSN says, and nothing else.
 func openLocker(spec string) (dlock.Locker, func(), error) {
 	kind, arg, ok := strings.Cut(spec, ":")
 	if !ok || arg == "" {
@@ -62,6 +66,12 @@ func openLocker(spec string) (dlock.Locker, func(), error) {
 			return nil, nil, err
 		}
 		return zklock.New(c), func() { c.Close() }, nil
+	case "pg":
+		pool, err := pgxpool.New(context.Background(), arg)
+		if err != nil {
+			return nil, nil, err
+		}
+		return pglock.New(pool), pool.Close, nil
 	case "file":
 		l, err := filelock.New(arg)
 		if err != nil {

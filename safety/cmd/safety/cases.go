@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -46,9 +47,10 @@ func (c caseSpec) name() string { return c.backend + "/" + c.fault }
 var faultDoc = map[string]string{
 	"none":             "no fault (baseline)",
 	"client-pause":     "a worker stops itself (SIGSTOP) between its fenced read and its write, while it believes it holds the lock, for 3×TTL; then SIGCONT",
-	"server-pause":     "the server (Redlock: a majority of nodes; a ZooKeeper ensemble: its leader) is stopped with SIGSTOP for 3×TTL: connections stay open, requests hang",
+	"server-pause":     "the server (Redlock: a majority of nodes; a ZooKeeper ensemble: its leader; PostgreSQL: the postmaster and every backend) is stopped with SIGSTOP for 3×TTL: connections stay open, requests hang",
 	"restart-volatile": "the server is killed (SIGKILL) and restarted at once with no persistence: every lock is forgotten",
 	"restart-aof":      "the server is killed (SIGKILL) and restarted at once with appendonly yes, appendfsync always",
+	"restart":          "the server is killed (SIGKILL: PostgreSQL's postmaster and every backend, a crash) and started again at once on the same data directory; crash recovery replays the WAL, so every acknowledged commit survives",
 	"partition-client": "one worker's link to the server is stalled (fault proxy: bytes stop flowing both ways, the connection stays open) for 3×TTL",
 	"partition-server": "one Redlock node of 3 is cut off from every client (its fault proxy stalls: requests hang, connections stay open) for 3×TTL",
 	"kleppmann":        "Kleppmann's Redlock scenario: node C is cut off (connections refused) for one TTL, so holders take A and B only; then B is restarted without persistence and C is healed: a majority (B, C) no longer knows the holder",
@@ -90,6 +92,15 @@ func allCases() []caseSpec {
 		{"zk", "lost-replies", ttl, dur, 1},
 		{"zk3", "kill-leader", ttl, 20 * time.Second, 2},
 		{"zk3", "server-pause", ttl, 15 * time.Second, 2},
+		{"pg", "none", ttl, dur, 0},
+		// 15 s: waiters race for a released row, so the worker chosen to
+		// pause may wait a while for the key; 12 s fitted one pause only.
+		{"pg", "client-pause", ttl, 15 * time.Second, pauses},
+		{"pg", "server-pause", ttl, dur, 2},
+		{"pg", "partition-client", ttl, dur, 2},
+		{"pg", "lost-replies", ttl, dur, 1},
+		{"pg", "restart", ttl, dur, pauses},
+		{"pgbouncer", "client-pause", ttl, 15 * time.Second, pauses},
 		{"file", "none", ttl, dur, 0},
 		{"file", "client-pause", ttl, dur, pauses},
 		{"file", "kill-holder", ttl, dur, pauses},
@@ -114,6 +125,7 @@ type deployment struct {
 	etcd3   *etcdtest.Cluster
 	zk      *testserver.ZooKeeper   // standalone
 	zk3     []*testserver.ZooKeeper // an ensemble of 3
+	pg      *testserver.Postgres    // also behind PgBouncer (pgbouncer)
 	clocked *shimmedRedis
 	fileDir string
 }
@@ -128,13 +140,7 @@ func deploy(t *tb, c caseSpec, workers int) *deployment {
 		}
 		srv := testserver.StartRedis(t, opts...)
 		d.redis = []*testserver.Redis{srv}
-		for range workers {
-			addr := srv.Addr()
-			if c.fault == "partition-client" || c.fault == "lost-replies" {
-				p := testserver.StartProxy(t, srv.Addr())
-				d.proxies = append(d.proxies, p)
-				addr = p.Addr()
-			}
+		for _, addr := range d.clientAddrs(t, c, workers, srv.Addr()) {
 			d.specs = append(d.specs, "redis:"+addr)
 		}
 	case "redis-clock":
@@ -176,19 +182,26 @@ func deploy(t *tb, c caseSpec, workers int) *deployment {
 		}
 	case "zk":
 		d.zk = testserver.StartZooKeeper(t)
-		for range workers {
-			addr := d.zk.Addr()
-			if c.fault == "partition-client" || c.fault == "lost-replies" {
-				p := testserver.StartProxy(t, addr)
-				d.proxies = append(d.proxies, p)
-				addr = p.Addr()
-			}
+		for _, addr := range d.clientAddrs(t, c, workers, d.zk.Addr()) {
 			d.specs = append(d.specs, zkSpec([]string{addr}, c.ttl))
 		}
 	case "zk3":
 		d.zk3 = testserver.StartZooKeeperEnsemble(t, 3)
 		for range workers {
 			d.specs = append(d.specs, zkSpec(testserver.ZooKeeperAddrs(d.zk3), c.ttl))
+		}
+	case "pg", "pgbouncer":
+		// pgbouncer: the workers reach PostgreSQL through PgBouncer in
+		// transaction pooling mode (its DSN turns pgx's statement cache
+		// off, as PgBouncer needs).
+		d.pg = testserver.StartPostgres(t)
+		dsn, addr := d.pg.DSN(""), d.pg.Addr()
+		if c.backend == "pgbouncer" {
+			b := testserver.StartPgBouncer(t, d.pg)
+			dsn, addr = b.DSN(""), b.Addr()
+		}
+		for _, a := range d.clientAddrs(t, c, workers, addr) {
+			d.specs = append(d.specs, "pg:"+dsnAt(t, dsn, a))
 		}
 	case "file":
 		d.fileDir = t.TempDir()
@@ -199,6 +212,68 @@ func deploy(t *tb, c caseSpec, workers int) *deployment {
 		t.Fatalf("unknown backend %q", c.backend)
 	}
 	return d
+}
+
+// clientAddrs is the address each of n workers reaches the server at addr
+// by: through a fault proxy of its own (appended to d.proxies) when the
+// fault acts on the client's link (partition-client, lost-replies), else
+// addr itself.
+func (d *deployment) clientAddrs(t *tb, c caseSpec, n int, addr string) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = addr
+		if c.fault == "partition-client" || c.fault == "lost-replies" {
+			p := testserver.StartProxy(t, addr)
+			d.proxies = append(d.proxies, p)
+			out[i] = p.Addr()
+		}
+	}
+	return out
+}
+
+// dsnAt is the connection URL dsn with its host:port replaced by addr
+// (a worker's fault proxy).
+func dsnAt(t *tb, dsn, addr string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = addr
+	return u.String()
+}
+
+// pauser is a server process the server-pause fault stops (SIGSTOP) and
+// continues.
+type pauser interface {
+	Pause()
+	Resume()
+}
+
+// pauseTargets are the servers the server-pause fault stops: the
+// deployment's one server, a majority of Redlock's nodes, or a ZooKeeper
+// ensemble's leader (none if no member reports itself leader within a TTL:
+// an election is running, and the fault does not take place).
+func (d *deployment) pauseTargets(c caseSpec) []pauser {
+	switch {
+	case d.etcd != nil:
+		return []pauser{d.etcd}
+	case d.zk != nil:
+		return []pauser{d.zk}
+	case d.pg != nil: // the postmaster and every backend
+		return []pauser{d.pg}
+	case d.zk3 != nil:
+		// The leader: the followers elect another after syncLimit
+		// ticks; the old one resumes to find itself deposed.
+		if l := zkLeader(d.zk3, c.ttl); l != nil {
+			return []pauser{l}
+		}
+		return nil
+	}
+	var out []pauser
+	for _, s := range d.redis[:len(d.redis)/2+1] { // a majority (1 of 1)
+		out = append(out, s)
+	}
+	return out
 }
 
 // zkSpec is the backend spec of a ZooKeeper client of servers whose locks
@@ -453,36 +528,17 @@ func inject(t *tb, c caseSpec, d *deployment, procs *[]*proc, dir string, seed u
 		mark(from)
 		return true
 	case "server-pause":
+		servers := d.pauseTargets(c)
+		if len(servers) == 0 {
+			return false
+		}
 		from := history.Now()
-		switch {
-		case d.etcd != nil:
-			d.etcd.Pause()
-			time.Sleep(hold)
-			d.etcd.Resume()
-		case d.zk != nil:
-			d.zk.Pause()
-			time.Sleep(hold)
-			d.zk.Resume()
-		case d.zk3 != nil:
-			// The leader: the followers elect another after syncLimit
-			// ticks; the old one resumes to find itself deposed.
-			l := zkLeader(d.zk3, c.ttl)
-			if l == nil {
-				return false
-			}
-			from = history.Now()
-			l.Pause()
-			time.Sleep(hold)
-			l.Resume()
-		default:
-			n := len(d.redis)/2 + 1 // a majority (1 of 1)
-			for _, s := range d.redis[:n] {
-				s.Pause()
-			}
-			time.Sleep(hold)
-			for _, s := range d.redis[:n] {
-				s.Resume()
-			}
+		for _, s := range servers {
+			s.Pause()
+		}
+		time.Sleep(hold)
+		for _, s := range servers {
+			s.Resume()
 		}
 		mark(from)
 		return true
@@ -494,9 +550,13 @@ func inject(t *tb, c caseSpec, d *deployment, procs *[]*proc, dir string, seed u
 		p.Heal()
 		mark(from)
 		return true
-	case "restart-volatile", "restart-aof":
+	case "restart-volatile", "restart-aof", "restart":
 		from := history.Now()
-		d.redis[0].Restart()
+		if d.pg != nil {
+			d.pg.Restart()
+		} else {
+			d.redis[0].Restart()
+		}
 		mark(from)
 		time.Sleep(c.ttl)
 		return true

@@ -238,6 +238,45 @@ const matrixNotes = `
   stopped one resumes to find itself deposed. Tokens must keep increasing
   across elections, and a lease must not outlive the leader's silence:
   expect unavailability for the election and no overlap.
+- **PostgreSQL** (the pg rows) keeps a lease as a row of a table:
+  expires_at is the database's clock_timestamp() plus the TTL, written by
+  the statement that grants or renews it, and a takeover is allowed only
+  once expires_at ≤ clock_timestamp(). Expiry is judged by the server's
+  one clock, never a client's; the holder counts its own deadline from
+  the moment it sent the statement, which is before the server read its
+  clock, so the holder's deadline passes first (a client clock running
+  slow against the server's is what the drift allowance covers). Tokens
+  come from a sequence, drawn (nextval) while the takeover holds the row's
+  lock, so a key's tokens increase in grant order. The client-pause rows
+  are Kleppmann's case once more: the row expires by the database's clock
+  while the holder sleeps, the next worker takes it over with a higher
+  token, and the guard refuses the late write. A stopped server (the
+  postmaster and every backend), a stalled link and lost replies cost
+  availability only: the server's clock runs on while it is stopped, and a
+  renewal extends a row only if it is still the owner's and unexpired by
+  that clock, so a renewal that arrives late (queued in a stopped backend,
+  held in a stalled link) extends nothing, while the holder has already
+  given the lease up at its own deadline. An acquisition whose reply is
+  lost is undone by its owner id (every attempt has its own), and a
+  release whose reply is lost is safe to retry (it finds its own row
+  marked released). **The restart row** crashes the server mid-hold
+  (SIGKILL to the postmaster and every backend, then crash recovery): a
+  lease is a committed row, so it survives with its expiry by the
+  database's clock, and its holder keeps it through the short outage or
+  gives it up at its own deadline; the sequence does not go back either
+  (PostgreSQL logs a sequence ahead of the values it hands out, so after
+  recovery it resumes past every token issued: tokens jump, never
+  repeat). Expect unavailability for the restart and no overlap. Behind
+  **PgBouncer** in transaction pooling (the pgbouncer row) every operation
+  is one statement in its own transaction with no session state (the
+  pooler's DSN turns pgx's statement cache off; waiters, whose LISTEN
+  wake-ups do not cross the pooler, poll), so pooling changes nothing: a
+  paused holder overlaps the next one the same way, and its write is
+  refused the same way. (pglock LISTENs by default there too, and the
+  server session the pooler ran the LISTEN on stays subscribed after it
+  goes back to the pool: PgBouncer 1.18 warns about every NOTIFY such a
+  session receives and has been seen to exit on one, "server in bad
+  state". A pooler that exits is a case error, not a safety result.)
 - **A holder killed mid-work** (file) leaves its lease to expire: the next
   holder waits up to one TTL; no overlap, no lost update.
 

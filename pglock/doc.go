@@ -45,11 +45,18 @@
 //     lease, and NOTIFYs in the same statement; a retried release whose
 //     first reply was lost finds its own released row and succeeds.
 //
-// Waiters are woken by LISTEN/NOTIFY on one connection per Locker (taken
-// out of the pool while someone waits) and keep polling with the
-// dlock.WithBackoff backoff meanwhile, so a notification lost (a broken
-// connection, or a transaction pooler: NOTIFY does not cross one) delays a
-// waiter by one poll step at most. Every waiter of a key is woken by its
+// Waiters are woken by LISTEN/NOTIFY on one connection per Locker and keep
+// polling with the dlock.WithBackoff backoff meanwhile, so a notification
+// lost (a broken connection, or a transaction pooler: NOTIFY does not
+// cross one) delays a waiter by one poll step at most. The LISTEN
+// connection is opened outside the pool, with the pool's configuration
+// and its BeforeConnect and AfterConnect hooks (so it does not count
+// against MaxConns and waiting never shrinks the pool), when the Locker's
+// first waiter subscribes; it stays open while someone waits and for two
+// seconds after the last waiter left, for the Locker's next wait to
+// reuse, then is closed. One that stays silent for ten seconds is pinged,
+// and abandoned and opened again if the server does not answer within the
+// request timeout. Every waiter of a key is woken by its
 // release; they race for it.
 //
 // # Guarantees

@@ -59,3 +59,77 @@ func TestWokenByNotify(t *testing.T) {
 		t.Fatal("the waiter was not woken by the release (a one-minute poll would be next)")
 	}
 }
+
+// listenPIDs lists the server processes that ran LISTEN.
+func listenPIDs(t *testing.T, pg *testserver.Postgres) string {
+	t.Helper()
+	out, err := pg.Exec("", "SELECT coalesce(string_agg(pid::text, ',' ORDER BY pid), '') FROM pg_stat_activity WHERE query LIKE 'LISTEN %'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// A Locker that waits again and again keeps one LISTEN connection,
+// opened outside its pool (the pool opens no connection for it), and
+// closes it a linger after its last wait.
+func TestListenConnectionReused(t *testing.T) {
+	pg := testserver.StartPostgres(t)
+	key := dlocktest.Key(t)
+	holder := pglock.New(newPool(t, pg.DSN("")))
+	wpool := newPool(t, pg.DSN(""))
+	waiter := pglock.New(wpool)
+	ctx := dlocktest.Context(t)
+	var pids string
+	var conns int64
+	for i := 0; i < 5; i++ {
+		hl, err := holder.Acquire(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			lk, err := waiter.Acquire(ctx, key, dlock.WithBackoff(dlock.ConstBackoff{Delay: time.Minute}))
+			if err == nil {
+				err = lk.Release(ctx)
+			}
+			got <- err
+		}()
+		end := time.Now().Add(dlocktest.HangTimeout)
+		for listenPIDs(t, pg) == "" {
+			if time.Now().After(end) {
+				t.Fatal("hang: the waiter never listened")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(100 * time.Millisecond) // its retry after subscribing has run
+		p := listenPIDs(t, pg)
+		if i == 0 {
+			pids, conns = p, wpool.Stat().NewConnsCount()
+		} else if p != pids {
+			t.Fatalf("wait %d: LISTEN by backend %s, the first wait's was %s: not reused", i, p, pids)
+		}
+		if err := hl.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(dlocktest.HangTimeout):
+			t.Fatal("the waiter was not woken by the release")
+		}
+	}
+	if n := wpool.Stat().NewConnsCount(); n != conns {
+		t.Errorf("the waiter's pool opened %d connections after its first wait: the LISTEN connection came from it", n-conns)
+	}
+	// Closed a linger after the last wait.
+	end := time.Now().Add(dlocktest.HangTimeout)
+	for listenPIDs(t, pg) != "" {
+		if time.Now().After(end) {
+			t.Fatalf("the LISTEN connection outlived its last waiter by %v", dlocktest.HangTimeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -27,8 +27,12 @@
 // statements without pgx's statement cache (QueryExecModeExec where the
 // pool says QueryExecModeCacheStatement; any other mode as configured).
 //
-//   - Acquire inserts the key's row, or takes over a row whose lease
-//     expired or was released, or reads the holder.
+//   - Acquire reads the key's live lease and reports its holder; only when
+//     there is none does it insert the key's row or take over a row whose
+//     lease expired or was released. An attempt on a held key is thus a
+//     read: it locks no row, draws no token and writes nothing, so
+//     waiters retrying do not queue behind the holder's release or
+//     renewal.
 //   - Expiry is by the database's clock: expires_at is clock_timestamp()
 //     plus the TTL, computed by the server; the client's clock is never
 //     sent, so a client with a wrong clock cannot shorten or lengthen a

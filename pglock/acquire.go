@@ -17,10 +17,17 @@ import (
 	"github.com/dlock-go/dlock/driver"
 )
 
-// Try implements driver.Driver in one statement: insert the key, or take
-// over a row whose lease expired (or was released) by the database's
-// clock, with the next token of the table's sequence; otherwise read the
-// holder (from the statement's snapshot). A takeover draws its token
+// Try implements driver.Driver in one statement: read the key's live
+// lease (from the statement's snapshot) and report its holder; only if
+// there is none, insert the key, or take over a row whose lease expired
+// (or was released) by the database's clock, with the next token of the
+// table's sequence. An attempt that finds the key held is thus a read: it
+// locks no row, draws no token, takes no transaction id and writes no
+// WAL, and does not queue behind the holder's release or renewal. A row
+// that the snapshot shows expired but that a concurrent takeover renewed
+// is seen by the insert's conflict check (which reads the row's latest
+// version under its lock) and left alone: the statement then returns no
+// row, and the key is reported held. A takeover draws its token
 // while it holds the row's lock, so a key's tokens increase in the order
 // it is granted; rows are never deleted by pglock (a release marks the
 // row), so a key's next grant is always a takeover. (A first insert draws
@@ -42,9 +49,13 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 		return driver.Grant{}, err
 	}
 	t := b.n.table
-	sql := `WITH taken AS (
+	sql := `WITH live AS (
+	SELECT h.token, h.owner, h.metadata, h.expires_at FROM ` + t + ` h
+	WHERE h.key = $1 AND h.expires_at > clock_timestamp()
+), taken AS (
 	INSERT INTO ` + t + ` AS l (key, owner, token, expires_at, metadata, acquired_at)
-	VALUES ($1, $2, nextval('` + b.n.sequence + `'), clock_timestamp() + $3 * interval '1 millisecond', $4::text::jsonb, clock_timestamp())
+	SELECT $1, $2, nextval('` + b.n.sequence + `'), clock_timestamp() + $3 * interval '1 millisecond', $4::text::jsonb, clock_timestamp()
+	WHERE NOT EXISTS (SELECT 1 FROM live)
 	ON CONFLICT (key) DO UPDATE
 		SET owner = EXCLUDED.owner, token = nextval('` + b.n.sequence + `'), expires_at = EXCLUDED.expires_at,
 		    metadata = EXCLUDED.metadata, acquired_at = EXCLUDED.acquired_at
@@ -54,7 +65,7 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 SELECT true, token, '', '{}', 0::float8 FROM taken
 UNION ALL
 SELECT false, h.token, h.owner, h.metadata::text, extract(epoch FROM h.expires_at - clock_timestamp())::float8
-FROM ` + t + ` h WHERE h.key = $1 AND h.expires_at > clock_timestamp() AND NOT EXISTS (SELECT 1 FROM taken)`
+FROM live h WHERE NOT EXISTS (SELECT 1 FROM taken)`
 	rctx, cancel := b.rpc(ctx)
 	defer cancel()
 	sent := time.Now()

@@ -27,8 +27,12 @@
 // statements without pgx's statement cache (QueryExecModeExec where the
 // pool says QueryExecModeCacheStatement; any other mode as configured).
 //
-//   - Acquire inserts the key's row, or takes over a row whose lease
-//     expired or was released, or reads the holder.
+//   - Acquire reads the key's live lease and reports its holder; only when
+//     there is none does it insert the key's row or take over a row whose
+//     lease expired or was released. An attempt on a held key is thus a
+//     read: it locks no row, draws no token and writes nothing, so
+//     waiters retrying do not queue behind the holder's release or
+//     renewal.
 //   - Expiry is by the database's clock: expires_at is clock_timestamp()
 //     plus the TTL, computed by the server; the client's clock is never
 //     sent, so a client with a wrong clock cannot shorten or lengthen a
@@ -45,11 +49,18 @@
 //     lease, and NOTIFYs in the same statement; a retried release whose
 //     first reply was lost finds its own released row and succeeds.
 //
-// Waiters are woken by LISTEN/NOTIFY on one connection per Locker (taken
-// out of the pool while someone waits) and keep polling with the
-// dlock.WithBackoff backoff meanwhile, so a notification lost (a broken
-// connection, or a transaction pooler: NOTIFY does not cross one) delays a
-// waiter by one poll step at most. Every waiter of a key is woken by its
+// Waiters are woken by LISTEN/NOTIFY on one connection per Locker and keep
+// polling with the dlock.WithBackoff backoff meanwhile, so a notification
+// lost (a broken connection, or a transaction pooler: NOTIFY does not
+// cross one) delays a waiter by one poll step at most. The LISTEN
+// connection is opened outside the pool, with the pool's configuration
+// and its BeforeConnect and AfterConnect hooks (so it does not count
+// against MaxConns and waiting never shrinks the pool), when the Locker's
+// first waiter subscribes; it stays open while someone waits and for two
+// seconds after the last waiter left, for the Locker's next wait to
+// reuse, then is closed. One that stays silent for ten seconds is pinged,
+// and abandoned and opened again if the server does not answer within the
+// request timeout. Every waiter of a key is woken by its
 // release; they race for it.
 //
 // # Guarantees

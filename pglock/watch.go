@@ -1,5 +1,6 @@
-// Wake-ups: one LISTEN connection per Locker, while some Acquire waits,
-// dispatching release notifications to the waiters of the released key.
+// Wake-ups: one LISTEN connection per Locker, while some Acquire waits
+// and for a short linger after, dispatching release notifications to the
+// waiters of the released key.
 
 package pglock
 
@@ -15,22 +16,51 @@ import (
 	"github.com/dlock-go/dlock/internal/background"
 )
 
-// listener holds the LISTEN connection of a Locker while it has
-// subscribers, and closes it when the last one leaves. A notification
-// lost (the connection broke, or a transaction pooler sits between: NOTIFY
-// does not cross one) delays a waiter by one poll step at most: the engine
-// keeps polling with its backoff while it waits.
-type listener struct {
-	b *backend
+// Timing of the LISTEN connection.
+const (
+	// listenLinger is how long the LISTEN connection stays open after
+	// its last waiter left, for the next wait of the Locker to reuse (a
+	// Locker that waits again and again, as contenders on a busy key do,
+	// otherwise opened a server connection per wait and missed the
+	// releases sent while it was opening).
+	listenLinger = 2 * time.Second
+	// listenCheck is how long the LISTEN connection may stay silent
+	// before it is pinged: one that does not answer within the request
+	// timeout (a hung server or a stalled link) is abandoned and opened
+	// again.
+	listenCheck = 10 * time.Second
+	// listenRetry is the pause before a broken LISTEN connection is
+	// opened again while someone waits.
+	listenRetry = time.Second
+)
 
-	mu     sync.Mutex
-	subs   map[string]map[*sub]struct{}
-	n      int
-	cancel context.CancelFunc // of the running LISTEN loop; nil if none
+// listener holds the LISTEN connection of a Locker while it has
+// subscribers and for listenLinger after the last one left. The
+// connection is its own, opened with the pool's configuration (and its
+// BeforeConnect and AfterConnect hooks) but outside the pool, so waiting
+// never takes a connection from the pool. A notification lost (the
+// connection broke, or a transaction pooler sits between: NOTIFY does not
+// cross one) delays a waiter by one poll step at most: the engine keeps
+// polling with its backoff while it waits.
+type listener struct {
+	b      *backend
+	linger time.Duration
+
+	mu   sync.Mutex
+	subs map[string]map[*sub]struct{}
+	n    int
+	cur  *listenRun // the running LISTEN loop; nil if none
+}
+
+// listenRun is one LISTEN loop, from the first waiter to the end of the
+// linger after the last.
+type listenRun struct {
+	cancel context.CancelFunc
+	idle   *time.Timer // the linger: set while the loop runs without subscribers
 }
 
 func newListener(b *backend) *listener {
-	return &listener{b: b, subs: map[string]map[*sub]struct{}{}}
+	return &listener{b: b, linger: listenLinger, subs: map[string]map[*sub]struct{}{}}
 }
 
 // sub is one waiter's subscription.
@@ -66,10 +96,17 @@ func (l *listener) add(key string) *sub {
 	}
 	l.subs[key][s] = struct{}{}
 	l.n++
-	if l.cancel == nil {
+	switch {
+	case l.cur == nil:
 		ctx, cancel := context.WithCancel(context.Background())
-		l.cancel = cancel
-		background.Go(func() { l.run(ctx) })
+		r := &listenRun{cancel: cancel}
+		l.cur = r
+		background.Go(func() { l.run(ctx, r) })
+	case l.cur.idle != nil:
+		// A lingering connection: it is listening already, so no
+		// release is missed; keep it.
+		l.cur.idle.Stop()
+		l.cur.idle = nil
 	}
 	return s
 }
@@ -86,10 +123,27 @@ func (l *listener) remove(s *sub) {
 			delete(l.subs, s.key)
 		}
 	}
-	if l.n == 0 && l.cancel != nil {
-		l.cancel()
-		l.cancel = nil
+	if l.n == 0 && l.cur != nil && l.cur.idle == nil {
+		r := l.cur
+		r.idle = time.AfterFunc(l.linger, func() { l.stop(r) })
 	}
+}
+
+// stop ends r if it is still the running loop and still has no
+// subscriber (its linger ran out, or its connection broke meanwhile).
+func (l *listener) stop(r *listenRun) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cur != r || l.n > 0 {
+		return false
+	}
+	if r.idle != nil {
+		r.idle.Stop()
+		r.idle = nil
+	}
+	r.cancel()
+	l.cur = nil
+	return true
 }
 
 // notify wakes the waiters of key.
@@ -120,11 +174,16 @@ func (l *listener) wakeAll() {
 }
 
 // run holds a LISTEN connection until ctx ends, reconnecting after a
-// pause when it breaks.
-func (l *listener) run(ctx context.Context) {
+// pause when it breaks while someone waits; a connection that breaks
+// during the linger is not replaced.
+func (l *listener) run(ctx context.Context, r *listenRun) {
+	defer r.cancel()
 	for ctx.Err() == nil {
 		l.listenOnce(ctx)
-		t := time.NewTimer(time.Second)
+		if l.stop(r) {
+			return
+		}
+		t := time.NewTimer(listenRetry)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
@@ -133,34 +192,69 @@ func (l *listener) run(ctx context.Context) {
 	}
 }
 
+// dial opens a connection as the pool would, but outside it.
+func (l *listener) dial(ctx context.Context) (*pgx.Conn, error) {
+	pcfg := l.b.pool.Config()
+	cfg := pcfg.ConnConfig.Copy()
+	if pcfg.BeforeConnect != nil {
+		if err := pcfg.BeforeConnect(ctx, cfg); err != nil {
+			return nil, err
+		}
+	}
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if pcfg.AfterConnect != nil {
+		if err := pcfg.AfterConnect(ctx, c); err != nil {
+			closeConn(c)
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// closeConn closes c, waiting for a hung server no longer than a second.
+func closeConn(c *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	c.Close(ctx)
+}
+
 func (l *listener) listenOnce(ctx context.Context) {
 	b := l.b
-	actx, cancel := b.rpc(ctx)
-	conn, err := b.pool.Acquire(actx)
+	dctx, cancel := b.rpc(ctx)
+	c, err := l.dial(dctx)
 	cancel()
 	if err != nil {
 		return
 	}
-	// The connection carries session state (LISTEN): never hand it back
-	// to the pool.
-	pc := conn.Hijack()
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		pc.Close(cctx)
-		cancel()
-	}()
+	defer closeConn(c)
 	lctx, cancel := b.rpc(ctx)
-	_, err = pc.Exec(lctx, "LISTEN "+pgx.Identifier{b.n.channel}.Sanitize())
+	_, err = c.Exec(lctx, "LISTEN "+pgx.Identifier{b.n.channel}.Sanitize())
 	cancel()
 	if err != nil {
 		return
 	}
 	l.wakeAll()
 	for {
-		n, err := pc.WaitForNotification(ctx)
+		wctx, cancel := context.WithTimeout(ctx, listenCheck)
+		n, err := c.WaitForNotification(wctx)
+		quiet := wctx.Err() != nil
+		cancel()
+		switch {
+		case err == nil:
+			l.notify(n.Payload)
+			continue
+		case ctx.Err() != nil || !quiet || c.IsClosed():
+			return
+		}
+		// Silent for listenCheck: does the server still answer?
+		pctx, cancel := b.rpc(ctx)
+		err = c.Ping(pctx)
+		cancel()
 		if err != nil {
 			return
 		}
-		l.notify(n.Payload)
 	}
 }

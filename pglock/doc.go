@@ -51,8 +51,13 @@
 //
 // Waiters are woken by LISTEN/NOTIFY on one connection per Locker and keep
 // polling with the dlock.WithBackoff backoff meanwhile, so a notification
-// lost (a broken connection, or a transaction pooler: NOTIFY does not
-// cross one) delays a waiter by one poll step at most. The LISTEN
+// lost (a broken connection) delays a waiter by one poll step at most.
+// Through a connection pooler (PgBouncer, detected by the backend process
+// ID the pooler hands out not being the server's) nothing is LISTENed:
+// a LISTEN would stay on a server session shared with other clients,
+// where NOTIFY never reaches the listener and the unasked-for
+// notifications upset the pooler (PgBouncer 1.18 in transaction mode
+// logged a warning for each and once exited); waiters poll. The LISTEN
 // connection is opened outside the pool, with the pool's configuration
 // and its BeforeConnect and AfterConnect hooks (so it does not count
 // against MaxConns and waiting never shrinks the pool), when the Locker's

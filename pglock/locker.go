@@ -63,8 +63,8 @@ func WithoutMigrate() Option {
 }
 
 // WithoutListen turns off LISTEN/NOTIFY wake-ups: waiters poll (with
-// dlock.WithBackoff's backoff). Behind a transaction pooler NOTIFY does
-// not reach a listener anyway, and the poll is what wakes waiters there.
+// dlock.WithBackoff's backoff). A pooler between the client and
+// PostgreSQL is detected and turns them off by itself.
 func WithoutListen() Option {
 	return driver.Setting(func(o *options) { o.noListen = true })
 }

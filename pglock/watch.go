@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -46,6 +47,11 @@ type listener struct {
 	b      *backend
 	linger time.Duration
 
+	// pooled is set once a LISTEN connection turned out to reach
+	// PostgreSQL through a pooler: no LISTEN is tried again and waiters
+	// poll (see pooledConn).
+	pooled atomic.Bool
+
 	mu   sync.Mutex
 	subs map[string]map[*sub]struct{}
 	n    int
@@ -82,10 +88,16 @@ func (b *backend) Watch(ctx context.Context, key string) (driver.Subscription, e
 	if b.l == nil {
 		return nil, errNoListen
 	}
+	if b.l.pooled.Load() {
+		return nil, errPooled
+	}
 	return b.l.add(key), nil
 }
 
-var errNoListen = errors.New("dlock: pglock: WithoutListen: waiters poll")
+var (
+	errNoListen = errors.New("dlock: pglock: WithoutListen: waiters poll")
+	errPooled   = errors.New("dlock: pglock: a pooler sits between the client and PostgreSQL: waiters poll")
+)
 
 func (l *listener) add(key string) *sub {
 	s := &sub{l: l, key: key, c: make(chan struct{}, 1)}
@@ -180,6 +192,10 @@ func (l *listener) run(ctx context.Context, r *listenRun) {
 	defer r.cancel()
 	for ctx.Err() == nil {
 		l.listenOnce(ctx)
+		if l.pooled.Load() {
+			<-ctx.Done() // the waiters poll; the linger ends the loop
+			return
+		}
 		if l.stop(r) {
 			return
 		}
@@ -214,6 +230,24 @@ func (l *listener) dial(ctx context.Context) (*pgx.Conn, error) {
 	return c, nil
 }
 
+// pooledConn reports whether c reaches PostgreSQL through a connection
+// pooler, which would leave a LISTEN on a server session it shares with
+// other clients: NOTIFY then never reaches this listener, and the server
+// session, back in the pool, receives notifications nobody asked for
+// (PgBouncer 1.18 in transaction mode logged "got packet 'A' from server
+// when not linked" for each, and once exited on "server in bad state").
+// The test: the backend process ID the connection was given at startup
+// (BackendKeyData) is the server's own on a direct connection, and
+// through a plain TCP proxy, but a pooler hands its clients keys of its
+// own, since it multiplexes them over its server sessions.
+func pooledConn(ctx context.Context, c *pgx.Conn) (bool, error) {
+	var pid uint32
+	if err := c.QueryRow(ctx, "SELECT pg_backend_pid()", pgx.QueryExecModeSimpleProtocol).Scan(&pid); err != nil {
+		return false, err
+	}
+	return pid != c.PgConn().PID(), nil
+}
+
 // closeConn closes c, waiting for a hung server no longer than a second.
 func closeConn(c *pgx.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -230,6 +264,16 @@ func (l *listener) listenOnce(ctx context.Context) {
 		return
 	}
 	defer closeConn(c)
+	pctx, cancel := b.rpc(ctx)
+	pooled, err := pooledConn(pctx, c)
+	cancel()
+	if err != nil {
+		return
+	}
+	if pooled {
+		l.pooled.Store(true)
+		return
+	}
 	lctx, cancel := b.rpc(ctx)
 	_, err = c.Exec(lctx, "LISTEN "+pgx.Identifier{b.n.channel}.Sanitize())
 	cancel()

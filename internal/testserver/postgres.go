@@ -426,6 +426,9 @@ func StartPgBouncer(t TB, pg *Postgres) *PgBouncer {
 	return nil
 }
 
+// LogPath is pgbouncer's log file.
+func (b *PgBouncer) LogPath() string { return filepath.Join(b.dir, "pgbouncer.log") }
+
 // Addr is host:port of pgbouncer.
 func (b *PgBouncer) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(b.port)) }
 

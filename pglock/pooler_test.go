@@ -1,0 +1,72 @@
+package pglock_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/pglock"
+)
+
+// A waiter behind PgBouncer in transaction mode does not LISTEN: the
+// LISTEN stayed on a pooled server session, every release's NOTIFY then
+// reached a session no client was linked to (PgBouncer logged "got packet
+// 'A' from server when not linked" for each) and PgBouncer once exited
+// with "server in bad state" (found by the safety harness). Direct and
+// through a plain TCP proxy, LISTEN is kept.
+func TestNoListenThroughPooler(t *testing.T) {
+	pg := testserver.StartPostgres(t)
+	bouncer := testserver.StartPgBouncer(t, pg)
+	proxy := testserver.StartProxy(t, pg.Addr())
+	for _, tc := range []struct {
+		name   string
+		dsn    string
+		pooled bool
+	}{
+		{"direct", pg.DSN(""), false},
+		{"tcp proxy", "postgres://" + testserver.PostgresUser + "@" + proxy.Addr() + "/postgres?sslmode=disable", false},
+		{"pgbouncer", bouncer.DSN(""), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := dlocktest.Context(t)
+			holder := pglock.New(newPool(t, tc.dsn))
+			waiter := pglock.New(newPool(t, tc.dsn))
+			key := dlocktest.Key(t)
+			for round := 0; round < 5; round++ {
+				lk, err := holder.Acquire(ctx, key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := make(chan error, 1)
+				go func() {
+					wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+					defer cancel()
+					lw, err := waiter.Acquire(wctx, key, dlock.WithBackoff(dlock.ConstBackoff{Delay: 20 * time.Millisecond}))
+					if err == nil {
+						err = lw.Release(ctx)
+					}
+					got <- err
+				}()
+				time.Sleep(100 * time.Millisecond) // the waiter subscribes
+				if err := lk.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if err := <-got; err != nil {
+					t.Fatalf("round %d: waiter: %v", round, err)
+				}
+			}
+			if got := pglock.ListensThroughPooler(waiter); got != tc.pooled {
+				t.Errorf("pooler detected = %v, want %v", got, tc.pooled)
+			}
+		})
+	}
+	log, _ := os.ReadFile(bouncer.LogPath())
+	if n := strings.Count(string(log), "when not linked"); n > 0 {
+		t.Errorf("pgbouncer logged %d notifications for server sessions no client was linked to", n)
+	}
+}

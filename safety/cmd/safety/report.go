@@ -268,15 +268,13 @@ const matrixNotes = `
   recovery it resumes past every token issued: tokens jump, never
   repeat). Expect unavailability for the restart and no overlap. Behind
   **PgBouncer** in transaction pooling (the pgbouncer row) every operation
-  is one statement in its own transaction with no session state (the
-  pooler's DSN turns pgx's statement cache off; waiters, whose LISTEN
-  wake-ups do not cross the pooler, poll), so pooling changes nothing: a
-  paused holder overlaps the next one the same way, and its write is
-  refused the same way. (pglock LISTENs by default there too, and the
-  server session the pooler ran the LISTEN on stays subscribed after it
-  goes back to the pool: PgBouncer 1.18 warns about every NOTIFY such a
-  session receives and has been seen to exit on one, "server in bad
-  state". A pooler that exits is a case error, not a safety result.)
+  is one statement in its own transaction with no session state (pglock
+  runs its statements without pgx's statement cache, and it detects the
+  pooler, whose backend process ID is not the server's, and does not
+  LISTEN through it: a LISTEN would stay on a pooled server session, which
+  PgBouncer 1.18 complained about on every NOTIFY and once exited on;
+  waiters poll), so pooling changes nothing: a paused holder overlaps the
+  next one the same way, and its write is refused the same way.
 - **A holder killed mid-work** (file) leaves its lease to expire: the next
   holder waits up to one TTL; no overlap, no lost update.
 

@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -100,7 +99,7 @@ func runWorker(args []string) int {
 		ev(opEvent(history.OpRead, history.Unfenced, f.Token, uv, t0, uerr))
 		// Think: the window where a pause bites.
 		if os.Rename(pauseReq, pauseReq+".taken") == nil {
-			syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+			stopSelf()
 		}
 		time.Sleep(*think)
 		if ferr == nil {

@@ -34,6 +34,7 @@ const (
 	nDEtcd   = "dlock etcdlock"
 	nMutex   = "etcd concurrency.Mutex"
 	nDZk     = "dlock zklock"
+	nGoZk    = "go-zookeeper zk.Lock"
 	nDPg     = "dlock pglock"
 )
 
@@ -88,6 +89,11 @@ func (r *report) targets() []target {
 	de, mu := p50(nDEtcd), p50(nMutex)
 	add("etcdlock uncontended p50 ≤ 1.1× concurrency.Mutex", de > 0 && de <= 1.1*mu, "%s (%s vs %s)", ratio(de, mu), us(r.unc[nDEtcd].p50), us(r.unc[nMutex].p50))
 	add("etcdlock contended handoffs/s ≥ 2× concurrency.Mutex", hps(nDEtcd) >= 2*hps(nMutex) && hps(nDEtcd) > 0, "%s (%.0f vs %.0f /s)", ratio(hps(nDEtcd), hps(nMutex)), hps(nDEtcd), hps(nMutex))
+	if r.hasGroup("zookeeper") {
+		dz, gz := p50(nDZk), p50(nGoZk)
+		add("zklock uncontended p50 ≤ 1.1× go-zookeeper's zk.Lock", dz > 0 && dz <= 1.1*gz, "%s (%s vs %s)", ratio(dz, gz), us(r.unc[nDZk].p50), us(r.unc[nGoZk].p50))
+		add("zklock contended handoffs/s ≥ 1.5× go-zookeeper's zk.Lock", hps(nDZk) >= 1.5*hps(nGoZk) && hps(nDZk) > 0, "%s (%.0f vs %.0f /s)", ratio(hps(nDZk), hps(nGoZk)), hps(nDZk), hps(nGoZk))
+	}
 	h := r.held
 	perTick := float64(h.roundTrips) / h.ticks
 	add(fmt.Sprintf("%d held locks: renewal round trips per tick ≤ connections", h.locks), h.roundTrips > 0 && perTick <= 64, "%.1f round trips per tick (%d in %.0f ticks; pool of 64 connections)", perTick, h.roundTrips, h.ticks)

@@ -51,6 +51,7 @@ type config struct {
 	heldD      time.Duration
 	heldTTL    time.Duration
 	out        string
+	group      string // only this group's libraries (a development run)
 }
 
 func main() {
@@ -63,10 +64,15 @@ func main() {
 	flag.DurationVar(&cfg.heldD, "held-d", 30*time.Second, "how long the many locks are held")
 	flag.DurationVar(&cfg.heldTTL, "held-ttl", 3*time.Second, "TTL of the many held locks (renewed every TTL/3)")
 	flag.StringVar(&cfg.out, "out", "", "write the Markdown report to this file")
+	flag.StringVar(&cfg.group, "group", "", "measure only this group's libraries (redis, etcd, zookeeper, postgres): a development run, without the held-locks scenario or -out (targets of other groups read as not met)")
 	quick := flag.Bool("quick", false, "short run (1s per library, 2s contention, 2000 locks for 5s) for smoke tests")
 	flag.Parse()
 	if *quick {
 		cfg.measure, cfg.contend, cfg.heldN, cfg.heldD = time.Second, 2*time.Second, 2000, 5*time.Second
+	}
+	if cfg.group != "" && cfg.out != "" {
+		fmt.Fprintln(os.Stderr, "dlockbench: -group is a development run: it writes no report (-out)")
+		os.Exit(2)
 	}
 	t := &tb{}
 	code := 0
@@ -100,6 +106,19 @@ func run(t *tb, cfg config) int {
 	pg := testserver.StartPostgres(t)
 	e.pg = pg.DSN("")
 	libs := libraries(e)
+	if cfg.group != "" {
+		var only []lib
+		for _, l := range libs {
+			if l.group == cfg.group {
+				only = append(only, l)
+			}
+		}
+		if len(only) == 0 {
+			fmt.Fprintf(os.Stderr, "dlockbench: no library in group %q\n", cfg.group)
+			return 2
+		}
+		libs = only
+	}
 	rep := &report{cfg: cfg, libs: libs, zkVersion: zkVersion(zks), pgVersion: pgVersion(pg), unc: map[string]uncontendedResult{}, thr: map[string]float64{}, con: map[string]contendedResult{}, errs: map[string]string{}}
 
 	progress("uncontended  all %d libraries, interleaved in 10 rounds (%v each)", len(libs), cfg.measure)
@@ -127,6 +146,10 @@ func run(t *tb, cfg config) int {
 			rep.errs[l.name+"/contended"] = err.Error()
 		}
 		rep.con[l.name] = r
+	}
+	if cfg.group != "" {
+		fmt.Println(rep.markdown())
+		return 0
 	}
 	progress("many held    dlock redislock (%d locks, ttl %v, %v)", cfg.heldN, cfg.heldTTL, cfg.heldD)
 	h, err := manyHeld(e.redis[0], cfg.heldN, cfg.heldTTL, cfg.heldD)

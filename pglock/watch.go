@@ -208,7 +208,10 @@ func (l *listener) run(ctx context.Context, r *listenRun) {
 	}
 }
 
-// dial opens a connection as the pool would, but outside it.
+// dial opens a connection as the pool would, but outside it. The pool's
+// notification handler (ConnConfig.OnNotification), if any, is left out:
+// with one, pgx buffers no notification and WaitForNotification returns
+// none (red team: a nil pointer panic in the LISTEN loop).
 func (l *listener) dial(ctx context.Context) (*pgx.Conn, error) {
 	pcfg := l.b.pool.Config()
 	cfg := pcfg.ConnConfig.Copy()
@@ -217,6 +220,7 @@ func (l *listener) dial(ctx context.Context) (*pgx.Conn, error) {
 			return nil, err
 		}
 	}
+	cfg.OnNotification = nil
 	c, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -288,7 +292,9 @@ func (l *listener) listenOnce(ctx context.Context) {
 		cancel()
 		switch {
 		case err == nil:
-			l.notify(n.Payload)
+			if n != nil {
+				l.notify(n.Payload)
+			}
 			continue
 		case ctx.Err() != nil || !quiet || c.IsClosed():
 			return

@@ -57,9 +57,12 @@
 // a LISTEN would stay on a server session shared with other clients,
 // where NOTIFY never reaches the listener and the unasked-for
 // notifications upset the pooler (PgBouncer 1.18 in transaction mode
-// logged a warning for each and once exited); waiters poll. The LISTEN
+// logged a warning for each and once exited); waiters poll. So they do
+// when the server refuses the check (a role that may not run
+// pg_backend_pid()). The LISTEN
 // connection is opened outside the pool, with the pool's configuration
-// and its BeforeConnect and AfterConnect hooks (so it does not count
+// and its BeforeConnect and AfterConnect hooks, but not its
+// OnNotification handler (so it does not count
 // against MaxConns and waiting never shrinks the pool), when the Locker's
 // first waiter subscribes; it stays open while someone waits and for two
 // seconds after the last waiter left, for the Locker's next wait to

@@ -2,6 +2,7 @@ package pglock_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,5 +61,63 @@ func TestRedTeam_PoolOnNotificationHandler(t *testing.T) {
 		}
 	case <-time.After(dlocktest.HangTimeout):
 		t.Fatal("the waiter was not woken by the release")
+	}
+}
+
+// A role that may not run pg_backend_pid() (revoked from PUBLIC in a
+// hardened database): the pooler check failed on every LISTEN attempt, so
+// while anyone waited the Locker opened a new server connection a second
+// and closed it, never listening. A server that answers the check with an
+// error is now taken as "cannot tell": the Locker stops trying LISTEN and
+// its waiters poll, still acquiring the key once it is released.
+func TestRedTeam_PIDCheckRefused(t *testing.T) {
+	pg := testserver.StartPostgres(t)
+	if err := pglock.Migrate(dlocktest.Context(t), newPool(t, pg.DSN(""))); err != nil {
+		t.Fatal(err)
+	}
+	for _, sql := range []string{
+		"CREATE ROLE app LOGIN PASSWORD 'pw'",
+		"GRANT SELECT, INSERT, UPDATE ON " + pglock.DefaultTable + " TO app",
+		"GRANT USAGE ON SEQUENCE " + pglock.DefaultTable + "_token_seq TO app",
+		"GRANT SELECT ON " + pglock.MigrationsTable + " TO app",
+		"REVOKE EXECUTE ON FUNCTION pg_backend_pid() FROM PUBLIC",
+	} {
+		if _, err := pg.Exec("", sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	app := strings.Replace(pg.DSN(""), testserver.PostgresUser+"@", "app:pw@", 1)
+	key := dlocktest.Key(t)
+	ctx := dlocktest.Context(t)
+	holder := pglock.New(newPool(t, pg.DSN("")))
+	waiter := pglock.New(newPool(t, app))
+	hl, err := holder.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		lk, err := waiter.Acquire(ctx, key, dlock.WithBackoff(dlock.ConstBackoff{Delay: 20 * time.Millisecond}))
+		if err == nil {
+			err = lk.Release(ctx)
+		}
+		got <- err
+	}()
+	end := time.Now().Add(dlocktest.HangTimeout)
+	for pglock.ListenGivenUp(waiter) == nil {
+		if time.Now().After(end) {
+			t.Fatal("the Locker still tries to LISTEN (a new server connection a second) though the server refuses the pooler check")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("given up: %v", pglock.ListenGivenUp(waiter))
+	if pglock.ListensThroughPooler(waiter) {
+		t.Error("reported as a pooler")
+	}
+	if err := hl.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -7,11 +7,13 @@ package pglock
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/background"
@@ -47,10 +49,11 @@ type listener struct {
 	b      *backend
 	linger time.Duration
 
-	// pooled is set once a LISTEN connection turned out to reach
-	// PostgreSQL through a pooler: no LISTEN is tried again and waiters
-	// poll (see pooledConn).
-	pooled atomic.Bool
+	// noListen is set (to errPooled or errNoPID) once no LISTEN is to
+	// be tried again: a LISTEN connection turned out to reach PostgreSQL
+	// through a pooler, or the server refused the check (see
+	// pooledConn). Waiters then poll.
+	noListen atomic.Value // of error
 
 	mu   sync.Mutex
 	subs map[string]map[*sub]struct{}
@@ -88,8 +91,8 @@ func (b *backend) Watch(ctx context.Context, key string) (driver.Subscription, e
 	if b.l == nil {
 		return nil, errNoListen
 	}
-	if b.l.pooled.Load() {
-		return nil, errPooled
+	if err := b.l.gaveUp(); err != nil {
+		return nil, err
 	}
 	return b.l.add(key), nil
 }
@@ -97,7 +100,14 @@ func (b *backend) Watch(ctx context.Context, key string) (driver.Subscription, e
 var (
 	errNoListen = errors.New("dlock: pglock: WithoutListen: waiters poll")
 	errPooled   = errors.New("dlock: pglock: a pooler sits between the client and PostgreSQL: waiters poll")
+	errNoPID    = errors.New("dlock: pglock: PostgreSQL refused pg_backend_pid(), so a pooler in between cannot be ruled out: waiters poll")
 )
+
+// gaveUp is why no LISTEN is tried any more; nil if it still is.
+func (l *listener) gaveUp() error {
+	err, _ := l.noListen.Load().(error)
+	return err
+}
 
 func (l *listener) add(key string) *sub {
 	s := &sub{l: l, key: key, c: make(chan struct{}, 1)}
@@ -192,7 +202,7 @@ func (l *listener) run(ctx context.Context, r *listenRun) {
 	defer r.cancel()
 	for ctx.Err() == nil {
 		l.listenOnce(ctx)
-		if l.pooled.Load() {
+		if l.gaveUp() != nil {
 			<-ctx.Done() // the waiters poll; the linger ends the loop
 			return
 		}
@@ -271,11 +281,20 @@ func (l *listener) listenOnce(ctx context.Context) {
 	pctx, cancel := b.rpc(ctx)
 	pooled, err := pooledConn(pctx, c)
 	cancel()
-	if err != nil {
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "42") || strings.HasPrefix(pgErr.Code, "0A")):
+		// The server refused the check (pg_backend_pid() revoked: 42501;
+		// a server without it: 42883, 0A000): the same answer each time,
+		// so do not dial again and again; without the check, do not
+		// risk a LISTEN through a pooler. Other errors (a backend
+		// terminated, a server shutting down) pass: retried.
+		l.noListen.Store(errNoPID)
 		return
-	}
-	if pooled {
-		l.pooled.Store(true)
+	case err != nil:
+		return
+	case pooled:
+		l.noListen.Store(errPooled)
 		return
 	}
 	lctx, cancel := b.rpc(ctx)

@@ -61,7 +61,7 @@
 // when the server refuses the check (a role that may not run
 // pg_backend_pid()). The LISTEN
 // connection is opened outside the pool, with the pool's configuration
-// and its BeforeConnect and AfterConnect hooks, but not its
+// and its BeforeConnect, AfterConnect and BeforeClose hooks, but not its
 // OnNotification handler (so it does not count
 // against MaxConns and waiting never shrinks the pool), when the Locker's
 // first waiter subscribes; it stays open while someone waits and for two

@@ -3,14 +3,17 @@ package pglock_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/internal/background"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/pglock"
 )
@@ -119,5 +122,66 @@ func TestRedTeam_PIDCheckRefused(t *testing.T) {
 	}
 	if err := <-got; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A pool whose AfterConnect sets something up per connection and whose
+// BeforeClose tears it down (a registry of connections, say): the LISTEN
+// connection, dialed with the pool's AfterConnect, was closed without its
+// BeforeClose, so each LISTEN connection left an entry behind.
+func TestRedTeam_ListenConnBeforeClose(t *testing.T) {
+	pg := testserver.StartPostgres(t)
+	cfg, err := pgxpool.ParseConfig(pg.DSN(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	open := map[*pgx.Conn]bool{}
+	cfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
+		mu.Lock()
+		open[c] = true
+		mu.Unlock()
+		return nil
+	}
+	cfg.BeforeClose = func(c *pgx.Conn) {
+		mu.Lock()
+		delete(open, c)
+		mu.Unlock()
+	}
+	wpool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := dlocktest.Key(t)
+	ctx := dlocktest.Context(t)
+	holder := pglock.New(newPool(t, pg.DSN("")))
+	waiter := pglock.New(wpool)
+	hl, err := holder.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		lk, err := waiter.Acquire(ctx, key, dlock.WithBackoff(dlock.ConstBackoff{Delay: 20 * time.Millisecond}))
+		if err == nil {
+			err = lk.Release(ctx)
+		}
+		got <- err
+	}()
+	waitListening(t, pg)
+	if err := hl.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	wpool.Close()
+	if !background.Wait(dlocktest.HangTimeout) {
+		t.Fatal("the LISTEN loop still runs")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(open) != 0 {
+		t.Errorf("%d connections set up by AfterConnect were closed without BeforeClose", len(open))
 	}
 }

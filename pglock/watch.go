@@ -218,7 +218,8 @@ func (l *listener) run(ctx context.Context, r *listenRun) {
 	}
 }
 
-// dial opens a connection as the pool would, but outside it. The pool's
+// dial opens a connection as the pool would, but outside it (hangUp
+// closes it). The pool's
 // notification handler (ConnConfig.OnNotification), if any, is left out:
 // with one, pgx buffers no notification and WaitForNotification returns
 // none (red team: a nil pointer panic in the LISTEN loop).
@@ -237,11 +238,22 @@ func (l *listener) dial(ctx context.Context) (*pgx.Conn, error) {
 	}
 	if pcfg.AfterConnect != nil {
 		if err := pcfg.AfterConnect(ctx, c); err != nil {
-			closeConn(c)
+			closeConn(c) // the pool calls no BeforeClose here either
 			return nil, err
 		}
 	}
 	return c, nil
+}
+
+// hangUp closes c, dialed by dial, running the pool's BeforeClose hook
+// first as the pool does (red team: an application undoing in
+// BeforeClose what AfterConnect set up was left with an entry per LISTEN
+// connection).
+func (l *listener) hangUp(c *pgx.Conn) {
+	if f := l.b.pool.Config().BeforeClose; f != nil {
+		f(c)
+	}
+	closeConn(c)
 }
 
 // pooledConn reports whether c reaches PostgreSQL through a connection
@@ -277,7 +289,7 @@ func (l *listener) listenOnce(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	defer closeConn(c)
+	defer l.hangUp(c)
 	pctx, cancel := b.rpc(ctx)
 	pooled, err := pooledConn(pctx, c)
 	cancel()

@@ -2,10 +2,17 @@
 
 package testserver
 
-import "syscall"
+import (
+	"os"
+	"syscall"
+)
 
 // serverProcAttr puts a server in its own process group (a terminal's ^C
 // goes to the test only). Outside Linux there is no parent-death signal.
 func serverProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
 }
+
+// StopSelf stops this process with SIGSTOP and returns once something
+// continues it. Outside Linux the signal is process-directed.
+func StopSelf() { _ = syscall.Kill(os.Getpid(), syscall.SIGSTOP) }

@@ -9,10 +9,11 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/testserver"
 )
 
 // The environment that makes a process a child: its role and its JSON
@@ -50,19 +51,9 @@ func Say(format string, args ...any) {
 
 // StopSelf stops this process with SIGSTOP, every thread of it, as a long
 // GC pause or a stalled VM would; it returns once the parent continues it.
-//
-// The signal is sent to the calling thread (tgkill), not to the process:
-// a process-directed SIGSTOP may be taken by another thread, and until
-// that thread runs and stops the others, the caller goes on running its
-// next statements (on a loaded host, long enough to do the write the
-// pause was meant to delay). A thread-directed one is taken by the caller
-// on its way out of the system call: nothing after StopSelf runs before
-// the process is continued.
-func StopSelf() {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	_ = syscall.Tgkill(os.Getpid(), syscall.Gettid(), syscall.SIGSTOP)
-}
+// It is testserver.StopSelf: thread-directed, so nothing after it runs
+// before the process is continued.
+func StopSelf() { testserver.StopSelf() }
 
 // Child is a child process: this program's binary re-executed in a role.
 type Child struct {

@@ -2,13 +2,7 @@
 
 package main
 
-import (
-	"os"
-	"syscall"
-)
+import "syscall"
 
 // childProcAttr: outside Linux there is no parent-death signal.
 func childProcAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{} }
-
-// stopSelf: outside Linux, a process-directed SIGSTOP.
-func stopSelf() { _ = syscall.Kill(os.Getpid(), syscall.SIGSTOP) }

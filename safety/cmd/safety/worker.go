@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/safety/history"
 )
 
@@ -99,7 +100,7 @@ func runWorker(args []string) int {
 		ev(opEvent(history.OpRead, history.Unfenced, f.Token, uv, t0, uerr))
 		// Think: the window where a pause bites.
 		if os.Rename(pauseReq, pauseReq+".taken") == nil {
-			stopSelf()
+			testserver.StopSelf() // thread-directed: nothing below runs first
 		}
 		time.Sleep(*think)
 		if ferr == nil {

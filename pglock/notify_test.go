@@ -23,14 +23,7 @@ func TestWokenByNotify(t *testing.T) {
 		t.Fatal(err)
 	}
 	waiter := pglock.New(newPool(t, pg.DSN("")))
-	got := make(chan error, 1)
-	go func() {
-		lk, err := waiter.Acquire(dlocktest.Context(t), key, dlock.WithBackoff(dlock.ConstBackoff{Delay: time.Minute}))
-		if err == nil {
-			lk.Release(context.Background())
-		}
-		got <- err
-	}()
+	got := acquireLater(dlocktest.Context(t), waiter, key, time.Minute)
 	// Release once the waiter listens (its first attempt saw the holder,
 	// then it subscribed and tried again): the server lists its LISTEN.
 	end := time.Now().Add(dlocktest.HangTimeout)
@@ -88,14 +81,7 @@ func TestListenConnectionReused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan error, 1)
-		go func() {
-			lk, err := waiter.Acquire(ctx, key, dlock.WithBackoff(dlock.ConstBackoff{Delay: time.Minute}))
-			if err == nil {
-				err = lk.Release(ctx)
-			}
-			got <- err
-		}()
+		got := acquireLater(ctx, waiter, key, time.Minute)
 		end := time.Now().Add(dlocktest.HangTimeout)
 		for listenPIDs(t, pg) == "" {
 			if time.Now().After(end) {
@@ -149,14 +135,7 @@ func TestListenLingerEndsOnStalledLink(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	go func() {
-		lk, err := waiter.Acquire(ctx, key, dlock.WithBackoff(dlock.ConstBackoff{Delay: time.Minute}))
-		if err == nil {
-			err = lk.Release(ctx)
-		}
-		got <- err
-	}()
+	got := acquireLater(ctx, waiter, key, time.Minute)
 	end := time.Now().Add(dlocktest.HangTimeout)
 	for listenPIDs(t, pg) == "" {
 		if time.Now().After(end) {
@@ -182,4 +161,22 @@ func TestListenLingerEndsOnStalledLink(t *testing.T) {
 	if !background.Wait(5 * time.Second) {
 		t.Fatal("the lingering LISTEN loop still runs 5s after its last waiter left, on a stalled link")
 	}
+}
+
+// acquireLater starts waiter's Acquire of key in the background, with a
+// constant backoff step (a minute leaves a notification as the only way
+// to be woken in time),
+// releases the lock once granted, and sends the outcome on the channel.
+func acquireLater(ctx context.Context, waiter dlock.Locker, key string, step time.Duration) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		lk, err := waiter.Acquire(ctx, key, dlock.WithBackoff(dlock.ConstBackoff{Delay: step}))
+		if err == nil {
+			rctx, cancel := context.WithTimeout(context.Background(), dlocktest.HangTimeout)
+			err = lk.Release(rctx)
+			cancel()
+		}
+		got <- err
+	}()
+	return got
 }

@@ -1,13 +1,11 @@
 package pglock_test
 
 import (
-	"context"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/pglock"
@@ -42,16 +40,7 @@ func TestNoListenThroughPooler(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				got := make(chan error, 1)
-				go func() {
-					wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-					defer cancel()
-					lw, err := waiter.Acquire(wctx, key, dlock.WithBackoff(dlock.ConstBackoff{Delay: 20 * time.Millisecond}))
-					if err == nil {
-						err = lw.Release(ctx)
-					}
-					got <- err
-				}()
+				got := acquireLater(ctx, waiter, key, 20*time.Millisecond)
 				time.Sleep(100 * time.Millisecond) // the waiter subscribes
 				if err := lk.Release(ctx); err != nil {
 					t.Fatal(err)

@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/background"
 	"github.com/dlock-go/dlock/internal/testserver"
@@ -45,14 +44,7 @@ func TestRedTeam_PoolOnNotificationHandler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	go func() {
-		lk, err := waiter.Acquire(ctx, key, dlock.WithBackoff(dlock.ConstBackoff{Delay: time.Minute}))
-		if err == nil {
-			err = lk.Release(ctx)
-		}
-		got <- err
-	}()
+	got := acquireLater(ctx, waiter, key, time.Minute)
 	waitListening(t, pg)
 	if err := hl.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -98,14 +90,7 @@ func TestRedTeam_PIDCheckRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	go func() {
-		lk, err := waiter.Acquire(ctx, key, dlock.WithBackoff(dlock.ConstBackoff{Delay: 20 * time.Millisecond}))
-		if err == nil {
-			err = lk.Release(ctx)
-		}
-		got <- err
-	}()
+	got := acquireLater(ctx, waiter, key, 20*time.Millisecond)
 	end := time.Now().Add(dlocktest.HangTimeout)
 	for pglock.ListenGivenUp(waiter) == nil {
 		if time.Now().After(end) {
@@ -160,14 +145,7 @@ func TestRedTeam_ListenConnBeforeClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	go func() {
-		lk, err := waiter.Acquire(ctx, key, dlock.WithBackoff(dlock.ConstBackoff{Delay: 20 * time.Millisecond}))
-		if err == nil {
-			err = lk.Release(ctx)
-		}
-		got <- err
-	}()
+	got := acquireLater(ctx, waiter, key, 20*time.Millisecond)
 	waitListening(t, pg)
 	if err := hl.Release(ctx); err != nil {
 		t.Fatal(err)

@@ -33,14 +33,7 @@ func TestRedTeam_WaitAsLingerEnds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan error, 1)
-		go func() {
-			lk, err := waiter.Acquire(ctx, key, dlock.WithBackoff(dlock.ConstBackoff{Delay: time.Minute}))
-			if err == nil {
-				err = lk.Release(ctx)
-			}
-			got <- err
-		}()
+		got := acquireLater(ctx, waiter, key, time.Minute)
 		time.Sleep(time.Duration(rng.Intn(60)) * time.Millisecond)
 		if err := hl.Release(ctx); err != nil {
 			t.Fatal(err)
@@ -216,14 +209,7 @@ func TestRedTeam_ListenBackendHung(t *testing.T) {
 	}
 	wctx, cancel := context.WithTimeout(context.Background(), 2*dlocktest.HangTimeout)
 	defer cancel()
-	got := make(chan error, 1)
-	go func() {
-		lk, err := waiter.Acquire(wctx, key, dlock.WithBackoff(dlock.ConstBackoff{Delay: time.Minute}))
-		if err == nil {
-			err = lk.Release(context.Background())
-		}
-		got <- err
-	}()
+	got := acquireLater(wctx, waiter, key, time.Minute)
 	waitListening(t, pg)
 	first := listenPIDs(t, pg)
 	var pid int

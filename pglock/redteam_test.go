@@ -38,14 +38,7 @@ func TestRedTeam_LongTableNameRelease(t *testing.T) {
 	// A waiter whose poll is a minute: only the release's NOTIFY wakes it
 	// within the test's bound.
 	waiter := pglock.New(newPool(t, pg.DSN("")), opts...)
-	got := make(chan error, 1)
-	go func() {
-		lk, err := waiter.Acquire(dlocktest.Context(t), key, dlock.WithBackoff(dlock.ConstBackoff{Delay: time.Minute}))
-		if err == nil {
-			err = lk.Release(context.Background())
-		}
-		got <- err
-	}()
+	got := acquireLater(dlocktest.Context(t), waiter, key, time.Minute)
 	waitListening(t, pg)
 	if err := holder.Release(dlocktest.Context(t)); err != nil {
 		t.Fatalf("Release with table %s.%s: %v", schema, table, err)

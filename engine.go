@@ -28,6 +28,7 @@ type Engine struct {
 	watcher driver.Watcher // nil if the driver has none
 	queuer  driver.Queuer
 	aborter driver.Aborter
+	leaver  driver.Leaver
 	wd      *watchdog
 	src     *source
 	rtt     atomic.Int64 // moving average of answered attempts, ns
@@ -84,6 +85,7 @@ func NewEngine(d driver.Driver, opts ...driver.Option) *Engine {
 	e.watcher, _ = d.(driver.Watcher)
 	e.queuer, _ = d.(driver.Queuer)
 	e.aborter, _ = d.(driver.Aborter)
+	e.leaver, _ = d.(driver.Leaver)
 	br, _ := d.(driver.BatchRenewer)
 	e.wd = newWatchdog(br, e.src)
 	return e
@@ -233,6 +235,7 @@ type waiter struct {
 	e       *Engine
 	cfg     *config
 	waitID  string
+	waiter  string            // Request.Waiter: set for a blocking Acquire
 	last    *NotAcquiredError // the holders seen by the last attempt, if it saw some
 	lastErr error             // the last transient failure, if the last attempt failed so
 }
@@ -256,7 +259,7 @@ func (w *waiter) attempt(ctx context.Context, n int, fn func(context.Context, *d
 	e, cfg := w.e, w.cfg
 	// A fresh owner per attempt: a driver cleaning up a failed attempt in
 	// the background can never touch a later one.
-	req := &driver.Request{Key: cfg.key, Owner: NewOwner(), TTL: cfg.TTL, Metadata: cfg.Metadata, Mode: driver.Mode(cfg.mode), Limit: cfg.limit, WaitID: w.waitID}
+	req := &driver.Request{Key: cfg.key, Owner: NewOwner(), TTL: cfg.TTL, Metadata: cfg.Metadata, Mode: driver.Mode(cfg.mode), Limit: cfg.limit, WaitID: w.waitID, Waiter: w.waiter}
 	cfg.attempts = n
 	if e.src.obs != nil {
 		e.src.emit(Event{Kind: EventAttempt, Key: cfg.key, Mode: cfg.mode, Attempts: n})
@@ -314,6 +317,11 @@ func (w *waiter) sleep(ctx context.Context, n int, notify <-chan struct{}) bool 
 			d = ttl + time.Millisecond // a lease expires by then
 		}
 	}
+	if w.registers() {
+		// A waiting writer's registration expires a TTL after its last
+		// attempt (driver: Writer preference): attempt again well before.
+		d = min(d, w.cfg.TTL/3)
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -323,6 +331,26 @@ func (w *waiter) sleep(ctx context.Context, n int, notify <-chan struct{}) bool 
 	case <-ctx.Done():
 	}
 	return true
+}
+
+// registers reports whether this waiter's refused attempts register it as
+// a waiting writer (see driver.Leaver).
+func (w *waiter) registers() bool {
+	return w.waiter != "" && w.e.leaver != nil && w.cfg.mode == Exclusive
+}
+
+// leave withdraws a waiting writer's registration, in the background,
+// once its Acquire ended without the key.
+func (w *waiter) leave() {
+	if !w.registers() {
+		return
+	}
+	e, key, id := w.e, w.cfg.key, w.waiter
+	background.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), DefaultReleaseTimeout)
+		defer cancel()
+		_ = e.leaver.Leave(ctx, key, id)
+	})
 }
 
 // queue is a blocking Acquire on a driver with a server-side queue: the
@@ -345,8 +373,11 @@ func (e *Engine) queue(ctx context.Context, cfg *config) (*Lock, error) {
 // poll is TryAcquire (wait false: one attempt) and a blocking Acquire on a
 // driver without a queue: attempts woken by release notifications (when
 // the driver is a Watcher) with a bounded poll as the fallback.
-func (e *Engine) poll(ctx context.Context, cfg *config, wait bool) (*Lock, error) {
+func (e *Engine) poll(ctx context.Context, cfg *config, wait bool) (lk *Lock, err error) {
 	w := &waiter{e: e, cfg: cfg}
+	if wait {
+		w.waiter = NewOwner()
+	}
 	var (
 		sub     driver.Subscription
 		watched bool
@@ -354,6 +385,9 @@ func (e *Engine) poll(ctx context.Context, cfg *config, wait bool) (*Lock, error
 	defer func() {
 		if sub != nil {
 			closeSub(ctx, sub)
+		}
+		if lk == nil {
+			w.leave()
 		}
 	}()
 	for n := 1; ; n++ {

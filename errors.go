@@ -56,6 +56,10 @@ var (
 	// or counted lock on a backend without them, listing). The message
 	// names the mode or feature.
 	ErrUnsupported = errors.New("dlock: not supported")
+	// ErrLimitMismatch: a WithLimit(n) request on a key whose current
+	// holders took it with another limit. The message names both. It also
+	// matches ErrInvalidOption.
+	ErrLimitMismatch = fmt.Errorf("%w: semaphore limit mismatch", ErrInvalidOption)
 )
 
 // NotAcquiredError says why a lock could not be had: the key is held. It

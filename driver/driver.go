@@ -40,6 +40,33 @@
 // mode before calling the driver, so a driver never silently turns a
 // shared request into an exclusive one.
 //
+// The key's mode and, for Limited, its limit are those of its current
+// holders. A request of another mode is refused like any request for a
+// held key (a *dlock.NotAcquiredError). A Limited request whose Limit
+// differs from the current holders' is an error wrapping
+// dlock.ErrLimitMismatch that names both limits: two callers that
+// disagree on the size of a semaphore must not silently share it as two
+// different ones. Once the last holder is gone, the next grant sets the
+// mode and limit afresh.
+//
+// # Writer preference
+//
+// A backend that offers Shared locks gives writers preference: once an
+// Exclusive request is waiting for the key, new Shared requests are refused
+// (with a *dlock.NotAcquiredError) until that writer has been granted the
+// key, has given up, or has died, so a stream of overlapping readers cannot
+// starve it. Queueing backends (Queuer) get this from their FIFO queue: a
+// reader queued behind a writer waits for it. Others record the writer's
+// intent: every attempt of one blocking Acquire carries the same
+// Request.Waiter, and a refused Exclusive attempt registers that id as a
+// waiting writer on the key, with an expiry of its own no later than the
+// attempt's TTL after the attempt, renewed by each later attempt (the
+// engine attempts at least every TTL/3 while it waits). The registration
+// ends when the waiter is granted the key, when the engine calls
+// Leaver.Leave (the Acquire ended without the key) or when it expires (the
+// waiting process died): a dead writer keeps readers out for at most one
+// TTL.
+//
 // # Fencing
 //
 // Each grant, whatever its mode, takes the next token of the key's single
@@ -152,6 +179,11 @@ type Request struct {
 	// subscription has one (see WaitIDer); empty otherwise. A backend may
 	// queue it so that a release wakes this waiter alone.
 	WaitID string
+	// Waiter identifies the blocking Acquire this attempt belongs to: a
+	// random id, the same for all its attempts, set from the first; empty
+	// for TryAcquire. A driver that records waiting writers (see Writer
+	// preference) registers a refused Exclusive attempt under it.
+	Waiter string
 }
 
 // Grant is what a driver returns for a successful attempt.
@@ -235,6 +267,17 @@ type WaitIDer interface {
 // context's error or a *dlock.NotAcquiredError). TryAcquire still uses Try.
 type Queuer interface {
 	Queue(ctx context.Context, req *Request) (Grant, error)
+}
+
+// Leaver is implemented by drivers that record waiters under
+// Request.Waiter (writer preference without a queue). When a blocking
+// Acquire whose attempts carried waiter ends without the key (its context
+// ended, or an attempt failed), the engine calls Leave in the background,
+// with its own bounded context, so that a writer that gave up stops
+// keeping readers out at once instead of at its registration's expiry.
+// Leave must be harmless for an unknown waiter.
+type Leaver interface {
+	Leave(ctx context.Context, key, waiter string) error
 }
 
 // Aborter is implemented by drivers that can undo an attempt whose outcome

@@ -170,7 +170,7 @@ func (s *state) Try(ctx context.Context, req *driver.Request) (driver.Grant, err
 	if len(hs) > 0 {
 		switch {
 		case req.Mode == driver.Limited && ks.mode == driver.Limited && ks.limit != req.Limit:
-			return driver.Grant{}, fmt.Errorf("%w: memlock key %q is a semaphore of %d, not %d", dlock.ErrInvalidOption, req.Key, ks.limit, req.Limit)
+			return driver.Grant{}, fmt.Errorf("%w: memlock key %q is held as a semaphore of %d permits, not %d", dlock.ErrLimitMismatch, req.Key, ks.limit, req.Limit)
 		case req.Mode != ks.mode, req.Mode == driver.Exclusive,
 			req.Mode == driver.Limited && len(hs) >= ks.limit:
 			na := &dlock.NotAcquiredError{Key: req.Key}

@@ -20,14 +20,16 @@ const (
 const usage = `dlock — distributed locks with fencing tokens
 
 Usage:
-  dlock run   [--url URL] [--ttl 30s] [-w DUR|SECS] [-n] [-E N] [--grace 5s]
-              [--connect-timeout 5s] [--verbose] KEY -- CMD [ARGS...]
+  dlock run   [--url URL] [--ttl 30s] [-s|--shared | --limit N] [-w DUR|SECS] [-n]
+              [-E N] [--grace 5s] [--connect-timeout 5s] [--verbose] KEY -- CMD [ARGS...]
   dlock ls    [--url URL] [--json] [--connect-timeout 5s] [--verbose] [PREFIX]
   dlock demo  [--url URL]
   dlock serve [--data-dir DIR] [--listen 127.0.0.1:2379]
   dlock version
 
-Run 'dlock COMMAND --help' for details.
+A run holds KEY exclusively; with --shared it is a read lock held together
+with other --shared runs (waiting writers go first), with --limit N one of
+N permits (a semaphore). Run 'dlock COMMAND --help' for details.
 
 URL (from --url, else $DLOCK_URL, else a file backend in your state directory):
   file:///path/to/dir                  leases in files on this host (default)

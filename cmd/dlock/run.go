@@ -9,20 +9,23 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/dlock-go/dlock"
 )
 
-const runUsage = `Usage: dlock run [--url URL] [--ttl 30s] [-w|--wait DUR|SECS] [-n|--nonblock]
-                 [-E|--conflict-exit-code N] [--grace 5s] [--connect-timeout 5s]
-                 [--verbose] KEY -- CMD [ARGS...]
+const runUsage = `Usage: dlock run [--url URL] [--ttl 30s] [-s|--shared | --limit N]
+                 [-w|--wait DUR|SECS] [-n|--nonblock] [-E|--conflict-exit-code N]
+                 [--grace 5s] [--connect-timeout 5s] [--verbose] KEY -- CMD [ARGS...]
 
 Runs CMD while holding the lock KEY, renewing it automatically. CMD sees
-DLOCK_KEY, DLOCK_TOKEN (the fencing token: pass it to whatever CMD writes to)
-and DLOCK_OWNER. When CMD exits the lock is released and dlock exits with
+DLOCK_KEY, DLOCK_TOKEN (the fencing token: pass it to whatever CMD writes to),
+DLOCK_OWNER and DLOCK_MODE (exclusive, shared or limited; DLOCK_LIMIT too
+with --limit). When CMD exits the lock is released and dlock exits with
 CMD's status (128+N if CMD was killed by signal N). CMD inherits dlock's
 environment, DLOCK_URL and any password in it included, so that it can run
 dlock itself; use "env -u DLOCK_URL CMD" to keep it from CMD.
@@ -34,6 +37,17 @@ process group. On a terminal, CMD's group gets the terminal's foreground, so
 Ctrl-C reaches it once. Processes CMD leaves running when it exits get
 SIGTERM, then SIGKILL after --grace, before the lock is released. If dlock
 is killed, even with SIGKILL, the whole tree is killed.
+
+Modes: by default the lock is exclusive: one holder at a time. With
+--shared (-s) it is a read lock, like flock -s: any number of --shared runs
+hold KEY together, and no exclusive one; once an exclusive run is waiting,
+new --shared runs wait behind it, so that readers cannot starve a writer.
+With --limit N it is one of N permits, a semaphore like consul lock -n N:
+at most N --limit N runs hold KEY at once. Every run of a key must use the
+same N: a run with another limit than the current holders' fails (exit 2),
+and so does a mode the backend does not offer. Runs of different modes
+exclude each other. Every holder, in any mode, has its own lease and its
+own fencing token, above every earlier holder's.
 
 Waiting: without -w dlock waits for the lock for ever; -w D gives up once D
 has passed; -n or -w 0 makes a single attempt. Connecting to the lock
@@ -54,7 +68,9 @@ const runExitCodes = `
 Exit status:
   CMD's status   CMD ran and the lock stayed held
   1              the lock is held by someone else (-n, or --wait elapsed); see -E
-  2              usage error: bad flags, arguments or URL
+  2              usage error: bad flags, arguments or URL, a mode the backend
+                 does not offer (--shared, --limit), or a --limit other than
+                 the current holders'
   3              backend error: unreachable server, no answer, TLS or
                  authentication failure... (whatever -w and -n say)
   4              the lock was lost while CMD ran; CMD was terminated
@@ -64,6 +80,9 @@ Examples:
   dlock run nightly-report -- ./report.sh
   dlock run -n -E 75 --url redis://127.0.0.1:6379 deploy -- make deploy
   dlock run --wait 2m --ttl 10s inventory -- sh -c 'echo token $DLOCK_TOKEN'
+  dlock run --shared catalog -- ./read-catalog.sh     # readers overlap
+  dlock run catalog -- ./rebuild-catalog.sh           # the writer waits for them
+  dlock run --limit 3 --url redis://127.0.0.1:6379 encoders -- ./encode.sh
 `
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
@@ -86,6 +105,13 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&nonblock, "n", false, "short for --nonblock")
 	fs.IntVar(&conflict, "conflict-exit-code", exitConflict, "exit status when the lock is held by someone else")
 	fs.IntVar(&conflict, "E", exitConflict, "short for --conflict-exit-code")
+	var (
+		shared bool
+		limit  int
+	)
+	fs.BoolVar(&shared, "shared", false, "take a shared (read) lock: held together with other --shared runs, never with an exclusive one")
+	fs.BoolVar(&shared, "s", false, "short for --shared")
+	fs.Var(limitFlag{&limit}, "limit", fmt.Sprintf("take one of `N` permits (a semaphore): at most N --limit N runs hold KEY at once; N in 1-%d", dlock.MaxLimit))
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), runUsage)
 		fs.PrintDefaults()
@@ -123,6 +149,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	case conflict < 0 || conflict > 255:
 		fmt.Fprintf(stderr, "dlock run: --conflict-exit-code must be in 0-255, got %d\n", conflict)
 		return exitUsage
+	case shared && limit > 0:
+		fmt.Fprintf(stderr, "dlock run: --shared and --limit %d cannot be combined: a key is a read-write lock or a semaphore, not both\n", limit)
+		return exitUsage
 	}
 	if err := dlock.ValidateKey(key); err != nil {
 		fmt.Fprintf(stderr, "dlock run: %v\n", err)
@@ -157,12 +186,18 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	catch(sigc, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	defer signal.Stop(sigc)
 
-	req := acquireRequest{key: key, ttl: *ttl, wait: wait, nonblock: nonblock, conflict: conflict, attempt: *connect}
+	req := acquireRequest{key: key, ttl: *ttl, wait: wait, nonblock: nonblock, conflict: conflict, attempt: *connect, mode: dlock.Exclusive}
+	switch {
+	case shared:
+		req.mode = dlock.Shared
+	case limit > 0:
+		req.mode, req.limit = dlock.Limited, limit
+	}
 	lk, code := acquireForRun(b, req, sigc, stderr)
 	if lk == nil {
 		return code
 	}
-	return superviseChild(lk, cmdArgs, runOptions{grace: *grace, verbose: *verbose}, sigc, stderr)
+	return superviseChild(lk, cmdArgs, runOptions{grace: *grace, verbose: *verbose, mode: req.mode, limit: req.limit}, sigc, stderr)
 }
 
 // waitFlag parses --wait as a duration ("2m", "1.5s") or as seconds
@@ -193,6 +228,27 @@ func (w waitFlag) Set(s string) error {
 	return nil
 }
 
+// limitFlag parses --limit: a whole number of permits in
+// [1, dlock.MaxLimit]. Anything else is a usage error (the flag package
+// reports it with the flag's name), never a value passed on.
+type limitFlag struct{ n *int }
+
+func (f limitFlag) String() string {
+	if f.n == nil || *f.n == 0 {
+		return ""
+	}
+	return strconv.Itoa(*f.n)
+}
+
+func (f limitFlag) Set(s string) error {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 1 || n > dlock.MaxLimit {
+		return fmt.Errorf("want a number of permits in 1-%d", dlock.MaxLimit)
+	}
+	*f.n = int(n)
+	return nil
+}
+
 // acquireRequest is what acquireForRun asks for.
 type acquireRequest struct {
 	key      string
@@ -201,6 +257,19 @@ type acquireRequest struct {
 	nonblock bool          // -n or -w 0: one attempt
 	conflict int           // exit status when the lock is held
 	attempt  time.Duration // --connect-timeout: bound on a first attempt that --wait does not cover
+	mode     dlock.Mode    // --shared, --limit N or exclusive
+	limit    int           // N of --limit N
+}
+
+// options returns the lock options of r's mode.
+func (r acquireRequest) options() []dlock.Option {
+	switch r.mode {
+	case dlock.Shared:
+		return []dlock.Option{dlock.WithShared()}
+	case dlock.Limited:
+		return []dlock.Option{dlock.WithLimit(r.limit)}
+	}
+	return nil
 }
 
 // acquireForRun takes the lock; on failure it returns nil and the exit code.
@@ -223,7 +292,7 @@ func acquireForRun(b *backend, r acquireRequest, sigc chan os.Signal, stderr io.
 		case <-stop:
 		}
 	}()
-	opts := []dlock.Option{dlock.WithTTL(r.ttl), dlock.WithMetadata("cmd", "dlock run")}
+	opts := append([]dlock.Option{dlock.WithTTL(r.ttl), dlock.WithMetadata("cmd", "dlock run")}, r.options()...)
 	var (
 		lk         *dlock.Lock
 		err        error
@@ -261,6 +330,9 @@ func acquireForRun(b *backend, r acquireRequest, sigc chan os.Signal, stderr io.
 	code := acquireErrorStatus(err, r.conflict)
 	var na *dlock.NotAcquiredError
 	switch {
+	case errors.Is(err, dlock.ErrUnsupported), errors.Is(err, dlock.ErrLimitMismatch):
+		// The backend's own words name the mode, or both limits.
+		fmt.Fprintf(stderr, "dlock run: %s: %v\n", b.where, err)
 	case code == exitUsage:
 		fmt.Fprintf(stderr, "dlock run: %v\n", err)
 	case code == exitBackend && attemptCtx != nil && attemptCtx.Err() != nil && ctx.Err() == nil:
@@ -270,18 +342,7 @@ func acquireForRun(b *backend, r acquireRequest, sigc chan os.Signal, stderr io.
 	case code == exitBackend:
 		fmt.Fprintf(stderr, "dlock run: %s: %v\n", b.where, err)
 	case errors.As(err, &na):
-		msg := fmt.Sprintf("dlock run: lock %q is held", r.key)
-		if h, ok := seenHolder(na); ok {
-			if h.Owner != "" || len(h.Metadata) > 0 {
-				msg += " by " + holderText(h.Owner, h.Metadata)
-			}
-			if n := len(na.Holders); n > 1 {
-				msg += fmt.Sprintf(" and %d other holder(s)", n-1)
-			}
-			if h.TTL > 0 {
-				msg += fmt.Sprintf(", lease ends in %s", h.TTL.Round(time.Millisecond))
-			}
-		}
+		msg := "dlock run: " + heldText(r, na)
 		if !r.nonblock {
 			msg += fmt.Sprintf(" (gave up after waiting %s)", r.wait)
 		}
@@ -292,14 +353,61 @@ func acquireForRun(b *backend, r acquireRequest, sigc chan os.Signal, stderr io.
 	return nil, code
 }
 
+// heldText says who holds r.key, from the holders na names: "lock "k" is
+// held shared by owner 3f2a… (host=web-1 pid=42) and 2 other holder(s),
+// lease ends in 4.2s". For a --limit run refused by holders of the same
+// limit it says that all the permits are taken; for a --shared run
+// refused by shared holders, that a writer is waiting (writer preference).
+func heldText(r acquireRequest, na *dlock.NotAcquiredError) string {
+	h, ok := seenHolder(na)
+	if !ok {
+		return fmt.Sprintf("lock %q is held", r.key)
+	}
+	allOf := func(m dlock.Mode) bool {
+		for _, x := range na.Holders {
+			if x.Mode != m && (x.Owner != "" || len(x.Metadata) > 0) {
+				return false
+			}
+		}
+		return true
+	}
+	var msg string
+	switch {
+	case r.mode == dlock.Limited && allOf(dlock.Limited):
+		msg = fmt.Sprintf("all %d permits of lock %q are held", r.limit, r.key)
+	case h.Mode == dlock.Shared:
+		msg = fmt.Sprintf("lock %q is held shared", r.key)
+	case h.Mode == dlock.Limited:
+		msg = fmt.Sprintf("lock %q is held as a semaphore", r.key)
+	default:
+		msg = fmt.Sprintf("lock %q is held", r.key)
+	}
+	if h.Owner != "" || len(h.Metadata) > 0 {
+		msg += " by " + holderText(h.Owner, h.Metadata)
+	}
+	if n := len(na.Holders); n > 1 {
+		msg += fmt.Sprintf(" and %d other holder(s)", n-1)
+	}
+	if h.TTL > 0 {
+		msg += fmt.Sprintf(", lease ends in %s", h.TTL.Round(time.Millisecond))
+	}
+	if r.mode == dlock.Shared && allOf(dlock.Shared) {
+		msg += "; an exclusive run is waiting for it, and new shared runs wait behind it"
+	}
+	return msg
+}
+
 // acquireErrorStatus maps an acquisition error to dlock's exit status: the
 // conflict status only when the error wraps dlock.ErrNotAcquired and a
 // holder was actually observed (its owner, metadata or lease); anything
 // else, an outage or a wait that ended without any answer, is a backend
-// error (3) whatever -w and -n say.
+// error (3) whatever -w and -n say. A mode the backend does not offer and
+// a --limit other than the current holders' are usage errors (2): asking
+// again will not help.
 func acquireErrorStatus(err error, conflict int) int {
 	switch {
-	case errors.Is(err, dlock.ErrInvalidTTL), errors.Is(err, dlock.ErrInvalidKey), errors.Is(err, dlock.ErrInvalidOption):
+	case errors.Is(err, dlock.ErrInvalidTTL), errors.Is(err, dlock.ErrInvalidKey), errors.Is(err, dlock.ErrInvalidOption),
+		errors.Is(err, dlock.ErrUnsupported):
 		return exitUsage
 	case !heldBySomeone(err):
 		return exitBackend
@@ -337,6 +445,8 @@ func seenHolder(na *dlock.NotAcquiredError) (dlock.Holder, bool) {
 type runOptions struct {
 	grace   time.Duration
 	verbose bool
+	mode    dlock.Mode // the lock's, for DLOCK_MODE
+	limit   int        // --limit N, for DLOCK_LIMIT
 }
 
 // superviseChild runs CMD under lk (see supervise.go for the process tree)
@@ -348,11 +458,17 @@ func superviseChild(lk *dlock.Lock, cmdArgs []string, o runOptions, sigc chan os
 	contc := make(chan os.Signal, 1)
 	signal.Notify(contc, syscall.SIGCONT)
 	defer signal.Stop(contc)
-	env := append(os.Environ(),
+	// An outer dlock run's DLOCK_LIMIT must not describe this lock.
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "DLOCK_LIMIT=") })
+	env = append(env,
 		"DLOCK_KEY="+lk.Key(),
 		"DLOCK_TOKEN="+strconv.FormatUint(lk.Token(), 10),
 		"DLOCK_OWNER="+lk.Owner(),
+		"DLOCK_MODE="+o.mode.String(),
 	)
+	if o.mode == dlock.Limited {
+		env = append(env, "DLOCK_LIMIT="+strconv.Itoa(o.limit))
+	}
 	// The supervisor enforces the lease deadline itself, in case dlock
 	// stops renewing without dying (SIGSTOP); it learns each new one.
 	sentDeadline := lk.Deadline()

@@ -36,12 +36,15 @@ import (
 )
 
 // lockInfo is one holder of a held key, one row of `dlock ls`: a key
-// held shared or counted shows one row per holder. Waiters is the key's:
-// the clients queued for it where the backend keeps a queue (ZooKeeper,
-// Redis), -1 where it cannot tell.
+// held shared or counted shows one row per holder. Mode, Limit, Holders
+// and Waiters are the key's: its mode, its number of permits (limited
+// keys only), how many hold it, and the clients queued for it where the
+// backend keeps a queue (ZooKeeper, Redis), -1 where it cannot tell.
 type lockInfo struct {
 	Key      string            `json:"key"`
 	Mode     string            `json:"mode"`
+	Limit    int               `json:"limit,omitempty"`
+	Holders  int               `json:"holders"`
 	Owner    string            `json:"owner"`
 	Token    uint64            `json:"token"`
 	TTL      time.Duration     `json:"-"`
@@ -812,8 +815,18 @@ func (b *backend) list(ctx context.Context, prefix string) ([]lockInfo, error) {
 	}
 	var out []lockInfo
 	for _, in := range infos {
+		mode := in.Mode
 		for _, h := range in.Holders {
-			out = append(out, lockInfo{Key: in.Key, Mode: in.Mode.String(), Owner: h.Owner, Token: h.Token, TTL: h.TTL, Waiters: in.Waiters, Metadata: h.Metadata})
+			if mode == dlock.Exclusive && h.Mode != dlock.Exclusive { // a backend that sets only the holders'
+				mode = h.Mode
+			}
+		}
+		limit := 0
+		if mode == dlock.Limited {
+			limit = in.Limit
+		}
+		for _, h := range in.Holders {
+			out = append(out, lockInfo{Key: in.Key, Mode: mode.String(), Limit: limit, Holders: len(in.Holders), Owner: h.Owner, Token: h.Token, TTL: h.TTL, Waiters: in.Waiters, Metadata: h.Metadata})
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool {

@@ -7,18 +7,30 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/dlock-go/dlock"
 )
 
 const lsUsage = `Usage: dlock ls [--url URL] [--json] [--connect-timeout 5s] [--verbose] [PREFIX]
 
-Lists the locks currently held (whose key starts with PREFIX): key, owner,
-host and pid of the holder, fencing token, time left on the lease ("-"
-where other clients cannot know it: ZooKeeper's lease is its holder's
-session) and the number of clients queued for the key, where the backend
-keeps a queue (ZooKeeper, Redis; "-" where it cannot tell).
+Lists the locks currently held (whose key starts with PREFIX), one line per
+holder: key, mode (exclusive; shared: a read lock, from dlock run --shared;
+limited: one of LIMIT permits, from dlock run --limit N), the limit ("-"
+unless limited), owner, host and pid of the holder, fencing token, time
+left on the lease ("-" where other clients cannot know it: ZooKeeper's
+lease is its holder's session), the number of clients queued for the key,
+where the backend keeps a queue (ZooKeeper, Redis; "-" where it cannot
+tell), and the holder's other metadata (key=value,...). A key held shared
+or by several permits has a line for each holder, by token.
+
+--json prints an array with an object per holder: key, mode, limit (for
+limited keys), holders (how many hold the key), owner (in full), token,
+ttl_ms (0 where unknown), waiters (-1 where unknown) and metadata.
 ls changes nothing: a file:// lock directory that does not exist is an
 error (exit 3), except the default one before its first use (no locks).
 
@@ -76,7 +88,13 @@ func cmdLs(args []string, stdout, stderr io.Writer) int {
 			return exitBackend
 		}
 	}
-	if *asJSON {
+	return printLocks(stdout, infos, where, *asJSON)
+}
+
+// printLocks prints ls's table, or its JSON with asJSON, and returns the
+// exit status.
+func printLocks(stdout io.Writer, infos []lockInfo, where string, asJSON bool) int {
+	if asJSON {
 		for i := range infos {
 			infos[i].TTLms = infos[i].TTL.Milliseconds()
 		}
@@ -95,7 +113,7 @@ func cmdLs(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tOWNER\tHOST\tPID\tTOKEN\tTTL\tWAITERS")
+	fmt.Fprintln(tw, "KEY\tMODE\tLIMIT\tOWNER\tHOST\tPID\tTOKEN\tTTL\tWAITERS\tMETADATA")
 	for _, in := range infos {
 		owner := in.Owner
 		if len(owner) > 12 {
@@ -103,17 +121,34 @@ func cmdLs(args []string, stdout, stderr io.Writer) int {
 		}
 		// Keys and metadata may hold anything: quote the odd ones (see
 		// text.go), so that each lock is one line of plain text.
-		ttl, waiters := "-", "-"
+		ttl, waiters, limit := "-", "-", "-"
+		if in.Limit > 0 {
+			limit = strconv.Itoa(in.Limit)
+		}
 		if in.TTL > 0 {
 			ttl = in.TTL.Round(time.Millisecond).String()
 		}
 		if in.Waiters >= 0 {
 			waiters = strconv.Itoa(in.Waiters)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", quoteField(in.Key), dash(quoteField(owner)), dash(quoteField(in.Metadata["host"])), dash(quoteField(in.Metadata["pid"])), in.Token, ttl, waiters)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", quoteField(in.Key), quoteField(in.Mode), limit, dash(quoteField(owner)),
+			dash(quoteField(in.Metadata[dlock.MetaHost])), dash(quoteField(in.Metadata[dlock.MetaPID])), in.Token, ttl, waiters, dash(quoteField(otherMetadata(in.Metadata))))
 	}
 	tw.Flush()
 	return 0
+}
+
+// otherMetadata is md without host and pid (ls's own columns), as
+// "k=v,k=v" sorted by key.
+func otherMetadata(md map[string]string) string {
+	var kvs []string
+	for k, v := range md {
+		if k != dlock.MetaHost && k != dlock.MetaPID {
+			kvs = append(kvs, k+"="+v)
+		}
+	}
+	slices.Sort(kvs)
+	return strings.Join(kvs, ",")
 }
 
 func dash(s string) string {

@@ -144,6 +144,32 @@ func TestModeConflictMessages(t *testing.T) {
 	if code != exitConflict || !strings.Contains(msg, `lock "rw" is held shared`) {
 		t.Errorf("a permit against two readers: exit %d %q", code, msg)
 	}
+	// A writer waits (a blocking Acquire): a new reader is refused, and
+	// told why.
+	wctx, stopWriter := context.WithCancel(context.Background())
+	writerDone := make(chan error, 1)
+	go func() {
+		lk, err := b.locker.Acquire(wctx, "rw")
+		if lk != nil {
+			lk.Release(context.Background())
+		}
+		writerDone <- err
+	}()
+	waitFor(t, hang, "the waiting writer to keep a new reader out", func() bool {
+		lk, code, _ := tryRun(t, b, acquireRequest{key: "rw", mode: dlock.Shared})
+		if lk != nil {
+			lk.Release(context.Background())
+		}
+		return code == exitConflict
+	})
+	_, code, msg = tryRun(t, b, acquireRequest{key: "rw", mode: dlock.Shared})
+	if code != exitConflict || !strings.Contains(msg, `lock "rw" is held shared by owner `) || !strings.Contains(msg, "an exclusive run is waiting for it") {
+		t.Errorf("reader behind a waiting writer: exit %d %q", code, msg)
+	}
+	stopWriter()
+	if err := <-writerDone; err == nil {
+		t.Errorf("the writer got the key while two readers held it")
+	}
 
 	for i := 0; i < 2; i++ {
 		if lk, code, msg := tryRun(t, b, acquireRequest{key: "sem", mode: dlock.Limited, limit: 2}); lk == nil {
@@ -184,8 +210,13 @@ func TestHeldTextWaitingWriter(t *testing.T) {
 		t.Errorf("heldText: %q", got)
 	}
 	// Holders that were not seen say nothing about the mode.
-	if got := heldText(acquireRequest{key: "k", mode: dlock.Shared}, &dlock.NotAcquiredError{Key: "k"}); got != `lock "k" is held` {
+	if got := heldText(acquireRequest{key: "k"}, &dlock.NotAcquiredError{Key: "k"}); got != `lock "k" is held` {
 		t.Errorf("heldText without holders: %q", got)
+	}
+	// A shared request refused with nobody named: a waiting writer whose
+	// readers are gone.
+	if got := heldText(acquireRequest{key: "k", mode: dlock.Shared}, &dlock.NotAcquiredError{Key: "k"}); !strings.Contains(got, "or an exclusive run is waiting") {
+		t.Errorf("heldText, shared, without holders: %q", got)
 	}
 }
 

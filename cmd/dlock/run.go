@@ -361,6 +361,9 @@ func acquireForRun(b *backend, r acquireRequest, sigc chan os.Signal, stderr io.
 func heldText(r acquireRequest, na *dlock.NotAcquiredError) string {
 	h, ok := seenHolder(na)
 	if !ok {
+		if r.mode == dlock.Shared {
+			return fmt.Sprintf("lock %q is held, or an exclusive run is waiting for it (new shared runs wait behind it)", r.key)
+		}
 		return fmt.Sprintf("lock %q is held", r.key)
 	}
 	allOf := func(m dlock.Mode) bool {
@@ -415,9 +418,11 @@ func acquireErrorStatus(err error, conflict int) int {
 	return conflict
 }
 
-// heldBySomeone reports whether err says that a holder of the key was
-// seen: it wraps dlock.ErrNotAcquired and names an owner, metadata or a
-// lease.
+// heldBySomeone reports whether err says that the key is held: it wraps
+// dlock.ErrNotAcquired and names an owner, metadata or a lease, or it is
+// the service's own refusal (no Cause: not a wait that ended), which may
+// name nobody: a shared request refused for a waiting writer once the
+// readers are gone, a holder PostgreSQL's snapshot did not show.
 func heldBySomeone(err error) bool {
 	if !errors.Is(err, dlock.ErrNotAcquired) {
 		return false
@@ -427,7 +432,7 @@ func heldBySomeone(err error) bool {
 		return true
 	}
 	_, ok := seenHolder(na)
-	return ok
+	return ok || na.Cause == nil
 }
 
 // seenHolder returns the first holder na names that was actually seen:

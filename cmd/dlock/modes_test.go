@@ -391,7 +391,9 @@ const shWaitFor = `i=0; until [ -e "$1" ]; do i=$((i+1)); [ $i -gt 6000 ] && exi
 // Two --shared runs hold the key together, and an exclusive run waits for
 // both: each reader waits until the other has started (so they finish
 // only if they overlapped), and the writer's command checks that both
-// readers had finished before it started.
+// readers had finished before it started. While the writer waits, new
+// --shared runs wait behind it (writer preference): -n ones are refused,
+// and a blocking one starts only after the writer has finished.
 func TestSharedRunsOverlapWriterWaits(t *testing.T) {
 	url := fileURL(t)
 	requireModes(t, url)
@@ -411,19 +413,38 @@ func TestSharedRunsOverlapWriterWaits(t *testing.T) {
 	if r.code != exitConflict || !strings.Contains(r.stderr, "held shared") || !strings.Contains(r.stderr, "1 other holder") {
 		t.Fatalf("-n writer while two readers hold: exit %d %q", r.code, r.stderr)
 	}
-	if r := runDlock(t, url, "ls", "--json", "catalog"); !strings.Contains(r.stdout, `"mode": "shared"`) || strings.Count(r.stdout, `"key": "catalog"`) != 2 {
-		t.Errorf("ls --json with two readers: %q %q", r.stdout, r.stderr)
+	r = runDlock(t, url, "ls", "--json", "catalog")
+	var rows []lockInfo
+	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil || len(rows) != 2 || rows[0].Mode != "shared" || rows[1].Mode != "shared" ||
+		rows[0].Holders != 2 || rows[0].Owner == rows[1].Owner || rows[0].Token == rows[1].Token || rows[0].TTLms <= 0 || rows[1].TTLms <= 0 ||
+		rows[0].Metadata["pid"] == rows[1].Metadata["pid"] {
+		t.Errorf("ls --json with two readers: %v %q %q", err, r.stdout, r.stderr)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), hang)
-	defer cancel()
-	writer := dlockCmd(ctx, url, "run", "catalog", "--", "sh", "-c", fmt.Sprintf(`cd %q && if [ -e a.done ] && [ -e b.done ]; then echo after-both; else echo EARLY; fi`, dir))
-	var wout, werr syncBuffer
-	writer.Stdout, writer.Stderr = &wout, &werr
-	if err := writer.Start(); err != nil {
-		t.Fatal(err)
+	start := func(args ...string) (*exec.Cmd, *syncBuffer, *syncBuffer) {
+		ctx, cancel := context.WithTimeout(context.Background(), hang)
+		cmd := dlockCmd(ctx, url, args...)
+		out, errb := &syncBuffer{}, &syncBuffer{}
+		cmd.Stdout, cmd.Stderr = out, errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cancel(); cmd.Wait() })
+		return cmd, out, errb
 	}
-	t.Cleanup(func() { writer.Process.Kill(); writer.Wait() })
+	writer, wout, werr := start("run", "catalog", "--", "sh", "-c",
+		fmt.Sprintf(`cd %q && if [ -e a.done ] && [ -e b.done ]; then echo after-both; else echo EARLY; fi; : > w.done`, dir))
+	// Once the writer waits, a new reader is refused at once...
+	waitFor(t, hang, "the waiting writer to keep new readers out", func() bool {
+		r = runDlock(t, url, "run", "-n", "--shared", "catalog", "--", "true")
+		return r.code == exitConflict
+	})
+	if !strings.Contains(r.stderr, "an exclusive run is waiting") {
+		t.Errorf("-n reader behind a waiting writer: %q", r.stderr)
+	}
+	// ... and a blocking one runs after the writer.
+	late, lout, lerr := start("run", "--shared", "catalog", "--", "sh", "-c",
+		fmt.Sprintf(`cd %q && if [ -e w.done ]; then echo after-writer; else echo BEFORE-WRITER; fi`, dir))
 	marker(t, dir, "go")
 	for i, rd := range []*exec.Cmd{ra, rb} {
 		if code := waitExit(t, rd); code != 0 {
@@ -432,6 +453,9 @@ func TestSharedRunsOverlapWriterWaits(t *testing.T) {
 	}
 	if code := waitExit(t, writer); code != 0 || strings.TrimSpace(wout.String()) != "after-both" {
 		t.Fatalf("writer: exit %d, stdout %q, stderr %q; want it to start after both readers", code, wout.String(), werr.String())
+	}
+	if code := waitExit(t, late); code != 0 || strings.TrimSpace(lout.String()) != "after-writer" {
+		t.Fatalf("late reader: exit %d, stdout %q, stderr %q; want it to start after the waiting writer", code, lout.String(), lerr.String())
 	}
 }
 

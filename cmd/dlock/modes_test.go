@@ -15,6 +15,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/memlock"
 )
 
@@ -349,6 +350,26 @@ func TestRunModeEnvironment(t *testing.T) {
 	}
 }
 
+// onModeBackends runs test on each backend that offers shared and limited
+// locks, each on a fresh server (a directory for file://).
+func onModeBackends(t *testing.T, test func(t *testing.T, url string)) {
+	backends := []struct {
+		name string
+		url  func(t *testing.T) string
+	}{
+		{"file", fileURL},
+		{"redis", func(t *testing.T) string { return "redis://" + testserver.StartRedis(t).Addr() }},
+		{"etcd", func(t *testing.T) string { return startServe(t).url }},
+	}
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			url := b.url(t)
+			requireModes(t, url)
+			test(t, url)
+		})
+	}
+}
+
 // requireModes skips the test while url's backend does not offer shared
 // and limited locks yet.
 // TODO(issue 14): once the file backend has them (branch prim-file), fail
@@ -394,9 +415,9 @@ const shWaitFor = `i=0; until [ -e "$1" ]; do i=$((i+1)); [ $i -gt 6000 ] && exi
 // readers had finished before it started. While the writer waits, new
 // --shared runs wait behind it (writer preference): -n ones are refused,
 // and a blocking one starts only after the writer has finished.
-func TestSharedRunsOverlapWriterWaits(t *testing.T) {
-	url := fileURL(t)
-	requireModes(t, url)
+func TestSharedRunsOverlapWriterWaits(t *testing.T) { onModeBackends(t, testSharedRunsOverlap) }
+
+func testSharedRunsOverlap(t *testing.T, url string) {
 	dir := t.TempDir()
 	reader := func(me, other string) []string {
 		script := fmt.Sprintf(`cd %q || exit 8; : > %s.started; echo started; set -- %s.started; %s; set -- go; %s; : > %s.done`,
@@ -462,9 +483,9 @@ func TestSharedRunsOverlapWriterWaits(t *testing.T) {
 // --limit 2 lets two of three runs hold the key at once, never three: each
 // run records how many runs are inside when it enters, and the first two
 // stay inside until both are in.
-func TestLimitTwoOfThree(t *testing.T) {
-	url := fileURL(t)
-	requireModes(t, url)
+func TestLimitTwoOfThree(t *testing.T) { onModeBackends(t, testLimitTwoOfThree) }
+
+func testLimitTwoOfThree(t *testing.T, url string) {
 	dir := t.TempDir()
 	// Enter: a file of our own, then count them (and log the count); wait
 	// for "go"; leave.

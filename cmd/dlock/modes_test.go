@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -213,6 +214,11 @@ func TestHeldTextWaitingWriter(t *testing.T) {
 	// Holders that were not seen say nothing about the mode.
 	if got := heldText(acquireRequest{key: "k"}, &dlock.NotAcquiredError{Key: "k"}); got != `lock "k" is held` {
 		t.Errorf("heldText without holders: %q", got)
+	}
+	// A reservation (a lease without an owner) says nothing about modes.
+	reserved := &dlock.NotAcquiredError{Key: "k", Holders: []dlock.Holder{{TTL: time.Second}}}
+	if got := heldText(acquireRequest{key: "k", mode: dlock.Limited, limit: 2}, reserved); got != `lock "k" is held, lease ends in 1s` {
+		t.Errorf("heldText, a permit against a reservation: %q", got)
 	}
 	// A shared request refused with nobody named: a waiting writer whose
 	// readers are gone.
@@ -544,5 +550,38 @@ func testLimitTwoOfThree(t *testing.T, url string) {
 	}
 	if !two {
 		t.Errorf("two runs never held the key together (counts %q)", counts)
+	}
+}
+
+// A SIGKILLed --shared run's lease ends on its own, at its expiry, while
+// the other reader's is renewed: ls soon lists the survivor alone, and a
+// writer still cannot have the key.
+func TestKilledReaderExpiresAlone(t *testing.T) { onModeBackends(t, testKilledReaderExpiresAlone) }
+
+func testKilledReaderExpiresAlone(t *testing.T, url string) {
+	const hold = "echo started; exec sleep 60"
+	doomed, _, _ := background(t, url, "run", "--shared", "--ttl", "2s", "shelf", "--", "sh", "-c", hold)
+	survivor, _, _ := background(t, url, "run", "--shared", "--ttl", "2s", "shelf", "--", "sh", "-c", hold)
+	if err := doomed.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitExit(t, doomed)
+	pid := strconv.Itoa(survivor.Process.Pid)
+	var rows []lockInfo
+	waitFor(t, hang, "the killed reader's lease to expire", func() bool {
+		r := runDlock(t, url, "ls", "--json", "shelf")
+		rows = nil
+		return json.Unmarshal([]byte(r.stdout), &rows) == nil && len(rows) == 1
+	})
+	if rows[0].Metadata["pid"] != pid || rows[0].Mode != "shared" || rows[0].Holders != 1 {
+		t.Fatalf("after the kill, ls lists %+v; want the surviving reader (pid %s) alone", rows[0], pid)
+	}
+	if r := runDlock(t, url, "run", "-n", "shelf", "--", "true"); r.code != exitConflict || !strings.Contains(r.stderr, "pid="+pid) {
+		t.Fatalf("-n writer while the survivor holds: exit %d %q", r.code, r.stderr)
+	}
+	survivor.Process.Signal(syscall.SIGTERM)
+	waitExit(t, survivor)
+	if r := runDlock(t, url, "run", "-n", "shelf", "--", "true"); r.code != 0 {
+		t.Fatalf("-n writer after both readers: exit %d %q", r.code, r.stderr)
 	}
 }

@@ -366,13 +366,19 @@ func heldText(r acquireRequest, na *dlock.NotAcquiredError) string {
 		}
 		return fmt.Sprintf("lock %q is held", r.key)
 	}
+	// allOf: every holder named (by owner or metadata) holds in mode m,
+	// and there is one.
 	allOf := func(m dlock.Mode) bool {
+		named := 0
 		for _, x := range na.Holders {
-			if x.Mode != m && (x.Owner != "" || len(x.Metadata) > 0) {
-				return false
+			if x.Owner != "" || len(x.Metadata) > 0 {
+				if x.Mode != m {
+					return false
+				}
+				named++
 			}
 		}
-		return true
+		return named > 0
 	}
 	var msg string
 	switch {

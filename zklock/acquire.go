@@ -364,7 +364,9 @@ func (b *backend) Queue(ctx context.Context, req *driver.Request) (driver.Grant,
 	lastOK := time.Now()
 	var held []qnode
 	ended := func(err error) error {
-		e.abandon()
+		// A writer that gave up stops keeping readers out as soon as its
+		// node is gone: give the deletion a moment before answering.
+		e.abandonWithin(endedDeleteWait)
 		if since := time.Since(lastOK); since >= waitRecency || len(held) == 0 {
 			return fmt.Errorf("dlock: zookeeper acquire %q: no answer from ZooKeeper in the last %v of the wait: %w", req.Key, since.Round(time.Millisecond), err)
 		}
@@ -570,6 +572,33 @@ func (e *entry) deleteOrphan() {
 	}
 	e.deleting = false
 	e.mu.Unlock()
+}
+
+// endedDeleteWait is how long a wait whose context ended waits for its
+// node's deletion before returning (within the core's grace for a queue
+// wait); the deletion goes on in the background if it takes longer.
+const endedDeleteWait = 50 * time.Millisecond
+
+// abandonWithin is abandon, waiting up to d for the deletion to finish.
+func (e *entry) abandonWithin(d time.Duration) {
+	e.mu.Lock()
+	if e.deleting || e.deletedByUs {
+		e.mu.Unlock()
+		return
+	}
+	e.deleting = true
+	e.mu.Unlock()
+	done := make(chan struct{})
+	background.Go(func() {
+		defer close(done)
+		e.deleteOrphan()
+	})
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // abandonOwner deletes, in the background, every queue node of owner under

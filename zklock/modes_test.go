@@ -414,3 +414,53 @@ func TestListModes(t *testing.T) {
 		t.Fatalf("semaphore key: %+v, want 1 limited holder of 5", sem)
 	}
 }
+
+// A shared Acquire waiting behind a writer over a link that stalls ends
+// by its context with an error, never a grant; its node goes with its
+// session, so the writer's release admits nobody stale, and after the link
+// heals the same Locker takes shared locks again.
+func TestStalledSharedAcquire(t *testing.T) {
+	z := testserver.StartZooKeeper(t)
+	addrs := []string{z.Addr()}
+	admin := connect(t, addrs)
+	p := testserver.StartProxy(t, z.Addr())
+	t.Cleanup(p.Heal)
+	key := dlocktest.Key(t)
+	l := zklock.New(connect(t, []string{p.Addr()}))
+	wl, err := zklock.New(admin).Acquire(dlocktest.Context(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		lk, err := l.Acquire(ctx, key, dlock.WithShared())
+		if err == nil {
+			lk.Release(context.Background())
+			err = errors.New("granted")
+		}
+		done <- err
+	}()
+	waitFor(t, "the reader queued", func() bool { return len(children(t, admin, l.Path(key))) == 2 })
+	p.Stall()
+	select {
+	case err := <-done:
+		if err == nil || err.Error() == "granted" {
+			t.Fatalf("shared Acquire over a stalled link: %v, want an error", err)
+		}
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatal("hang: shared Acquire over a stalled link did not end with its context")
+	}
+	waitFor(t, "the stalled reader's node gone with its session", func() bool { return len(children(t, admin, l.Path(key))) == 1 })
+	releaseOK(t, wl)
+	p.Heal()
+	r, err := l.Acquire(dlocktest.Context(t), key, dlock.WithShared())
+	if err != nil {
+		t.Fatalf("shared Acquire after the link healed: %v", err)
+	}
+	if r.Token() <= wl.Token() {
+		t.Fatalf("reader token %d not above the writer's %d", r.Token(), wl.Token())
+	}
+	releaseOK(t, r)
+}

@@ -121,6 +121,13 @@
 //     queue behind it wake it too (it looks again and waits on).
 //   - Fair order among waiters of a key whose queue holds nodes foreign
 //     to zklock: nodes it cannot parse are ignored.
+//   - Shared or limited locks next to zklock versions from before they
+//     existed: those do not recognize "read-" and "sem-" nodes and would
+//     take an exclusive lock over readers. Upgrade every client of a key
+//     before any of them uses WithShared or WithLimit on it.
+//   - That a shared TryAcquire is never refused for a moment by an
+//     exclusive TryAcquire on the same key: the writer's node is in the
+//     queue, ahead of the reader's, for the instant of its attempt.
 //   - Safety if the servers grant a shorter session timeout than a
 //     connection from zk.Connect was told (WithSessionTimeout).
 //   - Locks across sessions: all locks of a Locker share its connection's

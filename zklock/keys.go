@@ -155,7 +155,7 @@ func parseNode(name string) (qnode, bool) {
 	case strings.HasSuffix(head, readInfix):
 		n.mode, head = driver.Shared, head[:len(head)-len(readInfix)]
 	case strings.HasSuffix(head, "-"):
-		i := strings.LastIndex(head, semInfix)
+		i := strings.LastIndex(head[:len(head)-1], semInfix)
 		if i < 0 {
 			return qnode{}, false
 		}

@@ -168,3 +168,27 @@ func FuzzEscapeKey(f *testing.F) {
 		}
 	})
 }
+
+// parseNode never panics, and what it accepts it parses consistently: a
+// node it reads as limited has a limit in range, and the name rebuilt
+// from its fields parses to the same node.
+func FuzzParseNode(f *testing.F) {
+	for _, s := range []string{"_c_ab-lock-0000000001", "read-0000000002", "_c_ab-sem-12-0000000003", "sem--0000000004", "_c_-sem-0-0000000005", "0000000000"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		n, ok := parseNode(name)
+		if !ok {
+			return
+		}
+		if n.mode == driver.Limited && (n.limit < 1 || n.limit > 1<<20) {
+			t.Fatalf("parseNode(%q) limit %d", name, n.limit)
+		}
+		if n.owner != "" {
+			again, ok := parseNode(nodePrefix(n.owner, n.mode, n.limit) + name[len(name)-seqDigits:])
+			if !ok || again.owner != n.owner || again.mode != n.mode || again.limit != n.limit || again.seq != n.seq {
+				t.Fatalf("parseNode(%q) = %+v, rebuilt %+v, %v", name, n, again, ok)
+			}
+		}
+	})
+}

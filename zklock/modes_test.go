@@ -464,3 +464,28 @@ func TestStalledSharedAcquire(t *testing.T) {
 	}
 	releaseOK(t, r)
 }
+
+// The largest limit round-trips through the node name: held, listed and
+// refused to a permit of another limit.
+func TestSemaphoreMaxLimit(t *testing.T) {
+	z := testserver.StartZooKeeper(t)
+	l := zklock.New(connect(t, []string{z.Addr()}))
+	key := dlocktest.Key(t)
+	p, err := l.TryAcquire(dlocktest.Context(t), key, dlock.WithLimit(dlock.MaxLimit))
+	if err != nil {
+		t.Fatal(err)
+	}
+	infos, err := l.List(dlocktest.Context(t), key)
+	if err != nil || len(infos) != 1 || infos[0].Limit != dlock.MaxLimit || infos[0].Mode != dlock.Limited {
+		t.Fatalf("List = %+v, %v; want one semaphore of %d", infos, err, dlock.MaxLimit)
+	}
+	if _, err := l.TryAcquire(dlocktest.Context(t), key, dlock.WithLimit(1)); !errors.Is(err, dlock.ErrLimitMismatch) {
+		t.Fatalf("permit of 1 on a semaphore of %d: %v", dlock.MaxLimit, err)
+	}
+	q, err := l.TryAcquire(dlocktest.Context(t), key, dlock.WithLimit(dlock.MaxLimit))
+	if err != nil {
+		t.Fatal(err)
+	}
+	releaseOK(t, q)
+	releaseOK(t, p)
+}

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -42,6 +44,10 @@ func watchNode(c *zk.Conn, path string) (exists, error) {
 	return exists{ok: true, stat: st, watch: w, data: d}, nil
 }
 
+// testCreateDelay (tests only) delays each create on its goroutine before
+// the request is sent, as a busy scheduler can.
+var testCreateDelay atomic.Int64
+
 // create puts req's queue node under the key's znode (a container, created
 // if missing, with the prefix above it) and returns it. A create whose
 // reply was lost is found again by its protection id before it is tried
@@ -56,9 +62,39 @@ func (b *backend) create(ctx context.Context, req *driver.Request) (*entry, erro
 	sid := b.conn.SessionID()
 	recovered := false
 	for attempt := 0; ; attempt++ {
+		// call runs the create on a goroutine of its own: when call gives
+		// up on it (the context ended, the request timed out) it may not
+		// even have been sent yet, and take effect after the engine's
+		// Abort listed the key and found nothing. So whichever of the
+		// create and its caller comes second deletes the node.
+		var (
+			mu      sync.Mutex
+			gaveUp  bool
+			created string
+		)
 		path, err := call(ctx, b, "create", func() (string, error) {
-			return b.conn.Create(dir+"/"+nodePrefix(req.Owner, req.Mode, req.Limit), data, zk.FlagEphemeralSequential, b.acl)
+			if d := testCreateDelay.Load(); d > 0 {
+				time.Sleep(time.Duration(d))
+			}
+			p, err := b.conn.Create(dir+"/"+nodePrefix(req.Owner, req.Mode, req.Limit), data, zk.FlagEphemeralSequential, b.acl)
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				created = p
+				if gaveUp {
+					b.newEntry(req, dir, p[len(dir)+1:], sid, lease).abandon()
+				}
+			}
+			return p, err
 		})
+		if err != nil {
+			mu.Lock()
+			gaveUp = true
+			if created != "" {
+				b.newEntry(req, dir, created[len(dir)+1:], sid, lease).abandon()
+			}
+			mu.Unlock()
+		}
 		switch {
 		case err == nil:
 			e := b.newEntry(req, dir, path[len(dir)+1:], sid, lease)

@@ -489,3 +489,35 @@ func TestSemaphoreMaxLimit(t *testing.T) {
 	releaseOK(t, q)
 	releaseOK(t, p)
 }
+
+// A create that is sent only after its Acquire gave up (its goroutine
+// scheduled late) and after the engine's Abort found nothing to delete
+// does not leave its node behind to hold the key for the session's life:
+// the create itself deletes it. Exclusive and shared alike.
+func TestLateCreateAfterAbort(t *testing.T) {
+	z := testserver.StartZooKeeper(t)
+	addrs := []string{z.Addr()}
+	admin := connect(t, addrs)
+	key := dlocktest.Key(t)
+	holder, err := zklock.New(admin).Acquire(dlocktest.Context(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := zklock.New(connect(t, addrs))
+	zklock.SetCreateDelay(500 * time.Millisecond)
+	t.Cleanup(func() { zklock.SetCreateDelay(0) })
+	for _, opts := range [][]dlock.Option{nil, {dlock.WithShared()}} {
+		if _, err := l.Acquire(dlocktest.Context(t), key, append(opts, dlock.WithWait(50*time.Millisecond))...); err == nil {
+			t.Fatal("acquired a held key")
+		}
+	}
+	time.Sleep(time.Second) // the late creates took effect
+	zklock.SetCreateDelay(0)
+	waitFor(t, "the late creates' nodes deleted", func() bool { return len(children(t, admin, l.Path(key))) == 1 })
+	releaseOK(t, holder)
+	lk, err := l.TryAcquire(dlocktest.Context(t), key)
+	if err != nil {
+		t.Fatalf("the key after its holder released: %v (a late node holds it?)", err)
+	}
+	releaseOK(t, lk)
+}

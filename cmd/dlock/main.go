@@ -1,5 +1,7 @@
-// Command dlock runs commands under a distributed lock, lists held locks
-// and plays the fencing demo. See `dlock help`.
+// Command dlock runs commands under a distributed lock (exclusive, a
+// shared read lock with --shared, or one of N permits with --limit N),
+// lists held locks with their modes and holders, and plays the fencing
+// demo. See `dlock help`.
 package main
 
 import (

@@ -77,6 +77,14 @@ func prepareDir(dir string) (string, error) {
 
 // record is a lease record file. It outlives its lease: after a release or
 // an expiry it keeps Key and Counter so fencing tokens keep increasing.
+//
+// The top-level lease fields (Owner, Token, Expires, Metadata) are the
+// format every version reads. An exclusive holder is stored in them alone,
+// exactly as before shared locks existed. Shared and limited holders are
+// stored in Holders, with Mode and Limit, and the top-level fields then
+// cover them all: they repeat the holder whose lease ends last, so a
+// process that knows only the top-level fields sees the key held for as
+// long as anyone holds it (see keyState and doc.go, Storage).
 type record struct {
 	Key      string            `json:"key"`
 	Owner    string            `json:"owner,omitempty"`
@@ -85,18 +93,43 @@ type record struct {
 	Metadata map[string]string `json:"metadata,omitempty"`
 	// Counter is the highest token ever issued for Key.
 	Counter uint64 `json:"counter"`
+	// Mode is "shared" or "limited" while Holders holds the key; absent
+	// for an exclusive holder or a free key.
+	Mode string `json:"mode,omitempty"`
+	// Limit is the permit count of a limited key.
+	Limit int `json:"limit,omitempty"`
+	// Holders are the shared or limited holders.
+	Holders []holderRec `json:"holders,omitempty"`
+	// Writers are the blocking exclusive Acquires waiting for the key
+	// (driver: Writer preference), in any mode and on a free key too.
+	Writers []writerRec `json:"writers,omitempty"`
 }
 
-// heldAt reports whether the record names a holder whose lease is unexpired
-// at wall-clock time now (Unix nanoseconds).
-func (r *record) heldAt(now int64) bool { return r.Owner != "" && now < r.Expires }
+// holderRec is one shared or limited holder in a record.
+type holderRec struct {
+	Owner    string            `json:"owner"`
+	Token    uint64            `json:"token"`
+	Expires  int64             `json:"expires_unix_nano"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
 
-// left is the time left on the lease at now.
-func (r *record) left(now int64) time.Duration { return time.Duration(r.Expires - now) }
+// writerRec is one waiting writer's registration: the Request.Waiter of a
+// blocking exclusive Acquire and when the registration lapses (at most one
+// TTL after that Acquire's last attempt began).
+type writerRec struct {
+	Waiter  string `json:"waiter"`
+	Expires int64  `json:"expires_unix_nano"`
+}
 
-// clear drops the holder but keeps Key and Counter.
-func (r *record) clear() {
-	r.Owner, r.Token, r.Expires, r.Metadata = "", 0, 0, nil
+// Mode names in records.
+const (
+	modeShared  = "shared"
+	modeLimited = "limited"
+)
+
+// cover is the top-level lease as a holder.
+func (r *record) cover() holderRec {
+	return holderRec{Owner: r.Owner, Token: r.Token, Expires: r.Expires, Metadata: r.Metadata}
 }
 
 // errCorrupt marks a record or fence file that cannot be decoded. Such a

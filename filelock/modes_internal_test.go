@@ -239,3 +239,27 @@ func TestWriterRegistration(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Leave removes every copy of a registration listed twice (a record edited
+// by hand).
+func TestLeaveDuplicateRegistration(t *testing.T) {
+	b := newBackend(t, t.TempDir())
+	g := mustGrant(t, b, testReq("k", driver.Shared, 0))
+	exp := time.Now().Add(time.Hour).UnixNano()
+	err := b.update(context.Background(), "k", func(r *record, _ int64) (bool, bool, error) {
+		r.Writers = []writerRec{{"w", exp}, {"x", exp}, {"w", exp}}
+		return true, false, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Leave(context.Background(), "k", "w"); err != nil {
+		t.Fatal(err)
+	}
+	if s := stateOf(t, b, "k"); len(s.writers) != 1 || s.writers[0].Waiter != "x" {
+		t.Fatalf("writers after Leave: %+v", s.writers)
+	}
+	if err := g.Lease.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}

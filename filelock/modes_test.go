@@ -1,6 +1,7 @@
 package filelock_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -522,3 +523,67 @@ func TestOddRecords(t *testing.T) {
 }
 
 var _ dlock.Lister = (*filelock.Locker)(nil)
+
+// A process of an earlier version rewrites the record with the fields it
+// knows only (here: the renewal of its exclusive lease), dropping a
+// waiting writer's registration: the writer registers again at its next
+// attempt.
+func TestOldVersionWriteDropsRegistration(t *testing.T) {
+	dir := t.TempDir()
+	key := dlocktest.Key(t)
+	l := mustNew(t, dir)
+	holder, err := l.TryAcquire(dlocktest.Context(t), key, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(dlocktest.Context(t))
+	done := make(chan error, 1)
+	go func() {
+		_, err := mustNew(t, dir).Acquire(ctx, key, dlock.WithTTL(300*time.Millisecond))
+		done <- err
+	}()
+	waitWriterRegistered(t, dir, key, 1)
+	// The earlier version's write: decode into its struct, re-encode.
+	var old struct {
+		Key      string            `json:"key"`
+		Owner    string            `json:"owner,omitempty"`
+		Token    uint64            `json:"token,omitempty"`
+		Expires  int64             `json:"expires_unix_nano,omitempty"`
+		Metadata map[string]string `json:"metadata,omitempty"`
+		Counter  uint64            `json:"counter"`
+	}
+	b, err := os.ReadFile(recordPath(dir, key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &old); err != nil {
+		t.Fatal(err)
+	}
+	if b, err = json.Marshal(&old); err != nil {
+		t.Fatal(err)
+	}
+	// Replaced whole, as every version does (a torn record would fail
+	// the writer's attempt as corrupt).
+	if err := os.WriteFile(recordPath(dir, key)+".old", b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(recordPath(dir, key)+".old", recordPath(dir, key)); err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(b, []byte("writers")) {
+		t.Fatalf("the old version's record kept the registration: %s", b)
+	}
+	// (The writer may already be back, woken by the rename.)
+	waitWriterRegistered(t, dir, key, 1)
+	if rec := readFileRecord(t, dir, key); rec.Owner != holder.Owner() {
+		t.Fatalf("record %+v, want the old version's holder", rec)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("writer: %v", err)
+	}
+	// The engine's Leave runs in the background: wait for it, so that it
+	// does not write into the directory while the test removes it.
+	waitWriterRegistered(t, dir, key, 0)
+	mustRelease(t, holder)
+}

@@ -123,14 +123,12 @@ func (s *keyState) findWriter(waiter string) int {
 	return slices.IndexFunc(s.writers, func(w writerRec) bool { return w.Waiter == waiter })
 }
 
-// removeWriter drops waiter's registration and reports whether there was
-// one.
+// removeWriter drops waiter's registration (every copy, should a record
+// edited by hand list it twice) and reports whether there was one.
 func (s *keyState) removeWriter(waiter string) bool {
-	if i := s.findWriter(waiter); i >= 0 {
-		s.writers = slices.Delete(s.writers, i, i+1)
-		return true
-	}
-	return false
+	n := len(s.writers)
+	s.writers = slices.DeleteFunc(s.writers, func(w writerRec) bool { return w.Waiter == waiter })
+	return len(s.writers) < n
 }
 
 // public lists the live holders as other clients see them.

@@ -40,7 +40,7 @@
 //
 // Writers have preference over readers (driver: Writer preference). A
 // blocking exclusive Acquire refused by the key's holders registers itself
-// in the record as a waiting writer, and while a registration is live new
+// as a waiting writer of the key, and while a registration is live new
 // shared requests are refused, also on a key that has just become free,
 // so overlapping readers cannot starve a writer. The registration ends when
 // that writer is granted the key, when its Acquire ends without the key
@@ -62,7 +62,7 @@
 //     can wait for as long as writers keep coming. List reports Waiters as
 //     -1.
 //   - Writer preference against processes of a version before shared
-//     locks (see Storage: they neither register nor keep registrations).
+//     locks: their waiting writers do not register (see Storage).
 //   - Anything across hosts, or on network filesystems (NFS, SMB, FUSE
 //     mounts of remote storage): flock(2) and rename(2) semantics there
 //     vary, and hosts do not share a clock. Use a network backend.
@@ -81,7 +81,8 @@
 //   - Sharing a directory between users: files are created 0600, so every
 //     process using a directory should run as the same user.
 //   - Durability of releases, renewals and waiting writers' registrations:
-//     only acquisitions fsync the directory. After a power loss a released
+//     only acquisitions fsync the directory (and registrations are not
+//     fsynced at all). After a power loss a released
 //     lease can reappear until its recorded expiry (at most one TTL), and a
 //     renewal or a registration can be forgotten (the lease then ends at
 //     its previous expiry; the writer registers again at its next
@@ -93,24 +94,32 @@
 //
 //   - <dir>/<id>.lease: the lease record, JSON
 //     {"key","owner","token","expires_unix_nano","metadata","counter"},
-//     plus, when used, "mode" ("shared" or "limited"), "limit",
-//     "holders" (a list of {"owner","token","expires_unix_nano","metadata"})
-//     and "writers" (the waiting writers, {"waiter","expires_unix_nano"}).
+//     plus, when used, "mode" ("shared" or "limited"), "limit" and
+//     "holders" (a list of {"owner","token","expires_unix_nano","metadata"}).
 //     An exclusive holder is stored in the top-level lease fields alone,
 //     exactly as before shared locks existed. Shared and limited holders
 //     are stored in "holders" with "mode" and "limit", and the top-level
 //     lease fields then repeat the holder whose lease ends last: the
-//     top-level lease always covers every holder. Expired holders and
-//     registrations are dropped at the record's next write.
+//     top-level lease always covers every holder. Expired holders are
+//     dropped at the record's next write.
 //     It is only ever replaced whole: written to <id>.lease.tmp, fsynced and
 //     renamed over the record, so readers and crashes see the old or the
 //     new record, never a torn one. Acquisitions also fsync the directory,
 //     making the new counter durable before the token is handed out.
 //     After a release or expiry the record keeps key and counter (the
 //     highest token ever issued); the next acquisition gets counter+1.
+//   - <dir>/<id>.writers: the waiting writers' registrations, JSON
+//     {"key","writers":[{"waiter","expires_unix_nano"}]}, present only
+//     while there are some (expired ones are dropped at its next write).
+//     They live apart from the record because every contended blocking
+//     exclusive Acquire registers: this file holds no counter, so it is
+//     replaced by rename without any fsync, keeping a contended exclusive
+//     lock as cheap as before writer preference. A writers file that is
+//     missing, torn (after a power loss) or unreadable counts as no
+//     registration.
 //   - <dir>/<id>.flock: an empty file on which every read-modify-write of
-//     the record (acquire, refresh, release, abort, Leave, Expire) takes an
-//     exclusive flock(2). The wait is non-blocking attempts with short
+//     the record or the writers file (acquire, refresh, release, abort,
+//     registration, Leave, Expire) takes an exclusive flock(2). The wait is non-blocking attempts with short
 //     jittered sleeps (50µs doubling to 5ms), so it always honours the
 //     caller's context; goroutines of one process queue on an in-process
 //     semaphore first, so only one of them polls the flock at a time.
@@ -119,11 +128,11 @@
 // the top-level lease fields only, so they see a shared or limited key as
 // held (by the covering holder) until the last holder's lease ends, never
 // as free, and tokens stay in one sequence (every version issues
-// counter+1). Such a version cannot take shared locks, its waiting writers
-// do not register, and its writes (an exclusive grant on a free key, a
-// release or renewal of its own lease, Expire) drop the fields it does not
-// know: registrations are lost then, and restored by each waiting writer's
-// next attempt (within TTL/3). This version reads a record whose "mode" it
+// counter+1). Such a version cannot take shared locks and its waiting
+// writers do not register. It rewrites a record only for its own
+// exclusive lease, for a grant once every lease has expired, or for
+// Expire (which drops every holder anyway), and never touches the writers
+// file. This version reads a record whose "mode" it
 // does not know, or whose fields do not fit together, as held by its
 // top-level lease until that expires and then as free (keeping the
 // counter), and never rewrites it before then (Expire excepted): the rule
@@ -156,9 +165,10 @@
 // that, and the core acquire loop additionally polls on its own backoff,
 // capped by the time left on the holders' leases (and, for a reader kept
 // out by waiting writers, on their registrations). A waiting writer writes
-// the record when it registers and when it renews the registration (about
-// twice per TTL), which wakes other processes' waiters for one cheap
-// unlocked read. Subscriptions own no goroutine; the inotify reader is stopped when the last waiter leaves.
+// the writers file when it registers and when it renews the registration
+// (about twice per TTL); inotify wakes other processes' waiters on those
+// writes too (the one that matters is a registration's removal), each for
+// one cheap unlocked read. Subscriptions own no goroutine; the inotify reader is stopped when the last waiter leaves.
 //
 // # Portability
 //

@@ -187,10 +187,12 @@ type backend Locker
 
 func (b *backend) recordPath(id string) string { return filepath.Join(b.dir, id+leaseSuffix) }
 
+func (b *backend) writersPath(id string) string { return filepath.Join(b.dir, id+writersSuffix) }
+
 // update runs fn on key's record under the record's flock and writes the
-// record back (atomically) when fn says so, even with an error (a refused
-// writer's registration); fn's error is returned once the write is done.
-// fn gets the wall-clock time, taken after the flock was acquired.
+// record back (atomically) when fn says so. fn gets the wall-clock time,
+// taken after the flock was acquired; it may also rewrite the key's
+// writers file, which the same flock guards.
 func (b *backend) update(ctx context.Context, key string, fn func(r *record, now int64) (write, syncDir bool, err error)) error {
 	id := fileID(key)
 	fl, err := lockFile(ctx, filepath.Join(b.dir, id+leaseFlockSuffix))
@@ -203,18 +205,15 @@ func (b *backend) update(ctx context.Context, key string, fn func(r *record, now
 	if err != nil {
 		return err
 	}
-	write, syncDir, ferr := fn(&r, time.Now().UnixNano())
-	if !write {
-		return ferr
+	write, syncDir, err := fn(&r, time.Now().UnixNano())
+	if err != nil || !write {
+		return err
 	}
 	data, err := json.Marshal(&r)
 	if err != nil {
 		return err
 	}
-	if err := writeAtomic(path, data, syncDir); err != nil {
-		return err
-	}
-	return ferr
+	return writeAtomic(path, data, syncDir)
 }
 
 // Spec implements driver.Driver: exclusive, shared and limited locks.
@@ -230,11 +229,17 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 	// The attempt's start bounds a waiting writer's registration: it
 	// lapses no later than one TTL after the attempt.
 	start := time.Now().UnixNano()
+	id := fileID(req.Key)
+	wpath := b.writersPath(id)
 	// Fast path for waiters: a held lease seen in an (atomically replaced)
-	// record is a valid answer without contending for the flock.
-	if r, err := readRecord(b.recordPath(fileID(req.Key)), req.Key); err == nil {
+	// record, and a registration seen fresh, are valid answers without
+	// contending for the flock.
+	if r, err := readRecord(b.recordPath(id), req.Key); err == nil {
 		now := time.Now().UnixNano()
 		s := r.state(now)
+		if needsWriters(req) {
+			s.withWriters(readWriters(wpath, req.Key), now)
+		}
 		if out, _, err := s.decide(req.Key, req, now, start); out == refuse {
 			return driver.Grant{}, err
 		}
@@ -242,6 +247,9 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 	var token uint64
 	err := b.update(ctx, req.Key, func(r *record, now int64) (bool, bool, error) {
 		s := r.state(now)
+		if needsWriters(req) {
+			s.withWriters(readWriters(wpath, req.Key), now)
+		}
 		out, have, err := s.decide(req.Key, req, now, start)
 		switch out {
 		case grantHave:
@@ -256,8 +264,10 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 			} else {
 				s.writers = append(s.writers, w)
 			}
-			r.store(&s)
-			return true, false, err
+			if werr := writeWriters(wpath, req.Key, s.writers); werr != nil {
+				return false, false, werr
+			}
+			return false, false, err
 		}
 		next := r.maxToken()
 		if next == math.MaxUint64 {
@@ -271,8 +281,13 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 			}
 		}
 		s.holders = append(s.holders, holderRec{Owner: req.Owner, Token: token, Expires: now + int64(req.TTL), Metadata: req.Metadata})
-		if req.Waiter != "" {
-			s.removeWriter(req.Waiter) // granted: no longer waiting
+		if needsWriters(req) && s.removeWriter(req.Waiter) {
+			// Granted: no longer waiting. Should the record's write below
+			// fail, the writer registers again at its next attempt; should
+			// this one fail, the registration lapses within a TTL, keeping
+			// out meanwhile only readers, who could not have the key while
+			// the writer holds it anyway.
+			_ = writeWriters(wpath, req.Key, s.writers)
 		}
 		r.store(&s)
 		r.Counter = token
@@ -305,20 +320,27 @@ func (b *backend) Abort(ctx context.Context, req *driver.Request) error {
 
 // Leave implements driver.Leaver: it removes waiter's registration as a
 // waiting writer of key, if there is one, and wakes the process's waiters
-// (readers kept out by it may now proceed).
+// (readers kept out by it may now proceed; other processes' are woken by
+// inotify or their poll).
 func (b *backend) Leave(ctx context.Context, key, waiter string) error {
 	if waiter == "" || dlock.ValidateKey(key) != nil {
 		return nil // never registered
 	}
+	wpath := b.writersPath(fileID(key))
+	if !slices.ContainsFunc(readWriters(wpath, key), func(w writerRec) bool { return w.Waiter == waiter }) {
+		// Not registered: registrations are made under the flock by the
+		// waiter's own attempts, and its Acquire has ended.
+		return nil
+	}
 	removed := false
-	err := b.update(ctx, key, func(r *record, now int64) (bool, bool, error) {
-		s := r.state(now)
-		if s.foreign || !s.removeWriter(waiter) {
+	err := b.update(ctx, key, func(_ *record, now int64) (bool, bool, error) {
+		var s keyState
+		s.withWriters(readWriters(wpath, key), now)
+		if !s.removeWriter(waiter) {
 			return false, false, nil
 		}
-		r.store(&s)
 		removed = true
-		return true, false, nil
+		return false, false, writeWriters(wpath, key, s.writers)
 	})
 	if removed {
 		b.wake(key)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -40,7 +41,10 @@ func stateOf(t *testing.T, b *backend, key string) keyState {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return r.state(time.Now().UnixNano())
+	now := time.Now().UnixNano()
+	s := r.state(now)
+	s.withWriters(readWriters(b.writersPath(fileID(key)), key), now)
+	return s
 }
 
 // A retried attempt (same owner) gets the lease it has, in every mode,
@@ -150,11 +154,14 @@ func TestWriterRegistration(t *testing.T) {
 	}
 	first := s.writers[0].Expires
 	// A fresh registration is not rewritten by the next attempt.
-	info, _ := os.Stat(b.recordPath(fileID("k")))
+	info, err := os.Stat(b.writersPath(fileID("k")))
+	if err != nil {
+		t.Fatal(err)
+	}
 	w.Owner = dlock.NewOwner()
 	mustRefuse(t, b, w)
-	if info2, _ := os.Stat(b.recordPath(fileID("k"))); !os.SameFile(info, info2) {
-		t.Fatal("a fresh registration was rewritten")
+	if info2, err := os.Stat(b.writersPath(fileID("k"))); err != nil || !os.SameFile(info, info2) {
+		t.Fatalf("a fresh registration was rewritten (%v)", err)
 	}
 	na := mustRefuse(t, b, testReq("k", driver.Shared, 0))
 	if len(na.Holders) != 2 || na.Holders[1].Owner != "" || na.Holders[1].Mode != dlock.Exclusive {
@@ -246,11 +253,7 @@ func TestLeaveDuplicateRegistration(t *testing.T) {
 	b := newBackend(t, t.TempDir())
 	g := mustGrant(t, b, testReq("k", driver.Shared, 0))
 	exp := time.Now().Add(time.Hour).UnixNano()
-	err := b.update(context.Background(), "k", func(r *record, _ int64) (bool, bool, error) {
-		r.Writers = []writerRec{{"w", exp}, {"x", exp}, {"w", exp}}
-		return true, false, nil
-	})
-	if err != nil {
+	if err := writeWriters(b.writersPath(fileID("k")), "k", []writerRec{{"w", exp}, {"x", exp}, {"w", exp}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Leave(context.Background(), "k", "w"); err != nil {
@@ -261,5 +264,33 @@ func TestLeaveDuplicateRegistration(t *testing.T) {
 	}
 	if err := g.Lease.Release(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A writers file that cannot be decoded (torn by a power loss: it is
+// written without fsync) or names another key counts as no registration;
+// the next registration replaces it.
+func TestJunkWritersFile(t *testing.T) {
+	b := newBackend(t, t.TempDir())
+	path := b.writersPath(fileID("k"))
+	exp := time.Now().Add(time.Hour).UnixNano()
+	for _, junk := range []string{"", "{tor", `{"key":"other","writers":[{"waiter":"w","expires_unix_nano":` + strconv.FormatInt(exp, 10) + `}]}`} {
+		if err := os.WriteFile(path, []byte(junk), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		g := mustGrant(t, b, testReq("k", driver.Shared, 0))
+		w := testReq("k", driver.Exclusive, 0)
+		w.Waiter = dlock.NewOwner()
+		mustRefuse(t, b, w)
+		if s := stateOf(t, b, "k"); len(s.writers) != 1 || s.writers[0].Waiter != w.Waiter {
+			t.Fatalf("after %q: writers %+v", junk, s.writers)
+		}
+		mustRefuse(t, b, testReq("k", driver.Shared, 0))
+		if err := b.Leave(context.Background(), "k", w.Waiter); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Lease.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -1,7 +1,6 @@
 package filelock_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -37,6 +36,8 @@ type fileRecord struct {
 	} `json:"writers"`
 }
 
+// readFileRecord reads key's lease record and, into Writers, its waiting
+// writers' file.
 func readFileRecord(t testing.TB, dir, key string) fileRecord {
 	t.Helper()
 	b, err := os.ReadFile(recordPath(dir, key))
@@ -47,7 +48,25 @@ func readFileRecord(t testing.TB, dir, key string) fileRecord {
 	if err := json.Unmarshal(b, &r); err != nil {
 		t.Fatalf("record %s: %v", b, err)
 	}
+	if r.Writers != nil {
+		t.Fatalf("record %s lists writers: they have a file of their own", b)
+	}
+	b, err = os.ReadFile(writersPath(dir, key))
+	if errors.Is(err, os.ErrNotExist) {
+		return r
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatalf("writers file %s: %v", b, err)
+	}
 	return r
+}
+
+// writersPath is key's waiting writers' file.
+func writersPath(dir, key string) string {
+	return strings.TrimSuffix(recordPath(dir, key), ".lease") + ".writers"
 }
 
 // waitUntil polls cond every 5ms until it holds, failing the test after
@@ -525,10 +544,9 @@ func TestOddRecords(t *testing.T) {
 var _ dlock.Lister = (*filelock.Locker)(nil)
 
 // A process of an earlier version rewrites the record with the fields it
-// knows only (here: the renewal of its exclusive lease), dropping a
-// waiting writer's registration: the writer registers again at its next
-// attempt.
-func TestOldVersionWriteDropsRegistration(t *testing.T) {
+// knows only (here: the renewal of its exclusive lease): a waiting
+// writer's registration, in a file of its own, is untouched.
+func TestOldVersionWriteKeepsRegistration(t *testing.T) {
 	dir := t.TempDir()
 	key := dlocktest.Key(t)
 	l := mustNew(t, dir)
@@ -539,11 +557,13 @@ func TestOldVersionWriteDropsRegistration(t *testing.T) {
 	ctx, cancel := context.WithCancel(dlocktest.Context(t))
 	done := make(chan error, 1)
 	go func() {
-		_, err := mustNew(t, dir).Acquire(ctx, key, dlock.WithTTL(300*time.Millisecond))
+		_, err := mustNew(t, dir).Acquire(ctx, key)
 		done <- err
 	}()
 	waitWriterRegistered(t, dir, key, 1)
-	// The earlier version's write: decode into its struct, re-encode.
+	reg := readFileRecord(t, dir, key).Writers[0]
+	// The earlier version's write: decode into its struct, re-encode,
+	// replace the record whole.
 	var old struct {
 		Key      string            `json:"key"`
 		Owner    string            `json:"owner,omitempty"`
@@ -559,24 +579,18 @@ func TestOldVersionWriteDropsRegistration(t *testing.T) {
 	if err := json.Unmarshal(b, &old); err != nil {
 		t.Fatal(err)
 	}
+	old.Expires = time.Now().Add(time.Minute).UnixNano()
 	if b, err = json.Marshal(&old); err != nil {
 		t.Fatal(err)
 	}
-	// Replaced whole, as every version does (a torn record would fail
-	// the writer's attempt as corrupt).
 	if err := os.WriteFile(recordPath(dir, key)+".old", b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Rename(recordPath(dir, key)+".old", recordPath(dir, key)); err != nil {
 		t.Fatal(err)
 	}
-	if bytes.Contains(b, []byte("writers")) {
-		t.Fatalf("the old version's record kept the registration: %s", b)
-	}
-	// (The writer may already be back, woken by the rename.)
-	waitWriterRegistered(t, dir, key, 1)
-	if rec := readFileRecord(t, dir, key); rec.Owner != holder.Owner() {
-		t.Fatalf("record %+v, want the old version's holder", rec)
+	if rec := readFileRecord(t, dir, key); len(rec.Writers) != 1 || rec.Writers[0].Waiter != reg.Waiter || rec.Owner != holder.Owner() {
+		t.Fatalf("after the old version's write: %+v, want its holder and the registration", rec)
 	}
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
@@ -585,5 +599,8 @@ func TestOldVersionWriteDropsRegistration(t *testing.T) {
 	// The engine's Leave runs in the background: wait for it, so that it
 	// does not write into the directory while the test removes it.
 	waitWriterRegistered(t, dir, key, 0)
+	if _, err := os.Stat(writersPath(dir, key)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("writers file left with no registration: %v", err)
+	}
 	mustRelease(t, holder)
 }

@@ -11,10 +11,11 @@ import (
 	"github.com/dlock-go/dlock/driver"
 )
 
-// keyState is a record as the lock logic sees it at one wall-clock
-// instant: the live holders, all of one mode, and the live waiting
-// writers. Expired entries are dropped when the state is read, and so
-// disappear from the file at its next write.
+// keyState is a key as the lock logic sees it at one wall-clock instant:
+// the live holders of its record, all of one mode, and the live waiting
+// writers of its writers file (when loaded: see withWriters). Expired
+// entries are dropped when the state is read, and so disappear from the
+// files at their next write.
 type keyState struct {
 	mode  driver.Mode
 	limit int // for Limited
@@ -25,6 +26,11 @@ type keyState struct {
 	foreign bool
 	holders []holderRec // live, by token
 	writers []writerRec // live
+}
+
+// withWriters sets the live registrations among ws.
+func (s *keyState) withWriters(ws []writerRec, now int64) {
+	s.writers = slices.DeleteFunc(slices.Clone(ws), func(w writerRec) bool { return w.Waiter == "" || now >= w.Expires })
 }
 
 // state decodes r at wall-clock time now (Unix nanoseconds).
@@ -49,7 +55,6 @@ func (r *record) state(now int64) keyState {
 	}
 	s.holders = slices.DeleteFunc(s.holders, func(h holderRec) bool { return now >= h.Expires })
 	slices.SortFunc(s.holders, func(a, b holderRec) int { return cmp.Compare(a.Token, b.Token) })
-	s.writers = slices.DeleteFunc(slices.Clone(r.Writers), func(w writerRec) bool { return w.Waiter == "" || now >= w.Expires })
 	if len(s.holders) == 0 {
 		s.mode, s.limit, s.foreign = driver.Exclusive, 0, false
 	}
@@ -78,13 +83,11 @@ func validHolders(hs []holderRec) bool {
 // shared and limited holders go in Holders, and the top-level fields
 // repeat the one whose lease ends last, so that every reader of the
 // top-level fields alone sees the key held while anyone holds it. A
-// foreign state is never stored (callers check).
+// foreign state is never stored (callers check). The writers are stored
+// apart (writeWriters).
 func (r *record) store(s *keyState) {
 	r.Owner, r.Token, r.Expires, r.Metadata = "", 0, 0, nil
-	r.Mode, r.Limit, r.Holders, r.Writers = "", 0, nil, nil
-	if len(s.writers) > 0 {
-		r.Writers = s.writers
-	}
+	r.Mode, r.Limit, r.Holders = "", 0, nil
 	if len(s.holders) == 0 {
 		return
 	}
@@ -150,8 +153,16 @@ const (
 	register                 // held; (re)register req.Waiter as a waiting writer
 )
 
+// needsWriters reports whether decide consults the waiting writers for
+// req: for a shared request (kept out by them) and a blocking exclusive
+// one (which registers, and is deregistered by its grant). An exclusive
+// TryAcquire and a limited request never read the writers file.
+func needsWriters(req *driver.Request) bool {
+	return req.Mode == driver.Shared || req.Mode == driver.Exclusive && req.Waiter != ""
+}
+
 // decide is the lock logic of one attempt made at wall-clock time start
-// and decided at now. For grantHave it returns the lease's token; for the
+// and decided at now (s.writers loaded when needsWriters(req)). For grantHave it returns the lease's token; for the
 // refusals the error (a *dlock.NotAcquiredError, or a limit mismatch).
 // It has no side effects, so it can answer from an unlocked read when the
 // answer is a refusal that writes nothing.

@@ -24,6 +24,7 @@ const (
 	leaseFlockSuffix = ".flock"       // flock target serializing a lease record's updates
 	fenceSuffix      = ".fence"       // guard fence record (JSON), replaced by rename
 	fenceFlockSuffix = ".fence.flock" // flock target serializing a fence's checks
+	writersSuffix    = ".writers"     // waiting writers' registrations (JSON), replaced by rename
 	tmpSuffix        = ".tmp"         // appended to a record name while it is written
 )
 
@@ -100,9 +101,6 @@ type record struct {
 	Limit int `json:"limit,omitempty"`
 	// Holders are the shared or limited holders.
 	Holders []holderRec `json:"holders,omitempty"`
-	// Writers are the blocking exclusive Acquires waiting for the key
-	// (driver: Writer preference), in any mode and on a free key too.
-	Writers []writerRec `json:"writers,omitempty"`
 }
 
 // holderRec is one shared or limited holder in a record.
@@ -119,6 +117,49 @@ type holderRec struct {
 type writerRec struct {
 	Waiter  string `json:"waiter"`
 	Expires int64  `json:"expires_unix_nano"`
+}
+
+// writersFile is a key's waiting writers (driver: Writer preference), kept
+// apart from the lease record: registrations come and go with every
+// contended exclusive Acquire, and only a file that holds no counter can
+// be replaced without an fsync. Like the record, it is only modified under
+// the key's flock.
+type writersFile struct {
+	Key     string      `json:"key"`
+	Writers []writerRec `json:"writers"`
+}
+
+// readWriters returns key's registered writers. Registrations are
+// advisory and short-lived, so a missing file, or one that cannot be read
+// or decoded (torn by a power loss: it is written without fsync), means
+// none.
+func readWriters(path, key string) []writerRec {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var w writersFile
+	if json.Unmarshal(b, &w) != nil || w.Key != key {
+		return nil
+	}
+	return w.Writers
+}
+
+// writeWriters replaces key's registrations (the caller holds the key's
+// flock): rename of a new file, without fsync; no registration left
+// removes the file.
+func writeWriters(path, key string, ws []writerRec) error {
+	if len(ws) == 0 {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	data, err := json.Marshal(&writersFile{Key: key, Writers: ws})
+	if err != nil {
+		return err
+	}
+	return writeRename(path, data, false)
 }
 
 // Mode names in records.
@@ -174,7 +215,19 @@ func readRecord(path, key string) (record, error) {
 // renames it over path. Callers hold the file's flock, so one temp name per
 // file suffices. With syncDir the directory is fsynced too, making the
 // rename itself durable (used when a counter grows).
-func writeAtomic(path string, data []byte, syncDir bool) (err error) {
+func writeAtomic(path string, data []byte, syncDir bool) error {
+	if err := writeRename(path, data, true); err != nil {
+		return err
+	}
+	if syncDir {
+		return fsyncDir(filepath.Dir(path))
+	}
+	return nil
+}
+
+// writeRename writes data to path+".tmp", fsyncs it when sync is set and
+// renames it over path.
+func writeRename(path string, data []byte, sync bool) (err error) {
 	tmp := path + tmpSuffix
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
@@ -185,7 +238,7 @@ func writeAtomic(path string, data []byte, syncDir bool) (err error) {
 			os.Remove(tmp)
 		}
 	}()
-	if _, err = f.Write(data); err == nil {
+	if _, err = f.Write(data); err == nil && sync {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
@@ -194,13 +247,7 @@ func writeAtomic(path string, data []byte, syncDir bool) (err error) {
 	if err != nil {
 		return err
 	}
-	if err = os.Rename(tmp, path); err != nil {
-		return err
-	}
-	if syncDir {
-		return fsyncDir(filepath.Dir(path))
-	}
-	return nil
+	return os.Rename(tmp, path)
 }
 
 func fsyncDir(dir string) error {

@@ -116,7 +116,8 @@
 //     replaced by rename without any fsync, keeping a contended exclusive
 //     lock as cheap as before writer preference. A writers file that is
 //     missing, torn (after a power loss) or unreadable counts as no
-//     registration.
+//     registration, and a registration that cannot be written costs the
+//     writer its preference, never its lock.
 //   - <dir>/<id>.flock: an empty file on which every read-modify-write of
 //     the record or the writers file (acquire, refresh, release, abort,
 //     registration, Leave, Expire) takes an exclusive flock(2). The wait is non-blocking attempts with short

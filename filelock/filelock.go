@@ -264,9 +264,9 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 			} else {
 				s.writers = append(s.writers, w)
 			}
-			if werr := writeWriters(wpath, req.Key, s.writers); werr != nil {
-				return false, false, werr
-			}
+			// Registrations are advisory: one that cannot be written costs
+			// this writer its preference, never its exclusive lock.
+			_ = writeWriters(wpath, req.Key, s.writers)
 			return false, false, err
 		}
 		next := r.maxToken()

@@ -162,8 +162,9 @@ func needsWriters(req *driver.Request) bool {
 }
 
 // decide is the lock logic of one attempt made at wall-clock time start
-// and decided at now (s.writers loaded when needsWriters(req)). For grantHave it returns the lease's token; for the
-// refusals the error (a *dlock.NotAcquiredError, or a limit mismatch).
+// and decided at now (with s.writers loaded when needsWriters(req)). For
+// grantHave it returns the lease's token; for the refusals the error (a
+// *dlock.NotAcquiredError, or a limit mismatch).
 // It has no side effects, so it can answer from an unlocked read when the
 // answer is a refusal that writes nothing.
 func (s *keyState) decide(key string, req *driver.Request, now, start int64) (outcome, uint64, error) {
@@ -197,7 +198,7 @@ func (s *keyState) decide(key string, req *driver.Request, now, start int64) (ou
 
 // registrationDue reports whether waiter's registration is missing or
 // past half its length: renewing it on every attempt would rewrite the
-// record at each wake-up of every waiter, while the engine attempts at
+// writers file at each wake-up of every waiter, while the engine attempts at
 // least every TTL/3, so renewing at half keeps it alive.
 func (s *keyState) registrationDue(waiter string, ttl time.Duration, now int64) bool {
 	i := s.findWriter(waiter)

@@ -2,6 +2,7 @@ package filelock
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"strconv"
@@ -293,4 +294,49 @@ func TestJunkWritersFile(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// Any record that decodes, with any request, gives a decision without a
+// panic, and a stored state keeps its promises: the top-level lease
+// covers every holder, and the state reads back the same.
+func FuzzRecordState(f *testing.F) {
+	f.Add([]byte(`{"key":"k","owner":"a","token":3,"expires_unix_nano":100,"counter":3}`), uint8(1), 2, int64(50))
+	f.Add([]byte(`{"key":"k","owner":"b","token":2,"expires_unix_nano":200,"counter":2,"mode":"shared","holders":[{"owner":"a","token":1,"expires_unix_nano":100},{"owner":"b","token":2,"expires_unix_nano":200}]}`), uint8(0), 0, int64(150))
+	f.Add([]byte(`{"key":"k","owner":"a","token":1,"expires_unix_nano":100,"counter":1,"mode":"limited","limit":2,"holders":[{"owner":"a","token":1,"expires_unix_nano":100}]}`), uint8(2), 3, int64(10))
+	f.Add([]byte(`{"key":"k","mode":"queued","owner":"z","expires_unix_nano":9}`), uint8(2), 1, int64(1))
+	f.Fuzz(func(t *testing.T, data []byte, mode uint8, limit int, now int64) {
+		var r record
+		if json.Unmarshal(data, &r) != nil {
+			return
+		}
+		r.Key = "k"
+		s := r.state(now)
+		s.withWriters([]writerRec{{Waiter: "w", Expires: now + 1}}, now)
+		req := &driver.Request{Key: "k", Owner: "o", TTL: time.Second, Metadata: map[string]string{}, Mode: driver.Mode(mode % 3), Limit: limit, Waiter: "w"}
+		out, _, err := s.decide("k", req, now, now)
+		if (out == refuse || out == register) != (err != nil) {
+			t.Fatalf("outcome %d with error %v", out, err)
+		}
+		if s.foreign {
+			return
+		}
+		r.store(&s)
+		for _, h := range r.Holders {
+			if h.Expires > r.Expires {
+				t.Fatalf("holder %+v outlives the top-level lease %d", h, r.Expires)
+			}
+		}
+		b, err := json.Marshal(&r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back record
+		if err := json.Unmarshal(b, &back); err != nil {
+			t.Fatal(err)
+		}
+		s2 := back.state(now)
+		if s2.foreign || s2.mode != s.mode || s2.limit != s.limit || len(s2.holders) != len(s.holders) {
+			t.Fatalf("stored %+v, read back %+v (%s)", s, s2, b)
+		}
+	})
 }

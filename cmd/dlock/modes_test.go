@@ -341,7 +341,7 @@ func TestRunModeEnvironment(t *testing.T) {
 	if err != nil || strings.TrimSpace(string(out)) != "exclusive:unset" {
 		t.Fatalf("exclusive run inside a limited one: %v %q", err, out)
 	}
-	requireModes(t, url, true) // TODO(issue 14): false once prim-file is merged
+	requireModes(t, url, false)
 	for _, c := range []struct {
 		args []string
 		want string
@@ -367,7 +367,7 @@ func onModeBackends(t *testing.T, test func(t *testing.T, url string)) {
 		// them. Once merged, it must offer them: false.
 		pending bool
 	}{
-		{"file", fileURL, true},
+		{"file", fileURL, false},
 		{"redis", func(t *testing.T) string { return "redis://" + testserver.StartRedis(t).Addr() }, true},
 		{"etcd", func(t *testing.T) string { return startServe(t).url }, true},
 		// A short session: a killed holder's lease is its session.

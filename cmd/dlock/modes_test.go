@@ -515,8 +515,18 @@ func testLimitTwoOfThree(t *testing.T, url string) {
 		t.Fatalf("-n third permit: exit %d %q", r.code, r.stderr)
 	}
 	r = runDlock(t, url, "ls", "encoders")
-	if r.code != 0 || strings.Count(r.stdout, "limited") != 2 {
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if r.code != 0 || len(lines) != 3 {
 		t.Errorf("ls with two permits held: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	pids := map[string]bool{strconv.Itoa(first.Process.Pid): true, strconv.Itoa(second.Process.Pid): true}
+	for _, l := range lines[1:] {
+		// KEY MODE LIMIT OWNER HOST PID TOKEN TTL WAITERS METADATA
+		if f := strings.Fields(l); len(f) < 10 || f[0] != "encoders" || f[1] != "limited" || f[2] != "2" || !pids[f[5]] {
+			t.Errorf("ls row %q: want encoders, limited, 2 and a holder's pid %v", l, pids)
+		} else {
+			delete(pids, f[5])
+		}
 	}
 	// Another limit than the holders' is a usage error naming both.
 	r = runDlock(t, url, "run", "-n", "--limit", "3", "encoders", "--", "true")

@@ -54,18 +54,24 @@ func (b *backend) list(ctx context.Context, prefix string) ([]dlock.Info, error)
 	}
 	out := make([]dlock.Info, len(held))
 	for i, in := range held {
-		out[i] = dlock.Info{
-			Key:  in.Key,
-			Mode: dlock.Exclusive,
-			Holders: []dlock.Holder{{
-				Owner:    in.Owner,
-				Token:    in.Token,
-				Metadata: in.Metadata,
-				TTL:      in.TTL,
-				Mode:     dlock.Exclusive,
-			}},
-			Waiters: int(cards[i].Val()),
+		out[i] = dlock.Info{Key: in.Key, Mode: dlock.Exclusive, Waiters: int(cards[i].Val())}
+		if in.Group != "" {
+			m := groupMode(in.Group)
+			out[i].Mode, out[i].Limit = m, in.Limit
+			for _, h := range in.Holders {
+				out[i].Holders = append(out[i].Holders, dlock.Holder{
+					Owner: h.Owner, Token: h.Token, Metadata: h.Metadata, TTL: h.TTL, Mode: m,
+				})
+			}
+			continue
 		}
+		out[i].Holders = []dlock.Holder{{
+			Owner:    in.Owner,
+			Token:    in.Token,
+			Metadata: in.Metadata,
+			TTL:      in.TTL,
+			Mode:     dlock.Exclusive,
+		}}
 	}
 	return out, nil
 }

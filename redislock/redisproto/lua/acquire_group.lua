@@ -95,7 +95,7 @@ else
   if ARGV[6] == 's' and live_writers(KEYS[6], now) > 0 then
     if v and ARGV[4] ~= '' and string.match(v, '^|%d+|([^|]*)|') == ARGV[4] then
       -- reserved for this reader: hand the reservation to the next waiter
-      local marker = '|' .. last
+      local marker = '|' .. string.format('%.0f', last)
       local turn = wake_one(KEYS[2], ARGV[8], ARGV[9], ARGV[10])
       if turn then
         marker = marker .. '|' .. turn

@@ -71,6 +71,7 @@ func TestModes(t *testing.T) {
 			}{
 				{"SharedHolders", testSharedHolders},
 				{"WriterPreference", testWriterPreference},
+				{"ReadersFollowWriter", testReadersFollowWriter},
 				{"WriterLeaves", testWriterLeaves},
 				{"DeadWriterExpires", testDeadWriterExpires},
 				{"CrashedReader", testCrashedReader},
@@ -255,6 +256,51 @@ func testWriterPreference(t *testing.T, env modeEnv) {
 	refused(t, wl, key)
 	mustTry(t, rl, key, dlock.WithShared())
 	mustRelease(t, r4)
+}
+
+// Readers that queued behind a waiting writer all enter once it is done,
+// woken one after the other (each granted reader pokes the next), not by
+// polling: their backoff is longer than the test's bound.
+func testReadersFollowWriter(t *testing.T, env modeEnv) {
+	rl, wl := env.New(t), env.New(t)
+	key := dlocktest.Key(t)
+	r1 := mustTry(t, rl, key, dlock.WithShared())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	slow := dlock.WithBackoff(dlock.ExpBackoff{Min: 20 * time.Second, Max: 20 * time.Second})
+	got := acquireInBackground(ctx, wl, key, slow)
+	waitRegistered(t, rl, key)
+	var readers []<-chan acquired
+	for range 3 {
+		readers = append(readers, acquireInBackground(ctx, env.New(t), key, dlock.WithShared(), slow))
+	}
+	time.Sleep(300 * time.Millisecond) // their first attempts queued them
+	mustRelease(t, r1)
+	var w acquired
+	select {
+	case w = <-got:
+		if w.err != nil {
+			t.Fatalf("writer: %v", w.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the last reader's release did not wake the writer")
+	}
+	mustRelease(t, w.lk)
+	timeout := time.After(5 * time.Second)
+	for i, ch := range readers {
+		select {
+		case r := <-ch:
+			if r.err != nil {
+				t.Fatalf("reader %d: %v", i, r.err)
+			}
+			if r.lk.Token() <= w.lk.Token() {
+				t.Errorf("reader token %d not above the writer's %d", r.lk.Token(), w.lk.Token())
+			}
+			defer mustRelease(t, r.lk)
+		case <-timeout:
+			t.Fatalf("reader %d not woken after the writer released", i)
+		}
+	}
 }
 
 // A writer whose Acquire ended without the key withdraws its registration:

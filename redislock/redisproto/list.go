@@ -11,7 +11,9 @@ import (
 )
 
 // List returns the leases whose key starts with prefix, by SCAN (on every
-// master of a Cluster). For operators, not hot paths.
+// master of a Cluster): an exclusive lease as one Info, a group of shared
+// or limited holders as one Info with its Group, Limit and live Holders
+// (read by holders.lua). For operators, not hot paths.
 func (n *Node) List(ctx context.Context, prefix string) ([]Info, error) {
 	tag := ""
 	if prefix != "" {

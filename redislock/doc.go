@@ -59,8 +59,9 @@
 // Lost(); a holder that crashed stops counting at its own expiry, whatever
 // the others do, and the three keys expire with the latest holder. Each
 // grant, whatever its mode, takes the next token of the key's single
-// counter (the group's latest token or the release marker's, + 1), so a
-// writer's token is above every reader's and permit's before it. A
+// counter (the group's latest token or the release marker's, + 1; the
+// server's time in µs on a key without either), so a writer's token is
+// above every reader's and permit's before it. A
 // request of another mode than the holders' is refused with a
 // *dlock.NotAcquiredError naming every holder; a limited request whose
 // limit is not the holders' fails with an error wrapping

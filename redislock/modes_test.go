@@ -384,12 +384,16 @@ func testCrashedReader(t *testing.T, env modeEnv) {
 
 	// A writer waiting on a crashed reader alone gets the key once the
 	// reader's lease ends.
+	granted := time.Now()
 	crashed = mustTry(t, a, key, dlock.WithShared(), dlock.WithTTL(ttl), dlock.WithAutoRefresh(false))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	w, err := wl.Acquire(ctx, key)
+	w, err := wl.Acquire(ctx, key, dlock.WithTTL(time.Minute))
 	if err != nil {
 		t.Fatalf("writer behind a crashed reader: %v", err)
+	}
+	if d := time.Since(granted); d > ttl+3*time.Second {
+		t.Errorf("writer waited %s behind a crashed reader with TTL %s", d, ttl)
 	}
 	if w.Token() <= crashed.Token() {
 		t.Fatalf("writer token %d not above the crashed reader's %d", w.Token(), crashed.Token())

@@ -298,6 +298,11 @@ func (w *waiter) probe(ctx context.Context, preds []*mvccpb.KeyValue) (bool, err
 	if len(resp.Responses) > 2 {
 		if head := resp.Responses[2].GetResponseRange().Kvs; len(head) > 0 {
 			w.head = head[0]
+			// A permit waiting behind entries of another limit learns
+			// here that they now hold the key.
+			if err := limitMismatch(e.key, &driver.Request{Mode: w.mode, Limit: w.limit}, w.head); err != nil {
+				return false, err
+			}
 		}
 	}
 	there := map[string]int64{}

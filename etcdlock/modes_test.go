@@ -3,7 +3,9 @@ package etcdlock_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -449,4 +451,109 @@ func TestListModes(t *testing.T) {
 	rel(t, s1)
 	rel(t, r1)
 	rel(t, r2)
+}
+
+// Writers, permits of a semaphore of 2 and impatient permits (whose waits
+// end by their context, removing their entries from the middle of the
+// permits' windows) contend on one key through several Lockers: a writer
+// never overlaps anyone, at most 2 permits hold at once, every token is
+// granted once and a writer's token is above every token granted before
+// it, and every patient contender completes its rounds.
+func TestMixedModesStress(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	lockers := make([]*etcdlock.Locker, 3)
+	for i := range lockers {
+		lockers[i] = etcdlock.New(newClient(t, c.Endpoints()))
+	}
+	key := dlocktest.Key(t)
+	const limit, rounds = 2, 4
+	var (
+		mu               sync.Mutex
+		writers, permits int
+		maxToken         uint64
+		seen             = map[uint64]bool{}
+		problems         []string
+		wg               sync.WaitGroup
+	)
+	enter := func(lk *dlock.Lock, writer bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if seen[lk.Token()] {
+			problems = append(problems, "token granted twice: "+strconv.FormatUint(lk.Token(), 10))
+		}
+		seen[lk.Token()] = true
+		if writer {
+			if writers > 0 || permits > 0 {
+				problems = append(problems, "a writer entered with others inside")
+			}
+			if lk.Token() <= maxToken {
+				problems = append(problems, "a writer's token is not above an earlier grant's")
+			}
+			writers++
+		} else {
+			if writers > 0 {
+				problems = append(problems, "a permit entered with a writer inside")
+			}
+			permits++
+			if permits > limit {
+				problems = append(problems, "more permits than the limit")
+			}
+		}
+		maxToken = max(maxToken, lk.Token())
+	}
+	leave := func(writer bool) {
+		mu.Lock()
+		if writer {
+			writers--
+		} else {
+			permits--
+		}
+		mu.Unlock()
+	}
+	errs := make(chan error, 16)
+	run := func(l *etcdlock.Locker, writer, impatient bool) {
+		defer wg.Done()
+		opts := []dlock.Option{dlock.WithTTL(2 * time.Second)}
+		if !writer {
+			opts = append(opts, dlock.WithLimit(limit))
+		}
+		if impatient {
+			opts = append(opts, dlock.WithWait(30*time.Millisecond))
+		}
+		for range rounds {
+			lk, err := l.Acquire(dlocktest.Context(t), key, opts...)
+			if impatient && (errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, dlock.ErrUnavailable)) {
+				continue
+			}
+			if err != nil {
+				errs <- err
+				return
+			}
+			enter(lk, writer)
+			time.Sleep(10 * time.Millisecond)
+			leave(writer)
+			if err := lk.Release(dlocktest.Context(t)); err != nil {
+				errs <- err
+				return
+			}
+		}
+	}
+	for i := range 8 {
+		wg.Add(1)
+		go run(lockers[i%len(lockers)], i < 2, i >= 6)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * dlocktest.HangTimeout):
+		t.Fatal("hang: contenders did not finish")
+	}
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for _, p := range problems {
+		t.Error(p)
+	}
 }

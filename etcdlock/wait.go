@@ -167,8 +167,9 @@ func (w *waiter) wait(ctx context.Context, preds []*mvccpb.KeyValue) (time.Time,
 			break
 		}
 	}
-	// First in the queue with our entry intact (read in the same
-	// transaction): the lock counts from a fresh enough renewal of the lease.
+	// Holding (first in the queue, or behind entries that share with us)
+	// with our entry intact (read in the same transaction): the lock
+	// counts from a fresh enough renewal of the lease.
 	now := time.Now()
 	b.mu.Lock()
 	start, fresh := e.s.validity(now)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
@@ -555,5 +556,98 @@ func TestMixedModesStress(t *testing.T) {
 	}
 	for _, p := range problems {
 		t.Error(p)
+	}
+}
+
+// etcd's concurrency.Mutex knows no modes: its entries are exclusive. It
+// cannot lock while dlock readers hold, a Mutex waiting behind them keeps
+// new readers out as a dlock writer does, and readers behind a Mutex that
+// holds wait for it.
+func TestSharedInteropWithConcurrencyMutex(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	cli := newClient(t, c.Endpoints())
+	l := etcdlock.New(newClient(t, c.Endpoints()))
+	ctx := dlocktest.Context(t)
+	key := dlocktest.Key(t)
+	s, err := concurrency.NewSession(cli, concurrency.WithTTL(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r, err := l.Acquire(ctx, key, dlock.WithShared())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := concurrency.NewMutex(s, key)
+	if err := m.TryLock(ctx); !errors.Is(err, concurrency.ErrLocked) {
+		t.Fatalf("Mutex.TryLock while a dlock reader holds: %v", err)
+	}
+	locked := make(chan error, 1)
+	go func() { locked <- m.Lock(ctx) }()
+	awaitQueueLen(t, cli, l, key, 2)
+	_, err = l.TryAcquire(ctx, key, dlock.WithShared())
+	var na *dlock.NotAcquiredError
+	if !errors.As(err, &na) || len(na.Holders) != 1 || na.Holders[0].Token != r.Token() {
+		t.Fatalf("shared TryAcquire behind a waiting Mutex: %v, want ErrNotAcquired naming the reader", err)
+	}
+	rch := acquireBG(t, nil, l, key, dlock.WithShared())
+	awaitQueueLen(t, cli, l, key, 3)
+	rel(t, r)
+	select {
+	case err := <-locked:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatal("hang: the Mutex was not granted after the reader left")
+	}
+	time.Sleep(300 * time.Millisecond)
+	pending(t, rch, "reader behind a Mutex that holds")
+	infos, err := l.List(ctx, key)
+	if err != nil || len(infos) != 1 || infos[0].Mode != dlock.Exclusive || len(infos[0].Holders) != 1 || infos[0].Waiters != 1 ||
+		!strings.HasPrefix(infos[0].Holders[0].Owner, "lease ") {
+		t.Fatalf("List while the Mutex holds = %+v, %v", infos, err)
+	}
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got(t, rch, "reader after the Mutex")
+}
+
+// Entries that are not dlock's, or whose mode cannot be read (a broken
+// value, a limit below 1), count as exclusive: never more sharing than
+// recorded, and no panic or hang.
+func TestJunkEntriesAreExclusive(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	cli := newClient(t, c.Endpoints())
+	l := etcdlock.New(newClient(t, c.Endpoints()))
+	ctx := dlocktest.Context(t)
+	for _, v := range []string{``, `{`, `{"mode":"shared"`, `{"mode":"limited","limit":0}`, `{"mode":"limited","limit":-3}`, `{"mode":"other"}`, `[1]`, `{"mode":7}`} {
+		key := dlocktest.Key(t)
+		g, err := cli.Grant(ctx, 60)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := l.QueuePrefix(key) + strconv.FormatInt(int64(g.ID), 16)
+		if _, err := cli.Put(ctx, k, v, clientv3.WithLease(g.ID)); err != nil {
+			t.Fatal(err)
+		}
+		for _, opt := range []dlock.Option{dlock.WithShared(), dlock.WithLimit(1), dlock.WithLimit(3), dlock.WithTTL(2 * time.Second)} {
+			if _, err := l.TryAcquire(ctx, key, opt); !errors.Is(err, dlock.ErrNotAcquired) {
+				t.Errorf("value %q: TryAcquire = %v, want ErrNotAcquired", v, err)
+			}
+		}
+		infos, err := l.List(ctx, key)
+		if err != nil || len(infos) != 1 || infos[0].Mode != dlock.Exclusive || len(infos[0].Holders) != 1 {
+			t.Errorf("value %q: List = %+v, %v; want one exclusive holder", v, infos, err)
+		}
+		if _, err := cli.Revoke(ctx, g.ID); err != nil {
+			t.Fatal(err)
+		}
+		lk, err := l.TryAcquire(ctx, key, dlock.WithShared())
+		if err != nil {
+			t.Fatalf("value %q: shared TryAcquire once the entry is gone: %v", v, err)
+		}
+		rel(t, lk)
 	}
 }

@@ -98,7 +98,9 @@
 // make room), and tries again from the new read otherwise, 8 transactions
 // at most (then it is refused as held). It never leaves an entry behind: a
 // shared TryAcquire behind a waiting writer is refused without ever
-// entering the queue.
+// entering the queue. An exclusive TryAcquire is unchanged (one
+// transaction); when the head it read is shared or limited it reads the
+// queue once more, to name every holder in its *dlock.NotAcquiredError.
 //
 // A shared or limited Acquire puts its entry and reads the whole queue in
 // one transaction, and while it does not hold it waits for the deletion of

@@ -108,10 +108,10 @@
 // ahead of it that is not shared; an entry limited to N, the last entry
 // ahead that is not limited to N if one is among the N entries just ahead
 // of it, else those N entries (any of them leaving lets it in; an entry
-// further ahead leaving does not). One entry is watched by its key; N
-// entries by one watch on the queue's directory, whose other events are
-// ignored. Its checks every 250ms (see Acquiring and waiting) read, when
-// it waits for N entries, every key ahead of it.
+// further ahead leaving does not). Each entry is watched by its key, up
+// to 16 of them; more by one watch on the queue's directory, whose other
+// events are ignored. Its checks every 250ms (see Acquiring and waiting)
+// read, when it waits for several entries, every key ahead of it.
 //
 // A limited request fails with an error wrapping dlock.ErrLimitMismatch,
 // naming both limits, when it finds the key's holders limited to another
@@ -290,9 +290,10 @@
 //   - Shared and limited TryAcquire on a key that readers or permits hold
 //     takes two transactions, and under a steady stream of new entries it
 //     may be refused after 8 although it could have joined.
-//   - A permit waiting for N ≥ 2 entries watches its queue's directory:
-//     every change to the queue reaches it (it reads etcd again only when
-//     one of its N entries leaves).
+//   - A permit of a semaphore of more than 16 that waits for 17 or more
+//     entries watches its queue's directory: every change to the queue
+//     reaches it (it reads etcd again only when one of its entries
+//     leaves). Up to 16, each entry is watched by its key.
 //   - etcdctl, concurrency.Mutex and dlock versions without modes read
 //     only the head: they exclude dlock's readers and permits correctly
 //     (they hold only when first) but see one holder where several hold.

@@ -651,3 +651,35 @@ func TestJunkEntriesAreExclusive(t *testing.T) {
 		rel(t, lk)
 	}
 }
+
+// A semaphore wider than the waiters' per-key watches (17 permits): the
+// waiters watch their queue's directory and are let in, in order, by the
+// release of any entry within their window, and only then.
+func TestSemaphoreWideWindow(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	cli := newClient(t, c.Endpoints())
+	l := etcdlock.New(newClient(t, c.Endpoints()))
+	key := dlocktest.Key(t)
+	const n = 17
+	held := make([]*dlock.Lock, n)
+	for i := range held {
+		lk, err := l.Acquire(dlocktest.Context(t), key, dlock.WithLimit(n))
+		if err != nil {
+			t.Fatalf("permit %d: %v", i, err)
+		}
+		held[i] = lk
+	}
+	w1 := acquireBG(t, nil, l, key, dlock.WithLimit(n))
+	awaitQueueLen(t, cli, l, key, n+1)
+	w2 := acquireBG(t, nil, l, key, dlock.WithLimit(n))
+	awaitQueueLen(t, cli, l, key, n+2)
+	rel(t, held[0]) // outside the second waiter's window: lets in the first only
+	p1 := got(t, w1, "first waiter after the oldest permit left")
+	time.Sleep(300 * time.Millisecond)
+	pending(t, w2, "second waiter while 17 hold")
+	rel(t, p1) // inside the second waiter's window
+	got(t, w2, "second waiter")
+	for _, lk := range held[1:] {
+		rel(t, lk)
+	}
+}

@@ -188,10 +188,10 @@ func (w *waiter) wait(ctx context.Context, preds []*mvccpb.KeyValue) (time.Time,
 
 // waitDelete waits until one of preds is deleted, keeping the lease alive
 // and checking every waitProbe that etcd answers and that preds, the
-// holder and our own entry are still there. One entry is watched by its
-// key; several (the entries just ahead of a limited waiter) by one watch
-// on the queue's directory, whose events other than their deletion are
-// ignored. The watch starts at the current revision: a watch from a past
+// holder and our own entry are still there. Each entry is watched by its
+// key, up to maxKeyWatches of them (the entries just ahead of a limited
+// waiter); more by one watch on the queue's directory, whose events other
+// than their deletion are ignored. The watch starts at the current revision: a watch from a past
 // revision is served by etcd's catch-up loop, which runs only every 100ms
 // (the tail concurrency.Mutex waiters see). A delete between our read and
 // the watch's start is caught by reading preds again once the watch
@@ -202,13 +202,19 @@ func (w *waiter) waitDelete(ctx context.Context, preds []*mvccpb.KeyValue) error
 	defer cancel()
 	var wch clientv3.WatchChan
 	watched := map[string]bool{}
-	if len(preds) == 1 {
+	created, watches := 0, 1
+	switch {
+	case len(preds) == 1:
 		wch = b.client.Watch(wctx, string(preds[0].Key), clientv3.WithCreatedNotify())
-	} else {
+	case len(preds) <= maxKeyWatches:
+		wch, watches = b.watchKeys(wctx, preds), len(preds)
+	default:
+		wch = b.client.Watch(wctx, b.queuePrefix(w.e.key), clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	}
+	if len(preds) > 1 {
 		for _, p := range preds {
 			watched[string(p.Key)] = true
 		}
-		wch = b.client.Watch(wctx, b.queuePrefix(w.e.key), clientv3.WithPrefix(), clientv3.WithCreatedNotify())
 	}
 	probe := time.NewTimer(waitProbe)
 	defer probe.Stop()
@@ -223,6 +229,10 @@ func (w *waiter) waitDelete(ctx context.Context, preds []*mvccpb.KeyValue) error
 			}
 			if wr.Created {
 				if len(preds) > 1 {
+					// Once every watch is set up: was one deleted before?
+					if created++; created < watches {
+						continue
+					}
 					gone, err := w.probe(ctx, preds)
 					if err != nil || gone {
 						return err
@@ -263,6 +273,34 @@ func (w *waiter) waitDelete(ctx context.Context, preds []*mvccpb.KeyValue) error
 			return w.ended(ctx, nil)
 		}
 	}
+}
+
+// maxKeyWatches is the largest number of entries that a waiter watches
+// one by one; beyond, it watches its queue's directory.
+const maxKeyWatches = 16
+
+// watchKeys watches each of preds' keys and merges their responses into
+// one channel, until ctx ends. A watch that ends is reported as a
+// cancelled response, so that the waiter re-reads the queue.
+func (b *backend) watchKeys(ctx context.Context, preds []*mvccpb.KeyValue) clientv3.WatchChan {
+	out := make(chan clientv3.WatchResponse)
+	for _, p := range preds {
+		wch := b.client.Watch(ctx, string(p.Key), clientv3.WithCreatedNotify())
+		go func() {
+			for wr := range wch {
+				select {
+				case out <- wr:
+				case <-ctx.Done():
+					return
+				}
+			}
+			select {
+			case out <- clientv3.WatchResponse{Canceled: true}:
+			case <-ctx.Done():
+			}
+		}()
+	}
+	return out
 }
 
 // probe checks, in one round trip, that preds and our entry are still

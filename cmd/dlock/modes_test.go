@@ -368,8 +368,8 @@ func onModeBackends(t *testing.T, test func(t *testing.T, url string)) {
 		pending bool
 	}{
 		{"file", fileURL, false},
-		{"redis", func(t *testing.T) string { return "redis://" + testserver.StartRedis(t).Addr() }, true},
-		{"etcd", func(t *testing.T) string { return startServe(t).url }, true},
+		{"redis", func(t *testing.T) string { return "redis://" + testserver.StartRedis(t).Addr() }, false},
+		{"etcd", func(t *testing.T) string { return startServe(t).url }, false},
 		// A short session: a killed holder's lease is its session.
 		{"zk", func(t *testing.T) string {
 			return "zk://" + testserver.StartZooKeeper(t).Addr() + "/cli/modes?session_timeout=4s"

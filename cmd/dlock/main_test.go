@@ -438,6 +438,14 @@ func TestRedlockURL(t *testing.T) {
 	if r := runDlock(t, url, "run", "-n", "rl", "--", "true"); r.code != 1 || !strings.Contains(r.stderr, fmt.Sprintf("pid=%d", holder.Process.Pid)) {
 		t.Fatalf("conflict: %d %q", r.code, r.stderr)
 	}
+	// Redlock offers exclusive locks only: --shared and --limit fail with
+	// its error naming the mode (a usage error), and CMD does not run.
+	for _, c := range []struct{ flags, mode string }{{"--shared", "shared"}, {"--limit=2", "limited"}} {
+		r := runDlock(t, url, "run", c.flags, "rl-modes", "--", "echo", "ran")
+		if r.code != exitUsage || r.stdout != "" || !strings.Contains(r.stderr, "the redlock backend does not offer "+c.mode+" locks") || !strings.Contains(r.stderr, url) {
+			t.Errorf("redlock %s: exit %d, stdout %q, stderr %q", c.flags, r.code, r.stdout, r.stderr)
+		}
+	}
 	if r := runDlock(t, "redlock://127.0.0.1:1,127.0.0.1:1", "ls"); r.code != exitUsage || !strings.Contains(r.stderr, "listed twice") {
 		t.Fatalf("duplicate node: %d %q", r.code, r.stderr)
 	}

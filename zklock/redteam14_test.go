@@ -256,3 +256,57 @@ func TestRedTeam14_HierarchicalKeysAcrossModes(t *testing.T) {
 	releaseOK(t, y)
 	releaseOK(t, x)
 }
+
+// A semaphore of 2 whose first waiter is frozen (its link stalled, its
+// session still alive) must not keep the waiter behind it out once both
+// holders are gone: the frozen waiter takes one permit (it was admitted,
+// it just cannot hear it), the other is free. The waiter behind watched
+// only the frozen one, for a granted mark its client never wrote, so it
+// waited until the frozen session expired: one dead waiting permit kept
+// every permit behind it out for a whole session timeout, with permits
+// free.
+func TestRedTeam14_FrozenWaitingPermitBlocksQueueBehind(t *testing.T) {
+	z := testserver.StartZooKeeper(t)
+	addrs := []string{z.Addr()}
+	admin := connect(t, addrs)
+	p := testserver.StartProxy(t, z.Addr())
+	t.Cleanup(p.Heal)
+	key := dlocktest.Key(t)
+	lim := dlock.WithLimit(2)
+	l := func() *zklock.Locker { return zklock.New(connect(t, addrs)) }
+	p1, err := l().TryAcquire(dlocktest.Context(t), key, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := l().TryAcquire(dlocktest.Context(t), key, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	frozen := zklock.New(connectFor(t, []string{p.Addr()}, longSessionTimeout))
+	_ = acquireLater(t, admin, frozen, key, 3, lim)
+	dir := frozen.Path(key)
+	frozenNode := ""
+	for _, k := range children(t, admin, dir) {
+		if !strings.Contains(k, p1.Owner()) && !strings.Contains(k, p2.Owner()) {
+			frozenNode = k
+		}
+	}
+	w4 := acquireLater(t, admin, l(), key, 4, lim)
+	p.Stall()
+	time.Sleep(50 * time.Millisecond)
+	releaseOK(t, p1)
+	releaseOK(t, p2)
+	g4 := w4.got(t, "the permit behind a frozen waiting permit")
+	// Granted while the frozen waiter's session is alive: its node is
+	// still queued (ahead of g4's).
+	still := false
+	for _, k := range children(t, admin, dir) {
+		if k == frozenNode {
+			still = true
+		}
+	}
+	if !still {
+		t.Fatalf("the permit behind was granted only once the frozen waiter's node went (children %v)", children(t, admin, dir))
+	}
+	releaseOK(t, g4)
+}

@@ -310,3 +310,33 @@ func TestRedTeam14_FrozenWaitingPermitBlocksQueueBehind(t *testing.T) {
 	}
 	releaseOK(t, g4)
 }
+
+// A permit's and a reader's Release whose reply is lost leave no node
+// behind: the semaphore's permit and the reader's share come back (a
+// writer gets the key), with no orphan holding them for the session.
+func TestRedTeam14_LostReleaseReplyPermitAndReader(t *testing.T) {
+	z := testserver.StartZooKeeper(t)
+	admin := connect(t, []string{z.Addr()})
+	p := testserver.StartProxy(t, z.Addr())
+	t.Cleanup(p.Heal)
+	key := dlocktest.Key(t)
+	l := zklock.New(connect(t, []string{p.Addr()}))
+	dir := l.Path(key)
+	for _, opt := range []dlock.Option{dlock.WithLimit(1), dlock.WithShared()} {
+		lk, err := l.Acquire(dlocktest.Context(t), key, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.LoseNextReply()
+		_ = lk.Release(dlocktest.Context(t)) // an error is allowed: the outcome was unknown
+		waitFor(t, "the released node gone", func() bool { return len(children(t, admin, dir)) == 0 })
+		w, err := zklock.New(admin).TryAcquire(dlocktest.Context(t), key)
+		if err != nil {
+			t.Fatalf("writer after a lost release reply: %v", err)
+		}
+		if w.Token() <= lk.Token() {
+			t.Fatalf("writer token %d not above the released holder's %d", w.Token(), lk.Token())
+		}
+		releaseOK(t, w)
+	}
+}

@@ -340,3 +340,40 @@ func TestRedTeam14_LostReleaseReplyPermitAndReader(t *testing.T) {
 		releaseOK(t, w)
 	}
 }
+
+// Bad mode input never panics, hangs or leaves a node: limits outside
+// [1, MaxLimit], WithShared with WithLimit, a nil context, on both
+// TryAcquire and Acquire.
+func TestRedTeam14_BadModeInput(t *testing.T) {
+	z := testserver.StartZooKeeper(t)
+	admin := connect(t, []string{z.Addr()})
+	l := zklock.New(admin)
+	key := dlocktest.Key(t)
+	bad := [][]dlock.Option{
+		{dlock.WithLimit(0)},
+		{dlock.WithLimit(-1)},
+		{dlock.WithLimit(dlock.MaxLimit + 1)},
+		{dlock.WithLimit(1 << 62)},
+		{dlock.WithShared(), dlock.WithLimit(2)},
+		{dlock.WithLimit(2), dlock.WithShared()},
+	}
+	for _, opts := range bad {
+		if _, err := l.TryAcquire(dlocktest.Context(t), key, opts...); !errors.Is(err, dlock.ErrInvalidOption) {
+			t.Fatalf("TryAcquire %d options: %v, want ErrInvalidOption", len(opts), err)
+		}
+		if _, err := l.Acquire(dlocktest.Context(t), key, opts...); !errors.Is(err, dlock.ErrInvalidOption) {
+			t.Fatalf("Acquire %d options: %v, want ErrInvalidOption", len(opts), err)
+		}
+	}
+	//lint:ignore SA1012 a nil context is the attack
+	if _, err := l.TryAcquire(nil, key, dlock.WithLimit(2)); err == nil { //nolint:staticcheck
+		t.Fatal("TryAcquire with a nil context succeeded")
+	}
+	//lint:ignore SA1012 a nil context is the attack
+	if _, err := l.Acquire(nil, key, dlock.WithShared()); err == nil { //nolint:staticcheck
+		t.Fatal("Acquire with a nil context succeeded")
+	}
+	if kids, _, err := admin.Children(l.Path(key)); err == nil && len(kids) > 0 {
+		t.Fatalf("bad input left nodes: %v", kids)
+	}
+}

@@ -51,9 +51,10 @@ func (c caseSpec) name() string { return c.backend + "/" + c.fault }
 const semPermits = 2
 
 // prim is the lock primitive the case's workers use, from the backend's
-// suffix: "rw" (redis-rw: even workers write under an exclusive lock, odd
-// ones read under dlock.WithShared), "sem" (redis-sem: every worker holds
-// one of semPermits permits, dlock.WithLimit) or "" (an exclusive lock).
+// suffix: "rw" (redis-rw, etcd-rw: even workers write under an exclusive
+// lock, odd ones read under dlock.WithShared), "sem" (redis-sem,
+// etcd-sem: every worker holds one of semPermits permits,
+// dlock.WithLimit) or "" (an exclusive lock).
 func (c caseSpec) prim() string {
 	for _, p := range []string{"rw", "sem"} {
 		if strings.HasSuffix(c.backend, "-"+p) {
@@ -152,6 +153,8 @@ func allCases() []caseSpec {
 		{"redis-rw", "client-pause", ttl, dur, pauses},
 		{"redis-sem", "none", ttl, dur, 0},
 		{"redis-sem", "client-pause", ttl, dur, pauses},
+		{"etcd-rw", "client-pause", etcdTTL, 20 * time.Second, 2},
+		{"etcd-sem", "client-pause", etcdTTL, 20 * time.Second, 2},
 	}
 }
 

@@ -307,7 +307,7 @@ const matrixNotes = `
   PgBouncer 1.18 complained about on every NOTIFY and once exited on;
   waiters poll), so pooling changes nothing: a paused holder overlaps the
   next one the same way, and its write is refused the same way.
-- **Read-write locks** (the redis-rw rows): workers 0 and 2 are writers
+- **Read-write locks** (the redis-rw and etcd-rw rows): workers 0 and 2 are writers
   (an exclusive lock: read, think, write, as in every other row), workers
   1 and 3 readers (dlock.WithShared(): they read both registers at their
   lock's fence, a shared one, and write nothing). Readers may hold the
@@ -325,7 +325,7 @@ const matrixNotes = `
   not yet fenced out: fencing protects the data from the stale writer,
   not a reader from seeing a writer's work in progress. The fenced-history
   column checks the readers' reads under dlock's rule for shared fences.
-- **Semaphores** (the redis-sem rows): 4 workers each take one of 2 permits
+- **Semaphores** (the redis-sem and etcd-sem rows): 4 workers each take one of 2 permits
   (dlock.WithLimit) and hold it for the think time; they touch neither
   register, because holders of a semaphore overlap by design and no token
   orders them (their fences are shared), so fencing does not apply

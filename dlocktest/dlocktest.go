@@ -50,6 +50,9 @@ type Harness struct {
 	// (session backends) and closes Lost() when one is deleted, without
 	// waiting for the next renewal; the suite then checks that it does.
 	NoticesDeletion bool
+	// FIFO says the backend serves the waiters of a key in the order they
+	// began waiting; the suite then checks that it does.
+	FIFO bool
 	// Faults wires the fault section (stalled links, a paused server, lost
 	// replies). Every network backend must provide it.
 	Faults *Faults
@@ -159,6 +162,11 @@ func TestLocker(t *testing.T, h Harness) {
 		{"LongTTL", testLongTTL},
 		{"ShortTTLContention", testShortTTLContention},
 		{"Modes", testModes},
+		{"ReadWrite", testReadWrite},
+		{"WriterPreference", testWriterPreference},
+		{"Semaphore", testSemaphore},
+		{"AcquireAll", testAcquireAll},
+		{"RunOnce", testRunOnce},
 		{"List", testList},
 	}
 	if h.NoticesDeletion {
@@ -166,6 +174,12 @@ func TestLocker(t *testing.T, h Harness) {
 			name string
 			fn   func(*testing.T, Harness)
 		}{"DeletionNoticed", testDeletionNoticed})
+	}
+	if h.FIFO {
+		tests = append(tests, struct {
+			name string
+			fn   func(*testing.T, Harness)
+		}{"FIFO", testFIFO})
 	}
 	if h.Faults != nil {
 		tests = append(tests, struct {

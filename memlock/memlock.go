@@ -10,10 +10,13 @@
 // WithLimit(N); tokens strictly increase per key for as long as the Locker
 // exists, in every mode.
 //
+// Writers have preference (driver: Writer preference): once an exclusive
+// Acquire waits for a key, new shared requests are refused until it has
+// the key or gives up, so overlapping readers cannot starve it.
+//
 // Not guaranteed: anything between processes (the state lives in one
-// process), and fairness: a waiting exclusive request may wait while
-// shared holders keep overlapping (writer preference comes with the
-// read-write lock primitive).
+// process), and FIFO order: a release wakes every waiter of the key and
+// the first attempt to arrive wins.
 package memlock
 
 import (
@@ -43,13 +46,14 @@ type Locker struct {
 }
 
 var (
-	_ dlock.Locker = (*Locker)(nil)
-	_ dlock.Lister = (*Locker)(nil)
+	_ dlock.Locker  = (*Locker)(nil)
+	_ dlock.Lister  = (*Locker)(nil)
+	_ driver.Leaver = (*state)(nil)
 )
 
 // New returns an empty in-memory lock service.
 func New(opts ...Option) *Locker {
-	s := &state{keys: map[string]*keyState{}, waiters: map[string]map[chan struct{}]struct{}{}}
+	s := &state{keys: map[string]*keyState{}, waiters: map[string]map[chan struct{}]struct{}{}, writers: map[string]map[string]time.Time{}}
 	return &Locker{e: dlock.NewEngine(s, opts...), s: s}
 }
 
@@ -110,6 +114,9 @@ type state struct {
 	mu      sync.Mutex
 	keys    map[string]*keyState
 	waiters map[string]map[chan struct{}]struct{}
+	// writers are the waiting exclusive Acquires of each key, by
+	// Request.Waiter, with the expiry of their registration.
+	writers map[string]map[string]time.Time
 }
 
 // keyState is one key: its holders (all of one mode) and its token
@@ -167,6 +174,13 @@ func (s *state) Try(ctx context.Context, req *driver.Request) (driver.Grant, err
 	if h, ok := ks.holders[req.Owner]; ok { // a retry of a granted attempt
 		return driver.Grant{Lease: &lease{s: s, key: req.Key, owner: req.Owner}, Token: h.token}, nil
 	}
+	if req.Mode == driver.Shared && s.writerWaitingLocked(req.Key, now) {
+		na := &dlock.NotAcquiredError{Key: req.Key}
+		for _, h := range hs {
+			na.Holders = append(na.Holders, h.public(ks.mode, now))
+		}
+		return driver.Grant{}, na
+	}
 	if len(hs) > 0 {
 		switch {
 		case req.Mode == driver.Limited && ks.mode == driver.Limited && ks.limit != req.Limit:
@@ -177,13 +191,55 @@ func (s *state) Try(ctx context.Context, req *driver.Request) (driver.Grant, err
 			for _, h := range hs {
 				na.Holders = append(na.Holders, h.public(ks.mode, now))
 			}
+			if req.Mode == driver.Exclusive && req.Waiter != "" {
+				if s.writers[req.Key] == nil {
+					s.writers[req.Key] = map[string]time.Time{}
+				}
+				s.writers[req.Key][req.Waiter] = now.Add(req.TTL)
+			}
 			return driver.Grant{}, na
 		}
+	}
+	if req.Waiter != "" {
+		s.dropWriterLocked(req.Key, req.Waiter)
 	}
 	ks.token++
 	ks.mode, ks.limit = req.Mode, req.Limit
 	ks.holders[req.Owner] = &holder{owner: req.Owner, token: ks.token, expires: now.Add(req.TTL), meta: req.Metadata}
 	return driver.Grant{Lease: &lease{s: s, key: req.Key, owner: req.Owner}, Token: ks.token}, nil
+}
+
+// writerWaitingLocked reports whether an exclusive Acquire waits for key,
+// dropping expired registrations.
+func (s *state) writerWaitingLocked(key string, now time.Time) bool {
+	for id, exp := range s.writers[key] {
+		if !exp.After(now) {
+			delete(s.writers[key], id)
+		}
+	}
+	if len(s.writers[key]) == 0 {
+		delete(s.writers, key)
+		return false
+	}
+	return true
+}
+
+func (s *state) dropWriterLocked(key, waiter string) {
+	if _, ok := s.writers[key][waiter]; ok {
+		delete(s.writers[key], waiter)
+		if len(s.writers[key]) == 0 {
+			delete(s.writers, key)
+		}
+		s.wakeLocked(key) // readers held back by this writer may go
+	}
+}
+
+// Leave implements driver.Leaver: the waiting writer gave up.
+func (s *state) Leave(ctx context.Context, key, waiter string) error {
+	s.mu.Lock()
+	s.dropWriterLocked(key, waiter)
+	s.mu.Unlock()
+	return nil
 }
 
 // Watch implements driver.Watcher.

@@ -1,0 +1,668 @@
+package dlocktest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// supports reports whether the backend offers mode, skipping the test if it
+// refuses it (with an error naming the mode, which testModes checks).
+func supports(t *testing.T, h Harness, opt dlock.Option) bool {
+	t.Helper()
+	lk, err := h.New(t).TryAcquire(ctxT(t), Key(t), opt)
+	if errors.Is(err, dlock.ErrUnsupported) {
+		t.Skipf("the backend refuses the mode: %v", err)
+		return false
+	}
+	if err != nil {
+		t.Fatalf("probe: %v", err)
+	}
+	release(t, lk)
+	return true
+}
+
+// ReadWrite: readers overlap, a writer excludes everyone, and a writer's
+// token is above every token granted before it.
+func testReadWrite(t *testing.T, h Harness) {
+	if !supports(t, h, dlock.WithShared()) {
+		return
+	}
+	key := Key(t)
+	const readers, writers, rounds = 4, 2, 6
+	var (
+		mu                  sync.Mutex
+		inR, inW, maxR      int
+		maxToken            uint64
+		violations          []string
+		wg                  sync.WaitGroup
+		errMu               sync.Mutex
+		firstErr            error
+		sawReadersOverlap   atomic.Bool
+		readerRound, wRound atomic.Int32
+	)
+	fail := func(err error) {
+		errMu.Lock()
+		if firstErr == nil {
+			firstErr = err
+		}
+		errMu.Unlock()
+	}
+	enter := func(lk *dlock.Lock, writer bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if writer {
+			if inR > 0 || inW > 0 {
+				violations = append(violations, fmt.Sprintf("writer %d entered with %d readers and %d writers inside", lk.Token(), inR, inW))
+			}
+			if lk.Token() <= maxToken {
+				violations = append(violations, fmt.Sprintf("writer token %d not above an earlier grant's %d", lk.Token(), maxToken))
+			}
+			inW++
+		} else {
+			if inW > 0 {
+				violations = append(violations, fmt.Sprintf("reader %d entered with a writer inside", lk.Token()))
+			}
+			inR++
+			maxR = max(maxR, inR)
+			if inR > 1 {
+				sawReadersOverlap.Store(true)
+			}
+		}
+		maxToken = max(maxToken, lk.Token())
+	}
+	leave := func(writer bool) {
+		mu.Lock()
+		if writer {
+			inW--
+		} else {
+			inR--
+		}
+		mu.Unlock()
+	}
+	run := func(writer bool, counter *atomic.Int32) {
+		defer wg.Done()
+		l := h.New(t)
+		var opts []dlock.Option
+		if !writer {
+			opts = append(opts, dlock.WithShared())
+		}
+		for range rounds {
+			lk, err := l.Acquire(ctxT(t), key, opts...)
+			if err != nil {
+				fail(fmt.Errorf("Acquire (writer %v): %w", writer, err))
+				return
+			}
+			enter(lk, writer)
+			time.Sleep(5 * time.Millisecond)
+			leave(writer)
+			if err := lk.Release(context.Background()); err != nil {
+				fail(fmt.Errorf("Release (writer %v): %w", writer, err))
+				return
+			}
+			counter.Add(1)
+		}
+	}
+	// Readers first, holding long enough together to overlap.
+	hold := make([]*dlock.Lock, readers)
+	for i := range hold {
+		hold[i] = mustAcquire(t, h.New(t), key, dlock.WithShared())
+		enter(hold[i], false)
+	}
+	if !sawReadersOverlap.Load() {
+		t.Fatal("shared holders did not overlap")
+	}
+	for _, lk := range hold {
+		leave(false)
+		release(t, lk)
+	}
+	for range readers {
+		wg.Add(1)
+		go run(false, &readerRound)
+	}
+	for range writers {
+		wg.Add(1)
+		go run(true, &wRound)
+	}
+	waitGroup(t, &wg, "readers and writers")
+	if firstErr != nil {
+		t.Fatal(firstErr)
+	}
+	for _, v := range violations {
+		t.Error(v)
+	}
+	if n := readerRound.Load() + wRound.Load(); n != (readers+writers)*rounds {
+		t.Errorf("%d rounds completed, want %d", n, (readers+writers)*rounds)
+	}
+}
+
+// waitGroup waits for wg, failing as a hang after HangTimeout.
+func waitGroup(t *testing.T, wg *sync.WaitGroup, what string) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	waitClosed(t, done, what+" to finish")
+}
+
+// writerWaiting blocks until a fresh shared TryAcquire on key is refused
+// although no writer holds it: a writer is registered as waiting. Readers
+// it gets meanwhile are released at once.
+func writerWaiting(t *testing.T, l dlock.Locker, key string) {
+	t.Helper()
+	deadline := time.Now().Add(HangTimeout)
+	for time.Now().Before(deadline) {
+		lk, err := l.TryAcquire(ctxT(t), key, dlock.WithShared())
+		if errors.Is(err, dlock.ErrNotAcquired) {
+			return
+		}
+		if err != nil {
+			t.Fatalf("shared TryAcquire: %v", err)
+		}
+		release(t, lk)
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("hang: a waiting writer never kept new readers out of %q within %v", key, HangTimeout)
+}
+
+type acquired struct {
+	lk  *dlock.Lock
+	err error
+}
+
+func acquireAsync(ctx context.Context, l dlock.Locker, key string, opts ...dlock.Option) <-chan acquired {
+	ch := make(chan acquired, 1)
+	go func() {
+		lk, err := l.Acquire(ctx, key, opts...)
+		ch <- acquired{lk, err}
+	}()
+	return ch
+}
+
+func recv(t *testing.T, ch <-chan acquired, what string) *dlock.Lock {
+	t.Helper()
+	select {
+	case a := <-ch:
+		if a.err != nil {
+			t.Fatalf("%s: %v", what, a.err)
+		}
+		return a.lk
+	case <-time.After(HangTimeout):
+		t.Fatalf("hang: %s did not return within %v", what, HangTimeout)
+	}
+	return nil
+}
+
+// WriterPreference: a waiting writer keeps new readers out, gets the key
+// when the readers it waits for leave, before any reader that came after
+// it; readers that keep overlapping cannot starve it; a writer that gives
+// up stops keeping readers out.
+func testWriterPreference(t *testing.T, h Harness) {
+	if !supports(t, h, dlock.WithShared()) {
+		return
+	}
+	t.Run("WaitingWriterFirst", func(t *testing.T) {
+		key := Key(t)
+		r1 := mustAcquire(t, h.New(t), key, dlock.WithShared())
+		wch := acquireAsync(ctxT(t), h.New(t), key)
+		probe := h.New(t)
+		writerWaiting(t, probe, key)
+		r2ch := acquireAsync(ctxT(t), probe, key, dlock.WithShared())
+		release(t, r1)
+		w := recv(t, wch, "the waiting writer's Acquire")
+		select {
+		case a := <-r2ch:
+			t.Fatalf("a reader that came after the waiting writer got the key while the writer held it (err %v)", a.err)
+		default:
+		}
+		if w.Token() <= r1.Token() {
+			t.Errorf("writer token %d not above the reader's %d", w.Token(), r1.Token())
+		}
+		release(t, w)
+		r2 := recv(t, r2ch, "the later reader's Acquire")
+		if r2.Token() <= w.Token() {
+			t.Errorf("reader token %d not above the writer's %d before it", r2.Token(), w.Token())
+		}
+		release(t, r2)
+	})
+	t.Run("NotStarved", func(t *testing.T) {
+		// Readers keep overlapping (each takes the key again while the
+		// others hold it): the writer still gets in, while they have
+		// rounds left.
+		key := Key(t)
+		const readers, rounds = 3, 400
+		stop := make(chan struct{})
+		var (
+			wg   sync.WaitGroup
+			done atomic.Int32
+			errs = make(chan error, readers)
+		)
+		for range readers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				l := h.New(t)
+				for range rounds {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					lk, err := l.Acquire(ctxT(t), key, dlock.WithShared())
+					if err != nil {
+						errs <- err
+						return
+					}
+					time.Sleep(2 * time.Millisecond)
+					if err := lk.Release(context.Background()); err != nil {
+						errs <- err
+						return
+					}
+				}
+				done.Add(1)
+			}()
+		}
+		w := mustAcquire(t, h.New(t), key)
+		finished := done.Load()
+		release(t, w)
+		close(stop)
+		waitGroup(t, &wg, "readers")
+		close(errs)
+		for err := range errs {
+			t.Errorf("reader: %v", err)
+		}
+		if finished == readers {
+			t.Errorf("the writer got the key only after all %d readers finished their %d rounds: starved", readers, rounds)
+		}
+	})
+	t.Run("WriterGivesUp", func(t *testing.T) {
+		key := Key(t)
+		r1 := mustAcquire(t, h.New(t), key, dlock.WithShared())
+		defer release(t, r1)
+		ctx, cancel := context.WithCancel(ctxT(t))
+		wch := acquireAsync(ctx, h.New(t), key)
+		probe := h.New(t)
+		writerWaiting(t, probe, key)
+		cancel()
+		if a := <-wch; a.err == nil {
+			a.lk.Release(context.Background())
+			t.Fatal("the cancelled writer got the key while a reader held it")
+		}
+		// Its registration is withdrawn (or expires): readers are admitted
+		// again while r1 still holds.
+		r2 := mustAcquire(t, probe, key, dlock.WithShared(), dlock.WithWait(HangTimeout))
+		release(t, r2)
+	})
+}
+
+// Semaphore: never more than N permit holders at once, a mismatching
+// limit is ErrLimitMismatch, and a holder that stopped renewing (crashed)
+// frees its permit at its lease's expiry.
+func testSemaphore(t *testing.T, h Harness) {
+	if !supports(t, h, dlock.WithLimit(2)) {
+		return
+	}
+	t.Run("AtMostN", func(t *testing.T) {
+		key := Key(t)
+		const n, contenders, rounds = 3, 8, 4
+		var (
+			inside, most atomic.Int32
+			wg           sync.WaitGroup
+			errs         = make(chan error, contenders)
+			tokens       sync.Map
+		)
+		for range contenders {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				l := h.New(t)
+				for range rounds {
+					lk, err := l.Acquire(ctxT(t), key, dlock.WithLimit(n))
+					if err != nil {
+						errs <- err
+						return
+					}
+					if _, dup := tokens.LoadOrStore(lk.Token(), true); dup {
+						errs <- fmt.Errorf("token %d granted twice", lk.Token())
+					}
+					in := inside.Add(1)
+					for {
+						m := most.Load()
+						if in <= m || most.CompareAndSwap(m, in) {
+							break
+						}
+					}
+					time.Sleep(5 * time.Millisecond)
+					inside.Add(-1)
+					if err := lk.Release(context.Background()); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		waitGroup(t, &wg, "permit holders")
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		if m := most.Load(); m > n {
+			t.Fatalf("%d permit holders at once, limit %d", m, n)
+		}
+	})
+	t.Run("LimitMismatch", func(t *testing.T) {
+		key := Key(t)
+		p := mustAcquire(t, h.New(t), key, dlock.WithLimit(2))
+		defer release(t, p)
+		for _, try := range []bool{true, false} {
+			var err error
+			if try {
+				_, err = h.New(t).TryAcquire(ctxT(t), key, dlock.WithLimit(5))
+			} else {
+				_, err = h.New(t).Acquire(ctxT(t), key, dlock.WithLimit(5))
+			}
+			if !errors.Is(err, dlock.ErrLimitMismatch) || !errors.Is(err, dlock.ErrInvalidOption) {
+				t.Errorf("WithLimit(5) on a semaphore of 2 (try %v): %v, want ErrLimitMismatch", try, err)
+			}
+		}
+	})
+	t.Run("CrashedHolderFreed", func(t *testing.T) {
+		key := Key(t)
+		live := mustAcquire(t, h.New(t), key, dlock.WithLimit(2))
+		defer release(t, live)
+		// A holder that stops renewing, as a crashed one would. (The core
+		// releases a lease it lost, at its local deadline; a process that
+		// died leaves it to expire on the server: the backends' own tests
+		// cover that.)
+		crashed := mustAcquire(t, h.New(t), key, dlock.WithLimit(2), dlock.WithTTL(h.TTL), dlock.WithAutoRefresh(false))
+		if _, err := h.New(t).TryAcquire(ctxT(t), key, dlock.WithLimit(2)); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("third permit of 2: %v, want ErrNotAcquired", err)
+		}
+		p := mustAcquire(t, h.New(t), key, dlock.WithLimit(2), dlock.WithWait(HangTimeout))
+		defer release(t, p)
+		select {
+		case <-crashed.Lost():
+		default:
+			t.Fatal("a permit was granted while the holder that stopped renewing had not seen its loss")
+		}
+		if p.Token() <= crashed.Token() {
+			t.Errorf("new permit token %d not above the crashed holder's %d", p.Token(), crashed.Token())
+		}
+	})
+}
+
+// FIFO: waiters get the key in the order they started waiting.
+func testFIFO(t *testing.T, h Harness) {
+	l := h.New(t)
+	ls, ok := l.(dlock.Lister)
+	if !ok {
+		t.Skip("FIFO is checked through dlock.Lister's waiter count")
+	}
+	key := Key(t)
+	holder := mustAcquire(t, l, key)
+	const n = 5
+	chs := make([]<-chan acquired, n)
+	for i := range n {
+		chs[i] = acquireAsync(ctxT(t), h.New(t), key)
+		deadline := time.Now().Add(HangTimeout)
+		for {
+			infos, err := ls.List(ctxT(t), key)
+			if err != nil {
+				t.Fatalf("List: %v", err)
+			}
+			if len(infos) == 1 && infos[0].Key == key && infos[0].Waiters >= i+1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("hang: waiter %d never showed in List", i+1)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	release(t, holder)
+	last := holder.Token()
+	for i, ch := range chs {
+		lk := recv(t, ch, fmt.Sprintf("waiter %d", i+1))
+		for j := i + 1; j < n; j++ {
+			select {
+			case a := <-chs[j]:
+				t.Fatalf("waiter %d got the key while waiter %d, queued before it, held it (err %v)", j+1, i+1, a.err)
+			default:
+			}
+		}
+		if lk.Token() <= last {
+			t.Errorf("waiter %d token %d not above %d", i+1, lk.Token(), last)
+		}
+		last = lk.Token()
+		release(t, lk)
+	}
+}
+
+// AcquireAll: all or nothing, one Lost() for the set, and no deadlock
+// between callers taking overlapping sets in different orders.
+func testAcquireAll(t *testing.T, h Harness) {
+	t.Run("AllOrNothing", func(t *testing.T) {
+		base := Key(t)
+		a, b, c := base+"/a", base+"/b", base+"/c"
+		other := mustAcquire(t, h.New(t), b)
+		l := h.New(t)
+		if _, err := dlock.TryAcquireAll(ctxT(t), l, []string{c, b, a}); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("TryAcquireAll with %q held: %v, want ErrNotAcquired", b, err)
+		}
+		ctx, cancel := context.WithTimeout(ctxT(t), 3*h.TTL)
+		_, err := dlock.AcquireAll(ctx, l, []string{c, b, a})
+		cancel()
+		if !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("AcquireAll with %q held until its deadline: %v, want ErrNotAcquired", b, err)
+		}
+		for _, k := range []string{a, c} {
+			lk, err := h.New(t).TryAcquire(ctxT(t), k)
+			if err != nil {
+				t.Fatalf("%q after a failed AcquireAll: %v, want it free", k, err)
+			}
+			release(t, lk)
+		}
+		release(t, other)
+		s, err := dlock.AcquireAll(ctxT(t), l, []string{c, b, a, b})
+		if err != nil {
+			t.Fatalf("AcquireAll: %v", err)
+		}
+		locks := s.Locks()
+		if len(locks) != 3 || locks[0].Key() != a || locks[1].Key() != b || locks[2].Key() != c {
+			t.Fatalf("set locks %v, want a, b, c in order", locks)
+		}
+		if s.Lock(b) != locks[1] || s.Lock(base) != nil {
+			t.Error("Set.Lock does not find its keys")
+		}
+		for _, k := range []string{a, b, c} {
+			assertHeld(t, h.New(t), k)
+		}
+		if err := s.Release(ctxT(t)); err != nil {
+			t.Fatalf("Set.Release: %v", err)
+		}
+		select {
+		case <-s.Lost():
+		default:
+			t.Error("Set.Lost() open after Release")
+		}
+		for _, k := range []string{a, b, c} {
+			lk, err := h.New(t).TryAcquire(ctxT(t), k)
+			if err != nil {
+				t.Fatalf("%q after Set.Release: %v", k, err)
+			}
+			release(t, lk)
+		}
+	})
+	t.Run("NoDeadlock", func(t *testing.T) {
+		base := Key(t)
+		keys := []string{base + "/x", base + "/y", base + "/z"}
+		orders := [][]string{{keys[0], keys[1], keys[2]}, {keys[2], keys[1], keys[0]}, {keys[1], keys[2], keys[0]}}
+		const rounds = 8
+		var (
+			wg     sync.WaitGroup
+			inside atomic.Int32
+			errs   = make(chan error, len(orders))
+		)
+		for _, order := range orders {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				l := h.New(t)
+				for range rounds {
+					s, err := dlock.AcquireAll(ctxT(t), l, order)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if inside.Add(1) != 1 {
+						errs <- errors.New("two sets with the same keys held at once")
+					}
+					inside.Add(-1)
+					if err := s.Release(context.Background()); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		waitGroup(t, &wg, "AcquireAll callers with keys in different orders (a deadlock?)")
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+	})
+	if h.Expire != nil {
+		t.Run("OneLost", func(t *testing.T) {
+			base := Key(t)
+			s, err := dlock.AcquireAll(ctxT(t), h.New(t), []string{base + "/1", base + "/2"}, dlock.WithTTL(h.TTL))
+			if err != nil {
+				t.Fatalf("AcquireAll: %v", err)
+			}
+			h.Expire(t, base+"/2")
+			waitClosed(t, s.Lost(), "Set.Lost() after one of its keys expired")
+			if err := s.Err(); !errors.Is(err, dlock.ErrLockLost) {
+				t.Fatalf("Set.Err() = %v, want ErrLockLost", err)
+			}
+			if err := s.Release(ctxT(t)); !errors.Is(err, dlock.ErrLockLost) {
+				t.Fatalf("Set.Release after a loss = %v, want ErrLockLost", err)
+			}
+			lk, err := h.New(t).TryAcquire(ctxT(t), base+"/1")
+			if err != nil {
+				t.Fatalf("the set's other key after Release: %v, want it free", err)
+			}
+			release(t, lk)
+		})
+	}
+	t.Run("BadInput", func(t *testing.T) {
+		l := h.New(t)
+		for _, keys := range [][]string{nil, {}, {"ok", ""}, make([]string, dlock.MaxSetKeys+1)} {
+			if _, err := dlock.AcquireAll(ctxT(t), l, keys); !errors.Is(err, dlock.ErrInvalidKey) {
+				t.Errorf("AcquireAll(%d keys): %v, want ErrInvalidKey", len(keys), err)
+			}
+		}
+		if _, err := dlock.AcquireAll(nil, l, []string{"k"}); !errors.Is(err, dlock.ErrInvalidOption) { //nolint:staticcheck // nil context on purpose
+			t.Errorf("AcquireAll(nil ctx): %v", err)
+		}
+	})
+}
+
+// RunOnce: replicas firing together run the job once per period; a quick
+// job keeps the key for atLeastFor; a job past atMostFor is cancelled.
+func testRunOnce(t *testing.T, h Harness) {
+	t.Run("OncePerPeriod", func(t *testing.T) {
+		key := Key(t)
+		const replicas, periods = 4, 2
+		atLeast := 2 * h.TTL
+		atMost := 4 * h.TTL
+		ls := make([]dlock.Locker, replicas)
+		for i := range ls {
+			ls[i] = h.New(t)
+		}
+		for p := range periods {
+			var (
+				runs atomic.Int32
+				wg   sync.WaitGroup
+				errs = make(chan error, replicas)
+			)
+			start := make(chan struct{})
+			for _, l := range ls {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					ran, err := dlock.RunOnce(ctxT(t), l, key, atMost, atLeast, func(ctx context.Context) error {
+						runs.Add(1)
+						return nil
+					}, dlock.WithTTL(atLeast))
+					if err != nil {
+						errs <- err
+					}
+					_ = ran
+				}()
+			}
+			close(start)
+			waitGroup(t, &wg, "replicas")
+			close(errs)
+			for err := range errs {
+				t.Errorf("period %d: %v", p, err)
+			}
+			if n := runs.Load(); n != 1 {
+				t.Fatalf("period %d: the job ran %d times, want once", p, n)
+			}
+			// A late replica, after the run: the key is still held
+			// (atLeastFor), so it skips.
+			ran, err := dlock.RunOnce(ctxT(t), h.New(t), key, atMost, atLeast, func(ctx context.Context) error { return nil }, dlock.WithTTL(atLeast))
+			if err != nil || ran {
+				t.Fatalf("period %d: a late replica ran=%v err=%v; want it skipped while atLeastFor lasts", p, ran, err)
+			}
+			// The next period begins once the key is free.
+			lk := mustAcquire(t, h.New(t), key, dlock.WithWait(HangTimeout))
+			release(t, lk)
+		}
+	})
+	t.Run("AtMostFor", func(t *testing.T) {
+		key := Key(t)
+		atMost := 3 * h.TTL
+		ran, err := dlock.RunOnce(ctxT(t), h.New(t), key, atMost, 0, func(ctx context.Context) error {
+			select {
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			case <-time.After(HangTimeout):
+				return errors.New("hang: the job's context was not cancelled at atMostFor")
+			}
+		}, dlock.WithTTL(h.TTL))
+		if !ran || !errors.Is(err, dlock.ErrHoldCapReached) || !errors.Is(err, dlock.ErrLockLost) {
+			t.Fatalf("a job past atMostFor: ran=%v err=%v, want ran and ErrHoldCapReached", ran, err)
+		}
+		lk := mustAcquire(t, h.New(t), key, dlock.WithWait(HangTimeout))
+		release(t, lk)
+	})
+	t.Run("BadInput", func(t *testing.T) {
+		l := h.New(t)
+		job := func(context.Context) error { return nil }
+		cases := []struct {
+			name            string
+			atMost, atLeast time.Duration
+			fn              func(context.Context) error
+			opts            []dlock.Option
+		}{
+			{"zero atMostFor", 0, 0, job, nil},
+			{"negative atLeastFor", time.Second, -1, job, nil},
+			{"atLeastFor above atMostFor", time.Second, 2 * time.Second, job, nil},
+			{"huge atMostFor", dlock.MaxTTL + 1, 0, job, nil},
+			{"nil job", time.Second, 0, nil, nil},
+			{"TTL below atLeastFor", 10 * time.Second, 5 * time.Second, job, []dlock.Option{dlock.WithTTL(time.Second)}},
+		}
+		for _, c := range cases {
+			ran, err := dlock.RunOnce(ctxT(t), l, Key(t), c.atMost, c.atLeast, c.fn, c.opts...)
+			if ran || !errors.Is(err, dlock.ErrInvalidOption) {
+				t.Errorf("%s: ran=%v err=%v, want ErrInvalidOption", c.name, ran, err)
+			}
+		}
+	})
+}

@@ -1,0 +1,93 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// RunOnce runs a scheduled job on at most one of the replicas that fire it
+// for the same period (ShedLock's model). Every replica's scheduler calls
+// RunOnce(ctx, l, "nightly-report", atMostFor, atLeastFor, job) when the
+// job is due; the replica that gets key runs fn, the others skip it and
+// get (false, nil).
+//
+//   - atLeastFor: the key stays held at least this long after the acquire
+//     request was sent, even if fn takes a millisecond, so that a replica
+//     whose clock (or scheduler) is a little late finds it held and skips
+//     instead of running the job a second time for the same period.
+//     RunOnce returns when fn does; if fn was quicker than atLeastFor, the
+//     lock is kept, renewed, until then and released by a timer. If the
+//     process dies meanwhile its lease (TTL ≥ atLeastFor) still covers
+//     atLeastFor.
+//   - atMostFor: the lock is never held longer than this: fn's context is
+//     cancelled at atMostFor (dlock.WithMaxHold) or when the lock is lost,
+//     and a runner that dies keeps the key for at most its TTL ≤ atMostFor.
+//
+// The lease TTL is WithTTL's if given (it must lie in [atLeastFor,
+// atMostFor]), else DefaultTTL clamped to that range. Other options apply
+// as for TryAcquire. RunOnce never waits for the key.
+//
+// It returns ran = true when fn ran, with fn's error joined with an error
+// wrapping ErrLockLost if the lock was lost (or atMostFor reached) while
+// fn ran: the run may not have been the only one. ran = false with a nil
+// error means another replica holds the key; with an error, that the
+// attempt failed (the service is unavailable, bad arguments).
+//
+// Bounds: 0 < atMostFor ≤ MaxTTL and 0 ≤ atLeastFor ≤ atMostFor, else an
+// error wrapping ErrInvalidOption.
+func RunOnce(ctx context.Context, l Locker, key string, atMostFor, atLeastFor time.Duration, fn func(ctx context.Context) error, opts ...Option) (ran bool, err error) {
+	switch {
+	case l == nil || isNilPointer(l):
+		return false, ErrNilClient
+	case ctx == nil:
+		return false, errNilContext
+	case fn == nil:
+		return false, fmt.Errorf("%w: nil function", ErrInvalidOption)
+	case atMostFor <= 0 || atMostFor > MaxTTL:
+		return false, fmt.Errorf("%w: RunOnce atMostFor %v must be in (0, %v]", ErrInvalidOption, atMostFor, MaxTTL)
+	case atLeastFor < 0 || atLeastFor > atMostFor:
+		return false, fmt.Errorf("%w: RunOnce atLeastFor %v must be in [0, atMostFor %v]", ErrInvalidOption, atLeastFor, atMostFor)
+	}
+	cfg, err := newConfig(key, 1, opts...) // the backend judges its own minimum TTL
+	if err != nil {
+		return false, err
+	}
+	ttl := min(max(DefaultTTL, atLeastFor), atMostFor)
+	if cfg.ttlSet {
+		if cfg.TTL < atLeastFor || cfg.TTL > atMostFor {
+			return false, fmt.Errorf("%w: RunOnce TTL %v must be in [atLeastFor %v, atMostFor %v]", ErrInvalidOption, cfg.TTL, atLeastFor, atMostFor)
+		}
+		ttl = cfg.TTL
+	}
+	opts = append(opts[:len(opts):len(opts)], WithTTL(ttl), WithMaxHold(atMostFor))
+	start := time.Now()
+	lk, err := l.TryAcquire(ctx, key, opts...)
+	var held *NotAcquiredError
+	switch {
+	case errors.As(err, &held):
+		return false, nil
+	case err != nil:
+		return false, err
+	case lk == nil:
+		return false, fmt.Errorf("dlock: RunOnce %q: the Locker returned neither a lock nor an error", key)
+	}
+	fctx, cancel := lk.Context(ctx)
+	defer func() {
+		// Also while a panic unwinds: the lock is released (at atLeastFor).
+		cancel()
+		lost := lk.Err()
+		if lost != nil && !errors.Is(lost, ErrReleased) {
+			err = errors.Join(err, lost)
+		}
+		if wait := time.Until(start.Add(atLeastFor)); wait > 0 && lost == nil {
+			time.AfterFunc(wait, func() { _ = lk.Release(context.Background()) })
+			return
+		}
+		if rerr := lk.Release(context.WithoutCancel(ctx)); rerr != nil && lost == nil {
+			err = errors.Join(err, rerr)
+		}
+	}()
+	return true, fn(fctx)
+}

@@ -1,0 +1,394 @@
+package pglock_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/pglock"
+)
+
+// Shared and limited holders, direct and through PgBouncer in transaction
+// mode: each holder is its own lease, modes exclude each other, a waiting
+// writer keeps readers out until it is granted, leaves or dies, and List
+// shows every holder.
+func TestModes(t *testing.T) {
+	pg := testserver.StartPostgres(t)
+	pb := testserver.StartPgBouncer(t, pg)
+	for _, target := range []struct{ name, dsn string }{{"direct", pg.DSN("")}, {"pgbouncer", pb.DSN("")}} {
+		newL := func(t *testing.T) *pglock.Locker { return pglock.New(newPool(t, target.dsn)) }
+		t.Run(target.name, func(t *testing.T) {
+			t.Run("ReaderLeasesExpireOneByOne", func(t *testing.T) { testReaderLeases(t, newL) })
+			t.Run("ExpiredReaderDoesNotBlockWriter", func(t *testing.T) { testExpiredReader(t, pg, newL) })
+			t.Run("SharedRenewedPast3TTL", func(t *testing.T) { testSharedRenewal(t, newL) })
+			t.Run("RetryOfSameOwner", func(t *testing.T) { testSharedRetry(t, newL) })
+			t.Run("DeadWriterBlocksReadersOneTTL", func(t *testing.T) { testDeadWriter(t, newL) })
+			t.Run("ModesDoNotMix", func(t *testing.T) { testModesDoNotMix(t, newL) })
+			t.Run("List", func(t *testing.T) { testListModes(t, newL) })
+		})
+	}
+}
+
+func mustLock(t *testing.T, l dlock.Locker, key string, opts ...dlock.Option) *dlock.Lock {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), dlocktest.HangTimeout)
+	defer cancel()
+	lk, err := l.Acquire(ctx, key, opts...)
+	if err != nil {
+		t.Fatalf("Acquire %q: %v", key, err)
+	}
+	return lk
+}
+
+func mustRelease(t *testing.T, lk *dlock.Lock) {
+	t.Helper()
+	if err := lk.Release(dlocktest.Context(t)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+}
+
+func notAcquired(t *testing.T, err error, what string) *dlock.NotAcquiredError {
+	t.Helper()
+	var na *dlock.NotAcquiredError
+	if !errors.As(err, &na) {
+		t.Fatalf("%s: %v, want a *dlock.NotAcquiredError", what, err)
+	}
+	return na
+}
+
+func waitLost(t *testing.T, lk *dlock.Lock, what string) {
+	t.Helper()
+	select {
+	case <-lk.Lost():
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatalf("hang: %s never lost its lock", what)
+	}
+}
+
+// Each reader is its own lease: one that stops renewing expires alone,
+// the other keeps the key, and the writer gets it only when that one
+// leaves, with a token above both.
+func testReaderLeases(t *testing.T, newL func(*testing.T) *pglock.Locker) {
+	key := dlocktest.Key(t)
+	crashed := mustLock(t, newL(t), key, dlock.WithShared(), dlock.WithTTL(time.Second), dlock.WithAutoRefresh(false))
+	alive := mustLock(t, newL(t), key, dlock.WithShared(), dlock.WithTTL(time.Second))
+	if crashed.Token() == alive.Token() || crashed.Owner() == alive.Owner() || !alive.Fence().Shared {
+		t.Fatalf("readers share a lease: tokens %d %d owners %s %s", crashed.Token(), alive.Token(), crashed.Owner(), alive.Owner())
+	}
+	waitLost(t, crashed, "the reader that stopped renewing")
+	select {
+	case <-alive.Lost():
+		t.Fatalf("the renewing reader lost its lease with the other: %v", alive.Err())
+	default:
+	}
+	w := newL(t)
+	_, err := w.TryAcquire(dlocktest.Context(t), key)
+	na := notAcquired(t, err, "writer while a reader renews")
+	if len(na.Holders) != 1 || na.Holders[0].Owner != alive.Owner() || na.Holders[0].Mode != dlock.Shared {
+		t.Fatalf("holders %+v, want the renewing reader alone (owner %s)", na.Holders, alive.Owner())
+	}
+	mustRelease(t, alive)
+	lk, err := w.TryAcquire(dlocktest.Context(t), key)
+	if err != nil {
+		t.Fatalf("writer after the last reader left: %v", err)
+	}
+	defer mustRelease(t, lk)
+	if lk.Token() <= max(crashed.Token(), alive.Token()) {
+		t.Fatalf("writer token %d not above the readers' %d, %d", lk.Token(), crashed.Token(), alive.Token())
+	}
+}
+
+// A reader whose lease expired on the server (its process stopped; here
+// the row's expiry is moved into the past behind its back) does not keep
+// a writer out, and its late renewal does not take the key back.
+func testExpiredReader(t *testing.T, pg *testserver.Postgres, newL func(*testing.T) *pglock.Locker) {
+	key := dlocktest.Key(t)
+	r := mustLock(t, newL(t), key, dlock.WithShared(), dlock.WithTTL(1500*time.Millisecond))
+	if _, err := pg.Exec("", "UPDATE dlock_leases_holders SET expires_at = clock_timestamp() - interval '1 millisecond' WHERE key = '"+escape(key)+"'"); err != nil {
+		t.Fatal(err)
+	}
+	w, err := newL(t).TryAcquire(dlocktest.Context(t), key)
+	if err != nil {
+		t.Fatalf("writer after the reader expired: %v", err)
+	}
+	defer mustRelease(t, w)
+	if w.Token() <= r.Token() {
+		t.Fatalf("writer token %d not above the expired reader's %d", w.Token(), r.Token())
+	}
+	waitLost(t, r, "the expired reader")
+	if err := r.Release(dlocktest.Context(t)); err == nil {
+		t.Fatal("the expired reader's Release succeeded")
+	}
+	if _, err := newL(t).TryAcquire(dlocktest.Context(t), key, dlock.WithShared()); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("reader while the writer holds: %v, want ErrNotAcquired", err)
+	}
+}
+
+// A reader on a short TTL is renewed (by the batched renewal) for several
+// TTLs, and keeps a writer out meanwhile.
+func testSharedRenewal(t *testing.T, newL func(*testing.T) *pglock.Locker) {
+	key := dlocktest.Key(t)
+	l := newL(t)
+	r1 := mustLock(t, l, key, dlock.WithShared(), dlock.WithTTL(500*time.Millisecond))
+	r2 := mustLock(t, l, key+"/other", dlock.WithShared(), dlock.WithTTL(500*time.Millisecond))
+	x := mustLock(t, l, key+"/x", dlock.WithTTL(500*time.Millisecond)) // one batch: both tables
+	time.Sleep(1750 * time.Millisecond)
+	for _, lk := range []*dlock.Lock{r1, r2, x} {
+		select {
+		case <-lk.Lost():
+			t.Fatalf("lock %d lost while renewed: %v", lk.Token(), lk.Err())
+		default:
+		}
+	}
+	if _, err := newL(t).TryAcquire(dlocktest.Context(t), key); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("writer while a renewed reader holds: %v, want ErrNotAcquired", err)
+	}
+	for _, lk := range []*dlock.Lock{r1, r2, x} {
+		mustRelease(t, lk)
+	}
+}
+
+// An attempt retried with the same owner (its first reply lost) gets the
+// holder row it already has, with its token; an attempt whose outcome is
+// unknown is undone by Abort, which frees the permit at once.
+func testSharedRetry(t *testing.T, newL func(*testing.T) *pglock.Locker) {
+	ctx := dlocktest.Context(t)
+	l := newL(t)
+	for _, mode := range []driver.Mode{driver.Shared, driver.Limited} {
+		key := dlocktest.Key(t)
+		req := &driver.Request{Key: key, Owner: dlock.NewOwner(), TTL: time.Minute, Metadata: map[string]string{}, Mode: mode, Limit: 1}
+		tok1, release, err := pglock.TryRaw(ctx, l, req)
+		if err != nil {
+			t.Fatalf("%s: first attempt: %v", mode, err)
+		}
+		tok2, _, err := pglock.TryRaw(ctx, l, req)
+		if err != nil || tok2 != tok1 {
+			t.Fatalf("%s: retry with the same owner: token %d, %v; want token %d", mode, tok2, err, tok1)
+		}
+		if err := release(ctx); err != nil {
+			t.Fatalf("%s: release: %v", mode, err)
+		}
+		if err := release(ctx); err != nil {
+			t.Fatalf("%s: retried release: %v", mode, err)
+		}
+		// Granted, then undone as an attempt whose reply was lost.
+		req.Owner = dlock.NewOwner()
+		if _, _, err := pglock.TryRaw(ctx, l, req); err != nil {
+			t.Fatalf("%s: %v", mode, err)
+		}
+		if err := pglock.Abort(ctx, l, req); err != nil {
+			t.Fatalf("%s: abort: %v", mode, err)
+		}
+		w, err := newL(t).TryAcquire(ctx, key)
+		if err != nil {
+			t.Fatalf("%s: writer after the abort: %v (a leftover holder row)", mode, err)
+		}
+		mustRelease(t, w)
+	}
+}
+
+// A waiting writer's registration keeps new readers out; TryAcquire does
+// not register; Leave withdraws it at once; a writer that died without
+// leaving keeps readers out until its registration expires, a TTL after
+// its last attempt.
+func testDeadWriter(t *testing.T, newL func(*testing.T) *pglock.Locker) {
+	ctx := dlocktest.Context(t)
+	key := dlocktest.Key(t)
+	l := newL(t)
+	r1 := mustLock(t, l, key, dlock.WithShared())
+	defer mustRelease(t, r1)
+	// TryAcquire registers nothing.
+	_, err := newL(t).TryAcquire(ctx, key)
+	notAcquired(t, err, "exclusive TryAcquire over a reader")
+	r2, err := l.TryAcquire(ctx, key, dlock.WithShared())
+	if err != nil {
+		t.Fatalf("reader after an exclusive TryAcquire: %v (TryAcquire registered a writer?)", err)
+	}
+	mustRelease(t, r2)
+	attempt := func(waiter string, ttl time.Duration) {
+		t.Helper()
+		req := &driver.Request{Key: key, Owner: dlock.NewOwner(), TTL: ttl, Metadata: map[string]string{}, Waiter: waiter}
+		_, _, err := pglock.TryRaw(ctx, l, req)
+		notAcquired(t, err, "a writer's attempt over a reader")
+	}
+	// Registered, then leaves.
+	attempt("leaver", time.Minute)
+	_, err = l.TryAcquire(ctx, key, dlock.WithShared())
+	if na := notAcquired(t, err, "reader while a writer waits"); len(na.Holders) != 1 || na.Holders[0].Owner != r1.Owner() {
+		t.Errorf("holders named %+v, want the reader holding", na.Holders)
+	}
+	if err := pglock.Leave(ctx, l, key, "leaver"); err != nil {
+		t.Fatal(err)
+	}
+	if err := pglock.Leave(ctx, l, key, "unknown"); err != nil {
+		t.Fatalf("Leave of an unknown waiter: %v", err)
+	}
+	r3, err := l.TryAcquire(ctx, key, dlock.WithShared())
+	if err != nil {
+		t.Fatalf("reader after the writer left: %v", err)
+	}
+	mustRelease(t, r3)
+	// Registered, then dies: readers are refused, and admitted again
+	// once its registration (one TTL) expires.
+	attempt("dead", time.Second)
+	start := time.Now()
+	if _, err := l.TryAcquire(ctx, key, dlock.WithShared()); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("reader while a dead writer's registration lives: %v", err)
+	}
+	r4 := mustLock(t, l, key, dlock.WithShared(), dlock.WithBackoff(dlock.ConstBackoff{Delay: 50 * time.Millisecond}))
+	mustRelease(t, r4)
+	if d := time.Since(start); d > dlocktest.HangTimeout {
+		t.Fatalf("readers kept out %v by a dead writer whose TTL was 1s", d)
+	}
+}
+
+// A key's mode and limit are its holders': another mode is refused naming
+// them, another limit is ErrLimitMismatch naming both limits.
+func testModesDoNotMix(t *testing.T, newL func(*testing.T) *pglock.Locker) {
+	ctx := dlocktest.Context(t)
+	key := dlocktest.Key(t)
+	s := mustLock(t, newL(t), key, dlock.WithShared())
+	_, err := newL(t).TryAcquire(ctx, key, dlock.WithLimit(3))
+	if na := notAcquired(t, err, "limited over shared"); len(na.Holders) != 1 || na.Holders[0].Mode != dlock.Shared || na.Holders[0].Owner != s.Owner() {
+		t.Fatalf("holders %+v, want the shared holder", na.Holders)
+	}
+	mustRelease(t, s)
+	p := mustLock(t, newL(t), key, dlock.WithLimit(2))
+	_, err = newL(t).TryAcquire(ctx, key, dlock.WithShared())
+	if na := notAcquired(t, err, "shared over limited"); len(na.Holders) != 1 || na.Holders[0].Mode != dlock.Limited {
+		t.Fatalf("holders %+v, want the permit holder", na.Holders)
+	}
+	_, err = newL(t).TryAcquire(ctx, key, dlock.WithLimit(5))
+	if !errors.Is(err, dlock.ErrLimitMismatch) || !strings.Contains(err.Error(), "2") || !strings.Contains(err.Error(), "5") {
+		t.Fatalf("WithLimit(5) on a semaphore of 2: %v, want ErrLimitMismatch naming both", err)
+	}
+	p2 := mustLock(t, newL(t), key, dlock.WithLimit(2))
+	if p2.Token() <= p.Token() {
+		t.Fatalf("permit tokens %d then %d", p.Token(), p2.Token())
+	}
+	_, err = newL(t).TryAcquire(ctx, key, dlock.WithLimit(2))
+	if na := notAcquired(t, err, "third permit of 2"); len(na.Holders) != 2 {
+		t.Fatalf("holders %+v, want both permit holders", na.Holders)
+	}
+	mustRelease(t, p)
+	mustRelease(t, p2)
+	// Free again: the next grant sets mode and limit afresh.
+	p3 := mustLock(t, newL(t), key, dlock.WithLimit(5))
+	mustRelease(t, p3)
+	x := mustLock(t, newL(t), key)
+	mustRelease(t, x)
+}
+
+// List shows every holder of a shared or limited key, its mode and limit.
+func testListModes(t *testing.T, newL func(*testing.T) *pglock.Locker) {
+	l := newL(t)
+	key := dlocktest.Key(t)
+	s1 := mustLock(t, l, key+"/a", dlock.WithShared(), dlock.WithMetadata("who", "s1"))
+	s2 := mustLock(t, newL(t), key+"/a", dlock.WithShared())
+	p := mustLock(t, l, key+"/b", dlock.WithLimit(3))
+	x := mustLock(t, l, key+"/c")
+	infos, err := l.List(dlocktest.Context(t), key+"/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) != 3 {
+		t.Fatalf("List = %+v, want 3 keys", infos)
+	}
+	a, b, c := infos[0], infos[1], infos[2]
+	if a.Mode != dlock.Shared || len(a.Holders) != 2 || a.Holders[0].Owner != s1.Owner() || a.Holders[1].Owner != s2.Owner() ||
+		a.Holders[0].Metadata["who"] != "s1" || a.Holders[1].Mode != dlock.Shared || a.Holders[1].Token != s2.Token() || a.Holders[0].TTL <= 0 {
+		t.Errorf("shared key: %+v, want both readers in token order", a)
+	}
+	if b.Mode != dlock.Limited || b.Limit != 3 || len(b.Holders) != 1 || b.Holders[0].Owner != p.Owner() || b.Holders[0].Mode != dlock.Limited {
+		t.Errorf("limited key: %+v, want limit 3 and the permit holder", b)
+	}
+	if c.Mode != dlock.Exclusive || len(c.Holders) != 1 || c.Holders[0].Owner != x.Owner() {
+		t.Errorf("exclusive key: %+v", c)
+	}
+	mustRelease(t, s1)
+	infos, err = l.List(dlocktest.Context(t), key+"/a")
+	if err != nil || len(infos) != 1 || len(infos[0].Holders) != 1 || infos[0].Holders[0].Owner != s2.Owner() {
+		t.Errorf("after one reader left: %+v, %v", infos, err)
+	}
+	for _, lk := range []*dlock.Lock{s2, p, x} {
+		mustRelease(t, lk)
+	}
+}
+
+// The reply to a shared acquisition is lost (it took effect): the client
+// gets the lock or an error that is not ErrNotAcquired, and no reader's
+// row is left behind to keep a writer out for its minute-long TTL.
+func TestLostReplyOnSharedAcquire(t *testing.T) {
+	pg := testserver.StartPostgres(t)
+	proxy := testserver.StartProxy(t, pg.Addr())
+	l := pglock.New(newPool(t, "postgres://"+testserver.PostgresUser+"@"+proxy.Addr()+"/postgres?sslmode=disable"))
+	for _, opt := range []dlock.Option{dlock.WithShared(), dlock.WithLimit(2)} {
+		key := dlocktest.Key(t)
+		warm := mustLock(t, l, dlocktest.Key(t), opt, dlock.WithTTL(time.Minute))
+		mustRelease(t, warm)
+		proxy.LoseNextReply()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		lk, err := l.Acquire(ctx, key, opt, dlock.WithTTL(time.Minute))
+		cancel()
+		proxy.Heal()
+		if err == nil {
+			t.Logf("acquired despite the lost reply (token %d)", lk.Token())
+			mustRelease(t, lk)
+		} else {
+			t.Logf("acquire with a lost reply: %v", err)
+			if errors.Is(err, dlock.ErrNotAcquired) {
+				t.Fatalf("a lost reply reported as a held key: %v", err)
+			}
+		}
+		w := mustLock(t, pglock.New(newPool(t, pg.DSN(""))), key, dlock.WithWait(dlocktest.HangTimeout))
+		mustRelease(t, w)
+	}
+}
+
+// A lease table made by migration 1 (before shared and limited modes) is
+// upgraded in place by the next Locker: its live lease is kept and still
+// excludes, tokens continue above it, and migrating again changes
+// nothing.
+func TestMigrationUpgradesInPlace(t *testing.T) {
+	pg := testserver.StartPostgres(t)
+	m1, err := os.ReadFile("migrations/0001_leases.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sql := strings.NewReplacer("{{table}}", "old_leases", "{{sequence}}", "old_leases_token_seq").Replace(string(m1))
+	setup := sql + `
+CREATE TABLE ` + pglock.MigrationsTable + ` (component text NOT NULL, version int NOT NULL, applied_at timestamptz NOT NULL DEFAULT clock_timestamp(), PRIMARY KEY (component, version));
+INSERT INTO ` + pglock.MigrationsTable + ` (component, version) VALUES ('leases:old_leases', 1);
+INSERT INTO old_leases (key, owner, token, expires_at) VALUES ('held', 'oldowner', nextval('old_leases_token_seq'), clock_timestamp() + interval '1 hour');`
+	if _, err := pg.Exec("", setup); err != nil {
+		t.Fatal(err)
+	}
+	ctx := dlocktest.Context(t)
+	pool := newPool(t, pg.DSN(""))
+	l := pglock.New(pool, pglock.WithTable("old_leases"))
+	_, err = l.TryAcquire(ctx, "held", dlock.WithShared())
+	if na := notAcquired(t, err, "reader on the old table's live lease"); len(na.Holders) != 1 || na.Holders[0].Owner != "oldowner" {
+		t.Fatalf("holders %+v, want the old lease's owner", na.Holders)
+	}
+	r, err := l.TryAcquire(ctx, "free", dlock.WithShared())
+	if err != nil {
+		t.Fatalf("reader on the upgraded table: %v", err)
+	}
+	if r.Token() <= 1 {
+		t.Errorf("token %d not above the old lease's", r.Token())
+	}
+	mustRelease(t, r)
+	if err := pglock.Migrate(ctx, pool, pglock.WithTable("old_leases")); err != nil {
+		t.Fatalf("Migrate again: %v", err)
+	}
+	if v, err := pg.Exec("", "SELECT max(version) FROM "+pglock.MigrationsTable+" WHERE component = 'leases:old_leases'"); err != nil || v != "2" {
+		t.Fatalf("recorded version %q, %v; want 2", v, err)
+	}
+}

@@ -114,7 +114,8 @@ func migrations() ([]migration, error) {
 }
 
 // Migrate creates or upgrades the lease table (WithTable's, default
-// DefaultTable) and its token sequence: the migrations in the package's
+// DefaultTable), its token sequence and its holders and writers tables
+// ("<table>_holders", "<table>_writers"): the migrations in the package's
 // migrations directory not yet recorded in MigrationsTable, in one
 // transaction serialized by a transaction-scoped advisory lock (so it is
 // safe to run from many replicas at once, and through a transaction

@@ -3,8 +3,10 @@ package pglock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -390,5 +392,92 @@ INSERT INTO old_leases (key, owner, token, expires_at) VALUES ('held', 'oldowner
 	}
 	if v, err := pg.Exec("", "SELECT max(version) FROM "+pglock.MigrationsTable+" WHERE component = 'leases:old_leases'"); err != nil || v != "2" {
 		t.Fatalf("recorded version %q, %v; want 2", v, err)
+	}
+}
+
+// Exclusive, shared and limited attempts racing on one key from several
+// Lockers, with renewals running (holds up to 0.8s on a 2s TTL, renewed
+// every third of it): never an exclusive holder with anyone else, never shared and
+// limited holders together, never more than the limit, never a token
+// twice. Direct and through PgBouncer.
+func TestModesRace(t *testing.T) {
+	pg := testserver.StartPostgres(t)
+	pb := testserver.StartPgBouncer(t, pg)
+	for _, target := range []struct{ name, dsn string }{{"direct", pg.DSN("")}, {"pgbouncer", pb.DSN("")}} {
+		t.Run(target.name, func(t *testing.T) {
+			key := dlocktest.Key(t)
+			const workers, rounds, limit = 8, 15, 2
+			var (
+				mu       sync.Mutex
+				in       [3]int
+				tokens   = map[uint64]bool{}
+				problems []string
+				wg       sync.WaitGroup
+				errs     = make(chan error, workers)
+				modeOpts = [][]dlock.Option{nil, {dlock.WithShared()}, {dlock.WithLimit(limit)}}
+				grantsBy [3]int
+			)
+			check := func(m int, delta int, tok uint64) {
+				mu.Lock()
+				defer mu.Unlock()
+				in[m] += delta
+				if delta > 0 {
+					grantsBy[m]++
+					if tokens[tok] {
+						problems = append(problems, fmt.Sprintf("token %d granted twice", tok))
+					}
+					tokens[tok] = true
+				}
+				switch {
+				case in[0] > 1, in[0] == 1 && in[1]+in[2] > 0:
+					problems = append(problems, fmt.Sprintf("exclusive with others: %v", in))
+				case in[1] > 0 && in[2] > 0:
+					problems = append(problems, fmt.Sprintf("shared and limited together: %v", in))
+				case in[2] > limit:
+					problems = append(problems, fmt.Sprintf("%d limited holders, limit %d", in[2], limit))
+				}
+			}
+			for w := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					l := pglock.New(newPool(t, target.dsn))
+					for r := range rounds {
+						m := (w + r) % 3
+						opts := append([]dlock.Option{dlock.WithTTL(2 * time.Second)}, modeOpts[m]...)
+						lk, err := l.TryAcquire(dlocktest.Context(t), key, opts...)
+						if errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, dlock.ErrTransient) {
+							// Held; or granted too slowly on a loaded
+							// machine (no validity left) and released.
+							time.Sleep(time.Millisecond)
+							continue
+						}
+						if err != nil {
+							errs <- err
+							return
+						}
+						check(m, 1, lk.Token())
+						time.Sleep(time.Duration(r%3) * 400 * time.Millisecond)
+						check(m, -1, 0)
+						if err := lk.Release(dlocktest.Context(t)); err != nil {
+							errs <- fmt.Errorf("release: %w", err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+			for _, p := range problems {
+				t.Error(p)
+			}
+			t.Logf("grants: exclusive %d, shared %d, limited %d", grantsBy[0], grantsBy[1], grantsBy[2])
+			if grantsBy[0] == 0 || grantsBy[1] == 0 || grantsBy[2] == 0 {
+				t.Errorf("some mode was never granted: %v", grantsBy)
+			}
+		})
 	}
 }

@@ -89,18 +89,18 @@ func (b *backend) tryShared(ctx context.Context, req *driver.Request, md string)
 	DELETE FROM ` + hs + ` g
 	WHERE g.key = $1 AND g.expires_at < clock_timestamp() - interval '5 minutes' AND EXISTS (SELECT 1 FROM taken)
 )
-SELECT 'won'::text, ins.token, ''::text, '{}'::text, 0::float8, 0::int, 0::int, false, false FROM ins
+SELECT 'won'::text, ins.token, ''::text, '{}'::text, 0::float8, 0::int, 0::int, false FROM ins
 UNION ALL
-SELECT 'mine', mine.token, '', '{}', 0, 0, 0, false, false FROM mine
+SELECT 'mine', mine.token, '', '{}', 0, 0, 0, false FROM mine
 UNION ALL
-SELECT 'held', live.token, live.owner, live.metadata::text, extract(epoch FROM live.expires_at - clock_timestamp())::float8, 0, 0, false, false
+SELECT 'held', live.token, live.owner, live.metadata::text, extract(epoch FROM live.expires_at - clock_timestamp())::float8, 0, 0, false
 FROM live WHERE NOT EXISTS (SELECT 1 FROM ins)
 UNION ALL
-SELECT 'held', hs.token, hs.owner, hs.metadata::text, extract(epoch FROM hs.expires_at - clock_timestamp())::float8, hs.mode::int, 0, false, false
+SELECT 'held', hs.token, hs.owner, hs.metadata::text, extract(epoch FROM hs.expires_at - clock_timestamp())::float8, hs.mode::int, 0, false
 FROM hs WHERE NOT EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM mine)
 UNION ALL
 SELECT 'info', 0, '', '{}', 0, coalesce((SELECT k.hmode FROM k), 0)::int, coalesce((SELECT k.hlimit FROM k), 0)::int,
-	(SELECT ok.go FROM ok), (SELECT writer.waiting FROM writer)`
+	(SELECT ok.go FROM ok)`
 	for attempt := 1; ; attempt++ {
 		var (
 			got, raced    bool
@@ -118,9 +118,9 @@ SELECT 'info', 0, '', '{}', 0, coalesce((SELECT k.hmode FROM k), 0)::int, coales
 					tok              int64
 					leftS            float64
 					mode, lim        int
-					goOn, waiting    bool // waiting: a writer waits (shown for debugging)
+					goOn             bool
 				)
-				if err = rows.Scan(&kind, &tok, &owner, &hmd, &leftS, &mode, &lim, &goOn, &waiting); err != nil {
+				if err = rows.Scan(&kind, &tok, &owner, &hmd, &leftS, &mode, &lim, &goOn); err != nil {
 					break
 				}
 				switch kind {
@@ -143,7 +143,9 @@ SELECT 'info', 0, '', '{}', 0, coalesce((SELECT k.hmode FROM k), 0)::int, coales
 		}
 		b.answered(sent)
 		if got {
-			return driver.Grant{Lease: &lease{b: b, key: req.Key, owner: req.Owner, mode: req.Mode}, Token: uint64(token)}, nil
+			// The lease's validity began with this statement, not with
+			// the attempt's first.
+			return driver.Grant{Lease: &lease{b: b, key: req.Key, owner: req.Owner, mode: req.Mode}, Token: uint64(token), Start: sent}, nil
 		}
 		limited := req.Mode == driver.Limited && driver.Mode(hmode) == driver.Limited
 		if limited && hlimit != req.Limit && len(holders) > 0 && holders[0].Mode == dlock.Limited {

@@ -54,10 +54,11 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 	// lease (live) and its live shared or limited holders (readers). A
 	// takeover also needs the row's gen unchanged since the snapshot: a
 	// shared or limited grant, or a renewal of one, committed meanwhile
-	// bumped it, and the snapshot's readers may be stale. A refused
-	// attempt of a blocking Acquire ($5, Request.Waiter) registers a
-	// waiting writer, or renews its registration once a third of it is
-	// used; a granted one removes it (and the key's expired ones).
+	// bumped it, and the snapshot's readers may be stale. A blocking
+	// Acquire that registered as a waiting writer (see register) removes
+	// its registration, and the key's expired ones, when it is granted
+	// ($5, Request.Waiter); other attempts run without that part.
+	unreg := b.registered(req.Key, req.Waiter)
 	sql := `WITH k AS (
 	SELECT h.token, h.owner, h.metadata, h.expires_at, h.gen FROM ` + t + ` h WHERE h.key = $1
 ), live AS (
@@ -74,17 +75,16 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 		    metadata = EXCLUDED.metadata, acquired_at = EXCLUDED.acquired_at
 		WHERE l.expires_at <= clock_timestamp() AND l.gen = coalesce((SELECT k.gen FROM k), 0)
 	RETURNING token
-), reg AS (
-	INSERT INTO ` + b.n.writers + ` AS w (key, waiter, expires_at)
-	SELECT $1, $5, clock_timestamp() + $3 * interval '1 millisecond'
-	WHERE $5 <> '' AND NOT EXISTS (SELECT 1 FROM taken) AND NOT EXISTS (
-		SELECT 1 FROM ` + b.n.writers + ` o WHERE o.key = $1 AND o.waiter = $5
-		AND o.expires_at > clock_timestamp() + $3 * interval '1 millisecond' * 2 / 3)
-	ON CONFLICT (key, waiter) DO UPDATE SET expires_at = EXCLUDED.expires_at
-), unreg AS (
+)`
+	args := []any{b.mode, req.Key, req.Owner, req.TTL.Milliseconds(), md}
+	if unreg {
+		sql += `, unreg AS (
 	DELETE FROM ` + b.n.writers + ` w
-	WHERE $5 <> '' AND w.key = $1 AND (w.waiter = $5 OR w.expires_at <= clock_timestamp()) AND EXISTS (SELECT 1 FROM taken)
-)
+	WHERE w.key = $1 AND (w.waiter = $5 OR w.expires_at <= clock_timestamp()) AND EXISTS (SELECT 1 FROM taken)
+)`
+		args = append(args, req.Waiter)
+	}
+	sql += `
 SELECT true, token, '', '{}', 0::float8, 0::int FROM taken
 UNION ALL
 SELECT false, h.token, h.owner, h.metadata::text, extract(epoch FROM h.expires_at - clock_timestamp())::float8, 0
@@ -100,7 +100,7 @@ FROM readers r WHERE NOT EXISTS (SELECT 1 FROM taken)`
 		token   int64
 		holders []dlock.Holder
 	)
-	rows, err := b.pool.Query(rctx, sql, b.mode, req.Key, req.Owner, req.TTL.Milliseconds(), md, req.Waiter)
+	rows, err := b.pool.Query(rctx, sql, args...)
 	if err == nil {
 		for rows.Next() {
 			var (
@@ -134,7 +134,13 @@ FROM readers r WHERE NOT EXISTS (SELECT 1 FROM taken)`
 	if !won {
 		// Held (the holders listed), or, with none listed, taken or
 		// changed by a transaction our snapshot does not see.
+		if req.Waiter != "" {
+			b.register(ctx, req)
+		}
 		return driver.Grant{}, &dlock.NotAcquiredError{Key: req.Key, Holders: holders}
+	}
+	if unreg {
+		b.forget(req.Key, req.Waiter)
 	}
 	return driver.Grant{Lease: &lease{b: b, key: req.Key, owner: req.Owner, mode: driver.Exclusive}, Token: uint64(token)}, nil
 }

@@ -99,6 +99,9 @@ type backend struct {
 	mu       sync.Mutex
 	migrated bool
 
+	regMu sync.Mutex
+	regs  map[waiterKey]time.Time // waiting writers this Locker registered, with when (see register)
+
 	lastOK atomic.Int64 // when the last statement PostgreSQL answered was sent (unix ns)
 }
 

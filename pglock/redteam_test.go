@@ -118,18 +118,7 @@ func TestRedTeam_PgBouncerDefaultPool(t *testing.T) {
 		if _, err := lockers[(i+1)%nPools].List(dlocktest.Context(t), key); err != nil {
 			t.Fatalf("cycle %d: List: %v", i, err)
 		}
-		// Shared and limited holders and waiting writers use the holders and
-	// writers tables: the same role, with the grants above.
-	for _, opt := range []dlock.Option{dlock.WithShared(), dlock.WithLimit(2)} {
-		r, err := l.Acquire(dlocktest.Context(t), key+"/m", opt)
-		if err != nil {
-			t.Fatalf("Acquire %v as the least-privilege role: %v", opt, err)
-		}
-		if err := r.Release(dlocktest.Context(t)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := lk.Release(dlocktest.Context(t)); err != nil {
+		if err := lk.Release(dlocktest.Context(t)); err != nil {
 			t.Fatalf("cycle %d: Release: %v", i, err)
 		}
 	}
@@ -168,6 +157,17 @@ func TestRedTeam_LeastPrivilegeUser(t *testing.T) {
 	}
 	if infos, err := l.List(dlocktest.Context(t), key); err != nil || len(infos) != 1 {
 		t.Fatalf("List: %v %v", infos, err)
+	}
+	// Shared and limited holders and waiting writers use the holders and
+	// writers tables: the same role, with the grants above.
+	for _, opt := range []dlock.Option{dlock.WithShared(), dlock.WithLimit(2)} {
+		r, err := l.Acquire(dlocktest.Context(t), key+"/m", opt)
+		if err != nil {
+			t.Fatalf("Acquire %v as the least-privilege role: %v", opt, err)
+		}
+		if err := r.Release(dlocktest.Context(t)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := lk.Release(dlocktest.Context(t)); err != nil {
 		t.Fatal(err)

@@ -178,10 +178,73 @@ SELECT pg_notify($3, key) FROM r`, b.mode, req.Key, req.Owner, b.n.channelName()
 	return nil
 }
 
+// waiterKey names a waiting writer's registration.
+type waiterKey struct{ key, waiter string }
+
+// register records req's Acquire as a waiting writer of req.Key after a
+// refused attempt, in a statement of its own: a row in the writers table
+// expiring req.TTL after the database's clock. Later refused attempts of
+// the same Acquire renew it once a third of the TTL has passed since the
+// last registration was sent (the engine attempts at least every TTL/3,
+// so a live writer's row never expires; a dead writer's expires a TTL
+// after its last registration). An error is not reported: the attempt's
+// own outcome stands, and the next refused attempt tries again.
+func (b *backend) register(ctx context.Context, req *driver.Request) {
+	k := waiterKey{req.Key, req.Waiter}
+	now := time.Now()
+	b.regMu.Lock()
+	if last, ok := b.regs[k]; ok && now.Sub(last) < req.TTL/3 {
+		b.regMu.Unlock()
+		return
+	}
+	if b.regs == nil {
+		b.regs = map[waiterKey]time.Time{}
+	}
+	// Recorded before the statement is sent: a registration whose reply
+	// is lost is still withdrawn by the grant or by Leave.
+	b.regs[k] = now
+	b.regMu.Unlock()
+	rctx, cancel := b.rpc(ctx)
+	defer cancel()
+	_, err := b.pool.Exec(rctx, `INSERT INTO `+b.n.writers+` (key, waiter, expires_at)
+VALUES ($1, $2, clock_timestamp() + $3 * interval '1 millisecond')
+ON CONFLICT (key, waiter) DO UPDATE SET expires_at = EXCLUDED.expires_at`, b.mode, req.Key, req.Waiter, req.TTL.Milliseconds())
+	if err != nil {
+		b.regMu.Lock()
+		if _, ok := b.regs[k]; ok {
+			b.regs[k] = time.Time{} // try again at the next refused attempt
+		}
+		b.regMu.Unlock()
+	}
+}
+
+// registered reports whether this Locker may have registered waiter as a
+// waiting writer of key.
+func (b *backend) registered(key, waiter string) bool {
+	if waiter == "" {
+		return false
+	}
+	b.regMu.Lock()
+	defer b.regMu.Unlock()
+	_, ok := b.regs[waiterKey{key, waiter}]
+	return ok
+}
+
+// forget drops waiter's registration from the Locker's record (its row
+// was deleted).
+func (b *backend) forget(key, waiter string) {
+	b.regMu.Lock()
+	delete(b.regs, waiterKey{key, waiter})
+	b.regMu.Unlock()
+}
+
 // Leave implements driver.Leaver: remove waiter's registration as a
 // waiting writer of key, and wake the key's waiters (readers it kept
-// out). Unknown waiters are no-ops.
+// out). A waiter this Locker never registered costs no statement.
 func (b *backend) Leave(ctx context.Context, key, waiter string) error {
+	if !b.registered(key, waiter) {
+		return nil
+	}
 	if err := b.ready(ctx); err != nil {
 		return err
 	}
@@ -194,6 +257,7 @@ SELECT pg_notify($3, key) FROM (SELECT DISTINCT key FROM d) d`, b.mode, key, wai
 	if err != nil {
 		return fmt.Errorf("dlock: postgres leave %q: %w", key, explain(err))
 	}
+	b.forget(key, waiter)
 	return nil
 }
 

@@ -31,7 +31,10 @@ import (
 // its token before it inserts: two first inserts racing end with one
 // insert and one takeover, whose token is drawn after.) The lease's expiry is the database's clock plus
 // the TTL, so a client whose clock is wrong does not shorten or lengthen
-// anyone's lease.
+// anyone's lease. A key with live shared or limited holders (holders
+// table) is held too, and a takeover needs the key row's gen unchanged
+// since the snapshot (see tryShared). Shared and Limited requests go to
+// tryShared.
 func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, error) {
 	for k, v := range req.Metadata {
 		if strings.IndexByte(k, 0) >= 0 || strings.IndexByte(v, 0) >= 0 {

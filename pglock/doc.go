@@ -41,8 +41,8 @@
 //     lease expired or was released. An attempt on a held key is thus a
 //     read: it locks no row, draws no token and writes nothing, so
 //     waiters retrying do not queue behind the holder's release or
-//     renewal. (A blocking Acquire's attempt also registers a waiting
-//     writer, below: a row of its own, not the holder's.)
+//     renewal. (A blocking Acquire that is refused also registers as a
+//     waiting writer, below: a row of its own, not the holder's.)
 //   - Expiry is by the database's clock: expires_at is clock_timestamp()
 //     plus the TTL, computed by the server; the client's clock is never
 //     sent, so a client with a wrong clock cannot shorten or lengthen a
@@ -90,16 +90,19 @@
 //   - A request of another mode than the key's holders' is refused naming
 //     them; a limited request with another limit is an error wrapping
 //     dlock.ErrLimitMismatch naming both.
-//   - Writer preference: a refused attempt of a blocking exclusive Acquire
-//     (Request.Waiter) upserts the writer's row, expiring a TTL from the
-//     database's clock, renewed by the Acquire's later attempts once a
-//     third of it is used; the writer's grant deletes it (and the key's
-//     expired ones), Leave deletes it and wakes the key's waiters. While a
-//     live writer row exists, shared requests are refused. So a dead
-//     writer keeps readers out for at most one TTL. TryAcquire registers
-//     nothing. An exclusive Acquire waiting for an exclusive holder thus
-//     writes one small row every TTL/3 or so (an attempt of TryAcquire on
-//     a held key is still a read).
+//   - Writer preference: after a refused attempt, a blocking exclusive
+//     Acquire (Request.Waiter) registers as a waiting writer, in a
+//     statement of its own: a row in the writers table expiring a TTL
+//     from the database's clock, renewed by a later refused attempt once a
+//     third of the TTL has passed (the engine attempts at least every
+//     TTL/3). The writer's grant deletes it (and the key's expired ones)
+//     in the grant's statement; Leave deletes it and wakes the key's
+//     waiters. While a live writer row exists, shared requests are
+//     refused (limited ones are not). So a dead writer keeps readers out
+//     for at most one TTL after its last registration. TryAcquire
+//     registers nothing, and an uncontended Acquire runs the same single
+//     statement as TryAcquire; an Acquire waiting for any holder writes
+//     one small row every TTL/3 or so.
 //   - Holder rows are kept five minutes after they end (so that a retried
 //     release finds its own), then deleted by the key's next shared or
 //     limited grant.

@@ -76,6 +76,10 @@ fuzz:
 	done
 	@echo "== fuzz FuzzEscapeKey ($(FUZZTIME))"
 	@cd zklock && $(GO) test -run '^$$' -fuzz '^FuzzEscapeKey$$' -fuzztime $(FUZZTIME) -timeout 5m .
+	@echo "== fuzz FuzzParseNode ($(FUZZTIME))"
+	@cd zklock && $(GO) test -run '^$$' -fuzz '^FuzzParseNode$$' -fuzztime $(FUZZTIME) -timeout 5m .
+	@echo "== fuzz FuzzRecordState ($(FUZZTIME))"
+	@cd filelock && $(GO) test -run '^$$' -fuzz '^FuzzRecordState$$' -fuzztime $(FUZZTIME) -timeout 5m .
 	@echo "== fuzz FuzzParseURL ($(FUZZTIME))"
 	@cd cmd/dlock && $(GO) test -run '^$$' -fuzz '^FuzzParseURL$$' -fuzztime $(FUZZTIME) -timeout 5m .
 

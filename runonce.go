@@ -35,6 +35,11 @@ import (
 // error means another replica holds the key; with an error, that the
 // attempt failed (the service is unavailable, bad arguments).
 //
+// An attempt that failed transiently (dlock.ErrTransient: nothing was
+// observed and nothing left behind, such as a quorum not reached in time
+// on a fresh connection) is repeated, up to RunOnceAttempts attempts in
+// all, after a backoff step (WithBackoff), within ctx.
+//
 // Bounds: 0 < atMostFor ≤ MaxTTL and 0 ≤ atLeastFor ≤ atMostFor, else an
 // error wrapping ErrInvalidOption.
 func RunOnce(ctx context.Context, l Locker, key string, atMostFor, atLeastFor time.Duration, fn func(ctx context.Context) error, opts ...Option) (ran bool, err error) {
@@ -63,7 +68,7 @@ func RunOnce(ctx context.Context, l Locker, key string, atMostFor, atLeastFor ti
 	}
 	opts = append(opts[:len(opts):len(opts)], WithTTL(ttl), WithMaxHold(atMostFor))
 	start := time.Now()
-	lk, err := l.TryAcquire(ctx, key, opts...)
+	lk, err := tryTransient(ctx, l, key, cfg.Backoff, opts)
 	var held *NotAcquiredError
 	switch {
 	case errors.As(err, &held):
@@ -90,4 +95,30 @@ func RunOnce(ctx context.Context, l Locker, key string, atMostFor, atLeastFor ti
 		}
 	}()
 	return true, fn(fctx)
+}
+
+// RunOnceAttempts bounds the attempts RunOnce makes when they fail
+// transiently.
+const RunOnceAttempts = 3
+
+const runOnceRetryMin = 50 * time.Millisecond
+
+// tryTransient is TryAcquire, repeated after a backoff step while it fails
+// with ErrTransient, up to RunOnceAttempts attempts.
+func tryTransient(ctx context.Context, l Locker, key string, b Backoff, opts []Option) (*Lock, error) {
+	for n := 1; ; n++ {
+		lk, err := l.TryAcquire(ctx, key, opts...)
+		if err == nil || !errors.Is(err, ErrTransient) || n == RunOnceAttempts {
+			return lk, err
+		}
+		// At least runOnceRetryMin: a transient failure on a fresh
+		// connection (a dial, a script load) needs that long to clear.
+		t := time.NewTimer(max(b.Next(n), runOnceRetryMin))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, errors.Join(err, context.Cause(ctx))
+		}
+	}
 }

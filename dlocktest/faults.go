@@ -72,6 +72,7 @@ func testFaults(t *testing.T, h Harness) {
 		t.Run("LostReplyOnAcquire", func(t *testing.T) { testLostAcquireReply(t, h, f) })
 		t.Run("LostReplyOnRelease", func(t *testing.T) { testLostReleaseReply(t, h, f) })
 		t.Run("OutageDuringWait", func(t *testing.T) { testOutageDuringWait(t, h, f) })
+		t.Run("Modes", func(t *testing.T) { testModeFaults(t, h, f) })
 	}
 	if f.NewMinority != nil {
 		t.Run("MinorityStalled", func(t *testing.T) { testMinorityStalled(t, h, f) })
@@ -101,14 +102,17 @@ func isClosed(ch <-chan struct{}) bool {
 // tells you it is lost before anyone else can hold it", checked as an
 // ordering, not a latency. It logs the margin between the holder's local
 // deadline and that attempt.
-func AcquireWhenFree(t testing.TB, l dlock.Locker, key string, holder *dlock.Lock) *dlock.Lock {
+//
+// opts are passed to TryAcquire (dlock.WithLimit: the attempt is for a
+// permit the holder's loss frees).
+func AcquireWhenFree(t testing.TB, l dlock.Locker, key string, holder *dlock.Lock, opts ...dlock.Option) *dlock.Lock {
 	t.Helper()
 	end := time.Now().Add(HangTimeout)
 	for attempts := 0; time.Now().Before(end); attempts++ {
 		lostBefore := isClosed(holder.Lost())
 		sent := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), HangTimeout)
-		lk, err := l.TryAcquire(ctx, key)
+		lk, err := l.TryAcquire(ctx, key, opts...)
 		cancel()
 		if err == nil {
 			// Lost() closed while the attempt was in flight, and before the

@@ -18,21 +18,18 @@ import (
 	"github.com/dlock-go/dlock/internal/background"
 )
 
-// notAcquired is the error of an attempt that found the key held by holder
-// (nil if unknown). A holder that is not dlock's (etcdctl, a
+// notAcquired is the error of an attempt that found the key held by
+// holders (none if unknown). A holder that is not dlock's (etcdctl, a
 // concurrency.Mutex) has no owner id: it is named by its lease.
-func (b *backend) notAcquired(key string, holder *mvccpb.KeyValue, cause error) *dlock.NotAcquiredError {
-	na := &dlock.NotAcquiredError{Key: key, Cause: cause}
-	if holder != nil {
-		na.Holders = []dlock.Holder{holderOf(holder)}
-	}
-	return na
+func (b *backend) notAcquired(key string, holders []*mvccpb.KeyValue, cause error) *dlock.NotAcquiredError {
+	return &dlock.NotAcquiredError{Key: key, Cause: cause, Holders: holdersList(holders)}
 }
 
 // holderOf describes the queue entry kv as a holder (TTL unknown: zero).
 func holderOf(kv *mvccpb.KeyValue) dlock.Holder {
 	v := parseValue(kv.Value)
-	h := dlock.Holder{Owner: v.Owner, Token: uint64(kv.CreateRevision), Metadata: v.Metadata, Mode: dlock.Exclusive}
+	m, _ := modeOf(kv)
+	h := dlock.Holder{Owner: v.Owner, Token: uint64(kv.CreateRevision), Metadata: v.Metadata, Mode: dlock.Mode(m)}
 	if h.Owner == "" {
 		h.Owner = "lease " + strconv.FormatInt(kv.Lease, 16)
 	}
@@ -45,58 +42,153 @@ func (e *entry) grant(start time.Time) driver.Grant {
 	return driver.Grant{Lease: e, Token: uint64(e.rev), TTL: e.s.ttl, Start: start}
 }
 
-// Try implements driver.Driver in one transaction: put this attempt's
-// entry only if the queue is empty, else read its head (the holder).
-// Nothing is left behind when the key is held.
+// maxTryRounds bounds the transactions of a shared or limited TryAcquire
+// that finds it may join the holders while new entries keep arriving.
+const maxTryRounds = 8
+
+// inOrder are the options of a read of a whole queue, oldest entry first.
+func inOrder(opts ...clientv3.OpOption) []clientv3.OpOption {
+	return append([]clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}, opts...)
+}
+
+// Try implements driver.Driver. An exclusive attempt is one transaction:
+// put this attempt's entry only if the queue is empty, else read its head
+// (the holder). A shared or limited attempt reads the whole queue instead
+// of its head and, if its entry would hold behind the entries read (see
+// blockers), puts it in a second transaction only if no entry was created
+// since that read (deletes since can only make room), and so on
+// (maxTryRounds at most). Nothing is left behind when the key is held:
+// in particular a shared attempt behind a queued writer is refused without
+// ever being in the queue.
 func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, error) {
 	b.sweepKey(ctx, req.Key)
 	pfx := b.queuePrefix(req.Key)
-	for attempt := 0; ; attempt++ {
-		e, start, err := b.newEntry(ctx, req, nil)
-		if err != nil {
-			return driver.Grant{}, err
+	shares := req.Mode != driver.Exclusive
+	read := clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)
+	if shares {
+		read = clientv3.OpGet(pfx, inOrder()...)
+	}
+	cmp := clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix()
+	var (
+		e           *entry
+		start       time.Time
+		leaseRenewd bool
+	)
+	for round := 0; ; round++ {
+		if e == nil {
+			var err error
+			if e, start, err = b.newEntry(ctx, req, nil); err != nil {
+				return driver.Grant{}, err
+			}
 		}
 		rctx, cancel := b.rpc(ctx)
 		resp, err := b.client.Txn(rctx).
-			If(clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix()).
+			If(cmp).
 			Then(clientv3.OpPut(e.myKey, e.val, clientv3.WithLease(e.s.id))).
-			Else(clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).
+			Else(read).
 			Commit()
 		cancel()
 		if err != nil {
-			if attempt == 0 && b.leaseGone(e, err) {
+			if !leaseRenewd && b.leaseGone(e, err) {
+				leaseRenewd, e = true, nil
 				continue
 			}
 			b.unknown(e)
 			return driver.Grant{}, fmt.Errorf("dlock: etcd acquire %q: %w", req.Key, err)
 		}
-		if !resp.Succeeded {
-			b.gone(e) // nothing was put
-			var holder *mvccpb.KeyValue
-			if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-				holder = kvs[0]
-			}
-			return driver.Grant{}, b.notAcquired(req.Key, holder, nil)
+		if resp.Succeeded {
+			e.rev = resp.Header.Revision
+			return e.grant(start), nil
 		}
-		e.rev = resp.Header.Revision
-		return e.grant(start), nil
+		q := resp.Responses[0].GetResponseRange().Kvs
+		if !shares {
+			b.gone(e) // nothing was put
+			return driver.Grant{}, b.notAcquired(req.Key, b.holdersBehind(ctx, pfx, q), nil)
+		}
+		for _, kv := range q {
+			if string(kv.Key) == e.myKey {
+				// An entry of this lease for the key that we had no record
+				// of (a create that took effect late): never adopt it.
+				b.stale(ctx, e, kv)
+				return driver.Grant{}, fmt.Errorf("%w: etcd acquire %q: a stale entry of this client was in the way", dlock.ErrTransient, req.Key)
+			}
+		}
+		if err := limitMismatch(req.Key, req, first(q)); err != nil {
+			b.gone(e)
+			return driver.Grant{}, err
+		}
+		if blockers(q, req.Mode, req.Limit) != nil || round+1 >= maxTryRounds {
+			b.gone(e)
+			return driver.Grant{}, b.notAcquired(req.Key, holdersOf(q), nil)
+		}
+		// It would hold: put it unless an entry arrived since the read.
+		cmp = clientv3.Compare(clientv3.CreateRevision(pfx), "<", resp.Header.Revision+1).WithPrefix()
 	}
 }
 
-// enqueue puts this attempt's entry in the queue and reports whether it is
-// first, with the first entry when it is not.
-func (b *backend) enqueue(ctx context.Context, req *driver.Request, peek func()) (*entry, bool, *mvccpb.KeyValue, time.Time, error) {
+// first returns q's first entry, nil if q is empty.
+func first(q []*mvccpb.KeyValue) *mvccpb.KeyValue {
+	if len(q) == 0 {
+		return nil
+	}
+	return q[0]
+}
+
+// holdersBehind returns the holders of a queue whose head (only) an
+// exclusive attempt read: that head alone if it is exclusive, else all
+// the holders, read from the queue (best effort: the head alone if that
+// read fails).
+func (b *backend) holdersBehind(ctx context.Context, pfx string, head []*mvccpb.KeyValue) []*mvccpb.KeyValue {
+	if len(head) == 0 {
+		return nil
+	}
+	if m, _ := modeOf(head[0]); m == driver.Exclusive {
+		return head[:1]
+	}
+	rctx, cancel := b.rpc(ctx)
+	defer cancel()
+	g, err := b.client.Get(rctx, pfx, inOrder()...)
+	if err != nil || len(g.Kvs) == 0 {
+		return head[:1]
+	}
+	return holdersOf(g.Kvs)
+}
+
+// stale handles an entry kv of e's lease for e's key that we had no record
+// of (a create that took effect after we gave up on it): e takes its
+// place as an orphan (deleted by create revision), and the key is swept.
+func (b *backend) stale(ctx context.Context, e *entry, kv *mvccpb.KeyValue) {
+	b.mu.Lock()
+	if kv != nil {
+		e.rev, e.val = kv.CreateRevision, string(kv.Value)
+	}
+	r := b.orphanLocked(e, false)
+	b.mu.Unlock()
+	if r {
+		b.revoke(e.s)
+	}
+	b.sweepKey(ctx, e.key)
+}
+
+// enqueue puts this attempt's entry in the queue and returns the entries
+// ahead of it, oldest first: for an exclusive attempt only the first (none
+// when it is first), for a shared or limited one all of them.
+func (b *backend) enqueue(ctx context.Context, req *driver.Request, peek func()) (*entry, []*mvccpb.KeyValue, time.Time, error) {
 	pfx := b.queuePrefix(req.Key)
+	read := clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)
+	if req.Mode != driver.Exclusive {
+		read = clientv3.OpGet(pfx, inOrder()...)
+	}
 	for attempt := 0; ; attempt++ {
 		e, start, err := b.newEntry(ctx, req, peek)
 		peek = nil
 		if err != nil {
-			return nil, false, nil, time.Time{}, err
+			return nil, nil, time.Time{}, err
 		}
 		rctx, cancel := b.rpc(ctx)
 		resp, err := b.client.Txn(rctx).
 			If(clientv3.Compare(clientv3.CreateRevision(e.myKey), "=", 0)).
-			Then(clientv3.OpPut(e.myKey, e.val, clientv3.WithLease(e.s.id)), clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).
+			Then(clientv3.OpPut(e.myKey, e.val, clientv3.WithLease(e.s.id)), read).
 			Else(clientv3.OpGet(e.myKey)).
 			Commit()
 		cancel()
@@ -105,42 +197,39 @@ func (b *backend) enqueue(ctx context.Context, req *driver.Request, peek func())
 				continue
 			}
 			b.unknown(e)
-			return nil, false, nil, time.Time{}, fmt.Errorf("dlock: etcd acquire %q: %w", req.Key, err)
+			return nil, nil, time.Time{}, fmt.Errorf("dlock: etcd acquire %q: %w", req.Key, err)
 		}
 		if !resp.Succeeded {
 			// An entry of this lease for the key that we had no record of
 			// (a create that took effect after we gave up on it). Never
 			// adopt it: delete it, and take another lease.
-			b.mu.Lock()
-			if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-				e.rev, e.val = kvs[0].CreateRevision, string(kvs[0].Value)
-			}
-			r := b.orphanLocked(e, false)
-			b.mu.Unlock()
-			if r {
-				b.revoke(e.s)
-			}
-			b.sweepKey(ctx, req.Key)
+			b.stale(ctx, e, first(resp.Responses[0].GetResponseRange().Kvs))
 			if attempt < 2 {
 				continue
 			}
-			return nil, false, nil, time.Time{}, fmt.Errorf("%w: etcd acquire %q: a stale entry of this client was in the way", dlock.ErrTransient, req.Key)
+			return nil, nil, time.Time{}, fmt.Errorf("%w: etcd acquire %q: a stale entry of this client was in the way", dlock.ErrTransient, req.Key)
 		}
 		e.rev = resp.Header.Revision
-		head := resp.Responses[1].GetResponseRange()
-		if len(head.Kvs) == 0 || head.Kvs[0].CreateRevision == e.rev {
-			return e, true, nil, start, nil
+		q := resp.Responses[1].GetResponseRange().Kvs
+		ahead := q[:0:0]
+		for _, kv := range q {
+			if kv.CreateRevision < e.rev {
+				ahead = append(ahead, kv)
+			}
 		}
-		return e, false, head.Kvs[0], start, nil
+		return e, ahead, start, nil
 	}
 }
 
 // Queue implements driver.Queuer: wait in key's FIFO queue, watching only
-// the entry just ahead (no herd), keeping the lease alive meanwhile. When
-// ctx ends while etcd keeps answering, it returns at once a
-// *dlock.NotAcquiredError naming the holder (the queue entry is removed in
-// the background); when a request fails, or etcd stopped answering, it
-// returns that error.
+// the entries whose deletion can let this one hold (see blockers: for an
+// exclusive or shared entry one entry, no herd), keeping the lease alive
+// meanwhile. When ctx ends while etcd keeps answering, it returns at once
+// a *dlock.NotAcquiredError naming the holders (the queue entry is removed
+// in the background); when a request fails, or etcd stopped answering, it
+// returns that error. A limited attempt that finds the key held by
+// holders limited to another number (at once or while it waits) returns
+// an error wrapping dlock.ErrLimitMismatch and removes its entry.
 func (b *backend) Queue(ctx context.Context, req *driver.Request) (driver.Grant, error) {
 	b.sweepKey(ctx, req.Key)
 	sent := time.Now()
@@ -158,28 +247,39 @@ func (b *backend) Queue(ctx context.Context, req *driver.Request) (driver.Grant,
 			}
 		})
 	}
-	e, first, head, start, err := b.enqueue(ctx, req, peek)
+	e, ahead, start, err := b.enqueue(ctx, req, peek)
 	if err != nil {
 		if ctx.Err() != nil && peeked != nil {
 			select {
 			case holder := <-peeked:
-				return driver.Grant{}, b.notAcquired(req.Key, holder, errors.Join(err, context.Cause(ctx)))
+				return driver.Grant{}, b.notAcquired(req.Key, []*mvccpb.KeyValue{holder}, errors.Join(err, context.Cause(ctx)))
 			default:
 			}
 		}
 		return driver.Grant{}, err
 	}
-	if first {
+	if len(ahead) == 0 {
 		return e.grant(start), nil
 	}
-	w := &waiter{e: e, head: head, lastOK: sent}
-	start, err = w.wait(ctx)
+	w := &waiter{e: e, mode: req.Mode, limit: req.Limit, head: ahead[0], lastOK: sent}
+	var preds []*mvccpb.KeyValue
+	if w.shares() {
+		if err := limitMismatch(req.Key, req, ahead[0]); err != nil {
+			e.abandon()
+			return driver.Grant{}, err
+		}
+		if preds = blockers(ahead, req.Mode, req.Limit); preds == nil {
+			return e.grant(start), nil
+		}
+		w.holders = holdersOf(ahead)
+	}
+	start, err = w.wait(ctx, preds)
 	if err != nil {
 		if !errors.Is(err, errWaiterLeaseExpired) {
 			e.abandon()
 		}
 		if errors.Is(err, errWaitEnded) {
-			return driver.Grant{}, b.notAcquired(req.Key, w.head, context.Cause(ctx))
+			return driver.Grant{}, b.notAcquired(req.Key, w.seen(), context.Cause(ctx))
 		}
 		return driver.Grant{}, err
 	}

@@ -5,8 +5,9 @@
 // It is a driver of the dlock core (package dlock/driver) under a
 // dlock.Engine: New's options are etcdlock's own (WithPrefix,
 // WithRequestTimeout) and the core's (dlock.WithObserver). Locks are
-// exclusive: dlock.WithShared and dlock.WithLimit are refused with an
-// error wrapping dlock.ErrUnsupported. A Locker is a dlock.Lister.
+// exclusive, shared (dlock.WithShared: read-write locks with writer
+// preference) or limited (dlock.WithLimit: semaphores), all in one FIFO
+// queue per key. A Locker is a dlock.Lister.
 //
 // # Layout
 //
@@ -54,7 +55,8 @@
 // also reads the head) and then watches only the entry just ahead of it
 // (the highest create revision below its own), re-reading the queue when it
 // is deleted, so a release wakes exactly one waiter and waiters are served
-// in arrival order. While waiting it keeps its lease alive and checks every
+// in arrival order. Shared and limited attempts differ as described under
+// Shared and limited locks. While waiting it keeps its lease alive and checks every
 // 250ms, with point reads, that the entry ahead, its own entry and the
 // holder are still there. If its own entry disappears (its lease expired or
 // was revoked) the wait ends with an error instead of lasting forever. When
@@ -63,6 +65,63 @@
 // background; when a request fails, or etcd has not answered for a second
 // (a hung server or a stalled link), it returns that error instead, never
 // ErrNotAcquired.
+//
+// # Shared and limited locks
+//
+// Every entry records its mode in its value ("mode":"shared", or
+// "mode":"limited" with "limit":N; an exclusive entry records none, as
+// before modes existed, and so do etcdctl's and concurrency.Mutex's
+// entries, which count as exclusive). Which entries hold follows from the
+// queue's order alone:
+//   - an exclusive entry holds when it is first;
+//   - a shared entry holds when every entry ahead of it is shared;
+//   - an entry limited to N holds when every entry ahead of it is limited
+//     to N and fewer than N are ahead.
+//
+// The holders are therefore the head of the queue and, behind a shared
+// head, the shared entries up to the first that is not, or, behind a head
+// limited to N, the entries limited to N up to the first that is not, N
+// at most. Each holder is its own entry on its own lease (two locks of one
+// Locker on one key never share a lease), with its own owner, token,
+// expiry and Lost(): a reader whose process dies loses its entry when its
+// lease expires, without touching the other readers.
+//
+// Writer preference follows from the order: a reader that arrives behind
+// a waiting writer queues behind it and waits, however many readers hold.
+// A writer that gives up removes its entry (as any waiter whose context
+// ends); one whose process dies keeps readers out until its lease expires.
+//
+// A shared or limited TryAcquire reads the whole queue in the transaction
+// that would put its entry into an empty queue; if its entry would hold
+// behind the entries read, it puts it in a second transaction that
+// succeeds only if no entry was created since that read (deletes can only
+// make room), and tries again from the new read otherwise, 8 transactions
+// at most (then it is refused as held). It never leaves an entry behind: a
+// shared TryAcquire behind a waiting writer is refused without ever
+// entering the queue. An exclusive TryAcquire is unchanged (one
+// transaction); when the head it read is shared or limited it reads the
+// queue once more, to name every holder in its *dlock.NotAcquiredError.
+//
+// A shared or limited Acquire puts its entry and reads the whole queue in
+// one transaction, and while it does not hold it waits for the deletion of
+// the entries that can let it in, and only those: a reader, the last entry
+// ahead of it that is not shared; an entry limited to N, the last entry
+// ahead that is not limited to N if one is among the N entries just ahead
+// of it, else those N entries (any of them leaving lets it in; an entry
+// further ahead leaving does not). Each entry is watched by its key, up
+// to 16 of them; more by one watch on the queue's directory, whose other
+// events are ignored. Its checks every 250ms (see Acquiring and waiting)
+// read, when it waits for several entries, every key ahead of it.
+//
+// A limited request fails with an error wrapping dlock.ErrLimitMismatch,
+// naming both limits, when it finds the key's holders limited to another
+// number: at its attempt, or while it waits (when the head it re-reads has
+// changed); a waiting one then removes its entry. Entries of another limit
+// that are queued but do not hold yet are not a mismatch: a request queued
+// behind them waits for them as for any entry of another mode, and fails
+// if they come to hold before it. A request of another mode than the
+// holders' waits (Acquire) or is refused with a *dlock.NotAcquiredError
+// naming every holder (TryAcquire).
 //
 // # Leases
 //
@@ -96,7 +155,11 @@
 // The token is the create revision of the lock's entry. Revisions are
 // global and only grow, so tokens strictly increase across holders of a key
 // and across keys, for as long as the cluster keeps its data (etcd persists
-// and replicates every write before acknowledging it).
+// and replicates every write before acknowledging it). In every mode an
+// entry holds only once every entry ahead of it that does not share with
+// it is gone, and entries created after it queue behind it: a writer's
+// token is above the token of every lock granted on the key before it,
+// shared, limited or exclusive.
 //
 // # Renewal and loss
 //
@@ -142,9 +205,10 @@
 // # Listing
 //
 // List (dlock.Lister) reads every queue under a prefix in one range read
-// and reports each held key, sorted, with its holder (owner, token,
-// metadata, and the time left on its lease, one TimeToLive request per
-// held key) and the number of waiters behind it.
+// and reports each held key, sorted, with its mode (its head's) and, for a
+// semaphore, its limit, every holder (owner, token, metadata, mode, and
+// the time left on its lease, one TimeToLive request per lease) and the
+// number of entries that do not hold (Waiters).
 //
 // # Guard
 //
@@ -163,12 +227,20 @@
 //
 // Given an etcd cluster that keeps its data, and on the dlock core's terms
 // for the local deadline (clock drift within its allowance):
-//   - Mutual exclusion: a lock is handed out only when one etcd
+//   - Mutual exclusion: an exclusive lock is handed out only when one etcd
 //     transaction showed its entry to be the oldest (lowest create
 //     revision) in its key's queue, among the entries of all dlock Lockers
 //     and of the etcdctl and concurrency.Mutex locks that share its
 //     directory (see Keys with '/' or '%'). Two locks on one key through
 //     one Locker exclude each other.
+//   - Modes: a shared lock is handed out only when one transaction showed
+//     every entry ahead of its own to be shared, and a lock limited to N
+//     only when it showed fewer than N entries ahead, all limited to N: so
+//     readers never overlap a writer or a permit, and at most N permits
+//     hold at once. A limited request whose limit differs from the
+//     holders' fails with dlock.ErrLimitMismatch.
+//   - Writer preference: once a writer waits (its entry is queued), no
+//     reader that arrives later holds before it.
 //   - Lost() closes before etcd can expire the holder's lease: a lock's
 //     TTL is the one etcd applied to its lease, and it counts from the
 //     start of the request that last granted or renewed the lease, so it
@@ -178,8 +250,13 @@
 //     watch sees the deletion.
 //   - Fencing tokens strictly increase across holders of a key, and across
 //     keys.
-//   - Waiters are served in arrival order, and a release wakes one waiter.
-//     A wait whose own entry disappears ends with an error.
+//   - FIFO: waiters are served in arrival order, in every mode (a reader
+//     or permit that arrived later never holds before an earlier waiter
+//     that does not hold; consecutive readers are let in together). A
+//     release wakes only the waiters it can let in: for exclusive and
+//     shared waiters, one entry's waiter(s); a permit's release, the
+//     permits waiting within N entries of it. A wait whose own entry
+//     disappears ends with an error.
 //   - ErrNotAcquired means the call read a holder from etcd; a wait whose
 //     context ends reports it only if etcd answered in the wait's last
 //     second. A failed request or a silent etcd is reported as such.
@@ -210,8 +287,16 @@
 //     least etcd's minimum lease TTL (2s by default), and etcd extends
 //     every lease when it elects a new leader. Lock.TTL reports the lease
 //     etcd applied, not the one asked for.
-//   - Shared and counted locks (dlock.WithShared, dlock.WithLimit): they
-//     are refused with dlock.ErrUnsupported.
+//   - Shared and limited TryAcquire on a key that readers or permits hold
+//     takes two transactions, and under a steady stream of new entries it
+//     may be refused after 8 although it could have joined.
+//   - A permit of a semaphore of more than 16 that waits for 17 or more
+//     entries watches its queue's directory: every change to the queue
+//     reaches it (it reads etcd again only when one of its entries
+//     leaves). Up to 16, each entry is watched by its key.
+//   - etcdctl, concurrency.Mutex and dlock versions without modes read
+//     only the head: they exclude dlock's readers and permits correctly
+//     (they hold only when first) but see one holder where several hold.
 //   - Exclusion with etcdctl and concurrency.Mutex locks holds only as
 //     described under Keys with '/' or '%': their locks on names inside a
 //     dlock key's directory block that key and are reported as its holder,

@@ -68,6 +68,7 @@ func harnessOn(eps []string, admin *clientv3.Client) dlocktest.Harness {
 			}
 		},
 		NoticesDeletion: true,
+		FIFO:            true,
 	}
 }
 

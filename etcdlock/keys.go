@@ -72,9 +72,13 @@ func (l *Locker) QueuePrefix(key string) string {
 func (b *backend) queuePrefix(key string) string { return b.prefix + EscapeKey(key) + "/" }
 
 // value is what dlock stores in its queue key (etcdctl stores nothing).
+// Mode is empty for an exclusive entry (as before modes existed), "shared"
+// or "limited"; Limit is a limited entry's number of permits.
 type value struct {
 	Owner    string            `json:"owner"`
 	Metadata map[string]string `json:"metadata,omitempty"`
+	Mode     string            `json:"mode,omitempty"`
+	Limit    int               `json:"limit,omitempty"`
 }
 
 func parseValue(v []byte) value {

@@ -16,17 +16,19 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 )
 
 // List implements dlock.Lister: the held locks whose name starts with
 // prefix, sorted by name. Every queue "<EscapeKey(name)>/<lease hex>" with
-// a leased key is a lock, the holder being the entry with the lowest
-// create revision (etcdctl's locks included; their names are shown as
-// they are, unescaped, and their holder, which has no dlock owner id, as
-// "lease <hex>"). Each Info has one Holder (owner, token, metadata and the
-// time left on its lease) and Waiters, the number of entries behind it.
-// Release receipts (see Release) are not locks and are skipped. prefix is
-// matched against the escaped names.
+// a leased key is a lock (etcdctl's locks included; their names are shown
+// as they are, unescaped, and their holder, which has no dlock owner id,
+// as "lease <hex>"). Each Info has the key's mode (its head's) and, for a
+// semaphore, its limit; its Holders (see holdersOf: the head, and the
+// shared or limited entries that hold with it), each with its owner,
+// token, metadata, mode and the time left on its lease; and Waiters, the
+// number of entries that do not hold. Release receipts (see Release) are
+// not locks and are skipped. prefix is matched against the escaped names.
 func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) {
 	if err := l.e.Check(ctx); err != nil {
 		return nil, err
@@ -38,33 +40,36 @@ func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) 
 	if err != nil {
 		return nil, fmt.Errorf("dlock: etcd list: %w", err)
 	}
-	type held struct {
-		info  dlock.Info
-		lease int64
-	}
-	byName := map[string]*held{}
+	queues := map[string][]*mvccpb.KeyValue{}
 	for _, kv := range resp.Kvs {
-		name, ok := b.lockName(kv)
-		if !ok {
-			continue
+		if name, ok := b.lockName(kv); ok {
+			queues[name] = append(queues[name], kv)
 		}
-		if h := byName[name]; h != nil {
-			h.info.Waiters++
-			continue
-		}
-		byName[name] = &held{info: dlock.Info{Key: name, Mode: dlock.Exclusive, Holders: []dlock.Holder{holderOf(kv)}}, lease: kv.Lease}
 	}
-	out := make([]dlock.Info, 0, len(byName))
-	for _, h := range byName {
-		ttl, err := b.client.TimeToLive(ctx, clientv3.LeaseID(h.lease))
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, fmt.Errorf("dlock: etcd list: %w", err)
-			}
-		} else if ttl.TTL > 0 {
-			h.info.Holders[0].TTL = time.Duration(ttl.TTL) * time.Second
+	ttls := map[int64]time.Duration{}
+	out := make([]dlock.Info, 0, len(queues))
+	for name, q := range queues {
+		hs := holdersOf(q)
+		m, n := modeOf(q[0])
+		info := dlock.Info{Key: name, Mode: dlock.Mode(m), Holders: holdersList(hs), Waiters: len(q) - len(hs)}
+		if m == driver.Limited {
+			info.Limit = n
 		}
-		out = append(out, h.info)
+		for i, kv := range hs {
+			ttl, ok := ttls[kv.Lease]
+			if !ok {
+				r, err := b.client.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
+				if err != nil && ctx.Err() != nil {
+					return nil, fmt.Errorf("dlock: etcd list: %w", err)
+				}
+				if err == nil && r.TTL > 0 {
+					ttl = time.Duration(r.TTL) * time.Second
+				}
+				ttls[kv.Lease] = ttl
+			}
+			info.Holders[i].TTL = ttl
+		}
+		out = append(out, info)
 	}
 	slices.SortFunc(out, func(a, b dlock.Info) int { return cmp.Compare(a.Key, b.Key) })
 	return out, nil

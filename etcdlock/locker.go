@@ -121,9 +121,9 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...dlock.Optio
 	return l.e.TryAcquire(ctx, key, opts...)
 }
 
-// Spec implements driver.Driver: exclusive locks only.
+// Spec implements driver.Driver: exclusive, shared and limited locks.
 func (b *backend) Spec() driver.Spec {
-	return driver.Spec{Name: "etcd", MinTTL: MinTTL}
+	return driver.Spec{Name: "etcd", MinTTL: MinTTL, Shared: true, Limited: true}
 }
 
 // rpc bounds one request by the request timeout.

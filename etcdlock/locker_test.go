@@ -108,8 +108,15 @@ func TestNewBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	lk.Release(context.Background())
-	// Shared and counted locks are refused, naming the mode.
-	if _, err := etcdlock.New(cli).TryAcquire(ctx, dlocktest.Key(t), dlock.WithShared()); !errors.Is(err, dlock.ErrUnsupported) {
-		t.Fatalf("WithShared = %v, want ErrUnsupported", err)
+	// Shared and counted locks are offered; a bad limit is refused.
+	sh, err := etcdlock.New(cli).TryAcquire(ctx, dlocktest.Key(t), dlock.WithShared())
+	if err != nil {
+		t.Fatalf("WithShared = %v", err)
+	}
+	sh.Release(context.Background())
+	for _, n := range []int{0, -1, dlock.MaxLimit + 1} {
+		if _, err := etcdlock.New(cli).TryAcquire(ctx, dlocktest.Key(t), dlock.WithLimit(n)); !errors.Is(err, dlock.ErrInvalidOption) {
+			t.Fatalf("WithLimit(%d) = %v, want ErrInvalidOption", n, err)
+		}
 	}
 }

@@ -180,16 +180,23 @@ func (b *backend) keepAlive(ctx context.Context, s *session) error {
 // counts. peek, if not nil, is called before the first round trip that
 // this takes.
 func (b *backend) newEntry(ctx context.Context, req *driver.Request, peek func()) (*entry, time.Time, error) {
-	v, err := json.Marshal(value{Owner: req.Owner, Metadata: req.Metadata})
+	val := value{Owner: req.Owner, Metadata: req.Metadata}
+	switch req.Mode {
+	case driver.Shared:
+		val.Mode = modeShared
+	case driver.Limited:
+		val.Mode, val.Limit = modeLimited, req.Limit
+	}
+	v, err := json.Marshal(val)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	val := string(v)
+	sval := string(v)
 	sec := leaseSeconds(req.TTL)
 	now := time.Now()
 	b.mu.Lock()
 	if s := b.pickLocked(req.Key, sec, now); s != nil {
-		e := b.attachLocked(s, req, val)
+		e := b.attachLocked(s, req, sval)
 		start, fresh := s.validity(now)
 		b.mu.Unlock()
 		if fresh {
@@ -225,7 +232,7 @@ func (b *backend) newEntry(ctx context.Context, req *driver.Request, peek func()
 	s := &session{id: resp.ID, ttl: time.Duration(resp.TTL) * time.Second, slots: map[string]*entry{}, validFrom: start}
 	b.mu.Lock()
 	b.sessions[sec] = append(b.sessions[sec], s)
-	e := b.attachLocked(s, req, val)
+	e := b.attachLocked(s, req, sval)
 	b.mu.Unlock()
 	return e, start, nil
 }

@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 )
 
 const (
@@ -34,9 +35,32 @@ var errWaiterLeaseExpired = errors.New("dlock: etcd lease of a waiting lock expi
 
 // waiter is one entry waiting for its turn.
 type waiter struct {
-	e      *entry
-	head   *mvccpb.KeyValue // the holder, as last read
-	lastOK time.Time        // when the last request that etcd answered was sent
+	e       *entry
+	mode    driver.Mode
+	limit   int
+	head    *mvccpb.KeyValue   // the holder, as last read
+	holders []*mvccpb.KeyValue // a shared or limited waiter's holders, as last read with the queue
+	lastOK  time.Time          // when the last request that etcd answered was sent
+}
+
+// shares reports whether the waiter is shared or limited: it reads the
+// whole queue ahead of it, and may wait for several entries.
+func (w *waiter) shares() bool { return w.mode != driver.Exclusive }
+
+// seen returns the holders last read: those read with the queue if the
+// head has not changed since, else the head.
+func (w *waiter) seen() []*mvccpb.KeyValue {
+	if w.head == nil {
+		return nil
+	}
+	if len(w.holders) > 0 && sameEntry(w.holders[0], w.head) {
+		return w.holders
+	}
+	return []*mvccpb.KeyValue{w.head}
+}
+
+func sameEntry(a, b *mvccpb.KeyValue) bool {
+	return string(a.Key) == string(b.Key) && a.CreateRevision == b.CreateRevision
 }
 
 // ended is the outcome of a wait whose context ended (err: the request in
@@ -82,45 +106,70 @@ func (w *waiter) keepAliveDue(ctx context.Context) error {
 	return nil
 }
 
-// wait blocks until no entry with a smaller create revision is left, and
-// returns the start from which the lock counts.
-func (w *waiter) wait(ctx context.Context) (time.Time, error) {
+// wait blocks until the entry holds: for an exclusive entry, until no
+// entry with a smaller create revision is left; for a shared or limited
+// one, until blockers finds none (starting with preds, the blockers of
+// the entry as it was put, if not nil). It returns the start from which
+// the lock counts.
+func (w *waiter) wait(ctx context.Context, preds []*mvccpb.KeyValue) (time.Time, error) {
 	e, b := w.e, w.e.b
 	pfx := b.queuePrefix(e.key)
 	for {
+		if preds != nil {
+			if err := w.waitDelete(ctx, preds); err != nil {
+				return time.Time{}, err
+			}
+		}
 		if ctx.Err() != nil {
 			return time.Time{}, w.ended(ctx, nil)
 		}
-		// One round trip: the head, the nearest entry ahead of ours, ours.
-		sent := time.Now()
-		rctx, cancel := b.rpc(ctx)
-		resp, err := b.client.Txn(rctx).Then(
+		// One round trip: the head, the nearest entry ahead of ours, ours;
+		// or, for a shared or limited entry, every entry ahead and ours.
+		ops := []clientv3.Op{
 			clientv3.OpGet(pfx, clientv3.WithFirstCreate()...),
 			clientv3.OpGet(pfx, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(e.rev-1))...),
-			clientv3.OpGet(e.myKey, clientv3.WithKeysOnly()),
-		).Commit()
+		}
+		if w.shares() {
+			ops = []clientv3.Op{clientv3.OpGet(pfx, inOrder(clientv3.WithMaxCreateRev(e.rev-1))...)}
+		}
+		ops = append(ops, clientv3.OpGet(e.myKey, clientv3.WithKeysOnly()))
+		sent := time.Now()
+		rctx, cancel := b.rpc(ctx)
+		resp, err := b.client.Txn(rctx).Then(ops...).Commit()
 		cancel()
 		if err != nil {
 			return time.Time{}, w.failed(ctx, "reading the queue", err)
 		}
 		w.lastOK = sent
-		if mine := resp.Responses[2].GetResponseRange().Kvs; len(mine) == 0 || mine[0].CreateRevision != e.rev {
+		rs := resp.Responses
+		if mine := rs[len(rs)-1].GetResponseRange().Kvs; len(mine) == 0 || mine[0].CreateRevision != e.rev {
 			b.gone(e)
 			return time.Time{}, errWaiterLeaseExpired
 		}
-		if head := resp.Responses[0].GetResponseRange().Kvs; len(head) > 0 {
+		if w.shares() {
+			ahead := rs[0].GetResponseRange().Kvs
+			if len(ahead) > 0 {
+				w.head, w.holders = ahead[0], holdersOf(ahead)
+			}
+			if err := limitMismatch(e.key, &driver.Request{Mode: w.mode, Limit: w.limit}, first(ahead)); err != nil {
+				return time.Time{}, err
+			}
+			if preds = blockers(ahead, w.mode, w.limit); preds == nil {
+				break
+			}
+			continue
+		}
+		if head := rs[0].GetResponseRange().Kvs; len(head) > 0 {
 			w.head = head[0]
 		}
-		ahead := resp.Responses[1].GetResponseRange().Kvs
-		if len(ahead) == 0 {
+		preds = rs[1].GetResponseRange().Kvs
+		if len(preds) == 0 {
 			break
 		}
-		if err := w.waitDelete(ctx, ahead[0]); err != nil {
-			return time.Time{}, err
-		}
 	}
-	// First in the queue with our entry intact (read in the same
-	// transaction): the lock counts from a fresh enough renewal of the lease.
+	// Holding (first in the queue, or behind entries that share with us)
+	// with our entry intact (read in the same transaction): the lock
+	// counts from a fresh enough renewal of the lease.
 	now := time.Now()
 	b.mu.Lock()
 	start, fresh := e.s.validity(now)
@@ -137,18 +186,36 @@ func (w *waiter) wait(ctx context.Context) (time.Time, error) {
 	return start, nil
 }
 
-// waitDelete waits until pred is deleted, keeping the lease alive and
-// checking every waitProbe that etcd answers and that pred, the holder and
-// our own entry are still there. The watch starts at the current
-// revision: a watch from a past revision is served by etcd's catch-up
-// loop, which runs only every 100ms (the tail concurrency.Mutex waiters
-// see). A delete between our read and the watch's start is caught by
-// reading pred again once the watch exists.
-func (w *waiter) waitDelete(ctx context.Context, pred *mvccpb.KeyValue) error {
+// waitDelete waits until one of preds is deleted, keeping the lease alive
+// and checking every waitProbe that etcd answers and that preds, the
+// holder and our own entry are still there. Each entry is watched by its
+// key, up to maxKeyWatches of them (the entries just ahead of a limited
+// waiter); more by one watch on the queue's directory, whose events other
+// than their deletion are ignored. The watch starts at the current revision: a watch from a past
+// revision is served by etcd's catch-up loop, which runs only every 100ms
+// (the tail concurrency.Mutex waiters see). A delete between our read and
+// the watch's start is caught by reading preds again once the watch
+// exists.
+func (w *waiter) waitDelete(ctx context.Context, preds []*mvccpb.KeyValue) error {
 	b := w.e.b
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	wch := b.client.Watch(wctx, string(pred.Key), clientv3.WithCreatedNotify())
+	var wch clientv3.WatchChan
+	watched := map[string]bool{}
+	created, watches := 0, 1
+	switch {
+	case len(preds) == 1:
+		wch = b.client.Watch(wctx, string(preds[0].Key), clientv3.WithCreatedNotify())
+	case len(preds) <= maxKeyWatches:
+		wch, watches = b.watchKeys(wctx, preds), len(preds)
+	default:
+		wch = b.client.Watch(wctx, b.queuePrefix(w.e.key), clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	}
+	if len(preds) > 1 {
+		for _, p := range preds {
+			watched[string(p.Key)] = true
+		}
+	}
 	probe := time.NewTimer(waitProbe)
 	defer probe.Stop()
 	for {
@@ -161,6 +228,18 @@ func (w *waiter) waitDelete(ctx context.Context, pred *mvccpb.KeyValue) error {
 				return nil // re-read the queue (and watch again)
 			}
 			if wr.Created {
+				if len(preds) > 1 {
+					// Once every watch is set up: was one deleted before?
+					if created++; created < watches {
+						continue
+					}
+					gone, err := w.probe(ctx, preds)
+					if err != nil || gone {
+						return err
+					}
+					continue
+				}
+				pred := preds[0]
 				sent := time.Now()
 				rctx, rcancel := b.rpc(ctx)
 				g, err := b.client.Get(rctx, string(pred.Key), clientv3.WithKeysOnly())
@@ -174,7 +253,7 @@ func (w *waiter) waitDelete(ctx context.Context, pred *mvccpb.KeyValue) error {
 				}
 			}
 			for _, ev := range wr.Events {
-				if ev.Type == mvccpb.DELETE {
+				if ev.Type == mvccpb.DELETE && (len(preds) == 1 || watched[string(ev.Kv.Key)]) {
 					return nil
 				}
 			}
@@ -185,7 +264,7 @@ func (w *waiter) waitDelete(ctx context.Context, pred *mvccpb.KeyValue) error {
 			// A stale entry of ours ahead of us (a release or a wait that
 			// could not delete it) would hold us up until its lease expires.
 			b.sweepKey(ctx, w.e.key)
-			gone, err := w.probe(ctx, pred)
+			gone, err := w.probe(ctx, preds)
 			if err != nil || gone {
 				return err
 			}
@@ -196,15 +275,45 @@ func (w *waiter) waitDelete(ctx context.Context, pred *mvccpb.KeyValue) error {
 	}
 }
 
-// probe checks, in one round trip of point reads, that pred and our entry
-// are still there and whether the holder changed (re-reading the head only
-// then). It reports whether pred is gone.
-func (w *waiter) probe(ctx context.Context, pred *mvccpb.KeyValue) (bool, error) {
-	e, b := w.e, w.e.b
-	ops := []clientv3.Op{
-		clientv3.OpGet(string(pred.Key), clientv3.WithKeysOnly()),
-		clientv3.OpGet(e.myKey, clientv3.WithKeysOnly()),
+// maxKeyWatches is the largest number of entries that a waiter watches
+// one by one; beyond, it watches its queue's directory.
+const maxKeyWatches = 16
+
+// watchKeys watches each of preds' keys and merges their responses into
+// one channel, until ctx ends. A watch that ends is reported as a
+// cancelled response, so that the waiter re-reads the queue.
+func (b *backend) watchKeys(ctx context.Context, preds []*mvccpb.KeyValue) clientv3.WatchChan {
+	out := make(chan clientv3.WatchResponse)
+	for _, p := range preds {
+		wch := b.client.Watch(ctx, string(p.Key), clientv3.WithCreatedNotify())
+		go func() {
+			for wr := range wch {
+				select {
+				case out <- wr:
+				case <-ctx.Done():
+					return
+				}
+			}
+			select {
+			case out <- clientv3.WatchResponse{Canceled: true}:
+			case <-ctx.Done():
+			}
+		}()
 	}
+	return out
+}
+
+// probe checks, in one round trip, that preds and our entry are still
+// there and whether the holder changed (re-reading the head only then).
+// One pred is read by its key; several by a read of the keys ahead of
+// ours. It reports whether one of preds is gone.
+func (w *waiter) probe(ctx context.Context, preds []*mvccpb.KeyValue) (bool, error) {
+	e, b := w.e, w.e.b
+	predsOp := clientv3.OpGet(string(preds[0].Key), clientv3.WithKeysOnly())
+	if len(preds) > 1 {
+		predsOp = clientv3.OpGet(b.queuePrefix(e.key), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(e.rev-1))
+	}
+	ops := []clientv3.Op{predsOp, clientv3.OpGet(e.myKey, clientv3.WithKeysOnly())}
 	withHead := append(ops, clientv3.OpGet(b.queuePrefix(e.key), clientv3.WithFirstCreate()...))
 	sent := time.Now()
 	rctx, cancel := b.rpc(ctx)
@@ -228,8 +337,21 @@ func (w *waiter) probe(ctx context.Context, pred *mvccpb.KeyValue) (bool, error)
 	if len(resp.Responses) > 2 {
 		if head := resp.Responses[2].GetResponseRange().Kvs; len(head) > 0 {
 			w.head = head[0]
+			// A permit waiting behind entries of another limit learns
+			// here that they now hold the key.
+			if err := limitMismatch(e.key, &driver.Request{Mode: w.mode, Limit: w.limit}, w.head); err != nil {
+				return false, err
+			}
 		}
 	}
-	p := resp.Responses[0].GetResponseRange().Kvs
-	return len(p) == 0 || p[0].CreateRevision != pred.CreateRevision, nil
+	there := map[string]int64{}
+	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
+		there[string(kv.Key)] = kv.CreateRevision
+	}
+	for _, p := range preds {
+		if rev, ok := there[string(p.Key)]; !ok || rev != p.CreateRevision {
+			return true, nil
+		}
+	}
+	return false, nil
 }

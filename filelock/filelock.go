@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -69,6 +68,7 @@ var (
 	_ driver.Driver  = (*backend)(nil)
 	_ driver.Watcher = (*backend)(nil)
 	_ driver.Aborter = (*backend)(nil)
+	_ driver.Leaver  = (*backend)(nil)
 )
 
 // New returns a Locker on dir, creating the directory (mode 0700) if it is
@@ -107,8 +107,10 @@ func (l *Locker) Dir() string { return l.dir }
 // and the Guard's methods) for a nil one, like dlock's Acquire does.
 var errNilContext = fmt.Errorf("%w: filelock: nil context", dlock.ErrInvalidOption)
 
-// List returns the unexpired leases whose key starts with prefix, sorted by
-// key. It reads the records without taking their flocks: each record is
+// List returns the keys with unexpired leases whose key starts with prefix,
+// sorted by key, each with its mode, its limit (for a semaphore) and every
+// unexpired holder, oldest token first. Waiters is -1: filelock keeps no
+// queue. It reads the records without taking their flocks: each record is
 // replaced atomically, so every entry is a consistent snapshot. Records that
 // cannot be decoded are skipped.
 func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) {
@@ -131,19 +133,28 @@ func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) 
 		if ok, err := readJSON(filepath.Join(l.dir, e.Name()), &r); !ok || err != nil {
 			continue
 		}
-		now := time.Now().UnixNano()
-		if !r.heldAt(now) || !strings.HasPrefix(r.Key, prefix) || fileID(r.Key)+leaseSuffix != e.Name() {
+		if !strings.HasPrefix(r.Key, prefix) || fileID(r.Key)+leaseSuffix != e.Name() {
 			continue
 		}
-		out = append(out, dlock.Info{Key: r.Key, Holders: []dlock.Holder{r.holder(now)}, Waiters: -1})
+		now := time.Now().UnixNano()
+		s := r.state(now)
+		if len(s.holders) == 0 {
+			continue
+		}
+		info := dlock.Info{Key: r.Key, Mode: dlock.Mode(s.mode), Limit: s.limit, Holders: s.public(now), Waiters: -1}
+		if s.foreign {
+			info.Holders = s.refusal(r.Key, now, false).Holders
+		}
+		out = append(out, info)
 	}
 	slices.SortFunc(out, func(a, b dlock.Info) int { return strings.Compare(a.Key, b.Key) })
 	return out, nil
 }
 
-// Expire deletes key's lease as if it had expired, behind its holder's
-// back (the token counter is kept). The holder notices at its next renewal
-// and loses the lock. Expiring a free key does nothing.
+// Expire deletes key's leases (every holder's, in any mode) as if they had
+// expired, behind the holders' backs (the token counter and any waiting
+// writers' registrations are kept). The holders notice at their next
+// renewal and lose the lock. Expiring a free key does nothing.
 func (l *Locker) Expire(key string) error {
 	if err := dlock.ValidateKey(key); err != nil {
 		return err
@@ -152,11 +163,13 @@ func (l *Locker) Expire(key string) error {
 	defer cancel()
 	b := (*backend)(l)
 	cleared := false
-	err := b.update(ctx, key, func(r *record, _ int64) (bool, bool, error) {
-		if r.Owner == "" {
+	err := b.update(ctx, key, func(r *record, now int64) (bool, bool, error) {
+		s := r.state(now)
+		if len(s.holders) == 0 {
 			return false, false, nil
 		}
-		r.clear()
+		s.holders, s.foreign = nil, false
+		r.store(&s)
 		cleared = true
 		return true, false, nil
 	})
@@ -174,9 +187,12 @@ type backend Locker
 
 func (b *backend) recordPath(id string) string { return filepath.Join(b.dir, id+leaseSuffix) }
 
+func (b *backend) writersPath(id string) string { return filepath.Join(b.dir, id+writersSuffix) }
+
 // update runs fn on key's record under the record's flock and writes the
 // record back (atomically) when fn says so. fn gets the wall-clock time,
-// taken after the flock was acquired.
+// taken after the flock was acquired; it may also rewrite the key's
+// writers file, which the same flock guards.
 func (b *backend) update(ctx context.Context, key string, fn func(r *record, now int64) (write, syncDir bool, err error)) error {
 	id := fileID(key)
 	fl, err := lockFile(ctx, filepath.Join(b.dir, id+leaseFlockSuffix))
@@ -200,47 +216,81 @@ func (b *backend) update(ctx context.Context, key string, fn func(r *record, now
 	return writeAtomic(path, data, syncDir)
 }
 
-func notAcquired(r *record, now int64) *dlock.NotAcquiredError {
-	return &dlock.NotAcquiredError{Key: r.Key, Holders: []dlock.Holder{r.holder(now)}}
-}
+// Spec implements driver.Driver: exclusive, shared and limited locks.
+func (b *backend) Spec() driver.Spec { return driver.Spec{Name: "file", Shared: true, Limited: true} }
 
-// holder is the record's lease as other clients see it.
-func (r *record) holder(now int64) dlock.Holder {
-	return dlock.Holder{Owner: r.Owner, Token: r.Token, TTL: r.left(now), Metadata: maps.Clone(r.Metadata)}
-}
-
-// Spec implements driver.Driver.
-func (b *backend) Spec() driver.Spec { return driver.Spec{Name: "file"} }
-
-// Try implements driver.Driver.
+// Try implements driver.Driver. The decision is keyState.decide, made
+// under the record's flock; a refusal that writes nothing is answered from
+// an unlocked read first.
 func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, error) {
 	if err := ctx.Err(); err != nil {
 		return driver.Grant{}, err
 	}
+	// The attempt's start bounds a waiting writer's registration: it
+	// lapses no later than one TTL after the attempt.
+	start := time.Now().UnixNano()
+	id := fileID(req.Key)
+	wpath := b.writersPath(id)
 	// Fast path for waiters: a held lease seen in an (atomically replaced)
-	// record is a valid answer without contending for the flock.
-	if r, err := readRecord(b.recordPath(fileID(req.Key)), req.Key); err == nil {
-		if now := time.Now().UnixNano(); r.heldAt(now) {
-			return driver.Grant{}, notAcquired(&r, now)
+	// record, and a registration seen fresh, are valid answers without
+	// contending for the flock.
+	if r, err := readRecord(b.recordPath(id), req.Key); err == nil {
+		now := time.Now().UnixNano()
+		s := r.state(now)
+		if needsWriters(req) {
+			s.withWriters(readWriters(wpath, req.Key), now)
+		}
+		if out, _, err := s.decide(req.Key, req, now, start); out == refuse {
+			return driver.Grant{}, err
 		}
 	}
 	var token uint64
 	err := b.update(ctx, req.Key, func(r *record, now int64) (bool, bool, error) {
-		if r.heldAt(now) {
-			return false, false, notAcquired(r, now)
+		s := r.state(now)
+		if needsWriters(req) {
+			s.withWriters(readWriters(wpath, req.Key), now)
 		}
-		if r.Counter == math.MaxUint64 {
+		out, have, err := s.decide(req.Key, req, now, start)
+		switch out {
+		case grantHave:
+			token = have
+			return false, false, nil
+		case refuse:
+			return false, false, err
+		case register:
+			w := writerRec{Waiter: req.Waiter, Expires: start + int64(req.TTL)}
+			if i := s.findWriter(req.Waiter); i >= 0 {
+				s.writers[i] = w
+			} else {
+				s.writers = append(s.writers, w)
+			}
+			// Registrations are advisory: one that cannot be written costs
+			// this writer its preference, never its exclusive lock.
+			_ = writeWriters(wpath, req.Key, s.writers)
+			return false, false, err
+		}
+		next := r.maxToken()
+		if next == math.MaxUint64 {
 			return false, false, fmt.Errorf("filelock: key %q: fencing tokens exhausted", req.Key)
 		}
-		token = r.Counter + 1
-		*r = record{
-			Key:      req.Key,
-			Owner:    req.Owner,
-			Token:    token,
-			Expires:  now + int64(req.TTL),
-			Metadata: req.Metadata,
-			Counter:  token,
+		token = next + 1
+		if len(s.holders) == 0 {
+			s.mode, s.limit = req.Mode, 0
+			if req.Mode == driver.Limited {
+				s.limit = req.Limit
+			}
 		}
+		s.holders = append(s.holders, holderRec{Owner: req.Owner, Token: token, Expires: now + int64(req.TTL), Metadata: req.Metadata})
+		if needsWriters(req) && s.removeWriter(req.Waiter) {
+			// Granted: no longer waiting. Should the record's write below
+			// fail, the writer registers again at its next attempt; should
+			// this one fail, the registration lapses within a TTL, keeping
+			// out meanwhile only readers, who could not have the key while
+			// the writer holds it anyway.
+			_ = writeWriters(wpath, req.Key, s.writers)
+		}
+		r.store(&s)
+		r.Counter = token
 		// The counter grew: make the rename durable so no token is ever
 		// issued twice, even across a power loss.
 		return true, true, nil
@@ -268,14 +318,48 @@ func (b *backend) Abort(ctx context.Context, req *driver.Request) error {
 	return nil
 }
 
-// releaseOwner is compare-and-delete: it clears key's lease if owner holds
-// it unexpired, keeping the counter, and wakes waiters.
+// Leave implements driver.Leaver: it removes waiter's registration as a
+// waiting writer of key, if there is one, and wakes the process's waiters
+// (readers kept out by it may now proceed; other processes' are woken by
+// inotify or their poll).
+func (b *backend) Leave(ctx context.Context, key, waiter string) error {
+	if waiter == "" || dlock.ValidateKey(key) != nil {
+		return nil // never registered
+	}
+	wpath := b.writersPath(fileID(key))
+	if !slices.ContainsFunc(readWriters(wpath, key), func(w writerRec) bool { return w.Waiter == waiter }) {
+		// Not registered: registrations are made under the flock by the
+		// waiter's own attempts, and its Acquire has ended.
+		return nil
+	}
+	removed := false
+	err := b.update(ctx, key, func(_ *record, now int64) (bool, bool, error) {
+		var s keyState
+		s.withWriters(readWriters(wpath, key), now)
+		if !s.removeWriter(waiter) {
+			return false, false, nil
+		}
+		removed = true
+		return false, false, writeWriters(wpath, key, s.writers)
+	})
+	if removed {
+		b.wake(key)
+	}
+	return err
+}
+
+// releaseOwner is compare-and-delete: it removes owner's lease on key if
+// it is held unexpired, keeping the counter and the other holders, and
+// wakes waiters.
 func (b *backend) releaseOwner(ctx context.Context, key, owner string) error {
 	err := b.update(ctx, key, func(r *record, now int64) (bool, bool, error) {
-		if r.Owner != owner || !r.heldAt(now) {
+		s := r.state(now)
+		i := s.find(owner)
+		if i < 0 || s.foreign {
 			return false, false, notHeld(key)
 		}
-		r.clear()
+		s.holders = slices.Delete(s.holders, i, i+1)
+		r.store(&s)
 		return true, false, nil
 	})
 	if err == nil {
@@ -288,22 +372,26 @@ func notHeld(key string) error {
 	return fmt.Errorf("%w: filelock key %q", dlock.ErrNotHeld, key)
 }
 
-// lease is one granted acquisition.
+// lease is one granted acquisition: one holder of the key, in any mode.
 type lease struct {
 	b          *backend
 	key, owner string
 }
 
-// Refresh implements driver.Lease: compare-and-expire under the flock.
+// Refresh implements driver.Lease: compare-and-expire under the flock, of
+// this holder's lease alone.
 func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	return l.b.update(ctx, l.key, func(r *record, now int64) (bool, bool, error) {
-		if r.Owner != l.owner || !r.heldAt(now) {
+		s := r.state(now)
+		i := s.find(l.owner)
+		if i < 0 || s.foreign {
 			return false, false, notHeld(l.key)
 		}
-		r.Expires = now + int64(ttl)
+		s.holders[i].Expires = now + int64(ttl)
+		r.store(&s)
 		return true, false, nil
 	})
 }

@@ -22,14 +22,15 @@ import (
 
 // Environment of helper processes.
 const (
-	envMode = "FILELOCK_TEST_HELPER" // "increment" or "hold"
-	envDir  = "FILELOCK_TEST_DIR"    // lock (and guard) directory
-	envData = "FILELOCK_TEST_DATA"   // increment: directory of the counter files
-	envN    = "FILELOCK_TEST_N"      // increment: number of increments
-	envKey  = "FILELOCK_TEST_KEY"    // hold: key
-	envTTL  = "FILELOCK_TEST_TTL"    // hold: TTL
-	envHold = "FILELOCK_TEST_HOLD"   // hold: "renew" (auto-refresh, then sleep) or "exit" (no refresh, exit at once)
-	envKeys = "FILELOCK_TEST_KEYS"   // flock: JSON list of keys whose record locks to hold
+	envMode  = "FILELOCK_TEST_HELPER"   // "increment" or "hold"
+	envDir   = "FILELOCK_TEST_DIR"      // lock (and guard) directory
+	envData  = "FILELOCK_TEST_DATA"     // increment: directory of the counter files
+	envN     = "FILELOCK_TEST_N"        // increment: number of increments
+	envKey   = "FILELOCK_TEST_KEY"      // hold: key
+	envTTL   = "FILELOCK_TEST_TTL"      // hold: TTL
+	envHold  = "FILELOCK_TEST_HOLD"     // hold: "renew" (auto-refresh, then sleep) or "exit" (no refresh, exit at once)
+	envKeys  = "FILELOCK_TEST_KEYS"     // flock: JSON list of keys whose record locks to hold
+	envMode2 = "FILELOCK_TEST_LOCKMODE" // hold: "shared" for a read lock (default exclusive)
 )
 
 // TestHelperProcess is not a test: it is the body of the child processes
@@ -49,6 +50,8 @@ func TestHelperProcess(t *testing.T) {
 		err = helperHold(ctx)
 	case "flock":
 		err = helperFlock(ctx)
+	case "wait":
+		err = helperWait(ctx)
 	default:
 		err = fmt.Errorf("unknown mode %q", mode)
 	}
@@ -153,7 +156,11 @@ func helperHold(ctx context.Context) error {
 		return err
 	}
 	renew := os.Getenv(envHold) == "renew"
-	lk, err := l.Acquire(ctx, os.Getenv(envKey), dlock.WithTTL(ttl), dlock.WithAutoRefresh(renew))
+	opts := []dlock.Option{dlock.WithTTL(ttl), dlock.WithAutoRefresh(renew)}
+	if os.Getenv(envMode2) == "shared" {
+		opts = append(opts, dlock.WithShared())
+	}
+	lk, err := l.Acquire(ctx, os.Getenv(envKey), opts...)
 	if err != nil {
 		return err
 	}
@@ -167,6 +174,26 @@ func helperHold(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// helperWait blocks in an exclusive Acquire of a key (a waiting writer)
+// until it gets it, prints "held <token>" and waits to be killed.
+func helperWait(ctx context.Context) error {
+	l, err := filelock.New(os.Getenv(envDir))
+	if err != nil {
+		return err
+	}
+	ttl, err := time.ParseDuration(os.Getenv(envTTL))
+	if err != nil {
+		return err
+	}
+	lk, err := l.Acquire(ctx, os.Getenv(envKey), dlock.WithTTL(ttl))
+	if err != nil {
+		return err
+	}
+	fmt.Printf("held %d\n", lk.Token())
+	<-ctx.Done()
+	return ctx.Err()
 }
 
 // helperFlock takes the record locks (flock(2)) of the keys in envKeys,

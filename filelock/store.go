@@ -24,6 +24,7 @@ const (
 	leaseFlockSuffix = ".flock"       // flock target serializing a lease record's updates
 	fenceSuffix      = ".fence"       // guard fence record (JSON), replaced by rename
 	fenceFlockSuffix = ".fence.flock" // flock target serializing a fence's checks
+	writersSuffix    = ".writers"     // waiting writers' registrations (JSON), replaced by rename
 	tmpSuffix        = ".tmp"         // appended to a record name while it is written
 )
 
@@ -77,6 +78,14 @@ func prepareDir(dir string) (string, error) {
 
 // record is a lease record file. It outlives its lease: after a release or
 // an expiry it keeps Key and Counter so fencing tokens keep increasing.
+//
+// The top-level lease fields (Owner, Token, Expires, Metadata) are the
+// format every version reads. An exclusive holder is stored in them alone,
+// exactly as before shared locks existed. Shared and limited holders are
+// stored in Holders, with Mode and Limit, and the top-level fields then
+// cover them all: they repeat the holder whose lease ends last, so a
+// process that knows only the top-level fields sees the key held for as
+// long as anyone holds it (see keyState and doc.go, Storage).
 type record struct {
 	Key      string            `json:"key"`
 	Owner    string            `json:"owner,omitempty"`
@@ -85,18 +94,83 @@ type record struct {
 	Metadata map[string]string `json:"metadata,omitempty"`
 	// Counter is the highest token ever issued for Key.
 	Counter uint64 `json:"counter"`
+	// Mode is "shared" or "limited" while Holders holds the key; absent
+	// for an exclusive holder or a free key.
+	Mode string `json:"mode,omitempty"`
+	// Limit is the permit count of a limited key.
+	Limit int `json:"limit,omitempty"`
+	// Holders are the shared or limited holders.
+	Holders []holderRec `json:"holders,omitempty"`
 }
 
-// heldAt reports whether the record names a holder whose lease is unexpired
-// at wall-clock time now (Unix nanoseconds).
-func (r *record) heldAt(now int64) bool { return r.Owner != "" && now < r.Expires }
+// holderRec is one shared or limited holder in a record.
+type holderRec struct {
+	Owner    string            `json:"owner"`
+	Token    uint64            `json:"token"`
+	Expires  int64             `json:"expires_unix_nano"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
 
-// left is the time left on the lease at now.
-func (r *record) left(now int64) time.Duration { return time.Duration(r.Expires - now) }
+// writerRec is one waiting writer's registration: the Request.Waiter of a
+// blocking exclusive Acquire and when the registration lapses (at most one
+// TTL after that Acquire's last attempt began).
+type writerRec struct {
+	Waiter  string `json:"waiter"`
+	Expires int64  `json:"expires_unix_nano"`
+}
 
-// clear drops the holder but keeps Key and Counter.
-func (r *record) clear() {
-	r.Owner, r.Token, r.Expires, r.Metadata = "", 0, 0, nil
+// writersFile is a key's waiting writers (driver: Writer preference), kept
+// apart from the lease record: registrations come and go with every
+// contended exclusive Acquire, and only a file that holds no counter can
+// be replaced without an fsync. Like the record, it is only modified under
+// the key's flock.
+type writersFile struct {
+	Key     string      `json:"key"`
+	Writers []writerRec `json:"writers"`
+}
+
+// readWriters returns key's registered writers. Registrations are
+// advisory and short-lived, so a missing file, or one that cannot be read
+// or decoded (torn by a power loss: it is written without fsync), means
+// none.
+func readWriters(path, key string) []writerRec {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var w writersFile
+	if json.Unmarshal(b, &w) != nil || w.Key != key {
+		return nil
+	}
+	return w.Writers
+}
+
+// writeWriters replaces key's registrations (the caller holds the key's
+// flock): rename of a new file, without fsync; no registration left
+// removes the file.
+func writeWriters(path, key string, ws []writerRec) error {
+	if len(ws) == 0 {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	data, err := json.Marshal(&writersFile{Key: key, Writers: ws})
+	if err != nil {
+		return err
+	}
+	return writeRename(path, data, false)
+}
+
+// Mode names in records.
+const (
+	modeShared  = "shared"
+	modeLimited = "limited"
+)
+
+// cover is the top-level lease as a holder.
+func (r *record) cover() holderRec {
+	return holderRec{Owner: r.Owner, Token: r.Token, Expires: r.Expires, Metadata: r.Metadata}
 }
 
 // errCorrupt marks a record or fence file that cannot be decoded. Such a
@@ -141,7 +215,19 @@ func readRecord(path, key string) (record, error) {
 // renames it over path. Callers hold the file's flock, so one temp name per
 // file suffices. With syncDir the directory is fsynced too, making the
 // rename itself durable (used when a counter grows).
-func writeAtomic(path string, data []byte, syncDir bool) (err error) {
+func writeAtomic(path string, data []byte, syncDir bool) error {
+	if err := writeRename(path, data, true); err != nil {
+		return err
+	}
+	if syncDir {
+		return fsyncDir(filepath.Dir(path))
+	}
+	return nil
+}
+
+// writeRename writes data to path+".tmp", fsyncs it when sync is set and
+// renames it over path.
+func writeRename(path string, data []byte, sync bool) (err error) {
 	tmp := path + tmpSuffix
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
@@ -152,7 +238,7 @@ func writeAtomic(path string, data []byte, syncDir bool) (err error) {
 			os.Remove(tmp)
 		}
 	}()
-	if _, err = f.Write(data); err == nil {
+	if _, err = f.Write(data); err == nil && sync {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
@@ -161,13 +247,7 @@ func writeAtomic(path string, data []byte, syncDir bool) (err error) {
 	if err != nil {
 		return err
 	}
-	if err = os.Rename(tmp, path); err != nil {
-		return err
-	}
-	if syncDir {
-		return fsyncDir(filepath.Dir(path))
-	}
-	return nil
+	return os.Rename(tmp, path)
 }
 
 func fsyncDir(dir string) error {

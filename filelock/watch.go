@@ -19,9 +19,9 @@ import (
 //     process on the same directory wakes the key's subscribers directly
 //     (the package-level hub below, keyed by canonical directory and key);
 //   - inotify (Linux): while anyone in the process waits on a directory,
-//     one inotify instance watches it for records being renamed into place
-//     or deleted, which is how every write by any process lands, and wakes
-//     the subscribers of that record;
+//     one inotify instance watches it for records (and waiting writers'
+//     files) being renamed into place or deleted, which is how every write
+//     by any process lands, and wakes the subscribers of that key;
 //   - polling: every subscription also fires on its own timer every poll
 //     interval (jittered), so a waiter is never stranded by a missed
 //     notification, a filesystem without inotify events, or a lease that
@@ -74,6 +74,8 @@ func (h *hub) add(s *subscription) {
 		n, err := startNotifier(dir, func(name string) {
 			if id, ok := strings.CutSuffix(name, leaseSuffix); ok {
 				h.wake(dir, id)
+			} else if id, ok := strings.CutSuffix(name, writersSuffix); ok {
+				h.wake(dir, id) // a waiting writer left: readers may go
 			}
 		}, func() { h.wakeAll(dir) })
 		if err != nil {

@@ -12,9 +12,11 @@
 // driver named "redis": the core owns the wait loop, the Lock handle, the
 // watchdog and the Observer events; this package owns the protocol below.
 // Locker implements dlock.Lister: List returns the held keys under a
-// prefix, sorted, each with its holder and the size of its waiter queue.
-// Locks are exclusive: dlock.WithShared and dlock.WithLimit are refused
-// with an error wrapping dlock.ErrUnsupported.
+// prefix, sorted, each with its mode, its holders (one for an exclusive
+// lock, every reader or permit holder otherwise), a semaphore's limit and
+// the size of its waiter queue. Locks are exclusive by default; read-write
+// locks (dlock.WithShared, with writer preference) and semaphores
+// (dlock.WithLimit) are described under Shared and limited locks.
 //
 // # Protocol
 //
@@ -43,6 +45,51 @@
 // on its owner. The keys, values and scripts are dlock's Redis wire
 // protocol, documented (and versioned) in package redisproto, which
 // redlock shares.
+//
+// # Shared and limited locks
+//
+// Shared (dlock.WithShared) and limited (dlock.WithLimit(n)) holders of a
+// key form a group, with scripts of their own (acquire_group, refresh_group,
+// release_group), so the exclusive path keeps its protocol. The lock key
+// then holds "*<mode>|<latest token>|<limit>", and each holder is an entry
+// of two keys in the same slot: a sorted set of owners scored by the end
+// of their lease on the server's clock (Redis TIME) and a hash of their
+// tokens and metadata. Every holder is its own lease: its own owner, token,
+// expiry, renewal (in the same batched pipeline as exclusive leases) and
+// Lost(); a holder that crashed stops counting at its own expiry, whatever
+// the others do, and the three keys expire with the latest holder. Each
+// grant, whatever its mode, takes the next token of the key's single
+// counter (the group's latest token or the release marker's, + 1; the
+// server's time in µs on a key without either), so a writer's token is
+// above every reader's and permit's before it. A
+// request of another mode than the holders' is refused with a
+// *dlock.NotAcquiredError naming every holder; a limited request whose
+// limit is not the holders' fails with an error wrapping
+// dlock.ErrLimitMismatch naming both. The last holder's release leaves the
+// release marker, wakes the first queued waiter and reserves the key for
+// it, as an exclusive release does; a permit's release that leaves others
+// wakes the first queued waiter still listening (without reservation); a
+// reader's release that leaves others wakes nobody (a writer needs the
+// last one gone). A waiting reader (or permit holder, while permits are
+// left) that is granted pokes the next queued waiter, so readers queued
+// behind a writer enter together once it is done. Release and Refresh are
+// owner-checked; a release retried after a lost reply finds the holder's
+// token in the key's receipts (see Protocol) and succeeds again; an
+// acquisition retried finds its own holder and is granted it again.
+//
+// Writer preference: an exclusive attempt of a blocking Acquire that is
+// refused registers its Acquire (driver.Request.Waiter) as a waiting writer
+// in a sorted set of the key, scored by the end of the registration (one
+// TTL after the attempt; the core attempts at least every TTL/3 while it
+// waits). While a registration is live, new shared requests are refused
+// (a *dlock.NotAcquiredError naming the readers, with a cause saying a
+// writer waits), so readers that keep overlapping cannot starve it. The
+// registration ends when the writer is granted the key, when its Acquire
+// gives up (the core calls Leave, driver.Leaver, which also pokes the
+// first queued waiter) or at its expiry: a writer that died keeps readers
+// out for at most one TTL. TryAcquire registers nothing. A reader woken by
+// a release while a writer waits passes the reservation on to the next
+// queued waiter.
 //
 // # Waiting
 //
@@ -107,9 +154,20 @@
 // Given a Redis that keeps its data (no failover to a replica that missed
 // the write, no restart without persistence within a TTL):
 //
-//   - Mutual exclusion: at most one holder per key among Lockers with the
-//     same prefix on the same deployment.
-//   - Fencing tokens that strictly increase across holders of a key.
+//   - Mutual exclusion: at most one exclusive holder per key among Lockers
+//     with the same prefix on the same deployment, or any number of shared
+//     holders and no exclusive one, or at most N holders of a key locked
+//     with dlock.WithLimit(N); modes never mix, and a limit other than the
+//     holders' is an error (dlock.ErrLimitMismatch).
+//   - Fencing tokens that strictly increase across grants of a key, in
+//     every mode (one counter per key).
+//   - Each shared or limited holder's lease is its own: a crashed holder's
+//     share or permit frees at its own expiry (on the server's clock),
+//     never later, and never ends another holder's lease.
+//   - Writer preference: once a blocking exclusive Acquire has been
+//     refused, no new shared holder is admitted until it is granted, gives
+//     up, or its registration expires (at most one TTL after its last
+//     attempt).
 //   - Lost() closing before the server-side key can expire: the local
 //     deadline is the start of the last successful acquire or renewal
 //     request plus TTL minus the drift allowance, measured on the client's
@@ -131,8 +189,20 @@
 //     earlier token unless the server's clock went back further than the
 //     time since the last acquisition. A Guard whose fence key was lost
 //     admits any fence again.
-//   - Shared and counted locks (dlock.WithShared, dlock.WithLimit): refused
-//     with dlock.ErrUnsupported.
+//   - Writer preference against readers already holding: they keep their
+//     leases, and the writer waits for the last of them. Limited requests
+//     are not held back by waiting writers (writers and permits do not
+//     mix anyway).
+//   - That a waiting writer is preferred before its first attempt was
+//     refused (a shared request that reaches the server first is
+//     admitted), or while its link to the server is cut (its registration
+//     then expires).
+//   - Shared and limited leases across a jump of the server's wall clock:
+//     their ends are times on it (as Redis's own key expiries are), so a
+//     clock set forward ends them early.
+//   - Fair ordering among readers and permit holders: a freed permit goes
+//     to whoever asks first after the woken waiter was told, and waiters
+//     also poll.
 //   - An exact waiter count in List: a waiter that left while its link
 //     failed stays counted until its queue expires (a minute).
 //   - Strict FIFO among waiters: a reservation lasts 100ms, and a waiter
@@ -140,7 +210,8 @@
 //   - That the release marker outlives FenceRetention (1h): locking many
 //     distinct keys does not grow Redis without bound, and a key untouched
 //     for longer gets its tokens from the server clock again.
-//   - Keys: the keys of one lock (lease, waiter set) share the "{key}" hash
+//   - Keys: the keys of one lock (lease, waiter set, holders, waiting
+//     writers) share the "{key}" hash
 //     tag and so one Cluster slot; a key containing '}' still works (its
 //     tag is then the part before the first '}'), and a key starting with
 //     '}' is stored with a NUL byte in front of it ("dlock:{\x00}x}"), so

@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -22,43 +23,93 @@ type backend struct {
 var (
 	_ driver.Driver       = (*backend)(nil)
 	_ driver.Aborter      = (*backend)(nil)
+	_ driver.Leaver       = (*backend)(nil)
 	_ driver.Watcher      = (*backend)(nil)
 	_ driver.BatchRenewer = (*backend)(nil)
 	_ driver.WaitIDer     = (*subscription)(nil)
 )
 
-// Spec implements driver.Driver: exclusive locks only.
+// Spec implements driver.Driver: exclusive, shared and limited locks.
 func (b *backend) Spec() driver.Spec {
-	return driver.Spec{Name: "redis", MinTTL: MinTTL}
+	return driver.Spec{Name: "redis", MinTTL: MinTTL, Shared: true, Limited: true}
 }
 
-// Try implements driver.Driver: one acquire script. A held key (or one
-// reserved for a woken waiter) is a *dlock.NotAcquiredError naming the
-// holder; a failed request is returned as is, and the Engine aborts it.
+// Try implements driver.Driver: one acquire script (acquire.lua for an
+// exclusive request, acquire_group.lua for a shared or limited one). A
+// held key (or one reserved for a woken waiter) is a
+// *dlock.NotAcquiredError naming the holders; a failed request is returned
+// as is, and the Engine aborts it.
 func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, error) {
 	meta, err := redisproto.EncodeMetadata(req.Metadata)
 	if err != nil {
 		return driver.Grant{}, err
 	}
 	defer b.waiters.Begin(req.WaitID)() // may queue the waiter
-	o, err := b.node.Acquire(ctx, req.Key, req.Owner, req.TTL, meta, req.WaitID)
+	group := req.Mode != driver.Exclusive
+	var o redisproto.Outcome
+	if group {
+		limit := 0
+		if req.Mode == driver.Limited {
+			limit = req.Limit
+		}
+		o, err = b.node.AcquireGroup(ctx, req.Key, req.Owner, req.TTL, meta, req.WaitID, limit)
+	} else {
+		o, err = b.node.Acquire(ctx, req.Key, req.Owner, req.TTL, meta, req.WaitID, req.Waiter)
+	}
 	if err != nil {
 		return driver.Grant{}, fmt.Errorf("dlock: redis acquire %q: %w", req.Key, err)
 	}
 	if o.Granted {
-		return driver.Grant{Lease: &lease{b: b, key: req.Key, owner: req.Owner, token: o.Token}, Token: o.Token}, nil
+		return driver.Grant{Lease: &lease{b: b, key: req.Key, owner: req.Owner, token: o.Token, group: group}, Token: o.Token}, nil
 	}
-	na := &dlock.NotAcquiredError{Key: req.Key, Holders: []dlock.Holder{{
-		Owner:    o.Holder.Owner,
-		Token:    o.Holder.Token,
-		Metadata: o.Holder.Metadata,
-		TTL:      o.PTTL,
-		Mode:     dlock.Exclusive,
-	}}}
-	if o.ReservedFor != "" {
+	if o.LimitMismatch > 0 {
+		return driver.Grant{}, fmt.Errorf("%w: redis key %q is held as a semaphore of %d permits, not %d",
+			dlock.ErrLimitMismatch, req.Key, o.LimitMismatch, req.Limit)
+	}
+	na := &dlock.NotAcquiredError{Key: req.Key}
+	switch {
+	case o.Group != "":
+		for _, h := range o.Holders {
+			na.Holders = append(na.Holders, dlock.Holder{
+				Owner: h.Owner, Token: h.Token, Metadata: h.Metadata, TTL: h.TTL, Mode: groupMode(o.Group),
+			})
+		}
+	default:
+		na.Holders = []dlock.Holder{{
+			Owner:    o.Holder.Owner,
+			Token:    o.Holder.Token,
+			Metadata: o.Holder.Metadata,
+			TTL:      o.PTTL,
+			Mode:     dlock.Exclusive,
+		}}
+	}
+	switch {
+	case o.WriterWaiting:
+		na.Cause = errWriterWaiting
+	case o.ReservedFor != "":
 		na.Cause = reservedError(o.ReservedFor)
 	}
 	return driver.Grant{}, na
+}
+
+// errWriterWaiting explains a shared request refused for a waiting writer.
+var errWriterWaiting = errors.New("an exclusive request is waiting for it (writer preference: new shared holders wait until it is granted, gives up or its registration expires)")
+
+// groupMode is the dlock.Mode of a group's holders.
+func groupMode(g string) dlock.Mode {
+	if g == redisproto.GroupLimited {
+		return dlock.Limited
+	}
+	return dlock.Shared
+}
+
+// Leave implements driver.Leaver: withdraw a waiting writer's
+// registration, so that readers kept out for it may enter at once.
+func (b *backend) Leave(ctx context.Context, key, waiter string) error {
+	if waiter == "" {
+		return nil
+	}
+	return b.node.Leave(ctx, key, waiter)
 }
 
 // reservedError explains a NotAcquiredError for a key that nobody holds
@@ -70,7 +121,7 @@ func reservedError(id string) error {
 // Abort implements driver.Aborter: delete the lease if the lost reply had
 // granted it.
 func (b *backend) Abort(ctx context.Context, req *driver.Request) error {
-	return (&lease{b: b, key: req.Key, owner: req.Owner}).Release(ctx)
+	return (&lease{b: b, key: req.Key, owner: req.Owner, group: req.Mode != driver.Exclusive}).Release(ctx)
 }
 
 // Watch implements driver.Watcher: the waiter listens on a channel of its
@@ -117,7 +168,7 @@ func (b *backend) RefreshBatch(ctx context.Context, rs []driver.Renewal, done fu
 	for i, r := range rs {
 		l := r.Lease.(*lease)
 		leases[i] = l
-		batch[i] = redisproto.Renewal{Key: l.key, Owner: l.owner, TTL: r.TTL}
+		batch[i] = redisproto.Renewal{Key: l.key, Owner: l.owner, TTL: r.TTL, Group: l.group}
 	}
 	var (
 		mu     sync.Mutex
@@ -154,6 +205,7 @@ type lease struct {
 	b          *backend
 	key, owner string
 	token      uint64 // 0 when unknown (Abort)
+	group      bool   // a shared or limited holder's
 }
 
 func (l *lease) result(op string, held bool, err error) error {
@@ -168,6 +220,10 @@ func (l *lease) result(op string, held bool, err error) error {
 
 // Refresh implements driver.Lease (compare-and-pexpire).
 func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
+	if l.group {
+		held, err := l.b.node.RefreshGroup(ctx, l.key, l.owner, ttl)
+		return l.result("refresh", held, err)
+	}
 	held, err := l.b.node.Refresh(ctx, l.key, l.owner, ttl)
 	return l.result("refresh", held, err)
 }
@@ -176,6 +232,10 @@ func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 // marker, then publish). A release that already took effect (a retry
 // after a lost reply or an error) succeeds again.
 func (l *lease) Release(ctx context.Context) error {
+	if l.group {
+		held, err := l.b.node.ReleaseGroup(ctx, l.key, l.owner, l.token, FenceRetention)
+		return l.result("release", held, err)
+	}
 	held, err := l.b.node.Release(ctx, l.key, l.owner, l.token, FenceRetention)
 	return l.result("release", held, err)
 }

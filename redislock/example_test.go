@@ -110,3 +110,44 @@ func ExampleGuard_Eval() {
 		[]string{g.Key("queue:emails", "pending")}, "hello@example.com")
 	fmt.Println(n, err)
 }
+
+// A read-write lock: any number of readers (each with a lease, token and
+// Lost() of its own) or one writer; a writer that waits keeps new readers
+// out until it has had its turn.
+func Example_readWrite() {
+	client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	defer client.Close()
+	l := redislock.New(client)
+
+	ctx := context.Background()
+	r, err := l.Acquire(ctx, "catalog", dlock.WithShared(), dlock.WithWait(10*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	// ... read the catalog, watching r.Lost() ...
+	r.Release(ctx)
+
+	w, err := l.Acquire(ctx, "catalog", dlock.WithWait(time.Minute))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer w.Release(ctx)
+	fmt.Println("rewriting the catalog with fencing token", w.Token())
+}
+
+// A semaphore: at most 4 holders of "render" at a time; every caller must
+// name the same limit (another one is an error wrapping
+// dlock.ErrLimitMismatch).
+func Example_semaphore() {
+	client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	defer client.Close()
+	l := redislock.New(client)
+
+	ctx := context.Background()
+	p, err := l.Acquire(ctx, "render", dlock.WithLimit(4), dlock.WithWait(time.Minute))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer p.Release(ctx)
+	// ... render, watching p.Lost() ...
+}

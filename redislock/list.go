@@ -13,9 +13,10 @@ import (
 )
 
 // List implements dlock.Lister: the locks currently held whose key starts
-// with prefix, sorted by key, each with its one holder (owner, token,
-// metadata, time left on the lease) and the number of waiters in its
-// queue. It scans the keyspace (SCAN, on every master of a Cluster), then
+// with prefix, sorted by key, each with its mode, its holders (owner,
+// token, metadata, time left on the lease, mode: one for an exclusive
+// lock, every live reader or permit holder otherwise), a semaphore's limit
+// and the number of waiters in its queue. It scans the keyspace (SCAN, on every master of a Cluster), then
 // reads the queues' sizes in one pipeline: it is meant for operators
 // (dlock ls), not for hot paths. A queue may still count, for up to a
 // minute, a waiter that left while its link failed. List returns by ctx's
@@ -54,18 +55,24 @@ func (b *backend) list(ctx context.Context, prefix string) ([]dlock.Info, error)
 	}
 	out := make([]dlock.Info, len(held))
 	for i, in := range held {
-		out[i] = dlock.Info{
-			Key:  in.Key,
-			Mode: dlock.Exclusive,
-			Holders: []dlock.Holder{{
-				Owner:    in.Owner,
-				Token:    in.Token,
-				Metadata: in.Metadata,
-				TTL:      in.TTL,
-				Mode:     dlock.Exclusive,
-			}},
-			Waiters: int(cards[i].Val()),
+		out[i] = dlock.Info{Key: in.Key, Mode: dlock.Exclusive, Waiters: int(cards[i].Val())}
+		if in.Group != "" {
+			m := groupMode(in.Group)
+			out[i].Mode, out[i].Limit = m, in.Limit
+			for _, h := range in.Holders {
+				out[i].Holders = append(out[i].Holders, dlock.Holder{
+					Owner: h.Owner, Token: h.Token, Metadata: h.Metadata, TTL: h.TTL, Mode: m,
+				})
+			}
+			continue
 		}
+		out[i].Holders = []dlock.Holder{{
+			Owner:    in.Owner,
+			Token:    in.Token,
+			Metadata: in.Metadata,
+			TTL:      in.TTL,
+			Mode:     dlock.Exclusive,
+		}}
 	}
 	return out, nil
 }

@@ -1,7 +1,6 @@
 package redislock_test
 
 import (
-	"errors"
 	"strings"
 	"testing"
 
@@ -12,8 +11,7 @@ import (
 )
 
 // New's option list reaches both redislock (WithPrefix) and the core
-// (dlock.WithObserver, nil options skipped); the modes redislock does not
-// offer are refused by name.
+// (dlock.WithObserver, nil options skipped).
 func TestOptions(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	c := newClient(t, srv)
@@ -42,10 +40,17 @@ func TestOptions(t *testing.T) {
 	if got := redislock.New(c, redislock.WithPrefix("")).LockKey(key); !strings.HasPrefix(got, redislock.DefaultPrefix+":{") {
 		t.Errorf("WithPrefix(\"\"): LockKey = %q, want the default prefix", got)
 	}
+	// Shared and limited locks live under the prefix too.
 	for name, opt := range map[string]dlock.Option{"shared": dlock.WithShared(), "limited": dlock.WithLimit(2)} {
-		_, err := l.TryAcquire(ctx, key, opt)
-		if !errors.Is(err, dlock.ErrUnsupported) || !strings.Contains(err.Error(), name) {
-			t.Errorf("TryAcquire %s = %v, want an error wrapping dlock.ErrUnsupported naming the mode", name, err)
+		lk, err := l.TryAcquire(ctx, key, opt)
+		if err != nil {
+			t.Fatalf("TryAcquire %s: %v", name, err)
+		}
+		if v, err := c.Get(ctx, l.LockKey(key)).Result(); err != nil || !strings.HasPrefix(v, "*") {
+			t.Errorf("%s: %s = %q, %v; want the group", name, l.LockKey(key), v, err)
+		}
+		if err := lk.Release(ctx); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -31,9 +31,9 @@ const (
 // Locker is a lock service on one Redis deployment (standalone, Sentinel
 // or Cluster through a go-redis UniversalClient). It never closes the
 // client. All locks taken through one Locker are renewed together by one
-// watchdog, one pipelined round trip per tick. It offers exclusive locks
-// only: dlock.WithShared and dlock.WithLimit are refused with an error
-// wrapping dlock.ErrUnsupported.
+// watchdog, one pipelined round trip per tick. It offers exclusive locks,
+// read-write locks with writer preference (dlock.WithShared) and
+// semaphores (dlock.WithLimit); see the package documentation.
 type Locker struct {
 	e *dlock.Engine
 	b *backend // nil when New failed

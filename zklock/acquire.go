@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -23,6 +25,7 @@ type exists struct {
 	ok    bool
 	stat  *zk.Stat
 	watch <-chan zk.Event
+	data  []byte // watchNode only
 }
 
 // watchNode reads path with a watch on it. It uses a data read, not an
@@ -31,15 +34,19 @@ type exists struct {
 // stay on the server (and be re-sent at every reconnect) for the whole
 // session. A data read of a missing node sets no watch.
 func watchNode(c *zk.Conn, path string) (exists, error) {
-	_, st, w, err := c.GetW(path)
+	d, st, w, err := c.GetW(path)
 	if errors.Is(err, zk.ErrNoNode) {
 		return exists{}, nil
 	}
 	if err != nil {
 		return exists{}, err
 	}
-	return exists{ok: true, stat: st, watch: w}, nil
+	return exists{ok: true, stat: st, watch: w, data: d}, nil
 }
+
+// testCreateDelay (tests only) delays each create on its goroutine before
+// the request is sent, as a busy scheduler can.
+var testCreateDelay atomic.Int64
 
 // create puts req's queue node under the key's znode (a container, created
 // if missing, with the prefix above it) and returns it. A create whose
@@ -55,9 +62,39 @@ func (b *backend) create(ctx context.Context, req *driver.Request) (*entry, erro
 	sid := b.conn.SessionID()
 	recovered := false
 	for attempt := 0; ; attempt++ {
+		// call runs the create on a goroutine of its own: when call gives
+		// up on it (the context ended, the request timed out) it may not
+		// even have been sent yet, and take effect after the engine's
+		// Abort listed the key and found nothing. So whichever of the
+		// create and its caller comes second deletes the node.
+		var (
+			mu      sync.Mutex
+			gaveUp  bool
+			created string
+		)
 		path, err := call(ctx, b, "create", func() (string, error) {
-			return b.conn.Create(dir+"/"+nodePrefix(req.Owner), data, zk.FlagEphemeralSequential, b.acl)
+			if d := testCreateDelay.Load(); d > 0 {
+				time.Sleep(time.Duration(d))
+			}
+			p, err := b.conn.Create(dir+"/"+nodePrefix(req.Owner, req.Mode, req.Limit), data, zk.FlagEphemeralSequential, b.acl)
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				created = p
+				if gaveUp {
+					b.newEntry(req, dir, p[len(dir)+1:], sid, lease).abandon()
+				}
+			}
+			return p, err
 		})
+		if err != nil {
+			mu.Lock()
+			gaveUp = true
+			if created != "" {
+				b.newEntry(req, dir, created[len(dir)+1:], sid, lease).abandon()
+			}
+			mu.Unlock()
+		}
 		switch {
 		case err == nil:
 			e := b.newEntry(req, dir, path[len(dir)+1:], sid, lease)
@@ -93,7 +130,8 @@ func (b *backend) create(ctx context.Context, req *driver.Request) (*entry, erro
 }
 
 func (b *backend) newEntry(req *driver.Request, dir, name string, sid int64, lease time.Duration) *entry {
-	return &entry{b: b, key: req.Key, owner: req.Owner, dir: dir, name: name, path: dir + "/" + name, sid: sid, lease: lease}
+	return &entry{b: b, key: req.Key, owner: req.Owner, dir: dir, name: name, path: dir + "/" + name, sid: sid, lease: lease,
+		mode: req.Mode, limit: req.Limit, md: req.Metadata}
 }
 
 // findRetrying is find, retried while the connection is being
@@ -215,7 +253,7 @@ func (b *backend) look(ctx context.Context, e *entry, mine *exists) ([]qnode, ex
 // holderOf reads the queue node n of key (its data and creation zxid) as
 // a holder; what cannot be read is left zero.
 func (b *backend) holderOf(ctx context.Context, key, dir string, n qnode) dlock.Holder {
-	h := dlock.Holder{Owner: n.owner, Mode: dlock.Exclusive}
+	h := dlock.Holder{Owner: n.owner, Mode: dlock.Mode(n.mode)}
 	type got struct {
 		data []byte
 		stat *zk.Stat
@@ -237,8 +275,8 @@ func (b *backend) holderOf(ctx context.Context, key, dir string, n qnode) dlock.
 }
 
 // Try implements driver.Driver: create this attempt's node; it holds the
-// lock if it is first in the queue, else it is deleted again and the
-// first node is reported as the holder.
+// lock if the recipe admits it where it stands in the queue (see
+// admitted), else it is deleted again and the holders are reported.
 func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, error) {
 	start := time.Now()
 	e, err := b.create(ctx, req)
@@ -253,15 +291,82 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 	if !me.ok {
 		return driver.Grant{}, fmt.Errorf("%w: zookeeper acquire %q: the new queue node vanished (session expired?)", dlock.ErrTransient, req.Key)
 	}
-	if len(q) > 0 && q[0].name == e.name {
-		return e.grant(me, start), nil
+	if i := position(q, e.name); i >= 0 && admitted(q, i) {
+		g := e.grant(me, start)
+		e.markIfFollowed(q, i)
+		return g, nil
 	}
 	e.abandon()
+	others := without(q, e.name)
+	held := holdersOf(others)
+	if err := e.mismatch(held); err != nil {
+		return driver.Grant{}, err
+	}
 	na := &dlock.NotAcquiredError{Key: req.Key}
-	if len(q) > 0 {
-		na.Holders = []dlock.Holder{b.holderOf(ctx, req.Key, e.dir, q[0])}
+	for _, n := range held[:min(len(held), maxNamed)] {
+		na.Holders = append(na.Holders, b.holderOf(ctx, req.Key, e.dir, n))
 	}
 	return driver.Grant{}, na
+}
+
+// maxNamed bounds the holders a refusal reads and names (a semaphore may
+// have many).
+const maxNamed = 16
+
+// position returns the index of the node name in q, -1 if it is not there.
+func position(q []qnode, name string) int {
+	for i := range q {
+		if q[i].name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// without returns q without the node name.
+func without(q []qnode, name string) []qnode {
+	out := make([]qnode, 0, len(q))
+	for _, n := range q {
+		if n.name != name {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// mismatch is the error of a limited request on a key whose holders are a
+// semaphore of another size (nil otherwise).
+func (e *entry) mismatch(held []qnode) error {
+	if e.mode != driver.Limited || len(held) == 0 || held[0].mode != driver.Limited || held[0].limit == e.limit {
+		return nil
+	}
+	return fmt.Errorf("%w: zookeeper key %q is held as a semaphore of %d permits, not %d", dlock.ErrLimitMismatch, e.key, held[0].limit, e.limit)
+}
+
+// markIfFollowed writes the granted mark into e's node, in the background,
+// when e is a limited node granted with nodes queued behind it: a permit
+// waiting behind a waiting permit watches only that node, and needs to
+// hear when it is granted (see Queue). A listing that shows nothing behind
+// e shows that no node behind it saw e waiting (positions only move
+// forward), so no write is needed.
+func (e *entry) markIfFollowed(q []qnode, i int) {
+	if e.mode != driver.Limited || i >= len(q)-1 {
+		return
+	}
+	data := encodeGranted(e.owner, e.md)
+	background.Go(func() {
+		for attempt := 0; attempt < 5; attempt++ {
+			ctx, cancel := context.WithTimeout(context.Background(), dlock.DefaultReleaseTimeout)
+			_, err := call(ctx, e.b, "mark", func() (*zk.Stat, error) {
+				return e.b.conn.Set(e.path, data, -1)
+			})
+			cancel()
+			if err == nil || errors.Is(err, zk.ErrNoNode) || e.b.conn.SessionID() != e.sid {
+				return
+			}
+			time.Sleep(time.Duration(attempt+1) * 100 * time.Millisecond)
+		}
+	})
 }
 
 // Wait liveness: a waiter probes its own node while it waits, so that a
@@ -276,28 +381,37 @@ const (
 	waitRecency = time.Second
 )
 
-// Queue implements driver.Queuer: wait in key's FIFO queue, watching only
-// the node just ahead (a release wakes one waiter, not the herd). When ctx
-// ends while ZooKeeper keeps answering it returns a *dlock.NotAcquiredError
-// naming the holder; when ZooKeeper stopped answering, an error saying so.
-// Either way the node is deleted in the background.
+// Queue implements driver.Queuer: wait in key's FIFO queue until the
+// recipe admits this attempt's node (see admitted), watching only the
+// node whose change can let it in: the node just ahead for an exclusive
+// request, the last node of another mode ahead for a shared or limited
+// one, and for a permit behind permits of its own size the permit just
+// ahead (which marks itself when granted) or, when it is the first one
+// not admitted, the key's children (any holder's release admits it). So
+// a release wakes the waiters it admits, not the herd. When ctx ends
+// while ZooKeeper keeps answering it returns a *dlock.NotAcquiredError
+// naming the holders; when ZooKeeper stopped answering, an error saying
+// so. Either way the node is deleted in the background.
 func (b *backend) Queue(ctx context.Context, req *driver.Request) (driver.Grant, error) {
 	e, err := b.create(ctx, req)
 	if err != nil {
 		return driver.Grant{}, err
 	}
 	lastOK := time.Now()
-	var head qnode
+	var held []qnode
 	ended := func(err error) error {
-		e.abandon()
-		if since := time.Since(lastOK); since >= waitRecency || head.name == "" {
+		// A writer that gave up stops keeping readers out as soon as its
+		// node is gone: give the deletion a moment before answering.
+		e.abandonWithin(endedDeleteWait)
+		if since := time.Since(lastOK); since >= waitRecency || len(held) == 0 {
 			return fmt.Errorf("dlock: zookeeper acquire %q: no answer from ZooKeeper in the last %v of the wait: %w", req.Key, since.Round(time.Millisecond), err)
 		}
-		return b.waitEnded(req.Key, head, context.Cause(ctx))
+		return b.waitEnded(req.Key, held, context.Cause(ctx))
 	}
 	probe := time.NewTicker(waitProbe)
 	defer probe.Stop()
 	var first *exists
+	seenMark := "" // a node ahead whose granted mark made us look again
 	for {
 		sent := time.Now()
 		q, me, err := b.look(ctx, e, first)
@@ -315,22 +429,22 @@ func (b *backend) Queue(ctx context.Context, req *driver.Request) (driver.Grant,
 		if first == nil {
 			first = &me
 		}
-		i := 0
-		for i < len(q) && q[i].name != e.name {
-			i++
-		}
-		if i == 0 {
-			return e.grant(me, sent), nil
-		}
-		if i == len(q) { // listed before our node was visible: look again
+		i := position(q, e.name)
+		if i < 0 { // listed before our node was visible: look again
 			continue
 		}
-		head = q[0]
-		pred := e.dir + "/" + q[i-1].name
+		if admitted(q, i) {
+			g := e.grant(me, sent)
+			e.markIfFollowed(q, i)
+			return g, nil
+		}
+		held = holdersOf(q[:i])
+		if err := e.mismatch(held); err != nil {
+			e.abandon()
+			return driver.Grant{}, err
+		}
 		sent = time.Now()
-		w, err := call(ctx, b, "watch", func() (exists, error) {
-			return watchNode(b.conn, pred)
-		})
+		w, err := b.waitOn(ctx, e, q, i, &seenMark)
 		if err != nil {
 			if ctx.Err() != nil {
 				return driver.Grant{}, ended(err)
@@ -339,13 +453,13 @@ func (b *backend) Queue(ctx context.Context, req *driver.Request) (driver.Grant,
 			return driver.Grant{}, err
 		}
 		lastOK = sent
-		if !w.ok {
+		if w == nil {
 			continue
 		}
 	wait:
 		for {
 			select {
-			case ev := <-w.watch:
+			case ev := <-w:
 				b.sawWatch()
 				if ev.Type == zk.EventNotWatching {
 					e.abandon()
@@ -376,14 +490,67 @@ func (b *backend) Queue(ctx context.Context, req *driver.Request) (driver.Grant,
 	}
 }
 
-// waitEnded is the error of a wait whose context ended: the key was held
-// by the queue's first node.
-func (b *backend) waitEnded(key string, head qnode, cause error) error {
-	h := dlock.Holder{Owner: head.owner, Mode: dlock.Exclusive}
-	if h.Owner == "" {
-		h.Owner = "node " + head.name
+// waitOn sets the watch q[i], not admitted, waits on (see Queue). A nil
+// watch means: look again at once (what it depends on already changed).
+// seenMark remembers a node ahead whose granted mark sent the waiter to
+// look again, so that a mark nobody explains (a foreign write) cannot
+// make it spin.
+func (b *backend) waitOn(ctx context.Context, e *entry, q []qnode, i int, seenMark *string) (<-chan zk.Event, error) {
+	j := blocker(q, i)
+	if j < 0 && i == q[i].limit {
+		// The first permit not admitted: any holder's release admits it.
+		type kids struct {
+			names []string
+			watch <-chan zk.Event
+		}
+		k, err := call(ctx, b, "watch", func() (kids, error) {
+			names, _, w, err := b.conn.ChildrenW(e.dir)
+			return kids{names, w}, err
+		})
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		nq := queueOf(k.names)
+		if ni := position(nq, e.name); ni < 0 || admitted(nq, ni) {
+			return nil, nil
+		}
+		return k.watch, nil
 	}
-	return &dlock.NotAcquiredError{Key: key, Holders: []dlock.Holder{h}, Cause: cause}
+	if j < 0 {
+		j = i - 1 // a permit behind waiting permits of its size
+	}
+	dep := q[j]
+	w, err := call(ctx, b, "watch", func() (exists, error) {
+		return watchNode(b.conn, e.dir+"/"+dep.name)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !w.ok {
+		return nil, nil
+	}
+	if dep.mode == driver.Limited && parseValue(w.data).Granted && *seenMark != dep.name {
+		*seenMark = dep.name
+		return nil, nil
+	}
+	return w.watch, nil
+}
+
+// waitEnded is the error of a wait whose context ended: the key was held
+// by the nodes held (from the wait's last look).
+func (b *backend) waitEnded(key string, held []qnode, cause error) error {
+	na := &dlock.NotAcquiredError{Key: key, Cause: cause}
+	for _, n := range held[:min(len(held), maxNamed)] {
+		h := dlock.Holder{Owner: n.owner, Mode: dlock.Mode(n.mode)}
+		if h.Owner == "" {
+			h.Owner = "node " + n.name
+		}
+		na.Holders = append(na.Holders, h)
+	}
+	return na
 }
 
 // Abort implements driver.Aborter: delete req.Owner's queue node, if an
@@ -441,6 +608,33 @@ func (e *entry) deleteOrphan() {
 	}
 	e.deleting = false
 	e.mu.Unlock()
+}
+
+// endedDeleteWait is how long a wait whose context ended waits for its
+// node's deletion before returning (within the core's grace for a queue
+// wait); the deletion goes on in the background if it takes longer.
+const endedDeleteWait = 50 * time.Millisecond
+
+// abandonWithin is abandon, waiting up to d for the deletion to finish.
+func (e *entry) abandonWithin(d time.Duration) {
+	e.mu.Lock()
+	if e.deleting || e.deletedByUs {
+		e.mu.Unlock()
+		return
+	}
+	e.deleting = true
+	e.mu.Unlock()
+	done := make(chan struct{})
+	background.Go(func() {
+		defer close(done)
+		e.deleteOrphan()
+	})
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // abandonOwner deletes, in the background, every queue node of owner under

@@ -11,22 +11,66 @@
 //
 // Lock KEY is the znode <prefix>/<EscapeKey(KEY)> (prefix DefaultPrefix).
 // Each attempt creates an ephemeral sequential child named
-// "_c_<owner>-lock-<sequence>"; the child with the lowest sequence holds
-// the lock, and each waiter watches only the child just ahead of it, so a
-// release wakes one waiter (no herd) and waiters are served in FIFO order.
-// The owner id in the name lets a client whose create reply was lost find
-// its node again instead of orphaning it (ZOOKEEPER-1262). The key's znode
-// is a container node (ZooKeeper 3.6+): the server deletes it once it has
-// no children (checked every znode.container.checkIntervalMs, a minute by
-// default, at most znode.container.maxPerMinute, 10,000, a minute: raise
-// it for more distinct keys than that), so keys used once leave nothing
-// behind. A release deletes only its node: the next acquisition of the
-// same key then finds the key's znode in place.
+// "_c_<owner>-<tag><sequence>", where the tag names the request's mode:
+// "lock-" for an exclusive lock, "read-" for a shared one
+// (dlock.WithShared) and "sem-<N>-" for a permit of a semaphore of N
+// (dlock.WithLimit(N)). The children form the key's FIFO queue, lowest
+// sequence first, and who holds the key follows from the queue alone:
+//
+//   - an exclusive node holds it when it is first;
+//   - a shared node holds it when every node ahead of it is shared;
+//   - a permit of N holds it when every node ahead of it is a permit of N
+//     and fewer than N are.
+//
+// Each waiter watches only the node whose change can let it in, so a
+// release wakes the waiters it admits, not the herd: an exclusive waiter
+// the node just ahead of it; a shared waiter or a permit the last node
+// ahead of it that it cannot share the key with; a permit behind permits
+// of its own size the permit just ahead of it, which writes a "granted"
+// mark into its node when it is granted with nodes queued behind it, or,
+// for the first permit not admitted (when any holder's release admits
+// it), the key's list of children. The owner id in the name lets a client
+// whose create reply was lost find its node again instead of orphaning it
+// (ZOOKEEPER-1262). The key's znode is a container node (ZooKeeper 3.6+):
+// the server deletes it once it has no children (checked every
+// znode.container.checkIntervalMs, a minute by default, at most
+// znode.container.maxPerMinute, 10,000, a minute: raise it for more
+// distinct keys than that), so keys used once leave nothing behind. A
+// release deletes only its node: the next acquisition of the same key
+// then finds the key's znode in place. Curator's InterProcessMutex and
+// go-zookeeper's Lock name their nodes "lock-" too and are seen as
+// exclusive holders.
+//
+// # Shared locks and semaphores
+//
+// Every reader and every permit is its own node, so its own lease, owner,
+// token and Lost(); a crashed holder's node goes with its session. Writers
+// have preference because the queue is FIFO: once a writer's node is
+// queued, a reader that comes later is behind it, so TryAcquire(shared)
+// is refused and Acquire(shared) waits until the writer has held the key
+// and released it, or gave up (its node is deleted as its Acquire
+// returns) or died (its node goes with its session). TryAcquire applies
+// the same rules as Acquire and deletes its node when refused; it never
+// waits in the queue. A request of another mode than the holders' waits
+// (Acquire) or is refused naming all the holders (TryAcquire).
+//
+// A permit whose limit differs from the holders' fails with an error
+// wrapping dlock.ErrLimitMismatch that names both limits (TryAcquire, and
+// Acquire whenever it looks at the queue: when it joins and each time it
+// is woken). Queued permits of another limit that do not hold the key are
+// treated like nodes of another mode: a permit waits behind them, and
+// fails with ErrLimitMismatch if they hold the key when its turn comes.
+//
+// List reports each held key's mode, every holder (owner, token,
+// metadata, mode), the limit of a semaphore and the number of waiters.
 //
 // # Fencing tokens
 //
 // A lock's token is its node's czxid, the zxid of the transaction that
-// created it. zxids increase across the whole ensemble, across leader
+// created it, whatever the lock's mode. A node is only granted once every
+// node ahead of it it cannot share the key with is gone, so an exclusive
+// holder's token is above every earlier holder's, reader, writer or
+// permit. zxids increase across the whole ensemble, across leader
 // elections (the epoch is their high half), and whatever happens to the
 // key's znode. The sequence number is not a token: it counts per parent
 // znode and restarts at zero when the container is deleted and created
@@ -57,7 +101,8 @@
 // # Guarantees
 //
 //   - Mutual exclusion while the ensemble keeps a quorum: one node is
-//     first in a key's queue at a time.
+//     first in a key's queue at a time; no exclusive holder together with
+//     any other; at most N permits of a semaphore of N.
 //   - Tokens strictly increase each time a key is granted.
 //   - Lost() closes before the session can expire on the server, as long
 //     as the client's clock does not run more than a few percent slow
@@ -71,7 +116,18 @@
 //
 // # Not guaranteed
 //
-//   - Shared and limited modes (ErrUnsupported).
+//   - That a semaphore's first waiting permit is woken only by releases:
+//     it watches the key's children, so nodes joining or leaving the
+//     queue behind it wake it too (it looks again and waits on).
+//   - Fair order among waiters of a key whose queue holds nodes foreign
+//     to zklock: nodes it cannot parse are ignored.
+//   - Shared or limited locks next to zklock versions from before they
+//     existed: those do not recognize "read-" and "sem-" nodes and would
+//     take an exclusive lock over readers. Upgrade every client of a key
+//     before any of them uses WithShared or WithLimit on it.
+//   - That a shared TryAcquire is never refused for a moment by an
+//     exclusive TryAcquire on the same key: the writer's node is in the
+//     queue, ahead of the reader's, for the instant of its attempt.
 //   - Safety if the servers grant a shorter session timeout than a
 //     connection from zk.Connect was told (WithSessionTimeout).
 //   - Locks across sessions: all locks of a Locker share its connection's

@@ -9,6 +9,9 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 )
 
 // EscapeKey returns the znode name of a lock key: the key itself where
@@ -91,47 +94,102 @@ func unescapeKey(name string) (string, bool) {
 	return key, EscapeKey(key) == name
 }
 
-// Queue nodes are named "_c_<owner>-lock-<sequence>": the "_c_<id>-"
+// Queue nodes are named "_c_<owner>-<tag><sequence>": the "_c_<id>-"
 // protection prefix (a client that lost the reply to its create finds its
-// node again by id; ZOOKEEPER-1262) and "lock-" followed by ZooKeeper's
-// 10-digit sequence number. Curator's InterProcessMutex and go-zookeeper's
-// Lock name their nodes the same way, so their holders are seen as
-// holders too.
+// node again by id; ZOOKEEPER-1262), a tag naming the request's mode and
+// ZooKeeper's 10-digit sequence number. The tags are "lock-" (exclusive),
+// "read-" (shared) and "sem-<limit>-" (limited, with the semaphore's size
+// in decimal). Curator's InterProcessMutex and go-zookeeper's Lock name
+// their nodes "lock-" the same way, so their holders are seen as
+// exclusive holders too.
 const (
 	protectPrefix = "_c_"
 	lockInfix     = "lock-"
+	readInfix     = "read-"
+	semInfix      = "sem-"
 	seqDigits     = 10
 )
 
-// nodePrefix is the name given to Create for owner's queue node; ZooKeeper
-// appends the sequence number.
-func nodePrefix(owner string) string { return protectPrefix + owner + "-" + lockInfix }
+// nodePrefix is the name given to Create for owner's queue node of the
+// given mode (and limit, for driver.Limited); ZooKeeper appends the
+// sequence number.
+func nodePrefix(owner string, mode driver.Mode, limit int) string {
+	switch mode {
+	case driver.Shared:
+		return protectPrefix + owner + "-" + readInfix
+	case driver.Limited:
+		return protectPrefix + owner + "-" + semInfix + strconv.Itoa(limit) + "-"
+	}
+	return protectPrefix + owner + "-" + lockInfix
+}
 
 // qnode is one queue node of a key.
 type qnode struct {
 	name  string
 	owner string // the protection id (dlock's owner id); "" if none
 	seq   int64
+	mode  driver.Mode
+	limit int // for driver.Limited: the semaphore's size
 }
 
 // parseNode parses a child of a key's znode as a queue node.
 func parseNode(name string) (qnode, bool) {
-	i := strings.LastIndex(name, lockInfix)
-	if i < 0 || len(name)-i-len(lockInfix) != seqDigits {
+	if len(name) < seqDigits {
 		return qnode{}, false
 	}
-	seq, err := strconv.ParseInt(name[i+len(lockInfix):], 10, 64)
+	digits := name[len(name)-seqDigits:]
+	for i := 0; i < len(digits); i++ {
+		if digits[i] < '0' || digits[i] > '9' {
+			return qnode{}, false
+		}
+	}
+	seq, err := strconv.ParseInt(digits, 10, 64)
 	if err != nil || seq < 0 {
 		return qnode{}, false
 	}
 	n := qnode{name: name, seq: seq}
-	if head := name[:i]; head != "" {
-		if !strings.HasPrefix(head, protectPrefix) || !strings.HasSuffix(head, "-") {
+	head := name[:len(name)-seqDigits]
+	switch {
+	case strings.HasSuffix(head, lockInfix):
+		n.mode, head = driver.Exclusive, head[:len(head)-len(lockInfix)]
+	case strings.HasSuffix(head, readInfix):
+		n.mode, head = driver.Shared, head[:len(head)-len(readInfix)]
+	case strings.HasSuffix(head, "-"):
+		i := strings.LastIndex(head[:len(head)-1], semInfix)
+		if i < 0 {
+			return qnode{}, false
+		}
+		lim, ok := parseLimit(head[i+len(semInfix) : len(head)-1])
+		if !ok {
+			return qnode{}, false
+		}
+		n.mode, n.limit, head = driver.Limited, lim, head[:i]
+	default:
+		return qnode{}, false
+	}
+	if head != "" {
+		if !strings.HasPrefix(head, protectPrefix) || !strings.HasSuffix(head, "-") || len(head) < len(protectPrefix)+1 {
 			return qnode{}, false
 		}
 		n.owner = head[len(protectPrefix) : len(head)-1]
 	}
 	return n, true
+}
+
+// parseLimit parses a semaphore size as nodePrefix writes it: decimal
+// without leading zeros, 1 to dlock.MaxLimit.
+func parseLimit(s string) (int, bool) {
+	if s == "" || len(s) > 7 || s[0] == '0' {
+		return 0, false
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+		n = n*10 + int(s[i]-'0')
+	}
+	return n, n >= 1 && n <= dlock.MaxLimit
 }
 
 // queueOf returns the queue nodes among children, in queue order (lowest
@@ -147,15 +205,81 @@ func queueOf(children []string) []qnode {
 	return q
 }
 
+// The read-write and semaphore recipe. A key's queue holds nodes of every
+// mode in FIFO order; which of them hold the key follows from the order
+// alone:
+//
+//   - an exclusive node holds it when it is first;
+//   - a shared node when every node ahead of it is shared;
+//   - a limited node of limit N when every node ahead of it is a limited
+//     node of limit N and fewer than N are.
+//
+// So the holders are always a prefix of the queue (holdersOf), a node
+// waits behind every node queued before it whatever their modes (writer
+// preference: a reader that comes after a waiting writer waits for it),
+// and a waiter's turn can only come when some node ahead of it goes.
+
+// compatible reports whether a node of b's request may hold the key
+// together with a: both shared, or both limited with the same limit.
+func compatible(a, b qnode) bool {
+	switch a.mode {
+	case driver.Shared:
+		return b.mode == driver.Shared
+	case driver.Limited:
+		return b.mode == driver.Limited && a.limit == b.limit
+	}
+	return false
+}
+
+// holdersOf returns the prefix of q that holds the key (empty for an empty
+// queue).
+func holdersOf(q []qnode) []qnode {
+	if len(q) == 0 {
+		return nil
+	}
+	n := 1
+	for n < len(q) && compatible(q[0], q[n]) && (q[0].mode != driver.Limited || n < q[0].limit) {
+		n++
+	}
+	return q[:n]
+}
+
+// blocker is the last node ahead of position i that q[i] cannot hold the
+// key with (-1 if none): q[i] waits at least until it is gone.
+func blocker(q []qnode, i int) int {
+	for j := i - 1; j >= 0; j-- {
+		if q[i].mode == driver.Exclusive || !compatible(q[i], q[j]) {
+			return j
+		}
+	}
+	return -1
+}
+
+// admitted reports whether q[i] holds the key.
+func admitted(q []qnode, i int) bool {
+	if blocker(q, i) >= 0 {
+		return false
+	}
+	return q[i].mode != driver.Limited || i < q[i].limit
+}
+
 // value is the data of a queue node: who holds or waits, for other
 // clients and `dlock ls`.
 type value struct {
 	Owner    string            `json:"owner"`
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// Granted marks a limited node that waited and was then granted: the
+	// write wakes the waiter behind it (see Queue).
+	Granted bool `json:"granted,omitempty"`
 }
 
 func encodeValue(owner string, md map[string]string) []byte {
 	b, _ := json.Marshal(value{Owner: owner, Metadata: md})
+	return b
+}
+
+func encodeGranted(owner string, md map[string]string) []byte {
+	b, _ := json.Marshal(value{Owner: owner, Metadata: md, Granted: true})
 	return b
 }
 

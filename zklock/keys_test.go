@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 func TestEscapeKey(t *testing.T) {
@@ -40,6 +42,10 @@ func TestParseNode(t *testing.T) {
 		"_c_0123abcd-lock-0000000007":                             {owner: "0123abcd", seq: 7},
 		"_c_2f3a6b3e-1a7c-4e0e-9d55-3a1f7c2b9e11-lock-0000000010": {owner: "2f3a6b3e-1a7c-4e0e-9d55-3a1f7c2b9e11", seq: 10},
 		"lock-0000000003":                                         {seq: 3},
+		"_c_0123abcd-read-0000000004":                             {owner: "0123abcd", seq: 4, mode: driver.Shared},
+		"read-0000000005":                                         {seq: 5, mode: driver.Shared},
+		"_c_0123abcd-sem-3-0000000006":                            {owner: "0123abcd", seq: 6, mode: driver.Limited, limit: 3},
+		"_c_0123abcd-sem-1048576-0000000008":                      {owner: "0123abcd", seq: 8, mode: driver.Limited, limit: 1 << 20},
 	} {
 		got, ok := parseNode(name)
 		want.name = name
@@ -47,7 +53,9 @@ func TestParseNode(t *testing.T) {
 			t.Errorf("parseNode(%q) = %+v, %v; want %+v", name, got, ok, want)
 		}
 	}
-	for _, name := range []string{"lock-1", "x-lock-0000000001", "_c_x-lock-00000000a1", "_c_x-lock-00000000001", "readme"} {
+	for _, name := range []string{"lock-1", "x-lock-0000000001", "_c_x-lock-00000000a1", "_c_x-lock-00000000001", "readme",
+		"_c_x-sem-0-0000000001", "_c_x-sem-03-0000000001", "_c_x-sem-1048577-0000000001", "_c_x-sem--0000000001",
+		"_c_x-sem-3x-0000000001", "_c_x-sem-99999999999-0000000001", "_c_x-write-0000000001", "x-read-0000000001"} {
 		if n, ok := parseNode(name); ok {
 			t.Errorf("parseNode(%q) = %+v, want not a queue node", name, n)
 		}
@@ -55,6 +63,65 @@ func TestParseNode(t *testing.T) {
 	q := queueOf([]string{"_c_b-lock-0000000010", "junk", "_c_a-lock-0000000002", "lock-0000000005"})
 	if len(q) != 3 || q[0].owner != "a" || q[1].seq != 5 || q[2].owner != "b" {
 		t.Fatalf("queueOf = %+v", q)
+	}
+	for _, m := range []struct {
+		mode  driver.Mode
+		limit int
+	}{{driver.Exclusive, 0}, {driver.Shared, 0}, {driver.Limited, 1}, {driver.Limited, 77}} {
+		n, ok := parseNode(nodePrefix("0123abcd", m.mode, m.limit) + "0000000042")
+		if !ok || n.owner != "0123abcd" || n.mode != m.mode || n.limit != m.limit || n.seq != 42 {
+			t.Errorf("nodePrefix(%v, %d) does not parse back: %+v, %v", m.mode, m.limit, n, ok)
+		}
+	}
+}
+
+// The recipe's decisions on queues of mixed modes, written as one letter
+// per node: W exclusive, R shared, a digit a permit of that limit.
+func TestRecipeRules(t *testing.T) {
+	parse := func(s string) []qnode {
+		q := make([]qnode, len(s))
+		for i, c := range s {
+			q[i] = qnode{name: string(rune('a' + i)), seq: int64(i)}
+			switch {
+			case c == 'W':
+			case c == 'R':
+				q[i].mode = driver.Shared
+			default:
+				q[i].mode, q[i].limit = driver.Limited, int(c-'0')
+			}
+		}
+		return q
+	}
+	for _, c := range []struct {
+		queue    string
+		admitted string // per node: + admitted, - waiting
+		holders  int
+		blockers []int // per node: blocker's index
+	}{
+		{"W", "+", 1, []int{-1}},
+		{"WW", "+-", 1, []int{-1, 0}},
+		{"RRR", "+++", 3, []int{-1, -1, -1}},
+		{"RRWR", "++--", 2, []int{-1, -1, 1, 2}},
+		{"WRRW", "+---", 1, []int{-1, 0, 0, 2}},
+		{"222", "++-", 2, []int{-1, -1, -1}},
+		{"2232", "++--", 2, []int{-1, -1, 1, 2}},
+		{"3222", "+---", 1, []int{-1, 0, 0, 0}},
+		{"R2R", "+--", 1, []int{-1, 0, 1}},
+		{"1W1", "+--", 1, []int{-1, 0, 1}},
+		{"", "", 0, nil},
+	} {
+		q := parse(c.queue)
+		if got := len(holdersOf(q)); got != c.holders {
+			t.Errorf("%s: %d holders, want %d", c.queue, got, c.holders)
+		}
+		for i := range q {
+			if got := admitted(q, i); got != (c.admitted[i] == '+') {
+				t.Errorf("%s: node %d admitted = %v", c.queue, i, got)
+			}
+			if got := blocker(q, i); got != c.blockers[i] {
+				t.Errorf("%s: node %d blocker %d, want %d", c.queue, i, got, c.blockers[i])
+			}
+		}
 	}
 }
 
@@ -98,6 +165,30 @@ func FuzzEscapeKey(f *testing.F) {
 		back, ok := unescapeKey(name)
 		if !ok || back != key {
 			t.Fatalf("unescapeKey(%q) = %q, %v; want %q", name, back, ok, key)
+		}
+	})
+}
+
+// parseNode never panics, and what it accepts it parses consistently: a
+// node it reads as limited has a limit in range, and the name rebuilt
+// from its fields parses to the same node.
+func FuzzParseNode(f *testing.F) {
+	for _, s := range []string{"_c_ab-lock-0000000001", "read-0000000002", "_c_ab-sem-12-0000000003", "sem--0000000004", "_c_-sem-0-0000000005", "0000000000"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		n, ok := parseNode(name)
+		if !ok {
+			return
+		}
+		if n.mode == driver.Limited && (n.limit < 1 || n.limit > 1<<20) {
+			t.Fatalf("parseNode(%q) limit %d", name, n.limit)
+		}
+		if n.owner != "" {
+			again, ok := parseNode(nodePrefix(n.owner, n.mode, n.limit) + name[len(name)-seqDigits:])
+			if !ok || again.owner != n.owner || again.mode != n.mode || again.limit != n.limit || again.seq != n.seq {
+				t.Fatalf("parseNode(%q) = %+v, rebuilt %+v, %v", name, n, again, ok)
+			}
 		}
 	})
 }

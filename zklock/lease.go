@@ -30,7 +30,10 @@ type entry struct {
 	path  string // dir + "/" + name
 	sid   int64  // the session that created it
 	lease time.Duration
-	czxid int64 // the creation zxid: the fencing token
+	mode  driver.Mode
+	limit int               // for driver.Limited
+	md    map[string]string // the request's metadata (the granted mark rewrites it)
+	czxid int64             // the creation zxid: the fencing token
 	watch <-chan zk.Event
 	// recovered: a create of this attempt lost its reply. A create still
 	// in flight then may yet add a second node of the same owner, behind

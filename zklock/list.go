@@ -14,15 +14,17 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 )
 
 // listWorkers bounds the queues List reads at once.
 const listWorkers = 16
 
 // List implements dlock.Lister: the held locks whose key starts with
-// prefix, sorted by key. Each Info has one Holder (owner, token and
-// metadata; the time left on its lease is not known to other clients:
-// zero) and Waiters, the number of queue nodes behind it. Znodes under
+// prefix, sorted by key. Each Info has the holders' Mode (and Limit, for a
+// semaphore), every Holder (owner, token, metadata and mode; the time left
+// on its lease is not known to other clients: zero) and Waiters, the
+// number of queue nodes behind them. Znodes under
 // the Locker's prefix that EscapeKey cannot have produced are skipped.
 func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) {
 	if err := l.e.Check(ctx); err != nil {
@@ -88,8 +90,17 @@ func (b *backend) keyInfo(ctx context.Context, key string) (*dlock.Info, error) 
 		return nil, err
 	}
 	q := queueOf(kids)
-	if len(q) == 0 {
+	held := holdersOf(q)
+	if len(held) == 0 {
 		return nil, nil
 	}
-	return &dlock.Info{Key: key, Mode: dlock.Exclusive, Holders: []dlock.Holder{b.holderOf(ctx, key, dir, q[0])}, Waiters: len(q) - 1}, nil
+	info := &dlock.Info{Key: key, Mode: dlock.Mode(held[0].mode), Waiters: len(q) - len(held)}
+	if held[0].mode == driver.Limited {
+		info.Limit = held[0].limit
+	}
+	info.Holders = make([]dlock.Holder, len(held))
+	for i, n := range held {
+		info.Holders[i] = b.holderOf(ctx, key, dir, n)
+	}
+	return info, nil
 }

@@ -159,9 +159,9 @@ func (l *Locker) Path(key string) string {
 	return l.b.keyPath(key)
 }
 
-// Spec implements driver.Driver: exclusive locks only.
+// Spec implements driver.Driver: exclusive, shared and limited locks.
 func (b *backend) Spec() driver.Spec {
-	return driver.Spec{Name: "zookeeper", MinTTL: dlock.MinTTL}
+	return driver.Spec{Name: "zookeeper", MinTTL: dlock.MinTTL, Shared: true, Limited: true}
 }
 
 func (b *backend) keyPath(key string) string { return b.prefix + "/" + EscapeKey(key) }

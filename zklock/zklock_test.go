@@ -96,6 +96,7 @@ func harness(t *testing.T, addrs []string, session time.Duration) dlocktest.Harn
 		},
 		Expire:          func(t testing.TB, key string) { expire(t, admin, key) },
 		NoticesDeletion: true,
+		FIFO:            true,
 	}
 }
 

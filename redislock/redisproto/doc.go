@@ -21,6 +21,15 @@
 //	P:{T}:waiters  sorted set  wait ids, scored by arrival (µs)     a minute past the lease or reservation
 //	P:{T}:rel      list        receipts: tokens, newest first       ReceiptRetention after the latest
 //	P:{T}:fence    string      Redlock's quorum counter, decimal    TTL + FenceRetention after a commit
+//	P:{T}:h        sorted set  a group's holders: owners, scored    with the group's latest holder
+//	                           by the end of their lease (ms,
+//	                           server clock)
+//	P:{T}:hd       hash        a group's holders: owner ->          with the group's latest holder
+//	                           "<token>|<metadata>"
+//	P:{T}:wr       sorted set  waiting writers: waiter ids          with the latest registration
+//	                           (Request.Waiter), scored by the end
+//	                           of their registration (ms, server
+//	                           clock)
 //	P:{T}:w:<id>   channel     (pub/sub, not a key) waiter <id>'s turn: a release publishes "1"
 //
 // The lock value is one of
@@ -34,6 +43,10 @@
 //	                                key for waiter <wait id>        quorum_release
 //	|0|<wait id>|<until ms>         the same, after a release       quorum_release     PX HandoffReserve
 //	                                without a token
+//	*<mode>|<token>|<limit>         a group of shared (mode s,      acquire_group,     PEXPIREAT the
+//	                                limit 0) or limited (mode l)    refresh_group,     latest holder's end
+//	                                holders, in P:{T}:h and :hd;    release_group
+//	                                token is the latest granted
 //
 // where
 //
@@ -43,7 +56,7 @@
 //	<wait id>   redislock: 16 hex digits; Redlock: "<µs since epoch>-<8 hex digits>"
 //	<until ms>  decimal, the end of the reservation on the server's clock
 //
-// Only <metadata> may contain '|', and it comes last. The scripts and
+// Only <metadata> may contain '|', and it comes last (in P:{T}:hd too). The scripts and
 // their files are named in the table as in lua/ (acquire is
 // lua/acquire.lua); quorum_commit rewrites a Redlock lease with its
 // token, keeping its expiry. FenceRetention is the retention the callers
@@ -86,6 +99,36 @@
 // in flight, retried with backoff for up to 30s when the link fails; see
 // Waiters).
 //
+// Group. Shared and limited holders of a key (redislock only; Redlock
+// is exclusive) are a group: the lock key holds "*<mode>|<token>|<limit>"
+// and each holder is an entry of P:{T}:h, scored by the end of its lease
+// on the server's clock (Redis TIME, ms), and of P:{T}:hd. A holder whose
+// score is past is gone: the scripts remove such entries before they
+// count. acquire_group grants while the holders are of the request's mode
+// (and limit, for limited: another limit is refused as a mismatch) and
+// fewer than the limit, the key holds a release marker without a
+// reservation for someone else, or nothing; the token is the group's or
+// the marker's + 1 (the server's time in µs without either), so the key
+// keeps one counter in every mode. refresh_group moves one holder's score;
+// release_group removes one holder, records its token in P:{T}:rel at
+// once (so that a retried release finds it), and, for the last holder,
+// replaces the group with the marker "|<token>" (the group's latest) and
+// wakes and reserves the key for the first queued waiter, as release
+// does. The three keys expire (PEXPIREAT) with the group's latest holder.
+// acquire sees a group as held (naming its holders in a fourth element
+// of its reply), or as free once every holder's lease ended. An older
+// client of version 2 reads a group value as a lease held by owner
+// "*<mode>", so it refuses the key as it should.
+//
+// Waiting writers. acquire called with a waiter id (ARGV[6], the blocking
+// Acquire's Request.Waiter) registers a refused attempt in P:{T}:wr,
+// scored by the attempt's time plus its TTL, and removes the registration
+// when it grants; leave removes it (and PUBLISHes to the first queued
+// waiter, which may be a reader kept out). While P:{T}:wr holds a score
+// in the future, acquire_group refuses shared requests (reply 3); a
+// reader refused so while the marker reserves the key for it hands the
+// reservation to the next queued waiter.
+//
 // Receipts. P:{T}:rel lists the tokens of the last Receipts release
 // markers that an acquisition (acquire, quorum_grant) overwrote; it is
 // trimmed back to Receipts entries once it holds more than twice as
@@ -110,7 +153,9 @@
 //
 // Each script is a file in lua/, embedded, whose header comment gives its
 // KEYS, ARGV and replies: acquire.lua, refresh.lua and release.lua for a
-// single deployment (node.go), quorum_grant.lua, quorum_commit.lua and
+// single deployment (node.go), acquire_group.lua, refresh_group.lua,
+// release_group.lua, leave.lua and holders.lua (List) for its shared and
+// limited locks and waiting writers, quorum_grant.lua, quorum_commit.lua and
 // quorum_release.lua for Redlock (quorum.go). The functions they share are
 // in lua/helpers.lua. When a script is set up, the helpers it calls (and
 // the helpers those call) are put in front of its first line, flattened to

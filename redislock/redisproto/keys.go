@@ -41,11 +41,22 @@ func (n *Node) ReceiptsKey(key string) string { return n.LockKey(key) + receipts
 // the lock key (see the package documentation). The scripts' callers
 // build all of them from one LockKey.
 const (
-	fenceSuffix    = ":fence"
-	waitersSuffix  = ":waiters"
-	receiptsSuffix = ":rel"
-	channelSuffix  = ":w:"
+	fenceSuffix      = ":fence"
+	waitersSuffix    = ":waiters"
+	receiptsSuffix   = ":rel"
+	channelSuffix    = ":w:"
+	holdersSuffix    = ":h"
+	holderDataSuffix = ":hd"
+	writersSuffix    = ":wr"
 )
+
+// HoldersKey is the sorted set of the shared or limited holders of key,
+// scored by their expiry (ms, server clock).
+func (n *Node) HoldersKey(key string) string { return n.LockKey(key) + holdersSuffix }
+
+// WritersKey is the sorted set of key's waiting writers, scored by the
+// end of their registration (ms, server clock).
+func (n *Node) WritersKey(key string) string { return n.LockKey(key) + writersSuffix }
 
 // Release receipts. A release leaves the marker "|<token>" in the lock
 // key; an acquisition that later overwrites the marker records its token

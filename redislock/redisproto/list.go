@@ -3,6 +3,7 @@ package redisproto
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 
@@ -10,7 +11,9 @@ import (
 )
 
 // List returns the leases whose key starts with prefix, by SCAN (on every
-// master of a Cluster). For operators, not hot paths.
+// master of a Cluster): an exclusive lease as one Info, a group of shared
+// or limited holders as one Info with its Group, Limit and live Holders
+// (read by holders.lua). For operators, not hot paths.
 func (n *Node) List(ctx context.Context, prefix string) ([]Info, error) {
 	tag := ""
 	if prefix != "" {
@@ -51,6 +54,18 @@ func (n *Node) List(ctx context.Context, prefix string) ([]Info, error) {
 			if strings.HasPrefix(v, "|") {
 				continue // a release marker: not held
 			}
+			if mode, _, limit, ok := ParseGroup(v); ok {
+				in, err := n.listGroup(ctx, c, k, mode, limit)
+				if err != nil {
+					return err
+				}
+				if len(in.Holders) > 0 {
+					mu.Lock()
+					out = append(out, in)
+					mu.Unlock()
+				}
+				continue
+			}
 			ttl, err := c.PTTL(ctx, k).Result()
 			if err != nil {
 				return err
@@ -74,6 +89,25 @@ func (n *Node) List(ctx context.Context, prefix string) ([]Info, error) {
 		err = scan(ctx, n.Client)
 	}
 	return out, err
+}
+
+// listGroup reads the live holders of the group at lock key k.
+func (n *Node) listGroup(ctx context.Context, c redis.Cmdable, k, mode string, limit int) (Info, error) {
+	res, err := holdersScript.Run(ctx, c, []string{k, k + holdersSuffix, k + holderDataSuffix}).Slice()
+	if err != nil {
+		return Info{}, err
+	}
+	in := Info{Key: n.decodeLockKey(k), Group: mode, Limit: limit}
+	if len(res) == 2 {
+		if m, _, l, ok := ParseGroup(fmt.Sprint(res[0])); ok {
+			in.Group, in.Limit = m, l
+			in.Holders = parseHolders(res[1], m)
+		}
+	}
+	for _, h := range in.Holders {
+		in.TTL = max(in.TTL, h.TTL)
+	}
+	return in, nil
 }
 
 // globEscape escapes s for a SCAN pattern, byte by byte: a prefix need not

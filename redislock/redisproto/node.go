@@ -54,15 +54,67 @@ var (
 	acquireScript = script("acquire") // lua/acquire.lua
 	refreshScript = script("refresh") // lua/refresh.lua
 	releaseScript = script("release") // lua/release.lua
+
+	acquireGroupScript = script("acquire_group") // lua/acquire_group.lua
+	refreshGroupScript = script("refresh_group") // lua/refresh_group.lua
+	releaseGroupScript = script("release_group") // lua/release_group.lua
+	leaveScript        = script("leave")         // lua/leave.lua
+	holdersScript      = script("holders")       // lua/holders.lua
 )
 
-// Acquire is the single-deployment acquisition: SET PX plus the token, in
-// one script. A non-empty waitID queues the caller to be woken by the next
-// release when the key is held.
-func (n *Node) Acquire(ctx context.Context, key, owner string, ttl time.Duration, meta, waitID string) (Outcome, error) {
+// Acquire is the single-deployment exclusive acquisition: SET PX plus the
+// token, in one script. A non-empty waitID queues the caller to be woken
+// by the next release when the key is held; a non-empty waiter (a blocking
+// Acquire's Request.Waiter) registers a refused attempt as a waiting
+// writer, which keeps new shared holders out for ttl (writer preference).
+func (n *Node) Acquire(ctx context.Context, key, owner string, ttl time.Duration, meta, waitID, waiter string) (Outcome, error) {
 	lk := n.LockKey(key)
-	return parseOutcome(acquireScript.Run(ctx, n.Client, []string{lk, lk + waitersSuffix, lk + receiptsSuffix},
-		owner, Ms(ttl), meta, waitID, time.Now().UnixMicro()).Slice())
+	return parseOutcome(acquireScript.Run(ctx, n.Client, n.groupKeys(lk),
+		owner, Ms(ttl), meta, waitID, time.Now().UnixMicro(), waiter).Slice())
+}
+
+// groupKeys are the keys of acquire.lua and acquire_group.lua.
+func (n *Node) groupKeys(lk string) []string {
+	return []string{lk, lk + waitersSuffix, lk + receiptsSuffix, lk + holdersSuffix, lk + holderDataSuffix, lk + writersSuffix}
+}
+
+// AcquireGroup is a shared (limit 0) or limited (limit >= 1) acquisition:
+// one holder more in the key's group, with a lease of its own. waitID
+// queues the caller as in Acquire.
+func (n *Node) AcquireGroup(ctx context.Context, key, owner string, ttl time.Duration, meta, waitID string, limit int) (Outcome, error) {
+	lk := n.LockKey(key)
+	mode := "s"
+	if limit > 0 {
+		mode = "l"
+	}
+	return parseOutcome(acquireGroupScript.Run(ctx, n.Client, n.groupKeys(lk),
+		owner, Ms(ttl), meta, waitID, time.Now().UnixMicro(), mode, limit, lk+channelSuffix, Ms(HandoffReserve), n.cluster).Slice())
+}
+
+// RefreshGroup extends a shared or limited holder's lease; false means
+// owner is no longer a holder of key.
+func (n *Node) RefreshGroup(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+	lk := n.LockKey(key)
+	v, err := refreshGroupScript.Run(ctx, n.Client, []string{lk, lk + holdersSuffix, lk + holderDataSuffix}, owner, Ms(ttl)).Int64()
+	return v == 1, err
+}
+
+// ReleaseGroup removes a shared or limited holder; false means owner is
+// not a holder of key. token (0 when unknown) lets a retry whose first
+// attempt took effect report true.
+func (n *Node) ReleaseGroup(ctx context.Context, key, owner string, token uint64, retention time.Duration) (bool, error) {
+	lk := n.LockKey(key)
+	v, err := releaseGroupScript.Run(ctx, n.Client,
+		[]string{lk, lk + waitersSuffix, lk + receiptsSuffix, lk + holdersSuffix, lk + holderDataSuffix},
+		owner, Ms(retention), lk+channelSuffix, Ms(HandoffReserve), tokenArg(token), n.cluster).Int64()
+	return v == 1, err
+}
+
+// Leave withdraws waiting writer waiter's registration on key (harmless
+// for an unknown one); readers kept out for it are poked.
+func (n *Node) Leave(ctx context.Context, key, waiter string) error {
+	lk := n.LockKey(key)
+	return leaveScript.Run(ctx, n.Client, []string{lk + waitersSuffix, lk + writersSuffix}, waiter, lk+channelSuffix).Err()
 }
 
 // Refresh is compare-and-PEXPIRE; false means owner does not hold key here.

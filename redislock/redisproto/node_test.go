@@ -17,15 +17,15 @@ func TestAcquireRetryGrantsSameLease(t *testing.T) {
 	c := newClient(t, srv.Addr())
 	n := redisproto.NewNode(c, "dlock")
 	k, owner := key(t), strings.Repeat("a", 32)
-	first, err := n.Acquire(dlocktest.Context(t), k, owner, time.Minute, "{}", "")
+	first, err := n.Acquire(dlocktest.Context(t), k, owner, time.Minute, "{}", "", "")
 	if err != nil || !first.Granted {
 		t.Fatalf("Acquire = %+v, %v", first, err)
 	}
-	again, err := n.Acquire(dlocktest.Context(t), k, owner, time.Minute, "{}", "")
+	again, err := n.Acquire(dlocktest.Context(t), k, owner, time.Minute, "{}", "", "")
 	if err != nil || !again.Granted || again.Token != first.Token {
 		t.Fatalf("repeated Acquire = %+v, %v; want granted with token %d", again, err, first.Token)
 	}
-	other, err := n.Acquire(dlocktest.Context(t), k, strings.Repeat("b", 32), time.Minute, "{}", "")
+	other, err := n.Acquire(dlocktest.Context(t), k, strings.Repeat("b", 32), time.Minute, "{}", "", "")
 	if err != nil || other.Granted || other.Holder.Owner != owner {
 		t.Fatalf("another owner: %+v, %v", other, err)
 	}
@@ -41,7 +41,7 @@ func TestReleaseRecognisesItsOwnRelease(t *testing.T) {
 	ctx := dlocktest.Context(t)
 	k := key(t)
 	a, b := strings.Repeat("a", 32), strings.Repeat("b", 32)
-	ga, err := n.Acquire(ctx, k, a, time.Minute, "{}", "")
+	ga, err := n.Acquire(ctx, k, a, time.Minute, "{}", "", "")
 	if err != nil || !ga.Granted {
 		t.Fatal(ga, err)
 	}
@@ -50,7 +50,7 @@ func TestReleaseRecognisesItsOwnRelease(t *testing.T) {
 			t.Fatalf("release %d = %v, %v", i, ok, err)
 		}
 	}
-	gb, err := n.Acquire(ctx, k, b, time.Minute, "{}", "")
+	gb, err := n.Acquire(ctx, k, b, time.Minute, "{}", "", "")
 	if err != nil || !gb.Granted || gb.Token != ga.Token+1 {
 		t.Fatal(gb, err)
 	}
@@ -70,14 +70,14 @@ func TestReleaseRecognisesItsOwnRelease(t *testing.T) {
 	// A lease deleted behind its holder's back, the key taken again: the
 	// late release is refused and leaves the new holder alone.
 	k2 := key(t)
-	gc, err := n.Acquire(ctx, k2, a, time.Minute, "{}", "")
+	gc, err := n.Acquire(ctx, k2, a, time.Minute, "{}", "", "")
 	if err != nil || !gc.Granted {
 		t.Fatal(gc, err)
 	}
 	if err := c.Del(ctx, n.LockKey(k2)).Err(); err != nil {
 		t.Fatal(err)
 	}
-	gd, err := n.Acquire(ctx, k2, b, time.Minute, "{}", "")
+	gd, err := n.Acquire(ctx, k2, b, time.Minute, "{}", "", "")
 	if err != nil || !gd.Granted {
 		t.Fatal(gd, err)
 	}

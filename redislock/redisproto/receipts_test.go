@@ -33,7 +33,7 @@ func TestReleaseReceipts(t *testing.T) {
 				}
 				return g.Token + 1
 			}
-			g, err := n.Acquire(ctx, k, owner, time.Minute, "{}", "")
+			g, err := n.Acquire(ctx, k, owner, time.Minute, "{}", "", "")
 			if err != nil || !g.Granted {
 				t.Fatal(g, err)
 			}

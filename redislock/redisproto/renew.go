@@ -14,6 +14,22 @@ import (
 type Renewal struct {
 	Key, Owner string
 	TTL        time.Duration
+	// Group marks a shared or limited holder's lease (refresh_group.lua).
+	Group bool
+}
+
+// refreshCmd queues r's renewal script on p: EVALSHA, or EVAL when eval
+// is set (the server lacked the script).
+func (n *Node) refreshCmd(ctx context.Context, p redis.Pipeliner, r Renewal, eval bool) *redis.Cmd {
+	s, keys, args := refreshScript, []string{n.LockKey(r.Key)}, []any{r.Owner + "|", Ms(r.TTL)}
+	if r.Group {
+		lk := keys[0]
+		s, keys, args = refreshGroupScript, []string{lk, lk + holdersSuffix, lk + holderDataSuffix}, []any{r.Owner, Ms(r.TTL)}
+	}
+	if eval {
+		return s.Eval(ctx, p, keys, args...)
+	}
+	return s.EvalSha(ctx, p, keys, args...)
 }
 
 // RefreshBatch extends many leases with compare-and-pexpire scripts, one
@@ -79,7 +95,7 @@ func (n *Node) refreshGroup(ctx context.Context, rs []Renewal, idx []int, report
 	cmds := make([]*redis.Cmd, len(idx))
 	_, _ = n.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for k, i := range idx {
-			cmds[k] = refreshScript.EvalSha(ctx, p, []string{n.LockKey(rs[i].Key)}, rs[i].Owner+"|", Ms(rs[i].TTL))
+			cmds[k] = n.refreshCmd(ctx, p, rs[i], false)
 		}
 		return nil
 	})
@@ -104,7 +120,7 @@ func (n *Node) refreshGroup(ctx context.Context, rs []Renewal, idx []int, report
 	_, _ = n.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, k := range missing {
 			i := idx[k]
-			cmds = append(cmds, refreshScript.Eval(ctx, p, []string{n.LockKey(rs[i].Key)}, rs[i].Owner+"|", Ms(rs[i].TTL)))
+			cmds = append(cmds, n.refreshCmd(ctx, p, rs[i], true))
 		}
 		return nil
 	})

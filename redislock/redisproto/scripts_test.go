@@ -126,6 +126,8 @@ func TestEveryScriptLoadsAndRuns(t *testing.T) {
 	k := key(t)
 	lk := n.LockKey(k)
 	wk, rk, fk, ch := n.WaitersKey(k), n.ReceiptsKey(k), n.FenceKey(k), n.WaiterChannel(k, "")
+	hk, hdk, wrk := n.HoldersKey(k), n.HoldersKey(k)+"d", n.WritersKey(k)
+	gk := []string{lk, wk, rk, hk, hdk, wrk}
 	const own, other = "00000000000000000000000000000001", "00000000000000000000000000000002"
 	cases := map[string]struct {
 		setup []string // a lock key value to SET first, and waiters to queue
@@ -135,6 +137,25 @@ func TestEveryScriptLoadsAndRuns(t *testing.T) {
 			{[]string{lk, wk, rk}, []any{own, 60000, "{}", "", 0}, 1},       // over a marker: token 42, receipt 41
 			{[]string{lk, wk, rk}, []any{own, 60000, "{}", "", 0}, 1},       // retried
 			{[]string{lk, wk, rk}, []any{other, 60000, "{}", "w1", 123}, 0}, // held: queued
+			{gk, []any{other, 60000, "{}", "w1", 123, "wr1"}, 0},            // held: a waiting writer
+		}},
+		"acquire_group": {[]string{"|41"}, []scriptCall{
+			{gk, []any{own, 60000, "{}", "", 0, "s", 0, ch, 100, "0"}, 1},     // over a marker: token 42
+			{gk, []any{own, 60000, "{}", "", 0, "s", 0, ch, 100, "0"}, 1},     // retried
+			{gk, []any{other, 60000, "{}", "w1", 1, "l", 2, ch, 100, "0"}, 0}, // another mode
+			{gk, []any{other, 60000, "{}", "w1", 1, "s", 0, ch, 100, "0"}, 1}, // a second reader
+		}},
+		"refresh_group": {[]string{"*s|5|0"}, []scriptCall{
+			{[]string{lk, hk, hdk}, []any{own, 60000}, 0}, // no such holder
+		}},
+		"release_group": {[]string{"*s|5|0"}, []scriptCall{
+			{[]string{lk, wk, rk, hk, hdk}, []any{own, 3600000, ch, 100, "5", "0"}, 0},
+		}},
+		"leave": {nil, []scriptCall{
+			{[]string{wk, wrk}, []any{"wr1", ch}, 0},
+		}},
+		"holders": {[]string{"*s|5|0"}, []scriptCall{
+			{[]string{lk, hk, hdk}, nil, 0},
 		}},
 		"refresh": {[]string{own + "|1|{}"}, []scriptCall{
 			{[]string{lk}, []any{own + "|", 60000}, 1},
@@ -182,7 +203,7 @@ func TestEveryScriptLoadsAndRuns(t *testing.T) {
 			t.Errorf("%s: SCRIPT LOAD gave %s, the client computed %s", name, sha, s.Hash())
 		}
 		tc := cases[name]
-		if err := c.Del(ctx, lk, wk, rk, fk).Err(); err != nil {
+		if err := c.Del(ctx, lk, wk, rk, fk, hk, hdk, wrk).Err(); err != nil {
 			t.Fatal(err)
 		}
 		if len(tc.setup) > 0 {

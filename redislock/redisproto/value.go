@@ -8,13 +8,59 @@ import (
 	"time"
 )
 
-// Info describes a held lock as stored in Redis.
+// Info describes a held lock as stored in Redis: an exclusive lease, one
+// holder of a group, or (from List) a group with its Holders.
 type Info struct {
 	Key      string            `json:"key"`
 	Owner    string            `json:"owner"`
 	Token    uint64            `json:"token"`
 	TTL      time.Duration     `json:"ttl"`
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// Group is "" for an exclusive lease, GroupShared or GroupLimited for
+	// a group (List) and its holders; Limit is a limited group's limit.
+	Group   string `json:"group,omitempty"`
+	Limit   int    `json:"limit,omitempty"`
+	Holders []Info `json:"holders,omitempty"`
+}
+
+// The modes of a group value "*<mode>|<token>|<limit>".
+const (
+	GroupShared  = "s"
+	GroupLimited = "l"
+)
+
+// ParseGroup splits a group value "*<mode>|<token>|<limit>"; ok is false
+// for any other value.
+func ParseGroup(v string) (mode string, token uint64, limit int, ok bool) {
+	if !strings.HasPrefix(v, "*") {
+		return "", 0, 0, false
+	}
+	parts := strings.Split(v[1:], "|")
+	if len(parts) != 3 || (parts[0] != GroupShared && parts[0] != GroupLimited) {
+		return "", 0, 0, false
+	}
+	token, err1 := strconv.ParseUint(parts[1], 10, 64)
+	limit, err2 := strconv.Atoi(parts[2])
+	if err1 != nil || err2 != nil {
+		return "", 0, 0, false
+	}
+	return parts[0], token, limit, true
+}
+
+// parseHolders reads a flat list of group holders (owner,
+// "<token>|<metadata>", ms left, ...) as replied by the scripts.
+func parseHolders(x any, mode string) []Info {
+	a, _ := x.([]any)
+	var out []Info
+	for i := 0; i+2 < len(a); i += 3 {
+		in := ParseValue(fmt.Sprint(a[i]) + "|" + fmt.Sprint(a[i+1]))
+		in.Group = mode
+		if ms, err := strconv.ParseInt(fmt.Sprint(a[i+2]), 10, 64); err == nil && ms > 0 {
+			in.TTL = time.Duration(ms) * time.Millisecond
+		}
+		out = append(out, in)
+	}
+	return out
 }
 
 // FormatValue builds a lease value.
@@ -56,6 +102,16 @@ type Outcome struct {
 	PTTL   time.Duration
 	// ReservedFor is the wait id of the waiter the key is reserved for.
 	ReservedFor string
+	// Group, Limit and Holders describe the shared or limited holders
+	// holding the key (Holder is then unset).
+	Group   string
+	Limit   int
+	Holders []Info
+	// LimitMismatch is the holders' limit when a limited request named
+	// another one.
+	LimitMismatch int
+	// WriterWaiting: a shared request was refused because a writer waits.
+	WriterWaiting bool
 }
 
 // MetaReservedForWaiter is the metadata key naming the waiter a free key
@@ -87,7 +143,30 @@ func parseOutcome(res []any, err error) (Outcome, error) {
 		return Outcome{Granted: true, Token: tok}, nil
 	}
 	var o Outcome
+	if len(res) >= 2 && res[0] == int64(2) {
+		o.LimitMismatch, _ = strconv.Atoi(fmt.Sprint(res[1]))
+		return o, nil
+	}
+	if len(res) >= 3 && res[0] == int64(3) {
+		o.WriterWaiting = true
+		if pttl, ok := res[1].(int64); ok && pttl > 0 {
+			o.PTTL = time.Duration(pttl) * time.Millisecond
+		}
+		o.Group = GroupShared
+		o.Holders = parseHolders(res[2], GroupShared)
+		return o, nil
+	}
 	if len(res) >= 3 {
+		if mode, _, limit, ok := ParseGroup(fmt.Sprint(res[1])); ok {
+			o.Group, o.Limit = mode, limit
+			if len(res) >= 4 {
+				o.Holders = parseHolders(res[3], mode)
+			}
+			if pttl, ok := res[2].(int64); ok && pttl > 0 {
+				o.PTTL = time.Duration(pttl) * time.Millisecond
+			}
+			return o, nil
+		}
 		v := fmt.Sprint(res[1])
 		if id, ok := reservedFor(v); ok {
 			o.ReservedFor = id

@@ -19,7 +19,7 @@ func TestWaiterDequeuedAfterAttemptsInFlight(t *testing.T) {
 	n := redisproto.NewNode(c, "dlock")
 	ctx := dlocktest.Context(t)
 	k := key(t)
-	if g, err := n.Acquire(ctx, k, strings.Repeat("a", 32), time.Minute, "{}", ""); err != nil || !g.Granted {
+	if g, err := n.Acquire(ctx, k, strings.Repeat("a", 32), time.Minute, "{}", "", ""); err != nil || !g.Granted {
 		t.Fatal(g, err)
 	}
 	var ws redisproto.Waiters
@@ -27,7 +27,7 @@ func TestWaiterDequeuedAfterAttemptsInFlight(t *testing.T) {
 	end := ws.Begin("w1")
 	w.Leave()
 	// The attempt in flight reaches the server after the waiter left.
-	if g, err := n.Acquire(ctx, k, strings.Repeat("b", 32), time.Minute, "{}", "w1"); err != nil || g.Granted {
+	if g, err := n.Acquire(ctx, k, strings.Repeat("b", 32), time.Minute, "{}", "w1", ""); err != nil || g.Granted {
 		t.Fatal(g, err)
 	}
 	if q, _ := c.ZCard(ctx, n.WaitersKey(k)).Result(); q != 1 {

@@ -3,14 +3,26 @@
 -- KEYS[1]  the lock key            P:{T}
 -- KEYS[2]  the waiter queue        P:{T}:waiters
 -- KEYS[3]  the receipts            P:{T}:rel
+-- KEYS[4]  the group's holders     P:{T}:h
+-- KEYS[5]  the group's holder data P:{T}:hd
+-- KEYS[6]  the waiting writers     P:{T}:wr
 -- ARGV[1]  owner
 -- ARGV[2]  ttl, ms
 -- ARGV[3]  metadata json
 -- ARGV[4]  wait id, "" when not waiting
 -- ARGV[5]  the wait id's queue score (µs)
+-- ARGV[6]  the blocking Acquire's waiter id (Request.Waiter), "" for
+--          TryAcquire
 --
 -- Returns {1, token} when granted (token decimal), else
--- {0, the key's value, ms left on the lease or reservation}.
+-- {0, the key's value, ms left on the lease or reservation} and, when
+-- shared or limited holders hold the key, a fourth element: their list
+-- (see group_holders).
+--
+-- A refused attempt with a waiter id registers it as a waiting writer
+-- (P:{T}:wr, scored by the end of the registration: ttl after the
+-- attempt), which keeps new shared holders out (writer preference); the
+-- grant removes it, and so does leave.lua.
 --
 -- A free key gets the lease "<owner>|<token>|<metadata>", PX ttl. The token
 -- is the release marker's token + 1, or, when there is no marker (first
@@ -34,15 +46,28 @@
 -- token in the key's receipts (see release.lua).
 local v = redis.call('GET', KEYS[1])
 local last = 0
+local waiter = ARGV[6] or '' -- absent: a caller of protocol 2 before writer preference
 if v then
   if string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. '|' then
     if ARGV[4] ~= '' then
       redis.call('ZREM', KEYS[2], ARGV[4])
     end
+    if waiter ~= '' then
+      redis.call('ZREM', KEYS[6], waiter)
+    end
     return {1, string.match(v, '^[^|]*|(%d+)') or '0'}
   end
   local pttl = 0
-  if string.find(v, '|', 1, true) ~= 1 then
+  if is_group(v) then
+    local hs, most = group_holders(KEYS[4], KEYS[5], now_ms())
+    if #hs > 0 then
+      queue_waiter(KEYS[2], ARGV[4], ARGV[5], most)
+      register_writer(KEYS[6], waiter, ARGV[2])
+      return {0, v, most, hs}
+    end
+    last = tonumber(string.match(v, '^[^|]*|(%d+)')) or 0 -- every holder's lease ended
+    redis.call('DEL', KEYS[4], KEYS[5])
+  elseif string.find(v, '|', 1, true) ~= 1 then
     pttl = redis.call('PTTL', KEYS[1]) -- held
   else
     pttl = reserved_left(v, ARGV[4]) -- a release marker
@@ -50,6 +75,7 @@ if v then
   end
   if pttl ~= 0 then
     queue_waiter(KEYS[2], ARGV[4], ARGV[5], pttl)
+    register_writer(KEYS[6], waiter, ARGV[2])
     return {0, v, pttl}
   end
 end
@@ -64,5 +90,8 @@ take_marker(v, KEYS[3])
 redis.call('SET', KEYS[1], ARGV[1] .. '|' .. tok .. '|' .. ARGV[3], 'PX', ARGV[2])
 if ARGV[4] ~= '' then
   redis.call('ZREM', KEYS[2], ARGV[4])
+end
+if waiter ~= '' then
+  redis.call('ZREM', KEYS[6], waiter)
 end
 return {1, tok}

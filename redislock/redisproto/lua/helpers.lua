@@ -81,3 +81,85 @@ local function has_receipt(v, rel, tok)
   end
   return false
 end
+
+-- Shared and Limited holders (a "group"). While a group holds key P:{T},
+-- its value is "*<mode>|<token>|<limit>" (mode "s" or "l", token the
+-- latest issued, limit 0 for shared), and each holder is an entry of the
+-- sorted set P:{T}:h (owner scored by its expiry, ms on the server's
+-- clock) and of the hash P:{T}:hd (owner -> "<token>|<metadata>"). The
+-- three keys expire at the latest holder's expiry.
+
+-- is_group(v): whether lock value v is a group's.
+local function is_group(v)
+  return v ~= nil and v ~= false and string.sub(v, 1, 1) == '*'
+end
+
+-- purge_holders(h, hd, now): remove the holders whose lease ended.
+local function purge_holders(h, hd, now)
+  local gone = redis.call('ZRANGEBYSCORE', h, '-inf', string.format('%.0f', now))
+  for _, o in ipairs(gone) do
+    redis.call('HDEL', hd, o)
+  end
+  if #gone > 0 then
+    redis.call('ZREMRANGEBYSCORE', h, '-inf', string.format('%.0f', now))
+  end
+end
+
+-- group_holders(h, hd, now): the live holders, flat: owner, "<token>|<metadata>",
+-- ms left, for each, in grant order; and the most ms left.
+local function group_holders(h, hd, now)
+  purge_holders(h, hd, now)
+  local out, most = {}, 0
+  local zs = redis.call('ZRANGE', h, 0, -1, 'WITHSCORES')
+  local ents = {}
+  for i = 1, #zs, 2 do
+    local d = redis.call('HGET', hd, zs[i]) or '0|'
+    ents[#ents + 1] = {zs[i], d, tonumber(string.match(d, '^(%d+)')) or 0, tonumber(zs[i + 1]) - now}
+  end
+  table.sort(ents, function(a, b) return a[3] < b[3] end)
+  for _, e in ipairs(ents) do
+    out[#out + 1] = e[1]
+    out[#out + 1] = e[2]
+    out[#out + 1] = string.format('%.0f', e[4])
+    if e[4] > most then most = e[4] end
+  end
+  return out, most
+end
+
+-- group_expire(lk, h, hd): make the group's keys expire with its latest
+-- holder.
+local function group_expire(lk, h, hd)
+  local last = redis.call('ZRANGE', h, -1, -1, 'WITHSCORES')
+  if #last == 2 then
+    for _, k in ipairs({lk, h, hd}) do
+      redis.call('PEXPIREAT', k, last[2])
+    end
+  end
+end
+
+-- live_writers(wr, now): the number of registered waiting writers whose
+-- registration has not expired.
+local function live_writers(wr, now)
+  redis.call('ZREMRANGEBYSCORE', wr, '-inf', string.format('%.0f', now))
+  return redis.call('ZCARD', wr)
+end
+
+-- register_writer(wr, id, ttl): register waiting writer id until ttl ms
+-- from now (a later attempt moves it).
+local function register_writer(wr, id, ttl)
+  if id == '' then return end
+  local until_ms = now_ms() + tonumber(ttl)
+  redis.call('ZADD', wr, string.format('%.0f', until_ms), id)
+  local last = redis.call('ZRANGE', wr, -1, -1, 'WITHSCORES')
+  redis.call('PEXPIREAT', wr, last[2])
+end
+
+-- poke_first(waiters, prefix): tell the first queued waiter, without
+-- dequeuing it or reserving anything for it, that the key may be free for
+-- it (a grant to a waiting reader, a writer that gave up).
+local function poke_first(waiters, prefix)
+  local w = redis.call('ZRANGE', waiters, 0, 0)
+  if #w == 1 then
+    redis.call('PUBLISH', prefix .. w[1], '1')
+  end
+end

@@ -1,0 +1,523 @@
+package zklock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/zklock"
+)
+
+// pending is a blocking Acquire running in the background.
+type pending struct {
+	lk  chan *dlock.Lock
+	err chan error
+}
+
+// acquireLater starts l.Acquire(key, opts) in the background and waits
+// until its node is in the key's queue (the queue then has want nodes).
+func acquireLater(t *testing.T, admin *zk.Conn, l *zklock.Locker, key string, want int, opts ...dlock.Option) pending {
+	t.Helper()
+	p := pending{lk: make(chan *dlock.Lock, 1), err: make(chan error, 1)}
+	ctx := dlocktest.Context(t)
+	go func() {
+		lk, err := l.Acquire(ctx, key, opts...)
+		if err != nil {
+			p.err <- err
+			return
+		}
+		p.lk <- lk
+	}()
+	waitFor(t, fmt.Sprintf("%d nodes queued", want), func() bool { return len(children(t, admin, l.Path(key))) == want })
+	return p
+}
+
+// got waits for the pending Acquire to succeed.
+func (p pending) got(t *testing.T, what string) *dlock.Lock {
+	t.Helper()
+	select {
+	case lk := <-p.lk:
+		t.Cleanup(func() { lk.Release(context.Background()) })
+		return lk
+	case err := <-p.err:
+		t.Fatalf("%s: %v", what, err)
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatalf("hang: %s", what)
+	}
+	return nil
+}
+
+// failed waits for the pending Acquire to fail.
+func (p pending) failed(t *testing.T, what string) error {
+	t.Helper()
+	select {
+	case lk := <-p.lk:
+		lk.Release(context.Background())
+		t.Fatalf("%s: acquired, want an error", what)
+	case err := <-p.err:
+		return err
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatalf("hang: %s", what)
+	}
+	return nil
+}
+
+// waiting asserts the pending Acquire has not returned yet.
+func (p pending) waiting(t *testing.T, what string) {
+	t.Helper()
+	select {
+	case lk := <-p.lk:
+		lk.Release(context.Background())
+		t.Fatalf("%s: granted too early", what)
+	case err := <-p.err:
+		t.Fatalf("%s: %v", what, err)
+	default:
+	}
+}
+
+func releaseOK(t *testing.T, lk *dlock.Lock) {
+	t.Helper()
+	if err := lk.Release(dlocktest.Context(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Readers share the key, each with its own node and token; a writer that
+// queues behind them keeps new readers out (TryAcquire refused, Acquire
+// queued behind it) and is granted when the last earlier reader goes, with
+// a token above theirs; the reader behind it comes after it.
+func TestSharedWriterPreference(t *testing.T) {
+	z := testserver.StartZooKeeper(t)
+	addrs := []string{z.Addr()}
+	admin := connect(t, addrs)
+	key := dlocktest.Key(t)
+	ra, rb, w, rc := zklock.New(connect(t, addrs)), zklock.New(connect(t, addrs)), zklock.New(connect(t, addrs)), zklock.New(connect(t, addrs))
+	r1, err := ra.TryAcquire(dlocktest.Context(t), key, dlock.WithShared())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := rb.Acquire(dlocktest.Context(t), key, dlock.WithShared())
+	if err != nil {
+		t.Fatalf("second reader: %v", err)
+	}
+	if r2.Token() <= r1.Token() {
+		t.Fatalf("reader tokens %d then %d", r1.Token(), r2.Token())
+	}
+	for _, k := range children(t, admin, ra.Path(key)) {
+		if !strings.Contains(k, "-read-") {
+			t.Fatalf("reader node %q is not named read-", k)
+		}
+	}
+	_, err = w.TryAcquire(dlocktest.Context(t), key)
+	var na *dlock.NotAcquiredError
+	if !errors.As(err, &na) || len(na.Holders) != 2 || na.Holders[0].Mode != dlock.Shared {
+		t.Fatalf("exclusive TryAcquire under two readers: %v (%+v), want both readers named", err, na)
+	}
+	if n := len(children(t, admin, ra.Path(key))); n != 2 {
+		t.Fatalf("a refused TryAcquire left its node: %d nodes", n)
+	}
+	pw := acquireLater(t, admin, w, key, 3)
+	_, err = rc.TryAcquire(dlocktest.Context(t), key, dlock.WithShared())
+	if !errors.As(err, &na) {
+		t.Fatalf("shared TryAcquire while a writer waits: %v, want refused", err)
+	}
+	pr := acquireLater(t, admin, rc, key, 4, dlock.WithShared())
+	releaseOK(t, r2) // the writer still waits for r1
+	time.Sleep(100 * time.Millisecond)
+	pw.waiting(t, "writer behind one reader")
+	releaseOK(t, r1)
+	wl := pw.got(t, "writer after the readers released")
+	if wl.Token() <= r2.Token() {
+		t.Fatalf("writer token %d not above the readers' %d", wl.Token(), r2.Token())
+	}
+	time.Sleep(100 * time.Millisecond)
+	pr.waiting(t, "reader queued behind the writer")
+	releaseOK(t, wl)
+	r3 := pr.got(t, "reader after the writer")
+	if r3.Token() <= wl.Token() {
+		t.Fatalf("reader token %d not above the writer's %d", r3.Token(), wl.Token())
+	}
+}
+
+// A reader whose session expires (its link stalled) loses its lock
+// (Lost() closes) and its node goes with the session: the writer waiting
+// behind it is then granted, with a higher token; the other reader kept
+// its own lease.
+func TestReaderSessionExpiryAdmitsWriter(t *testing.T) {
+	z := testserver.StartZooKeeper(t)
+	addrs := []string{z.Addr()}
+	admin := connect(t, addrs)
+	p := testserver.StartProxy(t, z.Addr())
+	t.Cleanup(p.Heal)
+	key := dlocktest.Key(t)
+	stalled := zklock.New(connect(t, []string{p.Addr()}))
+	other := zklock.New(connect(t, addrs))
+	r1, err := stalled.Acquire(dlocktest.Context(t), key, dlock.WithShared())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := other.Acquire(dlocktest.Context(t), key, dlock.WithShared())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw := acquireLater(t, admin, zklock.New(connect(t, addrs)), key, 3)
+	p.Stall()
+	select {
+	case <-r1.Lost():
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatal("hang: the stalled reader's Lost() did not close")
+	}
+	waitFor(t, "the stalled reader's node gone with its session", func() bool { return len(children(t, admin, stalled.Path(key))) == 2 })
+	pw.waiting(t, "writer behind the live reader")
+	if err := r2.Err(); err != nil {
+		t.Fatalf("the other reader lost its lock with the stalled one: %v", err)
+	}
+	releaseOK(t, r2)
+	wl := pw.got(t, "writer after the readers")
+	if wl.Token() <= max(r1.Token(), r2.Token()) {
+		t.Fatalf("writer token %d not above the readers' %d, %d", wl.Token(), r1.Token(), r2.Token())
+	}
+	if !errors.Is(r1.Err(), dlock.ErrLockLost) {
+		t.Fatalf("stalled reader Err() = %v, want ErrLockLost", r1.Err())
+	}
+}
+
+// The only reader's session expires while a writer waits: the writer is
+// granted without anyone releasing anything.
+func TestOnlyReaderExpiryAdmitsWriter(t *testing.T) {
+	z := testserver.StartZooKeeper(t)
+	addrs := []string{z.Addr()}
+	admin := connect(t, addrs)
+	p := testserver.StartProxy(t, z.Addr())
+	t.Cleanup(p.Heal)
+	key := dlocktest.Key(t)
+	stalled := zklock.New(connect(t, []string{p.Addr()}))
+	r, err := stalled.Acquire(dlocktest.Context(t), key, dlock.WithShared())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw := acquireLater(t, admin, zklock.New(connect(t, addrs)), key, 2)
+	p.Stall()
+	wl := pw.got(t, "writer after the reader's session expired")
+	if !isClosed(r.Lost()) {
+		t.Fatal("the writer holds the key while the expired reader's Lost() is open")
+	}
+	if wl.Token() <= r.Token() {
+		t.Fatalf("writer token %d not above the reader's %d", wl.Token(), r.Token())
+	}
+}
+
+// A shared Acquire whose create reply is lost finds its read- node again
+// by its owner id and is granted with it once the writer ahead goes,
+// leaving exactly one node.
+func TestLostCreateReplyShared(t *testing.T) {
+	z := testserver.StartZooKeeper(t)
+	admin := connect(t, []string{z.Addr()})
+	p := testserver.StartProxy(t, z.Addr())
+	t.Cleanup(p.Heal)
+	l := zklock.New(connect(t, []string{p.Addr()}))
+	key := dlocktest.Key(t)
+	dir := l.Path(key)
+	wl, err := zklock.New(admin).Acquire(dlocktest.Context(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.LoseNextReply()
+	pr := acquireLater(t, admin, l, key, 2, dlock.WithShared())
+	releaseOK(t, wl)
+	got := pr.got(t, "shared Acquire after a lost create reply")
+	kids := children(t, admin, dir)
+	if len(kids) != 1 || !strings.Contains(kids[0], got.Owner()+"-read-") {
+		t.Fatalf("children %v, want only the reader's read- node (owner %s)", kids, got.Owner())
+	}
+	if !got.Fence().Shared {
+		t.Fatalf("fence %+v, want shared", got.Fence())
+	}
+}
+
+// A semaphore of 2: two permits hold, waiters queue in order and each
+// release admits the first waiter, whichever holder released; a permit
+// that waited behind a waiting permit hears of its grant (the mark).
+func TestSemaphoreOrder(t *testing.T) {
+	z := testserver.StartZooKeeper(t)
+	addrs := []string{z.Addr()}
+	admin := connect(t, addrs)
+	key := dlocktest.Key(t)
+	lim := dlock.WithLimit(2)
+	l := func() *zklock.Locker { return zklock.New(connect(t, addrs)) }
+	p1, err := l().TryAcquire(dlocktest.Context(t), key, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := l().Acquire(dlocktest.Context(t), key, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l().TryAcquire(dlocktest.Context(t), key, lim); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("third permit of 2: %v", err)
+	}
+	w3 := acquireLater(t, admin, l(), key, 3, lim)
+	w4 := acquireLater(t, admin, l(), key, 4, lim)
+	w5 := acquireLater(t, admin, l(), key, 5, lim)
+	releaseOK(t, p2) // not the first node: the first waiter is admitted all the same
+	g3 := w3.got(t, "first waiter after the second permit's release")
+	time.Sleep(100 * time.Millisecond)
+	w4.waiting(t, "second waiter")
+	releaseOK(t, p1)
+	g4 := w4.got(t, "second waiter after the first permit's release (it watched the first waiter)")
+	time.Sleep(100 * time.Millisecond)
+	w5.waiting(t, "third waiter")
+	if g3.Err() != nil || g4.Err() != nil {
+		t.Fatalf("the granted mark cost a lock: %v, %v", g3.Err(), g4.Err())
+	}
+	releaseOK(t, g4)
+	g5 := w5.got(t, "third waiter")
+	if !(p1.Token() < p2.Token() && p2.Token() < g3.Token() && g3.Token() < g4.Token() && g4.Token() < g5.Token()) {
+		t.Fatalf("tokens %d %d %d %d %d, want increasing", p1.Token(), p2.Token(), g3.Token(), g4.Token(), g5.Token())
+	}
+	// The renewals still see the marked nodes held.
+	if err := g3.Refresh(dlocktest.Context(t)); err != nil {
+		t.Fatalf("Refresh of a marked permit: %v", err)
+	}
+}
+
+// A release in a semaphore with many waiters wakes few of them, not the
+// herd.
+func TestSemaphoreNoHerd(t *testing.T) {
+	z := testserver.StartZooKeeper(t)
+	addrs := []string{z.Addr()}
+	admin := connect(t, addrs)
+	key := dlocktest.Key(t)
+	lim := dlock.WithLimit(2)
+	var held []*dlock.Lock
+	for range 2 {
+		lk, err := zklock.New(connect(t, addrs)).Acquire(dlocktest.Context(t), key, lim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, lk)
+	}
+	const waiters = 12
+	var ps []pending
+	for i := range waiters {
+		ps = append(ps, acquireLater(t, admin, zklock.New(connect(t, addrs)), key, 3+i, lim))
+	}
+	time.Sleep(200 * time.Millisecond) // the last waiter's watch set
+	before := zklock.WatchEvents()
+	releaseOK(t, held[0])
+	ps[0].got(t, "first waiter")
+	time.Sleep(300 * time.Millisecond)
+	// The first waiter's children watch, its own node's mark (its Bind),
+	// the second waiter's watch on the first's node, the releaser's own
+	// watch: a herd would be 12 or more.
+	if n := zklock.WatchEvents() - before; n > 5 {
+		t.Fatalf("one release fired %d watch events among %d waiters", n, waiters)
+	}
+	for i := 1; i < waiters; i++ {
+		ps[i].waiting(t, fmt.Sprintf("waiter %d", i))
+	}
+}
+
+// A permit with another limit than the holders' fails with
+// ErrLimitMismatch naming both limits (Try and Acquire); a permit queued
+// behind a waiting permit of another limit waits for it and fails once it
+// holds.
+func TestSemaphoreLimitMismatch(t *testing.T) {
+	z := testserver.StartZooKeeper(t)
+	addrs := []string{z.Addr()}
+	admin := connect(t, addrs)
+	key := dlocktest.Key(t)
+	l := func() *zklock.Locker { return zklock.New(connect(t, addrs)) }
+	p, err := l().Acquire(dlocktest.Context(t), key, dlock.WithLimit(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, try := range map[string]func() error{
+		"TryAcquire": func() error {
+			_, err := l().TryAcquire(dlocktest.Context(t), key, dlock.WithLimit(3))
+			return err
+		},
+		"Acquire": func() error {
+			_, err := l().Acquire(dlocktest.Context(t), key, dlock.WithLimit(3))
+			return err
+		},
+	} {
+		err := try()
+		if !errors.Is(err, dlock.ErrLimitMismatch) || !strings.Contains(err.Error(), "2") || !strings.Contains(err.Error(), "3") {
+			t.Fatalf("%s with limit 3 on a semaphore of 2: %v, want ErrLimitMismatch naming both", name, err)
+		}
+	}
+	if n := len(children(t, admin, l().Path(key))); n != 1 {
+		t.Fatalf("the refused permits left nodes: %d", n)
+	}
+	releaseOK(t, p)
+	wl, err := l().Acquire(dlocktest.Context(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p3 := acquireLater(t, admin, l(), key, 2, dlock.WithLimit(3))
+	p2 := acquireLater(t, admin, l(), key, 3, dlock.WithLimit(2))
+	releaseOK(t, wl)
+	p3.got(t, "permit of 3 after the writer")
+	err = p2.failed(t, "permit of 2 behind a permit of 3")
+	if !errors.Is(err, dlock.ErrLimitMismatch) {
+		t.Fatalf("permit of 2 once a permit of 3 holds: %v, want ErrLimitMismatch", err)
+	}
+}
+
+// List reports each key's mode, every holder with its mode, the limit of
+// a semaphore and the waiters.
+func TestListModes(t *testing.T) {
+	z := testserver.StartZooKeeper(t)
+	addrs := []string{z.Addr()}
+	admin := connect(t, addrs)
+	key := dlocktest.Key(t)
+	l := func() *zklock.Locker { return zklock.New(connect(t, addrs)) }
+	var readers []*dlock.Lock
+	for range 2 {
+		r, err := l().Acquire(dlocktest.Context(t), key+"/rw", dlock.WithShared(), dlock.WithMetadata("role", "reader"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		readers = append(readers, r)
+	}
+	acquireLater(t, admin, l(), key+"/rw", 3)
+	s, err := l().Acquire(dlocktest.Context(t), key+"/sem", dlock.WithLimit(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	infos, err := l().List(dlocktest.Context(t), key+"/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) != 2 {
+		t.Fatalf("List = %+v, want 2 keys", infos)
+	}
+	rw, sem := infos[0], infos[1]
+	if rw.Mode != dlock.Shared || len(rw.Holders) != 2 || rw.Waiters != 1 || rw.Limit != 0 {
+		t.Fatalf("read-write key: %+v, want 2 shared holders and 1 waiter", rw)
+	}
+	for i, h := range rw.Holders {
+		if h.Mode != dlock.Shared || h.Owner != readers[i].Owner() || h.Token != readers[i].Token() || h.Metadata["role"] != "reader" {
+			t.Errorf("holder %d: %+v, want reader %s token %d", i, h, readers[i].Owner(), readers[i].Token())
+		}
+	}
+	if sem.Mode != dlock.Limited || sem.Limit != 5 || len(sem.Holders) != 1 || sem.Holders[0].Mode != dlock.Limited || sem.Holders[0].Token != s.Token() {
+		t.Fatalf("semaphore key: %+v, want 1 limited holder of 5", sem)
+	}
+}
+
+// A shared Acquire waiting behind a writer over a link that stalls ends
+// by its context with an error, never a grant; its node goes with its
+// session, so the writer's release admits nobody stale, and after the link
+// heals the same Locker takes shared locks again.
+func TestStalledSharedAcquire(t *testing.T) {
+	z := testserver.StartZooKeeper(t)
+	addrs := []string{z.Addr()}
+	admin := connect(t, addrs)
+	p := testserver.StartProxy(t, z.Addr())
+	t.Cleanup(p.Heal)
+	key := dlocktest.Key(t)
+	l := zklock.New(connect(t, []string{p.Addr()}))
+	wl, err := zklock.New(admin).Acquire(dlocktest.Context(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		lk, err := l.Acquire(ctx, key, dlock.WithShared())
+		if err == nil {
+			lk.Release(context.Background())
+			err = errors.New("granted")
+		}
+		done <- err
+	}()
+	waitFor(t, "the reader queued", func() bool { return len(children(t, admin, l.Path(key))) == 2 })
+	p.Stall()
+	select {
+	case err := <-done:
+		if err == nil || err.Error() == "granted" {
+			t.Fatalf("shared Acquire over a stalled link: %v, want an error", err)
+		}
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatal("hang: shared Acquire over a stalled link did not end with its context")
+	}
+	waitFor(t, "the stalled reader's node gone with its session", func() bool { return len(children(t, admin, l.Path(key))) == 1 })
+	releaseOK(t, wl)
+	p.Heal()
+	r, err := l.Acquire(dlocktest.Context(t), key, dlock.WithShared())
+	if err != nil {
+		t.Fatalf("shared Acquire after the link healed: %v", err)
+	}
+	if r.Token() <= wl.Token() {
+		t.Fatalf("reader token %d not above the writer's %d", r.Token(), wl.Token())
+	}
+	releaseOK(t, r)
+}
+
+// The largest limit round-trips through the node name: held, listed and
+// refused to a permit of another limit.
+func TestSemaphoreMaxLimit(t *testing.T) {
+	z := testserver.StartZooKeeper(t)
+	l := zklock.New(connect(t, []string{z.Addr()}))
+	key := dlocktest.Key(t)
+	p, err := l.TryAcquire(dlocktest.Context(t), key, dlock.WithLimit(dlock.MaxLimit))
+	if err != nil {
+		t.Fatal(err)
+	}
+	infos, err := l.List(dlocktest.Context(t), key)
+	if err != nil || len(infos) != 1 || infos[0].Limit != dlock.MaxLimit || infos[0].Mode != dlock.Limited {
+		t.Fatalf("List = %+v, %v; want one semaphore of %d", infos, err, dlock.MaxLimit)
+	}
+	if _, err := l.TryAcquire(dlocktest.Context(t), key, dlock.WithLimit(1)); !errors.Is(err, dlock.ErrLimitMismatch) {
+		t.Fatalf("permit of 1 on a semaphore of %d: %v", dlock.MaxLimit, err)
+	}
+	q, err := l.TryAcquire(dlocktest.Context(t), key, dlock.WithLimit(dlock.MaxLimit))
+	if err != nil {
+		t.Fatal(err)
+	}
+	releaseOK(t, q)
+	releaseOK(t, p)
+}
+
+// A create that is sent only after its Acquire gave up (its goroutine
+// scheduled late) and after the engine's Abort found nothing to delete
+// does not leave its node behind to hold the key for the session's life:
+// the create itself deletes it. Exclusive and shared alike.
+func TestLateCreateAfterAbort(t *testing.T) {
+	z := testserver.StartZooKeeper(t)
+	addrs := []string{z.Addr()}
+	admin := connect(t, addrs)
+	key := dlocktest.Key(t)
+	holder, err := zklock.New(admin).Acquire(dlocktest.Context(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := zklock.New(connect(t, addrs))
+	zklock.SetCreateDelay(500 * time.Millisecond)
+	t.Cleanup(func() { zklock.SetCreateDelay(0) })
+	for _, opts := range [][]dlock.Option{nil, {dlock.WithShared()}} {
+		if _, err := l.Acquire(dlocktest.Context(t), key, append(opts, dlock.WithWait(50*time.Millisecond))...); err == nil {
+			t.Fatal("acquired a held key")
+		}
+	}
+	time.Sleep(time.Second) // the late creates took effect
+	zklock.SetCreateDelay(0)
+	waitFor(t, "the late creates' nodes deleted", func() bool { return len(children(t, admin, l.Path(key))) == 1 })
+	releaseOK(t, holder)
+	lk, err := l.TryAcquire(dlocktest.Context(t), key)
+	if err != nil {
+		t.Fatalf("the key after its holder released: %v (a late node holds it?)", err)
+	}
+	releaseOK(t, lk)
+}

@@ -29,9 +29,11 @@ func TestModes(t *testing.T) {
 		t.Run(target.name, func(t *testing.T) {
 			t.Run("ReaderLeasesExpireOneByOne", func(t *testing.T) { testReaderLeases(t, newL) })
 			t.Run("ExpiredReaderDoesNotBlockWriter", func(t *testing.T) { testExpiredReader(t, pg, newL) })
+			t.Run("DeadHoldersExpireAlone", func(t *testing.T) { testDeadHolders(t, newL) })
 			t.Run("SharedRenewedPast3TTL", func(t *testing.T) { testSharedRenewal(t, newL) })
 			t.Run("RetryOfSameOwner", func(t *testing.T) { testSharedRetry(t, newL) })
 			t.Run("DeadWriterBlocksReadersOneTTL", func(t *testing.T) { testDeadWriter(t, newL) })
+			t.Run("WaitingWriterRenewsRegistration", func(t *testing.T) { testWriterRenews(t, newL) })
 			t.Run("ModesDoNotMix", func(t *testing.T) { testModesDoNotMix(t, newL) })
 			t.Run("List", func(t *testing.T) { testListModes(t, newL) })
 		})
@@ -131,6 +133,51 @@ func testExpiredReader(t *testing.T, pg *testserver.Postgres, newL func(*testing
 	if _, err := newL(t).TryAcquire(dlocktest.Context(t), key, dlock.WithShared()); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("reader while the writer holds: %v, want ErrNotAcquired", err)
 	}
+}
+
+// Holders whose process died (granted through the driver, then neither
+// renewed nor released, as a killed process leaves them) expire on the
+// server at their own TTL: a dead reader beside a live one keeps the key
+// only until then and the writer gets it once the live one leaves; a dead
+// permit holder frees its permit.
+func testDeadHolders(t *testing.T, newL func(*testing.T) *pglock.Locker) {
+	ctx := dlocktest.Context(t)
+	key := dlocktest.Key(t)
+	l := newL(t)
+	dead := func(key string, mode driver.Mode, limit int) uint64 {
+		t.Helper()
+		req := &driver.Request{Key: key, Owner: dlock.NewOwner(), TTL: time.Second, Metadata: map[string]string{}, Mode: mode, Limit: limit}
+		tok, _, err := pglock.TryRaw(ctx, l, req)
+		if err != nil {
+			t.Fatalf("%s grant: %v", mode, err)
+		}
+		return tok
+	}
+	deadTok := dead(key, driver.Shared, 0)
+	alive := mustLock(t, newL(t), key, dlock.WithShared())
+	_, err := newL(t).TryAcquire(ctx, key)
+	if na := notAcquired(t, err, "writer over a dead and a live reader"); len(na.Holders) != 2 {
+		t.Fatalf("holders %+v, want both readers", na.Holders)
+	}
+	time.Sleep(1200 * time.Millisecond) // the dead reader's TTL
+	_, err = newL(t).TryAcquire(ctx, key)
+	if na := notAcquired(t, err, "writer over the live reader"); len(na.Holders) != 1 || na.Holders[0].Owner != alive.Owner() {
+		t.Fatalf("holders %+v, want the live reader alone", na.Holders)
+	}
+	mustRelease(t, alive)
+	w := mustLock(t, newL(t), key)
+	if w.Token() <= max(deadTok, alive.Token()) {
+		t.Fatalf("writer token %d not above the readers' %d, %d", w.Token(), deadTok, alive.Token())
+	}
+	mustRelease(t, w)
+
+	sem := dlocktest.Key(t)
+	dead(sem, driver.Limited, 1)
+	if _, err := newL(t).TryAcquire(ctx, sem, dlock.WithLimit(1)); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("the one permit while a dead holder's lease lives: %v", err)
+	}
+	p := mustLock(t, newL(t), sem, dlock.WithLimit(1), dlock.WithWait(dlocktest.HangTimeout))
+	mustRelease(t, p)
 }
 
 // A reader on a short TTL is renewed (by the batched renewal) for several
@@ -248,6 +295,56 @@ func testDeadWriter(t *testing.T, newL func(*testing.T) *pglock.Locker) {
 	mustRelease(t, r4)
 	if d := time.Since(start); d > dlocktest.HangTimeout {
 		t.Fatalf("readers kept out %v by a dead writer whose TTL was 1s", d)
+	}
+}
+
+// A writer waiting longer than its TTL keeps readers out all along: its
+// refused attempts renew its registration before it expires; once the
+// reader leaves, the writer gets the key.
+func testWriterRenews(t *testing.T, newL func(*testing.T) *pglock.Locker) {
+	key := dlocktest.Key(t)
+	r := mustLock(t, newL(t), key, dlock.WithShared())
+	writer := newL(t)
+	got := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), dlocktest.HangTimeout)
+		defer cancel()
+		lk, err := writer.Acquire(ctx, key, dlock.WithTTL(time.Second))
+		if err == nil {
+			err = lk.Release(ctx)
+		}
+		got <- err
+	}()
+	probe := newL(t)
+	end := time.Now().Add(dlocktest.HangTimeout)
+	for {
+		lk, err := probe.TryAcquire(dlocktest.Context(t), key, dlock.WithShared())
+		if errors.Is(err, dlock.ErrNotAcquired) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustRelease(t, lk)
+		if time.Now().After(end) {
+			t.Fatal("hang: the waiting writer never kept readers out")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for i := 1; i <= 5; i++ { // 2.5 TTLs of the writer
+		time.Sleep(500 * time.Millisecond)
+		if _, err := probe.TryAcquire(dlocktest.Context(t), key, dlock.WithShared()); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("reader after %v of a writer waiting on a 1s TTL: %v, want ErrNotAcquired", time.Duration(i)*500*time.Millisecond, err)
+		}
+	}
+	mustRelease(t, r)
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("the waiting writer: %v", err)
+		}
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatal("hang: the writer did not get the key after the reader left")
 	}
 }
 

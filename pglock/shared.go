@@ -58,7 +58,7 @@ func (b *backend) tryShared(ctx context.Context, req *driver.Request, md string)
 	SELECT r.token, r.owner, r.metadata, r.expires_at, r.mode FROM ` + hs + ` r
 	WHERE r.key = $1 AND r.expires_at > clock_timestamp() AND NOT r.released
 ), mine AS (
-	SELECT hs.token FROM hs WHERE hs.owner = $2
+	SELECT hs.token, hs.expires_at FROM hs WHERE hs.owner = $2
 ), writer AS (
 	SELECT EXISTS (SELECT 1 FROM ` + b.n.writers + ` w WHERE w.key = $1 AND w.expires_at > clock_timestamp()) AS waiting
 ), ok AS (
@@ -91,7 +91,7 @@ func (b *backend) tryShared(ctx context.Context, req *driver.Request, md string)
 )
 SELECT 'won'::text, ins.token, ''::text, '{}'::text, 0::float8, 0::int, 0::int, false FROM ins
 UNION ALL
-SELECT 'mine', mine.token, '', '{}', 0, 0, 0, false FROM mine
+SELECT 'mine', mine.token, '', '{}', extract(epoch FROM mine.expires_at - clock_timestamp())::float8, 0, 0, false FROM mine
 UNION ALL
 SELECT 'held', live.token, live.owner, live.metadata::text, extract(epoch FROM live.expires_at - clock_timestamp())::float8, 0, 0, false
 FROM live WHERE NOT EXISTS (SELECT 1 FROM ins)
@@ -105,6 +105,7 @@ SELECT 'info', 0, '', '{}', 0, coalesce((SELECT k.hmode FROM k), 0)::int, coales
 		var (
 			got, raced    bool
 			token         int64
+			left          time.Duration // a retry's own lease: the time left on it
 			holders       []dlock.Holder
 			hmode, hlimit int
 		)
@@ -124,8 +125,10 @@ SELECT 'info', 0, '', '{}', 0, coalesce((SELECT k.hmode FROM k), 0)::int, coales
 					break
 				}
 				switch kind {
-				case "won", "mine":
+				case "won":
 					got, token = true, tok
+				case "mine":
+					got, token, left = true, tok, time.Duration(leftS*1000)*time.Millisecond
 				case "held":
 					holders = append(holders, holderOf(owner, tok, hmd, leftS, mode))
 				case "info":
@@ -144,8 +147,17 @@ SELECT 'info', 0, '', '{}', 0, coalesce((SELECT k.hmode FROM k), 0)::int, coales
 		b.answered(sent)
 		if got {
 			// The lease's validity began with this statement, not with
-			// the attempt's first.
-			return driver.Grant{Lease: &lease{b: b, key: req.Key, owner: req.Owner, mode: req.Mode}, Token: uint64(token), Start: sent}, nil
+			// the attempt's first. A retry that found its own lease
+			// (granted by an earlier statement) is valid for the time
+			// left on it, counted from this statement.
+			g := driver.Grant{Lease: &lease{b: b, key: req.Key, owner: req.Owner, mode: req.Mode}, Token: uint64(token), Start: sent}
+			if left != 0 {
+				if left < time.Millisecond {
+					left = time.Millisecond
+				}
+				g.TTL = left
+			}
+			return g, nil
 		}
 		limited := req.Mode == driver.Limited && driver.Mode(hmode) == driver.Limited
 		if limited && hlimit != req.Limit && len(holders) > 0 && holders[0].Mode == dlock.Limited {

@@ -411,7 +411,8 @@ func (b *backend) Queue(ctx context.Context, req *driver.Request) (driver.Grant,
 	probe := time.NewTicker(waitProbe)
 	defer probe.Stop()
 	var first *exists
-	seenMark := "" // a node ahead whose granted mark made us look again
+	seenMark := ""     // a node ahead whose granted mark made us look again
+	var kept markWatch // the watch of a wait on a mark that looked again
 	for {
 		sent := time.Now()
 		q, me, err := b.look(ctx, e, first)
@@ -444,7 +445,7 @@ func (b *backend) Queue(ctx context.Context, req *driver.Request) (driver.Grant,
 			return driver.Grant{}, err
 		}
 		sent = time.Now()
-		w, err := b.waitOn(ctx, e, q, i, &seenMark)
+		w, onMark, err := b.waitOn(ctx, e, q, i, &seenMark, &kept)
 		if err != nil {
 			if ctx.Err() != nil {
 				return driver.Grant{}, ended(err)
@@ -456,17 +457,28 @@ func (b *backend) Queue(ctx context.Context, req *driver.Request) (driver.Grant,
 		if w == nil {
 			continue
 		}
+		// A permit waiting for the granted mark of the permit ahead of it
+		// depends on that permit's client to write it: a frozen or dead
+		// client never does, and its node, admitted but unaware of it,
+		// stays until its session expires. So such a wait also looks at
+		// the queue again every markRelook of its own lease, and one dead
+		// waiter costs the permits behind it at most that long.
+		relook := time.Now().Add(markRelook(e.lease))
 	wait:
 		for {
 			select {
 			case ev := <-w:
 				b.sawWatch()
+				kept = markWatch{}
 				if ev.Type == zk.EventNotWatching {
 					e.abandon()
 					return driver.Grant{}, fmt.Errorf("%w: zookeeper acquire %q: the watch ended: %w", dlock.ErrTransient, req.Key, ev.Err)
 				}
 				break wait
 			case <-probe.C:
+				if onMark && !time.Now().Before(relook) {
+					break wait
+				}
 				sent := time.Now()
 				me, err := call(ctx, b, "exists", func() (exists, error) {
 					ok, st, err := b.conn.Exists(e.path)
@@ -490,12 +502,22 @@ func (b *backend) Queue(ctx context.Context, req *driver.Request) (driver.Grant,
 	}
 }
 
+// markRelook is how long a permit waiting for the granted mark of the
+// permit ahead of it waits before looking at the queue again, for a lease
+// of lease: a third of it, at least waitProbe.
+func markRelook(lease time.Duration) time.Duration {
+	return max(lease/3, waitProbe)
+}
+
 // waitOn sets the watch q[i], not admitted, waits on (see Queue). A nil
 // watch means: look again at once (what it depends on already changed).
-// seenMark remembers a node ahead whose granted mark sent the waiter to
+// onMark reports a watch on a waiting permit ahead for its granted mark;
+// kept holds such a watch that has not fired, reused when the waiter
+// looks again and still waits on the same node (a new watch would add a
+// channel to the client's watchers of the node at every look). seenMark remembers a node ahead whose granted mark sent the waiter to
 // look again, so that a mark nobody explains (a foreign write) cannot
 // make it spin.
-func (b *backend) waitOn(ctx context.Context, e *entry, q []qnode, i int, seenMark *string) (<-chan zk.Event, error) {
+func (b *backend) waitOn(ctx context.Context, e *entry, q []qnode, i int, seenMark *string, kept *markWatch) (_ <-chan zk.Event, onMark bool, _ error) {
 	j := blocker(q, i)
 	if j < 0 && i == q[i].limit {
 		// The first permit not admitted: any holder's release admits it.
@@ -508,35 +530,48 @@ func (b *backend) waitOn(ctx context.Context, e *entry, q []qnode, i int, seenMa
 			return kids{names, w}, err
 		})
 		if errors.Is(err, zk.ErrNoNode) {
-			return nil, nil
+			return nil, false, nil
 		}
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		nq := queueOf(k.names)
 		if ni := position(nq, e.name); ni < 0 || admitted(nq, ni) {
-			return nil, nil
+			return nil, false, nil
 		}
-		return k.watch, nil
+		return k.watch, false, nil
 	}
 	if j < 0 {
-		j = i - 1 // a permit behind waiting permits of its size
+		j, onMark = i-1, true // a permit behind waiting permits of its size
 	}
 	dep := q[j]
+	if onMark && kept.w != nil && kept.name == dep.name {
+		return kept.w, true, nil
+	}
+	*kept = markWatch{}
 	w, err := call(ctx, b, "watch", func() (exists, error) {
 		return watchNode(b.conn, e.dir+"/"+dep.name)
 	})
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if !w.ok {
-		return nil, nil
+		return nil, false, nil
 	}
 	if dep.mode == driver.Limited && parseValue(w.data).Granted && *seenMark != dep.name {
 		*seenMark = dep.name
-		return nil, nil
+		return nil, false, nil
 	}
-	return w.watch, nil
+	if onMark {
+		*kept = markWatch{name: dep.name, w: w.watch}
+	}
+	return w.watch, onMark, nil
+}
+
+// markWatch is a permit's unfired watch on the waiting permit ahead of it.
+type markWatch struct {
+	name string
+	w    <-chan zk.Event
 }
 
 // waitEnded is the error of a wait whose context ended: the key was held

@@ -29,7 +29,11 @@
 // of its own size the permit just ahead of it, which writes a "granted"
 // mark into its node when it is granted with nodes queued behind it, or,
 // for the first permit not admitted (when any holder's release admits
-// it), the key's list of children. The owner id in the name lets a client
+// it), the key's list of children. A permit waiting for a mark also
+// looks at the queue again every third of its lease: the permit ahead
+// may be admitted with its client frozen or dead, unable to write the
+// mark, and would otherwise keep every permit behind it out until its
+// session expired, with permits free. The owner id in the name lets a client
 // whose create reply was lost find its node again instead of orphaning it
 // (ZOOKEEPER-1262). The key's znode is a container node (ZooKeeper 3.6+):
 // the server deletes it once it has no children (checked every
@@ -119,6 +123,9 @@
 //   - That a semaphore's first waiting permit is woken only by releases:
 //     it watches the key's children, so nodes joining or leaving the
 //     queue behind it wake it too (it looks again and waits on).
+//   - That a permit behind a waiting permit whose client froze is
+//     admitted as soon as a permit is free: it notices within a third of
+//     its lease (it looks again), not at once.
 //   - Fair order among waiters of a key whose queue holds nodes foreign
 //     to zklock: nodes it cannot parse are ignored.
 //   - Shared or limited locks next to zklock versions from before they

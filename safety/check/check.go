@@ -55,7 +55,9 @@ func AnalyzeWith(events []history.Event, opt Options) Report {
 			}
 		}
 	}
-	overlaps(&r, sections(workers))
+	secs := sections(workers)
+	overlaps(&r, secs)
+	beyondLimit(&r, secs)
 	tokenRegressions(&r, events)
 	r.Fenced = register(&r, history.Fenced, events)
 	r.Unfenced = register(&r, history.Unfenced, events)

@@ -30,6 +30,17 @@
 // alone cannot prevent and fencing must make harmless; an overlap is not
 // by itself a fencing violation.
 //
+// Shared sections (an acquisition with Shared set: a Shared or Limited
+// lock) may overlap each other: a pair of them is not counted. A pair of
+// which at least one is exclusive is (a writer overlapping a reader).
+//
+// (a') Semaphores. For the sections of Limited locks (Limit > 0 on the
+// acquisition), Report.BeyondLimit counts, per key, the sections that
+// began while Limit sections of the key were already open (an entry
+// beyond the limit), BeyondLimitTime the time during which more than the
+// limit were open, MaxInside the most open at once. Sections that only
+// touch (one ends at the instant the next begins) are not counted.
+//
 // (b) Stale writes. Register.StaleAccepted counts the register's accepts
 // whose token is below the highest token among the writes it applied
 // before (in its log order), or equal to it from another worker (dlock's
@@ -67,7 +78,10 @@
 // fences: an operation is admitted iff its token is not 0 and is above the
 // highest admitted token, or equal to it from the same worker; an
 // admitted read returns the value and, like a write, records its token as
-// the highest; a refused operation (Result Rejected) changes nothing.
+// the highest; a refused operation (Result Rejected) changes nothing. A
+// read with Shared set (at a Shared or Limited lock's fence) follows
+// dlock's rule for shared fences: admitted iff its token is not 0 and at
+// least the highest admitted token, and it records nothing.
 // Operations with Result Failed are left out. An operation with Result
 // Unknown (or without a return time) returns at infinity and takes effect
 // if the model admits it: it may be linearized anywhere after its call,

@@ -25,9 +25,11 @@ type regState struct {
 	owner int
 }
 
-// regInput is an operation: a read, or a write of value, at token by worker.
+// regInput is an operation: a read, or a write of value, at token by
+// worker; shared for a read at a shared fence (a Shared or Limited lock's).
 type regInput struct {
 	write  bool
+	shared bool
 	token  uint64
 	worker int
 	value  int64
@@ -42,11 +44,19 @@ type regOutput struct {
 
 // admit is the fencing rule for an exclusive fence: a token above the
 // highest, or equal to it from the same holder; never token 0.
+// A shared fence is admitted at or above the highest token and never
+// recorded (dlock.Fence.Admit).
 func (s regState) admit(in regInput) bool {
+	if in.shared {
+		return in.token != 0 && in.token >= s.hi
+	}
 	return in.token != 0 && (in.token > s.hi || in.token == s.hi && in.worker == s.owner)
 }
 
 func (s regState) apply(in regInput) regState {
+	if in.shared {
+		return s
+	}
 	n := regState{value: s.value, hi: in.token, owner: in.worker}
 	if in.write {
 		n.value = in.value
@@ -79,6 +89,9 @@ var fencedModel = porcupine.Model{
 		in, out := input.(regInput), output.(regOutput)
 		if in.write {
 			return fmt.Sprintf("w%d write(%d) tok %d -> %s", in.worker, in.value, in.token, out.result)
+		}
+		if in.shared {
+			return fmt.Sprintf("w%d shared read tok %d -> %s %d", in.worker, in.token, out.result, out.value)
 		}
 		return fmt.Sprintf("w%d read tok %d -> %s %d", in.worker, in.token, out.result, out.value)
 	},
@@ -152,7 +165,7 @@ func fencedOps(events []history.Event) []porcupine.Operation {
 
 	var ops []porcupine.Operation
 	add := func(e history.Event, out regOutput, ret int64) {
-		in := regInput{write: e.Op == history.OpWrite, token: e.Token, worker: e.Worker, value: e.Value}
+		in := regInput{write: e.Op == history.OpWrite, shared: e.Shared && e.Op == history.OpRead, token: e.Token, worker: e.Worker, value: e.Value}
 		ops = append(ops, porcupine.Operation{
 			ClientId: e.Worker, Input: in, Call: e.T0, Output: out, Return: max(ret, e.T0),
 			Metadata: opMeta{key: e.Key},

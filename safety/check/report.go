@@ -69,6 +69,15 @@ type Report struct {
 	OverlapTime time.Duration
 	MaxOverlap  time.Duration
 
+	// (a') Limited locks (semaphores): sections that began while the
+	// lock's limit of sections of the key were already open, the time
+	// during which more than the limit were open, and the most sections
+	// of a Limited lock open at once. Overlaps leaves pairs of shared
+	// sections (Shared or Limited) out.
+	BeyondLimit     int
+	BeyondLimitTime time.Duration
+	MaxInside       int
+
 	// (d) Successful acquisitions whose token is not above the token of
 	// every successful acquisition of the key that completed before
 	// they started, or that repeat the token of an earlier-called one.
@@ -109,7 +118,7 @@ func (r Report) FencedViolations() bool {
 // Columns names the cells of Row, for a matrix header.
 func Columns() []string {
 	return []string{
-		"acquired", "overlaps", "overlap time", "token regressions",
+		"acquired", "overlaps", "overlap time", "beyond limit", "token regressions",
 		"stale accepted (unfenced)", "lost updates (unfenced)",
 		"stale accepted (fenced)", "stale rejected (fenced)", "lost updates (fenced)",
 		"fenced history",
@@ -122,6 +131,7 @@ func (r Report) Row() []string {
 		strconv.Itoa(r.Acquired),
 		strconv.Itoa(r.Overlaps),
 		r.OverlapTime.Round(time.Millisecond).String(),
+		strconv.Itoa(r.BeyondLimit),
 		strconv.Itoa(r.TokenRegressions),
 		strconv.Itoa(r.Unfenced.StaleAccepted),
 		strconv.FormatInt(max(r.Unfenced.LostUpdates, r.Unfenced.AckedMissing), 10),

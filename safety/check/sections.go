@@ -15,6 +15,8 @@ type section struct {
 	key        string
 	token      uint64
 	start, end int64
+	shared     bool // a Shared or Limited lock
+	limit      int  // a Limited lock's permits
 }
 
 // sections cuts each worker's events (ordered by call time) into critical
@@ -31,7 +33,7 @@ func sections(workers [][]history.Event) []section {
 			if a.Op != history.OpAcquire || a.Result != history.OK {
 				continue
 			}
-			s := section{worker: a.Worker, key: a.Key, token: a.Token, start: a.T1, end: -1}
+			s := section{worker: a.Worker, key: a.Key, token: a.Token, start: a.T1, end: -1, shared: a.Shared, limit: a.Limit}
 			last := end(a)
 			j := i + 1
 			for ; j < len(w) && w[j].Op != history.OpAcquire; j++ {
@@ -60,7 +62,9 @@ func sections(workers [][]history.Event) []section {
 }
 
 // overlaps counts pairs of sections of one key, held by different
-// workers, that overlap for a positive time.
+// workers, that overlap for a positive time, unless both are shared
+// (Shared or Limited locks: they may overlap; Limited ones are counted
+// by beyondLimit instead).
 func overlaps(r *Report, secs []section) {
 	by := map[string][]section{}
 	for _, s := range secs {
@@ -78,7 +82,7 @@ func overlaps(r *Report, secs []section) {
 				if b.start >= a.end {
 					break
 				}
-				if a.worker == b.worker {
+				if a.worker == b.worker || a.shared && b.shared {
 					continue
 				}
 				d := time.Duration(min(a.end, b.end) - b.start)
@@ -93,6 +97,59 @@ func overlaps(r *Report, secs []section) {
 					r.example("overlap on %q: worker %d (token %d) held [%d, %d], worker %d (token %d) held [%d, %d]: %v together",
 						k, a.worker, a.token, a.start, a.end, b.worker, b.token, b.start, b.end, d)
 				}
+			}
+		}
+	}
+}
+
+// beyondLimit counts, per key, the sections of Limited locks that began
+// while the lock's limit of sections were already open (an entry beyond
+// the limit), the time during which more than the limit were open, and
+// the most open at once.
+func beyondLimit(r *Report, secs []section) {
+	type edge struct {
+		t     int64
+		delta int // +1 start, -1 end
+		s     section
+	}
+	by := map[string][]edge{}
+	for _, s := range secs {
+		if s.limit <= 0 {
+			continue
+		}
+		by[s.key] = append(by[s.key], edge{s.start, 1, s}, edge{s.end, -1, s})
+	}
+	shown := 0
+	for _, k := range sortedKeys(by) {
+		es := by[k]
+		// Ends before starts at one instant: sections that only touch
+		// do not overlap.
+		slices.SortStableFunc(es, func(a, b edge) int { return cmp.Or(cmp.Compare(a.t, b.t), cmp.Compare(a.delta, b.delta)) })
+		open, limit := 0, 0
+		var since int64
+		for _, e := range es {
+			if e.delta > 0 {
+				limit = e.s.limit // the limit of the lock entering (one per key in a run)
+			}
+			was := open > limit && limit > 0
+			open += e.delta
+			if open > r.MaxInside {
+				r.MaxInside = open
+			}
+			now := open > limit && limit > 0
+			switch {
+			case e.delta > 0 && now:
+				r.BeyondLimit++
+				if shown < 3 {
+					shown++
+					r.example("beyond the limit on %q: worker %d (token %d) entered at %d with %d sections open (limit %d)",
+						k, e.s.worker, e.s.token, e.t, open-1, limit)
+				}
+				if !was {
+					since = e.t
+				}
+			case was && !now:
+				r.BeyondLimitTime += time.Duration(e.t - since)
 			}
 		}
 	}

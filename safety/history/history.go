@@ -70,6 +70,12 @@ type Event struct {
 	T0       int64  `json:"t0"`           // monotonic ns: the call
 	T1       int64  `json:"t1,omitempty"` // monotonic ns: the return (0: none, e.g. a crash)
 	Err      string `json:"err,omitempty"`
+	// Shared marks an acquisition of a Shared or Limited lock and a read
+	// at its fence (a shared fence: admitted at or above the highest
+	// exclusive fence, never recorded). Limit is a Limited lock's permit
+	// count (on its acquisitions); 0 for the other modes.
+	Shared bool `json:"sh,omitempty"`
+	Limit  int  `json:"lim,omitempty"`
 }
 
 // Writer appends events to a file, one JSON object per line. It is safe

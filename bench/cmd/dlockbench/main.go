@@ -147,6 +147,16 @@ func run(t *tb, cfg config) int {
 		}
 		rep.con[l.name] = r
 	}
+	groups := map[string]bool{}
+	for _, l := range libs {
+		groups[l.group] = true
+	}
+	rep.modes = modesAll(e, groups, cfg.contenders, cfg.contend)
+	for _, m := range rep.modes {
+		for i, msg := range m.errs {
+			rep.errs[fmt.Sprintf("%s/modes/%d", m.lib.name, i)] = msg
+		}
+	}
 	if cfg.group != "" {
 		fmt.Println(rep.markdown())
 		return 0

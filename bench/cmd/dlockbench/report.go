@@ -19,6 +19,7 @@ type report struct {
 	thr       map[string]float64
 	con       map[string]contendedResult
 	held      heldResult
+	modes     []modeResults
 	errs      map[string]string
 	elapsed   time.Duration
 }
@@ -94,6 +95,18 @@ func (r *report) targets() []target {
 		add("zklock uncontended p50 ≤ 1.1× go-zookeeper's zk.Lock", dz > 0 && dz <= 1.1*gz, "%s (%s vs %s)", ratio(dz, gz), us(r.unc[nDZk].p50), us(r.unc[nGoZk].p50))
 		add("zklock contended handoffs/s ≥ 1.5× go-zookeeper's zk.Lock", hps(nDZk) >= 1.5*hps(nGoZk) && hps(nDZk) > 0, "%s (%.0f vs %.0f /s)", ratio(hps(nDZk), hps(nGoZk)), hps(nDZk), hps(nGoZk))
 	}
+	for _, m := range r.modes {
+		if m.lib.name != nDRedis || m.read.unsupported {
+			continue
+		}
+		ex := hps(m.lib.exclusive)
+		add(fmt.Sprintf("redislock read lock: acquisitions/s with %d readers ≥ 10× exclusive handoffs/s with %d contenders", m.read.contenders, r.cfg.contenders),
+			m.read.perS > 0 && ex > 0 && m.read.perS >= 10*ex, "%s (%.0f vs %.0f /s)", ratio(m.read.perS, ex), m.read.perS, ex)
+		if !m.sem.unsupported {
+			add(fmt.Sprintf("redislock semaphore (limit %d): never more than %d holders inside", semLimit, semLimit),
+				m.sem.acquisitions > 0 && m.sem.overLimit == 0, "%d entries beyond the limit in %d acquisitions", m.sem.overLimit, m.sem.acquisitions)
+		}
+	}
 	h := r.held
 	perTick := float64(h.roundTrips) / h.ticks
 	add(fmt.Sprintf("%d held locks: renewal round trips per tick ≤ connections", h.locks), h.roundTrips > 0 && perTick <= 64, "%.1f round trips per tick (%d in %.0f ticks; pool of 64 connections)", perTick, h.roundTrips, h.ticks)
@@ -155,6 +168,7 @@ func (r *report) markdown() string {
 	if r.hasGroup("postgres") {
 		w("\nPostgreSQL: the advisory-lock rows are the baseline a Go program gets without a lock library, not a peer with the same guarantees. pglock sends one statement to acquire and one to release, each its own transaction (a row written, so a commit), and holds no connection between them; it gives a lease that expires by the database's clock if the holder dies or hangs, a fencing token per grant, and works behind a transaction pooler (PgBouncer). An advisory lock is a read-only call on a connection that the holder keeps for as long as it holds the lock (and a waiter for as long as it waits): it ends by an unlock (or the transaction's end) or when the session ends, so a holder that hangs with its connection open holds it for ever; it carries no token and is taken by the server's lock manager without writing anything. pglock is therefore expected to be slower than the baseline without contention (the advisory rows' ratios: below 1 for p50, above 1 for throughput); what that buys is listed above. In the contended table the advisory waiters block in the server, which hands the lock straight to the next one; pglock's waiters are woken by NOTIFY and then race with one statement each.\n")
 	}
+	r.modesMarkdown(w)
 	h := r.held
 	w("\n## Many held locks (dlock redislock, one client)\n\n")
 	w("%d locks with TTL %v (renewed every %v) held for %v: %d renewal round trips carrying %d renewals (%.1f round trips per tick, %.0f renewals/s), %s of CPU (%.1f%% of one core), %.0f bytes of heap per held lock, %d goroutines added, %d locks lost.\n\n",
@@ -175,4 +189,43 @@ func (r *report) markdown() string {
 		}
 	}
 	return b.String()
+}
+
+// modesMarkdown writes the read-write lock and semaphore section.
+func (r *report) modesMarkdown(w func(string, ...any)) {
+	if len(r.modes) == 0 {
+		return
+	}
+	w("\n## Read locks and semaphores: %d contenders on one key, each with its own connections, for %v\n\n", r.cfg.contenders, r.cfg.contend)
+	w("Each contender loops acquire → release on one key, in the mode of the row. The read-lock rows compare the acquisitions/s of %d readers (dlock.WithShared(): they hold the key together) with the handoffs/s of the same backend's exclusive lock in the contended table (the same number of contenders on one key, one at a time). One server runs every grant of a key, so readers cannot go faster than the backend's own acquire + release rate (the throughput table, distinct keys): the read-lock ratio is bounded by that rate over the exclusive handoffs/s. The semaphore rows (dlock.WithLimit(%d)) are compared with the floor: an owner-less permit counter in one Lua script (take a permit if fewer than %d are taken, give it back with DECR; a refused attempt is retried at once), as Redisson's RSemaphore keeps permits. The floor records no holder, so a holder that dies keeps its permit for ever; a dlock permit is a lease of its own (owner, TTL, fencing token) that frees at its expiry. *Entries beyond the limit* counts entries (between the return of acquire and the call of release) that found the limit already inside, and must be 0; the sections are empty, as in the contended table, so this is a sanity check only: the safety matrix's redis-sem rows test the limit under faults.\n\n", r.cfg.contenders, semLimit, semLimit)
+	w("| library | mode | acquisitions/s | vs exclusive handoffs/s | vs floor | entries beyond the limit | acquisitions | gave up |\n|---|---|---|---|---|---|---|---|\n")
+	row := func(name, mode string, m modeResult, ex, floor float64) {
+		if m.unsupported {
+			w("| %s | %s | not supported by this backend | | | | | |\n", name, mode)
+			return
+		}
+		beyond := "—"
+		if m.limit > 0 {
+			beyond = fmt.Sprint(m.overLimit)
+		}
+		w("| %s | %s | %.0f | %s | %s | %s | %d | %d |\n", name, mode, m.perS, ratio(m.perS, ex), ratio(m.perS, floor), beyond, m.acquisitions, m.failures)
+	}
+	for _, m := range r.modes {
+		ex := r.con[m.lib.exclusive].handoffsPerS
+		row(m.lib.name, "read lock: Acquire(WithShared())", m.read, ex, 0)
+		row(m.lib.name, fmt.Sprintf("semaphore: Acquire(WithLimit(%d))", semLimit), m.sem, ex, m.floor.perS)
+		if m.lib.semFloor != nil {
+			row("floor: Lua permit counter", fmt.Sprintf("no owner, no TTL, no token, limit %d, retry at once", semLimit), m.floor, 0, m.floor.perS)
+		}
+	}
+	for _, m := range r.modes {
+		for _, x := range []struct {
+			what string
+			res  modeResult
+		}{{"read lock", m.read}, {"semaphore", m.sem}, {"floor", m.floor}} {
+			if x.res.firstErr != "" {
+				w("\n- %s %s, first error: %s\n", m.lib.name, x.what, x.res.firstErr)
+			}
+		}
+	}
 }

@@ -73,6 +73,10 @@ func (rep report) problems() []string {
 			continue
 		}
 		a := r.analyze()
+		if r.spec.prim() == "sem" {
+			out = append(out, semProblems(r, a)...)
+			continue
+		}
 		if a.Acquired == 0 || a.Fenced.Accepted == 0 {
 			out = append(out, fmt.Sprintf("%s: nothing was measured (%d acquisitions, %d fenced writes applied): a case whose workers never worked shows no violation vacuously", r.spec.name(), a.Acquired, a.Fenced.Accepted))
 			continue
@@ -93,6 +97,28 @@ func (rep report) problems() []string {
 	return out
 }
 
+// semProblems are the problems of a semaphore row: its workers touch no
+// register (permits overlap by design and no fence orders them), so what
+// it measures is the number of holders inside at once. A row that
+// acquired nothing measured nothing; the baseline must never have more
+// than the limit inside, nor a token regression; under client pauses a
+// paused holder's permit frees at its expiry and is taken by another, so
+// the paused holder coming back makes one more than the limit: a row that
+// never shows it did not exercise the fault (a blind check).
+func semProblems(r *caseResult, a analyzed) []string {
+	var out []string
+	name := r.spec.name()
+	switch {
+	case a.Acquired == 0:
+		return []string{fmt.Sprintf("%s: nothing was measured (no acquisition): a case whose workers never worked shows no violation vacuously", name)}
+	case r.spec.fault == "none" && (a.BeyondLimit > 0 || a.Overlaps > 0 || a.TokenRegressions > 0):
+		out = append(out, fmt.Sprintf("%s: the baseline (no fault) shows a broken semaphore: %s (examples: %s); reproduce with make safety-repro CASE=%s SEED=%d", name, a.String(), strings.Join(a.Examples, "; "), name, r.seed))
+	case r.spec.fault == "client-pause" && a.BeyondLimit == 0:
+		out = append(out, fmt.Sprintf("%s: no holder was ever beyond the limit after %d pauses past the TTL: the checker or the harness is blind", name, r.injected))
+	}
+	return out
+}
+
 func (rep report) markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Safety matrix\n\n")
@@ -108,6 +134,12 @@ func (rep report) markdown() string {
 			continue
 		}
 		a := r.analyze()
+		if r.spec.prim() == "sem" {
+			fmt.Fprintf(&b, "| %s | %s | %d | %d | %d beyond the limit of %d (%s; most inside %d) | n/a | n/a | n/a | n/a | n/a | %s | %d | %.0f → %.0f | %s | %d |\n",
+				r.spec.backend, r.spec.fault, r.injected, a.Acquired, a.BeyondLimit, semPermits, a.BeyondLimitTime.Round(time.Millisecond), a.MaxInside,
+				a.Linearizability, a.TokenRegressions, a.rateBefore, a.rateDuring, a.p99During.Round(time.Millisecond), r.seed)
+			continue
+		}
 		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d (%s) | %d | %d | %d | %d | %d | %s | %d | %.0f → %.0f | %s | %d |\n",
 			r.spec.backend, r.spec.fault, r.injected, a.Acquired, a.Overlaps, a.OverlapTime.Round(time.Millisecond),
 			a.Unfenced.StaleAccepted, max(a.Unfenced.LostUpdates, a.Unfenced.AckedMissing),
@@ -275,6 +307,38 @@ const matrixNotes = `
   PgBouncer 1.18 complained about on every NOTIFY and once exited on;
   waiters poll), so pooling changes nothing: a paused holder overlaps the
   next one the same way, and its write is refused the same way.
+- **Read-write locks** (the redis-rw and etcd-rw rows): workers 0 and 2 are writers
+  (an exclusive lock: read, think, write, as in every other row), workers
+  1 and 3 readers (dlock.WithShared(): they read both registers at their
+  lock's fence, a shared one, and write nothing). Readers may hold the
+  key together, so a pair of readers is not an overlap; a writer inside
+  with anyone else is. The client-pause row pauses writers only. The
+  paused writer's lease expires, and the key goes to readers and to the
+  other writer, with tokens above its own (every grant of a key, in any
+  mode, takes the key's next token), so the writer comes back overlapping
+  them. The guard refuses its late write once the other writer has
+  written (an exclusive fence is recorded); a reader's shared fence is
+  not recorded (readers must not fence each other out), so if only
+  readers came in during the pause, the late write is admitted after
+  their reads, which is still a linearizable history (the reads come
+  before the write) but means a reader can overlap a writer that is
+  not yet fenced out: fencing protects the data from the stale writer,
+  not a reader from seeing a writer's work in progress. The fenced-history
+  column checks the readers' reads under dlock's rule for shared fences.
+- **Semaphores** (the redis-sem and etcd-sem rows): 4 workers each take one of 2 permits
+  (dlock.WithLimit) and hold it for the think time; they touch neither
+  register, because holders of a semaphore overlap by design and no token
+  orders them (their fences are shared), so fencing does not apply
+  (n/a). The overlaps column counts entries beyond the limit: a worker
+  entering while the limit's number of holders were already inside, as
+  the workers saw their sections. The baseline must show none. Under a
+  client pause the paused holder's permit frees at its expiry (never
+  later: a crashed holder does not leak it, as an owner-less counter
+  would), a waiting worker takes it, and the paused holder comes back
+  believing it still holds its permit: one more than the limit inside
+  until it releases. A lock service cannot prevent that for a semaphore
+  any more than for a lock, and a guard cannot refuse it; the run fails
+  if a client-pause row never shows it (the check would be blind).
 - **A holder killed mid-work** (file) leaves its lease to expire: the next
   holder waits up to one TTL; no overlap, no lost update.
 

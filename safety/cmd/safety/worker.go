@@ -17,7 +17,9 @@ import (
 
 // worker is one client process: it loops acquire -> fenced read ->
 // think -> fenced write -> release on one key until its time is up,
-// logging every step. It never checks its lock between the read and the
+// logging every step. In mode shared (a reader: dlock.WithShared) it
+// reads and does not write; in mode limited (a semaphore permit:
+// dlock.WithLimit) it only acquires, thinks and releases. It never checks its lock between the read and the
 // write (a check there is what a GC pause or a stalled VM defeats), so a
 // pause lands exactly where locks alone fail.
 //
@@ -36,8 +38,25 @@ func runWorker(args []string) int {
 	think := fs.Duration("think", 5*time.Millisecond, "time between the read and the write")
 	dur := fs.Duration("duration", 10*time.Second, "how long to run")
 	seed := fs.Uint64("seed", 1, "random seed")
+	mode := fs.String("mode", "exclusive", "lock mode: exclusive (reads and writes the registers), shared (a reader: reads them) or limited (a semaphore permit: touches neither)")
+	limit := fs.Int("limit", 0, "the semaphore's permits (mode limited)")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	opts := []dlock.Option{dlock.WithTTL(*ttl), dlock.WithWait(2 * *ttl)}
+	switch *mode {
+	case "exclusive":
+	case "shared":
+		opts = append(opts, dlock.WithShared())
+	case "limited":
+		opts = append(opts, dlock.WithLimit(*limit))
+	default:
+		fmt.Fprintf(os.Stderr, "worker %d: unknown mode %q\n", *id, *mode)
+		return 2
+	}
+	shared, lim := *mode != "exclusive", 0
+	if *mode == "limited" {
+		lim = *limit
 	}
 	fail := func(err error) int {
 		fmt.Fprintf(os.Stderr, "worker %d: %v\n", *id, err)
@@ -68,20 +87,20 @@ func runWorker(args []string) int {
 	for time.Now().Before(end) {
 		ctx, cancel := context.WithDeadline(context.Background(), end)
 		t0 := history.Now()
-		lk, err := locker.Acquire(ctx, *key, dlock.WithTTL(*ttl), dlock.WithWait(2**ttl))
+		lk, err := locker.Acquire(ctx, *key, opts...)
 		t1 := history.Now()
 		if err != nil {
 			res := history.Failed
 			if !errors.Is(err, dlock.ErrNotAcquired) {
 				res = history.Unknown
 			}
-			ev(history.Event{Op: history.OpAcquire, Result: res, T0: t0, T1: t1, Err: err.Error()})
+			ev(history.Event{Op: history.OpAcquire, Result: res, T0: t0, T1: t1, Err: err.Error(), Shared: shared, Limit: lim})
 			cancel()
 			time.Sleep(time.Duration(rng.Int64N(int64(5 * time.Millisecond))))
 			continue
 		}
 		f := lk.Fence()
-		ev(history.Event{Op: history.OpAcquire, Result: history.OK, Token: f.Token, T0: t0, T1: t1})
+		ev(history.Event{Op: history.OpAcquire, Result: history.OK, Token: f.Token, T0: t0, T1: t1, Shared: shared, Limit: lim})
 		watched := make(chan struct{})
 		go func(acquired int64) {
 			defer close(watched)
@@ -90,14 +109,25 @@ func runWorker(args []string) int {
 				ev(history.Event{Op: history.OpLost, Token: f.Token, T0: acquired, T1: history.Now(), Err: err.Error()})
 			}
 		}(t1)
-		// Fenced and unfenced reads.
+		// Fenced and unfenced reads (a semaphore permit touches neither
+		// register: its holders overlap by design, up to the limit, and
+		// no fence orders them).
 		rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
-		t0 = history.Now()
-		fv, ferr := reg.readFenced(rctx, *key, f)
-		ev(opEvent(history.OpRead, history.Fenced, f.Token, fv, t0, ferr))
-		t0 = history.Now()
-		uv, uerr := reg.readPlain()
-		ev(opEvent(history.OpRead, history.Unfenced, f.Token, uv, t0, uerr))
+		var fv, uv int64
+		ferr, uerr := errSkipped, errSkipped
+		if *mode != "limited" {
+			t0 = history.Now()
+			fv, ferr = reg.readFenced(rctx, *key, f)
+			e := opEvent(history.OpRead, history.Fenced, f.Token, fv, t0, ferr)
+			e.Shared = f.Shared
+			ev(e)
+			t0 = history.Now()
+			uv, uerr = reg.readPlain()
+			ev(opEvent(history.OpRead, history.Unfenced, f.Token, uv, t0, uerr))
+		}
+		if *mode != "exclusive" { // readers and permits do not write
+			ferr, uerr = errSkipped, errSkipped
+		}
 		// Think: the window where a pause bites.
 		if os.Rename(pauseReq, pauseReq+".taken") == nil {
 			testserver.StopSelf() // thread-directed: nothing below runs first
@@ -130,6 +160,9 @@ func runWorker(args []string) int {
 	}
 	return 0
 }
+
+// errSkipped marks a register operation the worker's mode does not do.
+var errSkipped = errors.New("skipped")
 
 // opEvent is the worker's record of a register operation.
 func opEvent(op history.Op, reg string, token uint64, v int64, t0 int64, err error) history.Event {

@@ -188,18 +188,48 @@ func (s *Set) Release(ctx context.Context) error {
 		stop()
 	}
 	err := s.releaseLocks(ctx)
+	// A loss this Release found (a lease gone from the server before the
+	// watchdog noticed) is the set's loss, for Err and a second Release,
+	// not a plain release: the AfterFuncs that record losses were stopped
+	// above.
+	var lost *LostError
+	if errors.As(err, &lost) {
+		s.lose(lost)
+	} else if errors.Is(err, ErrLockLost) {
+		s.lose(err)
+	}
 	if s.life.Err() == nil {
 		s.lose(ErrReleased)
 	}
 	return err
 }
 
+// releaseLocks releases the locks in reverse order. While ctx lasts each
+// Release is bounded by it; once it has ended (or when it had ended before
+// the call: AcquireAll's undo after its context ended), the remaining
+// releases run together, bounded by one DefaultReleaseTimeout between them
+// all, instead of one after the other with a fresh DefaultReleaseTimeout
+// each: against a hung service that would keep the caller for N times
+// that.
 func (s *Set) releaseLocks(ctx context.Context) error {
-	var errs []error
-	for i := len(s.locks) - 1; i >= 0; i-- {
-		if err := s.locks[i].Release(ctx); err != nil {
-			errs = append(errs, err)
-		}
+	errs := make([]error, len(s.locks))
+	i := len(s.locks) - 1
+	for ; i >= 0 && ctx.Err() == nil; i-- {
+		errs[i] = s.locks[i].Release(ctx)
 	}
+	if i >= 0 {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultReleaseTimeout)
+		defer cancel()
+		var wg sync.WaitGroup
+		for ; i >= 0; i-- {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				errs[i] = s.locks[i].Release(rctx)
+			}(i)
+		}
+		wg.Wait()
+	}
+	slices.Reverse(errs)
 	return errors.Join(errs...)
 }

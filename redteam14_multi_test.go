@@ -1,0 +1,117 @@
+package dlock_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/filelock"
+	"github.com/dlock-go/dlock/memlock"
+)
+
+// rt14HangFile takes the flock every filelock operation on key in dir
+// needs, from a descriptor of the test's own: until the returned function
+// runs, every acquire, refresh and release of key hangs (a hung server).
+func rt14HangFile(t *testing.T, dir, key string) func() {
+	t.Helper()
+	sum := sha256.Sum256([]byte(key))
+	path := filepath.Join(dir, hex.EncodeToString(sum[:16])+".flock")
+	fd, err := syscall.Open(path, syscall.O_RDWR|syscall.O_CREAT|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(fd, syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	heal := func() { once.Do(func() { syscall.Close(fd) }) }
+	t.Cleanup(heal)
+	return heal
+}
+
+// A lock of a Set found lost only by the Set's Release (its lease was
+// expired behind its back, the watchdog had not noticed yet) is a loss:
+// the first Release reports it, and so must a second Release and Err
+// (Set.Release: "A second Release returns the first's loss").
+func TestRedTeam14_SetSecondReleaseKeepsLoss(t *testing.T) {
+	l := memlock.New()
+	ctx := context.Background()
+	s, err := dlock.AcquireAll(ctx, l, []string{"rt14/a", "rt14/b"}, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Expire("rt14/a")
+	if err := s.Release(ctx); !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("first Release = %v, want the loss of rt14/a", err)
+	}
+	if err := s.Release(ctx); !errors.Is(err, dlock.ErrLockLost) {
+		t.Errorf("second Release = %v, want the first's loss", err)
+	}
+	if err := s.Err(); !errors.Is(err, dlock.ErrLockLost) {
+		t.Errorf("Err after a Release that found a loss = %v, want the loss", err)
+	}
+}
+
+// AcquireAll that fails after taking some keys must not spend a whole
+// DefaultReleaseTimeout on each of them when the service hangs: its
+// context has ended, and the releases went one after the other, 5s each.
+func TestRedTeam14_AcquireAllUndoBounded(t *testing.T) {
+	dir := t.TempDir()
+	l, err := filelock.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := l.TryAcquire(context.Background(), "rt14/z")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Release(context.Background())
+	keys := []string{"rt14/a", "rt14/b", "rt14/c", "rt14/z"}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	type res struct {
+		s   *dlock.Set
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		s, err := dlock.AcquireAll(ctx, l, keys)
+		done <- res{s, err}
+	}()
+	// Wait until the first three are held (by the AcquireAll), then hang them.
+	deadline := time.Now().Add(400 * time.Millisecond)
+	for {
+		infos, _ := l.List(context.Background(), "rt14/")
+		if len(infos) == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("AcquireAll did not take the free keys: %v", infos)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	var heals []func()
+	for _, k := range keys[:3] {
+		heals = append(heals, rt14HangFile(t, dir, k))
+	}
+	start := time.Now()
+	r := <-done
+	took := time.Since(start)
+	for _, h := range heals {
+		h()
+	}
+	if r.err == nil {
+		r.s.Release(context.Background())
+		t.Fatal("AcquireAll got a held key")
+	}
+	if took > dlock.DefaultReleaseTimeout+2*time.Second {
+		t.Errorf("AcquireAll took %v to give up (3 hung releases at %v each)", took, dlock.DefaultReleaseTimeout)
+	}
+}

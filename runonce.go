@@ -27,7 +27,9 @@ import (
 //
 // The lease TTL is WithTTL's if given (it must lie in [atLeastFor,
 // atMostFor]), else DefaultTTL clamped to that range. Other options apply
-// as for TryAcquire. RunOnce never waits for the key.
+// as for TryAcquire, except WithShared and WithLimit(n > 1), which would
+// let several replicas run the job and are an error wrapping
+// ErrInvalidOption. RunOnce never waits for the key.
 //
 // It returns ran = true when fn ran, with fn's error joined with an error
 // wrapping ErrLockLost if the lock was lost (or atMostFor reached) while
@@ -53,6 +55,10 @@ func RunOnce(ctx context.Context, l Locker, key string, atMostFor, atLeastFor ti
 	cfg, err := newConfig(key, 1, opts...) // the backend judges its own minimum TTL
 	if err != nil {
 		return false, err
+	}
+	if cfg.mode == Shared || cfg.mode == Limited && cfg.limit > 1 {
+		// Every replica would get the key and run the job.
+		return false, fmt.Errorf("%w: RunOnce runs the job once: a %s lock (limit %d) would let several replicas run it", ErrInvalidOption, cfg.mode, cfg.limit)
 	}
 	ttl := min(max(DefaultTTL, atLeastFor), atMostFor)
 	if cfg.ttlSet {
@@ -85,7 +91,10 @@ func RunOnce(ctx context.Context, l Locker, key string, atMostFor, atLeastFor ti
 			time.AfterFunc(wait, func() { _ = lk.Release(context.Background()) })
 			return
 		}
-		if rerr := lk.Release(context.WithoutCancel(ctx)); rerr != nil && lost == nil {
+		// Release honours ctx (an ended one gets DefaultReleaseTimeout):
+		// against a hung service RunOnce returns by its deadline and the
+		// release goes on in the background.
+		if rerr := lk.Release(ctx); rerr != nil && lost == nil {
 			err = errors.Join(err, rerr)
 		}
 	}()

@@ -212,6 +212,9 @@ func (s *Set) Release(ctx context.Context) error {
 // each: against a hung service that would keep the caller for N times
 // that.
 func (s *Set) releaseLocks(ctx context.Context) error {
+	if ctx == nil {
+		ctx = context.Background() // as Lock.Release takes it
+	}
 	errs := make([]error, len(s.locks))
 	i := len(s.locks) - 1
 	for ; i >= 0 && ctx.Err() == nil; i-- {

@@ -115,3 +115,20 @@ func TestRedTeam14_AcquireAllUndoBounded(t *testing.T) {
 		t.Errorf("AcquireAll took %v to give up (3 hung releases at %v each)", took, dlock.DefaultReleaseTimeout)
 	}
 }
+
+// Set.Release with a nil context releases like Lock.Release does (it must
+// not panic in the bounded release path).
+func TestRedTeam14_SetReleaseNilContext(t *testing.T) {
+	l := memlock.New()
+	s, err := dlock.AcquireAll(context.Background(), l, []string{"rt14/n1", "rt14/n2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	//lint:ignore SA1012 a nil context is what is tested
+	if err := s.Release(nil); err != nil { //nolint:staticcheck
+		t.Fatalf("Release(nil) = %v", err)
+	}
+	if infos, _ := l.List(context.Background(), "rt14/"); len(infos) != 0 {
+		t.Errorf("keys still held after Release(nil): %+v", infos)
+	}
+}

@@ -34,7 +34,9 @@ type Set struct {
 // order, before AcquireAll returns that key's error.
 //
 // WithWait bounds the wait for each key; ctx bounds the whole. Every lock
-// of the set has its own lease, token and watchdog renewal.
+// of the set has its own lease, token and watchdog renewal. A lock lost
+// while AcquireAll waited for a later key makes the returned Set lost
+// from the start (Lost closed, Err naming the loss).
 func AcquireAll(ctx context.Context, l Locker, keys []string, opts ...Option) (*Set, error) {
 	return acquireAll(ctx, l, keys, opts, true)
 }
@@ -88,6 +90,16 @@ func acquireAll(ctx context.Context, l Locker, keys []string, opts []Option, wai
 		s.locks = append(s.locks, lk)
 	}
 	s.life, s.lose = context.WithCancelCause(context.Background())
+	// A lock lost while a later key was awaited makes the returned set lost
+	// already, as its caller sees it: an AfterFunc on a context already
+	// done runs in a goroutine of its own, a moment too late for an Err or
+	// Lost checked right after AcquireAll returns.
+	for _, lk := range s.locks {
+		if err := lk.Err(); err != nil && !errors.Is(err, ErrReleased) {
+			s.lose(err)
+			break
+		}
+	}
 	for _, lk := range s.locks {
 		lk := lk
 		s.stops = append(s.stops, context.AfterFunc(lk.life, func() {

@@ -132,3 +132,52 @@ func TestRedTeam14_SetReleaseNilContext(t *testing.T) {
 		t.Errorf("keys still held after Release(nil): %+v", infos)
 	}
 }
+
+// A lock of the set lost while AcquireAll still waited for a later key:
+// the Set it returns must say so at once (Err, Lost), not a moment later
+// from a goroutine: "Err is nil while every lock of the set is held".
+func TestRedTeam14_AcquireAllReturnsLossAtOnce(t *testing.T) {
+	for i := 0; i < 20; i++ {
+		l := memlock.New()
+		ctx := context.Background()
+		blocker, err := l.TryAcquire(ctx, "rt14/b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan *dlock.Set, 1)
+		go func() {
+			s, err := dlock.AcquireAll(ctx, l, []string{"rt14/a", "rt14/b"}, dlock.WithTTL(150*time.Millisecond))
+			if err != nil {
+				t.Error(err)
+			}
+			done <- s
+		}()
+		for {
+			if infos, _ := l.List(ctx, "rt14/a"); len(infos) == 1 {
+				l.Expire("rt14/a")
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		// Wait until the AcquireAll's lock of a has noticed its loss.
+		time.Sleep(200 * time.Millisecond)
+		blocker.Release(ctx)
+		s := <-done
+		if s == nil {
+			return
+		}
+		lostLock := s.Lock("rt14/a").Err()
+		setErr := s.Err()
+		select {
+		case <-s.Lost():
+		default:
+			if lostLock != nil {
+				t.Fatalf("round %d: AcquireAll returned a Set whose lock of rt14/a is lost (%v) with Lost() open and Err %v", i, lostLock, setErr)
+			}
+		}
+		if lostLock != nil && setErr == nil {
+			t.Fatalf("round %d: Set.Err nil with a lost lock (%v)", i, lostLock)
+		}
+		s.Release(ctx)
+	}
+}

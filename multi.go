@@ -173,6 +173,12 @@ func (s *Set) Context(parent context.Context) (context.Context, context.CancelFu
 		cancel(errNilLock)
 		return ctx, func() {}
 	}
+	if s.life.Err() != nil {
+		// Already lost or released: done now, not a moment later from
+		// the goroutine an AfterFunc on a done context runs in.
+		cancel(s.Err())
+		return ctx, func() {}
+	}
 	stop := context.AfterFunc(s.life, func() { cancel(s.Err()) })
 	return ctx, func() { stop(); cancel(context.Canceled) }
 }

@@ -107,6 +107,13 @@ func TestRedTeam14_AcquireAllUndoBounded(t *testing.T) {
 	for _, h := range heals {
 		h()
 	}
+	// The releases go on in the background once healed: let them finish
+	// before the directory is removed.
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if infos, _ := l.List(context.Background(), "rt14/"); len(infos) <= 1 {
+			break
+		}
+	}
 	if r.err == nil {
 		r.s.Release(context.Background())
 		t.Fatal("AcquireAll got a held key")
@@ -179,5 +186,36 @@ func TestRedTeam14_AcquireAllReturnsLossAtOnce(t *testing.T) {
 			t.Fatalf("round %d: Set.Err nil with a lost lock (%v)", i, lostLock)
 		}
 		s.Release(ctx)
+	}
+}
+
+// Set.Context of a set that is already lost (or released) is done when it
+// is returned, so work started under it sees the loss at its first check.
+func TestRedTeam14_SetContextOfLostSetIsDone(t *testing.T) {
+	l := memlock.New()
+	ctx := context.Background()
+	s, err := dlock.AcquireAll(ctx, l, []string{"rt14/c1", "rt14/c2"}, dlock.WithTTL(150*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Expire("rt14/c2")
+	<-s.Lost()
+	for i := 0; i < 50; i++ {
+		c, cancel := s.Context(ctx)
+		err := c.Err()
+		cause := context.Cause(c)
+		cancel()
+		if err == nil {
+			t.Fatalf("round %d: Context of a lost set is live", i)
+		}
+		if !errors.Is(cause, dlock.ErrLockLost) {
+			t.Fatalf("round %d: cause %v, want the loss", i, cause)
+		}
+	}
+	s.Release(ctx)
+	c, cancel := s.Context(ctx)
+	defer cancel()
+	if c.Err() == nil {
+		t.Error("Context of a released set is live")
 	}
 }

@@ -79,6 +79,13 @@ func TestRedTeam14_RunOnceReleaseHonoursContext(t *testing.T) {
 	if heal != nil {
 		heal()
 	}
+	// The release goes on in the background once healed: let it finish
+	// before the directory is removed.
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if infos, _ := l.List(context.Background(), "rt14/"); len(infos) == 0 {
+			break
+		}
+	}
 	if !ran {
 		t.Fatalf("RunOnce did not run: %v", err)
 	}

@@ -93,3 +93,28 @@ func TestRedTeam14_RunOnceReleaseHonoursContext(t *testing.T) {
 		t.Errorf("RunOnce returned %v after its start against a hung release, its context ended after 300ms", took)
 	}
 }
+
+// WithMaxHold given to RunOnce applies "as for TryAcquire": a cap below
+// atMostFor must not be raised to atMostFor (fn's context was cancelled
+// only at atMostFor).
+func TestRedTeam14_RunOnceKeepsCallerMaxHold(t *testing.T) {
+	l := memlock.New()
+	ran, err := dlock.RunOnce(context.Background(), l, "rt14/maxhold", time.Minute, 0, func(ctx context.Context) error {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(3 * time.Second):
+			return errors.New("fn's context outlived the caller's WithMaxHold(300ms)")
+		}
+	}, dlock.WithTTL(time.Second), dlock.WithMaxHold(300*time.Millisecond))
+	if !ran {
+		t.Fatalf("RunOnce did not run: %v", err)
+	}
+	if err != nil && !errors.Is(err, dlock.ErrLockLost) {
+		t.Error(err)
+	}
+	// A cap below atLeastFor cannot keep the key held that long: refused.
+	if _, err := dlock.RunOnce(context.Background(), l, "rt14/maxhold2", time.Minute, 10*time.Second, func(context.Context) error { return nil }, dlock.WithTTL(10*time.Second), dlock.WithMaxHold(time.Second)); !errors.Is(err, dlock.ErrInvalidOption) {
+		t.Errorf("WithMaxHold below atLeastFor = %v, want ErrInvalidOption", err)
+	}
+}

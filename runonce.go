@@ -27,7 +27,8 @@ import (
 //
 // The lease TTL is WithTTL's if given (it must lie in [atLeastFor,
 // atMostFor]), else DefaultTTL clamped to that range. Other options apply
-// as for TryAcquire, except WithShared and WithLimit(n > 1), which would
+// as for TryAcquire (a WithMaxHold below atMostFor is kept, and must not
+// be below atLeastFor), except WithShared and WithLimit(n > 1), which would
 // let several replicas run the job and are an error wrapping
 // ErrInvalidOption. RunOnce never waits for the key.
 //
@@ -67,7 +68,16 @@ func RunOnce(ctx context.Context, l Locker, key string, atMostFor, atLeastFor ti
 		}
 		ttl = cfg.TTL
 	}
-	opts = append(opts[:len(opts):len(opts)], WithTTL(ttl), WithMaxHold(atMostFor))
+	maxHold := atMostFor
+	if cfg.MaxHold > 0 && cfg.MaxHold < atMostFor {
+		// The caller's own cap applies, as for TryAcquire; it must leave
+		// atLeastFor covered (a lock lost at its cap is released at once).
+		if cfg.MaxHold < atLeastFor {
+			return false, fmt.Errorf("%w: RunOnce WithMaxHold %v is below atLeastFor %v", ErrInvalidOption, cfg.MaxHold, atLeastFor)
+		}
+		maxHold = cfg.MaxHold
+	}
+	opts = append(opts[:len(opts):len(opts)], WithTTL(ttl), WithMaxHold(maxHold))
 	start := time.Now()
 	lk, err := l.TryAcquire(ctx, key, opts...)
 	var held *NotAcquiredError

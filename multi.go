@@ -22,6 +22,7 @@ type Set struct {
 
 	mu       sync.Mutex
 	released bool
+	relDone  chan struct{} // closed when the first Release has finished
 }
 
 // AcquireAll acquires every key in keys, with the same options, and returns
@@ -194,14 +195,34 @@ func (s *Set) Release(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	again := s.released
-	s.released = true
+	if !again {
+		s.released = true
+		s.relDone = make(chan struct{})
+	}
+	done := s.relDone
 	s.mu.Unlock()
 	if again {
+		// The first's outcome, once it is known: a concurrent second
+		// Release must not report a clean release the first may yet find
+		// lost.
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		select {
+		case <-done:
+		case <-ctx.Done():
+			select {
+			case <-done:
+			default:
+				return fmt.Errorf("%w: the set's release is still under way: %w", ErrUnavailable, context.Cause(ctx))
+			}
+		}
 		if err := s.Err(); err != nil && !errors.Is(err, ErrReleased) {
 			return err
 		}
 		return nil
 	}
+	defer close(done)
 	for _, stop := range s.stops {
 		stop()
 	}

@@ -219,3 +219,36 @@ func TestRedTeam14_SetContextOfLostSetIsDone(t *testing.T) {
 		t.Error("Context of a released set is live")
 	}
 }
+
+// A second Release made while the first is still under way (the service
+// is slow) returns the first's loss too, not a clean release the first
+// then contradicts.
+func TestRedTeam14_ConcurrentSecondReleaseKeepsLoss(t *testing.T) {
+	dir := t.TempDir()
+	l, err := filelock.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	s, err := dlock.AcquireAll(ctx, l, []string{"rt14/r1", "rt14/r2"}, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Expire("rt14/r1"); err != nil {
+		t.Fatal(err)
+	}
+	heal := rt14HangFile(t, dir, "rt14/r1") // released last: the first Release waits on it
+	first := make(chan error, 1)
+	go func() { first <- s.Release(ctx) }()
+	time.Sleep(50 * time.Millisecond) // the first is under way
+	second := make(chan error, 1)
+	go func() { second <- s.Release(ctx) }()
+	time.Sleep(50 * time.Millisecond)
+	heal()
+	if err := <-first; !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("first Release = %v, want the loss of rt14/r1", err)
+	}
+	if err := <-second; !errors.Is(err, dlock.ErrLockLost) {
+		t.Errorf("concurrent second Release = %v, want the first's loss", err)
+	}
+}

@@ -107,9 +107,10 @@ func TestRedTeam14_AcquireAllUndoBounded(t *testing.T) {
 	for _, h := range heals {
 		h()
 	}
-	// The releases go on in the background once healed: let them finish
-	// before the directory is removed.
-	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+	// Releases still running (their own bound ends a little after
+	// AcquireAll's) go on once healed: let them finish before the
+	// directory is removed; those that timed out left leases to expire.
+	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
 		if infos, _ := l.List(context.Background(), "rt14/"); len(infos) <= 1 {
 			break
 		}
@@ -144,7 +145,7 @@ func TestRedTeam14_SetReleaseNilContext(t *testing.T) {
 // the Set it returns must say so at once (Err, Lost), not a moment later
 // from a goroutine: "Err is nil while every lock of the set is held".
 func TestRedTeam14_AcquireAllReturnsLossAtOnce(t *testing.T) {
-	for i := 0; i < 20; i++ {
+	for i := 0; i < 5; i++ {
 		l := memlock.New()
 		ctx := context.Background()
 		blocker, err := l.TryAcquire(ctx, "rt14/b")

@@ -677,6 +677,9 @@ func testRunOnce(t *testing.T, h Harness) {
 			{"huge atMostFor", dlock.MaxTTL + 1, 0, job, nil},
 			{"nil job", time.Second, 0, nil, nil},
 			{"TTL below atLeastFor", 10 * time.Second, 5 * time.Second, job, []dlock.Option{dlock.WithTTL(time.Second)}},
+			{"shared", time.Minute, 0, job, []dlock.Option{dlock.WithShared()}},
+			{"limit 2", time.Minute, 0, job, []dlock.Option{dlock.WithLimit(2)}},
+			{"max hold below atLeastFor", time.Minute, 10 * time.Second, job, []dlock.Option{dlock.WithMaxHold(time.Second)}},
 		}
 		for _, c := range cases {
 			ran, err := dlock.RunOnce(ctxT(t), l, Key(t), c.atMost, c.atLeast, c.fn, c.opts...)

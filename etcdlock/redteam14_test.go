@@ -3,10 +3,13 @@ package etcdlock_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
@@ -322,4 +325,176 @@ func TestRedTeam14_StalledSharedAttemptsHonourContext(t *testing.T) {
 		t.Fatalf("writer after the stalled attempts: %v", err)
 	}
 	rel(t, w)
+}
+
+// TryAcquire (which may join the queue and leave again) and Acquire of
+// readers, permits and writers from several clients on one key: never a
+// writer with anyone else, never more permits than the limit, never
+// readers with permits; every TryAcquire that found only compatible
+// holders and no conflicting newcomer gets in.
+func TestRedTeam14_MixedTryAcquireStress(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	const lockers, limit = 6, 3
+	ls := make([]*etcdlock.Locker, lockers)
+	for i := range ls {
+		ls[i] = etcdlock.New(newClient(t, c.Endpoints()))
+	}
+	key := dlocktest.Key(t)
+	var mu sync.Mutex
+	var readers, permits, writers, grants int
+	var bad []string
+	check := func(dr, dp, dw int) {
+		mu.Lock()
+		defer mu.Unlock()
+		readers, permits, writers = readers+dr, permits+dp, writers+dw
+		if dr+dp+dw > 0 {
+			grants++
+		}
+		if writers > 1 || (writers == 1 && readers+permits > 0) || permits > limit || (readers > 0 && permits > 0) {
+			bad = append(bad, "readers "+itoa(readers)+" permits "+itoa(permits)+" writers "+itoa(writers))
+		}
+	}
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	var wg sync.WaitGroup
+	for g := 0; g < 12; g++ {
+		wg.Go(func() {
+			l := ls[g%lockers]
+			for time.Now().Before(deadline) {
+				var opt dlock.Option = dlock.WithTTL(5 * time.Second)
+				dr, dp, dw := 0, 0, 0
+				switch g % 4 {
+				case 0, 1:
+					opt, dp = dlock.WithLimit(limit), 1
+				case 2:
+					opt, dr = dlock.WithShared(), 1
+				default:
+					dw = 1
+				}
+				var lk *dlock.Lock
+				var err error
+				ctx, cancel := ctxFor(2 * time.Second)
+				if g < 6 {
+					lk, err = l.TryAcquire(ctx, key, opt)
+				} else {
+					lk, err = l.Acquire(ctx, key, opt)
+				}
+				cancel()
+				if err != nil {
+					if !errors.Is(err, dlock.ErrNotAcquired) && !errors.Is(err, context.DeadlineExceeded) {
+						t.Errorf("attempt: %v", err)
+						return
+					}
+					time.Sleep(5 * time.Millisecond)
+					continue
+				}
+				check(dr, dp, dw)
+				time.Sleep(10 * time.Millisecond)
+				check(-dr, -dp, -dw)
+				if err := lk.Release(dlocktest.Context(t)); err != nil {
+					t.Errorf("release: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if len(bad) > 0 {
+		t.Fatalf("%d violations, first: %s", len(bad), bad[0])
+	}
+	if grants == 0 {
+		t.Fatal("no grants")
+	}
+	t.Logf("%d grants", grants)
+	// Nothing left behind: a writer gets the key at once.
+	w, err := ls[0].TryAcquire(dlocktest.Context(t), key)
+	if err != nil {
+		time.Sleep(time.Second) // background removal of refused joins
+		if w, err = ls[0].TryAcquire(dlocktest.Context(t), key); err != nil {
+			t.Fatalf("key still held after the stress: %v", err)
+		}
+	}
+	rel(t, w)
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// concurrency.Mutex TryLock and Lock race with dlock readers that
+// TryAcquire (and so may join the queue and leave it again) and Acquire:
+// a Mutex never holds together with a dlock reader.
+func TestRedTeam14_MutexRacesSharedJoins(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	key := dlocktest.Key(t)
+	var mu sync.Mutex
+	var readers, mutexes int
+	var bad []string
+	check := func(dr, dm int) {
+		mu.Lock()
+		defer mu.Unlock()
+		readers, mutexes = readers+dr, mutexes+dm
+		if mutexes > 1 || (mutexes == 1 && readers > 0) {
+			bad = append(bad, "readers "+itoa(readers)+" mutexes "+itoa(mutexes))
+		}
+	}
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	var wg sync.WaitGroup
+	for g := 0; g < 3; g++ {
+		cli := newClient(t, c.Endpoints())
+		s, err := concurrency.NewSession(cli, concurrency.WithTTL(5))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				m := concurrency.NewMutex(s, key)
+				ctx, cancel := ctxFor(2 * time.Second)
+				var err error
+				if g == 0 {
+					err = m.TryLock(ctx)
+				} else {
+					err = m.Lock(ctx)
+				}
+				if err == nil {
+					check(0, 1)
+					time.Sleep(5 * time.Millisecond)
+					check(0, -1)
+					_ = m.Unlock(context.Background())
+				} else if !errors.Is(err, concurrency.ErrLocked) && !errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("mutex: %v", err)
+				}
+				cancel()
+				time.Sleep(2 * time.Millisecond)
+			}
+		})
+	}
+	for g := 0; g < 6; g++ {
+		l := etcdlock.New(newClient(t, c.Endpoints()))
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				ctx, cancel := ctxFor(2 * time.Second)
+				var lk *dlock.Lock
+				var err error
+				if g < 4 {
+					lk, err = l.TryAcquire(ctx, key, dlock.WithShared())
+				} else {
+					lk, err = l.Acquire(ctx, key, dlock.WithShared())
+				}
+				cancel()
+				if err != nil {
+					if !errors.Is(err, dlock.ErrNotAcquired) && !errors.Is(err, context.DeadlineExceeded) {
+						t.Errorf("reader: %v", err)
+					}
+					time.Sleep(2 * time.Millisecond)
+					continue
+				}
+				check(1, 0)
+				time.Sleep(5 * time.Millisecond)
+				check(-1, 0)
+				_ = lk.Release(context.Background())
+			}
+		})
+	}
+	wg.Wait()
+	if len(bad) > 0 {
+		t.Fatalf("%d violations, first: %s", len(bad), bad[0])
+	}
 }

@@ -689,3 +689,51 @@ func testRunOnce(t *testing.T, h Harness) {
 		}
 	})
 }
+
+// ConcurrentSharedTry: readers that TryAcquire at the same moment on a key
+// only readers hold all get in: only an exclusive holder or a waiting
+// writer refuses a reader. The same for permits while fewer than the
+// limit are held.
+func testConcurrentSharedTry(t *testing.T, h Harness) {
+	if !supports(t, h, dlock.WithShared()) {
+		return
+	}
+	for _, m := range []struct {
+		name string
+		opt  dlock.Option
+	}{{"Shared", dlock.WithShared()}, {"Limited", dlock.WithLimit(64)}} {
+		t.Run(m.name, func(t *testing.T) {
+			key := Key(t)
+			first := mustAcquire(t, h.New(t), key, m.opt)
+			defer release(t, first)
+			const n = 8
+			ls := make([]dlock.Locker, n)
+			for i := range ls {
+				ls[i] = h.New(t)
+				warm := mustAcquire(t, ls[i], Key(t))
+				release(t, warm)
+			}
+			var wg sync.WaitGroup
+			errs := make([]error, n)
+			locks := make([]*dlock.Lock, n)
+			start := make(chan struct{})
+			for i, l := range ls {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					locks[i], errs[i] = l.TryAcquire(ctxT(t), key, m.opt)
+				}()
+			}
+			close(start)
+			waitGroup(t, &wg, "concurrent TryAcquires")
+			for i, err := range errs {
+				if err != nil {
+					t.Errorf("TryAcquire %d of %d at once on a key only compatible holders hold: %v", i+1, n, err)
+					continue
+				}
+				release(t, locks[i])
+			}
+		})
+	}
+}

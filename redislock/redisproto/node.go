@@ -70,7 +70,7 @@ var (
 func (n *Node) Acquire(ctx context.Context, key, owner string, ttl time.Duration, meta, waitID, waiter string) (Outcome, error) {
 	lk := n.LockKey(key)
 	return parseOutcome(acquireScript.Run(ctx, n.Client, n.groupKeys(lk),
-		owner, Ms(ttl), meta, waitID, time.Now().UnixMicro(), waiter).Slice())
+		owner, Ms(ttl), meta, waitID, time.Now().UnixMicro(), waiter, lk+channelSuffix, n.cluster).Slice())
 }
 
 // groupKeys are the keys of acquire.lua and acquire_group.lua.

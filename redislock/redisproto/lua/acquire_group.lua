@@ -46,7 +46,9 @@
 -- writer behind it is not kept waiting by it.
 --
 -- A waiting reader (or a permit holder leaving permits free) that is
--- granted pokes the next queued waiter, which may be another reader.
+-- granted pokes the next queued waiter, which may be another reader. A
+-- waiter refused by a semaphore with a free permit for its mode or limit
+-- passes the wake-up on to the waiters queued after it (pass_permit).
 local v = redis.call('GET', KEYS[1])
 local now = now_ms()
 local last = 0
@@ -65,10 +67,14 @@ if is_group(v) then
   if n > 0 then
     local mode, limit = string.match(v, '^%*(%a)|%d+|(%d+)')
     if mode == 'l' and ARGV[6] == 'l' and limit ~= ARGV[7] then
+      pass_permit(v, n, KEYS[2], ARGV[8], ARGV[4], ARGV[10])
       return {2, limit}
     end
     if mode ~= ARGV[6] or (mode == 'l' and n >= tonumber(limit)) then
       queue_waiter(KEYS[2], ARGV[4], ARGV[5], most)
+      if mode ~= ARGV[6] then
+        pass_permit(v, n, KEYS[2], ARGV[8], ARGV[4], ARGV[10])
+      end
       return {0, v, most, hs}
     end
     if ARGV[6] == 's' and live_writers(KEYS[6], now) > 0 then

@@ -163,3 +163,38 @@ local function poke_first(waiters, prefix)
     redis.call('PUBLISH', prefix .. w[1], '1')
   end
 end
+
+-- poke_from(waiters, prefix, after, cluster): tell queued waiters, in queue
+-- order from the one after waiter id after (from the first when after is
+-- ''), without dequeuing them or reserving anything, that a permit is
+-- free, until a PUBLISH reaches a listener (at most 16 tried; on a
+-- Cluster, whose PUBLISH counts only this node's listeners, the first
+-- one). A waiter that cannot use a permit (another mode or limit), woken
+-- so, passes the word on to the one after it (see pass_permit), so it
+-- travels forward through the queue, once, to whoever can take it.
+local function poke_from(waiters, prefix, after, cluster)
+  local start = 0
+  if after ~= '' then
+    local r = redis.call('ZRANK', waiters, after)
+    if not r then return end
+    start = r + 1
+  end
+  for _, w in ipairs(redis.call('ZRANGE', waiters, start, start + 15)) do
+    if redis.call('PUBLISH', prefix .. w, '1') > 0 or cluster == '1' then
+      return
+    end
+  end
+end
+
+-- pass_permit(v, n, waiters, prefix, wait_id, cluster): a waiter's attempt
+-- was refused by group value v with n live holders for a reason other
+-- than a full semaphore (another mode, another limit); when v is a
+-- semaphore with a free permit, pass the wake-up on to the waiters queued
+-- after it (see poke_from), which may be able to take the permit.
+local function pass_permit(v, n, waiters, prefix, wait_id, cluster)
+  if wait_id == '' or prefix == nil or prefix == '' then return end
+  local mode, limit = string.match(v, '^%*(%a)|%d+|(%d+)')
+  if mode == 'l' and n < tonumber(limit) then
+    poke_from(waiters, prefix, wait_id, cluster)
+  end
+end

@@ -1,0 +1,118 @@
+package redislock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
+)
+
+// TestRedTeam14_ReadersPingPongStarveWriter: two blocking readers queued
+// ahead of a blocking writer behind an exclusive holder. The holder's
+// release reserves the key for the first reader; refused for the waiting
+// writer, it hands the reservation to the next queued waiter and queues
+// itself again with its old (earliest) score. When that next waiter is
+// the second reader, it hands the reservation straight back, and so on:
+// the writer never got the reservation, and (refused while the key was
+// reserved for somebody else) waited until its registration expired,
+// when the readers entered first. The writer must be granted before
+// either reader.
+func TestRedTeam14_ReadersPingPongStarveWriter(t *testing.T) {
+	for _, d := range []struct {
+		name string
+		env  func(t *testing.T) modeEnv
+	}{{"Standalone", standaloneEnv}, {"Cluster", clusterEnv}} {
+		t.Run(d.name, func(t *testing.T) {
+			env := d.env(t)
+			key := dlocktest.Key(t)
+			x := mustTry(t, env.New(t), key)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			slow := dlock.WithBackoff(dlock.ExpBackoff{Min: 20 * time.Second, Max: 20 * time.Second})
+			ttl := dlock.WithTTL(10 * time.Second)
+			ra := acquireInBackground(ctx, env.New(t), key, dlock.WithShared(), slow, ttl)
+			time.Sleep(200 * time.Millisecond)
+			rb := acquireInBackground(ctx, env.New(t), key, dlock.WithShared(), slow, ttl)
+			time.Sleep(200 * time.Millisecond)
+			wl := env.New(t)
+			w := acquireInBackground(ctx, wl, key, slow, ttl)
+			time.Sleep(300 * time.Millisecond) // its first attempt registered and queued it
+			mustRelease(t, x)
+			select {
+			case g := <-w:
+				if g.err != nil {
+					t.Fatalf("writer: %v", g.err)
+				}
+				mustRelease(t, g.lk)
+			case g := <-ra:
+				t.Fatalf("reader A granted before the waiting writer: %+v", g)
+			case g := <-rb:
+				t.Fatalf("reader B granted before the waiting writer: %+v", g)
+			case <-time.After(5 * time.Second):
+				t.Fatal("the waiting writer was not granted within 5s of the release")
+			}
+			for _, ch := range []<-chan acquired{ra, rb} {
+				select {
+				case g := <-ch:
+					if g.err != nil {
+						t.Fatalf("reader: %v", g.err)
+					}
+					defer mustRelease(t, g.lk)
+				case <-time.After(5 * time.Second):
+					t.Fatal("a reader was not granted after the writer released")
+				}
+			}
+		})
+	}
+}
+
+// TestRedTeam14_PermitWakeGoesToWriter: a semaphore of 2 fully held; a
+// blocking exclusive request queued first, a blocking permit request
+// after it, both with a backoff far beyond the test's bound. A permit's
+// release (another still held) wakes the first queued waiter: the
+// writer, who cannot use a permit.
+func TestRedTeam14_PermitWakeGoesToWriter(t *testing.T) {
+	for _, d := range []struct {
+		name string
+		env  func(t *testing.T) modeEnv
+	}{{"Standalone", standaloneEnv}, {"Cluster", clusterEnv}} {
+		t.Run(d.name, func(t *testing.T) {
+			env := d.env(t)
+			key := dlocktest.Key(t)
+			p1 := mustTry(t, env.New(t), key, dlock.WithLimit(2), dlock.WithTTL(time.Minute))
+			p2 := mustTry(t, env.New(t), key, dlock.WithLimit(2), dlock.WithTTL(time.Minute))
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			slow := dlock.WithBackoff(dlock.ExpBackoff{Min: 20 * time.Second, Max: 20 * time.Second})
+			ttl := dlock.WithTTL(time.Minute)
+			w := acquireInBackground(ctx, env.New(t), key, slow, ttl)
+			time.Sleep(200 * time.Millisecond)
+			p := acquireInBackground(ctx, env.New(t), key, dlock.WithLimit(2), slow, ttl)
+			time.Sleep(300 * time.Millisecond) // both queued
+			mustRelease(t, p1)
+			select {
+			case g := <-p:
+				if g.err != nil {
+					t.Fatalf("permit waiter: %v", g.err)
+				}
+				mustRelease(t, g.lk)
+			case g := <-w:
+				t.Fatalf("writer granted while a permit is held: %+v", g)
+			case <-time.After(5 * time.Second):
+				t.Fatal("the released permit did not wake the permit waiter queued behind a writer")
+			}
+			mustRelease(t, p2)
+			select {
+			case g := <-w:
+				if g.err != nil {
+					t.Fatalf("writer: %v", g.err)
+				}
+				mustRelease(t, g.lk)
+			case <-time.After(5 * time.Second):
+				t.Fatal("the writer was not woken by the last permit's release")
+			}
+		})
+	}
+}

@@ -2,11 +2,16 @@ package redislock_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/redislock"
 )
 
 // TestRedTeam14_ReadersPingPongStarveWriter: two blocking readers queued
@@ -114,5 +119,57 @@ func TestRedTeam14_PermitWakeGoesToWriter(t *testing.T) {
 				t.Fatal("the writer was not woken by the last permit's release")
 			}
 		})
+	}
+}
+
+// TestRedTeam14_ExpiredGroupSkipsWriterPreference: a group whose holders'
+// leases all ended while its lock key still exists (Redis expires the
+// key at the latest holder's end, by a clock read at another moment of
+// the script than its TIME, so for up to a millisecond; here the key is
+// made to outlive them) admitted a new reader although a writer was
+// registered: the writer-preference check ran only for a group with live
+// holders and for a free key, not for a group left with none. The
+// writer's registration is written as a refused attempt writes it (a
+// real writer retries when the reader's lease ends, and wins the race
+// against this test's reader).
+func TestRedTeam14_ExpiredGroupSkipsWriterPreference(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	admin := newClient(t, srv)
+	rl := redislock.New(newClient(t, srv))
+	key := dlocktest.Key(t)
+	ctx := dlocktest.Context(t)
+	const ttl = 300 * time.Millisecond
+	p := testserver.StartProxy(t, srv.Addr())
+	pc := redis.NewClient(&redis.Options{Addr: p.Addr(), Password: srv.Password()})
+	t.Cleanup(func() { pc.Close() })
+	t.Cleanup(p.Heal)
+	r1 := mustTry(t, redislock.New(pc), key, dlock.WithShared(), dlock.WithTTL(ttl), dlock.WithAutoRefresh(false))
+	p.Cut() // r1 crashed: its lease ends on the server, unreleased
+	lkey := rl.LockKey(key)
+	now, err := admin.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.ZAdd(ctx, lkey+":wr", redis.Z{Score: float64(now.Add(time.Minute).UnixMilli()), Member: "writer"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.PExpire(ctx, lkey, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	<-r1.Lost()
+	time.Sleep(2 * ttl) // past the server-side end of r1's lease
+	lk, err := rl.TryAcquire(ctx, key, dlock.WithShared())
+	if err == nil {
+		_ = lk.Release(context.Background())
+		t.Fatal("a reader was admitted while a writer was registered (the group's holders had all expired)")
+	}
+	if !strings.Contains(err.Error(), "writer preference") {
+		t.Fatalf("reader refused with %v, want the writer-preference refusal", err)
+	}
+	// The writer (no registration needed for an exclusive grant) gets it,
+	// with a token above the reader's.
+	w := mustTry(t, rl, key)
+	if w.Token() <= r1.Token() {
+		t.Fatalf("writer token %d not above the expired reader's %d", w.Token(), r1.Token())
 	}
 }

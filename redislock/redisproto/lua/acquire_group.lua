@@ -83,6 +83,13 @@ if is_group(v) then
     end
   else
     redis.call('DEL', KEYS[4], KEYS[5]) -- every holder's lease ended
+    -- The key outlives its last holder for up to a millisecond (Redis
+    -- expires it by another clock reading than TIME): free, but a
+    -- waiting writer still comes first.
+    if ARGV[6] == 's' and live_writers(KEYS[6], now) > 0 then
+      queue_waiter(KEYS[2], ARGV[4], ARGV[5], 0)
+      return {3, 0, {}}
+    end
   end
 elseif v and string.find(v, '|', 1, true) ~= 1 then
   local pttl = redis.call('PTTL', KEYS[1]) -- an exclusive lease

@@ -74,10 +74,11 @@ func TestRedTeam14_ReadersPingPongStarveWriter(t *testing.T) {
 }
 
 // TestRedTeam14_PermitWakeGoesToWriter: a semaphore of 2 fully held; a
-// blocking exclusive request queued first, a blocking permit request
-// after it, both with a backoff far beyond the test's bound. A permit's
-// release (another still held) wakes the first queued waiter: the
-// writer, who cannot use a permit.
+// blocking exclusive request queued first, a blocking shared one next, a
+// blocking permit request after them, all with a backoff far beyond the
+// test's bound. A permit's release (another still held) woke (and
+// dequeued) the first queued waiter only: the writer, who cannot use a
+// permit; the permit waiter slept on with a permit free.
 func TestRedTeam14_PermitWakeGoesToWriter(t *testing.T) {
 	for _, d := range []struct {
 		name string
@@ -94,6 +95,8 @@ func TestRedTeam14_PermitWakeGoesToWriter(t *testing.T) {
 			ttl := dlock.WithTTL(time.Minute)
 			w := acquireInBackground(ctx, env.New(t), key, slow, ttl)
 			time.Sleep(200 * time.Millisecond)
+			r := acquireInBackground(ctx, env.New(t), key, dlock.WithShared(), slow, ttl)
+			time.Sleep(200 * time.Millisecond)
 			p := acquireInBackground(ctx, env.New(t), key, dlock.WithLimit(2), slow, ttl)
 			time.Sleep(300 * time.Millisecond) // both queued
 			mustRelease(t, p1)
@@ -105,18 +108,22 @@ func TestRedTeam14_PermitWakeGoesToWriter(t *testing.T) {
 				mustRelease(t, g.lk)
 			case g := <-w:
 				t.Fatalf("writer granted while a permit is held: %+v", g)
+			case g := <-r:
+				t.Fatalf("reader granted while a permit is held: %+v", g)
 			case <-time.After(5 * time.Second):
-				t.Fatal("the released permit did not wake the permit waiter queued behind a writer")
+				t.Fatal("the released permit did not wake the permit waiter queued behind a writer and a reader")
 			}
 			mustRelease(t, p2)
-			select {
-			case g := <-w:
-				if g.err != nil {
-					t.Fatalf("writer: %v", g.err)
+			for i, ch := range []<-chan acquired{w, r} {
+				select {
+				case g := <-ch:
+					if g.err != nil {
+						t.Fatalf("waiter %d: %v", i, g.err)
+					}
+					mustRelease(t, g.lk)
+				case <-time.After(5 * time.Second):
+					t.Fatalf("waiter %d (writer, then reader) not granted after the last permit's release", i)
 				}
-				mustRelease(t, g.lk)
-			case <-time.After(5 * time.Second):
-				t.Fatal("the writer was not woken by the last permit's release")
 			}
 		})
 	}

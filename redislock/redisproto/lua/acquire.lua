@@ -6,6 +6,7 @@
 -- KEYS[4]  the group's holders     P:{T}:h
 -- KEYS[5]  the group's holder data P:{T}:hd
 -- KEYS[6]  the waiting writers     P:{T}:wr
+-- KEYS[7]  the waiter last told of a free permit P:{T}:pk
 -- ARGV[1]  owner
 -- ARGV[2]  ttl, ms
 -- ARGV[3]  metadata json
@@ -69,7 +70,7 @@ if v then
     if #hs > 0 then
       queue_waiter(KEYS[2], ARGV[4], ARGV[5], most)
       register_writer(KEYS[6], waiter, ARGV[2])
-      pass_permit(v, #hs / 3, KEYS[2], ARGV[7], ARGV[4], ARGV[8])
+      pass_permit(v, #hs / 3, KEYS[2], ARGV[7], ARGV[4], ARGV[8], KEYS[7])
       return {0, v, most, hs}
     end
     last = tonumber(string.match(v, '^[^|]*|(%d+)')) or 0 -- every holder's lease ended

@@ -6,6 +6,7 @@
 -- KEYS[4]  the group's holders     P:{T}:h
 -- KEYS[5]  the group's holder data P:{T}:hd
 -- KEYS[6]  the waiting writers     P:{T}:wr
+-- KEYS[7]  the waiter last told of a free permit P:{T}:pk
 -- ARGV[1]  owner
 -- ARGV[2]  ttl, ms
 -- ARGV[3]  metadata json
@@ -67,13 +68,13 @@ if is_group(v) then
   if n > 0 then
     local mode, limit = string.match(v, '^%*(%a)|%d+|(%d+)')
     if mode == 'l' and ARGV[6] == 'l' and limit ~= ARGV[7] then
-      pass_permit(v, n, KEYS[2], ARGV[8], ARGV[4], ARGV[10])
+      pass_permit(v, n, KEYS[2], ARGV[8], ARGV[4], ARGV[10], KEYS[7])
       return {2, limit}
     end
     if mode ~= ARGV[6] or (mode == 'l' and n >= tonumber(limit)) then
       queue_waiter(KEYS[2], ARGV[4], ARGV[5], most)
       if mode ~= ARGV[6] then
-        pass_permit(v, n, KEYS[2], ARGV[8], ARGV[4], ARGV[10])
+        pass_permit(v, n, KEYS[2], ARGV[8], ARGV[4], ARGV[10], KEYS[7])
       end
       return {0, v, most, hs}
     end
@@ -137,8 +138,10 @@ redis.call('HSET', KEYS[5], ARGV[1], tok .. '|' .. ARGV[3])
 group_expire(KEYS[1], KEYS[4], KEYS[5])
 if ARGV[4] ~= '' then
   redis.call('ZREM', KEYS[2], ARGV[4])
-  if ARGV[6] == 's' or n + 1 < tonumber(ARGV[7]) then
+  if ARGV[6] == 's' then
     poke_first(KEYS[2], ARGV[8])
+  elseif n + 1 < tonumber(ARGV[7]) then
+    poke_from(KEYS[2], ARGV[8], '', ARGV[10], KEYS[7])
   end
 end
 return {1, tok}

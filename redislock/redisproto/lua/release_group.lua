@@ -6,6 +6,7 @@
 -- KEYS[3]  the receipts            P:{T}:rel
 -- KEYS[4]  the group's holders     P:{T}:h
 -- KEYS[5]  the group's holder data P:{T}:hd
+-- KEYS[6]  the waiter last told of a free permit P:{T}:pk
 -- ARGV[1]  owner
 -- ARGV[2]  the marker's retention, ms
 -- ARGV[3]  the waiters' channel prefix, P:{T}:w:
@@ -53,7 +54,7 @@ if is_group(v) then
     else
       group_expire(KEYS[1], KEYS[4], KEYS[5])
       if string.sub(v, 2, 2) == 'l' then
-        poke_from(KEYS[2], ARGV[3], '', ARGV[6])
+        poke_from(KEYS[2], ARGV[3], '', ARGV[6], KEYS[6])
       end
     end
     return 1

@@ -2,6 +2,7 @@ package redislock_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -179,4 +180,108 @@ func TestRedTeam14_ExpiredGroupSkipsWriterPreference(t *testing.T) {
 	if w.Token() <= r1.Token() {
 		t.Fatalf("writer token %d not above the expired reader's %d", w.Token(), r1.Token())
 	}
+}
+
+// TestRedTeam14_SemaphoreAttacksHeld: attacks on the semaphore that held
+// up: concurrent grants never exceed the limit; a permit whose acquire
+// reply was lost is one holder, the lock's own; a limit unlike a crashed
+// holder's is no mismatch once that holder's lease ended; a limited or
+// shared request on a stalled link returns by its context's deadline.
+func TestRedTeam14_SemaphoreAttacksHeld(t *testing.T) {
+	env := standaloneEnv(t)
+	t.Run("ConcurrentGrants", func(t *testing.T) {
+		key := dlocktest.Key(t)
+		const limit, n = 3, 16
+		type res struct {
+			lk  *dlock.Lock
+			err error
+		}
+		ch := make(chan res, n)
+		start := make(chan struct{})
+		for range n {
+			l := env.New(t)
+			go func() {
+				<-start
+				lk, err := l.TryAcquire(dlocktest.Context(t), key, dlock.WithLimit(limit))
+				ch <- res{lk, err}
+			}()
+		}
+		close(start)
+		var got []*dlock.Lock
+		for range n {
+			r := <-ch
+			if r.err == nil {
+				got = append(got, r.lk)
+			}
+		}
+		if len(got) != limit {
+			t.Fatalf("%d permits granted concurrently, limit %d", len(got), limit)
+		}
+		infos, err := env.New(t).List(dlocktest.Context(t), key)
+		if err != nil || len(infos) != 1 || infos[0].Limit != limit || len(infos[0].Holders) != limit || infos[0].Mode != dlock.Limited {
+			t.Fatalf("List = %+v, %v; want one semaphore of %d with %d holders", infos, err, limit, limit)
+		}
+		for _, lk := range got {
+			mustRelease(t, lk)
+		}
+	})
+	t.Run("LostAcquireReply", func(t *testing.T) {
+		l, link := env.Proxied(t)
+		mustRelease(t, mustTry(t, l, dlocktest.Key(t), dlock.WithLimit(1))) // warm
+		key := dlocktest.Key(t)
+		link.LoseNextReply()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		lk, err := l.Acquire(ctx, key, dlock.WithLimit(2), dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatalf("limited Acquire with its reply lost: %v", err)
+		}
+		defer lk.Release(context.Background())
+		other := mustTry(t, env.New(t), key, dlock.WithLimit(2)) // the second permit is free
+		refused(t, env.New(t), key, dlock.WithLimit(2))
+		mustRelease(t, other)
+		infos, err := env.New(t).List(dlocktest.Context(t), key)
+		if err != nil || len(infos) != 1 || len(infos[0].Holders) != 1 || infos[0].Holders[0].Owner != lk.Owner() {
+			t.Fatalf("List = %+v, %v; want the lock's own permit alone", infos, err)
+		}
+	})
+	t.Run("MismatchAgainstExpired", func(t *testing.T) {
+		l, link := env.Proxied(t)
+		key := dlocktest.Key(t)
+		const ttl = 300 * time.Millisecond
+		crashed := mustTry(t, l, key, dlock.WithLimit(2), dlock.WithTTL(ttl), dlock.WithAutoRefresh(false))
+		link.Cut()
+		time.Sleep(3 * ttl)
+		lk := mustTry(t, env.New(t), key, dlock.WithLimit(5))
+		if lk.Token() <= crashed.Token() {
+			t.Fatalf("token %d not above the expired permit's %d", lk.Token(), crashed.Token())
+		}
+		if _, err := env.New(t).TryAcquire(dlocktest.Context(t), key, dlock.WithLimit(2)); !errors.Is(err, dlock.ErrLimitMismatch) {
+			t.Fatalf("limit 2 on the new semaphore of 5: %v, want ErrLimitMismatch", err)
+		}
+		mustRelease(t, lk)
+	})
+	t.Run("StalledLink", func(t *testing.T) {
+		l, link := env.Proxied(t)
+		key := dlocktest.Key(t)
+		mustRelease(t, mustTry(t, l, key, dlock.WithShared())) // warm
+		link.Stall()
+		for _, opt := range []dlock.Option{dlock.WithShared(), dlock.WithLimit(3)} {
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			done := make(chan error, 1)
+			go func() {
+				_, err := l.Acquire(ctx, key, opt)
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if err == nil {
+					t.Fatal("granted over a stalled link")
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("Acquire on a stalled link did not return by its deadline")
+			}
+			cancel()
+		}
+	})
 }

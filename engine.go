@@ -267,7 +267,15 @@ func (w *waiter) attempt(ctx context.Context, n int, fn func(context.Context, *d
 	start := time.Now()
 	g, err, abandoned := callGrace(ctx, grace, func(ctx context.Context) (driver.Grant, error) {
 		return fn(ctx, req)
-	}, func(g driver.Grant, err error) { e.undo(req, g, err) })
+	}, func(g driver.Grant, err error) {
+		e.undo(req, g, err)
+		// An abandoned attempt ended the Acquire, whose Leave may have run
+		// before this attempt reached the server and registered the waiter
+		// again: leave once more, now that it is over.
+		if w.registers() {
+			w.leaveNow()
+		}
+	})
 	if abandoned {
 		return nil, true, unavailable(cfg.key, w.last, nil, err)
 	}
@@ -345,12 +353,15 @@ func (w *waiter) leave() {
 	if !w.registers() {
 		return
 	}
-	e, key, id := w.e, w.cfg.key, w.waiter
-	background.Go(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), DefaultReleaseTimeout)
-		defer cancel()
-		_ = e.leaver.Leave(ctx, key, id)
-	})
+	background.Go(w.leaveNow)
+}
+
+// leaveNow is leave's call, made by the calling goroutine with its own
+// bounded context.
+func (w *waiter) leaveNow() {
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultReleaseTimeout)
+	defer cancel()
+	_ = w.e.leaver.Leave(ctx, w.cfg.key, w.waiter)
 }
 
 // queue is a blocking Acquire on a driver with a server-side queue: the

@@ -213,6 +213,12 @@ func (l *Lock) Context(parent context.Context) (context.Context, context.CancelF
 		cancel(errNilLock)
 		return ctx, func() {}
 	}
+	if l.life.Err() != nil {
+		// Already lost or released: done on return, not a goroutine hop
+		// later (context.AfterFunc on a done context runs in its own).
+		cancel(l.Err())
+		return ctx, func() {}
+	}
 	stop := context.AfterFunc(l.life, func() { cancel(l.Err()) })
 	return ctx, func() { stop(); cancel(context.Canceled) }
 }

@@ -22,6 +22,7 @@ type Set struct {
 
 	mu       sync.Mutex
 	released bool
+	relDone  chan struct{} // closed when the first Release has finished
 }
 
 // AcquireAll acquires every key in keys, with the same options, and returns
@@ -34,7 +35,9 @@ type Set struct {
 // order, before AcquireAll returns that key's error.
 //
 // WithWait bounds the wait for each key; ctx bounds the whole. Every lock
-// of the set has its own lease, token and watchdog renewal.
+// of the set has its own lease, token and watchdog renewal. A lock lost
+// while AcquireAll waited for a later key makes the returned Set lost
+// from the start (Lost closed, Err naming the loss).
 func AcquireAll(ctx context.Context, l Locker, keys []string, opts ...Option) (*Set, error) {
 	return acquireAll(ctx, l, keys, opts, true)
 }
@@ -88,6 +91,16 @@ func acquireAll(ctx context.Context, l Locker, keys []string, opts []Option, wai
 		s.locks = append(s.locks, lk)
 	}
 	s.life, s.lose = context.WithCancelCause(context.Background())
+	// A lock lost while a later key was awaited makes the returned set lost
+	// already, as its caller sees it: an AfterFunc on a context already
+	// done runs in a goroutine of its own, a moment too late for an Err or
+	// Lost checked right after AcquireAll returns.
+	for _, lk := range s.locks {
+		if err := lk.Err(); err != nil && !errors.Is(err, ErrReleased) {
+			s.lose(err)
+			break
+		}
+	}
 	for _, lk := range s.locks {
 		lk := lk
 		s.stops = append(s.stops, context.AfterFunc(lk.life, func() {
@@ -161,6 +174,12 @@ func (s *Set) Context(parent context.Context) (context.Context, context.CancelFu
 		cancel(errNilLock)
 		return ctx, func() {}
 	}
+	if s.life.Err() != nil {
+		// Already lost or released: done now, not a moment later from
+		// the goroutine an AfterFunc on a done context runs in.
+		cancel(s.Err())
+		return ctx, func() {}
+	}
 	stop := context.AfterFunc(s.life, func() { cancel(s.Err()) })
 	return ctx, func() { stop(); cancel(context.Canceled) }
 }
@@ -176,30 +195,83 @@ func (s *Set) Release(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	again := s.released
-	s.released = true
+	if !again {
+		s.released = true
+		s.relDone = make(chan struct{})
+	}
+	done := s.relDone
 	s.mu.Unlock()
 	if again {
+		// The first's outcome, once it is known: a concurrent second
+		// Release must not report a clean release the first may yet find
+		// lost.
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		select {
+		case <-done:
+		case <-ctx.Done():
+			select {
+			case <-done:
+			default:
+				return fmt.Errorf("%w: the set's release is still under way: %w", ErrUnavailable, context.Cause(ctx))
+			}
+		}
 		if err := s.Err(); err != nil && !errors.Is(err, ErrReleased) {
 			return err
 		}
 		return nil
 	}
+	defer close(done)
 	for _, stop := range s.stops {
 		stop()
 	}
 	err := s.releaseLocks(ctx)
+	// A loss this Release found (a lease gone from the server before the
+	// watchdog noticed) is the set's loss, for Err and a second Release,
+	// not a plain release: the AfterFuncs that record losses were stopped
+	// above.
+	var lost *LostError
+	if errors.As(err, &lost) {
+		s.lose(lost)
+	} else if errors.Is(err, ErrLockLost) {
+		s.lose(err)
+	}
 	if s.life.Err() == nil {
 		s.lose(ErrReleased)
 	}
 	return err
 }
 
+// releaseLocks releases the locks in reverse order. While ctx lasts each
+// Release is bounded by it; once it has ended (or when it had ended before
+// the call: AcquireAll's undo after its context ended), the remaining
+// releases run together, bounded by one DefaultReleaseTimeout between them
+// all, instead of one after the other with a fresh DefaultReleaseTimeout
+// each: against a hung service that would keep the caller for N times
+// that.
 func (s *Set) releaseLocks(ctx context.Context) error {
-	var errs []error
-	for i := len(s.locks) - 1; i >= 0; i-- {
-		if err := s.locks[i].Release(ctx); err != nil {
-			errs = append(errs, err)
-		}
+	if ctx == nil {
+		ctx = context.Background() // as Lock.Release takes it
 	}
+	errs := make([]error, len(s.locks))
+	i := len(s.locks) - 1
+	for ; i >= 0 && ctx.Err() == nil; i-- {
+		errs[i] = s.locks[i].Release(ctx)
+	}
+	if i >= 0 {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultReleaseTimeout)
+		defer cancel()
+		var wg sync.WaitGroup
+		for ; i >= 0; i-- {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				errs[i] = s.locks[i].Release(rctx)
+			}(i)
+		}
+		wg.Wait()
+	}
+	slices.Reverse(errs)
 	return errors.Join(errs...)
 }

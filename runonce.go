@@ -27,7 +27,10 @@ import (
 //
 // The lease TTL is WithTTL's if given (it must lie in [atLeastFor,
 // atMostFor]), else DefaultTTL clamped to that range. Other options apply
-// as for TryAcquire. RunOnce never waits for the key.
+// as for TryAcquire (a WithMaxHold below atMostFor is kept, and must not
+// be below atLeastFor), except WithShared and WithLimit(n > 1), which would
+// let several replicas run the job and are an error wrapping
+// ErrInvalidOption. RunOnce never waits for the key.
 //
 // It returns ran = true when fn ran, with fn's error joined with an error
 // wrapping ErrLockLost if the lock was lost (or atMostFor reached) while
@@ -59,6 +62,10 @@ func RunOnce(ctx context.Context, l Locker, key string, atMostFor, atLeastFor ti
 	if err != nil {
 		return false, err
 	}
+	if cfg.mode == Shared || cfg.mode == Limited && cfg.limit > 1 {
+		// Every replica would get the key and run the job.
+		return false, fmt.Errorf("%w: RunOnce runs the job once: a %s lock (limit %d) would let several replicas run it", ErrInvalidOption, cfg.mode, cfg.limit)
+	}
 	ttl := min(max(DefaultTTL, atLeastFor), atMostFor)
 	if cfg.ttlSet {
 		if cfg.TTL < atLeastFor || cfg.TTL > atMostFor {
@@ -66,7 +73,16 @@ func RunOnce(ctx context.Context, l Locker, key string, atMostFor, atLeastFor ti
 		}
 		ttl = cfg.TTL
 	}
-	opts = append(opts[:len(opts):len(opts)], WithTTL(ttl), WithMaxHold(atMostFor))
+	maxHold := atMostFor
+	if cfg.MaxHold > 0 && cfg.MaxHold < atMostFor {
+		// The caller's own cap applies, as for TryAcquire; it must leave
+		// atLeastFor covered (a lock lost at its cap is released at once).
+		if cfg.MaxHold < atLeastFor {
+			return false, fmt.Errorf("%w: RunOnce WithMaxHold %v is below atLeastFor %v", ErrInvalidOption, cfg.MaxHold, atLeastFor)
+		}
+		maxHold = cfg.MaxHold
+	}
+	opts = append(opts[:len(opts):len(opts)], WithTTL(ttl), WithMaxHold(maxHold))
 	start := time.Now()
 	lk, err := tryTransient(ctx, l, key, cfg.Backoff, opts)
 	var held *NotAcquiredError
@@ -90,7 +106,10 @@ func RunOnce(ctx context.Context, l Locker, key string, atMostFor, atLeastFor ti
 			time.AfterFunc(wait, func() { _ = lk.Release(context.Background()) })
 			return
 		}
-		if rerr := lk.Release(context.WithoutCancel(ctx)); rerr != nil && lost == nil {
+		// Release honours ctx (an ended one gets DefaultReleaseTimeout):
+		// against a hung service RunOnce returns by its deadline and the
+		// release goes on in the background.
+		if rerr := lk.Release(ctx); rerr != nil && lost == nil {
 			err = errors.Join(err, rerr)
 		}
 	}()

@@ -164,6 +164,7 @@ func TestLocker(t *testing.T, h Harness) {
 		{"Modes", testModes},
 		{"ReadWrite", testReadWrite},
 		{"WriterPreference", testWriterPreference},
+		{"ConcurrentSharedTry", testConcurrentSharedTry},
 		{"Semaphore", testSemaphore},
 		{"AcquireAll", testAcquireAll},
 		{"RunOnce", testRunOnce},

@@ -42,10 +42,6 @@ func (e *entry) grant(start time.Time) driver.Grant {
 	return driver.Grant{Lease: e, Token: uint64(e.rev), TTL: e.s.ttl, Start: start}
 }
 
-// maxTryRounds bounds the transactions of a shared or limited TryAcquire
-// that finds it may join the holders while new entries keep arriving.
-const maxTryRounds = 8
-
 // inOrder are the options of a read of a whole queue, oldest entry first.
 func inOrder(opts ...clientv3.OpOption) []clientv3.OpOption {
 	return append([]clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}, opts...)
@@ -55,11 +51,18 @@ func inOrder(opts ...clientv3.OpOption) []clientv3.OpOption {
 // put this attempt's entry only if the queue is empty, else read its head
 // (the holder). A shared or limited attempt reads the whole queue instead
 // of its head and, if its entry would hold behind the entries read (see
-// blockers), puts it in a second transaction only if no entry was created
-// since that read (deletes since can only make room), and so on
-// (maxTryRounds at most). Nothing is left behind when the key is held:
-// in particular a shared attempt behind a queued writer is refused without
-// ever being in the queue.
+// blockers), joins the queue as a queued Acquire does (put the entry and
+// read the entries ahead of it in one transaction) and holds if the
+// entries ahead of it let it. Only an entry that conflicts with it and
+// arrived between the two transactions can refuse it then: its entry is
+// removed again (in the background). Otherwise nothing is left behind
+// when the key is held: in particular a shared attempt behind a writer
+// already queued is refused without ever being in the queue.
+//
+// (Putting the entry in the second transaction only if no entry was
+// created since the read, and reading again otherwise, refused readers
+// that arrived together with other readers: each round lets only one of
+// them in.)
 func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, error) {
 	b.sweepKey(ctx, req.Key)
 	pfx := b.queuePrefix(req.Key)
@@ -74,7 +77,7 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 		start       time.Time
 		leaseRenewd bool
 	)
-	for round := 0; ; round++ {
+	for {
 		if e == nil {
 			var err error
 			if e, start, err = b.newEntry(ctx, req, nil); err != nil {
@@ -113,17 +116,35 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 				return driver.Grant{}, fmt.Errorf("%w: etcd acquire %q: a stale entry of this client was in the way", dlock.ErrTransient, req.Key)
 			}
 		}
+		b.gone(e) // nothing was put; the join takes its own slot
 		if err := limitMismatch(req.Key, req, first(q)); err != nil {
-			b.gone(e)
 			return driver.Grant{}, err
 		}
-		if blockers(q, req.Mode, req.Limit) != nil || round+1 >= maxTryRounds {
-			b.gone(e)
+		if blockers(q, req.Mode, req.Limit) != nil {
 			return driver.Grant{}, b.notAcquired(req.Key, holdersOf(q), nil)
 		}
-		// It would hold: put it unless an entry arrived since the read.
-		cmp = clientv3.Compare(clientv3.CreateRevision(pfx), "<", resp.Header.Revision+1).WithPrefix()
+		return b.join(ctx, req)
 	}
+}
+
+// join puts a shared or limited TryAcquire's entry in the queue, which the
+// read before showed it could join, and grants it if the entries ahead of
+// it let it hold; if not (a conflicting entry arrived since the read), it
+// removes the entry again and refuses.
+func (b *backend) join(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	e, ahead, start, err := b.enqueue(ctx, req, nil)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	if err := limitMismatch(req.Key, req, first(ahead)); err != nil {
+		e.abandon()
+		return driver.Grant{}, err
+	}
+	if blockers(ahead, req.Mode, req.Limit) != nil {
+		e.abandon()
+		return driver.Grant{}, b.notAcquired(req.Key, holdersOf(ahead), nil)
+	}
+	return e.grant(start), nil
 }
 
 // first returns q's first entry, nil if q is empty.

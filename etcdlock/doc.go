@@ -93,11 +93,13 @@
 //
 // A shared or limited TryAcquire reads the whole queue in the transaction
 // that would put its entry into an empty queue; if its entry would hold
-// behind the entries read, it puts it in a second transaction that
-// succeeds only if no entry was created since that read (deletes can only
-// make room), and tries again from the new read otherwise, 8 transactions
-// at most (then it is refused as held). It never leaves an entry behind: a
-// shared TryAcquire behind a waiting writer is refused without ever
+// behind the entries read, it joins the queue in a second transaction (put
+// the entry and read the entries ahead of it) and holds if those let it,
+// so readers or permits arriving together all join. Only an entry that
+// conflicts with it and arrived between the two transactions (a writer, a
+// permit that fills the semaphore) refuses it then, and its entry is
+// removed again at once. Otherwise it never leaves an entry behind: a
+// shared TryAcquire behind a writer already waiting is refused without ever
 // entering the queue. An exclusive TryAcquire is unchanged (one
 // transaction); when the head it read is shared or limited it reads the
 // queue once more, to name every holder in its *dlock.NotAcquiredError.
@@ -288,8 +290,9 @@
 //     every lease when it elects a new leader. Lock.TTL reports the lease
 //     etcd applied, not the one asked for.
 //   - Shared and limited TryAcquire on a key that readers or permits hold
-//     takes two transactions, and under a steady stream of new entries it
-//     may be refused after 8 although it could have joined.
+//     takes two transactions; an entry of a refused one that a writer or
+//     permit overtook between them is in the queue until its delete (in
+//     the background) succeeds, and a later permit may count it meanwhile.
 //   - A permit of a semaphore of more than 16 that waits for 17 or more
 //     entries watches its queue's directory: every change to the queue
 //     reaches it (it reads etcd again only when one of its entries

@@ -52,6 +52,10 @@ func TestHelperProcess(t *testing.T) {
 		err = helperFlock(ctx)
 	case "wait":
 		err = helperWait(ctx)
+	case "rt14mix":
+		err = helperRT14Mix(ctx)
+	case "rt14readers":
+		err = helperRT14Readers(ctx)
 	default:
 		err = fmt.Errorf("unknown mode %q", mode)
 	}

@@ -6,12 +6,9 @@ package pglock
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
@@ -34,7 +31,10 @@ import (
 // its token before it inserts: two first inserts racing end with one
 // insert and one takeover, whose token is drawn after.) The lease's expiry is the database's clock plus
 // the TTL, so a client whose clock is wrong does not shorten or lengthen
-// anyone's lease.
+// anyone's lease. A key with live shared or limited holders (holders
+// table) is held too, and a takeover needs the key row's gen unchanged
+// since the snapshot (see tryShared). Shared and Limited requests go to
+// tryShared.
 func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, error) {
 	for k, v := range req.Metadata {
 		if strings.IndexByte(k, 0) >= 0 || strings.IndexByte(v, 0) >= 0 {
@@ -44,63 +44,116 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 	if err := b.ready(ctx); err != nil {
 		return driver.Grant{}, err
 	}
-	md, err := json.Marshal(req.Metadata)
+	mdb, err := json.Marshal(req.Metadata)
 	if err != nil {
 		return driver.Grant{}, err
 	}
+	md := string(mdb)
+	if req.Mode != driver.Exclusive {
+		return b.tryShared(ctx, req, md)
+	}
 	t := b.n.table
-	sql := `WITH live AS (
-	SELECT h.token, h.owner, h.metadata, h.expires_at FROM ` + t + ` h
-	WHERE h.key = $1 AND h.expires_at > clock_timestamp()
+	// The key's row as the snapshot shows it (k), its live exclusive
+	// lease (live) and its live shared or limited holders (readers). A
+	// takeover also needs the row's gen unchanged since the snapshot: a
+	// shared or limited grant, or a renewal of one, committed meanwhile
+	// bumped it, and the snapshot's readers may be stale. A blocking
+	// Acquire that registered as a waiting writer (see register) removes
+	// its registration, and the key's expired ones, when it is granted
+	// ($5, Request.Waiter); other attempts run without that part.
+	unreg := b.registered(req.Key, req.Waiter)
+	sql := `WITH k AS (
+	SELECT h.token, h.owner, h.metadata, h.expires_at, h.gen FROM ` + t + ` h WHERE h.key = $1
+), live AS (
+	SELECT * FROM k WHERE k.expires_at > clock_timestamp()
+), readers AS (
+	SELECT r.token, r.owner, r.metadata, r.expires_at, r.mode FROM ` + b.n.holders + ` r
+	WHERE r.key = $1 AND r.expires_at > clock_timestamp() AND NOT r.released
 ), taken AS (
 	INSERT INTO ` + t + ` AS l (key, owner, token, expires_at, metadata, acquired_at)
 	SELECT $1, $2, nextval('` + b.n.sequence + `'), clock_timestamp() + $3 * interval '1 millisecond', $4::text::jsonb, clock_timestamp()
-	WHERE NOT EXISTS (SELECT 1 FROM live)
+	WHERE NOT EXISTS (SELECT 1 FROM live) AND NOT EXISTS (SELECT 1 FROM readers)
 	ON CONFLICT (key) DO UPDATE
 		SET owner = EXCLUDED.owner, token = nextval('` + b.n.sequence + `'), expires_at = EXCLUDED.expires_at,
 		    metadata = EXCLUDED.metadata, acquired_at = EXCLUDED.acquired_at
-		WHERE l.expires_at <= clock_timestamp()
+		WHERE l.expires_at <= clock_timestamp() AND l.gen = coalesce((SELECT k.gen FROM k), 0)
 	RETURNING token
-)
-SELECT true, token, '', '{}', 0::float8 FROM taken
+)`
+	args := []any{b.mode, req.Key, req.Owner, req.TTL.Milliseconds(), md}
+	if unreg {
+		sql += `, unreg AS (
+	DELETE FROM ` + b.n.writers + ` w
+	WHERE w.key = $1 AND (w.waiter = $5 OR w.expires_at <= clock_timestamp()) AND EXISTS (SELECT 1 FROM taken)
+)`
+		args = append(args, req.Waiter)
+	}
+	sql += `
+SELECT true, token, '', '{}', 0::float8, 0::int FROM taken
 UNION ALL
-SELECT false, h.token, h.owner, h.metadata::text, extract(epoch FROM h.expires_at - clock_timestamp())::float8
-FROM live h WHERE NOT EXISTS (SELECT 1 FROM taken)`
+SELECT false, h.token, h.owner, h.metadata::text, extract(epoch FROM h.expires_at - clock_timestamp())::float8, 0
+FROM live h WHERE NOT EXISTS (SELECT 1 FROM taken)
+UNION ALL
+SELECT false, r.token, r.owner, r.metadata::text, extract(epoch FROM r.expires_at - clock_timestamp())::float8, r.mode::int
+FROM readers r WHERE NOT EXISTS (SELECT 1 FROM taken)`
 	rctx, cancel := b.rpc(ctx)
 	defer cancel()
 	sent := time.Now()
 	var (
-		won   bool
-		token int64
-		owner string
-		hmd   []byte
-		leftS float64
+		won     bool
+		token   int64
+		holders []dlock.Holder
 	)
-	err = b.pool.QueryRow(rctx, sql, b.mode, req.Key, req.Owner, req.TTL.Milliseconds(), string(md)).Scan(&won, &token, &owner, &hmd, &leftS)
-	if err == nil || errors.Is(err, pgx.ErrNoRows) {
-		b.answered(sent)
+	rows, err := b.pool.Query(rctx, sql, args...)
+	if err == nil {
+		for rows.Next() {
+			var (
+				w     bool
+				tok   int64
+				owner string
+				hmd   string
+				leftS float64
+				mode  int
+			)
+			if err = rows.Scan(&w, &tok, &owner, &hmd, &leftS, &mode); err != nil {
+				break
+			}
+			if w {
+				won, token = true, tok
+				continue
+			}
+			holders = append(holders, holderOf(owner, tok, hmd, leftS, mode))
+		}
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
 	}
-	if errors.Is(err, pgx.ErrNoRows) {
-		// The key was taken by a transaction our snapshot does not see.
-		return driver.Grant{}, &dlock.NotAcquiredError{Key: req.Key}
+	if err == nil {
+		b.answered(sent)
 	}
 	if err != nil {
 		return driver.Grant{}, b.silent(ctx, fmt.Sprintf("acquire %q", req.Key), fmt.Errorf("dlock: postgres acquire %q: %w", req.Key, explain(err)))
 	}
 	if !won {
-		h := dlock.Holder{Owner: owner, Token: uint64(token), Mode: dlock.Exclusive}
-		_ = json.Unmarshal([]byte(hmd), &h.Metadata)
-		if leftS > 0 {
-			h.TTL = time.Duration(leftS * float64(time.Second))
+		// Held (the holders listed), or, with none listed, taken or
+		// changed by a transaction our snapshot does not see.
+		if req.Waiter != "" {
+			b.register(ctx, req)
 		}
-		return driver.Grant{}, &dlock.NotAcquiredError{Key: req.Key, Holders: []dlock.Holder{h}}
+		return driver.Grant{}, &dlock.NotAcquiredError{Key: req.Key, Holders: holders}
 	}
-	return driver.Grant{Lease: &lease{b: b, key: req.Key, owner: req.Owner}, Token: uint64(token)}, nil
+	if unreg {
+		b.forget(req.Key, req.Waiter)
+	}
+	return driver.Grant{Lease: &lease{b: b, key: req.Key, owner: req.Owner, mode: driver.Exclusive}, Token: uint64(token)}, nil
 }
 
-// Abort implements driver.Aborter: delete req.Owner's row of req.Key, if
-// an attempt whose outcome is unknown wrote one.
+// Abort implements driver.Aborter: mark req.Owner's lease of req.Key
+// released, if an attempt whose outcome is unknown wrote one.
 func (b *backend) Abort(ctx context.Context, req *driver.Request) error {
+	if req.Mode != driver.Exclusive {
+		return b.abortShared(ctx, req)
+	}
 	rctx, cancel := b.rpc(ctx)
 	defer cancel()
 	_, err := b.pool.Exec(rctx, `UPDATE `+b.n.table+` SET expires_at = '-infinity' WHERE key = $1 AND owner = $2`, b.mode, req.Key, req.Owner)

@@ -8,15 +8,24 @@
 // # Table
 //
 // Leases are rows of one table (DefaultTable, or WithTable's): key, owner,
-// token, expires_at, metadata. The table and its token sequence are made
-// by an embedded, versioned migration (migrations/*.sql), which a Locker
+// token, expires_at, metadata. Shared and limited holders have a row each
+// in "<table>_holders" (key, owner, mode, token, expires_at, released,
+// metadata), and waiting writers one each in "<table>_writers" (key,
+// waiter, expires_at). The tables and the token sequence are made by
+// embedded, versioned migrations (migrations/*.sql: 0001 the lease table,
+// 0002 the holders and writers tables and the lease table's gen, hmode and
+// hlimit columns, added in place to an existing table), which a Locker
 // runs on first use (serialized by a transaction-scoped advisory lock,
 // recorded in MigrationsTable) unless WithoutMigrate is given; Migrate runs
-// it explicitly, and the SQL can be run by hand. A Locker whose migrations
-// are recorded already only reads MigrationsTable, so an application role
-// needs no privilege to create tables: SELECT, INSERT and UPDATE on the
-// lease table, USAGE on its sequence and SELECT on MigrationsTable (or
-// WithoutMigrate, and no access to MigrationsTable).
+// them explicitly, and the SQL can be run by hand. A Locker whose
+// migrations are recorded already only reads MigrationsTable, so an
+// application role needs no privilege to create tables: SELECT, INSERT and
+// UPDATE on the lease table, SELECT, INSERT, UPDATE and DELETE on the
+// holders and writers tables, USAGE on the sequence and SELECT on
+// MigrationsTable (or WithoutMigrate, and no access to MigrationsTable).
+// A table migrated to version 1 only is upgraded by the first Locker
+// allowed to (or Migrate); until then every statement fails with an error
+// saying to run it.
 //
 // # Statements
 //
@@ -32,7 +41,8 @@
 //     lease expired or was released. An attempt on a held key is thus a
 //     read: it locks no row, draws no token and writes nothing, so
 //     waiters retrying do not queue behind the holder's release or
-//     renewal.
+//     renewal. (A blocking Acquire that is refused also registers as a
+//     waiting writer, below: a row of its own, not the holder's.)
 //   - Expiry is by the database's clock: expires_at is clock_timestamp()
 //     plus the TTL, computed by the server; the client's clock is never
 //     sent, so a client with a wrong clock cannot shorten or lengthen a
@@ -43,11 +53,59 @@
 //     never deleted by pglock (a release sets expires_at to -infinity), so
 //     a key keeps its place in token order; sequences never go back, also
 //     across a server crash.
-//   - Renewal is one UPDATE for every lock of the Locker due, extended
-//     only while the row is still the owner's and not expired.
+//   - Renewal is one statement for every lock of the Locker due (one
+//     UPDATE when all are exclusive), each extended only while its row is
+//     still the owner's and not expired.
 //   - Release marks the row released only if it is still the owner's live
 //     lease, and NOTIFYs in the same statement; a retried release whose
 //     first reply was lost finds its own released row and succeeds.
+//
+// Shared (dlock.WithShared) and limited (dlock.WithLimit) locks:
+//
+//   - Each holder is its own row in the holders table, with its own
+//     owner, token, expiry (by the database's clock) and metadata, renewed,
+//     released and aborted by owner-checked statements like an exclusive
+//     lease; a holder that stops renewing expires alone.
+//   - The key's row in the lease table gates every grant. A shared or
+//     limited grant is one statement: it reads the key's holders, its
+//     exclusive lease and its waiting writers from its snapshot and, if
+//     the request may join (no exclusive holder; holders of its mode and,
+//     for a limited one, its limit and fewer than it; for a shared one, no
+//     waiting writer), upserts the key's row, under whose lock it draws
+//     the token, bumps the row's gen and records the mode and limit
+//     (hmode, hlimit), then inserts the holder's row. The upsert's
+//     condition is checked on the row's latest version: no live exclusive
+//     lease, and gen unchanged since the snapshot, so a decision taken on
+//     holders that changed meanwhile is dropped and the statement is run
+//     again (at most four times, then the key is reported held). An
+//     exclusive takeover checks the same snapshot of holders and the same
+//     gen. Renewing a holder locks its key's row (in key order within a
+//     batch) and bumps gen, and extends the holder only if it is still
+//     live at a time read after that lock: a renewal cannot slip past a
+//     writer's snapshot, and one that comes after a writer took the key
+//     finds its holder expired.
+//   - Every grant of every mode draws the key's next token under the
+//     key's row lock, so a writer's token is above every earlier
+//     reader's, writer's or permit holder's.
+//   - A request of another mode than the key's holders' is refused naming
+//     them; a limited request with another limit is an error wrapping
+//     dlock.ErrLimitMismatch naming both.
+//   - Writer preference: after a refused attempt, a blocking exclusive
+//     Acquire (Request.Waiter) registers as a waiting writer, in a
+//     statement of its own: a row in the writers table expiring a TTL
+//     from the database's clock, renewed by a later refused attempt once a
+//     third of the TTL has passed (the engine attempts at least every
+//     TTL/3). The writer's grant deletes it (and the key's expired ones)
+//     in the grant's statement; Leave deletes it and wakes the key's
+//     waiters. While a live writer row exists, shared requests are
+//     refused (limited ones are not). So a dead writer keeps readers out
+//     for at most one TTL after its last registration. TryAcquire
+//     registers nothing, and an uncontended Acquire runs the same single
+//     statement as TryAcquire; an Acquire waiting for any holder writes
+//     one small row every TTL/3 or so.
+//   - Holder rows are kept five minutes after they end (so that a retried
+//     release finds its own), then deleted by the key's next shared or
+//     limited grant.
 //
 // Waiters are woken by LISTEN/NOTIFY on one connection per Locker and keep
 // polling with the dlock.WithBackoff backoff meanwhile, so a notification
@@ -69,11 +127,14 @@
 // reuse, then is closed. One that stays silent for ten seconds is pinged,
 // and abandoned and opened again if the server does not answer within the
 // request timeout. Every waiter of a key is woken by its
-// release; they race for it.
+// release (a shared or limited holder's too, and a waiting writer's
+// Leave); they race for it.
 //
 // # Guarantees
 //
-//   - Mutual exclusion on one primary: a row has one live owner.
+//   - Mutual exclusion on one primary: a key has one live exclusive owner
+//     and no other holder, or only shared holders, or at most its limit of
+//     limited holders.
 //   - Tokens strictly increase each time a key is granted, across
 //     restarts.
 //   - Lost() closes before the row can expire by the database's clock, as
@@ -86,7 +147,8 @@
 //
 // # Not guaranteed
 //
-//   - Shared and limited modes (ErrUnsupported).
+//   - Fair ordering: waiters are not queued; apart from writer
+//     preference, whoever attempts first after a release wins.
 //   - Failover: a lease written to a primary that fails before its
 //     replica has it is lost with it; locks need the primary (a read-only
 //     standby is refused with an error saying so).

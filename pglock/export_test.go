@@ -1,6 +1,11 @@
 package pglock
 
-import "time"
+import (
+	"context"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
 
 // ListensThroughPooler reports whether l found a pooler between it and
 // PostgreSQL and stopped LISTENing (tests).
@@ -16,4 +21,26 @@ func SetListenLinger(l *Locker, d time.Duration) {
 	l.b.l.mu.Lock()
 	l.b.l.linger = d
 	l.b.l.mu.Unlock()
+}
+
+// TryRaw makes one attempt through l's driver, as the engine would, for
+// tests that need a fixed owner or waiter (a retried attempt, a waiting
+// writer that dies). The grant's lease is released by release.
+func TryRaw(ctx context.Context, l *Locker, req *driver.Request) (token uint64, release func(context.Context) error, err error) {
+	g, err := l.b.Try(ctx, req)
+	if err != nil {
+		return 0, nil, err
+	}
+	return g.Token, g.Lease.Release, nil
+}
+
+// Leave withdraws waiter's registration as a waiting writer of key.
+func Leave(ctx context.Context, l *Locker, key, waiter string) error {
+	return l.b.Leave(ctx, key, waiter)
+}
+
+// Abort undoes req as the engine does after an attempt whose outcome is
+// unknown.
+func Abort(ctx context.Context, l *Locker, req *driver.Request) error {
+	return l.b.Abort(ctx, req)
 }

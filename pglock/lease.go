@@ -13,10 +13,12 @@ import (
 	"github.com/dlock-go/dlock/driver"
 )
 
-// lease is one held row.
+// lease is one held row: the key's row in the lease table (Exclusive),
+// or the holder's row in the holders table (Shared, Limited).
 type lease struct {
 	b          *backend
 	key, owner string
+	mode       driver.Mode
 
 	mu   sync.Mutex
 	gone bool // a release of ours marked the row released
@@ -33,25 +35,52 @@ func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	return out
 }
 
-// RefreshBatch implements driver.BatchRenewer: one UPDATE for every lease
-// due, each extended from the database's clock, only while still its
-// owner's and not expired.
+// RefreshBatch implements driver.BatchRenewer: one statement for every
+// lease due, each extended from the database's clock, only while still
+// its owner's and not expired. Exclusive leases are their keys' rows;
+// shared and limited ones are holder rows, whose renewal first locks
+// their keys' rows (in key order, so that two batches cannot deadlock)
+// and bumps their gen, so that a grant deciding on a snapshot taken
+// before the renewal sees that the holders changed; the holder row is
+// renewed only if it is still live at a time read after that lock, so a
+// writer that took the key first is never overlapped by a late renewal.
 func (b *backend) RefreshBatch(ctx context.Context, rs []driver.Renewal, done func(int, error)) {
-	keys := make([]string, len(rs))
-	owners := make([]string, len(rs))
-	ttls := make([]int64, len(rs))
-	for i, r := range rs {
+	var keys, owners, hkeys, howners []string
+	var ttls, httls []int64
+	for _, r := range rs {
 		l := r.Lease.(*lease)
-		keys[i], owners[i], ttls[i] = l.key, l.owner, r.TTL.Milliseconds()
+		if l.mode == driver.Exclusive {
+			keys, owners, ttls = append(keys, l.key), append(owners, l.owner), append(ttls, r.TTL.Milliseconds())
+		} else {
+			hkeys, howners, httls = append(hkeys, l.key), append(howners, l.owner), append(httls, r.TTL.Milliseconds())
+		}
+	}
+	excl := `UPDATE ` + b.n.table + ` AS l
+SET expires_at = clock_timestamp() + x.ttl * interval '1 millisecond'
+FROM unnest($1::text[], $2::text[], $3::bigint[]) AS x(key, owner, ttl)
+WHERE l.key = x.key AND l.owner = x.owner AND l.expires_at > clock_timestamp()
+RETURNING l.key, l.owner`
+	sql, args := excl, []any{b.mode, keys, owners, ttls}
+	if len(hkeys) > 0 {
+		sql = `WITH x AS (` + excl + `), gate AS (
+	SELECT g.key FROM ` + b.n.table + ` g WHERE g.key = ANY($4::text[]) ORDER BY g.key FOR UPDATE
+), k AS (
+	UPDATE ` + b.n.table + ` AS g SET gen = g.gen + 1 FROM gate WHERE g.key = gate.key
+	RETURNING g.key, clock_timestamp() AS at
+), h AS (
+	UPDATE ` + b.n.holders + ` AS r
+	SET expires_at = clock_timestamp() + y.ttl * interval '1 millisecond'
+	FROM unnest($4::text[], $5::text[], $6::bigint[]) AS y(key, owner, ttl), k
+	WHERE r.key = y.key AND r.owner = y.owner AND k.key = y.key AND r.expires_at > k.at AND NOT r.released
+	RETURNING r.key, r.owner
+)
+SELECT key, owner FROM x UNION ALL SELECT key, owner FROM h`
+		args = append(args, hkeys, howners, httls)
 	}
 	rctx, cancel := b.rpc(ctx)
 	defer cancel()
 	sent := time.Now()
-	rows, err := b.pool.Query(rctx, `UPDATE `+b.n.table+` AS l
-SET expires_at = clock_timestamp() + x.ttl * interval '1 millisecond'
-FROM unnest($1::text[], $2::text[], $3::bigint[]) AS x(key, owner, ttl)
-WHERE l.key = x.key AND l.owner = x.owner AND l.expires_at > clock_timestamp()
-RETURNING l.key, l.owner`, b.mode, keys, owners, ttls)
+	rows, err := b.pool.Query(rctx, sql, args...)
 	renewed := map[[2]string]bool{}
 	if err == nil {
 		for rows.Next() {
@@ -69,14 +98,15 @@ RETURNING l.key, l.owner`, b.mode, keys, owners, ttls)
 			b.answered(sent)
 		}
 	}
-	for i := range rs {
+	for i, r := range rs {
+		l := r.Lease.(*lease)
 		switch {
 		case err != nil:
 			done(i, fmt.Errorf("dlock: postgres refresh: %w", explain(err)))
-		case renewed[[2]string{keys[i], owners[i]}]:
+		case renewed[[2]string{l.key, l.owner}]:
 			done(i, nil)
 		default:
-			done(i, rs[i].Lease.(*lease).notHeld("expired or taken over"))
+			done(i, l.notHeld("expired or taken over"))
 		}
 	}
 }
@@ -94,6 +124,19 @@ func (l *lease) Release(ctx context.Context) error {
 	}
 	l.mu.Unlock()
 	b := l.b
+	if l.mode != driver.Exclusive {
+		ok, err := b.releaseShared(ctx, l.key, l.owner)
+		if err != nil {
+			return fmt.Errorf("dlock: postgres release %q: %w", l.key, explain(err))
+		}
+		if !ok {
+			return l.notHeld("expired before the release")
+		}
+		l.mu.Lock()
+		l.gone = true
+		l.mu.Unlock()
+		return nil
+	}
 	rctx, cancel := b.rpc(ctx)
 	defer cancel()
 	var released, notified int64

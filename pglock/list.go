@@ -13,10 +13,12 @@ import (
 	"github.com/dlock-go/dlock"
 )
 
-// List implements dlock.Lister: the keys starting with prefix whose lease
-// has not expired by the database's clock, sorted by key, each with its
-// holder (owner, token, metadata, time left). Waiters is -1: waiters poll
-// or listen, they are not queued in the table.
+// List implements dlock.Lister: the keys starting with prefix that have a
+// live lease by the database's clock, sorted by key, each with its mode,
+// its limit (Limited keys) and its holders, by token (owner, token,
+// metadata, time left, mode): the exclusive holder, or every shared or
+// limited one. Waiters is -1: waiters poll or listen, they are not queued
+// in the table.
 func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) {
 	if err := l.e.Check(ctx); err != nil {
 		return nil, err
@@ -32,8 +34,14 @@ func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) 
 	}
 	rctx, cancel := b.rpc(ctx)
 	defer cancel()
-	rows, err := b.pool.Query(rctx, `SELECT key, owner, token, metadata::text, extract(epoch FROM expires_at - clock_timestamp())::float8
-FROM `+b.n.table+` WHERE left(key, length($1)) = $1 AND expires_at > clock_timestamp() ORDER BY key COLLATE "C"`, b.mode, prefix)
+	rows, err := b.pool.Query(rctx, `SELECT * FROM (
+SELECT key, 0::int AS mode, 0::int AS lim, owner, token, metadata::text, extract(epoch FROM expires_at - clock_timestamp())::float8
+FROM `+b.n.table+` WHERE left(key, length($1)) = $1 AND expires_at > clock_timestamp()
+UNION ALL
+SELECT h.key, h.mode::int, coalesce(k.hlimit, 0)::int, h.owner, h.token, h.metadata::text, extract(epoch FROM h.expires_at - clock_timestamp())::float8
+FROM `+b.n.holders+` h LEFT JOIN `+b.n.table+` k ON k.key = h.key
+WHERE left(h.key, length($1)) = $1 AND h.expires_at > clock_timestamp() AND NOT h.released
+) u ORDER BY key COLLATE "C", token`, b.mode, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("dlock: postgres list: %w", explain(err))
 	}
@@ -42,16 +50,25 @@ FROM `+b.n.table+` WHERE left(key, length($1)) = $1 AND expires_at > clock_times
 	for rows.Next() {
 		var (
 			key, owner string
+			mode, lim  int
 			token      int64
 			md         string
 			left       float64
 		)
-		if err := rows.Scan(&key, &owner, &token, &md, &left); err != nil {
+		if err := rows.Scan(&key, &mode, &lim, &owner, &token, &md, &left); err != nil {
 			return nil, fmt.Errorf("dlock: postgres list: %w", err)
 		}
-		h := dlock.Holder{Owner: owner, Token: uint64(token), Mode: dlock.Exclusive, TTL: time.Duration(left * float64(time.Second))}
+		h := dlock.Holder{Owner: owner, Token: uint64(token), Mode: dlock.Mode(mode), TTL: time.Duration(left * float64(time.Second))}
 		_ = json.Unmarshal([]byte(md), &h.Metadata)
-		out = append(out, dlock.Info{Key: key, Mode: dlock.Exclusive, Holders: []dlock.Holder{h}, Waiters: -1})
+		if n := len(out); n > 0 && out[n-1].Key == key {
+			out[n-1].Holders = append(out[n-1].Holders, h)
+			continue
+		}
+		info := dlock.Info{Key: key, Mode: h.Mode, Holders: []dlock.Holder{h}, Waiters: -1}
+		if h.Mode == dlock.Limited {
+			info.Limit = lim
+		}
+		out = append(out, info)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("dlock: postgres list: %w", err)

@@ -83,6 +83,7 @@ var (
 	_ driver.Aborter      = (*backend)(nil)
 	_ driver.BatchRenewer = (*backend)(nil)
 	_ driver.Watcher      = (*backend)(nil)
+	_ driver.Leaver       = (*backend)(nil)
 	_ driver.Lease        = (*lease)(nil)
 )
 
@@ -97,6 +98,9 @@ type backend struct {
 
 	mu       sync.Mutex
 	migrated bool
+
+	regMu sync.Mutex
+	regs  map[waiterKey]time.Time // waiting writers this Locker registered, with when (see register)
 
 	lastOK atomic.Int64 // when the last statement PostgreSQL answered was sent (unix ns)
 }
@@ -189,8 +193,10 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...dlock.Optio
 	return l.e.TryAcquire(ctx, key, opts...)
 }
 
-// Spec implements driver.Driver: exclusive locks only.
-func (b *backend) Spec() driver.Spec { return driver.Spec{Name: "postgres", MinTTL: dlock.MinTTL} }
+// Spec implements driver.Driver: exclusive, shared and limited locks.
+func (b *backend) Spec() driver.Spec {
+	return driver.Spec{Name: "postgres", MinTTL: dlock.MinTTL, Shared: true, Limited: true}
+}
 
 // rpc bounds one statement by the request timeout.
 func (b *backend) rpc(ctx context.Context) (context.Context, context.CancelFunc) {

@@ -41,6 +41,8 @@ type names struct {
 	raw      string // as given: "dlock_leases" or "app.locks"
 	table    string // quoted
 	sequence string // quoted
+	holders  string // quoted: the shared and limited holders
+	writers  string // quoted: the waiting writers
 	channel  string // the NOTIFY channel's name (unquoted: pg_notify's argument)
 }
 
@@ -54,8 +56,17 @@ func namesFor(table string) (names, error) {
 		raw:      table,
 		table:    pgx.Identifier(parts).Sanitize(),
 		sequence: pgx.Identifier(seq).Sanitize(),
+		holders:  pgx.Identifier(suffixed(parts, "_holders")).Sanitize(),
+		writers:  pgx.Identifier(suffixed(parts, "_writers")).Sanitize(),
 		channel:  channelFor(table),
 	}, nil
+}
+
+// suffixed is parts with suffix added to the last (the table's) name.
+func suffixed(parts []string, suffix string) []string {
+	out := append([]string(nil), parts...)
+	out[len(out)-1] += suffix
+	return out
 }
 
 // maxIdentLen is PostgreSQL's longest identifier, in bytes (NAMEDATALEN -
@@ -103,7 +114,8 @@ func migrations() ([]migration, error) {
 }
 
 // Migrate creates or upgrades the lease table (WithTable's, default
-// DefaultTable) and its token sequence: the migrations in the package's
+// DefaultTable), its token sequence and its holders and writers tables
+// ("<table>_holders", "<table>_writers"): the migrations in the package's
 // migrations directory not yet recorded in MigrationsTable, in one
 // transaction serialized by a transaction-scoped advisory lock (so it is
 // safe to run from many replicas at once, and through a transaction
@@ -155,7 +167,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, n names, mode pgx.QueryExe
 			if m.version <= applied {
 				continue
 			}
-			sql := strings.NewReplacer("{{table}}", n.table, "{{sequence}}", n.sequence).Replace(m.sql)
+			sql := strings.NewReplacer("{{table}}", n.table, "{{sequence}}", n.sequence, "{{holders}}", n.holders, "{{writers}}", n.writers).Replace(m.sql)
 			if _, err := tx.Exec(ctx, sql, mode); err != nil {
 				return fmt.Errorf("migration %d: %w", m.version, err)
 			}
@@ -168,7 +180,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, n names, mode pgx.QueryExe
 	if err != nil {
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "42501" { // insufficient_privilege
-			return fmt.Errorf("dlock: pglock migrate %s: %w (the database user may not create the lease table: run pglock.Migrate, or the SQL in pglock/migrations, as a user who may; grant this one SELECT, INSERT and UPDATE on the table, USAGE on its sequence and SELECT on %s, or give WithoutMigrate)", n.raw, err, MigrationsTable)
+			return fmt.Errorf("dlock: pglock migrate %s: %w (the database user may not create the lease table: run pglock.Migrate, or the SQL in pglock/migrations, as a user who may; grant this one SELECT, INSERT and UPDATE on the table, SELECT, INSERT, UPDATE and DELETE on its _holders and _writers tables, USAGE on its sequence and SELECT on %s, or give WithoutMigrate)", n.raw, err, MigrationsTable)
 		}
 		return fmt.Errorf("dlock: pglock migrate %s: %w", n.raw, explain(err))
 	}
@@ -184,6 +196,8 @@ func explain(err error) error {
 	switch pe.Code {
 	case "42P01": // undefined_table
 		return fmt.Errorf("%w (run pglock.Migrate, or the SQL in pglock/migrations by hand, or drop WithoutMigrate)", err)
+	case "42703": // undefined_column
+		return fmt.Errorf("%w (the lease table predates migration 2: run pglock.Migrate, or pglock/migrations/0002_modes.sql by hand)", err)
 	case "25006": // read_only_sql_transaction
 		return fmt.Errorf("%w (the server is read-only: a hot standby? locks need the primary)", err)
 	case "42501": // insufficient_privilege

@@ -32,7 +32,8 @@ func harness(t *testing.T, pg *testserver.Postgres, dsn string) dlocktest.Harnes
 	return dlocktest.Harness{
 		New: func(t testing.TB) dlock.Locker { return pglock.New(newPool(t, dsn)) },
 		Expire: func(t testing.TB, key string) {
-			if _, err := pg.Exec("", "DELETE FROM dlock_leases WHERE key = '"+escape(key)+"'"); err != nil {
+			k := "'" + escape(key) + "'"
+			if _, err := pg.Exec("", "DELETE FROM dlock_leases WHERE key = "+k+"; DELETE FROM dlock_leases_holders WHERE key = "+k); err != nil {
 				t.Fatal(err)
 			}
 		},

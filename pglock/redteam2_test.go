@@ -73,6 +73,7 @@ func TestRedTeam_PIDCheckRefused(t *testing.T) {
 	for _, sql := range []string{
 		"CREATE ROLE app LOGIN PASSWORD 'pw'",
 		"GRANT SELECT, INSERT, UPDATE ON " + pglock.DefaultTable + " TO app",
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON " + pglock.DefaultTable + "_holders, " + pglock.DefaultTable + "_writers TO app",
 		"GRANT USAGE ON SEQUENCE " + pglock.DefaultTable + "_token_seq TO app",
 		"GRANT SELECT ON " + pglock.MigrationsTable + " TO app",
 		"REVOKE EXECUTE ON FUNCTION pg_backend_pid() FROM PUBLIC",

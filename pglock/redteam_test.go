@@ -140,6 +140,7 @@ func TestRedTeam_LeastPrivilegeUser(t *testing.T) {
 		"CREATE ROLE app LOGIN PASSWORD 'pw'",
 		"REVOKE CREATE ON SCHEMA public FROM PUBLIC",
 		"GRANT SELECT, INSERT, UPDATE ON " + pglock.DefaultTable + " TO app",
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON " + pglock.DefaultTable + "_holders, " + pglock.DefaultTable + "_writers TO app",
 		"GRANT USAGE ON SEQUENCE " + pglock.DefaultTable + "_token_seq TO app",
 		"GRANT SELECT ON " + pglock.MigrationsTable + " TO app",
 	} {
@@ -156,6 +157,17 @@ func TestRedTeam_LeastPrivilegeUser(t *testing.T) {
 	}
 	if infos, err := l.List(dlocktest.Context(t), key); err != nil || len(infos) != 1 {
 		t.Fatalf("List: %v %v", infos, err)
+	}
+	// Shared and limited holders and waiting writers use the holders and
+	// writers tables: the same role, with the grants above.
+	for _, opt := range []dlock.Option{dlock.WithShared(), dlock.WithLimit(2)} {
+		r, err := l.Acquire(dlocktest.Context(t), key+"/m", opt)
+		if err != nil {
+			t.Fatalf("Acquire %v as the least-privilege role: %v", opt, err)
+		}
+		if err := r.Release(dlocktest.Context(t)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := lk.Release(dlocktest.Context(t)); err != nil {
 		t.Fatal(err)

@@ -68,7 +68,10 @@
 // dlock.ErrLimitMismatch naming both. The last holder's release leaves the
 // release marker, wakes the first queued waiter and reserves the key for
 // it, as an exclusive release does; a permit's release that leaves others
-// wakes the first queued waiter still listening (without reservation); a
+// pokes the first queued waiter still listening (without reservation or
+// dequeuing it), and a poked waiter that cannot take a permit (a writer,
+// a reader, another limit) passes the word on to the waiters queued after
+// it, so a permit waiter queued behind them is told too; a
 // reader's release that leaves others wakes nobody (a writer needs the
 // last one gone). A waiting reader (or permit holder, while permits are
 // left) that is granted pokes the next queued waiter, so readers queued

@@ -56,7 +56,7 @@
 // returns) or died (its node goes with its session). TryAcquire applies
 // the same rules as Acquire and deletes its node when refused; it never
 // waits in the queue. A request of another mode than the holders' waits
-// (Acquire) or is refused naming all the holders (TryAcquire).
+// (Acquire) or is refused naming the holders, up to 16 (TryAcquire).
 //
 // A permit whose limit differs from the holders' fails with an error
 // wrapping dlock.ErrLimitMismatch that names both limits (TryAcquire, and

@@ -30,6 +30,9 @@
 //	                           (Request.Waiter), scored by the end
 //	                           of their registration (ms, server
 //	                           clock)
+//	P:{T}:pk       string      the wait id last told of a free      5s after the telling
+//	                           permit (see pass_permit in
+//	                           lua/helpers.lua)
 //	P:{T}:w:<id>   channel     (pub/sub, not a key) waiter <id>'s turn: a release publishes "1"
 //
 // The lock value is one of

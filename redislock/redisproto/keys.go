@@ -48,6 +48,7 @@ const (
 	holdersSuffix    = ":h"
 	holderDataSuffix = ":hd"
 	writersSuffix    = ":wr"
+	permitSuffix     = ":pk"
 )
 
 // HoldersKey is the sorted set of the shared or limited holders of key,

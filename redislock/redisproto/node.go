@@ -70,12 +70,12 @@ var (
 func (n *Node) Acquire(ctx context.Context, key, owner string, ttl time.Duration, meta, waitID, waiter string) (Outcome, error) {
 	lk := n.LockKey(key)
 	return parseOutcome(acquireScript.Run(ctx, n.Client, n.groupKeys(lk),
-		owner, Ms(ttl), meta, waitID, time.Now().UnixMicro(), waiter).Slice())
+		owner, Ms(ttl), meta, waitID, time.Now().UnixMicro(), waiter, lk+channelSuffix, n.cluster).Slice())
 }
 
 // groupKeys are the keys of acquire.lua and acquire_group.lua.
 func (n *Node) groupKeys(lk string) []string {
-	return []string{lk, lk + waitersSuffix, lk + receiptsSuffix, lk + holdersSuffix, lk + holderDataSuffix, lk + writersSuffix}
+	return []string{lk, lk + waitersSuffix, lk + receiptsSuffix, lk + holdersSuffix, lk + holderDataSuffix, lk + writersSuffix, lk + permitSuffix}
 }
 
 // AcquireGroup is a shared (limit 0) or limited (limit >= 1) acquisition:
@@ -105,7 +105,7 @@ func (n *Node) RefreshGroup(ctx context.Context, key, owner string, ttl time.Dur
 func (n *Node) ReleaseGroup(ctx context.Context, key, owner string, token uint64, retention time.Duration) (bool, error) {
 	lk := n.LockKey(key)
 	v, err := releaseGroupScript.Run(ctx, n.Client,
-		[]string{lk, lk + waitersSuffix, lk + receiptsSuffix, lk + holdersSuffix, lk + holderDataSuffix},
+		[]string{lk, lk + waitersSuffix, lk + receiptsSuffix, lk + holdersSuffix, lk + holderDataSuffix, lk + permitSuffix},
 		owner, Ms(retention), lk+channelSuffix, Ms(HandoffReserve), tokenArg(token), n.cluster).Int64()
 	return v == 1, err
 }

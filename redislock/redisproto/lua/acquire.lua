@@ -6,6 +6,7 @@
 -- KEYS[4]  the group's holders     P:{T}:h
 -- KEYS[5]  the group's holder data P:{T}:hd
 -- KEYS[6]  the waiting writers     P:{T}:wr
+-- KEYS[7]  the waiter last told of a free permit P:{T}:pk
 -- ARGV[1]  owner
 -- ARGV[2]  ttl, ms
 -- ARGV[3]  metadata json
@@ -13,6 +14,8 @@
 -- ARGV[5]  the wait id's queue score (µs)
 -- ARGV[6]  the blocking Acquire's waiter id (Request.Waiter), "" for
 --          TryAcquire
+-- ARGV[7]  the waiters' channel prefix, P:{T}:w:
+-- ARGV[8]  "1" on a Cluster, else "0"
 --
 -- Returns {1, token} when granted (token decimal), else
 -- {0, the key's value, ms left on the lease or reservation} and, when
@@ -44,6 +47,10 @@
 --
 -- An acquisition that overwrites a release marker records the marker's
 -- token in the key's receipts (see release.lua).
+--
+-- A waiter refused by a semaphore that has a free permit passes the
+-- wake-up on to the waiters queued after it (pass_permit): a permit's
+-- release pokes the first queued waiter, which may be this one.
 local v = redis.call('GET', KEYS[1])
 local last = 0
 local waiter = ARGV[6] or '' -- absent: a caller of protocol 2 before writer preference
@@ -63,6 +70,7 @@ if v then
     if #hs > 0 then
       queue_waiter(KEYS[2], ARGV[4], ARGV[5], most)
       register_writer(KEYS[6], waiter, ARGV[2])
+      pass_permit(v, #hs / 3, KEYS[2], ARGV[7], ARGV[4], ARGV[8], KEYS[7])
       return {0, v, most, hs}
     end
     last = tonumber(string.match(v, '^[^|]*|(%d+)')) or 0 -- every holder's lease ended

@@ -6,6 +6,7 @@
 -- KEYS[4]  the group's holders     P:{T}:h
 -- KEYS[5]  the group's holder data P:{T}:hd
 -- KEYS[6]  the waiting writers     P:{T}:wr
+-- KEYS[7]  the waiter last told of a free permit P:{T}:pk
 -- ARGV[1]  owner
 -- ARGV[2]  ttl, ms
 -- ARGV[3]  metadata json
@@ -46,7 +47,9 @@
 -- writer behind it is not kept waiting by it.
 --
 -- A waiting reader (or a permit holder leaving permits free) that is
--- granted pokes the next queued waiter, which may be another reader.
+-- granted pokes the next queued waiter, which may be another reader. A
+-- waiter refused by a semaphore with a free permit for its mode or limit
+-- passes the wake-up on to the waiters queued after it (pass_permit).
 local v = redis.call('GET', KEYS[1])
 local now = now_ms()
 local last = 0
@@ -65,10 +68,14 @@ if is_group(v) then
   if n > 0 then
     local mode, limit = string.match(v, '^%*(%a)|%d+|(%d+)')
     if mode == 'l' and ARGV[6] == 'l' and limit ~= ARGV[7] then
+      pass_permit(v, n, KEYS[2], ARGV[8], ARGV[4], ARGV[10], KEYS[7])
       return {2, limit}
     end
     if mode ~= ARGV[6] or (mode == 'l' and n >= tonumber(limit)) then
       queue_waiter(KEYS[2], ARGV[4], ARGV[5], most)
+      if mode ~= ARGV[6] then
+        pass_permit(v, n, KEYS[2], ARGV[8], ARGV[4], ARGV[10], KEYS[7])
+      end
       return {0, v, most, hs}
     end
     if ARGV[6] == 's' and live_writers(KEYS[6], now) > 0 then
@@ -77,6 +84,13 @@ if is_group(v) then
     end
   else
     redis.call('DEL', KEYS[4], KEYS[5]) -- every holder's lease ended
+    -- The key outlives its last holder for up to a millisecond (Redis
+    -- expires it by another clock reading than TIME): free, but a
+    -- waiting writer still comes first.
+    if ARGV[6] == 's' and live_writers(KEYS[6], now) > 0 then
+      queue_waiter(KEYS[2], ARGV[4], ARGV[5], 0)
+      return {3, 0, {}}
+    end
   end
 elseif v and string.find(v, '|', 1, true) ~= 1 then
   local pttl = redis.call('PTTL', KEYS[1]) -- an exclusive lease
@@ -124,8 +138,10 @@ redis.call('HSET', KEYS[5], ARGV[1], tok .. '|' .. ARGV[3])
 group_expire(KEYS[1], KEYS[4], KEYS[5])
 if ARGV[4] ~= '' then
   redis.call('ZREM', KEYS[2], ARGV[4])
-  if ARGV[6] == 's' or n + 1 < tonumber(ARGV[7]) then
+  if ARGV[6] == 's' then
     poke_first(KEYS[2], ARGV[8])
+  elseif n + 1 < tonumber(ARGV[7]) then
+    poke_from(KEYS[2], ARGV[8], '', ARGV[10], KEYS[7])
   end
 end
 return {1, tok}

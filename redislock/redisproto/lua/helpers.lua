@@ -163,3 +163,42 @@ local function poke_first(waiters, prefix)
     redis.call('PUBLISH', prefix .. w[1], '1')
   end
 end
+
+-- poke_from(waiters, prefix, after, cluster, pk): tell queued waiters, in
+-- queue order from the one after waiter id after (from the first when
+-- after is ''), without dequeuing them or reserving anything, that a
+-- permit is free, until a PUBLISH reaches a listener (at most 16 tried;
+-- on a Cluster, whose PUBLISH counts only this node's listeners, the
+-- first one); the key pk then names the waiter told, for a few seconds. A
+-- waiter that cannot use a permit (another mode or limit), told so,
+-- passes the word on to the one after it (see pass_permit): it travels
+-- forward through the queue, once per telling, to whoever can take it.
+local function poke_from(waiters, prefix, after, cluster, pk)
+  local start = 0
+  if after ~= '' then
+    local r = redis.call('ZRANK', waiters, after)
+    if not r then return end
+    start = r + 1
+  end
+  for _, w in ipairs(redis.call('ZRANGE', waiters, start, start + 15)) do
+    if redis.call('PUBLISH', prefix .. w, '1') > 0 or cluster == '1' then
+      redis.call('SET', pk, w, 'PX', 5000)
+      return
+    end
+  end
+  redis.call('DEL', pk)
+end
+
+-- pass_permit(v, n, waiters, prefix, wait_id, cluster, pk): a waiter's
+-- attempt was refused by group value v with n live holders for a reason
+-- other than a full semaphore (another mode, another limit); when v is a
+-- semaphore with a free permit and this waiter is the one last told of a
+-- free permit (pk, see poke_from), pass the word on to the waiters queued
+-- after it. Attempts not told so (polls) pass nothing on.
+local function pass_permit(v, n, waiters, prefix, wait_id, cluster, pk)
+  if wait_id == '' or not prefix or prefix == '' or not pk then return end
+  local mode, limit = string.match(v, '^%*(%a)|%d+|(%d+)')
+  if mode == 'l' and n < tonumber(limit) and redis.call('GET', pk) == wait_id then
+    poke_from(waiters, prefix, wait_id, cluster, pk)
+  end
+end

@@ -6,6 +6,7 @@
 -- KEYS[3]  the receipts            P:{T}:rel
 -- KEYS[4]  the group's holders     P:{T}:h
 -- KEYS[5]  the group's holder data P:{T}:hd
+-- KEYS[6]  the waiter last told of a free permit P:{T}:pk
 -- ARGV[1]  owner
 -- ARGV[2]  the marker's retention, ms
 -- ARGV[3]  the waiters' channel prefix, P:{T}:w:
@@ -21,9 +22,10 @@
 -- The last holder's release replaces the group's value with the release
 -- marker "|<token>" (the group's latest token), and wakes and reserves the
 -- key for the first queued waiter, as release.lua does. A limited
--- holder's release that leaves others wakes the first queued waiter
--- listening (no reservation: the freed permit goes to whoever asks
--- first). A shared holder's release that leaves other readers wakes
+-- holder's release that leaves others pokes the first queued waiter
+-- listening, without dequeuing it (no reservation: the freed permit goes
+-- to whoever asks first); one that cannot use the permit (a writer, a
+-- reader, another limit) passes the word on to the next (pass_permit). A shared holder's release that leaves other readers wakes
 -- nobody: a waiting writer needs the last one gone.
 local v = redis.call('GET', KEYS[1])
 if is_group(v) then
@@ -52,7 +54,7 @@ if is_group(v) then
     else
       group_expire(KEYS[1], KEYS[4], KEYS[5])
       if string.sub(v, 2, 2) == 'l' then
-        wake_one(KEYS[2], ARGV[3], ARGV[4], ARGV[6])
+        poke_from(KEYS[2], ARGV[3], '', ARGV[6], KEYS[6])
       end
     end
     return 1

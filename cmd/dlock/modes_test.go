@@ -341,7 +341,7 @@ func TestRunModeEnvironment(t *testing.T) {
 	if err != nil || strings.TrimSpace(string(out)) != "exclusive:unset" {
 		t.Fatalf("exclusive run inside a limited one: %v %q", err, out)
 	}
-	requireModes(t, url, false)
+	requireModes(t, url)
 	for _, c := range []struct {
 		args []string
 		want string
@@ -362,40 +362,32 @@ func onModeBackends(t *testing.T, test func(t *testing.T, url string)) {
 	backends := []struct {
 		name string
 		url  func(t *testing.T) string
-		// pending: the backend's modes are still being built on another
-		// branch (issue 14); the test is skipped while it does not offer
-		// them. Once merged, it must offer them: false.
-		pending bool
 	}{
-		{"file", fileURL, false},
-		{"redis", func(t *testing.T) string { return "redis://" + testserver.StartRedis(t).Addr() }, false},
-		{"etcd", func(t *testing.T) string { return startServe(t).url }, false},
+		{"file", fileURL},
+		{"redis", func(t *testing.T) string { return "redis://" + testserver.StartRedis(t).Addr() }},
+		{"etcd", func(t *testing.T) string { return startServe(t).url }},
 		// A short session: a killed holder's lease is its session.
 		{"zk", func(t *testing.T) string {
 			return "zk://" + testserver.StartZooKeeper(t).Addr() + "/cli/modes?session_timeout=4s"
-		}, false},
-		{"postgres", func(t *testing.T) string { return testserver.StartPostgres(t).DSN("") }, true},
+		}},
+		{"postgres", func(t *testing.T) string { return testserver.StartPostgres(t).DSN("") }},
 	}
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
 			url := b.url(t)
-			requireModes(t, url, b.pending)
+			requireModes(t, url)
 			test(t, url)
 		})
 	}
 }
 
-// requireModes checks that url's backend offers shared and limited locks;
-// if it does not, the test is skipped for a pending backend and fails for
-// any other.
-func requireModes(t *testing.T, url string, pending bool) {
+// requireModes checks that url's backend offers shared and limited locks
+// (every backend but redlock does).
+func requireModes(t *testing.T, url string) {
 	t.Helper()
 	for _, flag := range [][]string{{"--shared"}, {"--limit", "1"}} {
 		args := append(append([]string{"run", "-n"}, flag...), "dlock-mode-probe", "--", "true")
 		r := runDlock(t, url, args...)
-		if pending && r.code == exitUsage && strings.Contains(r.stderr, "does not offer") {
-			t.Skipf("%s does not offer %s yet: %s", url, flag[0], strings.TrimSpace(r.stderr))
-		}
 		if r.code != 0 {
 			t.Fatalf("dlock %q: exit %d %q", args, r.code, r.stderr)
 		}

@@ -65,7 +65,11 @@
 // ends when the waiter is granted the key, when the engine calls
 // Leaver.Leave (the Acquire ended without the key) or when it expires (the
 // waiting process died): a dead writer keeps readers out for at most one
-// TTL.
+// TTL. A Shared request refused because a writer waits should name it
+// among the NotAcquiredError's holders, as a dlock.Holder without an owner
+// whose Mode is Exclusive and whose TTL is the time left on the
+// registration (memlock, filelock), so that a caller is not told "refused"
+// with nobody named.
 //
 // # Fencing
 //

@@ -179,6 +179,11 @@ func (s *state) Try(ctx context.Context, req *driver.Request) (driver.Grant, err
 		for _, h := range hs {
 			na.Holders = append(na.Holders, h.public(ks.mode, now))
 		}
+		if len(hs) == 0 || ks.mode != driver.Exclusive {
+			// Name the waiting writer that keeps this reader out: no owner,
+			// its registration's time left.
+			na.Holders = append(na.Holders, dlock.Holder{Mode: dlock.Exclusive, TTL: s.writerLeftLocked(req.Key, now)})
+		}
 		return driver.Grant{}, na
 	}
 	if len(hs) > 0 {
@@ -222,6 +227,15 @@ func (s *state) writerWaitingLocked(key string, now time.Time) bool {
 		return false
 	}
 	return true
+}
+
+// writerLeftLocked is the time left on key's longest writer registration.
+func (s *state) writerLeftLocked(key string, now time.Time) time.Duration {
+	var left time.Duration
+	for _, exp := range s.writers[key] {
+		left = max(left, exp.Sub(now))
+	}
+	return left
 }
 
 func (s *state) dropWriterLocked(key, waiter string) {

@@ -60,7 +60,8 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 	// bumped it, and the snapshot's readers may be stale. A blocking
 	// Acquire that registered as a waiting writer (see register) removes
 	// its registration, and the key's expired ones, when it is granted
-	// ($5, Request.Waiter); other attempts run without that part.
+	// ($5, Request.Waiter), and leaves a tombstone for it (see Leave);
+	// other attempts run without that part.
 	unreg := b.registered(req.Key, req.Waiter)
 	sql := `WITH k AS (
 	SELECT h.token, h.owner, h.metadata, h.expires_at, h.gen FROM ` + t + ` h WHERE h.key = $1
@@ -88,6 +89,10 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 		sql += `, unreg AS (
 	DELETE FROM ` + b.n.writers + ` w
 	WHERE w.key = $1 AND (w.waiter = $5 OR w.expires_at <= clock_timestamp()) AND EXISTS (SELECT 1 FROM taken)
+), tomb AS (
+	INSERT INTO ` + b.n.holders + ` (key, owner, mode, token, expires_at, released)
+	SELECT $1, $5, 0, 0, clock_timestamp(), true FROM taken
+	ON CONFLICT (key, owner) DO NOTHING
 )`
 		args = append(args, req.Waiter)
 	}

@@ -97,7 +97,10 @@
 //     third of the TTL has passed (the engine attempts at least every
 //     TTL/3). The writer's grant deletes it (and the key's expired ones)
 //     in the grant's statement; Leave deletes it and wakes the key's
-//     waiters. While a live writer row exists, shared requests are
+//     waiters. Both leave a released holder row under the waiter's id, so
+//     a registration of that waiter delivered late (a stalled link) does
+//     not register it again; it used to, keeping readers out for a TTL
+//     after the writer had gone. While a live writer row exists, shared requests are
 //     refused (limited ones are not). So a dead writer keeps readers out
 //     for at most one TTL after its last registration. TryAcquire
 //     registers nothing, and an uncontended Acquire runs the same single

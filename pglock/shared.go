@@ -230,8 +230,12 @@ func (b *backend) register(ctx context.Context, req *driver.Request) {
 	b.regMu.Unlock()
 	rctx, cancel := b.rpc(ctx)
 	defer cancel()
+	// A waiter that left (Leave) or was granted the key has a released
+	// row in the holders table under its id: a registration arriving
+	// after that (held by a stalled link) registers nothing.
 	_, err := b.pool.Exec(rctx, `INSERT INTO `+b.n.writers+` (key, waiter, expires_at)
-VALUES ($1, $2, clock_timestamp() + $3 * interval '1 millisecond')
+SELECT $1, $2, clock_timestamp() + $3 * interval '1 millisecond'
+WHERE NOT EXISTS (SELECT 1 FROM `+b.n.holders+` u WHERE u.key = $1 AND u.owner = $2 AND u.released)
 ON CONFLICT (key, waiter) DO UPDATE SET expires_at = EXCLUDED.expires_at`, b.mode, req.Key, req.Waiter, req.TTL.Milliseconds())
 	if err != nil {
 		b.regMu.Lock()
@@ -264,7 +268,11 @@ func (b *backend) forget(key, waiter string) {
 
 // Leave implements driver.Leaver: remove waiter's registration as a
 // waiting writer of key, and wake the key's waiters (readers it kept
-// out). A waiter this Locker never registered costs no statement.
+// out). A waiter this Locker never registered costs no statement. It
+// leaves a released row under the waiter's id in the holders table (a
+// tombstone, deleted with the key's other released rows five minutes on),
+// so that a registration of this waiter still on its way (held by a
+// stalled link) registers nothing when it arrives.
 func (b *backend) Leave(ctx context.Context, key, waiter string) error {
 	if !b.registered(key, waiter) {
 		return nil
@@ -276,6 +284,10 @@ func (b *backend) Leave(ctx context.Context, key, waiter string) error {
 	defer cancel()
 	_, err := b.pool.Exec(rctx, `WITH d AS (
 	DELETE FROM `+b.n.writers+` WHERE key = $1 AND waiter = $2 RETURNING key
+), t AS (
+	INSERT INTO `+b.n.holders+` (key, owner, mode, token, expires_at, released)
+	VALUES ($1, $2, 0, 0, clock_timestamp(), true)
+	ON CONFLICT (key, owner) DO NOTHING
 )
 SELECT pg_notify($3, key) FROM (SELECT DISTINCT key FROM d) d`, b.mode, key, waiter, b.n.channelName())
 	if err != nil {

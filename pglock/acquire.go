@@ -60,7 +60,8 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 	// bumped it, and the snapshot's readers may be stale. A blocking
 	// Acquire that registered as a waiting writer (see register) removes
 	// its registration, and the key's expired ones, when it is granted
-	// ($5, Request.Waiter); other attempts run without that part.
+	// ($5, Request.Waiter), and leaves a tombstone for it (see Leave);
+	// other attempts run without that part.
 	unreg := b.registered(req.Key, req.Waiter)
 	sql := `WITH k AS (
 	SELECT h.token, h.owner, h.metadata, h.expires_at, h.gen FROM ` + t + ` h WHERE h.key = $1
@@ -73,17 +74,25 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 	INSERT INTO ` + t + ` AS l (key, owner, token, expires_at, metadata, acquired_at)
 	SELECT $1, $2, nextval('` + b.n.sequence + `'), clock_timestamp() + $3 * interval '1 millisecond', $4::text::jsonb, clock_timestamp()
 	WHERE NOT EXISTS (SELECT 1 FROM live) AND NOT EXISTS (SELECT 1 FROM readers)
+	  AND NOT EXISTS (SELECT 1 FROM ` + b.n.holders + ` u WHERE u.key = $1 AND u.owner = $2 AND u.released)
 	ON CONFLICT (key) DO UPDATE
 		SET owner = EXCLUDED.owner, token = nextval('` + b.n.sequence + `'), expires_at = EXCLUDED.expires_at,
 		    metadata = EXCLUDED.metadata, acquired_at = EXCLUDED.acquired_at
 		WHERE l.expires_at <= clock_timestamp() AND l.gen = coalesce((SELECT k.gen FROM k), 0)
 	RETURNING token
+), gc AS (
+	DELETE FROM ` + b.n.holders + ` g
+	WHERE g.key = $1 AND g.expires_at < clock_timestamp() - interval '5 minutes' AND EXISTS (SELECT 1 FROM taken)
 )`
 	args := []any{b.mode, req.Key, req.Owner, req.TTL.Milliseconds(), md}
 	if unreg {
 		sql += `, unreg AS (
 	DELETE FROM ` + b.n.writers + ` w
 	WHERE w.key = $1 AND (w.waiter = $5 OR w.expires_at <= clock_timestamp()) AND EXISTS (SELECT 1 FROM taken)
+), tomb AS (
+	INSERT INTO ` + b.n.holders + ` (key, owner, mode, token, expires_at, released)
+	SELECT $1, $5, 0, 0, clock_timestamp(), true FROM taken
+	ON CONFLICT (key, owner) DO NOTHING
 )`
 		args = append(args, req.Waiter)
 	}
@@ -149,14 +158,26 @@ FROM readers r WHERE NOT EXISTS (SELECT 1 FROM taken)`
 }
 
 // Abort implements driver.Aborter: mark req.Owner's lease of req.Key
-// released, if an attempt whose outcome is unknown wrote one.
+// released, if an attempt whose outcome is unknown wrote one, and leave a
+// tombstone for the owner in the holders table (see abortShared), so that
+// the attempt's statement, if it reaches the server only now (held by a
+// stalled link), takes nothing: Try never grants an owner with a released
+// holder row.
 func (b *backend) Abort(ctx context.Context, req *driver.Request) error {
 	if req.Mode != driver.Exclusive {
 		return b.abortShared(ctx, req)
 	}
 	rctx, cancel := b.rpc(ctx)
 	defer cancel()
-	_, err := b.pool.Exec(rctx, `UPDATE `+b.n.table+` SET expires_at = '-infinity' WHERE key = $1 AND owner = $2`, b.mode, req.Key, req.Owner)
+	_, err := b.pool.Exec(rctx, `WITH x AS (
+	UPDATE `+b.n.table+` SET expires_at = '-infinity' WHERE key = $1 AND owner = $2
+	RETURNING key
+), t AS (
+	INSERT INTO `+b.n.holders+` AS h (key, owner, mode, token, expires_at, released)
+	VALUES ($1, $2, 0, 0, clock_timestamp(), true)
+	ON CONFLICT (key, owner) DO NOTHING
+)
+SELECT count(*) FROM x`, b.mode, req.Key, req.Owner)
 	if err != nil {
 		return fmt.Errorf("dlock: postgres abort %q: %w", req.Key, explain(err))
 	}

@@ -97,15 +97,26 @@
 //     third of the TTL has passed (the engine attempts at least every
 //     TTL/3). The writer's grant deletes it (and the key's expired ones)
 //     in the grant's statement; Leave deletes it and wakes the key's
-//     waiters. While a live writer row exists, shared requests are
+//     waiters. Both leave a released holder row under the waiter's id, so
+//     a registration of that waiter delivered late (a stalled link) does
+//     not register it again; it used to, keeping readers out for a TTL
+//     after the writer had gone. While a live writer row exists, shared requests are
 //     refused (limited ones are not). So a dead writer keeps readers out
 //     for at most one TTL after its last registration. TryAcquire
 //     registers nothing, and an uncontended Acquire runs the same single
 //     statement as TryAcquire; an Acquire waiting for any holder writes
 //     one small row every TTL/3 or so.
 //   - Holder rows are kept five minutes after they end (so that a retried
-//     release finds its own), then deleted by the key's next shared or
-//     limited grant.
+//     release finds its own), then deleted by the key's next grant.
+//   - Abort (an attempt whose outcome is unknown: its reply lost, its
+//     context ended mid-statement) releases what the attempt was granted
+//     and, in any mode, leaves a released holder row for the attempt's
+//     owner: no grant goes to an owner with one, so the attempt's
+//     statement, if a stalled link delivers it only after the Abort, takes
+//     nothing (it used to take the key, for nobody, for a full TTL). An
+//     attempt delivered more than five minutes after its Abort, or whose
+//     Abort never reached the server, can still leave such a lease,
+//     which expires at its TTL like a crashed holder's.
 //
 // Waiters are woken by LISTEN/NOTIFY on one connection per Locker and keep
 // polling with the dlock.WithBackoff backoff meanwhile, so a notification

@@ -44,3 +44,9 @@ func Leave(ctx context.Context, l *Locker, key, waiter string) error {
 func Abort(ctx context.Context, l *Locker, req *driver.Request) error {
 	return l.b.Abort(ctx, req)
 }
+
+// Register records req's Acquire as a waiting writer of req.Key, as a
+// refused attempt does (tests).
+func Register(ctx context.Context, l *Locker, req *driver.Request) {
+	l.b.register(ctx, req)
+}

@@ -59,10 +59,12 @@ func (b *backend) tryShared(ctx context.Context, req *driver.Request, md string)
 	WHERE r.key = $1 AND r.expires_at > clock_timestamp() AND NOT r.released
 ), mine AS (
 	SELECT hs.token, hs.expires_at FROM hs WHERE hs.owner = $2
+), undone AS (
+	SELECT 1 FROM ` + hs + ` u WHERE u.key = $1 AND u.owner = $2 AND u.released
 ), writer AS (
 	SELECT EXISTS (SELECT 1 FROM ` + b.n.writers + ` w WHERE w.key = $1 AND w.expires_at > clock_timestamp()) AS waiting
 ), ok AS (
-	SELECT NOT EXISTS (SELECT 1 FROM mine) AND NOT EXISTS (SELECT 1 FROM live)
+	SELECT NOT EXISTS (SELECT 1 FROM mine) AND NOT EXISTS (SELECT 1 FROM live) AND NOT EXISTS (SELECT 1 FROM undone)
 		AND ($5::int <> 1 OR NOT (SELECT waiting FROM writer))
 		AND (NOT EXISTS (SELECT 1 FROM hs) OR coalesce((
 			SELECT k.hmode = $5::int AND ($5::int = 1 OR (k.hlimit = $6::int AND (SELECT count(*) FROM hs) < $6::int))
@@ -84,6 +86,7 @@ func (b *backend) tryShared(ctx context.Context, req *driver.Request, md string)
 	ON CONFLICT (key, owner) DO UPDATE
 		SET mode = EXCLUDED.mode, token = EXCLUDED.token, expires_at = EXCLUDED.expires_at, released = false,
 		    metadata = EXCLUDED.metadata, acquired_at = EXCLUDED.acquired_at
+		WHERE NOT r.released
 	RETURNING r.token
 ), gc AS (
 	DELETE FROM ` + hs + ` g
@@ -174,16 +177,25 @@ SELECT 'info', 0, '', '{}', 0, coalesce((SELECT k.hmode FROM k), 0)::int, coales
 }
 
 // abortShared marks req.Owner's holder row released, if an attempt whose
-// outcome is unknown wrote one, and wakes the key's waiters.
+// outcome is unknown wrote one, and wakes the key's waiters. If the
+// attempt wrote nothing (yet), it leaves a released row for the owner in
+// its place, a tombstone: the attempt's statement may still be on its way
+// (held by a stalled link, delivered when it heals), and a grant never
+// goes to an owner with a released row, so the late statement grants
+// nothing instead of a holder row nobody renews or releases, which would
+// keep its permit for a full TTL. Tombstones are deleted with the other
+// released rows, five minutes on.
 func (b *backend) abortShared(ctx context.Context, req *driver.Request) error {
 	rctx, cancel := b.rpc(ctx)
 	defer cancel()
 	_, err := b.pool.Exec(rctx, `WITH r AS (
-	UPDATE `+b.n.holders+` SET expires_at = least(expires_at, clock_timestamp()), released = true
-	WHERE key = $1 AND owner = $2 AND NOT released
+	INSERT INTO `+b.n.holders+` AS h (key, owner, mode, token, expires_at, released)
+	VALUES ($1, $2, $4::int, 0, clock_timestamp(), true)
+	ON CONFLICT (key, owner) DO UPDATE SET expires_at = least(h.expires_at, clock_timestamp()), released = true
+	WHERE NOT h.released
 	RETURNING key
 )
-SELECT pg_notify($3, key) FROM r`, b.mode, req.Key, req.Owner, b.n.channelName())
+SELECT pg_notify($3, key) FROM r`, b.mode, req.Key, req.Owner, b.n.channelName(), int(req.Mode))
 	if err != nil {
 		return fmt.Errorf("dlock: postgres abort %q: %w", req.Key, explain(err))
 	}
@@ -218,8 +230,12 @@ func (b *backend) register(ctx context.Context, req *driver.Request) {
 	b.regMu.Unlock()
 	rctx, cancel := b.rpc(ctx)
 	defer cancel()
+	// A waiter that left (Leave) or was granted the key has a released
+	// row in the holders table under its id: a registration arriving
+	// after that (held by a stalled link) registers nothing.
 	_, err := b.pool.Exec(rctx, `INSERT INTO `+b.n.writers+` (key, waiter, expires_at)
-VALUES ($1, $2, clock_timestamp() + $3 * interval '1 millisecond')
+SELECT $1, $2, clock_timestamp() + $3 * interval '1 millisecond'
+WHERE NOT EXISTS (SELECT 1 FROM `+b.n.holders+` u WHERE u.key = $1 AND u.owner = $2 AND u.released)
 ON CONFLICT (key, waiter) DO UPDATE SET expires_at = EXCLUDED.expires_at`, b.mode, req.Key, req.Waiter, req.TTL.Milliseconds())
 	if err != nil {
 		b.regMu.Lock()
@@ -252,7 +268,11 @@ func (b *backend) forget(key, waiter string) {
 
 // Leave implements driver.Leaver: remove waiter's registration as a
 // waiting writer of key, and wake the key's waiters (readers it kept
-// out). A waiter this Locker never registered costs no statement.
+// out). A waiter this Locker never registered costs no statement. It
+// leaves a released row under the waiter's id in the holders table (a
+// tombstone, deleted with the key's other released rows five minutes on),
+// so that a registration of this waiter still on its way (held by a
+// stalled link) registers nothing when it arrives.
 func (b *backend) Leave(ctx context.Context, key, waiter string) error {
 	if !b.registered(key, waiter) {
 		return nil
@@ -264,6 +284,10 @@ func (b *backend) Leave(ctx context.Context, key, waiter string) error {
 	defer cancel()
 	_, err := b.pool.Exec(rctx, `WITH d AS (
 	DELETE FROM `+b.n.writers+` WHERE key = $1 AND waiter = $2 RETURNING key
+), t AS (
+	INSERT INTO `+b.n.holders+` (key, owner, mode, token, expires_at, released)
+	VALUES ($1, $2, 0, 0, clock_timestamp(), true)
+	ON CONFLICT (key, owner) DO NOTHING
 )
 SELECT pg_notify($3, key) FROM (SELECT DISTINCT key FROM d) d`, b.mode, key, waiter, b.n.channelName())
 	if err != nil {

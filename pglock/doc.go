@@ -177,4 +177,14 @@
 //   - One waiter woken per release: all waiters of the key are.
 //   - Metadata holding a NUL byte (jsonb cannot store one): Acquire
 //     refuses it with an error wrapping dlock.ErrInvalidOption.
+//   - Mixed versions: a pglock from before migration 2 (shared and
+//     limited modes) does not read the holders table. Shared and limited
+//     grants leave the key's lease row released, so such a client takes
+//     the key exclusively while readers or permit holders are live. Stop
+//     every older client of a table before any client takes a shared or
+//     limited lock on it (exclusive locks alone are safe across versions).
+//   - Attempts that arrive very late: an acquire or writer registration
+//     held by the network for more than five minutes after its Abort or
+//     Leave (the tombstone's life), or whose Abort never reached the
+//     server, leaves a lease or registration that ends at its TTL.
 package pglock

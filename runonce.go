@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/background"
 )
 
 // RunOnce runs a scheduled job on at most one of the replicas that fire it
@@ -103,7 +105,7 @@ func RunOnce(ctx context.Context, l Locker, key string, atMostFor, atLeastFor ti
 			err = errors.Join(err, lost)
 		}
 		if wait := time.Until(start.Add(atLeastFor)); wait > 0 && lost == nil {
-			time.AfterFunc(wait, func() { _ = lk.Release(context.Background()) })
+			background.AfterFunc(wait, func() { _ = lk.Release(context.Background()) })
 			return
 		}
 		// Release honours ctx (an ended one gets DefaultReleaseTimeout):

@@ -110,8 +110,38 @@ func (b *backend) acquireError(key string, seen map[int]answer) error {
 		qe.Reason = fmt.Sprintf("%d nodes failed or did not answer: a majority is impossible for now; released", failed+silent)
 		return fmt.Errorf("%w: %w", dlock.ErrTransient, qe)
 	}
+	if n := contenders(seen); n > 0 {
+		// A split vote: every node that refused is held by an attempt
+		// still in phase one (token 0, no reservation), none with a
+		// majority, so nobody holds the key. Each contender releases its
+		// minority at once; a repeated attempt, after the caller's
+		// jittered backoff, may win.
+		qe.Reason = fmt.Sprintf("split vote: %d nodes granted other attempts still in progress, none a majority; released", n)
+		return fmt.Errorf("%w: %w", dlock.ErrTransient, qe)
+	}
 	// Otherwise at least one node said the key is held.
 	return &dlock.NotAcquiredError{Key: key, Holders: holdersSeen(seen), Cause: qe}
+}
+
+// contenders counts the refusing nodes when each of them was refused for
+// another owner's uncommitted phase-one grant (token 0, not a reservation,
+// not a release marker); 0 when any refusal names a committed holder or a
+// reservation, which is a real holder. A holder whose commit has not yet
+// reached a node is also seen as a contender there: the repeated attempt
+// then finds it committed and reports it.
+func contenders(seen map[int]answer) int {
+	n := 0
+	for _, a := range seen {
+		if a.err != nil || a.ok || a.noAnswer {
+			continue
+		}
+		h := a.o.Holder
+		if h.Owner == "" || h.Token != 0 || a.o.ReservedFor != "" || a.o.Group != "" {
+			return 0
+		}
+		n++
+	}
+	return n
 }
 
 // holdersSeen lists the holders that the nodes refusing the key reported:

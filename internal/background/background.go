@@ -38,3 +38,43 @@ func Wait(d time.Duration) bool {
 		return false
 	}
 }
+
+var (
+	mu      sync.Mutex
+	pending = map[*time.Timer]func(){}
+)
+
+// AfterFunc runs f on its own goroutine after d, counted from now: Wait
+// waits for it (the release RunOnce defers to atLeastFor) and Flush runs
+// it at once.
+func AfterFunc(d time.Duration, f func()) {
+	wg.Add(1)
+	mu.Lock()
+	defer mu.Unlock()
+	var t *time.Timer
+	t = time.AfterFunc(d, func() {
+		defer wg.Done()
+		mu.Lock()
+		delete(pending, t)
+		mu.Unlock()
+		f()
+	})
+	pending[t] = f
+}
+
+// Flush runs the work AfterFunc scheduled that has not started yet, now
+// (a test binary ending: a lock RunOnce keeps for a minute is released
+// before the servers stop).
+func Flush() {
+	mu.Lock()
+	defer mu.Unlock()
+	for t, f := range pending {
+		if t.Stop() {
+			delete(pending, t)
+			go func() {
+				defer wg.Done()
+				f()
+			}()
+		}
+	}
+}

@@ -17,11 +17,13 @@ import (
 // dlock.DefaultReleaseTimeout and the clients' own timeouts.
 const BackgroundTimeout = 30 * time.Second
 
-// Main runs a test package's tests, waits for dlock's background work to
+// Main runs a test package's tests, runs delayed background work at once
+// (background.Flush), waits for dlock's background work to
 // end, then fails the run if goroutines leaked (goleak, with opts). Call
 // it from TestMain: func TestMain(m *testing.M) { testserver.Main(m) }.
 func Main(m *testing.M, opts ...goleak.Option) {
 	code := m.Run()
+	background.Flush()
 	if !background.Wait(BackgroundTimeout) {
 		fmt.Fprintf(os.Stderr, "dlock background work still running after %v\n", BackgroundTimeout)
 		code = 1

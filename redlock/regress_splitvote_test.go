@@ -1,0 +1,93 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
+)
+
+// A split vote (every refusing node holds another attempt's uncommitted
+// phase-one grant, none a majority) means nobody holds the key: the attempt
+// fails with ErrTransient, so TryAcquire's callers (RunOnce) try again
+// instead of skipping a key nobody holds. CI saw RunOnce's four replicas
+// all skip one period this way.
+func TestRegressSplitVoteIsTransient(t *testing.T) {
+	c := startNodes(t, 3)
+	l := c.locker(t)
+	ctx := dlocktest.Context(t)
+
+	key := dlocktest.Key(t)
+	// Two other attempts, each granted on one node, neither committed.
+	for i, owner := range []string{"contender-a", "contender-b"} {
+		if err := c.admin[i].Set(ctx, lockKey(key), owner+"|0|{}", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := l.TryAcquire(ctx, key)
+	if !errors.Is(err, dlock.ErrTransient) || errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire against a split vote: %v, want ErrTransient and not ErrNotAcquired", err)
+	}
+	if !strings.Contains(err.Error(), "split vote") {
+		t.Errorf("error does not say split vote: %v", err)
+	}
+
+	// A committed holder on one of the refusing nodes is a real holder.
+	key2 := dlocktest.Key(t)
+	if err := c.admin[0].Set(ctx, lockKey(key2), "holder|42|{}", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.admin[1].Set(ctx, lockKey(key2), "contender|0|{}", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.TryAcquire(ctx, key2); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire against a committed holder: %v, want ErrNotAcquired", err)
+	}
+}
+
+// Many replicas firing RunOnce at once on a cold key: exactly one runs the
+// job, round after round (bounded: 20 rounds).
+func TestRegressRunOnceRace(t *testing.T) {
+	c := startNodes(t, 3)
+	const replicas, rounds = 4, 20
+	ls := make([]dlock.Locker, replicas)
+	for i := range ls {
+		ls[i] = c.locker(t)
+		lk, err := ls[i].Acquire(dlocktest.Context(t), dlocktest.Key(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = lk.Release(dlocktest.Context(t))
+	}
+	for r := range rounds {
+		key := dlocktest.Key(t)
+		var runs atomic.Int32
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for _, l := range ls {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				_, err := dlock.RunOnce(dlocktest.Context(t), l, key, 4*time.Second, time.Second, func(context.Context) error {
+					runs.Add(1)
+					return nil
+				})
+				if err != nil {
+					t.Errorf("round %d: %v", r, err)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		if n := runs.Load(); n != 1 {
+			t.Fatalf("round %d: the job ran %d times, want once", r, n)
+		}
+	}
+}

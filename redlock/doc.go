@@ -129,7 +129,9 @@
 // shortest lease left it was seen with. The QuorumError wraps
 // dlock.ErrTransient, and Acquire tries again, when no holder was seen and
 // the attempt may succeed if repeated: nodes did not answer in time, or a
-// majority granted but the commit could not reach a majority. Nodes
+// majority granted but the commit could not reach a majority, or a split
+// vote: every node that refused holds another attempt's uncommitted
+// phase-one grant, so nobody holds the key. Nodes
 // answering with errors that alone make a majority impossible end Acquire
 // at once.
 //

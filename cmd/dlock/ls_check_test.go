@@ -147,6 +147,24 @@ func TestLsWatchTwoRefreshes(t *testing.T) {
 	}
 }
 
+// --watch without --count runs until interrupted, then exits 0.
+func TestLsWatchUntilInterrupted(t *testing.T) {
+	cmd := dlockCmd(t.Context(), fileURL(t), "ls", "--watch", "0.1")
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, hang, "ls --watch never listed twice", func() bool { return strings.Count(out.String(), "--- ") >= 2 })
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitExit(t, cmd); code != 0 {
+		t.Fatalf("ls --watch interrupted: exit %d: %q", code, out.String())
+	}
+}
+
 func TestJoinWatchArg(t *testing.T) {
 	for _, c := range []struct{ in, want string }{
 		{"--watch", "--watch=true"},

@@ -58,6 +58,11 @@ type Broken struct {
 	// Nodes, for a multi-node backend (Redlock), lists every removal by
 	// node: a holder appears once per node its lease was on.
 	Nodes []BrokenOnNode
+	// NodeErrors, for a multi-node backend, are the nodes that failed or
+	// did not answer (each error names its node) although enough others
+	// answered for the break to count: their copies of the leases expire
+	// with their TTL.
+	NodeErrors []error
 }
 
 // BrokenOnNode is one lease removed from one node of a multi-node backend.
@@ -162,7 +167,7 @@ func (e *Engine) Break(ctx context.Context, key, owner string) (Broken, error) {
 	if err != nil {
 		return Broken{Key: key}, err
 	}
-	out := Broken{Key: key}
+	out := Broken{Key: key, NodeErrors: res.NodeErrs}
 	seen := map[string]bool{}
 	multi := false
 	for _, h := range res.Removed {

@@ -38,6 +38,10 @@ type BreakResult struct {
 	// Others are the holders left in place because they are not the owner
 	// asked for (only when that owner held nothing).
 	Others []Held
+	// NodeErrs, for a multi-node backend, are the failures of the nodes
+	// that did not answer, each naming its node, when enough others did
+	// for the break to count (a Redlock majority).
+	NodeErrs []error
 }
 
 // Held is one lease as a Breaker saw it: the fields of dlock.Holder, and

@@ -16,10 +16,21 @@ var breakScript = script("break") // lua/break.lua
 // woken; the broken holders' later Refresh and Release find nothing of
 // theirs.
 func (n *Node) Break(ctx context.Context, key, owner string, retention time.Duration) (removed, others []Info, err error) {
+	return n.breakLock(ctx, key, owner, retention, "0")
+}
+
+// QuorumBreak is Break on a Redlock node: the lease is replaced with a
+// marker without a token (the quorum counter, in its own key, is left
+// alone), as QuorumRelease without a token does.
+func (n *Node) QuorumBreak(ctx context.Context, key, owner string) (removed, others []Info, err error) {
+	return n.breakLock(ctx, key, owner, HandoffReserve, "1")
+}
+
+func (n *Node) breakLock(ctx context.Context, key, owner string, retention time.Duration, quorum string) (removed, others []Info, err error) {
 	lk := n.LockKey(key)
 	res, err := breakScript.Run(ctx, n.Client,
 		[]string{lk, lk + waitersSuffix, lk + holdersSuffix, lk + holderDataSuffix, lk + permitSuffix},
-		owner, Ms(retention), lk+channelSuffix, Ms(HandoffReserve), n.cluster).Slice()
+		owner, Ms(retention), lk+channelSuffix, Ms(HandoffReserve), n.cluster, quorum).Slice()
 	if err != nil {
 		return nil, nil, err
 	}

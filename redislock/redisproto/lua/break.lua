@@ -10,6 +10,7 @@
 -- ARGV[3]  the waiters' channel prefix, P:{T}:w:
 -- ARGV[4]  the reservation for the woken waiter, ms
 -- ARGV[5]  "1" on a Cluster, else "0"
+-- ARGV[6]  "1" on a Redlock node (Node.QuorumBreak), else "0" or absent
 --
 -- Returns {the key's value or "", removed, others}: removed are the
 -- leases removed, others (only when ARGV[1] names an owner that holds
@@ -26,7 +27,10 @@
 -- holder's later Release report success (see release.lua); +2 is the
 -- smallest step that names neither. A group holder's removal leaves no
 -- receipt for the same reason. Waiting writers' registrations and queued
--- waiters stay.
+-- waiters stay. On a Redlock node, whose tokens come from the counter
+-- P:{T}:fence (untouched here), the marker carries no token, as a
+-- release's without one (quorum_release.lua): "|0|<id>|<until>" while it
+-- reserves the key for the woken waiter, else the key is deleted.
 local v = redis.call('GET', KEYS[1])
 if not v or string.sub(v, 1, 1) == '|' then
   return {v or '', {}, {}}
@@ -38,6 +42,15 @@ local function put(list, o, d, ms)
   list[#list + 1] = ms
 end
 local function mark(tok)
+  if ARGV[6] == '1' then
+    local turn = wake_one(KEYS[2], ARGV[3], ARGV[4], ARGV[5])
+    if turn then
+      redis.call('SET', KEYS[1], '|0|' .. turn, 'PX', ARGV[4])
+    else
+      redis.call('DEL', KEYS[1])
+    end
+    return
+  end
   local n = tonumber(tok)
   if not n then
     redis.call('DEL', KEYS[1]) -- no token to go on from: the next grant uses the clock

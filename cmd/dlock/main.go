@@ -25,6 +25,7 @@ Usage:
   dlock run   [--url URL] [--ttl 30s] [-s|--shared | --limit N] [-w DUR|SECS] [-n]
               [-E N] [--grace 5s] [--connect-timeout 5s] [--verbose] KEY -- CMD [ARGS...]
   dlock ls    [--url URL] [--json] [--connect-timeout 5s] [--verbose] [PREFIX]
+  dlock unlock [--url URL] (--owner ID | --force) [--json] KEY
   dlock demo  [--url URL]
   dlock serve [--data-dir DIR] [--listen 127.0.0.1:2379]
   dlock version
@@ -65,6 +66,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdRun(args[1:], stdout, stderr)
 	case "ls":
 		return cmdLs(args[1:], stdout, stderr)
+	case "unlock":
+		return cmdUnlock(args[1:], stdout, stderr)
 	case "demo":
 		return cmdDemo(args[1:], stdout, stderr)
 	case "serve":

@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -60,4 +61,34 @@ func TestNotHolderErrorText(t *testing.T) {
 	if s := (&dlock.NotHolderError{Key: "k", Owner: "ab"}).Error(); !strings.HasSuffix(s, "the key is free") {
 		t.Errorf("free key: %q", s)
 	}
+}
+
+// An operator breaks a stuck lock: the holder is named, and the next
+// holder's token is above the broken one's.
+func ExampleBreak() {
+	ctx := context.Background()
+	locker := memlock.New()
+	stuck, _ := locker.Acquire(ctx, "nightly-batch", dlock.WithMetadata("job", "backup"))
+
+	broken, err := dlock.Break(ctx, locker, "nightly-batch", "") // "" breaks whoever holds it
+	if err != nil {
+		fmt.Println("break:", err)
+		return
+	}
+	for _, h := range broken.Holders {
+		fmt.Println("broke the lock of job", h.Metadata["job"], "owner ok:", h.Owner == stuck.Owner(), "token ok:", h.Token == stuck.Token())
+	}
+	next, _ := locker.Acquire(ctx, "nightly-batch")
+	fmt.Println("next token higher:", next.Token() > stuck.Token())
+	fmt.Println("broken holder's release is a loss:", errors.Is(stuck.Release(ctx), dlock.ErrLockLost))
+	next.Release(ctx)
+
+	// With the holder's owner id, only that holder's lease is released.
+	_, err = dlock.Break(ctx, locker, "nightly-batch", stuck.Owner())
+	fmt.Println("not the holder:", errors.Is(err, dlock.ErrNotHolder))
+	// Output:
+	// broke the lock of job backup owner ok: true token ok: true
+	// next token higher: true
+	// broken holder's release is a loss: true
+	// not the holder: true
 }

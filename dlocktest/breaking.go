@@ -3,6 +3,7 @@ package dlocktest
 import (
 	"context"
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
@@ -268,6 +269,13 @@ func testBreakBadInput(t *testing.T, h Harness) {
 	}
 	if _, err := dlock.Break(ctx, nil, Key(t), ""); !errors.Is(err, dlock.ErrNilClient) {
 		t.Errorf("Break with a nil Locker = %v, want ErrNilClient", err)
+	}
+	if rt := reflect.TypeOf(l); rt.Kind() == reflect.Pointer {
+		// A nil *Locker of the backend: an error, not a panic.
+		nilLocker := reflect.Zero(rt).Interface().(dlock.Locker)
+		if _, err := dlock.Break(ctx, nilLocker, Key(t), ""); !errors.Is(err, dlock.ErrNilClient) {
+			t.Errorf("Break on a nil %v = %v, want ErrNilClient", rt, err)
+		}
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()

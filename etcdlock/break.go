@@ -35,6 +35,9 @@ const maxBreakRounds = 16
 // removes the holding entries of etcdctl and concurrency.Mutex. The broken
 // holders' etcd leases are left alone (they may carry other locks).
 func (l *Locker) Break(ctx context.Context, key, owner string) (dlock.Broken, error) {
+	if l == nil {
+		return (*dlock.Engine)(nil).Break(ctx, key, owner) // an error wrapping dlock.ErrNilClient
+	}
 	return l.e.Break(ctx, key, owner)
 }
 

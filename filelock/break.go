@@ -21,6 +21,9 @@ var (
 // wakes waiters. A record this version does not understand is removed by
 // a forced break only.
 func (l *Locker) Break(ctx context.Context, key, owner string) (dlock.Broken, error) {
+	if l == nil {
+		return (*dlock.Engine)(nil).Break(ctx, key, owner) // an error wrapping dlock.ErrNilClient
+	}
 	return l.e.Break(ctx, key, owner)
 }
 

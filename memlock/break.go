@@ -18,6 +18,9 @@ var (
 // on key (owner "") or owner's alone, and wakes the key's waiters.
 // Waiting-writer registrations stay.
 func (l *Locker) Break(ctx context.Context, key, owner string) (dlock.Broken, error) {
+	if l == nil {
+		return (*dlock.Engine)(nil).Break(ctx, key, owner) // an error wrapping dlock.ErrNilClient
+	}
 	return l.e.Break(ctx, key, owner)
 }
 

@@ -29,6 +29,9 @@ var (
 // A holder whose lease was removed from a majority finds out at its next
 // renewal.
 func (l *Locker) Break(ctx context.Context, key, owner string) (dlock.Broken, error) {
+	if l == nil {
+		return (*dlock.Engine)(nil).Break(ctx, key, owner) // an error wrapping dlock.ErrNilClient
+	}
 	return l.e.Break(ctx, key, owner)
 }
 

@@ -22,7 +22,8 @@ var (
 // keeps changing under it.
 const maxBreakRounds = 16
 
-// Break implements dlock.Breaker (see dlock.Break). It reads the key's
+// Break implements dlock.Breaker (see dlock.Break). After a sync with the
+// leader (so that it sees every grant made before it), it reads the key's
 // queue, picks the nodes that hold it (with an owner, that owner's node
 // among them), reads each, and deletes them in one multi-op transaction
 // that checks each node's version, so a node that changed meanwhile is
@@ -41,6 +42,12 @@ func (l *Locker) Break(ctx context.Context, key, owner string) (dlock.Broken, er
 // Break implements driver.Breaker.
 func (b *backend) Break(ctx context.Context, key, owner string) (driver.BreakResult, error) {
 	dir := b.keyPath(key)
+	// Catch up with the leader first: a follower may not have applied a
+	// grant made through another server yet, and the break must see every
+	// lock granted before it was called.
+	if _, err := call(ctx, b, "break", func() (string, error) { return b.conn.Sync(dir) }); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return driver.BreakResult{}, err
+	}
 	for range maxBreakRounds {
 		kids, err := call(ctx, b, "break", func() ([]string, error) {
 			k, _, err := b.conn.Children(dir)

@@ -39,10 +39,11 @@ func cmdDemoWorker(args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var locker dlock.Locker
+	obs := workerObserver() // the demo's metrics, nil when run by hand
 	if *key != "" {
 		raw := os.Getenv("DLOCK_URL")
 		stderr = &scrubWriter{w: stderr, secrets: secretsOf(raw)}
-		b, err := openBackend(raw, openOptions{})
+		b, err := openBackend(raw, openOptions{observer: obs})
 		if err != nil {
 			return reportOpen(stderr, "demo worker", err)
 		}
@@ -61,7 +62,7 @@ func cmdDemoWorker(args []string, stdout, stderr io.Writer) int {
 		if locker == nil {
 			return exitUsage
 		}
-		if w.guard, err = filelock.NewGuard(*guardDir); err != nil {
+		if w.guard, err = filelock.NewGuard(*guardDir, dlock.WithObserver(obs)); err != nil {
 			break
 		}
 		if mode == "withdraw" {
@@ -107,13 +108,26 @@ func (w *worker) counter(file string, n int) error {
 		if w.locker == nil {
 			err = inc()
 		} else {
-			err = dlock.Do(w.ctx, w.locker, w.key, func(context.Context, *dlock.Lock) error { return inc() }, dlock.WithTTL(w.ttl))
+			err = w.tryThenWait(inc)
 		}
 		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// tryThenWait runs fn under the lock: it tries the lock first and, when
+// that fails (held by another worker: a "contended" acquisition in the
+// metrics), waits for it.
+func (w *worker) tryThenWait(fn func() error) error {
+	lk, err := w.locker.TryAcquire(w.ctx, w.key, dlock.WithTTL(w.ttl))
+	if err != nil {
+		if lk, err = w.locker.Acquire(w.ctx, w.key, dlock.WithTTL(w.ttl)); err != nil {
+			return err
+		}
+	}
+	return errors.Join(fn(), lk.Release(w.ctx))
 }
 
 // fencedUpdate applies delta to the fenced balance through the guard: a

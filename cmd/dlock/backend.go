@@ -75,17 +75,11 @@ type openOptions struct {
 	// readOnly is for commands that change nothing (ls): a file backend's
 	// directory must exist already (errNoLockDir); it is not created.
 	readOnly bool
-	// observer, when set, receives the Locker's Events (the demo's
-	// metrics); it takes the place of --verbose's.
-	observer dlock.Observer
 }
 
 // lockOptions are the options every backend's New gets: with --verbose,
 // dlock's log/slog Observer writing to logs.
 func (o openOptions) lockOptions() []driver.Option {
-	if o.observer != nil {
-		return []driver.Option{dlock.WithObserver(o.observer)}
-	}
 	if !o.verbose || o.logs == nil {
 		return nil
 	}

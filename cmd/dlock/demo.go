@@ -49,7 +49,7 @@ const demoWorkerCmd = "__demo-worker"
 type demo struct {
 	out     io.Writer
 	metrics *demoMetrics
-	locker  dlock.Locker // the demo's own, observed
+	locker  dlock.Locker // the demo's own
 	self    string
 	dir     string
 	url     string
@@ -97,7 +97,7 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "dlock demo: %v\n", err)
 		return exitBackend
 	}
-	b, err := openBackend(u, openOptions{observer: m.obs}) // check the URL and reachability up front
+	b, err := openBackend(u, openOptions{}) // check the URL and reachability up front
 	if err != nil {
 		return reportOpen(stderr, "demo", err)
 	}
@@ -347,7 +347,7 @@ func (d *demo) actFencing(ctx context.Context) error {
 // tryHeld has the demo itself try a key a worker holds: refused, it is
 // the contended acquisition the metrics show.
 func (d *demo) tryHeld(ctx context.Context, key string) {
-	lk, err := d.locker.TryAcquire(ctx, key)
+	lk, err := d.locker.TryAcquire(ctx, key, dlock.WithCallObserver(d.metrics.obs))
 	switch {
 	case err == nil:
 		// The holder's lease ran out already (a very slow machine).

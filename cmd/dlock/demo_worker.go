@@ -43,14 +43,14 @@ func cmdDemoWorker(args []string, stdout, stderr io.Writer) int {
 	if *key != "" {
 		raw := os.Getenv("DLOCK_URL")
 		stderr = &scrubWriter{w: stderr, secrets: secretsOf(raw)}
-		b, err := openBackend(raw, openOptions{observer: obs})
+		b, err := openBackend(raw, openOptions{})
 		if err != nil {
 			return reportOpen(stderr, "demo worker", err)
 		}
 		defer b.close()
 		locker = b.locker
 	}
-	w := &worker{ctx: ctx, out: stdout, locker: locker, key: *key, ttl: *ttl, fenced: *fenced, unfenced: *unfenced, amount: *amount}
+	w := &worker{ctx: ctx, out: stdout, obs: obs, locker: locker, key: *key, ttl: *ttl, fenced: *fenced, unfenced: *unfenced, amount: *amount}
 	var err error
 	switch mode {
 	case "counter":
@@ -83,6 +83,7 @@ func cmdDemoWorker(args []string, stdout, stderr io.Writer) int {
 type worker struct {
 	ctx      context.Context
 	out      io.Writer
+	obs      dlock.Observer // the demo's metrics (nil: none)
 	locker   dlock.Locker
 	guard    *filelock.Guard
 	key      string
@@ -117,13 +118,19 @@ func (w *worker) counter(file string, n int) error {
 	return nil
 }
 
+// opts are the options of the worker's acquisitions: the lease, and the
+// demo's metrics, which observe the call and the Lock it returns.
+func (w *worker) opts(ttl time.Duration) []dlock.Option {
+	return []dlock.Option{dlock.WithTTL(ttl), dlock.WithCallObserver(w.obs)}
+}
+
 // tryThenWait runs fn under the lock: it tries the lock first and, when
 // that fails (held by another worker: a "contended" acquisition in the
 // metrics), waits for it.
 func (w *worker) tryThenWait(fn func() error) error {
-	lk, err := w.locker.TryAcquire(w.ctx, w.key, dlock.WithTTL(w.ttl))
+	lk, err := w.locker.TryAcquire(w.ctx, w.key, w.opts(w.ttl)...)
 	if err != nil {
-		if lk, err = w.locker.Acquire(w.ctx, w.key, dlock.WithTTL(w.ttl)); err != nil {
+		if lk, err = w.locker.Acquire(w.ctx, w.key, w.opts(w.ttl)...); err != nil {
 			return err
 		}
 	}
@@ -144,7 +151,7 @@ func (w *worker) fencedUpdate(lk *dlock.Lock, delta int) (before, after int, err
 }
 
 func (w *worker) deposit() error {
-	lk, err := w.locker.Acquire(w.ctx, w.key, dlock.WithTTL(w.ttl))
+	lk, err := w.locker.Acquire(w.ctx, w.key, w.opts(w.ttl)...)
 	if err != nil {
 		return err
 	}
@@ -166,7 +173,7 @@ func (w *worker) deposit() error {
 }
 
 func (w *worker) withdraw() error {
-	lk, err := w.locker.Acquire(w.ctx, w.key, dlock.WithTTL(w.ttl))
+	lk, err := w.locker.Acquire(w.ctx, w.key, w.opts(w.ttl)...)
 	if err != nil {
 		return err
 	}
@@ -223,7 +230,7 @@ func (w *worker) withdraw() error {
 // under a failed attempt, so trying again is safe.
 func (w *worker) acquireAfterPause() (*dlock.Lock, error) {
 	for attempt := 1; ; attempt++ {
-		lk, err := w.locker.Acquire(w.ctx, w.key, dlock.WithTTL(10*time.Second))
+		lk, err := w.locker.Acquire(w.ctx, w.key, w.opts(10*time.Second)...)
 		if err == nil || attempt == 10 || w.ctx.Err() != nil {
 			return lk, err
 		}

@@ -24,12 +24,13 @@ import (
 	dto "github.com/prometheus/client_model/go"
 )
 
-// The demo's metrics. Every worker process reports its Lockers' and its
-// guard's Events, one JSON line each, on a pipe (file descriptor 3, named
-// by $DLOCK_DEMO_EVENTS_FD); the demo replays them into one
-// dlockprom.Observer, whose registry is what --metrics serves and what the
-// closing summary reads: the same numbers one process observing every
-// Locker would have exported.
+// The demo's metrics. Every worker process reports the Events of its
+// acquisitions (dlock.WithCallObserver: the call and the Lock it returns)
+// and of its fencing guard, one JSON line each, on a pipe (file
+// descriptor 3, named by $DLOCK_DEMO_EVENTS_FD); the demo replays them,
+// with those of its own TryAcquire, into one dlockprom.Observer, whose
+// registry is what --metrics serves and what the closing summary reads:
+// the numbers one process observing every Locker would have exported.
 
 // demoEventsEnv names the file descriptor a worker writes its Events to.
 const demoEventsEnv = "DLOCK_DEMO_EVENTS_FD"
@@ -78,8 +79,8 @@ func (s *eventSender) Observe(e dlock.Event) {
 	_, _ = s.w.Write(append(b, '\n'))
 }
 
-// workerObserver is the Observer a demo worker attaches to its Locker and
-// guard: the pipe named by $DLOCK_DEMO_EVENTS_FD, or nil when it is unset
+// workerObserver is the Observer a demo worker gives its acquisitions and
+// its guard: the pipe named by $DLOCK_DEMO_EVENTS_FD, or nil when it is unset
 // (a worker run by hand).
 func workerObserver() dlock.Observer {
 	fd, err := strconv.Atoi(os.Getenv(demoEventsEnv))

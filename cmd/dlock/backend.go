@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -363,8 +362,15 @@ func (t *target) open(o openOptions) (*backend, error) {
 			return nil, &urlError{scrub(fmt.Sprintf("%v %q: %v", errBadURL, t.where, err), t.secrets)}
 		}
 		t.tune(opt, o)
+		if t.TLS {
+			if err := t.addTLSFiles(opt.TLSConfig); err != nil {
+				return nil, err
+			}
+		}
 		return t.redisBackend(redis.NewClient(opt), o), nil
-	case "redis+sentinel":
+	case "redis+cluster", "rediss+cluster":
+		return t.openCluster(o)
+	case "redis+sentinel", "rediss+sentinel":
 		opt := &redis.FailoverOptions{
 			MasterName: t.Master, SentinelAddrs: t.Addrs, DB: t.DB,
 			Username: t.Username, Password: t.Password,
@@ -372,9 +378,15 @@ func (t *target) open(o openOptions) (*backend, error) {
 			DialTimeout: o.connectTimeout, ReadTimeout: clientIOTimeout, WriteTimeout: clientIOTimeout,
 			ContextTimeoutEnabled: true,
 		}
+		if t.TLS {
+			var err error
+			if opt.TLSConfig, err = t.tlsConfig(); err != nil {
+				return nil, err
+			}
+		}
 		return t.redisBackend(redis.NewFailoverClient(opt), o), nil
-	case "redlock":
-		return t.openRedlock(o), nil
+	case "redlock", "redlocks":
+		return t.openRedlock(o)
 	case "etcd", "etcds":
 		return t.openEtcd(o)
 	case "zk":
@@ -407,13 +419,20 @@ func (t *target) redisBackend(c redis.UniversalClient, o openOptions) *backend {
 
 // openRedlock makes one client per independent master. The probe PINGs
 // them all; a majority must answer.
-func (t *target) openRedlock(o openOptions) *backend {
+func (t *target) openRedlock(o openOptions) (*backend, error) {
+	var tlsCfg *tls.Config
+	if t.TLS {
+		var err error
+		if tlsCfg, err = t.tlsConfig(); err != nil {
+			return nil, err
+		}
+	}
 	clients := make([]redis.UniversalClient, len(t.Addrs))
 	for i, a := range t.Addrs {
 		clients[i] = redis.NewClient(&redis.Options{
 			Addr: a, Username: t.Username, Password: t.Password, DB: t.DB,
 			DialTimeout: o.connectTimeout, ReadTimeout: clientIOTimeout, WriteTimeout: clientIOTimeout,
-			ContextTimeoutEnabled: true,
+			ContextTimeoutEnabled: true, TLSConfig: tlsCfg,
 		})
 	}
 	l := redlock.New(clients, o.lockOptions()...)
@@ -440,7 +459,7 @@ func (t *target) openRedlock(o openOptions) *backend {
 		}
 		return nil
 	}
-	return &backend{locker: l, probe: probe, close: closeAll, where: t.where}
+	return &backend{locker: l, probe: probe, close: closeAll, where: t.where}, nil
 }
 
 // openEtcd connects to etcd; the probe is a count-only read.
@@ -448,18 +467,11 @@ func (t *target) openEtcd(o openOptions) (*backend, error) {
 	scheme := "http"
 	var tlsCfg *tls.Config
 	if t.TLS {
-		scheme, tlsCfg = "https", &tls.Config{MinVersion: tls.VersionTLS12}
-		if t.CA != "" {
-			pem, err := os.ReadFile(t.CA)
-			if err != nil {
-				return nil, &urlError{scrub(fmt.Sprintf("%v %q: ca file: %v", errBadURL, t.where, err), t.secrets)}
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, &urlError{scrub(fmt.Sprintf("%v %q: ca file %q holds no PEM certificate", errBadURL, t.where, t.CA), t.secrets)}
-			}
-			tlsCfg.RootCAs = pool
+		var err error
+		if tlsCfg, err = t.tlsConfig(); err != nil {
+			return nil, err
 		}
+		scheme = "https"
 	}
 	var eps []string
 	for _, a := range t.Addrs {
@@ -710,10 +722,15 @@ func (t *target) explain(err error, mismatch bool) error {
 	case "postgres", "postgresql":
 		msg = "postgres " + msg
 	}
+	hint := ""
 	if rerr == nil && mismatch {
-		if hint := t.tlsHint(err); hint != "" {
-			msg += "\n  " + hint
-		}
+		hint = t.tlsHint(err)
+	}
+	if hint == "" && rerr == nil {
+		hint = t.tlsAdvice(err)
+	}
+	if hint != "" {
+		msg += "\n  " + hint
 	}
 	return errors.New(scrub(msg, t.secrets))
 }
@@ -722,9 +739,9 @@ func (t *target) explain(err error, mismatch bool) error {
 const maxLook = 2 * time.Second
 
 // lookForMismatch starts looking, by deadline, whether the server speaks
-// the protocol the URL's scheme does not: plaintext Redis for rediss://,
-// TLS for redis://, etcd:// and etcds:// (where not speaking TLS is the
-// mismatch). It sends no credentials. The channel receives whether the
+// the protocol the URL's scheme does not: plaintext Redis for the Redis
+// TLS schemes (rediss://, rediss+cluster://, ...), TLS for their plaintext
+// twins, etcd:// and etcds:// (where not speaking TLS is the mismatch). It sends no credentials. The channel receives whether the
 // other protocol was found; nil means there is nothing to look for.
 func (t *target) lookForMismatch(deadline time.Time) <-chan bool {
 	if limit := time.Now().Add(maxLook); deadline.After(limit) {
@@ -735,12 +752,12 @@ func (t *target) lookForMismatch(deadline time.Time) <-chan bool {
 	}
 	addr := t.Addrs[0]
 	var look func() bool
-	switch t.Scheme {
-	case "rediss":
-		look = func() bool { return speaksPlainRedis(addr, deadline) }
-	case "etcds":
+	switch {
+	case t.Scheme == "etcds":
 		look = func() bool { return !speaksTLS(addr, deadline) }
-	case "redis", "etcd":
+	case isTLSScheme(t.Scheme): // Redis over TLS
+		look = func() bool { return speaksPlainRedis(addr, deadline) }
+	case tlsSchemeOf(t.Scheme) != "": // redis, etcd, ... in plaintext
 		look = func() bool { return speaksTLS(addr, deadline) }
 	default:
 		return nil
@@ -754,15 +771,15 @@ func (t *target) lookForMismatch(deadline time.Time) <-chan bool {
 // the probe failed with err; "" when there is none to give.
 func (t *target) tlsHint(err error) string {
 	addr := t.Addrs[0]
-	switch t.Scheme {
-	case "rediss":
-		return fmt.Sprintf("TLS handshake with %s failed: the server answers plaintext Redis; use redis:// instead of rediss://", addr)
-	case "etcds":
+	switch {
+	case t.Scheme == "etcds":
 		if errorMentionsTLS(err) {
 			return fmt.Sprintf("TLS handshake with %s failed: the server does not speak TLS; use etcd:// instead of etcds://", addr)
 		}
-	case "redis", "etcd":
-		return fmt.Sprintf("the server at %s speaks TLS; use %ss:// instead of %s://", addr, t.Scheme, t.Scheme)
+	case isTLSScheme(t.Scheme):
+		return fmt.Sprintf("TLS handshake with %s failed: the server answers plaintext Redis; use %s:// instead of %s://", addr, tlsTwin[t.Scheme], t.Scheme)
+	case tlsSchemeOf(t.Scheme) != "":
+		return fmt.Sprintf("the server at %s speaks TLS; use %s:// instead of %s://", addr, tlsSchemeOf(t.Scheme), t.Scheme)
 	}
 	return ""
 }

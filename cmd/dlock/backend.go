@@ -357,7 +357,9 @@ func (t *target) open(o openOptions) (*backend, error) {
 		}
 		return &backend{locker: l, close: func() {}, where: t.where}, nil
 	case "redis", "rediss":
-		opt, err := redis.ParseURL(t.URL())
+		plain := *t // go-redis's URL: without dlock's TLS files
+		plain.CA, plain.Cert, plain.Key = "", "", ""
+		opt, err := redis.ParseURL(plain.URL())
 		if err != nil { // parseURL accepted it: cannot happen
 			return nil, &urlError{scrub(fmt.Sprintf("%v %q: %v", errBadURL, t.where, err), t.secrets)}
 		}

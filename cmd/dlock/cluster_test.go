@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -81,5 +82,79 @@ func TestRedisClusterURL(t *testing.T) {
 	}
 	if took := time.Since(start); took > 30*time.Second {
 		t.Fatalf("a cluster that does not answer took %v", took)
+	}
+}
+
+// startMTLSCluster starts a three-master Redis Cluster that serves clients
+// and its bus over TLS only (tls-cluster yes), requiring client
+// certificates of p's CA, and returns the nodes' TLS addresses. The
+// plaintext ports serve the test's set-up commands.
+func startMTLSCluster(t *testing.T, p pki) []string {
+	t.Helper()
+	const n, slots = 3, 16384
+	nodes := make([]*testserver.Redis, n)
+	tlsPorts := make([]int, n)
+	for i := range nodes {
+		port := testserver.FreePort(t)
+		for tries := 0; port > 55000 && tries < 100; tries++ { // the bus port is port+10000
+			port = testserver.FreePort(t)
+		}
+		tlsPorts[i] = port
+		nodes[i] = testserver.StartRedis(t, testserver.WithArgs("--tls-port", strconv.Itoa(port),
+			"--tls-cert-file", p.ServerCert, "--tls-key-file", p.ServerKey,
+			"--tls-ca-cert-file", p.CA, "--tls-auth-clients", "yes", "--tls-cluster", "yes",
+			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(t.TempDir(), "nodes.conf"),
+			"--cluster-node-timeout", "5000"))
+	}
+	for i, nd := range nodes {
+		lo, hi := i*slots/n, (i+1)*slots/n-1
+		if _, err := nd.Do("CLUSTER", "ADDSLOTSRANGE", strconv.Itoa(lo), strconv.Itoa(hi)); err != nil {
+			t.Fatalf("cluster addslots: %v", err)
+		}
+	}
+	for i := 1; i < n; i++ {
+		if _, err := nodes[0].Do("CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(tlsPorts[i])); err != nil {
+			t.Fatalf("cluster meet: %v", err)
+		}
+	}
+	deadline := time.Now().Add(hang)
+	for _, nd := range nodes {
+		for {
+			info, err := nd.Do("CLUSTER", "INFO")
+			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d", n)) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("TLS cluster did not converge: %s %v", info, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	addrs := make([]string, n)
+	for i, port := range tlsPorts {
+		addrs[i] = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	}
+	return addrs
+}
+
+// rediss+cluster:// speaks TLS with a client certificate to every node of
+// a TLS-only Cluster; without the certificate it is a backend error.
+func TestRedissClusterClientCertificate(t *testing.T) {
+	p := newPKI(t)
+	addrs := startMTLSCluster(t, p)
+	url := "rediss+cluster://" + strings.Join(addrs, ",") + "?" + p.tlsQuery()
+	if r := runDlock(t, url, "run", "-n", "tls/cluster", "--", "sh", "-c", `echo "token=$DLOCK_TOKEN"`); r.code != 0 || !strings.Contains(r.stdout, "token=") {
+		t.Fatalf("rediss+cluster://: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	holder, _, _ := background(t, url, "run", "tls/held", "--", "sh", "-c", "echo started; exec sleep 60")
+	if r := runDlock(t, url, "ls"); r.code != 0 || !strings.Contains(r.stdout, "tls/held") || !strings.Contains(r.stdout, strconv.Itoa(holder.Process.Pid)) {
+		t.Fatalf("ls on a TLS cluster: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	noCert := "rediss+cluster://" + strings.Join(addrs, ",") + "?ca=" + p.CA
+	if r := runDlock(t, noCert, "run", "-n", "--connect-timeout", "3s", "tls/cluster", "--", "echo", "ran"); r.code != exitBackend || r.stdout != "" || !strings.Contains(r.stderr, "client certificate") {
+		t.Fatalf("rediss+cluster:// without a client certificate: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	if r := runDlock(t, "redis+cluster://"+addrs[0], "run", "-n", "--connect-timeout", "3s", "tls/cluster", "--", "echo", "ran"); r.code != exitBackend || !strings.Contains(r.stderr, "use rediss+cluster://") {
+		t.Fatalf("redis+cluster:// to TLS nodes: exit %d %q %q", r.code, r.stdout, r.stderr)
 	}
 }

@@ -167,13 +167,15 @@ func (t *target) probeService(b *backend, o openOptions) error {
 	}
 	var (
 		err  error
-		look <-chan bool // the other protocol was found
+		look <-chan bool  // the other protocol was found
+		diag <-chan error // why a TLS handshake fails, if it does
 	)
 	for done := false; !done; {
 		select {
 		case <-early:
 			early = nil
 			look = t.lookForMismatch(deadline)
+			diag = t.diagnoseTLS(deadline)
 		case err = <-probed:
 			done = true
 		}
@@ -187,15 +189,22 @@ func (t *target) probeService(b *backend, o openOptions) error {
 		look = t.lookForMismatch(deadline)
 	}
 	found := false
+	tm := time.NewTimer(time.Until(deadline) + 250*time.Millisecond)
+	defer tm.Stop()
 	if look != nil {
-		tm := time.NewTimer(time.Until(deadline) + 250*time.Millisecond)
-		defer tm.Stop()
 		select {
 		case found = <-look:
 		case <-tm.C:
 		}
 	}
-	return t.explain(err, found)
+	var tlsErr error
+	if diag != nil {
+		select {
+		case tlsErr = <-diag:
+		case <-tm.C:
+		}
+	}
+	return t.explain(err, found, tlsErr)
 }
 
 // bounded runs f with a context that ends after d, and gives up on f
@@ -706,9 +715,10 @@ type pgNoTable struct{ *pglock.Locker }
 func (pgNoTable) List(context.Context, string) ([]dlock.Info, error) { return nil, nil }
 
 // explain turns a failed probe into the message the user sees: where,
-// what failed, and for a TLS mismatch (found by lookForMismatch) which
-// scheme to use instead.
-func (t *target) explain(err error, mismatch bool) error {
+// what failed, for a TLS mismatch (found by lookForMismatch) which
+// scheme to use instead, and for a failed TLS handshake (in err, or in
+// tlsErr found by diagnoseTLS when err hides it) what to change.
+func (t *target) explain(err error, mismatch bool, tlsErr error) error {
 	what := "not reachable"
 	var rerr redis.Error
 	var pgErr *pgconn.PgError
@@ -730,6 +740,11 @@ func (t *target) explain(err error, mismatch bool) error {
 	}
 	if hint == "" && rerr == nil {
 		hint = t.tlsAdvice(err)
+	}
+	if hint == "" && tlsErr != nil {
+		if hint = t.tlsAdvice(tlsErr); hint != "" {
+			hint = fmt.Sprintf("TLS with %s: %v\n  %s", t.Addrs[0], tlsErr, hint)
+		}
 	}
 	if hint != "" {
 		msg += "\n  " + hint

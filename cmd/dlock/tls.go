@@ -5,9 +5,11 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"strings"
+	"time"
 )
 
 // TLS schemes and their plaintext twins. A TLS scheme takes
@@ -202,4 +204,50 @@ func (t *target) addTLSFiles(cfg *tls.Config) error {
 	}
 	cfg.RootCAs, cfg.Certificates = files.RootCAs, files.Certificates
 	return nil
+}
+
+// diagnoseTLS starts a TLS handshake with the first server, as the
+// client would make it, by deadline (at most maxLook), for an explanation
+// when the client's own error hides it (a client that retries until its
+// deadline). It sends nothing after the handshake; a server that refuses
+// the client's certificate says so in an alert, which TLS 1.3 delivers on
+// the first read. The channel receives the handshake's or the read's
+// error, nil if none came; a nil channel means there is nothing to check.
+func (t *target) diagnoseTLS(deadline time.Time) <-chan error {
+	if !t.TLS || len(t.Addrs) == 0 {
+		return nil
+	}
+	if limit := time.Now().Add(maxLook); deadline.After(limit) {
+		deadline = limit
+	}
+	cfg, err := t.tlsConfig()
+	if err != nil { // opening checked the files already
+		return nil
+	}
+	if v := t.Options.Get("skip_verify"); v == "true" || v == "1" {
+		cfg.InsecureSkipVerify = true
+	}
+	addr := t.Addrs[0]
+	c := make(chan error, 1)
+	go func() {
+		conn, err := tls.DialWithDialer(&net.Dialer{Deadline: deadline}, "tcp", addr, cfg)
+		if err != nil {
+			c <- err
+			return
+		}
+		defer conn.Close()
+		read := time.Now().Add(500 * time.Millisecond)
+		if read.After(deadline) {
+			read = deadline
+		}
+		_ = conn.SetReadDeadline(read)
+		_, err = conn.Read(make([]byte, 1))
+		var ne net.Error
+		if err != nil && !(errors.As(err, &ne) && ne.Timeout()) {
+			c <- err
+			return
+		}
+		c <- nil
+	}()
+	return c
 }

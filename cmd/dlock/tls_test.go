@@ -4,15 +4,18 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"math/big"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -198,5 +201,78 @@ func TestRedlocksClientCertificate(t *testing.T) {
 	plain := "redlock://" + strings.Join(addrs, ",")
 	if r := runDlock(t, plain, "run", "-n", "--connect-timeout", "3s", "rl/job", "--", "echo", "ran"); r.code != exitBackend || !strings.Contains(r.stderr, "use redlocks://") {
 		t.Fatalf("redlock:// to TLS nodes: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+}
+
+// startMTLSSentinel starts a Sentinel that serves TLS only (requiring
+// client certificates of p's CA) and monitors, over TLS, the master at
+// masterAddr as "m". It returns the Sentinel's address.
+func startMTLSSentinel(t *testing.T, p pki, masterAddr string) string {
+	t.Helper()
+	bin := testserver.Binary(t, "redis-server")
+	host, port, _ := net.SplitHostPort(masterAddr)
+	for attempt := 0; attempt < 5; attempt++ {
+		dir := t.TempDir()
+		tlsPort := testserver.FreePort(t)
+		conf := filepath.Join(dir, "sentinel.conf")
+		lines := []string{
+			"port 0", "bind 127.0.0.1", "tls-port " + strconv.Itoa(tlsPort),
+			"tls-cert-file " + p.ServerCert, "tls-key-file " + p.ServerKey, "tls-ca-cert-file " + p.CA,
+			"tls-auth-clients yes", "tls-replication yes",
+			"dir " + dir, "logfile " + filepath.Join(dir, "sentinel.log"),
+			"sentinel monitor m " + host + " " + port + " 1",
+		}
+		if err := os.WriteFile(conf, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, conf, "--sentinel")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan struct{})
+		go func() { cmd.Wait(); close(exited) }()
+		t.Cleanup(func() {
+			cmd.Process.Kill()
+			<-exited
+		})
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort))
+		cfg := &tls.Config{InsecureSkipVerify: true} //nolint:gosec // readiness check only
+		pair, err := tls.LoadX509KeyPair(p.ClientCert, p.ClientKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+		for deadline := time.Now().Add(hang); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			select {
+			case <-exited:
+				deadline = time.Time{} // port taken: next attempt
+				continue
+			default:
+			}
+			if c, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, cfg); err == nil {
+				c.Close()
+				return addr
+			}
+		}
+		cmd.Process.Kill()
+	}
+	t.Fatal("TLS sentinel did not start")
+	return ""
+}
+
+// rediss+sentinel:// speaks TLS, with the client certificate, to the
+// Sentinel and to the master it names.
+func TestRedissSentinelClientCertificate(t *testing.T) {
+	p := newPKI(t)
+	master := startMTLSRedis(t, p)
+	sentinel := startMTLSSentinel(t, p, master)
+	url := "rediss+sentinel://" + sentinel + "/m?" + p.tlsQuery()
+	if r := runDlock(t, url, "run", "-n", "tls/sentinel", "--", "sh", "-c", `echo "token=$DLOCK_TOKEN"`); r.code != 0 || !strings.Contains(r.stdout, "token=") {
+		t.Fatalf("rediss+sentinel://: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	noCert := "rediss+sentinel://" + sentinel + "/m?ca=" + p.CA
+	if r := runDlock(t, noCert, "run", "-n", "--connect-timeout", "3s", "tls/sentinel", "--", "echo", "ran"); r.code != exitBackend || r.stdout != "" || !strings.Contains(r.stderr, "client certificate") {
+		t.Fatalf("rediss+sentinel:// without a client certificate: exit %d %q %q", r.code, r.stdout, r.stderr)
 	}
 }

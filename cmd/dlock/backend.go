@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -722,7 +723,8 @@ func (t *target) explain(err error, mismatch bool, tlsErr error) error {
 	what := "not reachable"
 	var rerr redis.Error
 	var pgErr *pgconn.PgError
-	if errors.As(err, &rerr) || errors.Is(err, zk.ErrNoAuth) || errors.Is(err, zk.ErrAuthFailed) || errors.As(err, &pgErr) || errors.Is(err, errPgReadOnly) {
+	etcdAuth := errors.Is(err, rpctypes.ErrUserEmpty) || errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, rpctypes.ErrPermissionDenied)
+	if errors.As(err, &rerr) || errors.Is(err, zk.ErrNoAuth) || errors.Is(err, zk.ErrAuthFailed) || errors.As(err, &pgErr) || errors.Is(err, errPgReadOnly) || etcdAuth {
 		what = "refused"
 	}
 	msg := fmt.Sprintf("%s: %s: %v", t.where, what, err)
@@ -745,6 +747,9 @@ func (t *target) explain(err error, mismatch bool, tlsErr error) error {
 		if hint = t.tlsAdvice(tlsErr); hint != "" {
 			hint = fmt.Sprintf("TLS with %s: %v\n  %s", t.Addrs[0], tlsErr, hint)
 		}
+	}
+	if hint == "" && errors.Is(err, rpctypes.ErrUserEmpty) {
+		hint = fmt.Sprintf("the server requires authentication: %s://user:password@host:port", t.Scheme)
 	}
 	if hint != "" {
 		msg += "\n  " + hint

@@ -26,9 +26,9 @@ import (
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 )
 
-const serveUsage = `Usage: dlock serve [--data-dir DIR] [--listen 127.0.0.1:2379] [--peer-listen ADDR]
-                   [--cert FILE --key FILE [--ca FILE]] [--auth [--root-password-file FILE]]
-                   [--insecure-listen]
+const serveUsage = `Usage: dlock serve [--data-dir DIR] [--listen 127.0.0.1:2379]
+                   [--peer-listen ADDR] [--cert FILE --key FILE [--ca FILE]]
+                   [--auth [--root-password-file FILE]] [--insecure-listen]
 
 Runs a single-node etcd server in this process: a real lock server with
 nothing to install. Clients use --url etcd://LISTEN (or DLOCK_URL). Stops
@@ -48,15 +48,16 @@ command line, which other users can read); clients then use
 etcd[s]://root:PASSWORD@LISTEN. Authentication stays on in the data
 directory; a later serve with --auth checks the password against it.
 
-A listen or peer address that is not loopback needs TLS (--cert, --key) and
-client authentication (--ca or --auth): anyone who can reach the port could
-otherwise take or break locks. --insecure-listen allows it anyway.
+A --listen address that is not loopback needs TLS (--cert, --key) and client
+authentication (--ca or --auth), a --peer-listen address TLS and --ca (peers
+authenticate by certificate): anyone who can reach the port could otherwise
+take or break locks. --insecure-listen allows it anyway.
 
 Examples:
   dlock serve
   dlock serve --listen 127.0.0.1:12379 --data-dir /var/lib/dlock &
   DLOCK_URL=etcd://127.0.0.1:12379 dlock run nightly -- ./batch.sh
-  dlock serve --listen 10.0.0.5:2379 --cert srv.pem --key srv-key.pem --ca ca.pem
+  dlock serve --listen 10.0.0.5:2379 --cert srv.pem --key srv.key --ca ca.pem
 
 Options:
 `
@@ -96,7 +97,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	cert := fs.String("cert", "", "PEM certificate to serve TLS with (clients and peers)")
 	key := fs.String("key", "", "PEM private key of --cert")
 	ca := fs.String("ca", "", "PEM CA certificates: require client certificates signed by them")
-	auth := fs.Bool("auth", false, "turn etcd authentication on, with user root (password from $"+rootPasswordEnv+" or --root-password-file)")
+	auth := fs.Bool("auth", false, "turn etcd authentication on, user root (password: $"+rootPasswordEnv+" or --root-password-file)")
 	rootPwFile := fs.String("root-password-file", "", "file holding root's password, for --auth")
 	insecure := fs.Bool("insecure-listen", false, "allow non-loopback addresses without TLS and client authentication")
 	fs.Usage = func() { fmt.Fprint(fs.Output(), serveUsage); fs.PrintDefaults() }

@@ -192,14 +192,16 @@ func (t *target) probeService(b *backend, o openOptions) error {
 	found := false
 	tm := time.NewTimer(time.Until(deadline) + 250*time.Millisecond)
 	defer tm.Stop()
+	expired := false
 	if look != nil {
 		select {
 		case found = <-look:
 		case <-tm.C:
+			expired = true
 		}
 	}
 	var tlsErr error
-	if diag != nil {
+	if diag != nil && !expired {
 		select {
 		case tlsErr = <-diag:
 		case <-tm.C:
@@ -763,8 +765,9 @@ const maxLook = 2 * time.Second
 // lookForMismatch starts looking, by deadline, whether the server speaks
 // the protocol the URL's scheme does not: plaintext Redis for the Redis
 // TLS schemes (rediss://, rediss+cluster://, ...), TLS for their plaintext
-// twins, etcd:// and etcds:// (where not speaking TLS is the mismatch). It sends no credentials. The channel receives whether the
-// other protocol was found; nil means there is nothing to look for.
+// twins and etcd://, and for etcds:// not speaking TLS. It sends no
+// credentials. The channel receives whether the other protocol was found;
+// nil means there is nothing to look for.
 func (t *target) lookForMismatch(deadline time.Time) <-chan bool {
 	if limit := time.Now().Add(maxLook); deadline.After(limit) {
 		deadline = limit

@@ -262,9 +262,11 @@ func checkHost() string {
 
 // checkKinds names the backends for check's line.
 var checkKinds = map[string]string{
-	"file": "file", "redis": "redis", "rediss": "redis", "redis+sentinel": "redis-sentinel",
-	"redlock": "redlock", "etcd": "etcd", "etcds": "etcd", "zk": "zookeeper",
-	"postgres": "postgres", "postgresql": "postgres",
+	"file": "file", "redis": "redis", "rediss": "redis",
+	"redis+cluster": "redis-cluster", "rediss+cluster": "redis-cluster",
+	"redis+sentinel": "redis-sentinel", "rediss+sentinel": "redis-sentinel",
+	"redlock": "redlock", "redlocks": "redlock", "etcd": "etcd", "etcds": "etcd",
+	"zk": "zookeeper", "postgres": "postgres", "postgresql": "postgres",
 }
 
 // checkTarget returns the backend's kind and address for check's line:

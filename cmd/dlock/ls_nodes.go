@@ -216,7 +216,7 @@ func printNodes(w io.Writer, states []nodeState, rows []lockInfo) {
 var endpointKinds = map[string]string{
 	"etcd": "etcd endpoint", "etcds": "etcd endpoint",
 	"zk":             "zookeeper server",
-	"redis+sentinel": "sentinel",
+	"redis+sentinel": "sentinel", "rediss+sentinel": "sentinel",
 }
 
 // endpointWarnings dials every address of t (for a URL with several, of

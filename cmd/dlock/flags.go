@@ -155,6 +155,9 @@ func (s *optionSet) Parse(args []string, stdout, stderr io.Writer) (operands []s
 				s.PrintHelp(stdout)
 				return nil, 0, false
 			}
+			if o == nil && len(a) > 2 {
+				return nil, s.UsageError(stderr, "option -%s is not defined (in %s; long options start with --)", oneLine(a[j:j+1]), strconv.Quote(a)), false
+			}
 			if o == nil {
 				return nil, s.UsageError(stderr, "option -%s is not defined", oneLine(a[j:j+1])), false
 			}

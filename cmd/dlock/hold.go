@@ -13,13 +13,13 @@ import (
 )
 
 const holdUsage = `Usage: dlock hold [--url URL] [--ttl 30s] [-s|--shared | --limit N]
-                  [-w|--wait DUR|SECS] [-n|--nonblock] [-E|--conflict-exit-code N]
-                  [--connect-timeout 5s] [--verbose] KEY
+         [-w|--wait DUR|SECS] [-n|--nonblock] [-E|--conflict-exit-code N]
+         [--connect-timeout 5s] [--verbose] KEY
 
 Takes the lock KEY and holds it, renewing it, until dlock hold gets SIGINT,
 SIGTERM or SIGHUP: then it releases the lock and exits 0. It runs no
 command (like etcdctl lock without one): once the lock is held it prints
-one line on stdout, the fencing token and the owner id,
+one line on stdout, TOKEN OWNER: the fencing token and the owner id,
 
   42 3f2a01c2d4e5f60718293a4b5c6d7e8f
 
@@ -46,8 +46,9 @@ Exit status:
 
 Examples:
   dlock hold -w 30 deploy
-  coproc dlock hold deploy                # bash: hold the lock while the script runs
-  read -r token owner <&"${COPROC[0]}"    # blocks until the lock is held
+  # bash: hold the lock while the rest of a script runs
+  coproc dlock hold deploy
+  read -r token owner <&"${COPROC[0]}"    # returns once the lock is held
   ./deploy.sh --fencing-token "$token"
   kill "$COPROC_PID"; wait "$COPROC_PID"  # release
 `

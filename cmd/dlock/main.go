@@ -24,10 +24,12 @@ const (
 const usage = `dlock — distributed locks with fencing tokens
 
 Usage:
-  dlock run   [--url URL] [--ttl 30s] [-s|--shared | --limit N] [-w DUR|SECS] [-n]
-              [-E N] [--grace 5s] [--connect-timeout 5s] [--verbose] KEY -- CMD [ARGS...]
-  dlock run   [OPTION]... KEY -c CMDLINE       CMDLINE run by /bin/sh -c, like flock -c
-  dlock hold  [OPTION]... KEY                  hold KEY until SIGINT/SIGTERM; prints TOKEN OWNER
+  dlock run   [--url URL] [--ttl 30s] [-s|--shared | --limit N] [-w DUR|SECS]
+              [-n] [-E N] [--grace 5s] [--connect-timeout 5s] [--verbose]
+              KEY -- CMD [ARGS...]
+  dlock run   [OPTION]... KEY -c CMDLINE    (CMDLINE run by /bin/sh -c)
+  dlock hold  [OPTION]... KEY               (prints TOKEN OWNER, holds KEY
+                                             until SIGINT or SIGTERM)
   dlock ls    [--url URL] [--json] [--connect-timeout 5s] [--verbose] [PREFIX]
   dlock demo  [--url URL]
   dlock serve [--data-dir DIR] [--listen 127.0.0.1:2379]

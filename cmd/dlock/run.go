@@ -18,8 +18,8 @@ import (
 )
 
 const runUsage = `Usage: dlock run [--url URL] [--ttl 30s] [-s|--shared | --limit N]
-                 [-w|--wait DUR|SECS] [-n|--nonblock] [-E|--conflict-exit-code N]
-                 [--grace 5s] [--connect-timeout 5s] [--verbose] KEY [--] CMD [ARGS...]
+         [-w|--wait DUR|SECS] [-n|--nonblock] [-E|--conflict-exit-code N]
+         [--grace 5s] [--connect-timeout 5s] [--verbose] KEY [--] CMD [ARGS...]
   or:  dlock run [OPTION]... KEY -c CMDLINE
 
 Runs CMD while holding the lock KEY, renewing it automatically. CMD sees
@@ -72,7 +72,8 @@ same way, and dlock exits 4 once it runs again.
 const runExitCodes = `
 Exit status:
   CMD's status   CMD ran and the lock stayed held
-  1              the lock is held by someone else (-n, or --wait elapsed); see -E
+  1              the lock is held by someone else (-n, or --wait elapsed);
+                 see -E
   2              usage error: bad flags, arguments or URL, a mode the backend
                  does not offer (--shared, --limit), or a --limit other than
                  the current holders'
@@ -87,8 +88,8 @@ Examples:
   dlock run -n -E 75 --url redis://127.0.0.1:6379 deploy -- make deploy
   dlock run -w 5 --ttl 10s inventory -c 'echo token $DLOCK_TOKEN'
   dlock run --verbose --wait 2m backup -- ./backup.sh
-  dlock run --shared catalog -- ./read-catalog.sh     # readers overlap
-  dlock run catalog -- ./rebuild-catalog.sh           # the writer waits for them
+  dlock run --shared catalog -- ./read-catalog.sh   # readers overlap
+  dlock run catalog -- ./rebuild-catalog.sh         # the writer waits
   dlock run --limit 3 --url redis://127.0.0.1:6379 encoders -- ./encode.sh
 `
 
@@ -597,7 +598,7 @@ func showProgress(w io.Writer, name, key, held string, start time.Time) (stop fu
 				if waited := time.Since(start); waited >= progressAfter {
 					// \x1b[K erases the rest of the line: a shorter
 					// line leaves nothing of the last one behind.
-					fmt.Fprintf(w, "\r%s: waiting %s for %q%s\x1b[K", name, waited.Round(time.Second), key, held)
+					writeControl(w, fmt.Sprintf("\r%s: waiting %s for %q%s\x1b[K", name, waited.Round(time.Second), key, held))
 					drawn = true
 				}
 			}
@@ -607,9 +608,22 @@ func showProgress(w io.Writer, name, key, held string, start time.Time) (stop fu
 		close(done)
 		<-exited
 		if drawn {
-			io.WriteString(w, "\r\x1b[K")
+			writeControl(w, "\r\x1b[K")
 		}
 	}
+}
+
+// writeControl writes s, whose control characters are dlock's own (any
+// text from elsewhere in it escaped already), to w; through a scrubWriter
+// it is scrubbed of secrets but not escaped.
+func writeControl(w io.Writer, s string) {
+	if sw, ok := w.(*scrubWriter); ok {
+		sw.mu.Lock()
+		defer sw.mu.Unlock()
+		io.WriteString(sw.w, scrub(s, sw.secrets))
+		return
+	}
+	io.WriteString(w, s)
 }
 
 // stderrIsForegroundTerminal reports whether fd 2 is a terminal whose

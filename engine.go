@@ -41,28 +41,23 @@ type source struct {
 	obs  Observer
 }
 
-func (s *source) emit(e Event) {
-	if s.obs != nil {
-		e.Backend = s.name
-		s.obs.Observe(e)
-	}
-}
-
+// renew, lost and released report a Lock's Events to the Locker's
+// Observer and to the Observer of the call that acquired it.
 func (s *source) renew(l *Lock, r Result, err error) {
-	if s.obs != nil {
-		s.emit(Event{Kind: EventRenew, Key: l.key, Mode: l.cfg.mode, Token: l.token, Owner: l.owner, Result: r, Err: err})
+	if s.observed(l) {
+		s.emitCall(l.cfg.callObs, Event{Kind: EventRenew, Key: l.key, Mode: l.cfg.mode, Token: l.token, Owner: l.owner, Result: r, Err: err})
 	}
 }
 
 func (s *source) lost(l *Lock, reason LossReason, err error) {
-	if s.obs != nil {
-		s.emit(Event{Kind: EventLost, Key: l.key, Mode: l.cfg.mode, Token: l.token, Owner: l.owner, Reason: reason, Held: time.Since(l.acquired), Err: err})
+	if s.observed(l) {
+		s.emitCall(l.cfg.callObs, Event{Kind: EventLost, Key: l.key, Mode: l.cfg.mode, Token: l.token, Owner: l.owner, Reason: reason, Held: time.Since(l.acquired), Err: err})
 	}
 }
 
 func (s *source) released(l *Lock, err error) {
-	if s.obs != nil {
-		s.emit(Event{Kind: EventRelease, Key: l.key, Mode: l.cfg.mode, Token: l.token, Owner: l.owner, Held: time.Since(l.acquired), Err: err})
+	if s.observed(l) {
+		s.emitCall(l.cfg.callObs, Event{Kind: EventRelease, Key: l.key, Mode: l.cfg.mode, Token: l.token, Owner: l.owner, Held: time.Since(l.acquired), Err: err})
 	}
 }
 
@@ -174,18 +169,39 @@ func (e *Engine) TryAcquire(ctx context.Context, key string, opts ...Option) (*L
 // errNilContext is returned for a nil context.
 var errNilContext = fmt.Errorf("%w: nil context", ErrInvalidOption)
 
-// observed is acquire with its EventWait and EventAcquire.
+// observed is acquire with its EventWait and EventAcquire, reported to the
+// Locker's Observer and to the call's (WithCallObserver). Without either
+// it costs nothing more than acquire.
 func (e *Engine) observed(ctx context.Context, key string, opts []Option, wait bool) (*Lock, error) {
 	if err := e.Err(); err != nil {
 		return nil, err
 	}
-	if e.src.obs == nil {
-		lk, _, err := e.acquire(ctx, key, opts, wait)
-		return lk, err
+	var start time.Time
+	if e.src.obs != nil {
+		start = time.Now()
 	}
-	start := time.Now()
-	e.src.emit(Event{Kind: EventWait, Key: key})
-	lk, cfg, err := e.acquire(ctx, key, opts, wait)
+	cfg, err := e.config(ctx, key, opts)
+	var call Observer
+	switch {
+	case cfg != nil:
+		call = cfg.callObs
+	case err != nil:
+		call = callObserverOf(opts)
+	}
+	if e.src.obs == nil && call == nil {
+		if err != nil {
+			return nil, err
+		}
+		return e.acquire(ctx, cfg, wait)
+	}
+	if start.IsZero() {
+		start = time.Now()
+	}
+	e.src.emitCall(call, Event{Kind: EventWait, Key: key})
+	var lk *Lock
+	if err == nil {
+		lk, err = e.acquire(ctx, cfg, wait)
+	}
 	ev := Event{Kind: EventAcquire, Key: key, Wait: time.Since(start), Err: err}
 	if cfg != nil {
 		ev.Mode, ev.Attempts = cfg.mode, cfg.attempts
@@ -200,34 +216,38 @@ func (e *Engine) observed(ctx context.Context, key string, opts []Option, wait b
 	default:
 		ev.Result = ResultError
 	}
-	e.src.emit(ev)
+	e.src.emitCall(call, ev)
 	return lk, err
 }
 
-func (e *Engine) acquire(ctx context.Context, key string, opts []Option, wait bool) (*Lock, *config, error) {
+// config resolves a call's options: the config, or the error that refuses
+// the call before any attempt (with the config when it was built).
+func (e *Engine) config(ctx context.Context, key string, opts []Option) (*config, error) {
 	if ctx == nil {
-		return nil, nil, errNilContext
+		return nil, errNilContext
 	}
 	cfg, err := newConfig(key, e.minTTL, opts...)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	switch {
 	case cfg.mode == Shared && !e.spec.Shared, cfg.mode == Limited && !e.spec.Limited:
-		return nil, cfg, fmt.Errorf("%w: the %s backend does not offer %s locks (%q)", ErrUnsupported, e.spec.Name, cfg.mode, key)
+		return cfg, fmt.Errorf("%w: the %s backend does not offer %s locks (%q)", ErrUnsupported, e.spec.Name, cfg.mode, key)
 	}
+	return cfg, nil
+}
+
+// acquire waits for (wait) or tries once for the lock cfg describes.
+func (e *Engine) acquire(ctx context.Context, cfg *config, wait bool) (*Lock, error) {
 	if wait && cfg.Wait > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, cfg.Wait)
 		defer cancel()
 	}
-	var lk *Lock
 	if wait && e.queuer != nil {
-		lk, err = e.queue(ctx, cfg)
-	} else {
-		lk, err = e.poll(ctx, cfg, wait)
+		return e.queue(ctx, cfg)
 	}
-	return lk, cfg, err
+	return e.poll(ctx, cfg, wait)
 }
 
 // waiter is the state of one acquisition across its attempts.
@@ -261,8 +281,8 @@ func (w *waiter) attempt(ctx context.Context, n int, fn func(context.Context, *d
 	// the background can never touch a later one.
 	req := &driver.Request{Key: cfg.key, Owner: NewOwner(), TTL: cfg.TTL, Metadata: cfg.Metadata, Mode: driver.Mode(cfg.mode), Limit: cfg.limit, WaitID: w.waitID, Waiter: w.waiter}
 	cfg.attempts = n
-	if e.src.obs != nil {
-		e.src.emit(Event{Kind: EventAttempt, Key: cfg.key, Mode: cfg.mode, Attempts: n})
+	if e.src.obs != nil || cfg.callObs != nil {
+		e.src.emitCall(cfg.callObs, Event{Kind: EventAttempt, Key: cfg.key, Mode: cfg.mode, Attempts: n})
 	}
 	start := time.Now()
 	g, err, abandoned := callGrace(ctx, grace, func(ctx context.Context) (driver.Grant, error) {

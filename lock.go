@@ -482,7 +482,7 @@ func (l *Lock) markLostUnbound(reason LossReason, cause error, cleanup bool) (bo
 
 // reportLost reports the EventLost of a lock markLostUnbound lost.
 func (l *Lock) reportLost() {
-	if l.wd.src.obs == nil {
+	if !l.wd.src.observed(l) {
 		return
 	}
 	l.mu.Lock()

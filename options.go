@@ -88,6 +88,8 @@ type config struct {
 	modeErr         error
 	// attempts counts the attempts of the acquisition (for Events).
 	attempts int
+	// callObs is the call's Observer (WithCallObserver), nil if none.
+	callObs Observer
 	// key is the key being acquired.
 	key string
 }

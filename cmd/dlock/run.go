@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -188,6 +189,9 @@ func takeLock(f *lockFlags, r acquireRequest, sigs []os.Signal, stderr io.Writer
 		raw = defaultURL()
 	}
 	stderr = &scrubWriter{w: stderr, secrets: secretsOf(raw)}
+	if r.progress {
+		stderr = &progressWriter{w: stderr}
+	}
 	// A closed stderr (or stdout) must not kill dlock (SIGPIPE) while it
 	// holds a lock.
 	catch(make(chan os.Signal, 1), syscall.SIGPIPE)
@@ -374,7 +378,7 @@ type acquireRequest struct {
 	mode     dlock.Mode    // --shared, --limit N or exclusive
 	limit    int           // N of --limit N
 	verbose  bool          // --verbose: say who holds the lock while waiting, and how long it took
-	progress bool          // with verbose: a progress line on a long wait (stderr is a terminal)
+	progress bool          // with verbose: a progress line on a long wait (stderr is a terminal, a *progressWriter)
 }
 
 // name is what r's messages start with: "dlock run".
@@ -449,8 +453,8 @@ func acquireForRun(b *backend, r acquireRequest, sigc chan os.Signal, stderr io.
 				opts = append(opts, dlock.WithWait(left))
 			}
 			stopProgress := func() {}
-			if r.progress {
-				stopProgress = showProgress(stderr, name, r.key, progressHolder(err), start)
+			if pw, ok := stderr.(*progressWriter); ok && r.progress {
+				stopProgress = showProgress(pw, name, r.key, progressHolder(err), start)
 			}
 			lk, err = b.locker.Acquire(ctx, r.key, opts...)
 			stopProgress()
@@ -581,11 +585,50 @@ const (
 	progressEvery = time.Second
 )
 
-// showProgress draws the progress line on w until the returned stop is
-// called; stop clears it, if it was drawn, before it returns.
-func showProgress(w io.Writer, name, key, held string, start time.Time) (stop func()) {
+// progressWriter is stderr while a progress line may be drawn on it:
+// anything else written to it (a message, a log line of --verbose) first
+// erases the progress line, which the next tick draws again.
+type progressWriter struct {
+	mu    sync.Mutex
+	w     io.Writer
+	drawn bool
+}
+
+func (p *progressWriter) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.eraseLocked()
+	return p.w.Write(b)
+}
+
+// draw replaces the progress line with line.
+func (p *progressWriter) draw(line string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// \x1b[K erases the rest of the line: a shorter line leaves nothing
+	// of the last one behind.
+	writeControl(p.w, "\r"+line+"\x1b[K")
+	p.drawn = true
+}
+
+// erase erases the progress line, if drawn.
+func (p *progressWriter) erase() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.eraseLocked()
+}
+
+func (p *progressWriter) eraseLocked() {
+	if p.drawn {
+		writeControl(p.w, "\r\x1b[K")
+		p.drawn = false
+	}
+}
+
+// showProgress draws the progress line on p until the returned stop is
+// called; stop erases it, if it is drawn, before it returns.
+func showProgress(p *progressWriter, name, key, held string, start time.Time) (stop func()) {
 	done, exited := make(chan struct{}), make(chan struct{})
-	drawn := false
 	go func() {
 		defer close(exited)
 		t := time.NewTicker(progressEvery)
@@ -596,10 +639,7 @@ func showProgress(w io.Writer, name, key, held string, start time.Time) (stop fu
 				return
 			case <-t.C:
 				if waited := time.Since(start); waited >= progressAfter {
-					// \x1b[K erases the rest of the line: a shorter
-					// line leaves nothing of the last one behind.
-					writeControl(w, fmt.Sprintf("\r%s: waiting %s for %q%s\x1b[K", name, waited.Round(time.Second), key, held))
-					drawn = true
+					p.draw(fmt.Sprintf("%s: waiting %s for %q%s", name, waited.Round(time.Second), key, held))
 				}
 			}
 		}
@@ -607,9 +647,7 @@ func showProgress(w io.Writer, name, key, held string, start time.Time) (stop fu
 	return func() {
 		close(done)
 		<-exited
-		if drawn {
-			writeControl(w, "\r\x1b[K")
-		}
+		p.erase()
 	}
 }
 

@@ -236,14 +236,24 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return o.UsageError(stderr, "missing KEY")
 	}
 	key, cmdArgs := rest[0], rest[1:]
-	// flock's form: KEY -c CMDLINE.
+	// flock's form: KEY -c CMDLINE (also -cCMDLINE, -c=CMDLINE, --command
+	// CMDLINE, --command=CMDLINE, as before KEY).
 	if len(cmdArgs) > 0 {
-		if name, val, hasVal := strings.Cut(cmdArgs[0], "="); name == "-c" || name == "--command" {
+		a, name, val, isC, hasVal := cmdArgs[0], "", "", false, false
+		switch {
+		case a == "-c" || a == "--command":
+			name, isC = a, true
+		case strings.HasPrefix(a, "--command="):
+			name, val, isC, hasVal = "--command", strings.TrimPrefix(a, "--command="), true, true
+		case strings.HasPrefix(a, "-c"):
+			name, val, isC, hasVal = "-c", strings.TrimPrefix(a[2:], "="), true, true
+		}
+		if isC {
 			if shellOn {
 				return o.UsageError(stderr, "-c given twice")
 			}
 			switch {
-			case hasVal && name == "--command":
+			case hasVal:
 				cmdArgs = cmdArgs[1:]
 			case len(cmdArgs) < 2:
 				return o.UsageError(stderr, "option %s needs a value (CMDLINE)", name)

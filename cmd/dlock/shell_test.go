@@ -16,6 +16,10 @@ func TestRunShellCommand(t *testing.T) {
 		{"run", "k", `--command=echo "$DLOCK_KEY $DLOCK_TOKEN"`},
 		{"run", "--command", `echo "$DLOCK_KEY $DLOCK_TOKEN"`, "--", "k"},
 		{"run", "-n", "-c", `echo "$DLOCK_KEY $DLOCK_TOKEN"`, "k"},
+		{"run", "k", `-cecho "$DLOCK_KEY $DLOCK_TOKEN"`},
+		{"run", "k", `-c=echo "$DLOCK_KEY $DLOCK_TOKEN"`},
+		{"run", `-c=echo "$DLOCK_KEY $DLOCK_TOKEN"`, "k"},
+		{"run", "-nc", `echo "$DLOCK_KEY $DLOCK_TOKEN"`, "k"},
 	} {
 		r := runDlock(t, url, args...)
 		f := strings.Fields(r.stdout)
@@ -25,6 +29,10 @@ func TestRunShellCommand(t *testing.T) {
 	}
 	if r := runDlock(t, url, "run", "k", "-c", "echo one | tr o 0; exit 3"); r.code != 3 || r.stdout != "0ne\n" {
 		t.Errorf("a pipeline and exit 3: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	// After "--", -c is CMD's name, not dlock's option.
+	if r := runDlock(t, url, "run", "k", "--", "-c", "echo ran"); r.code != exitNoExec || r.stdout != "" {
+		t.Errorf("-c after --: exit %d, stdout %q, stderr %q; want %d", r.code, r.stdout, r.stderr, exitNoExec)
 	}
 	if r := runDlock(t, url, "run", "k", "-c", "kill -TERM $$"); r.code != 128+15 {
 		t.Errorf("killed shell: exit %d, want 143", r.code)
@@ -48,6 +56,7 @@ func TestRunShellCommandUsageErrors(t *testing.T) {
 		{[]string{"run", "k", "-c", " "}, `dlock run: invalid value " " for -c: an empty command`},
 		{[]string{"run", "-c", "", "k"}, `dlock run: invalid value "" for -c: an empty command`},
 		{[]string{"run", "k", "--command="}, `dlock run: invalid value "" for --command: an empty command`},
+		{[]string{"run", "k", "-c="}, `dlock run: invalid value "" for -c: an empty command`},
 		{[]string{"run", "-c", "echo ran"}, "dlock run: missing KEY"},
 	} {
 		r := runDlock(t, url, c.args...)

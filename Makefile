@@ -7,9 +7,10 @@ MODULES = $(shell $(GO) list -m -f '{{.Dir}}')
 # gcc builds the safety harness's clock shim (safety/clock); zookeeper
 # brings the server jar and default-jre (java) that zklock's tests start;
 # postgresql and pgbouncer are started by internal/testserver (as the
-# postgres user when the tests run as root).
-DEB_PKGS := redis-server gcc zookeeper postgresql pgbouncer
-SERVER_BINS := redis-server gcc java psql pgbouncer
+# postgres user when the tests run as root); prometheus brings promtool,
+# which checks and unit-tests dlockprom/alerts.yml.
+DEB_PKGS := redis-server gcc zookeeper postgresql pgbouncer prometheus
+SERVER_BINS := redis-server gcc java psql pgbouncer promtool
 SERVER_FILES := /usr/share/java/zookeeper.jar /usr/lib/postgresql/*/bin/postgres
 TEST_TIMEOUT ?= 20m
 

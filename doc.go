@@ -86,6 +86,10 @@
 //     whose reply was lost as released.
 //   - A nil *Lock, a nil context and a panicking function in Do give errors
 //     or a released lock, never a panic of dlock's own.
+//   - Break (on backends that implement Breaker: all of dlock's) removes a
+//     key's leases atomically and never lowers its token counter: the next
+//     holder's token is above every broken one's, and the broken holder's
+//     Lost() closes at its next renewal at the latest.
 //
 // Not guaranteed:
 //   - The local deadline is only as good as the clocks and the scheduler:
@@ -103,6 +107,8 @@
 //   - An abandoned request that reaches the server after its undo (a link
 //     that delivers a held request late) may leave a lease nobody holds;
 //     it expires at its TTL.
+//   - A holder whose lease was broken (Break) keeps running until its
+//     next renewal: fence its writes with the token.
 //   - A lease deleted on the server behind the holder's back (an operator,
 //     a failover that lost the write) is noticed at the next renewal
 //     (TTL/3) except on backends that watch their leases (etcd).

@@ -34,6 +34,32 @@
 // metric and label combination. The series count is about
 // backends × key classes × (4 results × 2 + 3 renew results + 4 reasons + 4).
 //
+// # Alerts and dashboard
+//
+// The module's directory ships two files to load as they are:
+//
+//   - alerts.yml: Prometheus alerting rules (rule_files in prometheus.yml).
+//     DlockAcquireSlow: acquire latency p99 over half the TTL;
+//     DlockContentionHigh: over 30 % of acquisitions did not get the lock
+//     (results contended and timeout); DlockHoldLong: hold time p99 over
+//     80 % of the TTL; DlockAcquireTimeouts: over 5 % timeouts — each held
+//     10 minutes, severity warning. DlockFencingRejected (critical) and
+//     DlockLockLost (warning) fire at once on any increase, also on the
+//     first one of a process (a counter series created by it).
+//     The TTL is not a metric: the recording rule dlock:lock_ttl_seconds
+//     holds it, 30 s (dlock.DefaultTTL); edit it to your TTL.
+//     alerts_test.yml holds promtool unit tests of the rules
+//     (promtool test rules alerts_test.yml).
+//   - dashboard.json: a Grafana dashboard (import it; schemaVersion 39)
+//     with a data source variable and backend and key_class filters:
+//     contention by key class, acquisitions by result, acquire latency and
+//     hold time p50/p99, a hold-time heatmap, waiters, locks held, renewal
+//     failures, losses by reason and fencing rejections.
+//
+// The module's tests check both files against a scrape of real metrics:
+// every metric, label and label value they use is one the Observer
+// exports.
+//
 // # Guarantees
 //
 //   - Observe never blocks on I/O and never panics: it takes only a short

@@ -169,6 +169,7 @@ func TestLocker(t *testing.T, h Harness) {
 		{"AcquireAll", testAcquireAll},
 		{"RunOnce", testRunOnce},
 		{"List", testList},
+		{"Break", testBreak},
 	}
 	if h.NoticesDeletion {
 		tests = append(tests, struct {

@@ -2,7 +2,7 @@
 // dlock: one acquisition attempt, an owner-checked lease, and optional
 // capabilities (release notifications, a server-side queue, batched
 // renewal, undoing an attempt whose outcome is unknown, reporting a loss
-// noticed by the server).
+// noticed by the server, breaking a lock for an operator: Breaker).
 //
 // Most code should use package dlock and a backend package (redislock,
 // etcdlock, filelock, ...) instead. This package is for writing a backend,

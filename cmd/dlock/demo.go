@@ -9,14 +9,17 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/dlock-go/dlock"
 )
 
-const demoUsage = `Usage: dlock demo [--url URL] [--workers 10] [--rounds 20]
+const demoUsage = `Usage: dlock demo [--url URL] [--workers 10] [--rounds 20] [--metrics ADDR]
 
 Plays the story of distributed locking with real processes (re-executions of
 this binary), on a lock service that needs no set-up (a file backend in a
@@ -29,6 +32,14 @@ temporary directory) unless --url names another:
      corrupts an unfenced copy of the data but is REJECTED by the fencing
      guard on the fenced copy.
 
+Every worker reports its lock events to the demo, which keeps them as
+dlockprom's Prometheus metrics and ends with a summary: acquisitions and
+contention, acquire and hold time p99, lost locks, fencing rejections.
+With --metrics ADDR (e.g. 127.0.0.1:9464, or 127.0.0.1:0 for any port) it
+serves them at http://ADDR/metrics during the demo and after it, until
+interrupted (Ctrl-C), so that Prometheus can scrape them and dlockprom's
+dashboard and alerts show the demo's contention and fencing rejection.
+
 Options:
 `
 
@@ -37,6 +48,8 @@ const demoWorkerCmd = "__demo-worker"
 
 type demo struct {
 	out     io.Writer
+	metrics *demoMetrics
+	locker  dlock.Locker // the demo's own
 	self    string
 	dir     string
 	url     string
@@ -51,6 +64,7 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 	rawURL := fs.String("url", "", "lock service URL (default: a file backend in a temporary directory)")
 	workers := fs.Int("workers", 10, "number of worker processes in acts 1 and 2")
 	rounds := fs.Int("rounds", 20, "increments per worker")
+	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://`ADDR`/metrics during the demo and until interrupted")
 	fs.Usage = func() { fmt.Fprint(fs.Output(), demoUsage); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -78,13 +92,28 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 		u = "file://" + filepath.Join(dir, "locks")
 	}
 	stderr = &scrubWriter{w: stderr, secrets: secretsOf(u)}
+	m, err := newDemoMetrics()
+	if err != nil {
+		fmt.Fprintf(stderr, "dlock demo: %v\n", err)
+		return exitBackend
+	}
 	b, err := openBackend(u, openOptions{}) // check the URL and reachability up front
 	if err != nil {
 		return reportOpen(stderr, "demo", err)
 	}
-	b.close()
-	d := &demo{out: stdout, self: self, dir: dir, url: u, start: time.Now(), workers: *workers, rounds: *rounds}
+	defer b.close()
+	if *metricsAddr != "" {
+		if err := m.serve(*metricsAddr); err != nil {
+			fmt.Fprintf(stderr, "dlock demo: %v\n", err)
+			return exitUsage
+		}
+		defer m.close()
+	}
+	d := &demo{out: stdout, metrics: m, locker: b.locker, self: self, dir: dir, url: u, start: time.Now(), workers: *workers, rounds: *rounds}
 	d.say("dlock demo — lock service %s, %d worker processes × %d increments", b.where, d.workers, d.rounds)
+	if m.url != "" {
+		d.say("metrics: %s (Prometheus text format; served until interrupted)", m.url)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	for _, act := range []func(context.Context) error{d.actNoLock, d.actLock, d.actFencing} {
@@ -93,8 +122,24 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 			return exitBackend
 		}
 	}
+	sum, err := m.summary()
+	if err != nil {
+		fmt.Fprintf(stderr, "dlock demo: metrics: %v\n", err)
+		return exitBackend
+	}
+	d.say("")
+	d.say("METRICS — dlockprom, from the lock events of every process (alert rules: dlockprom/alerts.yml):")
+	for _, l := range sum.lines() {
+		d.say("  %s", l)
+	}
 	d.say("")
 	d.say("done in %s. The lock gives one holder at a time while nothing fails; the fencing token keeps the data right when something does.", time.Since(d.start).Round(100*time.Millisecond))
+	if m.url != "" {
+		sig, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		d.say("serving %s until interrupted (Ctrl-C)", m.url)
+		<-sig.Done()
+	}
 	return 0
 }
 
@@ -108,11 +153,16 @@ func (d *demo) say(format string, args ...any) {
 
 // worker builds a re-execution of this binary as a demo worker. The lock
 // URL travels in the environment, never on the command line (passwords).
-func (d *demo) worker(ctx context.Context, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, d.self, append([]string{demoWorkerCmd}, args...)...)
+// The worker reports its lock events to d.metrics; done, called once the
+// worker has exited (or failed to start), waits until they are counted.
+func (d *demo) worker(ctx context.Context, args ...string) (cmd *exec.Cmd, done func(), err error) {
+	cmd = exec.CommandContext(ctx, d.self, append([]string{demoWorkerCmd}, args...)...)
 	cmd.Env = append(os.Environ(), "DLOCK_URL="+d.url)
 	cmd.Stderr = os.Stderr
-	return cmd
+	if done, err = d.metrics.attach(cmd); err != nil {
+		return nil, nil, err
+	}
+	return cmd, done, nil
 }
 
 // runCounters runs the counter workers concurrently and returns the count.
@@ -129,8 +179,16 @@ func (d *demo) runCounters(ctx context.Context, file string, locked bool) (int, 
 		if locked {
 			args = append(args, "--key", "demo/counter")
 		}
-		cmds[i] = d.worker(ctx, args...)
-		var err error
+		var (
+			done func()
+			err  error
+		)
+		if cmds[i], done, err = d.worker(ctx, args...); err != nil {
+			return 0, err
+		}
+		// Runs after the Waits below (or on an early return, once the
+		// context's end has killed the started workers).
+		defer done()
 		if gates[i], err = cmds[i].StdinPipe(); err != nil {
 			return 0, err
 		}
@@ -168,7 +226,7 @@ func (d *demo) actNoLock(ctx context.Context) error {
 
 func (d *demo) actLock(ctx context.Context) error {
 	d.say("")
-	d.say("ACT 2 — the same workers under lock \"demo/counter\".")
+	d.say("ACT 2 — the same workers under lock \"demo/counter\": each tries it and, when it is busy, waits for it.")
 	t := time.Now()
 	n, err := d.runCounters(ctx, filepath.Join(d.dir, "counter-locked"), true)
 	if err != nil {
@@ -199,7 +257,11 @@ func (d *demo) actFencing(ctx context.Context) error {
 	guardDir := filepath.Join(d.dir, "guard")
 	common := []string{"--key", "demo/account", "--guard", guardDir, "--fenced", fenced, "--unfenced", unfenced}
 
-	a := d.worker(ctx, append([]string{"withdraw", "--amount", "30", "--ttl", "1s"}, common...)...)
+	a, doneA, err := d.worker(ctx, append([]string{"withdraw", "--amount", "30", "--ttl", "1s"}, common...)...)
+	if err != nil {
+		return err
+	}
+	defer doneA()
 	stdin, err := a.StdinPipe()
 	if err != nil {
 		return err
@@ -228,13 +290,19 @@ func (d *demo) actFencing(ctx context.Context) error {
 		return err
 	}
 	d.say("A (pid %d): %s", a.Process.Pid, ready)
+	d.tryHeld(ctx, "demo/account")
 	if err := a.Process.Signal(syscall.SIGSTOP); err != nil {
 		return err
 	}
 	d.say("A is PAUSED with SIGSTOP between its check of the lock and its write (a long GC pause). Its lease runs out.")
 
-	b := d.worker(ctx, append([]string{"deposit", "--amount", "50", "--ttl", "10s"}, common...)...)
+	b, doneB, err := d.worker(ctx, append([]string{"deposit", "--amount", "50", "--ttl", "10s"}, common...)...)
+	if err != nil {
+		a.Process.Signal(syscall.SIGCONT)
+		return err
+	}
 	out, err := b.Output()
+	doneB()
 	if err != nil {
 		a.Process.Signal(syscall.SIGCONT)
 		return fmt.Errorf("worker B: %v", err)
@@ -274,6 +342,22 @@ func (d *demo) actFencing(ctx context.Context) error {
 		return fmt.Errorf("fenced balance is %d, want 120", fb)
 	}
 	return nil
+}
+
+// tryHeld has the demo itself try a key a worker holds: refused, it is
+// the contended acquisition the metrics show.
+func (d *demo) tryHeld(ctx context.Context, key string) {
+	lk, err := d.locker.TryAcquire(ctx, key, dlock.WithCallObserver(d.metrics.obs))
+	switch {
+	case err == nil:
+		// The holder's lease ran out already (a very slow machine).
+		_ = lk.Release(ctx)
+		d.say("The demo process tries the lock too: it got it, A's lease had already run out.")
+	case errors.Is(err, dlock.ErrNotAcquired):
+		d.say("The demo process tries the lock too: refused, A holds it (a \"contended\" acquisition in the metrics).")
+	default:
+		d.say("The demo process tries the lock too: %v", err)
+	}
 }
 
 func verdict(ok bool, why string) string {

@@ -39,6 +39,7 @@ func cmdDemoWorker(args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var locker dlock.Locker
+	obs := workerObserver() // the demo's metrics, nil when run by hand
 	if *key != "" {
 		raw := os.Getenv("DLOCK_URL")
 		stderr = &scrubWriter{w: stderr, secrets: secretsOf(raw)}
@@ -49,7 +50,7 @@ func cmdDemoWorker(args []string, stdout, stderr io.Writer) int {
 		defer b.close()
 		locker = b.locker
 	}
-	w := &worker{ctx: ctx, out: stdout, locker: locker, key: *key, ttl: *ttl, fenced: *fenced, unfenced: *unfenced, amount: *amount}
+	w := &worker{ctx: ctx, out: stdout, obs: obs, locker: locker, key: *key, ttl: *ttl, fenced: *fenced, unfenced: *unfenced, amount: *amount}
 	var err error
 	switch mode {
 	case "counter":
@@ -61,7 +62,7 @@ func cmdDemoWorker(args []string, stdout, stderr io.Writer) int {
 		if locker == nil {
 			return exitUsage
 		}
-		if w.guard, err = filelock.NewGuard(*guardDir); err != nil {
+		if w.guard, err = filelock.NewGuard(*guardDir, dlock.WithObserver(obs)); err != nil {
 			break
 		}
 		if mode == "withdraw" {
@@ -82,6 +83,7 @@ func cmdDemoWorker(args []string, stdout, stderr io.Writer) int {
 type worker struct {
 	ctx      context.Context
 	out      io.Writer
+	obs      dlock.Observer // the demo's metrics (nil: none)
 	locker   dlock.Locker
 	guard    *filelock.Guard
 	key      string
@@ -107,13 +109,32 @@ func (w *worker) counter(file string, n int) error {
 		if w.locker == nil {
 			err = inc()
 		} else {
-			err = dlock.Do(w.ctx, w.locker, w.key, func(context.Context, *dlock.Lock) error { return inc() }, dlock.WithTTL(w.ttl))
+			err = w.tryThenWait(inc)
 		}
 		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// opts are the options of the worker's acquisitions: the lease, and the
+// demo's metrics, which observe the call and the Lock it returns.
+func (w *worker) opts(ttl time.Duration) []dlock.Option {
+	return []dlock.Option{dlock.WithTTL(ttl), dlock.WithCallObserver(w.obs)}
+}
+
+// tryThenWait runs fn under the lock: it tries the lock first and, when
+// that fails (held by another worker: a "contended" acquisition in the
+// metrics), waits for it.
+func (w *worker) tryThenWait(fn func() error) error {
+	lk, err := w.locker.TryAcquire(w.ctx, w.key, w.opts(w.ttl)...)
+	if err != nil {
+		if lk, err = w.locker.Acquire(w.ctx, w.key, w.opts(w.ttl)...); err != nil {
+			return err
+		}
+	}
+	return errors.Join(fn(), lk.Release(w.ctx))
 }
 
 // fencedUpdate applies delta to the fenced balance through the guard: a
@@ -130,7 +151,7 @@ func (w *worker) fencedUpdate(lk *dlock.Lock, delta int) (before, after int, err
 }
 
 func (w *worker) deposit() error {
-	lk, err := w.locker.Acquire(w.ctx, w.key, dlock.WithTTL(w.ttl))
+	lk, err := w.locker.Acquire(w.ctx, w.key, w.opts(w.ttl)...)
 	if err != nil {
 		return err
 	}
@@ -152,7 +173,7 @@ func (w *worker) deposit() error {
 }
 
 func (w *worker) withdraw() error {
-	lk, err := w.locker.Acquire(w.ctx, w.key, dlock.WithTTL(w.ttl))
+	lk, err := w.locker.Acquire(w.ctx, w.key, w.opts(w.ttl)...)
 	if err != nil {
 		return err
 	}
@@ -209,7 +230,7 @@ func (w *worker) withdraw() error {
 // under a failed attempt, so trying again is safe.
 func (w *worker) acquireAfterPause() (*dlock.Lock, error) {
 	for attempt := 1; ; attempt++ {
-		lk, err := w.locker.Acquire(w.ctx, w.key, dlock.WithTTL(10*time.Second))
+		lk, err := w.locker.Acquire(w.ctx, w.key, w.opts(10*time.Second)...)
 		if err == nil || attempt == 10 || w.ctx.Err() != nil {
 			return lk, err
 		}

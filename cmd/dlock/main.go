@@ -31,6 +31,7 @@ Usage:
   dlock hold  [OPTION]... KEY               (prints TOKEN OWNER, holds KEY
                                              until SIGINT or SIGTERM)
   dlock ls    [--url URL] [--json] [--connect-timeout 5s] [--verbose] [PREFIX]
+  dlock unlock [--url URL] (--owner ID | --force) [--json] KEY
   dlock demo  [--url URL]
   dlock serve [--data-dir DIR] [--listen 127.0.0.1:2379]
   dlock version
@@ -45,9 +46,15 @@ waits. Run 'dlock COMMAND --help' for details.
 URL (from --url, else $DLOCK_URL, else a file backend in your state directory):
   file:///path/to/dir                  leases in files on this host (default)
   redis://[user:pass@]host:port[/db]   one Redis (rediss:// for TLS)
+  redis+cluster://[user:pass@]h1:p1[,h2:p2]
+                                       a Redis Cluster, from any of its nodes
+                                       (rediss+cluster:// for TLS)
   redis+sentinel://[user:pass@]h1:p1,h2:p2/master[/db]
+                                       Redis Sentinel (rediss+sentinel:// for TLS
+                                       to the Sentinels and the master)
   redlock://[user:pass@]h1:p1,h2:p2,h3:p3[/db]   Redlock over independent masters
-  etcd://[user:pass@]h1:p1[,h2:p2][/prefix]      etcd (etcds:// for TLS; ?ca=FILE)
+                                       (redlocks:// for TLS to every node)
+  etcd://[user:pass@]h1:p1[,h2:p2][/prefix]      etcd (etcds:// for TLS)
   zk://[user:pass@]h1:p1[,h2:p2][/path][?session_timeout=10s]
                                        ZooKeeper (port 2181 if none): locks under /path
                                        (default /dlock); user:pass is digest auth and
@@ -58,8 +65,10 @@ URL (from --url, else $DLOCK_URL, else a file backend in your state directory):
                                        options); leases in table T (default
                                        dlock_leases, created on first lock); listen=off
                                        polls instead of LISTEN/NOTIFY (PgBouncer)
-Percent-encode reserved characters (/ ? # @ %) in passwords. Secrets are
-never printed.
+TLS schemes take ?ca=FILE (CA certificates, PEM; default the system's) and
+?cert=FILE&key=FILE (a client certificate and its key, PEM, for servers that
+require one). Percent-encode reserved characters (/ ? # @ %) in passwords.
+Secrets are never printed.
 `
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -76,6 +85,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdHold(args[1:], stdout, stderr)
 	case "ls":
 		return cmdLs(args[1:], stdout, stderr)
+	case "unlock":
+		return cmdUnlock(args[1:], stdout, stderr)
 	case "demo":
 		return cmdDemo(args[1:], stdout, stderr)
 	case "serve":

@@ -166,6 +166,12 @@ func TestEveryScriptLoadsAndRuns(t *testing.T) {
 			{[]string{lk, wk, rk}, []any{own + "|", 3600000, ch, 100, "7", "0"}, 1}, // retried: the marker
 			{[]string{lk, wk, rk}, []any{other + "|", 3600000, ch, 100, "", "1"}, 0},
 		}},
+		"break": {[]string{own + "|7|{}", "w1"}, []scriptCall{ // replies {value, removed, others}
+			{[]string{lk, wk, hk, hdk, lk + ":pk"}, []any{other, 3600000, ch, 100, "0"}, 0}, // another owner: kept
+			{[]string{lk, wk, hk, hdk, lk + ":pk"}, []any{own, 3600000, ch, 100, "0"}, 0},   // owner: marker |9
+			{[]string{lk, wk, hk, hdk, lk + ":pk"}, []any{"", 3600000, ch, 100, "1"}, 0},    // free
+			{[]string{lk, wk, hk, hdk, lk + ":pk"}, []any{"", 100, ch, 100, "0", "1"}, 0},   // free, Redlock node
+		}},
 		"quorum_grant": {[]string{"|41"}, []scriptCall{
 			{[]string{lk, fk, wk, rk}, []any{own, 60000, "{}", "", 0}, 1},
 			{[]string{lk, fk, wk, rk}, []any{other, 60000, "{}", "1-a", 1}, 0},

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+const unlockUsage = `Usage: dlock unlock [--url URL] (--owner ID | --force) [--json]
+                    [--connect-timeout 5s] [--verbose] KEY
+
+Releases KEY on another holder's behalf. With --owner ID it releases only
+the lease of that owner (DLOCK_OWNER in the holder's command, the OWNER of
+dlock ls --json): for a shared or limited key, that holder alone. With
+--force it breaks the lock, whoever holds it: the exclusive holder, or
+every shared or limited holder. Clients waiting for KEY stay queued and
+the next one gets it, with a fencing token above every broken holder's, so
+guards keep refusing the broken holder's writes once the next holder has
+written. The broken holder finds out at its next renewal at the latest:
+a dlock run holding it stops its command and exits 4.
+
+It prints, for each lease removed,
+  released KEY held by owner OWNER (host=HOST pid=PID) token N
+or "KEY was not held" when --force finds it free. --json prints an object:
+key, released (an array of owner, token, mode, ttl_ms, metadata) and, for
+Redlock, nodes (owner and node of each removal) and node_errors.
+
+Exit status: 0 released (or, with --force, nothing held); 1 the owner given
+does not hold KEY (its holders are named; nothing changes); 2 usage; 3 the
+lock service failed or cannot break locks.
+
+Examples:
+  dlock unlock --force nightly-batch
+  dlock unlock --owner 3f2a9c0d4e5b6a7f8091a2b3c4d5e6f7 reports/daily
+
+Options:
+`
+
+// unlockJSON is unlock's --json output.
+type unlockJSON struct {
+	Key        string       `json:"key"`
+	Released   []unlockedJS `json:"released"`
+	Holders    []unlockedJS `json:"holders,omitempty"` // the real holders, when --owner does not hold KEY
+	Nodes      []nodeJS     `json:"nodes,omitempty"`
+	NodeErrors []string     `json:"node_errors,omitempty"`
+}
+
+type unlockedJS struct {
+	Owner    string            `json:"owner"`
+	Token    uint64            `json:"token"`
+	Mode     string            `json:"mode"`
+	TTLms    int64             `json:"ttl_ms"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+type nodeJS struct {
+	Node  string `json:"node"`
+	Owner string `json:"owner"`
+	Token uint64 `json:"token"`
+}
+
+func holdersJS(hs []dlock.Holder) []unlockedJS {
+	out := []unlockedJS{}
+	for _, h := range hs {
+		out = append(out, unlockedJS{Owner: h.Owner, Token: h.Token, Mode: h.Mode.String(), TTLms: h.TTL.Milliseconds(), Metadata: h.Metadata})
+	}
+	return out
+}
+
+func cmdUnlock(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("unlock", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	rawURL := fs.String("url", "", "lock service URL (default $DLOCK_URL, else file:// in the state dir)")
+	owner := fs.String("owner", "", "release only the lease of this owner id (32 hex digits)")
+	force := fs.Bool("force", false, "break the lock whoever holds it")
+	asJSON := fs.Bool("json", false, "print JSON")
+	connect := fs.Duration("connect-timeout", defaultConnectTimeout, "bound on connecting to and probing the lock service")
+	verbose := fs.Bool("verbose", false, "print the client libraries' logs on stderr")
+	fs.Usage = func() { fmt.Fprint(fs.Output(), unlockUsage); fs.PrintDefaults() }
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return exitUsage
+	}
+	switch {
+	case fs.NArg() != 1:
+		fmt.Fprintf(stderr, "dlock unlock: one KEY expected, got %d arguments (see dlock unlock --help)\n", fs.NArg())
+		return exitUsage
+	case *force == (*owner != ""):
+		fmt.Fprintln(stderr, "dlock unlock: give either --owner ID or --force (see dlock unlock --help)")
+		return exitUsage
+	case *connect <= 0:
+		fmt.Fprintf(stderr, "dlock unlock: --connect-timeout must be positive, got %v\n", *connect)
+		return exitUsage
+	}
+	key := fs.Arg(0)
+	if err := dlock.ValidateKey(key); err != nil {
+		fmt.Fprintf(stderr, "dlock unlock: %v\n", err)
+		return exitUsage
+	}
+	if _, err := dlock.ValidateOwner(*owner); err != nil {
+		fmt.Fprintf(stderr, "dlock unlock: --owner: %v\n", err)
+		return exitUsage
+	}
+	raw := *rawURL
+	if raw == "" {
+		raw = defaultURL()
+	}
+	stderr = &scrubWriter{w: stderr, secrets: secretsOf(raw)}
+	b, err := openBackend(raw, openOptions{connectTimeout: *connect, verbose: *verbose, logs: stderr})
+	if err != nil {
+		return reportOpen(stderr, "unlock", err)
+	}
+	defer b.close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	broken, err := dlock.Break(ctx, b.locker, key, *owner)
+	var nh *dlock.NotHolderError
+	switch {
+	case errors.As(err, &nh):
+		if *asJSON {
+			printUnlockJSON(stdout, unlockJSON{Key: key, Released: []unlockedJS{}, Holders: holdersJS(nh.Holders)})
+		}
+		fmt.Fprintf(stderr, "dlock unlock: %s\n", oneLine(err.Error()))
+		return exitConflict
+	case errors.Is(err, dlock.ErrInvalidKey), errors.Is(err, dlock.ErrInvalidOption):
+		fmt.Fprintf(stderr, "dlock unlock: %v\n", err)
+		return exitUsage
+	case err != nil:
+		fmt.Fprintf(stderr, "dlock unlock: %s: %s\n", b.where, oneLine(err.Error()))
+		return exitBackend
+	}
+	for _, ne := range broken.NodeErrors {
+		fmt.Fprintf(stderr, "dlock unlock: warning: %s\n", oneLine(ne.Error()))
+	}
+	if *asJSON {
+		out := unlockJSON{Key: key, Released: holdersJS(broken.Holders)}
+		for _, n := range broken.Nodes {
+			out.Nodes = append(out.Nodes, nodeJS{Node: n.Node, Owner: n.Holder.Owner, Token: n.Holder.Token})
+		}
+		for _, ne := range broken.NodeErrors {
+			out.NodeErrors = append(out.NodeErrors, ne.Error())
+		}
+		return printUnlockJSON(stdout, out)
+	}
+	if len(broken.Holders) == 0 {
+		fmt.Fprintf(stdout, "%s was not held\n", quoteField(key))
+		return 0
+	}
+	for _, h := range broken.Holders {
+		mode := ""
+		if h.Mode != dlock.Exclusive {
+			mode = " (" + h.Mode.String() + ")"
+		}
+		nodes := ""
+		if n := nodesOf(broken.Nodes, h); n > 0 {
+			nodes = fmt.Sprintf(" on %d node(s)", n)
+		}
+		fmt.Fprintf(stdout, "released %s%s held by owner %s (host=%s pid=%s) token %d%s\n", quoteField(key), mode,
+			oneLine(h.Owner), dash(oneLine(h.Metadata[dlock.MetaHost])), dash(oneLine(h.Metadata[dlock.MetaPID])), h.Token, nodes)
+	}
+	return 0
+}
+
+// nodesOf counts the nodes h's lease was removed from.
+func nodesOf(ns []dlock.BrokenOnNode, h dlock.Holder) int {
+	n := 0
+	for _, x := range ns {
+		if x.Holder.Owner == h.Owner {
+			n++
+		}
+	}
+	return n
+}
+
+func printUnlockJSON(stdout io.Writer, v unlockJSON) int {
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return exitBackend
+	}
+	if v.Holders != nil {
+		return exitConflict
+	}
+	return 0
+}

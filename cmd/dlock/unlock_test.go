@@ -1,0 +1,127 @@
+package main
+
+import (
+	"encoding/json"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/testserver"
+)
+
+// holdForUnlock starts `dlock run KEY` whose command prints its token and
+// owner, and returns the run, its stderr, the token and the owner.
+func holdForUnlock(t *testing.T, url, key string, runArgs ...string) (run *exec.Cmd, errb *syncBuffer, token uint64, owner string) {
+	t.Helper()
+	args := append([]string{"run", "--ttl", "2s"}, runArgs...)
+	args = append(args, key, "--", "sh", "-c", `echo "$DLOCK_TOKEN $DLOCK_OWNER"; exec sleep 60`)
+	cmd, errb, out := background(t, url, args...)
+	f := strings.Fields(out.String())
+	if len(f) != 2 {
+		t.Fatalf("holder printed %q", out.String())
+	}
+	tok, err := strconv.ParseUint(f[0], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cmd, errb, tok, f[1]
+}
+
+func TestUnlockForce(t *testing.T) {
+	url := fileURL(t)
+	run, errb, tok, owner := holdForUnlock(t, url, "stuck")
+
+	// Another owner: refused, exit 1, the real holder named, nothing changes.
+	r := runDlock(t, url, "unlock", "--owner", dlock.NewOwner(), "stuck")
+	if r.code != exitConflict || !strings.Contains(r.stderr, "pid="+strconv.Itoa(run.Process.Pid)) || !strings.Contains(r.stderr, strconv.FormatUint(tok, 10)) {
+		t.Fatalf("unlock --owner OTHER: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	if r := runDlock(t, url, "run", "-n", "stuck", "--", "true"); r.code != exitConflict {
+		t.Fatalf("after a refused unlock the key must still be held: run -n exit %d %q", r.code, r.stderr)
+	}
+
+	// --force: released, naming the holder and its token.
+	r = runDlock(t, url, "unlock", "--force", "stuck")
+	want := "released stuck held by owner " + owner + " (host="
+	if r.code != 0 || !strings.HasPrefix(r.stdout, want) || !strings.Contains(r.stdout, "pid="+strconv.Itoa(run.Process.Pid)+") token "+strconv.FormatUint(tok, 10)) {
+		t.Fatalf("unlock --force: %d %q %q; want a line starting %q", r.code, r.stdout, r.stderr, want)
+	}
+	// The holder notices at its next renewal: its command is stopped, exit 4.
+	if code := waitExit(t, run); code != exitLost {
+		t.Fatalf("broken holder exited %d, want %d; stderr %s", code, exitLost, errb.String())
+	}
+	// The next holder's token is higher.
+	r = runDlock(t, url, "run", "stuck", "--", "sh", "-c", `echo $DLOCK_TOKEN`)
+	next, err := strconv.ParseUint(strings.TrimSpace(r.stdout), 10, 64)
+	if r.code != 0 || err != nil || next <= tok {
+		t.Fatalf("next run: %d %q %q; want a token above %d", r.code, r.stdout, r.stderr, tok)
+	}
+	// A free key: nothing to do.
+	if r := runDlock(t, url, "unlock", "--force", "stuck"); r.code != 0 || r.stdout != "stuck was not held\n" {
+		t.Fatalf("unlock --force of a free key: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	if r := runDlock(t, url, "unlock", "--owner", owner, "stuck"); r.code != exitConflict || !strings.Contains(r.stderr, "free") {
+		t.Fatalf("unlock --owner of a free key: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+}
+
+// On Redis, by owner, with --json; among shared holders only that one goes.
+func TestUnlockOwnerJSON(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	url := "redis://" + srv.Addr()
+	runA, errA, tokA, ownerA := holdForUnlock(t, url, "reports", "--shared")
+	_, _, tokB, _ := holdForUnlock(t, url, "reports", "--shared")
+
+	r := runDlock(t, url, "unlock", "--json", "--owner", strings.ToUpper(ownerA), "reports")
+	var out unlockJSON
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != 0 {
+		t.Fatalf("unlock --json --owner: %d %q %q (%v)", r.code, r.stdout, r.stderr, err)
+	}
+	if out.Key != "reports" || len(out.Released) != 1 || out.Released[0].Owner != ownerA || out.Released[0].Token != tokA || out.Released[0].Mode != "shared" {
+		t.Fatalf("unlock --json: %+v; want owner %s token %d, shared", out, ownerA, tokA)
+	}
+	if code := waitExit(t, runA); code != exitLost {
+		t.Fatalf("broken reader exited %d, want %d; stderr %s", code, exitLost, errA.String())
+	}
+	// The other reader still holds: ls shows it alone.
+	r = runDlock(t, url, "ls", "--json", "reports")
+	var infos []lockInfo
+	if err := json.Unmarshal([]byte(r.stdout), &infos); err != nil || len(infos) != 1 || infos[0].Token != tokB {
+		t.Fatalf("ls after breaking one reader: %v %q; want the other reader (token %d)", err, r.stdout, tokB)
+	}
+	// Its owner no longer holds anything: exit 1, JSON naming the holder left.
+	r = runDlock(t, url, "unlock", "--json", "--owner", ownerA, "reports")
+	out = unlockJSON{}
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != exitConflict || len(out.Released) != 0 || len(out.Holders) != 1 || out.Holders[0].Token != tokB {
+		t.Fatalf("unlock --owner of a broken reader: %d %q %q (%v)", r.code, r.stdout, r.stderr, err)
+	}
+}
+
+func TestUnlockUsage(t *testing.T) {
+	url := fileURL(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"unlock", "k"}, "either --owner ID or --force"},
+		{[]string{"unlock", "--force", "--owner", dlock.NewOwner(), "k"}, "either --owner ID or --force"},
+		{[]string{"unlock", "--force"}, "one KEY"},
+		{[]string{"unlock", "--force", "a", "b"}, "one KEY"},
+		{[]string{"unlock", "--owner", "nothex", "k"}, "32 hex digits"},
+		{[]string{"unlock", "--force", ""}, "key is empty"},
+		{[]string{"unlock", "--bogus", "k"}, "bogus"},
+	} {
+		r := runDlock(t, url, tc.args...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("dlock %q: exit %d, stderr %q; want exit %d mentioning %q", tc.args, r.code, r.stderr, exitUsage, tc.want)
+		}
+	}
+	if r := runDlock(t, url, "unlock", "--help"); r.code != 0 || !strings.Contains(r.stderr+r.stdout, "--force") {
+		t.Errorf("unlock --help: %d %q", r.code, r.stderr)
+	}
+	if r := runDlock(t, url, "--help"); !strings.Contains(r.stdout, "dlock unlock") {
+		t.Errorf("dlock --help lacks unlock: %q", r.stdout)
+	}
+}

@@ -1,0 +1,296 @@
+package dlocktest
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// Break: an operator's dlock.Break. A forced break frees the key for the
+// next acquirer, whose token is higher; the broken holder finds out at its
+// next renewal at the latest and its Release reports the loss; an
+// owner-checked break with the wrong owner fails with ErrNotHolder naming
+// the real holder and changes nothing; breaking a free key removes
+// nothing and is not an error; a waiter is woken by a break; among shared
+// or counted holders, one owner can be broken alone.
+func testBreak(t *testing.T, h Harness) {
+	if _, ok := h.New(t).(dlock.Breaker); !ok {
+		t.Skip("the Locker does not implement dlock.Breaker")
+	}
+	t.Run("Force", func(t *testing.T) { testBreakForce(t, h) })
+	t.Run("LostAtNextRenewal", func(t *testing.T) { testBreakLostAtRenewal(t, h) })
+	t.Run("WrongOwner", func(t *testing.T) { testBreakWrongOwner(t, h) })
+	t.Run("Owner", func(t *testing.T) { testBreakOwner(t, h) })
+	t.Run("FreeKey", func(t *testing.T) { testBreakFree(t, h) })
+	t.Run("WakesWaiter", func(t *testing.T) { testBreakWakes(t, h) })
+	t.Run("Shared", func(t *testing.T) { testBreakGroup(t, h, dlock.WithShared(), 3) })
+	t.Run("Limited", func(t *testing.T) { testBreakGroup(t, h, dlock.WithLimit(3), 3) })
+	t.Run("BadInput", func(t *testing.T) { testBreakBadInput(t, h) })
+}
+
+func mustBreak(t *testing.T, l dlock.Locker, key, owner string) dlock.Broken {
+	t.Helper()
+	b, err := dlock.Break(ctxT(t), l, key, owner)
+	if err != nil {
+		t.Fatalf("Break(%q, owner %q): %v", key, owner, err)
+	}
+	if b.Key != key {
+		t.Errorf("Broken.Key = %q, want %q", b.Key, key)
+	}
+	return b
+}
+
+// wantBroken checks that b names exactly the locks lks (owner and token).
+func wantBroken(t *testing.T, b dlock.Broken, lks ...*dlock.Lock) {
+	t.Helper()
+	if len(b.Holders) != len(lks) {
+		t.Fatalf("Break removed %d holders %+v, want %d", len(b.Holders), b.Holders, len(lks))
+	}
+	for _, lk := range lks {
+		found := false
+		for _, hd := range b.Holders {
+			if hd.Owner == lk.Owner() && hd.Token == lk.Token() {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("Break removed %+v, missing owner %s token %d", b.Holders, lk.Owner(), lk.Token())
+		}
+	}
+}
+
+// wantLostByBreak checks that lk finds out: a refresh fails with
+// ErrLockLost and Lost() is closed by the time it answers; Release then
+// reports the loss too. A refresh may still succeed for a while where
+// the holder reads from a server that has not applied the break yet (a
+// ZooKeeper follower: reads are ordered per client, not across clients),
+// so refreshes are repeated until one fails, within HangTimeout.
+func wantLostByBreak(t *testing.T, lk *dlock.Lock) {
+	t.Helper()
+	deadline := time.Now().Add(HangTimeout)
+	for {
+		err := lk.Refresh(ctxT(t))
+		if errors.Is(err, dlock.ErrLockLost) {
+			break
+		}
+		if err != nil || time.Now().After(deadline) {
+			t.Fatalf("Refresh of a broken lock = %v, want ErrLockLost", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case <-lk.Lost():
+	default:
+		t.Fatal("Refresh reported the loss but Lost() is still open")
+	}
+	var le *dlock.LostError
+	if !errors.As(lk.Err(), &le) || le.Reason == dlock.LossHoldCap {
+		t.Errorf("Err() = %v, want a *LostError for the removed lease", lk.Err())
+	}
+	if err := lk.Release(context.Background()); !errors.Is(err, dlock.ErrLockLost) {
+		t.Errorf("Release of a broken lock = %v, want ErrLockLost", err)
+	}
+}
+
+// wantIntact checks that lk is still held: a refresh succeeds, Lost() is
+// open.
+func wantIntact(t *testing.T, lk *dlock.Lock) {
+	t.Helper()
+	if err := lk.Refresh(ctxT(t)); err != nil {
+		t.Fatalf("Refresh of a lock that was not broken: %v", err)
+	}
+	select {
+	case <-lk.Lost():
+		t.Fatalf("Lost() closed for a lock that was not broken: %v", lk.Err())
+	default:
+	}
+}
+
+func testBreakForce(t *testing.T, h Harness) {
+	holder, operator := h.New(t), h.New(t)
+	key := Key(t)
+	lk := mustAcquire(t, holder, key, dlock.WithTTL(time.Minute))
+	b := mustBreak(t, operator, key, "")
+	wantBroken(t, b, lk)
+	if hd := b.Holders[0]; hd.Mode != dlock.Exclusive {
+		t.Errorf("broken holder's mode = %v, want exclusive", hd.Mode)
+	}
+	next, err := operator.TryAcquire(ctxT(t), key)
+	if err != nil {
+		t.Fatalf("TryAcquire after a forced break: %v", err)
+	}
+	if next.Token() <= lk.Token() {
+		t.Errorf("next holder's token %d, not above the broken holder's %d", next.Token(), lk.Token())
+	}
+	wantLostByBreak(t, lk)
+	wantIntact(t, next) // the broken holder's Release did not touch it
+	release(t, next)
+}
+
+// LostAtNextRenewal: the watchdog's own renewal notices the break.
+func testBreakLostAtRenewal(t *testing.T, h Harness) {
+	holder, operator := h.New(t), h.New(t)
+	key := Key(t)
+	lk := mustAcquire(t, holder, key, dlock.WithTTL(h.TTL))
+	wantBroken(t, mustBreak(t, operator, key, ""), lk)
+	waitClosed(t, lk.Lost(), "the broken lock's Lost()")
+	if err := lk.Release(context.Background()); !errors.Is(err, dlock.ErrLockLost) {
+		t.Errorf("Release of a broken lock = %v, want ErrLockLost", err)
+	}
+}
+
+func testBreakWrongOwner(t *testing.T, h Harness) {
+	holder, operator := h.New(t), h.New(t)
+	key := Key(t)
+	lk := mustAcquire(t, holder, key, dlock.WithTTL(time.Minute))
+	defer release(t, lk)
+	_, err := dlock.Break(ctxT(t), operator, key, dlock.NewOwner())
+	if !errors.Is(err, dlock.ErrNotHolder) {
+		t.Fatalf("Break with another owner = %v, want ErrNotHolder", err)
+	}
+	var ne *dlock.NotHolderError
+	if !errors.As(err, &ne) {
+		t.Fatalf("Break with another owner = %T %v, want a *NotHolderError", err, err)
+	}
+	if len(ne.Holders) != 1 || ne.Holders[0].Owner != lk.Owner() || ne.Holders[0].Token != lk.Token() {
+		t.Errorf("NotHolderError names %+v, want the holder %s token %d", ne.Holders, lk.Owner(), lk.Token())
+	}
+	wantIntact(t, lk)
+	assertHeld(t, operator, key)
+}
+
+func testBreakOwner(t *testing.T, h Harness) {
+	holder, operator := h.New(t), h.New(t)
+	key := Key(t)
+	lk := mustAcquire(t, holder, key, dlock.WithTTL(time.Minute))
+	wantBroken(t, mustBreak(t, operator, key, lk.Owner()), lk)
+	wantLostByBreak(t, lk)
+	next, err := operator.TryAcquire(ctxT(t), key)
+	if err != nil {
+		t.Fatalf("TryAcquire after an owner-checked break: %v", err)
+	}
+	if next.Token() <= lk.Token() {
+		t.Errorf("next holder's token %d, not above the broken holder's %d", next.Token(), lk.Token())
+	}
+	release(t, next)
+}
+
+func testBreakFree(t *testing.T, h Harness) {
+	l := h.New(t)
+	key := Key(t)
+	if b := mustBreak(t, l, key, ""); len(b.Holders) != 0 {
+		t.Errorf("forced break of a never-held key removed %+v", b.Holders)
+	}
+	lk := mustAcquire(t, l, key)
+	release(t, lk)
+	if b := mustBreak(t, l, key, ""); len(b.Holders) != 0 {
+		t.Errorf("forced break of a released key removed %+v", b.Holders)
+	}
+	_, err := dlock.Break(ctxT(t), l, key, lk.Owner())
+	var ne *dlock.NotHolderError
+	if !errors.As(err, &ne) || !errors.Is(err, dlock.ErrNotHolder) || len(ne.Holders) != 0 {
+		t.Errorf("owner-checked break of a free key = %v, want a *NotHolderError naming nobody", err)
+	}
+	next := mustAcquire(t, l, key)
+	if next.Token() <= lk.Token() {
+		t.Errorf("token %d after breaks of a free key, not above the earlier %d", next.Token(), lk.Token())
+	}
+	release(t, next)
+}
+
+// WakesWaiter: the holder's lease outlives the test, so a waiter that gets
+// the key was let in by the break.
+func testBreakWakes(t *testing.T, h Harness) {
+	holder, waiter, operator := h.New(t), h.New(t), h.New(t)
+	key := Key(t)
+	lk := mustAcquire(t, holder, key, dlock.WithTTL(4*HangTimeout))
+	ch := acquireAsync(ctxT(t), waiter, key)
+	time.Sleep(100 * time.Millisecond) // most likely waiting by now; either way it must get the key
+	wantBroken(t, mustBreak(t, operator, key, ""), lk)
+	next := recv(t, ch, "the waiter's Acquire after a break")
+	if next.Token() <= lk.Token() {
+		t.Errorf("waiter's token %d, not above the broken holder's %d", next.Token(), lk.Token())
+	}
+	release(t, next)
+	if err := lk.Release(context.Background()); !errors.Is(err, dlock.ErrLockLost) {
+		t.Errorf("Release of a broken lock = %v, want ErrLockLost", err)
+	}
+}
+
+// testBreakGroup: n holders of a shared or counted key; one is broken by
+// owner and the others stay; then a forced break removes the rest.
+func testBreakGroup(t *testing.T, h Harness, opt dlock.Option, n int) {
+	if !supports(t, h, opt) {
+		return
+	}
+	operator := h.New(t)
+	key := Key(t)
+	lks := make([]*dlock.Lock, n)
+	for i := range lks {
+		lks[i] = mustAcquire(t, h.New(t), key, opt, dlock.WithTTL(time.Minute))
+	}
+	victim := lks[1]
+	b := mustBreak(t, operator, key, victim.Owner())
+	wantBroken(t, b, victim)
+	if mode := b.Holders[0].Mode; mode == dlock.Exclusive {
+		t.Errorf("broken holder's mode = %v, want the group's", mode)
+	}
+	wantLostByBreak(t, victim)
+	rest := []*dlock.Lock{lks[0], lks[2]}
+	for _, lk := range rest {
+		wantIntact(t, lk)
+	}
+	// The freed place can be taken again, with a higher token.
+	again := mustAcquire(t, h.New(t), key, opt, dlock.WithTTL(time.Minute))
+	if again.Token() <= victim.Token() {
+		t.Errorf("token %d after the break, not above the broken holder's %d", again.Token(), victim.Token())
+	}
+	rest = append(rest, again)
+	wantBroken(t, mustBreak(t, operator, key, ""), rest...)
+	for _, lk := range rest {
+		wantLostByBreak(t, lk)
+	}
+	last := mustAcquire(t, operator, key) // exclusive: nobody left
+	if last.Token() <= again.Token() {
+		t.Errorf("token %d after the forced break, not above %d", last.Token(), again.Token())
+	}
+	release(t, last)
+}
+
+func testBreakBadInput(t *testing.T, h Harness) {
+	l := h.New(t)
+	ctx := ctxT(t)
+	if _, err := dlock.Break(ctx, l, "", ""); !errors.Is(err, dlock.ErrInvalidKey) {
+		t.Errorf("Break of an empty key = %v, want ErrInvalidKey", err)
+	}
+	if _, err := dlock.Break(ctx, l, "a\x00b", ""); !errors.Is(err, dlock.ErrInvalidKey) {
+		t.Errorf("Break of a key with NUL = %v, want ErrInvalidKey", err)
+	}
+	for _, owner := range []string{"x", "not-hex-not-hex-not-hex-not-hex!", "0123456789abcdef0123456789abcdef0"} {
+		if _, err := dlock.Break(ctx, l, Key(t), owner); !errors.Is(err, dlock.ErrInvalidOption) {
+			t.Errorf("Break with owner %q = %v, want ErrInvalidOption", owner, err)
+		}
+	}
+	if _, err := dlock.Break(nil, l, Key(t), ""); err == nil { //nolint:staticcheck // nil context on purpose
+		t.Error("Break with a nil context: no error")
+	}
+	if _, err := dlock.Break(ctx, nil, Key(t), ""); !errors.Is(err, dlock.ErrNilClient) {
+		t.Errorf("Break with a nil Locker = %v, want ErrNilClient", err)
+	}
+	if rt := reflect.TypeOf(l); rt.Kind() == reflect.Pointer {
+		// A nil *Locker of the backend: an error, not a panic.
+		nilLocker := reflect.Zero(rt).Interface().(dlock.Locker)
+		if _, err := dlock.Break(ctx, nilLocker, Key(t), ""); !errors.Is(err, dlock.ErrNilClient) {
+			t.Errorf("Break on a nil %v = %v, want ErrNilClient", rt, err)
+		}
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := dlock.Break(cctx, l, Key(t), ""); err == nil {
+		t.Error("Break with a cancelled context: no error")
+	}
+}

@@ -1,0 +1,54 @@
+package memlock
+
+import (
+	"context"
+	"maps"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+)
+
+var (
+	_ dlock.Breaker  = (*Locker)(nil)
+	_ driver.Breaker = (*state)(nil)
+)
+
+// Break implements dlock.Breaker (see dlock.Break): it removes every lease
+// on key (owner "") or owner's alone, and wakes the key's waiters.
+// Waiting-writer registrations stay.
+func (l *Locker) Break(ctx context.Context, key, owner string) (dlock.Broken, error) {
+	if l == nil {
+		return (*dlock.Engine)(nil).Break(ctx, key, owner) // an error wrapping dlock.ErrNilClient
+	}
+	return l.e.Break(ctx, key, owner)
+}
+
+// Break implements driver.Breaker.
+func (s *state) Break(ctx context.Context, key, owner string) (driver.BreakResult, error) {
+	if err := ctx.Err(); err != nil {
+		return driver.BreakResult{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var res driver.BreakResult
+	ks := s.keys[key]
+	if ks == nil {
+		return res, nil
+	}
+	now := time.Now()
+	for _, h := range ks.live(now) {
+		held := driver.Held{Owner: h.owner, Token: h.token, Metadata: maps.Clone(h.meta), TTL: h.expires.Sub(now), Mode: ks.mode}
+		if owner == "" || h.owner == owner {
+			delete(ks.holders, h.owner)
+			res.Removed = append(res.Removed, held)
+		} else {
+			res.Others = append(res.Others, held)
+		}
+	}
+	if len(res.Removed) > 0 {
+		res.Others = nil
+		s.wakeLocked(key)
+	}
+	return res, nil
+}

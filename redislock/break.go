@@ -1,0 +1,52 @@
+package redislock
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/redislock/redisproto"
+)
+
+var (
+	_ dlock.Breaker  = (*Locker)(nil)
+	_ driver.Breaker = (*backend)(nil)
+)
+
+// Break implements dlock.Breaker (see dlock.Break). One script removes the
+// exclusive lease, every shared or limited holder (owner ""), or owner's
+// lease alone, atomically: a lease granted after the break is never
+// touched. A lock left free gets a release marker whose token is above
+// the broken ones, and the first queued waiter is woken as by a release.
+// It returns by ctx's deadline even when the server does not answer (an
+// error wrapping dlock.ErrUnavailable).
+func (l *Locker) Break(ctx context.Context, key, owner string) (dlock.Broken, error) {
+	if l == nil {
+		return (*dlock.Engine)(nil).Break(ctx, key, owner) // an error wrapping dlock.ErrNilClient
+	}
+	return l.e.Break(ctx, key, owner)
+}
+
+// Break implements driver.Breaker.
+func (b *backend) Break(ctx context.Context, key, owner string) (driver.BreakResult, error) {
+	removed, others, err := b.node.Break(ctx, key, owner, FenceRetention)
+	if err != nil {
+		return driver.BreakResult{}, fmt.Errorf("dlock: redis break %q: %w", key, err)
+	}
+	return driver.BreakResult{Removed: helds(removed, ""), Others: helds(others, "")}, nil
+}
+
+// helds converts a script's holders for the driver (node names the
+// server, "" for a single deployment).
+func helds(in []redisproto.Info, node string) []driver.Held {
+	var out []driver.Held
+	for _, h := range in {
+		m := driver.Exclusive
+		if h.Group != "" {
+			m = driver.Mode(groupMode(h.Group))
+		}
+		out = append(out, driver.Held{Owner: h.Owner, Token: h.Token, Metadata: h.Metadata, TTL: h.TTL, Mode: m, Node: node})
+	}
+	return out
+}

@@ -1,0 +1,49 @@
+package redisproto
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+var breakScript = script("break") // lua/break.lua
+
+// Break removes key's leases in one script (lua/break.lua): every holder's
+// when owner is "", else owner's alone. It returns the leases removed and,
+// when owner holds nothing, the holders left in place. A lease or a
+// group's last holder is replaced with a release marker (kept for
+// retention) whose token is above the broken ones, and one waiter is
+// woken; the broken holders' later Refresh and Release find nothing of
+// theirs.
+func (n *Node) Break(ctx context.Context, key, owner string, retention time.Duration) (removed, others []Info, err error) {
+	return n.breakLock(ctx, key, owner, retention, "0")
+}
+
+// QuorumBreak is Break on a Redlock node: the lease is replaced with a
+// marker without a token (the quorum counter, in its own key, is left
+// alone), as QuorumRelease without a token does.
+func (n *Node) QuorumBreak(ctx context.Context, key, owner string) (removed, others []Info, err error) {
+	return n.breakLock(ctx, key, owner, HandoffReserve, "1")
+}
+
+func (n *Node) breakLock(ctx context.Context, key, owner string, retention time.Duration, quorum string) (removed, others []Info, err error) {
+	lk := n.LockKey(key)
+	res, err := breakScript.Run(ctx, n.Client,
+		[]string{lk, lk + waitersSuffix, lk + holdersSuffix, lk + holderDataSuffix, lk + permitSuffix},
+		owner, Ms(retention), lk+channelSuffix, Ms(HandoffReserve), n.cluster, quorum).Slice()
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(res) != 3 {
+		return nil, nil, fmt.Errorf("redisproto: break.lua replied %d values, want 3", len(res))
+	}
+	mode, _, _, _ := ParseGroup(fmt.Sprint(res[0]))
+	removed, others = parseHolders(res[1], mode), parseHolders(res[2], mode)
+	for i := range removed {
+		removed[i].Key = key
+	}
+	for i := range others {
+		others[i].Key = key
+	}
+	return removed, others, nil
+}

@@ -1,0 +1,116 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/background"
+	"github.com/dlock-go/dlock/redislock/redisproto"
+)
+
+var (
+	_ dlock.Breaker  = (*Locker)(nil)
+	_ driver.Breaker = (*backend)(nil)
+)
+
+// Break implements dlock.Breaker (see dlock.Break) on every node in
+// parallel, each bounded by the node timeout: on each, one script removes
+// the lease (owner "": whoever's it is; else owner's only) and wakes the
+// node's first queued waiter, as a release without a token does. The
+// quorum counters are left alone, so the next token is above the broken
+// one. The result names, in Broken.Nodes, every node a lease was removed
+// from. A break that fewer than a majority of nodes answered fails (an
+// error naming each node's failure; the leases removed on the others stay
+// removed); otherwise the nodes that failed are listed in
+// Broken.NodeErrors, and their copies of the lease expire with its TTL.
+// A holder whose lease was removed from a majority finds out at its next
+// renewal.
+func (l *Locker) Break(ctx context.Context, key, owner string) (dlock.Broken, error) {
+	if l == nil {
+		return (*dlock.Engine)(nil).Break(ctx, key, owner) // an error wrapping dlock.ErrNilClient
+	}
+	return l.e.Break(ctx, key, owner)
+}
+
+// Break implements driver.Breaker.
+func (b *backend) Break(ctx context.Context, key, owner string) (driver.BreakResult, error) {
+	type broke struct {
+		i               int
+		removed, others []redisproto.Info
+		err             error
+	}
+	timeout := b.timeout(dlock.DefaultTTL)
+	ch := make(chan broke, len(b.nodes)) // buffered: a late node never blocks
+	for i, n := range b.nodes {
+		background.Go(func() {
+			nctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			r, o, err := n.QuorumBreak(nctx, key, owner)
+			ch <- broke{i, r, o, err}
+		})
+	}
+	var (
+		res      driver.BreakResult
+		answered = make([]bool, len(b.nodes))
+		oks      int
+	)
+	// Tokens of one lease differ between nodes that saw its commit and
+	// those that did not (0): report each owner with its highest.
+	top := map[string]uint64{}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for got := 0; got < len(b.nodes); {
+		select {
+		case r := <-ch:
+			got++
+			answered[r.i] = true
+			name := b.nodes[r.i].name
+			if r.err != nil {
+				res.NodeErrs = append(res.NodeErrs, fmt.Errorf("%s: %w", name, r.err))
+				continue
+			}
+			oks++
+			for _, in := range r.removed {
+				res.Removed = append(res.Removed, nodeHeld(in, name))
+				top[in.Owner] = max(top[in.Owner], in.Token)
+			}
+			for _, in := range r.others {
+				res.Others = append(res.Others, nodeHeld(in, name))
+				top[in.Owner] = max(top[in.Owner], in.Token)
+			}
+		case <-ctx.Done():
+			got = len(b.nodes)
+		case <-timer.C:
+			got = len(b.nodes)
+		}
+	}
+	for i, ok := range answered {
+		if !ok {
+			res.NodeErrs = append(res.NodeErrs, fmt.Errorf("%w: %s: no answer within %v", dlock.ErrUnavailable, b.nodes[i].name, timeout))
+		}
+	}
+	for i := range res.Removed {
+		res.Removed[i].Token = top[res.Removed[i].Owner]
+	}
+	for i := range res.Others {
+		res.Others[i].Token = top[res.Others[i].Owner]
+	}
+	if oks < b.quorum {
+		if err := ctx.Err(); err != nil {
+			return driver.BreakResult{}, err
+		}
+		return driver.BreakResult{}, fmt.Errorf("%w: redlock break %q: %d of %d nodes answered, %d needed (removed on %d): %v",
+			dlock.ErrUnavailable, key, oks, len(b.nodes), b.quorum, len(res.Removed), res.NodeErrs)
+	}
+	if len(res.Removed) > 0 {
+		res.Others = nil
+	}
+	return res, nil
+}
+
+func nodeHeld(in redisproto.Info, node string) driver.Held {
+	return driver.Held{Owner: in.Owner, Token: in.Token, Metadata: in.Metadata, TTL: in.TTL, Mode: driver.Exclusive, Node: node}
+}

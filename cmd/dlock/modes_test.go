@@ -29,15 +29,15 @@ func TestModeUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--limit", "0"}, `invalid value "0" for flag -limit`},
-		{[]string{"--limit", "-1"}, `invalid value "-1" for flag -limit`},
-		{[]string{"--limit=-5"}, `invalid value "-5" for flag -limit`},
+		{[]string{"--limit", "0"}, `invalid value "0" for --limit`},
+		{[]string{"--limit", "-1"}, `invalid value "-1" for --limit`},
+		{[]string{"--limit=-5"}, `invalid value "-5" for --limit`},
 		{[]string{"--limit", "99999999999999999999999"}, "want a number of permits in 1-1048576"},
 		{[]string{"--limit", strconv.Itoa(dlock.MaxLimit + 1)}, "want a number of permits in 1-1048576"},
-		{[]string{"--limit", "abc"}, `invalid value "abc" for flag -limit`},
-		{[]string{"--limit", "2.5"}, `invalid value "2.5" for flag -limit`},
-		{[]string{"--limit", ""}, `invalid value "" for flag -limit`},
-		{[]string{"--limit", "0x10"}, `invalid value "0x10" for flag -limit`},
+		{[]string{"--limit", "abc"}, `invalid value "abc" for --limit`},
+		{[]string{"--limit", "2.5"}, `invalid value "2.5" for --limit`},
+		{[]string{"--limit", ""}, `invalid value "" for --limit`},
+		{[]string{"--limit", "0x10"}, `invalid value "0x10" for --limit`},
 		{[]string{"--shared", "--limit", "2"}, "--shared and --limit 2 cannot be combined"},
 		{[]string{"--limit", "3", "-s"}, "--shared and --limit 3 cannot be combined"},
 		{[]string{"--shared=maybe"}, "invalid boolean value"},
@@ -54,9 +54,9 @@ func TestModeUsageErrors(t *testing.T) {
 	}
 	// Help documents the flags, the modes and DLOCK_MODE.
 	r := runDlock(t, url, "run", "--help")
-	for _, want := range []string{"-s|--shared | --limit N", "-shared", "-limit N", "Modes:", "DLOCK_MODE", "writer", "semaphore"} {
-		if r.code != 0 || !strings.Contains(r.stderr, want) {
-			t.Errorf("run --help lacks %q: %d %q", want, r.code, r.stderr)
+	for _, want := range []string{"-s|--shared | --limit N", "-s, --shared", "--limit N", "Modes:", "DLOCK_MODE", "writer", "semaphore"} {
+		if r.code != 0 || !strings.Contains(r.stdout, want) {
+			t.Errorf("run --help lacks %q: %d %q", want, r.code, r.stdout)
 		}
 	}
 	if r := runDlock(t, url, "help"); !strings.Contains(r.stdout, "--shared") || !strings.Contains(r.stdout, "--limit N") {

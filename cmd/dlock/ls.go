@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -86,47 +85,52 @@ const lsDefaultInterval = 2 * time.Second
 const lsListTimeout = 30 * time.Second
 
 func cmdLs(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("ls", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	rawURL := fs.String("url", "", "lock service URL (default $DLOCK_URL, else file:// in the state dir)")
-	asJSON := fs.Bool("json", false, "print JSON instead of a table")
-	nodes := fs.Bool("nodes", false, "redlock: also print each node's leases")
-	var watch watchFlag
-	fs.Var(&watch, "watch", "list again every `DUR` (default 2s) until interrupted")
-	count := fs.Int("count", 0, "with --watch: stop after `N` listings")
-	connect := fs.Duration("connect-timeout", defaultConnectTimeout, "bound on connecting to and probing the lock service")
-	verbose := fs.Bool("verbose", false, "print the client libraries' logs on stderr, and --nodes")
-	fs.Usage = func() { fmt.Fprint(fs.Output(), lsUsage); fs.PrintDefaults() }
-	if err := fs.Parse(joinWatchArg(args)); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return exitUsage
+	o := newOptions("ls", lsUsage)
+	var (
+		rawURL        string
+		asJSON, nodes bool
+		watch         watchFlag
+		count         int
+		connect       = defaultConnectTimeout
+		verbose       bool
+	)
+	o.String(&rawURL, "", "url", "URL", "lock service URL (default: $DLOCK_URL, else a file:// directory in your state directory; see 'dlock --help')")
+	o.Bool(&asJSON, "", "json", "print JSON instead of a table")
+	o.Bool(&nodes, "", "nodes", "redlock: also print each node's leases")
+	o.Var(&watch, "", "watch", "[DUR]", "list again every DUR (default 2s; a duration or seconds, at least 100ms) until interrupted")
+	countSet := false
+	o.Var(countFlag{&count, &countSet}, "", "count", "N", "with --watch: stop after N listings (N at least 1)")
+	o.Duration(&connect, "", "connect-timeout", "DUR", "bound on connecting to and probing the lock service (default 5s)")
+	o.Bool(&verbose, "", "verbose", "print the client libraries' logs on stderr, and --nodes")
+	rest, code, ok := o.Parse(joinWatchArg(args), stdout, stderr)
+	if !ok {
+		return code
 	}
-	if fs.NArg() > 1 {
-		fmt.Fprintf(stderr, "dlock ls: at most one PREFIX, got %d arguments\n", fs.NArg())
-		return exitUsage
+	if len(rest) > 1 {
+		return o.UsageError(stderr, "at most one PREFIX, got %d arguments", len(rest))
 	}
-	if *connect <= 0 {
-		fmt.Fprintf(stderr, "dlock ls: --connect-timeout must be positive, got %v\n", *connect)
-		return exitUsage
+	if connect <= 0 {
+		return o.UsageError(stderr, "--connect-timeout must be positive, got %v", connect)
 	}
-	if *count < 0 || *count > 0 && watch.every == 0 {
-		fmt.Fprintf(stderr, "dlock ls: --count takes a positive number and goes with --watch\n")
-		return exitUsage
+	if countSet && (count <= 0 || watch.every == 0) {
+		return o.UsageError(stderr, "--count takes a positive number and goes with --watch")
 	}
-	raw := *rawURL
+	prefix := ""
+	if len(rest) == 1 {
+		prefix = rest[0]
+	}
+	raw := rawURL
 	if raw == "" {
 		raw = defaultURL()
 	}
 	stderr = &scrubWriter{w: stderr, secrets: secretsOf(raw)}
-	l := lister{prefix: fs.Arg(0), where: redact(raw), connect: *connect}
+	l := lister{prefix: prefix, where: redact(raw), connect: connect}
 	if t, err := parseURL(raw); err == nil {
 		l.target = t
 	}
 	// ls creates nothing: a lock directory that does not exist is an
 	// error, unless it is the default one, where no lock was ever taken.
-	b, err := openBackend(raw, openOptions{connectTimeout: *connect, verbose: *verbose, logs: stderr, readOnly: true})
+	b, err := openBackend(raw, openOptions{connectTimeout: connect, verbose: verbose, logs: stderr, readOnly: true})
 	switch {
 	case errors.Is(err, errNoLockDir) && raw == "file://"+stateDir():
 	case err != nil:
@@ -135,17 +139,17 @@ func cmdLs(args []string, stdout, stderr io.Writer) int {
 		defer b.close()
 		l.b, l.where = b, b.where
 	}
-	if *nodes && (b == nil || b.nodes == nil) {
+	if nodes && (b == nil || b.nodes == nil) {
 		fmt.Fprintf(stderr, "dlock ls: --nodes: %s has no per-node lock state (only redlock:// has)\n", l.where)
 	}
-	l.nodes = *nodes || *verbose
-	out := lsOutput{stdout: stdout, stderr: stderr, json: *asJSON}
+	l.nodes = nodes || verbose
+	out := lsOutput{stdout: stdout, stderr: stderr, json: asJSON}
 	if watch.every == 0 {
 		return out.show(l.list(context.Background()), l.where)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return l.watch(ctx, out, watch.every, *count)
+	return l.watch(ctx, out, watch.every, count)
 }
 
 // lister lists the locks of one backend, again and again with --watch.

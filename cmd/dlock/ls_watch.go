@@ -90,6 +90,29 @@ func joinWatchArg(args []string) []string {
 	return out
 }
 
+// countFlag is ls's --count: an int, and whether it was given (an
+// explicit --count 0 is an error, not "no bound").
+type countFlag struct {
+	n   *int
+	set *bool
+}
+
+func (c countFlag) String() string {
+	if c.n == nil {
+		return "0"
+	}
+	return strconv.Itoa(*c.n)
+}
+
+func (c countFlag) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return fmt.Errorf("want a whole number of listings")
+	}
+	*c.n, *c.set = n, true
+	return nil
+}
+
 // lsValueFlags are ls's flags that take a value as the next argument.
 var lsValueFlags = map[string]bool{"url": true, "count": true, "connect-timeout": true}
 

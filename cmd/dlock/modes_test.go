@@ -62,8 +62,8 @@ func TestModeUsageErrors(t *testing.T) {
 	if r := runDlock(t, url, "help"); !strings.Contains(r.stdout, "--shared") || !strings.Contains(r.stdout, "--limit N") {
 		t.Errorf("help lacks --shared and --limit: %q", r.stdout)
 	}
-	if r := runDlock(t, url, "ls", "--help"); !strings.Contains(r.stderr, "limited") || !strings.Contains(r.stderr, "holders") {
-		t.Errorf("ls --help does not describe modes: %q", r.stderr)
+	if r := runDlock(t, url, "ls", "--help"); !strings.Contains(r.stdout, "limited") || !strings.Contains(r.stdout, "holders") {
+		t.Errorf("ls --help does not describe modes: %q", r.stdout)
 	}
 }
 

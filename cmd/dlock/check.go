@@ -4,10 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -75,35 +75,34 @@ type checkResult struct {
 }
 
 func cmdCheck(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	rawURL := fs.String("url", "", "lock service URL (default $DLOCK_URL, else file:// in the state dir)")
-	connect := fs.Duration("connect-timeout", defaultConnectTimeout, "bound on the whole check")
-	readOnly := fs.Bool("read-only", false, "list instead of taking a lock: writes nothing")
-	asJSON := fs.Bool("json", false, "print JSON")
-	fs.Usage = func() { fmt.Fprint(fs.Output(), checkUsage); fs.PrintDefaults() }
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return exitUsage
+	o := newOptions("check", checkUsage)
+	var (
+		rawURL           string
+		connect          = defaultConnectTimeout
+		readOnly, asJSON bool
+	)
+	o.String(&rawURL, "", "url", "URL", "lock service URL (default: $DLOCK_URL, else a file:// directory in your state directory; see 'dlock --help')")
+	o.Duration(&connect, "", "connect-timeout", "DUR", "bound on the whole check (default 5s)")
+	o.Bool(&readOnly, "", "read-only", "list instead of taking a lock: writes nothing")
+	o.Bool(&asJSON, "", "json", "print JSON")
+	rest, code, ok := o.Parse(args, stdout, stderr)
+	if !ok {
+		return code
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "dlock check: no arguments expected, got %q\n", fs.Args())
-		return exitUsage
+	if len(rest) > 0 {
+		return o.UsageError(stderr, "no arguments expected, got %s", strconv.Quote(strings.Join(rest, " ")))
 	}
-	if *connect <= 0 {
-		fmt.Fprintf(stderr, "dlock check: --connect-timeout must be positive, got %v\n", *connect)
-		return exitUsage
+	if connect <= 0 {
+		return o.UsageError(stderr, "--connect-timeout must be positive, got %v", connect)
 	}
-	raw := *rawURL
+	raw := rawURL
 	if raw == "" {
 		raw = defaultURL()
 	}
 	secrets := secretsOf(raw)
 	stderr = &scrubWriter{w: stderr, secrets: secrets}
 	res := checkResult{Probe: "lock"}
-	if *readOnly {
+	if readOnly {
 		res.Probe = "list"
 	}
 	res.Backend, res.Address = checkTarget(raw)
@@ -112,18 +111,18 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	done := make(chan checkResult, 1) // buffered: a round trip that ends late never blocks
 	go func() {
 		r := res
-		busy, warnings, err := probeService(raw, *connect, *readOnly)
+		busy, warnings, err := probeService(raw, connect, readOnly)
 		r.busy, r.Warnings = busy, warnings
 		r.setErr(err)
 		done <- r
 	}()
-	t := time.NewTimer(*connect + checkGrace)
+	t := time.NewTimer(connect + checkGrace)
 	defer t.Stop()
 	select {
 	case res = <-done:
 	case <-t.C:
 		// The round trip ignored its deadline: do not wait for it.
-		res.Error = errNoAnswer{time.Since(start), *connect, "--connect-timeout", nil}.Error()
+		res.Error = errNoAnswer{time.Since(start), connect, "--connect-timeout", nil}.Error()
 	}
 	elapsed := time.Since(start)
 	res.ElapsedMs = float64(elapsed.Microseconds()) / 1000
@@ -133,14 +132,14 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		res.Warnings[i] = scrub(w, secrets)
 	}
 
-	code := 0
+	code = 0
 	switch {
 	case res.usage:
 		code = exitUsage
 	case !res.OK:
 		code = exitBackend
 	}
-	if *asJSON {
+	if asJSON {
 		enc := json.NewEncoder(stdout)
 		if err := enc.Encode(res); err != nil {
 			return exitBackend

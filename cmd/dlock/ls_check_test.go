@@ -417,8 +417,8 @@ func TestCheckUnreachableAndHung(t *testing.T) {
 			t.Errorf("%v: exit %d %q %q, want %d and %q", c.args, r.code, r.stdout, r.stderr, exitUsage, c.want)
 		}
 	}
-	if r := runDlock(t, "", "check", "--help"); r.code != 0 || !strings.Contains(r.stderr, "readinessProbe") {
-		t.Errorf("check --help: %d %q", r.code, r.stderr)
+	if r := runDlock(t, "", "check", "--help"); r.code != 0 || !strings.Contains(r.stdout, "readinessProbe") {
+		t.Errorf("check --help: %d %q", r.code, r.stdout)
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -89,32 +88,33 @@ func usagef(format string, args ...any) error {
 }
 
 func cmdServe(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	dataDir := fs.String("data-dir", filepath.Join(stateDir(), "etcd"), "data directory")
-	listen := fs.String("listen", "127.0.0.1:2379", "client address host:port")
-	peerListen := fs.String("peer-listen", "", "peer address host:port (default: the client host, port+1)")
-	cert := fs.String("cert", "", "PEM certificate to serve TLS with (clients and peers)")
-	key := fs.String("key", "", "PEM private key of --cert")
-	ca := fs.String("ca", "", "PEM CA certificates: require client certificates signed by them")
-	auth := fs.Bool("auth", false, "turn etcd authentication on, user root (password: $"+rootPasswordEnv+" or --root-password-file)")
-	rootPwFile := fs.String("root-password-file", "", "file holding root's password, for --auth")
-	insecure := fs.Bool("insecure-listen", false, "allow non-loopback addresses without TLS and client authentication")
-	fs.Usage = func() { fmt.Fprint(fs.Output(), serveUsage); fs.PrintDefaults() }
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return exitUsage
+	o := newOptions("serve", serveUsage)
+	var (
+		dataDir               = filepath.Join(stateDir(), "etcd")
+		listen                = "127.0.0.1:2379"
+		peerListen, cert, key string
+		ca, rootPwFile        string
+		auth, insecure        bool
+	)
+	o.String(&dataDir, "", "data-dir", "DIR", "data directory (default: etcd in your state directory, "+filepath.Join(stateDir(), "etcd")+")")
+	o.String(&listen, "", "listen", "ADDR", "client address host:port (default 127.0.0.1:2379)")
+	o.String(&peerListen, "", "peer-listen", "ADDR", "peer address host:port (default: the client host, port+1)")
+	o.String(&cert, "", "cert", "FILE", "PEM certificate to serve TLS with (clients and peers)")
+	o.String(&key, "", "key", "FILE", "PEM private key of --cert")
+	o.String(&ca, "", "ca", "FILE", "PEM CA certificates: require client certificates signed by them")
+	o.Bool(&auth, "", "auth", "turn etcd authentication on, user root (password: $"+rootPasswordEnv+" or --root-password-file)")
+	o.String(&rootPwFile, "", "root-password-file", "FILE", "file holding root's password, for --auth")
+	o.Bool(&insecure, "", "insecure-listen", "allow non-loopback addresses without TLS and client authentication")
+	rest, code, ok := o.Parse(args, stdout, stderr)
+	if !ok {
+		return code
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "dlock serve: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
+	if len(rest) > 0 {
+		return o.UsageError(stderr, "unexpected argument %s", strconv.Quote(rest[0]))
 	}
-	sc, err := checkServeFlags(*dataDir, *listen, *peerListen, *cert, *key, *ca, *auth, *rootPwFile, *insecure)
+	sc, err := checkServeFlags(dataDir, listen, peerListen, cert, key, ca, auth, rootPwFile, insecure)
 	if err != nil {
-		fmt.Fprintf(stderr, "dlock serve: %v\n", err)
-		return exitUsage
+		return o.UsageError(stderr, "%s", oneLine(err.Error()))
 	}
 	return serve(sc, stdout, stderr)
 }

@@ -211,8 +211,10 @@ func TestServeUsageErrors(t *testing.T) {
 	for _, c := range cases {
 		args := append([]string{"serve", "--data-dir", t.TempDir()}, c.args...)
 		r := runDlock(t, "", args...)
-		if r.code != exitUsage || !strings.Contains(r.stderr, c.want) || strings.Count(strings.TrimSpace(r.stderr), "\n") > 0 || strings.Contains(r.stderr, "KEYMATERIAL77") {
-			t.Errorf("serve %v: exit %d %q %q; want %d, one line with %q", c.args, r.code, r.stdout, r.stderr, exitUsage, c.want)
+		lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+		if r.code != exitUsage || len(lines) != 2 || !strings.HasPrefix(lines[0], "dlock serve: ") || !strings.Contains(lines[0], c.want) ||
+			lines[1] != "Try 'dlock serve --help' for more information." || strings.Contains(r.stderr, "KEYMATERIAL77") {
+			t.Errorf("serve %v: exit %d %q %q; want %d, a line with %q and the pointer to --help", c.args, r.code, r.stdout, r.stderr, exitUsage, c.want)
 		}
 	}
 }

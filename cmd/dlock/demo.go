@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -59,22 +58,27 @@ type demo struct {
 }
 
 func cmdDemo(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	rawURL := fs.String("url", "", "lock service URL (default: a file backend in a temporary directory)")
-	workers := fs.Int("workers", 10, "number of worker processes in acts 1 and 2")
-	rounds := fs.Int("rounds", 20, "increments per worker")
-	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://`ADDR`/metrics during the demo and until interrupted")
-	fs.Usage = func() { fmt.Fprint(fs.Output(), demoUsage); fs.PrintDefaults() }
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return exitUsage
+	o := newOptions("demo", demoUsage)
+	var (
+		rawURL, metricsAddr string
+		workers             = 10
+		rounds              = 20
+	)
+	o.String(&rawURL, "", "url", "URL", "lock service URL (default: a file backend in a temporary directory)")
+	o.Int(&workers, "", "workers", "N", "number of worker processes in acts 1 and 2, 2-64 (default 10)")
+	o.Int(&rounds, "", "rounds", "N", "increments per worker, 1-1000 (default 20)")
+	o.String(&metricsAddr, "", "metrics", "ADDR", "serve Prometheus metrics at http://ADDR/metrics during the demo and until interrupted")
+	rest, code, ok := o.Parse(args, stdout, stderr)
+	if !ok {
+		return code
 	}
-	if fs.NArg() > 0 || *workers < 2 || *workers > 64 || *rounds < 1 || *rounds > 1000 {
-		fmt.Fprintln(stderr, "dlock demo: takes no arguments; --workers must be 2-64 and --rounds 1-1000")
-		return exitUsage
+	switch {
+	case len(rest) > 0:
+		return o.UsageError(stderr, "unexpected argument %s (demo takes no arguments)", strconv.Quote(rest[0]))
+	case workers < 2 || workers > 64:
+		return o.UsageError(stderr, "--workers must be 2-64, got %d", workers)
+	case rounds < 1 || rounds > 1000:
+		return o.UsageError(stderr, "--rounds must be 1-1000, got %d", rounds)
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -87,7 +91,7 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 		return exitBackend
 	}
 	defer os.RemoveAll(dir)
-	u := *rawURL
+	u := rawURL
 	if u == "" {
 		u = "file://" + filepath.Join(dir, "locks")
 	}
@@ -102,14 +106,14 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 		return reportOpen(stderr, "demo", err)
 	}
 	defer b.close()
-	if *metricsAddr != "" {
-		if err := m.serve(*metricsAddr); err != nil {
+	if metricsAddr != "" {
+		if err := m.serve(metricsAddr); err != nil {
 			fmt.Fprintf(stderr, "dlock demo: %v\n", err)
 			return exitUsage
 		}
 		defer m.close()
 	}
-	d := &demo{out: stdout, metrics: m, locker: b.locker, self: self, dir: dir, url: u, start: time.Now(), workers: *workers, rounds: *rounds}
+	d := &demo{out: stdout, metrics: m, locker: b.locker, self: self, dir: dir, url: u, start: time.Now(), workers: workers, rounds: rounds}
 	d.say("dlock demo — lock service %s, %d worker processes × %d increments", b.where, d.workers, d.rounds)
 	if m.url != "" {
 		d.say("metrics: %s (Prometheus text format; served until interrupted)", m.url)

@@ -24,17 +24,21 @@ const (
 const usage = `dlock — distributed locks with fencing tokens
 
 Usage:
-  dlock run   [--url URL] [--ttl 30s] [-s|--shared | --limit N] [-w DUR|SECS]
-              [-n] [-E N] [--grace 5s] [--connect-timeout 5s] [--verbose]
-              KEY -- CMD [ARGS...]
-  dlock run   [OPTION]... KEY -c CMDLINE    (CMDLINE run by /bin/sh -c)
-  dlock hold  [OPTION]... KEY               (prints TOKEN OWNER, holds KEY
-                                             until SIGINT or SIGTERM)
-  dlock ls    [--url URL] [--json] [--connect-timeout 5s] [--verbose] [PREFIX]
-  dlock check [--url URL] [--connect-timeout 5s] [--read-only] [--json]
-  dlock unlock [--url URL] (--owner ID | --force) [--json] KEY
-  dlock demo  [--url URL]
-  dlock serve [--data-dir DIR] [--listen 127.0.0.1:2379]
+  dlock run    [--url URL] [--ttl 30s] [-s|--shared | --limit N] [-w DUR|SECS]
+               [-n] [-E N] [--grace 5s] [--connect-timeout 5s] [--verbose]
+               KEY -- CMD [ARGS...]
+  dlock run    [OPTION]... KEY -c CMDLINE   (CMDLINE run by /bin/sh -c)
+  dlock hold   [OPTION]... KEY              (prints TOKEN OWNER, holds KEY
+                                             until SIGINT, SIGTERM or SIGHUP)
+  dlock ls     [--url URL] [--json] [--nodes] [--watch [DUR] [--count N]]
+               [--connect-timeout 5s] [--verbose] [PREFIX]
+  dlock check  [--url URL] [--connect-timeout 5s] [--read-only] [--json]
+  dlock unlock [--url URL] (--owner ID | --force) [--json]
+               [--connect-timeout 5s] [--verbose] KEY
+  dlock demo   [--url URL] [--workers 10] [--rounds 20] [--metrics ADDR]
+  dlock serve  [--data-dir DIR] [--listen 127.0.0.1:2379] [--peer-listen ADDR]
+               [--cert FILE --key FILE [--ca FILE]]
+               [--auth [--root-password-file FILE]] [--insecure-listen]
   dlock version
   dlock help [COMMAND]
 

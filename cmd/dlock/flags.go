@@ -109,6 +109,9 @@ func (s *optionSet) Int(p *int, short, long, arg, help string) {
 // on stdout), exitUsage after a usage error (one line and the pointer to
 // --help, on stderr).
 func (s *optionSet) Parse(args []string, stdout, stderr io.Writer) (operands []string, code int, ok bool) {
+	if parseHook != nil {
+		parseHook(s)
+	}
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		if a == "--" {
@@ -181,6 +184,10 @@ func (s *optionSet) Parse(args []string, stdout, stderr io.Writer) (operands []s
 	}
 	return nil, 0, true
 }
+
+// parseHook, set by tests only, sees each command's options before they
+// are parsed (to check that the help and the synopsis list them all).
+var parseHook func(*optionSet)
 
 // longForm returns what follows the dashes of a long option: "--name" or
 // "--name=value", or "-name" when name is a long option of more than one

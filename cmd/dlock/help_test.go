@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -119,5 +120,121 @@ func TestVersionFromLdflags(t *testing.T) {
 	r := runDlock(t, "", "version")
 	if r.code != 0 || !regexp.MustCompile(`^dlock \S+ \(go\S+ \w+/\w+\)\n$`).MatchString(r.stdout) || strings.Contains(r.stdout, "v9.8.7") {
 		t.Errorf("version without -ldflags: %d %q", r.code, r.stdout)
+	}
+}
+
+// helpCommands are the commands whose help TestEveryCommandHelp checks.
+var helpCommands = []string{"run", "hold", "ls", "check", "unlock", "demo", "serve", "version"}
+
+// Every command's help is GNU-style on stdout (exit 0, nothing on stderr,
+// no option in Go's "-flag value" style), lists every option the command
+// accepts in its Options and its Usage lines, and dlock --help's synopsis
+// of the command names exactly the options the command accepts.
+func TestEveryCommandHelp(t *testing.T) {
+	synopsis := synopsisGroups(t)
+	goStyle := regexp.MustCompile(`(?m)^\s*-[A-Za-z][A-Za-z-]+( (value|string|duration|int|uint|float))?\s*$|(?m)^\s+-[A-Za-z][A-Za-z-]+ (value|string|duration|int)\b`)
+	for _, cmd := range helpCommands {
+		var set *optionSet
+		parseHook = func(s *optionSet) { set = s }
+		var stdout, stderr strings.Builder
+		code := run([]string{cmd, "--help"}, &stdout, &stderr)
+		parseHook = nil
+		help := stdout.String()
+		if code != 0 || stderr.Len() != 0 || !strings.HasPrefix(help, "Usage: dlock "+cmd) || set == nil {
+			t.Errorf("%s --help: exit %d, stderr %q, stdout %.80q, options parsed by flags.go: %v", cmd, code, stderr.String(), help, set != nil)
+			continue
+		}
+		if m := goStyle.FindString(help); m != "" {
+			t.Errorf("%s --help: an option in Go's flag style: %q", cmd, m)
+		}
+		usageLines, _, _ := strings.Cut(help, "\n\n")
+		opts, _, _ := strings.Cut(help[strings.Index(help, "\nOptions:\n"):], "\n\n")
+		group := synopsis[cmd]
+		for _, o := range set.opts {
+			names := "--" + o.long
+			line := `(?m)^      --` + regexp.QuoteMeta(o.long) + `\b`
+			if o.short != 0 {
+				names = "-" + string(o.short) + ", --" + o.long
+				line = `(?m)^  -` + string(o.short) + `, --` + regexp.QuoteMeta(o.long) + `\b`
+			}
+			if !regexp.MustCompile(line).MatchString(opts) {
+				t.Errorf("%s --help: no line for %s under Options:\n%s", cmd, names, opts)
+			}
+			if !mentions(usageLines, o) {
+				t.Errorf("%s --help: its Usage lines do not mention %s:\n%s", cmd, names, usageLines)
+			}
+			if !strings.Contains(group, "[OPTION]...") && !mentions(group, o) {
+				t.Errorf("dlock --help: the synopsis of %s lacks %s:\n%s", cmd, names, group)
+			}
+		}
+		// And the synopsis names no option the command does not take.
+		for _, m := range regexp.MustCompile(`--[a-z][a-z-]*`).FindAllString(group, -1) {
+			if set.long[m[2:]] == nil {
+				t.Errorf("dlock --help: the synopsis of %s names %s, which %s does not take", cmd, m, cmd)
+			}
+		}
+		for _, m := range regexp.MustCompile(`(?:^|[\[ |(])-([A-Za-z])\b`).FindAllStringSubmatch(group, -1) {
+			if set.short[m[1][0]] == nil {
+				t.Errorf("dlock --help: the synopsis of %s names -%s, which %s does not take", cmd, m[1], cmd)
+			}
+		}
+	}
+	for cmd := range synopsis {
+		if !slices.Contains(helpCommands, cmd) && cmd != "help" {
+			t.Errorf("dlock --help: synopsis of %s, a command this test does not check", cmd)
+		}
+	}
+}
+
+// mentions reports whether text names option o, by its long or its short name.
+func mentions(text string, o *option) bool {
+	if o.long != "" && regexp.MustCompile(`(^|[^-\w])--`+regexp.QuoteMeta(o.long)+`\b`).MatchString(text) {
+		return true
+	}
+	return o.short != 0 && regexp.MustCompile(`(^|[\s\[|(])-`+regexp.QuoteMeta(string(o.short))+`\b`).MatchString(text)
+}
+
+// synopsisGroups splits the Usage lines of dlock --help by command: the
+// lines of each "  dlock CMD" and their continuation lines, joined.
+func synopsisGroups(t *testing.T) map[string]string {
+	t.Helper()
+	_, rest, ok := strings.Cut(usage, "\nUsage:\n")
+	block, _, _ := strings.Cut(rest, "\n\n")
+	if !ok || block == "" {
+		t.Fatalf("no Usage: block in dlock --help")
+	}
+	groups := map[string]string{}
+	cmd := ""
+	for _, l := range strings.Split(block, "\n") {
+		if f := strings.Fields(l); strings.HasPrefix(l, "  dlock ") && len(f) > 1 {
+			cmd = f[1]
+		} else if cmd == "" || !strings.HasPrefix(l, "     ") {
+			t.Fatalf("dlock --help: synopsis line %q is neither a command nor a continuation", l)
+		}
+		groups[cmd] += l + "\n"
+	}
+	return groups
+}
+
+// README.md's synopsis under "## The `dlock` command" is dlock --help's.
+func TestReadmeSynopsis(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(readme), "\n## The `dlock` command\n")
+	_, block, ok2 := strings.Cut(sec, "```sh\n")
+	block, _, ok3 := strings.Cut(block, "```\n")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("README.md: no ```sh block under \"## The `dlock` command\"")
+	}
+	_, rest, _ := strings.Cut(usage, "\nUsage:\n")
+	syn, _, _ := strings.Cut(rest, "\n\n")
+	var want strings.Builder
+	for _, l := range strings.Split(syn, "\n") {
+		want.WriteString(strings.TrimPrefix(l, "  ") + "\n")
+	}
+	if block != want.String() {
+		t.Errorf("README.md's synopsis differs from dlock --help's (main.go usage); README:\n%s\nwant:\n%s", block, want.String())
 	}
 }

@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -181,14 +184,45 @@ func (r *checkResult) setErr(err error) {
 func probeService(raw string, connect time.Duration, readOnly bool) (busy bool, warnings []string, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), connect)
 	defer cancel()
+	// Meanwhile, dial the servers: a client that retries a refused
+	// connection until the deadline (etcd's) reports "no answer", which
+	// sends an operator looking for a hung server rather than a stopped
+	// one; the probe's error then names the servers that refuse.
+	dials := make(chan []error, 1) // buffered: never blocks the dialer
+	var t *target
+	if pt, perr := parseURL(raw); perr == nil && len(pt.Addrs) > 0 {
+		t = pt
+		go func() { dials <- dialAll(t.Addrs, connect) }()
+	}
+	withRefused := func(err error) error {
+		// Only when the error does not say so already (explain
+		// flattens the error to text).
+		if t == nil || strings.Contains(err.Error(), "connection refused") || errors.Is(err, errBadURL) {
+			return err
+		}
+		select {
+		case errs := <-dials:
+			var refused []string
+			for i, e := range errs {
+				if errors.Is(e, syscall.ECONNREFUSED) {
+					refused = append(refused, t.Addrs[i])
+				}
+			}
+			if len(refused) > 0 {
+				return fmt.Errorf("%w; connection refused by %s", err, strings.Join(refused, ", "))
+			}
+		case <-time.After(checkGrace / 5): // a dial still pending: no news
+		}
+		return err
+	}
 	b, err := openBackend(raw, openOptions{connectTimeout: connect, readOnly: readOnly})
 	if err != nil {
-		return false, nil, err
+		return false, nil, withRefused(err)
 	}
 	defer b.close()
 	busy, err = roundTrip(ctx, b, connect, readOnly)
 	if err != nil {
-		return false, nil, err
+		return false, nil, withRefused(err)
 	}
 	if t, err := parseURL(raw); err == nil {
 		if left := time.Until(deadlineOf(ctx)); left > 0 { // 0 would be no bound
@@ -213,6 +247,24 @@ func probeService(raw string, connect time.Duration, readOnly bool) (busy bool, 
 		}
 	}
 	return busy, warnings, nil
+}
+
+// dialAll opens (and closes) a TCP connection to each address at once,
+// each within timeout, and returns the dial errors, by address.
+func dialAll(addrs []string, timeout time.Duration) []error {
+	errs := make([]error, len(addrs))
+	var wg sync.WaitGroup
+	for i, a := range addrs {
+		wg.Go(func() {
+			c, err := net.DialTimeout("tcp", a, timeout)
+			if err == nil {
+				c.Close()
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	return errs
 }
 
 // deadlineOf is ctx's deadline (ctx has one).

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -34,6 +35,9 @@ func (w *watchFlag) Set(s string) error {
 	}
 	d, ok := parseInterval(s)
 	if !ok {
+		if looksLikeInterval(s) {
+			return fmt.Errorf("want a positive duration (500ms, 2s) or number of seconds, at most %d", maxWatchSeconds)
+		}
 		return fmt.Errorf("want a duration (500ms, 2s) or a number of seconds, got %q", s)
 	}
 	if d < lsMinInterval {
@@ -50,10 +54,29 @@ func parseInterval(s string) (time.Duration, bool) {
 		return d, d > 0
 	}
 	f, err := strconv.ParseFloat(s, 64)
-	if err != nil || !(f > 0) || f > 24*3600 {
+	if err != nil || !(f > 0) || f > maxWatchSeconds {
 		return 0, false
 	}
 	return time.Duration(f * float64(time.Second)), true
+}
+
+// maxWatchSeconds bounds --watch given in bare seconds (a day).
+const maxWatchSeconds = 24 * 3600
+
+// looksLikeInterval reports whether s is meant as --watch's interval,
+// valid or not: a number or a duration ("0", "-1", "1e9", "3x" is not),
+// so that "--watch 1e9" is reported as a bad interval rather than taken
+// for the PREFIX. A PREFIX that starts with a digit but is no number
+// ("2024/") is still a PREFIX.
+func looksLikeInterval(s string) bool {
+	if s == "" || !strings.ContainsRune("0123456789.+-", rune(s[0])) {
+		return false
+	}
+	if _, err := time.ParseDuration(s); err == nil {
+		return true
+	}
+	_, err := strconv.ParseFloat(s, 64)
+	return err == nil || errors.Is(err, strconv.ErrRange)
 }
 
 // joinWatchArg rewrites "--watch DUR" as "--watch=DUR" when the argument
@@ -72,7 +95,7 @@ func joinWatchArg(args []string) []string {
 		switch {
 		case name == "watch":
 			if i+1 < len(args) {
-				if _, ok := parseInterval(args[i+1]); ok {
+				if _, ok := parseInterval(args[i+1]); ok || looksLikeInterval(args[i+1]) {
 					out = append(out, a+"="+args[i+1])
 					i++
 					continue

@@ -136,6 +136,10 @@ func (f *lockFlags) request(o *optionSet, key string, stderr io.Writer) (r acqui
 	case f.ttl <= 0:
 		o.UsageError(stderr, "--ttl must be positive, got %v", f.ttl)
 		return r, false
+	case f.ttl > dlock.MaxTTL:
+		// Checked here, before connecting, for the usage error's two lines.
+		o.UsageError(stderr, "--ttl %v is above the maximum, %v", f.ttl, dlock.MaxTTL)
+		return r, false
 	case f.connect <= 0:
 		o.UsageError(stderr, "--connect-timeout must be positive, got %v", f.connect)
 		return r, false

@@ -39,6 +39,8 @@ func testBreak(t *testing.T, h Harness) {
 	t.Run("RedTeam15_OwnerRaceReacquire", func(t *testing.T) { testRedTeam15OwnerRaceReacquire(t, h) })
 	t.Run("RedTeam15_SharedWaitingWriter", func(t *testing.T) { testRedTeam15SharedWriter(t, h) })
 	t.Run("RedTeam15_LimitedWaiter", func(t *testing.T) { testRedTeam15LimitedWaiter(t, h) })
+	t.Run("RedTeam15_LatestGroupHolder", func(t *testing.T) { testRedTeam15LatestGroupHolder(t, h, dlock.WithShared()) })
+	t.Run("RedTeam15_LatestLimitedHolder", func(t *testing.T) { testRedTeam15LatestGroupHolder(t, h, dlock.WithLimit(3)) })
 	if h.Faults != nil && h.Faults.New != nil {
 		t.Run("RedTeam15_StalledLink", func(t *testing.T) { testRedTeam15Stalled(t, h) })
 		t.Run("RedTeam15_LostReply", func(t *testing.T) { testRedTeam15LostReply(t, h) })
@@ -604,4 +606,32 @@ func tokens(hs []dlock.Holder) []uint64 {
 		out = append(out, h.Token)
 	}
 	return out
+}
+
+// RedTeam15_LatestGroupHolder: the group's newest holder (the latest
+// token) is broken alone; the others release, an exclusive holder comes
+// and goes. The broken holder's Release still reports the loss: no
+// release marker or receipt of the others names its token.
+func testRedTeam15LatestGroupHolder(t *testing.T, h Harness, opt dlock.Option) {
+	if !supports(t, h, opt) {
+		return
+	}
+	operator := h.New(t)
+	key := Key(t)
+	a := mustAcquire(t, h.New(t), key, opt, dlock.WithTTL(4*HangTimeout))
+	b := mustAcquire(t, h.New(t), key, opt, dlock.WithTTL(4*HangTimeout))
+	c := mustAcquire(t, h.New(t), key, opt, dlock.WithTTL(4*HangTimeout))
+	wantBroken(t, mustBreak(t, operator, key, c.Owner()), c)
+	release(t, a)
+	release(t, b)
+	for i := 0; i < 2; i++ {
+		x := mustAcquire(t, operator, key)
+		if x.Token() <= c.Token() {
+			t.Errorf("token %d after the broken %d", x.Token(), c.Token())
+		}
+		release(t, x)
+	}
+	if err := c.Release(context.Background()); !errors.Is(err, dlock.ErrLockLost) {
+		t.Errorf("Release of the broken newest group holder = %v, want ErrLockLost", err)
+	}
 }

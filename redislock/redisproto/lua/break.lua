@@ -29,7 +29,9 @@
 -- broken lease's token, or a marker one above it, would make that
 -- holder's later Release report success (see release.lua); +2 is the
 -- smallest step that names neither. A group holder's removal leaves no
--- receipt for the same reason. Waiting writers' registrations and queued
+-- receipt for the same reason, and when others stay, the group's latest
+-- token goes one up, so that their last release's marker does not name
+-- the removed holder's token. Waiting writers' registrations and queued
 -- waiters stay. On a Redlock node, whose tokens come from the counter
 -- P:{T}:fence (untouched here), the marker carries no token, as a
 -- release's without one (quorum_release.lua): "|0|<id>|<until>" while it
@@ -108,6 +110,15 @@ if is_group(v) then
     redis.call('DEL', KEYS[3], KEYS[4])
     mark(string.match(v, '^[^|]*|(%d+)'))
   else
+    -- Others stay. The group's latest token goes one up: the removed
+    -- holder may have had it, and the last release's marker carries it
+    -- (then the receipts, once a grant takes the marker over), which
+    -- would make that holder's Release report success
+    -- (RedTeam15_LatestGroupHolder). No holder has the new token.
+    local m, tok, rest = string.match(v, '^(%*%a)|(%d+)|(.*)$')
+    if tok then
+      redis.call('SET', KEYS[1], m .. '|' .. string.format('%.0f', tonumber(tok) + 1) .. '|' .. rest, 'KEEPTTL')
+    end
     group_expire(KEYS[1], KEYS[3], KEYS[4])
     if string.sub(v, 2, 2) == 'l' then
       poke_from(KEYS[2], ARGV[3], '', ARGV[5], KEYS[5])

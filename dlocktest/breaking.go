@@ -39,6 +39,8 @@ func testBreak(t *testing.T, h Harness) {
 	t.Run("RedTeam15_OwnerRaceReacquire", func(t *testing.T) { testRedTeam15OwnerRaceReacquire(t, h) })
 	t.Run("RedTeam15_SharedWaitingWriter", func(t *testing.T) { testRedTeam15SharedWriter(t, h) })
 	t.Run("RedTeam15_LimitedWaiter", func(t *testing.T) { testRedTeam15LimitedWaiter(t, h) })
+	t.Run("RedTeam15_OddKeys", func(t *testing.T) { testRedTeam15OddKeys(t, h) })
+	t.Run("RedTeam15_RaceBreaks", func(t *testing.T) { testRedTeam15RaceBreaks(t, h) })
 	t.Run("RedTeam15_LatestGroupHolder", func(t *testing.T) { testRedTeam15LatestGroupHolder(t, h, dlock.WithShared()) })
 	t.Run("RedTeam15_LatestLimitedHolder", func(t *testing.T) { testRedTeam15LatestGroupHolder(t, h, dlock.WithLimit(3)) })
 	if h.Faults != nil && h.Faults.New != nil {
@@ -633,5 +635,73 @@ func testRedTeam15LatestGroupHolder(t *testing.T, h Harness, opt dlock.Option) {
 	}
 	if err := c.Release(context.Background()); !errors.Is(err, dlock.ErrLockLost) {
 		t.Errorf("Release of the broken newest group holder = %v, want ErrLockLost", err)
+	}
+}
+
+// RedTeam15_OddKeys: keys that look like the backends' own encodings, a
+// leading '}', separators, non-ASCII, the longest allowed: each breaks
+// alone.
+func testRedTeam15OddKeys(t *testing.T, h Harness) {
+	l, operator := h.New(t), h.New(t)
+	base := Key(t)
+	keys := []string{
+		"}" + base, base + "|0|x", "*s|1|0" + base, "|7" + base, base + ":waiters", base + "/../x",
+		" " + base + " ", "ключ-" + base, base + "\t", "-" + base,
+		strings.Repeat("k", dlock.MaxKeyLen-len(base)) + base,
+	}
+	var lks []*dlock.Lock
+	for _, k := range keys {
+		lks = append(lks, mustAcquire(t, l, k, dlock.WithTTL(time.Minute)))
+	}
+	for i, k := range keys {
+		wantBroken(t, mustBreak(t, operator, k, strings.ToUpper(lks[i].Owner())), lks[i])
+		wantLostByBreak(t, lks[i])
+		for _, o := range lks[i+1:] {
+			wantIntact(t, o)
+		}
+	}
+}
+
+// RedTeam15_RaceBreaks: two operators break the same key at once; the
+// holder is reported removed once, the other finds the key free.
+func testRedTeam15RaceBreaks(t *testing.T, h Harness) {
+	holder := h.New(t)
+	ops := []dlock.Locker{h.New(t), h.New(t)}
+	for i := 0; i < 6; i++ {
+		key := Key(t)
+		lk := mustAcquire(t, holder, key, dlock.WithTTL(time.Minute))
+		var (
+			wg   sync.WaitGroup
+			bs   [2]dlock.Broken
+			errs [2]error
+		)
+		for j := range ops {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				owner := ""
+				if j == 1 {
+					owner = lk.Owner()
+				}
+				bs[j], errs[j] = dlock.Break(ctxT(t), ops[j], key, owner)
+			}()
+		}
+		wg.Wait()
+		n := 0
+		for j := range ops {
+			if errs[j] != nil && !(j == 1 && errors.Is(errs[j], dlock.ErrNotHolder)) {
+				t.Fatalf("round %d: Break %d: %v", i, j, errs[j])
+			}
+			if len(bs[j].Holders) > 0 {
+				n++
+			}
+		}
+		if n == 2 && len(bs[0].Nodes) == 0 {
+			t.Fatalf("round %d: both breaks report the holder removed: %+v, %+v", i, bs[0].Holders, bs[1].Holders)
+		}
+		if n == 0 {
+			t.Fatalf("round %d: neither break removed the holder", i)
+		}
+		wantLostByBreak(t, lk)
 	}
 }

@@ -39,6 +39,7 @@ func testBreak(t *testing.T, h Harness) {
 	t.Run("RedTeam15_OwnerRaceReacquire", func(t *testing.T) { testRedTeam15OwnerRaceReacquire(t, h) })
 	t.Run("RedTeam15_SharedWaitingWriter", func(t *testing.T) { testRedTeam15SharedWriter(t, h) })
 	t.Run("RedTeam15_LimitedWaiter", func(t *testing.T) { testRedTeam15LimitedWaiter(t, h) })
+	t.Run("RedTeam15_WaitersNotBroken", func(t *testing.T) { testRedTeam15WaitersNotBroken(t, h) })
 	t.Run("RedTeam15_OddKeys", func(t *testing.T) { testRedTeam15OddKeys(t, h) })
 	t.Run("RedTeam15_RaceBreaks", func(t *testing.T) { testRedTeam15RaceBreaks(t, h) })
 	t.Run("RedTeam15_LatestGroupHolder", func(t *testing.T) { testRedTeam15LatestGroupHolder(t, h, dlock.WithShared()) })
@@ -704,4 +705,50 @@ func testRedTeam15RaceBreaks(t *testing.T, h Harness) {
 		}
 		wantLostByBreak(t, lk)
 	}
+}
+
+// RedTeam15_WaitersNotBroken: readers hold, a writer waits, a reader
+// waits behind the writer (writer preference). A forced break removes the
+// two holding readers only; the writer gets the key, then the waiting
+// reader.
+func testRedTeam15WaitersNotBroken(t *testing.T, h Harness) {
+	if !supports(t, h, dlock.WithShared()) {
+		return
+	}
+	operator := h.New(t)
+	key := Key(t)
+	r1 := mustAcquire(t, h.New(t), key, dlock.WithShared(), dlock.WithTTL(4*HangTimeout))
+	r2 := mustAcquire(t, h.New(t), key, dlock.WithShared(), dlock.WithTTL(4*HangTimeout))
+	wch := acquireAsync(ctxT(t), h.New(t), key)
+	time.Sleep(150 * time.Millisecond) // the writer is most likely waiting: then it keeps r3 out
+	rch := acquireAsync(ctxT(t), h.New(t), key, dlock.WithShared())
+	time.Sleep(150 * time.Millisecond)
+	select {
+	case a := <-rch:
+		// The writer was not registered yet: r3 joined the readers.
+		if a.err != nil {
+			t.Fatalf("reader: %v", a.err)
+		}
+		t.Logf("the third reader got in before the writer waited; forced break removes three")
+		wantBroken(t, mustBreak(t, operator, key, ""), r1, r2, a.lk)
+		release(t, recv(t, wch, "the writer after the break"))
+		return
+	default:
+	}
+	wantBroken(t, mustBreak(t, operator, key, ""), r1, r2)
+	w := recv(t, wch, "the waiting writer after a forced break")
+	select {
+	case a := <-rch:
+		if a.err == nil {
+			a.lk.Release(context.Background())
+		}
+		t.Fatalf("the waiting reader got the key (%v) while the writer holds it", a.err)
+	default:
+	}
+	release(t, w)
+	r3 := recv(t, rch, "the waiting reader after the writer")
+	if r3.Token() <= w.Token() {
+		t.Errorf("reader's token %d, not above the writer's %d", r3.Token(), w.Token())
+	}
+	release(t, r3)
 }

@@ -44,6 +44,9 @@ func testBreak(t *testing.T, h Harness) {
 	t.Run("RedTeam15_RaceBreaks", func(t *testing.T) { testRedTeam15RaceBreaks(t, h) })
 	t.Run("RedTeam15_LatestGroupHolder", func(t *testing.T) { testRedTeam15LatestGroupHolder(t, h, dlock.WithShared()) })
 	t.Run("RedTeam15_LatestLimitedHolder", func(t *testing.T) { testRedTeam15LatestGroupHolder(t, h, dlock.WithLimit(3)) })
+	if h.Faults != nil && h.Faults.Pause != nil {
+		t.Run("RedTeam15_PausedServer", func(t *testing.T) { testRedTeam15Paused(t, h) })
+	}
 	if h.Faults != nil && h.Faults.New != nil {
 		t.Run("RedTeam15_StalledLink", func(t *testing.T) { testRedTeam15Stalled(t, h) })
 		t.Run("RedTeam15_LostReply", func(t *testing.T) { testRedTeam15LostReply(t, h) })
@@ -521,8 +524,8 @@ func testRedTeam15Stalled(t *testing.T, h Harness) {
 		}
 		return err
 	})
-	if err == nil || errors.Is(err, dlock.ErrNotHolder) {
-		t.Fatalf("Break over a stalled link = %v, want an outage", err)
+	if !errors.Is(err, dlock.ErrUnavailable) || errors.Is(err, dlock.ErrNotHolder) {
+		t.Fatalf("Break over a stalled link = %v, want ErrUnavailable", err)
 	}
 	link.Heal()
 	// A retry is harmless: it breaks the lock, or finds it broken.
@@ -751,4 +754,44 @@ func testRedTeam15WaitersNotBroken(t *testing.T, h Harness) {
 		t.Errorf("reader's token %d, not above the writer's %d", r3.Token(), w.Token())
 	}
 	release(t, r3)
+}
+
+// RedTeam15_PausedServer: the server holding the key hangs (SIGSTOP; for
+// filelock a stopped process holding the key's file lock): Break returns
+// by its context's deadline with an error, not a report; after the
+// resume a Break removes the holder or finds it removed.
+func testRedTeam15Paused(t *testing.T, h Harness) {
+	holder, operator := h.New(t), h.New(t)
+	key := Key(t)
+	lk := mustAcquire(t, holder, key, dlock.WithTTL(time.Minute))
+	mustBreak(t, operator, Key(t), "") // warm the operator's connections
+	resume := h.Faults.Pause(t, key)
+	err := bounded(t, "Break against a paused server", time.Second, func(ctx context.Context) error {
+		b, err := dlock.Break(ctx, operator, key, "")
+		if err == nil {
+			t.Errorf("Break against a paused server reported %+v", b.Holders)
+		}
+		return err
+	})
+	resume()
+	if !errors.Is(err, dlock.ErrUnavailable) || errors.Is(err, dlock.ErrNotHolder) {
+		t.Fatalf("Break against a paused server = %v, want ErrUnavailable", err)
+	}
+	var b dlock.Broken
+	for end := time.Now().Add(HangTimeout); ; {
+		b, err = dlock.Break(ctxT(t), operator, key, "")
+		if err == nil || time.Now().After(end) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("Break after the resume: %v", err)
+	}
+	for _, hd := range b.Holders {
+		if hd.Owner != lk.Owner() {
+			t.Fatalf("Break after the resume removed %+v, not the holder", hd)
+		}
+	}
+	wantLostByBreak(t, lk)
 }

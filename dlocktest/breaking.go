@@ -40,6 +40,7 @@ func testBreak(t *testing.T, h Harness) {
 	t.Run("RedTeam15_SharedWaitingWriter", func(t *testing.T) { testRedTeam15SharedWriter(t, h) })
 	t.Run("RedTeam15_LimitedWaiter", func(t *testing.T) { testRedTeam15LimitedWaiter(t, h) })
 	t.Run("RedTeam15_WaitersNotBroken", func(t *testing.T) { testRedTeam15WaitersNotBroken(t, h) })
+	t.Run("RedTeam15_RaceRenewal", func(t *testing.T) { testRedTeam15RaceRenewal(t, h) })
 	t.Run("RedTeam15_OddKeys", func(t *testing.T) { testRedTeam15OddKeys(t, h) })
 	t.Run("RedTeam15_RaceBreaks", func(t *testing.T) { testRedTeam15RaceBreaks(t, h) })
 	t.Run("RedTeam15_LatestGroupHolder", func(t *testing.T) { testRedTeam15LatestGroupHolder(t, h, dlock.WithShared()) })
@@ -794,4 +795,25 @@ func testRedTeam15Paused(t *testing.T, h Harness) {
 		}
 	}
 	wantLostByBreak(t, lk)
+}
+
+// RedTeam15_RaceRenewal: breaks land while the holder's watchdog renews
+// a short lease; no renewal brings a broken lease back: the holder loses
+// it, and the next holder keeps the key for several of those TTLs.
+func testRedTeam15RaceRenewal(t *testing.T, h Harness) {
+	operator := h.New(t)
+	for i := 0; i < 3; i++ {
+		key := Key(t)
+		lk := mustAcquire(t, h.New(t), key, dlock.WithTTL(h.TTL))
+		time.Sleep(h.TTL / 3 * time.Duration(i) / 2) // land at different points of the renewal cycle
+		wantBroken(t, mustBreak(t, operator, key, ""), lk)
+		waitClosed(t, lk.Lost(), "the broken lock's Lost()")
+		next := mustAcquire(t, operator, key, dlock.WithTTL(h.TTL))
+		time.Sleep(2 * h.TTL)
+		wantIntact(t, next)
+		if err := lk.Release(context.Background()); !errors.Is(err, dlock.ErrLockLost) {
+			t.Errorf("Release of a broken lock = %v, want ErrLockLost", err)
+		}
+		release(t, next)
+	}
 }

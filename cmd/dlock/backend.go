@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -51,6 +51,12 @@ type lockInfo struct {
 	TTLms    int64             `json:"ttl_ms"`
 	Waiters  int               `json:"waiters"`
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// HeldFor is the time since the holder acquired the key, 0 where the
+	// backend does not say (HeldForMs is then -1); Nodes are the redlock
+	// nodes holding it for this owner (ls_nodes.go).
+	HeldFor   time.Duration `json:"-"`
+	HeldForMs int64         `json:"held_for_ms"`
+	Nodes     []string      `json:"nodes,omitempty"`
 }
 
 // backend is an opened lock service.
@@ -61,6 +67,9 @@ type backend struct {
 	close func()
 	// where is the URL with every secret redacted, for messages.
 	where string
+	// nodes are the independent nodes of a redlock:// backend, for ls's
+	// per-node state (ls_nodes.go); nil for the others.
+	nodes []backendNode
 }
 
 // openOptions are the connection settings shared by the subcommands.
@@ -168,13 +177,15 @@ func (t *target) probeService(b *backend, o openOptions) error {
 	}
 	var (
 		err  error
-		look <-chan bool // the other protocol was found
+		look <-chan bool  // the other protocol was found
+		diag <-chan error // why a TLS handshake fails, if it does
 	)
 	for done := false; !done; {
 		select {
 		case <-early:
 			early = nil
 			look = t.lookForMismatch(deadline)
+			diag = t.diagnoseTLS(deadline)
 		case err = <-probed:
 			done = true
 		}
@@ -188,15 +199,24 @@ func (t *target) probeService(b *backend, o openOptions) error {
 		look = t.lookForMismatch(deadline)
 	}
 	found := false
+	tm := time.NewTimer(time.Until(deadline) + 250*time.Millisecond)
+	defer tm.Stop()
+	expired := false
 	if look != nil {
-		tm := time.NewTimer(time.Until(deadline) + 250*time.Millisecond)
-		defer tm.Stop()
 		select {
 		case found = <-look:
 		case <-tm.C:
+			expired = true
 		}
 	}
-	return t.explain(err, found)
+	var tlsErr error
+	if diag != nil && !expired {
+		select {
+		case tlsErr = <-diag:
+		case <-tm.C:
+		}
+	}
+	return t.explain(err, found, tlsErr)
 }
 
 // bounded runs f with a context that ends after d, and gives up on f
@@ -358,13 +378,22 @@ func (t *target) open(o openOptions) (*backend, error) {
 		}
 		return &backend{locker: l, close: func() {}, where: t.where}, nil
 	case "redis", "rediss":
-		opt, err := redis.ParseURL(t.URL())
+		plain := *t // go-redis's URL: without dlock's TLS files
+		plain.CA, plain.Cert, plain.Key = "", "", ""
+		opt, err := redis.ParseURL(plain.URL())
 		if err != nil { // parseURL accepted it: cannot happen
 			return nil, &urlError{scrub(fmt.Sprintf("%v %q: %v", errBadURL, t.where, err), t.secrets)}
 		}
 		t.tune(opt, o)
+		if t.TLS {
+			if err := t.addTLSFiles(opt.TLSConfig); err != nil {
+				return nil, err
+			}
+		}
 		return t.redisBackend(redis.NewClient(opt), o), nil
-	case "redis+sentinel":
+	case "redis+cluster", "rediss+cluster":
+		return t.openCluster(o)
+	case "redis+sentinel", "rediss+sentinel":
 		opt := &redis.FailoverOptions{
 			MasterName: t.Master, SentinelAddrs: t.Addrs, DB: t.DB,
 			Username: t.Username, Password: t.Password,
@@ -372,9 +401,15 @@ func (t *target) open(o openOptions) (*backend, error) {
 			DialTimeout: o.connectTimeout, ReadTimeout: clientIOTimeout, WriteTimeout: clientIOTimeout,
 			ContextTimeoutEnabled: true,
 		}
+		if t.TLS {
+			var err error
+			if opt.TLSConfig, err = t.tlsConfig(); err != nil {
+				return nil, err
+			}
+		}
 		return t.redisBackend(redis.NewFailoverClient(opt), o), nil
-	case "redlock":
-		return t.openRedlock(o), nil
+	case "redlock", "redlocks":
+		return t.openRedlock(o)
 	case "etcd", "etcds":
 		return t.openEtcd(o)
 	case "zk":
@@ -407,13 +442,20 @@ func (t *target) redisBackend(c redis.UniversalClient, o openOptions) *backend {
 
 // openRedlock makes one client per independent master. The probe PINGs
 // them all; a majority must answer.
-func (t *target) openRedlock(o openOptions) *backend {
+func (t *target) openRedlock(o openOptions) (*backend, error) {
+	var tlsCfg *tls.Config
+	if t.TLS {
+		var err error
+		if tlsCfg, err = t.tlsConfig(); err != nil {
+			return nil, err
+		}
+	}
 	clients := make([]redis.UniversalClient, len(t.Addrs))
 	for i, a := range t.Addrs {
 		clients[i] = redis.NewClient(&redis.Options{
 			Addr: a, Username: t.Username, Password: t.Password, DB: t.DB,
 			DialTimeout: o.connectTimeout, ReadTimeout: clientIOTimeout, WriteTimeout: clientIOTimeout,
-			ContextTimeoutEnabled: true,
+			ContextTimeoutEnabled: true, TLSConfig: tlsCfg,
 		})
 	}
 	l := redlock.New(clients, o.lockOptions()...)
@@ -440,7 +482,9 @@ func (t *target) openRedlock(o openOptions) *backend {
 		}
 		return nil
 	}
-	return &backend{locker: l, probe: probe, close: closeAll, where: t.where}
+	b := &backend{locker: l, probe: probe, close: closeAll, where: t.where}
+	b.nodes = redlockNodes(t.Addrs, clients) // ls: per-node state
+	return b, nil
 }
 
 // openEtcd connects to etcd; the probe is a count-only read.
@@ -448,18 +492,11 @@ func (t *target) openEtcd(o openOptions) (*backend, error) {
 	scheme := "http"
 	var tlsCfg *tls.Config
 	if t.TLS {
-		scheme, tlsCfg = "https", &tls.Config{MinVersion: tls.VersionTLS12}
-		if t.CA != "" {
-			pem, err := os.ReadFile(t.CA)
-			if err != nil {
-				return nil, &urlError{scrub(fmt.Sprintf("%v %q: ca file: %v", errBadURL, t.where, err), t.secrets)}
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, &urlError{scrub(fmt.Sprintf("%v %q: ca file %q holds no PEM certificate", errBadURL, t.where, t.CA), t.secrets)}
-			}
-			tlsCfg.RootCAs = pool
+		var err error
+		if tlsCfg, err = t.tlsConfig(); err != nil {
+			return nil, err
 		}
+		scheme = "https"
 	}
 	var eps []string
 	for _, a := range t.Addrs {
@@ -692,13 +729,15 @@ type pgNoTable struct{ *pglock.Locker }
 func (pgNoTable) List(context.Context, string) ([]dlock.Info, error) { return nil, nil }
 
 // explain turns a failed probe into the message the user sees: where,
-// what failed, and for a TLS mismatch (found by lookForMismatch) which
-// scheme to use instead.
-func (t *target) explain(err error, mismatch bool) error {
+// what failed, for a TLS mismatch (found by lookForMismatch) which
+// scheme to use instead, and for a failed TLS handshake (in err, or in
+// tlsErr found by diagnoseTLS when err hides it) what to change.
+func (t *target) explain(err error, mismatch bool, tlsErr error) error {
 	what := "not reachable"
 	var rerr redis.Error
 	var pgErr *pgconn.PgError
-	if errors.As(err, &rerr) || errors.Is(err, zk.ErrNoAuth) || errors.Is(err, zk.ErrAuthFailed) || errors.As(err, &pgErr) || errors.Is(err, errPgReadOnly) {
+	etcdAuth := errors.Is(err, rpctypes.ErrUserEmpty) || errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, rpctypes.ErrPermissionDenied)
+	if errors.As(err, &rerr) || errors.Is(err, zk.ErrNoAuth) || errors.Is(err, zk.ErrAuthFailed) || errors.As(err, &pgErr) || errors.Is(err, errPgReadOnly) || etcdAuth {
 		what = "refused"
 	}
 	msg := fmt.Sprintf("%s: %s: %v", t.where, what, err)
@@ -710,10 +749,23 @@ func (t *target) explain(err error, mismatch bool) error {
 	case "postgres", "postgresql":
 		msg = "postgres " + msg
 	}
+	hint := ""
 	if rerr == nil && mismatch {
-		if hint := t.tlsHint(err); hint != "" {
-			msg += "\n  " + hint
+		hint = t.tlsHint(err)
+	}
+	if hint == "" && rerr == nil {
+		hint = t.tlsAdvice(err)
+	}
+	if hint == "" && tlsErr != nil {
+		if hint = t.tlsAdvice(tlsErr); hint != "" {
+			hint = fmt.Sprintf("TLS with %s: %v\n  %s", t.Addrs[0], tlsErr, hint)
 		}
+	}
+	if hint == "" && errors.Is(err, rpctypes.ErrUserEmpty) {
+		hint = fmt.Sprintf("the server requires authentication: %s://user:password@host:port", t.Scheme)
+	}
+	if hint != "" {
+		msg += "\n  " + hint
 	}
 	return errors.New(scrub(msg, t.secrets))
 }
@@ -722,10 +774,11 @@ func (t *target) explain(err error, mismatch bool) error {
 const maxLook = 2 * time.Second
 
 // lookForMismatch starts looking, by deadline, whether the server speaks
-// the protocol the URL's scheme does not: plaintext Redis for rediss://,
-// TLS for redis://, etcd:// and etcds:// (where not speaking TLS is the
-// mismatch). It sends no credentials. The channel receives whether the
-// other protocol was found; nil means there is nothing to look for.
+// the protocol the URL's scheme does not: plaintext Redis for the Redis
+// TLS schemes (rediss://, rediss+cluster://, ...), TLS for their plaintext
+// twins and etcd://, and for etcds:// not speaking TLS. It sends no
+// credentials. The channel receives whether the other protocol was found;
+// nil means there is nothing to look for.
 func (t *target) lookForMismatch(deadline time.Time) <-chan bool {
 	if limit := time.Now().Add(maxLook); deadline.After(limit) {
 		deadline = limit
@@ -735,12 +788,12 @@ func (t *target) lookForMismatch(deadline time.Time) <-chan bool {
 	}
 	addr := t.Addrs[0]
 	var look func() bool
-	switch t.Scheme {
-	case "rediss":
-		look = func() bool { return speaksPlainRedis(addr, deadline) }
-	case "etcds":
+	switch {
+	case t.Scheme == "etcds":
 		look = func() bool { return !speaksTLS(addr, deadline) }
-	case "redis", "etcd":
+	case isTLSScheme(t.Scheme): // Redis over TLS
+		look = func() bool { return speaksPlainRedis(addr, deadline) }
+	case tlsSchemeOf(t.Scheme) != "": // redis, etcd, ... in plaintext
 		look = func() bool { return speaksTLS(addr, deadline) }
 	default:
 		return nil
@@ -754,15 +807,15 @@ func (t *target) lookForMismatch(deadline time.Time) <-chan bool {
 // the probe failed with err; "" when there is none to give.
 func (t *target) tlsHint(err error) string {
 	addr := t.Addrs[0]
-	switch t.Scheme {
-	case "rediss":
-		return fmt.Sprintf("TLS handshake with %s failed: the server answers plaintext Redis; use redis:// instead of rediss://", addr)
-	case "etcds":
+	switch {
+	case t.Scheme == "etcds":
 		if errorMentionsTLS(err) {
 			return fmt.Sprintf("TLS handshake with %s failed: the server does not speak TLS; use etcd:// instead of etcds://", addr)
 		}
-	case "redis", "etcd":
-		return fmt.Sprintf("the server at %s speaks TLS; use %ss:// instead of %s://", addr, t.Scheme, t.Scheme)
+	case isTLSScheme(t.Scheme):
+		return fmt.Sprintf("TLS handshake with %s failed: the server answers plaintext Redis; use %s:// instead of %s://", addr, tlsTwin[t.Scheme], t.Scheme)
+	case tlsSchemeOf(t.Scheme) != "":
+		return fmt.Sprintf("the server at %s speaks TLS; use %s:// instead of %s://", addr, tlsSchemeOf(t.Scheme), t.Scheme)
 	}
 	return ""
 }

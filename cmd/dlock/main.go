@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"strings"
 )
 
 // Exit statuses of dlock itself (the child's status is passed through).
@@ -22,24 +24,38 @@ const (
 const usage = `dlock — distributed locks with fencing tokens
 
 Usage:
-  dlock run   [--url URL] [--ttl 30s] [-s|--shared | --limit N] [-w DUR|SECS] [-n]
-              [-E N] [--grace 5s] [--connect-timeout 5s] [--verbose] KEY -- CMD [ARGS...]
+  dlock run   [--url URL] [--ttl 30s] [-s|--shared | --limit N] [-w DUR|SECS]
+              [-n] [-E N] [--grace 5s] [--connect-timeout 5s] [--verbose]
+              KEY -- CMD [ARGS...]
+  dlock run   [OPTION]... KEY -c CMDLINE    (CMDLINE run by /bin/sh -c)
+  dlock hold  [OPTION]... KEY               (prints TOKEN OWNER, holds KEY
+                                             until SIGINT or SIGTERM)
   dlock ls    [--url URL] [--json] [--connect-timeout 5s] [--verbose] [PREFIX]
+  dlock check [--url URL] [--connect-timeout 5s] [--read-only] [--json]
   dlock unlock [--url URL] (--owner ID | --force) [--json] KEY
   dlock demo  [--url URL]
   dlock serve [--data-dir DIR] [--listen 127.0.0.1:2379]
   dlock version
+  dlock help [COMMAND]
 
 A run holds KEY exclusively; with --shared it is a read lock held together
 with other --shared runs (waiting writers go first), with --limit N one of
-N permits (a semaphore). Run 'dlock COMMAND --help' for details.
+N permits (a semaphore). -w takes a duration (2m) or seconds like flock's
+(5, 0.5; 0: one attempt, as -n); --verbose says who holds KEY while dlock
+waits. Run 'dlock COMMAND --help' for details.
 
 URL (from --url, else $DLOCK_URL, else a file backend in your state directory):
   file:///path/to/dir                  leases in files on this host (default)
   redis://[user:pass@]host:port[/db]   one Redis (rediss:// for TLS)
+  redis+cluster://[user:pass@]h1:p1[,h2:p2]
+                                       a Redis Cluster, from any of its nodes
+                                       (rediss+cluster:// for TLS)
   redis+sentinel://[user:pass@]h1:p1,h2:p2/master[/db]
+                                       Redis Sentinel (rediss+sentinel:// for TLS
+                                       to the Sentinels and the master)
   redlock://[user:pass@]h1:p1,h2:p2,h3:p3[/db]   Redlock over independent masters
-  etcd://[user:pass@]h1:p1[,h2:p2][/prefix]      etcd (etcds:// for TLS; ?ca=FILE)
+                                       (redlocks:// for TLS to every node)
+  etcd://[user:pass@]h1:p1[,h2:p2][/prefix]      etcd (etcds:// for TLS)
   zk://[user:pass@]h1:p1[,h2:p2][/path][?session_timeout=10s]
                                        ZooKeeper (port 2181 if none): locks under /path
                                        (default /dlock); user:pass is digest auth and
@@ -50,22 +66,28 @@ URL (from --url, else $DLOCK_URL, else a file backend in your state directory):
                                        options); leases in table T (default
                                        dlock_leases, created on first lock); listen=off
                                        polls instead of LISTEN/NOTIFY (PgBouncer)
-Percent-encode reserved characters (/ ? # @ %) in passwords. Secrets are
-never printed.
+TLS schemes take ?ca=FILE (CA certificates, PEM; default the system's) and
+?cert=FILE&key=FILE (a client certificate and its key, PEM, for servers that
+require one). Percent-encode reserved characters (/ ? # @ %) in passwords.
+Secrets are never printed.
 `
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, "Usage: dlock COMMAND [OPTION]... [ARG]...\n"+tryHelp)
 		return exitUsage
 	}
 	switch args[0] {
 	case "run":
 		return cmdRun(args[1:], stdout, stderr)
+	case "hold":
+		return cmdHold(args[1:], stdout, stderr)
 	case "ls":
 		return cmdLs(args[1:], stdout, stderr)
+	case "check":
+		return cmdCheck(args[1:], stdout, stderr)
 	case "unlock":
 		return cmdUnlock(args[1:], stdout, stderr)
 	case "demo":
@@ -77,12 +99,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case superviseCmd:
 		return cmdSupervise(args[1:], stderr)
 	case "version", "--version", "-version":
-		return cmdVersion(stdout)
+		return cmdVersion(args[1:], stdout, stderr)
 	case "help", "-h", "--help", "-help":
+		if len(args) > 1 && args[0] == "help" && args[1] != "help" && !strings.HasPrefix(args[1], "-") {
+			// dlock help COMMAND: that command's help.
+			return run([]string{args[1], "--help"}, stdout, stderr)
+		}
 		fmt.Fprint(stdout, usage)
 		return 0
 	default:
-		fmt.Fprintf(stderr, "dlock: unknown command %q\n\n%s", args[0], usage)
+		fmt.Fprintf(stderr, "dlock: unknown command %s\n%s", strconv.Quote(args[0]), tryHelp)
 		return exitUsage
 	}
 }
+
+// tryHelp ends a usage error of dlock itself.
+const tryHelp = "Try 'dlock --help' for more information.\n"

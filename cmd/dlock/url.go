@@ -30,22 +30,26 @@ type target struct {
 	Scheme string
 	// Dir is the lease directory (file).
 	Dir string
-	// Addrs are host:port of the servers: one Redis, the Sentinels, the
-	// Redlock nodes, the etcd endpoints or the ZooKeeper ensemble.
+	// Addrs are host:port of the servers: one Redis, the Cluster nodes
+	// to start from, the Sentinels, the Redlock nodes, the etcd endpoints
+	// or the ZooKeeper ensemble.
 	Addrs              []string
 	Username, Password string
-	// DB is the Redis database (redis, rediss, redis+sentinel, redlock).
+	// DB is the Redis database (redis[s], redis[s]+sentinel, redlock[s]).
 	DB int
 	// Master is the Sentinel master name (redis+sentinel).
 	Master                             string
 	SentinelUsername, SentinelPassword string
 	// Prefix is the etcd key prefix, "" or ending in "/".
 	Prefix string
-	// CA is a PEM file of CA certificates (etcds).
-	CA string
-	// TLS is set for rediss and etcds.
+	// CA is a PEM file of CA certificates, Cert and Key a PEM client
+	// certificate and its key (TLS schemes: ?ca=, ?cert=, ?key=).
+	CA, Cert, Key string
+	// TLS is set for the TLS schemes (rediss, rediss+cluster,
+	// rediss+sentinel, redlocks, etcds).
 	TLS bool
-	// Options are go-redis URL options (redis, rediss: dial_timeout, ...).
+	// Options are go-redis URL options (redis[s], redis[s]+cluster:
+	// dial_timeout, ...).
 	Options url.Values
 	// Chroot is the znode the ZooKeeper locks live under (zk): an absolute
 	// path, "" for zklock.DefaultPrefix.
@@ -72,7 +76,7 @@ type target struct {
 var errBadURL = errors.New("bad URL")
 
 // schemes lists the supported URL schemes, for error messages.
-var schemes = []string{"file", "redis", "rediss", "redis+sentinel", "redlock", "etcd", "etcds", "zk", "postgres", "postgresql"}
+var schemes = []string{"file", "redis", "rediss", "redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel", "redlock", "redlocks", "etcd", "etcds", "zk", "postgres", "postgresql"}
 
 // redactedMark replaces secrets in printed URLs and messages.
 const redactedMark = "xxxxx"
@@ -109,8 +113,13 @@ func badURL(raw, format string, args ...any) error {
 	return &urlError{scrub(msg, secretsOf(raw))}
 }
 
-// isSecretParam reports whether a query parameter holds a secret.
+// isSecretParam reports whether a query parameter holds a secret. ?key=
+// names a private key's file, which is not secret (its contents are, and
+// are never printed).
 func isSecretParam(name string) bool {
+	if name == "key" {
+		return false
+	}
 	n := strings.ToLower(name)
 	for _, s := range []string{"pass", "secret", "token", "key"} {
 		if strings.Contains(n, s) {
@@ -308,7 +317,7 @@ func parseURL(raw string) (*target, error) {
 	if u.Fragment != "" || strings.HasSuffix(raw, "#") {
 		return nil, badURL(raw, "unexpected #fragment")
 	}
-	t := &target{Scheme: u.Scheme, where: redact(raw), secrets: secretsOf(raw)}
+	t := &target{Scheme: u.Scheme, TLS: isTLSScheme(u.Scheme), where: redact(raw), secrets: secretsOf(raw)}
 	if u.User != nil {
 		t.Username = u.User.Username()
 		t.Password, _ = u.User.Password()
@@ -318,9 +327,11 @@ func parseURL(raw string) (*target, error) {
 		err = t.parseFile(raw, u)
 	case "redis", "rediss":
 		err = t.parseRedis(raw, u)
-	case "redis+sentinel":
+	case "redis+cluster", "rediss+cluster":
+		err = t.parseCluster(raw, u)
+	case "redis+sentinel", "rediss+sentinel":
 		err = t.parseSentinel(raw, u)
-	case "redlock":
+	case "redlock", "redlocks":
 		err = t.parseRedlock(raw, u)
 	case "etcd", "etcds":
 		err = t.parseEtcd(raw, u)
@@ -457,13 +468,14 @@ func parseDB(raw, s string) (int, error) {
 	return db, nil
 }
 
-// parseRedis checks redis[s]://[user:pass@]host[:port][/db][?go-redis options].
+// parseRedis checks redis[s]://[user:pass@]host[:port][/db][?go-redis
+// options], and for rediss ?ca=, ?cert= and ?key=.
 func (t *target) parseRedis(raw string, u *url.URL) error {
 	if u.Opaque != "" || u.Host == "" {
 		return badURL(raw, "no host: %s://[user:pass@]host:port[/db]", u.Scheme)
 	}
 	if strings.Contains(u.Host, ",") {
-		return badURL(raw, "%s:// takes one address (redlock:// for several masters, redis+sentinel:// for Sentinel)", u.Scheme)
+		return badURL(raw, "%s:// takes one address (redis+cluster:// for a Cluster, redlock:// for several masters, redis+sentinel:// for Sentinel)", u.Scheme)
 	}
 	hp := u.Host
 	if u.Port() == "" && !strings.HasSuffix(hp, ":") {
@@ -473,27 +485,34 @@ func (t *target) parseRedis(raw string, u *url.URL) error {
 	if err != nil {
 		return err
 	}
-	opt, err := redis.ParseURL(raw)
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return badURL(raw, "query: %v", err)
+	}
+	if err := t.takeTLSParams(raw, u, q); err != nil {
+		return err
+	}
+	// go-redis checks its own options, without dlock's TLS files.
+	gu := *u
+	gu.RawQuery = q.Encode()
+	opt, err := redis.ParseURL(gu.String())
 	if err != nil {
 		return badURL(raw, "%s", strings.TrimPrefix(err.Error(), "redis: "))
 	}
 	if opt.DB < 0 {
 		return badURL(raw, "database %d is negative", opt.DB)
 	}
-	q, err := url.ParseQuery(u.RawQuery)
-	if err != nil {
-		return badURL(raw, "query: %v", err)
-	}
 	q.Del("db") // in DB now
-	t.Addrs, t.DB, t.TLS = []string{addr}, opt.DB, u.Scheme == "rediss"
+	t.Addrs, t.DB = []string{addr}, opt.DB
 	if len(q) > 0 {
 		t.Options = q
 	}
 	return nil
 }
 
-// parseSentinel checks redis+sentinel://[user:pass@]h1:p1,h2:p2/master[/db]
-// [?sentinel_username=U&sentinel_password=P].
+// parseSentinel checks redis[s]+sentinel://[user:pass@]h1:p1,h2:p2/master[/db]
+// [?sentinel_username=U&sentinel_password=P], and for rediss+sentinel
+// ?ca=, ?cert= and ?key=, used with the Sentinels and the master alike.
 func (t *target) parseSentinel(raw string, u *url.URL) error {
 	addrs, err := addrList(raw, u.Host, "sentinel")
 	if err != nil {
@@ -501,7 +520,7 @@ func (t *target) parseSentinel(raw string, u *url.URL) error {
 	}
 	parts := strings.Split(strings.TrimPrefix(u.Path, "/"), "/")
 	if parts[0] == "" {
-		return badURL(raw, "missing master name: redis+sentinel://h1:p1,h2:p2/MASTER[/DB]")
+		return badURL(raw, "missing master name: %s://h1:p1,h2:p2/MASTER[/DB]", u.Scheme)
 	}
 	if len(parts) > 2 {
 		return badURL(raw, "path has too many parts: want /MASTER[/DB]")
@@ -511,8 +530,15 @@ func (t *target) parseSentinel(raw string, u *url.URL) error {
 			return err
 		}
 	}
-	q, err := query(raw, u, "sentinel_username", "sentinel_password")
+	known, err := tlsKnown(raw, u)
 	if err != nil {
+		return err
+	}
+	q, err := query(raw, u, append(known, "sentinel_username", "sentinel_password")...)
+	if err != nil {
+		return err
+	}
+	if err := t.takeTLSParams(raw, u, q); err != nil {
 		return err
 	}
 	t.Addrs, t.Master = addrs, parts[0]
@@ -520,10 +546,11 @@ func (t *target) parseSentinel(raw string, u *url.URL) error {
 	return nil
 }
 
-// parseRedlock checks redlock://[user:pass@]h1:p1,h2:p2,h3:p3[/db].
+// parseRedlock checks redlock[s]://[user:pass@]h1:p1,h2:p2,h3:p3[/db], and
+// for redlocks (TLS to every node) ?ca=, ?cert= and ?key=.
 func (t *target) parseRedlock(raw string, u *url.URL) error {
 	if u.Host == "" {
-		return badURL(raw, "no node addresses: redlock://h1:p1,h2:p2,h3:p3")
+		return badURL(raw, "no node addresses: %s://h1:p1,h2:p2,h3:p3", u.Scheme)
 	}
 	addrs, err := addrList(raw, u.Host, "node")
 	if err != nil {
@@ -534,14 +561,23 @@ func (t *target) parseRedlock(raw string, u *url.URL) error {
 			return err
 		}
 	}
-	if _, err := query(raw, u); err != nil {
+	known, err := tlsKnown(raw, u)
+	if err != nil {
+		return err
+	}
+	q, err := query(raw, u, known...)
+	if err != nil {
+		return err
+	}
+	if err := t.takeTLSParams(raw, u, q); err != nil {
 		return err
 	}
 	t.Addrs = addrs
 	return nil
 }
 
-// parseEtcd checks etcd[s]://[user:pass@]h1:p1[,h2:p2][/prefix][?ca=FILE].
+// parseEtcd checks etcd[s]://[user:pass@]h1:p1[,h2:p2][/prefix], and for
+// etcds ?ca=FILE, ?cert=FILE&key=FILE.
 func (t *target) parseEtcd(raw string, u *url.URL) error {
 	if u.Host == "" {
 		return badURL(raw, "no endpoints: %s://h1:p1[,h2:p2]", u.Scheme)
@@ -550,22 +586,22 @@ func (t *target) parseEtcd(raw string, u *url.URL) error {
 	if err != nil {
 		return err
 	}
-	var q url.Values
-	if u.Scheme == "etcds" {
-		q, err = query(raw, u, "ca")
-	} else if u.Query().Has("ca") {
-		return badURL(raw, "?ca= needs etcds://")
-	} else {
-		q, err = query(raw, u)
-	}
+	known, err := tlsKnown(raw, u)
 	if err != nil {
+		return err
+	}
+	q, err := query(raw, u, known...)
+	if err != nil {
+		return err
+	}
+	if err := t.takeTLSParams(raw, u, q); err != nil {
 		return err
 	}
 	prefix := strings.TrimPrefix(u.Path, "/")
 	if prefix != "" && !strings.HasSuffix(prefix, "/") {
 		prefix += "/"
 	}
-	t.Addrs, t.Prefix, t.CA, t.TLS = addrs, prefix, q.Get("ca"), u.Scheme == "etcds"
+	t.Addrs, t.Prefix = addrs, prefix
 	return nil
 }
 
@@ -752,14 +788,18 @@ func (t *target) URL() string {
 	u.Host = strings.Join(t.Addrs, ",")
 	q := url.Values{}
 	switch t.Scheme {
-	case "redis", "rediss", "redlock":
+	case "redis", "rediss", "redlock", "redlocks":
 		if t.DB != 0 {
 			u.Path = "/" + strconv.Itoa(t.DB)
 		}
 		for k, v := range t.Options {
 			q[k] = v
 		}
-	case "redis+sentinel":
+	case "redis+cluster", "rediss+cluster":
+		for k, v := range t.Options {
+			q[k] = v
+		}
+	case "redis+sentinel", "rediss+sentinel":
 		u.Path = "/" + t.Master
 		if t.DB != 0 {
 			u.Path += "/" + strconv.Itoa(t.DB)
@@ -773,9 +813,6 @@ func (t *target) URL() string {
 	case "etcd", "etcds":
 		if t.Prefix != "" {
 			u.Path = "/" + t.Prefix
-		}
-		if t.CA != "" {
-			q.Set("ca", t.CA)
 		}
 	case "zk":
 		u.Path = t.Chroot
@@ -797,6 +834,7 @@ func (t *target) URL() string {
 		c.RawQuery = cq.Encode()
 		return c.String()
 	}
+	t.renderTLSParams(q)
 	u.RawQuery = q.Encode()
 	return u.String()
 }

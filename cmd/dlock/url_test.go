@@ -14,6 +14,10 @@ import (
 // written independently of isSecretParam.
 var secretParam = regexp.MustCompile(`(?i)pass|secret|token|key`)
 
+// isSecret applies secretParam to a parameter name, except ?key=, which
+// names the file of a TLS client key (a file name is not secret).
+func isSecret(name string) bool { return name != "key" && secretParam.MatchString(name) }
+
 // userinfoPassword finds "scheme://user:PASSWORD@" with the last "@",
 // whether or not the URL parses.
 var userinfoPassword = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*://[^:/?#@]*:(.*)@`)
@@ -35,7 +39,7 @@ func fuzzSecrets(raw string) []string {
 			add(p)
 		}
 		for k, vs := range u.Query() {
-			if secretParam.MatchString(k) {
+			if isSecret(k) {
 				for _, v := range vs {
 					add(v)
 				}
@@ -74,7 +78,7 @@ func checkRedacted(t *testing.T, raw string, tg *target) {
 	}
 	for k, vs := range w.Query() {
 		for _, v := range vs {
-			if secretParam.MatchString(k) && v != redactedMark && v != "" {
+			if isSecret(k) && v != redactedMark && v != "" {
 				t.Fatalf("parseURL(%q): where %q shows ?%s=", raw, tg.where, k)
 			}
 		}
@@ -139,6 +143,15 @@ func TestParseURL(t *testing.T) {
 		{raw: "redlock://a:1,b:2,c:3/1", want: target{Scheme: "redlock", Addrs: []string{"a:1", "b:2", "c:3"}, DB: 1}},
 		{raw: "etcd://a:1,b:2/app/locks", want: target{Scheme: "etcd", Addrs: []string{"a:1", "b:2"}, Prefix: "app/locks/"}},
 		{raw: "etcds://a:1?ca=/etc/ca.pem", want: target{Scheme: "etcds", Addrs: []string{"a:1"}, CA: "/etc/ca.pem", TLS: true}},
+		{raw: "etcds://a:1?ca=ca.pem&cert=c.pem&key=k.pem", want: target{Scheme: "etcds", Addrs: []string{"a:1"}, CA: "ca.pem", Cert: "c.pem", Key: "k.pem", TLS: true}},
+		{raw: "rediss://h:1/2?cert=/c.pem&key=/k.pem&ca=/ca.pem&dial_timeout=1s", want: target{Scheme: "rediss", Addrs: []string{"h:1"}, DB: 2, CA: "/ca.pem", Cert: "/c.pem", Key: "/k.pem", TLS: true, Options: url.Values{"dial_timeout": {"1s"}}}},
+		{raw: "rediss://h:1?ca=/ca.pem&skip_verify=true", want: target{Scheme: "rediss", Addrs: []string{"h:1"}, CA: "/ca.pem", TLS: true, Options: url.Values{"skip_verify": {"true"}}}},
+		{raw: "redis+cluster://c,a:1,b:2", want: target{Scheme: "redis+cluster", Addrs: []string{"c:6379", "a:1", "b:2"}}},
+		{raw: "redis+cluster://u:pw@a:1/?read_timeout=2s", want: target{Scheme: "redis+cluster", Addrs: []string{"a:1"}, Username: "u", Password: "pw", Options: url.Values{"read_timeout": {"2s"}}}},
+		{raw: "rediss+cluster://a:1,127.0.0.1:2?ca=ca.pem&cert=c.pem&key=k.pem", want: target{Scheme: "rediss+cluster", Addrs: []string{"a:1", "127.0.0.1:2"}, CA: "ca.pem", Cert: "c.pem", Key: "k.pem", TLS: true}},
+		{raw: "rediss+sentinel://:pw@a:1,b:2/m/3?ca=ca.pem&cert=c.pem&key=k.pem&sentinel_password=sp", want: target{Scheme: "rediss+sentinel", Addrs: []string{"a:1", "b:2"}, Password: "pw", Master: "m", DB: 3, SentinelPassword: "sp", CA: "ca.pem", Cert: "c.pem", Key: "k.pem", TLS: true}},
+		{raw: "redlocks://a:1,b:2,c:3/1?ca=ca.pem", want: target{Scheme: "redlocks", Addrs: []string{"a:1", "b:2", "c:3"}, DB: 1, CA: "ca.pem", TLS: true}},
+		{raw: "redlocks://a:1,b:2,c:3?cert=c.pem&key=k.pem", want: target{Scheme: "redlocks", Addrs: []string{"a:1", "b:2", "c:3"}, Cert: "c.pem", Key: "k.pem", TLS: true}},
 		{raw: "zk://a:1,b:2/app/locks", want: target{Scheme: "zk", Addrs: []string{"a:1", "b:2"}, Chroot: "/app/locks"}},
 		{raw: "zk://h", want: target{Scheme: "zk", Addrs: []string{"h:2181"}}},
 		{raw: "zk://[::1]/", want: target{Scheme: "zk", Addrs: []string{"[::1]:2181"}}},
@@ -159,6 +172,33 @@ func TestParseURL(t *testing.T) {
 		{raw: "redlock://a:1,a:1", err: "twice"},
 		{raw: "redlock://a:1?db=1", err: "take no"},
 		{raw: "etcd://a:1?ca=x", err: "needs etcds"},
+		{raw: "etcd://a:1?cert=c&key=k", err: "needs etcds"},
+		{raw: "redis://h:1?ca=x", err: "needs rediss://"},
+		{raw: "redis://h:1?key=k", err: "needs rediss://"},
+		{raw: "redis+cluster://h:1?cert=c&key=k", err: "needs rediss+cluster://"},
+		{raw: "redis+sentinel://h:1/m?ca=x", err: "needs rediss+sentinel://"},
+		{raw: "redlock://a:1,b:2,c:3?ca=x", err: "needs redlocks://"},
+		{raw: "rediss://h:1?cert=c.pem", err: "without ?key="},
+		{raw: "rediss://h:1?key=k.pem", err: "without ?cert="},
+		{raw: "etcds://h:1?cert=c.pem", err: "without ?key="},
+		{raw: "redlocks://a:1,b:2,c:3?key=k", err: "without ?cert="},
+		{raw: "rediss+sentinel://h:1/m?cert=c&key=k&cert=d", err: "2 times"},
+		{raw: "rediss://h:1?ca=a&ca=b", err: "2 times"},
+		{raw: "rediss://h:1?ca=", err: "empty"},
+		{raw: "rediss+cluster://h:1?ca=a%00b", err: "NUL"},
+		{raw: "redlocks://a:1?tls=1", err: "unknown option"},
+		{raw: "redis+cluster://", err: "no nodes"},
+		{raw: "redis+cluster:h:1", err: "no nodes"},
+		{raw: "redis+cluster://a:1,a:1", err: "twice"},
+		{raw: "redis+cluster://a,a:6379", err: "twice"},
+		{raw: "redis+cluster://a:1,,b:2", err: "empty node address"},
+		{raw: "redis+cluster://a:0", err: "1-65535"},
+		{raw: "redis+cluster://a:1/1", err: "database 0 only"},
+		{raw: "redis+cluster://a:1?addr=b:2", err: "list the nodes"},
+		{raw: "redis+cluster://a:1?db=1", err: "take no ?db="},
+		{raw: "redis+cluster://a:1?nosuch=1", err: "unexpected option"},
+		{raw: "redis+cluster://a:1?dial_timeout=x", err: "invalid"},
+		{raw: "rediss+cluster://a:1#f", err: "fragment"},
 		{raw: "zk://", err: "no servers"},
 		{raw: "zk:h:1", err: "no servers"},
 		{raw: "zk:///app", err: "no servers"},
@@ -232,6 +272,8 @@ func TestRedact(t *testing.T) {
 		"zk://alice:p/w@a:1/app":                                  "zk://xxxxx@a:1/app",
 		"postgres://app:s3cret@h:5432/db?table=t&sslmode=disable": "postgres://app:xxxxx@h:5432/db?table=t&sslmode=disable",
 		"postgresql://h/db?user=app&password=s3cret":              "postgresql://h/db?user=app&password=xxxxx",
+		"rediss://:pw@h:1?cert=c.pem&key=k.pem&ca=ca.pem":         "rediss://:xxxxx@h:1?cert=c.pem&key=k.pem&ca=ca.pem",
+		"redis+cluster://u:pw@a:1,b:2?api_key=k1&Key=k2":          "redis+cluster://u:xxxxx@a:1,b:2?api_key=xxxxx&Key=xxxxx",
 	}
 	for raw, want := range cases {
 		if got := redact(raw); got != want {

@@ -2,8 +2,11 @@ package dlockprom_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -117,5 +120,65 @@ func TestRedTeam15_GaugesUnderRaces(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// Red team (issue 15): the dashboard's "Fencing rejections" stat summed
+// increase() over the range, which never sees a series' first increment
+// (client_golang creates a labelled counter at its first Inc): a process's
+// first stale write showed as 0. The panel's own query, with its
+// variables filled in, is run by promtool on such a series.
+func TestRedTeam15_DashboardCountsFirstRejection(t *testing.T) {
+	bin := promtool(t)
+	b, err := os.ReadFile("dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d dashboard
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatal(err)
+	}
+	expr := ""
+	var walk func([]panel)
+	walk = func(ps []panel) {
+		for _, p := range ps {
+			if p.Title == "Fencing rejections" && len(p.Targets) == 1 {
+				expr = p.Targets[0].Expr
+			}
+			walk(p.Panels)
+		}
+	}
+	walk(d.Panels)
+	if expr == "" {
+		t.Fatal(`no "Fencing rejections" panel with one query`)
+	}
+	expr = strings.NewReplacer("$backend", ".*", "$key_class", ".*", "$__range", "1h").Replace(expr)
+	// One series rejecting for years (flat over the hour) and one born at
+	// its first rejection 20 minutes before the evaluation: 1 rejection.
+	test := `rule_files: []
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'dlock_fencing_rejected_total{backend="redis",key_class="old"}'
+        values: '5x90'
+      - series: 'dlock_fencing_rejected_total{backend="redis",key_class="new"}'
+        values: '_x69 1x20'
+    promql_expr_test:
+      - expr: '` + expr + `'
+        eval_time: 90m
+        exp_samples:
+          - labels: '{}'
+            value: 1
+`
+	f := filepath.Join(t.TempDir(), "dashboard_test.yml")
+	if err := os.WriteFile(f, []byte(test), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "test", "rules", f).CombinedOutput()
+	if err != nil {
+		t.Fatalf("promtool on the panel's query %s: %v\n%s", expr, err, out)
 	}
 }

@@ -3,7 +3,9 @@ package dlockotel_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -181,5 +183,55 @@ func TestRedTeam15_NoKeyInSpans(t *testing.T) {
 				check("event "+e.Name+" "+string(a.Key), a.Value.Emit())
 			}
 		}
+	}
+}
+
+// Attack that held: concurrent calls whose Locks are released while they
+// are being lost: every hold span ends once, with exactly one of
+// lock_lost and released, child of the caller's span; every acquire span
+// ends too.
+func TestRedTeam15_ReleaseRacesLoss(t *testing.T) {
+	tr := newTracing(t)
+	ml := memlock.New()
+	l := dlockotel.Wrap(ml, dlockotel.WithTracerProvider(tr.tp))
+	ctx, caller := tr.parent(t)
+	defer caller.End()
+	const n = 8
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			key := fmt.Sprintf("k%d", i%3)
+			lk, err := l.Acquire(ctx, key, dlock.WithTTL(dlock.MinTTL))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			var in sync.WaitGroup
+			in.Go(func() { ml.Expire(key) })
+			in.Go(func() { _ = lk.Release(ctx) })
+			in.Wait()
+		})
+	}
+	wg.Wait()
+	for end := time.Now().Add(5 * time.Second); len(tr.spans(dlockotel.SpanHold)) < n; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("%d hold spans ended, want %d", len(tr.spans(dlockotel.SpanHold)), n)
+		}
+	}
+	time.Sleep(20 * time.Millisecond) // a second end would show up now
+	hold := tr.spans(dlockotel.SpanHold)
+	if len(hold) != n {
+		t.Fatalf("%d hold spans, want %d", len(hold), n)
+	}
+	for _, s := range hold {
+		if ev := eventNames(s); ev != dlockotel.EventLockLost && ev != dlockotel.EventReleased {
+			t.Errorf("hold span events %q, want one of lock_lost and released", ev)
+		}
+		if s.Parent.SpanID() != caller.SpanContext().SpanID() {
+			t.Errorf("hold span parent %v, want the caller's", s.Parent)
+		}
+	}
+	if got := len(tr.spans(dlockotel.SpanAcquire)); got != n {
+		t.Fatalf("%d acquire spans, want %d", got, n)
 	}
 }

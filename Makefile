@@ -84,9 +84,10 @@ fuzz:
 	@echo "== fuzz FuzzParseURL ($(FUZZTIME))"
 	@cd cmd/dlock && $(GO) test -run '^$$' -fuzz '^FuzzParseURL$$' -fuzztime $(FUZZTIME) -timeout 5m .
 
-## build: the dlock command in bin/.
+## build: the dlock command in bin/, its version (dlock version) from
+## git describe when git is there (else the module's, or "devel").
 build:
-	$(GO) build -o bin/dlock ./cmd/dlock
+	$(GO) build -ldflags "-X main.version=$$(git describe --tags --always --dirty 2>/dev/null)" -o bin/dlock ./cmd/dlock
 
 ## demo: the fencing story with real processes, zero set-up (file backend).
 demo: build

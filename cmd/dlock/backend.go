@@ -51,6 +51,12 @@ type lockInfo struct {
 	TTLms    int64             `json:"ttl_ms"`
 	Waiters  int               `json:"waiters"`
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// HeldFor is the time since the holder acquired the key, 0 where the
+	// backend does not say (HeldForMs is then -1); Nodes are the redlock
+	// nodes holding it for this owner (ls_nodes.go).
+	HeldFor   time.Duration `json:"-"`
+	HeldForMs int64         `json:"held_for_ms"`
+	Nodes     []string      `json:"nodes,omitempty"`
 }
 
 // backend is an opened lock service.
@@ -61,6 +67,9 @@ type backend struct {
 	close func()
 	// where is the URL with every secret redacted, for messages.
 	where string
+	// nodes are the independent nodes of a redlock:// backend, for ls's
+	// per-node state (ls_nodes.go); nil for the others.
+	nodes []backendNode
 }
 
 // openOptions are the connection settings shared by the subcommands.
@@ -473,7 +482,9 @@ func (t *target) openRedlock(o openOptions) (*backend, error) {
 		}
 		return nil
 	}
-	return &backend{locker: l, probe: probe, close: closeAll, where: t.where}, nil
+	b := &backend{locker: l, probe: probe, close: closeAll, where: t.where}
+	b.nodes = redlockNodes(t.Addrs, clients) // ls: per-node state
+	return b, nil
 }
 
 // openEtcd connects to etcd; the probe is a count-only read.

@@ -7,30 +7,62 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/dlock-go/dlock"
 )
 
-const lsUsage = `Usage: dlock ls [--url URL] [--json] [--connect-timeout 5s] [--verbose] [PREFIX]
+const lsUsage = `Usage: dlock ls [--url URL] [--json] [--nodes] [--watch [DUR] [--count N]]
+                [--connect-timeout 5s] [--verbose] [PREFIX]
 
 Lists the locks currently held (whose key starts with PREFIX), one line per
-holder: key, mode (exclusive; shared: a read lock, from dlock run --shared;
-limited: one of LIMIT permits, from dlock run --limit N), the limit ("-"
-unless limited), owner, host and pid of the holder, fencing token, time
-left on the lease ("-" where other clients cannot know it: ZooKeeper's
-lease is its holder's session), the number of clients queued for the key,
-where the backend keeps a queue (ZooKeeper, Redis; "-" where it cannot
-tell), and the holder's other metadata (key=value,...). A key held shared
-or by several permits has a line for each holder, by token.
+holder, in columns:
+  KEY       the lock's key
+  MODE      exclusive; shared: a read lock, from dlock run --shared;
+            limited: one of LIMIT permits, from dlock run --limit N
+  HOLDER    owner/host/pid: the first 12 hex digits of the holder's owner
+            id, the host and the pid of the process holding it
+  TOKEN     the holder's fencing token
+  HELD-FOR  time since the holder acquired the key; "-": no backend
+            reports it yet
+  TTL-LEFT  time left on the lease ("-" where other clients cannot know
+            it: ZooKeeper's lease is its holder's session)
+  WAITERS   clients queued for the key, where the backend keeps a queue
+            (ZooKeeper, Redis; "-" where it cannot tell)
+  LIMIT     the number of permits of a limited key ("-" otherwise)
+  METADATA  the holder's other metadata (key=value,...)
+A key held shared or by several permits has a line for each holder, by
+token.
+
+redlock:// lists every node and shows a lock held by a majority of them
+for one owner. A node that does not answer (within --connect-timeout once
+a majority has) gets a warning on stderr ("warning: node H:P unreachable:
+...; listing from 2/3 nodes") and the listing goes on; without a majority
+nothing can be listed (exit 3). --nodes (or --verbose) adds a table of
+each node's leases: which node holds which key for whom, and whether the
+lease counts (QUORUM yes) or is a minority's (no). For etcd, ZooKeeper and
+Sentinel URLs with several addresses, ls warns about the addresses that
+refuse connections.
+
+--watch lists again every DUR (default 2s; --watch=DUR, or --watch DUR
+when DUR is a duration such as 500ms or a number of seconds) until
+interrupted, or --count N times. On a terminal it redraws the screen;
+otherwise (a pipe, a file) it prints the tables one after the other, each
+after a line "--- <time> ---" (--json: the arrays only, which jq reads as a
+stream). A listing that fails is reported on stderr and the watch goes on;
+the exit status is the last listing's.
 
 --json prints an array with an object per holder: key, mode, limit (for
 limited keys), holders (how many hold the key), owner (in full), token,
-ttl_ms (0 where unknown), waiters (-1 where unknown) and metadata.
+ttl_ms (0 where unknown), held_for_ms (-1 where unknown), waiters (-1 where
+unknown), metadata, and for redlock nodes (the nodes holding the lease).
 ls changes nothing: a file:// lock directory that does not exist is an
 error (exit 3), except the default one before its first use (no locks).
 
@@ -38,19 +70,34 @@ Examples:
   dlock ls
   dlock ls --url redis://127.0.0.1:6379 inventory/
   dlock ls --json | jq '.[].key'
+  dlock ls --url redlock://10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379 --nodes
+  dlock ls --watch 1s jobs/
 
 Options:
 `
+
+// lsMinInterval is the shortest --watch interval.
+const lsMinInterval = 100 * time.Millisecond
+
+// lsDefaultInterval is --watch's interval when none is given.
+const lsDefaultInterval = 2 * time.Second
+
+// lsListTimeout bounds one listing.
+const lsListTimeout = 30 * time.Second
 
 func cmdLs(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("ls", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	rawURL := fs.String("url", "", "lock service URL (default $DLOCK_URL, else file:// in the state dir)")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	nodes := fs.Bool("nodes", false, "redlock: also print each node's leases")
+	var watch watchFlag
+	fs.Var(&watch, "watch", "list again every `DUR` (default 2s) until interrupted")
+	count := fs.Int("count", 0, "with --watch: stop after `N` listings")
 	connect := fs.Duration("connect-timeout", defaultConnectTimeout, "bound on connecting to and probing the lock service")
-	verbose := fs.Bool("verbose", false, "print the client libraries' logs on stderr")
+	verbose := fs.Bool("verbose", false, "print the client libraries' logs on stderr, and --nodes")
 	fs.Usage = func() { fmt.Fprint(fs.Output(), lsUsage); fs.PrintDefaults() }
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(joinWatchArg(args)); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
@@ -64,15 +111,21 @@ func cmdLs(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "dlock ls: --connect-timeout must be positive, got %v\n", *connect)
 		return exitUsage
 	}
+	if *count < 0 || *count > 0 && watch.every == 0 {
+		fmt.Fprintf(stderr, "dlock ls: --count takes a positive number and goes with --watch\n")
+		return exitUsage
+	}
 	raw := *rawURL
 	if raw == "" {
 		raw = defaultURL()
 	}
 	stderr = &scrubWriter{w: stderr, secrets: secretsOf(raw)}
+	l := lister{prefix: fs.Arg(0), where: redact(raw), connect: *connect}
+	if t, err := parseURL(raw); err == nil {
+		l.target = t
+	}
 	// ls creates nothing: a lock directory that does not exist is an
 	// error, unless it is the default one, where no lock was ever taken.
-	var infos []lockInfo
-	where := redact(raw)
 	b, err := openBackend(raw, openOptions{connectTimeout: *connect, verbose: *verbose, logs: stderr, readOnly: true})
 	switch {
 	case errors.Is(err, errNoLockDir) && raw == "file://"+stateDir():
@@ -80,15 +133,87 @@ func cmdLs(args []string, stdout, stderr io.Writer) int {
 		return reportOpen(stderr, "ls", err)
 	default:
 		defer b.close()
-		where = b.where
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if infos, err = b.list(ctx, fs.Arg(0)); err != nil {
-			fmt.Fprintf(stderr, "dlock ls: %s: %v\n", b.where, err)
-			return exitBackend
-		}
+		l.b, l.where = b, b.where
 	}
-	return printLocks(stdout, infos, where, *asJSON)
+	if *nodes && (b == nil || b.nodes == nil) {
+		fmt.Fprintf(stderr, "dlock ls: --nodes: %s has no per-node lock state (only redlock:// has)\n", l.where)
+	}
+	l.nodes = *nodes || *verbose
+	out := lsOutput{stdout: stdout, stderr: stderr, json: *asJSON}
+	if watch.every == 0 {
+		return out.show(l.list(context.Background()), l.where)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return l.watch(ctx, out, watch.every, *count)
+}
+
+// lister lists the locks of one backend, again and again with --watch.
+type lister struct {
+	b       *backend // nil: the default lock directory, not made yet
+	target  *target  // nil when parseURL failed (openBackend reported it)
+	prefix  string
+	where   string
+	connect time.Duration
+	nodes   bool // print the per-node table (redlock)
+}
+
+// lsView is one listing.
+type lsView struct {
+	rows     []lockInfo
+	states   []nodeState // per node (redlock), for the --nodes table
+	nodes    bool
+	warnings []string
+	err      error
+}
+
+// list lists once, within lsListTimeout.
+func (l *lister) list(ctx context.Context) lsView {
+	v := lsView{nodes: l.nodes}
+	if l.b == nil {
+		return v
+	}
+	ctx, cancel := context.WithTimeout(ctx, lsListTimeout)
+	defer cancel()
+	var ends chan []string
+	if l.target != nil {
+		ends = make(chan []string, 1)
+		go func() { ends <- endpointWarnings(l.target, l.connect) }()
+	}
+	if l.b.nodes != nil {
+		v.states = listNodes(ctx, l.prefix, l.b.nodes, l.connect)
+		v.rows, v.warnings, v.err = aggregateNodes(v.states)
+	} else {
+		v.rows, v.err = l.b.list(ctx, l.prefix)
+	}
+	if ends != nil {
+		v.warnings = append(<-ends, v.warnings...)
+	}
+	return v
+}
+
+// lsOutput is where and how ls prints.
+type lsOutput struct {
+	stdout, stderr io.Writer
+	json           bool
+}
+
+// show prints a listing: warnings and errors on stderr, the table or JSON
+// on stdout. It returns the exit status.
+func (o lsOutput) show(v lsView, where string) int {
+	for _, w := range v.warnings {
+		fmt.Fprintln(o.stderr, w)
+	}
+	if v.err != nil {
+		fmt.Fprintf(o.stderr, "dlock ls: %s: %v\n", where, v.err)
+		return exitBackend
+	}
+	if code := printLocks(o.stdout, v.rows, where, o.json); code != 0 || o.json || !v.nodes || v.states == nil {
+		return code
+	}
+	fmt.Fprintln(o.stdout)
+	printNodes(o.stdout, v.states, v.rows)
+	return 0
 }
 
 // printLocks prints ls's table, or its JSON with asJSON, and returns the
@@ -97,6 +222,10 @@ func printLocks(stdout io.Writer, infos []lockInfo, where string, asJSON bool) i
 	if asJSON {
 		for i := range infos {
 			infos[i].TTLms = infos[i].TTL.Milliseconds()
+			infos[i].HeldForMs = -1
+			if infos[i].HeldFor > 0 {
+				infos[i].HeldForMs = infos[i].HeldFor.Milliseconds()
+			}
 		}
 		if infos == nil {
 			infos = []lockInfo{}
@@ -113,26 +242,16 @@ func printLocks(stdout io.Writer, infos []lockInfo, where string, asJSON bool) i
 		return 0
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tMODE\tLIMIT\tOWNER\tHOST\tPID\tTOKEN\tTTL\tWAITERS\tMETADATA")
+	fmt.Fprintln(tw, "KEY\tMODE\tHOLDER\tTOKEN\tHELD-FOR\tTTL-LEFT\tWAITERS\tLIMIT\tMETADATA")
 	for _, in := range infos {
-		owner := in.Owner
-		if len(owner) > 12 {
-			owner = owner[:12]
-		}
 		// Keys and metadata may hold anything: quote the odd ones (see
 		// text.go), so that each lock is one line of plain text.
-		ttl, waiters, limit := "-", "-", "-"
+		limit := "-"
 		if in.Limit > 0 {
 			limit = strconv.Itoa(in.Limit)
 		}
-		if in.TTL > 0 {
-			ttl = in.TTL.Round(time.Millisecond).String()
-		}
-		if in.Waiters >= 0 {
-			waiters = strconv.Itoa(in.Waiters)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", quoteField(in.Key), quoteField(in.Mode), limit, dash(quoteField(owner)),
-			dash(quoteField(in.Metadata[dlock.MetaHost])), dash(quoteField(in.Metadata[dlock.MetaPID])), in.Token, ttl, waiters, dash(quoteField(otherMetadata(in.Metadata))))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", quoteField(in.Key), quoteField(in.Mode), holderField(in.Owner, in.Metadata),
+			in.Token, fmtDur(in.HeldFor), fmtDur(in.TTL), fmtCount(in.Waiters), limit, dash(quoteField(otherMetadata(in.Metadata))))
 	}
 	tw.Flush()
 	return 0

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"strings"
 )
 
 // Exit statuses of dlock itself (the child's status is passed through).
@@ -22,17 +24,25 @@ const (
 const usage = `dlock — distributed locks with fencing tokens
 
 Usage:
-  dlock run   [--url URL] [--ttl 30s] [-s|--shared | --limit N] [-w DUR|SECS] [-n]
-              [-E N] [--grace 5s] [--connect-timeout 5s] [--verbose] KEY -- CMD [ARGS...]
+  dlock run   [--url URL] [--ttl 30s] [-s|--shared | --limit N] [-w DUR|SECS]
+              [-n] [-E N] [--grace 5s] [--connect-timeout 5s] [--verbose]
+              KEY -- CMD [ARGS...]
+  dlock run   [OPTION]... KEY -c CMDLINE    (CMDLINE run by /bin/sh -c)
+  dlock hold  [OPTION]... KEY               (prints TOKEN OWNER, holds KEY
+                                             until SIGINT or SIGTERM)
   dlock ls    [--url URL] [--json] [--connect-timeout 5s] [--verbose] [PREFIX]
+  dlock check [--url URL] [--connect-timeout 5s] [--read-only] [--json]
   dlock unlock [--url URL] (--owner ID | --force) [--json] KEY
   dlock demo  [--url URL]
   dlock serve [--data-dir DIR] [--listen 127.0.0.1:2379]
   dlock version
+  dlock help [COMMAND]
 
 A run holds KEY exclusively; with --shared it is a read lock held together
 with other --shared runs (waiting writers go first), with --limit N one of
-N permits (a semaphore). Run 'dlock COMMAND --help' for details.
+N permits (a semaphore). -w takes a duration (2m) or seconds like flock's
+(5, 0.5; 0: one attempt, as -n); --verbose says who holds KEY while dlock
+waits. Run 'dlock COMMAND --help' for details.
 
 URL (from --url, else $DLOCK_URL, else a file backend in your state directory):
   file:///path/to/dir                  leases in files on this host (default)
@@ -66,14 +76,18 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, "Usage: dlock COMMAND [OPTION]... [ARG]...\n"+tryHelp)
 		return exitUsage
 	}
 	switch args[0] {
 	case "run":
 		return cmdRun(args[1:], stdout, stderr)
+	case "hold":
+		return cmdHold(args[1:], stdout, stderr)
 	case "ls":
 		return cmdLs(args[1:], stdout, stderr)
+	case "check":
+		return cmdCheck(args[1:], stdout, stderr)
 	case "unlock":
 		return cmdUnlock(args[1:], stdout, stderr)
 	case "demo":
@@ -85,12 +99,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case superviseCmd:
 		return cmdSupervise(args[1:], stderr)
 	case "version", "--version", "-version":
-		return cmdVersion(stdout)
+		return cmdVersion(args[1:], stdout, stderr)
 	case "help", "-h", "--help", "-help":
+		if len(args) > 1 && args[0] == "help" && args[1] != "help" && !strings.HasPrefix(args[1], "-") {
+			// dlock help COMMAND: that command's help.
+			return run([]string{args[1], "--help"}, stdout, stderr)
+		}
 		fmt.Fprint(stdout, usage)
 		return 0
 	default:
-		fmt.Fprintf(stderr, "dlock: unknown command %q\n\n%s", args[0], usage)
+		fmt.Fprintf(stderr, "dlock: unknown command %s\n%s", strconv.Quote(args[0]), tryHelp)
 		return exitUsage
 	}
 }
+
+// tryHelp ends a usage error of dlock itself.
+const tryHelp = "Try 'dlock --help' for more information.\n"

@@ -29,15 +29,15 @@ func TestModeUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--limit", "0"}, `invalid value "0" for flag -limit`},
-		{[]string{"--limit", "-1"}, `invalid value "-1" for flag -limit`},
-		{[]string{"--limit=-5"}, `invalid value "-5" for flag -limit`},
+		{[]string{"--limit", "0"}, `invalid value "0" for --limit`},
+		{[]string{"--limit", "-1"}, `invalid value "-1" for --limit`},
+		{[]string{"--limit=-5"}, `invalid value "-5" for --limit`},
 		{[]string{"--limit", "99999999999999999999999"}, "want a number of permits in 1-1048576"},
 		{[]string{"--limit", strconv.Itoa(dlock.MaxLimit + 1)}, "want a number of permits in 1-1048576"},
-		{[]string{"--limit", "abc"}, `invalid value "abc" for flag -limit`},
-		{[]string{"--limit", "2.5"}, `invalid value "2.5" for flag -limit`},
-		{[]string{"--limit", ""}, `invalid value "" for flag -limit`},
-		{[]string{"--limit", "0x10"}, `invalid value "0x10" for flag -limit`},
+		{[]string{"--limit", "abc"}, `invalid value "abc" for --limit`},
+		{[]string{"--limit", "2.5"}, `invalid value "2.5" for --limit`},
+		{[]string{"--limit", ""}, `invalid value "" for --limit`},
+		{[]string{"--limit", "0x10"}, `invalid value "0x10" for --limit`},
 		{[]string{"--shared", "--limit", "2"}, "--shared and --limit 2 cannot be combined"},
 		{[]string{"--limit", "3", "-s"}, "--shared and --limit 3 cannot be combined"},
 		{[]string{"--shared=maybe"}, "invalid boolean value"},
@@ -54,9 +54,9 @@ func TestModeUsageErrors(t *testing.T) {
 	}
 	// Help documents the flags, the modes and DLOCK_MODE.
 	r := runDlock(t, url, "run", "--help")
-	for _, want := range []string{"-s|--shared | --limit N", "-shared", "-limit N", "Modes:", "DLOCK_MODE", "writer", "semaphore"} {
-		if r.code != 0 || !strings.Contains(r.stderr, want) {
-			t.Errorf("run --help lacks %q: %d %q", want, r.code, r.stderr)
+	for _, want := range []string{"-s|--shared | --limit N", "-s, --shared", "--limit N", "Modes:", "DLOCK_MODE", "writer", "semaphore"} {
+		if r.code != 0 || !strings.Contains(r.stdout, want) {
+			t.Errorf("run --help lacks %q: %d %q", want, r.code, r.stdout)
 		}
 	}
 	if r := runDlock(t, url, "help"); !strings.Contains(r.stdout, "--shared") || !strings.Contains(r.stdout, "--limit N") {
@@ -256,7 +256,7 @@ func TestLsShowsModes(t *testing.T) {
 		t.Fatalf("table: exit %d", code)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 6 || strings.Join(strings.Fields(lines[0]), " ") != "KEY MODE LIMIT OWNER HOST PID TOKEN TTL WAITERS METADATA" {
+	if len(lines) != 6 || strings.Join(strings.Fields(lines[0]), " ") != lsHeader {
 		t.Fatalf("table: %q", out.String())
 	}
 	pid := strconv.Itoa(os.Getpid())
@@ -270,8 +270,8 @@ func TestLsShowsModes(t *testing.T) {
 	}
 	for i, w := range want {
 		f := strings.Fields(lines[i+1])
-		if len(f) != 10 || f[0] != w.key || f[1] != w.mode || f[2] != w.limit || f[3] != w.lk.Owner()[:12] || f[5] != pid ||
-			f[6] != strconv.FormatUint(w.lk.Token(), 10) || f[7] == "-" || f[9] != "job="+w.key {
+		if len(f) != 9 || f[0] != w.key || f[1] != w.mode || f[7] != w.limit || !strings.HasPrefix(f[2], w.lk.Owner()[:12]+"/") || holderPID(f[2]) != pid ||
+			f[3] != strconv.FormatUint(w.lk.Token(), 10) || f[5] == "-" || f[8] != "job="+w.key {
 			t.Errorf("table row %d: %q, want key %s mode %s limit %s owner %s token %d", i+1, lines[i+1], w.key, w.mode, w.limit, w.lk.Owner()[:12], w.lk.Token())
 		}
 	}
@@ -513,11 +513,11 @@ func testLimitTwoOfThree(t *testing.T, url string) {
 	}
 	pids := map[string]bool{strconv.Itoa(first.Process.Pid): true, strconv.Itoa(second.Process.Pid): true}
 	for _, l := range lines[1:] {
-		// KEY MODE LIMIT OWNER HOST PID TOKEN TTL WAITERS METADATA
-		if f := strings.Fields(l); len(f) < 10 || f[0] != "encoders" || f[1] != "limited" || f[2] != "2" || !pids[f[5]] {
+		// KEY MODE HOLDER TOKEN HELD-FOR TTL-LEFT WAITERS LIMIT METADATA
+		if f := strings.Fields(l); len(f) < 9 || f[0] != "encoders" || f[1] != "limited" || f[7] != "2" || !pids[holderPID(f[2])] {
 			t.Errorf("ls row %q: want encoders, limited, 2 and a holder's pid %v", l, pids)
 		} else {
-			delete(pids, f[5])
+			delete(pids, holderPID(f[2]))
 		}
 	}
 	// Another limit than the holders' is a usage error naming both.

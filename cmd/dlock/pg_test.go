@@ -45,10 +45,10 @@ func TestPostgresURLAndLs(t *testing.T) {
 	pid := strconv.Itoa(holder.Process.Pid)
 	r := runDlock(t, url, "ls")
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if r.code != 0 || len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != "KEY MODE LIMIT OWNER HOST PID TOKEN TTL WAITERS METADATA" {
+	if r.code != 0 || len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != lsHeader {
 		t.Fatalf("ls on postgres: %d %q %q", r.code, r.stdout, r.stderr)
 	}
-	if f := strings.Fields(lines[1]); len(f) < 10 || f[0] != "reports/pg" || f[1] != "exclusive" || f[2] != "-" || f[5] != pid || f[8] != "-" || !strings.HasSuffix(lines[1], `"cmd=dlock run"`) {
+	if f := strings.Fields(lines[1]); len(f) < 10 || f[0] != "reports/pg" || f[1] != "exclusive" || f[7] != "-" || holderPID(f[2]) != pid || f[6] != "-" || !strings.HasSuffix(lines[1], `"cmd=dlock run"`) {
 		t.Fatalf("ls row (waiters unknown: -): %q", lines[1])
 	}
 	r = runDlock(t, url, "ls", "--json", "reports/")

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -12,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -19,8 +19,9 @@ import (
 )
 
 const runUsage = `Usage: dlock run [--url URL] [--ttl 30s] [-s|--shared | --limit N]
-                 [-w|--wait DUR|SECS] [-n|--nonblock] [-E|--conflict-exit-code N]
-                 [--grace 5s] [--connect-timeout 5s] [--verbose] KEY -- CMD [ARGS...]
+         [-w|--wait DUR|SECS] [-n|--nonblock] [-E|--conflict-exit-code N]
+         [--grace 5s] [--connect-timeout 5s] [--verbose] KEY [--] CMD [ARGS...]
+  or:  dlock run [OPTION]... KEY -c CMDLINE
 
 Runs CMD while holding the lock KEY, renewing it automatically. CMD sees
 DLOCK_KEY, DLOCK_TOKEN (the fencing token: pass it to whatever CMD writes to),
@@ -28,7 +29,9 @@ DLOCK_OWNER and DLOCK_MODE (exclusive, shared or limited; DLOCK_LIMIT too
 with --limit). When CMD exits the lock is released and dlock exits with
 CMD's status (128+N if CMD was killed by signal N). CMD inherits dlock's
 environment, DLOCK_URL and any password in it included, so that it can run
-dlock itself; use "env -u DLOCK_URL CMD" to keep it from CMD.
+dlock itself; use "env -u DLOCK_URL CMD" to keep it from CMD. With -c (like
+flock -c) the command is one string run by /bin/sh -c, so that it can use
+the variables: dlock run deploy -c 'echo token $DLOCK_TOKEN'.
 
 CMD runs in its own process group under a small supervisor process that
 keeps track of every process CMD starts, even ones that leave the group.
@@ -50,9 +53,14 @@ exclude each other. Every holder, in any mode, has its own lease and its
 own fencing token, above every earlier holder's.
 
 Waiting: without -w dlock waits for the lock for ever; -w D gives up once D
-has passed; -n or -w 0 makes a single attempt. Connecting to the lock
+has passed: D is a duration (2m, 1.5s) or, as with flock -w, a number of
+seconds (5, 0.5); -n or -w 0 makes a single attempt. Connecting to the lock
 service is bounded by --connect-timeout, and so is the first attempt when
--n or a shorter -w is given: even -w 1us gets one whole attempt.
+-n or a shorter -w is given: even -w 1us gets one whole attempt. With
+--verbose dlock says who holds the lock when it has to wait ("waiting for
+KEY, held by owner ... on HOST pid PID, lease ends in 4.2s"), and how long
+it waited once it has the lock ("acquired KEY after 3.0s, token N"); on a
+terminal a progress line counts the seconds of a long wait.
 
 If the lock is lost while CMD runs (renewal failed, key deleted), dlock says
 so on stderr, sends SIGTERM to every process of the tree, SIGKILL after
@@ -60,14 +68,13 @@ so on stderr, sends SIGTERM to every process of the tree, SIGKILL after
 dlock itself stops renewing without dying (SIGSTOP, SIGTSTP, a long stall),
 the supervisor terminates the tree on its own when the lease runs out, the
 same way, and dlock exits 4 once it runs again.
-
-Options:
 `
 
 const runExitCodes = `
 Exit status:
   CMD's status   CMD ran and the lock stayed held
-  1              the lock is held by someone else (-n, or --wait elapsed); see -E
+  1              the lock is held by someone else (-n, or --wait elapsed);
+                 see -E
   2              usage error: bad flags, arguments or URL, a mode the backend
                  does not offer (--shared, --limit), or a --limit other than
                  the current holders'
@@ -75,134 +82,245 @@ Exit status:
                  authentication failure... (whatever -w and -n say)
   4              the lock was lost while CMD ran; CMD was terminated
   127            CMD could not be started
+  128+N          interrupted by signal N while waiting for the lock
 
 Examples:
   dlock run nightly-report -- ./report.sh
   dlock run -n -E 75 --url redis://127.0.0.1:6379 deploy -- make deploy
-  dlock run --wait 2m --ttl 10s inventory -- sh -c 'echo token $DLOCK_TOKEN'
-  dlock run --shared catalog -- ./read-catalog.sh     # readers overlap
-  dlock run catalog -- ./rebuild-catalog.sh           # the writer waits for them
+  dlock run -w 5 --ttl 10s inventory -c 'echo token $DLOCK_TOKEN'
+  dlock run --verbose --wait 2m backup -- ./backup.sh
+  dlock run --shared catalog -- ./read-catalog.sh   # readers overlap
+  dlock run catalog -- ./rebuild-catalog.sh         # the writer waits
   dlock run --limit 3 --url redis://127.0.0.1:6379 encoders -- ./encode.sh
 `
 
-func cmdRun(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var (
-		rawURL   = fs.String("url", "", "lock service URL (default $DLOCK_URL, else file:// in the state dir)")
-		ttl      = fs.Duration("ttl", 30*time.Second, "lease length; renewed every ttl/3 (zk://: the lease follows the session timeout instead)")
-		wait     time.Duration
-		nonblock bool
-		conflict int
-		grace    = fs.Duration("grace", 5*time.Second, "time between SIGTERM and SIGKILL when the lock is lost or CMD leaves processes behind")
-		connect  = fs.Duration("connect-timeout", defaultConnectTimeout, "bound on connecting to and probing the lock service, and on the first lock request when -n or --wait is shorter")
-		verbose  = fs.Bool("verbose", false, "print the process tree's pids, the lock's events (acquired, renewal failures, lost, released) and the client libraries' logs on stderr")
-	)
-	var waitSet bool
-	fs.Var(waitFlag{&wait, &waitSet}, "wait", "give up after waiting this long: a duration (2m) or seconds (30); 0 means one attempt, like -n (default: wait forever)")
-	fs.Var(waitFlag{&wait, &waitSet}, "w", "short for --wait")
-	fs.BoolVar(&nonblock, "nonblock", false, "fail at once if the lock is held")
-	fs.BoolVar(&nonblock, "n", false, "short for --nonblock")
-	fs.IntVar(&conflict, "conflict-exit-code", exitConflict, "exit status when the lock is held by someone else")
-	fs.IntVar(&conflict, "E", exitConflict, "short for --conflict-exit-code")
-	var (
-		shared bool
-		limit  int
-	)
-	fs.BoolVar(&shared, "shared", false, "take a shared (read) lock: held together with other --shared runs, never with an exclusive one")
-	fs.BoolVar(&shared, "s", false, "short for --shared")
-	fs.Var(limitFlag{&limit}, "limit", fmt.Sprintf("take one of `N` permits (a semaphore): at most N --limit N runs hold KEY at once; N in 1-%d", dlock.MaxLimit))
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), runUsage)
-		fs.PrintDefaults()
-		fmt.Fprint(fs.Output(), runExitCodes)
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return exitUsage
-	}
-	rest := fs.Args()
-	if len(rest) == 0 {
-		fmt.Fprintln(stderr, "dlock run: missing KEY")
-		fs.Usage()
-		return exitUsage
-	}
-	key, cmdArgs := rest[0], rest[1:]
-	if len(cmdArgs) > 0 && cmdArgs[0] == "--" {
-		cmdArgs = cmdArgs[1:]
-	}
+// lockFlags are the options of run and hold that say which lock to take,
+// where, and how long to wait for it.
+type lockFlags struct {
+	url      string
+	ttl      time.Duration
+	wait     time.Duration
+	waitSet  bool // -w given: -w 0 is one attempt, no -w is for ever
+	nonblock bool
+	conflict int
+	shared   bool
+	limit    int
+	connect  time.Duration
+	verbose  bool
+}
+
+// define adds the lock options to o, with their defaults (but those of
+// defineLast).
+func (f *lockFlags) define(o *optionSet) {
+	f.ttl, f.conflict, f.connect = 30*time.Second, exitConflict, defaultConnectTimeout
+	o.String(&f.url, "", "url", "URL", "lock service URL (default: $DLOCK_URL, else a file:// directory in your state directory; see 'dlock --help')")
+	o.Duration(&f.ttl, "", "ttl", "DUR", "lease length (default 30s), renewed every TTL/3 (zk://: the lease follows the session timeout instead)")
+	o.Bool(&f.shared, "s", "shared", "take a shared (read) lock: held together with other --shared holders, never with an exclusive one")
+	o.Var(limitFlag{&f.limit}, "", "limit", "N", fmt.Sprintf("take one of N permits (a semaphore): at most N --limit N holders of KEY at once; N in 1-%d", dlock.MaxLimit))
+	o.Var(waitFlag{&f.wait, &f.waitSet}, "w", "wait", "DUR|SECS", "give up after waiting this long: a duration (2m, 1.5s) or seconds (5, 0.5); 0 means one attempt, like -n (default: wait for ever)")
+	o.Bool(&f.nonblock, "n", "nonblock", "fail at once if the lock is held (one attempt)")
+	o.Int(&f.conflict, "E", "conflict-exit-code", "N", "exit status when the lock is held by someone else (default 1)")
+}
+
+// defineLast adds the options listed after the command's own: the
+// connection's and --verbose, which says verboseHelp.
+func (f *lockFlags) defineLast(o *optionSet, verboseHelp string) {
+	o.Duration(&f.connect, "", "connect-timeout", "DUR", "bound on connecting to and probing the lock service, and on the first lock request when -n or a shorter --wait is given (default 5s)")
+	o.Bool(&f.verbose, "", "verbose", verboseHelp)
+}
+
+// request checks f for `dlock o.cmd KEY` and returns what to ask for; a
+// problem is a usage error, printed, with ok false.
+func (f *lockFlags) request(o *optionSet, key string, stderr io.Writer) (r acquireRequest, ok bool) {
 	switch {
-	case len(cmdArgs) == 0:
-		fmt.Fprintln(stderr, "dlock run: missing CMD after KEY --")
-		return exitUsage
-	case *ttl <= 0:
-		fmt.Fprintf(stderr, "dlock run: --ttl must be positive, got %v\n", *ttl)
-		return exitUsage
-	case wait < 0 || *grace < 0:
-		fmt.Fprintln(stderr, "dlock run: --wait and --grace must not be negative")
-		return exitUsage
-	case *connect <= 0:
-		fmt.Fprintf(stderr, "dlock run: --connect-timeout must be positive, got %v\n", *connect)
-		return exitUsage
-	case conflict < 0 || conflict > 255:
-		fmt.Fprintf(stderr, "dlock run: --conflict-exit-code must be in 0-255, got %d\n", conflict)
-		return exitUsage
-	case shared && limit > 0:
-		fmt.Fprintf(stderr, "dlock run: --shared and --limit %d cannot be combined: a key is a read-write lock or a semaphore, not both\n", limit)
-		return exitUsage
+	case f.ttl <= 0:
+		o.UsageError(stderr, "--ttl must be positive, got %v", f.ttl)
+		return r, false
+	case f.connect <= 0:
+		o.UsageError(stderr, "--connect-timeout must be positive, got %v", f.connect)
+		return r, false
+	case f.conflict < 0 || f.conflict > 255:
+		o.UsageError(stderr, "--conflict-exit-code must be in 0-255, got %d", f.conflict)
+		return r, false
+	case f.shared && f.limit > 0:
+		o.UsageError(stderr, "--shared and --limit %d cannot be combined: a key is a read-write lock or a semaphore, not both", f.limit)
+		return r, false
 	}
 	if err := dlock.ValidateKey(key); err != nil {
-		fmt.Fprintf(stderr, "dlock run: %v\n", err)
-		return exitUsage
+		o.UsageError(stderr, "%v", err)
+		return r, false
 	}
-	if waitSet && wait == 0 {
-		nonblock = true // -w 0 fails at once, as flock(1)'s does
+	r = acquireRequest{cmd: o.cmd, key: key, ttl: f.ttl, wait: f.wait, nonblock: f.nonblock, conflict: f.conflict,
+		attempt: f.connect, mode: dlock.Exclusive, verbose: f.verbose, progress: f.verbose && stderrIsForegroundTerminal()}
+	if f.waitSet && f.wait == 0 {
+		r.nonblock = true // -w 0 fails at once, as flock(1)'s does
 	}
+	switch {
+	case f.shared:
+		r.mode = dlock.Shared
+	case f.limit > 0:
+		r.mode, r.limit = dlock.Limited, f.limit
+	}
+	return r, true
+}
 
+// heldLock is a lock taken by run or hold, with what it needs.
+type heldLock struct {
+	lk     *dlock.Lock
+	b      *backend
+	sigc   chan os.Signal // the signals caught: they cancel the wait, and after it are the caller's
+	stderr io.Writer      // the caller's, scrubbed of the URL's secrets
+}
+
+// close stops catching the signals and closes the backend (the lock
+// itself is the caller's to release).
+func (h *heldLock) close() {
+	signal.Stop(h.sigc)
+	h.b.close()
+}
+
+// takeLock opens the lock service of f's URL and takes r's lock, catching
+// sigs meanwhile (a signal ends the wait, exit 128+N). On failure it has
+// said why on stderr and returns nil and the exit status.
+func takeLock(f *lockFlags, r acquireRequest, sigs []os.Signal, stderr io.Writer) (*heldLock, int) {
 	// Nothing dlock prints may carry a secret of the URL.
-	raw := *rawURL
+	raw := f.url
 	if raw == "" {
 		raw = defaultURL()
 	}
 	stderr = &scrubWriter{w: stderr, secrets: secretsOf(raw)}
-	// A closed stderr must not kill dlock (SIGPIPE) while it holds a lock.
+	if r.progress {
+		stderr = &progressWriter{w: stderr}
+	}
+	// A closed stderr (or stdout) must not kill dlock (SIGPIPE) while it
+	// holds a lock.
 	catch(make(chan os.Signal, 1), syscall.SIGPIPE)
 
 	// Connecting is bounded by --connect-timeout alone: a --wait shorter
 	// than that must still leave time for one attempt (see acquireForRun).
-	oo := openOptions{connectTimeout: *connect, verbose: *verbose, logs: stderr}
-	b, err := openBackend(raw, oo)
+	b, err := openBackend(raw, openOptions{connectTimeout: f.connect, verbose: f.verbose, logs: stderr})
 	if err != nil {
-		return reportOpen(stderr, "run", err)
+		return nil, reportOpen(stderr, r.cmd, err)
 	}
-	defer b.close()
-
-	// Signals: while waiting they cancel the wait; while CMD runs they are
-	// forwarded to it. Those dlock was started with ignored (nohup, "&" in
-	// a script) stay ignored, and CMD inherits them so.
+	// Signals dlock was started with ignored (nohup, "&" in a script) stay
+	// ignored (and so does CMD's, which inherits them).
 	sigc := make(chan os.Signal, 4)
-	catch(sigc, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
-	defer signal.Stop(sigc)
-
-	req := acquireRequest{key: key, ttl: *ttl, wait: wait, nonblock: nonblock, conflict: conflict, attempt: *connect, mode: dlock.Exclusive}
-	switch {
-	case shared:
-		req.mode = dlock.Shared
-	case limit > 0:
-		req.mode, req.limit = dlock.Limited, limit
-	}
-	lk, code := acquireForRun(b, req, sigc, stderr)
+	catch(sigc, sigs...)
+	lk, code := acquireForRun(b, r, sigc, stderr)
 	if lk == nil {
+		signal.Stop(sigc)
+		b.close()
+		return nil, code
+	}
+	return &heldLock{lk: lk, b: b, sigc: sigc, stderr: stderr}, 0
+}
+
+func cmdRun(args []string, stdout, stderr io.Writer) int {
+	o := newOptions("run", runUsage)
+	o.Trailer(runExitCodes)
+	var (
+		lf      lockFlags
+		shellC  string
+		shellOn bool
+		grace   = 5 * time.Second
+	)
+	lf.define(o)
+	o.Var(shellFlag{&shellC, &shellOn}, "c", "command", "CMDLINE", "run this command line with /bin/sh -c instead of CMD [ARGS...] (like flock -c); it may also come right after KEY")
+	o.Duration(&grace, "", "grace", "DUR", "time between SIGTERM and SIGKILL when the lock is lost or CMD leaves processes behind (default 5s)")
+	lf.defineLast(o, "say who holds the lock while waiting and how long the wait took; print the process tree's pids, the lock's events (acquired, renewal failures, lost, released) and the client libraries' logs on stderr")
+	rest, code, ok := o.Parse(args, stdout, stderr)
+	if !ok {
 		return code
 	}
-	return superviseChild(lk, cmdArgs, runOptions{grace: *grace, verbose: *verbose, mode: req.mode, limit: req.limit}, sigc, stderr)
+	if len(rest) == 0 {
+		return o.UsageError(stderr, "missing KEY")
+	}
+	key, cmdArgs := rest[0], rest[1:]
+	// flock's form: KEY -c CMDLINE (also -cCMDLINE, -c=CMDLINE, --command
+	// CMDLINE, --command=CMDLINE, as before KEY).
+	if len(cmdArgs) > 0 {
+		a, name, val, isC, hasVal := cmdArgs[0], "", "", false, false
+		switch {
+		case a == "-c" || a == "--command":
+			name, isC = a, true
+		case strings.HasPrefix(a, "--command="):
+			name, val, isC, hasVal = "--command", strings.TrimPrefix(a, "--command="), true, true
+		case strings.HasPrefix(a, "-c"):
+			name, val, isC, hasVal = "-c", strings.TrimPrefix(a[2:], "="), true, true
+		}
+		if isC {
+			if shellOn {
+				return o.UsageError(stderr, "-c given twice")
+			}
+			switch {
+			case hasVal:
+				cmdArgs = cmdArgs[1:]
+			case len(cmdArgs) < 2:
+				return o.UsageError(stderr, "option %s needs a value (CMDLINE)", name)
+			default:
+				val, cmdArgs = cmdArgs[1], cmdArgs[2:]
+			}
+			if err := (shellFlag{&shellC, &shellOn}).Set(val); err != nil {
+				return o.UsageError(stderr, "invalid value %q for %s: %v", val, name, err)
+			}
+		}
+	}
+	if len(cmdArgs) > 0 && cmdArgs[0] == "--" {
+		cmdArgs = cmdArgs[1:]
+	}
+	switch {
+	case shellOn && len(cmdArgs) > 0:
+		return o.UsageError(stderr, "both -c CMDLINE and CMD given (%s): give one", oneLine(strings.Join(cmdArgs, " ")))
+	case shellOn:
+		cmdArgs = []string{"/bin/sh", "-c", shellC}
+	case len(cmdArgs) == 0:
+		return o.UsageError(stderr, "missing CMD after KEY -- (or -c CMDLINE)")
+	case grace < 0:
+		return o.UsageError(stderr, "--grace must not be negative, got %v", grace)
+	}
+	r, ok := lf.request(o, key, stderr)
+	if !ok {
+		return exitUsage
+	}
+	// Signals: while waiting they cancel the wait; while CMD runs they are
+	// forwarded to it.
+	h, code := takeLock(&lf, r, []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}, stderr)
+	if h == nil {
+		return code
+	}
+	defer h.close()
+	return superviseChild(h.lk, cmdArgs, runOptions{grace: grace, verbose: lf.verbose, mode: r.mode, limit: r.limit}, h.sigc, h.stderr)
+}
+
+// shellFlag is -c: a command line for /bin/sh -c; set records that it
+// was given (an empty one is refused).
+type shellFlag struct {
+	cmd *string
+	set *bool
+}
+
+func (f shellFlag) String() string {
+	if f.cmd == nil {
+		return ""
+	}
+	return *f.cmd
+}
+
+func (f shellFlag) Set(s string) error {
+	if *f.set {
+		return errors.New("-c given twice")
+	}
+	if strings.TrimSpace(s) == "" {
+		return errors.New("an empty command")
+	}
+	*f.cmd, *f.set = s, true
+	return nil
 }
 
 // waitFlag parses --wait as a duration ("2m", "1.5s") or as seconds
 // ("30", "0.5"), like flock(1)'s -w; set records that it was given (so
-// that -w 0 can mean one attempt while no -w means for ever).
+// that -w 0 can mean one attempt while no -w means for ever). Negative,
+// not-a-number and too long waits are refused.
 type waitFlag struct {
 	d   *time.Duration
 	set *bool
@@ -216,15 +334,24 @@ func (w waitFlag) String() string {
 }
 
 func (w waitFlag) Set(s string) error {
-	if d, err := time.ParseDuration(s); err == nil {
-		*w.d, *w.set = d, true
-		return nil
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		secs, perr := strconv.ParseFloat(s, 64)
+		if perr != nil || math.IsNaN(secs) || math.IsInf(secs, 0) {
+			return fmt.Errorf("want a duration (2m, 1.5s) or a number of seconds (5, 0.5)")
+		}
+		if math.Abs(secs) > float64(math.MaxInt64/int64(time.Second)) {
+			return fmt.Errorf("too long: at most %d seconds", math.MaxInt64/int64(time.Second))
+		}
+		d = time.Duration(secs * float64(time.Second))
+		if d == 0 && secs > 0 {
+			d = 1 // below a nanosecond: still a (short) wait, not -w 0
+		}
 	}
-	secs, err := strconv.ParseFloat(s, 64)
-	if err != nil || math.IsNaN(secs) || math.IsInf(secs, 0) || math.Abs(secs) > float64(math.MaxInt64/int64(time.Second)) {
-		return fmt.Errorf("want a duration (2m, 1.5s) or a number of seconds, got %q", s)
+	if d < 0 {
+		return fmt.Errorf("must not be negative")
 	}
-	*w.d, *w.set = time.Duration(secs*float64(time.Second)), true
+	*w.d, *w.set = d, true
 	return nil
 }
 
@@ -251,6 +378,7 @@ func (f limitFlag) Set(s string) error {
 
 // acquireRequest is what acquireForRun asks for.
 type acquireRequest struct {
+	cmd      string // "run" or "hold", for messages ("" is run)
 	key      string
 	ttl      time.Duration
 	wait     time.Duration // 0: forever (unless nonblock)
@@ -259,6 +387,16 @@ type acquireRequest struct {
 	attempt  time.Duration // --connect-timeout: bound on a first attempt that --wait does not cover
 	mode     dlock.Mode    // --shared, --limit N or exclusive
 	limit    int           // N of --limit N
+	verbose  bool          // --verbose: say who holds the lock while waiting, and how long it took
+	progress bool          // with verbose: a progress line on a long wait (stderr is a terminal, a *progressWriter)
+}
+
+// name is what r's messages start with: "dlock run".
+func (r acquireRequest) name() string {
+	if r.cmd == "" {
+		return "dlock run"
+	}
+	return "dlock " + r.cmd
 }
 
 // options returns the lock options of r's mode.
@@ -279,7 +417,15 @@ func (r acquireRequest) options() []dlock.Option {
 // attempt may take up to --connect-timeout, so that -w 1us still takes a
 // free key. Waiting for a holder after that ends when --wait, counted from
 // the first attempt, has elapsed.
+//
+// With --verbose the first attempt is a TryAcquire of its own too (bounded
+// by --connect-timeout): when it finds the key held, its error names the
+// holders, which is what "waiting for KEY, held by ..." reports, at the
+// cost of one more request; then dlock waits as it would have anyway.
+// Whatever that attempt gets besides a usage error (an outage, no answer
+// in time), the wait goes on as without --verbose.
 func acquireForRun(b *backend, r acquireRequest, sigc chan os.Signal, stderr io.Writer) (*dlock.Lock, int) {
+	name := r.name()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var sig os.Signal
@@ -292,22 +438,36 @@ func acquireForRun(b *backend, r acquireRequest, sigc chan os.Signal, stderr io.
 		case <-stop:
 		}
 	}()
-	opts := append([]dlock.Option{dlock.WithTTL(r.ttl), dlock.WithMetadata("cmd", "dlock run")}, r.options()...)
+	opts := append([]dlock.Option{dlock.WithTTL(r.ttl), dlock.WithMetadata("cmd", name)}, r.options()...)
 	var (
 		lk         *dlock.Lock
 		err        error
 		attemptCtx context.Context // the bounded first attempt's, if any
 	)
 	start := time.Now()
-	if r.nonblock || r.wait > 0 && r.wait < r.attempt {
+	shortWait := r.wait > 0 && r.wait < r.attempt
+	if r.nonblock || shortWait || r.verbose {
 		var cancelAttempt context.CancelFunc
 		attemptCtx, cancelAttempt = context.WithTimeout(ctx, r.attempt)
 		lk, err = b.locker.TryAcquire(attemptCtx, r.key, opts...)
 		cancelAttempt()
-		if left := r.wait - time.Since(start); !r.nonblock && err != nil && left > 0 && ctx.Err() == nil &&
-			(heldBySomeone(err) || errors.Is(err, dlock.ErrTransient)) {
+		left := r.wait - time.Since(start)
+		if !r.nonblock && err != nil && (r.wait == 0 || left > 0) && ctx.Err() == nil &&
+			(heldBySomeone(err) || errors.Is(err, dlock.ErrTransient) ||
+				!shortWait && acquireErrorStatus(err, exitConflict) != exitUsage) {
 			attemptCtx = nil // the error to report is the wait's
-			lk, err = b.locker.Acquire(ctx, r.key, append(opts, dlock.WithWait(left))...)
+			if r.verbose {
+				fmt.Fprintf(stderr, "%s: %s\n", name, waitingText(r, err))
+			}
+			if r.wait > 0 {
+				opts = append(opts, dlock.WithWait(left))
+			}
+			stopProgress := func() {}
+			if pw, ok := stderr.(*progressWriter); ok && r.progress {
+				stopProgress = showProgress(pw, name, r.key, progressHolder(err), start)
+			}
+			lk, err = b.locker.Acquire(ctx, r.key, opts...)
+			stopProgress()
 		}
 	} else {
 		if r.wait > 0 {
@@ -319,12 +479,15 @@ func acquireForRun(b *backend, r acquireRequest, sigc chan os.Signal, stderr io.
 	<-exited
 	if s, ok := sig.(syscall.Signal); ok {
 		if lk != nil {
-			releaseNow(lk, stderr)
+			releaseNow(name, lk, stderr)
 		}
-		fmt.Fprintf(stderr, "dlock run: interrupted by %v while waiting for %q\n", sig, r.key)
+		fmt.Fprintf(stderr, "%s: interrupted by %v while waiting for %q\n", name, sig, r.key)
 		return nil, 128 + int(s)
 	}
 	if err == nil {
+		if r.verbose {
+			fmt.Fprintf(stderr, "%s: acquired %q after %.1fs, token %d\n", name, r.key, time.Since(start).Seconds(), lk.Token())
+		}
 		return lk, 0
 	}
 	code := acquireErrorStatus(err, r.conflict)
@@ -332,25 +495,192 @@ func acquireForRun(b *backend, r acquireRequest, sigc chan os.Signal, stderr io.
 	switch {
 	case errors.Is(err, dlock.ErrUnsupported), errors.Is(err, dlock.ErrLimitMismatch):
 		// The backend's own words name the mode, or both limits.
-		fmt.Fprintf(stderr, "dlock run: %s: %v\n", b.where, err)
+		fmt.Fprintf(stderr, "%s: %s: %v\n", name, b.where, err)
 	case code == exitUsage:
-		fmt.Fprintf(stderr, "dlock run: %v\n", err)
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 	case code == exitBackend && attemptCtx != nil && attemptCtx.Err() != nil && ctx.Err() == nil:
-		fmt.Fprintf(stderr, "dlock run: %s: no answer to the lock request within --connect-timeout %s: %v\n", b.where, r.attempt, err)
+		fmt.Fprintf(stderr, "%s: %s: no answer to the lock request within --connect-timeout %s: %v\n", name, b.where, r.attempt, err)
 	case code == exitBackend && errors.Is(err, dlock.ErrNotAcquired):
-		fmt.Fprintf(stderr, "dlock run: %s: no holder of %q was seen; the lock service did not answer: %v\n", b.where, r.key, err)
+		fmt.Fprintf(stderr, "%s: %s: no holder of %q was seen; the lock service did not answer: %v\n", name, b.where, r.key, err)
 	case code == exitBackend:
-		fmt.Fprintf(stderr, "dlock run: %s: %v\n", b.where, err)
+		fmt.Fprintf(stderr, "%s: %s: %v\n", name, b.where, err)
 	case errors.As(err, &na):
-		msg := "dlock run: " + heldText(r, na)
+		msg := name + ": " + heldText(r, na)
 		if !r.nonblock {
 			msg += fmt.Sprintf(" (gave up after waiting %s)", r.wait)
 		}
 		fmt.Fprintln(stderr, msg)
 	default:
-		fmt.Fprintf(stderr, "dlock run: lock %q is held: %v\n", r.key, err)
+		fmt.Fprintf(stderr, "%s: lock %q is held: %v\n", name, r.key, err)
 	}
 	return nil, code
+}
+
+// waitingText is --verbose's line when the first attempt did not get the
+// lock: "waiting for "k", held by owner 3f2a01c2d4e5 on web-1 pid 42,
+// lease ends in 4.2s", as far as that attempt saw.
+func waitingText(r acquireRequest, err error) string {
+	if !heldBySomeone(err) {
+		return fmt.Sprintf("waiting for %q; the first attempt got no answer: %s", r.key, oneLine(err.Error()))
+	}
+	var na *dlock.NotAcquiredError
+	h, seen := dlock.Holder{}, false
+	if errors.As(err, &na) {
+		h, seen = seenHolder(na)
+	}
+	if !seen {
+		if r.mode == dlock.Shared {
+			return fmt.Sprintf("waiting for %q, held, or an exclusive run is waiting for it (new shared runs wait behind it)", r.key)
+		}
+		return fmt.Sprintf("waiting for %q, held", r.key)
+	}
+	how := "held"
+	switch h.Mode {
+	case dlock.Shared:
+		how = "held shared"
+	case dlock.Limited:
+		how = "held as a semaphore"
+	}
+	msg := fmt.Sprintf("waiting for %q, %s by %s", r.key, how, holderWords(h))
+	if n := len(na.Holders); n > 1 {
+		msg += fmt.Sprintf(" and %d other holder(s)", n-1)
+	}
+	if h.TTL > 0 {
+		msg += fmt.Sprintf(", lease ends in %s", h.TTL.Round(100*time.Millisecond))
+	}
+	return msg
+}
+
+// holderWords names a holder in prose: "owner 3f2a01c2d4e5 on web-1 pid
+// 42", control characters escaped.
+func holderWords(h dlock.Holder) string {
+	var parts []string
+	if h.Owner != "" {
+		short := h.Owner
+		if len(short) > 12 {
+			short = short[:12]
+		}
+		parts = append(parts, "owner "+oneLine(short))
+	}
+	if host := h.Metadata[dlock.MetaHost]; host != "" {
+		parts = append(parts, "on "+oneLine(host))
+	}
+	if pid := h.Metadata[dlock.MetaPID]; pid != "" {
+		parts = append(parts, "pid "+oneLine(pid))
+	}
+	if len(parts) == 0 {
+		return "a holder that left no name"
+	}
+	return strings.Join(parts, " ")
+}
+
+// progressHolder is the progress line's note on who held the lock at the
+// first attempt ("" if nobody was named).
+func progressHolder(err error) string {
+	var na *dlock.NotAcquiredError
+	if !errors.As(err, &na) {
+		return ""
+	}
+	if h, ok := seenHolder(na); ok && (h.Owner != "" || len(h.Metadata) > 0) {
+		return " (held by " + holderWords(h) + " at the first attempt)"
+	}
+	return ""
+}
+
+// Progress line of a long wait on a terminal: from progressAfter on, once
+// every progressEvery, "\rdlock run: waiting 5s for "k" (held by ...)",
+// rewritten in place; cleared once the wait is over.
+const (
+	progressAfter = 2 * time.Second
+	progressEvery = time.Second
+)
+
+// progressWriter is stderr while a progress line may be drawn on it:
+// anything else written to it (a message, a log line of --verbose) first
+// erases the progress line, which the next tick draws again.
+type progressWriter struct {
+	mu    sync.Mutex
+	w     io.Writer
+	drawn bool
+}
+
+func (p *progressWriter) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.eraseLocked()
+	return p.w.Write(b)
+}
+
+// draw replaces the progress line with line.
+func (p *progressWriter) draw(line string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// \x1b[K erases the rest of the line: a shorter line leaves nothing
+	// of the last one behind.
+	writeControl(p.w, "\r"+line+"\x1b[K")
+	p.drawn = true
+}
+
+// erase erases the progress line, if drawn.
+func (p *progressWriter) erase() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.eraseLocked()
+}
+
+func (p *progressWriter) eraseLocked() {
+	if p.drawn {
+		writeControl(p.w, "\r\x1b[K")
+		p.drawn = false
+	}
+}
+
+// showProgress draws the progress line on p until the returned stop is
+// called; stop erases it, if it is drawn, before it returns.
+func showProgress(p *progressWriter, name, key, held string, start time.Time) (stop func()) {
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(progressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if waited := time.Since(start); waited >= progressAfter {
+					p.draw(fmt.Sprintf("%s: waiting %s for %q%s", name, waited.Round(time.Second), key, held))
+				}
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-exited
+		p.erase()
+	}
+}
+
+// writeControl writes s, whose control characters are dlock's own (any
+// text from elsewhere in it escaped already), to w; through a scrubWriter
+// it is scrubbed of secrets but not escaped.
+func writeControl(w io.Writer, s string) {
+	if sw, ok := w.(*scrubWriter); ok {
+		sw.mu.Lock()
+		defer sw.mu.Unlock()
+		io.WriteString(sw.w, scrub(s, sw.secrets))
+		return
+	}
+	io.WriteString(w, s)
+}
+
+// stderrIsForegroundTerminal reports whether fd 2 is a terminal whose
+// foreground is dlock's process group: there a progress line can be drawn
+// and erased (from the background, with "stty tostop", writing would stop
+// dlock). Outside Linux it says no.
+func stderrIsForegroundTerminal() bool {
+	pg, err := tcgetpgrp(2)
+	return err == nil && pg == syscall.Getpgrp()
 }
 
 // heldText says who holds r.key, from the holders na names: "lock "k" is
@@ -463,7 +793,7 @@ type runOptions struct {
 // superviseChild runs CMD under lk (see supervise.go for the process tree)
 // and returns dlock's exit status.
 func superviseChild(lk *dlock.Lock, cmdArgs []string, o runOptions, sigc chan os.Signal, stderr io.Writer) int {
-	release := func() { releaseNow(lk, stderr) }
+	release := func() { releaseNow("dlock run", lk, stderr) }
 	// Orphans of the tree come to dlock if the supervisor dies.
 	_ = setSubreaper()
 	contc := make(chan os.Signal, 1)
@@ -617,10 +947,10 @@ func reportOpen(stderr io.Writer, cmd string, err error) int {
 }
 
 // releaseNow releases lk with its own bounded context.
-func releaseNow(lk *dlock.Lock, stderr io.Writer) {
+func releaseNow(name string, lk *dlock.Lock, stderr io.Writer) {
 	ctx, cancel := context.WithTimeout(context.Background(), dlock.DefaultReleaseTimeout)
 	defer cancel()
 	if err := lk.Release(ctx); err != nil && !errors.Is(err, dlock.ErrLockLost) {
-		fmt.Fprintf(stderr, "dlock run: release %q: %v\n", lk.Key(), err)
+		fmt.Fprintf(stderr, "%s: release %q: %v\n", name, lk.Key(), err)
 	}
 }

@@ -5,10 +5,12 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -184,6 +186,15 @@ func (t *target) tlsAdvice(err error) string {
 			return "the server refused the connection's certificate: it may require a client certificate (?cert=FILE&key=FILE)"
 		}
 		return fmt.Sprintf("the server refused the client certificate %s: is it signed by a CA the server trusts?", t.Cert)
+	case errors.As(err, new(*afterHandshakeError)) && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF)):
+		// The server hung up once the handshake was done, before any
+		// request: under load its "certificate required" alert can be
+		// lost to the reset (TLS 1.3 checks client certificates after
+		// the client's handshake completes).
+		if t.Cert == "" {
+			return "the server closed the connection right after the TLS handshake: it may require a client certificate (?cert=FILE&key=FILE)"
+		}
+		return fmt.Sprintf("the server closed the connection right after the TLS handshake: it may have refused the client certificate %s", t.Cert)
 	case errors.As(err, &unknownCA) || strings.Contains(s, "certificate signed by unknown authority"):
 		if t.CA == "" {
 			return "the server's certificate is not signed by a CA this host trusts: add ?ca=FILE with the CA that signed it"
@@ -244,10 +255,17 @@ func (t *target) diagnoseTLS(deadline time.Time) <-chan error {
 		_, err = conn.Read(make([]byte, 1))
 		var ne net.Error
 		if err != nil && !(errors.As(err, &ne) && ne.Timeout()) {
-			c <- err
+			c <- &afterHandshakeError{err}
 			return
 		}
 		c <- nil
 	}()
 	return c
 }
+
+// afterHandshakeError is diagnoseTLS's read error once the handshake had
+// completed.
+type afterHandshakeError struct{ err error }
+
+func (e *afterHandshakeError) Error() string { return "after the TLS handshake: " + e.err.Error() }
+func (e *afterHandshakeError) Unwrap() error { return e.err }

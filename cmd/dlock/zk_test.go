@@ -107,8 +107,8 @@ func TestZooKeeperURLAndLs(t *testing.T) {
 	}
 	r = runDlock(t, url, "ls")
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if f := strings.Fields(lines[len(lines)-1]); len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != "KEY MODE LIMIT OWNER HOST PID TOKEN TTL WAITERS METADATA" ||
-		len(f) < 10 || f[0] != "reports/zk" || f[1] != "exclusive" || f[2] != "-" || f[5] != pid || f[7] != "-" || f[8] != "1" || !strings.HasSuffix(lines[1], `"cmd=dlock run"`) {
+	if f := strings.Fields(lines[len(lines)-1]); len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != lsHeader ||
+		len(f) < 10 || f[0] != "reports/zk" || f[1] != "exclusive" || f[7] != "-" || holderPID(f[2]) != pid || f[5] != "-" || f[6] != "1" || !strings.HasSuffix(lines[1], `"cmd=dlock run"`) {
 		t.Fatalf("ls table with a waiter (no lease known to others: TTL -): %q", r.stdout)
 	}
 	holder.Process.Signal(syscall.SIGTERM)

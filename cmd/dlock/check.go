@@ -1,0 +1,300 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+const checkUsage = `Usage: dlock check [--url URL] [--connect-timeout 5s] [--read-only] [--json]
+
+Checks that the lock service works, for monitoring and health probes: it
+connects, then makes one real lock round trip, taking the lock
+"dlock/check/<hostname>" with a 10s lease and releasing it at once (the
+lock being held by another check from this host at that moment counts as
+an answer too). It prints
+  ok: redis 127.0.0.1:6379 in 1.2ms
+and exits 0, or prints the error and exits 3 (2 for a bad URL). The whole
+check, connecting included, ends within --connect-timeout (and a fraction
+of a second), even when a server accepts the connection and never answers.
+
+The probe key is one per host, not one per check: services keep a fencing
+counter (or a row, a znode) per key, and a probe every few seconds must not
+leave a new one behind each time. --read-only lists the keys under
+"dlock/check/" instead: it writes nothing, but cannot notice a service that
+takes no writes (a read-only replica, a full disk).
+
+--json prints one object: ok (true or false), backend, address, probe
+("lock" or "list"), elapsed_ms, and error when not ok.
+
+Kubernetes exec probe (keep the URL, and its password, in a Secret passed
+as $DLOCK_URL):
+  readinessProbe:
+    exec:
+      command: ["dlock", "check", "--connect-timeout", "3s"]
+    periodSeconds: 10
+    timeoutSeconds: 5
+  env:
+    - name: DLOCK_URL
+      valueFrom: {secretKeyRef: {name: dlock, key: url}}
+
+Options:
+`
+
+// checkKeyPrefix starts the key that dlock check locks.
+const checkKeyPrefix = "dlock/check/"
+
+// checkTTL is the lease of check's probe lock: released at once, it only
+// matters when the check is killed while holding it.
+const checkTTL = 10 * time.Second
+
+// checkGrace is how long after --connect-timeout check gives up on a
+// round trip that ignores its deadline.
+const checkGrace = 250 * time.Millisecond
+
+// checkResult is check's outcome, and its --json form.
+type checkResult struct {
+	OK        bool     `json:"ok"`
+	Backend   string   `json:"backend"`
+	Address   string   `json:"address"`
+	Probe     string   `json:"probe"`
+	ElapsedMs float64  `json:"elapsed_ms"`
+	Error     string   `json:"error,omitempty"`
+	Warnings  []string `json:"warnings,omitempty"`
+
+	busy  bool // the probe lock was held by another check
+	usage bool // a bad URL or option: exit 2
+}
+
+func cmdCheck(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	rawURL := fs.String("url", "", "lock service URL (default $DLOCK_URL, else file:// in the state dir)")
+	connect := fs.Duration("connect-timeout", defaultConnectTimeout, "bound on the whole check")
+	readOnly := fs.Bool("read-only", false, "list instead of taking a lock: writes nothing")
+	asJSON := fs.Bool("json", false, "print JSON")
+	fs.Usage = func() { fmt.Fprint(fs.Output(), checkUsage); fs.PrintDefaults() }
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "dlock check: no arguments expected, got %q\n", fs.Args())
+		return exitUsage
+	}
+	if *connect <= 0 {
+		fmt.Fprintf(stderr, "dlock check: --connect-timeout must be positive, got %v\n", *connect)
+		return exitUsage
+	}
+	raw := *rawURL
+	if raw == "" {
+		raw = defaultURL()
+	}
+	secrets := secretsOf(raw)
+	stderr = &scrubWriter{w: stderr, secrets: secrets}
+	res := checkResult{Probe: "lock"}
+	if *readOnly {
+		res.Probe = "list"
+	}
+	res.Backend, res.Address = checkTarget(raw)
+
+	start := time.Now()
+	done := make(chan checkResult, 1) // buffered: a round trip that ends late never blocks
+	go func() {
+		r := res
+		busy, warnings, err := probeService(raw, *connect, *readOnly)
+		r.busy, r.Warnings = busy, warnings
+		r.setErr(err)
+		done <- r
+	}()
+	t := time.NewTimer(*connect + checkGrace)
+	defer t.Stop()
+	select {
+	case res = <-done:
+	case <-t.C:
+		// The round trip ignored its deadline: do not wait for it.
+		res.Error = errNoAnswer{time.Since(start), *connect, "--connect-timeout", nil}.Error()
+	}
+	elapsed := time.Since(start)
+	res.ElapsedMs = float64(elapsed.Microseconds()) / 1000
+	res.OK = res.Error == ""
+	res.Error = scrub(res.Error, secrets)
+	for i, w := range res.Warnings {
+		res.Warnings[i] = scrub(w, secrets)
+	}
+
+	code := 0
+	switch {
+	case res.usage:
+		code = exitUsage
+	case !res.OK:
+		code = exitBackend
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		if err := enc.Encode(res); err != nil {
+			return exitBackend
+		}
+		return code
+	}
+	for _, w := range res.Warnings {
+		fmt.Fprintln(stderr, w)
+	}
+	if !res.OK {
+		fmt.Fprintf(stderr, "dlock check: %s\n", res.Error)
+		return code
+	}
+	busy := ""
+	if res.busy {
+		busy = " (the probe lock was held by another check)"
+	}
+	fmt.Fprintf(stdout, "ok: %s %s in %s%s\n", res.Backend, quoteField(res.Address), fmtElapsed(elapsed), busy)
+	return 0
+}
+
+// setErr records err, if any, in r (as text: r is also check's JSON).
+func (r *checkResult) setErr(err error) {
+	if err == nil {
+		return
+	}
+	r.Error = err.Error()
+	r.usage = errors.Is(err, errBadURL) || errors.Is(err, dlock.ErrInvalidOption)
+}
+
+// probeService opens the service and makes check's round trip: a lock
+// taken and released, or with readOnly a listing. busy reports that the
+// probe lock was held (by another check): the service answered. After a
+// round trip that worked, warnings name the servers that did not answer
+// (a Redlock node; an etcd, ZooKeeper or Sentinel address that refuses
+// connections): the service works without them, for now. Opening and
+// the round trip end by connect, as far as the clients honour their
+// context (cmdCheck does not wait longer).
+func probeService(raw string, connect time.Duration, readOnly bool) (busy bool, warnings []string, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), connect)
+	defer cancel()
+	b, err := openBackend(raw, openOptions{connectTimeout: connect, readOnly: readOnly})
+	if err != nil {
+		return false, nil, err
+	}
+	defer b.close()
+	busy, err = roundTrip(ctx, b, connect, readOnly)
+	if err != nil {
+		return false, nil, err
+	}
+	if t, err := parseURL(raw); err == nil {
+		if left := time.Until(deadlineOf(ctx)); left > 0 { // 0 would be no bound
+			warnings = endpointWarnings(t, left)
+		}
+	}
+	if b.nodes != nil {
+		// The round trip worked: a node that does not answer soon after
+		// the others only gets a warning, without making the check slow
+		// (go-redis retries a refused connection for seconds).
+		states := listNodes(ctx, checkKeyPrefix, b.nodes, connect/10)
+		up := 0
+		for _, s := range states {
+			if s.err == nil {
+				up++
+			}
+		}
+		for _, s := range states {
+			if s.err != nil {
+				warnings = append(warnings, fmt.Sprintf("warning: node %s %s: %v; %d/%d nodes answered", s.addr, nodeFailure(s.err), s.err, up, len(states)))
+			}
+		}
+	}
+	return busy, warnings, nil
+}
+
+// deadlineOf is ctx's deadline (ctx has one).
+func deadlineOf(ctx context.Context) time.Time {
+	d, _ := ctx.Deadline()
+	return d
+}
+
+// roundTrip is check's round trip on an opened backend.
+func roundTrip(ctx context.Context, b *backend, connect time.Duration, readOnly bool) (busy bool, err error) {
+	fail := func(what string, err error) error {
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s: %s: no answer within --connect-timeout %v: %w", b.where, what, connect, err)
+		}
+		return fmt.Errorf("%s: %s: %w", b.where, what, err)
+	}
+	if readOnly {
+		if _, err := b.list(ctx, checkKeyPrefix); err != nil {
+			return false, fail("list", err)
+		}
+		return false, nil
+	}
+	key := checkKeyPrefix + checkHost()
+	lk, err := b.locker.TryAcquire(ctx, key, dlock.WithTTL(checkTTL), dlock.WithMetadata("cmd", "dlock check"))
+	var na *dlock.NotAcquiredError
+	switch {
+	case errors.As(err, &na) || errors.Is(err, dlock.ErrNotAcquired):
+		return true, nil
+	case err != nil:
+		return false, fail(fmt.Sprintf("lock %q", key), err)
+	}
+	if err := lk.Release(ctx); err != nil {
+		return false, fail(fmt.Sprintf("release %q", key), err)
+	}
+	return false, nil
+}
+
+// checkHost is the host part of check's probe key.
+func checkHost() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "unknown-host"
+	}
+	return h
+}
+
+// checkKinds names the backends for check's line.
+var checkKinds = map[string]string{
+	"file": "file", "redis": "redis", "rediss": "redis",
+	"redis+cluster": "redis-cluster", "rediss+cluster": "redis-cluster",
+	"redis+sentinel": "redis-sentinel", "rediss+sentinel": "redis-sentinel",
+	"redlock": "redlock", "redlocks": "redlock", "etcd": "etcd", "etcds": "etcd",
+	"zk": "zookeeper", "postgres": "postgres", "postgresql": "postgres",
+}
+
+// checkTarget returns the backend's kind and address for check's line:
+// the servers' host:port, the lock directory, or the redacted URL.
+func checkTarget(raw string) (kind, addr string) {
+	t, err := parseURL(raw)
+	if err != nil {
+		return "unknown", redact(raw)
+	}
+	kind = checkKinds[t.Scheme]
+	if kind == "" {
+		kind = t.Scheme
+	}
+	switch {
+	case len(t.Addrs) > 0:
+		addr = strings.Join(t.Addrs, ",")
+	case t.Dir != "":
+		addr = t.Dir
+	default:
+		addr = t.where
+	}
+	return kind, addr
+}
+
+// fmtElapsed formats check's elapsed time: 1.2ms, 350.4ms, 1.204s.
+func fmtElapsed(d time.Duration) string {
+	if d < time.Second {
+		return d.Round(100 * time.Microsecond).String()
+	}
+	return d.Round(time.Millisecond).String()
+}

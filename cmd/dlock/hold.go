@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"syscall"
+
+	"github.com/dlock-go/dlock"
+)
+
+const holdUsage = `Usage: dlock hold [--url URL] [--ttl 30s] [-s|--shared | --limit N]
+         [-w|--wait DUR|SECS] [-n|--nonblock] [-E|--conflict-exit-code N]
+         [--connect-timeout 5s] [--verbose] KEY
+
+Takes the lock KEY and holds it, renewing it, until dlock hold gets SIGINT,
+SIGTERM or SIGHUP: then it releases the lock and exits 0. It runs no
+command (like etcdctl lock without one): once the lock is held it prints
+one line on stdout, TOKEN OWNER: the fencing token and the owner id,
+
+  42 3f2a01c2d4e5f60718293a4b5c6d7e8f
+
+and holds the lock for whatever the caller does meanwhile, such as a shell
+script that takes a lock across several commands. Pass the token to what
+you write to, so that it can refuse a stale holder's writes.
+
+If the lock is lost while held (renewal failed, key deleted, dlock hold
+stopped for longer than the lease), it says so on stderr and exits 4: from
+then on the lock may be someone else's. Waiting (-w, -n), modes (--shared,
+--limit) and the URL work as for dlock run; see 'dlock run --help'.
+`
+
+const holdExitCodes = `
+Exit status:
+  0       the lock was held until a signal and then released
+  1       the lock is held by someone else (-n, or --wait elapsed); see -E
+  2       usage error: bad flags, arguments or URL, a mode the backend does
+          not offer, or a --limit other than the current holders'
+  3       backend error (unreachable, no answer, authentication), also when
+          the release on a signal failed (the lease then runs out on its own)
+  4       the lock was lost while held
+  128+N   interrupted by signal N while waiting for the lock
+
+Examples:
+  dlock hold -w 30 deploy
+  # bash: hold the lock while the rest of a script runs
+  coproc dlock hold deploy
+  read -r token owner <&"${COPROC[0]}"    # returns once the lock is held
+  ./deploy.sh --fencing-token "$token"
+  kill "$COPROC_PID"; wait "$COPROC_PID"  # release
+`
+
+func cmdHold(args []string, stdout, stderr io.Writer) int {
+	o := newOptions("hold", holdUsage)
+	o.Trailer(holdExitCodes)
+	var lf lockFlags
+	lf.define(o)
+	lf.defineLast(o, "say who holds the lock while waiting and how long the wait took; print the lock's events (acquired, renewal failures, lost, released) and the client libraries' logs on stderr")
+	rest, code, ok := o.Parse(args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	switch {
+	case len(rest) == 0:
+		return o.UsageError(stderr, "missing KEY")
+	case len(rest) > 1:
+		return o.UsageError(stderr, "unexpected argument after KEY: %s (to run a command under the lock, use dlock run)", oneLine(strings.Join(rest[1:], " ")))
+	}
+	r, ok := lf.request(o, rest[0], stderr)
+	if !ok {
+		return exitUsage
+	}
+	h, code := takeLock(&lf, r, []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}, stderr)
+	if h == nil {
+		return code
+	}
+	defer h.close()
+	lk := h.lk
+	// A reader gone (stdout closed) does not end the hold: the lock is
+	// held until a signal says otherwise.
+	_, _ = fmt.Fprintf(stdout, "%d %s\n", lk.Token(), lk.Owner())
+	select {
+	case sig := <-h.sigc:
+		ctx, cancel := context.WithTimeout(context.Background(), dlock.DefaultReleaseTimeout)
+		defer cancel()
+		switch err := lk.Release(ctx); {
+		case errors.Is(err, dlock.ErrLockLost):
+			fmt.Fprintf(h.stderr, "dlock hold: LOCK LOST before %v came: %v\n", sig, err)
+			return exitLost
+		case err != nil:
+			fmt.Fprintf(h.stderr, "dlock hold: on %v: release %q: %v\n", sig, r.key, err)
+			return exitBackend
+		}
+		if lf.verbose {
+			fmt.Fprintf(h.stderr, "dlock hold: released %q on %v\n", r.key, sig)
+		}
+		return 0
+	case <-lk.Lost():
+		fmt.Fprintf(h.stderr, "dlock hold: LOCK LOST: %v\n", lk.Err())
+		return exitLost
+	}
+}

@@ -1,0 +1,222 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/filelock"
+	"github.com/dlock-go/dlock/internal/testserver"
+)
+
+// holding is a running `dlock hold`.
+type holding struct {
+	cmd    *exec.Cmd
+	stderr *syncBuffer
+	token  uint64
+	owner  string
+}
+
+// startHold runs `dlock hold ARGS...` and waits for its one line on
+// stdout: the lock is held from then on.
+func startHold(t *testing.T, url string, args ...string) *holding {
+	t.Helper()
+	cmd := dlockCmd(context.Background(), url, append([]string{"hold"}, args...)...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	errb := &syncBuffer{}
+	cmd.Stderr = errb
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line := make(chan string, 1)
+	go func() {
+		l, _ := bufio.NewReader(stdout).ReadString('\n')
+		line <- l
+		io.Copy(io.Discard, stdout) // nothing more is expected
+	}()
+	var l string
+	select {
+	case l = <-line:
+	case <-time.After(hang):
+		t.Fatalf("hang: dlock hold printed nothing; stderr: %s", errb.String())
+	}
+	m := regexp.MustCompile(`^(\d+) ([0-9a-f]{32})\n$`).FindStringSubmatch(l)
+	if m == nil {
+		t.Fatalf("dlock hold printed %q, want \"TOKEN OWNER\\n\"; stderr: %s", l, errb.String())
+	}
+	tok, _ := strconv.ParseUint(m[1], 10, 64)
+	return &holding{cmd: cmd, stderr: errb, token: tok, owner: m[2]}
+}
+
+// dlock hold prints the token and holds the lock (others fail with -n,
+// name its pid, and wait) until SIGINT, SIGTERM or SIGHUP: then it
+// releases it and exits 0, and the next holder's token is higher.
+func TestHoldUntilSignalled(t *testing.T) {
+	url := fileURL(t)
+	last := uint64(0)
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP} {
+		h := startHold(t, url, "deploy")
+		if h.token <= last {
+			t.Fatalf("token %d after %d", h.token, last)
+		}
+		r := runDlock(t, url, "run", "-n", "deploy", "--", "echo", "should not run")
+		if r.code != exitConflict || r.stdout != "" || !strings.Contains(r.stderr, fmt.Sprintf("pid=%d", h.cmd.Process.Pid)) ||
+			!strings.Contains(r.stderr, h.owner[:12]) {
+			t.Fatalf("run -n while held: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+		if r := runDlock(t, url, "hold", "-n", "deploy"); r.code != exitConflict || r.stdout != "" || !strings.Contains(r.stderr, "dlock hold: lock \"deploy\" is held") {
+			t.Fatalf("hold -n while held: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+		h.cmd.Process.Signal(sig)
+		if code := waitExit(t, h.cmd); code != 0 {
+			t.Fatalf("after %v: exit %d, stderr %s", sig, code, h.stderr.String())
+		}
+		r = runDlock(t, url, "run", "-n", "deploy", "--", "sh", "-c", `echo "$DLOCK_TOKEN"`)
+		tok, err := strconv.ParseUint(strings.TrimSpace(r.stdout), 10, 64)
+		if r.code != 0 || err != nil || tok <= h.token {
+			t.Fatalf("after %v released: exit %d, stdout %q, stderr %q; want a token above %d", sig, r.code, r.stdout, r.stderr, h.token)
+		}
+		last = tok
+	}
+}
+
+// A waiting run gets the lock once hold releases it.
+func TestHoldHandsOverToWaiter(t *testing.T) {
+	url := fileURL(t)
+	h := startHold(t, url, "--verbose", "q")
+	waiter := dlockCmd(context.Background(), url, "run", "q", "--", "sh", "-c", `echo "got $DLOCK_TOKEN"`)
+	out := &syncBuffer{}
+	waiter.Stdout, waiter.Stderr = out, out
+	if err := waiter.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { waiter.Process.Kill(); waiter.Wait() })
+	time.Sleep(300 * time.Millisecond) // the waiter is (most likely) waiting by now; either way it must get the lock
+	if strings.Contains(out.String(), "got") {
+		t.Fatalf("the waiter ran while hold held the lock: %q", out.String())
+	}
+	h.cmd.Process.Signal(syscall.SIGTERM)
+	if code := waitExit(t, h.cmd); code != 0 {
+		t.Fatalf("hold: exit %d, stderr %s", code, h.stderr.String())
+	}
+	if !strings.Contains(h.stderr.String(), `dlock hold: released "q" on terminated`) {
+		t.Errorf("hold --verbose did not say it released: %s", h.stderr.String())
+	}
+	code := waitExit(t, waiter)
+	m := regexp.MustCompile(`got (\d+)`).FindStringSubmatch(out.String())
+	if code != 0 || m == nil {
+		t.Fatalf("waiter: exit %d, output %q", code, out.String())
+	}
+	if tok, _ := strconv.ParseUint(m[1], 10, 64); tok <= h.token {
+		t.Fatalf("waiter's token %d, not above hold's %d", tok, h.token)
+	}
+}
+
+// A lock lost while held (deleted behind hold's back) ends hold with exit
+// 4 and says so.
+func TestHoldLostLock(t *testing.T) {
+	dir := t.TempDir()
+	h := startHold(t, "file://"+dir, "--ttl", "300ms", "doomed")
+	l, err := filelock.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Expire("doomed"); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitExit(t, h.cmd); code != exitLost || !strings.Contains(h.stderr.String(), "dlock hold: LOCK LOST") {
+		t.Fatalf("exit %d, stderr %q; want %d and LOCK LOST", code, h.stderr.String(), exitLost)
+	}
+}
+
+// On Redis, hold keeps renewing: held well past its TTL, the key is still
+// its own; waiting (-w) and the modes work as for run.
+func TestHoldOnRedisRenewsAndWaits(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	url := "redis://" + srv.Addr()
+	h := startHold(t, url, "--ttl", "1s", "r")
+	time.Sleep(2500 * time.Millisecond) // > 2 TTLs: only renewals keep it
+	if r := runDlock(t, url, "run", "-n", "r", "--", "true"); r.code != exitConflict {
+		t.Fatalf("run -n 2.5s into a hold with --ttl 1s: exit %d %q; want the lock still held", r.code, r.stderr)
+	}
+	if r := runDlock(t, url, "hold", "-w", "0.3", "r"); r.code != exitConflict || !strings.Contains(r.stderr, "gave up after waiting 300ms") {
+		t.Fatalf("hold -w 0.3 on a held key: exit %d %q", r.code, r.stderr)
+	}
+	h.cmd.Process.Signal(syscall.SIGTERM)
+	if code := waitExit(t, h.cmd); code != 0 {
+		t.Fatalf("exit %d, stderr %s", code, h.stderr.String())
+	}
+	// Two shared holds at once.
+	a := startHold(t, url, "--shared", "s")
+	b := startHold(t, url, "-s", "s")
+	if b.token <= a.token {
+		t.Fatalf("shared tokens %d then %d", a.token, b.token)
+	}
+	if r := runDlock(t, url, "hold", "-n", "s"); r.code != exitConflict || !strings.Contains(r.stderr, "held shared") {
+		t.Fatalf("exclusive hold -n on a shared-held key: exit %d %q", r.code, r.stderr)
+	}
+	for _, x := range []*holding{a, b} {
+		x.cmd.Process.Signal(syscall.SIGINT)
+		if code := waitExit(t, x.cmd); code != 0 {
+			t.Fatalf("shared hold: exit %d, stderr %s", code, x.stderr.String())
+		}
+	}
+}
+
+// A hold still waiting for the lock ends on a signal with 128+N, holding
+// nothing.
+func TestHoldInterruptedWhileWaiting(t *testing.T) {
+	url := fileURL(t)
+	h := startHold(t, url, "busy")
+	waiting := dlockCmd(context.Background(), url, "hold", "busy")
+	out, errb := &syncBuffer{}, &syncBuffer{}
+	waiting.Stdout, waiting.Stderr = out, errb
+	if err := waiting.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { waiting.Process.Kill(); waiting.Wait() })
+	time.Sleep(200 * time.Millisecond)
+	waiting.Process.Signal(syscall.SIGTERM)
+	if code := waitExit(t, waiting); code != 128+int(syscall.SIGTERM) || out.String() != "" || !strings.Contains(errb.String(), `dlock hold: interrupted by terminated while waiting for "busy"`) {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+	h.cmd.Process.Signal(syscall.SIGTERM)
+	if code := waitExit(t, h.cmd); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+}
+
+func TestHoldUsageErrors(t *testing.T) {
+	url := fileURL(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"hold"}, "dlock hold: missing KEY"},
+		{[]string{"hold", "k", "--", "true"}, "dlock hold: unexpected argument after KEY: -- true (to run a command under the lock, use dlock run)"},
+		{[]string{"hold", "--grace", "1s", "k"}, "dlock hold: option --grace is not defined"},
+		{[]string{"hold", "-w", "-1", "k"}, `dlock hold: invalid value "-1" for -w: must not be negative`},
+		{[]string{"hold", "--shared", "--limit", "2", "k"}, "dlock hold: --shared and --limit 2 cannot be combined"},
+		{[]string{"hold", "--ttl", "0s", "k"}, "dlock hold: --ttl must be positive"},
+		{[]string{"hold", ""}, "dlock hold: dlock: invalid key: key is empty"},
+	} {
+		r := runDlock(t, url, c.args...)
+		if r.code != exitUsage || r.stdout != "" || !strings.HasPrefix(r.stderr, c.want) ||
+			!strings.HasSuffix(r.stderr, "\nTry 'dlock hold --help' for more information.\n") || strings.Count(r.stderr, "\n") != 2 {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 2 and %q", c.args, r.code, r.stdout, r.stderr, c.want)
+		}
+	}
+}

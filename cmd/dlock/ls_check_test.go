@@ -1,0 +1,454 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/testserver"
+)
+
+// lsHeader is ls's table header, fields joined by one space.
+const lsHeader = "KEY MODE HOLDER TOKEN HELD-FOR TTL-LEFT WAITERS LIMIT METADATA"
+
+// holderPID is the pid in a HOLDER field (owner/host/pid).
+func holderPID(f string) string { return f[strings.LastIndexByte(f, '/')+1:] }
+
+// lsRows runs ls and returns its table's rows (after the header), each
+// split in fields; the test fails unless ls exits 0 with the header.
+func lsRows(t *testing.T, url string, args ...string) ([][]string, result) {
+	t.Helper()
+	r := runDlock(t, url, append([]string{"ls"}, args...)...)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if r.code != 0 || strings.Join(strings.Fields(lines[0]), " ") != lsHeader {
+		t.Fatalf("ls %v: exit %d, stdout %q, stderr %q", args, r.code, r.stdout, r.stderr)
+	}
+	var rows [][]string
+	for _, l := range lines[1:] {
+		if l == "" { // the per-node table of --nodes follows
+			break
+		}
+		rows = append(rows, strings.Fields(l))
+	}
+	return rows, r
+}
+
+// ls's columns on Redis: the holder as owner/host/pid, the token, no
+// held-for (no backend reports it), the lease left, the queue of waiters
+// (Redis keeps one), no limit; and the JSON's new field held_for_ms.
+func TestLsColumns(t *testing.T) {
+	url := "redis://" + testserver.StartRedis(t).Addr()
+	holder, _, _ := background(t, url, "run", "--ttl", "30s", "reports/daily", "--", "sh", "-c", "echo started; exec sleep 60")
+	host, _ := os.Hostname()
+	pid := strconv.Itoa(holder.Process.Pid)
+	rows, r := lsRows(t, url)
+	if len(rows) != 1 {
+		t.Fatalf("ls: %q", r.stdout)
+	}
+	f := rows[0]
+	holderParts := strings.Split(f[2], "/")
+	if len(f) != 10 || f[0] != "reports/daily" || f[1] != "exclusive" || len(holderParts) != 3 || len(holderParts[0]) != 12 ||
+		holderParts[1] != host || holderParts[2] != pid || f[3] == "0" || f[4] != "-" || f[5] == "-" || f[6] != "0" || f[7] != "-" ||
+		f[8]+" "+f[9] != `"cmd=dlock run"` {
+		t.Fatalf("ls row %q: want key, exclusive, owner/%s/%s, token, -, ttl, 0 waiters, -, metadata", f, host, pid)
+	}
+	if ttl, err := time.ParseDuration(f[5]); err != nil || ttl <= 0 || ttl > 30*time.Second {
+		t.Errorf("TTL-LEFT %q: want a duration in (0, 30s]", f[5])
+	}
+
+	// A second run waiting for the key shows in WAITERS.
+	startWaiter(t, url, "run", "-w", "60", "reports/daily", "--", "true")
+	deadline := time.Now().Add(hang)
+	for {
+		rows, r = lsRows(t, url, "reports/")
+		if len(rows) == 1 && rows[0][6] == "1" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("hang: ls never showed the waiter: %q", r.stdout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	r = runDlock(t, url, "ls", "--json", "reports/")
+	var rowsJSON []map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &rowsJSON); err != nil || len(rowsJSON) != 1 {
+		t.Fatalf("ls --json: %v %q", err, r.stdout)
+	}
+	if rowsJSON[0]["held_for_ms"] != float64(-1) || rowsJSON[0]["waiters"] != float64(1) || rowsJSON[0]["ttl_ms"].(float64) <= 0 {
+		t.Errorf("ls --json: %v, want held_for_ms -1, waiters 1, ttl_ms > 0", rowsJSON[0])
+	}
+	if _, ok := rowsJSON[0]["nodes"]; ok {
+		t.Errorf("ls --json on redis:// has nodes: %v", rowsJSON[0])
+	}
+}
+
+// startWaiter starts a dlock that prints nothing when it starts (one
+// waiting for a lock), killed at the end of the test.
+func startWaiter(t *testing.T, url string, args ...string) {
+	t.Helper()
+	cmd := dlockCmd(t.Context(), url, args...)
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+}
+
+// --watch 200ms --count 2 lists twice and exits: on a pipe each table
+// follows a timestamp line; with --json the output is two arrays.
+func TestLsWatchTwoRefreshes(t *testing.T) {
+	url := fileURL(t)
+	background(t, url, "run", "batch/nightly", "--", "sh", "-c", "echo started; exec sleep 60")
+	r := runDlock(t, url, "ls", "--watch", "200ms", "--count", "2")
+	if r.code != 0 || strings.Count(r.stdout, "\n--- ") != 1 || !strings.HasPrefix(r.stdout, "--- ") ||
+		strings.Count(r.stdout, "HELD-FOR") != 2 || strings.Count(r.stdout, "batch/nightly") != 2 || strings.Contains(r.stdout, "\x1b") {
+		t.Fatalf("ls --watch 200ms --count 2: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	r = runDlock(t, url, "ls", "--json", "--watch=0.2", "--count=2", "batch/")
+	dec := json.NewDecoder(strings.NewReader(r.stdout))
+	for i := 0; i < 2; i++ {
+		var rows []lockInfo
+		if err := dec.Decode(&rows); err != nil || len(rows) != 1 || rows[0].Key != "batch/nightly" {
+			t.Fatalf("ls --json --watch, array %d: %v %q", i, err, r.stdout)
+		}
+	}
+	var extra []lockInfo
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) || r.code != 0 {
+		t.Fatalf("ls --json --watch: more than two arrays or exit %d: %q", r.code, r.stdout)
+	}
+	// A bare --watch before PREFIX keeps the default interval: PREFIX is
+	// not taken for a duration.
+	if r := runDlock(t, url, "ls", "--count", "1", "--watch", "batch/"); r.code != 0 || !strings.Contains(r.stdout, "batch/nightly") {
+		t.Fatalf("ls --count 1 --watch PREFIX: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--watch", "50ms"}, "shortest interval"},
+		{[]string{"--watch=soon"}, "want a duration"},
+		{[]string{"--count", "2"}, "goes with --watch"},
+		{[]string{"--watch", "--count", "-1"}, "goes with --watch"},
+	} {
+		if r := runDlock(t, url, append([]string{"ls"}, c.args...)...); r.code != exitUsage || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("ls %v: exit %d, stderr %q, want %d and %q", c.args, r.code, r.stderr, exitUsage, c.want)
+		}
+	}
+}
+
+// --watch without --count runs until interrupted, then exits 0.
+func TestLsWatchUntilInterrupted(t *testing.T) {
+	cmd := dlockCmd(t.Context(), fileURL(t), "ls", "--watch", "0.1")
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, hang, "ls --watch never listed twice", func() bool { return strings.Count(out.String(), "--- ") >= 2 })
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitExit(t, cmd); code != 0 {
+		t.Fatalf("ls --watch interrupted: exit %d: %q", code, out.String())
+	}
+}
+
+func TestJoinWatchArg(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"--watch", "--watch=true"},
+		{"--watch 1s", "--watch=1s"},
+		{"--watch 0.5 jobs/", "--watch=0.5 jobs/"},
+		{"--watch jobs/", "--watch=true jobs/"},
+		{"-watch=3s x", "-watch=3s x"},
+		{"--url --watch --watch", "--url --watch --watch=true"},
+		{"jobs/ --watch 1s", "jobs/ --watch 1s"},
+		{"-- --watch", "-- --watch"},
+		{"--count 2 --watch 2", "--count 2 --watch=2"},
+	} {
+		if got := strings.Join(joinWatchArg(strings.Fields(c.in)), " "); got != c.want {
+			t.Errorf("joinWatchArg(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+// Redlock with one of three nodes down: ls warns on stderr and still
+// lists from the other two; --nodes shows each node's state. With two
+// down it cannot list: exit 3.
+func TestLsRedlockNodeDown(t *testing.T) {
+	var srvs []*testserver.Redis
+	var addrs []string
+	for i := 0; i < 3; i++ {
+		s := testserver.StartRedis(t)
+		srvs, addrs = append(srvs, s), append(addrs, s.Addr())
+	}
+	url := "redlock://" + strings.Join(addrs, ",")
+	holder, _, _ := background(t, url, "run", "--ttl", "60s", "rl/job", "--", "sh", "-c", "echo started; exec sleep 60")
+	pid := strconv.Itoa(holder.Process.Pid)
+
+	rows, r := lsRows(t, url, "--nodes")
+	if len(rows) != 1 || rows[0][0] != "rl/job" || !strings.HasSuffix(rows[0][2], "/"+pid) || r.stderr != "" {
+		t.Fatalf("ls --nodes, all up: %q %q", r.stdout, r.stderr)
+	}
+	// Redlock's acquisition may end once a majority granted it: a node
+	// may hold nothing. Stop such a node if there is one (else any): the
+	// two others still hold the lock.
+	victim := 0
+	holding := 0
+	for i, a := range addrs {
+		if containsLine(r.stdout, a, "ok", "rl/job", "yes") {
+			holding++
+		} else if containsLine(r.stdout, a, "ok", "-") {
+			victim = i
+		}
+	}
+	if holding < 2 {
+		t.Fatalf("ls --nodes: fewer than two nodes hold rl/job: %q", r.stdout)
+	}
+	var up []string
+	for i, a := range addrs {
+		if i != victim {
+			up = append(up, a)
+		}
+	}
+
+	srvs[victim].Stop()
+	rows, r = lsRows(t, url)
+	if len(rows) != 1 || rows[0][0] != "rl/job" || !strings.HasSuffix(rows[0][2], "/"+pid) ||
+		!strings.Contains(r.stderr, "warning: node "+addrs[victim]+" unreachable: ") || !strings.Contains(r.stderr, "listing from 2/3 nodes") {
+		t.Fatalf("ls with a node down: stdout %q, stderr %q", r.stdout, r.stderr)
+	}
+	r = runDlock(t, url, "ls", "--json")
+	var infos []lockInfo
+	if err := json.Unmarshal([]byte(r.stdout), &infos); err != nil || r.code != 0 || len(infos) != 1 ||
+		strings.Join(infos[0].Nodes, ",") != strings.Join(up, ",") || !strings.Contains(r.stderr, "listing from 2/3 nodes") {
+		t.Fatalf("ls --json with a node down: %v %q %q", err, r.stdout, r.stderr)
+	}
+	_, r = lsRows(t, url, "--nodes")
+	if !containsLine(r.stdout, addrs[victim], "unreachable") || !containsLine(r.stdout, up[0], "ok", "rl/job", "yes") ||
+		!containsLine(r.stdout, up[1], "ok", "rl/job", "yes") {
+		t.Fatalf("ls --nodes with a node down: %q", r.stdout)
+	}
+
+	srvs[(victim+1)%3].Stop()
+	r = runDlock(t, url, "ls", "--connect-timeout", "2s")
+	if r.code != exitBackend || !strings.Contains(r.stderr, "majority") {
+		t.Fatalf("ls with two nodes of three down: exit %d, %q %q", r.code, r.stdout, r.stderr)
+	}
+}
+
+// A stalled Redlock node (accepts connections, never answers) is given
+// --connect-timeout once the others answered, then warned about.
+func TestLsRedlockNodeStalled(t *testing.T) {
+	var ps []*testserver.Proxy
+	var addrs []string
+	for i := 0; i < 3; i++ {
+		p := testserver.StartProxy(t, testserver.StartRedis(t).Addr())
+		ps, addrs = append(ps, p), append(addrs, p.Addr())
+	}
+	url := "redlock://" + strings.Join(addrs, ",")
+	background(t, url, "run", "--ttl", "60s", "rl/stall", "--", "sh", "-c", "echo started; exec sleep 60")
+	// Redlock's acquisition may end once a majority granted it: stall a
+	// node that holds nothing if there is one, so that the two others
+	// still hold the lock.
+	_, r := lsRows(t, url, "--nodes")
+	victim := 0
+	for i, a := range addrs {
+		if containsLine(r.stdout, a, "ok", "-") {
+			victim = i
+		}
+	}
+	ps[victim].Stall()
+	start := time.Now()
+	rows, r := lsRows(t, url, "--connect-timeout", "1s", "--nodes")
+	if len(rows) != 1 || rows[0][0] != "rl/stall" || !strings.Contains(r.stderr, "warning: node "+addrs[victim]+" unreachable") ||
+		!strings.Contains(r.stderr, "listing from 2/3 nodes") || !containsLine(r.stdout, addrs[victim], "unreachable") {
+		t.Fatalf("ls with a stalled node: %q %q", r.stdout, r.stderr)
+	}
+	// Generous: without the bound the listing would wait lsListTimeout (30s).
+	if d := time.Since(start); d > 25*time.Second {
+		t.Errorf("ls with a stalled node took %v", d)
+	}
+}
+
+// An etcd URL with an endpoint that refuses connections: a warning, and
+// the listing through the other one.
+func TestLsEndpointWarning(t *testing.T) {
+	s := startServe(t)
+	dead := deadAddr(t)
+	url := s.url + "," + dead
+	background(t, s.url, "run", "etcd/job", "--", "sh", "-c", "echo started; exec sleep 60")
+	rows, r := lsRows(t, url)
+	if len(rows) != 1 || rows[0][0] != "etcd/job" || !strings.Contains(r.stderr, "warning: etcd endpoint "+dead+" unreachable") ||
+		!strings.Contains(r.stderr, "listing through 1/2 etcd endpoints") {
+		t.Fatalf("ls with an etcd endpoint down: %q %q", r.stdout, r.stderr)
+	}
+}
+
+// containsLine reports whether a line of s has all the fields, in order.
+func containsLine(s string, fields ...string) bool {
+	for _, l := range strings.Split(s, "\n") {
+		f := strings.Fields(l)
+		i := 0
+		for _, x := range f {
+			if i < len(fields) && x == fields[i] {
+				i++
+			}
+		}
+		if i == len(fields) {
+			return true
+		}
+	}
+	return false
+}
+
+// check: ok on every backend, with the probe lock released (ls shows
+// nothing), and the --json and --read-only forms.
+func TestCheckOK(t *testing.T) {
+	redisAddr := testserver.StartRedis(t).Addr()
+	cases := []struct {
+		name, url, kind, addr string
+	}{
+		{"file", "", "file", ""},
+		{"redis", "redis://" + redisAddr, "redis", redisAddr},
+	}
+	dir := t.TempDir()
+	cases[0].url, cases[0].addr = "file://"+dir, dir
+	if !testing.Short() {
+		zk := testserver.StartZooKeeper(t)
+		pg := testserver.StartPostgres(t)
+		s := startServe(t)
+		cases = append(cases,
+			struct{ name, url, kind, addr string }{"zk", "zk://" + zk.Addr() + "/cli/check", "zookeeper", zk.Addr()},
+			struct{ name, url, kind, addr string }{"postgres", pg.DSN(""), "postgres", ""},
+			struct{ name, url, kind, addr string }{"etcd", s.url, "etcd", strings.TrimPrefix(s.url, "etcd://")},
+		)
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := runDlock(t, c.url, "check")
+			if r.code != 0 || !strings.HasPrefix(r.stdout, "ok: "+c.kind+" "+c.addr) || !strings.Contains(r.stdout, " in ") || r.stderr != "" {
+				t.Fatalf("check: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+			}
+			if r := runDlock(t, c.url, "ls", "--json"); r.code != 0 || strings.TrimSpace(r.stdout) != "[]" {
+				t.Fatalf("the probe lock is still held after check: %q %q", r.stdout, r.stderr)
+			}
+			for _, ro := range []bool{false, true} {
+				args := []string{"check", "--json"}
+				probe := "lock"
+				if ro {
+					args, probe = append(args, "--read-only"), "list"
+				}
+				r := runDlock(t, c.url, args...)
+				var res map[string]any
+				if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || r.code != 0 || res["ok"] != true || res["backend"] != c.kind ||
+					res["probe"] != probe || res["elapsed_ms"].(float64) <= 0 {
+					t.Fatalf("check %v: %v exit %d %q %q", args, err, r.code, r.stdout, r.stderr)
+				}
+			}
+		})
+	}
+}
+
+// A probe lock held (by another check on this host) still means the
+// service answered.
+func TestCheckProbeKeyBusy(t *testing.T) {
+	url := "redis://" + testserver.StartRedis(t).Addr()
+	host, _ := os.Hostname()
+	background(t, url, "run", "dlock/check/"+host, "--", "sh", "-c", "echo started; exec sleep 60")
+	r := runDlock(t, url, "check")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "ok: redis ") || !strings.Contains(r.stdout, "held by another check") {
+		t.Fatalf("check with the probe key held: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+}
+
+// check fails with exit 3 against a dead server, and against a hung one
+// within --connect-timeout (and a generous margin for a slow machine).
+func TestCheckUnreachableAndHung(t *testing.T) {
+	dead := deadAddr(t)
+	r := runDlock(t, "redis://:s3cr3t@"+dead, "check")
+	if r.code != exitBackend || r.stdout != "" || !strings.Contains(r.stderr, "dlock check: ") || !strings.Contains(r.stderr, "connection refused") ||
+		strings.Contains(r.stderr, "s3cr3t") {
+		t.Fatalf("check, nothing listening: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	r = runDlock(t, "redis://"+dead, "check", "--json")
+	var res map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || r.code != exitBackend || res["ok"] != false || res["error"] == "" || res["address"] != dead {
+		t.Fatalf("check --json, nothing listening: %v exit %d %q %q", err, r.code, r.stdout, r.stderr)
+	}
+
+	p := testserver.StartProxy(t, testserver.StartRedis(t).Addr())
+	if r := runDlock(t, "redis://"+p.Addr(), "check"); r.code != 0 {
+		t.Fatalf("check through the proxy: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	p.Stall()
+	for _, url := range []string{"redis://" + p.Addr(), "redlock://" + p.Addr()} {
+		start := time.Now()
+		r := runDlock(t, url, "check", "--connect-timeout", "1s")
+		d := time.Since(start)
+		if r.code != exitBackend || !strings.Contains(r.stderr, "no answer") {
+			t.Errorf("check %s, hung server: exit %d %q %q", url, r.code, r.stdout, r.stderr)
+		}
+		if d > 10*time.Second {
+			t.Errorf("check %s, hung server, --connect-timeout 1s: took %v", url, d)
+		}
+	}
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"check", "extra"}, "no arguments"},
+		{[]string{"check", "--connect-timeout", "0s"}, "must be positive"},
+		{[]string{"check", "--url", "nosuch://x"}, "scheme"},
+	} {
+		if r := runDlock(t, "", c.args...); r.code != exitUsage || !strings.Contains(r.stderr+r.stdout, c.want) {
+			t.Errorf("%v: exit %d %q %q, want %d and %q", c.args, r.code, r.stdout, r.stderr, exitUsage, c.want)
+		}
+	}
+	if r := runDlock(t, "", "check", "--help"); r.code != 0 || !strings.Contains(r.stderr, "readinessProbe") {
+		t.Errorf("check --help: %d %q", r.code, r.stderr)
+	}
+}
+
+// A lease held by a minority of the nodes is not listed, and printNodes
+// marks it "no"; a majority's is listed and marked "yes".
+func TestAggregateNodesMinority(t *testing.T) {
+	held := func(key, owner string, token uint64) []dlock.Info {
+		return []dlock.Info{{Key: key, Mode: dlock.Exclusive, Waiters: 0, Holders: []dlock.Holder{{Owner: owner, Token: token, TTL: time.Second}}}}
+	}
+	states := []nodeState{
+		{addr: "n1", infos: append(held("a", "ownerA", 3), held("b", "ownerB", 7)...)},
+		{addr: "n2", infos: held("b", "ownerB", 8)},
+		{addr: "n3", err: errors.New("dial tcp: connection refused")},
+	}
+	rows, warnings, err := aggregateNodes(states)
+	if err != nil || len(rows) != 1 || rows[0].Key != "b" || rows[0].Token != 8 || strings.Join(rows[0].Nodes, ",") != "n1,n2" || rows[0].Waiters != -1 {
+		t.Fatalf("aggregate: %+v %v", rows, err)
+	}
+	if len(warnings) != 1 || warnings[0] != "warning: node n3 unreachable: dial tcp: connection refused; listing from 2/3 nodes" {
+		t.Fatalf("warnings: %q", warnings)
+	}
+	var out bytes.Buffer
+	printNodes(&out, states, rows)
+	for _, want := range [][]string{{"n1", "ok", "a", "3", "no"}, {"n1", "ok", "b", "7", "yes"}, {"n2", "ok", "b", "8", "yes"}, {"n3", "unreachable"}} {
+		if !containsLine(out.String(), want...) {
+			t.Errorf("printNodes: no line %q in %q", want, out.String())
+		}
+	}
+	states[1].err = errors.New("timeout")
+	if _, _, err := aggregateNodes(states); err == nil || !strings.Contains(err.Error(), "1 of 3 redlock nodes answered, a majority (2) is needed") {
+		t.Fatalf("aggregate without a majority: %v", err)
+	}
+}

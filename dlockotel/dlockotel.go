@@ -305,9 +305,10 @@ type call struct {
 	hold     trace.Span // nil until acquired, and once ended
 	held     time.Time  // when the hold span started
 	renewals int
-	// early is an EventLost or EventRelease seen before the EventAcquire:
-	// the Lock can be lost (on the watchdog's goroutine) between being
-	// granted and the call reporting it. It is applied to the hold span if
+	// early is an EventLost or EventRelease seen before the EventAcquire.
+	// dlock reports a Lock's Events after its EventAcquire (a Lock lost
+	// while the call reported it is reported right after), so this is a
+	// defence for Lockers that do not: it is applied to the hold span if
 	// it is the acquired Lock's.
 	early *dlock.Event
 }

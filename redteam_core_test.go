@@ -427,6 +427,10 @@ func TestRedWaitTimeoutReportedAsOutage(t *testing.T) {
 			case errors.Is(err, dlock.ErrUnavailable):
 				unavail++
 				sample = err
+			case errors.Is(err, context.DeadlineExceeded):
+				// The 2ms wait ran out before the first attempt was made
+				// (the goroutine waited that long for a CPU): nothing was
+				// asked, nothing is claimed.
 			default:
 				t.Fatalf("unexpected: %v", err)
 			}

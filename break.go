@@ -165,6 +165,11 @@ func (e *Engine) Break(ctx context.Context, key, owner string) (Broken, error) {
 		return Broken{Key: key}, fmt.Errorf("%w: break %q: no answer before the context ended: %w", ErrUnavailable, key, ctx.Err())
 	}
 	if err != nil {
+		if ctx.Err() != nil && !errors.Is(err, ErrUnavailable) {
+			// The driver's own call ended with the context (a deadline
+			// it passed on): no answer, as above (RedTeam15_PausedServer).
+			err = errors.Join(fmt.Errorf("%w: break %q: %w", ErrUnavailable, key, err), context.Cause(ctx))
+		}
 		return Broken{Key: key}, err
 	}
 	out := Broken{Key: key, NodeErrors: res.NodeErrs}

@@ -16,6 +16,12 @@ package dlock
 // Observer first, then to the call's. Several WithCallObserver options
 // on one call all receive the Events, in the order given.
 //
+// A Lock's Events come after its call's EventAcquire, to both Observers,
+// even when the Lock was renewed or lost while the call was reporting it
+// (they are then reported by the caller's goroutine, right after); a Lock
+// lost while it was being handed out, which the call never returns,
+// reports none.
+//
 // A call's Events also reach it when the call is refused before any
 // attempt (a nil context, a bad key or option): EventWait then
 // EventAcquire with ResultError. Wrappers such as AcquireAll, Do and

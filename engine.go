@@ -45,19 +45,58 @@ type source struct {
 // Observer and to the Observer of the call that acquired it.
 func (s *source) renew(l *Lock, r Result, err error) {
 	if s.observed(l) {
-		s.emitCall(l.cfg.callObs, Event{Kind: EventRenew, Key: l.key, Mode: l.cfg.mode, Token: l.token, Owner: l.owner, Result: r, Err: err})
+		s.emitLock(l, Event{Kind: EventRenew, Key: l.key, Mode: l.cfg.mode, Token: l.token, Owner: l.owner, Result: r, Err: err})
 	}
 }
 
 func (s *source) lost(l *Lock, reason LossReason, err error) {
 	if s.observed(l) {
-		s.emitCall(l.cfg.callObs, Event{Kind: EventLost, Key: l.key, Mode: l.cfg.mode, Token: l.token, Owner: l.owner, Reason: reason, Held: time.Since(l.acquired), Err: err})
+		s.emitLock(l, Event{Kind: EventLost, Key: l.key, Mode: l.cfg.mode, Token: l.token, Owner: l.owner, Reason: reason, Held: time.Since(l.acquired), Err: err})
 	}
 }
 
 func (s *source) released(l *Lock, err error) {
 	if s.observed(l) {
-		s.emitCall(l.cfg.callObs, Event{Kind: EventRelease, Key: l.key, Mode: l.cfg.mode, Token: l.token, Owner: l.owner, Held: time.Since(l.acquired), Err: err})
+		s.emitLock(l, Event{Kind: EventRelease, Key: l.key, Mode: l.cfg.mode, Token: l.token, Owner: l.owner, Held: time.Since(l.acquired), Err: err})
+	}
+}
+
+// emitLock reports e, an Event of l, or keeps it for announce when the
+// call that acquired l has not reported its EventAcquire yet (red team:
+// a loss on the watchdog's goroutine reached Observers before the
+// acquisition, and dlockprom counted the lock held for ever). A Lock
+// lost while it was handed out is never announced: its Events, about a
+// Lock nobody got, are dropped with it.
+func (s *source) emitLock(l *Lock, e Event) {
+	l.mu.Lock()
+	if !l.announced {
+		l.early = append(l.early, e)
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Unlock()
+	s.emitCall(l.cfg.callObs, e)
+}
+
+// announce is called by the call that acquired l once it reported its
+// EventAcquire: it reports the Events kept meanwhile, in order, on the
+// caller's goroutine. Events arriving while it does are kept too and
+// reported by the same loop (bounded: a Lock has few Events, and none
+// after its loss or release), so the order holds.
+func (s *source) announce(call Observer, l *Lock) {
+	for {
+		l.mu.Lock()
+		q := l.early
+		l.early = nil
+		if len(q) == 0 {
+			l.announced = true
+			l.mu.Unlock()
+			return
+		}
+		l.mu.Unlock()
+		for _, e := range q {
+			s.emitCall(call, e)
+		}
 	}
 }
 
@@ -217,6 +256,9 @@ func (e *Engine) observed(ctx context.Context, key string, opts []Option, wait b
 		ev.Result = ResultError
 	}
 	e.src.emitCall(call, ev)
+	if lk != nil {
+		e.src.announce(call, lk)
+	}
 	return lk, err
 }
 

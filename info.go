@@ -18,6 +18,9 @@ type Holder struct {
 	TTL time.Duration
 	// Mode is how the holder shares the key.
 	Mode Mode
+	// HeldFor is how long the holder has held the key, by the service's
+	// clock; 0 when the backend does not record it (pglock and memlock do).
+	HeldFor time.Duration
 }
 
 // String formats the holder for messages: "owner 3f2a… (host=web-1 pid=42)".

@@ -64,6 +64,13 @@ type Lock struct {
 	flight     *releaseFlight
 	serverDone bool
 	doneResult error // nil or wrapping ErrNotHeld, once serverDone
+	// announced once the call that acquired the Lock has reported its
+	// EventAcquire; the Lock's Events before then (a renewal or loss on
+	// the watchdog's goroutine while the caller was still reporting) wait
+	// in early, and the caller reports them after its EventAcquire, so
+	// that an Observer never sees a Lock's loss before its acquisition.
+	announced bool
+	early     []Event
 }
 
 // releaseFlight is one server-side release in progress.

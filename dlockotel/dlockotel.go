@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // ScopeName is the instrumentation scope of the spans.
@@ -107,8 +108,9 @@ func WithRawKey() Option {
 // options plus dlock.WithCallObserver, and the context carrying the
 // acquire span (so a client's own spans nest under it).
 //
-// The Locker returned implements dlock.Lister when l does (List is passed
-// through, untraced), and has an Unwrap() dlock.Locker method returning l.
+// The Locker returned implements dlock.Lister and dlock.Breaker when l
+// does (List and Break, so dlock.Break, are passed through, untraced), and
+// has an Unwrap() dlock.Locker method returning l.
 // Wrap of a nil Locker returns one whose calls fail with an error wrapping
 // dlock.ErrNilClient.
 func Wrap(l dlock.Locker, opts ...Option) dlock.Locker {
@@ -124,11 +126,30 @@ func Wrap(l dlock.Locker, opts ...Option) dlock.Locker {
 	if l != nil && isNilPointer(l) {
 		l = nil
 	}
-	w := &locker{inner: l, tracer: c.tp.Tracer(ScopeName), keyClass: c.keyClass, rawKey: c.rawKey}
-	if ls, ok := l.(dlock.Lister); ok {
+	w := &locker{inner: l, tracer: tracerOf(c.tp), keyClass: c.keyClass, rawKey: c.rawKey}
+	ls, isLister := l.(dlock.Lister)
+	br, isBreaker := l.(dlock.Breaker)
+	switch {
+	case isLister && isBreaker:
+		return &listerBreaker{locker: w, ls: ls, br: br}
+	case isLister:
 		return &lister{locker: w, ls: ls}
+	case isBreaker:
+		return &breaker{locker: w, br: br}
 	}
 	return w
+}
+
+// tracerOf returns tp's Tracer; a TracerProvider that panics or returns
+// nil gets a Tracer that records nothing (a tracing bug must not break
+// the program that wraps its Locker).
+func tracerOf(tp trace.TracerProvider) (t trace.Tracer) {
+	defer func() {
+		if recover() != nil || t == nil {
+			t = noop.NewTracerProvider().Tracer(ScopeName)
+		}
+	}()
+	return tp.Tracer(ScopeName)
 }
 
 // locker is Wrap's Locker.
@@ -145,14 +166,46 @@ type lister struct {
 	ls dlock.Lister
 }
 
+// breaker is Wrap's Locker over a dlock.Breaker.
+type breaker struct {
+	*locker
+	br dlock.Breaker
+}
+
+// listerBreaker is Wrap's Locker over a Locker that is both (every
+// backend's).
+type listerBreaker struct {
+	*locker
+	ls dlock.Lister
+	br dlock.Breaker
+}
+
 var (
-	_ dlock.Locker = (*locker)(nil)
-	_ dlock.Lister = (*lister)(nil)
+	_ dlock.Locker  = (*locker)(nil)
+	_ dlock.Lister  = (*lister)(nil)
+	_ dlock.Breaker = (*breaker)(nil)
+	_ dlock.Lister  = (*listerBreaker)(nil)
+	_ dlock.Breaker = (*listerBreaker)(nil)
 )
 
 // List implements dlock.Lister.
 func (l *lister) List(ctx context.Context, prefix string) ([]dlock.Info, error) {
 	return l.ls.List(ctx, prefix)
+}
+
+// Break implements dlock.Breaker.
+func (l *breaker) Break(ctx context.Context, key, owner string) (dlock.Broken, error) {
+	return l.br.Break(ctx, key, owner)
+}
+
+// List implements dlock.Lister.
+func (l *listerBreaker) List(ctx context.Context, prefix string) ([]dlock.Info, error) {
+	return l.ls.List(ctx, prefix)
+}
+
+// Break implements dlock.Breaker.
+func (l *listerBreaker) Break(ctx context.Context, key, owner string) (dlock.Broken, error) {
+	return l.br.Break(ctx, key, owner)
 }
 
 // Unwrap returns the Locker given to Wrap (nil for a nil one).
@@ -206,12 +259,16 @@ func (w *locker) acquire(ctx context.Context, key string, opts []dlock.Option, w
 	return lk, err
 }
 
-// start starts the acquire span. A TracerProvider that panics gets the
-// call a span that records nothing, and the call goes on.
+// start starts the acquire span. A Tracer that panics, or returns a nil
+// span or context, gets the call a span that records nothing (or the
+// caller's context), and the call goes on.
 func (w *locker) start(ctx context.Context, at time.Time, attrs []attribute.KeyValue) (sctx context.Context, span trace.Span) {
 	defer func() {
-		if recover() != nil {
+		if recover() != nil || span == nil {
 			sctx, span = ctx, trace.SpanFromContext(context.Background())
+		}
+		if sctx == nil {
+			sctx = ctx
 		}
 	}()
 	return w.tracer.Start(ctx, SpanAcquire, trace.WithTimestamp(at), trace.WithAttributes(attrs...))
@@ -248,9 +305,10 @@ type call struct {
 	hold     trace.Span // nil until acquired, and once ended
 	held     time.Time  // when the hold span started
 	renewals int
-	// early is an EventLost or EventRelease seen before the EventAcquire:
-	// the Lock can be lost (on the watchdog's goroutine) between being
-	// granted and the call reporting it. It is applied to the hold span if
+	// early is an EventLost or EventRelease seen before the EventAcquire.
+	// dlock reports a Lock's Events after its EventAcquire (a Lock lost
+	// while the call reported it is reported right after), so this is a
+	// defence for Lockers that do not: it is applied to the hold span if
 	// it is the acquired Lock's.
 	early *dlock.Event
 }

@@ -76,6 +76,7 @@
 //     reports no Events: its acquire spans get their result and wait from
 //     the call's outcome, and no hold span is made.
 //   - A call with a nil context makes no span (the Locker refuses it).
-//     List, of a Locker that is a dlock.Lister, is passed through untraced.
+//     List and Break, of a Locker that is a dlock.Lister or dlock.Breaker,
+//     are passed through untraced (dlock.Break works on a wrapped Locker).
 //   - Tokens are recorded as int64: no backend issues one above 2^63-1.
 package dlockotel

@@ -132,11 +132,12 @@ type holder struct {
 	owner   string
 	token   uint64
 	expires time.Time
+	since   time.Time // acquisition
 	meta    map[string]string
 }
 
 func (h *holder) public(m driver.Mode, now time.Time) dlock.Holder {
-	return dlock.Holder{Owner: h.owner, Token: h.token, Metadata: maps.Clone(h.meta), TTL: h.expires.Sub(now), Mode: dlock.Mode(m)}
+	return dlock.Holder{Owner: h.owner, Token: h.token, Metadata: maps.Clone(h.meta), TTL: h.expires.Sub(now), Mode: dlock.Mode(m), HeldFor: now.Sub(h.since)}
 }
 
 // live drops expired holders and returns the others, oldest first.
@@ -210,7 +211,7 @@ func (s *state) Try(ctx context.Context, req *driver.Request) (driver.Grant, err
 	}
 	ks.token++
 	ks.mode, ks.limit = req.Mode, req.Limit
-	ks.holders[req.Owner] = &holder{owner: req.Owner, token: ks.token, expires: now.Add(req.TTL), meta: req.Metadata}
+	ks.holders[req.Owner] = &holder{owner: req.Owner, token: ks.token, expires: now.Add(req.TTL), since: now, meta: req.Metadata}
 	return driver.Grant{Lease: &lease{s: s, key: req.Key, owner: req.Owner}, Token: ks.token}, nil
 }
 

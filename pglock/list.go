@@ -16,7 +16,7 @@ import (
 // List implements dlock.Lister: the keys starting with prefix that have a
 // live lease by the database's clock, sorted by key, each with its mode,
 // its limit (Limited keys) and its holders, by token (owner, token,
-// metadata, time left, mode): the exclusive holder, or every shared or
+// metadata, time left, mode, time held by the database's clock): the exclusive holder, or every shared or
 // limited one. Waiters is -1: waiters poll or listen, they are not queued
 // in the table.
 func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) {
@@ -35,10 +35,10 @@ func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) 
 	rctx, cancel := b.rpc(ctx)
 	defer cancel()
 	rows, err := b.pool.Query(rctx, `SELECT * FROM (
-SELECT key, 0::int AS mode, 0::int AS lim, owner, token, metadata::text, extract(epoch FROM expires_at - clock_timestamp())::float8
+SELECT key, 0::int AS mode, 0::int AS lim, owner, token, metadata::text, extract(epoch FROM expires_at - clock_timestamp())::float8, extract(epoch FROM clock_timestamp() - acquired_at)::float8
 FROM `+b.n.table+` WHERE left(key, length($1)) = $1 AND expires_at > clock_timestamp()
 UNION ALL
-SELECT h.key, h.mode::int, coalesce(k.hlimit, 0)::int, h.owner, h.token, h.metadata::text, extract(epoch FROM h.expires_at - clock_timestamp())::float8
+SELECT h.key, h.mode::int, coalesce(k.hlimit, 0)::int, h.owner, h.token, h.metadata::text, extract(epoch FROM h.expires_at - clock_timestamp())::float8, extract(epoch FROM clock_timestamp() - h.acquired_at)::float8
 FROM `+b.n.holders+` h LEFT JOIN `+b.n.table+` k ON k.key = h.key
 WHERE left(h.key, length($1)) = $1 AND h.expires_at > clock_timestamp() AND NOT h.released
 ) u ORDER BY key COLLATE "C", token`, b.mode, prefix)
@@ -53,12 +53,12 @@ WHERE left(h.key, length($1)) = $1 AND h.expires_at > clock_timestamp() AND NOT 
 			mode, lim  int
 			token      int64
 			md         string
-			left       float64
+			left, held float64
 		)
-		if err := rows.Scan(&key, &mode, &lim, &owner, &token, &md, &left); err != nil {
+		if err := rows.Scan(&key, &mode, &lim, &owner, &token, &md, &left, &held); err != nil {
 			return nil, fmt.Errorf("dlock: postgres list: %w", err)
 		}
-		h := dlock.Holder{Owner: owner, Token: uint64(token), Mode: dlock.Mode(mode), TTL: time.Duration(left * float64(time.Second))}
+		h := dlock.Holder{Owner: owner, Token: uint64(token), Mode: dlock.Mode(mode), TTL: time.Duration(left * float64(time.Second)), HeldFor: time.Duration(max(held, 0) * float64(time.Second))}
 		_ = json.Unmarshal([]byte(md), &h.Metadata)
 		if n := len(out); n > 0 && out[n-1].Key == key {
 			out[n-1].Holders = append(out[n-1].Holders, h)

@@ -28,6 +28,13 @@ var (
 // Broken.NodeErrors, and their copies of the lease expire with its TTL.
 // A holder whose lease was removed from a majority finds out at its next
 // renewal.
+//
+// Not guaranteed: a break racing the holder's own Release is decided node
+// by node. When the release wins a majority and the break the other
+// nodes, both report success: the result names the holder on those nodes
+// only (with token 0 where the commit had not reached them), although the
+// lock was released rather than broken. Check Broken.Nodes against the
+// quorum before saying a lock was broken.
 func (l *Locker) Break(ctx context.Context, key, owner string) (dlock.Broken, error) {
 	if l == nil {
 		return (*dlock.Engine)(nil).Break(ctx, key, owner) // an error wrapping dlock.ErrNilClient

@@ -879,7 +879,7 @@ func (b *backend) list(ctx context.Context, prefix string) ([]lockInfo, error) {
 			limit = in.Limit
 		}
 		for _, h := range in.Holders {
-			out = append(out, lockInfo{Key: in.Key, Mode: mode.String(), Limit: limit, Holders: len(in.Holders), Owner: h.Owner, Token: h.Token, TTL: h.TTL, Waiters: in.Waiters, Metadata: h.Metadata})
+			out = append(out, lockInfo{Key: in.Key, Mode: mode.String(), Limit: limit, Holders: len(in.Holders), Owner: h.Owner, Token: h.Token, TTL: h.TTL, HeldFor: h.HeldFor, Waiters: in.Waiters, Metadata: h.Metadata})
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool {

@@ -2,6 +2,8 @@ package redisproto
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"time"
 )
@@ -26,11 +28,25 @@ func (n *Node) QuorumBreak(ctx context.Context, key, owner string) (removed, oth
 	return n.breakLock(ctx, key, owner, HandoffReserve, "1")
 }
 
+// BreakReceipt is how long a break that removed something keeps its
+// reply on the server, for the same call's retry (go-redis retries a
+// command whose connection failed, and the reply may be what was lost):
+// the retry returns what the break removed, not "free".
+const BreakReceipt = time.Minute
+
+// breakSuffix names a break's receipt: lock key + breakSuffix + break id.
+const breakSuffix = ":brk:"
+
 func (n *Node) breakLock(ctx context.Context, key, owner string, retention time.Duration, quorum string) (removed, others []Info, err error) {
 	lk := n.LockKey(key)
+	var id [16]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return nil, nil, err
+	}
+	brk := hex.EncodeToString(id[:])
 	res, err := breakScript.Run(ctx, n.Client,
-		[]string{lk, lk + waitersSuffix, lk + holdersSuffix, lk + holderDataSuffix, lk + permitSuffix},
-		owner, Ms(retention), lk+channelSuffix, Ms(HandoffReserve), n.cluster, quorum).Slice()
+		[]string{lk, lk + waitersSuffix, lk + holdersSuffix, lk + holderDataSuffix, lk + permitSuffix, lk + breakSuffix + brk},
+		owner, Ms(retention), lk+channelSuffix, Ms(HandoffReserve), n.cluster, quorum, brk, Ms(BreakReceipt)).Slice()
 	if err != nil {
 		return nil, nil, err
 	}

@@ -33,6 +33,8 @@
 //	P:{T}:pk       string      the wait id last told of a free      5s after the telling
 //	                           permit (see pass_permit in
 //	                           lua/helpers.lua)
+//	P:{T}:brk:<id> string      a Break's reply (what it removed),   BreakReceipt (1 min)
+//	                           returned again to a retried Break
 //	P:{T}:w:<id>   channel     (pub/sub, not a key) waiter <id>'s turn: a release publishes "1"
 //
 // The lock value is one of

@@ -11,6 +11,9 @@
 -- ARGV[4]  the reservation for the woken waiter, ms
 -- ARGV[5]  "1" on a Cluster, else "0"
 -- ARGV[6]  "1" on a Redlock node (Node.QuorumBreak), else "0" or absent
+-- ARGV[7]  this break's id (random, per call), "" or absent for none
+-- ARGV[8]  how long the break's receipt is kept, ms
+-- KEYS[6]  the break's receipt     P:{T}:brk:<ARGV[7]> (with an id)
 --
 -- Returns {the key's value or "", removed, others}: removed are the
 -- leases removed, others (only when ARGV[1] names an owner that holds
@@ -26,11 +29,32 @@
 -- broken lease's token, or a marker one above it, would make that
 -- holder's later Release report success (see release.lua); +2 is the
 -- smallest step that names neither. A group holder's removal leaves no
--- receipt for the same reason. Waiting writers' registrations and queued
+-- receipt for the same reason, and when others stay, the group's latest
+-- token goes one up, so that their last release's marker does not name
+-- the removed holder's token. Waiting writers' registrations and queued
 -- waiters stay. On a Redlock node, whose tokens come from the counter
 -- P:{T}:fence (untouched here), the marker carries no token, as a
 -- release's without one (quorum_release.lua): "|0|<id>|<until>" while it
 -- reserves the key for the woken waiter, else the key is deleted.
+--
+-- A break that removed something leaves a receipt (KEYS[6], for ARGV[8]
+-- ms): its reply, as JSON. The same break run again (a client retrying a
+-- request whose reply was lost) returns that reply instead of reading
+-- the key it already broke, which it would report as free, or an
+-- owner-checked break as "not the holder" (RedTeam15_LostReply).
+local brk = ARGV[7] or ''
+if brk ~= '' then
+  local rec = redis.call('GET', KEYS[6])
+  if rec then
+    return cjson.decode(rec)
+  end
+end
+local function done(res)
+  if brk ~= '' then
+    redis.call('SET', KEYS[6], cjson.encode(res), 'PX', ARGV[8])
+  end
+  return res
+end
 local v = redis.call('GET', KEYS[1])
 if not v or string.sub(v, 1, 1) == '|' then
   return {v or '', {}, {}}
@@ -86,12 +110,21 @@ if is_group(v) then
     redis.call('DEL', KEYS[3], KEYS[4])
     mark(string.match(v, '^[^|]*|(%d+)'))
   else
+    -- Others stay. The group's latest token goes one up: the removed
+    -- holder may have had it, and the last release's marker carries it
+    -- (then the receipts, once a grant takes the marker over), which
+    -- would make that holder's Release report success
+    -- (RedTeam15_LatestGroupHolder). No holder has the new token.
+    local m, tok, rest = string.match(v, '^(%*%a)|(%d+)|(.*)$')
+    if tok then
+      redis.call('SET', KEYS[1], m .. '|' .. string.format('%.0f', tonumber(tok) + 1) .. '|' .. rest, 'KEEPTTL')
+    end
     group_expire(KEYS[1], KEYS[3], KEYS[4])
     if string.sub(v, 2, 2) == 'l' then
       poke_from(KEYS[2], ARGV[3], '', ARGV[5], KEYS[5])
     end
   end
-  return {v, removed, {}}
+  return done({v, removed, {}})
 end
 local o, rest = string.match(v, '^([^|]*)|(.*)$')
 if not o then
@@ -104,4 +137,4 @@ if ARGV[1] ~= '' and o ~= ARGV[1] then
 end
 put(removed, o, rest, ms)
 mark(string.match(rest, '^(%d+)|'))
-return {v, removed, {}}
+return done({v, removed, {}})

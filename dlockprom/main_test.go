@@ -1,0 +1,11 @@
+package dlockprom_test
+
+import (
+	"testing"
+
+	"github.com/dlock-go/dlock/internal/testserver"
+)
+
+// TestMain checks for leaked goroutines (the tests hold memlock locks,
+// whose watchdogs run on goroutines): red team, issue 15.
+func TestMain(m *testing.M) { testserver.Main(m) }

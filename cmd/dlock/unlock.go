@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -74,40 +73,34 @@ func holdersJS(hs []dlock.Holder) []unlockedJS {
 }
 
 func cmdUnlock(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("unlock", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	rawURL := fs.String("url", "", "lock service URL (default $DLOCK_URL, else file:// in the state dir)")
-	owner := fs.String("owner", "", "release only the lease of this owner id (32 hex digits)")
-	force := fs.Bool("force", false, "break the lock whoever holds it")
-	asJSON := fs.Bool("json", false, "print JSON")
-	connect := fs.Duration("connect-timeout", defaultConnectTimeout, "bound on connecting to and probing the lock service")
-	verbose := fs.Bool("verbose", false, "print the client libraries' logs on stderr")
-	fs.Usage = func() { fmt.Fprint(fs.Output(), unlockUsage); fs.PrintDefaults() }
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return exitUsage
+	o := newOptions("unlock", unlockUsage)
+	rawURL, owner, force, asJSON, verbose := new(string), new(string), new(bool), new(bool), new(bool)
+	connect := new(time.Duration)
+	*connect = defaultConnectTimeout
+	o.String(rawURL, "", "url", "URL", "lock service URL (default: $DLOCK_URL, else a file:// directory in your state directory; see 'dlock --help')")
+	o.String(owner, "", "owner", "ID", "release only the lease of this owner id (32 hex digits)")
+	o.Bool(force, "", "force", "break the lock whoever holds it")
+	o.Bool(asJSON, "", "json", "print JSON")
+	o.Duration(connect, "", "connect-timeout", "DUR", "bound on connecting to and probing the lock service (default 5s)")
+	o.Bool(verbose, "", "verbose", "print the client libraries' logs on stderr")
+	rest, code, ok := o.Parse(args, stdout, stderr)
+	if !ok {
+		return code
 	}
 	switch {
-	case fs.NArg() != 1:
-		fmt.Fprintf(stderr, "dlock unlock: one KEY expected, got %d arguments (see dlock unlock --help)\n", fs.NArg())
-		return exitUsage
+	case len(rest) != 1:
+		return o.UsageError(stderr, "one KEY expected, got %d arguments", len(rest))
 	case *force == (*owner != ""):
-		fmt.Fprintln(stderr, "dlock unlock: give either --owner ID or --force (see dlock unlock --help)")
-		return exitUsage
+		return o.UsageError(stderr, "give either --owner ID or --force")
 	case *connect <= 0:
-		fmt.Fprintf(stderr, "dlock unlock: --connect-timeout must be positive, got %v\n", *connect)
-		return exitUsage
+		return o.UsageError(stderr, "--connect-timeout must be positive, got %v", *connect)
 	}
-	key := fs.Arg(0)
+	key := rest[0]
 	if err := dlock.ValidateKey(key); err != nil {
-		fmt.Fprintf(stderr, "dlock unlock: %v\n", err)
-		return exitUsage
+		return o.UsageError(stderr, "%s", oneLine(err.Error()))
 	}
 	if _, err := dlock.ValidateOwner(*owner); err != nil {
-		fmt.Fprintf(stderr, "dlock unlock: --owner: %v\n", err)
-		return exitUsage
+		return o.UsageError(stderr, "--owner: %s", oneLine(err.Error()))
 	}
 	raw := *rawURL
 	if raw == "" {

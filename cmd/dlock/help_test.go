@@ -144,6 +144,11 @@ func TestEveryCommandHelp(t *testing.T) {
 			t.Errorf("%s --help: exit %d, stderr %q, stdout %.80q, options parsed by flags.go: %v", cmd, code, stderr.String(), help, set != nil)
 			continue
 		}
+		for _, l := range strings.Split(help, "\n") {
+			if len([]rune(l)) > 80 {
+				t.Errorf("%s --help: line over 80 columns: %q", cmd, l)
+			}
+		}
 		if m := goStyle.FindString(help); m != "" {
 			t.Errorf("%s --help: an option in Go's flag style: %q", cmd, m)
 		}
@@ -177,6 +182,11 @@ func TestEveryCommandHelp(t *testing.T) {
 			if set.short[m[1][0]] == nil {
 				t.Errorf("dlock --help: the synopsis of %s names -%s, which %s does not take", cmd, m[1], cmd)
 			}
+		}
+	}
+	for _, l := range strings.Split(usage, "\n") {
+		if len([]rune(l)) > 80 {
+			t.Errorf("dlock --help: line over 80 columns: %q", l)
 		}
 	}
 	for cmd := range synopsis {

@@ -55,21 +55,25 @@ URL (from --url, else $DLOCK_URL, else a file backend in your state directory):
                                        a Redis Cluster, from any of its nodes
                                        (rediss+cluster:// for TLS)
   redis+sentinel://[user:pass@]h1:p1,h2:p2/master[/db]
-                                       Redis Sentinel (rediss+sentinel:// for TLS
-                                       to the Sentinels and the master)
-  redlock://[user:pass@]h1:p1,h2:p2,h3:p3[/db]   Redlock over independent masters
+                                       Redis Sentinel (rediss+sentinel:// for
+                                       TLS to the Sentinels and the master)
+  redlock://[user:pass@]h1:p1,h2:p2,h3:p3[/db]
+                                       Redlock over independent masters
                                        (redlocks:// for TLS to every node)
-  etcd://[user:pass@]h1:p1[,h2:p2][/prefix]      etcd (etcds:// for TLS)
+  etcd://[user:pass@]h1:p1[,h2:p2][/prefix]
+                                       etcd (etcds:// for TLS)
   zk://[user:pass@]h1:p1[,h2:p2][/path][?session_timeout=10s]
-                                       ZooKeeper (port 2181 if none): locks under /path
-                                       (default /dlock); user:pass is digest auth and
-                                       the znodes' ACL; a lease is 2/3 of the session
-                                       timeout (default 10s), --ttl does not apply
+                                       ZooKeeper (port 2181 if none): locks
+                                       under /path (default /dlock); user:pass
+                                       is digest auth and the znodes' ACL; a
+                                       lease is 2/3 of the session timeout
+                                       (default 10s), --ttl does not apply
   postgres://[user:pass@]host:port/db[?sslmode=...&table=T&listen=off]
-                                       PostgreSQL (postgresql:// too; libpq URL, pgx
-                                       options); leases in table T (default
-                                       dlock_leases, created on first lock); listen=off
-                                       polls instead of LISTEN/NOTIFY (PgBouncer)
+                                       PostgreSQL (postgresql:// too; libpq
+                                       URL, pgx options); leases in table T
+                                       (default dlock_leases, created on first
+                                       lock); listen=off polls instead of
+                                       LISTEN/NOTIFY (PgBouncer)
 TLS schemes take ?ca=FILE (CA certificates, PEM; default the system's) and
 ?cert=FILE&key=FILE (a client certificate and its key, PEM, for servers that
 require one). Percent-encode reserved characters (/ ? # @ %) in passwords.

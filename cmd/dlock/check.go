@@ -184,34 +184,40 @@ func (r *checkResult) setErr(err error) {
 func probeService(raw string, connect time.Duration, readOnly bool) (busy bool, warnings []string, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), connect)
 	defer cancel()
-	// Meanwhile, dial the servers: a client that retries a refused
-	// connection until the deadline (etcd's) reports "no answer", which
-	// sends an operator looking for a hung server rather than a stopped
-	// one; the probe's error then names the servers that refuse.
-	dials := make(chan []error, 1) // buffered: never blocks the dialer
-	var t *target
-	if pt, perr := parseURL(raw); perr == nil && len(pt.Addrs) > 0 {
-		t = pt
-		go func() { dials <- dialAll(t.Addrs, connect) }()
+	// A client that retries a refused connection until the deadline
+	// (etcd's) reports "no answer", which sends an operator looking for
+	// a hung server rather than a stopped one: a probe still going at
+	// half the budget dials the servers (a healthy service gets no extra
+	// connection), and a failure names those that refuse.
+	t, _ := parseURL(raw)
+	dials := make(chan []error, 1) // buffered: the dialer never blocks
+	var dialer *time.Timer
+	if t != nil && len(t.Addrs) > 0 {
+		dialer = time.AfterFunc(connect/2, func() { dials <- dialAll(t.Addrs, connect/2) })
+		defer dialer.Stop()
 	}
 	withRefused := func(err error) error {
-		// Only when the error does not say so already (explain
-		// flattens the error to text).
-		if t == nil || strings.Contains(err.Error(), "connection refused") || errors.Is(err, errBadURL) {
+		// Unless the error says so already (explain flattens it to text).
+		if dialer == nil || strings.Contains(err.Error(), "connection refused") || errors.Is(err, errBadURL) {
 			return err
 		}
-		select {
-		case errs := <-dials:
-			var refused []string
-			for i, e := range errs {
-				if errors.Is(e, syscall.ECONNREFUSED) {
-					refused = append(refused, t.Addrs[i])
-				}
+		var errs []error
+		if dialer.Stop() {
+			errs = dialAll(t.Addrs, checkGrace/3) // failed early: dial now (a refusal is immediate)
+		} else {
+			select {
+			case errs = <-dials:
+			case <-time.After(checkGrace / 3): // still dialing: no news
 			}
-			if len(refused) > 0 {
-				return fmt.Errorf("%w; connection refused by %s", err, strings.Join(refused, ", "))
+		}
+		var refused []string
+		for i, e := range errs {
+			if errors.Is(e, syscall.ECONNREFUSED) {
+				refused = append(refused, t.Addrs[i])
 			}
-		case <-time.After(checkGrace / 5): // a dial still pending: no news
+		}
+		if len(refused) > 0 {
+			return fmt.Errorf("%w; connection refused by %s", err, strings.Join(refused, ", "))
 		}
 		return err
 	}
@@ -224,7 +230,7 @@ func probeService(raw string, connect time.Duration, readOnly bool) (busy bool, 
 	if err != nil {
 		return false, nil, withRefused(err)
 	}
-	if t, err := parseURL(raw); err == nil {
+	if t != nil {
 		if left := time.Until(deadlineOf(ctx)); left > 0 { // 0 would be no bound
 			warnings = endpointWarnings(t, left)
 		}

@@ -152,7 +152,10 @@ func TestServeAuth(t *testing.T) {
 	if err := os.WriteFile(pwFile, []byte("notTheRootPw\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r := runDlock(t, "", "serve", "--data-dir", dir, "--listen", fmt.Sprintf("127.0.0.1:%d", testserver.FreePort(t)), "--auth", "--root-password-file", pwFile)
+	// Both ports free ones: the default peer port (port+1) may be taken
+	// by another test's server.
+	r := runDlock(t, "", "serve", "--data-dir", dir, "--listen", fmt.Sprintf("127.0.0.1:%d", testserver.FreePort(t)),
+		"--peer-listen", fmt.Sprintf("127.0.0.1:%d", testserver.FreePort(t)), "--auth", "--root-password-file", pwFile)
 	if r.code != exitUsage || !strings.Contains(r.stderr, "not the one given") || strings.Contains(r.stderr+r.stdout, "notTheRootPw") {
 		t.Fatalf("serve --auth with another password: exit %d %q %q", r.code, r.stdout, r.stderr)
 	}

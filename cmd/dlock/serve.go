@@ -350,11 +350,20 @@ func setUpAuth(e *embed.Etcd, sc *serveConfig) (bool, error) {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), authTimeout)
 	defer cancel()
-	st, err := c.AuthStatus(ctx)
-	if err != nil {
-		return false, fmt.Errorf("auth status: %w", err)
+	// AuthStatus reads the local auth store, which after a restart may
+	// not have applied the log yet: a linearizable read first waits until
+	// it has (without a user, it fails when authentication is on, which
+	// says the same).
+	_, err := c.Get(ctx, "dlock-serve-sync")
+	enabled := errors.Is(err, rpctypes.ErrUserEmpty) || errors.Is(err, rpctypes.ErrPermissionDenied)
+	if !enabled {
+		st, err := c.AuthStatus(ctx)
+		if err != nil {
+			return false, fmt.Errorf("auth status: %w", err)
+		}
+		enabled = st.Enabled
 	}
-	if st.Enabled {
+	if enabled {
 		if sc.auth {
 			if _, err := c.Authenticate(ctx, "root", sc.rootPassword); err != nil {
 				if errors.Is(err, rpctypes.ErrAuthFailed) {

@@ -34,4 +34,4 @@ func ParseHelpers(src string) error {
 
 // Suffixes are the suffixes of a lock's other keys and of its waiters'
 // channels, after the lock key.
-var Suffixes = []string{fenceSuffix, waitersSuffix, receiptsSuffix, channelSuffix, holdersSuffix, holderDataSuffix, writersSuffix, permitSuffix}
+var Suffixes = []string{fenceSuffix, waitersSuffix, receiptsSuffix, channelSuffix, holdersSuffix, holderDataSuffix, writersSuffix, permitSuffix, breakSuffix}

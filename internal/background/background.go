@@ -10,13 +10,40 @@ import (
 	"time"
 )
 
-var wg sync.WaitGroup
+// The running work is counted under mu rather than in a sync.WaitGroup:
+// work starts at any time (a timer fires, a lock is lost) while a test
+// waits, and a WaitGroup forbids an Add from zero concurrent with a Wait
+// (the race detector reports it).
+var (
+	mu      sync.Mutex
+	running int
+	idle    chan struct{} // closed when running drops to zero
+	pending = map[*time.Timer]func(){}
+)
+
+func start() {
+	mu.Lock()
+	defer mu.Unlock()
+	if running == 0 {
+		idle = make(chan struct{})
+	}
+	running++
+}
+
+func done() {
+	mu.Lock()
+	defer mu.Unlock()
+	running--
+	if running == 0 {
+		close(idle)
+	}
+}
 
 // Go runs f on a new goroutine, counted until it returns.
 func Go(f func()) {
-	wg.Add(1)
+	start()
 	go func() {
-		defer wg.Done()
+		defer done()
 		f()
 	}()
 }
@@ -24,36 +51,35 @@ func Go(f func()) {
 // Wait blocks until no background work is running, or for at most d, and
 // reports whether everything ended.
 func Wait(d time.Duration) bool {
-	done := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
 	t := time.NewTimer(d)
 	defer t.Stop()
-	select {
-	case <-done:
-		return true
-	case <-t.C:
-		return false
+	for {
+		mu.Lock()
+		if running == 0 {
+			mu.Unlock()
+			return true
+		}
+		ch := idle
+		mu.Unlock()
+		select {
+		case <-ch:
+			// Work may have started again since; look once more.
+		case <-t.C:
+			return false
+		}
 	}
 }
-
-var (
-	mu      sync.Mutex
-	pending = map[*time.Timer]func(){}
-)
 
 // AfterFunc runs f on its own goroutine after d, counted from now: Wait
 // waits for it (the release RunOnce defers to atLeastFor) and Flush runs
 // it at once.
 func AfterFunc(d time.Duration, f func()) {
-	wg.Add(1)
+	start()
 	mu.Lock()
 	defer mu.Unlock()
 	var t *time.Timer
 	t = time.AfterFunc(d, func() {
-		defer wg.Done()
+		defer done()
 		mu.Lock()
 		delete(pending, t)
 		mu.Unlock()
@@ -72,7 +98,7 @@ func Flush() {
 		if t.Stop() {
 			delete(pending, t)
 			go func() {
-				defer wg.Done()
+				defer done()
 				f()
 			}()
 		}

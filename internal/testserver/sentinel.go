@@ -23,6 +23,11 @@ type Sentinel struct {
 	Servers []*Redis
 	// Sentinels are the redis-sentinel processes.
 	Sentinels []*Redis
+	// ReplicationLinks are, with WithReplicationProxies, the fault proxies
+	// Servers[i+1] replicates Servers[0] through (stall one, and that
+	// replica misses the primary's writes while staying up and eligible
+	// for promotion); nil otherwise.
+	ReplicationLinks []*Proxy
 	// DownAfter is how long a primary must not answer before the
 	// sentinels consider it down (down-after-milliseconds).
 	DownAfter time.Duration
@@ -34,6 +39,7 @@ type sentinelConfig struct {
 	downAfter           time.Duration
 	password            string // the data servers'
 	sentinelPassword    string // the sentinels'
+	proxied             bool
 }
 
 // SentinelOption configures StartSentinel.
@@ -49,6 +55,13 @@ func WithSentinels(n int) SentinelOption { return func(c *sentinelConfig) { c.se
 // WithDownAfter sets down-after-milliseconds (default 1s).
 func WithDownAfter(d time.Duration) SentinelOption {
 	return func(c *sentinelConfig) { c.downAfter = d }
+}
+
+// WithReplicationProxies makes each replica replicate the first primary
+// through a fault proxy of its own (Sentinel.ReplicationLinks). After a
+// failover the sentinels point the replicas at the new primary directly.
+func WithReplicationProxies() SentinelOption {
+	return func(c *sentinelConfig) { c.proxied = true }
 }
 
 // WithDataPassword makes the data servers require a password (and the
@@ -84,8 +97,15 @@ func StartSentinel(t TB, opts ...SentinelOption) *Sentinel {
 	primary := StartRedis(t, dataOpts...)
 	s.Servers = append(s.Servers, primary)
 	for i := 0; i < cfg.replicas; i++ {
+		port := primary.Port()
+		if cfg.proxied {
+			p := StartProxy(t, primary.Addr())
+			s.ReplicationLinks = append(s.ReplicationLinks, p)
+			_, ps, _ := net.SplitHostPort(p.Addr())
+			port, _ = strconv.Atoi(ps)
+		}
 		r := StartRedis(t, append(dataOpts[:len(dataOpts):len(dataOpts)],
-			WithArgs("--replicaof", "127.0.0.1", strconv.Itoa(primary.Port())))...)
+			WithArgs("--replicaof", "127.0.0.1", strconv.Itoa(port)))...)
 		s.Servers = append(s.Servers, r)
 	}
 	s.WaitSynced(primary)

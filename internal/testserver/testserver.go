@@ -194,19 +194,38 @@ func (r *Redis) ping() error {
 // and an array as its elements joined by newlines. An error reply is
 // returned as an error.
 func (r *Redis) Do(args ...string) (string, error) {
-	c, err := net.DialTimeout("tcp", r.Addr(), time.Second)
+	replies, err := r.DoSeq(args)
 	if err != nil {
 		return "", err
+	}
+	return replies[0], nil
+}
+
+// DoSeq sends commands one after another over one fresh connection (WAIT
+// counts the replicas that have the writes of its own connection) and
+// returns their replies as Do does, stopping at the first error.
+func (r *Redis) DoSeq(cmds ...[]string) ([]string, error) {
+	c, err := net.DialTimeout("tcp", r.Addr(), time.Second)
+	if err != nil {
+		return nil, err
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(5 * time.Second))
 	br := bufio.NewReader(c)
 	if r.password != "" {
 		if _, err := roundTrip(c, br, "AUTH", r.password); err != nil {
-			return "", fmt.Errorf("auth: %w", err)
+			return nil, fmt.Errorf("auth: %w", err)
 		}
 	}
-	return roundTrip(c, br, args...)
+	var replies []string
+	for _, args := range cmds {
+		reply, err := roundTrip(c, br, args...)
+		if err != nil {
+			return replies, err
+		}
+		replies = append(replies, reply)
+	}
+	return replies, nil
 }
 
 func roundTrip(c net.Conn, br *bufio.Reader, args ...string) (string, error) {

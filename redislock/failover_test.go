@@ -3,6 +3,8 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -158,6 +160,7 @@ func failoverWhileHeld(t *testing.T, fault string, ttl time.Duration) {
 // same host's), so a guard refuses the old holder's late writes.
 func TestFailoverLaggingReplicaDoubleGrant(t *testing.T) {
 	s := testserver.StartSentinel(t, testserver.WithReplicas(1), testserver.WithReplicationProxies())
+	restore := keepReplicationLinks(t, s)
 	old := s.Primary()
 	holderL := redislock.New(failoverClient(t, s))
 	contenderL := redislock.New(failoverClient(t, s))
@@ -172,6 +175,7 @@ func TestFailoverLaggingReplicaDoubleGrant(t *testing.T) {
 		t.Fatal(err)
 	}
 	old.Stop()
+	restore()
 	p := s.WaitFailover(old)
 	if v, err := p.Do("EXISTS", holderL.LockKey(key)); err != nil || v != "0" {
 		t.Fatalf("the promoted replica has the lock key (EXISTS = %q, %v): the link was not stalled", v, err)
@@ -191,5 +195,48 @@ func TestFailoverLaggingReplicaDoubleGrant(t *testing.T) {
 	// The holder finds out at its next renewal (here, its own refresh).
 	if err := lk.Refresh(dlocktest.Context(t)); !errors.Is(err, dlock.ErrLockLost) {
 		t.Fatalf("the holder's refresh after the double grant: %v, want ErrLockLost", err)
+	}
+}
+
+// keepReplicationLinks keeps s's replicas on their replication proxies
+// until restore is called. A sentinel "fixes" a replica whose master
+// address is not the primary's (a proxy's is not) with REPLICAOF the
+// primary, once failover-timeout has passed since it found the replica:
+// the stalled link would then be bypassed, and the replica have every
+// write. So failover-timeout is raised on every sentinel meanwhile, and
+// restore sets it back (call it once the primary is gone: the fix can
+// then only point a replica at the dead primary, and a failover that
+// needs a second election is not held back by the raised timeout).
+func keepReplicationLinks(t testing.TB, s *testserver.Sentinel) (restore func()) {
+	t.Helper()
+	set := func(v string) error {
+		for _, sn := range s.Sentinels {
+			if _, err := sn.Do("SENTINEL", "SET", s.Master(), "failover-timeout", v); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	reply, err := s.Sentinels[0].Do("SENTINEL", "MASTER", s.Master())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := strings.Split(reply, "\n")
+	orig := ""
+	for i := 0; i+1 < len(fields); i += 2 {
+		if fields[i] == "failover-timeout" {
+			orig = fields[i+1]
+		}
+	}
+	if orig == "" {
+		t.Fatalf("SENTINEL MASTER %s has no failover-timeout: %q", s.Master(), reply)
+	}
+	if err := set(strconv.Itoa(int(time.Hour.Milliseconds()))); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if err := set(orig); err != nil {
+			t.Errorf("restoring failover-timeout %s: %v", orig, err)
+		}
 	}
 }

@@ -22,9 +22,11 @@
 //
 // Acquire is one Lua script: SET key value PX ttl when the key is free,
 // where the value is "<owner>|<token>|<metadata json>". A release
-// replaces the value with the marker "|<token>" (kept FenceRetention), so
-// the next token is marker + 1; without a marker the token is the server
-// time in µs. Refresh is compare-and-PEXPIRE and release is
+// replaces the value with the marker "|<token>" (kept FenceRetention), and
+// every grant's token is max(marker + 1, server time in µs) (marker 0 when
+// the key holds none): above the last one, and, after a restart or a
+// failover that lost the marker, above every earlier one while the
+// server clock is sane (see Not guaranteed). Refresh is compare-and-PEXPIRE and release is
 // compare-and-replace; both compare the owner and so never touch another
 // holder's lock, and both are safe to retry: an acquisition executed twice
 // (go-redis resends a script whose reply was lost) is granted its own lease
@@ -59,8 +61,8 @@
 // Lost(); a holder that crashed stops counting at its own expiry, whatever
 // the others do, and the three keys expire with the latest holder. Each
 // grant, whatever its mode, takes the next token of the key's single
-// counter (the group's latest token or the release marker's, + 1; the
-// server's time in µs on a key without either), so a writer's token is
+// counter (the group's latest token or the release marker's, + 1, never
+// below the server's time in µs), so a writer's token is
 // above every reader's and permit's before it. A
 // request of another mode than the holders' is refused with a
 // *dlock.NotAcquiredError naming every holder; a limited request whose
@@ -187,11 +189,17 @@
 //
 //   - Exclusion across a failover or a restart that loses the key
 //     (asynchronous replication acknowledges SET before replicas have it);
-//     use fencing tokens and a Guard for correctness. After a restart that
-//     lost the key, tokens restart from the server time in µs, above every
-//     earlier token unless the server's clock went back further than the
-//     time since the last acquisition. A Guard whose fence key was lost
-//     admits any fence again.
+//     use fencing tokens and a Guard for correctness, and see WithReplicaAcks.
+//   - Tokens that increase through a failover or a restart that lost the
+//     key's latest writes. Every grant's token is at least the server's
+//     time in µs, so the new primary still issues tokens above every
+//     earlier one; tokens can repeat (or go back) through a failover only
+//     if the new primary's clock is behind the old primary's by more than
+//     the time between the last grant the new primary missed and its first
+//     grant (for a restart: the server's clock went back further than the
+//     time since the last acquisition), or if a token was issued above the
+//     clock (a key whose marker was ahead of it). A Guard whose fence key
+//     was lost admits any fence again.
 //   - Writer preference against readers already holding: they keep their
 //     leases, and the writer waits for the last of them. Limited requests
 //     are not held back by waiting writers (writers and permits do not

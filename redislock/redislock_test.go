@@ -265,7 +265,7 @@ func TestBadInput(t *testing.T) {
 }
 
 // A release leaves the last token in the key as a marker with a bounded
-// lifetime: the next holder continues from it, and a service that locks
+// lifetime: the next holder's token is above it, and a service that locks
 // many distinct keys does not keep them forever.
 func TestReleaseMarker(t *testing.T) {
 	srv := testserver.StartRedis(t)
@@ -295,8 +295,8 @@ func TestReleaseMarker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lk2.Release(dlocktest.Context(t))
-	if lk2.Token() != lk.Token()+1 {
-		t.Fatalf("token after the marker = %d, want %d", lk2.Token(), lk.Token()+1)
+	if lk2.Token() <= lk.Token() {
+		t.Fatalf("token after the marker = %d, want above %d", lk2.Token(), lk.Token())
 	}
 }
 

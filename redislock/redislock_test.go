@@ -26,10 +26,15 @@ func newClient(t testing.TB, srv *testserver.Redis) *redis.Client {
 }
 
 func TestConformance(t *testing.T) {
-	srv := testserver.StartRedis(t)
+	conformance(t, testserver.StartRedis(t))
+}
+
+// conformance runs the dlocktest suite through Lockers on srv configured
+// by opts.
+func conformance(t *testing.T, srv *testserver.Redis, opts ...redislock.Option) {
 	admin := newClient(t, srv)
 	dlocktest.TestLocker(t, dlocktest.Harness{
-		New: func(t testing.TB) dlock.Locker { return redislock.New(newClient(t, srv)) },
+		New: func(t testing.TB) dlock.Locker { return redislock.New(newClient(t, srv), opts...) },
 		Expire: func(t testing.TB, key string) {
 			if err := admin.Del(context.Background(), redislock.New(admin).LockKey(key)).Err(); err != nil {
 				t.Fatal(err)
@@ -42,7 +47,7 @@ func TestConformance(t *testing.T) {
 				p := testserver.StartProxy(t, srv.Addr())
 				c := redis.NewClient(&redis.Options{Addr: p.Addr()})
 				t.Cleanup(func() { c.Close() })
-				return redislock.New(c), p
+				return redislock.New(c, opts...), p
 			},
 			Pause: func(t testing.TB, keys ...string) func() {
 				srv.Pause()

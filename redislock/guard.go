@@ -56,8 +56,8 @@ type Guard struct {
 	// acks and ackTimeout: WithReplicaAcks (acks 0: off).
 	acks       int
 	ackTimeout time.Duration
-	chk    guard.Checker
-	err    error // NewGuard's failure: every call returns it
+	chk        guard.Checker
+	err        error // NewGuard's failure: every call returns it
 }
 
 var _ guard.Guard = (*Guard)(nil)

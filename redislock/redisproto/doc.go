@@ -181,6 +181,19 @@
 // granted that lease again, a release that finds its marker or receipt
 // reports success, refresh and commit are idempotent.
 //
+// # Replica acknowledgement
+//
+// A Node whose Acks is above 0 (redislock's WithReplicaAcks; never
+// redlock) sends each acquire, acquire_group, refresh and refresh_group
+// script in one pipeline with WAIT Acks AckTimeout after it (EvalAcked),
+// so the WAIT runs on the connection that wrote and counts the replicas
+// that have those writes; a batch renewal ends each server's pipeline with
+// one WAIT. A grant or renewal that fewer replicas acknowledged is returned
+// with an *AckError, and the caller decides (redislock rolls a grant back).
+// The WAIT timeout is sent in whole milliseconds, rounded up and at least
+// 1: WAIT n 0 would block forever. Releases, waiter bookkeeping and reads
+// are not followed by WAIT. The scripts and the layout are unchanged.
+//
 // # Hung links
 //
 // Nothing a caller waits for blocks on a stalled link beyond what the

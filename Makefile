@@ -9,8 +9,8 @@ MODULES = $(shell $(GO) list -m -f '{{.Dir}}')
 # postgresql and pgbouncer are started by internal/testserver (as the
 # postgres user when the tests run as root); prometheus brings promtool,
 # which checks and unit-tests dlockprom/alerts.yml.
-DEB_PKGS := redis-server gcc zookeeper postgresql pgbouncer prometheus
-SERVER_BINS := redis-server gcc java psql pgbouncer promtool
+DEB_PKGS := redis-server redis-sentinel gcc zookeeper postgresql pgbouncer prometheus
+SERVER_BINS := redis-server redis-sentinel gcc java psql pgbouncer promtool
 SERVER_FILES := /usr/share/java/zookeeper.jar /usr/lib/postgresql/*/bin/postgres
 TEST_TIMEOUT ?= 20m
 

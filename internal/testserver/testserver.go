@@ -91,6 +91,7 @@ type Redis struct {
 	port     int
 	password string
 	extra    []string
+	conf     string // a config file to start from (redis-sentinel's)
 	cmd      *exec.Cmd
 	exited   chan struct{}
 	paused   bool
@@ -145,6 +146,12 @@ func (r *Redis) start() error {
 		"--save", "", "--appendonly", "no", "--daemonize", "no",
 		"--dir", r.dir, "--logfile", r.LogPath(),
 	}
+	if r.conf != "" {
+		// redis-sentinel: its monitored masters are in the config file,
+		// which it rewrites; it takes no persistence options.
+		args = []string{r.conf, "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
+			"--daemonize", "no", "--dir", r.dir, "--logfile", r.LogPath()}
+	}
 	if r.password != "" {
 		args = append(args, "--requirepass", r.password)
 	}
@@ -183,22 +190,42 @@ func (r *Redis) ping() error {
 }
 
 // Do sends one command over a fresh connection (after AUTH when a password
-// is set) and returns a simple, integer or bulk-string reply as a string.
-// An error reply is returned as an error. Arrays are not supported.
+// is set) and returns a simple, integer or bulk-string reply as a string,
+// and an array as its elements joined by newlines. An error reply is
+// returned as an error.
 func (r *Redis) Do(args ...string) (string, error) {
-	c, err := net.DialTimeout("tcp", r.Addr(), time.Second)
+	replies, err := r.DoSeq(args)
 	if err != nil {
 		return "", err
+	}
+	return replies[0], nil
+}
+
+// DoSeq sends commands one after another over one fresh connection (WAIT
+// counts the replicas that have the writes of its own connection) and
+// returns their replies as Do does, stopping at the first error.
+func (r *Redis) DoSeq(cmds ...[]string) ([]string, error) {
+	c, err := net.DialTimeout("tcp", r.Addr(), time.Second)
+	if err != nil {
+		return nil, err
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(5 * time.Second))
 	br := bufio.NewReader(c)
 	if r.password != "" {
 		if _, err := roundTrip(c, br, "AUTH", r.password); err != nil {
-			return "", fmt.Errorf("auth: %w", err)
+			return nil, fmt.Errorf("auth: %w", err)
 		}
 	}
-	return roundTrip(c, br, args...)
+	var replies []string
+	for _, args := range cmds {
+		reply, err := roundTrip(c, br, args...)
+		if err != nil {
+			return replies, err
+		}
+		replies = append(replies, reply)
+	}
+	return replies, nil
 }
 
 func roundTrip(c net.Conn, br *bufio.Reader, args ...string) (string, error) {
@@ -244,6 +271,20 @@ func readReply(br *bufio.Reader) (string, error) {
 			return "", err
 		}
 		return string(buf[:n]), nil
+	case '*':
+		n, err := strconv.Atoi(line[1:])
+		if err != nil || n < 0 {
+			return "", err
+		}
+		elems := make([]string, 0, n)
+		for i := 0; i < n; i++ {
+			e, err := readReply(br)
+			if err != nil {
+				return "", err
+			}
+			elems = append(elems, e)
+		}
+		return strings.Join(elems, "\n"), nil
 	}
 	return "", fmt.Errorf("unsupported reply %q", line)
 }

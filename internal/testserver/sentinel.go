@@ -1,0 +1,311 @@
+package testserver
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// SentinelMaster is the master name StartSentinel's sentinels monitor.
+const SentinelMaster = "dlockmaster"
+
+// Sentinel is a Redis replication group watched by redis-sentinel
+// processes, all owned by a test: Servers[0] starts as the primary, the
+// others as its replicas, and the sentinels fail over to a replica when
+// the primary stops answering (killed or paused) for DownAfter.
+type Sentinel struct {
+	t TB
+	// Servers are the redis-servers; Servers[0] was the first primary.
+	Servers []*Redis
+	// Sentinels are the redis-sentinel processes.
+	Sentinels []*Redis
+	// ReplicationLinks are, with WithReplicationProxies, the fault proxies
+	// Servers[i+1] replicates Servers[0] through (stall one, and that
+	// replica misses the primary's writes while staying up and eligible
+	// for promotion); nil otherwise.
+	ReplicationLinks []*Proxy
+	// DownAfter is how long a primary must not answer before the
+	// sentinels consider it down (down-after-milliseconds).
+	DownAfter time.Duration
+	cfg       sentinelConfig
+}
+
+type sentinelConfig struct {
+	replicas, sentinels int
+	downAfter           time.Duration
+	password            string // the data servers'
+	sentinelPassword    string // the sentinels'
+	proxied             bool
+}
+
+// SentinelOption configures StartSentinel.
+type SentinelOption func(*sentinelConfig)
+
+// WithReplicas sets the number of replicas (default 2).
+func WithReplicas(n int) SentinelOption { return func(c *sentinelConfig) { c.replicas = n } }
+
+// WithSentinels sets the number of sentinels (default 3; the quorum is a
+// majority of them).
+func WithSentinels(n int) SentinelOption { return func(c *sentinelConfig) { c.sentinels = n } }
+
+// WithDownAfter sets down-after-milliseconds (default 1s).
+func WithDownAfter(d time.Duration) SentinelOption {
+	return func(c *sentinelConfig) { c.downAfter = d }
+}
+
+// WithReplicationProxies makes each replica replicate the first primary
+// through a fault proxy of its own (Sentinel.ReplicationLinks). After a
+// failover the sentinels point the replicas at the new primary directly.
+func WithReplicationProxies() SentinelOption {
+	return func(c *sentinelConfig) { c.proxied = true }
+}
+
+// WithDataPassword makes the data servers require a password (and the
+// replicas and sentinels use it).
+func WithDataPassword(pw string) SentinelOption {
+	return func(c *sentinelConfig) { c.password = pw }
+}
+
+// WithSentinelPassword makes the sentinels require a password.
+func WithSentinelPassword(pw string) SentinelOption {
+	return func(c *sentinelConfig) { c.sentinelPassword = pw }
+}
+
+// StartSentinel starts a primary, its replicas (in sync) and the sentinels
+// watching them on free loopback ports, waits until every sentinel knows
+// every replica and every other sentinel, and registers their shutdown
+// with t.Cleanup.
+func StartSentinel(t TB, opts ...SentinelOption) *Sentinel {
+	t.Helper()
+	cfg := sentinelConfig{replicas: 2, sentinels: 3, downAfter: time.Second}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	sbin := Binary(t, "redis-sentinel")
+	s := &Sentinel{t: t, DownAfter: cfg.downAfter, cfg: cfg}
+	var dataOpts []RedisOption
+	if cfg.password != "" {
+		dataOpts = append(dataOpts, WithPassword(cfg.password), WithArgs("--masterauth", cfg.password))
+	}
+	// Diskless full syncs without the default 5s delay: replicas are in
+	// sync within moments of starting (and after a failover).
+	dataOpts = append(dataOpts, WithArgs("--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0"))
+	primary := StartRedis(t, dataOpts...)
+	s.Servers = append(s.Servers, primary)
+	for i := 0; i < cfg.replicas; i++ {
+		port := primary.Port()
+		if cfg.proxied {
+			p := StartProxy(t, primary.Addr())
+			s.ReplicationLinks = append(s.ReplicationLinks, p)
+			_, ps, _ := net.SplitHostPort(p.Addr())
+			port, _ = strconv.Atoi(ps)
+		}
+		r := StartRedis(t, append(dataOpts[:len(dataOpts):len(dataOpts)],
+			WithArgs("--replicaof", "127.0.0.1", strconv.Itoa(port)))...)
+		s.Servers = append(s.Servers, r)
+	}
+	s.WaitSynced(primary)
+	quorum := cfg.sentinels/2 + 1
+	for i := 0; i < cfg.sentinels; i++ {
+		dir := t.TempDir()
+		conf := filepath.Join(dir, "sentinel.conf")
+		var b strings.Builder
+		fmt.Fprintf(&b, "sentinel monitor %s 127.0.0.1 %d %d\n", SentinelMaster, primary.Port(), quorum)
+		fmt.Fprintf(&b, "sentinel down-after-milliseconds %s %d\n", SentinelMaster, cfg.downAfter.Milliseconds())
+		fmt.Fprintf(&b, "sentinel failover-timeout %s %d\n", SentinelMaster, max(3*cfg.downAfter, 3*time.Second).Milliseconds())
+		fmt.Fprintf(&b, "sentinel parallel-syncs %s 1\n", SentinelMaster)
+		if cfg.password != "" {
+			fmt.Fprintf(&b, "sentinel auth-pass %s %s\n", SentinelMaster, cfg.password)
+		}
+		if err := os.WriteFile(conf, []byte(b.String()), 0o600); err != nil {
+			t.Fatalf("sentinel config: %v", err)
+		}
+		r := &Redis{t: t, bin: sbin, dir: dir, conf: conf, password: cfg.sentinelPassword}
+		var err error
+		for attempt := 0; attempt < 5; attempt++ {
+			r.port = FreePort(t)
+			if err = r.start(); err == nil {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatalf("redis-sentinel did not start: %v", err)
+		}
+		t.Cleanup(r.Stop)
+		s.Sentinels = append(s.Sentinels, r)
+	}
+	s.waitSentinels()
+	return s
+}
+
+// Master is the master name the sentinels monitor.
+func (s *Sentinel) Master() string { return SentinelMaster }
+
+// Addrs are the sentinels' host:port addresses.
+func (s *Sentinel) Addrs() []string {
+	a := make([]string, len(s.Sentinels))
+	for i, r := range s.Sentinels {
+		a[i] = r.Addr()
+	}
+	return a
+}
+
+// waitSentinels waits until every sentinel sees the master as ok, with
+// all its replicas and all the other sentinels.
+func (s *Sentinel) waitSentinels() {
+	s.t.Helper()
+	want := fmt.Sprintf("slaves=%d,sentinels=%d", s.cfg.replicas, s.cfg.sentinels)
+	deadline := time.Now().Add(2 * startTimeout)
+	for _, sn := range s.Sentinels {
+		for {
+			info, err := sn.Do("INFO", "sentinel")
+			if err == nil && strings.Contains(info, "status=ok") && strings.Contains(info, want) {
+				break
+			}
+			if time.Now().After(deadline) {
+				s.t.Fatalf("sentinel %s did not see the group (%s) within %v: %q %v", sn.Addr(), want, 2*startTimeout, info, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// server is the data server listening on addr, or nil.
+func (s *Sentinel) server(addr string) *Redis {
+	for _, r := range s.Servers {
+		if r.Addr() == addr {
+			return r
+		}
+	}
+	return nil
+}
+
+// PrimaryAddr is the primary's address as the first sentinel that answers
+// reports it ("" when none answers).
+func (s *Sentinel) PrimaryAddr() string {
+	for _, sn := range s.Sentinels {
+		if sn.paused || sn.cmd == nil {
+			continue
+		}
+		reply, err := sn.Do("SENTINEL", "get-master-addr-by-name", SentinelMaster)
+		if err != nil {
+			continue
+		}
+		hp := strings.Split(reply, "\n")
+		if len(hp) == 2 {
+			return net.JoinHostPort(hp[0], hp[1])
+		}
+	}
+	return ""
+}
+
+// Primary is the data server the sentinels report as the primary.
+func (s *Sentinel) Primary() *Redis {
+	s.t.Helper()
+	addr := s.PrimaryAddr()
+	r := s.server(addr)
+	if r == nil {
+		s.t.Fatalf("sentinels report primary %q, not one of the group's servers", addr)
+	}
+	return r
+}
+
+// Replicas are the data servers other than the one the sentinels report
+// as the primary.
+func (s *Sentinel) Replicas() []*Redis {
+	p := s.Primary()
+	var rs []*Redis
+	for _, r := range s.Servers {
+		if r != p {
+			rs = append(rs, r)
+		}
+	}
+	return rs
+}
+
+// WaitFailover waits (at most a minute) until every running sentinel
+// reports a primary other than old and that server has taken the primary
+// role, and returns it.
+func (s *Sentinel) WaitFailover(old *Redis) *Redis {
+	s.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if p := s.agreed(); p != nil && p != old {
+			if info, err := p.Do("INFO", "replication"); err == nil && strings.Contains(info, "role:master") {
+				return p
+			}
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("no failover from %s within a minute (sentinels report %q)", old.Addr(), s.PrimaryAddr())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// agreed is the primary every running sentinel reports, or nil.
+func (s *Sentinel) agreed() *Redis {
+	var p *Redis
+	for _, sn := range s.Sentinels {
+		if sn.paused || sn.cmd == nil {
+			continue
+		}
+		reply, err := sn.Do("SENTINEL", "get-master-addr-by-name", SentinelMaster)
+		hp := strings.Split(reply, "\n")
+		if err != nil || len(hp) != 2 {
+			return nil
+		}
+		r := s.server(net.JoinHostPort(hp[0], hp[1]))
+		if r == nil || (p != nil && r != p) {
+			return nil
+		}
+		p = r
+	}
+	return p
+}
+
+// WaitSynced waits (at most startTimeout) until primary reports every
+// other running, unpaused server as an online replica at its own
+// replication offset.
+func (s *Sentinel) WaitSynced(primary *Redis) {
+	s.t.Helper()
+	want := 0
+	for _, r := range s.Servers {
+		if r != primary && r.cmd != nil && !r.paused {
+			want++
+		}
+	}
+	deadline := time.Now().Add(startTimeout)
+	for {
+		info, err := primary.Do("INFO", "replication")
+		if err == nil && syncedReplicas(info) >= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("%d replicas of %s not in sync within %v: %q %v", want, primary.Addr(), startTimeout, info, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// syncedReplicas counts the online replicas of an INFO replication reply
+// whose offset is the primary's.
+func syncedReplicas(info string) int {
+	var off string
+	for _, l := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "master_repl_offset:"); ok {
+			off = v
+		}
+	}
+	n := 0
+	for _, l := range strings.Split(info, "\n") {
+		l = strings.TrimSpace(l)
+		if strings.HasPrefix(l, "slave") && strings.Contains(l, "state=online") && strings.Contains(l, "offset="+off+",") {
+			n++
+		}
+	}
+	return n
+}

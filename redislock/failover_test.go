@@ -240,3 +240,155 @@ func keepReplicationLinks(t testing.TB, s *testserver.Sentinel) (restore func())
 		}
 	}
 }
+
+// TestFailoverLaggingReplicaAcksRefused is the negative control's
+// schedule with replica acknowledgement on (WithReplicaAcks(1, ...)): the
+// only replica's link is stalled, so no replica acknowledges the grant in
+// time; the grant is rolled back on the primary and the attempt fails
+// with a *ReplicationError (ErrNotReplicated), leaving no lease. After
+// the failover to that replica the contender is granted the key, and
+// nobody else believes it holds it.
+func TestFailoverLaggingReplicaAcksRefused(t *testing.T) {
+	s := testserver.StartSentinel(t, testserver.WithReplicas(1), testserver.WithReplicationProxies())
+	restore := keepReplicationLinks(t, s)
+	old := s.Primary()
+	holderL := redislock.New(failoverClient(t, s), redislock.WithReplicaAcks(1, 300*time.Millisecond))
+	contenderL := redislock.New(failoverClient(t, s))
+	key := dlocktest.Key(t)
+	s.ReplicationLinks[0].Stall()
+	lk, err := holderL.TryAcquire(dlocktest.Context(t), key, dlock.WithTTL(time.Minute), dlock.WithAutoRefresh(false))
+	var re *redislock.ReplicationError
+	if err == nil || !errors.Is(err, redislock.ErrNotReplicated) || !errors.As(err, &re) {
+		if lk != nil {
+			lk.Release(context.Background())
+		}
+		t.Fatalf("TryAcquire with the only replica's link stalled: %v, want a *ReplicationError", err)
+	}
+	if lk != nil || re.Op != "acquire" || re.Want != 1 || re.Got != 0 || !re.RolledBack {
+		t.Fatalf("TryAcquire: lock %v, error %+v: want no lock, 0 of 1 acknowledgements, rolled back", lk, re)
+	}
+	// No lease on the primary: the key is gone or a release marker.
+	if v, err := old.Do("GET", holderL.LockKey(key)); err != nil || (v != "" && !strings.HasPrefix(v, "|")) {
+		t.Fatalf("the primary holds %q (%v) after the rolled-back attempt, want no lease", v, err)
+	}
+	old.Stop()
+	restore()
+	s.WaitFailover(old)
+	got, refused, last := contend(t, contenderL, key, 30*time.Second, 0)
+	if got == nil {
+		t.Fatalf("the contender was not granted the free key after the failover (%d refusals, last %v)", refused, last)
+	}
+	got.Release(context.Background())
+}
+
+// TestFailoverAckedReplicaPromoted is the schedule in which replica
+// acknowledgement keeps the lock exclusive through a failover: two
+// replicas, one of them lagging (its link stalled); the holder acquires
+// with WithReplicaAcks(1, ...), so the grant counts only once the other
+// replica has it; the primary dies. Sentinel promotes, among the replicas
+// it can reach and deems eligible, the one with the highest replication
+// offset: the one that acknowledged, which has the lease. The contender is
+// refused, and the new primary holds the holder's lease.
+//
+// Acknowledgement does not cover every schedule (replication stays
+// asynchronous; WAIT only reports that n replicas received the write):
+//   - the acknowledging replica dies too, or restarts without persistence,
+//     before or during the failover, and the lagging one is promoted;
+//   - the sentinels cannot reach the acknowledging replica (a partition,
+//     a pause) but reach the lagging one, or deem it ineligible (its link
+//     down too long, replica-priority 0), and promote the lagging one;
+//   - fewer replicas acknowledge than could be promoted without the write
+//     (n = 1 of 2 here only works because Sentinel prefers the highest
+//     offset; with several lagging replicas and a manual or forced
+//     failover, any of them may be chosen).
+//
+// In those the key can be granted twice, as in
+// TestFailoverLaggingReplicaDoubleGrant; fencing tokens (max(marker + 1,
+// server µs)) still order the holders while the new primary's clock is
+// not behind the old one's.
+func TestFailoverAckedReplicaPromoted(t *testing.T) {
+	s := testserver.StartSentinel(t, testserver.WithReplicas(2), testserver.WithReplicationProxies())
+	restore := keepReplicationLinks(t, s)
+	old := s.Primary()
+	holderL := redislock.New(failoverClient(t, s), redislock.WithReplicaAcks(1, redislock.DefaultAckTimeout))
+	contenderL := redislock.New(failoverClient(t, s))
+	key := dlocktest.Key(t)
+	s.ReplicationLinks[0].Stall()
+	lagging, acked := s.Servers[1], s.Servers[2]
+	// A long lease without renewals, as in the negative control: any
+	// grant to the contender during the test is a double grant.
+	lk, err := holderL.Acquire(dlocktest.Context(t), key, dlock.WithTTL(time.Minute), dlock.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatalf("Acquire with one replica of two lagging: %v", err)
+	}
+	defer lk.Release(context.Background())
+	if v, err := acked.Do("EXISTS", holderL.LockKey(key)); err != nil || v != "1" {
+		t.Fatalf("the acknowledging replica lacks the lease: EXISTS = %q, %v", v, err)
+	}
+	// Sentinel ranks replicas by the offsets of their last INFO: wait
+	// until every sentinel has seen the lagging one behind, so that the
+	// ranking is the one this schedule is about, not a tie.
+	sentinelsSeeAhead(t, s, acked, lagging)
+	old.Stop()
+	restore()
+	p := s.WaitFailover(old)
+	if p != acked {
+		// Not the schedule under test (see the doc comment): report it
+		// rather than pass silently.
+		t.Fatalf("the sentinels promoted %s, not the replica that acknowledged (%s; the lagging one is %s)", p.Addr(), acked.Addr(), lagging.Addr())
+	}
+	got, refused, last := contend(t, contenderL, key, 5*time.Second, 0)
+	if got != nil {
+		defer got.Release(context.Background())
+		if !lost(lk) {
+			t.Fatalf("silent double grant with acks: contender token %d, holder token %d still held", got.Token(), lk.Token())
+		}
+		t.Fatalf("the holder lost a one-minute lease (%v) within seconds of a failover to the replica that acknowledged it", lk.Err())
+	}
+	if refused == 0 {
+		t.Fatalf("the contender never reached the new primary: last error %v", last)
+	}
+	if v, err := p.Do("GET", holderL.LockKey(key)); err != nil || !strings.HasPrefix(v, lk.Owner()+"|") {
+		t.Fatalf("the new primary holds %q (%v), want the holder's lease (owner %s)", v, err, lk.Owner())
+	}
+	if lost(lk) {
+		t.Fatalf("the holder's Lost() closed: %v", lk.Err())
+	}
+}
+
+// sentinelsSeeAhead waits (bounded) until every sentinel of s reports
+// replica ahead at a higher replication offset than replica behind.
+func sentinelsSeeAhead(t *testing.T, s *testserver.Sentinel, ahead, behind *testserver.Redis) {
+	t.Helper()
+	offsets := func(sn *testserver.Redis) map[string]int64 {
+		reply, err := sn.Do("SENTINEL", "REPLICAS", s.Master())
+		if err != nil {
+			return nil
+		}
+		out := map[string]int64{}
+		f := strings.Split(reply, "\n")
+		name := ""
+		for i := 0; i+1 < len(f); i += 2 {
+			switch f[i] {
+			case "name":
+				name = f[i+1]
+			case "slave-repl-offset":
+				out[name], _ = strconv.ParseInt(f[i+1], 10, 64)
+			}
+		}
+		return out
+	}
+	deadline := time.Now().Add(dlocktest.HangTimeout)
+	for _, sn := range s.Sentinels {
+		for {
+			o := offsets(sn)
+			if o != nil && o[ahead.Addr()] > o[behind.Addr()] {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("sentinel %s does not see %s ahead of %s: %v", sn.Addr(), ahead.Addr(), behind.Addr(), o)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}

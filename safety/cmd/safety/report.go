@@ -362,15 +362,19 @@ const matrixNotes = `
   promoted one has no lease, another worker is granted the key while the
   holder is still in its section, and the holder learns of it only at its
   next renewal or, here, its release (ErrLockLost): a double grant, the
-  overlap in that row. Without fencing the holder's late write is
-  accepted and an increment is lost; with fencing the guard refuses it,
+  overlap in that row (one, of about 3.7 s, in each of our runs). Without
+  fencing the holder's late write is accepted (before the new holder's
+  own, so it counts as a lost increment rather than a stale write); with
+  fencing the guard refuses it,
   because the new holder's token is above the old one's (every grant's
   token is max(marker + 1, the server's time in µs), and the new
   primary's clock is the same host's). Had the links stalled while a lease
   was held and then released, the promoted replica would have that stale
   lease and keep everyone out until it expires (at most a TTL: lost
-  availability, not a second holder); the fault waits a TTL after the
-  stall so that the row shows the double grant instead. **With replica
+  availability, not a second holder: what the first tuning runs of this
+  fault showed); the fault waits a TTL after the stall so that the row
+  shows the double grant instead. Each row is one failover: it shows what
+  can happen, not how often. **With replica
   acknowledgement** (redis-sentinel-acks: redislock.WithReplicaAcks(1,
   DefaultAckTimeout)) the in-sync row is unchanged, and in the lagging
   row, with one link of two stalled, a grant counts only once the other

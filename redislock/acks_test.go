@@ -291,9 +291,16 @@ func TestReplicaAcksBadOptions(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := dlocktest.Context(t)
-			_, err := redislock.New(tc.client, tc.opt).TryAcquire(ctx, "k")
+			l := redislock.New(tc.client, tc.opt)
+			_, err := l.TryAcquire(ctx, "k")
 			if !errors.Is(err, dlock.ErrInvalidOption) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("TryAcquire: %v, want ErrInvalidOption saying %q", err, tc.want)
+			}
+			if _, err := l.Acquire(ctx, "k"); !errors.Is(err, dlock.ErrInvalidOption) {
+				t.Fatalf("Acquire: %v, want ErrInvalidOption", err)
+			}
+			if _, err := l.List(ctx, ""); !errors.Is(err, dlock.ErrInvalidOption) {
+				t.Fatalf("List: %v, want ErrInvalidOption", err)
 			}
 			err = redislock.NewGuard(tc.client, tc.opt).Put(ctx, "r", dlock.Fence{Token: 1}, "n", "v")
 			if !errors.Is(err, dlock.ErrInvalidOption) || !strings.Contains(err.Error(), tc.want) {

@@ -73,7 +73,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...dlock.Optio
 }
 
 // LockKey is the Redis key holding key's lease ("" for a Locker built on
-// a nil client).
+// a nil client or with invalid options).
 func (l *Locker) LockKey(key string) string {
 	if l.b == nil {
 		return ""

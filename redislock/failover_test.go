@@ -21,21 +21,21 @@ import (
 // clock thresholds: a failover takes as long as it takes on a loaded
 // machine, and what matters is who holds the key when.
 
-// failoverClient is a default go-redis failover client of s's master.
-func failoverClient(t testing.TB, s *testserver.Sentinel) *redis.Client {
+// failoverTestClient is a default go-redis failover client of s's master.
+func failoverTestClient(t testing.TB, s *testserver.Sentinel) *redis.Client {
 	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.Master(), SentinelAddrs: s.Addrs()})
 	t.Cleanup(func() { c.Close() })
 	return c
 }
 
-// contend makes TryAcquire attempts on key through l, one every 100ms,
+// contendUntil makes TryAcquire attempts on key through l, one every 100ms,
 // for at most d (connection errors while the clients find the new primary
 // are retried), and returns the first grant (nil if none), the number of
 // attempts refused because the key was held, and the last error. With
 // held > 0 it also stops once the key has been refused for longer than
 // held since the first refusal: a lease of TTL held that its holder
 // renewed meanwhile on the server that refuses it.
-func contend(t *testing.T, l *redislock.Locker, key string, d, held time.Duration, opts ...dlock.Option) (lk *dlock.Lock, refused int, last error) {
+func contendUntil(t *testing.T, l *redislock.Locker, key string, d, held time.Duration, opts ...dlock.Option) (lk *dlock.Lock, refused int, last error) {
 	t.Helper()
 	var first time.Time
 	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
@@ -57,8 +57,8 @@ func contend(t *testing.T, l *redislock.Locker, key string, d, held time.Duratio
 	return nil, refused, last
 }
 
-// lost reports, without waiting, whether lk's Lost() is closed.
-func lost(lk *dlock.Lock) bool {
+// lostYet reports, without waiting, whether lk's Lost() is closed.
+func lostYet(lk *dlock.Lock) bool {
 	select {
 	case <-lk.Lost():
 		return true
@@ -99,8 +99,8 @@ func testFailoverWhileHeld(t *testing.T, fault string) {
 func failoverWhileHeld(t *testing.T, fault string, ttl time.Duration) {
 	s := testserver.StartSentinel(t)
 	old := s.Primary()
-	holderL := redislock.New(failoverClient(t, s))
-	contenderL := redislock.New(failoverClient(t, s))
+	holderL := redislock.New(failoverTestClient(t, s))
+	contenderL := redislock.New(failoverTestClient(t, s))
 	key := dlocktest.Key(t)
 	lk, err := holderL.Acquire(dlocktest.Context(t), key, dlock.WithTTL(ttl))
 	if err != nil {
@@ -119,10 +119,10 @@ func failoverWhileHeld(t *testing.T, fault string, ttl time.Duration) {
 	p := s.WaitFailover(old)
 	t.Logf("failover %s -> %s took %v", old.Addr(), p.Addr(), time.Since(faulted).Round(time.Millisecond))
 
-	got, refused, last := contend(t, contenderL, key, 3*ttl, ttl, dlock.WithTTL(ttl))
+	got, refused, last := contendUntil(t, contenderL, key, 3*ttl, ttl, dlock.WithTTL(ttl))
 	if got != nil {
 		// Checked right after the grant: the holder must already know.
-		if !lost(lk) {
+		if !lostYet(lk) {
 			t.Fatalf("silent double grant: the contender was granted token %d while the holder (token %d) still believes it holds the key", got.Token(), lk.Token())
 		}
 		t.Logf("the holder lost its lease during the failover (%v); the contender was granted after it (%d refusals first)", lk.Err(), refused)
@@ -138,7 +138,7 @@ func failoverWhileHeld(t *testing.T, fault string, ttl time.Duration) {
 	if refused == 0 {
 		t.Fatalf("the contender was neither granted nor refused for %v after the failover: last error %v", 3*ttl, last)
 	}
-	if lost(lk) {
+	if lostYet(lk) {
 		t.Fatalf("the holder lost its lease (%v) and the contender was never granted the key (%d refusals; last %v)", lk.Err(), refused, last)
 	}
 	if err := lk.Refresh(dlocktest.Context(t)); err != nil {
@@ -162,8 +162,8 @@ func TestFailoverLaggingReplicaDoubleGrant(t *testing.T) {
 	s := testserver.StartSentinel(t, testserver.WithReplicas(1), testserver.WithReplicationProxies())
 	restore := keepReplicationLinks(t, s)
 	old := s.Primary()
-	holderL := redislock.New(failoverClient(t, s))
-	contenderL := redislock.New(failoverClient(t, s))
+	holderL := redislock.New(failoverTestClient(t, s))
+	contenderL := redislock.New(failoverTestClient(t, s))
 	key := dlocktest.Key(t)
 	s.ReplicationLinks[0].Stall()
 	// A long lease without renewals: Lost() closes only at its local
@@ -180,12 +180,12 @@ func TestFailoverLaggingReplicaDoubleGrant(t *testing.T) {
 	if v, err := p.Do("EXISTS", holderL.LockKey(key)); err != nil || v != "0" {
 		t.Fatalf("the promoted replica has the lock key (EXISTS = %q, %v): the link was not stalled", v, err)
 	}
-	got, refused, last := contend(t, contenderL, key, 30*time.Second, 0)
+	got, refused, last := contendUntil(t, contenderL, key, 30*time.Second, 0)
 	if got == nil {
 		t.Fatalf("the contender was not granted the key the new primary never had (%d refusals, last %v)", refused, last)
 	}
 	defer got.Release(context.Background())
-	if lost(lk) {
+	if lostYet(lk) {
 		t.Fatalf("the holder's Lost() closed (%v): the double grant this control shows did not happen", lk.Err())
 	}
 	t.Logf("double grant: holder token %d (lease until %v), contender token %d", lk.Token(), lk.Deadline().Round(time.Second), got.Token())
@@ -252,8 +252,8 @@ func TestFailoverLaggingReplicaAcksRefused(t *testing.T) {
 	s := testserver.StartSentinel(t, testserver.WithReplicas(1), testserver.WithReplicationProxies())
 	restore := keepReplicationLinks(t, s)
 	old := s.Primary()
-	holderL := redislock.New(failoverClient(t, s), redislock.WithReplicaAcks(1, 300*time.Millisecond))
-	contenderL := redislock.New(failoverClient(t, s))
+	holderL := redislock.New(failoverTestClient(t, s), redislock.WithReplicaAcks(1, 300*time.Millisecond))
+	contenderL := redislock.New(failoverTestClient(t, s))
 	key := dlocktest.Key(t)
 	s.ReplicationLinks[0].Stall()
 	lk, err := holderL.TryAcquire(dlocktest.Context(t), key, dlock.WithTTL(time.Minute), dlock.WithAutoRefresh(false))
@@ -274,7 +274,7 @@ func TestFailoverLaggingReplicaAcksRefused(t *testing.T) {
 	old.Stop()
 	restore()
 	s.WaitFailover(old)
-	got, refused, last := contend(t, contenderL, key, 30*time.Second, 0)
+	got, refused, last := contendUntil(t, contenderL, key, 30*time.Second, 0)
 	if got == nil {
 		t.Fatalf("the contender was not granted the free key after the failover (%d refusals, last %v)", refused, last)
 	}
@@ -310,8 +310,8 @@ func TestFailoverAckedReplicaPromoted(t *testing.T) {
 	s := testserver.StartSentinel(t, testserver.WithReplicas(2), testserver.WithReplicationProxies())
 	restore := keepReplicationLinks(t, s)
 	old := s.Primary()
-	holderL := redislock.New(failoverClient(t, s), redislock.WithReplicaAcks(1, redislock.DefaultAckTimeout))
-	contenderL := redislock.New(failoverClient(t, s))
+	holderL := redislock.New(failoverTestClient(t, s), redislock.WithReplicaAcks(1, redislock.DefaultAckTimeout))
+	contenderL := redislock.New(failoverTestClient(t, s))
 	key := dlocktest.Key(t)
 	s.ReplicationLinks[0].Stall()
 	lagging, acked := s.Servers[1], s.Servers[2]
@@ -337,10 +337,10 @@ func TestFailoverAckedReplicaPromoted(t *testing.T) {
 		// rather than pass silently.
 		t.Fatalf("the sentinels promoted %s, not the replica that acknowledged (%s; the lagging one is %s)", p.Addr(), acked.Addr(), lagging.Addr())
 	}
-	got, refused, last := contend(t, contenderL, key, 5*time.Second, 0)
+	got, refused, last := contendUntil(t, contenderL, key, 5*time.Second, 0)
 	if got != nil {
 		defer got.Release(context.Background())
-		if !lost(lk) {
+		if !lostYet(lk) {
 			t.Fatalf("silent double grant with acks: contender token %d, holder token %d still held", got.Token(), lk.Token())
 		}
 		t.Fatalf("the holder lost a one-minute lease (%v) within seconds of a failover to the replica that acknowledged it", lk.Err())
@@ -351,7 +351,7 @@ func TestFailoverAckedReplicaPromoted(t *testing.T) {
 	if v, err := p.Do("GET", holderL.LockKey(key)); err != nil || !strings.HasPrefix(v, lk.Owner()+"|") {
 		t.Fatalf("the new primary holds %q (%v), want the holder's lease (owner %s)", v, err, lk.Owner())
 	}
-	if lost(lk) {
+	if lostYet(lk) {
 		t.Fatalf("the holder's Lost() closed: %v", lk.Err())
 	}
 }

@@ -381,8 +381,9 @@ const matrixNotes = `
   replica has it; Sentinel promotes the replica with the highest
   replication offset, which is that one, so the holder keeps its lease
   through the failover: no overlap, no stale write. The acknowledgement
-  costs a WAIT round trip per acquisition and renewal, invisible next to
-  these 6 s sections: the rows with and without acks acquire as often. What
+  costs a WAIT round trip per acquisition and renewal (make bench's
+  redis-ha group measures it), invisible next to these 6 s sections: the
+  rows with and without acks acquire as often. What
   acknowledgement does not cover: WAIT reports that n replicas received
   the write, not that the one promoted is among them. If the
   acknowledging replica dies or restarts without persistence too, or the

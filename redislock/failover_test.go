@@ -160,7 +160,7 @@ func failoverWhileHeld(t *testing.T, fault string, ttl time.Duration) {
 // same host's), so a guard refuses the old holder's late writes.
 func TestFailoverLaggingReplicaDoubleGrant(t *testing.T) {
 	s := testserver.StartSentinel(t, testserver.WithReplicas(1), testserver.WithReplicationProxies())
-	restore := keepReplicationLinks(t, s)
+	restore := s.KeepReplicationLinks()
 	old := s.Primary()
 	holderL := redislock.New(failoverTestClient(t, s))
 	contenderL := redislock.New(failoverTestClient(t, s))
@@ -198,49 +198,6 @@ func TestFailoverLaggingReplicaDoubleGrant(t *testing.T) {
 	}
 }
 
-// keepReplicationLinks keeps s's replicas on their replication proxies
-// until restore is called. A sentinel "fixes" a replica whose master
-// address is not the primary's (a proxy's is not) with REPLICAOF the
-// primary, once failover-timeout has passed since it found the replica:
-// the stalled link would then be bypassed, and the replica have every
-// write. So failover-timeout is raised on every sentinel meanwhile, and
-// restore sets it back (call it once the primary is gone: the fix can
-// then only point a replica at the dead primary, and a failover that
-// needs a second election is not held back by the raised timeout).
-func keepReplicationLinks(t testing.TB, s *testserver.Sentinel) (restore func()) {
-	t.Helper()
-	set := func(v string) error {
-		for _, sn := range s.Sentinels {
-			if _, err := sn.Do("SENTINEL", "SET", s.Master(), "failover-timeout", v); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	reply, err := s.Sentinels[0].Do("SENTINEL", "MASTER", s.Master())
-	if err != nil {
-		t.Fatal(err)
-	}
-	fields := strings.Split(reply, "\n")
-	orig := ""
-	for i := 0; i+1 < len(fields); i += 2 {
-		if fields[i] == "failover-timeout" {
-			orig = fields[i+1]
-		}
-	}
-	if orig == "" {
-		t.Fatalf("SENTINEL MASTER %s has no failover-timeout: %q", s.Master(), reply)
-	}
-	if err := set(strconv.Itoa(int(time.Hour.Milliseconds()))); err != nil {
-		t.Fatal(err)
-	}
-	return func() {
-		if err := set(orig); err != nil {
-			t.Errorf("restoring failover-timeout %s: %v", orig, err)
-		}
-	}
-}
-
 // TestFailoverLaggingReplicaAcksRefused is the negative control's
 // schedule with replica acknowledgement on (WithReplicaAcks(1, ...)): the
 // only replica's link is stalled, so no replica acknowledges the grant in
@@ -250,7 +207,7 @@ func keepReplicationLinks(t testing.TB, s *testserver.Sentinel) (restore func())
 // nobody else believes it holds it.
 func TestFailoverLaggingReplicaAcksRefused(t *testing.T) {
 	s := testserver.StartSentinel(t, testserver.WithReplicas(1), testserver.WithReplicationProxies())
-	restore := keepReplicationLinks(t, s)
+	restore := s.KeepReplicationLinks()
 	old := s.Primary()
 	holderL := redislock.New(failoverTestClient(t, s), redislock.WithReplicaAcks(1, 300*time.Millisecond))
 	contenderL := redislock.New(failoverTestClient(t, s))
@@ -308,7 +265,7 @@ func TestFailoverLaggingReplicaAcksRefused(t *testing.T) {
 // not behind the old one's.
 func TestFailoverAckedReplicaPromoted(t *testing.T) {
 	s := testserver.StartSentinel(t, testserver.WithReplicas(2), testserver.WithReplicationProxies())
-	restore := keepReplicationLinks(t, s)
+	restore := s.KeepReplicationLinks()
 	old := s.Primary()
 	holderL := redislock.New(failoverTestClient(t, s), redislock.WithReplicaAcks(1, redislock.DefaultAckTimeout))
 	contenderL := redislock.New(failoverTestClient(t, s))

@@ -205,7 +205,7 @@ type deployment struct {
 	fileDir string
 	// sentinel is the Sentinel group of the redis-sentinel backends;
 	// restoreSentinel (failover-lagging) lets its sentinels fix replicas'
-	// configurations again (see keepReplicationLinks).
+	// configurations again (see testserver.Sentinel.KeepReplicationLinks).
 	sentinel        *testserver.Sentinel
 	restoreSentinel func()
 }
@@ -230,7 +230,7 @@ func deploy(t *tb, c caseSpec, workers int) *deployment {
 		}
 		d.sentinel = testserver.StartSentinel(t, opts...)
 		if c.fault == "failover-lagging" {
-			d.restoreSentinel = keepReplicationLinks(t, d.sentinel)
+			d.restoreSentinel = d.sentinel.KeepReplicationLinks()
 		}
 		spec := "sentinel:" + d.sentinel.Master() + "@" + strings.Join(d.sentinel.Addrs(), ",")
 		if c.backend == "redis-sentinel-acks" {
@@ -779,7 +779,7 @@ func injectFailover(t *tb, c caseSpec, d *deployment, mark func(int64)) bool {
 		return false
 	}
 	if c.fault == "failover" {
-		waitReplicated(t, old, len(s.Servers)-1, 3*c.ttl)
+		s.WaitSynced(old)
 		from = history.Now()
 	}
 	old.Stop()
@@ -821,93 +821,4 @@ func waitGrant(srv *testserver.Redis, key string, within time.Duration) bool {
 		}
 	}
 	return false
-}
-
-// keepReplicationLinks keeps s's replicas on their replication proxies
-// until restore is called. A sentinel "fixes" a replica whose master
-// address is not the primary's (a proxy's is not) with REPLICAOF the
-// primary, once failover-timeout has passed since it found the replica
-// (about 10 s after the start here): the stalled link would then be
-// bypassed, and the replica have every write. So failover-timeout is
-// raised on every sentinel meanwhile, and restore sets it back (call it
-// once the primary is gone: the fix can then only point a replica at the
-// dead primary, and a failover needing a second election is not held
-// back by the raised timeout).
-func keepReplicationLinks(t *tb, s *testserver.Sentinel) (restore func()) {
-	set := func(v string) error {
-		for _, sn := range s.Sentinels {
-			if _, err := sn.Do("SENTINEL", "SET", s.Master(), "failover-timeout", v); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	reply, err := s.Sentinels[0].Do("SENTINEL", "MASTER", s.Master())
-	if err != nil {
-		t.Fatal(err)
-	}
-	fields := strings.Split(reply, "\n")
-	orig := ""
-	for i := 0; i+1 < len(fields); i += 2 {
-		if fields[i] == "failover-timeout" {
-			orig = fields[i+1]
-		}
-	}
-	if orig == "" {
-		t.Fatalf("SENTINEL MASTER %s has no failover-timeout: %q", s.Master(), reply)
-	}
-	if err := set(strconv.Itoa(int(time.Hour.Milliseconds()))); err != nil {
-		t.Fatal(err)
-	}
-	return func() {
-		if err := set(orig); err != nil {
-			t.Fatalf("restoring failover-timeout %s: %v", orig, err)
-		}
-	}
-}
-
-// waitReplicated waits (at most within) until n replicas of primary have
-// acknowledged its replication stream up to its offset when the wait
-// began: they have every write made before. (Sentinel.WaitSynced wants
-// the offsets equal, which the workers' steady writes, and the REPLCONF
-// GETACKs their WAITs send, may never let it see.)
-func waitReplicated(t *tb, primary *testserver.Redis, n int, within time.Duration) {
-	field := func(info, prefix string) []string {
-		var out []string
-		for _, l := range strings.Split(info, "\n") {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(l), prefix); ok {
-				out = append(out, v)
-			}
-		}
-		return out
-	}
-	info, err := primary.Do("INFO", "replication")
-	offs := field(info, "master_repl_offset:")
-	if err != nil || len(offs) != 1 {
-		t.Fatalf("INFO replication of %s: %q %v", primary.Addr(), info, err)
-	}
-	want, _ := strconv.ParseInt(offs[0], 10, 64)
-	for end := time.Now().Add(within); ; time.Sleep(10 * time.Millisecond) {
-		info, err = primary.Do("INFO", "replication")
-		got := 0
-		for _, l := range strings.Split(info, "\n") {
-			l = strings.TrimSpace(l)
-			if !strings.HasPrefix(l, "slave") || !strings.Contains(l, "state=online") {
-				continue
-			}
-			for _, kv := range strings.Split(l, ",") {
-				if v, ok := strings.CutPrefix(kv, "offset="); ok {
-					if o, _ := strconv.ParseInt(v, 10, 64); o >= want {
-						got++
-					}
-				}
-			}
-		}
-		if err == nil && got >= n {
-			return
-		}
-		if time.Now().After(end) {
-			t.Fatalf("%d replicas of %s did not reach offset %d within %v: %q %v", n, primary.Addr(), want, within, info, err)
-		}
-	}
 }

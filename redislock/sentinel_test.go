@@ -383,3 +383,32 @@ func TestSentinelAllPaused(t *testing.T) {
 		t.Fatalf("Release of the renewed lock: %v", err)
 	}
 }
+
+// When the client itself gives up at the deadline (go-redis's dial loop,
+// retrying sentinels that refuse connections, returns the context's error)
+// a moment before dlock would abandon the call, List and the Guard still
+// report "no answer" (dlock.ErrUnavailable joined with the context's
+// error), as Acquire does: the outcome is the same, the wording must be.
+// The race is decided per call; repeated calls catch it.
+func TestSentinelClientDeadlineIsUnavailable(t *testing.T) {
+	opt := &redis.FailoverOptions{MasterName: testserver.SentinelMaster, SentinelAddrs: []string{
+		"127.0.0.1:" + strconv.Itoa(testserver.FreePort(t)),
+		"127.0.0.1:" + strconv.Itoa(testserver.FreePort(t)),
+	}}
+	c := newFailoverClient(t, opt)
+	l, g := redislock.New(c), redislock.NewGuard(c)
+	f := dlock.Fence{Token: 1, Owner: "o"}
+	for i := 0; i < 30; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+		_, lerr := l.List(ctx, "")
+		cancel()
+		ctx, cancel = context.WithTimeout(context.Background(), 150*time.Millisecond)
+		_, _, gerr := g.Get(ctx, "r", f, "v")
+		cancel()
+		for what, err := range map[string]error{"List": lerr, "Guard.Get": gerr} {
+			if !errors.Is(err, dlock.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("%s, attempt %d, sentinels refusing: %v, want ErrUnavailable and the context's error", what, i, err)
+			}
+		}
+	}
+}

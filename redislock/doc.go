@@ -5,7 +5,7 @@
 //	l := redislock.New(client, redislock.WithPrefix("myapp"), dlock.WithObserver(obs))
 //	err := dlock.Do(ctx, l, "nightly-report", func(ctx context.Context, lk *dlock.Lock) error { ... })
 //
-// New takes redislock's own options (WithPrefix) and the core's
+// New takes redislock's own options (WithPrefix, WithReplicaAcks) and the core's
 // (dlock.WithObserver) in one list. A nil client gives a Locker whose
 // every call (Acquire, TryAcquire, List) fails with an error wrapping
 // dlock.ErrNilClient. Locker runs on the dlock core (dlock.Engine) as a
@@ -22,9 +22,11 @@
 //
 // Acquire is one Lua script: SET key value PX ttl when the key is free,
 // where the value is "<owner>|<token>|<metadata json>". A release
-// replaces the value with the marker "|<token>" (kept FenceRetention), so
-// the next token is marker + 1; without a marker the token is the server
-// time in µs. Refresh is compare-and-PEXPIRE and release is
+// replaces the value with the marker "|<token>" (kept FenceRetention), and
+// every grant's token is max(marker + 1, server time in µs) (marker 0 when
+// the key holds none): above the last one, and, after a restart or a
+// failover that lost the marker, above every earlier one while the
+// server clock is sane (see Not guaranteed). Refresh is compare-and-PEXPIRE and release is
 // compare-and-replace; both compare the owner and so never touch another
 // holder's lock, and both are safe to retry: an acquisition executed twice
 // (go-redis resends a script whose reply was lost) is granted its own lease
@@ -59,8 +61,8 @@
 // Lost(); a holder that crashed stops counting at its own expiry, whatever
 // the others do, and the three keys expire with the latest holder. Each
 // grant, whatever its mode, takes the next token of the key's single
-// counter (the group's latest token or the release marker's, + 1; the
-// server's time in µs on a key without either), so a writer's token is
+// counter (the group's latest token or the release marker's, + 1, never
+// below the server's time in µs), so a writer's token is
 // above every reader's and permit's before it. A
 // request of another mode than the holders' is refused with a
 // *dlock.NotAcquiredError naming every holder; a limited request whose
@@ -130,6 +132,34 @@
 // on the other masters stay renewed. The watchdog runs on a timer: no
 // goroutine exists between renewals.
 //
+// # Replica acknowledgement
+//
+// With WithReplicaAcks(n, timeout) every acquire and renewal script is
+// followed by WAIT n timeout in the same pipeline, so on the connection
+// that ran it (WAIT counts the replicas that have that connection's
+// writes; go-redis pools connections, so a separate WAIT could ask about
+// another one): one round trip, the script then the WAIT. A grant fewer
+// than n replicas acknowledged is rolled back at once (an owner-checked
+// release, in the attempt, on its context) and the attempt fails with a
+// *ReplicationError wrapping ErrNotReplicated and, when the rollback
+// succeeded, dlock.ErrTransient: TryAcquire returns it, a blocking
+// Acquire tries again after a backoff step while it may wait. A rollback
+// that failed leaves the grant to the core's background undo
+// (driver.Aborter), as any attempt of unknown outcome. A refused attempt
+// needs no acknowledgement. A renewal (one WAIT at the end of each
+// server's renewal pipeline covers all its renewals) acknowledged by
+// fewer is reported as a *ReplicationError, not as dlock.ErrNotHeld: the
+// lease is still held on the primary, but its extension does not count,
+// so the lock keeps its previous local deadline and Lost() fires at it
+// unless a later renewal is acknowledged. Releases do not wait: a release
+// a failover loses only leaves the lease to expire, delaying the next
+// holder by at most the TTL, never admitting two. A Guard's writes (Put,
+// IncrBy, Eval) wait too: fewer acknowledgements is a *ReplicationError
+// saying the write was applied on the primary (and stays there, with the
+// fence it recorded) but its fate across a failover is unknown; its
+// reads (Get, Highest) do not wait. With acknowledgement off (n 0, the
+// default) the scripts run exactly as without it: no pipeline, no WAIT.
+//
 // # Deadlines
 //
 // Every call returns by its context, whatever the go-redis client's
@@ -178,6 +208,10 @@
 //   - Owner-checked refresh and release, safe to retry after a lost reply
 //     (within the receipt limits above).
 //   - Every call returns by its context's deadline, also on a stalled link.
+//   - With WithReplicaAcks(n, ...): when Acquire returns a lock, and for
+//     every renewal that extended its local deadline, at least n replicas
+//     had acknowledged the lease (WAIT); an unacknowledged grant leaves no
+//     lease (rolled back, or undone in the background).
 //   - A Guard never admits, for a resource, a fence older than an
 //     exclusive fence it admitted, for as long as Redis keeps the fence key
 //     (it has no expiry); the rule runs on the server, so a write abandoned
@@ -187,11 +221,29 @@
 //
 //   - Exclusion across a failover or a restart that loses the key
 //     (asynchronous replication acknowledges SET before replicas have it);
-//     use fencing tokens and a Guard for correctness. After a restart that
-//     lost the key, tokens restart from the server time in µs, above every
-//     earlier token unless the server's clock went back further than the
-//     time since the last acquisition. A Guard whose fence key was lost
-//     admits any fence again.
+//     use fencing tokens and a Guard for correctness. WithReplicaAcks
+//     narrows this: a failover to an acknowledging replica keeps the
+//     lease. It does not close it: replication stays asynchronous, WAIT
+//     does not make a write durable (a replica that acknowledged may
+//     still be the one not promoted, or lose the write in a restart
+//     without persistence; Sentinel may promote a replica that did not
+//     acknowledge), and a release, a Guard read and a lease's expiry are
+//     not acknowledged. WAITAOF (Redis 7.2+, acknowledgement by the
+//     append-only file) is not used.
+//   - Replica acknowledgement on a Cluster or a Ring: WithReplicaAcks
+//     needs a standalone or Sentinel client (a *redis.Client); on any
+//     other client every call fails with an error wrapping
+//     dlock.ErrInvalidOption.
+//   - Tokens that increase through a failover or a restart that lost the
+//     key's latest writes. Every grant's token is at least the server's
+//     time in µs, so the new primary still issues tokens above every
+//     earlier one; tokens can repeat (or go back) through a failover only
+//     if the new primary's clock is behind the old primary's by more than
+//     the time between the last grant the new primary missed and its first
+//     grant (for a restart: the server's clock went back further than the
+//     time since the last acquisition), or if a token was issued above the
+//     clock (a key whose marker was ahead of it). A Guard whose fence key
+//     was lost admits any fence again.
 //   - Writer preference against readers already holding: they keep their
 //     leases, and the writer waits for the last of them. Limited requests
 //     are not held back by waiting writers (writers and permits do not

@@ -56,6 +56,10 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 	} else {
 		o, err = b.node.Acquire(ctx, req.Key, req.Owner, req.TTL, meta, req.WaitID, req.Waiter)
 	}
+	var ae *redisproto.AckError
+	if err != nil && o.Granted && errors.As(err, &ae) {
+		return driver.Grant{}, b.rollback(ctx, req, o.Token, group, ae)
+	}
 	if err != nil {
 		return driver.Grant{}, fmt.Errorf("dlock: redis acquire %q: %w", req.Key, err)
 	}
@@ -90,6 +94,22 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 		na.Cause = reservedError(o.ReservedFor)
 	}
 	return driver.Grant{}, na
+}
+
+// rollback releases a grant fewer replicas than asked acknowledged (ae),
+// synchronously, on the attempt's ctx. Rolled back, the attempt left
+// nothing behind: the *ReplicationError wraps dlock.ErrTransient, and a
+// blocking Acquire tries again after a backoff step. Otherwise it does
+// not, and the core undoes the attempt in the background (Abort).
+func (b *backend) rollback(ctx context.Context, req *driver.Request, token uint64, group bool, ae *redisproto.AckError) error {
+	re := replicationError(req.Key, "acquire", ae)
+	l := &lease{b: b, key: req.Key, owner: req.Owner, token: token, group: group}
+	if err := l.Release(ctx); err != nil {
+		re.rollbackErr = err
+	} else {
+		re.RolledBack = true
+	}
+	return re
 }
 
 // errWriterWaiting explains a shared request refused for a waiting writer.
@@ -209,7 +229,11 @@ type lease struct {
 }
 
 func (l *lease) result(op string, held bool, err error) error {
+	var ae *redisproto.AckError
 	switch {
+	case err != nil && errors.As(err, &ae):
+		// Held on the primary, but the extension does not count.
+		return replicationError(l.key, op, ae)
 	case err != nil:
 		return fmt.Errorf("dlock: redis %s %q: %w", op, l.key, err)
 	case !held:

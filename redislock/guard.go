@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -52,23 +53,33 @@ import (
 type Guard struct {
 	client redis.UniversalClient // nil when err is set
 	prefix string
-	chk    guard.Checker
-	err    error // NewGuard's failure: every call returns it
+	// acks and ackTimeout: WithReplicaAcks (acks 0: off).
+	acks       int
+	ackTimeout time.Duration
+	chk        guard.Checker
+	err        error // NewGuard's failure: every call returns it
 }
 
 var _ guard.Guard = (*Guard)(nil)
 
 // NewGuard returns a Guard on client, configured by opts: WithPrefix (key
-// prefix, default DefaultPrefix) and dlock.WithObserver (refusals are
-// reported with Backend "redis"). A nil client gives a Guard whose every
-// call with valid arguments fails with an error wrapping
-// dlock.ErrNilClient, as does the zero Guard.
+// prefix, default DefaultPrefix), WithReplicaAcks (Put, IncrBy and Eval
+// then fail with a *ReplicationError when applied on the primary but not
+// acknowledged by enough replicas; Get and Highest wait for nobody) and
+// dlock.WithObserver (refusals are reported with Backend "redis"). A nil
+// client gives a Guard whose every call with valid arguments fails with
+// an error wrapping dlock.ErrNilClient, as does the zero Guard, and
+// invalid options one whose every such call fails with an error wrapping
+// dlock.ErrInvalidOption.
 func NewGuard(client redis.UniversalClient, opts ...Option) *Guard {
 	cfg := newConfig(opts)
-	g := &Guard{client: client, prefix: cfg.prefix, chk: guard.NewChecker("redis", opts)}
+	g := &Guard{client: client, prefix: cfg.prefix, chk: guard.NewChecker("redis", opts), acks: cfg.acks, ackTimeout: cfg.ackTimeout}
 	if redisproto.IsNil(client) {
 		g.client = nil
 		g.err = fmt.Errorf("%w: redislock.NewGuard was given a nil redis client", dlock.ErrNilClient)
+	} else if err := cfg.validate(client, "redislock.NewGuard"); err != nil {
+		g.client = nil
+		g.err = err
 	}
 	return g
 }
@@ -156,7 +167,7 @@ func (g *Guard) Eval(ctx context.Context, resource string, f dlock.Fence, body s
 	if err := g.check(ctx, resource); err != nil {
 		return nil, err
 	}
-	return g.eval(ctx, resource, f, body, keys, args...)
+	return g.eval(ctx, "guard eval", resource, f, body, keys, args...)
 }
 
 // errZeroGuard is the error of every call of a Guard not made by
@@ -175,7 +186,10 @@ func (g *Guard) check(ctx context.Context, resource string, names ...string) err
 	return g.err
 }
 
-func (g *Guard) eval(ctx context.Context, resource string, f dlock.Fence, body string, keys []string, args ...any) (any, error) {
+// eval runs body fenced by f. op names a write ("guard put", "guard
+// incrby", "guard eval"), which WithReplicaAcks makes wait for the
+// replicas; "" is a read, which waits for nobody.
+func (g *Guard) eval(ctx context.Context, op, resource string, f dlock.Fence, body string, keys []string, args ...any) (any, error) {
 	script := redis.NewScript(fencePrelude + body + fenceEpilogue)
 	shared := "0"
 	if f.Shared {
@@ -183,9 +197,19 @@ func (g *Guard) eval(ctx context.Context, resource string, f dlock.Fence, body s
 	}
 	allKeys := append([]string{g.FenceKey(resource)}, keys...)
 	allArgs := append([]any{strconv.FormatUint(f.Token, 10), f.Owner, shared}, args...)
+	var ack error
 	v, err, abandoned := redisproto.Await(ctx, func(ctx context.Context) (any, error) {
-		return script.Run(ctx, g.client, allKeys, allArgs...).Result()
+		if g.acks == 0 || op == "" {
+			return script.Run(ctx, g.client, allKeys, allArgs...).Result()
+		}
+		cmd, aerr := redisproto.EvalAcked(ctx, g.client, script, allKeys, g.acks, g.ackTimeout, allArgs...)
+		ack = aerr // read only once Await returned f's result
+		return cmd.Result()
 	})
+	var ae *redisproto.AckError
+	if !abandoned && errors.As(ack, &ae) {
+		return nil, replicationError(resource, op, ae)
+	}
 	switch {
 	case abandoned || clientGaveUp(ctx, err):
 		return nil, fmt.Errorf("%w: redis guard %q: no answer before the context ended (the operation may still take effect, fenced): %w", dlock.ErrUnavailable, resource, withCause(ctx, err))
@@ -210,7 +234,7 @@ func (g *Guard) Put(ctx context.Context, resource string, f dlock.Fence, name, v
 	if err := g.check(ctx, resource, name); err != nil {
 		return err
 	}
-	_, err := g.eval(ctx, resource, f, `return redis.call('SET', KEYS[1], ARGV[1])`, []string{g.Key(resource, name)}, value)
+	_, err := g.eval(ctx, "guard put", resource, f, `return redis.call('SET', KEYS[1], ARGV[1])`, []string{g.Key(resource, name)}, value)
 	return err
 }
 
@@ -222,7 +246,7 @@ func (g *Guard) Get(ctx context.Context, resource string, f dlock.Fence, name st
 	if err := g.check(ctx, resource, name); err != nil {
 		return "", false, err
 	}
-	v, err := g.eval(ctx, resource, f, `return redis.call('GET', KEYS[1])`, []string{g.Key(resource, name)})
+	v, err := g.eval(ctx, "", resource, f, `return redis.call('GET', KEYS[1])`, []string{g.Key(resource, name)})
 	switch v := v.(type) {
 	case nil:
 		return "", false, err
@@ -241,7 +265,7 @@ func (g *Guard) IncrBy(ctx context.Context, resource string, f dlock.Fence, name
 	if err := g.check(ctx, resource, name); err != nil {
 		return 0, err
 	}
-	v, err := g.eval(ctx, resource, f, `return redis.call('INCRBY', KEYS[1], ARGV[1])`, []string{g.Key(resource, name)}, n)
+	v, err := g.eval(ctx, "guard incrby", resource, f, `return redis.call('INCRBY', KEYS[1], ARGV[1])`, []string{g.Key(resource, name)}, n)
 	if err != nil {
 		return 0, err
 	}

@@ -45,14 +45,20 @@ var (
 )
 
 // New returns a Locker on client, configured by opts (WithPrefix,
-// dlock.WithObserver). A nil client gives a Locker whose every call fails
-// with an error wrapping dlock.ErrNilClient.
+// WithReplicaAcks, dlock.WithObserver). A nil client gives a Locker whose
+// every call fails with an error wrapping dlock.ErrNilClient, and invalid
+// options (see WithReplicaAcks) one whose every call fails with an error
+// wrapping dlock.ErrInvalidOption.
 func New(client redis.UniversalClient, opts ...Option) *Locker {
 	if redisproto.IsNil(client) {
 		return &Locker{e: dlock.FailedEngine(fmt.Errorf("%w: redislock.New was given a nil redis client", dlock.ErrNilClient))}
 	}
 	cfg := newConfig(opts)
+	if err := cfg.validate(client, "redislock.New"); err != nil {
+		return &Locker{e: dlock.FailedEngine(err)}
+	}
 	b := &backend{node: redisproto.NewNode(client, cfg.prefix)}
+	b.node.Acks, b.node.AckTimeout = cfg.acks, cfg.ackTimeout
 	return &Locker{e: dlock.NewEngine(b, opts...), b: b}
 }
 
@@ -67,7 +73,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...dlock.Optio
 }
 
 // LockKey is the Redis key holding key's lease ("" for a Locker built on
-// a nil client).
+// a nil client or with invalid options).
 func (l *Locker) LockKey(key string) string {
 	if l.b == nil {
 		return ""

@@ -385,8 +385,9 @@ func (t *target) open(o openOptions) (*backend, error) {
 		}
 		return &backend{locker: l, close: func() {}, where: t.where}, nil
 	case "redis", "rediss":
-		plain := *t // go-redis's URL: without dlock's TLS files
+		plain := *t // go-redis's URL: without dlock's TLS files and acks
 		plain.CA, plain.Cert, plain.Key = "", "", ""
+		plain.Acks, plain.AckTimeout = 0, 0
 		opt, err := redis.ParseURL(plain.URL())
 		if err != nil { // parseURL accepted it: cannot happen
 			return nil, &urlError{scrub(fmt.Sprintf("%v %q: %v", errBadURL, t.where, err), t.secrets)}
@@ -442,7 +443,11 @@ func (t *target) tune(opt *redis.Options, o openOptions) {
 }
 
 func (t *target) redisBackend(c redis.UniversalClient, o openOptions) *backend {
-	l := redislock.New(c, o.lockOptions()...)
+	opts := o.lockOptions()
+	if t.Acks > 0 {
+		opts = append(opts, redislock.WithReplicaAcks(t.Acks, t.AckTimeout))
+	}
+	l := redislock.New(c, opts...)
 	probe := func(ctx context.Context) error { return c.Ping(ctx).Err() }
 	return &backend{locker: l, probe: probe, close: func() { c.Close() }, where: t.where}
 }

@@ -78,6 +78,9 @@ TLS schemes take ?ca=FILE (CA certificates, PEM; default the system's) and
 ?cert=FILE&key=FILE (a client certificate and its key, PEM, for servers that
 require one). Percent-encode reserved characters (/ ? # @ %) in passwords.
 Secrets are never printed.
+redis://, rediss:// and redis[s]+sentinel:// take ?acks=N[&ack_timeout=500ms]:
+each acquisition and renewal counts only once N replicas acknowledged it
+(WAIT); an unacknowledged attempt fails (exit 3) and leaves no lease.
 `
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }

@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/redislock"
 	"github.com/dlock-go/dlock/zklock"
 )
 
@@ -65,6 +66,12 @@ type target struct {
 	Table string
 	// NoListen turns LISTEN/NOTIFY wake-ups off (postgres: ?listen=off).
 	NoListen bool
+	// Acks is the number of replicas that must acknowledge each
+	// acquisition and renewal (redis[s], redis[s]+sentinel: ?acks=), 0 for
+	// none; AckTimeout their timeout (?ack_timeout=), 0 for
+	// redislock.DefaultAckTimeout.
+	Acks       int
+	AckTimeout time.Duration
 
 	// where is the URL with every secret redacted, for messages.
 	where string
@@ -492,7 +499,10 @@ func (t *target) parseRedis(raw string, u *url.URL) error {
 	if err := t.takeTLSParams(raw, u, q); err != nil {
 		return err
 	}
-	// go-redis checks its own options, without dlock's TLS files.
+	if err := t.takeAcks(raw, q); err != nil {
+		return err
+	}
+	// go-redis checks its own options, without dlock's TLS files and acks.
 	gu := *u
 	gu.RawQuery = q.Encode()
 	opt, err := redis.ParseURL(gu.String())
@@ -501,6 +511,13 @@ func (t *target) parseRedis(raw string, u *url.URL) error {
 	}
 	if opt.DB < 0 {
 		return badURL(raw, "database %d is negative", opt.DB)
+	}
+	rt := clientIOTimeout
+	if q.Has("read_timeout") {
+		rt = opt.ReadTimeout
+	}
+	if err := t.checkAckTimeout(raw, rt); err != nil {
+		return err
 	}
 	q.Del("db") // in DB now
 	t.Addrs, t.DB = []string{addr}, opt.DB
@@ -534,15 +551,74 @@ func (t *target) parseSentinel(raw string, u *url.URL) error {
 	if err != nil {
 		return err
 	}
-	q, err := query(raw, u, append(known, "sentinel_username", "sentinel_password")...)
+	q, err := query(raw, u, append(known, "sentinel_username", "sentinel_password", "acks", "ack_timeout")...)
 	if err != nil {
 		return err
 	}
 	if err := t.takeTLSParams(raw, u, q); err != nil {
 		return err
 	}
+	if err := t.takeAcks(raw, q); err != nil {
+		return err
+	}
+	if err := t.checkAckTimeout(raw, clientIOTimeout); err != nil {
+		return err
+	}
 	t.Addrs, t.Master = addrs, parts[0]
 	t.SentinelUsername, t.SentinelPassword = q.Get("sentinel_username"), q.Get("sentinel_password")
+	return nil
+}
+
+// takeAcks takes ?acks=N (0 to redislock.MaxReplicaAcks) and
+// ?ack_timeout=D (above 0, at most redislock.MaxAckTimeout, and below the
+// client's read timeout; only with ?acks=) out of q.
+func (t *target) takeAcks(raw string, q url.Values) error {
+	for _, k := range []string{"acks", "ack_timeout"} {
+		if len(q[k]) > 1 {
+			return badURL(raw, "option ?%s= given %d times", k, len(q[k]))
+		}
+	}
+	if q.Has("acks") {
+		s := q.Get("acks")
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 || n > redislock.MaxReplicaAcks {
+			return badURL(raw, "?acks=%q is not a replica count from 0 to %d", s, redislock.MaxReplicaAcks)
+		}
+		t.Acks = n
+	}
+	if q.Has("ack_timeout") {
+		s := q.Get("ack_timeout")
+		if !q.Has("acks") {
+			return badURL(raw, "?ack_timeout= needs ?acks=N")
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return badURL(raw, "?ack_timeout=%q is not a duration (500ms, 2s)", s)
+		}
+		if d <= 0 || d > redislock.MaxAckTimeout {
+			return badURL(raw, "?ack_timeout=%s is out of range (0, %v]", d, redislock.MaxAckTimeout)
+		}
+		t.AckTimeout = d
+	}
+	q.Del("acks")
+	q.Del("ack_timeout")
+	return nil
+}
+
+// checkAckTimeout refuses acknowledgement whose timeout is not below the
+// client's read timeout rt (< 0: none; 0: go-redis's default, 3s): WAIT's
+// reply would never be read.
+func (t *target) checkAckTimeout(raw string, rt time.Duration) error {
+	if rt == 0 {
+		rt = 3 * time.Second
+	}
+	at := t.AckTimeout
+	if at == 0 {
+		at = redislock.DefaultAckTimeout
+	}
+	if t.Acks > 0 && rt > 0 && at >= rt {
+		return badURL(raw, "?ack_timeout=%s must be below the read timeout (%s)", at, rt)
+	}
 	return nil
 }
 
@@ -795,6 +871,7 @@ func (t *target) URL() string {
 		for k, v := range t.Options {
 			q[k] = v
 		}
+		t.renderAcks(q)
 	case "redis+cluster", "rediss+cluster":
 		for k, v := range t.Options {
 			q[k] = v
@@ -810,6 +887,7 @@ func (t *target) URL() string {
 		if t.SentinelPassword != "" {
 			q.Set("sentinel_password", t.SentinelPassword)
 		}
+		t.renderAcks(q)
 	case "etcd", "etcds":
 		if t.Prefix != "" {
 			u.Path = "/" + t.Prefix
@@ -837,6 +915,16 @@ func (t *target) URL() string {
 	t.renderTLSParams(q)
 	u.RawQuery = q.Encode()
 	return u.String()
+}
+
+// renderAcks puts ?acks= and ?ack_timeout= back in q.
+func (t *target) renderAcks(q url.Values) {
+	if t.Acks != 0 || t.AckTimeout != 0 {
+		q.Set("acks", strconv.Itoa(t.Acks))
+	}
+	if t.AckTimeout != 0 {
+		q.Set("ack_timeout", t.AckTimeout.String())
+	}
 }
 
 // escapeOpaque escapes a relative path for a file:relative URL.

@@ -5,9 +5,13 @@ import (
 	"net/url"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/redislock"
 )
 
 // secretParam is the fuzz target's own notion of a secret parameter,
@@ -217,6 +221,28 @@ func TestParseURL(t *testing.T) {
 		{raw: "zk://h:1/a%ffb", err: "UTF-8"},
 		{raw: "zk://h:1/zookeeper/x", err: "reserved"},
 		{raw: "zk://alice@h:1", err: "without a password"},
+		{raw: "redis://h:1?acks=1", want: target{Scheme: "redis", Addrs: []string{"h:1"}, Acks: 1}},
+		{raw: "redis://h:1/2?acks=2&ack_timeout=1s&dial_timeout=2s", want: target{Scheme: "redis", Addrs: []string{"h:1"}, DB: 2, Acks: 2, AckTimeout: time.Second, Options: url.Values{"dial_timeout": {"2s"}}}},
+		{raw: "redis://h:1?acks=1&ack_timeout=5s&read_timeout=10s", want: target{Scheme: "redis", Addrs: []string{"h:1"}, Acks: 1, AckTimeout: 5 * time.Second, Options: url.Values{"read_timeout": {"10s"}}}},
+		{raw: "rediss://h:1?acks=0&ca=ca.pem", want: target{Scheme: "rediss", Addrs: []string{"h:1"}, CA: "ca.pem", TLS: true}},
+		{raw: "redis+sentinel://a:1,b:2/m?acks=1&ack_timeout=250ms", want: target{Scheme: "redis+sentinel", Addrs: []string{"a:1", "b:2"}, Master: "m", Acks: 1, AckTimeout: 250 * time.Millisecond}},
+		{raw: "rediss+sentinel://a:1/m?acks=3&ca=ca.pem", want: target{Scheme: "rediss+sentinel", Addrs: []string{"a:1"}, Master: "m", Acks: 3, CA: "ca.pem", TLS: true}},
+		{raw: "redis://h:1?acks=-1", err: "not a replica count from 0 to 100"},
+		{raw: "redis://h:1?acks=101", err: "not a replica count from 0 to 100"},
+		{raw: "redis://h:1?acks=one", err: "not a replica count"},
+		{raw: "redis://h:1?acks=", err: "not a replica count"},
+		{raw: "redis://h:1?acks=1&acks=2", err: "2 times"},
+		{raw: "redis://h:1?acks=1&ack_timeout=soon", err: "not a duration"},
+		{raw: "redis://h:1?acks=1&ack_timeout=0s", err: "out of range"},
+		{raw: "redis://h:1?acks=1&ack_timeout=-1s", err: "out of range"},
+		{raw: "redis://h:1?acks=1&ack_timeout=2h", err: "out of range"},
+		{raw: "redis://h:1?acks=1&ack_timeout=3s", err: "below the read timeout (3s)"},
+		{raw: "redis://h:1?acks=1&read_timeout=100ms", err: "below the read timeout (100ms)"},
+		{raw: "redis://h:1?ack_timeout=1s", err: "needs ?acks=N"},
+		{raw: "redis+sentinel://a:1/m?acks=1&ack_timeout=10s", err: "below the read timeout"},
+		{raw: "redis+sentinel://a:1/m?acks=x", err: "not a replica count"},
+		{raw: "redis+cluster://a:1?acks=1", err: "acks"},
+		{raw: "redlock://a:1,b:2,c:3?acks=1", err: "take no ?acks="},
 		{raw: "zk://alice:@h:1", err: "without a password"},
 		{raw: "zk://:pw@h:1", err: "needs a user name"},
 		{raw: "zk://a%3Ab:pw@h:1", err: "contains"},
@@ -256,6 +282,9 @@ func TestParseURL(t *testing.T) {
 		if got := essential(tg); !reflect.DeepEqual(got, c.want) {
 			t.Errorf("parseURL(%q):\n got %+v\nwant %+v", c.raw, got, c.want)
 		}
+		if tg2, err := parseURL(tg.URL()); err != nil || !reflect.DeepEqual(essential(tg2), c.want) {
+			t.Errorf("parseURL(%q) renders back as %q, which parses to %+v, %v", c.raw, tg.URL(), tg2, err)
+		}
 	}
 }
 
@@ -286,5 +315,35 @@ func TestRedact(t *testing.T) {
 	// Replacing can make a new occurrence ("a" + "xxxxx"): scrub repeats.
 	if got := scrub("aaxxb", []string{"axx"}); strings.Contains(got, "axx") {
 		t.Errorf("scrub left a secret: %q", got)
+	}
+}
+
+// ?acks=N: with the replica up, dlock run works; with it stopped, the
+// attempt is not acknowledged: a backend error (exit 3, not a conflict)
+// that leaves no lease.
+func TestURLReplicaAcks(t *testing.T) {
+	primary := testserver.StartRedis(t)
+	replica := testserver.StartRedis(t, testserver.WithArgs("--replicaof", "127.0.0.1", strconv.Itoa(primary.Port())))
+	for deadline := time.Now().Add(hang); ; time.Sleep(20 * time.Millisecond) {
+		if info, _ := replica.Do("INFO", "replication"); strings.Contains(info, "master_link_status:up") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the replica's link is not up")
+		}
+	}
+	u := "redis://" + primary.Addr() + "?acks=1&ack_timeout=200ms"
+	if r := runDlock(t, u, "run", "-n", "k", "--", "true"); r.code != 0 {
+		t.Fatalf("dlock run with a live replica: %d %q", r.code, r.stderr)
+	}
+	replica.Pause()
+	t.Cleanup(replica.Resume)
+	r := runDlock(t, u, "run", "-n", "k", "--", "true")
+	if r.code != exitBackend || !strings.Contains(r.stderr, "0 of 1 replicas acknowledged") {
+		t.Fatalf("dlock run with the replica stopped: %d %q, want exit %d saying no replica acknowledged", r.code, r.stderr, exitBackend)
+	}
+	lk := redislock.DefaultPrefix + ":{k}"
+	if v, err := primary.Do("GET", lk); err != nil || v != "" && !strings.HasPrefix(v, "|") {
+		t.Fatalf("%s holds %q (%v) after the unacknowledged attempt, want no lease", lk, v, err)
 	}
 }

@@ -76,14 +76,18 @@
 // Lease. Owner checks compare the "<owner>|" prefix of the value: owners
 // are fresh for every attempt, so the prefix identifies one attempt
 // exactly, and an attempt whose reply was lost can be undone knowing only
-// the owner. redislock's acquire issues the marker's token + 1, or the
-// server's time in µs when the key holds no marker; Redlock's grant writes
+// the owner. redislock's acquire issues max(marker's token + 1, server's
+// time in µs), the marker's token counting 0 when the key holds none
+// (next_token in lua/helpers.lua): the time floor keeps tokens increasing
+// through a restart or a failover that lost the marker, as long as the new
+// server's clock is not behind the old one's by more than the
+// interruption took. Redlock's grant writes
 // token 0 and its commit the quorum token (the largest max(counter, server
 // time in µs) of the granting majority, plus one).
 //
 // Release marker. A release replaces the lease with "|<token>": free for
 // anyone, it carries the key's last token (redislock's next token is
-// marker + 1). When the release woke a queued waiter, the marker also
+// above it: max(marker + 1, server time in µs)). When the release woke a queued waiter, the marker also
 // names it and the end of its reservation (HandoffReserve after the
 // release): until then everyone else is refused, and reported the
 // reservation (Outcome.ReservedFor, MetaReservedForWaiter) rather than a
@@ -113,8 +117,8 @@
 // (and limit, for limited: another limit is refused as a mismatch) and
 // fewer than the limit, the key holds a release marker without a
 // reservation for someone else, or nothing; the token is the group's or
-// the marker's + 1 (the server's time in µs without either), so the key
-// keeps one counter in every mode. refresh_group moves one holder's score;
+// the marker's + 1, never below the server's time in µs (next_token), so
+// the key keeps one counter in every mode. refresh_group moves one holder's score;
 // release_group removes one holder, records its token in P:{T}:rel at
 // once (so that a retried release finds it), and, for the last holder,
 // replaces the group with the marker "|<token>" (the group's latest) and
@@ -139,8 +143,9 @@
 // trimmed back to Receipts entries once it holds more than twice as
 // many. A release
 // whose lease is gone reports success when its token is the current
-// marker's or is in the receipts (or, in redislock, when the key holds the
-// next lease taken from its marker, whose token is one more): the release
+// marker's or is in the receipts (or, in redislock, when the key holds a
+// lease whose token is one more, which only the next lease taken from its
+// marker gets, and only while the server clock is behind it): the release
 // happened, and this is a retry whose first reply was lost.
 //
 // Fence. Redlock's commit raises P:{T}:fence to at least the quorum token
@@ -175,6 +180,19 @@
 // lost on the way back: an acquisition that finds its own owner's lease is
 // granted that lease again, a release that finds its marker or receipt
 // reports success, refresh and commit are idempotent.
+//
+// # Replica acknowledgement
+//
+// A Node whose Acks is above 0 (redislock's WithReplicaAcks; never
+// redlock) sends each acquire, acquire_group, refresh and refresh_group
+// script in one pipeline with WAIT Acks AckTimeout after it (EvalAcked),
+// so the WAIT runs on the connection that wrote and counts the replicas
+// that have those writes; a batch renewal ends each server's pipeline with
+// one WAIT. A grant or renewal that fewer replicas acknowledged is returned
+// with an *AckError, and the caller decides (redislock rolls a grant back).
+// The WAIT timeout is sent in whole milliseconds, rounded up and at least
+// 1: WAIT n 0 would block forever. Releases, waiter bookkeeping and reads
+// are not followed by WAIT. The scripts and the layout are unchanged.
 //
 // # Hung links
 //

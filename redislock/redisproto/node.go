@@ -19,6 +19,16 @@ type Node struct {
 	// cluster bus delivers to elsewhere (see wake_one in lua/helpers.lua).
 	cluster string
 	dq      dequeuer
+	// Acks, when above 0, makes Acquire, AcquireGroup, Refresh,
+	// RefreshGroup and RefreshBatch wait for that many replicas to
+	// acknowledge their writes (WAIT Acks AckTimeout on the connection
+	// that wrote them; see EvalAcked). A grant or renewal acknowledged by
+	// fewer is returned with an *AckError. Set it before first use, on a
+	// standalone or Sentinel client only (WAIT counts the replicas of one
+	// primary); AckTimeout must be above 0. 0 (the default) runs the
+	// scripts alone.
+	Acks       int
+	AckTimeout time.Duration
 }
 
 // NewNode returns a Node on c with key prefix prefix.
@@ -69,6 +79,10 @@ var (
 // writer, which keeps new shared holders out for ttl (writer preference).
 func (n *Node) Acquire(ctx context.Context, key, owner string, ttl time.Duration, meta, waitID, waiter string) (Outcome, error) {
 	lk := n.LockKey(key)
+	if n.Acks > 0 {
+		return n.acquireAcked(ctx, acquireScript, n.groupKeys(lk),
+			owner, Ms(ttl), meta, waitID, time.Now().UnixMicro(), waiter, lk+channelSuffix, n.cluster)
+	}
 	return parseOutcome(acquireScript.Run(ctx, n.Client, n.groupKeys(lk),
 		owner, Ms(ttl), meta, waitID, time.Now().UnixMicro(), waiter, lk+channelSuffix, n.cluster).Slice())
 }
@@ -87,6 +101,10 @@ func (n *Node) AcquireGroup(ctx context.Context, key, owner string, ttl time.Dur
 	if limit > 0 {
 		mode = "l"
 	}
+	if n.Acks > 0 {
+		return n.acquireAcked(ctx, acquireGroupScript, n.groupKeys(lk),
+			owner, Ms(ttl), meta, waitID, time.Now().UnixMicro(), mode, limit, lk+channelSuffix, Ms(HandoffReserve), n.cluster)
+	}
 	return parseOutcome(acquireGroupScript.Run(ctx, n.Client, n.groupKeys(lk),
 		owner, Ms(ttl), meta, waitID, time.Now().UnixMicro(), mode, limit, lk+channelSuffix, Ms(HandoffReserve), n.cluster).Slice())
 }
@@ -95,6 +113,9 @@ func (n *Node) AcquireGroup(ctx context.Context, key, owner string, ttl time.Dur
 // owner is no longer a holder of key.
 func (n *Node) RefreshGroup(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
 	lk := n.LockKey(key)
+	if n.Acks > 0 {
+		return n.refreshAcked(ctx, refreshGroupScript, []string{lk, lk + holdersSuffix, lk + holderDataSuffix}, owner, Ms(ttl))
+	}
 	v, err := refreshGroupScript.Run(ctx, n.Client, []string{lk, lk + holdersSuffix, lk + holderDataSuffix}, owner, Ms(ttl)).Int64()
 	return v == 1, err
 }
@@ -119,6 +140,9 @@ func (n *Node) Leave(ctx context.Context, key, waiter string) error {
 
 // Refresh is compare-and-PEXPIRE; false means owner does not hold key here.
 func (n *Node) Refresh(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+	if n.Acks > 0 {
+		return n.refreshAcked(ctx, refreshScript, []string{n.LockKey(key)}, owner+"|", Ms(ttl))
+	}
 	v, err := refreshScript.Run(ctx, n.Client, []string{n.LockKey(key)}, owner+"|", Ms(ttl)).Int64()
 	return v == 1, err
 }

@@ -51,7 +51,7 @@ func TestReleaseRecognisesItsOwnRelease(t *testing.T) {
 		}
 	}
 	gb, err := n.Acquire(ctx, k, b, time.Minute, "{}", "", "")
-	if err != nil || !gb.Granted || gb.Token != ga.Token+1 {
+	if err != nil || !gb.Granted || gb.Token <= ga.Token {
 		t.Fatal(gb, err)
 	}
 	if ok, err := n.Release(ctx, k, a, ga.Token, time.Hour); !ok || err != nil {

@@ -35,7 +35,9 @@ func (n *Node) refreshCmd(ctx context.Context, p redis.Pipeliner, r Renewal, eva
 // RefreshBatch extends many leases with compare-and-pexpire scripts, one
 // pipeline per server, and calls report(i, held, err) once for each
 // renewal as soon as its server answered (held is false when owner no
-// longer holds the key). On a Cluster the renewals are grouped by the
+// longer holds the key). With Acks, each pipeline ends with one WAIT that
+// covers all its renewals; a renewal that took effect but fewer replicas
+// acknowledged is reported held, with an *AckError. On a Cluster the renewals are grouped by the
 // master owning their slot and each group is a pipeline of its own sent
 // through the ClusterClient (which follows MOVED and ASK), the groups
 // concurrently: go-redis's own Cluster pipeline waits for every node, so
@@ -93,12 +95,17 @@ func (n *Node) groupByServer(ctx context.Context, rs []Renewal) [][]int {
 // refreshGroup renews rs[idx] in one pipeline and reports each.
 func (n *Node) refreshGroup(ctx context.Context, rs []Renewal, idx []int, report func(i int, held bool, err error)) {
 	cmds := make([]*redis.Cmd, len(idx))
+	var wait *redis.Cmd // with Acks: one WAIT after the renewals covers them all
 	_, _ = n.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for k, i := range idx {
 			cmds[k] = n.refreshCmd(ctx, p, rs[i], false)
 		}
+		if n.Acks > 0 {
+			wait = waitCmd(ctx, p, n.Acks, n.AckTimeout)
+		}
 		return nil
 	})
+	ack := ackResult(wait, n.Acks, n.AckTimeout)
 	var missing []int // positions in idx whose script the server lacked
 	for k, c := range cmds {
 		v, err := c.Int64()
@@ -106,7 +113,7 @@ func (n *Node) refreshGroup(ctx context.Context, rs []Renewal, idx []int, report
 			missing = append(missing, k)
 			continue
 		}
-		report(idx[k], v == 1, err)
+		report(idx[k], v == 1, acked(v == 1, err, ack))
 	}
 	if len(missing) == 0 {
 		return
@@ -117,15 +124,20 @@ func (n *Node) refreshGroup(ctx context.Context, rs []Renewal, idx []int, report
 	// here cost a round trip each: a batch of hundreds outlived its
 	// deadlines on a healthy server.)
 	cmds = cmds[:0]
+	wait = nil
 	_, _ = n.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, k := range missing {
 			i := idx[k]
 			cmds = append(cmds, n.refreshCmd(ctx, p, rs[i], true))
 		}
+		if n.Acks > 0 {
+			wait = waitCmd(ctx, p, n.Acks, n.AckTimeout)
+		}
 		return nil
 	})
+	ack = ackResult(wait, n.Acks, n.AckTimeout)
 	for j, c := range cmds {
 		v, err := c.Int64()
-		report(idx[missing[j]], v == 1, err)
+		report(idx[missing[j]], v == 1, acked(v == 1, err, ack))
 	}
 }

@@ -134,13 +134,13 @@ func TestEveryScriptLoadsAndRuns(t *testing.T) {
 		calls []scriptCall
 	}{
 		"acquire": {[]string{"|41"}, []scriptCall{
-			{[]string{lk, wk, rk}, []any{own, 60000, "{}", "", 0}, 1},       // over a marker: token 42, receipt 41
+			{[]string{lk, wk, rk}, []any{own, 60000, "{}", "", 0}, 1},       // over a marker: token above 41 (the server time), receipt 41
 			{[]string{lk, wk, rk}, []any{own, 60000, "{}", "", 0}, 1},       // retried
 			{[]string{lk, wk, rk}, []any{other, 60000, "{}", "w1", 123}, 0}, // held: queued
 			{gk, []any{other, 60000, "{}", "w1", 123, "wr1"}, 0},            // held: a waiting writer
 		}},
 		"acquire_group": {[]string{"|41"}, []scriptCall{
-			{gk, []any{own, 60000, "{}", "", 0, "s", 0, ch, 100, "0"}, 1},     // over a marker: token 42
+			{gk, []any{own, 60000, "{}", "", 0, "s", 0, ch, 100, "0"}, 1},     // over a marker: token above 41
 			{gk, []any{own, 60000, "{}", "", 0, "s", 0, ch, 100, "0"}, 1},     // retried
 			{gk, []any{other, 60000, "{}", "w1", 1, "l", 2, ch, 100, "0"}, 0}, // another mode
 			{gk, []any{other, 60000, "{}", "w1", 1, "s", 0, ch, 100, "0"}, 1}, // a second reader

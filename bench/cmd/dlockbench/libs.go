@@ -56,6 +56,14 @@ type env struct {
 	etcdEPs []string
 	zk      []string // one standalone ZooKeeper server
 	pg      string   // DSN of one PostgreSQL server
+	// sentinel: a primary with one replica, watched by one sentinel.
+	sentinelMaster string
+	sentinels      []string
+}
+
+// failoverClient is a default go-redis Sentinel client of e's group.
+func failoverClient(e *env) *redis.Client {
+	return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: e.sentinelMaster, SentinelAddrs: e.sentinels, PoolSize: 64})
 }
 
 func redisClient(addr string) *redis.Client {
@@ -72,6 +80,16 @@ func libraries(e *env) []lib {
 			newLocker: func() (locker, error) {
 				c := redisClient(one)
 				return &dlockLocker{l: redislock.New(c), close_: func() { c.Close() }}, nil
+			}},
+		{name: nDSentinel, group: "redis-ha", contended: true, mode: "redislock.New on a default Sentinel client; the primary has one replica (asynchronous replication)",
+			newLocker: func() (locker, error) {
+				c := failoverClient(e)
+				return &dlockLocker{l: redislock.New(c), close_: func() { c.Close() }}, nil
+			}},
+		{name: nDAcks, group: "redis-ha", contended: true, mode: "the same, with redislock.WithReplicaAcks(1, 0): each grant and renewal is followed by WAIT 1 on its connection, in the same round trip",
+			newLocker: func() (locker, error) {
+				c := failoverClient(e)
+				return &dlockLocker{l: redislock.New(c, redislock.WithReplicaAcks(1, 0)), close_: func() { c.Close() }}, nil
 			}},
 		{name: "bsm/redislock", group: "redis", contended: true, mode: "Obtain with LinearBackoff(10ms) retry",
 			newLocker: func() (locker, error) { return &bsmLocker{c: redisClient(one)}, nil }},

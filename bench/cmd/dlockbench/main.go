@@ -64,7 +64,7 @@ func main() {
 	flag.DurationVar(&cfg.heldD, "held-d", 30*time.Second, "how long the many locks are held")
 	flag.DurationVar(&cfg.heldTTL, "held-ttl", 3*time.Second, "TTL of the many held locks (renewed every TTL/3)")
 	flag.StringVar(&cfg.out, "out", "", "write the Markdown report to this file")
-	flag.StringVar(&cfg.group, "group", "", "measure only this group's libraries (redis, etcd, zookeeper, postgres): a development run, without the held-locks scenario or -out (targets of other groups read as not met)")
+	flag.StringVar(&cfg.group, "group", "", "measure only this group's libraries (redis, redis-ha, redlock, etcd, zookeeper, postgres): a development run, without the held-locks scenario or -out (targets of other groups read as not met)")
 	quick := flag.Bool("quick", false, "short run (1s per library, 2s contention, 2000 locks for 5s) for smoke tests")
 	flag.Parse()
 	if *quick {
@@ -95,11 +95,13 @@ func progress(format string, args ...any) {
 
 func run(t *tb, cfg config) int {
 	started := time.Now()
-	progress("starting 5 redis-servers, 1 etcd member, 1 ZooKeeper server and 1 PostgreSQL server on loopback")
+	progress("starting 5 redis-servers, a Sentinel group (primary, replica, sentinel), 1 etcd member, 1 ZooKeeper server and 1 PostgreSQL server on loopback")
 	e := &env{}
 	for i := 0; i < 5; i++ {
 		e.redis = append(e.redis, testserver.StartRedis(t).Addr())
 	}
+	sg := testserver.StartSentinel(t, testserver.WithReplicas(1), testserver.WithSentinels(1))
+	e.sentinelMaster, e.sentinels = sg.Master(), sg.Addrs()
 	e.etcdEPs = etcdtest.Start(t, 1).Endpoints()
 	zks := testserver.StartZooKeeper(t)
 	e.zk = []string{zks.Addr()}

@@ -25,18 +25,21 @@ type report struct {
 }
 
 const (
-	nFloor   = "floor: SET NX PX + CAD"
-	nDRedis  = "dlock redislock"
-	nBsm     = "bsm/redislock"
-	nRS1     = "redsync (1 pool)"
-	nRueidis = "rueidislock"
-	nDRL     = "dlock redlock (5 nodes)"
-	nRS5     = "redsync (5 pools)"
-	nDEtcd   = "dlock etcdlock"
-	nMutex   = "etcd concurrency.Mutex"
-	nDZk     = "dlock zklock"
-	nGoZk    = "go-zookeeper zk.Lock"
-	nDPg     = "dlock pglock"
+	nFloor  = "floor: SET NX PX + CAD"
+	nDRedis = "dlock redislock"
+	// The redis-ha group: the cost of replica acknowledgement.
+	nDSentinel = "dlock redislock (Sentinel)"
+	nDAcks     = "dlock redislock (Sentinel, acks=1)"
+	nBsm       = "bsm/redislock"
+	nRS1       = "redsync (1 pool)"
+	nRueidis   = "rueidislock"
+	nDRL       = "dlock redlock (5 nodes)"
+	nRS5       = "redsync (5 pools)"
+	nDEtcd     = "dlock etcdlock"
+	nMutex     = "etcd concurrency.Mutex"
+	nDZk       = "dlock zklock"
+	nGoZk      = "go-zookeeper zk.Lock"
+	nDPg       = "dlock pglock"
 )
 
 func us(d time.Duration) string {
@@ -146,7 +149,7 @@ func (r *report) markdown() string {
 
 	w("## Uncontended acquire + release (1 goroutine, distinct keys)\n\nThe libraries are measured interleaved, in 10 rounds, so that changes in the machine's speed during the run hit all of them alike.\n\n")
 	w("| library | p50 | p99 | ops/s | p50 vs floor | p50 vs dlock of its group |\n|---|---|---|---|---|---|\n")
-	dl := map[string]string{"redis": nDRedis, "redlock": nDRL, "etcd": nDEtcd, "zookeeper": nDZk, "postgres": nDPg}
+	dl := map[string]string{"redis-ha": nDSentinel, "redis": nDRedis, "redlock": nDRL, "etcd": nDEtcd, "zookeeper": nDZk, "postgres": nDPg}
 	for _, l := range r.libs {
 		u := r.unc[l.name]
 		w("| %s | %s | %s | %.0f | %s | %s |\n", l.name, us(u.p50), us(u.p99), u.opsPerS, ratio(float64(u.p50), float64(r.unc[nFloor].p50)), ratio(float64(u.p50), float64(r.unc[dl[l.group]].p50)))
@@ -167,6 +170,10 @@ func (r *report) markdown() string {
 	}
 	if r.hasGroup("postgres") {
 		w("\nPostgreSQL: the advisory-lock rows are the baseline a Go program gets without a lock library, not a peer with the same guarantees. pglock sends one statement to acquire and one to release, each its own transaction (a row written, so a commit), and holds no connection between them; it gives a lease that expires by the database's clock if the holder dies or hangs, a fencing token per grant, and works behind a transaction pooler (PgBouncer). An advisory lock is a read-only call on a connection that the holder keeps for as long as it holds the lock (and a waiter for as long as it waits): it ends by an unlock (or the transaction's end) or when the session ends, so a holder that hangs with its connection open holds it for ever; it carries no token and is taken by the server's lock manager without writing anything. pglock is therefore expected to be slower than the baseline without contention (the advisory rows' ratios: below 1 for p50, above 1 for throughput); what that buys is listed above. In the contended table the advisory waiters block in the server, which hands the lock straight to the next one; pglock's waiters are woken by NOTIFY and then race with one statement each.\n")
+	}
+	if r.hasGroup("redis-ha") {
+		w("\nReplica acknowledgement (the redis-ha rows): both run on the same Sentinel group, a primary with one replica on this machine. With acks=1 a grant (and each renewal) is followed by WAIT 1 on the connection that wrote it, in the same round trip, so it returns once the replica has the write: uncontended p50 %s and throughput %s of the same locker without acks, contended handoffs/s %s. On loopback the replica is microseconds away; across machines each grant also pays the round trip to the nearest acknowledging replica.\n",
+			ratio(float64(r.unc[nDAcks].p50), float64(r.unc[nDSentinel].p50)), ratio(r.thr[nDAcks], r.thr[nDSentinel]), ratio(r.con[nDAcks].handoffsPerS, r.con[nDSentinel].handoffsPerS))
 	}
 	r.modesMarkdown(w)
 	h := r.held

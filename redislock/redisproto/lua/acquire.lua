@@ -28,12 +28,13 @@
 -- grant removes it, and so does leave.lua.
 --
 -- A free key gets the lease "<owner>|<token>|<metadata>", PX ttl. The token
--- is the release marker's token + 1, or, when there is no marker (first
--- use, expiry without release, a restart that lost it), the server time in
--- µs: tokens increase on every acquisition, and after a restart still
--- start above every earlier token unless the server clock went back.
--- Tokens are formatted with %.0f: Lua numbers are doubles, exact for
--- integers below 2^53 (µs timestamps stay below that until the year 2255).
+-- is next_token(last): the larger of the release marker's token + 1 (0 + 1
+-- when there is no marker: first use, expiry without release, a restart
+-- or failover that lost it) and the server time in µs. Tokens increase on
+-- every acquisition, and after a restart or a failover to a replica that
+-- missed the latest writes they still start above every earlier token
+-- unless the server clock is behind the one that issued them by more than
+-- the interruption took.
 --
 -- A lease already held by ARGV[1] is granted again, unchanged (same token,
 -- same expiry): owners are fresh per attempt, so that is this very attempt,
@@ -87,13 +88,7 @@ if v then
     return {0, v, pttl}
   end
 end
-local tok = last + 1
-if last == 0 then
-  local t = redis.call('TIME')
-  local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  if tok < floor then tok = floor end
-end
-tok = string.format('%.0f', tok)
+local tok = next_token(last)
 take_marker(v, KEYS[3])
 redis.call('SET', KEYS[1], ARGV[1] .. '|' .. tok .. '|' .. ARGV[3], 'PX', ARGV[2])
 if ARGV[4] ~= '' then

@@ -33,9 +33,9 @@
 -- ms left, per holder).
 --
 -- A group's value is "*<mode>|<token>|<limit>" (see helpers.lua): each
--- grant takes the next token of the key's single counter (the group's
--- latest, the release marker's, or the server time in µs on a key
--- without either) and adds the holder to P:{T}:h (scored by its expiry)
+-- grant takes the next token of the key's single counter: next_token of
+-- the group's latest or the release marker's (0 on a key without either),
+-- never below the server time in µs; it adds the holder to P:{T}:h (scored by its expiry)
 -- and P:{T}:hd; the three keys expire with the latest holder. A holder
 -- still recorded for ARGV[1] is this very attempt executed twice (a lost
 -- reply): it is granted again, unchanged.
@@ -120,13 +120,7 @@ else
     return {3, 0, {}}
   end
 end
-local tok = last + 1
-if last == 0 then
-  local t = redis.call('TIME')
-  local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  if tok < floor then tok = floor end
-end
-tok = string.format('%.0f', tok)
+local tok = next_token(last)
 if not is_group(v) then
   take_marker(v, KEYS[3])
 end

@@ -18,6 +18,20 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- next_token(last): the token of a grant after the key's latest token
+-- last (0 when unknown), formatted: max(last + 1, server time in µs).
+-- The time floor applies to every grant, not only to a key without a
+-- marker: a primary promoted after a failover may have missed the latest
+-- grants and markers, and its clock still puts its tokens above theirs
+-- unless it is behind the old primary's by more than the failover took.
+-- %.0f: Lua numbers are doubles, exact for integers below 2^53 (µs
+-- timestamps stay below that until the year 2255).
+local function next_token(last)
+  local t = redis.call('TIME')
+  local tok = math.max(last + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+  return string.format('%.0f', tok)
+end
+
 -- reserved_left(v, wait_id): ms left on the reservation a release marker
 -- v ("|<token>|<wait id>|<until ms>") holds for a waiter other than
 -- wait_id; 0 when there is none.

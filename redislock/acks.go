@@ -1,0 +1,106 @@
+package redislock
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/redislock/redisproto"
+)
+
+// Replica acknowledgement (WithReplicaAcks).
+const (
+	// DefaultAckTimeout is WithReplicaAcks's timeout when it is given
+	// one <= 0.
+	DefaultAckTimeout = 500 * time.Millisecond
+	// MaxReplicaAcks is the largest replica count WithReplicaAcks takes.
+	MaxReplicaAcks = 100
+	// MaxAckTimeout is the longest timeout WithReplicaAcks takes.
+	MaxAckTimeout = time.Minute
+)
+
+// ErrNotReplicated is wrapped by every *ReplicationError: a write that
+// fewer replicas than WithReplicaAcks asked for acknowledged in time.
+var ErrNotReplicated = errors.New("dlock: redis: write not acknowledged by enough replicas")
+
+// ReplicationError reports a write (Op: "acquire", "refresh", or a
+// Guard's "guard put", "guard incrby", "guard eval") on key Key (a
+// Guard's resource) that the primary applied but that fewer than Want
+// replicas acknowledged within Timeout (Got did). It wraps
+// ErrNotReplicated, and, for an acquisition whose lease was rolled back
+// (nothing left behind, worth retrying), dlock.ErrTransient.
+type ReplicationError struct {
+	Key, Op   string
+	Want, Got int
+	Timeout   time.Duration
+
+	// RolledBack: an acquisition's lease was released again.
+	RolledBack bool
+
+	waitErr     error // WAIT's own failure (Got is then 0)
+	rollbackErr error // why the rollback failed
+}
+
+func (e *ReplicationError) Error() string {
+	var what string
+	if e.waitErr != nil {
+		what = fmt.Sprintf("replica acknowledgement unknown (WAIT %d %s failed: %v)", e.Want, e.Timeout, e.waitErr)
+	} else {
+		what = fmt.Sprintf("%d of %d replicas acknowledged within %s", e.Got, e.Want, e.Timeout)
+	}
+	var then string
+	switch {
+	case e.Op == "acquire" && e.RolledBack:
+		then = "; the lease was rolled back"
+	case e.Op == "acquire":
+		then = fmt.Sprintf("; rolling the lease back failed (%v): it is removed in the background or expires with its TTL", e.rollbackErr)
+	case e.Op == "refresh":
+		then = "; the renewal is not counted (the lock keeps its previous deadline)"
+	default:
+		then = "; the write was applied on the primary but its outcome across a failover is unknown (the fence stays recorded on the primary)"
+	}
+	return fmt.Sprintf("dlock: redis %s %q: %s%s", e.Op, e.Key, what, then)
+}
+
+// Unwrap returns ErrNotReplicated, and dlock.ErrTransient when the
+// attempt left nothing behind (RolledBack).
+func (e *ReplicationError) Unwrap() []error {
+	if e.RolledBack {
+		return []error{ErrNotReplicated, dlock.ErrTransient}
+	}
+	return []error{ErrNotReplicated}
+}
+
+// replicationError turns redisproto's *AckError for op on key into a
+// *ReplicationError.
+func replicationError(key, op string, ae *redisproto.AckError) *ReplicationError {
+	return &ReplicationError{Key: key, Op: op, Want: ae.Want, Got: ae.Got, Timeout: ae.Timeout, waitErr: ae.Err}
+}
+
+// errAcksClient explains WithReplicaAcks on a client that is not a
+// *redis.Client.
+const errAcksClient = "replica acknowledgement needs a standalone or Sentinel client (redis.Client)"
+
+// validate checks the options against client (not nil): an error
+// wrapping dlock.ErrInvalidOption, or nil.
+func (c config) validate(client redis.UniversalClient, fn string) error {
+	switch {
+	case c.acks < 0 || c.acks > MaxReplicaAcks:
+		return fmt.Errorf("%w: %s: WithReplicaAcks(%d, ...): the replica count must be 0 (off) to %d", dlock.ErrInvalidOption, fn, c.acks, MaxReplicaAcks)
+	case c.ackTimeout > MaxAckTimeout:
+		return fmt.Errorf("%w: %s: WithReplicaAcks(%d, %s): the timeout must be at most %s", dlock.ErrInvalidOption, fn, c.acks, c.ackTimeout, MaxAckTimeout)
+	case c.acks == 0:
+		return nil
+	}
+	rc, ok := client.(*redis.Client)
+	if !ok {
+		return fmt.Errorf("%w: %s: WithReplicaAcks(%d, ...) on a %T: %s", dlock.ErrInvalidOption, fn, c.acks, client, errAcksClient)
+	}
+	if rt := rc.Options().ReadTimeout; rt > 0 && c.ackTimeout >= rt {
+		return fmt.Errorf("%w: %s: WithReplicaAcks(%d, %s): the timeout must be below the client's ReadTimeout (%s), or WAIT's reply is never read", dlock.ErrInvalidOption, fn, c.acks, c.ackTimeout, rt)
+	}
+	return nil
+}

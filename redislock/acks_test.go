@@ -1,0 +1,348 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/redislock"
+)
+
+// Every grant's token is at least the server's time in µs, also over a
+// release marker: a primary promoted after a failover that missed the
+// latest marker (here: a marker far behind, set by hand) still issues a
+// token above every earlier one.
+func TestTokenFloorOverMarker(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	l := redislock.New(newClient(t, srv))
+	for _, exclusive := range []bool{true, false} {
+		key := dlocktest.Key(t)
+		if exclusive {
+			key += "-x"
+		}
+		if _, err := srv.Do("SET", l.LockKey(key), "|5", "PX", "60000"); err != nil {
+			t.Fatal(err)
+		}
+		before := uint64(time.Now().Add(-time.Minute).UnixMicro()) // generous: the server's clock is the host's
+		var opts []dlock.Option
+		if !exclusive {
+			opts = append(opts, dlock.WithShared())
+		}
+		lk, err := l.TryAcquire(dlocktest.Context(t), key, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lk.Token() < before {
+			t.Errorf("exclusive=%v: token over the marker |5 = %d, want at least the server time in µs (~%d)", exclusive, lk.Token(), before)
+		}
+		if err := lk.Release(dlocktest.Context(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// startReplicated starts a primary and one replica of it and waits for
+// their link to be up.
+func startReplicated(t *testing.T) (primary, replica *testserver.Redis) {
+	t.Helper()
+	primary = testserver.StartRedis(t)
+	replica = testserver.StartRedis(t, testserver.WithArgs("--replicaof", "127.0.0.1", strconv.Itoa(primary.Port())))
+	deadline := time.Now().Add(dlocktest.HangTimeout)
+	for {
+		info, err := replica.Do("INFO", "replication")
+		if err == nil && strings.Contains(info, "master_link_status:up") {
+			return primary, replica
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica's link to the primary is not up after %v: %q, %v", dlocktest.HangTimeout, info, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// pause stops srv (SIGSTOP) until the test ends or the returned func is
+// called.
+func pause(t *testing.T, srv *testserver.Redis) (resume func()) {
+	srv.Pause()
+	var once sync.Once
+	resume = func() { once.Do(srv.Resume) }
+	t.Cleanup(resume)
+	return resume
+}
+
+// noLease waits (boundedly) until srv holds no lease for lock key lk: the
+// key is gone or holds a release marker ("|<token>...").
+func noLease(t *testing.T, srv *testserver.Redis, lk string) {
+	t.Helper()
+	deadline := time.Now().Add(dlocktest.HangTimeout)
+	for {
+		v, err := srv.Do("GET", lk)
+		if err == nil && (v == "" || strings.HasPrefix(v, "|")) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still holds %q (%v) after %v: the unacknowledged grant was not rolled back", lk, v, err, dlocktest.HangTimeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// With a live replica, acquisitions, renewals and releases work, and the
+// replica has the lease as soon as Acquire returns: the promise of
+// WithReplicaAcks.
+func TestReplicaAcksLive(t *testing.T) {
+	primary, replica := startReplicated(t)
+	l := redislock.New(newClient(t, primary), redislock.WithReplicaAcks(1, 0))
+	ctx := dlocktest.Context(t)
+	key := dlocktest.Key(t)
+	var last uint64
+	for i := range 3 {
+		lk, err := l.Acquire(ctx, key, dlock.WithTTL(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lk.Token() <= last {
+			t.Fatalf("acquisition %d: token %d, not above %d", i, lk.Token(), last)
+		}
+		last = lk.Token()
+		v, err := replica.Do("GET", l.LockKey(key))
+		if err != nil || !strings.HasPrefix(v, lk.Owner()+"|"+strconv.FormatUint(lk.Token(), 10)+"|") {
+			t.Fatalf("the replica holds %q (%v) right after Acquire returned, want the lease of %s", v, err, lk.Owner())
+		}
+		if err := lk.Refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := lk.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Shared holders go through acquire_group and refresh_group.
+	a, err := l.Acquire(ctx, key, dlock.WithShared())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := l.Acquire(ctx, key, dlock.WithShared())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := replica.Do("GET", l.LockKey(key)); err != nil || !strings.HasPrefix(v, "*s|") {
+		t.Fatalf("the replica holds %q (%v), want the readers' group", v, err)
+	}
+	for _, lk := range []*dlock.Lock{a, b} {
+		if err := lk.Refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := lk.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A Guard's writes reach the replica too.
+	g := redislock.NewGuard(newClient(t, primary), redislock.WithReplicaAcks(1, 0))
+	if err := g.Put(ctx, key, dlock.Fence{Token: last, Owner: "w"}, "n", "v1"); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := replica.Do("GET", g.Key(key, "n")); err != nil || v != "v1" {
+		t.Fatalf("the replica holds %q (%v) right after Put returned, want v1", v, err)
+	}
+	if n, err := g.IncrBy(ctx, key, dlock.Fence{Token: last, Owner: "w"}, "c", 2); err != nil || n != 2 {
+		t.Fatal(n, err)
+	}
+}
+
+// With the replica stopped, an acquisition is not acknowledged: it fails
+// with a *ReplicationError, is rolled back, and leaves no lease.
+func TestReplicaAcksPausedReplica(t *testing.T) {
+	primary, replica := startReplicated(t)
+	l := redislock.New(newClient(t, primary), redislock.WithReplicaAcks(1, 200*time.Millisecond))
+	ctx := dlocktest.Context(t)
+	pause(t, replica)
+
+	for i, opts := range [][]dlock.Option{nil, {dlock.WithShared()}, {dlock.WithLimit(2)}} {
+		key := dlocktest.Key(t) + "-" + strconv.Itoa(i)
+		_, err := l.TryAcquire(ctx, key, opts...)
+		var re *redislock.ReplicationError
+		if !errors.As(err, &re) || !errors.Is(err, redislock.ErrNotReplicated) {
+			t.Fatalf("TryAcquire with the replica stopped: %v, want a *ReplicationError", err)
+		}
+		if re.Op != "acquire" || re.Want != 1 || re.Got != 0 || !re.RolledBack || !errors.Is(err, dlock.ErrTransient) {
+			t.Fatalf("%+v (%v): want 0 of 1 replicas, rolled back, transient", re, err)
+		}
+		if !strings.Contains(err.Error(), "0 of 1 replicas acknowledged within 200ms") {
+			t.Errorf("error %q does not say what happened", err)
+		}
+		noLease(t, primary, l.LockKey(key))
+	}
+
+	// A blocking Acquire retries until its deadline, and leaves no lease.
+	key := dlocktest.Key(t) + "-blocking"
+	const wait = 1500 * time.Millisecond
+	actx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	start := time.Now()
+	_, err := l.Acquire(actx, key)
+	if err == nil {
+		t.Fatal("Acquire succeeded with the replica stopped")
+	}
+	t.Logf("blocking Acquire: %v", err)
+	if took := time.Since(start); took > wait+dlocktest.HangTimeout/2 {
+		t.Fatalf("Acquire returned after %v, its deadline was %v", took, wait)
+	}
+	noLease(t, primary, l.LockKey(key))
+}
+
+// Two acknowledgements asked of one replica: never enough.
+func TestReplicaAcksMoreThanReplicas(t *testing.T) {
+	primary, _ := startReplicated(t)
+	l := redislock.New(newClient(t, primary), redislock.WithReplicaAcks(2, 100*time.Millisecond))
+	key := dlocktest.Key(t)
+	_, err := l.TryAcquire(dlocktest.Context(t), key)
+	var re *redislock.ReplicationError
+	if !errors.As(err, &re) || re.Want != 2 || re.Got != 1 || !re.RolledBack {
+		t.Fatalf("TryAcquire with 2 acks of 1 replica: %v, want 1 of 2 replicas, rolled back", err)
+	}
+	noLease(t, primary, l.LockKey(key))
+}
+
+// Renewals the replica does not acknowledge are not counted: the lock is
+// lost at its local deadline, though the primary extended the key. A
+// Guard's write is applied but reported unacknowledged.
+func TestReplicaAcksRenewalNotAcknowledged(t *testing.T) {
+	primary, replica := startReplicated(t)
+	c := newClient(t, primary)
+	l := redislock.New(c, redislock.WithReplicaAcks(1, 100*time.Millisecond))
+	g := redislock.NewGuard(c, redislock.WithReplicaAcks(1, 100*time.Millisecond))
+	ctx := dlocktest.Context(t)
+	key := dlocktest.Key(t)
+	lk, err := l.Acquire(ctx, key, dlock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Release(ctx)
+	resume := pause(t, replica)
+	select {
+	case <-lk.Lost():
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatal("Lost() did not close though no renewal was acknowledged")
+	}
+	if !errors.Is(lk.Err(), dlock.ErrLockLost) {
+		t.Fatalf("Err() = %v, want ErrLockLost", lk.Err())
+	}
+	err = lk.Refresh(ctx)
+	if !errors.Is(err, redislock.ErrNotReplicated) && !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Refresh after the loss: %v", err)
+	}
+
+	err = g.Put(ctx, key, lk.Fence(), "n", "v")
+	var re *redislock.ReplicationError
+	if !errors.As(err, &re) || !errors.Is(err, redislock.ErrNotReplicated) || errors.Is(err, dlock.ErrTransient) || re.Op != "guard put" {
+		t.Fatalf("Guard.Put with the replica stopped: %v, want a *ReplicationError, not transient", err)
+	}
+	if !strings.Contains(err.Error(), "applied on the primary") {
+		t.Errorf("error %q does not say the write was applied", err)
+	}
+	// Applied on the primary; reads wait for nobody.
+	if v, ok, err := g.Get(ctx, key, lk.Fence(), "n"); err != nil || !ok || v != "v" {
+		t.Fatalf("Get = %q, %v, %v", v, ok, err)
+	}
+	resume()
+	if err := g.Put(ctx, key, lk.Fence(), "n", "w"); err != nil {
+		t.Fatalf("Put with the replica back: %v", err)
+	}
+}
+
+// The whole conformance suite, through Lockers that wait for the replica.
+func TestConformanceReplicaAcks(t *testing.T) {
+	primary, _ := startReplicated(t)
+	conformance(t, primary, redislock.WithReplicaAcks(1, 0))
+}
+
+// Bad options give Lockers and Guards whose every call fails with a clear
+// error; nothing panics.
+func TestReplicaAcksBadOptions(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr()}})
+	t.Cleanup(func() { cluster.Close() })
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": srv.Addr()}})
+	t.Cleanup(func() { ring.Close() })
+	short := redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: time.Second})
+	t.Cleanup(func() { short.Close() })
+	plain := newClient(t, srv)
+	for _, tc := range []struct {
+		name   string
+		client redis.UniversalClient
+		opt    redislock.Option
+		want   string
+	}{
+		{"negative", plain, redislock.WithReplicaAcks(-1, 0), "must be 0 (off) to 100"},
+		{"too many", plain, redislock.WithReplicaAcks(redislock.MaxReplicaAcks+1, 0), "must be 0 (off) to 100"},
+		{"huge timeout", plain, redislock.WithReplicaAcks(1, 1<<62), "at most 1m0s"},
+		{"above ReadTimeout", short, redislock.WithReplicaAcks(1, 2*time.Second), "below the client's ReadTimeout"},
+		{"cluster", cluster, redislock.WithReplicaAcks(1, 0), "needs a standalone or Sentinel client (redis.Client)"},
+		{"ring", ring, redislock.WithReplicaAcks(1, 0), "needs a standalone or Sentinel client (redis.Client)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := dlocktest.Context(t)
+			l := redislock.New(tc.client, tc.opt)
+			_, err := l.TryAcquire(ctx, "k")
+			if !errors.Is(err, dlock.ErrInvalidOption) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("TryAcquire: %v, want ErrInvalidOption saying %q", err, tc.want)
+			}
+			if _, err := l.Acquire(ctx, "k"); !errors.Is(err, dlock.ErrInvalidOption) {
+				t.Fatalf("Acquire: %v, want ErrInvalidOption", err)
+			}
+			if _, err := l.List(ctx, ""); !errors.Is(err, dlock.ErrInvalidOption) {
+				t.Fatalf("List: %v, want ErrInvalidOption", err)
+			}
+			err = redislock.NewGuard(tc.client, tc.opt).Put(ctx, "r", dlock.Fence{Token: 1}, "n", "v")
+			if !errors.Is(err, dlock.ErrInvalidOption) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Guard.Put: %v, want ErrInvalidOption saying %q", err, tc.want)
+			}
+		})
+	}
+	// Off (0) is fine anywhere, and a timeout <= 0 is the default.
+	if _, err := redislock.New(cluster, redislock.WithReplicaAcks(0, -time.Second)).List(dlocktest.Context(t), "x"); errors.Is(err, dlock.ErrInvalidOption) {
+		t.Fatal(err)
+	}
+}
+
+// A link that stalls while the WAIT is pending: the call returns by its
+// context's deadline with dlock.ErrUnavailable, and the grant is undone
+// once the link heals.
+func TestReplicaAcksStalledLink(t *testing.T) {
+	primary, replica := startReplicated(t)
+	p := testserver.StartProxy(t, primary.Addr())
+	c := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	t.Cleanup(func() { c.Close() })
+	l := redislock.New(c, redislock.WithReplicaAcks(1, 2*time.Second))
+	key := dlocktest.Key(t)
+	if lk, err := l.TryAcquire(dlocktest.Context(t), key); err != nil { // warm: the scripts are cached
+		t.Fatal(err)
+	} else if err := lk.Release(dlocktest.Context(t)); err != nil {
+		t.Fatal(err)
+	}
+	resume := pause(t, replica) // the WAIT now lasts its 2s
+	ctx, cancel := context.WithTimeout(dlocktest.Context(t), time.Second)
+	defer cancel()
+	stalled := time.AfterFunc(200*time.Millisecond, p.Stall)
+	defer stalled.Stop()
+	start := time.Now()
+	_, err := l.TryAcquire(ctx, key)
+	if !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("TryAcquire on a stalled link: %v, want ErrUnavailable", err)
+	}
+	if took := time.Since(start); took > time.Second+dlocktest.HangTimeout/2 {
+		t.Fatalf("TryAcquire returned after %v, its deadline was 1s", took)
+	}
+	p.Heal()
+	resume()
+	noLease(t, primary, l.LockKey(key))
+}

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/testserver"
+)
+
+// Red team of issue 16 (Sentinel): the CLI through redis+sentinel:// URLs.
+
+// TestRedTeam16Sentinel_OneSentinelHung: one Sentinel of three is hung
+// (SIGSTOP: its port accepts connections, it never answers), the two
+// others and the data servers are fine. Sentinel exists to survive that;
+// run, ls and check must work, within --connect-timeout. (go-redis asks
+// every Sentinel for the master at once and waits for all of them, so the
+// hung one used to take the whole --connect-timeout and every command
+// failed with "not reachable".)
+func TestRedTeam16Sentinel_OneSentinelHung(t *testing.T) {
+	s := testserver.StartSentinel(t, testserver.WithReplicas(1))
+	for _, hung := range []int{0, 2} {
+		t.Run(strings.ReplaceAll(s.Sentinels[hung].Addr(), ":", "_"), func(t *testing.T) {
+			s.Sentinels[hung].Pause()
+			defer s.Sentinels[hung].Resume()
+			url := sentinelURL(s, s.Master(), "", "")
+			const timeout = 2 * time.Second
+			for _, args := range [][]string{
+				{"run", "--connect-timeout", timeout.String(), "rt16/hung", "--", "true"},
+				{"ls", "--connect-timeout", timeout.String()},
+				{"check", "--connect-timeout", timeout.String()},
+			} {
+				r, took := timedRun(t, url, args...)
+				t.Logf("%v: exit %d after %v: %q %q", args, r.code, took.Round(time.Millisecond), r.stdout, r.stderr)
+				if r.code != 0 {
+					t.Errorf("%v with one Sentinel of three hung: exit %d %q", args, r.code, r.stderr)
+				}
+				if took > timeout+sentinelSlack {
+					t.Errorf("%v: took %v with --connect-timeout %v", args, took, timeout)
+				}
+			}
+		})
+	}
+}
+
+// TestRedTeam16Sentinel_AllSentinelsHung: with every Sentinel hung the
+// commands still fail (exit 3, "not reachable") within --connect-timeout:
+// leaving out the Sentinels that do not answer must not add a wait of its
+// own to the deadline.
+func TestRedTeam16Sentinel_AllSentinelsHung(t *testing.T) {
+	s := testserver.StartSentinel(t, testserver.WithReplicas(1))
+	for _, sn := range s.Sentinels {
+		sn.Pause()
+		defer sn.Resume()
+	}
+	const timeout = 2 * time.Second
+	for _, args := range [][]string{
+		{"run", "--connect-timeout", timeout.String(), "rt16/hung", "--", "true"},
+		{"check", "--connect-timeout", timeout.String()},
+	} {
+		r, took := timedRun(t, sentinelURL(s, s.Master(), "", ""), args...)
+		t.Logf("%v: exit %d after %v: %q", args, r.code, took.Round(time.Millisecond), r.stderr)
+		if r.code != exitBackend || !strings.Contains(r.stderr, "not reachable") {
+			t.Errorf("%v with every Sentinel hung: exit %d %q, want %d, not reachable", args, r.code, r.stderr, exitBackend)
+		}
+		if took > timeout+sentinelSlack {
+			t.Errorf("%v: took %v with --connect-timeout %v", args, took, timeout)
+		}
+	}
+}

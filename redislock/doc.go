@@ -230,6 +230,16 @@
 //     acknowledge), and a release, a Guard read and a lease's expiry are
 //     not acknowledged. WAITAOF (Redis 7.2+, acknowledgement by the
 //     append-only file) is not used.
+//   - Prompt master lookups while a Sentinel hangs (a stopped process, a
+//     black-holed host: its port accepts, it never answers). go-redis's
+//     failover client asks every Sentinel of its list for the master at
+//     once and waits for all of their answers, each bounded by its own
+//     timeouts, so its first lookup (and any after the Sentinel it
+//     listens to fails) takes seconds (about 5s with go-redis's defaults,
+//     measured here); a call whose context ends first fails with an error
+//     wrapping dlock.ErrUnavailable, by its deadline. List only Sentinels
+//     that answer, or shorten the client's timeouts. (The dlock CLI pings
+//     the Sentinels of a URL first and keeps those that answer.)
 //   - Replica acknowledgement on a Cluster or a Ring: WithReplicaAcks
 //     needs a standalone or Sentinel client (a *redis.Client); on any
 //     other client every call fails with an error wrapping

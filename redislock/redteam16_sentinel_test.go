@@ -27,46 +27,56 @@ import (
 // the new primary never gets; it must not let the holder believe it holds
 // the key once the new primary has granted it to someone else. Ordering
 // asserted: whenever the contender is granted, the holder's Lost() is
-// already closed.
+// already closed. The "kill" variants kill the primary instead; TTLs from
+// dlock.MinTTL (lost long before the failover ends) to 5s (outlasts it).
 func TestRedTeam16Sentinel_PausedPrimaryResumes(t *testing.T) {
-	for _, ttl := range []time.Duration{3 * time.Second, 5 * time.Second} {
-		t.Run(ttl.String(), func(t *testing.T) {
-			s := testserver.StartSentinel(t)
-			old := s.Primary()
-			holderL := redislock.New(failoverTestClient(t, s))
-			contenderL := redislock.New(failoverTestClient(t, s))
-			key := dlocktest.Key(t)
-			lk, err := holderL.Acquire(dlocktest.Context(t), key, dlock.WithTTL(ttl))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer lk.Release(context.Background())
-			s.WaitSynced(old)
-			old.Pause()
-			t.Cleanup(old.Resume)
-			p := s.WaitFailover(old)
-			old.Resume()
-			got, refused, last := contendUntil(t, contenderL, key, 4*ttl, 2*ttl, dlock.WithTTL(ttl))
-			if got != nil {
-				defer got.Release(context.Background())
-				if !lostYet(lk) {
-					t.Fatalf("silent double grant after the old primary resumed: contender token %d, holder token %d still held (deadline %v)", got.Token(), lk.Token(), time.Until(lk.Deadline()))
-				}
-				t.Logf("holder lost (%v), then the contender was granted (%d refusals)", lk.Err(), refused)
-				return
-			}
-			if refused == 0 {
-				t.Fatalf("the contender was neither granted nor refused: %v", last)
-			}
-			if lostYet(lk) {
-				t.Fatalf("the holder lost (%v) but the key was never granted (%d refusals, last %v)", lk.Err(), refused, last)
-			}
-			t.Logf("holder kept the lease on %s (%d refusals)", p.Addr(), refused)
-		})
+	for _, fault := range []string{"pause", "kill"} {
+		for _, ttl := range []time.Duration{dlock.MinTTL, time.Second, 2 * time.Second, 5 * time.Second} {
+			t.Run(fault+"/"+ttl.String(), func(t *testing.T) { pausedPrimaryResumes(t, fault, ttl) })
+		}
 	}
 }
 
-var _ = errors.Is
+func pausedPrimaryResumes(t *testing.T, fault string, ttl time.Duration) {
+	s := testserver.StartSentinel(t)
+	old := s.Primary()
+	holderL := redislock.New(failoverTestClient(t, s))
+	contenderL := redislock.New(failoverTestClient(t, s))
+	key := dlocktest.Key(t)
+	lk, err := holderL.Acquire(dlocktest.Context(t), key, dlock.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Release(context.Background())
+	s.WaitSynced(old)
+	if fault == "kill" {
+		old.Stop()
+	} else {
+		old.Pause()
+		t.Cleanup(old.Resume)
+	}
+	p := s.WaitFailover(old)
+	if fault == "pause" {
+		old.Resume()
+	}
+	got, refused, last := contendUntil(t, contenderL, key, max(4*ttl, 10*time.Second), 2*ttl, dlock.WithTTL(ttl))
+	if got != nil {
+		defer got.Release(context.Background())
+		if !lostYet(lk) {
+			t.Fatalf("silent double grant after the old primary resumed: contender token %d, holder token %d still held (deadline %v)", got.Token(), lk.Token(), time.Until(lk.Deadline()))
+		}
+		t.Logf("holder lost (%v), then the contender was granted (%d refusals)", lk.Err(), refused)
+		return
+	}
+	if refused == 0 {
+		t.Fatalf("the contender was neither granted nor refused: %v", last)
+	}
+	if lostYet(lk) {
+		t.Fatalf("the holder lost (%v) but the key was never granted (%d refusals, last %v)", lk.Err(), refused, last)
+	}
+	t.Logf("holder kept the lease on %s (%d refusals)", p.Addr(), refused)
+}
+
 
 // TestRedTeam16Sentinel_SplitBrainStaleConns: the primary and the one
 // sentinel the holder's client listens to for +switch-master stop

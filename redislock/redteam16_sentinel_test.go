@@ -77,7 +77,6 @@ func pausedPrimaryResumes(t *testing.T, fault string, ttl time.Duration) {
 	t.Logf("holder kept the lease on %s (%d refusals)", p.Addr(), refused)
 }
 
-
 // TestRedTeam16Sentinel_SplitBrainStaleConns: the primary and the one
 // sentinel the holder's client listens to for +switch-master stop
 // together (one frozen host), the two others fail over, then both resume.

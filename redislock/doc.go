@@ -230,6 +230,19 @@
 //     acknowledge), and a release, a Guard read and a lease's expiry are
 //     not acknowledged. WAITAOF (Redis 7.2+, acknowledgement by the
 //     append-only file) is not used.
+//   - Exclusion while a holder still reaches a deposed primary. A primary
+//     cut off from the Sentinels but not from the holder (a partition)
+//     stays a primary after they promote a replica, and the holder's
+//     renewals there succeed, while the new primary lets the lease expire
+//     and grants the key again: a go-redis failover client leaves the old
+//     primary only when the Sentinel it listens to announces the switch.
+//     Without WithReplicaAcks the holder is not told for as long as the
+//     partition lasts; with it, the deposed primary's renewals stop being
+//     acknowledged once its replicas follow the new primary, so Lost()
+//     closes within a TTL, but possibly after the new grant (a replica not
+//     yet moved acknowledged the last renewal). Tokens still order the
+//     holders. Redis's min-replicas-to-write (not tested here) bounds it
+//     on the server side.
 //   - Prompt master lookups while a Sentinel hangs (a stopped process, a
 //     black-holed host: its port accepts, it never answers). go-redis's
 //     failover client asks every Sentinel of its list for the master at

@@ -3,6 +3,7 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -300,4 +301,97 @@ func TestRedTeam16Sentinel_HungSentinel(t *testing.T) {
 	}
 	t.Logf("granted after %v", time.Since(start).Round(time.Millisecond))
 	lk.Release(context.Background())
+}
+
+// splitBrain sets up a deposed primary that stays a primary: the sentinels
+// can no longer PING it (its default user loses the ping command, as if a
+// partition cut it off from them), so they fail over to a replica, and,
+// unable to reach it, never turn it into a replica. The holder's client
+// listens for +switch-master on one sentinel only, which is paused (on
+// the old primary's side of the partition): it never learns of the switch
+// and keeps its connection to the old primary. The contender's client
+// asks the two other sentinels. It returns the old and new primaries.
+func splitBrain(t *testing.T, s *testserver.Sentinel) (old, p *testserver.Redis) {
+	old = s.Primary()
+	s.WaitSynced(old)
+	s.Sentinels[0].Pause()
+	t.Cleanup(s.Sentinels[0].Resume)
+	if _, err := old.Do("ACL", "SETUSER", "default", "-ping"); err != nil {
+		t.Fatal(err)
+	}
+	p = s.WaitFailover(old)
+	if info, err := old.Do("INFO", "replication"); err != nil || !strings.Contains(info, "role:master") {
+		t.Fatalf("the old primary is no longer a primary: %q %v", info, err)
+	}
+	return old, p
+}
+
+// TestRedTeam16Sentinel_SplitBrainDoubleGrant is a negative control: in
+// the schedule of splitBrain, the holder (no acks) renews on the deposed
+// primary, which accepts, while the new primary lets the lease expire and
+// grants the key to the contender. The holder is never told: a silent
+// double grant, not caused by a write lost in replication but by
+// renewals landing on a primary that was deposed (see Not guaranteed in
+// doc.go). Fencing tokens order the two holders.
+func TestRedTeam16Sentinel_SplitBrainDoubleGrant(t *testing.T) { splitBrainLocks(t, false) }
+
+// TestRedTeam16Sentinel_SplitBrainAcks is the schedule of
+// TestRedTeam16Sentinel_SplitBrainDoubleGrant with WithReplicaAcks(1, ...):
+// the deposed primary has no replicas left, so no renewal there is
+// acknowledged, the holder's deadline stops moving and its Lost() closes
+// before the new primary lets the lease expire. Asserted as an ordering:
+// whenever the contender is granted, the holder already knows.
+func TestRedTeam16Sentinel_SplitBrainAcks(t *testing.T) { splitBrainLocks(t, true) }
+
+func splitBrainLocks(t *testing.T, acks bool) {
+	s := testserver.StartSentinel(t)
+	hc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.Master(), SentinelAddrs: s.Addrs()[:1]})
+	t.Cleanup(func() { hc.Close() })
+	var opts []redislock.Option
+	if acks {
+		opts = append(opts, redislock.WithReplicaAcks(1, redislock.DefaultAckTimeout))
+	}
+	holderL := redislock.New(hc, opts...)
+	cc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.Master(), SentinelAddrs: s.Addrs()[1:]})
+	t.Cleanup(func() { cc.Close() })
+	contenderL := redislock.New(cc)
+	key := dlocktest.Key(t)
+	const ttl = 2 * time.Second
+	lk, err := holderL.Acquire(dlocktest.Context(t), key, dlock.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Release(context.Background())
+	_, p := splitBrain(t, s)
+	got, refused, last := contendUntil(t, contenderL, key, 30*time.Second, 0, dlock.WithTTL(ttl))
+	if got == nil {
+		t.Fatalf("the contender was not granted the key on the new primary %s (%d refusals, last %v)", p.Addr(), refused, last)
+	}
+	defer got.Release(context.Background())
+	if acks {
+		if lostYet(lk) {
+			t.Logf("the holder lost its lease (%v) before the contender was granted", lk.Err())
+			return
+		}
+		// The window the doc states: the deposed primary's renewals were
+		// acknowledged by a replica not yet moved to the new primary.
+		// Once it is, nothing acknowledges them and the holder is told.
+		granted := time.Now()
+		select {
+		case <-lk.Lost():
+			t.Logf("double grant for %v: the holder's Lost() closed (%v) after the contender (token %d) was granted", time.Since(granted).Round(time.Millisecond), lk.Err(), got.Token())
+		case <-time.After(dlocktest.HangTimeout):
+			t.Fatalf("the holder, with acks, still believes it holds the key %v after the contender was granted it", dlocktest.HangTimeout)
+		}
+		return
+	}
+	// Some renewals later, the holder still believes it holds the key.
+	time.Sleep(2 * ttl)
+	if lostYet(lk) {
+		t.Fatalf("the holder's Lost() closed (%v): the double grant this control shows did not happen", lk.Err())
+	}
+	t.Logf("double grant: holder token %d renewing on the deposed primary, contender token %d on %s", lk.Token(), got.Token(), p.Addr())
+	if got.Token() <= lk.Token() {
+		t.Errorf("the contender's token %d is not above the holder's %d", got.Token(), lk.Token())
+	}
 }

@@ -423,7 +423,9 @@ func (t *target) open(o openOptions) (*backend, error) {
 			}
 		}
 		if len(opt.SentinelAddrs) > 1 {
-			opt.SentinelAddrs = answeringSentinels(opt, o.start.Add(o.connectTimeout))
+			// Half the budget at most: when none answers, the probe
+			// still has time to find out why (a TLS mismatch, say).
+			opt.SentinelAddrs = answeringSentinels(opt, o.start.Add(o.connectTimeout/2))
 		}
 		return t.redisBackend(redis.NewFailoverClient(opt), o), nil
 	case "redlock", "redlocks":

@@ -100,3 +100,21 @@ func TestRedTeam16Sentinel_PausedPrimaryDuringRun(t *testing.T) {
 		t.Fatalf("run after the failover: exit %d %q", r.code, r.stderr)
 	}
 }
+
+// TestRedTeam16Sentinel_TLSMismatchSeveral: rediss+sentinel:// to several
+// plaintext Sentinels (each waits for the end of a line that never comes)
+// still names the mismatch, within --connect-timeout: asking the Sentinels
+// first (answeringSentinels) must leave the diagnosis its time.
+func TestRedTeam16Sentinel_TLSMismatchSeveral(t *testing.T) {
+	s := testserver.StartSentinel(t, testserver.WithReplicas(1))
+	url := "rediss+sentinel://" + strings.Join(s.Addrs(), ",") + "/" + s.Master()
+	const timeout = 2 * time.Second
+	r, took := timedRun(t, url, "run", "--connect-timeout", timeout.String(), "k", "--", "true")
+	t.Logf("exit %d after %v: %q", r.code, took.Round(time.Millisecond), r.stderr)
+	if r.code != exitBackend || !strings.Contains(r.stderr, "use redis+sentinel:// instead of rediss+sentinel://") {
+		t.Errorf("rediss+sentinel:// to plaintext Sentinels: exit %d %q, want %d naming the mismatch", r.code, r.stderr, exitBackend)
+	}
+	if took > timeout+sentinelSlack {
+		t.Errorf("took %v with --connect-timeout %v", took, timeout)
+	}
+}

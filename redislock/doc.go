@@ -243,16 +243,18 @@
 //     yet moved acknowledged the last renewal). Tokens still order the
 //     holders. Redis's min-replicas-to-write (not tested here) bounds it
 //     on the server side.
-//   - Prompt master lookups while a Sentinel hangs (a stopped process, a
-//     black-holed host: its port accepts, it never answers). go-redis's
-//     failover client asks every Sentinel of its list for the master at
-//     once and waits for all of their answers, each bounded by its own
-//     timeouts, so its first lookup (and any after the Sentinel it
-//     listens to fails) takes seconds (about 5s with go-redis's defaults,
-//     measured here); a call whose context ends first fails with an error
-//     wrapping dlock.ErrUnavailable, by its deadline. List only Sentinels
-//     that answer, or shorten the client's timeouts. (The dlock CLI pings
-//     the Sentinels of a URL first and keeps those that answer.)
+//   - Prompt service through a hung Sentinel. A go-redis failover client
+//     that needs a new connection asks the Sentinels for the master, and
+//     waits for a hung one (SIGSTOP, a stalled link) up to its own
+//     ReadTimeout (3s by default; a new client's first call took about
+//     5s here) before it dials: calls still return by their context
+//     (dlock.ErrUnavailable), but a context shorter than that fails where
+//     a longer one would succeed. With every Sentinel
+//     hung, a client keeps working on the connections it has and cannot
+//     open new ones. An unknown master name is go-redis's error
+//     ("redis: nil" after the Sentinels' replies), passed through as is.
+//     (The dlock CLI pings the Sentinels of a URL first and gives go-redis
+//     only those that answer.)
 //   - Replica acknowledgement on a Cluster or a Ring: WithReplicaAcks
 //     needs a standalone or Sentinel client (a *redis.Client); on any
 //     other client every call fails with an error wrapping

@@ -1,0 +1,98 @@
+package redislock_test
+
+import (
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/redislock"
+)
+
+// Red team, issue 16 (replica acknowledgement).
+
+// A lost reply on the acquisition's pipeline: go-redis resends the whole
+// pipeline (script + WAIT) on a new connection. The script finds its own
+// lease and grants it again; if that second run writes nothing, Redis 7
+// leaves the new connection's replication offset where it was and its WAIT
+// answers at once with every connected replica, so a grant no replica has
+// would be reported acknowledged. With the replica stopped, no acquisition
+// may succeed.
+func TestRedTeam16_LostReplyIsNotAcknowledged(t *testing.T) {
+	primary, replica := startReplicated(t)
+	p := testserver.StartProxy(t, primary.Addr())
+	c := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	t.Cleanup(func() { c.Close() })
+	t.Cleanup(p.Heal)
+	l := redislock.New(c, redislock.WithReplicaAcks(1, 300*time.Millisecond))
+	modes := [][]dlock.Option{nil, {dlock.WithShared()}, {dlock.WithLimit(2)}}
+	for i, opts := range modes { // warm: the scripts are cached, the connection open
+		lk, err := l.TryAcquire(dlocktest.Context(t), dlocktest.Key(t)+"-warm"+strconv.Itoa(i), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lk.Release(dlocktest.Context(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pause(t, replica)
+	for i, opts := range modes {
+		key := dlocktest.Key(t) + "-" + strconv.Itoa(i)
+		if err := c.Ping(dlocktest.Context(t)).Err(); err != nil { // the connection is open: the lost reply is the script's
+			t.Fatal(err)
+		}
+		p.LoseNextReply()
+		lk, err := l.TryAcquire(dlocktest.Context(t), key, opts...)
+		if err == nil {
+			lk.Release(dlocktest.Context(t))
+			t.Fatalf("mode %d: TryAcquire with the replica stopped and a lost reply returned a lock (token %d): its grant was reported acknowledged", i, lk.Token())
+		}
+		p.Heal()
+		noLease(t, primary, l.LockKey(key))
+	}
+}
+
+// Tokens are Lua doubles in the scripts: a marker or group token at or
+// above 2^53 (written by hand, by another tool, or restored from
+// elsewhere) must not give a next token at or below it (2^53 + 1 reads
+// as 2^53, and 2^53 + 1 is not a double): the grant is refused with a
+// clear error instead, or its token is above the last one.
+func TestRedTeam16_TokenAbove2To53(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	l := redislock.New(newClient(t, srv))
+	const last = "9007199254740993" // 2^53 + 1
+	lastN, _ := strconv.ParseUint(last, 10, 64)
+	for i, tc := range []struct {
+		value string
+		opts  []dlock.Option
+	}{
+		{"|" + last, nil},
+		{"|" + last, []dlock.Option{dlock.WithShared()}},
+		{"|" + last, []dlock.Option{dlock.WithLimit(3)}},
+		{"*s|" + last + "|0", nil}, // a group whose holders are all gone
+		{"*s|" + last + "|0", []dlock.Option{dlock.WithShared()}},
+	} {
+		key := dlocktest.Key(t) + "-" + strconv.Itoa(i)
+		if _, err := srv.Do("SET", l.LockKey(key), tc.value, "PX", "60000"); err != nil {
+			t.Fatal(err)
+		}
+		lk, err := l.TryAcquire(dlocktest.Context(t), key, tc.opts...)
+		if err != nil {
+			t.Logf("%d (%q): refused: %v", i, tc.value, err)
+			if errors.Is(err, dlock.ErrNotAcquired) {
+				t.Fatalf("%d: refused as if held: %v", i, err)
+			}
+			continue
+		}
+		tok := lk.Token()
+		lk.Release(dlocktest.Context(t))
+		if tok <= lastN {
+			t.Fatalf("%d (%q): granted token %d, not above the key's last token %s", i, tc.value, tok, last)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package redislock_test
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"testing"
@@ -93,6 +94,84 @@ func TestRedTeam16_TokenAbove2To53(t *testing.T) {
 		lk.Release(dlocktest.Context(t))
 		if tok <= lastN {
 			t.Fatalf("%d (%q): granted token %d, not above the key's last token %s", i, tc.value, tok, last)
+		}
+	}
+}
+
+// A TryAcquire refused because another client holds the key writes
+// nothing that needs acknowledging. With the replica stopped, it must
+// still report the holder (a *dlock.NotAcquiredError), also when its
+// deadline is shorter than the acknowledgement timeout, and not an
+// unavailable backend; and it must not wait for the whole timeout.
+func TestRedTeam16_RefusedDoesNotWaitForAcks(t *testing.T) {
+	primary, replica := startReplicated(t)
+	c := newClient(t, primary)
+	const ackTimeout = 2 * time.Second
+	l := redislock.New(c, redislock.WithReplicaAcks(1, ackTimeout))
+	key := dlocktest.Key(t)
+	holder, err := l.Acquire(dlocktest.Context(t), key, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release(dlocktest.Context(t))
+	for i := range 3 { // warm: more pooled connections that wrote
+		if _, err := l.TryAcquire(dlocktest.Context(t), key); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("warm %d: %v", i, err)
+		}
+	}
+	pause(t, replica)
+	if _, err := c.Set(dlocktest.Context(t), "rt16-unreplicated", "x", 0).Result(); err != nil { // the replica now lags
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = l.TryAcquire(dlocktest.Context(t), key)
+	took := time.Since(start)
+	if !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("refused TryAcquire with the replica stopped: %v, want ErrNotAcquired", err)
+	}
+	if took >= ackTimeout {
+		t.Errorf("refused TryAcquire took %v: it waited for the acknowledgement timeout (%v)", took, ackTimeout)
+	}
+	ctx, cancel := context.WithTimeout(dlocktest.Context(t), 300*time.Millisecond)
+	defer cancel()
+	_, err = l.TryAcquire(ctx, key)
+	var na *dlock.NotAcquiredError
+	if !errors.As(err, &na) || len(na.Holders) == 0 {
+		t.Errorf("refused TryAcquire with a deadline (300ms) below the ack timeout: %v, want a *NotAcquiredError naming the holder", err)
+	}
+}
+
+// With the replica up, an acquisition whose reply is lost is run again
+// (on a new connection) and granted: the lease is the caller's, and the
+// replica has it when Acquire returns.
+func TestRedTeam16_LostReplyLiveReplicaGranted(t *testing.T) {
+	primary, replica := startReplicated(t)
+	p := testserver.StartProxy(t, primary.Addr())
+	c := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	t.Cleanup(func() { c.Close() })
+	t.Cleanup(p.Heal)
+	l := redislock.New(c, redislock.WithReplicaAcks(1, time.Second))
+	for i, opts := range [][]dlock.Option{nil, {dlock.WithShared()}, {dlock.WithLimit(2)}} {
+		key := dlocktest.Key(t) + "-" + strconv.Itoa(i)
+		if err := c.Ping(dlocktest.Context(t)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if lk, err := l.TryAcquire(dlocktest.Context(t), key+"-warm", opts...); err != nil { // the scripts are cached
+			t.Fatal(err)
+		} else {
+			lk.Release(dlocktest.Context(t))
+		}
+		p.LoseNextReply()
+		lk, err := l.Acquire(dlocktest.Context(t), key, opts...)
+		if err != nil {
+			t.Fatalf("mode %d: Acquire with its reply lost: %v", i, err)
+		}
+		v, err := replica.Do("GET", l.LockKey(key))
+		if err != nil || v == "" || v[0] == '|' {
+			t.Fatalf("mode %d: the replica holds %q (%v) when Acquire returned", i, v, err)
+		}
+		if err := lk.Release(dlocktest.Context(t)); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -175,3 +175,95 @@ func TestRedTeam16_LostReplyLiveReplicaGranted(t *testing.T) {
 		}
 	}
 }
+
+// Contexts: a nil, an ended, and a deadline shorter than the
+// acknowledgement timeout with the replica stopped. Each call returns a
+// clear error, the last one by its deadline (well before the ack
+// timeout), and no lease is left once the replica is back.
+func TestRedTeam16_ContextsWithAcks(t *testing.T) {
+	primary, replica := startReplicated(t)
+	c := redis.NewClient(&redis.Options{Addr: primary.Addr(), ReadTimeout: 20 * time.Second})
+	t.Cleanup(func() { c.Close() })
+	const ackTimeout = 8 * time.Second
+	l := redislock.New(c, redislock.WithReplicaAcks(1, ackTimeout))
+	key := dlocktest.Key(t)
+	//lint:ignore SA1012 a nil context is the attack
+	if _, err := l.TryAcquire(nil, key); err == nil { //nolint:staticcheck
+		t.Fatal("TryAcquire(nil ctx) succeeded")
+	}
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := l.TryAcquire(ended, key); err == nil {
+		t.Fatal("TryAcquire with an ended context succeeded")
+	}
+	resume := pause(t, replica)
+	for i, opts := range [][]dlock.Option{nil, {dlock.WithShared()}} {
+		k := key + "-" + strconv.Itoa(i)
+		ctx, cancel := context.WithTimeout(dlocktest.Context(t), 300*time.Millisecond)
+		start := time.Now()
+		_, err := l.Acquire(ctx, k, opts...)
+		took := time.Since(start)
+		cancel()
+		if err == nil {
+			t.Fatalf("%d: Acquire succeeded with the replica stopped", i)
+		}
+		if !errors.Is(err, dlock.ErrUnavailable) && !errors.Is(err, redislock.ErrNotReplicated) {
+			t.Errorf("%d: Acquire under a 300ms deadline: %v, want ErrUnavailable or ErrNotReplicated", i, err)
+		}
+		if took >= ackTimeout/2 {
+			t.Errorf("%d: Acquire under a 300ms deadline took %v (ack timeout %v)", i, took, ackTimeout)
+		}
+	}
+	resume()
+	noLease(t, primary, l.LockKey(key+"-0"))
+	noLease(t, primary, l.LockKey(key+"-1"))
+}
+
+// Many locks renewed in one batch: while the replica is stopped their
+// renewals are not counted, but none is reported lost before its
+// deadline; once it is back (and the scripts were flushed meanwhile:
+// NOSCRIPT), the renewals are acknowledged again and every lock outlives
+// its TTL.
+func TestRedTeam16_BatchRenewalRecovers(t *testing.T) {
+	primary, replica := startReplicated(t)
+	c := newClient(t, primary)
+	l := redislock.New(c, redislock.WithReplicaAcks(1, 200*time.Millisecond))
+	const ttl = 6 * time.Second
+	var locks []*dlock.Lock
+	for i := range 20 {
+		var opts []dlock.Option
+		if i%3 == 1 {
+			opts = append(opts, dlock.WithShared())
+		}
+		lk, err := l.Acquire(dlocktest.Context(t), dlocktest.Key(t)+"-"+strconv.Itoa(i), append(opts, dlock.WithTTL(ttl))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lk.Release(dlocktest.Context(t))
+		locks = append(locks, lk)
+	}
+	resume := pause(t, replica)
+	time.Sleep(ttl / 3)
+	if _, err := c.ScriptFlush(dlocktest.Context(t)).Result(); err != nil {
+		t.Fatal(err)
+	}
+	for i, lk := range locks {
+		select {
+		case <-lk.Lost():
+			t.Fatalf("lock %d lost after %v of a %v TTL: %v", i, ttl/3, ttl, lk.Err())
+		default:
+		}
+	}
+	resume()
+	time.Sleep(ttl + ttl/3) // past every deadline the acquisition set
+	for i, lk := range locks {
+		select {
+		case <-lk.Lost():
+			t.Fatalf("lock %d lost though the replica was back: %v", i, lk.Err())
+		default:
+		}
+		if err := lk.Refresh(dlocktest.Context(t)); err != nil {
+			t.Fatalf("lock %d: Refresh with the replica back: %v", i, err)
+		}
+	}
+}

@@ -202,7 +202,8 @@ func (g *Guard) eval(ctx context.Context, op, resource string, f dlock.Fence, bo
 		if g.acks == 0 || op == "" {
 			return script.Run(ctx, g.client, allKeys, allArgs...).Result()
 		}
-		cmd, aerr := redisproto.EvalAcked(ctx, g.client, script, allKeys, g.acks, g.ackTimeout, allArgs...)
+		ran := func(*redis.Cmd) bool { return true } // a refusal (DLOCKSTALE, ...) is an error reply: no WAIT
+		cmd, aerr := redisproto.EvalThenWait(ctx, g.client, script, allKeys, g.acks, g.ackTimeout, ran, allArgs...)
 		ack = aerr // read only once Await returned f's result
 		return cmd.Result()
 	})

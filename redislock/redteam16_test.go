@@ -267,3 +267,42 @@ func TestRedTeam16_BatchRenewalRecovers(t *testing.T) {
 		}
 	}
 }
+
+// A Guard write with a stale fence is refused by the script: nothing was
+// written, nothing needs acknowledging. Behind a stopped replica it must
+// still be reported as a stale fence (dlock.ErrStaleToken... the Guard's
+// rejection), promptly, also under a deadline shorter than the ack
+// timeout, not as an unavailable server whose write "may still take
+// effect".
+func TestRedTeam16_GuardStaleWriteDoesNotWaitForAcks(t *testing.T) {
+	primary, replica := startReplicated(t)
+	c := newClient(t, primary)
+	const ackTimeout = 2 * time.Second
+	g := redislock.NewGuard(c, redislock.WithReplicaAcks(1, ackTimeout))
+	res := dlocktest.Key(t)
+	if err := g.Put(dlocktest.Context(t), res, dlock.Fence{Token: 10, Owner: "a"}, "n", "v"); err != nil {
+		t.Fatal(err)
+	}
+	want := g.Put(dlocktest.Context(t), res, dlock.Fence{Token: 5, Owner: "b"}, "n", "old")
+	if want == nil {
+		t.Fatal("a stale fence was admitted")
+	}
+	pause(t, replica)
+	if _, err := c.Set(dlocktest.Context(t), "rt16-unreplicated", "x", 0).Result(); err != nil { // the replica now lags
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err := g.Put(dlocktest.Context(t), res, dlock.Fence{Token: 5, Owner: "b"}, "n", "old")
+	if took := time.Since(start); took >= ackTimeout {
+		t.Errorf("a stale Put took %v: it waited for the ack timeout (%v)", took, ackTimeout)
+	}
+	if err == nil || errors.Is(err, redislock.ErrNotReplicated) || err.Error() != want.Error() {
+		t.Errorf("a stale Put with the replica stopped: %v, want %v", err, want)
+	}
+	ctx, cancel := context.WithTimeout(dlocktest.Context(t), 300*time.Millisecond)
+	defer cancel()
+	err = g.Put(ctx, res, dlock.Fence{Token: 5, Owner: "b"}, "n", "old")
+	if err == nil || errors.Is(err, dlock.ErrUnavailable) || err.Error() != want.Error() {
+		t.Errorf("a stale Put under a 300ms deadline with the replica stopped: %v, want %v", err, want)
+	}
+}

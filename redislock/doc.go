@@ -236,6 +236,15 @@
 //     acknowledge), and a release, a Guard read and a lease's expiry are
 //     not acknowledged. WAITAOF (Redis 7.2+, acknowledgement by the
 //     append-only file) is not used.
+//   - Prompt service through a hung Sentinel. A go-redis failover client
+//     that needs a new connection asks the Sentinels for the master, and
+//     waits for a hung one (SIGSTOP, a stalled link) up to its own
+//     ReadTimeout (3s by default) before it dials: calls still return by
+//     their context (dlock.ErrUnavailable), but a context shorter than
+//     that fails where a longer one would succeed. With every Sentinel
+//     hung, a client keeps working on the connections it has and cannot
+//     open new ones. An unknown master name is go-redis's error
+//     ("redis: nil" after the Sentinels' replies), passed through as is.
 //   - Replica acknowledgement on a Cluster or a Ring: WithReplicaAcks
 //     needs a standalone or Sentinel client (a *redis.Client); on any
 //     other client every call fails with an error wrapping

@@ -212,8 +212,8 @@ func (g *Guard) eval(ctx context.Context, op, resource string, f dlock.Fence, bo
 		return nil, replicationError(resource, op, ae)
 	}
 	switch {
-	case abandoned:
-		return nil, fmt.Errorf("%w: redis guard %q: no answer before the context ended (the operation may still take effect, fenced): %w", dlock.ErrUnavailable, resource, err)
+	case abandoned || clientGaveUp(ctx, err):
+		return nil, fmt.Errorf("%w: redis guard %q: no answer before the context ended (the operation may still take effect, fenced): %w", dlock.ErrUnavailable, resource, withCause(ctx, err))
 	case errors.Is(err, redis.Nil):
 		return nil, nil
 	case err != nil:

@@ -3,6 +3,7 @@ package redislock
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -30,12 +31,35 @@ func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) 
 		return l.b.list(ctx, prefix)
 	})
 	switch {
-	case abandoned:
-		return nil, fmt.Errorf("%w: redis list: no answer before the context ended: %w", dlock.ErrUnavailable, err)
+	case abandoned || clientGaveUp(ctx, err):
+		return nil, fmt.Errorf("%w: redis list: no answer before the context ended: %w", dlock.ErrUnavailable, withCause(ctx, err))
 	case err != nil:
 		return nil, fmt.Errorf("dlock: redis list: %w", err)
 	}
 	return infos, nil
+}
+
+// clientGaveUp says whether err is the client giving up at ctx's end by
+// itself, a moment before Await would have abandoned the call: go-redis
+// returns the context's error from its dial loop (a failover client whose
+// Sentinels refuse connections), or a read timeout at the deadline with
+// ContextTimeoutEnabled. The outcome is the same as an abandoned call: no
+// answer before the context ended.
+func clientGaveUp(ctx context.Context, err error) bool {
+	if err == nil || ctx.Err() == nil {
+		return false
+	}
+	var te interface{ Timeout() bool }
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.As(err, &te) && te.Timeout()
+}
+
+// withCause is err with ctx's cause joined, unless err is that already.
+func withCause(ctx context.Context, err error) error {
+	cause := context.Cause(ctx)
+	if cause == nil || errors.Is(err, cause) {
+		return err
+	}
+	return errors.Join(err, cause)
 }
 
 func (b *backend) list(ctx context.Context, prefix string) ([]dlock.Info, error) {

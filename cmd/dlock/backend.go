@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -194,6 +195,12 @@ func (t *target) probeService(b *backend, o openOptions) error {
 		return nil
 	}
 	go b.close() // bounded by closeWithin, but nothing to wait for here
+	if rerr := redis.Error(nil); errors.As(err, &rerr) {
+		// An error reply: the server speaks plaintext Redis (or TLS worked),
+		// so there is no mismatch to look for; a look started early ends by
+		// the deadline on its own (its channel is buffered).
+		return t.explain(err, false, nil)
+	}
 	var noAnswer errNoAnswer
 	if look == nil && !errors.As(err, &noAnswer) {
 		look = t.lookForMismatch(deadline)
@@ -745,7 +752,28 @@ func (t *target) explain(err error, mismatch bool, tlsErr error) error {
 	if errors.As(err, &rerr) || errors.Is(err, zk.ErrNoAuth) || errors.Is(err, zk.ErrAuthFailed) || errors.As(err, &pgErr) || errors.Is(err, errPgReadOnly) || etcdAuth {
 		what = "refused"
 	}
-	msg := fmt.Sprintf("%s: %s: %v", t.where, what, err)
+	text := err.Error()
+	if isSentinelScheme(t.Scheme) {
+		text = joinLines(text) // go-redis lists each Sentinel's answer on a line
+		// go-redis asks each Sentinel for the master's address and, when
+		// none gives one, says they are all unreachable, whatever they
+		// answered: name who refused.
+		fromSentinels := strings.Contains(text, sentinelsFailed)
+		switch {
+		case errors.Is(err, redis.Nil):
+			// A Sentinel that monitors no master of that name answers nil.
+			what, text = "unknown master", fmt.Sprintf("no Sentinel that answered knows a master named %q", t.Master)
+		case rerr != nil && fromSentinels:
+			what = "refused by the Sentinels"
+			text = strings.TrimSpace(text[strings.Index(text, sentinelsFailed)+len(sentinelsFailed):])
+			if isAuthError(text) {
+				text += " (the Sentinels' password is the URL's sentinel_password)"
+			}
+		case rerr != nil:
+			what = "refused by the master"
+		}
+	}
+	msg := fmt.Sprintf("%s: %s: %s", t.where, what, text)
 	switch t.Scheme {
 	case "etcd", "etcds":
 		msg = "etcd " + msg
@@ -773,6 +801,36 @@ func (t *target) explain(err error, mismatch bool, tlsErr error) error {
 		msg += "\n  " + hint
 	}
 	return errors.New(scrub(msg, t.secrets))
+}
+
+// joinLines joins the lines of an error message (errors.Join's, go-redis's
+// list of its Sentinels' answers) into one, without repeating a line.
+func joinLines(s string) string {
+	if !strings.Contains(s, "\n") {
+		return s
+	}
+	var lines []string
+	for _, l := range strings.Split(s, "\n") {
+		l = strings.TrimSpace(l)
+		if l == "" || slices.ContainsFunc(lines, func(k string) bool { return strings.HasSuffix(k, l) }) {
+			continue // said already (go-redis ends its first line with the first answer)
+		}
+		lines = append(lines, l)
+	}
+	return strings.Join(lines, "; ")
+}
+
+// sentinelsFailed starts go-redis's error when no Sentinel gave the
+// master's address.
+const sentinelsFailed = "all sentinels specified in configuration are unreachable:"
+
+// isAuthError says whether a Redis error reply is about credentials.
+func isAuthError(s string) bool {
+	return strings.Contains(s, "WRONGPASS") || strings.Contains(s, "NOAUTH") || strings.Contains(s, "NOPERM")
+}
+
+func isSentinelScheme(scheme string) bool {
+	return scheme == "redis+sentinel" || scheme == "rediss+sentinel"
 }
 
 // maxLook bounds a look for a TLS mismatch (and the deadline it is given).

@@ -267,9 +267,11 @@ func (s *Sentinel) agreed() *Redis {
 	return p
 }
 
-// WaitSynced waits (at most startTimeout) until primary reports every
-// other running, unpaused server as an online replica at its own
-// replication offset.
+// WaitSynced waits (at most startTimeout) until every other running,
+// unpaused server is an online replica of primary that acknowledged its
+// replication stream up to primary's offset when the wait began: they
+// have every write made before. (Equal offsets may never be seen under
+// steady writes, and the REPLCONF GETACKs that WAIT sends.)
 func (s *Sentinel) WaitSynced(primary *Redis) {
 	s.t.Helper()
 	want := 0
@@ -278,34 +280,96 @@ func (s *Sentinel) WaitSynced(primary *Redis) {
 			want++
 		}
 	}
+	info, err := primary.Do("INFO", "replication")
+	off, ok := infoField(info, "master_repl_offset")
+	if err != nil || !ok {
+		s.t.Fatalf("INFO replication of %s: %q %v", primary.Addr(), info, err)
+	}
+	target, _ := strconv.ParseInt(off, 10, 64)
 	deadline := time.Now().Add(startTimeout)
 	for {
 		info, err := primary.Do("INFO", "replication")
-		if err == nil && syncedReplicas(info) >= want {
+		if err == nil && replicasAt(info, target) >= want {
 			return
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("%d replicas of %s not in sync within %v: %q %v", want, primary.Addr(), startTimeout, info, err)
+			s.t.Fatalf("%d replicas of %s not at offset %d within %v: %q %v", want, primary.Addr(), target, startTimeout, info, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
-// syncedReplicas counts the online replicas of an INFO replication reply
-// whose offset is the primary's.
-func syncedReplicas(info string) int {
-	var off string
+// infoField is the value of field in an INFO reply.
+func infoField(info, field string) (string, bool) {
 	for _, l := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "master_repl_offset:"); ok {
-			off = v
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), field+":"); ok {
+			return v, true
 		}
 	}
+	return "", false
+}
+
+// replicasAt counts the online replicas of an INFO replication reply at
+// offset target or past it.
+func replicasAt(info string, target int64) int {
 	n := 0
 	for _, l := range strings.Split(info, "\n") {
 		l = strings.TrimSpace(l)
-		if strings.HasPrefix(l, "slave") && strings.Contains(l, "state=online") && strings.Contains(l, "offset="+off+",") {
-			n++
+		if !strings.HasPrefix(l, "slave") || !strings.Contains(l, "state=online") {
+			continue
+		}
+		for _, kv := range strings.Split(l, ",") {
+			if v, ok := strings.CutPrefix(kv, "offset="); ok {
+				if o, err := strconv.ParseInt(v, 10, 64); err == nil && o >= target {
+					n++
+				}
+			}
 		}
 	}
 	return n
+}
+
+// KeepReplicationLinks keeps the replicas of a group started with
+// WithReplicationProxies on their replication proxies until restore is
+// called. A sentinel "fixes" a replica whose master address is not the
+// primary's (a proxy's is not) with REPLICAOF the primary, once
+// failover-timeout has passed since it found the replica (about 10 s
+// after the start here): a stalled link would then be bypassed and the
+// replica have every write. So failover-timeout is raised on every
+// sentinel meanwhile; restore sets it back. Call restore once the
+// primary is gone: the fix can then only point a replica at the dead
+// primary, and a failover needing a second election is not held back by
+// the raised timeout.
+func (s *Sentinel) KeepReplicationLinks() (restore func()) {
+	s.t.Helper()
+	set := func(v string) error {
+		for _, sn := range s.Sentinels {
+			if _, err := sn.Do("SENTINEL", "SET", SentinelMaster, "failover-timeout", v); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	reply, err := s.Sentinels[0].Do("SENTINEL", "MASTER", SentinelMaster)
+	if err != nil {
+		s.t.Fatalf("SENTINEL MASTER: %v", err)
+	}
+	fields := strings.Split(reply, "\n")
+	orig := ""
+	for i := 0; i+1 < len(fields); i += 2 {
+		if fields[i] == "failover-timeout" {
+			orig = fields[i+1]
+		}
+	}
+	if orig == "" {
+		s.t.Fatalf("SENTINEL MASTER %s has no failover-timeout: %q", SentinelMaster, reply)
+	}
+	if err := set(strconv.Itoa(int(time.Hour.Milliseconds()))); err != nil {
+		s.t.Fatalf("raising failover-timeout: %v", err)
+	}
+	return func() {
+		if err := set(orig); err != nil {
+			s.t.Errorf("restoring failover-timeout %s: %v", orig, err)
+		}
+	}
 }

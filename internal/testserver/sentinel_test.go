@@ -50,12 +50,14 @@ func TestSentinelFailover(t *testing.T) {
 func TestSentinelStalledReplicationLink(t *testing.T) {
 	s := StartSentinel(t, WithReplicas(1), WithReplicationProxies())
 	old := s.Primary()
+	restore := s.KeepReplicationLinks()
 	s.ReplicationLinks[0].Stall()
 	replies, err := old.DoSeq([]string{"SET", "k", "v"}, []string{"WAIT", "1", "200"})
 	if err != nil || replies[1] != "0" {
 		t.Fatalf("SET, WAIT 1 with the link stalled: %q %v, want 0 replicas", replies, err)
 	}
 	old.Stop()
+	restore()
 	p := s.WaitFailover(old)
 	if v, err := p.Do("GET", "k"); err != nil || v != "" {
 		t.Fatalf("the new primary has the write its link missed: %q %v", v, err)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,7 +21,9 @@ import (
 )
 
 // openLocker opens the backend a worker locks with, from a spec
-// "redis:ADDR", "redlock:ADDR,ADDR,...", "etcd:URL,URL,...",
+// "redis:ADDR", "sentinel:MASTER@ADDR,ADDR,...[?acks=N]" (a failover
+// client of the sentinels at the ADDRs; acks=N: WithReplicaAcks(N,
+// redislock.DefaultAckTimeout)), "redlock:ADDR,ADDR,...", "etcd:URL,URL,...",
 // "zk:ADDR,ADDR,...@SESSIONTIMEOUT", "pg:DSN" or "file:DIR". Clients are
 // the libraries' defaults: no promise may depend on the user's client
 // settings. A ZooKeeper lock's lease comes from its session (two thirds of
@@ -37,6 +40,8 @@ func openLocker(spec string) (dlock.Locker, func(), error) {
 	case "redis":
 		c := redis.NewClient(&redis.Options{Addr: arg})
 		return redislock.New(c), func() { c.Close() }, nil
+	case "sentinel":
+		return openSentinel(spec, arg)
 	case "redlock":
 		var cs []redis.UniversalClient
 		for _, a := range strings.Split(arg, ",") {
@@ -80,4 +85,25 @@ func openLocker(spec string) (dlock.Locker, func(), error) {
 		return l, func() {}, nil
 	}
 	return nil, nil, fmt.Errorf("unknown backend %q", kind)
+}
+
+// openSentinel opens a redislock Locker on a go-redis failover client
+// (its defaults) from the argument of a "sentinel:" spec.
+func openSentinel(spec, arg string) (dlock.Locker, func(), error) {
+	arg, query, _ := strings.Cut(arg, "?")
+	master, addrs, ok := strings.Cut(arg, "@")
+	if !ok || master == "" || addrs == "" {
+		return nil, nil, fmt.Errorf("bad sentinel spec %q: want sentinel:MASTER@ADDR,ADDR,...[?acks=N]", spec)
+	}
+	var opts []redislock.Option
+	if query != "" {
+		v, ok := strings.CutPrefix(query, "acks=")
+		n, err := strconv.Atoi(v)
+		if !ok || err != nil || n < 1 {
+			return nil, nil, fmt.Errorf("bad sentinel spec %q: the only option is acks=N, N ≥ 1", spec)
+		}
+		opts = append(opts, redislock.WithReplicaAcks(n, redislock.DefaultAckTimeout))
+	}
+	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: master, SentinelAddrs: strings.Split(addrs, ",")})
+	return redislock.New(c, opts...), func() { c.Close() }, nil
 }

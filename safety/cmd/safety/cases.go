@@ -15,8 +15,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock/etcdlock/etcdtest"
 	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/redislock"
 	"github.com/dlock-go/dlock/safety/history"
 )
 
@@ -38,6 +41,12 @@ func (c caseSpec) think() time.Duration {
 	switch c.fault {
 	case "none", "client-pause", "kill-holder":
 		return 5 * time.Millisecond
+	case "failover", "failover-lagging":
+		// The fault is injected right after a grant (see injectFailover);
+		// a section of 6 s (renewed meanwhile) outlasts a failover (about
+		// 2.5 s here), so the holder is still at work when the new
+		// primary starts granting.
+		return 6 * time.Second
 	}
 	return c.ttl / 2
 }
@@ -103,6 +112,8 @@ var faultDoc = map[string]string{
 	"kill-holder":      "a worker is killed (SIGKILL) between its fenced read and its write, while it holds the lock; a new worker replaces it",
 	"clock-jump":       "the Redis server's wall clock jumps 3×TTL forward (LD_PRELOAD shim, safety/clock) and back to real time 3×TTL later",
 	"kill-leader":      "the leader of a 3-member cluster is killed (SIGKILL); etcd: it stays down (two members keep a quorum); ZooKeeper: it is started again 3×TTL later with its data and rejoins as a follower",
+	"failover":         "Sentinel (a primary, 2 replicas, 3 sentinels, down-after 1 s): right after a worker is granted the key and the replicas have the write, the primary is killed (SIGKILL) and stays down; the sentinels promote a replica and the workers' failover clients follow",
+	"failover-lagging": "as failover, but first the replicas' replication links are stalled (fault proxies: they stay up, eligible for promotion, and miss every write from then on; redis-sentinel-acks: one replica's link of two, so the other can acknowledge); a TTL later (the lease held at the stall, the last the stalled replicas saw, has expired) the primary is killed right after a grant",
 }
 
 func allCases() []caseSpec {
@@ -155,8 +166,21 @@ func allCases() []caseSpec {
 		{"redis-sem", "client-pause", ttl, dur, pauses},
 		{"etcd-rw", "client-pause", etcdTTL, 20 * time.Second, 2},
 		{"etcd-sem", "client-pause", etcdTTL, 20 * time.Second, 2},
+		// Sentinel failovers (one per case: the killed primary stays
+		// down). A 20 s lease outlasts a failover and is first renewed
+		// after 6.7 s, after the end of a 6 s section (think): a holder
+		// learns that its lease is gone only when it releases. 65 s
+		// leave room for the fault (failover-lagging waits a TTL after
+		// the stall) and recovery after a third of the run.
+		{"redis-sentinel", "failover", sentinelTTL, sentinelDur, 1},
+		{"redis-sentinel", "failover-lagging", sentinelTTL, sentinelDur, 1},
+		{"redis-sentinel-acks", "failover", sentinelTTL, sentinelDur, 1},
+		{"redis-sentinel-acks", "failover-lagging", sentinelTTL, sentinelDur, 1},
 	}
 }
+
+// The Sentinel rows' lease and run time.
+const sentinelTTL, sentinelDur = 20 * time.Second, 65 * time.Second
 
 func quickCases() []caseSpec {
 	// Short leases so that several pauses fit: one pause that found no
@@ -179,6 +203,11 @@ type deployment struct {
 	pg      *testserver.Postgres    // also behind PgBouncer (pgbouncer)
 	clocked *shimmedRedis
 	fileDir string
+	// sentinel is the Sentinel group of the redis-sentinel backends;
+	// restoreSentinel (failover-lagging) lets its sentinels fix replicas'
+	// configurations again (see testserver.Sentinel.KeepReplicationLinks).
+	sentinel        *testserver.Sentinel
+	restoreSentinel func()
 }
 
 func deploy(t *tb, c caseSpec, workers int) *deployment {
@@ -193,6 +222,22 @@ func deploy(t *tb, c caseSpec, workers int) *deployment {
 		d.redis = []*testserver.Redis{srv}
 		for _, addr := range d.clientAddrs(t, c, workers, srv.Addr()) {
 			d.specs = append(d.specs, "redis:"+addr)
+		}
+	case "redis-sentinel", "redis-sentinel-acks":
+		var opts []testserver.SentinelOption
+		if c.fault == "failover-lagging" {
+			opts = append(opts, testserver.WithReplicationProxies())
+		}
+		d.sentinel = testserver.StartSentinel(t, opts...)
+		if c.fault == "failover-lagging" {
+			d.restoreSentinel = d.sentinel.KeepReplicationLinks()
+		}
+		spec := "sentinel:" + d.sentinel.Master() + "@" + strings.Join(d.sentinel.Addrs(), ",")
+		if c.backend == "redis-sentinel-acks" {
+			spec += "?acks=1"
+		}
+		for range workers {
+			d.specs = append(d.specs, spec)
 		}
 	case "redis-clock":
 		d.clocked = startShimmedRedis(t)
@@ -477,12 +522,17 @@ func runCase(c caseSpec, workers int, seed uint64) (res caseResult) {
 	// The fault window is the middle of the run; the first third is the
 	// baseline for availability.
 	faultStart := time.Now().Add(c.dur / 3)
-	hold := 3 * c.ttl
+	hold, need := 3*c.ttl, 4*c.ttl
+	if strings.HasPrefix(c.fault, "failover") {
+		// It lasts as long as the sentinels take (a few seconds), then
+		// the workers need a section or two to recover.
+		hold, need = 0, 15*time.Second
+	}
 	time.Sleep(time.Until(faultStart))
 	// Attempts are bounded by the run's time; one that did not take place
 	// (a worker that did not reach its critical section in time) is
 	// retried.
-	for attempts := 0; res.injected < c.pauses && attempts < 4*c.pauses && time.Until(end) > hold+c.ttl; attempts++ {
+	for attempts := 0; res.injected < c.pauses && attempts < 4*c.pauses && time.Until(end) > need; attempts++ {
 		// A random delay, so faults do not line up with the workers' loop.
 		time.Sleep(time.Duration(rng.Int64N(int64(c.ttl / 2))))
 		if inject(t, c, d, &procs, dir, seed, rng, hold, end, &res) {
@@ -665,6 +715,8 @@ func inject(t *tb, c caseSpec, d *deployment, procs *[]*proc, dir string, seed u
 		}
 		mark(from)
 		return true
+	case "failover", "failover-lagging":
+		return injectFailover(t, c, d, mark)
 	case "restart-minority":
 		// Wait until some worker holds the lock, then make one node forget.
 		from := history.Now()
@@ -690,4 +742,83 @@ func jumpClock(t *tb, srv *shimmedRedis, d time.Duration, then func()) {
 	if err := srv.offset.Set(0); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// injectFailover kills the Sentinel group's primary right after it granted
+// the key to a worker (for failover, once the replicas have that grant;
+// for failover-lagging, a grant taken after the replication links were
+// stalled, so a replica that did not acknowledge it lacks it) and waits
+// for the sentinels to promote a replica. It returns false if no worker
+// was granted the key within 3 sections (the links are healed then).
+func injectFailover(t *tb, c caseSpec, d *deployment, mark func(int64)) bool {
+	s := d.sentinel
+	old := s.Primary()
+	var stalled []*testserver.Proxy
+	from := history.Now()
+	if c.fault == "failover-lagging" {
+		stalled = s.ReplicationLinks
+		if c.backend == "redis-sentinel-acks" {
+			stalled = stalled[:1] // the other replica acknowledges
+		}
+		for _, p := range stalled {
+			p.Stall()
+		}
+		// The lease held when the links stalled is the last the stalled
+		// replicas saw: let it expire (a TTL after its last renewal), so
+		// that a promoted replica holds no lease at all rather than that
+		// stale one, which would keep everyone out until its expiry.
+		time.Sleep(c.ttl)
+	}
+	heal := func() {
+		for _, p := range stalled {
+			p.Heal()
+		}
+	}
+	if !waitGrant(old, sentinelLockKey, 3*c.think()) {
+		heal()
+		return false
+	}
+	if c.fault == "failover" {
+		s.WaitSynced(old)
+		from = history.Now()
+	}
+	old.Stop()
+	if d.restoreSentinel != nil {
+		d.restoreSentinel()
+	}
+	s.WaitFailover(old)
+	// The sentinels point the replicas at the new primary directly; the
+	// stalled proxied connections are of no use to anyone now.
+	heal()
+	mark(from)
+	return true
+}
+
+// sentinelLockKey is the Redis key of the workers' lock (the worker's
+// default -key, under redislock's default prefix).
+var sentinelLockKey = func() string {
+	c := redis.NewClient(&redis.Options{}) // never dials: LockKey only names
+	defer c.Close()
+	return redislock.New(c).LockKey("safety/register")
+}()
+
+// waitGrant polls srv (bounded by within) until its lock key holds an
+// exclusive lease other than the one it held when the wait began: a grant
+// just made. It returns false if none came.
+func waitGrant(srv *testserver.Redis, key string, within time.Duration) bool {
+	owner := func(v string) string {
+		o, _, _ := strings.Cut(v, "|")
+		return o
+	}
+	v0, _ := srv.Do("GET", key)
+	for end := time.Now().Add(within); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
+		v, err := srv.Do("GET", key)
+		if err != nil {
+			continue
+		}
+		if o := owner(v); o != "" && !strings.HasPrefix(o, "*") && o != owner(v0) {
+			return true
+		}
+	}
+	return false
 }

@@ -41,13 +41,22 @@ func run(args []string) int {
 		cases = quickCases()
 	}
 	if *only != "" {
-		var sel []caseSpec
+		// An exact name selects that case alone (redis-sentinel/failover,
+		// not also redis-sentinel/failover-lagging); otherwise every case
+		// whose name contains it.
+		var exact, sel []caseSpec
 		for _, c := range cases {
+			if c.name() == *only {
+				exact = append(exact, c)
+			}
 			if strings.Contains(c.name(), *only) {
 				sel = append(sel, c)
 			}
 		}
 		cases = sel
+		if len(exact) > 0 {
+			cases = exact
+		}
 	}
 	if len(cases) == 0 {
 		fmt.Fprintln(os.Stderr, "safety: no case selected")

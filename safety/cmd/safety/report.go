@@ -135,16 +135,16 @@ func (rep report) markdown() string {
 		}
 		a := r.analyze()
 		if r.spec.prim() == "sem" {
-			fmt.Fprintf(&b, "| %s | %s | %d | %d | %d beyond the limit of %d (%s; most inside %d) | n/a | n/a | n/a | n/a | n/a | %s | %d | %.0f → %.0f | %s | %d |\n",
+			fmt.Fprintf(&b, "| %s | %s | %d | %d | %d beyond the limit of %d (%s; most inside %d) | n/a | n/a | n/a | n/a | n/a | %s | %d | %s → %s | %s | %d |\n",
 				r.spec.backend, r.spec.fault, r.injected, a.Acquired, a.BeyondLimit, semPermits, a.BeyondLimitTime.Round(time.Millisecond), a.MaxInside,
-				a.Linearizability, a.TokenRegressions, a.rateBefore, a.rateDuring, a.p99During.Round(time.Millisecond), r.seed)
+				a.Linearizability, a.TokenRegressions, rate(a.rateBefore), rate(a.rateDuring), a.p99During.Round(time.Millisecond), r.seed)
 			continue
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d (%s) | %d | %d | %d | %d | %d | %s | %d | %.0f → %.0f | %s | %d |\n",
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d (%s) | %d | %d | %d | %d | %d | %s | %d | %s → %s | %s | %d |\n",
 			r.spec.backend, r.spec.fault, r.injected, a.Acquired, a.Overlaps, a.OverlapTime.Round(time.Millisecond),
 			a.Unfenced.StaleAccepted, max(a.Unfenced.LostUpdates, a.Unfenced.AckedMissing),
 			a.Fenced.RejectedWrite, a.Fenced.StaleAccepted, max(a.Fenced.LostUpdates, a.Fenced.AckedMissing),
-			a.Linearizability, a.TokenRegressions, a.rateBefore, a.rateDuring, a.p99During.Round(time.Millisecond), r.seed)
+			a.Linearizability, a.TokenRegressions, rate(a.rateBefore), rate(a.rateDuring), a.p99During.Round(time.Millisecond), r.seed)
 	}
 	b.WriteString("\n## Faults\n\n")
 	seen := map[string]bool{}
@@ -164,10 +164,21 @@ func (rep report) markdown() string {
 	return b.String()
 }
 
-const matrixIntro = `Each case runs 4 worker processes for 12–20 s on one key. A worker loops:
+// rate formats acquisitions per second: whole numbers, but two decimals
+// below one (the Sentinel rows' 6 s sections make a fraction of one).
+func rate(v float64) string {
+	if v > 0 && v < 1 {
+		return fmt.Sprintf("%.2f", v)
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+const matrixIntro = `Each case runs 4 worker processes for 12–20 s (the Sentinel rows 65 s,
+with a 20 s TTL) on one key. A worker loops:
 acquire → read both registers (the fenced read records its token) → think
 (5 ms; half the TTL in the server-side fault cases, so that a restart or a
-clock jump catches a holder mid-work) → write both registers (value read
+clock jump catches a holder mid-work; 6 s in the Sentinel rows, longer
+than a failover) → write both registers (value read
 + 1) → release. It never checks its
 lock between the read and the write: a pause there is exactly what a GC
 pause or a stalled VM does to a real client. The **fenced** register sits
@@ -339,6 +350,47 @@ const matrixNotes = `
   until it releases. A lock service cannot prevent that for a semaphore
   any more than for a lock, and a guard cannot refuse it; the run fails
   if a client-pause row never shows it (the check would be blind).
+- **Sentinel failover** (the redis-sentinel rows: a primary, two
+  replicas, three sentinels with down-after 1 s; workers on go-redis's
+  default failover client; one failover per row, as the killed primary
+  stays down; 20 s leases, 6 s sections). The primary is killed right
+  after it granted the key. With the replicas in sync (failover) the
+  promoted replica has the lease: its holder renews and releases it on
+  the new primary, the others wait for it, and the failover costs only
+  availability (about 2.5 s here). With the replication links stalled
+  first (failover-lagging) the grant never reached a replica: the
+  promoted one has no lease, another worker is granted the key while the
+  holder is still in its section, and the holder learns of it only at its
+  next renewal or, here, its release (ErrLockLost): a double grant, the
+  overlap in that row (one, of about 3.7 s, in each of our runs). Without
+  fencing the holder's late write is accepted (before the new holder's
+  own, so it counts as a lost increment rather than a stale write); with
+  fencing the guard refuses it,
+  because the new holder's token is above the old one's (every grant's
+  token is max(marker + 1, the server's time in µs), and the new
+  primary's clock is the same host's). Had the links stalled while a lease
+  was held and then released, the promoted replica would have that stale
+  lease and keep everyone out until it expires (at most a TTL: lost
+  availability, not a second holder: what the first tuning runs of this
+  fault showed); the fault waits a TTL after the stall so that the row
+  shows the double grant instead. Each row is one failover: it shows what
+  can happen, not how often. **With replica
+  acknowledgement** (redis-sentinel-acks: redislock.WithReplicaAcks(1,
+  DefaultAckTimeout)) the in-sync row is unchanged, and in the lagging
+  row, with one link of two stalled, a grant counts only once the other
+  replica has it; Sentinel promotes the replica with the highest
+  replication offset, which is that one, so the holder keeps its lease
+  through the failover: no overlap, no stale write. The acknowledgement
+  costs a WAIT round trip per acquisition and renewal (make bench's
+  redis-ha group measures it), invisible next to these 6 s sections: the
+  rows with and without acks acquire as often. What
+  acknowledgement does not cover: WAIT reports that n replicas received
+  the write, not that the one promoted is among them. If the
+  acknowledging replica dies or restarts without persistence too, or the
+  sentinels cannot reach it while they reach a lagging one, or a failover
+  is forced to a lagging replica, the key can be granted twice as in the
+  lagging row without acks; fencing orders the holders there as it does
+  here, while the new primary's clock is not behind the old one's.
 - **A holder killed mid-work** (file) leaves its lease to expire: the next
   holder waits up to one TTL; no overlap, no lost update.
 

@@ -1,0 +1,166 @@
+package main
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/testserver"
+)
+
+// The CLI through Redis Sentinel: redis+sentinel:// URLs against a real
+// primary, replicas and redis-sentinel processes
+// (internal/testserver.StartSentinel).
+
+// sentinelURL is the redis+sentinel:// URL of s with master, and the
+// data password and sentinel password given (empty: none).
+func sentinelURL(s *testserver.Sentinel, master, password, sentinelPassword string) string {
+	u := "redis+sentinel://"
+	if password != "" {
+		u += ":" + password + "@"
+	}
+	u += strings.Join(s.Addrs(), ",") + "/" + master
+	if sentinelPassword != "" {
+		u += "?sentinel_password=" + sentinelPassword
+	}
+	return u
+}
+
+// run, ls and check work through Sentinel, with and without passwords.
+func TestSentinelRunLsCheck(t *testing.T) {
+	for _, pw := range []bool{false, true} {
+		name := "NoPasswords"
+		var opts []testserver.SentinelOption
+		dataPw, sentinelPw := "", ""
+		if pw {
+			name, dataPw, sentinelPw = "Passwords", "cliDataPw7", "cliSentinelPw7"
+			opts = append(opts, testserver.WithDataPassword(dataPw), testserver.WithSentinelPassword(sentinelPw))
+		}
+		t.Run(name, func(t *testing.T) {
+			s := testserver.StartSentinel(t, append(opts, testserver.WithReplicas(1))...)
+			url := sentinelURL(s, s.Master(), dataPw, sentinelPw)
+			if r := runDlock(t, url, "run", "sentinel/job", "--", "true"); r.code != 0 {
+				t.Fatalf("run: exit %d %q", r.code, r.stderr)
+			}
+			holder, _, _ := background(t, url, "run", "--ttl", "5s", "sentinel/job", "--", "sh", "-c", "echo started; exec sleep 60")
+			r := runDlock(t, url, "ls")
+			if r.code != 0 || !strings.Contains(r.stdout, "sentinel/job") || !strings.Contains(r.stdout, strconv.Itoa(holder.Process.Pid)) {
+				t.Fatalf("ls: exit %d %q %q", r.code, r.stdout, r.stderr)
+			}
+			r = runDlock(t, url, "ls", "--json", "sentinel/")
+			var infos []lockInfo
+			if err := json.Unmarshal([]byte(r.stdout), &infos); err != nil || len(infos) != 1 || infos[0].Key != "sentinel/job" || infos[0].Token == 0 {
+				t.Fatalf("ls --json: %v %q %q", err, r.stdout, r.stderr)
+			}
+			if r := runDlock(t, url, "run", "-n", "sentinel/job", "--", "echo", "should not run"); r.code != exitConflict || strings.Contains(r.stdout, "should not run") {
+				t.Fatalf("run -n on the held key: exit %d %q %q", r.code, r.stdout, r.stderr)
+			}
+			r = runDlock(t, url, "check")
+			if r.code != 0 || !strings.HasPrefix(r.stdout, "ok: redis-sentinel ") || r.stderr != "" {
+				t.Fatalf("check: exit %d %q %q", r.code, r.stdout, r.stderr)
+			}
+			if r := runDlock(t, url, "check", "--read-only"); r.code != 0 {
+				t.Fatalf("check --read-only: exit %d %q %q", r.code, r.stdout, r.stderr)
+			}
+			for _, r := range []result{r} {
+				for _, secret := range []string{dataPw, sentinelPw} {
+					if secret != "" && strings.Contains(r.stdout+r.stderr, secret) {
+						t.Fatalf("printed a password: %q %q", r.stdout, r.stderr)
+					}
+				}
+			}
+		})
+	}
+}
+
+// sentinelSlack is how far past --connect-timeout a failing command may
+// end (process start and exit, a slow machine): generous, the promise is
+// "an error by the deadline", not a latency.
+const sentinelSlack = 5 * time.Second
+
+// Bad input through Sentinel: exit 3 with one clear line, within
+// --connect-timeout, and never a password printed.
+func TestSentinelBadInput(t *testing.T) {
+	const dataPw, sentinelPw = "rightDataPw3", "rightSentinelPw3"
+	const wrongPw = "wrongSecretPw3"
+	s := testserver.StartSentinel(t, testserver.WithReplicas(1),
+		testserver.WithDataPassword(dataPw), testserver.WithSentinelPassword(sentinelPw))
+	dead := []string{deadAddr(t), deadAddr(t), deadAddr(t)}
+	cases := []struct {
+		name, url string
+		want      []string // one of them in the message
+	}{
+		{"unknown master", sentinelURL(s, "nosuchmaster", dataPw, sentinelPw), []string{`unknown master: no Sentinel that answered knows a master named "nosuchmaster"`}},
+		{"wrong sentinel password", sentinelURL(s, s.Master(), dataPw, wrongPw), []string{"refused by the Sentinels: WRONGPASS"}},
+		{"no sentinel password", sentinelURL(s, s.Master(), dataPw, ""), []string{"refused by the Sentinels: NOAUTH"}},
+		{"wrong data password", sentinelURL(s, s.Master(), wrongPw, sentinelPw), []string{"refused by the master: WRONGPASS"}},
+		{"sentinels unreachable", "redis+sentinel://" + strings.Join(dead, ",") + "/" + s.Master(), []string{"not reachable"}},
+	}
+	const timeout = 2 * time.Second
+	for _, c := range cases {
+		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
+			for _, args := range [][]string{
+				{"run", "--connect-timeout", timeout.String(), "k", "--", "true"},
+				{"run", "-n", "--connect-timeout", timeout.String(), "k", "--", "true"},
+				{"ls", "--connect-timeout", timeout.String()},
+				{"check", "--connect-timeout", timeout.String()},
+			} {
+				r, took := timedRun(t, c.url, args...)
+				t.Logf("%v: exit %d after %v: %q", args, r.code, took.Round(time.Millisecond), r.stderr)
+				if r.code != exitBackend {
+					t.Errorf("%v: exit %d, want %d: %q", args, r.code, exitBackend, r.stderr)
+				}
+				if took > timeout+sentinelSlack {
+					t.Errorf("%v: took %v with --connect-timeout %v", args, took, timeout)
+				}
+				if n := strings.Count(strings.TrimSuffix(r.stderr, "\n"), "\n"); n > 0 {
+					t.Errorf("%v: %d lines, want one: %q", args, n+1, r.stderr)
+				}
+				found := false
+				for _, w := range c.want {
+					found = found || strings.Contains(r.stderr, w)
+				}
+				if !found {
+					t.Errorf("%v: %q names none of %q", args, r.stderr, c.want)
+				}
+				for _, secret := range []string{dataPw, sentinelPw, wrongPw} {
+					if strings.Contains(r.stdout+r.stderr, secret) {
+						t.Errorf("%v printed the password %q: %q %q", args, secret, r.stdout, r.stderr)
+					}
+				}
+			}
+		})
+	}
+}
+
+// The primary is killed while dlock run holds a lock through Sentinel: the
+// sentinels promote a replica; dlock either keeps the lock across the
+// failover (exit 0, the command's) or reports it lost (exit 4, LOCK LOST),
+// and never hangs. Afterwards the key can be taken again.
+func TestSentinelFailoverDuringRun(t *testing.T) {
+	s := testserver.StartSentinel(t)
+	url := sentinelURL(s, s.Master(), "", "")
+	old := s.Primary()
+	holder, errb, _ := background(t, url, "run", "--ttl", "5s", "sentinel/failover", "--", "sh", "-c", "echo started; exec sleep 8")
+	s.WaitSynced(old)
+	old.Stop()
+	start := time.Now()
+	p := s.WaitFailover(old)
+	t.Logf("failover to %s after %v", p.Addr(), time.Since(start).Round(time.Millisecond))
+	code := waitExit(t, holder)
+	t.Logf("dlock run: exit %d after %v: %q", code, time.Since(start).Round(time.Millisecond), errb.String())
+	switch code {
+	case 0:
+	case exitLost:
+		if !strings.Contains(errb.String(), "LOCK LOST") {
+			t.Fatalf("exit %d without LOCK LOST: %q", code, errb.String())
+		}
+	default:
+		t.Fatalf("exit %d, want 0 or %d: %q", code, exitLost, errb.String())
+	}
+	if r := runDlock(t, url, "run", "-w", "30s", "sentinel/failover", "--", "true"); r.code != 0 {
+		t.Fatalf("run after the failover: exit %d %q", r.code, r.stderr)
+	}
+}

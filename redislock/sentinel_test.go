@@ -1,0 +1,414 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/redislock"
+)
+
+// The Sentinel tests run redislock on a default go-redis failover client
+// (redis.NewFailoverClient with only the master name, the sentinels and the
+// passwords set), against a real primary, two replicas and three
+// redis-sentinel processes (internal/testserver.StartSentinel).
+
+// failoverOptions are the options a user of s would write: the master name,
+// the sentinels' addresses and the passwords, nothing else.
+func failoverOptions(s *testserver.Sentinel) *redis.FailoverOptions {
+	return &redis.FailoverOptions{
+		MasterName:       s.Master(),
+		SentinelAddrs:    s.Addrs(),
+		Password:         s.Servers[0].Password(),
+		SentinelPassword: s.Sentinels[0].Password(),
+	}
+}
+
+// newFailoverClient is a failover client built from opt, closed at cleanup.
+func newFailoverClient(t testing.TB, opt *redis.FailoverOptions) *redis.Client {
+	c := redis.NewFailoverClient(opt)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// sentinelClient is a default failover client on s.
+func sentinelClient(t testing.TB, s *testserver.Sentinel) *redis.Client {
+	return newFailoverClient(t, failoverOptions(s))
+}
+
+// viaProxy makes the failover client's connections to the data server at
+// target go through p (test plumbing: the client still discovers the master
+// through the sentinels; only the dial to that address is redirected).
+// Connections to the sentinels are not redirected.
+func viaProxy(opt *redis.FailoverOptions, target string, p *testserver.Proxy) {
+	opt.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if addr == target {
+			addr = p.Addr()
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}
+}
+
+// conformanceDownAfter is the sentinels' down-after for the conformance
+// topology: the suite's Pause (SIGSTOP of the primary) lasts a few seconds
+// at most on a healthy machine and HangTimeout (30s) at worst; a failover
+// in the middle of it would turn a paused server into a new primary
+// without the keys, which is not what the Pause tests are about (failover
+// is tested on its own).
+const conformanceDownAfter = 2 * dlocktest.HangTimeout
+
+func TestSentinelConformance(t *testing.T) {
+	s := testserver.StartSentinel(t, testserver.WithDownAfter(conformanceDownAfter))
+	primary := s.Primary()
+	admin := newClient(t, primary)
+	dlocktest.TestLocker(t, dlocktest.Harness{
+		New: func(t testing.TB) dlock.Locker { return redislock.New(sentinelClient(t, s)) },
+		Expire: func(t testing.TB, key string) {
+			if err := admin.Del(context.Background(), redislock.New(admin).LockKey(key)).Err(); err != nil {
+				t.Fatal(err)
+			}
+		},
+		Faults: &dlocktest.Faults{
+			// A default failover client whose connections to the primary
+			// go through a fault proxy.
+			New: func(t testing.TB) (dlock.Locker, dlocktest.Link) {
+				p := testserver.StartProxy(t, primary.Addr())
+				opt := failoverOptions(s)
+				viaProxy(opt, primary.Addr(), p)
+				return redislock.New(newFailoverClient(t, opt)), p
+			},
+			// SIGSTOP of the primary, shorter than conformanceDownAfter:
+			// the sentinels keep it as the primary.
+			Pause: func(t testing.TB, keys ...string) func() {
+				primary.Pause()
+				return primary.Resume
+			},
+		},
+	})
+	if p := s.Primary(); p != primary {
+		t.Fatalf("the sentinels failed over to %s during the suite: its Pause tests did not test a paused primary", p.Addr())
+	}
+}
+
+// The same, with passwords on the data servers and on the sentinels (a
+// shorter run: the locking semantics do not depend on them; reaching the
+// master through authenticated sentinels does).
+func TestSentinelWithPasswords(t *testing.T) {
+	s := testserver.StartSentinel(t, testserver.WithReplicas(1),
+		testserver.WithDataPassword("data-pw-1"), testserver.WithSentinelPassword("sentinel-pw-1"))
+	ctx := dlocktest.Context(t)
+	l1, l2 := redislock.New(sentinelClient(t, s)), redislock.New(sentinelClient(t, s))
+	key := dlocktest.Key(t)
+	lk, err := l1.Acquire(ctx, key, dlock.WithMetadata("job", "sentinel"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = l2.TryAcquire(ctx, key)
+	var na *dlock.NotAcquiredError
+	if !errors.As(err, &na) || len(na.Holders) != 1 || na.Holders[0].Owner != lk.Owner() {
+		t.Fatalf("TryAcquire of a held key: %v", err)
+	}
+	infos, err := l2.List(ctx, "dlocktest.")
+	if err != nil || len(infos) != 1 || infos[0].Key != key || infos[0].Holders[0].Metadata["job"] != "sentinel" {
+		t.Fatalf("List = %+v, %v", infos, err)
+	}
+	if err := lk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lk2, err := l2.TryAcquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lk2.Token() <= lk.Token() {
+		t.Fatalf("token %d after %d", lk2.Token(), lk.Token())
+	}
+	if err := lk2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The lease is on the primary the sentinels name, and replicated.
+	if v, err := s.Primary().Do("EXISTS", l1.LockKey(key)); err != nil || v != "1" {
+		t.Fatalf("release marker on the primary: %q %v", v, err)
+	}
+}
+
+// badSentinelDeadline is the context every bad-input call gets; a call may
+// take badSentinelSlack longer before the test calls it a hang (generous:
+// the promise is "an error by the deadline", not a latency).
+const (
+	badSentinelDeadline = 2 * time.Second
+	badSentinelSlack    = 5 * time.Second
+)
+
+// failsInTime runs TryAcquire, Acquire and List on l, each with a context
+// of badSentinelDeadline, and checks that each returns an error (never
+// "held by someone", never a hang). It returns the errors by path.
+func failsInTime(t *testing.T, l dlock.Locker, key string) map[string]error {
+	t.Helper()
+	errs := map[string]error{}
+	for _, path := range []string{"TryAcquire", "Acquire", "List"} {
+		ctx, cancel := context.WithTimeout(context.Background(), badSentinelDeadline)
+		start := time.Now()
+		var err error
+		switch path {
+		case "TryAcquire":
+			var lk *dlock.Lock
+			if lk, err = l.TryAcquire(ctx, key); err == nil {
+				lk.Release(context.Background())
+			}
+		case "Acquire":
+			var lk *dlock.Lock
+			if lk, err = l.Acquire(ctx, key); err == nil {
+				lk.Release(context.Background())
+			}
+		case "List":
+			_, err = l.(*redislock.Locker).List(ctx, "")
+		}
+		took := time.Since(start)
+		cancel()
+		t.Logf("%s: %v after %v", path, err, took.Round(time.Millisecond))
+		if err == nil {
+			t.Errorf("%s succeeded", path)
+		}
+		if errors.Is(err, dlock.ErrNotAcquired) {
+			t.Errorf("%s: an unreachable master reported as a held key: %v", path, err)
+		}
+		if took > badSentinelDeadline+badSentinelSlack {
+			t.Errorf("%s took %v with a %v context", path, took, badSentinelDeadline)
+		}
+		errs[path] = err
+	}
+	return errs
+}
+
+// wantText checks that every error names the cause: one of texts appears
+// in it, or, with unavailable, it may instead wrap dlock.ErrUnavailable
+// (no answer by the deadline: go-redis retries a refused dial until the
+// context ends and then reports the context's error, not the refusal).
+func wantText(t *testing.T, what string, errs map[string]error, unavailable bool, texts ...string) {
+	t.Helper()
+	for path, err := range errs {
+		if err == nil {
+			continue
+		}
+		ok := unavailable && errors.Is(err, dlock.ErrUnavailable) && errors.Is(err, context.DeadlineExceeded)
+		for _, s := range texts {
+			ok = ok || strings.Contains(err.Error(), s)
+		}
+		if !ok {
+			t.Errorf("%s, %s: %v, want one of %q", what, path, err, texts)
+		}
+	}
+}
+
+func TestSentinelBadInput(t *testing.T) {
+	s := testserver.StartSentinel(t, testserver.WithReplicas(1),
+		testserver.WithDataPassword("right-data-pw"), testserver.WithSentinelPassword("right-sentinel-pw"))
+	key := dlocktest.Key(t)
+
+	t.Run("UnknownMaster", func(t *testing.T) {
+		opt := failoverOptions(s)
+		opt.MasterName = "nosuchmaster"
+		errs := failsInTime(t, redislock.New(newFailoverClient(t, opt)), key)
+		wantText(t, "unknown master", errs, false, "redis: nil")
+	})
+	t.Run("SentinelsUnreachable", func(t *testing.T) {
+		opt := failoverOptions(s)
+		opt.SentinelAddrs = []string{
+			"127.0.0.1:" + strconv.Itoa(testserver.FreePort(t)),
+			"127.0.0.1:" + strconv.Itoa(testserver.FreePort(t)),
+			"127.0.0.1:" + strconv.Itoa(testserver.FreePort(t)),
+		}
+		errs := failsInTime(t, redislock.New(newFailoverClient(t, opt)), key)
+		wantText(t, "unreachable sentinels", errs, true, "connection refused")
+	})
+	t.Run("WrongSentinelPassword", func(t *testing.T) {
+		opt := failoverOptions(s)
+		opt.SentinelPassword = "wrong-sentinel-pw"
+		errs := failsInTime(t, redislock.New(newFailoverClient(t, opt)), key)
+		wantText(t, "wrong sentinel password", errs, false, "WRONGPASS")
+	})
+	t.Run("NoSentinelPassword", func(t *testing.T) {
+		opt := failoverOptions(s)
+		opt.SentinelPassword = ""
+		errs := failsInTime(t, redislock.New(newFailoverClient(t, opt)), key)
+		wantText(t, "no sentinel password", errs, false, "NOAUTH")
+	})
+	t.Run("WrongDataPassword", func(t *testing.T) {
+		opt := failoverOptions(s)
+		opt.Password = "wrong-data-pw"
+		errs := failsInTime(t, redislock.New(newFailoverClient(t, opt)), key)
+		wantText(t, "wrong data password", errs, false, "WRONGPASS")
+	})
+	// The right options, after all that: the key was never taken.
+	lk, err := redislock.New(sentinelClient(t, s)).TryAcquire(dlocktest.Context(t), key)
+	if err != nil {
+		t.Fatalf("right options: %v", err)
+	}
+	if err := lk.Release(dlocktest.Context(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// One sentinel hangs (SIGSTOP) while the others answer: a fresh client
+// still reaches the master through them, on every path.
+//
+// go-redis asks every sentinel at once and takes the first answer, but
+// waits for all of them before it dials the master: a hung sentinel holds
+// a fresh default client's first connection for its handshake's read
+// timeout (5s by default), whatever the context. A call with a shorter
+// context then fails by its deadline (dlock.ErrUnavailable); one with a
+// longer context succeeds. Later connections ask the sentinel that
+// answered.
+func TestSentinelOnePaused(t *testing.T) {
+	s := testserver.StartSentinel(t, testserver.WithReplicas(1))
+	s.Sentinels[0].Pause()
+	defer s.Sentinels[0].Resume()
+	ctx := dlocktest.Context(t)
+	key := dlocktest.Key(t)
+
+	// A short context: an answer or ErrUnavailable, by the deadline.
+	short, cancel := context.WithTimeout(ctx, badSentinelDeadline)
+	start := time.Now()
+	lk, err := redislock.New(sentinelClient(t, s)).TryAcquire(short, key)
+	took := time.Since(start)
+	cancel()
+	t.Logf("TryAcquire with a %v context, one sentinel paused: %v after %v", badSentinelDeadline, err, took.Round(time.Millisecond))
+	if took > badSentinelDeadline+badSentinelSlack {
+		t.Fatalf("TryAcquire took %v with a %v context", took, badSentinelDeadline)
+	}
+	if err == nil {
+		lk.Release(ctx)
+	} else if !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("TryAcquire with a short context: %v, want success or ErrUnavailable", err)
+	}
+
+	// The suite's context: it succeeds, on every path.
+	start = time.Now()
+	l, other := redislock.New(sentinelClient(t, s)), redislock.New(sentinelClient(t, s))
+	lk, err = l.Acquire(ctx, key)
+	if err != nil {
+		t.Fatalf("Acquire with one of three sentinels paused: %v", err)
+	}
+	t.Logf("Acquire with one sentinel paused: %v", time.Since(start).Round(time.Millisecond))
+	if _, err := other.TryAcquire(ctx, key); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire of the held key by a fresh client: %v", err)
+	}
+	infos, err := other.List(ctx, key)
+	if err != nil || len(infos) != 1 || infos[0].Holders[0].Token != lk.Token() {
+		t.Fatalf("List by a fresh client = %+v, %v", infos, err)
+	}
+	if err := lk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lk2, err := other.TryAcquire(ctx, key)
+	if err != nil {
+		t.Fatalf("TryAcquire after the release: %v", err)
+	}
+	if err := lk2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Every sentinel hangs (SIGSTOP) while the primary is fine. A fresh client
+// cannot discover the master: a clear error by its deadline, on every
+// path. A client connected before the sentinels hung keeps working on the
+// connections it has: its held lock is renewed, and it acquires, lists and
+// releases.
+func TestSentinelAllPaused(t *testing.T) {
+	s := testserver.StartSentinel(t, testserver.WithReplicas(1))
+	ctx := dlocktest.Context(t)
+	c := sentinelClient(t, s)
+	l := redislock.New(c)
+	const ttl = 500 * time.Millisecond
+	held, err := l.Acquire(ctx, dlocktest.Key(t), dlock.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Warm the client's pools: a few connections in use at once, and the
+	// watchdog's renewals.
+	warm := make(chan error, 4)
+	for i := 0; i < cap(warm); i++ {
+		go func() {
+			lk, err := l.Acquire(ctx, dlocktest.Key(t))
+			if err == nil {
+				err = lk.Release(ctx)
+			}
+			warm <- err
+		}()
+	}
+	for i := 0; i < cap(warm); i++ {
+		if err := <-warm; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := l.List(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * ttl)
+
+	for _, sn := range s.Sentinels {
+		sn.Pause()
+		defer sn.Resume()
+	}
+	key := dlocktest.Key(t)
+	errs := failsInTime(t, redislock.New(sentinelClient(t, s)), key)
+	wantText(t, "all sentinels paused, fresh client", errs, true, "i/o timeout")
+
+	time.Sleep(4 * ttl)
+	if err := held.Err(); err != nil {
+		t.Fatalf("the connected client's lock, renewed while the sentinels hang: %v", err)
+	}
+	lk, err := l.TryAcquire(ctx, key)
+	if err != nil {
+		t.Fatalf("TryAcquire by the connected client: %v", err)
+	}
+	infos, err := l.List(ctx, key)
+	if err != nil || len(infos) != 1 || infos[0].Holders[0].Token != lk.Token() {
+		t.Fatalf("List by the connected client = %+v, %v", infos, err)
+	}
+	if err := lk.Release(ctx); err != nil {
+		t.Fatalf("Release by the connected client: %v", err)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatalf("Release of the renewed lock: %v", err)
+	}
+}
+
+// When the client itself gives up at the deadline (go-redis's dial loop,
+// retrying sentinels that refuse connections, returns the context's error)
+// a moment before dlock would abandon the call, List and the Guard still
+// report "no answer" (dlock.ErrUnavailable joined with the context's
+// error), as Acquire does: the outcome is the same, the wording must be.
+// The race is decided per call; repeated calls catch it.
+func TestSentinelClientDeadlineIsUnavailable(t *testing.T) {
+	opt := &redis.FailoverOptions{MasterName: testserver.SentinelMaster, SentinelAddrs: []string{
+		"127.0.0.1:" + strconv.Itoa(testserver.FreePort(t)),
+		"127.0.0.1:" + strconv.Itoa(testserver.FreePort(t)),
+	}}
+	c := newFailoverClient(t, opt)
+	l, g := redislock.New(c), redislock.NewGuard(c)
+	f := dlock.Fence{Token: 1, Owner: "o"}
+	for i := 0; i < 30; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+		_, lerr := l.List(ctx, "")
+		cancel()
+		ctx, cancel = context.WithTimeout(context.Background(), 150*time.Millisecond)
+		_, _, gerr := g.Get(ctx, "r", f, "v")
+		cancel()
+		for what, err := range map[string]error{"List": lerr, "Guard.Get": gerr} {
+			if !errors.Is(err, dlock.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("%s, attempt %d, sentinels refusing: %v, want ErrUnavailable and the context's error", what, i, err)
+			}
+		}
+	}
+}

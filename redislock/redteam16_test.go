@@ -306,3 +306,60 @@ func TestRedTeam16_GuardStaleWriteDoesNotWaitForAcks(t *testing.T) {
 		t.Errorf("a stale Put under a 300ms deadline with the replica stopped: %v, want %v", err, want)
 	}
 }
+
+// stallAfterWait stalls p as soon as a WAIT's reply was read: the
+// rollback that follows an unacknowledged grant meets a hung link.
+type stallAfterWait struct{ p *testserver.Proxy }
+
+func (h stallAfterWait) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h stallAfterWait) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if cmd.Name() == "wait" {
+			h.p.Stall()
+		}
+		return err
+	}
+}
+func (h stallAfterWait) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// The rollback of an unacknowledged grant fails (the link hangs right
+// after the WAIT): TryAcquire returns by its deadline with an error that
+// is not transient and no lock; the lease is gone at the latest when its
+// TTL ends, and nothing is left running (goleak, TestMain).
+func TestRedTeam16_RollbackOnHungLink(t *testing.T) {
+	primary, replica := startReplicated(t)
+	p := testserver.StartProxy(t, primary.Addr())
+	c := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	t.Cleanup(func() { c.Close() })
+	t.Cleanup(p.Heal)
+	l := redislock.New(c, redislock.WithReplicaAcks(1, 200*time.Millisecond))
+	key := dlocktest.Key(t)
+	if lk, err := l.TryAcquire(dlocktest.Context(t), key+"-warm"); err != nil {
+		t.Fatal(err)
+	} else {
+		lk.Release(dlocktest.Context(t))
+	}
+	pause(t, replica)
+	c.AddHook(stallAfterWait{p})
+	ctx, cancel := context.WithTimeout(dlocktest.Context(t), 1500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	lk, err := l.TryAcquire(ctx, key, dlock.WithTTL(2*time.Second))
+	took := time.Since(start)
+	if err == nil {
+		lk.Release(dlocktest.Context(t))
+		t.Fatal("TryAcquire succeeded with the replica stopped")
+	}
+	if errors.Is(err, dlock.ErrTransient) {
+		t.Errorf("a grant whose rollback failed reported transient (nothing left behind): %v", err)
+	}
+	if took > 1500*time.Millisecond+dlocktest.HangTimeout/2 {
+		t.Errorf("TryAcquire took %v under a 1.5s deadline", took)
+	}
+	t.Logf("%v after %v", err, took)
+	p.Heal()
+	noLease(t, primary, l.LockKey(key))
+}

@@ -143,9 +143,9 @@
 // only when granted (two round trips for a grant, one for a refusal): a
 // refusal then neither waits for lagging replicas nor, under a deadline
 // shorter than timeout, looks like an unavailable server instead of
-// naming the holder. A grant fewer
-// than n replicas acknowledged is rolled back at once (an owner-checked
-// release, in the attempt, on its context) and the attempt fails with a
+// naming the holder. A grant fewer than n replicas acknowledged is rolled
+// back at once (an owner-checked release, in the attempt, on its context)
+// and the attempt fails with a
 // *ReplicationError wrapping ErrNotReplicated and, when the rollback
 // succeeded, dlock.ErrTransient: TryAcquire returns it, a blocking
 // Acquire tries again after a backoff step while it may wait. A rollback

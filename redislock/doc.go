@@ -143,9 +143,9 @@
 // only when granted (two round trips for a grant, one for a refusal): a
 // refusal then neither waits for lagging replicas nor, under a deadline
 // shorter than timeout, looks like an unavailable server instead of
-// naming the holder. A grant fewer than n replicas acknowledged is rolled
-// back at once (an owner-checked release, in the attempt, on its context)
-// and the attempt fails with a
+// naming the holder. A grant fewer
+// than n replicas acknowledged is rolled back at once (an owner-checked
+// release, in the attempt, on its context) and the attempt fails with a
 // *ReplicationError wrapping ErrNotReplicated and, when the rollback
 // succeeded, dlock.ErrTransient: TryAcquire returns it, a blocking
 // Acquire tries again after a backoff step while it may wait. A rollback
@@ -159,11 +159,10 @@
 // unless a later renewal is acknowledged. Releases do not wait: a release
 // a failover loses only leaves the lease to expire, delaying the next
 // holder by at most the TTL, never admitting two. A Guard's writes (Put,
-// IncrBy, Eval) wait too, on a pinned connection and only when the script
-// ran (a stale fence's refusal does not wait): fewer acknowledgements is
-// a *ReplicationError saying the write was applied on the primary (and
-// stays there, with the fence it recorded) but its fate across a failover
-// is unknown; its reads (Get, Highest) do not wait. With acknowledgement off (n 0, the
+// IncrBy, Eval) wait too: fewer acknowledgements is a *ReplicationError
+// saying the write was applied on the primary (and stays there, with the
+// fence it recorded) but its fate across a failover is unknown; its
+// reads (Get, Highest) do not wait. With acknowledgement off (n 0, the
 // default) the scripts run exactly as without it: no pipeline, no WAIT.
 //
 // # Deadlines

@@ -202,8 +202,7 @@ func (g *Guard) eval(ctx context.Context, op, resource string, f dlock.Fence, bo
 		if g.acks == 0 || op == "" {
 			return script.Run(ctx, g.client, allKeys, allArgs...).Result()
 		}
-		ran := func(*redis.Cmd) bool { return true } // a refusal (DLOCKSTALE, ...) is an error reply: no WAIT
-		cmd, aerr := redisproto.EvalThenWait(ctx, g.client, script, allKeys, g.acks, g.ackTimeout, ran, allArgs...)
+		cmd, aerr := redisproto.EvalAcked(ctx, g.client, script, allKeys, g.acks, g.ackTimeout, allArgs...)
 		ack = aerr // read only once Await returned f's result
 		return cmd.Result()
 	})

@@ -15,7 +15,7 @@ import (
 // the connection that issued it, and go-redis pools connections. A renewal
 // and its WAIT go in one pipeline (one connection, one round trip); an
 // acquisition runs on a pinned connection and sends WAIT only when granted
-// (see EvalThenWait: a refusal must not wait). With Acks 0 (redlock, and
+// (see acquireAcked: a refusal must not wait). With Acks 0 (redlock, and
 // redislock by default) the scripts run exactly as without this file: no
 // pipeline, no WAIT.
 
@@ -110,79 +110,60 @@ func (n *Node) evalAcked(ctx context.Context, s *redis.Script, keys []string, ar
 // acquireAcked is Acquire and AcquireGroup with acknowledgement: the
 // outcome, and for a grant fewer than Acks replicas acknowledged, the
 // *AckError along with it (the lease is then held on the primary: the
-// caller rolls it back). A refusal is not followed by WAIT (see
-// EvalThenWait).
-func (n *Node) acquireAcked(ctx context.Context, s *redis.Script, keys []string, args ...any) (Outcome, error) {
-	granted := func(cmd *redis.Cmd) bool {
-		o, err := parseOutcome(cmd.Slice())
-		return err == nil && o.Granted
-	}
-	cmd, ack := EvalThenWait(ctx, n.Client, s, keys, n.Acks, n.AckTimeout, granted, args...)
-	o, err := parseOutcome(cmd.Slice())
-	if err != nil || !o.Granted {
-		return o, err
-	}
-	return o, ack
-}
-
-// EvalThenWait is EvalAcked for a script whose outcome says whether it
-// wrote anything worth acknowledging: WAIT follows it only when
-// wrote(cmd) (called only for a script that ran: a reply that is not an
-// error). A refusal must not wait: a WAIT behind it would still wait
-// (Redis counts the replicas that have everything up to the connection's
-// latest command, which a lagging replica does not), so the refusal would
-// take the whole timeout and, under a shorter deadline, look like an
-// unavailable server instead of a refusal.
+// caller rolls it back).
 //
-// On a client that can pin a connection (a *redis.Client: Conn) the
-// script runs alone and, when it wrote, WAIT follows on the same
-// connection: one round trip for a refusal, two otherwise. go-redis does
-// not retry on a pinned connection, so a script whose reply was lost (a
-// network error) is run again here on a new one, at most evalRetries
-// times, as go-redis would have resent it (the scripts that use this are
-// safe to run twice: an acquisition finds its own lease); that WAIT, on a
-// connection whose latest command is later than the first run's writes,
-// covers them too. Other clients get EvalAcked (one pipeline, WAIT
-// always).
-func EvalThenWait(ctx context.Context, c redis.Cmdable, s *redis.Script, keys []string, acks int, timeout time.Duration, wrote func(*redis.Cmd) bool, args ...any) (*redis.Cmd, error) {
-	pc, ok := c.(interface{ Conn() *redis.Conn })
+// A refused attempt needs no acknowledgement, and must not wait for one:
+// a WAIT behind it in the pipeline would still wait (Redis counts the
+// replicas that have everything up to the connection's latest command,
+// which a lagging replica does not), so a refusal would take the whole
+// timeout and, under a shorter deadline, look like an unavailable server
+// instead of naming the holder. So on a client that can pin a connection
+// (a *redis.Client: Conn) the script runs alone and only a grant is
+// followed by WAIT, on the same connection: one round trip for a refusal,
+// two for a grant. A pinned connection is not retried by go-redis; a
+// script whose reply was lost (a network error) is run again here on a
+// new one, at most ackRetries times, where it finds its own lease and is
+// granted it again: that WAIT, on a connection whose latest command is
+// later than the first run's write, covers it too. Other clients use the
+// pipeline (EvalAcked).
+func (n *Node) acquireAcked(ctx context.Context, s *redis.Script, keys []string, args ...any) (Outcome, error) {
+	pc, ok := n.Client.(interface{ Conn() *redis.Conn })
 	if !ok {
-		cmd, ack := EvalAcked(ctx, c, s, keys, acks, timeout, args...)
-		if err := cmd.Err(); (err != nil && !errors.Is(err, redis.Nil)) || !wrote(cmd) {
-			return cmd, nil
+		cmd, ack := n.evalAcked(ctx, s, keys, args...)
+		o, err := parseOutcome(cmd.Slice())
+		if err != nil || !o.Granted {
+			return o, err
 		}
-		return cmd, ack
+		return o, ack
 	}
 	for try := 0; ; try++ {
 		conn := pc.Conn()
-		cmd := s.Run(ctx, conn, keys, args...)
-		err := cmd.Err()
-		if try < evalRetries && ctx.Err() == nil && isNetError(err) {
+		o, err := parseOutcome(s.Run(ctx, conn, keys, args...).Slice())
+		if err != nil && try < ackRetries && ctx.Err() == nil && isNetError(err) {
 			conn.Close()
 			select {
 			case <-ctx.Done():
-				return cmd, nil
+				return o, err
 			case <-time.After(time.Duration(try+1) * 10 * time.Millisecond):
 			}
 			continue
 		}
-		if (err != nil && !errors.Is(err, redis.Nil)) || !wrote(cmd) {
+		if err != nil || !o.Granted {
 			conn.Close()
-			return cmd, nil
+			return o, err
 		}
-		wait := waitCmd(ctx, conn, acks, timeout)
+		wait := waitCmd(ctx, conn, n.Acks, n.AckTimeout)
 		conn.Close()
-		return cmd, ackResult(wait, acks, timeout)
+		return o, ackResult(wait, n.Acks, n.AckTimeout)
 	}
 }
 
-// evalRetries bounds EvalThenWait's runs again of a script whose reply was
+// ackRetries bounds acquireAcked's runs again of a script whose reply was
 // lost (go-redis's own default for a command is 3).
-const evalRetries = 3
+const ackRetries = 3
 
-// isNetError reports an error that is neither the server's (a reply,
-// redis.Nil included) nor the context's: the request or its reply was
-// lost on the way.
+// isNetError reports an error that is neither the server's (a reply) nor
+// redis.Nil: the request or its reply was lost on the way.
 func isNetError(err error) bool {
 	var re redis.Error
 	return err != nil && !errors.As(err, &re) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)

@@ -134,16 +134,11 @@
 //
 // # Replica acknowledgement
 //
-// With WithReplicaAcks(n, timeout) every granting acquire script and every
-// renewal script is followed by WAIT n timeout on the connection that ran
-// it (WAIT counts the replicas that have that connection's writes; go-redis
-// pools connections, so a WAIT on another one could ask about other
-// writes). A renewal and its WAIT go in one pipeline (one round trip); an
-// acquisition runs on a connection pinned for the attempt and sends WAIT
-// only when granted (two round trips for a grant, one for a refusal): a
-// refusal then neither waits for lagging replicas nor, under a deadline
-// shorter than timeout, looks like an unavailable server instead of
-// naming the holder. A grant fewer
+// With WithReplicaAcks(n, timeout) every acquire and renewal script is
+// followed by WAIT n timeout in the same pipeline, so on the connection
+// that ran it (WAIT counts the replicas that have that connection's
+// writes; go-redis pools connections, so a separate WAIT could ask about
+// another one): one round trip, the script then the WAIT. A grant fewer
 // than n replicas acknowledged is rolled back at once (an owner-checked
 // release, in the attempt, on its context) and the attempt fails with a
 // *ReplicationError wrapping ErrNotReplicated and, when the rollback

@@ -27,7 +27,7 @@ func WithPrefix(p string) Option {
 
 // WithReplicaAcks makes each acquisition and each renewal count only once
 // at least n replicas acknowledged it: the script is followed by WAIT n
-// timeout on the connection that ran it (a refused acquisition is not).
+// timeout on the connection that ran it (one pipeline, one round trip).
 // A Locker rolls back an acquisition acknowledged by fewer (an owner-checked
 // release) and fails the attempt with a *ReplicationError; a renewal
 // acknowledged by fewer is not counted (the lock keeps its previous local

@@ -10,14 +10,12 @@ import (
 )
 
 // Replica acknowledgement. A Node whose Acks is above 0 follows each
-// granting acquisition and each renewal script with WAIT Acks AckTimeout
-// on the same connection: WAIT counts the replicas that have the writes of
-// the connection that issued it, and go-redis pools connections. A renewal
-// and its WAIT go in one pipeline (one connection, one round trip); an
-// acquisition runs on a pinned connection and sends WAIT only when granted
-// (see acquireAcked: a refusal must not wait). With Acks 0 (redlock, and
-// redislock by default) the scripts run exactly as without this file: no
-// pipeline, no WAIT.
+// acquisition and renewal script with WAIT Acks AckTimeout on the same
+// connection: WAIT counts the replicas that have the writes of the
+// connection that issued it, and go-redis pools connections, so the script
+// and the WAIT go in one pipeline (one connection, one round trip). With
+// Acks 0 (redlock, and redislock by default) the scripts run exactly as
+// without this file: no pipeline, no WAIT.
 
 // AckError reports a script the server ran (its writes applied on the
 // primary) that fewer than Want replicas acknowledged within Timeout: WAIT
@@ -46,10 +44,8 @@ func AckMs(d time.Duration) int64 {
 	return max(ms, 1)
 }
 
-// waitCmd sends (or, on a pipeline, queues) WAIT acks timeout on p.
-func waitCmd(ctx context.Context, p interface {
-	Do(context.Context, ...any) *redis.Cmd
-}, acks int, timeout time.Duration) *redis.Cmd {
+// waitCmd queues WAIT acks timeout on p.
+func waitCmd(ctx context.Context, p redis.Pipeliner, acks int, timeout time.Duration) *redis.Cmd {
 	return p.Do(ctx, "wait", acks, AckMs(timeout))
 }
 
@@ -110,63 +106,15 @@ func (n *Node) evalAcked(ctx context.Context, s *redis.Script, keys []string, ar
 // acquireAcked is Acquire and AcquireGroup with acknowledgement: the
 // outcome, and for a grant fewer than Acks replicas acknowledged, the
 // *AckError along with it (the lease is then held on the primary: the
-// caller rolls it back).
-//
-// A refused attempt needs no acknowledgement, and must not wait for one:
-// a WAIT behind it in the pipeline would still wait (Redis counts the
-// replicas that have everything up to the connection's latest command,
-// which a lagging replica does not), so a refusal would take the whole
-// timeout and, under a shorter deadline, look like an unavailable server
-// instead of naming the holder. So on a client that can pin a connection
-// (a *redis.Client: Conn) the script runs alone and only a grant is
-// followed by WAIT, on the same connection: one round trip for a refusal,
-// two for a grant. A pinned connection is not retried by go-redis; a
-// script whose reply was lost (a network error) is run again here on a
-// new one, at most ackRetries times, where it finds its own lease and is
-// granted it again: that WAIT, on a connection whose latest command is
-// later than the first run's write, covers it too. Other clients use the
-// pipeline (EvalAcked).
+// caller rolls it back). A refused attempt wrote nothing worth waiting
+// for; its WAIT is ignored.
 func (n *Node) acquireAcked(ctx context.Context, s *redis.Script, keys []string, args ...any) (Outcome, error) {
-	pc, ok := n.Client.(interface{ Conn() *redis.Conn })
-	if !ok {
-		cmd, ack := n.evalAcked(ctx, s, keys, args...)
-		o, err := parseOutcome(cmd.Slice())
-		if err != nil || !o.Granted {
-			return o, err
-		}
-		return o, ack
+	cmd, ack := n.evalAcked(ctx, s, keys, args...)
+	o, err := parseOutcome(cmd.Slice())
+	if err != nil || !o.Granted {
+		return o, err
 	}
-	for try := 0; ; try++ {
-		conn := pc.Conn()
-		o, err := parseOutcome(s.Run(ctx, conn, keys, args...).Slice())
-		if err != nil && try < ackRetries && ctx.Err() == nil && isNetError(err) {
-			conn.Close()
-			select {
-			case <-ctx.Done():
-				return o, err
-			case <-time.After(time.Duration(try+1) * 10 * time.Millisecond):
-			}
-			continue
-		}
-		if err != nil || !o.Granted {
-			conn.Close()
-			return o, err
-		}
-		wait := waitCmd(ctx, conn, n.Acks, n.AckTimeout)
-		conn.Close()
-		return o, ackResult(wait, n.Acks, n.AckTimeout)
-	}
-}
-
-// ackRetries bounds acquireAcked's runs again of a script whose reply was
-// lost (go-redis's own default for a command is 3).
-const ackRetries = 3
-
-// isNetError reports an error that is neither the server's (a reply) nor
-// redis.Nil: the request or its reply was lost on the way.
-func isNetError(err error) bool {
-	var re redis.Error
-	return err != nil && !errors.As(err, &re) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+	return o, ack
 }
 
 // refreshAcked is Refresh and RefreshGroup with acknowledgement: a renewal

@@ -185,12 +185,11 @@
 // # Replica acknowledgement
 //
 // A Node whose Acks is above 0 (redislock's WithReplicaAcks; never
-// redlock) sends each refresh and refresh_group script in one pipeline
-// with WAIT Acks AckTimeout after it (EvalAcked), and each acquire and
-// acquire_group script on a pinned connection followed, only when it
-// granted, by WAIT on that connection; so the WAIT runs on the connection
-// that wrote and counts the replicas that have those writes; a batch
-// renewal ends each server's pipeline with one WAIT. A grant or renewal that fewer replicas acknowledged is returned
+// redlock) sends each acquire, acquire_group, refresh and refresh_group
+// script in one pipeline with WAIT Acks AckTimeout after it (EvalAcked),
+// so the WAIT runs on the connection that wrote and counts the replicas
+// that have those writes; a batch renewal ends each server's pipeline with
+// one WAIT. A grant or renewal that fewer replicas acknowledged is returned
 // with an *AckError, and the caller decides (redislock rolls a grant back).
 // The WAIT timeout is sent in whole milliseconds, rounded up and at least
 // 1: WAIT n 0 would block forever. Releases, waiter bookkeeping and reads

@@ -1,12 +1,9 @@
 package redisproto_test
 
 import (
-	"errors"
 	"math"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testserver"
@@ -31,46 +28,6 @@ func TestRedTeam16_AckMsExtremes(t *testing.T) {
 		if got := redisproto.AckMs(d); got != want {
 			t.Errorf("AckMs(%d) = %d, want %d", int64(d), got, want)
 		}
-	}
-}
-
-// EvalThenWait on a server without replicas: a script that wrote is
-// followed by WAIT (0 of 1 acknowledged); one that did not, or failed,
-// is not, and returns at once, whatever the timeout.
-func TestRedTeam16_EvalThenWait(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	c := newClient(t, srv.Addr())
-	ctx := dlocktest.Context(t)
-	k := key(t)
-	const long = 5 * time.Second
-	set := redis.NewScript(`return redis.call('SET', KEYS[1], ARGV[1])`)
-	cmd, err := redisproto.EvalThenWait(ctx, c, set, []string{k}, 1, 50*time.Millisecond, func(*redis.Cmd) bool { return true }, "v")
-	var ae *redisproto.AckError
-	if cmd.Err() != nil || !errors.As(err, &ae) || ae.Got != 0 || ae.Want != 1 {
-		t.Fatalf("a write without replicas: %v, %v; want 0 of 1 acknowledged", cmd.Err(), err)
-	}
-	start := time.Now()
-	cmd, err = redisproto.EvalThenWait(ctx, c, set, []string{k}, 1, long, func(*redis.Cmd) bool { return false }, "v")
-	if cmd.Err() != nil || err != nil {
-		t.Fatalf("a script that says it wrote nothing: %v, %v", cmd.Err(), err)
-	}
-	fail := redis.NewScript(`return redis.error_reply('NOPE')`)
-	cmd, err = redisproto.EvalThenWait(ctx, c, fail, []string{k}, 1, long, func(*redis.Cmd) bool { return true })
-	if cmd.Err() == nil || err != nil {
-		t.Fatalf("a failing script: %v, %v; want its error on the command and no ack error", cmd.Err(), err)
-	}
-	if took := time.Since(start); took >= long {
-		t.Errorf("scripts that wrote nothing took %v: they waited for WAIT's timeout %v", took, long)
-	}
-	if _, err := srv.Do("SCRIPT", "FLUSH"); err != nil { // NOSCRIPT: resent as EVAL
-		t.Fatal(err)
-	}
-	cmd, err = redisproto.EvalThenWait(ctx, c, set, []string{k}, 1, 50*time.Millisecond, func(*redis.Cmd) bool { return true }, "w")
-	if cmd.Err() != nil || !errors.As(err, &ae) {
-		t.Fatalf("a write after SCRIPT FLUSH: %v, %v", cmd.Err(), err)
-	}
-	if v, _ := srv.Do("GET", k); v != "w" {
-		t.Fatalf("the key holds %q, want w", v)
 	}
 }
 

@@ -324,7 +324,15 @@ func (h stallAfterWait) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 func (h stallAfterWait) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			if cmd.Name() == "wait" {
+				h.p.Stall()
+			}
+		}
+		return err
+	}
 }
 
 // The rollback of an unacknowledged grant fails (the link hangs right

@@ -235,15 +235,31 @@
 //     acknowledge), and a release, a Guard read and a lease's expiry are
 //     not acknowledged. WAITAOF (Redis 7.2+, acknowledgement by the
 //     append-only file) is not used.
+//   - Exclusion while a holder still reaches a deposed primary. A primary
+//     cut off from the Sentinels but not from the holder (a partition)
+//     stays a primary after they promote a replica, and the holder's
+//     renewals there succeed, while the new primary lets the lease expire
+//     and grants the key again: a go-redis failover client leaves the old
+//     primary only when the Sentinel it listens to announces the switch.
+//     Without WithReplicaAcks the holder is not told for as long as the
+//     partition lasts; with it, the deposed primary's renewals stop being
+//     acknowledged once its replicas follow the new primary, so Lost()
+//     closes within a TTL, but possibly after the new grant (a replica not
+//     yet moved acknowledged the last renewal). Tokens still order the
+//     holders. Redis's min-replicas-to-write (not tested here) bounds it
+//     on the server side.
 //   - Prompt service through a hung Sentinel. A go-redis failover client
 //     that needs a new connection asks the Sentinels for the master, and
 //     waits for a hung one (SIGSTOP, a stalled link) up to its own
-//     ReadTimeout (3s by default) before it dials: calls still return by
-//     their context (dlock.ErrUnavailable), but a context shorter than
-//     that fails where a longer one would succeed. With every Sentinel
+//     ReadTimeout (3s by default; a new client's first call took about
+//     5s here) before it dials: calls still return by their context
+//     (dlock.ErrUnavailable), but a context shorter than that fails where
+//     a longer one would succeed. With every Sentinel
 //     hung, a client keeps working on the connections it has and cannot
 //     open new ones. An unknown master name is go-redis's error
 //     ("redis: nil" after the Sentinels' replies), passed through as is.
+//     (The dlock CLI pings the Sentinels of a URL first and gives go-redis
+//     only those that answer.)
 //   - Replica acknowledgement on a Cluster or a Ring: WithReplicaAcks
 //     needs a standalone or Sentinel client (a *redis.Client); on any
 //     other client every call fails with an error wrapping

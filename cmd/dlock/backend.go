@@ -85,6 +85,9 @@ type openOptions struct {
 	// readOnly is for commands that change nothing (ls): a file backend's
 	// directory must exist already (errNoLockDir); it is not created.
 	readOnly bool
+	// start is when openBackend began: connecting and the first probe
+	// end by start + connectTimeout.
+	start time.Time
 }
 
 // lockOptions are the options every backend's New gets: with --verbose,
@@ -116,6 +119,7 @@ func openBackend(raw string, o openOptions) (*backend, error) {
 	if o.connectTimeout <= 0 {
 		o.connectTimeout = defaultConnectTimeout
 	}
+	o.start = time.Now()
 	t, err := parseURL(raw)
 	if err != nil {
 		return nil, err
@@ -167,12 +171,15 @@ func closeWithin(f func(), d time.Duration) func() {
 // until the deadline) the look starts halfway, while the probe still
 // waits.
 func (t *target) probeService(b *backend, o openOptions) error {
-	deadline := time.Now().Add(o.connectTimeout)
+	if o.start.IsZero() {
+		o.start = time.Now()
+	}
+	deadline := o.start.Add(o.connectTimeout)
 	probed := make(chan error, 1)
-	go func() { probed <- bounded(o.connectTimeout, "--connect-timeout", b.probe) }()
+	go func() { probed <- bounded(o.start, o.connectTimeout, "--connect-timeout", b.probe) }()
 	var early <-chan time.Time
 	if t.Scheme != "redis" { // a TLS server hangs up on plaintext at once
-		tm := time.NewTimer(o.connectTimeout / 2)
+		tm := time.NewTimer(time.Until(deadline) / 2)
 		defer tm.Stop()
 		early = tm.C
 	}
@@ -226,16 +233,15 @@ func (t *target) probeService(b *backend, o openOptions) error {
 	return t.explain(err, found, tlsErr)
 }
 
-// bounded runs f with a context that ends after d, and gives up on f
-// shortly after that even if f ignores its context. Timeouts come back as
-// errNoAnswer.
-func bounded(d time.Duration, flag string, f func(context.Context) error) error {
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
+// bounded runs f with a context that ends d after start, and gives up on
+// f shortly after that even if f ignores its context. Timeouts come back
+// as errNoAnswer.
+func bounded(start time.Time, d time.Duration, flag string, f func(context.Context) error) error {
+	ctx, cancel := context.WithDeadline(context.Background(), start.Add(d))
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- f(ctx) }()
-	t := time.NewTimer(d + 250*time.Millisecond)
+	t := time.NewTimer(time.Until(start.Add(d + 250*time.Millisecond)))
 	defer t.Stop()
 	select {
 	case err := <-done:
@@ -368,9 +374,10 @@ func (s *scrubWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// open creates the clients. Only etcd touches the network here (its client
-// dials in the background); probes come after. ZooKeeper connects in its
-// probe: a session is the first thing to wait for.
+// open creates the clients. Only etcd (its client dials in the background)
+// and Sentinel URLs of several addresses (answeringSentinels) touch the
+// network here; probes come after. ZooKeeper connects in its probe: a
+// session is the first thing to wait for.
 func (t *target) open(o openOptions) (*backend, error) {
 	switch t.Scheme {
 	case "file":
@@ -414,6 +421,11 @@ func (t *target) open(o openOptions) (*backend, error) {
 			if opt.TLSConfig, err = t.tlsConfig(); err != nil {
 				return nil, err
 			}
+		}
+		if len(opt.SentinelAddrs) > 1 {
+			// Half the budget at most: when none answers, the probe
+			// still has time to find out why (a TLS mismatch, say).
+			opt.SentinelAddrs = answeringSentinels(opt, o.start.Add(o.connectTimeout/2))
 		}
 		return t.redisBackend(redis.NewFailoverClient(opt), o), nil
 	case "redlock", "redlocks":
@@ -952,4 +964,75 @@ func (b *backend) list(ctx context.Context, prefix string) ([]lockInfo, error) {
 		return out[i].Token < out[j].Token
 	})
 	return out, nil
+}
+
+// sentinelGrace is how much longer than the first Sentinel the others
+// have to answer answeringSentinels.
+const sentinelGrace = 250 * time.Millisecond
+
+// answeringSentinels is opt.SentinelAddrs without the Sentinels that do
+// not answer. go-redis asks every Sentinel of its list for the master at
+// once and waits for the last of them, so a single hung Sentinel (its
+// port accepts, it never answers: a stopped process, a black-holed host)
+// would cost every command its whole --connect-timeout and fail it,
+// although the others, a quorum, answer. Each Sentinel is sent a PING, all
+// at once, until deadline; once the first answers, the others have as long
+// again plus sentinelGrace. Any reply counts as an answer (an error reply
+// too: go-redis then reports it, a wrong sentinel_password say). When none
+// answers, the list is returned whole, for go-redis to report on.
+func answeringSentinels(opt *redis.FailoverOptions, deadline time.Time) []string {
+	addrs := opt.SentinelAddrs
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	type answer struct {
+		i  int
+		ok bool
+	}
+	answers := make(chan answer, len(addrs)) // buffered: late senders do not block
+	start := time.Now()
+	for i, a := range addrs {
+		go func() {
+			c := redis.NewSentinelClient(&redis.Options{
+				Addr: a, Dialer: opt.Dialer, TLSConfig: opt.TLSConfig,
+				Username: opt.SentinelUsername, Password: opt.SentinelPassword,
+				DialTimeout: opt.DialTimeout, ReadTimeout: opt.ReadTimeout, WriteTimeout: opt.WriteTimeout,
+				ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: 1,
+			})
+			defer c.Close()
+			err := c.Ping(ctx).Err()
+			var rerr redis.Error
+			answers <- answer{i, err == nil || errors.As(err, &rerr)}
+		}()
+	}
+	ok := make([]bool, len(addrs))
+	n := 0
+	var grace <-chan time.Time
+wait:
+	for range addrs {
+		select {
+		case a := <-answers:
+			if a.ok {
+				ok[a.i] = true
+				if n++; n == 1 {
+					tm := time.NewTimer(time.Since(start) + sentinelGrace)
+					defer tm.Stop()
+					grace = tm.C
+				}
+			}
+		case <-grace:
+			break wait
+		case <-ctx.Done():
+			break wait
+		}
+	}
+	if n == 0 {
+		return addrs
+	}
+	keep := make([]string, 0, n)
+	for i, a := range addrs {
+		if ok[i] {
+			keep = append(keep, a)
+		}
+	}
+	return keep
 }

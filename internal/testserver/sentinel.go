@@ -45,14 +45,14 @@ type sentinelConfig struct {
 // SentinelOption configures StartSentinel.
 type SentinelOption func(*sentinelConfig)
 
-// WithReplicas sets the number of replicas (default 2).
+// WithReplicas sets the number of replicas (default 2; 0 or more).
 func WithReplicas(n int) SentinelOption { return func(c *sentinelConfig) { c.replicas = n } }
 
-// WithSentinels sets the number of sentinels (default 3; the quorum is a
-// majority of them).
+// WithSentinels sets the number of sentinels (default 3, at least 1; the
+// quorum is a majority of them).
 func WithSentinels(n int) SentinelOption { return func(c *sentinelConfig) { c.sentinels = n } }
 
-// WithDownAfter sets down-after-milliseconds (default 1s).
+// WithDownAfter sets down-after-milliseconds (default 1s, at least 1ms).
 func WithDownAfter(d time.Duration) SentinelOption {
 	return func(c *sentinelConfig) { c.downAfter = d }
 }
@@ -84,6 +84,17 @@ func StartSentinel(t TB, opts ...SentinelOption) *Sentinel {
 	cfg := sentinelConfig{replicas: 2, sentinels: 3, downAfter: time.Second}
 	for _, o := range opts {
 		o(&cfg)
+	}
+	// Refused before anything starts: a group that cannot form would
+	// otherwise be waited for (twice startTimeout), and one without
+	// sentinels would never report a primary.
+	switch {
+	case cfg.replicas < 0:
+		t.Fatalf("StartSentinel: WithReplicas(%d): want 0 or more", cfg.replicas)
+	case cfg.sentinels < 1:
+		t.Fatalf("StartSentinel: WithSentinels(%d): want 1 or more", cfg.sentinels)
+	case cfg.downAfter < time.Millisecond:
+		t.Fatalf("StartSentinel: WithDownAfter(%v): want 1ms or more (redis-sentinel counts milliseconds, and refuses 0)", cfg.downAfter)
 	}
 	sbin := Binary(t, "redis-sentinel")
 	s := &Sentinel{t: t, DownAfter: cfg.downAfter, cfg: cfg}

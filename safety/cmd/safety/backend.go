@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -90,13 +91,18 @@ func openLocker(spec string) (dlock.Locker, func(), error) {
 // openSentinel opens a redislock Locker on a go-redis failover client
 // (its defaults) from the argument of a "sentinel:" spec.
 func openSentinel(spec, arg string) (dlock.Locker, func(), error) {
-	arg, query, _ := strings.Cut(arg, "?")
+	arg, query, hasQuery := strings.Cut(arg, "?")
 	master, addrs, ok := strings.Cut(arg, "@")
-	if !ok || master == "" || addrs == "" {
+	if !ok || master == "" || addrs == "" || strings.Contains(addrs, "@") {
 		return nil, nil, fmt.Errorf("bad sentinel spec %q: want sentinel:MASTER@ADDR,ADDR,...[?acks=N]", spec)
 	}
+	for _, a := range strings.Split(addrs, ",") {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nil, nil, fmt.Errorf("bad sentinel spec %q: sentinel address %q: %v", spec, a, err)
+		}
+	}
 	var opts []redislock.Option
-	if query != "" {
+	if hasQuery {
 		v, ok := strings.CutPrefix(query, "acks=")
 		n, err := strconv.Atoi(v)
 		if !ok || err != nil || n < 1 {

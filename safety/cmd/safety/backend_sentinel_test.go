@@ -20,6 +20,10 @@ func TestOpenLockerBadSentinelSpec(t *testing.T) {
 		"sentinel:m@127.0.0.1:26379?acks=x",        // not a number
 		"sentinel:m@127.0.0.1:26379?timeout=1s",    // an unknown option
 		"sentinel:m@127.0.0.1:26379?acks=1&acks=2", // one option only
+		"sentinel:m@a:1,,b:2",                      // an empty address (red team 16)
+		"sentinel:m@@a:1",                          // two @
+		"sentinel:m@a:1?",                          // an empty query
+		"sentinel:m@a",                             // no port
 	} {
 		if _, _, err := openLocker(spec); err == nil || !strings.Contains(err.Error(), "sentinel") {
 			t.Errorf("openLocker(%q) = %v, want an error naming the sentinel spec", spec, err)

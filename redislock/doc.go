@@ -146,7 +146,12 @@
 // Acquire tries again after a backoff step while it may wait. A rollback
 // that failed leaves the grant to the core's background undo
 // (driver.Aborter), as any attempt of unknown outcome. A refused attempt
-// needs no acknowledgement. A renewal (one WAIT at the end of each
+// needs no acknowledgement, but its WAIT, in the same pipeline, still
+// runs: behind a replica that lags (WAIT counts the replicas that have
+// everything up to the connection's latest command) a refusal, and a
+// Guard write refused for a stale fence, take up to timeout, and under a
+// context deadline shorter than timeout they end as dlock.ErrUnavailable
+// instead of naming the holder or the newer fence. A renewal (one WAIT at the end of each
 // server's renewal pipeline covers all its renewals) acknowledged by
 // fewer is reported as a *ReplicationError, not as dlock.ErrNotHeld: the
 // lease is still held on the primary, but its extension does not count,

@@ -800,6 +800,13 @@ func (t *target) parsePostgres(raw string, u *url.URL) error {
 	if err != nil {
 		return badURL(raw, "query: %v", err)
 	}
+	for _, k := range []string{"acks", "ack_timeout"} {
+		// pgx would send them to the server as runtime parameters, which
+		// it refuses only once connected: say so here, as other schemes do.
+		if q.Has(k) {
+			return badURL(raw, "%s URLs take no ?%s= option (replica acknowledgement is for redis[s]:// and redis[s]+sentinel://)", u.Scheme, k)
+		}
+	}
 	for _, k := range []string{"table", "listen"} {
 		if len(q[k]) > 1 {
 			return badURL(raw, "option ?%s= given %d times", k, len(q[k]))

@@ -34,9 +34,13 @@ func (e *AckError) Error() string {
 }
 
 // AckMs is the WAIT timeout argument for d: whole milliseconds, rounded
-// up and at least 1, because WAIT n 0 waits forever.
+// up and at least 1, because WAIT n 0 waits forever (also for a d near
+// math.MaxInt64, where adding before dividing would overflow).
 func AckMs(d time.Duration) int64 {
-	ms := int64((d + time.Millisecond - 1) / time.Millisecond)
+	ms := int64(d / time.Millisecond)
+	if d%time.Millisecond > 0 {
+		ms++
+	}
 	return max(ms, 1)
 }
 

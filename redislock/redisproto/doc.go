@@ -56,7 +56,8 @@
 // where
 //
 //	<owner>     32 lowercase hex digits, fresh for every attempt
-//	<token>     decimal, below 2^53; 0 only in the forms above
+//	<token>     decimal, at most 2^53; 0 only in the forms above (a grant
+//	            over a token of 2^53 or more fails with DLOCKTOKEN)
 //	<metadata>  JSON, an object of strings (host, pid and the caller's own)
 //	<wait id>   redislock: 16 hex digits; Redlock: "<µs since epoch>-<8 hex digits>"
 //	<until ms>  decimal, the end of the reservation on the server's clock

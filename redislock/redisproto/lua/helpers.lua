@@ -24,9 +24,16 @@ end
 -- marker: a primary promoted after a failover may have missed the latest
 -- grants and markers, and its clock still puts its tokens above theirs
 -- unless it is behind the old primary's by more than the failover took.
--- %.0f: Lua numbers are doubles, exact for integers below 2^53 (µs
--- timestamps stay below that until the year 2255).
+-- %.0f: Lua numbers are doubles, exact for integers up to 2^53 (µs
+-- timestamps stay below that until the year 2255). A last token of 2^53
+-- or more (never issued by these scripts; written by hand or another
+-- tool) is not read exactly and its + 1 not representable, so the next
+-- token could repeat it or go back: the grant fails with the error
+-- DLOCKTOKEN instead (the key stays unusable until that value goes).
 local function next_token(last)
+  if last >= 9007199254740992 then
+    error({err = 'DLOCKTOKEN the key\'s last token is 2^53 or more: a next token above it cannot be computed exactly'})
+  end
   local t = redis.call('TIME')
   local tok = math.max(last + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
   return string.format('%.0f', tok)

@@ -292,6 +292,13 @@ type quiet struct{}
 
 func (quiet) Printf(string, ...any) {}
 
+// quietRedis silences go-redis's own log (a Sentinel client logs every
+// master it resolves: one line per contender, in the middle of the
+// progress lines).
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
+
 // zkPeerPrefix is the znode under which go-zookeeper's zk.Lock keeps its
 // locks (one child per key, created by Lock, persistent); zklock's are
 // under zklock.DefaultPrefix.

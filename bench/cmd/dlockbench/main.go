@@ -10,6 +10,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"github.com/redis/go-redis/v9"
 	"os"
 	"os/exec"
 	"runtime"
@@ -55,6 +56,7 @@ type config struct {
 }
 
 func main() {
+	redis.SetLogger(quietRedis{})
 	var cfg config
 	flag.DurationVar(&cfg.measure, "d", 3*time.Second, "measuring time per library for latency and throughput")
 	flag.DurationVar(&cfg.contend, "contend", 5*time.Second, "contention time per library")

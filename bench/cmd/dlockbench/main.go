@@ -10,12 +10,13 @@ package main
 import (
 	"flag"
 	"fmt"
-	"github.com/redis/go-redis/v9"
 	"os"
 	"os/exec"
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/etcdlock/etcdtest"
 	"github.com/dlock-go/dlock/internal/testserver"

@@ -40,6 +40,9 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 		return answer{ok: err == nil && o.Granted, o: o, err: err}
 	})
 	r := tally(ctx, ch, all, b.quorum, timeout)
+	if !r.ok {
+		r = settle(ctx, ch, r, len(all), b.quorum, start.Add(timeout))
+	}
 	// Stragglers may still grant: release them if this attempt fails or the
 	// lock is released before they answer.
 	background.Go(func() { lease.finish(ch, len(all)-r.received, !r.ok) })
@@ -110,38 +113,99 @@ func (b *backend) acquireError(key string, seen map[int]answer) error {
 		qe.Reason = fmt.Sprintf("%d nodes failed or did not answer: a majority is impossible for now; released", failed+silent)
 		return fmt.Errorf("%w: %w", dlock.ErrTransient, qe)
 	}
-	if n := contenders(seen); n > 0 {
-		// A split vote: every node that refused is held by an attempt
-		// still in phase one (token 0, no reservation), none with a
-		// majority, so nobody holds the key. Each contender releases its
-		// minority at once; a repeated attempt, after the caller's
-		// jittered backoff, may win.
-		qe.Reason = fmt.Sprintf("split vote: %d nodes granted other attempts still in progress, none a majority; released", n)
+	if n := splitVote(seen, len(b.nodes), b.quorum); n > 0 {
+		// A split vote: no owner holds, or can hold, a majority, so
+		// nobody holds the key (contenders still in phase one, perhaps
+		// beside the last node of a holder whose release reached a
+		// majority already). Each contender releases its minority at
+		// once; a repeated attempt, after the caller's jittered backoff,
+		// may win.
+		qe.Reason = fmt.Sprintf("split vote: %d nodes hold other owners' minorities, none a majority; released", n)
 		return fmt.Errorf("%w: %w", dlock.ErrTransient, qe)
 	}
 	// Otherwise at least one node said the key is held.
 	return &dlock.NotAcquiredError{Key: key, Holders: holdersSeen(seen), Cause: qe}
 }
 
-// contenders counts the refusing nodes when each of them was refused for
-// another owner's uncommitted phase-one grant (token 0, not a reservation,
-// not a release marker); 0 when any refusal names a committed holder or a
-// reservation, which is a real holder. A holder whose commit has not yet
-// reached a node is also seen as a contender there: the repeated attempt
-// then finds it committed and reports it.
-func contenders(seen map[int]answer) int {
-	n := 0
+// refusals sums up the refusing nodes of a phase one: how many refused,
+// the most nodes any one owner (or reserved waiter) was seen on, and how
+// many nodes failed or have not answered (any of them might be that
+// owner's). real is set when a refusal names a shared or limited group or
+// no owner at all: a holder whatever the counts.
+type refusals struct {
+	refusing, most, unknown int
+	real                    bool
+}
+
+func countRefusals(seen map[int]answer, nodes int) refusals {
+	r := refusals{unknown: nodes - len(seen)}
+	per := map[string]int{}
 	for _, a := range seen {
-		if a.err != nil || a.ok || a.noAnswer {
+		switch {
+		case a.ok:
+			continue
+		case a.err != nil || a.noAnswer:
+			r.unknown++
 			continue
 		}
-		h := a.o.Holder
-		if h.Owner == "" || h.Token != 0 || a.o.ReservedFor != "" || a.o.Group != "" {
-			return 0
+		id := "owner " + a.o.Holder.Owner
+		switch {
+		case a.o.ReservedFor != "":
+			id = "waiter " + a.o.ReservedFor
+		case a.o.Group != "" || a.o.Holder.Owner == "":
+			r.real = true
 		}
-		n++
+		per[id]++
+		r.refusing++
+		r.most = max(r.most, per[id])
 	}
-	return n
+	return r
+}
+
+// undecided reports whether the answers so far cannot tell a holder from a
+// split vote: no one owner was seen on a majority, but one could be on
+// the nodes still to answer.
+func (r refusals) undecided(quorum int) bool {
+	return !r.real && r.refusing > 0 && r.most < quorum && r.most+r.unknown >= quorum
+}
+
+// splitVote counts the refusing nodes when no single owner (or reserved
+// waiter) holds, or could hold, a majority: each one's refusals plus every
+// node that failed or did not answer stay below quorum. It is 0 when some
+// owner could (a holder, or a contender whose phase one reached a majority
+// and will commit) or when a refusal names a shared or limited group or no
+// owner. A committed holder, or a reservation, seen on a minority alone
+// holds nothing: the holder's release reached the other nodes first (or
+// its leases there expired or were lost); the reserved waiter lost the
+// race on the others or has acquired and released already.
+func splitVote(seen map[int]answer, nodes, quorum int) int {
+	r := countRefusals(seen, nodes)
+	if r.real || r.most+r.unknown >= quorum {
+		return 0
+	}
+	return r.refusing
+}
+
+// settle goes on collecting phase-one answers from ch after tally found
+// the attempt failed, while they cannot yet tell a holder from a split
+// vote (tally stops at the first minority of refusals, and with five
+// nodes three refusals from different owners leave two unknown), until
+// deadline or ctx ends. It returns r with the answers taken.
+func settle(ctx context.Context, ch <-chan answer, r tallied, nodes, quorum int, deadline time.Time) tallied {
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	for r.received < nodes && countRefusals(r.seen, nodes).undecided(quorum) {
+		select {
+		case a := <-ch:
+			r.seen[a.i] = a
+			r.received++
+		case <-timer.C:
+			return r
+		case <-ctx.Done():
+			return r
+		}
+	}
+	return r
 }
 
 // holdersSeen lists the holders that the nodes refusing the key reported:

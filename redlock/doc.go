@@ -130,8 +130,8 @@
 // dlock.ErrTransient, and Acquire tries again, when no holder was seen and
 // the attempt may succeed if repeated: nodes did not answer in time, or a
 // majority granted but the commit could not reach a majority, or a split
-// vote: every node that refused holds another attempt's uncommitted
-// phase-one grant, so nobody holds the key. Nodes
+// vote: no owner is seen on (or could, counting the nodes that did not
+// answer, be on) a majority, so nobody holds the key. Nodes
 // answering with errors that alone make a majority impossible end Acquire
 // at once.
 //

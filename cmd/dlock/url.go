@@ -292,10 +292,38 @@ func scrub(s string, secrets []string) string {
 	return s
 }
 
+// parseHostList is url.Parse, except that a comma-separated host list
+// with IPv6 literals ("[::1]:26379,[::1]:26380"), which url.Parse refuses
+// ("invalid IP-literal"), is parsed in place of a placeholder host and
+// put back in Host; each address is checked by addrList.
+func parseHostList(raw string) (*url.URL, error) {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return url.Parse(raw)
+	}
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	authority := rest[:end]
+	at := strings.LastIndexByte(authority, '@')
+	hosts := authority[at+1:]
+	if !strings.Contains(hosts, ",") || !strings.Contains(hosts, "[") {
+		return url.Parse(raw)
+	}
+	const placeholder = "dlock-host-list.invalid"
+	u, err := url.Parse(scheme + "://" + authority[:at+1] + placeholder + rest[end:])
+	if err != nil || u.Host != placeholder {
+		return url.Parse(raw)
+	}
+	u.Host = hosts
+	return u, nil
+}
+
 // parseURL parses a lock-service URL. It opens nothing. Errors wrap
 // errBadURL and never contain the URL's secrets.
 func parseURL(raw string) (*target, error) {
-	u, err := url.Parse(raw)
+	u, err := parseHostList(raw)
 	if err != nil {
 		// url.Parse quotes pieces of its input, which may be pieces of a
 		// password: explain with the redacted URL's error instead.
@@ -437,6 +465,9 @@ func hostPort(raw, hp string) (string, error) {
 	}
 	if !validHost(host) {
 		return "", badURL(raw, "address %q: %q is not a host name or IP address", hp, host)
+	}
+	if ip := net.ParseIP(host); strings.HasPrefix(hp, "[") && (ip == nil || ip.To4() != nil && !strings.Contains(host, ":")) {
+		return "", badURL(raw, "address %q: brackets hold an IPv6 address, not %q", hp, host)
 	}
 	p, err := strconv.Atoi(port)
 	if err != nil || p < 1 || p > 65535 || port != strconv.Itoa(p) {

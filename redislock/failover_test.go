@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testserver"
@@ -20,52 +18,6 @@ import (
 // fails over while a lock is held. Their assertions are orderings, never
 // clock thresholds: a failover takes as long as it takes on a loaded
 // machine, and what matters is who holds the key when.
-
-// failoverTestClient is a default go-redis failover client of s's master.
-func failoverTestClient(t testing.TB, s *testserver.Sentinel) *redis.Client {
-	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.Master(), SentinelAddrs: s.Addrs()})
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-// contendUntil makes TryAcquire attempts on key through l, one every 100ms,
-// for at most d (connection errors while the clients find the new primary
-// are retried), and returns the first grant (nil if none), the number of
-// attempts refused because the key was held, and the last error. With
-// held > 0 it also stops once the key has been refused for longer than
-// held since the first refusal: a lease of TTL held that its holder
-// renewed meanwhile on the server that refuses it.
-func contendUntil(t *testing.T, l *redislock.Locker, key string, d, held time.Duration, opts ...dlock.Option) (lk *dlock.Lock, refused int, last error) {
-	t.Helper()
-	var first time.Time
-	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		lk, last = l.TryAcquire(ctx, key, opts...)
-		cancel()
-		if last == nil {
-			return lk, refused, nil
-		}
-		if errors.Is(last, dlock.ErrNotAcquired) {
-			if refused++; refused == 1 {
-				first = time.Now()
-			}
-			if held > 0 && time.Since(first) > held {
-				break
-			}
-		}
-	}
-	return nil, refused, last
-}
-
-// lostYet reports, without waiting, whether lk's Lost() is closed.
-func lostYet(lk *dlock.Lock) bool {
-	select {
-	case <-lk.Lost():
-		return true
-	default:
-		return false
-	}
-}
 
 // TestFailoverWhileHeldKill: the primary is killed while a lock is held
 // (auto-refresh on, replicas in sync, no acks), the sentinels promote a
@@ -79,72 +31,38 @@ func lostYet(lk *dlock.Lock) bool {
 // (6s), which usually outlasts the failover, so the holder's renewals
 // reach the new primary and the contender is refused. Which branch a run
 // takes depends on the machine's timing; each is checked when taken.
-func TestFailoverWhileHeldKill(t *testing.T) { testFailoverWhileHeld(t, "kill") }
+func TestFailoverWhileHeldKill(t *testing.T) { testFailoverWhileHeld(t, faultKill) }
 
 // TestFailoverWhileHeldPause is TestFailoverWhileHeldKill with the
 // primary stopped (SIGSTOP) instead of killed: connections to it stay
 // open and requests on them hang; it is continued at the end of the test
 // (and the sentinels then make it a replica of the new primary).
-func TestFailoverWhileHeldPause(t *testing.T) { testFailoverWhileHeld(t, "pause") }
+func TestFailoverWhileHeldPause(t *testing.T) { testFailoverWhileHeld(t, faultPause) }
 
-func testFailoverWhileHeld(t *testing.T, fault string) {
+func testFailoverWhileHeld(t *testing.T, fault failoverFault) {
+	chain := newFailoverChain(t, 2) // the two leases' cases share a deployment
 	for _, tc := range []struct {
 		name string
 		ttl  time.Duration
 	}{{"short", 2 * time.Second}, {"long", 6 * time.Second}} {
-		t.Run(tc.name, func(t *testing.T) { failoverWhileHeld(t, fault, tc.ttl) })
+		t.Run(tc.name, func(t *testing.T) { failoverWhileHeld(t, chain, fault, tc.ttl) })
 	}
 }
 
-func failoverWhileHeld(t *testing.T, fault string, ttl time.Duration) {
-	s := testserver.StartSentinel(t)
-	old := s.Primary()
-	holderL := redislock.New(failoverTestClient(t, s))
-	contenderL := redislock.New(failoverTestClient(t, s))
-	key := dlocktest.Key(t)
-	lk, err := holderL.Acquire(dlocktest.Context(t), key, dlock.WithTTL(ttl))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lk.Release(context.Background())
-	s.WaitSynced(old) // the replicas have the lease
-	faulted := time.Now()
-	switch fault {
-	case "kill":
-		old.Stop()
-	case "pause":
-		old.Pause()
-		t.Cleanup(old.Resume)
-	}
-	p := s.WaitFailover(old)
-	t.Logf("failover %s -> %s took %v", old.Addr(), p.Addr(), time.Since(faulted).Round(time.Millisecond))
-
-	got, refused, last := contendUntil(t, contenderL, key, 3*ttl, ttl, dlock.WithTTL(ttl))
-	if got != nil {
-		// Checked right after the grant: the holder must already know.
-		if !lostYet(lk) {
-			t.Fatalf("silent double grant: the contender was granted token %d while the holder (token %d) still believes it holds the key", got.Token(), lk.Token())
-		}
-		t.Logf("the holder lost its lease during the failover (%v); the contender was granted after it (%d refusals first)", lk.Err(), refused)
-		if got.Token() <= lk.Token() {
-			t.Errorf("contender's token %d not above the holder's %d", got.Token(), lk.Token())
-		}
-		got.Release(context.Background())
+func failoverWhileHeld(t *testing.T, chain *failoverChain, fault failoverFault, ttl time.Duration) {
+	h := newFailoverHold(t, failoverSetup{Chain: chain})
+	lk := h.hold(t, dlock.WithTTL(ttl))
+	h.failover(t, fault, false)
+	j := h.judge(t, ordered, 3*ttl, ttl, dlock.WithTTL(ttl))
+	if !j.Kept {
 		return
 	}
-	// Not granted: the key stayed with the holder, on the new primary,
-	// and the contender reached it and was refused (for longer than a TTL,
-	// so the holder renewed it there, or until 3×TTL).
-	if refused == 0 {
-		t.Fatalf("the contender was neither granted nor refused for %v after the failover: last error %v", 3*ttl, last)
-	}
-	if lostYet(lk) {
-		t.Fatalf("the holder lost its lease (%v) and the contender was never granted the key (%d refusals; last %v)", lk.Err(), refused, last)
-	}
+	// The key stayed with the holder, on the new primary, and the
+	// contender reached it and was refused (for longer than a TTL, so the
+	// holder renewed it there, or until 3×TTL).
 	if err := lk.Refresh(dlocktest.Context(t)); err != nil {
 		t.Fatalf("the holder kept its lease through the failover, yet a refresh on the new primary fails: %v", err)
 	}
-	t.Logf("the holder kept its lease through the failover; the contender was refused %d times", refused)
 }
 
 // TestFailoverLaggingReplicaDoubleGrant is the negative control: it shows
@@ -159,39 +77,20 @@ func failoverWhileHeld(t *testing.T, fault string, ttl time.Duration) {
 // primary issues max(marker + 1, its time in µs), and its clock is the
 // same host's), so a guard refuses the old holder's late writes.
 func TestFailoverLaggingReplicaDoubleGrant(t *testing.T) {
-	s := testserver.StartSentinel(t, testserver.WithReplicas(1), testserver.WithReplicationProxies())
-	restore := s.KeepReplicationLinks()
-	old := s.Primary()
-	holderL := redislock.New(failoverTestClient(t, s))
-	contenderL := redislock.New(failoverTestClient(t, s))
-	key := dlocktest.Key(t)
-	s.ReplicationLinks[0].Stall()
+	h := newFailoverHold(t, failoverSetup{Sentinel: []testserver.SentinelOption{testserver.WithReplicas(1), testserver.WithReplicationProxies()}})
+	restore := h.S.KeepReplicationLinks()
+	h.S.ReplicationLinks[0].Stall()
 	// A long lease without renewals: Lost() closes only at its local
 	// deadline, long after the test; any grant to the contender while the
 	// holder's lease lasts is a double grant.
-	const ttl = time.Minute
-	lk, err := holderL.Acquire(dlocktest.Context(t), key, dlock.WithTTL(ttl), dlock.WithAutoRefresh(false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	old.Stop()
+	lk := h.hold(t, dlock.WithTTL(time.Minute), dlock.WithAutoRefresh(false))
+	h.Old.Stop()
 	restore()
-	p := s.WaitFailover(old)
-	if v, err := p.Do("EXISTS", holderL.LockKey(key)); err != nil || v != "0" {
+	p := h.S.WaitFailover(h.Old)
+	if v, err := p.Do("EXISTS", h.Holder.LockKey(h.Key)); err != nil || v != "0" {
 		t.Fatalf("the promoted replica has the lock key (EXISTS = %q, %v): the link was not stalled", v, err)
 	}
-	got, refused, last := contendUntil(t, contenderL, key, 30*time.Second, 0)
-	if got == nil {
-		t.Fatalf("the contender was not granted the key the new primary never had (%d refusals, last %v)", refused, last)
-	}
-	defer got.Release(context.Background())
-	if lostYet(lk) {
-		t.Fatalf("the holder's Lost() closed (%v): the double grant this control shows did not happen", lk.Err())
-	}
-	t.Logf("double grant: holder token %d (lease until %v), contender token %d", lk.Token(), lk.Deadline().Round(time.Second), got.Token())
-	if got.Token() <= lk.Token() {
-		t.Errorf("the contender's token %d is not above the holder's %d: a guard could not refuse the old holder", got.Token(), lk.Token())
-	}
+	h.judge(t, doubleGrant, 30*time.Second, 0)
 	// The holder finds out at its next renewal (here, its own refresh).
 	if err := lk.Refresh(dlocktest.Context(t)); !errors.Is(err, dlock.ErrLockLost) {
 		t.Fatalf("the holder's refresh after the double grant: %v, want ErrLockLost", err)
@@ -206,14 +105,13 @@ func TestFailoverLaggingReplicaDoubleGrant(t *testing.T) {
 // the failover to that replica the contender is granted the key, and
 // nobody else believes it holds it.
 func TestFailoverLaggingReplicaAcksRefused(t *testing.T) {
-	s := testserver.StartSentinel(t, testserver.WithReplicas(1), testserver.WithReplicationProxies())
-	restore := s.KeepReplicationLinks()
-	old := s.Primary()
-	holderL := redislock.New(failoverTestClient(t, s), redislock.WithReplicaAcks(1, 300*time.Millisecond))
-	contenderL := redislock.New(failoverTestClient(t, s))
-	key := dlocktest.Key(t)
-	s.ReplicationLinks[0].Stall()
-	lk, err := holderL.TryAcquire(dlocktest.Context(t), key, dlock.WithTTL(time.Minute), dlock.WithAutoRefresh(false))
+	h := newFailoverHold(t, failoverSetup{
+		Sentinel: []testserver.SentinelOption{testserver.WithReplicas(1), testserver.WithReplicationProxies()},
+		Holder:   []redislock.Option{redislock.WithReplicaAcks(1, 300*time.Millisecond)},
+	})
+	restore := h.S.KeepReplicationLinks()
+	h.S.ReplicationLinks[0].Stall()
+	lk, err := h.Holder.TryAcquire(dlocktest.Context(t), h.Key, dlock.WithTTL(time.Minute), dlock.WithAutoRefresh(false))
 	var re *redislock.ReplicationError
 	if err == nil || !errors.Is(err, redislock.ErrNotReplicated) || !errors.As(err, &re) {
 		if lk != nil {
@@ -225,17 +123,13 @@ func TestFailoverLaggingReplicaAcksRefused(t *testing.T) {
 		t.Fatalf("TryAcquire: lock %v, error %+v: want no lock, 0 of 1 acknowledgements, rolled back", lk, re)
 	}
 	// No lease on the primary: the key is gone or a release marker.
-	if v, err := old.Do("GET", holderL.LockKey(key)); err != nil || (v != "" && !strings.HasPrefix(v, "|")) {
+	if v, err := h.Old.Do("GET", h.Holder.LockKey(h.Key)); err != nil || (v != "" && !strings.HasPrefix(v, "|")) {
 		t.Fatalf("the primary holds %q (%v) after the rolled-back attempt, want no lease", v, err)
 	}
-	old.Stop()
+	h.Old.Stop()
 	restore()
-	s.WaitFailover(old)
-	got, refused, last := contendUntil(t, contenderL, key, 30*time.Second, 0)
-	if got == nil {
-		t.Fatalf("the contender was not granted the free key after the failover (%d refusals, last %v)", refused, last)
-	}
-	got.Release(context.Background())
+	h.S.WaitFailover(h.Old)
+	h.judge(t, granted, 30*time.Second, 0)
 }
 
 // TestFailoverAckedReplicaPromoted is the schedule in which replica
@@ -264,52 +158,34 @@ func TestFailoverLaggingReplicaAcksRefused(t *testing.T) {
 // server µs)) still order the holders while the new primary's clock is
 // not behind the old one's.
 func TestFailoverAckedReplicaPromoted(t *testing.T) {
-	s := testserver.StartSentinel(t, testserver.WithReplicas(2), testserver.WithReplicationProxies())
-	restore := s.KeepReplicationLinks()
-	old := s.Primary()
-	holderL := redislock.New(failoverTestClient(t, s), redislock.WithReplicaAcks(1, redislock.DefaultAckTimeout))
-	contenderL := redislock.New(failoverTestClient(t, s))
-	key := dlocktest.Key(t)
-	s.ReplicationLinks[0].Stall()
-	lagging, acked := s.Servers[1], s.Servers[2]
+	h := newFailoverHold(t, failoverSetup{
+		Sentinel: []testserver.SentinelOption{testserver.WithReplicas(2), testserver.WithReplicationProxies()},
+		Holder:   []redislock.Option{redislock.WithReplicaAcks(1, redislock.DefaultAckTimeout)},
+	})
+	restore := h.S.KeepReplicationLinks()
+	h.S.ReplicationLinks[0].Stall()
+	lagging, acked := h.S.Servers[1], h.S.Servers[2]
 	// A long lease without renewals, as in the negative control: any
 	// grant to the contender during the test is a double grant.
-	lk, err := holderL.Acquire(dlocktest.Context(t), key, dlock.WithTTL(time.Minute), dlock.WithAutoRefresh(false))
-	if err != nil {
-		t.Fatalf("Acquire with one replica of two lagging: %v", err)
-	}
-	defer lk.Release(context.Background())
-	if v, err := acked.Do("EXISTS", holderL.LockKey(key)); err != nil || v != "1" {
+	lk := h.hold(t, dlock.WithTTL(time.Minute), dlock.WithAutoRefresh(false))
+	if v, err := acked.Do("EXISTS", h.Holder.LockKey(h.Key)); err != nil || v != "1" {
 		t.Fatalf("the acknowledging replica lacks the lease: EXISTS = %q, %v", v, err)
 	}
 	// Sentinel ranks replicas by the offsets of their last INFO: wait
 	// until every sentinel has seen the lagging one behind, so that the
 	// ranking is the one this schedule is about, not a tie.
-	sentinelsSeeAhead(t, s, acked, lagging)
-	old.Stop()
+	sentinelsSeeAhead(t, h.S, acked, lagging)
+	h.Old.Stop()
 	restore()
-	p := s.WaitFailover(old)
+	p := h.S.WaitFailover(h.Old)
 	if p != acked {
 		// Not the schedule under test (see the doc comment): report it
 		// rather than pass silently.
 		t.Fatalf("the sentinels promoted %s, not the replica that acknowledged (%s; the lagging one is %s)", p.Addr(), acked.Addr(), lagging.Addr())
 	}
-	got, refused, last := contendUntil(t, contenderL, key, 5*time.Second, 0)
-	if got != nil {
-		defer got.Release(context.Background())
-		if !lostYet(lk) {
-			t.Fatalf("silent double grant with acks: contender token %d, holder token %d still held", got.Token(), lk.Token())
-		}
-		t.Fatalf("the holder lost a one-minute lease (%v) within seconds of a failover to the replica that acknowledged it", lk.Err())
-	}
-	if refused == 0 {
-		t.Fatalf("the contender never reached the new primary: last error %v", last)
-	}
-	if v, err := p.Do("GET", holderL.LockKey(key)); err != nil || !strings.HasPrefix(v, lk.Owner()+"|") {
+	h.judge(t, kept, 5*time.Second, 0)
+	if v, err := p.Do("GET", h.Holder.LockKey(h.Key)); err != nil || !strings.HasPrefix(v, lk.Owner()+"|") {
 		t.Fatalf("the new primary holds %q (%v), want the holder's lease (owner %s)", v, err, lk.Owner())
-	}
-	if lostYet(lk) {
-		t.Fatalf("the holder's Lost() closed: %v", lk.Err())
 	}
 }
 

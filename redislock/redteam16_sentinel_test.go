@@ -3,12 +3,11 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
@@ -30,52 +29,28 @@ import (
 // asserted: whenever the contender is granted, the holder's Lost() is
 // already closed. The "kill" variants kill the primary instead; TTLs from
 // dlock.MinTTL (lost long before the failover ends) to 5s (outlasts it).
+//
+// The cases of a fault share one deployment (failoverChain), one case
+// after the other; the two faults' chains run in parallel (each spends
+// most of its time waiting for failovers and leases, not on the CPU).
 func TestRedTeam16Sentinel_PausedPrimaryResumes(t *testing.T) {
-	for _, fault := range []string{"pause", "kill"} {
-		for _, ttl := range []time.Duration{dlock.MinTTL, time.Second, 2 * time.Second, 5 * time.Second} {
-			t.Run(fault+"/"+ttl.String(), func(t *testing.T) { pausedPrimaryResumes(t, fault, ttl) })
-		}
+	ttls := []time.Duration{dlock.MinTTL, time.Second, 2 * time.Second, 5 * time.Second}
+	for _, fault := range []failoverFault{faultPause, faultKill} {
+		t.Run(string(fault), func(t *testing.T) {
+			t.Parallel()
+			chain := newFailoverChain(t, len(ttls))
+			for _, ttl := range ttls {
+				t.Run(ttl.String(), func(t *testing.T) { pausedPrimaryResumes(t, chain, fault, ttl) })
+			}
+		})
 	}
 }
 
-func pausedPrimaryResumes(t *testing.T, fault string, ttl time.Duration) {
-	s := testserver.StartSentinel(t)
-	old := s.Primary()
-	holderL := redislock.New(failoverTestClient(t, s))
-	contenderL := redislock.New(failoverTestClient(t, s))
-	key := dlocktest.Key(t)
-	lk, err := holderL.Acquire(dlocktest.Context(t), key, dlock.WithTTL(ttl))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lk.Release(context.Background())
-	s.WaitSynced(old)
-	if fault == "kill" {
-		old.Stop()
-	} else {
-		old.Pause()
-		t.Cleanup(old.Resume)
-	}
-	p := s.WaitFailover(old)
-	if fault == "pause" {
-		old.Resume()
-	}
-	got, refused, last := contendUntil(t, contenderL, key, max(4*ttl, 10*time.Second), 2*ttl, dlock.WithTTL(ttl))
-	if got != nil {
-		defer got.Release(context.Background())
-		if !lostYet(lk) {
-			t.Fatalf("silent double grant after the old primary resumed: contender token %d, holder token %d still held (deadline %v)", got.Token(), lk.Token(), time.Until(lk.Deadline()))
-		}
-		t.Logf("holder lost (%v), then the contender was granted (%d refusals)", lk.Err(), refused)
-		return
-	}
-	if refused == 0 {
-		t.Fatalf("the contender was neither granted nor refused: %v", last)
-	}
-	if lostYet(lk) {
-		t.Fatalf("the holder lost (%v) but the key was never granted (%d refusals, last %v)", lk.Err(), refused, last)
-	}
-	t.Logf("holder kept the lease on %s (%d refusals)", p.Addr(), refused)
+func pausedPrimaryResumes(t *testing.T, chain *failoverChain, fault failoverFault, ttl time.Duration) {
+	h := newFailoverHold(t, failoverSetup{Chain: chain})
+	h.hold(t, dlock.WithTTL(ttl))
+	h.failover(t, fault, true)
+	h.judge(t, ordered, max(4*ttl, 10*time.Second), 2*ttl, dlock.WithTTL(ttl))
 }
 
 // TestRedTeam16Sentinel_SplitBrainStaleConns: the primary and the one
@@ -86,19 +61,17 @@ func pausedPrimaryResumes(t *testing.T, fault string, ttl time.Duration) {
 // sentinels demote it.
 func TestRedTeam16Sentinel_SplitBrainStaleConns(t *testing.T) {
 	for _, keep := range []bool{false, true} {
-		t.Run(map[bool]string{false: "SentinelResumes", true: "SentinelStaysPaused"}[keep], func(t *testing.T) { splitBrainStaleConns(t, keep) })
+		t.Run(map[bool]string{false: "SentinelResumes", true: "SentinelStaysPaused"}[keep], func(t *testing.T) {
+			t.Parallel() // each on its own deployment, mostly waiting
+			splitBrainStaleConns(t, keep)
+		})
 	}
 }
 
 func splitBrainStaleConns(t *testing.T, keepSentinelPaused bool) {
 	const ttl = 8 * time.Second
-	s := testserver.StartSentinel(t)
-	old := s.Primary()
-	hc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.Master(), SentinelAddrs: s.Addrs()[:1]})
-	t.Cleanup(func() { hc.Close() })
-	holderL := redislock.New(hc)
-	contenderL := redislock.New(failoverTestClient(t, s))
-	key := dlocktest.Key(t)
+	h := newFailoverHold(t, failoverSetup{HolderSentinels: func(all []string) []string { return all[:1] }})
+	hc, s, old := h.HolderClient, h.S, h.Old
 	// Fill the pool with idle connections to the old primary.
 	var wg sync.WaitGroup
 	for i := 0; i < 20; i++ {
@@ -106,11 +79,7 @@ func splitBrainStaleConns(t *testing.T, keepSentinelPaused bool) {
 	}
 	wg.Wait()
 	t.Logf("pool: %+v", hc.PoolStats())
-	lk, err := holderL.Acquire(dlocktest.Context(t), key, dlock.WithTTL(ttl))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lk.Release(context.Background())
+	lk := h.hold(t, dlock.WithTTL(ttl))
 	s.WaitSynced(old)
 	old.Pause()
 	s.Sentinels[0].Pause()
@@ -122,24 +91,12 @@ func splitBrainStaleConns(t *testing.T, keepSentinelPaused bool) {
 		s.Sentinels[0].Resume()
 	}
 	t.Logf("failover to %s; holder lost yet: %v; pool %+v", p.Addr(), lostYet(lk), hc.PoolStats())
-	got, refused, last := contendUntil(t, contenderL, key, 4*ttl, 2*ttl, dlock.WithTTL(ttl))
-	if got != nil {
-		defer got.Release(context.Background())
-		if !lostYet(lk) {
-			v, _ := old.Do("GET", holderL.LockKey(key))
-			info, _ := old.Do("INFO", "replication")
-			t.Fatalf("silent double grant: contender token %d, holder token %d still held (deadline in %v); old primary has %q, %q", got.Token(), lk.Token(), time.Until(lk.Deadline()), v, info[:40])
-		}
-		t.Logf("holder lost (%v), then the contender was granted (%d refusals)", lk.Err(), refused)
-		return
+	h.Detail = func() string {
+		v, _ := old.Do("GET", h.Holder.LockKey(h.Key))
+		info, _ := old.Do("INFO", "replication")
+		return fmt.Sprintf("old primary has %q, %q", v, info[:min(40, len(info))])
 	}
-	if refused == 0 {
-		t.Fatalf("the contender was neither granted nor refused: %v", last)
-	}
-	if lostYet(lk) {
-		t.Fatalf("the holder lost (%v) but the key was never granted (%d refusals, last %v)", lk.Err(), refused, last)
-	}
-	t.Logf("holder kept the lease on %s (%d refusals)", p.Addr(), refused)
+	h.judge(t, ordered, 4*ttl, 2*ttl, dlock.WithTTL(ttl))
 }
 
 // TestRedTeam16Sentinel_WaitersAcrossFailover: two blocking Acquires wait
@@ -151,16 +108,10 @@ func splitBrainStaleConns(t *testing.T, keepSentinelPaused bool) {
 // the other, by polling, within their bounded backoff (well within the
 // generous bound here), and their Acquires honour their contexts.
 func TestRedTeam16Sentinel_WaitersAcrossFailover(t *testing.T) {
-	s := testserver.StartSentinel(t)
-	old := s.Primary()
-	holderL := redislock.New(failoverTestClient(t, s))
-	waiterL := redislock.New(failoverTestClient(t, s))
-	key := dlocktest.Key(t)
+	h := newFailoverHold(t, failoverSetup{})
+	s, old, waiterL, key := h.S, h.Old, h.Contender, h.Key
 	const ttl = 20 * time.Second // outlasts the failover: the holder keeps the key
-	lk, err := holderL.Acquire(dlocktest.Context(t), key, dlock.WithTTL(ttl))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lk := h.hold(t, dlock.WithTTL(ttl))
 	type result struct {
 		lk  *dlock.Lock
 		err error
@@ -210,23 +161,17 @@ func TestRedTeam16Sentinel_WaitersAcrossFailover(t *testing.T) {
 // retried on the new primary frees the key (a contender is granted at
 // once, not after the TTL) and List there sees the key's release.
 func TestRedTeam16Sentinel_ReleaseListAcrossFailover(t *testing.T) {
-	s := testserver.StartSentinel(t)
-	old := s.Primary()
-	l := redislock.New(failoverTestClient(t, s))
-	contenderL := redislock.New(failoverTestClient(t, s))
-	key := dlocktest.Key(t)
+	h := newFailoverHold(t, failoverSetup{})
+	s, old, l := h.S, h.Old, h.Holder
 	const ttl = 40 * time.Second // a release that did not happen shows: the key stays held
-	lk, err := l.Acquire(dlocktest.Context(t), key, dlock.WithTTL(ttl))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lk := h.hold(t, dlock.WithTTL(ttl))
 	s.WaitSynced(old)
 	old.Pause()
 	t.Cleanup(old.Resume)
 	const short = time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), short)
 	start := time.Now()
-	err = lk.Release(ctx)
+	err := lk.Release(ctx)
 	cancel()
 	t.Logf("release while paused: %v after %v", err, time.Since(start).Round(time.Millisecond))
 	if err == nil || !errors.Is(err, dlock.ErrUnavailable) {
@@ -256,11 +201,10 @@ func TestRedTeam16Sentinel_ReleaseListAcrossFailover(t *testing.T) {
 	if rerr != nil {
 		t.Fatalf("release retried on the new primary %s: %v", p.Addr(), rerr)
 	}
-	got, refused, last := contendUntil(t, contenderL, key, 10*time.Second, 0, dlock.WithTTL(ttl))
-	if got == nil {
-		t.Fatalf("the key released on the new primary was not granted (%d refusals, last %v)", refused, last)
-	}
-	defer got.Release(context.Background())
+	// Released: nobody holds the key; the contender must be granted it
+	// at once, not after the TTL.
+	h.Lock = nil
+	got := h.judge(t, granted, 10*time.Second, 0, dlock.WithTTL(ttl)).Got
 	infos, err := l.List(dlocktest.Context(t), "")
 	if err != nil || len(infos) != 1 || infos[0].Holders[0].Token != got.Token() {
 		t.Fatalf("List on the new primary: %+v %v, want the contender's token %d", infos, err, got.Token())
@@ -344,54 +288,27 @@ func TestRedTeam16Sentinel_SplitBrainDoubleGrant(t *testing.T) { splitBrainLocks
 func TestRedTeam16Sentinel_SplitBrainAcks(t *testing.T) { splitBrainLocks(t, true) }
 
 func splitBrainLocks(t *testing.T, acks bool) {
-	s := testserver.StartSentinel(t)
-	hc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.Master(), SentinelAddrs: s.Addrs()[:1]})
-	t.Cleanup(func() { hc.Close() })
-	var opts []redislock.Option
-	if acks {
-		opts = append(opts, redislock.WithReplicaAcks(1, redislock.DefaultAckTimeout))
+	setup := failoverSetup{
+		HolderSentinels:    func(all []string) []string { return all[:1] },
+		ContenderSentinels: func(all []string) []string { return all[1:] },
 	}
-	holderL := redislock.New(hc, opts...)
-	cc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.Master(), SentinelAddrs: s.Addrs()[1:]})
-	t.Cleanup(func() { cc.Close() })
-	contenderL := redislock.New(cc)
-	key := dlocktest.Key(t)
+	want := doubleGrant
+	if acks {
+		setup.Holder = []redislock.Option{redislock.WithReplicaAcks(1, redislock.DefaultAckTimeout)}
+		want = grantedAfterLoss
+	}
+	h := newFailoverHold(t, setup)
 	const ttl = 2 * time.Second
-	lk, err := holderL.Acquire(dlocktest.Context(t), key, dlock.WithTTL(ttl))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lk.Release(context.Background())
-	_, p := splitBrain(t, s)
-	got, refused, last := contendUntil(t, contenderL, key, 30*time.Second, 0, dlock.WithTTL(ttl))
-	if got == nil {
-		t.Fatalf("the contender was not granted the key on the new primary %s (%d refusals, last %v)", p.Addr(), refused, last)
-	}
-	defer got.Release(context.Background())
+	lk := h.hold(t, dlock.WithTTL(ttl))
+	_, p := splitBrain(t, h.S)
+	t.Logf("split brain: the holder renews on the deposed primary %s, the contender asks for the key on %s", h.Old.Addr(), p.Addr())
+	h.judge(t, want, 30*time.Second, 0, dlock.WithTTL(ttl))
 	if acks {
-		if lostYet(lk) {
-			t.Logf("the holder lost its lease (%v) before the contender was granted", lk.Err())
-			return
-		}
-		// The window the doc states: the deposed primary's renewals were
-		// acknowledged by a replica not yet moved to the new primary.
-		// Once it is, nothing acknowledges them and the holder is told.
-		granted := time.Now()
-		select {
-		case <-lk.Lost():
-			t.Logf("double grant for %v: the holder's Lost() closed (%v) after the contender (token %d) was granted", time.Since(granted).Round(time.Millisecond), lk.Err(), got.Token())
-		case <-time.After(dlocktest.HangTimeout):
-			t.Fatalf("the holder, with acks, still believes it holds the key %v after the contender was granted it", dlocktest.HangTimeout)
-		}
 		return
 	}
 	// Some renewals later, the holder still believes it holds the key.
 	time.Sleep(2 * ttl)
 	if lostYet(lk) {
-		t.Fatalf("the holder's Lost() closed (%v): the double grant this control shows did not happen", lk.Err())
-	}
-	t.Logf("double grant: holder token %d renewing on the deposed primary, contender token %d on %s", lk.Token(), got.Token(), p.Addr())
-	if got.Token() <= lk.Token() {
-		t.Errorf("the contender's token %d is not above the holder's %d", got.Token(), lk.Token())
+		t.Fatalf("the holder's Lost() closed (%v) %v after the contender was granted: the double grant this control shows did not last", lk.Err(), 2*ttl)
 	}
 }

@@ -210,45 +210,47 @@ func wantText(t *testing.T, what string, errs map[string]error, unavailable bool
 	}
 }
 
+// TestSentinelBadInput: a failover client with one thing wrong fails
+// clearly, on TryAcquire, Acquire and List, by the context's deadline, and
+// is never told the key is held. The cases share one healthy deployment
+// (their faults are in the client's options); unreachable sentinels are
+// free loopback ports nothing listens on.
 func TestSentinelBadInput(t *testing.T) {
 	s := testserver.StartSentinel(t, testserver.WithReplicas(1),
 		testserver.WithDataPassword("right-data-pw"), testserver.WithSentinelPassword("right-sentinel-pw"))
 	key := dlocktest.Key(t)
-
-	t.Run("UnknownMaster", func(t *testing.T) {
-		opt := failoverOptions(s)
-		opt.MasterName = "nosuchmaster"
-		errs := failsInTime(t, redislock.New(newFailoverClient(t, opt)), key)
-		wantText(t, "unknown master", errs, false, "redis: nil")
-	})
-	t.Run("SentinelsUnreachable", func(t *testing.T) {
-		opt := failoverOptions(s)
-		opt.SentinelAddrs = []string{
-			"127.0.0.1:" + strconv.Itoa(testserver.FreePort(t)),
-			"127.0.0.1:" + strconv.Itoa(testserver.FreePort(t)),
-			"127.0.0.1:" + strconv.Itoa(testserver.FreePort(t)),
-		}
-		errs := failsInTime(t, redislock.New(newFailoverClient(t, opt)), key)
-		wantText(t, "unreachable sentinels", errs, true, "connection refused")
-	})
-	t.Run("WrongSentinelPassword", func(t *testing.T) {
-		opt := failoverOptions(s)
-		opt.SentinelPassword = "wrong-sentinel-pw"
-		errs := failsInTime(t, redislock.New(newFailoverClient(t, opt)), key)
-		wantText(t, "wrong sentinel password", errs, false, "WRONGPASS")
-	})
-	t.Run("NoSentinelPassword", func(t *testing.T) {
-		opt := failoverOptions(s)
-		opt.SentinelPassword = ""
-		errs := failsInTime(t, redislock.New(newFailoverClient(t, opt)), key)
-		wantText(t, "no sentinel password", errs, false, "NOAUTH")
-	})
-	t.Run("WrongDataPassword", func(t *testing.T) {
-		opt := failoverOptions(s)
-		opt.Password = "wrong-data-pw"
-		errs := failsInTime(t, redislock.New(newFailoverClient(t, opt)), key)
-		wantText(t, "wrong data password", errs, false, "WRONGPASS")
-	})
+	for _, tc := range []struct {
+		name string
+		// bad breaks the right options.
+		bad func(t *testing.T, opt *redis.FailoverOptions)
+		// unavailable: an error wrapping dlock.ErrUnavailable and the
+		// context's error (no answer by the deadline) names the cause too.
+		unavailable bool
+		// texts: one of them in the error names the cause.
+		texts []string
+	}{
+		{"UnknownMaster", func(_ *testing.T, opt *redis.FailoverOptions) { opt.MasterName = "nosuchmaster" },
+			false, []string{"redis: nil"}},
+		{"SentinelsUnreachable", func(t *testing.T, opt *redis.FailoverOptions) {
+			opt.SentinelAddrs = nil
+			for range 3 {
+				opt.SentinelAddrs = append(opt.SentinelAddrs, "127.0.0.1:"+strconv.Itoa(testserver.FreePort(t)))
+			}
+		}, true, []string{"connection refused"}},
+		{"WrongSentinelPassword", func(_ *testing.T, opt *redis.FailoverOptions) { opt.SentinelPassword = "wrong-sentinel-pw" },
+			false, []string{"WRONGPASS"}},
+		{"NoSentinelPassword", func(_ *testing.T, opt *redis.FailoverOptions) { opt.SentinelPassword = "" },
+			false, []string{"NOAUTH"}},
+		{"WrongDataPassword", func(_ *testing.T, opt *redis.FailoverOptions) { opt.Password = "wrong-data-pw" },
+			false, []string{"WRONGPASS"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opt := failoverOptions(s)
+			tc.bad(t, opt)
+			errs := failsInTime(t, redislock.New(newFailoverClient(t, opt)), key)
+			wantText(t, tc.name, errs, tc.unavailable, tc.texts...)
+		})
+	}
 	// The right options, after all that: the key was never taken.
 	lk, err := redislock.New(sentinelClient(t, s)).TryAcquire(dlocktest.Context(t), key)
 	if err != nil {

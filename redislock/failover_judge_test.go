@@ -19,14 +19,26 @@ import (
 // own, acquires a key as the holder, brings about a fault, and then lets
 // the contender try the key. What is judged is an ordering, never a
 // latency: who held the key when the contender was granted it.
+//
+// Most failover tests (failover_test.go, redteam16_sentinel_test.go) call
+// t.Parallel: each has a deployment of its own and spends its time waiting
+// for sentinels, failovers and leases, not on the CPU, and their promises
+// are orderings that hold whichever branch a slow machine takes. go test
+// runs them after the package's other tests, at most -parallel
+// (GOMAXPROCS by default: 2 on a 2-core machine) at once. Not parallel:
+// the split-brain controls (TestRedTeam16Sentinel_SplitBrainDoubleGrant,
+// _SplitBrainAcks), whose holder must keep renewing a 2s lease on time.
+//
+// Each case starts its own deployment: cases sharing one (the next case on
+// the primary the last failover promoted) saved about a second a case and
+// inherited any late failover of the one before (a sentinel's second
+// election after its failover-timeout, seen on a loaded machine), which
+// then broke the next case's set-up.
 
 // failoverSetup is a failover test's deployment and clients.
 type failoverSetup struct {
 	// Sentinel are StartSentinel's options.
 	Sentinel []testserver.SentinelOption
-	// Chain, if set, is the deployment to use instead of starting one
-	// (Sentinel is then ignored).
-	Chain *failoverChain
 	// HolderSentinels and ContenderSentinels pick the sentinels each
 	// client asks for the master (nil: all of them).
 	HolderSentinels, ContenderSentinels func(all []string) []string
@@ -66,12 +78,7 @@ func failoverTestClientOf(t testing.TB, s *testserver.Sentinel, addrs []string) 
 // newFailoverHold starts the deployment of setup and the two clients.
 func newFailoverHold(t *testing.T, setup failoverSetup) *failoverHold {
 	t.Helper()
-	var s *testserver.Sentinel
-	if setup.Chain != nil {
-		s = setup.Chain.next(t)
-	} else {
-		s = testserver.StartSentinel(t, setup.Sentinel...)
-	}
+	s := testserver.StartSentinel(t, setup.Sentinel...)
 	client := func(pick func([]string) []string) *redis.Client {
 		addrs := s.Addrs()
 		if pick != nil {
@@ -84,42 +91,6 @@ func newFailoverHold(t *testing.T, setup failoverSetup) *failoverHold {
 	h.Holder = redislock.New(h.HolderClient, setup.Holder...)
 	h.Contender = redislock.New(client(setup.ContenderSentinels))
 	return h
-}
-
-// failoverChain is one Sentinel deployment for consecutive failover cases
-// (sharing it saves starting a deployment per case): each case takes the
-// primary away and leaves the deployment with one data server fewer, a
-// primary the sentinels agree on and replicas that follow it. A
-// deployment with n replicas serves n cases.
-type failoverChain struct {
-	s    *testserver.Sentinel
-	left int
-}
-
-// newFailoverChain starts a deployment for cases consecutive cases.
-func newFailoverChain(t *testing.T, cases int, opts ...testserver.SentinelOption) *failoverChain {
-	t.Helper()
-	opts = append([]testserver.SentinelOption{testserver.WithReplicas(cases)}, opts...)
-	return &failoverChain{s: testserver.StartSentinel(t, opts...), left: cases}
-}
-
-// next hands the deployment to the case t once it is healthy again: every
-// running sentinel reports the same primary, which has taken the role, and
-// every other running server is its replica, in sync (both waits bounded
-// by testserver). That primary is stopped at t's cleanup: whatever the case
-// did to it (killed, or paused and continued, when it stays a primary with
-// the case's keys until the sentinels demote it), the next case starts on
-// the replica the sentinels promoted, with no deposed primary around.
-func (c *failoverChain) next(t *testing.T) *testserver.Sentinel {
-	t.Helper()
-	if c.left == 0 {
-		t.Fatal("failover chain: no replica left for another case")
-	}
-	c.left--
-	p := c.s.WaitFailover(nil) // with no old primary: the one they all report
-	c.s.WaitSynced(p)
-	t.Cleanup(p.Stop)
-	return c.s
 }
 
 // hold acquires the key as the holder (released at cleanup, whatever

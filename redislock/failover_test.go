@@ -40,17 +40,17 @@ func TestFailoverWhileHeldKill(t *testing.T) { testFailoverWhileHeld(t, faultKil
 func TestFailoverWhileHeldPause(t *testing.T) { testFailoverWhileHeld(t, faultPause) }
 
 func testFailoverWhileHeld(t *testing.T, fault failoverFault) {
-	chain := newFailoverChain(t, 2) // the two leases' cases share a deployment
+	t.Parallel() // see failover_judge_test.go
 	for _, tc := range []struct {
 		name string
 		ttl  time.Duration
 	}{{"short", 2 * time.Second}, {"long", 6 * time.Second}} {
-		t.Run(tc.name, func(t *testing.T) { failoverWhileHeld(t, chain, fault, tc.ttl) })
+		t.Run(tc.name, func(t *testing.T) { failoverWhileHeld(t, fault, tc.ttl) })
 	}
 }
 
-func failoverWhileHeld(t *testing.T, chain *failoverChain, fault failoverFault, ttl time.Duration) {
-	h := newFailoverHold(t, failoverSetup{Chain: chain})
+func failoverWhileHeld(t *testing.T, fault failoverFault, ttl time.Duration) {
+	h := newFailoverHold(t, failoverSetup{})
 	lk := h.hold(t, dlock.WithTTL(ttl))
 	h.failover(t, fault, false)
 	j := h.judge(t, ordered, 3*ttl, ttl, dlock.WithTTL(ttl))
@@ -77,6 +77,7 @@ func failoverWhileHeld(t *testing.T, chain *failoverChain, fault failoverFault, 
 // primary issues max(marker + 1, its time in µs), and its clock is the
 // same host's), so a guard refuses the old holder's late writes.
 func TestFailoverLaggingReplicaDoubleGrant(t *testing.T) {
+	t.Parallel() // see failover_judge_test.go
 	h := newFailoverHold(t, failoverSetup{Sentinel: []testserver.SentinelOption{testserver.WithReplicas(1), testserver.WithReplicationProxies()}})
 	restore := h.S.KeepReplicationLinks()
 	h.S.ReplicationLinks[0].Stall()
@@ -105,6 +106,7 @@ func TestFailoverLaggingReplicaDoubleGrant(t *testing.T) {
 // the failover to that replica the contender is granted the key, and
 // nobody else believes it holds it.
 func TestFailoverLaggingReplicaAcksRefused(t *testing.T) {
+	t.Parallel() // see failover_judge_test.go
 	h := newFailoverHold(t, failoverSetup{
 		Sentinel: []testserver.SentinelOption{testserver.WithReplicas(1), testserver.WithReplicationProxies()},
 		Holder:   []redislock.Option{redislock.WithReplicaAcks(1, 300*time.Millisecond)},
@@ -158,6 +160,7 @@ func TestFailoverLaggingReplicaAcksRefused(t *testing.T) {
 // server µs)) still order the holders while the new primary's clock is
 // not behind the old one's.
 func TestFailoverAckedReplicaPromoted(t *testing.T) {
+	t.Parallel() // see failover_judge_test.go
 	h := newFailoverHold(t, failoverSetup{
 		Sentinel: []testserver.SentinelOption{testserver.WithReplicas(2), testserver.WithReplicationProxies()},
 		Holder:   []redislock.Option{redislock.WithReplicaAcks(1, redislock.DefaultAckTimeout)},

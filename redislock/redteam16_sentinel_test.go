@@ -30,24 +30,23 @@ import (
 // already closed. The "kill" variants kill the primary instead; TTLs from
 // dlock.MinTTL (lost long before the failover ends) to 5s (outlasts it).
 //
-// The cases of a fault share one deployment (failoverChain), one case
-// after the other; the two faults' chains run in parallel (each spends
-// most of its time waiting for failovers and leases, not on the CPU).
+// The two faults' cases run in parallel with each other (each case on a
+// deployment of its own, mostly waiting for failovers and leases).
 func TestRedTeam16Sentinel_PausedPrimaryResumes(t *testing.T) {
+	t.Parallel() // see failover_judge_test.go
 	ttls := []time.Duration{dlock.MinTTL, time.Second, 2 * time.Second, 5 * time.Second}
 	for _, fault := range []failoverFault{faultPause, faultKill} {
 		t.Run(string(fault), func(t *testing.T) {
 			t.Parallel()
-			chain := newFailoverChain(t, len(ttls))
 			for _, ttl := range ttls {
-				t.Run(ttl.String(), func(t *testing.T) { pausedPrimaryResumes(t, chain, fault, ttl) })
+				t.Run(ttl.String(), func(t *testing.T) { pausedPrimaryResumes(t, fault, ttl) })
 			}
 		})
 	}
 }
 
-func pausedPrimaryResumes(t *testing.T, chain *failoverChain, fault failoverFault, ttl time.Duration) {
-	h := newFailoverHold(t, failoverSetup{Chain: chain})
+func pausedPrimaryResumes(t *testing.T, fault failoverFault, ttl time.Duration) {
+	h := newFailoverHold(t, failoverSetup{})
 	h.hold(t, dlock.WithTTL(ttl))
 	h.failover(t, fault, true)
 	h.judge(t, ordered, max(4*ttl, 10*time.Second), 2*ttl, dlock.WithTTL(ttl))
@@ -60,6 +59,7 @@ func pausedPrimaryResumes(t *testing.T, chain *failoverChain, fault failoverFaul
 // idle connections to the old primary, which is a primary again until the
 // sentinels demote it.
 func TestRedTeam16Sentinel_SplitBrainStaleConns(t *testing.T) {
+	t.Parallel() // see failover_judge_test.go
 	for _, keep := range []bool{false, true} {
 		t.Run(map[bool]string{false: "SentinelResumes", true: "SentinelStaysPaused"}[keep], func(t *testing.T) {
 			t.Parallel() // each on its own deployment, mostly waiting
@@ -108,6 +108,7 @@ func splitBrainStaleConns(t *testing.T, keepSentinelPaused bool) {
 // the other, by polling, within their bounded backoff (well within the
 // generous bound here), and their Acquires honour their contexts.
 func TestRedTeam16Sentinel_WaitersAcrossFailover(t *testing.T) {
+	t.Parallel() // see failover_judge_test.go
 	h := newFailoverHold(t, failoverSetup{})
 	s, old, waiterL, key := h.S, h.Old, h.Contender, h.Key
 	const ttl = 20 * time.Second // outlasts the failover: the holder keeps the key
@@ -161,6 +162,7 @@ func TestRedTeam16Sentinel_WaitersAcrossFailover(t *testing.T) {
 // retried on the new primary frees the key (a contender is granted at
 // once, not after the TTL) and List there sees the key's release.
 func TestRedTeam16Sentinel_ReleaseListAcrossFailover(t *testing.T) {
+	t.Parallel() // see failover_judge_test.go
 	h := newFailoverHold(t, failoverSetup{})
 	s, old, l := h.S, h.Old, h.Holder
 	const ttl = 40 * time.Second // a release that did not happen shows: the key stays held
@@ -220,6 +222,7 @@ func TestRedTeam16Sentinel_ReleaseListAcrossFailover(t *testing.T) {
 // deadline with an error wrapping dlock.ErrUnavailable, and one whose
 // context is long enough is granted the key.
 func TestRedTeam16Sentinel_HungSentinel(t *testing.T) {
+	t.Parallel() // see failover_judge_test.go
 	s := testserver.StartSentinel(t, testserver.WithReplicas(1))
 	s.Sentinels[0].Pause()
 	defer s.Sentinels[0].Resume()
@@ -288,6 +291,8 @@ func TestRedTeam16Sentinel_SplitBrainDoubleGrant(t *testing.T) { splitBrainLocks
 func TestRedTeam16Sentinel_SplitBrainAcks(t *testing.T) { splitBrainLocks(t, true) }
 
 func splitBrainLocks(t *testing.T, acks bool) {
+	// Not parallel: the holder must renew its 2s lease on time (see
+	// failover_judge_test.go).
 	setup := failoverSetup{
 		HolderSentinels:    func(all []string) []string { return all[:1] },
 		ContenderSentinels: func(all []string) []string { return all[1:] },

@@ -140,29 +140,10 @@ func TestSentinelBadInput(t *testing.T) {
 // failover (exit 0, the command's) or reports it lost (exit 4, LOCK LOST),
 // and never hangs. Afterwards the key can be taken again.
 func TestSentinelFailoverDuringRun(t *testing.T) {
-	s := testserver.StartSentinel(t)
-	url := sentinelURL(s, s.Master(), "", "")
-	old := s.Primary()
-	holder, errb, _ := background(t, url, "run", "--ttl", "5s", "sentinel/failover", "--", "sh", "-c", "echo started; exec sleep 8")
-	s.WaitSynced(old)
-	old.Stop()
-	start := time.Now()
-	p := s.WaitFailover(old)
-	t.Logf("failover to %s after %v", p.Addr(), time.Since(start).Round(time.Millisecond))
-	code := waitExit(t, holder)
-	t.Logf("dlock run: exit %d after %v: %q", code, time.Since(start).Round(time.Millisecond), errb.String())
-	switch code {
-	case 0:
-	case exitLost:
-		if !strings.Contains(errb.String(), "LOCK LOST") {
-			t.Fatalf("exit %d without LOCK LOST: %q", code, errb.String())
-		}
-	default:
-		t.Fatalf("exit %d, want 0 or %d: %q", code, exitLost, errb.String())
-	}
-	if r := runDlock(t, url, "run", "-w", "30s", "sentinel/failover", "--", "true"); r.code != 0 {
-		t.Fatalf("run after the failover: exit %d %q", r.code, r.stderr)
-	}
+	failoverDuringRun{
+		key: "sentinel/failover", ttl: 5 * time.Second,
+		fault: func(t *testing.T, primary *testserver.Redis) { primary.Stop() },
+	}.judge(t, testserver.StartSentinel(t))
 }
 
 // One Sentinel of three hung (SIGSTOP: its port accepts, it never

@@ -29,8 +29,9 @@ holder, in columns:
   HOLDER    owner/host/pid: the first 12 hex digits of the holder's owner
             id, the host and the pid of the process holding it
   TOKEN     the holder's fencing token
-  HELD-FOR  time since the holder acquired the key; "-": no backend
-            reports it yet
+  HELD-FOR  time since the holder acquired the key: by the server's
+            clock on PostgreSQL, else by the holder's clock (metadata
+            "acquired") against this machine's; "-" when unknown
   TTL-LEFT  time left on the lease ("-" where other clients cannot know
             it: ZooKeeper's lease is its holder's session)
   WAITERS   clients queued for the key, where the backend keeps a queue
@@ -262,12 +263,12 @@ func printLocks(stdout io.Writer, infos []lockInfo, where string, asJSON bool) i
 	return 0
 }
 
-// otherMetadata is md without host and pid (ls's own columns), as
-// "k=v,k=v" sorted by key.
+// otherMetadata is md without host, pid and acquired (ls's own columns),
+// as "k=v,k=v" sorted by key.
 func otherMetadata(md map[string]string) string {
 	var kvs []string
 	for k, v := range md {
-		if k != dlock.MetaHost && k != dlock.MetaPID {
+		if k != dlock.MetaHost && k != dlock.MetaPID && k != dlock.MetaAcquired {
 			kvs = append(kvs, k+"="+v)
 		}
 	}

@@ -85,6 +85,11 @@ type openOptions struct {
 	// readOnly is for commands that change nothing (ls): a file backend's
 	// directory must exist already (errNoLockDir); it is not created.
 	readOnly bool
+	// warnSentinels writes to logs a warning for each Sentinel of a
+	// Sentinel URL that does not answer and is left out (ls sets it;
+	// with verbose every command does). Those that refuse connections
+	// are left to ls's own endpoint warnings when it is set.
+	warnSentinels bool
 	// start is when openBackend began: connecting and the first probe
 	// end by start + connectTimeout.
 	start time.Time
@@ -428,12 +433,12 @@ func (t *target) open(o openOptions) (*backend, error) {
 			var silent []silentSentinel
 			all := len(opt.SentinelAddrs)
 			opt.SentinelAddrs, silent = answeringSentinels(opt, o.start.Add(o.connectTimeout/2))
-			// ls (the read-only command with logs) always says which
-			// Sentinels it leaves out, other commands with --verbose.
-			// ls warns itself about the addresses that refuse
-			// connections (endpointWarnings): not twice.
-			if o.logs != nil && (o.readOnly || o.verbose) {
-				for _, w := range sentinelWarnings(silent, len(opt.SentinelAddrs), all, o.readOnly) {
+			// ls always says which Sentinels it leaves out, other
+			// commands with --verbose. ls warns itself about the
+			// addresses that refuse connections (endpointWarnings):
+			// not twice.
+			if o.logs != nil && (o.warnSentinels || o.verbose) {
+				for _, w := range sentinelWarnings(silent, len(opt.SentinelAddrs), all, o.warnSentinels) {
 					fmt.Fprintln(o.logs, w)
 				}
 			}

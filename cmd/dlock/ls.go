@@ -132,7 +132,7 @@ func cmdLs(args []string, stdout, stderr io.Writer) int {
 	}
 	// ls creates nothing: a lock directory that does not exist is an
 	// error, unless it is the default one, where no lock was ever taken.
-	b, err := openBackend(raw, openOptions{connectTimeout: connect, verbose: verbose, logs: stderr, readOnly: true})
+	b, err := openBackend(raw, openOptions{connectTimeout: connect, verbose: verbose, logs: stderr, readOnly: true, warnSentinels: true})
 	switch {
 	case errors.Is(err, errNoLockDir) && raw == "file://"+stateDir():
 	case err != nil:

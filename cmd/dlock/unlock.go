@@ -133,8 +133,10 @@ func cmdUnlock(args []string, stdout, stderr io.Writer) int {
 	connectWithin := min(*connect, *timeout)
 	b, err := openBackend(raw, openOptions{connectTimeout: connectWithin, verbose: *verbose, logs: stderr})
 	if err != nil {
-		if *timeout < *connect { // the probe's message names the bound it was given
-			err = errors.New(strings.ReplaceAll(err.Error(), "--connect-timeout "+timeout.String(), "--timeout "+timeout.String()))
+		if from, to := "--connect-timeout "+timeout.String(), "--timeout "+timeout.String(); *timeout < *connect && strings.Contains(err.Error(), from) {
+			// The probe's message names the bound it was given, which
+			// was --timeout's; the error keeps its kind (exit status).
+			err = &reworded{msg: strings.ReplaceAll(err.Error(), from, to), err: err}
 		}
 		return reportOpen(stderr, "unlock", err)
 	}
@@ -216,3 +218,12 @@ func printUnlockJSON(stdout io.Writer, v unlockJSON) int {
 	}
 	return 0
 }
+
+// reworded is err with another message.
+type reworded struct {
+	msg string
+	err error
+}
+
+func (r *reworded) Error() string { return r.msg }
+func (r *reworded) Unwrap() error { return r.err }

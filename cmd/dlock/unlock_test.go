@@ -245,3 +245,14 @@ func TestUnlockTimeoutBreakHangs(t *testing.T) {
 		t.Errorf("broken holder exited %d, want %d", code, exitLost)
 	}
 }
+
+// Review of --timeout: the message rewrite for a connect that ran out of
+// --timeout kept only the text, so any open error with --timeout below
+// --connect-timeout lost its kind: a bad URL (exit 2) and a refused TLS
+// file alike became exit 3.
+func TestUnlockTimeoutKeepsErrorKind(t *testing.T) {
+	r := runDlock(t, "redis://bad host:1", "unlock", "--timeout", "1s", "--force", "k")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "bad URL") {
+		t.Fatalf("bad URL with --timeout 1s: exit %d %q, want %d", r.code, r.stderr, exitUsage)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync/atomic"
 	"time"
 
@@ -321,6 +322,14 @@ func (w *waiter) attempt(ctx context.Context, n int, fn func(context.Context, *d
 	e, cfg := w.e, w.cfg
 	// A fresh owner per attempt: a driver cleaning up a failed attempt in
 	// the background can never touch a later one.
+	if _, ok := cfg.Metadata[MetaAcquired]; ok && n > 1 && !cfg.NoDefaultMetadata {
+		// The acquisition time is this attempt's. A fresh map: an earlier
+		// attempt abandoned to the background may still be encoding its
+		// own.
+		md := maps.Clone(cfg.Metadata)
+		md[MetaAcquired] = acquiredNow()
+		cfg.Metadata = md
+	}
 	req := &driver.Request{Key: cfg.key, Owner: NewOwner(), TTL: cfg.TTL, Metadata: cfg.Metadata, Mode: driver.Mode(cfg.mode), Limit: cfg.limit, WaitID: w.waitID, Waiter: w.waiter}
 	cfg.attempts = n
 	if e.src.obs != nil || cfg.callObs != nil {

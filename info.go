@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"strconv"
 	"time"
 )
 
@@ -18,8 +19,10 @@ type Holder struct {
 	TTL time.Duration
 	// Mode is how the holder shares the key.
 	Mode Mode
-	// HeldFor is how long the holder has held the key, by the service's
-	// clock; 0 when the backend does not record it (pglock and memlock do).
+	// HeldFor is how long the holder has held the key: by the service's
+	// clock where it records the acquisition (pglock, memlock), else
+	// since Metadata[MetaAcquired], by the holder's clock against the
+	// lister's (FillHeldFor); 0 when neither says.
 	HeldFor time.Duration
 }
 
@@ -47,4 +50,25 @@ type Info struct {
 // Infos come sorted by key.
 type Lister interface {
 	List(ctx context.Context, prefix string) ([]Info, error)
+}
+
+// FillHeldFor sets, for each holder in infos whose HeldFor is 0, HeldFor
+// to the time from its Metadata[MetaAcquired] to now (never negative: the
+// holder's clock may run ahead of now's); a holder without that metadata,
+// or with a value that is not Unix milliseconds, keeps 0. Backends call it
+// at the end of List.
+func FillHeldFor(infos []Info, now time.Time) {
+	for i := range infos {
+		for j := range infos[i].Holders {
+			h := &infos[i].Holders[j]
+			if h.HeldFor != 0 {
+				continue
+			}
+			ms, err := strconv.ParseInt(h.Metadata[MetaAcquired], 10, 64)
+			if err != nil || ms <= 0 {
+				continue
+			}
+			h.HeldFor = max(now.Sub(time.UnixMilli(ms)), 0)
+		}
+	}
 }

@@ -41,10 +41,15 @@ const (
 	DefaultReleaseTimeout = 5 * time.Second
 )
 
-// Metadata keys that dlock fills in automatically.
+// Metadata keys that dlock fills in automatically (unless
+// WithoutDefaultMetadata).
 const (
 	MetaHost = "host"
 	MetaPID  = "pid"
+	// MetaAcquired is when the attempt that won the key was sent, in Unix
+	// milliseconds by the holder's clock. Listings derive Holder.HeldFor
+	// from it where the service keeps no acquisition time of its own.
+	MetaAcquired = "acquired"
 )
 
 // Option configures one acquisition.
@@ -64,7 +69,8 @@ type config struct {
 	// Metadata is stored with the lock and shown to other clients (dlock ls,
 	// NotAcquiredError). Host and pid are filled in unless NoDefaultMetadata.
 	Metadata map[string]string
-	// NoDefaultMetadata suppresses the automatic host and pid metadata.
+	// NoDefaultMetadata suppresses the automatic host, pid and acquired
+	// metadata.
 	NoDefaultMetadata bool
 	// NoAutoRefresh turns the watchdog off: the lock is then lost at its
 	// local deadline unless the holder calls Refresh. Default: auto-refresh on.
@@ -201,10 +207,11 @@ func newConfig(key string, minTTL time.Duration, opts ...Option) (*config, error
 	if c.Backoff == nil {
 		c.Backoff = DefaultBackoff
 	}
-	md := make(map[string]string, len(c.Metadata)+2)
+	md := make(map[string]string, len(c.Metadata)+3)
 	if !c.NoDefaultMetadata {
 		md[MetaHost] = hostname
 		md[MetaPID] = strconv.Itoa(os.Getpid())
+		md[MetaAcquired] = acquiredNow()
 	}
 	size := 0
 	for k, v := range c.Metadata {
@@ -222,6 +229,9 @@ func newConfig(key string, minTTL time.Duration, opts ...Option) (*config, error
 	c.Metadata = md
 	return c, nil
 }
+
+// acquiredNow is MetaAcquired's value for an attempt sent now.
+func acquiredNow() string { return strconv.FormatInt(time.Now().UnixMilli(), 10) }
 
 // Drift is the clock-drift allowance for this config's TTL.
 func (c *config) Drift() time.Duration {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dlock-go/dlock"
 )
@@ -91,7 +92,8 @@ func testModes(t *testing.T, h Harness) {
 }
 
 // Listing: a Locker that implements dlock.Lister shows a held key with its
-// holder, filters by prefix and forgets a released key.
+// holder and how long it has held it, filters by prefix and forgets a
+// released key.
 func testList(t *testing.T, h Harness) {
 	l := h.New(t)
 	ls, ok := l.(dlock.Lister)
@@ -102,7 +104,10 @@ func testList(t *testing.T, h Harness) {
 		t.Error("List with a nil context: no error")
 	}
 	key := Key(t)
+	before := time.Now()
 	lk := mustAcquire(t, l, key+"/a")
+	const held = 20 * time.Millisecond
+	time.Sleep(held)
 	infos, err := ls.List(ctxT(t), key+"/")
 	if err != nil {
 		t.Fatalf("List: %v", err)
@@ -112,6 +117,12 @@ func testList(t *testing.T, h Harness) {
 	}
 	if hd := infos[0].Holders[0]; (hd.Owner != "" && hd.Owner != lk.Owner()) || (hd.Token != 0 && hd.Token != lk.Token()) {
 		t.Errorf("holder %+v, want owner %s token %d", hd, lk.Owner(), lk.Token())
+	}
+	// HeldFor: at least the time slept since Acquire returned, at most
+	// the time since it was called (plus a second for a service's clock
+	// and the millisecond granularity of MetaAcquired).
+	if hd, most := infos[0].Holders[0], time.Since(before)+time.Second; hd.HeldFor < held || hd.HeldFor > most {
+		t.Errorf("holder's HeldFor = %v, want it in [%v, %v]", hd.HeldFor, held, most)
 	}
 	if infos, err := ls.List(ctxT(t), key+"/b"); err != nil || len(infos) != 0 {
 		t.Errorf("List of another prefix = %+v, %v; want none", infos, err)

@@ -148,6 +148,7 @@ func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) 
 		out = append(out, info)
 	}
 	slices.SortFunc(out, func(a, b dlock.Info) int { return strings.Compare(a.Key, b.Key) })
+	dlock.FillHeldFor(out, time.Now())
 	return out, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -36,6 +37,7 @@ func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) 
 	case err != nil:
 		return nil, fmt.Errorf("dlock: redis list: %w", err)
 	}
+	dlock.FillHeldFor(infos, time.Now())
 	return infos, nil
 }
 

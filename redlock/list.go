@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/background"
@@ -87,5 +88,6 @@ func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) 
 		}
 	}
 	slices.SortFunc(out, func(x, y dlock.Info) int { return strings.Compare(x.Key, y.Key) })
+	dlock.FillHeldFor(out, time.Now())
 	return out, nil
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 
@@ -73,6 +74,7 @@ func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) 
 		}
 	}
 	slices.SortFunc(out, func(a, b dlock.Info) int { return cmp.Compare(a.Key, b.Key) })
+	dlock.FillHeldFor(out, time.Now())
 	return out, nil
 }
 

@@ -29,8 +29,9 @@ holder, in columns:
   HOLDER    owner/host/pid: the first 12 hex digits of the holder's owner
             id, the host and the pid of the process holding it
   TOKEN     the holder's fencing token
-  HELD-FOR  time since the holder acquired the key; "-": no backend
-            reports it yet
+  HELD-FOR  time since the holder acquired the key: by the server's
+            clock on PostgreSQL, else by the holder's clock (metadata
+            "acquired") against this machine's; "-" when unknown
   TTL-LEFT  time left on the lease ("-" where other clients cannot know
             it: ZooKeeper's lease is its holder's session)
   WAITERS   clients queued for the key, where the backend keeps a queue
@@ -48,7 +49,8 @@ nothing can be listed (exit 3). --nodes (or --verbose) adds a table of
 each node's leases: which node holds which key for whom, and whether the
 lease counts (QUORUM yes) or is a minority's (no). For etcd, ZooKeeper and
 Sentinel URLs with several addresses, ls warns about the addresses that
-refuse connections.
+refuse connections, and about the Sentinels that accept connections but
+do not answer (a hung process), and lists through the others.
 
 --watch lists again every DUR (default 2s; --watch=DUR, or --watch DUR
 when DUR is a duration such as 500ms or a number of seconds) until
@@ -130,7 +132,7 @@ func cmdLs(args []string, stdout, stderr io.Writer) int {
 	}
 	// ls creates nothing: a lock directory that does not exist is an
 	// error, unless it is the default one, where no lock was ever taken.
-	b, err := openBackend(raw, openOptions{connectTimeout: connect, verbose: verbose, logs: stderr, readOnly: true})
+	b, err := openBackend(raw, openOptions{connectTimeout: connect, verbose: verbose, logs: stderr, readOnly: true, warnSentinels: true})
 	switch {
 	case errors.Is(err, errNoLockDir) && raw == "file://"+stateDir():
 	case err != nil:
@@ -261,12 +263,12 @@ func printLocks(stdout io.Writer, infos []lockInfo, where string, asJSON bool) i
 	return 0
 }
 
-// otherMetadata is md without host and pid (ls's own columns), as
-// "k=v,k=v" sorted by key.
+// otherMetadata is md without host, pid and acquired (ls's own columns),
+// as "k=v,k=v" sorted by key.
 func otherMetadata(md map[string]string) string {
 	var kvs []string
 	for k, v := range md {
-		if k != dlock.MetaHost && k != dlock.MetaPID {
+		if k != dlock.MetaHost && k != dlock.MetaPID && k != dlock.MetaAcquired {
 			kvs = append(kvs, k+"="+v)
 		}
 	}

@@ -40,11 +40,13 @@ func lsRows(t *testing.T, url string, args ...string) ([][]string, result) {
 	return rows, r
 }
 
-// ls's columns on Redis: the holder as owner/host/pid, the token, no
-// held-for (no backend reports it), the lease left, the queue of waiters
-// (Redis keeps one), no limit; and the JSON's new field held_for_ms.
+// ls's columns on Redis: the holder as owner/host/pid, the token, the
+// time it has held the key (from its "acquired" metadata, which METADATA
+// leaves out), the lease left, the queue of waiters (Redis keeps one), no
+// limit; and the JSON's new field held_for_ms.
 func TestLsColumns(t *testing.T) {
 	url := "redis://" + testserver.StartRedis(t).Addr()
+	before := time.Now()
 	holder, _, _ := background(t, url, "run", "--ttl", "30s", "reports/daily", "--", "sh", "-c", "echo started; exec sleep 60")
 	host, _ := os.Hostname()
 	pid := strconv.Itoa(holder.Process.Pid)
@@ -55,9 +57,12 @@ func TestLsColumns(t *testing.T) {
 	f := rows[0]
 	holderParts := strings.Split(f[2], "/")
 	if len(f) != 10 || f[0] != "reports/daily" || f[1] != "exclusive" || len(holderParts) != 3 || len(holderParts[0]) != 12 ||
-		holderParts[1] != host || holderParts[2] != pid || f[3] == "0" || f[4] != "-" || f[5] == "-" || f[6] != "0" || f[7] != "-" ||
+		holderParts[1] != host || holderParts[2] != pid || f[3] == "0" || f[4] == "-" || f[5] == "-" || f[6] != "0" || f[7] != "-" ||
 		f[8]+" "+f[9] != `"cmd=dlock run"` {
-		t.Fatalf("ls row %q: want key, exclusive, owner/%s/%s, token, -, ttl, 0 waiters, -, metadata", f, host, pid)
+		t.Fatalf("ls row %q: want key, exclusive, owner/%s/%s, token, held-for, ttl, 0 waiters, -, metadata", f, host, pid)
+	}
+	if held, err := time.ParseDuration(f[4]); err != nil || held < 0 || held > time.Since(before) {
+		t.Errorf("HELD-FOR %q: want a duration in [0, %v] (since the holder started)", f[4], time.Since(before))
 	}
 	if ttl, err := time.ParseDuration(f[5]); err != nil || ttl <= 0 || ttl > 30*time.Second {
 		t.Errorf("TTL-LEFT %q: want a duration in (0, 30s]", f[5])
@@ -82,8 +87,8 @@ func TestLsColumns(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &rowsJSON); err != nil || len(rowsJSON) != 1 {
 		t.Fatalf("ls --json: %v %q", err, r.stdout)
 	}
-	if rowsJSON[0]["held_for_ms"] != float64(-1) || rowsJSON[0]["waiters"] != float64(1) || rowsJSON[0]["ttl_ms"].(float64) <= 0 {
-		t.Errorf("ls --json: %v, want held_for_ms -1, waiters 1, ttl_ms > 0", rowsJSON[0])
+	if held, _ := rowsJSON[0]["held_for_ms"].(float64); held < 0 || held > float64(time.Since(before).Milliseconds()) || rowsJSON[0]["waiters"] != float64(1) || rowsJSON[0]["ttl_ms"].(float64) <= 0 {
+		t.Errorf("ls --json: %v, want held_for_ms in [0, %d], waiters 1, ttl_ms > 0", rowsJSON[0], time.Since(before).Milliseconds())
 	}
 	if _, ok := rowsJSON[0]["nodes"]; ok {
 		t.Errorf("ls --json on redis:// has nodes: %v", rowsJSON[0])

@@ -31,9 +31,9 @@ import (
 //
 // Each case starts its own deployment: cases sharing one (the next case on
 // the primary the last failover promoted) saved about a second a case and
-// inherited any late failover of the one before (a sentinel's second
-// election after its failover-timeout, seen on a loaded machine), which
-// then broke the next case's set-up.
+// inherited whatever the last failover had not finished: once, on a
+// loaded machine, the promoted primary was itself replaced moments later,
+// which broke the next case's set-up.
 
 // failoverSetup is a failover test's deployment and clients.
 type failoverSetup struct {

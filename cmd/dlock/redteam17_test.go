@@ -1,0 +1,166 @@
+package main
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// Red team 17: host lists with IPv6 literals (parseHostList, hostPort).
+
+// TestRedTeam17_HostListOddInputs: odd host lists never panic and fail
+// with one line that wraps errBadURL and never shows the password.
+func TestRedTeam17_HostListOddInputs(t *testing.T) {
+	const pw = "s3cretPW"
+	bad := []string{
+		"redlock://[",
+		"redlock://]",
+		"redlock://[::1]",
+		"redlock://[::1]:",
+		"redlock://@",
+		"redlock://%",
+		"redlock://[::1]:1,,[::1]:2",
+		"redlock://[::1]:1,",
+		"redlock://,[::1]:1",
+		"redlock://,",
+		"redlock://[::1]:1,[",
+		"redlock://[::1]:1,]",
+		"redlock://[::1]:1,[::1]",
+		"redlock://[::1]:1,[::1]:",
+		"redlock://[::1]:1,[::1]:2:3",
+		"redlock://[::1]:1,[1.2.3.4]:2",
+		"redlock://[::1]:1,[zz]:2",
+		"redlock://[::1]:1,%",
+		"redlock://[::1]:1,[::1]:2#frag",
+		"redlock://[::1]:1,[::1]:2?x=1#frag",
+		"redlock://[::1]:1,[::1]:2?#",
+		"redlock://[::1]:1,[::1]:2?nosuch=1",
+		"redis://[::1]:1,[::1]:2",
+		"rediss://[::1]:1,[::1]:2",
+		"redis+sentinel://[::1]:1,[::1]:2",
+		"redis+sentinel://[::1]:1,[::1]:2/m/x",
+		"redlock://u:" + pw + "@[::1]:1,[",
+		"redlock://u:" + pw + "@[::1]:1,[::1]:1",
+		"redlock://u:" + pw + "@[::1]:1,[::1]:2?x=1",
+		"redlock://u:" + pw + "@[::1]:1,[::1]:2#f",
+		"redlock://u:" + pw + "@[::1]:1,[::1]:2%",
+		"redlock://u:" + pw + "@[::1]:1,[::1]:2@",
+		"redlock://u:" + pw + "[@[::1]:1,[::1]:2",
+		"redlock://u:" + pw + "/x@[::1]:1,[::1]:2",
+		"redlock://u:" + pw + "?x@[::1]:1,[::1]:2",
+		"redlock://u:" + pw + "#x@[::1]:1,[::1]:2",
+		"redis+sentinel://u:" + pw + "@[::1]:1,[::1]:2",
+		"redis+sentinel://:" + pw + "@[::1]:1,[::1]:2/m?sentinel_password=" + pw + "&x=1",
+		"etcd://u:" + pw + "@[::1]:1,[::1]:2/app#x",
+		"zk://u:" + pw + "@[::1]:1,[::1]:2/app/",
+		"redis+cluster://u:" + pw + "@[::1]:1,[::1]:2?nosuch=1",
+	}
+	for _, raw := range bad {
+		tg, err := parseURL(raw)
+		if err == nil {
+			t.Errorf("parseURL(%q) = %+v, want an error", raw, essential(tg))
+			continue
+		}
+		msg := err.Error()
+		switch {
+		case !errors.Is(err, errBadURL):
+			t.Errorf("parseURL(%q): %v does not wrap errBadURL", raw, err)
+		case strings.Contains(msg, "\n"):
+			t.Errorf("parseURL(%q): error is not one line: %q", raw, msg)
+		case strings.Contains(msg, pw):
+			t.Errorf("parseURL(%q): error shows the password: %q", raw, msg)
+		}
+	}
+}
+
+// TestRedTeam17_HostListGood: host lists that must parse, with the
+// addresses as written and a rendering that parses back the same.
+func TestRedTeam17_HostListGood(t *testing.T) {
+	cases := []struct {
+		raw   string
+		addrs []string
+		pw    string
+	}{
+		{"redlock://u:p@[::1]:1,[::1]:2", []string{"[::1]:1", "[::1]:2"}, "p"},
+		{"redlock://u:p%40q%2Cr@[::1]:1,[::1]:2", []string{"[::1]:1", "[::1]:2"}, "p@q,r"},
+		{"redlock://u:p,r@[::1]:1,[::1]:2", []string{"[::1]:1", "[::1]:2"}, "p,r"},
+		{"redlock://u:p@q@[::1]:1,[::1]:2", []string{"[::1]:1", "[::1]:2"}, "p@q"},
+		{"redlock://[::ffff:1.2.3.4]:1,[::1]:2", []string{"[::ffff:1.2.3.4]:1", "[::1]:2"}, ""},
+		{"redlock://[::1]:1,[::1]:2/?", []string{"[::1]:1", "[::1]:2"}, ""},
+		{"zk://[::1],[::2]/a", []string{"[::1]:2181", "[::2]:2181"}, ""},
+		{"redis+sentinel://:sp@[::1]:1,h:2/m/1", []string{"[::1]:1", "h:2"}, "sp"},
+	}
+	for _, c := range cases {
+		tg, err := parseURL(c.raw)
+		if err != nil {
+			t.Errorf("parseURL(%q): %v", c.raw, err)
+			continue
+		}
+		if strings.Join(tg.Addrs, " ") != strings.Join(c.addrs, " ") || tg.Password != c.pw {
+			t.Errorf("parseURL(%q): addrs %q password %q, want %q %q", c.raw, tg.Addrs, tg.Password, c.addrs, c.pw)
+		}
+		if c.pw != "" && strings.Contains(tg.where, ":"+c.pw+"@") {
+			t.Errorf("parseURL(%q): where %q shows the password", c.raw, tg.where)
+		}
+		tg2, err := parseURL(tg.URL())
+		if err != nil {
+			t.Errorf("parseURL(%q) renders %q, which fails: %v", c.raw, tg.URL(), err)
+			continue
+		}
+		if strings.Join(tg2.Addrs, " ") != strings.Join(tg.Addrs, " ") || tg2.Password != tg.Password {
+			t.Errorf("round trip of %q: %q %q, want %q %q", c.raw, tg2.Addrs, tg2.Password, tg.Addrs, tg.Password)
+		}
+	}
+}
+
+// TestRedTeam17_HostListZone: an IPv6 literal with a zone ("%25" in a
+// URL) is an IPv6 address. A single host with a zone parsed before host
+// lists did; in a list it must give the same address as alone (the zone
+// decoded once), and the rendering must parse back to it.
+func TestRedTeam17_HostListZone(t *testing.T) {
+	for _, c := range []struct{ raw, want string }{
+		{"redlock://[fe80::1%25eth0]:1", "[fe80::1%eth0]:1"},
+		{"redlock://[fe80::1%25eth0]:1,[::1]:2", "[fe80::1%eth0]:1"},
+		{"etcd://[::1]:2,[fe80::1%25eth0]:1", "[fe80::1%eth0]:1"},
+		{"zk://[fe80::1%25eth0],[::1]", "[fe80::1%eth0]:2181"},
+		{"redis://[fe80::1%25eth0]:1", "[fe80::1%eth0]:1"},
+	} {
+		tg, err := parseURL(c.raw)
+		if err != nil {
+			t.Errorf("parseURL(%q): %v", c.raw, err)
+			continue
+		}
+		found := false
+		for _, a := range tg.Addrs {
+			found = found || a == c.want
+		}
+		if !found {
+			t.Errorf("parseURL(%q): addrs %q, want %q among them", c.raw, tg.Addrs, c.want)
+		}
+		tg2, err := parseURL(tg.URL())
+		if err != nil || strings.Join(tg2.Addrs, " ") != strings.Join(tg.Addrs, " ") {
+			t.Errorf("round trip of %q through %q: %v %v", c.raw, tg.URL(), tg2, err)
+		}
+	}
+	// A zone that does not decode, or an empty one, is refused clearly.
+	for _, raw := range []string{"redlock://[fe80::1%eth0]:1,[::1]:2", "redlock://[fe80::1%25]:1,[::1]:2", "redlock://[fe80::1%2]:1,[::1]:2"} {
+		if _, err := parseURL(raw); err == nil || !errors.Is(err, errBadURL) {
+			t.Errorf("parseURL(%q) = %v, want a bad URL", raw, err)
+		}
+	}
+}
+
+// TestRedTeam17_FuzzHarnessHostList runs FuzzParseURL's checks of a parsed
+// URL's printable form on IPv6 host lists, which url.Parse alone refuses:
+// checkRedacted reads tg.where with url.Parse, so any such seed fails the
+// fuzz target although parseURL is right.
+func TestRedTeam17_FuzzHarnessHostList(t *testing.T) {
+	t.Skip("red team 17: url_test.go's checkRedacted parses tg.where with url.Parse, which refuses IPv6 host lists; it must use parseHostList (not this helper's file)")
+	for _, raw := range []string{"redlock://[::1]:1,[::1]:2", "redlock://u:pw@[::1]:1,[::1]:2"} {
+		tg, err := parseURL(raw)
+		if err != nil {
+			t.Fatalf("parseURL(%q): %v", raw, err)
+		}
+		checkRedacted(t, raw, tg)
+	}
+}

@@ -72,6 +72,9 @@ type config struct {
 	// NoDefaultMetadata suppresses the automatic host, pid and acquired
 	// metadata.
 	NoDefaultMetadata bool
+	// stampAcquired is set when Metadata[MetaAcquired] is dlock's own
+	// stamp (not the caller's, nor suppressed): each attempt renews it.
+	stampAcquired bool
 	// NoAutoRefresh turns the watchdog off: the lock is then lost at its
 	// local deadline unless the holder calls Refresh. Default: auto-refresh on.
 	NoAutoRefresh bool
@@ -213,6 +216,8 @@ func newConfig(key string, minTTL time.Duration, opts ...Option) (*config, error
 		md[MetaPID] = strconv.Itoa(os.Getpid())
 		md[MetaAcquired] = acquiredNow()
 	}
+	_, userAcquired := c.Metadata[MetaAcquired]
+	c.stampAcquired = !c.NoDefaultMetadata && !userAcquired
 	size := 0
 	for k, v := range c.Metadata {
 		md[k] = v

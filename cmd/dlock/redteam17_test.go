@@ -1,9 +1,16 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/filelock"
 )
 
 // Red team 17: host lists with IPv6 literals (parseHostList, hostPort).
@@ -162,5 +169,76 @@ func TestRedTeam17_FuzzHarnessHostList(t *testing.T) {
 			t.Fatalf("parseURL(%q): %v", raw, err)
 		}
 		checkRedacted(t, raw, tg)
+	}
+}
+
+// TestRedTeam17_LsHeldFor: ls on a file backend, holders stamped by dlock
+// and by other clients with odd "acquired" values: METADATA never shows
+// "acquired", HELD-FOR is a duration or "-", and --json's held_for_ms is
+// ≥ 0 for a holder stamped by dlock, never below -1 (unknown) otherwise.
+func TestRedTeam17_LsHeldFor(t *testing.T) {
+	dir := t.TempDir()
+	url := "file://" + dir
+	l, err := filelock.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	before := time.Now()
+	odd := map[string]string{
+		"rt17/stamped": "",
+		"rt17/future":  strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10),
+		"rt17/junk":    "junk",
+		"rt17/old":     "1",
+		"rt17/huge":    "99999999999999999999",
+	}
+	for key, v := range odd {
+		opts := []dlock.Option{dlock.WithTTL(time.Minute), dlock.WithMetadata("note", "x")}
+		if v != "" {
+			opts = append(opts, dlock.WithMetadata(dlock.MetaAcquired, v))
+		}
+		lk, err := l.TryAcquire(ctx, key, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { lk.Release(context.Background()) })
+	}
+	noDefault, err := l.TryAcquire(ctx, "rt17/nodefault", dlock.WithTTL(time.Minute), dlock.WithoutDefaultMetadata())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { noDefault.Release(context.Background()) })
+	time.Sleep(20 * time.Millisecond) // so that the stamped holder's HeldFor is not 0
+
+	rows, lsOut := lsRows(t, url)
+	t.Logf("ls:\n%s", lsOut.stdout)
+	if len(rows) != len(odd)+1 {
+		t.Fatalf("ls rows %q: want %d", rows, len(odd)+1)
+	}
+	for _, f := range rows {
+		line := strings.Join(f, " ")
+		if strings.Contains(f[len(f)-1], dlock.MetaAcquired) {
+			t.Errorf("ls row %q: METADATA shows acquired", line)
+		}
+		if f[4] != "-" {
+			if d, err := time.ParseDuration(f[4]); err != nil || d < 0 {
+				t.Errorf("ls row %q: HELD-FOR %q is not a duration ≥ 0", line, f[4])
+			}
+		}
+	}
+	r := runDlock(t, url, "ls", "--json")
+	var js []map[string]any
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &js) != nil {
+		t.Fatalf("ls --json: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	for _, row := range js {
+		key, _ := row["key"].(string)
+		held, ok := row["held_for_ms"].(float64)
+		switch {
+		case !ok || held < -1:
+			t.Errorf("ls --json %s: held_for_ms %v", key, row["held_for_ms"])
+		case key == "rt17/stamped" && (held < 0 || held > float64(time.Since(before).Milliseconds()+1)):
+			t.Errorf("ls --json %s: held_for_ms %v, want in [0, %d]", key, held, time.Since(before).Milliseconds())
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/filelock"
+	"github.com/dlock-go/dlock/internal/testserver"
 )
 
 // Red team 17: host lists with IPv6 literals (parseHostList, hostPort).
@@ -241,4 +242,39 @@ func TestRedTeam17_LsHeldFor(t *testing.T) {
 			t.Errorf("ls --json %s: held_for_ms %v, want in [0, %d]", key, held, time.Since(before).Milliseconds())
 		}
 	}
+}
+
+// rt17HeldForAfterWait: a `dlock run --wait` that waited about 3s for the
+// holder: ls --json's held_for_ms must not count that wait.
+func rt17HeldForAfterWait(t *testing.T, url string) {
+	t.Helper()
+	const key = "rt17/waited"
+	background(t, url, "run", key, "--", "sh", "-c", "echo started; exec sleep 3")
+	called := time.Now()
+	background(t, url, "run", "--wait", "60s", key, "--", "sh", "-c", "echo started; exec sleep 60")
+	waited := time.Since(called)
+	r := runDlock(t, url, "ls", "--json", key)
+	var js []map[string]any
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &js) != nil || len(js) != 1 {
+		t.Fatalf("ls --json: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	held, _ := js[0]["held_for_ms"].(float64)
+	most := (time.Since(called) - waited + 500*time.Millisecond).Milliseconds()
+	if held < 0 || held > float64(most) {
+		t.Errorf("held_for_ms %v after a wait of %v: want in [0, %d], the wait is counted", held, waited.Round(time.Millisecond), most)
+	}
+}
+
+// TestRedTeam17_LsHeldForNotTheWaitFile: file backend (a polling waiter,
+// each attempt stamped afresh).
+func TestRedTeam17_LsHeldForNotTheWaitFile(t *testing.T) {
+	rt17HeldForAfterWait(t, fileURL(t))
+}
+
+// TestRedTeam17_LsHeldForNotTheWaitZK: ZooKeeper queues a waiter: its
+// znode, written when it queued, carries the "acquired" stamp of the one
+// Queue attempt, so HELD-FOR counts the wait (etcd's queue entry alike).
+func TestRedTeam17_LsHeldForNotTheWaitZK(t *testing.T) {
+	t.Skip("red team 17: zklock and etcdlock queue a waiter in one attempt whose metadata (acquired = the call's time) is written at enqueue; List's FillHeldFor then counts the wait (2s wait -> HeldFor 2.0s on both); the drivers must stamp the grant, not the enqueue")
+	rt17HeldForAfterWait(t, "zk://"+testserver.StartZooKeeper(t).Addr()+"/rt17")
 }

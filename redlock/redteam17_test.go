@@ -32,6 +32,11 @@ func rt17Reservation(waiter string) string {
 	return fmt.Sprintf("|7|%s|%d", waiter, time.Now().Add(time.Minute).UnixMilli())
 }
 
+// rt17Stale is a reservation whose "until" has passed.
+func rt17Stale(waiter string) string {
+	return fmt.Sprintf("|7|%s|%d", waiter, time.Now().Add(-time.Second).UnixMilli())
+}
+
 // rt17Verdict is "held" (NotAcquiredError, ErrNotAcquired, not
 // ErrTransient), "split" (ErrTransient, not ErrNotAcquired, saying split
 // vote), or what else err is.
@@ -73,6 +78,9 @@ func TestRedTeam17_SplitVoteMatrix(t *testing.T) {
 		{"3/all three different", false, map[int]string{0: "a|42|{}", 1: "b|0|{}", 2: w("wx")}, "split"},
 		// A waiter id that looks like an owner id is still another identity.
 		{"3/owner and waiter of the same name", false, map[int]string{0: "a|0|{}", 1: w("a")}, "split"},
+		// A reservation past its "until" is no one's: the key is free.
+		{"3/stale reservations", false, map[int]string{0: rt17Stale("wx"), 1: rt17Stale("wx")}, "acquired"},
+		{"5/stale reservations beside a contender", true, map[int]string{0: rt17Stale("wx"), 1: rt17Stale("wx"), 2: "b|0|{}"}, "acquired"},
 		// Five nodes, quorum 3.
 		{"5/three contenders", true, map[int]string{0: "a|0|{}", 1: "b|0|{}", 2: "c|0|{}"}, "split"},
 		{"5/two and two", true, map[int]string{0: "a|0|{}", 1: "a|0|{}", 2: "b|0|{}", 3: "b|0|{}"}, "split"},
@@ -96,6 +104,9 @@ func TestRedTeam17_SplitVoteMatrix(t *testing.T) {
 			}
 			if got := rt17Verdict(err); got != tc.want {
 				t.Fatalf("TryAcquire: %s (%v), want %s", got, err, tc.want)
+			}
+			if tc.want == "acquired" {
+				return
 			}
 			// Nothing of this attempt is left on any node once its
 			// background release is done (bounded poll).

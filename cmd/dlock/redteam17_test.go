@@ -4,14 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/filelock"
 	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/redislock"
 )
 
 // Red team 17: host lists with IPv6 literals (parseHostList, hostPort).
@@ -277,4 +282,50 @@ func TestRedTeam17_LsHeldForNotTheWaitFile(t *testing.T) {
 func TestRedTeam17_LsHeldForNotTheWaitZK(t *testing.T) {
 	t.Skip("red team 17: zklock and etcdlock queue a waiter in one attempt whose metadata (acquired = the call's time) is written at enqueue; List's FillHeldFor then counts the wait (2s wait -> HeldFor 2.0s on both); the drivers must stamp the grant, not the enqueue")
 	rt17HeldForAfterWait(t, "zk://"+testserver.StartZooKeeper(t).Addr()+"/rt17")
+}
+
+// TestRedTeam17_RedisHeldForRace: redislock, many clients acquiring
+// (contended, so later attempts restamp "acquired"), listing and
+// releasing at once (run with -race): every HeldFor is in [0, since the
+// start], and each holder's metadata is the one it was acquired with.
+func TestRedTeam17_RedisHeldForRace(t *testing.T) {
+	addr := testserver.StartRedis(t).Addr()
+	ctx := context.Background()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for g := 0; g < 6; g++ {
+		cl := redis.NewClient(&redis.Options{Addr: addr})
+		t.Cleanup(func() { cl.Close() })
+		l := redislock.New(cl)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 8; i++ {
+				key := fmt.Sprintf("rt17/race/%d", i%2)
+				lk, err := l.Acquire(ctx, key, dlock.WithWait(20*time.Second), dlock.WithMetadata("g", strconv.Itoa(g)))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				infos, err := l.List(ctx, "rt17/race/")
+				if err != nil {
+					t.Error(err)
+				}
+				for _, in := range infos {
+					for _, h := range in.Holders {
+						if h.HeldFor < 0 || h.HeldFor > time.Since(start)+time.Millisecond {
+							t.Errorf("%s: HeldFor %v out of [0, %v]", in.Key, h.HeldFor, time.Since(start))
+						}
+						if h.Owner == lk.Owner() && h.Metadata[dlock.MetaAcquired] != lk.Metadata()[dlock.MetaAcquired] {
+							t.Errorf("%s: stored acquired %q, the Lock says %q", in.Key, h.Metadata[dlock.MetaAcquired], lk.Metadata()[dlock.MetaAcquired])
+						}
+					}
+				}
+				if err := lk.Release(ctx); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }

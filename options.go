@@ -117,7 +117,8 @@ func WithWait(d time.Duration) Option { return func(c *config) { c.Wait = d } }
 func WithBackoff(b Backoff) Option { return func(c *config) { c.Backoff = b } }
 
 // WithMetadata adds key=value metadata stored with the lock (merged with the
-// automatic host and pid).
+// automatic host, pid and acquired; a key given here wins, MetaAcquired
+// included, and is stored as given on every attempt).
 func WithMetadata(key, value string) Option {
 	return func(c *config) {
 		if c.Metadata == nil {
@@ -127,7 +128,8 @@ func WithMetadata(key, value string) Option {
 	}
 }
 
-// WithoutDefaultMetadata stops dlock from recording host and pid.
+// WithoutDefaultMetadata stops dlock from recording host, pid and acquired
+// (listings then report HeldFor only where the service records it).
 func WithoutDefaultMetadata() Option { return func(c *config) { c.NoDefaultMetadata = true } }
 
 // WithAutoRefresh turns the watchdog on (the default) or off.

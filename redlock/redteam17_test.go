@@ -428,3 +428,34 @@ func TestRedTeam17_HeldForList(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestRedTeam17_DecidedSplitVoteDoesNotWait: when the answers in already
+// rule out a majority for anyone (three owners on three of five nodes),
+// TryAcquire reports the split vote without waiting for a stalled node
+// (its node timeout is long, ctx has no deadline).
+func TestRedTeam17_DecidedSplitVoteDoesNotWait(t *testing.T) {
+	c := startNodes(t, 5)
+	const nodeTimeout = 20 * time.Second
+	l, link := c.lockerVia(t, []int{4}, redlock.WithNodeTimeout(nodeTimeout))
+	t.Cleanup(link.Heal)
+	key := dlocktest.Key(t)
+	rt17Plant(t, c, key, map[int]string{0: "a|0|{}", 1: "b|42|{}", 2: w17("wx")})
+	link.Stall()
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.TryAcquire(context.Background(), key)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if got := rt17Verdict(err); got != "split" {
+			t.Errorf("TryAcquire: %s (%v), want a split vote", got, err)
+		}
+		if took := time.Since(start); took > nodeTimeout/2 {
+			t.Errorf("TryAcquire took %v: it waited for a node that could not change the verdict", took)
+		}
+	case <-time.After(nodeTimeout / 2):
+		t.Fatal("TryAcquire waited for a stalled node that could not change the verdict")
+	}
+}

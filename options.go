@@ -231,7 +231,11 @@ func newConfig(key string, minTTL time.Duration, opts ...Option) (*config, error
 		size += len(k) + len(v)
 	}
 	if size > MaxMetadataLen {
-		return nil, fmt.Errorf("%w: metadata is %d bytes, more than %d", ErrInvalidOption, size, MaxMetadataLen)
+		dflt := ""
+		if !c.NoDefaultMetadata {
+			dflt = " (host, pid and acquired included: WithoutDefaultMetadata leaves them out)"
+		}
+		return nil, fmt.Errorf("%w: metadata is %d bytes%s, more than %d", ErrInvalidOption, size, dflt, MaxMetadataLen)
 	}
 	c.Metadata = md
 	return c, nil

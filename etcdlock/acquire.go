@@ -11,12 +11,32 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/background"
 )
+
+// serverTimeoutTransient marks an attempt that etcd itself gave up on
+// (its request timeout: a proposal not committed in time, a leader change
+// or loss, on a slow disk or a cluster without quorum for a moment) as
+// dlock.ErrTransient, so that Acquire tries again while its context
+// allows instead of failing at once. Nothing is left behind: the entry
+// of an attempt whose outcome is unknown is an orphan, deleted by value,
+// and its session retired (unknown). Other errors pass unchanged.
+func serverTimeoutTransient(err error) error {
+	if err == nil || errors.Is(err, dlock.ErrTransient) {
+		return err
+	}
+	for _, t := range []error{rpctypes.ErrTimeout, rpctypes.ErrTimeoutDueToLeaderFail, rpctypes.ErrTimeoutDueToConnectionLost, rpctypes.ErrLeaderChanged, rpctypes.ErrNoLeader} {
+		if errors.Is(err, t) {
+			return fmt.Errorf("%w: %w", dlock.ErrTransient, err)
+		}
+	}
+	return err
+}
 
 // notAcquired is the error of an attempt that found the key held by
 // holders (none if unknown). A holder that is not dlock's (etcdctl, a
@@ -63,7 +83,8 @@ func inOrder(opts ...clientv3.OpOption) []clientv3.OpOption {
 // created since the read, and reading again otherwise, refused readers
 // that arrived together with other readers: each round lets only one of
 // them in.)
-func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+func (b *backend) Try(ctx context.Context, req *driver.Request) (g driver.Grant, err error) {
+	defer func() { err = serverTimeoutTransient(err) }()
 	b.sweepKey(ctx, req.Key)
 	pfx := b.queuePrefix(req.Key)
 	shares := req.Mode != driver.Exclusive
@@ -251,7 +272,8 @@ func (b *backend) enqueue(ctx context.Context, req *driver.Request, peek func())
 // returns that error. A limited attempt that finds the key held by
 // holders limited to another number (at once or while it waits) returns
 // an error wrapping dlock.ErrLimitMismatch and removes its entry.
-func (b *backend) Queue(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+func (b *backend) Queue(ctx context.Context, req *driver.Request) (g driver.Grant, err error) {
+	defer func() { err = serverTimeoutTransient(err) }()
 	b.sweepKey(ctx, req.Key)
 	sent := time.Now()
 	// A new or stale lease costs a round trip before the entry is put:

@@ -64,7 +64,11 @@
 // *dlock.NotAcquiredError naming the holder and removes its entry in the
 // background; when a request fails, or etcd has not answered for a second
 // (a hung server or a stalled link), it returns that error instead, never
-// ErrNotAcquired.
+// ErrNotAcquired. A request that etcd itself timed out ("etcdserver:
+// request timed out", a leader lost or changed: a slow disk, a moment
+// without quorum) wraps dlock.ErrTransient: its entry, if it was put after
+// all, is deleted in the background, and Acquire tries again while its
+// context allows; TryAcquire returns the error.
 //
 // # Shared and limited locks
 //

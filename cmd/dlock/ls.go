@@ -49,7 +49,8 @@ nothing can be listed (exit 3). --nodes (or --verbose) adds a table of
 each node's leases: which node holds which key for whom, and whether the
 lease counts (QUORUM yes) or is a minority's (no). For etcd, ZooKeeper and
 Sentinel URLs with several addresses, ls warns about the addresses that
-refuse connections.
+refuse connections, and about the Sentinels that accept connections but
+do not answer (a hung process), and lists through the others.
 
 --watch lists again every DUR (default 2s; --watch=DUR, or --watch DUR
 when DUR is a duration such as 500ms or a number of seconds) until
@@ -131,7 +132,7 @@ func cmdLs(args []string, stdout, stderr io.Writer) int {
 	}
 	// ls creates nothing: a lock directory that does not exist is an
 	// error, unless it is the default one, where no lock was ever taken.
-	b, err := openBackend(raw, openOptions{connectTimeout: connect, verbose: verbose, logs: stderr, readOnly: true})
+	b, err := openBackend(raw, openOptions{connectTimeout: connect, verbose: verbose, logs: stderr, readOnly: true, warnSentinels: true})
 	switch {
 	case errors.Is(err, errNoLockDir) && raw == "file://"+stateDir():
 	case err != nil:

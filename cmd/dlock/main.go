@@ -34,7 +34,7 @@ Usage:
                [--connect-timeout 5s] [--verbose] [PREFIX]
   dlock check  [--url URL] [--connect-timeout 5s] [--read-only] [--json]
   dlock unlock [--url URL] (--owner ID | --force) [--json]
-               [--connect-timeout 5s] [--verbose] KEY
+               [--connect-timeout 5s] [--timeout 30s] [--verbose] KEY
   dlock demo   [--url URL] [--workers 10] [--rounds 20] [--metrics ADDR]
   dlock serve  [--data-dir DIR] [--listen 127.0.0.1:2379] [--peer-listen ADDR]
                [--cert FILE --key FILE [--ca FILE]]

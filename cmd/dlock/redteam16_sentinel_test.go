@@ -75,30 +75,13 @@ func TestRedTeam16Sentinel_AllSentinelsHung(t *testing.T) {
 // reports it lost (exit 4, LOCK LOST), and never hangs; afterwards the key
 // is granted on the new primary.
 func TestRedTeam16Sentinel_PausedPrimaryDuringRun(t *testing.T) {
-	s := testserver.StartSentinel(t)
-	url := sentinelURL(s, s.Master(), "", "")
-	old := s.Primary()
-	holder, errb, _ := background(t, url, "run", "--ttl", "3s", "rt16/paused", "--", "sh", "-c", "echo started; exec sleep 8")
-	s.WaitSynced(old)
-	old.Pause()
-	t.Cleanup(old.Resume)
-	start := time.Now()
-	p := s.WaitFailover(old)
-	t.Logf("failover to %s after %v", p.Addr(), time.Since(start).Round(time.Millisecond))
-	code := waitExit(t, holder)
-	t.Logf("holder: exit %d after %v: %q", code, time.Since(start).Round(time.Millisecond), errb.String())
-	switch code {
-	case 0:
-	case exitLost:
-		if !strings.Contains(errb.String(), "LOCK LOST") {
-			t.Fatalf("exit %d without LOCK LOST: %q", code, errb.String())
-		}
-	default:
-		t.Fatalf("holder: exit %d, want 0 or %d: %q", code, exitLost, errb.String())
-	}
-	if r := runDlock(t, url, "run", "-w", "30s", "rt16/paused", "--", "true"); r.code != 0 {
-		t.Fatalf("run after the failover: exit %d %q", r.code, r.stderr)
-	}
+	failoverDuringRun{
+		key: "rt16/paused", ttl: 3 * time.Second,
+		fault: func(t *testing.T, primary *testserver.Redis) {
+			primary.Pause()
+			t.Cleanup(primary.Resume)
+		},
+	}.judge(t, testserver.StartSentinel(t))
 }
 
 // TestRedTeam16Sentinel_TLSMismatchSeveral: rediss+sentinel:// to several

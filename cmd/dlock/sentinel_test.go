@@ -140,27 +140,92 @@ func TestSentinelBadInput(t *testing.T) {
 // failover (exit 0, the command's) or reports it lost (exit 4, LOCK LOST),
 // and never hangs. Afterwards the key can be taken again.
 func TestSentinelFailoverDuringRun(t *testing.T) {
-	s := testserver.StartSentinel(t)
-	url := sentinelURL(s, s.Master(), "", "")
-	old := s.Primary()
-	holder, errb, _ := background(t, url, "run", "--ttl", "5s", "sentinel/failover", "--", "sh", "-c", "echo started; exec sleep 8")
-	s.WaitSynced(old)
-	old.Stop()
-	start := time.Now()
-	p := s.WaitFailover(old)
-	t.Logf("failover to %s after %v", p.Addr(), time.Since(start).Round(time.Millisecond))
-	code := waitExit(t, holder)
-	t.Logf("dlock run: exit %d after %v: %q", code, time.Since(start).Round(time.Millisecond), errb.String())
-	switch code {
-	case 0:
-	case exitLost:
-		if !strings.Contains(errb.String(), "LOCK LOST") {
-			t.Fatalf("exit %d without LOCK LOST: %q", code, errb.String())
-		}
-	default:
-		t.Fatalf("exit %d, want 0 or %d: %q", code, exitLost, errb.String())
+	failoverDuringRun{
+		key: "sentinel/failover", ttl: 5 * time.Second,
+		fault: func(t *testing.T, primary *testserver.Redis) { primary.Stop() },
+	}.judge(t, testserver.StartSentinel(t))
+}
+
+// One Sentinel of three hung (SIGSTOP: its port accepts, it never
+// answers): ls lists through the two others (exit 0) and warns, on one
+// line of stderr, naming the hung Sentinel's address; run says so with
+// --verbose only. A Sentinel that refuses connections gets ls's one
+// warning, not two. No password is ever printed.
+func TestSentinelLsWarnsHungSentinel(t *testing.T) {
+	const dataPw, sentinelPw = "hungDataPw5", "hungSentinelPw5"
+	s := testserver.StartSentinel(t, testserver.WithReplicas(1),
+		testserver.WithDataPassword(dataPw), testserver.WithSentinelPassword(sentinelPw))
+	url := sentinelURL(s, s.Master(), dataPw, sentinelPw)
+	if r := runDlock(t, url, "run", "sentinel/hung", "--", "true"); r.code != 0 {
+		t.Fatalf("run with every Sentinel up: exit %d %q", r.code, r.stderr)
 	}
-	if r := runDlock(t, url, "run", "-w", "30s", "sentinel/failover", "--", "true"); r.code != 0 {
-		t.Fatalf("run after the failover: exit %d %q", r.code, r.stderr)
+	noSecrets := func(r result) {
+		t.Helper()
+		for _, secret := range []string{dataPw, sentinelPw} {
+			if strings.Contains(r.stdout+r.stderr, secret) {
+				t.Errorf("printed a password: %q %q", r.stdout, r.stderr)
+			}
+		}
+	}
+	// warnings are the stderr lines warning about the sentinel at addr
+	// (with --verbose, go-redis's own logs name it too).
+	warnings := func(stderr, addr string) []string {
+		var ws []string
+		for _, l := range strings.Split(stderr, "\n") {
+			if strings.HasPrefix(l, "warning: ") && strings.Contains(l, addr) {
+				ws = append(ws, l)
+			}
+		}
+		return ws
+	}
+	hung := s.Sentinels[1]
+	hung.Pause()
+	defer hung.Resume()
+	holder, _, _ := background(t, url, "run", "--ttl", "10s", "sentinel/hung", "--", "sh", "-c", "echo started; exec sleep 60")
+	const timeout = 3 * time.Second
+	for _, args := range [][]string{
+		{"ls", "--connect-timeout", timeout.String()},
+		{"ls", "--json", "--connect-timeout", timeout.String()},
+	} {
+		r, took := timedRun(t, url, args...)
+		t.Logf("%v: exit %d after %v: %q %q", args, r.code, took.Round(time.Millisecond), r.stdout, r.stderr)
+		noSecrets(r)
+		if r.code != 0 || !strings.Contains(r.stdout, "sentinel/hung") || !strings.Contains(r.stdout, strconv.Itoa(holder.Process.Pid)) {
+			t.Errorf("%v with one Sentinel of three hung: exit %d %q %q; want the listing", args, r.code, r.stdout, r.stderr)
+		}
+		if took > timeout+sentinelSlack {
+			t.Errorf("%v: took %v with --connect-timeout %v", args, took, timeout)
+		}
+		ws := warnings(r.stderr, hung.Addr())
+		if len(ws) != 1 || !strings.HasPrefix(ws[0], "warning: sentinel "+hung.Addr()+" ") || strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("%v: stderr %q; want one line warning about the hung sentinel %s", args, r.stderr, hung.Addr())
+		}
+		for _, other := range []*testserver.Redis{s.Sentinels[0], s.Sentinels[2]} {
+			if w := warnings(r.stderr, other.Addr()); len(w) != 0 {
+				t.Errorf("%v: a warning about %s, which answers: %q", args, other.Addr(), w)
+			}
+		}
+	}
+	// Other commands: silent, unless --verbose.
+	r := runDlock(t, url, "run", "--connect-timeout", timeout.String(), "sentinel/other", "--", "true")
+	noSecrets(r)
+	if r.code != 0 || len(warnings(r.stderr, hung.Addr())) != 0 {
+		t.Errorf("run without --verbose: exit %d %q; want 0 and no warning", r.code, r.stderr)
+	}
+	r = runDlock(t, url, "run", "--verbose", "--connect-timeout", timeout.String(), "sentinel/other", "--", "true")
+	noSecrets(r)
+	if ws := warnings(r.stderr, hung.Addr()); r.code != 0 || len(ws) != 1 || !strings.HasPrefix(ws[0], "warning: sentinel ") {
+		t.Errorf("run --verbose: exit %d %q; want 0 and one warning naming %s", r.code, r.stderr, hung.Addr())
+	}
+
+	// A Sentinel that refuses connections: ls's own warning, once.
+	hung.Resume()
+	gone := s.Sentinels[2]
+	gone.Stop()
+	r = runDlock(t, url, "ls", "--connect-timeout", timeout.String())
+	t.Logf("ls with %s stopped: exit %d %q", gone.Addr(), r.code, r.stderr)
+	noSecrets(r)
+	if ws := warnings(r.stderr, gone.Addr()); r.code != 0 || len(ws) != 1 {
+		t.Errorf("ls with a stopped Sentinel: exit %d %q; want 0 and one warning naming %s", r.code, r.stderr, gone.Addr())
 	}
 }

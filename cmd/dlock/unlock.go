@@ -6,13 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/dlock-go/dlock"
 )
 
 const unlockUsage = `Usage: dlock unlock [--url URL] (--owner ID | --force) [--json]
-                    [--connect-timeout 5s] [--verbose] KEY
+                    [--connect-timeout 5s] [--timeout 30s] [--verbose] KEY
 
 Releases KEY on another holder's behalf. With --owner ID it releases only
 the lease of that owner (DLOCK_OWNER in the holder's command, the OWNER of
@@ -30,9 +31,13 @@ or "KEY was not held" when --force finds it free. --json prints an object:
 key, released (an array of owner, token, mode, ttl_ms, metadata) and, for
 Redlock, nodes (owner and node of each removal) and node_errors.
 
+--timeout bounds the whole command, connecting included (which
+--connect-timeout bounds too): a lock service that does not answer within
+it is exit 3, and the lock may or may not have been broken (dlock ls tells).
+
 Exit status: 0 released (or, with --force, nothing held); 1 the owner given
 does not hold KEY (its holders are named; nothing changes); 2 usage; 3 the
-lock service failed or cannot break locks.
+lock service failed, did not answer within --timeout, or cannot break locks.
 
 Examples:
   dlock unlock --force nightly-batch
@@ -40,6 +45,14 @@ Examples:
 
 Options:
 `
+
+// defaultUnlockTimeout is --timeout's default.
+const defaultUnlockTimeout = 30 * time.Second
+
+// maxUnlockTimeout is the longest --timeout: unlock is an operator's
+// one-off command, and a bound of more than a day is a slip (a unit left
+// out, a value meant for another option), not a wish.
+const maxUnlockTimeout = 24 * time.Hour
 
 // unlockJSON is unlock's --json output.
 type unlockJSON struct {
@@ -82,11 +95,15 @@ func cmdUnlock(args []string, stdout, stderr io.Writer) int {
 	o.Bool(force, "", "force", "break the lock whoever holds it")
 	o.Bool(asJSON, "", "json", "print JSON")
 	o.Duration(connect, "", "connect-timeout", "DUR", "bound on connecting to and probing the lock service (default 5s)")
+	timeout := new(time.Duration)
+	*timeout = defaultUnlockTimeout
+	o.Var(waitFlag{timeout, new(bool)}, "", "timeout", "DUR|SECS", "give up after this long: a duration (1m, 1.5s) or seconds (10); at most 24h (default 30s)")
 	o.Bool(verbose, "", "verbose", "print the client libraries' logs on stderr")
 	rest, code, ok := o.Parse(args, stdout, stderr)
 	if !ok {
 		return code
 	}
+	start := time.Now()
 	switch {
 	case len(rest) != 1:
 		return o.UsageError(stderr, "one KEY expected, got %d arguments", len(rest))
@@ -94,6 +111,10 @@ func cmdUnlock(args []string, stdout, stderr io.Writer) int {
 		return o.UsageError(stderr, "give either --owner ID or --force")
 	case *connect <= 0:
 		return o.UsageError(stderr, "--connect-timeout must be positive, got %v", *connect)
+	case *timeout <= 0:
+		return o.UsageError(stderr, "--timeout must be positive, got %v", *timeout)
+	case *timeout > maxUnlockTimeout:
+		return o.UsageError(stderr, "--timeout %v is above the maximum, %v", *timeout, maxUnlockTimeout)
 	}
 	key := rest[0]
 	if err := dlock.ValidateKey(key); err != nil {
@@ -107,12 +128,20 @@ func cmdUnlock(args []string, stdout, stderr io.Writer) int {
 		raw = defaultURL()
 	}
 	stderr = &scrubWriter{w: stderr, secrets: secretsOf(raw)}
-	b, err := openBackend(raw, openOptions{connectTimeout: *connect, verbose: *verbose, logs: stderr})
+	// Connecting takes from the same budget: --timeout bounds the whole
+	// command, whichever of the two bounds is shorter ends the connecting.
+	connectWithin := min(*connect, *timeout)
+	b, err := openBackend(raw, openOptions{connectTimeout: connectWithin, verbose: *verbose, logs: stderr})
 	if err != nil {
+		if from, to := "--connect-timeout "+timeout.String(), "--timeout "+timeout.String(); *timeout < *connect && strings.Contains(err.Error(), from) {
+			// The probe's message names the bound it was given, which
+			// was --timeout's; the error keeps its kind (exit status).
+			err = &reworded{msg: strings.ReplaceAll(err.Error(), from, to), err: err}
+		}
 		return reportOpen(stderr, "unlock", err)
 	}
 	defer b.close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithDeadline(context.Background(), start.Add(*timeout))
 	defer cancel()
 	broken, err := dlock.Break(ctx, b.locker, key, *owner)
 	var nh *dlock.NotHolderError
@@ -126,6 +155,11 @@ func cmdUnlock(args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, dlock.ErrInvalidKey), errors.Is(err, dlock.ErrInvalidOption):
 		fmt.Fprintf(stderr, "dlock unlock: %v\n", err)
 		return exitUsage
+	case err != nil && ctx.Err() != nil:
+		// The request may have reached the service: say so.
+		fmt.Fprintf(stderr, "dlock unlock: %s: no answer within --timeout %v (%s may or may not have been released; dlock ls tells): %s\n",
+			b.where, *timeout, quoteField(key), oneLine(err.Error()))
+		return exitBackend
 	case err != nil:
 		fmt.Fprintf(stderr, "dlock unlock: %s: %s\n", b.where, oneLine(err.Error()))
 		return exitBackend
@@ -184,3 +218,12 @@ func printUnlockJSON(stdout io.Writer, v unlockJSON) int {
 	}
 	return 0
 }
+
+// reworded is err with another message.
+type reworded struct {
+	msg string
+	err error
+}
+
+func (r *reworded) Error() string { return r.msg }
+func (r *reworded) Unwrap() error { return r.err }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/testserver"
@@ -123,5 +124,135 @@ func TestUnlockUsage(t *testing.T) {
 	}
 	if r := runDlock(t, url, "--help"); !strings.Contains(r.stdout, "dlock unlock") {
 		t.Errorf("dlock --help lacks unlock: %q", r.stdout)
+	}
+}
+
+// --timeout: bare seconds or a duration; zero, negative, not-a-number,
+// empty and huge values are usage errors (exit 2, the problem on one line
+// and the pointer to --help), never an unlock.
+func TestUnlockTimeoutUsage(t *testing.T) {
+	url := fileURL(t)
+	_, _, _, owner := holdForUnlock(t, url, "held")
+	for _, v := range []string{"0", "0s", "-1s", "-5", "NaN", "nan", "Inf", "-Inf", "", "1e300", "9999999999h", "25h", "soon", "1x"} {
+		r := runDlock(t, url, "unlock", "--timeout", v, "--force", "held")
+		lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+		if r.code != exitUsage || r.stdout != "" || len(lines) != 2 || !strings.Contains(lines[0], "--timeout") || !strings.HasPrefix(lines[1], "Try 'dlock unlock --help'") {
+			t.Errorf("unlock --timeout %q: exit %d, stdout %q, stderr %q; want exit %d, one line naming --timeout and the pointer to --help", v, r.code, r.stdout, r.stderr, exitUsage)
+		}
+	}
+	// None of that broke the lock.
+	if r := runDlock(t, url, "run", "-n", "held", "--", "true"); r.code != exitConflict {
+		t.Fatalf("after refused --timeout values the key must still be held: run -n exit %d %q", r.code, r.stderr)
+	}
+	// Seconds and durations, in every option form, are accepted.
+	for _, args := range [][]string{
+		{"--timeout", "10", "--force", "free"},
+		{"--timeout", "2.5", "--force", "free"},
+		{"--timeout=1m", "--force", "free"},
+		{"-timeout", "24h", "--force", "free"},
+		{"--timeout", "45s", "--owner", owner, "held"},
+	} {
+		r := runDlock(t, url, append([]string{"unlock"}, args...)...)
+		if r.code != 0 {
+			t.Errorf("unlock %q: exit %d %q %q", args, r.code, r.stdout, r.stderr)
+		}
+	}
+	if r := runDlock(t, url, "unlock", "--help"); r.code != 0 || !strings.Contains(r.stdout, "--timeout DUR|SECS") || !strings.Contains(r.stdout, "[--timeout 30s]") {
+		t.Errorf("unlock --help does not show --timeout: %d %q", r.code, r.stdout)
+	}
+}
+
+// timeoutSlack is how far past --timeout a command may end (process start
+// and exit, closing clients, a loaded machine): the promise is an answer
+// by the deadline, not a latency.
+const timeoutSlack = 5 * time.Second
+
+// checkUnlockTimedOut checks that unlock gave up on a service that does
+// not answer: exit 3 within timeout+timeoutSlack, one line on stderr
+// naming --timeout (not the longer --connect-timeout), nothing on stdout.
+func checkUnlockTimedOut(t *testing.T, r result, took, timeout time.Duration) {
+	t.Helper()
+	t.Logf("exit %d after %v: %q", r.code, took.Round(time.Millisecond), r.stderr)
+	if r.code != exitBackend || r.stdout != "" {
+		t.Errorf("exit %d, stdout %q, stderr %q; want exit %d", r.code, r.stdout, r.stderr, exitBackend)
+	}
+	if took > timeout+timeoutSlack {
+		t.Errorf("took %v with --timeout %v", took, timeout)
+	}
+	if n := strings.Count(strings.TrimSuffix(r.stderr, "\n"), "\n"); n > 0 || !strings.HasPrefix(r.stderr, "dlock unlock: ") {
+		t.Errorf("stderr has %d lines, want one starting \"dlock unlock: \": %q", n+1, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "--timeout "+timeout.String()) || strings.Contains(r.stderr, "--connect-timeout") {
+		t.Errorf("stderr %q does not name --timeout %v as the bound that ran out", r.stderr, timeout)
+	}
+}
+
+// A lock service that looks hung (a stalled link: connections are
+// accepted, nothing comes back): unlock --timeout gives up by its
+// timeout, even with a longer --connect-timeout.
+func TestUnlockTimeoutStalledService(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	p := testserver.StartProxy(t, srv.Addr())
+	url := "redis://" + p.Addr()
+	if r := runDlock(t, url, "unlock", "--force", "k"); r.code != 0 { // through the proxy, healthy
+		t.Fatalf("unlock through the healthy proxy: exit %d %q", r.code, r.stderr)
+	}
+	p.Stall()
+	defer p.Heal()
+	const timeout = time.Second
+	for _, args := range [][]string{
+		{"unlock", "--timeout", "1s", "--connect-timeout", "30s", "--force", "k"},
+		{"unlock", "--timeout", "1", "--owner", dlock.NewOwner(), "k"},
+	} {
+		r, took := timedRun(t, url, args...)
+		checkUnlockTimedOut(t, r, took, timeout)
+	}
+}
+
+// A service that answers the probe but not the break itself (Redis with
+// writes paused: PING is served, the break's script waits): --timeout
+// bounds the break, and the message says the lock may have been released
+// or not.
+func TestUnlockTimeoutBreakHangs(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	url := "redis://" + srv.Addr()
+	run, _, _, _ := holdForUnlock(t, url, "paused")
+	if _, err := srv.Do("CLIENT", "PAUSE", "60000", "WRITE"); err != nil {
+		t.Fatalf("CLIENT PAUSE WRITE: %v", err)
+	}
+	unpaused := false
+	unpause := func() {
+		if !unpaused {
+			unpaused = true
+			if _, err := srv.Do("CLIENT", "UNPAUSE"); err != nil {
+				t.Errorf("CLIENT UNPAUSE: %v", err)
+			}
+		}
+	}
+	defer unpause()
+	const timeout = 2 * time.Second
+	r, took := timedRun(t, url, "unlock", "--timeout", timeout.String(), "--connect-timeout", "1m", "--force", "paused")
+	checkUnlockTimedOut(t, r, took, timeout)
+	if !strings.Contains(r.stderr, "may or may not have been released") {
+		t.Errorf("stderr %q does not say the break may have happened", r.stderr)
+	}
+	// Once writes resume, the service answers again: unlock works.
+	unpause()
+	if r := runDlock(t, url, "unlock", "--force", "paused"); r.code != 0 {
+		t.Fatalf("unlock after CLIENT UNPAUSE: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	if code := waitExit(t, run); code != exitLost {
+		t.Errorf("broken holder exited %d, want %d", code, exitLost)
+	}
+}
+
+// Review of --timeout: the message rewrite for a connect that ran out of
+// --timeout kept only the text, so any open error with --timeout below
+// --connect-timeout lost its kind: a bad URL (exit 2) and a refused TLS
+// file alike became exit 3.
+func TestUnlockTimeoutKeepsErrorKind(t *testing.T) {
+	r := runDlock(t, "redis://bad host:1", "unlock", "--timeout", "1s", "--force", "k")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "bad URL") {
+		t.Fatalf("bad URL with --timeout 1s: exit %d %q, want %d", r.code, r.stderr, exitUsage)
 	}
 }

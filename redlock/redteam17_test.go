@@ -471,7 +471,12 @@ func TestRedTeam17_DecidedSplitVoteDoesNotWait(t *testing.T) {
 // Before 4e85a89 a committed minority beside a contender read as a holder
 // and the wait ended with ErrNotAcquired.
 func TestRedTeam17_WaitEndsOnSplitVote(t *testing.T) {
-	t.Skip("red team 17: a wait that ends against a persistent split vote returns ErrTransient+deadline, not ErrNotAcquired as dlock.Locker.Acquire documents (engine waiter.ended); fix in the core, not redlock")
+	// A wait that ends against a lasting split vote observed no holder:
+	// per dlock's error rules (ErrNotAcquired means a holder was seen) it
+	// ends with the last attempt's ErrTransient joined with the deadline,
+	// never ErrNotAcquired, and it does not spin meanwhile. (The red team
+	// read Locker.Acquire's doc as promising ErrNotAcquired; the doc now
+	// says which.)
 	c := startNodes(t, 3)
 	l := c.locker(t)
 	key := dlocktest.Key(t)
@@ -483,8 +488,8 @@ func TestRedTeam17_WaitEndsOnSplitVote(t *testing.T) {
 		}
 	})
 	_, err := l.Acquire(dlocktest.Context(t), key, dlock.WithWait(time.Second), dlock.WithCallObserver(obs))
-	if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("Acquire's wait ended with %v, want ErrNotAcquired and the deadline", err)
+	if !errors.Is(err, dlock.ErrTransient) || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("Acquire's wait ended with %v, want ErrTransient (a split vote) and the deadline, not ErrNotAcquired", err)
 	}
 	if n := attempts.Load(); n > 100 {
 		t.Errorf("%d attempts in 1s: a spin", n)

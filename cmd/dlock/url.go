@@ -141,7 +141,7 @@ func isSecretParam(name string) bool {
 // pass, secret, token or key. Unparsable URLs are redacted best effort:
 // everything between "://" and the last "@" goes.
 func redact(raw string) string {
-	u, err := url.Parse(raw)
+	u, err := parseHostList(raw)
 	if err != nil || strayAt(raw, u) {
 		return redactRaw(raw)
 	}

@@ -322,7 +322,7 @@ func (w *waiter) attempt(ctx context.Context, n int, fn func(context.Context, *d
 	e, cfg := w.e, w.cfg
 	// A fresh owner per attempt: a driver cleaning up a failed attempt in
 	// the background can never touch a later one.
-	if _, ok := cfg.Metadata[MetaAcquired]; ok && n > 1 && !cfg.NoDefaultMetadata {
+	if cfg.stampAcquired && n > 1 {
 		// The acquisition time is this attempt's. A fresh map: an earlier
 		// attempt abandoned to the background may still be encoding its
 		// own.

@@ -17,8 +17,11 @@ import (
 // Locker acquires locks. Every backend's *Locker implements it.
 type Locker interface {
 	// Acquire blocks until key is held, ctx is done, WithWait elapses, or a
-	// non-retryable error occurs. Waiting ends with an error wrapping
-	// ErrNotAcquired (and the context's error).
+	// non-retryable error occurs. Waiting that ends returns an error
+	// wrapping the context's error and ErrNotAcquired when the last
+	// attempt saw a holder; when it saw none (an attempt that failed
+	// transiently, such as a Redlock split vote, or got no answer), that
+	// attempt's error instead (ErrTransient, ErrUnavailable).
 	Acquire(ctx context.Context, key string, opts ...Option) (*Lock, error)
 	// TryAcquire makes one attempt; a held key returns an error wrapping
 	// ErrNotAcquired (a *NotAcquiredError naming the holder where known).

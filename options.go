@@ -72,6 +72,9 @@ type config struct {
 	// NoDefaultMetadata suppresses the automatic host, pid and acquired
 	// metadata.
 	NoDefaultMetadata bool
+	// stampAcquired is set when Metadata[MetaAcquired] is dlock's own
+	// stamp (not the caller's, nor suppressed): each attempt renews it.
+	stampAcquired bool
 	// NoAutoRefresh turns the watchdog off: the lock is then lost at its
 	// local deadline unless the holder calls Refresh. Default: auto-refresh on.
 	NoAutoRefresh bool
@@ -114,7 +117,8 @@ func WithWait(d time.Duration) Option { return func(c *config) { c.Wait = d } }
 func WithBackoff(b Backoff) Option { return func(c *config) { c.Backoff = b } }
 
 // WithMetadata adds key=value metadata stored with the lock (merged with the
-// automatic host and pid).
+// automatic host, pid and acquired; a key given here wins, MetaAcquired
+// included, and is stored as given on every attempt).
 func WithMetadata(key, value string) Option {
 	return func(c *config) {
 		if c.Metadata == nil {
@@ -124,7 +128,8 @@ func WithMetadata(key, value string) Option {
 	}
 }
 
-// WithoutDefaultMetadata stops dlock from recording host and pid.
+// WithoutDefaultMetadata stops dlock from recording host, pid and acquired
+// (listings then report HeldFor only where the service records it).
 func WithoutDefaultMetadata() Option { return func(c *config) { c.NoDefaultMetadata = true } }
 
 // WithAutoRefresh turns the watchdog on (the default) or off.
@@ -213,6 +218,8 @@ func newConfig(key string, minTTL time.Duration, opts ...Option) (*config, error
 		md[MetaPID] = strconv.Itoa(os.Getpid())
 		md[MetaAcquired] = acquiredNow()
 	}
+	_, userAcquired := c.Metadata[MetaAcquired]
+	c.stampAcquired = !c.NoDefaultMetadata && !userAcquired
 	size := 0
 	for k, v := range c.Metadata {
 		md[k] = v
@@ -224,7 +231,11 @@ func newConfig(key string, minTTL time.Duration, opts ...Option) (*config, error
 		size += len(k) + len(v)
 	}
 	if size > MaxMetadataLen {
-		return nil, fmt.Errorf("%w: metadata is %d bytes, more than %d", ErrInvalidOption, size, MaxMetadataLen)
+		dflt := ""
+		if !c.NoDefaultMetadata {
+			dflt = " (host, pid and acquired included: WithoutDefaultMetadata leaves them out)"
+		}
+		return nil, fmt.Errorf("%w: metadata is %d bytes%s, more than %d", ErrInvalidOption, size, dflt, MaxMetadataLen)
 	}
 	c.Metadata = md
 	return c, nil

@@ -213,8 +213,10 @@
 // List (dlock.Lister) reads every queue under a prefix in one range read
 // and reports each held key, sorted, with its mode (its head's) and, for a
 // semaphore, its limit, every holder (owner, token, metadata, mode, and
-// the time left on its lease, one TimeToLive request per lease) and the
-// number of entries that do not hold (Waiters).
+// the time left on its lease, one TimeToLive request per lease, and
+// HeldFor from its dlock.MetaAcquired, stamped when its entry was put: for
+// a holder that queued, it includes the wait) and the number of entries
+// that do not hold (Waiters).
 //
 // # Guard
 //

@@ -66,7 +66,10 @@
 // fails with ErrLimitMismatch if they hold the key when its turn comes.
 //
 // List reports each held key's mode, every holder (owner, token,
-// metadata, mode), the limit of a semaphore and the number of waiters.
+// metadata, mode, HeldFor), the limit of a semaphore and the number of
+// waiters. HeldFor comes from the holder's dlock.MetaAcquired, stamped
+// when its node was created: for a holder that queued, it includes the
+// wait.
 //
 // # Fencing tokens
 //

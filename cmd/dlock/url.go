@@ -141,7 +141,7 @@ func isSecretParam(name string) bool {
 // pass, secret, token or key. Unparsable URLs are redacted best effort:
 // everything between "://" and the last "@" goes.
 func redact(raw string) string {
-	u, err := url.Parse(raw)
+	u, err := parseHostList(raw)
 	if err != nil || strayAt(raw, u) {
 		return redactRaw(raw)
 	}
@@ -316,7 +316,20 @@ func parseHostList(raw string) (*url.URL, error) {
 	if err != nil || u.Host != placeholder {
 		return url.Parse(raw)
 	}
-	u.Host = hosts
+	// Each address as url.Parse reads a lone host: a zone's "%25" is
+	// decoded once, as it is without a list.
+	list := strings.Split(hosts, ",")
+	for i, h := range list {
+		if h == "" {
+			continue // addrList says so
+		}
+		hu, err := url.Parse("x://" + h)
+		if err != nil || hu.User != nil || hu.Path != "" || hu.RawQuery != "" {
+			return url.Parse(raw)
+		}
+		list[i] = hu.Host
+	}
+	u.Host = strings.Join(list, ",")
 	return u, nil
 }
 
@@ -466,7 +479,7 @@ func hostPort(raw, hp string) (string, error) {
 	if !validHost(host) {
 		return "", badURL(raw, "address %q: %q is not a host name or IP address", hp, host)
 	}
-	if ip := net.ParseIP(host); strings.HasPrefix(hp, "[") && (ip == nil || ip.To4() != nil && !strings.Contains(host, ":")) {
+	if a, err := netip.ParseAddr(host); strings.HasPrefix(hp, "[") && (err != nil || !a.Is6()) {
 		return "", badURL(raw, "address %q: brackets hold an IPv6 address, not %q", hp, host)
 	}
 	p, err := strconv.Atoi(port)

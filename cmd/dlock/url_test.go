@@ -71,7 +71,7 @@ func checkNoSecret(t *testing.T, raw, msg string, secrets []string) {
 // checkRedacted checks the printable form of a parsed URL.
 func checkRedacted(t *testing.T, raw string, tg *target) {
 	t.Helper()
-	w, err := url.Parse(tg.where)
+	w, err := parseHostList(tg.where) // url.Parse refuses IPv6 host lists
 	if err != nil {
 		t.Fatalf("parseURL(%q): where %q does not parse: %v", raw, tg.where, err)
 	}

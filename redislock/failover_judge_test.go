@@ -20,14 +20,11 @@ import (
 // the contender try the key. What is judged is an ordering, never a
 // latency: who held the key when the contender was granted it.
 //
-// Most failover tests (failover_test.go, redteam16_sentinel_test.go) call
-// t.Parallel: each has a deployment of its own and spends its time waiting
-// for sentinels, failovers and leases, not on the CPU, and their promises
-// are orderings that hold whichever branch a slow machine takes. go test
-// runs them after the package's other tests, at most -parallel
-// (GOMAXPROCS by default: 2 on a 2-core machine) at once. Not parallel:
-// the split-brain controls (TestRedTeam16Sentinel_SplitBrainDoubleGrant,
-// _SplitBrainAcks), whose holder must keep renewing a 2s lease on time.
+// The failover tests run one after another, not in parallel: on 2 cores
+// under -race a parallel run saved about 2 minutes but once starved a
+// split-brain control's holder of its 2s renewal, and a Sentinel
+// deployment's down-after of 1s is itself a clock that a starved machine
+// can trip. Landing a green run matters more than the minutes.
 //
 // Each case starts its own deployment: cases sharing one (the next case on
 // the primary the last failover promoted) saved about a second a case and

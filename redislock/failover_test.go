@@ -40,7 +40,6 @@ func TestFailoverWhileHeldKill(t *testing.T) { testFailoverWhileHeld(t, faultKil
 func TestFailoverWhileHeldPause(t *testing.T) { testFailoverWhileHeld(t, faultPause) }
 
 func testFailoverWhileHeld(t *testing.T, fault failoverFault) {
-	t.Parallel() // see failover_judge_test.go
 	for _, tc := range []struct {
 		name string
 		ttl  time.Duration
@@ -77,7 +76,6 @@ func failoverWhileHeld(t *testing.T, fault failoverFault, ttl time.Duration) {
 // primary issues max(marker + 1, its time in µs), and its clock is the
 // same host's), so a guard refuses the old holder's late writes.
 func TestFailoverLaggingReplicaDoubleGrant(t *testing.T) {
-	t.Parallel() // see failover_judge_test.go
 	h := newFailoverHold(t, failoverSetup{Sentinel: []testserver.SentinelOption{testserver.WithReplicas(1), testserver.WithReplicationProxies()}})
 	restore := h.S.KeepReplicationLinks()
 	h.S.ReplicationLinks[0].Stall()
@@ -106,7 +104,6 @@ func TestFailoverLaggingReplicaDoubleGrant(t *testing.T) {
 // the failover to that replica the contender is granted the key, and
 // nobody else believes it holds it.
 func TestFailoverLaggingReplicaAcksRefused(t *testing.T) {
-	t.Parallel() // see failover_judge_test.go
 	h := newFailoverHold(t, failoverSetup{
 		Sentinel: []testserver.SentinelOption{testserver.WithReplicas(1), testserver.WithReplicationProxies()},
 		Holder:   []redislock.Option{redislock.WithReplicaAcks(1, 300*time.Millisecond)},
@@ -160,7 +157,6 @@ func TestFailoverLaggingReplicaAcksRefused(t *testing.T) {
 // server µs)) still order the holders while the new primary's clock is
 // not behind the old one's.
 func TestFailoverAckedReplicaPromoted(t *testing.T) {
-	t.Parallel() // see failover_judge_test.go
 	h := newFailoverHold(t, failoverSetup{
 		Sentinel: []testserver.SentinelOption{testserver.WithReplicas(2), testserver.WithReplicationProxies()},
 		Holder:   []redislock.Option{redislock.WithReplicaAcks(1, redislock.DefaultAckTimeout)},

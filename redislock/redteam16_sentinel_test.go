@@ -33,11 +33,9 @@ import (
 // The two faults' cases run in parallel with each other (each case on a
 // deployment of its own, mostly waiting for failovers and leases).
 func TestRedTeam16Sentinel_PausedPrimaryResumes(t *testing.T) {
-	t.Parallel() // see failover_judge_test.go
 	ttls := []time.Duration{dlock.MinTTL, time.Second, 2 * time.Second, 5 * time.Second}
 	for _, fault := range []failoverFault{faultPause, faultKill} {
 		t.Run(string(fault), func(t *testing.T) {
-			t.Parallel()
 			for _, ttl := range ttls {
 				t.Run(ttl.String(), func(t *testing.T) { pausedPrimaryResumes(t, fault, ttl) })
 			}
@@ -59,10 +57,8 @@ func pausedPrimaryResumes(t *testing.T, fault failoverFault, ttl time.Duration) 
 // idle connections to the old primary, which is a primary again until the
 // sentinels demote it.
 func TestRedTeam16Sentinel_SplitBrainStaleConns(t *testing.T) {
-	t.Parallel() // see failover_judge_test.go
 	for _, keep := range []bool{false, true} {
 		t.Run(map[bool]string{false: "SentinelResumes", true: "SentinelStaysPaused"}[keep], func(t *testing.T) {
-			t.Parallel() // each on its own deployment, mostly waiting
 			splitBrainStaleConns(t, keep)
 		})
 	}
@@ -108,7 +104,6 @@ func splitBrainStaleConns(t *testing.T, keepSentinelPaused bool) {
 // the other, by polling, within their bounded backoff (well within the
 // generous bound here), and their Acquires honour their contexts.
 func TestRedTeam16Sentinel_WaitersAcrossFailover(t *testing.T) {
-	t.Parallel() // see failover_judge_test.go
 	h := newFailoverHold(t, failoverSetup{})
 	s, old, waiterL, key := h.S, h.Old, h.Contender, h.Key
 	const ttl = 20 * time.Second // outlasts the failover: the holder keeps the key
@@ -162,7 +157,6 @@ func TestRedTeam16Sentinel_WaitersAcrossFailover(t *testing.T) {
 // retried on the new primary frees the key (a contender is granted at
 // once, not after the TTL) and List there sees the key's release.
 func TestRedTeam16Sentinel_ReleaseListAcrossFailover(t *testing.T) {
-	t.Parallel() // see failover_judge_test.go
 	h := newFailoverHold(t, failoverSetup{})
 	s, old, l := h.S, h.Old, h.Holder
 	const ttl = 40 * time.Second // a release that did not happen shows: the key stays held
@@ -222,7 +216,6 @@ func TestRedTeam16Sentinel_ReleaseListAcrossFailover(t *testing.T) {
 // deadline with an error wrapping dlock.ErrUnavailable, and one whose
 // context is long enough is granted the key.
 func TestRedTeam16Sentinel_HungSentinel(t *testing.T) {
-	t.Parallel() // see failover_judge_test.go
 	s := testserver.StartSentinel(t, testserver.WithReplicas(1))
 	s.Sentinels[0].Pause()
 	defer s.Sentinels[0].Resume()

@@ -216,7 +216,6 @@ func wantText(t *testing.T, what string, errs map[string]error, unavailable bool
 // (their faults are in the client's options); unreachable sentinels are
 // free loopback ports nothing listens on.
 func TestSentinelBadInput(t *testing.T) {
-	t.Parallel() // waits on deadlines and sentinels, not the CPU: see failover_judge_test.go
 	s := testserver.StartSentinel(t, testserver.WithReplicas(1),
 		testserver.WithDataPassword("right-data-pw"), testserver.WithSentinelPassword("right-sentinel-pw"))
 	key := dlocktest.Key(t)
@@ -273,7 +272,6 @@ func TestSentinelBadInput(t *testing.T) {
 // longer context succeeds. Later connections ask the sentinel that
 // answered.
 func TestSentinelOnePaused(t *testing.T) {
-	t.Parallel() // waits on deadlines and sentinels, not the CPU: see failover_judge_test.go
 	s := testserver.StartSentinel(t, testserver.WithReplicas(1))
 	s.Sentinels[0].Pause()
 	defer s.Sentinels[0].Resume()
@@ -395,7 +393,6 @@ func TestSentinelAllPaused(t *testing.T) {
 // error), as Acquire does: the outcome is the same, the wording must be.
 // The race is decided per call; repeated calls catch it.
 func TestSentinelClientDeadlineIsUnavailable(t *testing.T) {
-	t.Parallel() // waits on deadlines and sentinels, not the CPU: see failover_judge_test.go
 	opt := &redis.FailoverOptions{MasterName: testserver.SentinelMaster, SentinelAddrs: []string{
 		"127.0.0.1:" + strconv.Itoa(testserver.FreePort(t)),
 		"127.0.0.1:" + strconv.Itoa(testserver.FreePort(t)),

@@ -320,8 +320,6 @@ func (w *waiter) ended(ctx context.Context) error {
 // transiently (w.lastErr) and the caller may wait and try again.
 func (w *waiter) attempt(ctx context.Context, n int, fn func(context.Context, *driver.Request) (driver.Grant, error), grace time.Duration, rtt bool) (lk *Lock, done bool, err error) {
 	e, cfg := w.e, w.cfg
-	// A fresh owner per attempt: a driver cleaning up a failed attempt in
-	// the background can never touch a later one.
 	if cfg.stampAcquired && n > 1 {
 		// The acquisition time is this attempt's. A fresh map: an earlier
 		// attempt abandoned to the background may still be encoding its
@@ -330,6 +328,8 @@ func (w *waiter) attempt(ctx context.Context, n int, fn func(context.Context, *d
 		md[MetaAcquired] = acquiredNow()
 		cfg.Metadata = md
 	}
+	// A fresh owner per attempt: a driver cleaning up a failed attempt in
+	// the background can never touch a later one.
 	req := &driver.Request{Key: cfg.key, Owner: NewOwner(), TTL: cfg.TTL, Metadata: cfg.Metadata, Mode: driver.Mode(cfg.mode), Limit: cfg.limit, WaitID: w.waitID, Waiter: w.waiter}
 	cfg.attempts = n
 	if e.src.obs != nil || cfg.callObs != nil {

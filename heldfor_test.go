@@ -38,24 +38,7 @@ func TestFillHeldFor(t *testing.T) {
 func TestAcquiredIsTheWinningAttempts(t *testing.T) {
 	l := memlock.New()
 	ctx := context.Background()
-	first, err := l.Acquire(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan *dlock.Lock, 1)
-	go func() {
-		lk, err := l.Acquire(ctx, "k", dlock.WithWait(time.Minute))
-		if err != nil {
-			t.Error(err)
-		}
-		got <- lk
-	}()
-	time.Sleep(100 * time.Millisecond)
-	released := time.Now().Truncate(time.Millisecond)
-	if err := first.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	lk := <-got
+	first, lk, released := acquireAfterHolder(t, l, "k", 100*time.Millisecond)
 	if lk == nil {
 		return
 	}
@@ -70,6 +53,33 @@ func TestAcquiredIsTheWinningAttempts(t *testing.T) {
 	if md := mustNoDefault(t, l); len(md) != 0 {
 		t.Fatalf("WithoutDefaultMetadata: metadata %v, want none", md)
 	}
+}
+
+// acquireAfterHolder has l's first lock hold key for about hold while a
+// blocking Acquire waits for it, then releases it: it returns both locks
+// (the second nil if its Acquire failed, already reported) and the time of
+// the release, truncated to MetaAcquired's millisecond.
+func acquireAfterHolder(t *testing.T, l dlock.Locker, key string, hold time.Duration) (first, waiter *dlock.Lock, released time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	first, err := l.TryAcquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *dlock.Lock, 1)
+	go func() {
+		lk, err := l.Acquire(ctx, key, dlock.WithWait(time.Minute))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- lk
+	}()
+	time.Sleep(hold)
+	released = time.Now().Truncate(time.Millisecond)
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return first, <-got, released
 }
 
 func mustNoDefault(t *testing.T, l dlock.Locker) map[string]string {

@@ -80,24 +80,8 @@ func TestRedTeam17_HeldForNotTheWait(t *testing.T) {
 	const hold = time.Second
 	for name, l := range rt17Backends(t) {
 		t.Run(name, func(t *testing.T) {
-			first, err := l.TryAcquire(ctx, "rt17/wait")
-			if err != nil {
-				t.Fatal(err)
-			}
 			called := time.Now()
-			got := make(chan *dlock.Lock, 1)
-			go func() {
-				lk, err := l.Acquire(ctx, "rt17/wait", dlock.WithWait(time.Minute))
-				if err != nil {
-					t.Error(err)
-				}
-				got <- lk
-			}()
-			time.Sleep(hold)
-			if err := first.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
-			lk := <-got
+			_, lk, _ := acquireAfterHolder(t, l, "rt17/wait", hold)
 			if lk == nil {
 				return
 			}

@@ -245,41 +245,7 @@ func TestRedTeam17_RunOnceFiveNodes(t *testing.T) {
 	c := startNodes(t, 5)
 	rounds := map[int]int{4: 6, 5: 7, 6: 7} // 20 rounds in all
 	for _, replicas := range []int{4, 5, 6} {
-		ls := make([]dlock.Locker, replicas)
-		for i := range ls {
-			ls[i] = c.locker(t)
-			// Warm each client's connections.
-			lk, err := ls[i].Acquire(dlocktest.Context(t), dlocktest.Key(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			_ = lk.Release(dlocktest.Context(t))
-		}
-		for r := range rounds[replicas] {
-			key := dlocktest.Key(t)
-			var runs atomic.Int32
-			var wg sync.WaitGroup
-			start := make(chan struct{})
-			for _, l := range ls {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					_, err := dlock.RunOnce(dlocktest.Context(t), l, key, 4*time.Second, time.Second, func(context.Context) error {
-						runs.Add(1)
-						return nil
-					})
-					if err != nil {
-						t.Errorf("%d replicas, round %d: %v", replicas, r, err)
-					}
-				}()
-			}
-			close(start)
-			wg.Wait()
-			if n := runs.Load(); n != 1 {
-				t.Fatalf("%d replicas, round %d: the job ran %d times, want once", replicas, r, n)
-			}
-		}
+		runOnceRounds(t, c, replicas, rounds[replicas])
 	}
 }
 

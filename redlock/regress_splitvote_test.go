@@ -120,11 +120,17 @@ func TestRegressSplitVoteBesideReleasingHolder(t *testing.T) {
 // Many replicas firing RunOnce at once on a cold key: exactly one runs the
 // job, round after round (bounded: 20 rounds).
 func TestRegressRunOnceRace(t *testing.T) {
-	c := startNodes(t, 3)
-	const replicas, rounds = 4, 20
+	runOnceRounds(t, startNodes(t, 3), 4, 20)
+}
+
+// runOnceRounds has replicas lockers on c fire RunOnce at once on a fresh
+// key, rounds times: exactly one must run the job each round.
+func runOnceRounds(t *testing.T, c *cluster, replicas, rounds int) {
+	t.Helper()
 	ls := make([]dlock.Locker, replicas)
 	for i := range ls {
 		ls[i] = c.locker(t)
+		// Warm each client's connections.
 		lk, err := ls[i].Acquire(dlocktest.Context(t), dlocktest.Key(t))
 		if err != nil {
 			t.Fatal(err)
@@ -146,14 +152,14 @@ func TestRegressRunOnceRace(t *testing.T) {
 					return nil
 				})
 				if err != nil {
-					t.Errorf("round %d: %v", r, err)
+					t.Errorf("%d replicas, round %d: %v", replicas, r, err)
 				}
 			}()
 		}
 		close(start)
 		wg.Wait()
 		if n := runs.Load(); n != 1 {
-			t.Fatalf("round %d: the job ran %d times, want once", r, n)
+			t.Fatalf("%d replicas, round %d: the job ran %d times, want once", replicas, r, n)
 		}
 	}
 }

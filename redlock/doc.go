@@ -126,7 +126,10 @@
 // the QuorumError is its Cause). The NotAcquiredError's Holders are the
 // holders the refusing nodes reported, one per owner (or reserved waiter),
 // the one seen on most nodes first, each with the highest token and the
-// shortest lease left it was seen with. The QuorumError wraps
+// shortest lease left it was seen with. They are the holders seen by the
+// time the verdict was decided: once one owner is seen on a majority, the
+// nodes not yet heard are reported as "no answer yet" and their holders
+// are not listed. The QuorumError wraps
 // dlock.ErrTransient, and Acquire tries again, when no holder was seen and
 // the attempt may succeed if repeated: nodes did not answer in time, or a
 // majority granted but the commit could not reach a majority, or a split

@@ -99,22 +99,53 @@ func (l *lease) Release(ctx context.Context) error {
 	tok := l.token
 	l.mu.Unlock()
 	all := l.b.all()
-	// Every node gets the release; the caller waits only until a majority
-	// released, and the rest finish within the node timeout on their own:
-	// their requests must not end with the caller's context (the core
-	// cancels it as soon as Release returns, and a request still waiting
-	// for a connection would then never be sent, leaving the lease on that
-	// node until it expires).
+	// Every node gets the release. Its requests must not end with the
+	// caller's context (the core cancels it as soon as Release returns,
+	// and a request still waiting for a connection would then never be
+	// sent, leaving the lease on that node until it expires): a node that
+	// has not answered when Release returns finishes within the node
+	// timeout on its own.
+	start := time.Now()
 	ch := l.b.fanOut(context.WithoutCancel(ctx), l.timeout, all, func(ctx context.Context, n *node) answer {
 		ok, err := n.QuorumRelease(ctx, l.key, l.owner, tok, FenceRetention)
 		return answer{ok: ok, err: err}
 	})
 	r := tally(ctx, ch, all, l.b.quorum, l.timeout)
-	if r.ok {
+	if !r.ok {
+		return l.b.quorumLoss("release", l.key, r.seen)
+	}
+	// A majority released: the lock is released. Give the other nodes a
+	// grace in proportion to what the majority took (4×, at least
+	// releaseGraceMin, within the node timeout and half of ctx's time
+	// left) to answer too, so that a List or Break right after Release
+	// does not find the lease on a node whose answer was merely a little
+	// slower, also on a loaded machine. A hung minority costs the grace;
+	// it cannot make Release fail.
+	elapsed := time.Since(start)
+	grace := min(max(4*elapsed, releaseGraceMin), l.timeout-elapsed)
+	if dl, ok := ctx.Deadline(); ok {
+		grace = min(grace, time.Until(dl)/2)
+	}
+	if grace <= 0 {
 		return nil
 	}
-	return l.b.quorumLoss("release", l.key, r.seen)
+	wait := time.NewTimer(grace)
+	defer wait.Stop()
+	for n := len(all) - r.received; n > 0; n-- {
+		select {
+		case <-ch:
+		case <-wait.C:
+			return nil
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	return nil
 }
+
+// releaseGraceMin is the least time Release waits, after a majority
+// released, for the other nodes' answers.
+const releaseGraceMin = 20 * time.Millisecond
 
 // RefreshBatch implements driver.BatchRenewer: one pipeline per node for all
 // due leases, the nodes in parallel. Each renewal is reported as soon as a

@@ -360,14 +360,18 @@ func TestLostWhenMajorityLosesLease(t *testing.T) {
 	c := startNodes(t, 5)
 	l := c.locker(t)
 	key := dlocktest.Key(t)
-	lk, err := l.Acquire(dlocktest.Context(t), key, dlock.WithTTL(300*time.Millisecond))
+	// A TTL that a loaded machine's renewals keep up with (300ms lost the
+	// lock by its local deadline when the test process was starved): the
+	// sleep outlives one TTL, so the lock is held by renewals alone.
+	const ttl = 2 * time.Second
+	lk, err := l.Acquire(dlocktest.Context(t), key, dlock.WithTTL(ttl))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, i := range []int{0, 1} { // a minority: still held
 		c.admin[i].Del(context.Background(), lockKey(key))
 	}
-	time.Sleep(400 * time.Millisecond)
+	time.Sleep(ttl + ttl/4)
 	if lk.Err() != nil {
 		t.Fatalf("lost after a minority dropped it: %v", lk.Err())
 	}

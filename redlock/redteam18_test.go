@@ -2,9 +2,13 @@ package redlock_test
 
 import (
 	"context"
+	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/dlock-go/dlock"
 
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testserver"
@@ -135,5 +139,300 @@ func TestRedTeam18_CancelDuringGrace(t *testing.T) {
 			t.Errorf("round %d: Release cancelled during the grace (majority released): %v, want nil", round, err)
 		}
 		link.Heal()
+	}
+}
+
+// Tiny and huge node timeouts, an already-cancelled ctx and a ctx without
+// cancellation, node 2 stalled: Release returns nil, or (a node timeout
+// too short for any node to answer) a QuorumError; never a panic or hang,
+// and by the node timeout plus the overrun bound.
+func TestRedTeam18_NodeTimeoutsAndContexts(t *testing.T) {
+	c := startNodes(t, 3)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	ctxs := map[string]context.Context{
+		"background":    context.Background(),
+		"cancelled":     cancelled,
+		"withoutCancel": context.WithoutCancel(cancelled),
+	}
+	for _, nt := range []time.Duration{time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond, 50 * time.Millisecond, time.Hour} {
+		l, link := c.lockerVia(t, []int{2}, redlock.WithNodeTimeout(nt))
+		// Acquire with a generous node timeout: the lock must be held.
+		la, _ := c.lockerVia(t, nil, redlock.WithNodeTimeout(5*time.Second))
+		_ = la
+		for name, ctx := range ctxs {
+			key := dlocktest.Key(t)
+			lk, err := l.Acquire(dlocktest.Context(t), key)
+			if err != nil {
+				t.Logf("node timeout %v: Acquire: %v (skipped)", nt, err)
+				continue
+			}
+			link.Stall()
+			start := time.Now()
+			err = lk.Release(ctx)
+			took := time.Since(start)
+			var qe *redlock.QuorumError
+			if err != nil && !errors.As(err, &qe) {
+				t.Errorf("node timeout %v, ctx %s: Release = %v, want nil or a QuorumError", nt, name, err)
+			}
+			bound := min(nt, dlock.DefaultReleaseTimeout)
+			if took > bound+dlocktest.OverrunBound {
+				t.Errorf("node timeout %v, ctx %s: Release took %v", nt, name, took)
+			}
+			t.Logf("node timeout %v, ctx %s: Release = %v in %v", nt, name, err, took.Round(time.Millisecond))
+			link.Heal()
+		}
+	}
+}
+
+// Five nodes, two stalled; then two nodes losing their release reply.
+// Release is nil; the healthy nodes hold no remnant when it returns.
+func TestRedTeam18_FiveNodesStalledAndLostReplies(t *testing.T) {
+	c := startNodes(t, 5)
+	l, link := c.lockerVia(t, []int{3, 4}, redlock.WithNodeTimeout(5*time.Second))
+	for round := range 4 {
+		key := dlocktest.Key(t)
+		lk, err := l.Acquire(dlocktest.Context(t), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		healthy := []int{0, 1, 2}
+		if round%2 == 0 {
+			link.Stall()
+		} else {
+			link[0].LoseNextReply()
+			link[1].LoseNextReply()
+			healthy = []int{0, 1, 2, 3, 4}
+		}
+		start := time.Now()
+		if err := lk.Release(dlocktest.Context(t)); err != nil {
+			t.Errorf("round %d: Release: %v", round, err)
+		}
+		took := time.Since(start)
+		if r := rt18Remnants(t, c, key, lk.Owner(), healthy...); len(r) > 0 {
+			t.Errorf("round %d: nodes %v hold the released lease when Release returned", round, r)
+		}
+		if took >= 5*time.Second {
+			t.Errorf("round %d: Release took %v: the node timeout, not the grace", round, took)
+		}
+		t.Logf("round %d (stall=%v): Release in %v", round, round%2 == 0, took.Round(time.Millisecond))
+		link.Heal()
+	}
+}
+
+// Release called twice in a row and from several goroutines at once with
+// a stalled node: every call returns nil.
+func TestRedTeam18_ReleaseTwiceAndConcurrently(t *testing.T) {
+	c := startNodes(t, 3)
+	l, link := c.lockerVia(t, []int{2}, redlock.WithNodeTimeout(2*time.Second))
+	key := dlocktest.Key(t)
+	lk, err := l.Acquire(dlocktest.Context(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	link.Stall()
+	var wg sync.WaitGroup
+	errs := make([]error, 6)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = lk.Release(dlocktest.Context(t))
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("concurrent Release %d: %v", i, err)
+		}
+	}
+	if err := lk.Release(dlocktest.Context(t)); err != nil {
+		t.Errorf("Release again: %v", err)
+	}
+	if !errors.Is(lk.Err(), dlock.ErrReleased) {
+		t.Errorf("Err() = %v, want ErrReleased", lk.Err())
+	}
+	link.Heal()
+}
+
+// Release racing a forced Break: Release returns nil or the loss
+// (ErrLockLost); the key ends free on every healthy node.
+func TestRedTeam18_ReleaseRacesBreak(t *testing.T) {
+	c := startNodes(t, 3)
+	l, link := c.lockerVia(t, []int{2}, redlock.WithNodeTimeout(2*time.Second))
+	b := c.locker(t)
+	for round := range 10 {
+		key := dlocktest.Key(t)
+		lk, err := l.Acquire(dlocktest.Context(t), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if round%2 == 0 {
+			link.Stall()
+		}
+		var wg sync.WaitGroup
+		var rerr, berr error
+		wg.Add(2)
+		go func() { defer wg.Done(); rerr = lk.Release(dlocktest.Context(t)) }()
+		go func() { defer wg.Done(); _, berr = dlock.Break(dlocktest.Context(t), b, key, "") }()
+		wg.Wait()
+		if rerr != nil && !errors.Is(rerr, dlock.ErrLockLost) {
+			t.Errorf("round %d: Release racing Break = %v, want nil or ErrLockLost", round, rerr)
+		}
+		if berr != nil {
+			t.Errorf("round %d: Break racing Release = %v", round, berr)
+		}
+		link.Heal()
+		if r := rt18Remnants(t, c, key, lk.Owner(), 0, 1); len(r) > 0 {
+			t.Errorf("round %d: nodes %v hold the lease after Release and Break", round, r)
+		}
+	}
+}
+
+// Release racing a waiter's hand-over, node 2 stalled for the releaser:
+// the waiter gets the lock, and never while the releaser still holds it.
+func TestRedTeam18_ReleaseHandsOverToWaiter(t *testing.T) {
+	c := startNodes(t, 3)
+	l, link := c.lockerVia(t, []int{2}, redlock.WithNodeTimeout(2*time.Second))
+	w := c.locker(t, redlock.WithNodeTimeout(2*time.Second))
+	for round := range 4 {
+		key := dlocktest.Key(t)
+		lk, err := l.Acquire(dlocktest.Context(t), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		var wl *dlock.Lock
+		var released time.Time
+		var mu sync.Mutex
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			x, err := w.Acquire(ctx, key)
+			mu.Lock()
+			wl = x
+			mu.Unlock()
+			got <- err
+		}()
+		time.Sleep(100 * time.Millisecond) // the waiter queued
+		link.Stall()
+		if err := lk.Release(dlocktest.Context(t)); err != nil {
+			t.Errorf("round %d: Release: %v", round, err)
+		}
+		released = time.Now()
+		_ = released
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Errorf("round %d: waiter: %v", round, err)
+			}
+		case <-time.After(dlocktest.HangTimeout):
+			t.Fatalf("round %d: hang: waiter never got the lock", round)
+		}
+		link.Heal()
+		mu.Lock()
+		if wl != nil {
+			if lk.Err() == nil {
+				t.Errorf("round %d: double holder: the releaser still holds", round)
+			}
+			if err := wl.Release(dlocktest.Context(t)); err != nil {
+				t.Errorf("round %d: waiter Release: %v", round, err)
+			}
+		}
+		mu.Unlock()
+	}
+}
+
+// Throughput: Releases with one hung node of three, node timeout 5s, each
+// cost about the grace (>= 20ms), never the node timeout.
+func TestRedTeam18_ReleaseThroughputHungNode(t *testing.T) {
+	c := startNodes(t, 3)
+	const nt = 5 * time.Second
+	l, link := c.lockerVia(t, []int{2}, redlock.WithNodeTimeout(nt))
+	link.Stall() // hung from the start: acquisitions are won by nodes 0 and 1
+	const n = 20
+	var total, worst time.Duration
+	for range n {
+		lk, err := l.Acquire(dlocktest.Context(t), dlocktest.Key(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if err := lk.Release(dlocktest.Context(t)); err != nil {
+			t.Errorf("Release: %v", err)
+		}
+		took := time.Since(start)
+		total += took
+		worst = max(worst, took)
+	}
+	t.Logf("%d Releases with one hung node: mean %v, worst %v (node timeout %v)", n, (total / n).Round(time.Microsecond), worst.Round(time.Microsecond), nt)
+	if worst >= nt {
+		t.Errorf("a Release took %v: the node timeout, not the grace", worst)
+	}
+	link.Heal()
+}
+
+// Release with ctx deadlines from 5ms to 300ms, node 2 hung, links
+// undelayed (a majority on loopback takes a few ms): every outcome is
+// logged; from 100ms on (twenty times what a majority takes here, more
+// than the 20ms least grace plus a loaded machine's majority) Release must
+// be nil. FAILING at the shortest deadlines is finding 1 again (logged,
+// not asserted: there a loaded machine's majority may miss the deadline).
+func TestRedTeam18_DeadlineScan(t *testing.T) {
+	c := startNodes(t, 3)
+	l, link := c.lockerVia(t, []int{2}, redlock.WithNodeTimeout(5*time.Second))
+	for _, dl := range []time.Duration{5, 10, 15, 20, 25, 30, 50, 100, 300} {
+		dl *= time.Millisecond
+		lk, err := l.Acquire(dlocktest.Context(t), dlocktest.Key(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		link.Stall()
+		ctx, cancel := context.WithTimeout(context.Background(), dl)
+		start := time.Now()
+		err = lk.Release(ctx)
+		took := time.Since(start)
+		cancel()
+		t.Logf("deadline %v: Release = %v in %v", dl, err, took.Round(100*time.Microsecond))
+		if dl >= 100*time.Millisecond && err != nil {
+			t.Errorf("deadline %v: Release with one hung node = %v, want nil", dl, err)
+		}
+		if took > dl+dlocktest.OverrunBound {
+			t.Errorf("deadline %v: Release took %v", dl, took)
+		}
+		link.Heal()
+	}
+}
+
+// FAILING (finding 1 through dlock.Set). A Set of 8 redlock locks, node 2
+// hung: Set.Release releases them one after the other, each paying the
+// grace (>= 20ms); with a 100ms deadline the lock whose grace straddles
+// it comes back ErrUnavailable although every lock was released on a
+// majority. Expected: nil (or each grace cut to the time left).
+func TestRedTeam18_SetReleaseWithHungNode(t *testing.T) {
+	c := startNodes(t, 3)
+	l, link := c.lockerVia(t, []int{2}, redlock.WithNodeTimeout(5*time.Second))
+	keys := make([]string, 8)
+	for i := range keys {
+		keys[i] = dlocktest.Key(t)
+	}
+	s, err := dlock.AcquireAll(dlocktest.Context(t), l, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	link.Stall()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = s.Release(ctx)
+	t.Logf("Set.Release of %d locks, one hung node, 100ms deadline: %v in %v", len(keys), err, time.Since(start).Round(time.Millisecond))
+	if err != nil {
+		t.Errorf("Set.Release = %v, want nil: a majority released every lock", err)
+	}
+	link.Heal()
+	for _, k := range keys {
+		if r := rt18Remnants(t, c, k, s.Lock(k).Owner(), 0, 1); len(r) > 0 {
+			t.Errorf("key %s: nodes %v still hold it", k, r)
+		}
 	}
 }

@@ -256,7 +256,8 @@ func TestRedTeam18_ReleaseTwiceAndConcurrently(t *testing.T) {
 }
 
 // Release racing a forced Break: Release returns nil or the loss
-// (ErrLockLost); the key ends free on every healthy node.
+// (ErrLockLost), or with node 2 hung a QuorumError; the key ends free on
+// every healthy node.
 func TestRedTeam18_ReleaseRacesBreak(t *testing.T) {
 	c := startNodes(t, 3)
 	l, link := c.lockerVia(t, []int{2}, redlock.WithNodeTimeout(2*time.Second))
@@ -276,8 +277,17 @@ func TestRedTeam18_ReleaseRacesBreak(t *testing.T) {
 		go func() { defer wg.Done(); rerr = lk.Release(dlocktest.Context(t)) }()
 		go func() { defer wg.Done(); _, berr = dlock.Break(dlocktest.Context(t), b, key, "") }()
 		wg.Wait()
-		if rerr != nil && !errors.Is(rerr, dlock.ErrLockLost) {
-			t.Errorf("round %d: Release racing Break = %v, want nil or ErrLockLost", round, rerr)
+		// With node 2 hung, a Break that got to one node first leaves
+		// Release with one "released", one "lease gone" and one no
+		// answer: neither a majority released nor a majority gone, so a
+		// *QuorumError after the node timeout (observation, see report).
+		var qe *redlock.QuorumError
+		switch {
+		case rerr == nil, errors.Is(rerr, dlock.ErrLockLost):
+		case round%2 == 0 && errors.As(rerr, &qe):
+			t.Logf("round %d: Release racing Break, node 2 hung: %v", round, rerr)
+		default:
+			t.Errorf("round %d: Release racing Break = %v, want nil, ErrLockLost or (node 2 hung) a QuorumError", round, rerr)
 		}
 		if berr != nil {
 			t.Errorf("round %d: Break racing Release = %v", round, berr)
@@ -433,6 +443,49 @@ func TestRedTeam18_SetReleaseWithHungNode(t *testing.T) {
 	for _, k := range keys {
 		if r := rt18Remnants(t, c, k, s.Lock(k).Owner(), 0, 1); len(r) > 0 {
 			t.Errorf("key %s: nodes %v still hold it", k, r)
+		}
+	}
+}
+
+// The release a hung node did not answer in the grace is delivered after
+// the key changed hands (node 2 stalled through the release and the next
+// acquisition, then healed): the new lock stays held, and no node keeps
+// the old lease.
+func TestRedTeam18_StragglerReleaseAfterReacquire(t *testing.T) {
+	c := startNodes(t, 3)
+	l, link := c.lockerVia(t, []int{2}, redlock.WithNodeTimeout(2*time.Second))
+	other := c.locker(t, redlock.WithNodeTimeout(2*time.Second))
+	for round := range 3 {
+		key := dlocktest.Key(t)
+		old, err := l.Acquire(dlocktest.Context(t), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		link.Stall()
+		if err := old.Release(dlocktest.Context(t)); err != nil {
+			t.Errorf("round %d: Release: %v", round, err)
+		}
+		acq := l
+		if round%2 == 1 {
+			acq = other
+		}
+		nl, err := acq.Acquire(dlocktest.Context(t), key)
+		if err != nil {
+			t.Fatalf("round %d: re-acquire: %v", round, err)
+		}
+		link.Heal()
+		deadline := time.Now().Add(dlocktest.HangTimeout)
+		for len(rt18Remnants(t, c, key, old.Owner(), 0, 1, 2)) > 0 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if r := rt18Remnants(t, c, key, old.Owner(), 0, 1, 2); len(r) > 0 {
+			t.Errorf("round %d: nodes %v keep the released lease", round, r)
+		}
+		if err := nl.Refresh(dlocktest.Context(t)); err != nil {
+			t.Errorf("round %d: the new lock after the straggling release: %v", round, err)
+		}
+		if err := nl.Release(dlocktest.Context(t)); err != nil {
+			t.Errorf("round %d: new lock Release: %v", round, err)
 		}
 	}
 }

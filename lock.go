@@ -409,6 +409,9 @@ func (l *Lock) releaseServer(ctx context.Context) error {
 	if f.err != nil && !errors.Is(f.err, ErrNotHeld) {
 		return errors.Join(f.err, ctx.Err())
 	}
+	if s, ok := l.lease.(driver.Settler); ok && f.err == nil {
+		s.Settle(ctx) // within the caller's ctx; it cannot fail the release
+	}
 	return l.doneErr()
 }
 

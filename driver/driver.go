@@ -301,3 +301,15 @@ type Aborter interface {
 type LossNotifier interface {
 	Bind(lose func(cause error)) (stop func())
 }
+
+// Settler is implemented by leases whose Release succeeds before every
+// server has answered (a quorum): Settle waits, within ctx (the caller's
+// own, which may be shorter than the Release's), for the servers that had
+// not answered when Release returned, so that the caller can see the
+// lease gone everywhere it could. The engine calls it after a successful
+// Release, from every caller waiting for that release; it must be safe
+// to call concurrently and more than once, must not block past ctx, and
+// has no result: it can never turn a release into a failure.
+type Settler interface {
+	Settle(ctx context.Context)
+}

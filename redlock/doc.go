@@ -90,13 +90,13 @@
 //
 // Compare-and-release (or the hand-over to the next waiter) goes to every
 // node, including those that never answered the acquisition. It succeeds
-// once a majority released, and then gives the other nodes a grace (four
-// times what the majority took, at least 20ms, within the node timeout and
-// half of ctx's time left) to answer too, so that a List or Break right
+// once a majority released; the call then waits, within its ctx, a grace
+// (four times what the majority took, at least 20ms, within the node
+// timeout) for the other nodes to answer too, so that a List or Break right
 // after Release does not find the lease on a node that was merely a little
-// slower. A hung node costs that grace, never the success, and its release
-// goes on in the background. Each node keeps the marker "|<token>" for
-// FenceRetention (free for any later acquisition), and a grant that
+// slower. A hung node costs that grace (or ctx), never the success, and its
+// release goes on in the background. Each node keeps the marker "|<token>"
+// for FenceRetention (free for any later acquisition), and a grant that
 // overwrites a marker records its token in the key's receipts on that node
 // (the last 8 hand-overs, kept a minute after the latest), so that a
 // release sent again (a lost reply, or Release retried after an error)

@@ -21,6 +21,11 @@ type lease struct {
 	mu       sync.Mutex
 	token    uint64 // the committed quorum token; 0 until then
 	released bool
+	// The stragglers of the last successful Release: settled is closed
+	// once every node has answered (or its node timeout passed); Settle
+	// waits for it until graceEnd.
+	settled  chan struct{}
+	graceEnd time.Time
 }
 
 // cleanup releases, in the background, every node that granted or did not
@@ -114,33 +119,46 @@ func (l *lease) Release(ctx context.Context) error {
 	if !r.ok {
 		return l.b.quorumLoss("release", l.key, r.seen)
 	}
-	// A majority released: the lock is released. Give the other nodes a
-	// grace in proportion to what the majority took (4×, at least
-	// releaseGraceMin, within the node timeout and half of ctx's time
-	// left) to answer too, so that a List or Break right after Release
-	// does not find the lease on a node whose answer was merely a little
-	// slower, also on a loaded machine. A hung minority costs the grace;
-	// it cannot make Release fail.
+	// A majority released: the lock is released. The other nodes'
+	// answers are collected in the background; Settle (called by the
+	// engine with the caller's context) waits for them a grace in
+	// proportion to what the majority took.
 	elapsed := time.Since(start)
 	grace := min(max(4*elapsed, releaseGraceMin), l.timeout-elapsed)
-	if dl, ok := ctx.Deadline(); ok {
-		grace = min(grace, time.Until(dl)/2)
-	}
-	if grace <= 0 {
-		return nil
-	}
-	wait := time.NewTimer(grace)
-	defer wait.Stop()
-	for n := len(all) - r.received; n > 0; n-- {
-		select {
-		case <-ch:
-		case <-wait.C:
-			return nil
-		case <-ctx.Done():
-			return nil
+	settled := make(chan struct{})
+	l.mu.Lock()
+	l.settled, l.graceEnd = settled, time.Now().Add(grace)
+	l.mu.Unlock()
+	rest := len(all) - r.received
+	background.Go(func() {
+		for range rest {
+			<-ch // each bounded by the node timeout (fanOut)
 		}
-	}
+		close(settled)
+	})
 	return nil
+}
+
+// Settle implements driver.Settler: it waits, within ctx and the grace
+// the last Release set (4× what its majority took, at least
+// releaseGraceMin, within the node timeout), for the nodes that had not
+// answered that Release, so that a List or Break right after Release does
+// not find the lease on a node that was merely a little slower. A hung
+// node costs the grace (or ctx), never the release.
+func (l *lease) Settle(ctx context.Context) {
+	l.mu.Lock()
+	settled, end := l.settled, l.graceEnd
+	l.mu.Unlock()
+	if settled == nil {
+		return
+	}
+	wait := time.NewTimer(time.Until(end))
+	defer wait.Stop()
+	select {
+	case <-settled:
+	case <-wait.C:
+	case <-ctx.Done():
+	}
 }
 
 // releaseGraceMin is the least time Release waits, after a majority

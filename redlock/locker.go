@@ -76,6 +76,7 @@ var (
 	_ driver.Aborter      = (*backend)(nil)
 	_ driver.BatchRenewer = (*backend)(nil)
 	_ driver.WaitIDer     = (*multiSub)(nil)
+	_ driver.Settler      = (*lease)(nil)
 )
 
 type node struct {

@@ -57,8 +57,9 @@ func rt18Majority(t *testing.T, l *redlock.Locker, link testserver.Proxies, d ti
 	return best
 }
 
-// FAILING (finding 1). The grace is capped by "half of ctx's time left",
-// but the ctx the driver sees is not the caller's: the core (lock.go
+// Finding 1, fixed: the grace moved out of Release into driver.Settler,
+// which the engine calls with the caller's ctx. It was: the grace was
+// capped by "half of ctx's time left", but the ctx the driver sees is not the caller's: the core (lock.go
 // releaseServer) runs the driver's Release on its own context, whose
 // deadline is at least DefaultReleaseTimeout (5s) away. So with a caller
 // deadline of twice what the majority takes, a stalled third node, and a
@@ -99,7 +100,7 @@ func TestRedTeam18_CallerDeadlineShorterThanGrace(t *testing.T) {
 	}
 }
 
-// FAILING (finding 2). A caller that cancels its ctx during the grace (a
+// Finding 2, fixed (driver.Settler, as finding 1). It was: a caller that cancels its ctx during the grace (a
 // majority already released) gets ErrUnavailable from the core: the
 // driver's "case <-ctx.Done()" in the grace never fires, its ctx being the
 // core's WithoutCancel one, so the core's own select sees the caller's
@@ -389,8 +390,9 @@ func TestRedTeam18_ReleaseThroughputHungNode(t *testing.T) {
 // undelayed (a majority on loopback takes a few ms): every outcome is
 // logged; from 100ms on (twenty times what a majority takes here, more
 // than the 20ms least grace plus a loaded machine's majority) Release must
-// be nil. FAILING at the shortest deadlines is finding 1 again (logged,
-// not asserted: there a loaded machine's majority may miss the deadline).
+// be nil. Before the fix, the shortest deadlines failed too (finding 1;
+// logged, not asserted: there a loaded machine's majority may miss the
+// deadline).
 func TestRedTeam18_DeadlineScan(t *testing.T) {
 	c := startNodes(t, 3)
 	l, link := c.lockerVia(t, []int{2}, redlock.WithNodeTimeout(5*time.Second))
@@ -417,7 +419,7 @@ func TestRedTeam18_DeadlineScan(t *testing.T) {
 	}
 }
 
-// FAILING (finding 1 through dlock.Set). A Set of 8 redlock locks, node 2
+// Finding 1 through dlock.Set, fixed (driver.Settler). It was: A Set of 8 redlock locks, node 2
 // hung: Set.Release releases them one after the other, each paying the
 // grace (>= 20ms); with a 100ms deadline the lock whose grace straddles
 // it comes back ErrUnavailable although every lock was released on a

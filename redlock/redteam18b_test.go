@@ -301,3 +301,37 @@ func TestRedTeam18b_ReleaseOvertakesStragglingGrant(t *testing.T) {
 		link.Heal()
 	}
 }
+
+// A Release whose ctx is already cancelled (the core then uses its own
+// DefaultReleaseTimeout context) with node 2 hung and a 5s node timeout:
+// nil, within the grace, far below the node timeout; a second Release
+// afterwards returns nil at once.
+func TestRedTeam18b_PreCancelledCtxHungNode(t *testing.T) {
+	c := startNodes(t, 3)
+	l, link := c.lockerVia(t, []int{2}, redlock.WithNodeTimeout(5*time.Second))
+	for round := range 3 {
+		key := dlocktest.Key(t)
+		lk, err := l.Acquire(dlocktest.Context(t), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt18bHeldOnAll(t, c, key, lk)
+		link.Stall()
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		start := time.Now()
+		err = lk.Release(ctx)
+		took := time.Since(start)
+		start = time.Now()
+		err2 := lk.Release(context.Background())
+		took2 := time.Since(start)
+		t.Logf("round %d: pre-cancelled Release %v after %v; again %v after %v", round, err, took, err2, took2)
+		if err != nil || err2 != nil {
+			t.Errorf("round %d: Release = %v, again %v; want nil, nil", round, err, err2)
+		}
+		if took > 2*time.Second || took2 > dlocktest.OverrunBound {
+			t.Errorf("round %d: Release took %v (node timeout 5s), again %v", round, took, took2)
+		}
+		link.Heal()
+	}
+}

@@ -49,6 +49,11 @@ type NodeResult struct {
 // wrapping dlock.ErrTransient when the attempt may succeed if repeated (a
 // majority granted but the commit or the validity check failed); when
 // failing nodes alone make a majority impossible it is returned as is.
+// A failed release wraps it with dlock.ErrNotHeld when a majority said the
+// lease was gone, else with dlock.ErrUnavailable (neither a majority
+// released nor a majority gone: whether the lock was held up to the
+// release is unknown, e.g. a node hung while another had not yet seen the
+// lease's grant; the lease expires where it is left).
 type QuorumError struct {
 	Op      string // "acquire", "commit", "refresh", "release"
 	Key     string
@@ -250,12 +255,20 @@ func (b *backend) results(op string, seen map[int]answer, idx []int) []NodeResul
 	return rs
 }
 
-// nodes themselves said the lease is gone from a majority-breaking number
-// of them, or into a transient quorum error otherwise.
+// quorumLoss turns a refresh or release that missed its majority into an
+// error wrapping dlock.ErrNotHeld when the nodes themselves said the lease
+// is gone from a majority-breaking number of them; otherwise a refresh's
+// is a transient quorum error, and a release's wraps dlock.ErrUnavailable.
 func (b *backend) quorumLoss(op, key string, seen map[int]answer) error {
 	qe := &QuorumError{Op: op, Key: key, Quorum: b.quorum, Results: b.results(op, seen, b.all())}
 	if qe.count(OutcomeGone) > len(b.nodes)-b.quorum {
 		return fmt.Errorf("%w: %w", dlock.ErrNotHeld, qe)
+	}
+	if op == "release" {
+		// Neither released on a majority nor gone from one: whether the
+		// lock was still held up to the release is unknown (red team
+		// 18b: the bare QuorumError matched no dlock sentinel).
+		return fmt.Errorf("%w: %w", dlock.ErrUnavailable, qe)
 	}
 	return qe
 }

@@ -90,9 +90,9 @@ func TestRedTeam18b_ConcurrentCallersOwnContexts(t *testing.T) {
 
 // A Release with every link stalled fails; after Heal the retry succeeds,
 // its Settle uses the retry's state (no hang, no panic), and every node
-// ends free of the lease (all that passes). FAILING (finding 2): the
-// first Release's error, every node silent, is a bare *QuorumError that
-// wraps no dlock sentinel, although (*dlock.Lock).Release's doc promises
+// ends free of the lease. Finding 2, fixed: the first Release's error,
+// every node silent, was a bare *QuorumError that wrapped no dlock
+// sentinel, although (*dlock.Lock).Release's doc promises
 // ErrUnavailable when the server does not answer (the core passes a
 // driver error other than ErrNotHeld through as is; redlock's quorumLoss
 // adds ErrNotHeld on a majority "gone" and nothing otherwise).
@@ -113,7 +113,7 @@ func TestRedTeam18b_RetryAfterError(t *testing.T) {
 		t.Fatal("Release with every link stalled: nil")
 	}
 	if !errors.Is(err, dlock.ErrUnavailable) {
-		t.Errorf("FAILING (finding 2): Release with every node silent: %v does not wrap dlock.ErrUnavailable", err)
+		t.Errorf("finding 2: Release with every node silent: %v does not wrap dlock.ErrUnavailable", err)
 	}
 	link.Heal()
 	start := time.Now()
@@ -243,23 +243,21 @@ func TestRedTeam18b_ListAfterRelease(t *testing.T) {
 	}
 }
 
-// FAILING (finding 1 of red team 18b; predates the Settler; its error
-// also shows finding 2). A node's
-// phase-one grant straggles (its link delayed 300ms) while the lock is
-// acquired and committed on the other two; the caller releases at once
-// with one of those two hung. The release reaches the straggler before its
-// grant does, so that node answers "lease gone" (nothing of ours there
-// yet); the grant then lands and the lease's finish removes it (released
-// is set). Nodes 0 and 1 are free of the lease, a majority: the key is
-// free for anyone and the lock is released in every sense, yet Release
-// waits the whole node timeout and returns a QuorumError ("1/3 nodes
-// released, need 2; lease gone; no answer"), which the caller must treat
-// as "maybe still held". Deterministic here: 3/3 rounds. A retry
-// succeeds (finish left the token's marker on node 1). Release could
-// count "lease gone" on a node that did not grant in phase one (the lease
-// knows r.seen) as released. The same race made the concurrent-callers
-// test fail once under -race without any delay (a direct node's grant
-// straggled), hence rt18bHeldOnAll there.
+// Finding 1 of red team 18b (predates the Settler), kept as documented
+// behaviour. A node's phase-one grant straggles (its link delayed 300ms)
+// while the lock is acquired and committed on the other two; the caller
+// releases at once with one of those two hung. The release reaches the
+// straggler before its grant does, so that node answers "lease gone"
+// (nothing of ours there yet); the grant then lands and the lease's finish
+// removes it. Only node 0 proves the lock was still held when released,
+// node 2 is silent: whether the lock was held on a majority up to the
+// release is unknown, so Release fails after the node timeout. The key is
+// free for others at once (nodes 0 and 1), and a retry succeeds. The red
+// team asked for nil (count "gone" on a node that did not grant as
+// released); that would also report success for a lock lost before its
+// release (5 nodes, granted on 3, expired on 2 of those). The error must
+// be classifiable (finding 2, fixed: it wraps dlock.ErrUnavailable; it
+// wrapped no sentinel).
 func TestRedTeam18b_ReleaseOvertakesStragglingGrant(t *testing.T) {
 	c := startNodes(t, 3)
 	l, link := c.lockerVia(t, []int{1, 2}, redlock.WithNodeTimeout(time.Second))
@@ -283,9 +281,9 @@ func TestRedTeam18b_ReleaseOvertakesStragglingGrant(t *testing.T) {
 			t.Errorf("round %d: Release took %v (node timeout 1s)", round, took)
 		}
 		if err != nil {
-			t.Errorf("round %d: Release: %v (ErrUnavailable %v, ErrNotHeld %v), want nil: nodes 0 and 1, a majority, are free of the lease", round, err, errors.Is(err, dlock.ErrUnavailable), errors.Is(err, dlock.ErrNotHeld))
-			if !errors.Is(err, dlock.ErrUnavailable) && !errors.Is(err, dlock.ErrNotHeld) {
-				t.Errorf("FAILING (finding 2): round %d: the failed Release wraps no dlock sentinel (neither ErrUnavailable nor ErrNotHeld): the caller cannot classify it", round)
+			var qe *redlock.QuorumError
+			if !errors.Is(err, dlock.ErrUnavailable) || errors.Is(err, dlock.ErrNotHeld) || !errors.As(err, &qe) {
+				t.Errorf("round %d: Release: %v, want nil or a QuorumError wrapping dlock.ErrUnavailable (not ErrNotHeld)", round, err)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			err2 := lk.Release(ctx)

@@ -335,7 +335,7 @@ func (w *waiter) attempt(ctx context.Context, n int, fn func(context.Context, *d
 	if e.src.obs != nil || cfg.callObs != nil {
 		e.src.emitCall(cfg.callObs, Event{Kind: EventAttempt, Key: cfg.key, Mode: cfg.mode, Attempts: n})
 	}
-	start := time.Now()
+	start := e.wd.clk.Now()
 	g, err, abandoned := callGrace(ctx, grace, func(ctx context.Context) (driver.Grant, error) {
 		return fn(ctx, req)
 	}, func(g driver.Grant, err error) {
@@ -351,7 +351,7 @@ func (w *waiter) attempt(ctx context.Context, n int, fn func(context.Context, *d
 		return nil, true, unavailable(cfg.key, w.last, nil, err)
 	}
 	if rtt && ctx.Err() == nil {
-		e.observe(time.Since(start))
+		e.observe(clockSince(e.wd.clk, start))
 	}
 	if err == nil {
 		if lk, err = e.grant(req, cfg, g, start); err == nil {
@@ -401,10 +401,10 @@ func (w *waiter) sleep(ctx context.Context, n int, notify <-chan struct{}) bool 
 		// attempt (driver: Writer preference): attempt again well before.
 		d = min(d, w.cfg.TTL/3)
 	}
-	t := time.NewTimer(d)
+	t, fired := w.e.wd.clk.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-fired:
 	case _, ok := <-notify:
 		return ok
 	case <-ctx.Done():
@@ -559,10 +559,11 @@ func (e *Engine) grant(req *driver.Request, cfg *config, g driver.Grant, start t
 	// than the attempt (a reused lease), or later (a queued attempt whose
 	// lease was kept alive while it waited). A Start in the future is
 	// a driver bug and is not believed.
-	if !g.Start.IsZero() && !g.Start.After(time.Now()) {
+	now := e.wd.clk.Now()
+	if !g.Start.IsZero() && !g.Start.After(now) {
 		start = g.Start
 	}
-	if !time.Now().Before(start.Add(cfg.TTL - cfg.Drift())) {
+	if !now.Before(start.Add(cfg.TTL - cfg.Drift())) {
 		background.Go(func() { e.undo(req, g, nil) })
 		return nil, fmt.Errorf("%w: lock %q was granted with no validity left (the request took longer than the TTL minus the drift allowance); released", ErrTransient, req.Key)
 	}

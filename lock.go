@@ -59,7 +59,7 @@ type Lock struct {
 	state    int
 	err      error
 	deadline time.Time
-	capTimer *time.Timer
+	capTimer clockTimer
 	unbind   func() // from LossNotifier.Bind
 	// The server-side release: at most one request in flight (flight),
 	// shared by concurrent Release calls and the cleanup of a lost lock;
@@ -114,7 +114,7 @@ func newLock(key, owner string, cfg *config, g driver.Grant, start time.Time, wd
 		if cfg.MaxHold > 0 {
 			// Drift allowance included, like every deadline: a renewal
 			// clipped to the cap ends the server lease at the cap.
-			l.capTimer = time.AfterFunc(time.Until(start.Add(cfg.MaxHold-cfg.Drift())), func() {
+			l.capTimer = wd.clk.AfterFunc(clockUntil(wd.clk, start.Add(cfg.MaxHold-cfg.Drift())), func() {
 				l.lose(LossHoldCap, ErrHoldCapReached, true)
 			})
 		}
@@ -261,7 +261,7 @@ func (l *Lock) Refresh(ctx context.Context) error {
 	if err := l.Err(); err != nil {
 		return err
 	}
-	start := time.Now()
+	start := l.wd.clk.Now()
 	ttl, ok := l.renewTTL(start)
 	if !ok {
 		l.lose(LossHoldCap, ErrHoldCapReached, true)
@@ -529,7 +529,7 @@ func (l *Lock) cleanup() {
 // deadline. A goroutine already blocked on Lost() is still woken by the
 // watchdog.
 func (l *Lock) checkDeadline() {
-	now := time.Now()
+	now := l.wd.clk.Now()
 	l.mu.Lock()
 	due := l.state == stateHeld && !now.Before(l.deadline)
 	l.mu.Unlock()
@@ -608,7 +608,7 @@ func (l *Lock) renewed(start time.Time, ttl time.Duration) bool {
 		l.mu.Unlock()
 		return false
 	}
-	if now := time.Now(); !now.Before(l.deadline) {
+	if now := l.wd.clk.Now(); !now.Before(l.deadline) {
 		l.mu.Unlock()
 		if l.deadlinePassed(now) {
 			background.Go(l.cleanup)

@@ -53,11 +53,12 @@ import (
 type watchdog struct {
 	batch driver.BatchRenewer // nil: renew leases one by one
 	src   *source             // the engine's name and Observer
+	clk   clock               // the time source of every lock it keeps
 
 	mu      sync.Mutex
 	locks   map[*Lock]*wdEntry
 	queue   wdHeap
-	timer   *time.Timer
+	timer   clockTimer
 	timerAt time.Time // when the timer fires; zero when not armed
 	// timerLead is how early before its entry's due time the timer was
 	// armed: the pass it starts uses at least that lead, so that a lead
@@ -248,7 +249,7 @@ func newWatchdog(b driver.BatchRenewer, src *source) *watchdog {
 	if src == nil {
 		src = &source{}
 	}
-	return &watchdog{batch: b, src: src, locks: map[*Lock]*wdEntry{}, sharing: map[int64]share{}}
+	return &watchdog{batch: b, src: src, clk: realClock{}, locks: map[*Lock]*wdEntry{}, sharing: map[int64]share{}}
 }
 
 // add tracks l. Called with l.mu held (lock order: l.mu, then w.mu).
@@ -334,7 +335,7 @@ func (w *watchdog) armLocked(e *wdEntry, stuck bool) {
 	}
 	lead, until := w.streamLeadLocked(e, late, cost)
 	at := due.Add(-lead)
-	if stuck && !at.After(time.Now()) {
+	if stuck && !at.After(w.clk.Now()) {
 		lead, until = min(late, e.l.cfg.TTL/10), time.Time{}
 		if due.Equal(e.deadline) {
 			lead = w.leadLocked(e, late, cost, 0)
@@ -344,12 +345,12 @@ func (w *watchdog) armLocked(e *wdEntry, stuck bool) {
 	if !w.timerAt.IsZero() && !at.Before(w.timerAt) {
 		return
 	}
-	if w.looping > 0 && !at.After(time.Now()) {
+	if w.looping > 0 && !at.After(w.clk.Now()) {
 		return // a pass is losing locks; its next round takes this one
 	}
-	d := time.Until(at)
+	d := clockUntil(w.clk, at)
 	if w.timer == nil {
-		w.timer = time.AfterFunc(d, w.pass)
+		w.timer = w.clk.AfterFunc(d, w.pass)
 	} else {
 		w.timer.Reset(d)
 	}
@@ -399,7 +400,7 @@ func (w *watchdog) pass() {
 	var cleanups, lost []*Lock
 	var unbinds []func()
 	for round := 0; ; round++ {
-		start := time.Now()
+		start := w.clk.Now()
 		expired, at, more := w.collect(round == 0, round == maxPassRounds-1, &fired, &due)
 		if len(due) > 0 && (more || round > 0) {
 			// Renewals taken while a long losing loop runs start now,
@@ -480,7 +481,7 @@ const maxRoundLosses = 128
 func (w *watchdog) collect(first, last bool, fired *passLead, due *[]*Lock) (expired []*Lock, at []time.Time, more bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	now := time.Now()
+	now := w.clk.Now()
 	if first {
 		w.looping++
 		// A firing from before the timer's last re-arm (AfterFunc had
@@ -606,7 +607,7 @@ func (w *watchdog) noteCost(start time.Time, n int) {
 	if n < minCostSample {
 		return
 	}
-	per := int64(time.Since(start)) / int64(n)
+	per := int64(clockSince(w.clk, start)) / int64(n)
 	old := w.loseCost.Load()
 	if old == 0 {
 		old = int64(defaultLoseCost)
@@ -650,7 +651,7 @@ func cleanupAll(locks []*Lock) {
 // as the backend reports it. The call's context ends at the latest
 // deadline among them: no answer after that can save any of them.
 func (w *watchdog) renew(due []*Lock) {
-	start := time.Now()
+	start := w.clk.Now()
 	rs := make([]driver.Renewal, 0, len(due))
 	locks := make([]*Lock, 0, len(due))
 	var last time.Time
@@ -716,6 +717,6 @@ func (w *watchdog) apply(l *Lock, start time.Time, ttl time.Duration, err error)
 	default:
 		w.src.renew(l, ResultError, err)
 		// Transient: try again soon; the local deadline decides loss.
-		w.renewDone(l, time.Now().Add(max(l.cfg.TTL/10, 10*time.Millisecond)))
+		w.renewDone(l, w.clk.Now().Add(max(l.cfg.TTL/10, 10*time.Millisecond)))
 	}
 }

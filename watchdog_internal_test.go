@@ -28,22 +28,25 @@ func (l countingLease) Release(context.Context) error { return nil }
 // After the timer was seen very late (a process paused for seconds), the
 // watchdog arms and loses early by at most a tenth of a TTL, and does not
 // spin: a lock due for renewal is renewed, not re-examined in a loop.
-func TestLatenessDoesNotSpin(t *testing.T) {
+func TestWatchdog_LatenessDoesNotSpin(t *testing.T) {
 	b := &countingBackend{}
-	a := NewEngine(b)
+	a, fc := fakeEngine(b)
 	a.wd.noteLateness(10 * time.Second)
 	lk, err := a.TryAcquire(context.Background(), "k", WithTTL(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer lk.Release(context.Background())
-	time.Sleep(time.Second)
+	passes := a.wd.passes.Load()
+	fc.Advance(time.Second)
 	if err := lk.Err(); err != nil {
 		t.Fatalf("lock lost: %v", err)
 	}
-	// Renewals every TTL/3 = 100ms, a little early: about 10 in a second.
-	if n := b.refreshes.Load(); n < 5 || n > 40 {
-		t.Fatalf("%d renewals in 1s with a 300ms TTL", n)
+	// Renewals every TTL/3 = 100ms after the last, up to a tenth of the
+	// TTL early (70-100ms apart): 10 to 15 in a second, a pass each.
+	n, p := b.refreshes.Load(), a.wd.passes.Load()-passes
+	if n < 10 || n > 15 || p > n+1 {
+		t.Fatalf("%d renewals in %d passes in 1s with a 300ms TTL, want 10-15 in as many passes", n, p)
 	}
 }
 

@@ -1,166 +1,276 @@
 package dlock
 
 import (
+	"context"
 	"fmt"
-	"os"
-	"strconv"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/background"
 )
 
-func rt4N(def int) int {
-	if s := os.Getenv("RT4_N"); s != "" {
-		n, _ := strconv.Atoi(s)
-		return n
-	}
-	return def
+// The scenarios here put thousands of deadlines on one watchdog and
+// check, on a clock the test moves (fakeClock), that every lock's Lost()
+// closes by its local deadline. Losing a lock costs the watchdog CPU, so
+// each loss moves the clock on by a fixed cost (lossRecorder): the
+// watchdog must start early enough to lose a whole stream in time. What
+// the tests see depends only on the watchdog's decisions, not on how fast
+// the machine runs them.
+
+// startBackend grants every key with the Start set for it (zero: the
+// attempt's start), so a test chooses each lock's deadline; renewals
+// succeed.
+type startBackend struct {
+	mu    sync.Mutex
+	start map[string]time.Time
 }
 
-// Red team (issue 9): a short-TTL lock at the heap root, 1ms before a big
-// shared deadline of long-TTL locks, capped the pass's lead at the short
-// lock's TTL/4, so the batch behind it was lost late (36000 locks under
-// -race: up to 216ms late, 5 of 5 runs). The cap is now per deadline
-// millisecond, by the longest TTL counted there.
-func TestRegressMixedTTLStreamLead(t *testing.T) { rt4Attempts(t, rt4RegressMixedTTLStreamLead) }
+func newStartBackend() *startBackend { return &startBackend{start: map[string]time.Time{}} }
 
-func rt4RegressMixedTTLStreamLead(t rt4T) {
-	b := newRT4Backend()
-	a := NewEngine(b)
-	n := rt4N(12000)
-	// A cost estimate on the high side, as a Locker that has lost locks
-	// under -race learns (10-48us a lock): the test is about where the
-	// lead is capped, not about the estimate.
-	a.wd.loseCost.Store(int64(40 * time.Microsecond))
-	const ttl = 10 * time.Second
-	now0 := time.Now()
-	D := now0.Add(time.Duration(n/10)*time.Millisecond + 1500*time.Millisecond)
-	var batch []*Lock
-	for i := 0; i < n; i++ {
-		k := fmt.Sprint("k", i)
-		b.setStart(k, D.Add(-(ttl - 110*time.Millisecond)))
-		batch = append(batch, rt4Acquire(t, a, k, WithTTL(ttl), WithAutoRefresh(false)))
+func (b *startBackend) setStart(key string, t time.Time) {
+	b.mu.Lock()
+	b.start[key] = t
+	b.mu.Unlock()
+}
+
+func (b *startBackend) Try(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	b.mu.Lock()
+	s := b.start[req.Key]
+	b.mu.Unlock()
+	return driver.Grant{Lease: nopLease{}, Token: 1, Start: s}, nil
+}
+
+func (*startBackend) Spec() driver.Spec { return driver.Spec{Name: "test"} }
+
+type nopLease struct{}
+
+func (nopLease) Refresh(context.Context, time.Duration) error { return nil }
+func (nopLease) Release(context.Context) error                { return nil }
+
+// fakeEngine is an Engine over b whose locks run on a fake clock.
+func fakeEngine(b driver.Driver) (*Engine, *fakeClock) {
+	e := NewEngine(b)
+	fc := newFakeClock()
+	e.wd.clk = fc
+	return e, fc
+}
+
+// lossRecorder records, per lock, the clock's reading when its Lost()
+// closed, and moves the clock on by cost for each loss: the CPU time
+// losing a lock takes.
+type lossRecorder struct {
+	fc       *fakeClock
+	cost     time.Duration
+	mu       sync.Mutex
+	locks    []*Lock
+	deadline []time.Time
+	closed   []time.Time
+	left     int
+}
+
+func recordLosses(fc *fakeClock, cost time.Duration, locks []*Lock) *lossRecorder {
+	r := &lossRecorder{fc: fc, cost: cost, locks: append([]*Lock(nil), locks...), left: len(locks)}
+	r.deadline = make([]time.Time, len(locks))
+	r.closed = make([]time.Time, len(locks))
+	for i, l := range r.locks {
+		l.mu.Lock()
+		r.deadline[i] = l.deadline
+		orig := l.cancel
+		l.cancel = func(c error) {
+			r.fc.Spend(r.cost)
+			r.mu.Lock()
+			if r.closed[i].IsZero() {
+				r.closed[i] = r.fc.Now()
+				r.left--
+			}
+			r.mu.Unlock()
+			orig(c)
+		}
+		l.mu.Unlock()
 	}
-	if !batch[0].Deadline().Equal(D) {
-		t.Fatalf("deadline %v want %v", batch[0].Deadline(), D)
-	}
-	t.Logf("acquired %d in %v", n, time.Since(now0))
-	o := rt4Watch(batch)
-	// short lock: TTL 1s, drift 20ms; deadline = start+980ms = D-1ms
-	sb := D.Add(-981 * time.Millisecond)
-	time.Sleep(time.Until(sb) + time.Millisecond)
-	if os.Getenv("RT4_NOSHORT") == "" {
-		b.setStart("short", sb)
-		short := rt4Acquire(t, a, "short", WithTTL(time.Second), WithAutoRefresh(false))
-		if d := short.Deadline(); !d.Equal(D.Add(-time.Millisecond)) {
-			t.Fatalf("short deadline %v", D.Sub(d))
+	return r
+}
+
+func (r *lossRecorder) done() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.left == 0
+}
+
+// run fires the clock's timers, in order, until every recorded lock is
+// lost (or maxSteps timers fired), letting the background work each pass
+// starts end before the next; it returns the timers fired.
+func (r *lossRecorder) run(t *testing.T, maxSteps int) int {
+	t.Helper()
+	steps := 0
+	for !r.done() && steps < maxSteps {
+		if !r.fc.Step() {
+			break
+		}
+		steps++
+		if !background.Wait(10 * time.Second) {
+			t.Fatal("hang: a pass's background work did not end")
 		}
 	}
-	a.wd.mu.Lock()
-	lead := D.Sub(a.wd.timerAt)
-	t.Logf("timer at D-%v lead %v, cost %v", lead, a.wd.timerLead, a.wd.cost())
-	a.wd.mu.Unlock()
-	// The timer must lead the batch's deadline by what losing it takes at
-	// the estimated cost (the short lock's own cap, 250ms, is not the
-	// batch's: 2.5s).
-	if want := time.Duration(n) * 40 * time.Microsecond; os.Getenv("RT4_NOSHORT") == "" && lead < want {
+	if !r.done() {
+		t.Fatalf("%d locks still held after %d timer firings", r.left, steps)
+	}
+	return steps
+}
+
+// late reports the latest loss relative to its lock's deadline (positive:
+// after it) and how many locks were lost after their deadline.
+func (r *lossRecorder) late() (worst time.Duration, n int) {
+	worst = -time.Hour
+	for i := range r.locks {
+		d := r.closed[i].Sub(r.deadline[i])
+		worst = max(worst, d)
+		if d > 0 {
+			n++
+		}
+	}
+	return worst, n
+}
+
+func acquireNow(t *testing.T, e *Engine, key string, opts ...Option) *Lock {
+	t.Helper()
+	lk, err := e.TryAcquire(context.Background(), key, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lk
+}
+
+// batchAt acquires n locks of TTL ttl whose deadline (with the drift
+// allowance) is d plus i*spread for the i-th, without auto-refresh.
+func batchAt(t *testing.T, e *Engine, b *startBackend, n int, ttl time.Duration, d time.Time, spread time.Duration) []*Lock {
+	t.Helper()
+	drift := (&config{TTL: ttl, DriftFactor: DefaultDriftFactor, DriftMin: DefaultDriftMin}).Drift()
+	locks := make([]*Lock, n)
+	for i := range locks {
+		k := fmt.Sprint("k", i)
+		b.setStart(k, d.Add(-(ttl - drift)).Add(time.Duration(i)*spread))
+		locks[i] = acquireNow(t, e, k, WithTTL(ttl), WithAutoRefresh(false))
+	}
+	return locks
+}
+
+// lossCost is the CPU time losing one lock takes in these scenarios (as
+// measured under -race: 10-48us), and the estimate the watchdog starts
+// from.
+const lossCost = 40 * time.Microsecond
+
+// maxPassesPerBatch bounds the passes losing one batch may take: a timer
+// re-armed in the past fires again at once, pass after pass (spinning).
+const maxPassesPerBatch = 200
+
+// A short-TTL lock at the heap root, 1ms before a big shared deadline of
+// long-TTL locks, capped the pass's lead at the short lock's TTL/4, so
+// the batch behind it was lost late (12000 locks: up to 216ms late). The
+// cap is per deadline millisecond, by the longest TTL counted there.
+func TestWatchdog_BatchLostByDeadline_ShortLockAtRoot(t *testing.T) {
+	b := newStartBackend()
+	e, fc := fakeEngine(b)
+	e.wd.loseCost.Store(int64(lossCost))
+	const n, ttl = 12000, 10 * time.Second
+	D := fc.Now().Add(3 * time.Second)
+	batch := batchAt(t, e, b, n, ttl, D, 0)
+	if !batch[0].Deadline().Equal(D) {
+		t.Fatalf("deadline %v, want %v", batch[0].Deadline(), D)
+	}
+	rec := recordLosses(fc, lossCost, batch)
+	// The short lock: TTL 1s, drift 20ms, deadline start+980ms = D-1ms.
+	sb := D.Add(-981 * time.Millisecond)
+	fc.AdvanceTo(sb)
+	b.setStart("short", sb)
+	short := acquireNow(t, e, "short", WithTTL(time.Second), WithAutoRefresh(false))
+	if d := short.Deadline(); !d.Equal(D.Add(-time.Millisecond)) {
+		t.Fatalf("short lock's deadline D%v, want D-1ms", d.Sub(D))
+	}
+	e.wd.mu.Lock()
+	lead := D.Sub(e.wd.timerAt)
+	e.wd.mu.Unlock()
+	// The timer leads the batch's deadline by what losing it takes at the
+	// estimated cost (the short lock's own cap, 250ms, is not the batch's).
+	if want := time.Duration(n) * lossCost; lead < want {
 		t.Errorf("timer armed %v before the batch's deadline, want at least %v (n x cost)", lead, want)
 	}
-	passes := a.wd.passes.Load()
-	maxLate, maxEarly, nLate := o.report(t, "batch")
-	t.Logf("cost now %v; %d passes while the batch was lost", a.wd.cost(), a.wd.passes.Load()-passes)
-	// The short lock at the root cannot be collected before its own lead:
-	// a timer re-armed for it in the past would spin until then.
-	if p := a.wd.passes.Load() - passes; p > 200 {
+	passes := e.wd.passes.Load()
+	rec.run(t, 100000)
+	worst, late := rec.late()
+	if p := e.wd.passes.Load() - passes; p > maxPassesPerBatch {
 		t.Errorf("%d passes while one batch was lost: the timer spins", p)
 	}
-	if maxLate > 10*time.Millisecond {
-		t.Errorf("batch lock lost %v after its deadline (%d locks >5ms late, early up to %v)", maxLate, nLate, maxEarly)
+	if late > 0 {
+		t.Errorf("%d batch locks lost after their deadline, the latest by %v", late, worst)
+	}
+	// The short lock, set aside while the batch was lost, is lost by
+	// its own deadline.
+	sr := recordLosses(fc, lossCost, []*Lock{short})
+	sr.run(t, 1000)
+	if worst, late := sr.late(); late > 0 {
+		t.Errorf("the short lock was lost %v after its deadline", worst)
 	}
 }
 
-// Red team (issue 9): an auto-refreshed lock whose renewal falls just
-// before a big shared deadline, after any earlier pass (here a lone lock's
-// deadline), got the timer armed for the renewal only, forgetting the
-// batch's stream lead (30000 locks: up to 20ms late without -race, 245ms
-// with it, every run). The stream is now read from the root's due time,
-// whatever it is due for.
-func TestRegressRenewalRootKeepsStreamLead(t *testing.T) {
-	rt4Attempts(t, rt4RegressRenewalRootKeepsStreamLead)
-}
-
-func rt4RegressRenewalRootKeepsStreamLead(t rt4T) {
-	b := newRT4Backend()
-	a := NewEngine(b)
-	n := rt4N(8000)
-	const ttl = 10 * time.Second
-	now0 := time.Now()
-	D := now0.Add(2500 * time.Millisecond)
-	var batch []*Lock
-	for i := 0; i < n; i++ {
-		k := fmt.Sprint("k", i)
-		b.setStart(k, D.Add(-(ttl - 110*time.Millisecond)))
-		batch = append(batch, rt4Acquire(t, a, k, WithTTL(ttl), WithAutoRefresh(false)))
-	}
-	t.Logf("acquired %d in %v", n, time.Since(now0))
-	// A: TTL 6s auto-refresh, renewAt = start+2s = D-5ms
-	time.Sleep(time.Until(D.Add(-2004 * time.Millisecond)))
+// An auto-refreshed lock whose renewal falls just before a big shared
+// deadline, after any earlier pass (here a lone lock's deadline), got the
+// timer armed for the renewal only, forgetting the batch's stream lead
+// (8000 locks lost up to 245ms late). The stream is read from the root's
+// due time, whatever it is due for.
+func TestWatchdog_BatchLostByDeadline_RenewalAtRoot(t *testing.T) {
+	b := newStartBackend()
+	e, fc := fakeEngine(b)
+	e.wd.loseCost.Store(int64(lossCost))
+	const n, ttl = 8000, 10 * time.Second
+	D := fc.Now().Add(2500 * time.Millisecond)
+	batch := batchAt(t, e, b, n, ttl, D, 0)
+	// A: TTL 6s, auto-refreshed, renewal due at start+2s = D-5ms.
+	fc.AdvanceTo(D.Add(-2004 * time.Millisecond))
 	b.setStart("A", D.Add(-2005*time.Millisecond))
-	A := rt4Acquire(t, a, "A", WithTTL(6*time.Second))
+	A := acquireNow(t, e, "A", WithTTL(6*time.Second))
+	defer A.Release(context.Background())
 	if d := A.Deadline().Sub(D); d != 6*time.Second-70*time.Millisecond-2005*time.Millisecond {
 		t.Fatalf("A's start not honoured: deadline D+%v", d)
 	}
-	defer A.Release(nil)
-	// C: a lone lock, deadline 600ms before D (a pass then re-arms for the root).
+	// C: a lone lock due 600ms before D (its pass then re-arms for the
+	// root, A's renewal).
 	b.setStart("C", D.Add(-600*time.Millisecond).Add(-(ttl - 110*time.Millisecond)))
-	if os.Getenv("RT4_NOC") == "" {
-		C := rt4Acquire(t, a, "C", WithTTL(ttl), WithAutoRefresh(false))
-		<-C.Lost()
+	C := acquireNow(t, e, "C", WithTTL(ttl), WithAutoRefresh(false))
+	recordLosses(fc, lossCost, []*Lock{C}).run(t, 1000)
+	rec := recordLosses(fc, lossCost, batch)
+	rec.run(t, 100000)
+	if worst, late := rec.late(); late > 0 {
+		t.Errorf("%d batch locks lost after their deadline, the latest by %v", late, worst)
 	}
-	time.Sleep(5 * time.Millisecond)
-	a.wd.mu.Lock()
-	t.Logf("after C: timer at D-%v lead %v", D.Sub(a.wd.timerAt), a.wd.timerLead)
-	a.wd.mu.Unlock()
-	o := rt4Watch(batch)
-	maxLate, maxEarly, nLate := o.report(t, "batch")
-	if maxLate > 10*time.Millisecond {
-		t.Errorf("batch lock lost %v after its deadline (%d locks >5ms late, early up to %v)", maxLate, nLate, maxEarly)
+	if err := A.Err(); err != nil {
+		t.Errorf("A, renewed, was lost: %v", err)
 	}
 }
 
-// A spread stream of long-TTL deadlines (20us apart, losing costs about as
-// much under -race) behind a short-TTL lock at the root: the pass set the
-// short lock aside only after a fix, and worked through the stream from
-// the lead the timer was armed with; with a cost estimate taken as it is
-// (no margin), a pass that ran ahead of the stream re-armed by the short
-// lock's own lead and lost the rest up to 27ms late.
-func TestRegressSpreadStreamBehindShortRoot(t *testing.T) {
-	rt4Attempts(t, rt4RegressSpreadStreamBehindShortRoot)
-}
-
-func rt4RegressSpreadStreamBehindShortRoot(t rt4T) {
-	b := newRT4Backend()
-	a := NewEngine(b)
-	n := rt4N(12000)
-	a.wd.loseCost.Store(int64(40 * time.Microsecond))
-	const ttl = 10 * time.Second
-	now0 := time.Now()
-	D := now0.Add(time.Duration(n/10)*time.Millisecond + 1500*time.Millisecond)
-	var batch []*Lock
-	for i := 0; i < n; i++ {
-		k := fmt.Sprint("k", i)
-		b.setStart(k, D.Add(-(ttl - 110*time.Millisecond)).Add(time.Duration(i)*20*time.Microsecond))
-		batch = append(batch, rt4Acquire(t, a, k, WithTTL(ttl), WithAutoRefresh(false)))
-	}
-	o := rt4Watch(batch)
+// A spread stream of long-TTL deadlines (20us apart, about what losing
+// each costs) behind a short-TTL lock at the root: a pass that ran ahead
+// of the stream re-armed by the short lock's own lead and lost the rest up
+// to 27ms late. The pass sets the short lock aside and works through the
+// stream from the lead the timer was armed with.
+func TestWatchdog_SpreadStreamLostByDeadline_ShortLockAtRoot(t *testing.T) {
+	b := newStartBackend()
+	e, fc := fakeEngine(b)
+	e.wd.loseCost.Store(int64(lossCost))
+	const n, ttl = 12000, 10 * time.Second
+	D := fc.Now().Add(3 * time.Second)
+	batch := batchAt(t, e, b, n, ttl, D, 20*time.Microsecond)
+	rec := recordLosses(fc, lossCost, batch)
 	sb := D.Add(-981 * time.Millisecond)
-	time.Sleep(time.Until(sb) + time.Millisecond)
+	fc.AdvanceTo(sb)
 	b.setStart("short", sb)
-	rt4Acquire(t, a, "short", WithTTL(time.Second), WithAutoRefresh(false))
-	passes := a.wd.passes.Load()
-	maxLate, maxEarly, nLate := o.report(t, "batch")
-	p := a.wd.passes.Load() - passes
-	t.Logf("%d passes; latest loss %v after its deadline, earliest %v before", p, maxLate, maxEarly)
-	if maxLate > 10*time.Millisecond || p > 200 {
-		t.Errorf("stream lost up to %v late (%d locks >5ms) in %d passes", maxLate, nLate, p)
+	acquireNow(t, e, "short", WithTTL(time.Second), WithAutoRefresh(false))
+	passes := e.wd.passes.Load()
+	rec.run(t, 100000)
+	p := e.wd.passes.Load() - passes
+	if worst, late := rec.late(); late > 0 || p > maxPassesPerBatch {
+		t.Errorf("stream: %d locks lost after their deadline (the latest by %v), in %d passes", late, worst, p)
 	}
 }

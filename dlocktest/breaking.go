@@ -3,6 +3,7 @@ package dlocktest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"sync"
@@ -23,35 +24,56 @@ func testBreak(t *testing.T, h Harness) {
 	if _, ok := h.New(t).(dlock.Breaker); !ok {
 		t.Skip("the Locker does not implement dlock.Breaker")
 	}
-	t.Run("Force", func(t *testing.T) { testBreakForce(t, h) })
-	t.Run("LostAtNextRenewal", func(t *testing.T) { testBreakLostAtRenewal(t, h) })
-	t.Run("WrongOwner", func(t *testing.T) { testBreakWrongOwner(t, h) })
-	t.Run("Owner", func(t *testing.T) { testBreakOwner(t, h) })
-	t.Run("FreeKey", func(t *testing.T) { testBreakFree(t, h) })
-	t.Run("WakesWaiter", func(t *testing.T) { testBreakWakes(t, h) })
-	t.Run("Shared", func(t *testing.T) { testBreakGroup(t, h, dlock.WithShared(), 3) })
-	t.Run("Limited", func(t *testing.T) { testBreakGroup(t, h, dlock.WithLimit(3), 3) })
-	t.Run("BadInput", func(t *testing.T) { testBreakBadInput(t, h) })
-	// Issue 15's hostile review: attacks kept as tests.
-	t.Run("RedTeam15_Hierarchical", func(t *testing.T) { testRedTeam15Hierarchical(t, h) })
-	t.Run("RedTeam15_OwnerCase", func(t *testing.T) { testRedTeam15OwnerCase(t, h) })
-	t.Run("RedTeam15_RaceRelease", func(t *testing.T) { testRedTeam15RaceRelease(t, h) })
-	t.Run("RedTeam15_OwnerRaceReacquire", func(t *testing.T) { testRedTeam15OwnerRaceReacquire(t, h) })
-	t.Run("RedTeam15_SharedWaitingWriter", func(t *testing.T) { testRedTeam15SharedWriter(t, h) })
-	t.Run("RedTeam15_LimitedWaiter", func(t *testing.T) { testRedTeam15LimitedWaiter(t, h) })
-	t.Run("RedTeam15_WaitersNotBroken", func(t *testing.T) { testRedTeam15WaitersNotBroken(t, h) })
-	t.Run("RedTeam15_RaceRenewal", func(t *testing.T) { testRedTeam15RaceRenewal(t, h) })
-	t.Run("RedTeam15_OddKeys", func(t *testing.T) { testRedTeam15OddKeys(t, h) })
-	t.Run("RedTeam15_RaceBreaks", func(t *testing.T) { testRedTeam15RaceBreaks(t, h) })
-	t.Run("RedTeam15_LatestGroupHolder", func(t *testing.T) { testRedTeam15LatestGroupHolder(t, h, dlock.WithShared()) })
-	t.Run("RedTeam15_LatestLimitedHolder", func(t *testing.T) { testRedTeam15LatestGroupHolder(t, h, dlock.WithLimit(3)) })
-	if h.Faults != nil && h.Faults.Pause != nil {
-		t.Run("RedTeam15_PausedServer", func(t *testing.T) { testRedTeam15Paused(t, h) })
+	tests := []struct {
+		name string
+		fn   func(*testing.T, Harness)
+	}{
+		{"Force", testBreakForce},
+		{"LostAtNextRenewal", testBreakLostAtRenewal},
+		{"WrongOwner", testBreakWrongOwner},
+		{"Owner", testBreakOwner},
+		{"FreeKey", testBreakFree},
+		{"WakesWaiter", testBreakWakes},
+		{"Shared", func(t *testing.T, h Harness) { testBreakGroup(t, h, dlock.WithShared(), 3) }},
+		{"Limited", func(t *testing.T, h Harness) { testBreakGroup(t, h, dlock.WithLimit(3), 3) }},
+		{"BadInput", testBreakBadInput},
+		{"RedTeam15_Hierarchical", testRedTeam15Hierarchical},
+		{"RedTeam15_OwnerCase", testRedTeam15OwnerCase},
+		{"RedTeam15_RaceRelease", testRedTeam15RaceRelease},
+		{"RedTeam15_OwnerRaceReacquire", testRedTeam15OwnerRaceReacquire},
+		{"RedTeam15_SharedWaitingWriter", testRedTeam15SharedWriter},
+		{"RedTeam15_LimitedWaiter", testRedTeam15LimitedWaiter},
+		{"RedTeam15_WaitersNotBroken", testRedTeam15WaitersNotBroken},
+		{"RedTeam15_RaceRenewal", testRedTeam15RaceRenewal},
+		{"RedTeam15_OddKeys", testRedTeam15OddKeys},
+		{"RedTeam15_RaceBreaks", testRedTeam15RaceBreaks},
+		{"RedTeam15_LatestGroupHolder", func(t *testing.T, h Harness) { testRedTeam15LatestGroupHolder(t, h, dlock.WithShared()) }},
+		{"RedTeam15_LatestLimitedHolder", func(t *testing.T, h Harness) { testRedTeam15LatestGroupHolder(t, h, dlock.WithLimit(3)) }},
 	}
 	if h.Faults != nil && h.Faults.New != nil {
-		t.Run("RedTeam15_StalledLink", func(t *testing.T) { testRedTeam15Stalled(t, h) })
-		t.Run("RedTeam15_LostReply", func(t *testing.T) { testRedTeam15LostReply(t, h) })
+		tests = append(tests, []struct {
+			name string
+			fn   func(*testing.T, Harness)
+		}{
+			{"RedTeam15_StalledLink", testRedTeam15Stalled},
+			{"RedTeam15_LostReply", testRedTeam15LostReply},
+		}...)
 	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, h)
+		})
+	}
+}
+
+// testBreakPaused is RedTeam15_PausedServer, run alone: it pauses the
+// server(s) every Locker of the harness shares.
+func testBreakPaused(t *testing.T, h Harness) {
+	if _, ok := h.New(t).(dlock.Breaker); !ok {
+		t.Skip("the Locker does not implement dlock.Breaker")
+	}
+	testRedTeam15Paused(t, h)
 }
 
 func mustBreak(t *testing.T, l dlock.Locker, key, owner string) dlock.Broken {
@@ -803,17 +825,20 @@ func testRedTeam15Paused(t *testing.T, h Harness) {
 func testRedTeam15RaceRenewal(t *testing.T, h Harness) {
 	operator := h.New(t)
 	for i := 0; i < 3; i++ {
-		key := Key(t)
-		lk := mustAcquire(t, h.New(t), key, dlock.WithTTL(h.TTL))
-		time.Sleep(h.TTL / 3 * time.Duration(i) / 2) // land at different points of the renewal cycle
-		wantBroken(t, mustBreak(t, operator, key, ""), lk)
-		waitClosed(t, lk.Lost(), "the broken lock's Lost()")
-		next := mustAcquire(t, operator, key, dlock.WithTTL(h.TTL))
-		time.Sleep(2 * h.TTL)
-		wantIntact(t, next)
-		if err := lk.Release(context.Background()); !errors.Is(err, dlock.ErrLockLost) {
-			t.Errorf("Release of a broken lock = %v, want ErrLockLost", err)
-		}
-		release(t, next)
+		t.Run(fmt.Sprint("Point", i), func(t *testing.T) {
+			t.Parallel()
+			key := Key(t)
+			lk := mustAcquire(t, h.New(t), key, dlock.WithTTL(h.TTL))
+			time.Sleep(h.TTL / 3 * time.Duration(i) / 2) // land at different points of the renewal cycle
+			wantBroken(t, mustBreak(t, operator, key, ""), lk)
+			waitClosed(t, lk.Lost(), "the broken lock's Lost()")
+			next := mustAcquire(t, operator, key, dlock.WithTTL(h.TTL))
+			time.Sleep(2 * h.TTL)
+			wantIntact(t, next)
+			if err := lk.Release(context.Background()); !errors.Is(err, dlock.ErrLockLost) {
+				t.Errorf("Release of a broken lock = %v, want ErrLockLost", err)
+			}
+			release(t, next)
+		})
 	}
 }

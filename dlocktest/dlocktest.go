@@ -124,7 +124,13 @@ func assertHeld(t testing.TB, l dlock.Locker, key string) {
 	}
 }
 
-// TestLocker runs the conformance suite.
+// TestLocker runs the conformance suite. Its tests use keys of their own
+// (Key), so they run in parallel with each other (t.Parallel), except
+// those that pause the server every Locker of the harness shares
+// (Faults.Pause) or stall links to test an ordering at the holder's
+// deadline: those run first, one at a time, while the others wait. The
+// parallel tests run once the calling test function has returned, so the
+// harness's servers must be stopped by t.Cleanup, not by a defer.
 func TestLocker(t *testing.T, h Harness) {
 	if h.TTL == 0 {
 		h.TTL = 500 * time.Millisecond
@@ -132,66 +138,75 @@ func TestLocker(t *testing.T, h Harness) {
 	if h.Contenders == 0 {
 		h.Contenders = 16
 	}
-	tests := []struct {
-		name string
-		fn   func(*testing.T, Harness)
-	}{
-		{"BadInput", testBadInput},
-		{"TryAcquireHeld", testTryAcquireHeld},
-		{"MutualExclusion", testMutualExclusion},
-		{"TokensIncrease", testTokensIncrease},
-		{"AcquireDeadline", testAcquireDeadline},
-		{"AcquireCancel", testAcquireCancel},
-		{"WithWait", testWithWait},
-		{"WaiterWokenByRelease", testWaiterWoken},
-		{"ReleaseTwice", testReleaseTwice},
-		{"CancelledContextStillReleases", testCancelledRelease},
-		{"HeldPast3TTL", testHeldPast3TTL},
-		{"NoAutoRefreshLosesAtDeadline", testNoAutoRefresh},
-		{"ManualRefresh", testManualRefresh},
-		{"MaxHold", testMaxHold},
-		{"LostWhenExpiredBehindBack", testLostOnExpire},
-		{"ReleaseOfLostLockKeepsNewHolder", testReleaseLostKeepsNewHolder},
-		{"Do", testDo},
-		{"DoReportsLoss", testDoLoss},
-		{"ConcurrentRelease", testConcurrentRelease},
-		{"DoReleasesOnPanic", testDoPanics},
-		{"NilArguments", testNilArgs},
-		{"OddKeys", testOddKeys},
-		{"HierarchicalKeys", testHierarchicalKeys},
-		{"LongTTL", testLongTTL},
-		{"ShortTTLContention", testShortTTLContention},
-		{"Modes", testModes},
-		{"ReadWrite", testReadWrite},
-		{"WriterPreference", testWriterPreference},
-		{"ConcurrentSharedTry", testConcurrentSharedTry},
-		{"Semaphore", testSemaphore},
-		{"AcquireAll", testAcquireAll},
-		{"RunOnce", testRunOnce},
-		{"List", testList},
-		{"Break", testBreak},
+	tests := []suiteTest{
+		{"BadInput", testBadInput, false},
+		{"TryAcquireHeld", testTryAcquireHeld, false},
+		{"MutualExclusion", testMutualExclusion, false},
+		{"TokensIncrease", testTokensIncrease, false},
+		{"AcquireDeadline", testAcquireDeadline, false},
+		{"AcquireCancel", testAcquireCancel, false},
+		{"WithWait", testWithWait, false},
+		{"WaiterWokenByRelease", testWaiterWoken, false},
+		{"ReleaseTwice", testReleaseTwice, false},
+		{"CancelledContextStillReleases", testCancelledRelease, false},
+		{"HeldPast3TTL", testHeldPast3TTL, false},
+		{"NoAutoRefreshLosesAtDeadline", testNoAutoRefresh, false},
+		{"ManualRefresh", testManualRefresh, false},
+		{"MaxHold", testMaxHold, false},
+		{"LostWhenExpiredBehindBack", testLostOnExpire, false},
+		{"ReleaseOfLostLockKeepsNewHolder", testReleaseLostKeepsNewHolder, false},
+		{"Do", testDo, false},
+		{"DoReportsLoss", testDoLoss, false},
+		{"ConcurrentRelease", testConcurrentRelease, false},
+		{"DoReleasesOnPanic", testDoPanics, false},
+		{"NilArguments", testNilArgs, false},
+		{"OddKeys", testOddKeys, false},
+		{"HierarchicalKeys", testHierarchicalKeys, false},
+		{"LongTTL", testLongTTL, false},
+		{"ShortTTLContention", testShortTTLContention, false},
+		{"Modes", testModes, false},
+		{"ReadWrite", testReadWrite, false},
+		{"WriterPreference", testWriterPreference, false},
+		{"ConcurrentSharedTry", testConcurrentSharedTry, false},
+		{"Semaphore", testSemaphore, false},
+		{"AcquireAll", testAcquireAll, false},
+		{"RunOnce", testRunOnce, false},
+		{"List", testList, false},
+		{"Break", testBreak, false},
 	}
 	if h.NoticesDeletion {
-		tests = append(tests, struct {
-			name string
-			fn   func(*testing.T, Harness)
-		}{"DeletionNoticed", testDeletionNoticed})
+		tests = append(tests, suiteTest{"DeletionNoticed", testDeletionNoticed, false})
 	}
 	if h.FIFO {
-		tests = append(tests, struct {
-			name string
-			fn   func(*testing.T, Harness)
-		}{"FIFO", testFIFO})
+		tests = append(tests, suiteTest{"FIFO", testFIFO, false})
 	}
 	if h.Faults != nil {
-		tests = append(tests, struct {
-			name string
-			fn   func(*testing.T, Harness)
-		}{"Faults", testFaults})
+		tests = append(tests, suiteTest{"Faults", testFaults, true})
+		if h.Faults.Pause != nil {
+			tests = append(tests, suiteTest{"BreakAgainstPausedServer", testBreakPaused, true})
+		}
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
+		if !tc.exclusive {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				tc.fn(t, h)
+			})
+		}
 	}
+	for _, tc := range tests {
+		if tc.exclusive {
+			t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
+		}
+	}
+}
+
+// suiteTest is one test of the suite; an exclusive one runs while no
+// other test of the suite does.
+type suiteTest struct {
+	name      string
+	fn        func(*testing.T, Harness)
+	exclusive bool
 }
 
 func testBadInput(t *testing.T, h Harness) {

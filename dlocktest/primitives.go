@@ -308,6 +308,7 @@ func testSemaphore(t *testing.T, h Harness) {
 		return
 	}
 	t.Run("AtMostN", func(t *testing.T) {
+		t.Parallel()
 		key := Key(t)
 		const n, contenders, rounds = 3, 8, 4
 		var (
@@ -356,6 +357,7 @@ func testSemaphore(t *testing.T, h Harness) {
 		}
 	})
 	t.Run("LimitMismatch", func(t *testing.T) {
+		t.Parallel()
 		key := Key(t)
 		p := mustAcquire(t, h.New(t), key, dlock.WithLimit(2))
 		defer release(t, p)
@@ -372,6 +374,7 @@ func testSemaphore(t *testing.T, h Harness) {
 		}
 	})
 	t.Run("CrashedHolderFreed", func(t *testing.T) {
+		t.Parallel()
 		key := Key(t)
 		live := mustAcquire(t, h.New(t), key, dlock.WithLimit(2))
 		defer release(t, live)
@@ -461,6 +464,7 @@ func testFIFO(t *testing.T, h Harness) {
 // between callers taking overlapping sets in different orders.
 func testAcquireAll(t *testing.T, h Harness) {
 	t.Run("AllOrNothing", func(t *testing.T) {
+		t.Parallel()
 		base := Key(t)
 		a, b, c := base+"/a", base+"/b", base+"/c"
 		other := mustAcquire(t, h.New(t), b)
@@ -513,6 +517,7 @@ func testAcquireAll(t *testing.T, h Harness) {
 		}
 	})
 	t.Run("NoDeadlock", func(t *testing.T) {
+		t.Parallel()
 		base := Key(t)
 		keys := []string{base + "/x", base + "/y", base + "/z"}
 		orders := [][]string{{keys[0], keys[1], keys[2]}, {keys[2], keys[1], keys[0]}, {keys[1], keys[2], keys[0]}}
@@ -589,6 +594,7 @@ func testAcquireAll(t *testing.T, h Harness) {
 // job keeps the key for atLeastFor; a job past atMostFor is cancelled.
 func testRunOnce(t *testing.T, h Harness) {
 	t.Run("OncePerPeriod", func(t *testing.T) {
+		t.Parallel()
 		key := Key(t)
 		const replicas, periods = 4, 2
 		atLeast := 2 * h.TTL
@@ -646,6 +652,7 @@ func testRunOnce(t *testing.T, h Harness) {
 		}
 	})
 	t.Run("AtMostFor", func(t *testing.T) {
+		t.Parallel()
 		key := Key(t)
 		atMost := 3 * h.TTL
 		ran, err := dlock.RunOnce(ctxT(t), h.New(t), key, atMost, 0, func(ctx context.Context) error {

@@ -13,6 +13,14 @@ DEB_PKGS := redis-server redis-sentinel gcc zookeeper postgresql pgbouncer prome
 SERVER_BINS := redis-server redis-sentinel gcc java psql pgbouncer promtool
 SERVER_FILES := /usr/share/java/zookeeper.jar /usr/lib/postgresql/*/bin/postgres
 TEST_TIMEOUT ?= 20m
+# How many modules' tests run at once, and how many of a package's
+# parallel tests (t.Parallel) run at once: the tests mostly wait on
+# servers and leases, so both exceed the machine's cores.
+TEST_JOBS ?= 4
+TEST_PARALLEL ?= 8
+# Modules test-long runs (default: all), as directories: make test-long
+# LONG=redislock.
+LONG ?=
 
 # How long each fuzzer runs in `make test` (a smoke run on top of the
 # committed seed corpora; run `make fuzz FUZZTIME=5m` for a real session).
@@ -21,7 +29,7 @@ TEST_TIMEOUT ?= 20m
 # mid-call (golang/go#75804, fixed in Go 1.27), with no crasher found.
 FUZZTIME ?= 20000x
 
-.PHONY: all deps test vet fmt-check fuzz release-check safety safety-quick safety-repro bench bench-quick demo examples build clean
+.PHONY: all deps test test-long vet fmt-check fuzz release-check safety safety-quick safety-repro bench bench-quick demo examples build clean
 
 all: test
 
@@ -50,17 +58,31 @@ fmt-check:
 vet:
 	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
 
-## test: deps, then vet, race-enabled tests of every module, then a short
-## run of every fuzzer.
+## test: deps, then vet, race-enabled tests of every module (the long
+## ones left out: -short), a short run of every fuzzer, the release
+## check, a short safety run and the case studies. It ends with each
+## module's wall time and the slowest tests, and each step's time.
 test: deps fmt-check vet
-	@set -e; for m in $(MODULES); do \
-	  echo "== go test -race $$m"; \
-	  (cd $$m && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...); \
-	done
-	@$(MAKE) --no-print-directory fuzz
-	@$(MAKE) --no-print-directory release-check
-	@$(MAKE) --no-print-directory safety-quick
-	@$(MAKE) --no-print-directory examples
+	@set -e; t0=$$SECONDS; \
+	$(GO) run ./internal/testrun -short -jobs $(TEST_JOBS) -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT); \
+	t1=$$SECONDS; $(MAKE) --no-print-directory fuzz; \
+	t2=$$SECONDS; $(MAKE) --no-print-directory release-check; \
+	t3=$$SECONDS; $(MAKE) --no-print-directory safety-quick; \
+	t4=$$SECONDS; $(MAKE) --no-print-directory examples; \
+	t5=$$SECONDS; \
+	echo; echo "== make test: module tests $$((t1-t0))s, fuzz $$((t2-t1))s, release-check $$((t3-t2))s, safety-quick $$((t4-t3))s, examples $$((t5-t4))s; $$((t5-t0))s in all"
+
+## test-long: the tests too long for every run (scale, failover
+## matrices, repetition: each says why in its doc), with every other test
+## of the modules in LONG (default: all), then the full safety matrix
+## (written to a temporary file; `make safety` rewrites docs/safety.md).
+test-long: deps
+	@set -e; t0=$$SECONDS; \
+	$(GO) run ./internal/testrun -jobs $(TEST_JOBS) -parallel $(TEST_PARALLEL) -timeout 60m $(LONG); \
+	t1=$$SECONDS; \
+	if [ -z "$(LONG)" ]; then out=$$(mktemp); (cd safety && $(GO) run ./cmd/safety -out $$out); rm -f $$out; fi; \
+	t2=$$SECONDS; \
+	echo; echo "== make test-long: module tests $$((t1-t0))s, safety $$((t2-t1))s; $$((t2-t0))s in all"
 
 ## release-check: prove the modules install the way a user gets them: pack
 ## every module into a local module proxy at a throw-away version, then

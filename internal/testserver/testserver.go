@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -383,4 +384,15 @@ func StartRedisCluster(t TB, n int) []*Redis {
 		}
 	}
 	return nodes
+}
+
+// Long marks a test that runs in `make test-long` only: under -short
+// (`make test`) it is skipped with why, which says what makes it long
+// (scale, a failover matrix, repetition). A test is long for its cost,
+// never to hide a flake: a flaky test is fixed where it is.
+func Long(t TB, why string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("long test (make test-long): " + why)
+	}
 }

@@ -1,0 +1,379 @@
+// Command testrun runs the race-enabled tests of every module of the
+// workspace (go.work) and reports what they cost: `make test` and `make
+// test-long` call it.
+//
+// The modules' tests mostly wait (for servers, leases, timeouts), not
+// compute, so testrun runs several modules at once (-jobs). It prints a
+// line as each module ends and, every -progress interval, which are
+// still running; at the end a table of each module's wall time and
+// result, and the slowest tests (from `go test -json`). Tests that took
+// longer than -slow are listed separately: a test that grows past it is
+// to be split or moved to `make test-long`.
+//
+// Usage (from the repository root):
+//
+//	go run ./internal/testrun [-short] [-jobs N] [-parallel N] [-timeout 20m] [MODULE_DIR...]
+//
+// With no MODULE_DIR it runs every module of the workspace, longest
+// first (by the order in longFirst, then the workspace's).
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// longFirst are the modules whose tests take longest, started first so
+// that the short ones fill the time around them. The order is a
+// scheduling hint only: a module missing here starts after these.
+var longFirst = []string{"redislock", "zklock", "cmd/dlock", "etcdlock", "pglock", "redlock", "."}
+
+func main() {
+	short := flag.Bool("short", false, "pass -short: leave out the tests that run only in make test-long")
+	jobs := flag.Int("jobs", 4, "modules tested at once")
+	timeout := flag.Duration("timeout", 20*time.Minute, "go test -timeout for each module")
+	slow := flag.Duration("slow", 30*time.Second, "list the tests that took longer than this")
+	top := flag.Int("top", 10, "how many of the slowest tests to list")
+	progress := flag.Duration("progress", time.Minute, "how often to say which modules still run")
+	run := flag.String("run", "", "go test -run pattern (default: every test)")
+	parallel := flag.Int("parallel", 8, "go test -parallel: a package's parallel tests run at once")
+	flag.Parse()
+	if *jobs < 1 {
+		fmt.Fprintln(os.Stderr, "testrun: -jobs must be at least 1")
+		os.Exit(2)
+	}
+	mods, err := modules(flag.Args())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testrun:", err)
+		os.Exit(2)
+	}
+	args := []string{"test", "-race", "-count=1", "-json", "-timeout", timeout.String(), "-parallel", fmt.Sprint(*parallel)}
+	if *short {
+		args = append(args, "-short")
+	}
+	if *run != "" {
+		args = append(args, "-run", *run)
+	}
+	args = append(args, "./...")
+
+	start := time.Now()
+	results := make([]*result, len(mods))
+	sem := make(chan struct{}, *jobs)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	running := map[string]time.Time{}
+	stopProgress := make(chan struct{})
+	go func() {
+		tick := time.NewTicker(*progress)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopProgress:
+				return
+			case <-tick.C:
+				mu.Lock()
+				var names []string
+				for m, s := range running {
+					names = append(names, fmt.Sprintf("%s (%s)", m, since(s)))
+				}
+				mu.Unlock()
+				sort.Strings(names)
+				fmt.Printf("testrun: %s elapsed; running: %s\n", since(start), strings.Join(names, ", "))
+			}
+		}
+	}()
+	for i, m := range mods {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			mu.Lock()
+			running[m.name] = time.Now()
+			mu.Unlock()
+			fmt.Printf("== go test -race %s\n", m.name)
+			r := test(m, args)
+			mu.Lock()
+			delete(running, m.name)
+			results[i] = r
+			// One module's report at a time, whole.
+			r.report(os.Stdout)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	close(stopProgress)
+	ok := summary(os.Stdout, results, time.Since(start), *top, *slow)
+	if !ok {
+		os.Exit(1)
+	}
+}
+
+type module struct {
+	name string // the directory, relative to the workspace root ("." for the root)
+	dir  string
+}
+
+// modules returns the modules to test: dirs, or every module of the
+// workspace, the long ones first.
+func modules(dirs []string) ([]module, error) {
+	root, err := os.Getwd()
+	if err != nil {
+		return nil, err
+	}
+	if len(dirs) == 0 {
+		out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+		if err != nil {
+			return nil, fmt.Errorf("go list -m: %w", err)
+		}
+		dirs = strings.Fields(string(out))
+	}
+	var mods []module
+	for _, d := range dirs {
+		abs, err := filepath.Abs(d)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := os.Stat(filepath.Join(abs, "go.mod")); err != nil {
+			return nil, fmt.Errorf("%s is not a module directory: %w", d, err)
+		}
+		name, err := filepath.Rel(root, abs)
+		if err != nil {
+			name = abs
+		}
+		mods = append(mods, module{name: filepath.ToSlash(name), dir: abs})
+	}
+	rank := func(m module) int {
+		if i := slices.Index(longFirst, m.name); i >= 0 {
+			return i
+		}
+		return len(longFirst)
+	}
+	sort.SliceStable(mods, func(i, j int) bool { return rank(mods[i]) < rank(mods[j]) })
+	return mods, nil
+}
+
+// result is one module's run.
+type result struct {
+	mod     module
+	wall    time.Duration
+	err     error    // go test's exit (nil: every package passed)
+	stderr  string   // go test's own stderr (build errors)
+	tests   []tcase  // every top-level test that ended
+	failed  []string // failing tests (package.Test) and packages, in order
+	output  map[string]*strings.Builder
+	pkgFail map[string]bool
+	counts  struct{ pass, fail, skip int }
+}
+
+// tcase is a test's outcome from go test -json.
+type tcase struct {
+	pkg, name, action string
+	elapsed           time.Duration
+}
+
+// event is one line of go test -json (test2json).
+type event struct {
+	Action  string
+	Package string
+	Test    string
+	Elapsed float64
+	Output  string
+}
+
+func test(m module, args []string) *result {
+	r := &result{mod: m, output: map[string]*strings.Builder{}, pkgFail: map[string]bool{}}
+	cmd := exec.Command("go", args...)
+	cmd.Dir = m.dir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		r.err = err
+		return r
+	}
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		r.err = err
+		return r
+	}
+	r.read(out)
+	r.err = cmd.Wait()
+	r.wall = time.Since(start)
+	r.stderr = stderr.String()
+	return r
+}
+
+// read consumes go test -json's output.
+func (r *result) read(out io.Reader) {
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var e event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			// Not test2json (a build failure's text): keep it.
+			r.out("", "").WriteString(sc.Text() + "\n")
+			continue
+		}
+		id := e.Package
+		if e.Test != "" {
+			id += "." + e.Test
+		}
+		switch e.Action {
+		case "output":
+			r.out(e.Package, e.Test).WriteString(e.Output)
+		case "pass", "fail", "skip":
+			if e.Test == "" {
+				if e.Action == "fail" {
+					r.pkgFail[e.Package] = true
+				}
+				continue
+			}
+			if e.Action == "fail" {
+				r.failed = append(r.failed, id)
+			}
+			if strings.Contains(e.Test, "/") {
+				continue // subtests: counted in their parent
+			}
+			switch e.Action {
+			case "pass":
+				r.counts.pass++
+			case "fail":
+				r.counts.fail++
+			case "skip":
+				r.counts.skip++
+			}
+			r.tests = append(r.tests, tcase{pkg: e.Package, name: e.Test, action: e.Action,
+				elapsed: time.Duration(e.Elapsed * float64(time.Second))})
+		}
+	}
+}
+
+func (r *result) out(pkg, test string) *strings.Builder {
+	k := pkg + "\x00" + test
+	b := r.output[k]
+	if b == nil {
+		b = &strings.Builder{}
+		r.output[k] = b
+	}
+	return b
+}
+
+func (r *result) ok() bool { return r.err == nil && len(r.failed) == 0 && len(r.pkgFail) == 0 }
+
+// report prints the module's outcome; for a failure, the output of every
+// failed test (subtests included) and of every failed package.
+func (r *result) report(w io.Writer) {
+	status := "ok"
+	if !r.ok() {
+		status = "FAIL"
+	}
+	fmt.Fprintf(w, "== %s %s in %s (%d passed, %d failed, %d skipped)\n",
+		status, r.mod.name, r.wall.Round(time.Second), r.counts.pass, r.counts.fail, r.counts.skip)
+	if r.ok() {
+		return
+	}
+	for _, id := range r.failed {
+		pkg, name := splitID(id)
+		fmt.Fprintf(w, "--- FAIL %s %s\n%s", pkg, name, indent(r.out(pkg, name).String()))
+	}
+	pkgs := make([]string, 0, len(r.pkgFail))
+	for p := range r.pkgFail {
+		pkgs = append(pkgs, p)
+	}
+	sort.Strings(pkgs)
+	for _, p := range pkgs {
+		fmt.Fprintf(w, "--- FAIL package %s\n%s", p, indent(r.out(p, "").String()))
+	}
+	if s := r.out("", "").String(); s != "" {
+		fmt.Fprint(w, indent(s))
+	}
+	if r.stderr != "" {
+		fmt.Fprint(w, indent(r.stderr))
+	}
+	if r.err != nil && len(r.failed) == 0 && len(r.pkgFail) == 0 {
+		fmt.Fprintf(w, "    go test: %v\n", r.err)
+	}
+}
+
+// splitID splits "pkg.Test/sub" at the package's end: the test name
+// starts after the last "." before any "/".
+func splitID(id string) (pkg, name string) {
+	head := id
+	if i := strings.Index(id, "/"); i >= 0 {
+		head = id[:i]
+	}
+	// The package path may contain dots (github.com); the test name has
+	// none before its first slash.
+	i := strings.LastIndex(head, ".")
+	return id[:i], id[i+1:]
+}
+
+func indent(s string) string {
+	if s == "" {
+		return ""
+	}
+	lines := strings.SplitAfter(s, "\n")
+	var b strings.Builder
+	for _, l := range lines {
+		if l != "" {
+			b.WriteString("    " + l)
+		}
+	}
+	if !strings.HasSuffix(s, "\n") {
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// summary prints every module's wall time and result, the slowest tests,
+// and the tests over slow; it reports whether everything passed.
+func summary(w io.Writer, results []*result, wall time.Duration, top int, slow time.Duration) bool {
+	ok := true
+	fmt.Fprintf(w, "\n== test summary: %s wall clock\n", wall.Round(time.Second))
+	fmt.Fprintf(w, "%-12s %8s  %-6s %6s %6s %6s\n", "MODULE", "WALL", "RESULT", "PASS", "FAIL", "SKIP")
+	byWall := slices.Clone(results)
+	sort.SliceStable(byWall, func(i, j int) bool { return byWall[i].wall > byWall[j].wall })
+	var all []tcase
+	for _, r := range byWall {
+		status := "ok"
+		if !r.ok() {
+			status, ok = "FAIL", false
+		}
+		fmt.Fprintf(w, "%-12s %7.0fs  %-6s %6d %6d %6d\n", r.mod.name, r.wall.Seconds(), status,
+			r.counts.pass, r.counts.fail, r.counts.skip)
+		all = append(all, r.tests...)
+	}
+	sort.SliceStable(all, func(i, j int) bool { return all[i].elapsed > all[j].elapsed })
+	fmt.Fprintf(w, "\n== the %d slowest tests\n", min(top, len(all)))
+	for _, tc := range all[:min(top, len(all))] {
+		fmt.Fprintf(w, "%7.1fs  %s %s\n", tc.elapsed.Seconds(), tc.pkg, tc.name)
+	}
+	var over []tcase
+	for _, tc := range all {
+		if tc.elapsed > slow {
+			over = append(over, tc)
+		}
+	}
+	if len(over) > 0 {
+		fmt.Fprintf(w, "\n== %d tests took over %v: split them or move them to make test-long\n", len(over), slow)
+		for _, tc := range over {
+			fmt.Fprintf(w, "%7.1fs  %s %s\n", tc.elapsed.Seconds(), tc.pkg, tc.name)
+		}
+	}
+	return ok
+}
+
+func since(t time.Time) string { return time.Since(t).Round(time.Second).String() }

@@ -24,7 +24,7 @@ type callResult[T any] struct {
 //
 // With a context that can never be done, f runs on the caller's goroutine.
 func call[T any](ctx context.Context, f func(context.Context) (T, error), late func(T, error)) (v T, err error, abandoned bool) {
-	return callGrace(ctx, 0, f, late)
+	return callGrace(ctx, realClock{}, 0, f, late)
 }
 
 // queueGrace is how long a queue wait (Queuer.Queue) may take to return
@@ -35,9 +35,9 @@ func call[T any](ctx context.Context, f func(context.Context) (T, error), late f
 // backend stuck in a request overruns the context by at most this much.
 const queueGrace = 100 * time.Millisecond
 
-// callGrace is call, giving f up to grace after ctx is done to return on
-// its own.
-func callGrace[T any](ctx context.Context, grace time.Duration, f func(context.Context) (T, error), late func(T, error)) (v T, err error, abandoned bool) {
+// callGrace is call, giving f up to grace (on clk) after ctx is done to
+// return on its own.
+func callGrace[T any](ctx context.Context, clk clock, grace time.Duration, f func(context.Context) (T, error), late func(T, error)) (v T, err error, abandoned bool) {
 	if d, ok := ctx.Deadline(); ok && ctx.Done() == nil {
 		// A hand-written context with a deadline but no Done channel.
 		var cancel context.CancelFunc
@@ -73,12 +73,12 @@ func callGrace[T any](ctx context.Context, grace time.Duration, f func(context.C
 		return r.v, r.err, false
 	case <-ctx.Done():
 		if grace > 0 {
-			t := time.NewTimer(grace)
+			t, expired := clk.NewTimer(grace)
 			select {
 			case r := <-ch:
 				t.Stop()
 				return r.v, r.err, false
-			case <-t.C:
+			case <-expired:
 			}
 		}
 		mu.Lock()

@@ -8,18 +8,35 @@ import (
 )
 
 // fakeClock is a clock that moves only when a test moves it. Timers fire
-// on the goroutine that moves the clock past them, one at a time, in the
-// order they are due, each with the clock set to its due time; so the
-// watchdog's passes run where and when the test says, and what they
-// decide depends on nothing but the clock's readings.
+// when the test moves the clock past them, one at a time, in the order
+// they are due, each with the clock set to its due time. An AfterFunc's
+// function runs on a goroutine of its own, as with time.AfterFunc, and
+// the test's call waits until it returns or parks (Park: it blocks in a
+// call only the test can end, such as a hung renewal). So the watchdog's
+// passes run when the test says, and what they decide depends on nothing
+// but the clock's readings.
 type fakeClock struct {
 	mu     sync.Mutex
 	now    time.Time
 	timers []*fakeTimer
-	fired  int // timers fired so far
+	fired  int           // timers fired so far
+	parked chan struct{} // closed (and replaced) when a call parks
 }
 
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_800_000_000, 0)} }
+func newFakeClock() *fakeClock {
+	return &fakeClock{now: time.Unix(1_800_000_000, 0), parked: make(chan struct{})}
+}
+
+// Park tells the clock that a call is about to block until the test ends
+// it (a fake backend's hung call): a timer function that is running stops
+// being waited for. A fake backend calls it from its hung calls, which a
+// watchdog pass makes on its own goroutine.
+func (c *fakeClock) Park() {
+	c.mu.Lock()
+	close(c.parked)
+	c.parked = make(chan struct{})
+	c.mu.Unlock()
+}
 
 type fakeTimer struct {
 	c      *fakeClock
@@ -111,7 +128,18 @@ func (c *fakeClock) next(limit time.Time) *fakeTimer {
 
 func (t *fakeTimer) fire(now time.Time) {
 	if t.f != nil {
-		t.f()
+		t.c.mu.Lock()
+		parked := t.c.parked
+		t.c.mu.Unlock()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			t.f()
+		}()
+		select {
+		case <-done:
+		case <-parked:
+		}
 		return
 	}
 	select {

@@ -336,7 +336,7 @@ func (w *waiter) attempt(ctx context.Context, n int, fn func(context.Context, *d
 		e.src.emitCall(cfg.callObs, Event{Kind: EventAttempt, Key: cfg.key, Mode: cfg.mode, Attempts: n})
 	}
 	start := e.wd.clk.Now()
-	g, err, abandoned := callGrace(ctx, grace, func(ctx context.Context) (driver.Grant, error) {
+	g, err, abandoned := callGrace(ctx, e.wd.clk, grace, func(ctx context.Context) (driver.Grant, error) {
 		return fn(ctx, req)
 	}, func(g driver.Grant, err error) {
 		e.undo(req, g, err)

@@ -274,3 +274,67 @@ func TestWatchdog_SpreadStreamLostByDeadline_ShortLockAtRoot(t *testing.T) {
 		t.Errorf("stream: %d locks lost after their deadline (the latest by %v), in %d passes", late, worst, p)
 	}
 }
+
+// hungRenewals grants every key (the server lease ends a TTL after the
+// grant, on the clock) and hangs every renewal batch, ignoring its
+// context, until release is closed: a client on a stalled link.
+type hungRenewals struct {
+	fc      *fakeClock
+	release chan struct{}
+	mu      sync.Mutex
+	expires map[string]time.Time
+}
+
+func (b *hungRenewals) Try(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	b.mu.Lock()
+	b.expires[req.Key] = b.fc.Now().Add(req.TTL)
+	b.mu.Unlock()
+	return driver.Grant{Lease: nopLease{}, Token: 1}, nil
+}
+
+func (b *hungRenewals) RefreshBatch(ctx context.Context, rs []driver.Renewal, done func(int, error)) {
+	b.fc.Park()
+	<-b.release
+}
+
+func (*hungRenewals) Spec() driver.Spec { return driver.Spec{Name: "test"} }
+
+// Thousands of auto-refreshed locks whose renewals hang: each lock's
+// Lost() closes by its local deadline, so before its lease can expire on
+// the server. A scan of every lock per watchdog pass and a goroutine per
+// lost lock made 3000 locks lose theirs after the server lease ended.
+func TestWatchdog_HungRenewalsLostBeforeServerExpiry(t *testing.T) {
+	fc := newFakeClock()
+	b := &hungRenewals{fc: fc, release: make(chan struct{}), expires: map[string]time.Time{}}
+	e := NewEngine(b)
+	e.wd.clk = fc
+	const n, ttl = 3000, time.Second
+	locks := make([]*Lock, n)
+	for i := range locks {
+		// Acquired over 300ms, as a busy service would.
+		fc.Advance(100 * time.Microsecond)
+		locks[i] = acquireNow(t, e, fmt.Sprint("k", i), WithTTL(ttl))
+	}
+	defer func() {
+		close(b.release)
+		background.Wait(10 * time.Second)
+	}()
+	rec := recordLosses(fc, lossCost, locks)
+	passes := e.wd.passes.Load()
+	rec.run(t, 100000)
+	// About a pass per deadline millisecond (300) and per renewal batch;
+	// a timer re-armed in the past would fire pass after pass.
+	if p := e.wd.passes.Load() - passes; p > 1000 {
+		t.Errorf("%d passes to lose %d locks spread over 300ms: the timer spins", p, n)
+	}
+	if worst, late := rec.late(); late > 0 {
+		t.Errorf("%d locks lost after their local deadline, the latest by %v", late, worst)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, lk := range locks {
+		if exp := b.expires[lk.Key()]; !rec.closed[i].Before(exp) {
+			t.Fatalf("lock %d: Lost() closed %v after its server lease ended", i, rec.closed[i].Sub(exp))
+		}
+	}
+}

@@ -1,0 +1,91 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// answerAtDeadline is a backend on which the key is always held. Its Try
+// ends the caller's wait (cancel) while the attempt is in flight and then
+// answers (hang false), or hangs until release is closed (hang true).
+type answerAtDeadline struct {
+	cancel  context.CancelFunc
+	hang    bool
+	release chan struct{}
+}
+
+func (b *answerAtDeadline) Try(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	b.cancel()
+	if b.hang {
+		<-b.release
+	}
+	return driver.Grant{}, &NotAcquiredError{Key: req.Key, Holders: []Holder{{Owner: "other", Token: 7}}}
+}
+
+func (*answerAtDeadline) Spec() driver.Spec { return driver.Spec{Name: "test"} }
+
+// A wait that ends while an attempt is in flight against a healthy backend
+// reports what the backend answered, the key held (ErrNotAcquired), not an
+// outage: the attempt gets a grace to answer, counted on the engine's
+// clock. The wait's end was reported as ErrUnavailable when the answer
+// came after the deadline.
+func TestAcquire_WaitEndingMidAttemptReportsHolder(t *testing.T) {
+	for _, wait := range []bool{true, false} {
+		ctx, cancel := context.WithCancel(context.Background())
+		e, _ := fakeEngine(&answerAtDeadline{cancel: cancel})
+		var err error
+		if wait {
+			_, err = e.Acquire(ctx, "k")
+		} else {
+			_, err = e.TryAcquire(ctx, "k")
+		}
+		var na *NotAcquiredError
+		if !errors.As(err, &na) || errors.Is(err, ErrUnavailable) || holder0(na) != "other" {
+			t.Errorf("wait=%v: %v, want ErrNotAcquired naming the holder", wait, err)
+		}
+	}
+}
+
+func holder0(na *NotAcquiredError) string {
+	if na == nil || len(na.Holders) == 0 {
+		return ""
+	}
+	return na.Holders[0].Owner
+}
+
+// An attempt still unanswered when its grace after the wait's end runs
+// out is abandoned: the backend did not answer, so the error is
+// ErrUnavailable, not a claim that the key is held.
+func TestAcquire_AttemptUnansweredPastGraceIsUnavailable(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	b := &answerAtDeadline{cancel: cancel, hang: true, release: make(chan struct{})}
+	e, fc := fakeEngine(b)
+	defer close(b.release)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := e.TryAcquire(ctx, "k")
+		errc <- err
+	}()
+	// The attempt's grace is the one timer the engine sets.
+	for end := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+		if _, ok := fc.pending(); ok {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("hang: no grace timer after the wait ended")
+		}
+	}
+	fc.Advance(maxAttemptGrace)
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNotAcquired) {
+			t.Fatalf("TryAcquire with the attempt unanswered past its grace: %v, want ErrUnavailable", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("hang: TryAcquire did not return once the grace ran out")
+	}
+}

@@ -305,4 +305,3 @@ func TestRedConcurrentMisuse(t *testing.T) {
 		st.mu.Unlock()
 	}
 }
-

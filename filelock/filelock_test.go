@@ -53,9 +53,6 @@ func TestConformance(t *testing.T) {
 // The conformance suite again with inotify off and a short poll: waiters
 // are woken in-process or by polling only.
 func TestConformanceWithoutInotify(t *testing.T) {
-	if testing.Short() {
-		t.Skip("short")
-	}
 	dir := t.TempDir()
 	ops := mustNew(t, dir)
 	dlocktest.TestLocker(t, dlocktest.Harness{

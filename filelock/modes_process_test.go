@@ -15,9 +15,6 @@ import (
 // writer out only until its own lease expires, at most one TTL after its
 // death, whether or not other readers keep renewing theirs.
 func TestKilledReaderDoesNotBlockWriter(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes")
-	}
 	const ttl = time.Second
 	for _, withLiveReader := range []bool{false, true} {
 		t.Run(fmt.Sprintf("live-reader=%v", withLiveReader), func(t *testing.T) {
@@ -120,9 +117,6 @@ func TestKilledReaderDoesNotBlockWriter(t *testing.T) {
 // A writer process killed while it waits (registered, keeping new readers
 // out) stops keeping them out at most one TTL after its last attempt.
 func TestKilledWaitingWriterDoesNotBlockReaders(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes")
-	}
 	const ttl = time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), hang)
 	defer cancel()

@@ -294,9 +294,6 @@ func helper(ctx context.Context, t testing.TB, env ...string) (*exec.Cmd, *lineW
 }
 
 func TestCrossProcessExclusion(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir, data := t.TempDir(), t.TempDir()
@@ -370,9 +367,6 @@ func TestCrossProcessExclusion(t *testing.T) {
 // A lease whose holder stops renewing (killed, or exited without releasing)
 // becomes acquirable after its TTL, with a larger token.
 func TestExpiryAfterHolderDies(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes")
-	}
 	for _, tc := range []struct {
 		name, hold string
 		ttl        time.Duration
@@ -429,9 +423,6 @@ func TestExpiryAfterHolderDies(t *testing.T) {
 
 // A waiter in this process is woken by a release in another process.
 func TestCrossProcessWaiterWoken(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), hang)
 	defer cancel()
 	dir := t.TempDir()

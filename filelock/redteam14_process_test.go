@@ -145,9 +145,6 @@ func helperRT14Mix(ctx context.Context) error {
 // shared and limited acquisitions with short holds: never two writers, a
 // writer with a reader, or more permit holders than permits.
 func TestRedTeam14_CrossProcessModesExclude(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	dir, data := t.TempDir(), t.TempDir()
@@ -203,9 +200,6 @@ func helperRT14Readers(ctx context.Context) error {
 // and the writer gets it, with a token above every read lock granted
 // before it.
 func TestRedTeam14_CrossProcessReadersDoNotStarveWriter(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	dir, key := t.TempDir(), "rt14-rw"

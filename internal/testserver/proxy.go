@@ -40,7 +40,9 @@ type Proxy struct {
 	stalled bool
 	cut     bool
 	lose    bool // LoseNextReply armed, not yet claimed by a connection
+	loseCut bool // the armed fault cuts the link once the reply is lost
 	delay   time.Duration
+	dropped int // replies dropped by an armed lost-reply fault
 	conns   map[*proxyConn]struct{}
 }
 
@@ -56,6 +58,8 @@ type proxyConn struct {
 	// request that claimed an armed LoseNextReply: the next chunk from the
 	// server is dropped and the connection reset.
 	loseReply bool
+	// cutOnLoss: dropping that reply also cuts the link (LoseReplyAndCut).
+	cutOnLoss bool
 }
 
 // StartProxy listens on a free 127.0.0.1 port and forwards every accepted
@@ -126,7 +130,26 @@ func (p *Proxy) Cut() {
 func (p *Proxy) LoseNextReply() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.lose = true
+	p.lose, p.loseCut = true, false
+}
+
+// LoseReplyAndCut is LoseNextReply, and the moment the reply is dropped
+// the link is cut as by Cut, until Heal: the request took effect, and
+// neither its reply nor a client's resend of it on a new connection gets
+// through. A client that resends a command whose reply was lost
+// (go-redis does, on a new connection) would otherwise race the test's
+// own Cut.
+func (p *Proxy) LoseReplyAndCut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lose, p.loseCut = true, true
+}
+
+// Dropped counts the replies LoseNextReply and LoseReplyAndCut dropped.
+func (p *Proxy) Dropped() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.dropped
 }
 
 // Delay delays every forwarded chunk, in both directions, by d before it
@@ -147,7 +170,7 @@ func (p *Proxy) Delay(d time.Duration) {
 func (p *Proxy) Heal() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.stalled, p.cut, p.lose, p.delay = false, false, false, 0
+	p.stalled, p.cut, p.lose, p.loseCut, p.delay = false, false, false, false, 0
 	p.cond.Broadcast()
 }
 
@@ -311,9 +334,16 @@ func (p *Proxy) admit(c *proxyConn, toServer, fin bool) int {
 		// This request claims the armed fault; claim it before the
 		// request is written so that a fast reply cannot slip past.
 		p.lose = false
-		c.loseReply = true
+		c.loseReply, c.cutOnLoss = true, p.loseCut
 	case !toServer && c.loseReply:
+		p.dropped++
 		p.resetLocked(c)
+		if c.cutOnLoss {
+			p.cut = true
+			for o := range p.conns {
+				p.resetLocked(o)
+			}
+		}
 		return chunkDrop
 	}
 	return chunkForward
@@ -412,6 +442,22 @@ func (ps Proxies) LoseNextReply() {
 	for _, p := range ps {
 		p.LoseNextReply()
 	}
+}
+
+// LoseReplyAndCut arms every proxy with LoseReplyAndCut.
+func (ps Proxies) LoseReplyAndCut() {
+	for _, p := range ps {
+		p.LoseReplyAndCut()
+	}
+}
+
+// Dropped sums the replies every proxy dropped.
+func (ps Proxies) Dropped() int {
+	n := 0
+	for _, p := range ps {
+		n += p.Dropped()
+	}
+	return n
 }
 
 // Heal heals every proxy.

@@ -280,6 +280,33 @@ func TestProxyLoseNextReplyOtherConn(t *testing.T) {
 	}
 }
 
+// LoseReplyAndCut: the request takes effect, its reply is dropped, and
+// from that moment the link refuses everything until Heal, so a client's
+// resend on a new connection cannot get through either.
+func TestProxyLoseReplyAndCut(t *testing.T) {
+	r := StartRedis(t)
+	p := StartProxy(t, r.Addr())
+	victim := dialResp(t, p.Addr())
+	victim.do("PING")
+	other := dialResp(t, p.Addr())
+	other.do("PING")
+	p.LoseReplyAndCut()
+	victim.send("INCR", "n")
+	victim.expectReset("INCR whose reply is lost")
+	other.expectReset("another connection once the link is cut")
+	expectDialReset(t, p.Addr(), "a new connection once the link is cut")
+	if got, err := r.Do("GET", "n"); err != nil || got != "1" {
+		t.Fatalf("direct GET n = %q, %v; the request should have taken effect once", got, err)
+	}
+	if n := p.Dropped(); n != 1 {
+		t.Fatalf("Dropped = %d, want 1", n)
+	}
+	p.Heal()
+	if got := dialResp(t, p.Addr()).do("INCR", "n"); got != "2" {
+		t.Fatalf("INCR after Heal = %q, want 2", got)
+	}
+}
+
 func TestProxyDelay(t *testing.T) {
 	r := StartRedis(t)
 	p := StartProxy(t, r.Addr())

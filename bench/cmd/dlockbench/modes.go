@@ -136,6 +136,10 @@ type modeResult struct {
 // itself inside → leave → unlock on one key for d. limit > 0 checks that
 // at most limit are inside at once (the count of entries beyond it must
 // stay 0).
+// insideHook, when set (by tests), runs while a contender of modeRun is
+// inside its section, between the counts of entries and exits.
+var insideHook func()
+
 func modeRun(mk func() (locker, error), n, limit int, d time.Duration) (modeResult, error) {
 	r := modeResult{contenders: n, limit: limit}
 	lockers := make([]locker, n)
@@ -199,6 +203,9 @@ func modeRun(mk func() (locker, error), n, limit int, d time.Duration) (modeResu
 					over.Add(1)
 				}
 				for m := maxInside.Load(); in > m && !maxInside.CompareAndSwap(m, in); m = maxInside.Load() {
+				}
+				if insideHook != nil {
+					insideHook()
 				}
 				acq.Add(1)
 				inside.Add(-1)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,25 +44,31 @@ func TestModeRunCountsEntriesBeyondLimit(t *testing.T) {
 	if r.acquisitions == 0 || r.overLimit != 0 || r.maxInside != 1 {
 		t.Fatalf("exclusive lock: %+v", r)
 	}
-	// Readers overlap only by chance (their sections are empty): bounded
-	// retries until two were inside together.
-	for i := 0; ; i++ {
-		r, err = modeRun(memModes(dlock.WithShared()), 16, 1, 200*time.Millisecond)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.acquisitions == 0 || r.failures != 0 {
-			t.Fatalf("read lock: %+v", r)
-		}
-		if r.maxInside > 1 {
-			if r.overLimit == 0 {
-				t.Fatalf("%d readers inside at once but no entry beyond limit 1 counted", r.maxInside)
+	// Two readers are made to be inside together: the first two entries
+	// wait for each other (bounded) before they leave.
+	var entered atomic.Int32
+	both := make(chan struct{})
+	insideHook = func() {
+		switch entered.Add(1) {
+		case 1:
+			select {
+			case <-both:
+			case <-time.After(10 * time.Second):
 			}
-			return
+		case 2:
+			close(both)
 		}
-		if i == 20 {
-			t.Skip("readers never overlapped in 20 runs (a scheduler that ran one goroutine at a time)")
-		}
+	}
+	defer func() { insideHook = nil }()
+	r, err = modeRun(memModes(dlock.WithShared()), 16, 1, 200*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.acquisitions == 0 || r.failures != 0 {
+		t.Fatalf("read lock: %+v", r)
+	}
+	if r.maxInside < 2 || r.overLimit == 0 {
+		t.Fatalf("two readers were inside at once; counted %d inside at most and %d entries beyond limit 1", r.maxInside, r.overLimit)
 	}
 }
 

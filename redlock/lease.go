@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -152,14 +153,28 @@ func (l *lease) Settle(ctx context.Context) {
 	if settled == nil {
 		return
 	}
-	wait := time.NewTimer(time.Until(end))
-	defer wait.Stop()
+	if hook := settleHook.Load(); hook != nil {
+		(*hook)(ctx)
+	}
+	var expired <-chan time.Time
+	if !endlessGrace.Load() {
+		t := time.NewTimer(time.Until(end))
+		defer t.Stop()
+		expired = t.C
+	}
 	select {
 	case <-settled:
-	case <-wait.C:
+	case <-expired:
 	case <-ctx.Done():
 	}
 }
+
+// settleHook, when set (by tests), runs as Settle begins to wait, with
+// the caller's context.
+var settleHook atomic.Pointer[func(ctx context.Context)]
+
+// endlessGrace, set by tests, makes Settle's grace never run out.
+var endlessGrace atomic.Bool
 
 // releaseGraceMin is the least time Release waits, after a majority
 // released, for the other nodes' answers.

@@ -46,8 +46,16 @@ func TestRedTeam18b_ConcurrentCallersOwnContexts(t *testing.T) {
 		}
 		rt18bHeldOnAll(t, c, key, lk)
 		link.Stall()
-		short, cancelShort := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		short, cancelShort := context.WithTimeout(context.Background(), 2*time.Second)
 		cctx, cancel := context.WithCancel(context.Background())
+		// The cancelled caller is cancelled once it waits in the grace (a
+		// majority released).
+		inGrace := make(chan struct{}, 1)
+		redlock.SetSettleHook(t, func(ctx context.Context) {
+			if ctx == cctx {
+				inGrace <- struct{}{}
+			}
+		})
 		var wg sync.WaitGroup
 		errs := make([]error, 3)
 		took := make([]time.Duration, 3)
@@ -60,11 +68,11 @@ func TestRedTeam18b_ConcurrentCallersOwnContexts(t *testing.T) {
 				took[i] = time.Since(start)
 			}()
 		}
-		deadline := time.Now().Add(dlocktest.HangTimeout)
-		for len(rt18Remnants(t, c, key, lk.Owner(), 0, 1)) > 0 && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
+		select {
+		case <-inGrace:
+		case <-time.After(dlocktest.HangTimeout):
+			t.Fatal("hang: the cancellable caller never reached the grace")
 		}
-		time.Sleep(5 * time.Millisecond)
 		cancelAt := time.Since(start)
 		cancel()
 		wg.Wait()
@@ -75,7 +83,7 @@ func TestRedTeam18b_ConcurrentCallersOwnContexts(t *testing.T) {
 				t.Errorf("round %d: %s caller: %v, want nil (a majority released)", round, name, errs[i])
 			}
 		}
-		if took[0] > 300*time.Millisecond+dlocktest.OverrunBound {
+		if took[0] > 2*time.Second+dlocktest.OverrunBound {
 			t.Errorf("round %d: short-deadline caller took %v", round, took[0])
 		}
 		if took[1] > cancelAt+dlocktest.OverrunBound {

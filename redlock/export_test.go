@@ -1,0 +1,18 @@
+package redlock
+
+import "context"
+
+// SetSettleHook makes f run as every Settle begins to wait (the grace
+// after a majority released), with the caller's context, until the test
+// ends.
+func SetSettleHook(t interface{ Cleanup(func()) }, f func(ctx context.Context)) {
+	settleHook.Store(&f)
+	t.Cleanup(func() { settleHook.Store(nil) })
+}
+
+// SetEndlessGrace makes Settle's grace never run out until the test
+// ends: Settle then returns when every node has answered or ctx ends.
+func SetEndlessGrace(t interface{ Cleanup(func()) }) {
+	endlessGrace.Store(true)
+	t.Cleanup(func() { endlessGrace.Store(false) })
+}

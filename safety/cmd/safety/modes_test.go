@@ -119,9 +119,6 @@ func redisModes(t *testing.T, addr string) bool {
 // sees the paused writer's damage and the fenced register none; the sem
 // row sees a holder beyond the limit.
 func TestPrimitiveRowsRedis(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs worker processes for 2×8 s")
-	}
 	if !redisModes(t, testserver.StartRedis(t).Addr()) {
 		t.Skip("redislock does not offer Shared and Limited locks yet")
 	}

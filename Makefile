@@ -59,18 +59,15 @@ vet:
 	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
 
 ## test: deps, then vet, race-enabled tests of every module (the long
-## ones left out: -short), a short run of every fuzzer, the release
-## check, a short safety run and the case studies. It ends with each
-## module's wall time and the slowest tests, and each step's time.
+## ones left out: -short), and beside them a short run of every fuzzer,
+## the release check, a short safety run and the case studies. It ends
+## with each module's and step's wall time and the slowest tests.
 test: deps fmt-check vet
-	@set -e; t0=$$SECONDS; \
-	$(GO) run ./internal/testrun -short -jobs $(TEST_JOBS) -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT); \
-	t1=$$SECONDS; $(MAKE) --no-print-directory fuzz; \
-	t2=$$SECONDS; $(MAKE) --no-print-directory release-check; \
-	t3=$$SECONDS; $(MAKE) --no-print-directory safety-quick; \
-	t4=$$SECONDS; $(MAKE) --no-print-directory examples; \
-	t5=$$SECONDS; \
-	echo; echo "== make test: module tests $$((t1-t0))s, fuzz $$((t2-t1))s, release-check $$((t3-t2))s, safety-quick $$((t4-t3))s, examples $$((t5-t4))s; $$((t5-t0))s in all"
+	@$(GO) run ./internal/testrun -short -jobs $(TEST_JOBS) -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) \
+	  -also '$(MAKE) --no-print-directory fuzz' \
+	  -also '$(MAKE) --no-print-directory release-check' \
+	  -also '$(MAKE) --no-print-directory safety-quick' \
+	  -also '$(MAKE) --no-print-directory examples'
 
 ## test-long: the tests too long for every run (scale, failover
 ## matrices, repetition: each says why in its doc), with every other test

@@ -12,10 +12,13 @@
 //
 // Usage (from the repository root):
 //
-//	go run ./internal/testrun [-short] [-jobs N] [-parallel N] [-timeout 20m] [MODULE_DIR...]
+//	go run ./internal/testrun [-short] [-jobs N] [-parallel N] [-timeout 20m] [-also CMD]... [MODULE_DIR...]
 //
 // With no MODULE_DIR it runs every module of the workspace, longest
-// first (by the order in longFirst, then the workspace's).
+// first (by the order in longFirst, then the workspace's). Each -also
+// command (run by sh -c: the fuzzers, the release check) runs in a lane
+// of its own beside the modules, one after another in the order given:
+// they compile more than they wait, and the modules' tests mostly wait.
 package main
 
 import (
@@ -49,6 +52,8 @@ func main() {
 	progress := flag.Duration("progress", time.Minute, "how often to say which modules still run")
 	run := flag.String("run", "", "go test -run pattern (default: every test)")
 	parallel := flag.Int("parallel", 8, "go test -parallel: a package's parallel tests run at once")
+	var also multiFlag
+	flag.Var(&also, "also", "a command to run beside the modules (repeatable; run in order, by sh -c)")
 	flag.Parse()
 	if *jobs < 1 {
 		fmt.Fprintln(os.Stderr, "testrun: -jobs must be at least 1")
@@ -94,6 +99,25 @@ func main() {
 			}
 		}
 	}()
+	extras := make([]*result, len(also))
+	if len(also) > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i, c := range also {
+				mu.Lock()
+				running[c] = time.Now()
+				mu.Unlock()
+				fmt.Printf("== %s\n", c)
+				r := command(c)
+				mu.Lock()
+				delete(running, c)
+				extras[i] = r
+				r.report(os.Stdout)
+				mu.Unlock()
+			}
+		}()
+	}
 	for i, m := range mods {
 		wg.Add(1)
 		go func() {
@@ -115,7 +139,7 @@ func main() {
 	}
 	wg.Wait()
 	close(stopProgress)
-	ok := summary(os.Stdout, results, time.Since(start), *top, *slow)
+	ok := summary(os.Stdout, append(results, extras...), time.Since(start), *top, *slow)
 	if !ok {
 		os.Exit(1)
 	}
@@ -168,6 +192,7 @@ func modules(dirs []string) ([]module, error) {
 // result is one module's run.
 type result struct {
 	mod     module
+	cmd     bool // an -also command, not a module
 	wall    time.Duration
 	err     error    // go test's exit (nil: every package passed)
 	stderr  string   // go test's own stderr (build errors)
@@ -191,6 +216,26 @@ type event struct {
 	Test    string
 	Elapsed float64
 	Output  string
+}
+
+// multiFlag is a repeatable string flag.
+type multiFlag []string
+
+func (f *multiFlag) String() string     { return strings.Join(*f, "; ") }
+func (f *multiFlag) Set(v string) error { *f = append(*f, v); return nil }
+
+// command runs c with sh -c from the repository root; its output is kept
+// and shown only if it fails.
+func command(c string) *result {
+	r := &result{mod: module{name: c}, cmd: true, output: map[string]*strings.Builder{}, pkgFail: map[string]bool{}}
+	cmd := exec.Command("sh", "-c", c)
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	r.wall, r.err = time.Since(start), err
+	if err != nil {
+		r.out("", "").Write(out)
+	}
+	return r
 }
 
 func test(m module, args []string) *result {
@@ -280,8 +325,12 @@ func (r *result) report(w io.Writer) {
 	if !r.ok() {
 		status = "FAIL"
 	}
-	fmt.Fprintf(w, "== %s %s in %s (%d passed, %d failed, %d skipped)\n",
-		status, r.mod.name, r.wall.Round(time.Second), r.counts.pass, r.counts.fail, r.counts.skip)
+	if r.cmd {
+		fmt.Fprintf(w, "== %s %s in %s\n", status, r.mod.name, r.wall.Round(time.Second))
+	} else {
+		fmt.Fprintf(w, "== %s %s in %s (%d passed, %d failed, %d skipped)\n",
+			status, r.mod.name, r.wall.Round(time.Second), r.counts.pass, r.counts.fail, r.counts.skip)
+	}
 	if r.ok() {
 		return
 	}
@@ -304,7 +353,7 @@ func (r *result) report(w io.Writer) {
 		fmt.Fprint(w, indent(r.stderr))
 	}
 	if r.err != nil && len(r.failed) == 0 && len(r.pkgFail) == 0 {
-		fmt.Fprintf(w, "    go test: %v\n", r.err)
+		fmt.Fprintf(w, "    %s: %v\n", map[bool]string{true: "command", false: "go test"}[r.cmd], r.err)
 	}
 }
 
@@ -343,7 +392,7 @@ func indent(s string) string {
 func summary(w io.Writer, results []*result, wall time.Duration, top int, slow time.Duration) bool {
 	ok := true
 	fmt.Fprintf(w, "\n== test summary: %s wall clock\n", wall.Round(time.Second))
-	fmt.Fprintf(w, "%-12s %8s  %-6s %6s %6s %6s\n", "MODULE", "WALL", "RESULT", "PASS", "FAIL", "SKIP")
+	fmt.Fprintf(w, "%-24s %8s  %-6s %6s %6s %6s\n", "MODULE / STEP", "WALL", "RESULT", "PASS", "FAIL", "SKIP")
 	byWall := slices.Clone(results)
 	sort.SliceStable(byWall, func(i, j int) bool { return byWall[i].wall > byWall[j].wall })
 	var all []tcase
@@ -352,7 +401,7 @@ func summary(w io.Writer, results []*result, wall time.Duration, top int, slow t
 		if !r.ok() {
 			status, ok = "FAIL", false
 		}
-		fmt.Fprintf(w, "%-12s %7.0fs  %-6s %6d %6d %6d\n", r.mod.name, r.wall.Seconds(), status,
+		fmt.Fprintf(w, "%-24s %7.0fs  %-6s %6d %6d %6d\n", r.mod.name, r.wall.Seconds(), status,
 			r.counts.pass, r.counts.fail, r.counts.skip)
 		all = append(all, r.tests...)
 	}

@@ -36,7 +36,9 @@ type Harness struct {
 	// as separate processes would.
 	New func(t testing.TB) dlock.Locker
 	// TTL is the short lease used by the expiry and renewal tests. Zero
-	// means 500ms.
+	// means 1s: the suite's tests run in parallel beside other packages'
+	// tests, and a lease much shorter than that leaves a renewal under
+	// -race on a loaded 2-core machine too little time.
 	TTL time.Duration
 	// Expire deletes key's lease on the server behind its holder's back,
 	// as an expiry or an operator's DEL would.
@@ -133,7 +135,7 @@ func assertHeld(t testing.TB, l dlock.Locker, key string) {
 // harness's servers must be stopped by t.Cleanup, not by a defer.
 func TestLocker(t *testing.T, h Harness) {
 	if h.TTL == 0 {
-		h.TTL = 500 * time.Millisecond
+		h.TTL = time.Second
 	}
 	if h.Contenders == 0 {
 		h.Contenders = 16
@@ -368,34 +370,58 @@ func holdKey(t *testing.T, h Harness) (string, *dlock.Lock) {
 
 func testAcquireDeadline(t *testing.T, h Harness) {
 	key, _ := holdKey(t, h)
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	l := warmWaiter(t, h, key)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := h.New(t).Acquire(ctx, key)
+		_, err := l.Acquire(ctx, key)
 		done <- err
 	}()
 	select {
 	case err := <-done:
-		if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("Acquire past deadline: %v, want ErrNotAcquired and DeadlineExceeded", err)
-		}
+		wantWaitEnded(t, "Acquire past deadline", err, context.DeadlineExceeded)
 	case <-time.After(HangTimeout):
 		t.Fatal("hang: Acquire ignored its context deadline")
 	}
 }
 
-func testAcquireCancel(t *testing.T, h Harness) {
-	key, _ := holdKey(t, h)
-	// The waiter's Locker has seen the holder once before it waits: a
-	// fresh Locker's first attempt (connecting, a first-use migration) may
-	// still be unanswered at the cancel on a loaded machine, and a wait
-	// that ends before any answer is rightly an outage (ErrUnavailable),
-	// not a held key.
+// wantWaitEnded checks the error of a blocking Acquire whose wait for a
+// held key ended by cause: ErrNotAcquired (a holder was seen); or, when
+// an attempt was still unanswered a grace after the end (a loaded
+// machine), ErrUnavailable naming the holder last seen. The core's own
+// tests make each case happen on a clock they control.
+func wantWaitEnded(t testing.TB, what string, err, cause error) {
+	t.Helper()
+	if !errors.Is(err, cause) {
+		t.Fatalf("%s: %v, want it to wrap %v", what, err, cause)
+	}
+	switch {
+	case errors.Is(err, dlock.ErrNotAcquired):
+	case errors.Is(err, dlock.ErrUnavailable) && strings.Contains(err.Error(), "last seen held by"):
+		t.Logf("%s: the last attempt was unanswered at the end: %v", what, err)
+	default:
+		t.Fatalf("%s: %v, want ErrNotAcquired (or ErrUnavailable naming the holder seen)", what, err)
+	}
+}
+
+// warmWaiter returns a Locker that has seen key's holder once: a fresh
+// Locker's first attempt (connecting, a first-use migration) may still be
+// unanswered when a short wait ends on a loaded machine, and a wait that
+// ends before any answer is rightly an outage (ErrUnavailable), not a
+// held key.
+func warmWaiter(t *testing.T, h Harness, key string) dlock.Locker {
+	t.Helper()
 	l := h.New(t)
 	if _, err := l.TryAcquire(Context(t), key); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("TryAcquire of a held key: %v, want ErrNotAcquired", err)
 	}
+	return l
+}
+
+func testAcquireCancel(t *testing.T, h Harness) {
+	key, _ := holdKey(t, h)
+	l := warmWaiter(t, h, key)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -406,9 +432,7 @@ func testAcquireCancel(t *testing.T, h Harness) {
 	cancel()
 	select {
 	case err := <-done:
-		if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
-			t.Fatalf("cancelled Acquire: %v, want ErrNotAcquired and Canceled", err)
-		}
+		wantWaitEnded(t, "cancelled Acquire", err, context.Canceled)
 	case <-time.After(HangTimeout):
 		t.Fatal("hang: Acquire ignored cancellation")
 	}
@@ -416,10 +440,8 @@ func testAcquireCancel(t *testing.T, h Harness) {
 
 func testWithWait(t *testing.T, h Harness) {
 	key, _ := holdKey(t, h)
-	_, err := h.New(t).Acquire(ctxT(t), key, dlock.WithWait(200*time.Millisecond))
-	if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Acquire WithWait: %v, want ErrNotAcquired and DeadlineExceeded", err)
-	}
+	_, err := warmWaiter(t, h, key).Acquire(ctxT(t), key, dlock.WithWait(time.Second))
+	wantWaitEnded(t, "Acquire WithWait", err, context.DeadlineExceeded)
 }
 
 func testWaiterWoken(t *testing.T, h Harness) {

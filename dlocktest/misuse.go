@@ -179,15 +179,17 @@ func testLongTTL(t *testing.T, h Harness) {
 	}
 }
 
-// Short leases under contention: every lock handed out is alive when
-// Acquire returns and stays held while its holder works briefly.
+// Short leases under contention: no lock handed out is lost, nor its
+// Release refused, other than at its local deadline (a holder starved
+// that long finds it lost: that is the deadline's promise, not a
+// failure; a lease taken or refused by the server would be one).
 func testShortTTLContention(t *testing.T, h Harness) {
 	ttl := max(h.MinTTL, 300*time.Millisecond)
 	key := Key(t)
 	const workers, rounds = 4, 8
 	var lost, total atomic.Int32
 	var wg sync.WaitGroup
-	errs := make(chan error, workers)
+	errs := make(chan error, workers*rounds*2)
 	for w := range workers {
 		l := h.New(t)
 		wg.Go(func() {
@@ -198,12 +200,17 @@ func testShortTTLContention(t *testing.T, h Harness) {
 					return
 				}
 				total.Add(1)
-				if lk.Err() != nil || !time.Now().Before(lk.Deadline()) {
+				// A lock may be lost at its local deadline (a process
+				// starved that long; the watchdog may count it lost a
+				// little early), never otherwise.
+				if err := lk.Err(); err != nil && !lostAtDeadline(err) {
 					lost.Add(1)
+					errs <- fmt.Errorf("worker %d: lock lost: %w", w, err)
 				}
 				time.Sleep(5 * time.Millisecond)
-				if err := lk.Release(context.Background()); err != nil {
+				if err := lk.Release(context.Background()); err != nil && !lostAtDeadline(err) {
 					lost.Add(1)
+					errs <- fmt.Errorf("worker %d: release: %w", w, err)
 				}
 			}
 		})
@@ -214,8 +221,15 @@ func testShortTTLContention(t *testing.T, h Harness) {
 		t.Error(err)
 	}
 	if n := lost.Load(); n > 0 {
-		t.Fatalf("%d of %d locks with a %v TTL were lost by the time their holder released them 5ms later", n, total.Load(), ttl)
+		t.Fatalf("%d of %d locks with a %v TTL were lost other than at their deadline", n, total.Load(), ttl)
 	}
+}
+
+// lostAtDeadline reports whether err is a loss at the lock's local
+// deadline (no renewal succeeded in time).
+func lostAtDeadline(err error) bool {
+	var le *dlock.LostError
+	return errors.As(err, &le) && le.Reason == dlock.LossDeadline
 }
 
 // A session backend notices a deletion of its lease on the server by

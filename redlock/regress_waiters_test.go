@@ -11,10 +11,11 @@ import (
 )
 
 // A waiter that gives up is removed from the waiter queue of every node
-// (its attempts queued it on each), in the background. The test makes
-// sure the waiter queued on every node before it leaves, then waits for
-// dlock's background work to end (not for the queues to look empty): no
-// node may then hold it.
+// its attempts queued it on, in the background. The test makes sure the
+// waiter queued on a majority before it leaves (an attempt decided by a
+// majority does not wait for the last node, which may queue it later or
+// never), then waits for dlock's background work to end (not for the
+// queues to look empty): no node may then hold it.
 func TestRegressDepartedWaitersDequeued(t *testing.T) {
 	c := startNodes(t, 3)
 	holder := c.locker(t)
@@ -32,14 +33,18 @@ func TestRegressDepartedWaitersDequeued(t *testing.T) {
 			_, err := l.Acquire(ctx, key)
 			got <- err
 		}()
-		for n, a := range c.admin {
-			for end := time.Now().Add(dlocktest.HangTimeout); ; time.Sleep(5 * time.Millisecond) {
+		for end := time.Now().Add(dlocktest.HangTimeout); ; time.Sleep(5 * time.Millisecond) {
+			queued := 0
+			for _, a := range c.admin {
 				if q, err := a.ZCard(context.Background(), queue).Result(); err == nil && q == 1 {
-					break
+					queued++
 				}
-				if time.Now().After(end) {
-					t.Fatalf("hang: waiter %d never queued on node %d", i, n)
-				}
+			}
+			if queued >= 2 {
+				break
+			}
+			if time.Now().After(end) {
+				t.Fatalf("hang: waiter %d queued on %d nodes of 3, want a majority", i, queued)
 			}
 		}
 		cancel()

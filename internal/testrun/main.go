@@ -197,7 +197,7 @@ type result struct {
 	err     error    // go test's exit (nil: every package passed)
 	stderr  string   // go test's own stderr (build errors)
 	tests   []tcase  // every top-level test that ended
-	failed  []string // failing tests (package.Test) and packages, in order
+	failed  []testID // failing tests, in order
 	output  map[string]*strings.Builder
 	pkgFail map[string]bool
 	counts  struct{ pass, fail, skip int }
@@ -272,10 +272,6 @@ func (r *result) read(out io.Reader) {
 			r.out("", "").WriteString(sc.Text() + "\n")
 			continue
 		}
-		id := e.Package
-		if e.Test != "" {
-			id += "." + e.Test
-		}
 		switch e.Action {
 		case "output":
 			r.out(e.Package, e.Test).WriteString(e.Output)
@@ -287,7 +283,7 @@ func (r *result) read(out io.Reader) {
 				continue
 			}
 			if e.Action == "fail" {
-				r.failed = append(r.failed, id)
+				r.failed = append(r.failed, testID{e.Package, e.Test})
 			}
 			if strings.Contains(e.Test, "/") {
 				continue // subtests: counted in their parent
@@ -335,8 +331,7 @@ func (r *result) report(w io.Writer) {
 		return
 	}
 	for _, id := range r.failed {
-		pkg, name := splitID(id)
-		fmt.Fprintf(w, "--- FAIL %s %s\n%s", pkg, name, indent(r.out(pkg, name).String()))
+		fmt.Fprintf(w, "--- FAIL %s %s\n%s", id.pkg, id.test, indent(r.out(id.pkg, id.test).String()))
 	}
 	pkgs := make([]string, 0, len(r.pkgFail))
 	for p := range r.pkgFail {
@@ -357,18 +352,8 @@ func (r *result) report(w io.Writer) {
 	}
 }
 
-// splitID splits "pkg.Test/sub" at the package's end: the test name
-// starts after the last "." before any "/".
-func splitID(id string) (pkg, name string) {
-	head := id
-	if i := strings.Index(id, "/"); i >= 0 {
-		head = id[:i]
-	}
-	// The package path may contain dots (github.com); the test name has
-	// none before its first slash.
-	i := strings.LastIndex(head, ".")
-	return id[:i], id[i+1:]
-}
+// testID names a test of a package.
+type testID struct{ pkg, test string }
 
 func indent(s string) string {
 	if s == "" {

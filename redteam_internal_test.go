@@ -68,68 +68,51 @@ func (l *gateLease) Release(ctx context.Context) error {
 	return nil
 }
 
-// F5: a manual Refresh whose success lands while a watchdog pass that
-// already read the old deadline waits for w.mu. The pass drops the lock
-// from its "next" computation (it counted it as expired), deadlinePassed
-// then sees the moved deadline ("early") and returns, and nothing re-arms
-// the timer: the lock's new deadline never fires. Lost() stays open for
-// ever while the server lease expires.
-//
-// The interleaving is forced by holding w.mu from the test (standing in
-// for a pass that is iterating many locks, or plain preemption); every
-// step is one the scheduler may choose on its own.
-func TestRedInternalManualRefreshRaceLosesDeadline(t *testing.T) {
-	b := newGateBackend()
-	a := NewEngine(b)
+// A manual Refresh whose success lands while a watchdog pass that already
+// counted the lock as expired (took it out of the heap) is about to lose
+// it: the pass finds the deadline moved and must keep the new one
+// watched. Nothing re-armed the timer, so the lock's new deadline never
+// fired and Lost() stayed open while the server lease expired. The test
+// runs the pass's steps itself, on a fake clock, in the order that
+// interleaving takes.
+func TestWatchdog_RefreshDuringPassKeepsNewDeadlineWatched(t *testing.T) {
+	e, fc := fakeEngine(&countingBackend{})
+	w := e.wd
 	const ttl = 200 * time.Millisecond
-	// A: a decoy whose deadline fires just before B's, so that a pass is
-	// queued on w.mu before B's renewal is.
-	lkA, err := a.TryAcquire(context.Background(), "a", WithTTL(ttl), WithAutoRefresh(false))
-	if err != nil {
-		t.Fatal(err)
+	lk := acquireNow(t, e, "b", WithTTL(ttl), WithAutoRefresh(false))
+	old := lk.Deadline()
+	// The pass starts just past the old deadline and collects the lock.
+	fc.Spend(old.Sub(fc.Now()) + time.Millisecond)
+	var fired passLead
+	var due []*Lock
+	expired, at, _ := w.collect(true, false, &fired, &due)
+	if len(expired) != 1 || expired[0] != lk {
+		t.Fatalf("the pass collected %d locks, want the one past its deadline", len(expired))
 	}
-	time.Sleep(20 * time.Millisecond)
-	lkB, err := a.TryAcquire(context.Background(), "b", WithTTL(ttl), WithAutoRefresh(false))
-	if err != nil {
-		t.Fatal(err)
+	// Meanwhile the Refresh's success moves the deadline (as renewed does
+	// once it has checked the old one had not passed when it was sent).
+	newDeadline := fc.Now().Add(ttl)
+	lk.mu.Lock()
+	lk.deadline = newDeadline
+	w.setDeadline(lk, newDeadline)
+	lk.mu.Unlock()
+	// The pass goes on to lose what it collected: the lock is not lost,
+	// and its new deadline is watched.
+	cleanupAll(loseAll(w, expired, at))
+	if err := lk.Err(); err != nil {
+		t.Fatalf("a lock refreshed before the pass lost it was lost: %v", err)
 	}
-	dA, dB := lkA.Deadline(), lkB.Deadline()
-
-	gate := make(chan struct{})
-	b.mu.Lock()
-	b.gate = gate
-	b.mu.Unlock()
-	refreshed := make(chan error, 1)
-	time.Sleep(time.Until(dA) - 10*time.Millisecond)
-	go func() { refreshed <- lkB.Refresh(context.Background()) }() // sent 10ms before A's deadline
-
-	time.Sleep(time.Until(dA) - 3*time.Millisecond)
-	a.wd.mu.Lock()                                  // "a pass is busy"
-	time.Sleep(time.Until(dA) + 2*time.Millisecond) // A's timer fires: its pass queues on w.mu
-	time.Sleep(time.Until(dB) - 5*time.Millisecond)
-	close(gate) // B's refresh answers 5ms before B's deadline...
-	time.Sleep(time.Until(dB) + 2*time.Millisecond)
-	// ...renewed() checked now < deadline and waits for w.mu in setDeadline;
-	// B's old deadline has passed now.
-	a.wd.mu.Unlock() // the pass (queued first) runs, then setDeadline
-
-	if err := <-refreshed; err != nil {
-		t.Fatalf("refresh: %v", err)
+	w.mu.Lock()
+	armed := w.timerAt
+	w.mu.Unlock()
+	if armed.IsZero() || armed.After(newDeadline) {
+		t.Fatalf("after the pass, the timer is armed for %v, want by the new deadline %v", armed, newDeadline)
 	}
-	newDeadline := lkB.Deadline()
-	t.Logf("B refreshed; new local deadline in %v", time.Until(newDeadline).Round(time.Millisecond))
-	select {
-	case <-lkB.Lost():
-		t.Logf("held: B lost at its deadline: %v", lkB.Err())
-	case <-time.After(time.Until(newDeadline) + 500*time.Millisecond):
-		b.mu.Lock()
-		serverLeft := time.Until(b.expires["b"])
-		b.mu.Unlock()
-		t.Errorf("BROKEN: B's local deadline passed %v ago, its server lease ended %v ago, and Lost() is still open (Err=%v, timerAt=%v)",
-			time.Since(newDeadline).Round(time.Millisecond), (-serverLeft).Round(time.Millisecond), lkB.Err(), a.wd.timerAt)
+	rec := recordLosses(fc, 0, []*Lock{lk})
+	rec.run(t, 100)
+	if worst, late := rec.late(); late > 0 {
+		t.Fatalf("the refreshed lock was lost %v after its new deadline", worst)
 	}
-	_ = lkA.Release(context.Background())
-	_ = lkB.Release(context.Background())
 }
 
 // notifyLease is a lease that implements LossNotifier in the two ways a

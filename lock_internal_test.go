@@ -22,10 +22,13 @@ type clockedStore struct {
 	expires map[string]time.Time
 	owner   map[string]string
 	hang    chan struct{} // non-nil: renewals park until it is closed
+	hangKey map[string]chan struct{}
+	renews  map[string]int // renewals that went through, per key
 }
 
 func newClockedStore(fc *fakeClock) *clockedStore {
-	return &clockedStore{fc: fc, expires: map[string]time.Time{}, owner: map[string]string{}}
+	return &clockedStore{fc: fc, expires: map[string]time.Time{}, owner: map[string]string{},
+		hangKey: map[string]chan struct{}{}, renews: map[string]int{}}
 }
 
 func (s *clockedStore) Try(ctx context.Context, req *driver.Request) (driver.Grant, error) {
@@ -61,6 +64,9 @@ type clockedLease struct {
 func (l *clockedLease) Refresh(ctx context.Context, ttl time.Duration) error {
 	l.s.mu.Lock()
 	hang := l.s.hang
+	if h := l.s.hangKey[l.key]; h != nil {
+		hang = h
+	}
 	l.s.mu.Unlock()
 	if hang != nil {
 		l.s.fc.Park()
@@ -74,6 +80,7 @@ func (l *clockedLease) Refresh(ctx context.Context, ttl time.Duration) error {
 		return ErrNotHeld
 	}
 	l.s.expires[l.key] = now.Add(l.s.serverTTL(ttl))
+	l.s.renews[l.key]++
 	return nil
 }
 

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -38,7 +39,7 @@ func TestWatchdog_LatenessDoesNotSpin(t *testing.T) {
 	}
 	defer lk.Release(context.Background())
 	passes := a.wd.passes.Load()
-	fc.Advance(time.Second)
+	settleTo(t, fc, fc.Now().Add(time.Second))
 	if err := lk.Err(); err != nil {
 		t.Fatalf("lock lost: %v", err)
 	}
@@ -172,3 +173,65 @@ func loseAll(w *watchdog, expired []*Lock, at []time.Time) []*Lock {
 }
 
 func (*countingBackend) Spec() driver.Spec { return driver.Spec{Name: "test"} }
+
+// A renewal stuck in a client that ignores contexts must not hold up the
+// watchdog: the holder's Lost() closes by its deadline, before the server
+// lease ends and anyone else can hold the key. The holder learned of the
+// loss seconds after another client held the key.
+func TestWatchdog_HungRenewalLosesByDeadline(t *testing.T) {
+	fc := newFakeClock()
+	st := newClockedStore(fc)
+	e := NewEngine(st)
+	e.wd.clk = fc
+	lk := acquireNow(t, e, "k", WithTTL(300*time.Millisecond))
+	hang := make(chan struct{})
+	st.mu.Lock()
+	st.hang = hang
+	st.mu.Unlock()
+	defer close(hang)
+	end := st.expiry("k") // no renewal lands from now on
+	rec := recordLosses(fc, 0, []*Lock{lk})
+	rec.run(t, 100)
+	if !rec.closed[0].Before(end) {
+		t.Fatalf("Lost() closed %v after the server lease ended", rec.closed[0].Sub(end))
+	}
+	var le *LostError
+	if !errors.As(lk.Err(), &le) || le.Reason != LossDeadline {
+		t.Fatalf("Err() = %v, want a loss at the deadline", lk.Err())
+	}
+}
+
+// A lock taken while another lock's renewal hangs is renewed and watched
+// as usual: it was neither renewed nor deadline-checked until the hung
+// renewal returned.
+func TestWatchdog_LockTakenDuringHungRenewalIsRenewed(t *testing.T) {
+	fc := newFakeClock()
+	st := newClockedStore(fc)
+	e := NewEngine(st)
+	e.wd.clk = fc
+	const ttl = 300 * time.Millisecond
+	a := acquireNow(t, e, "a", WithTTL(ttl))
+	hang := make(chan struct{})
+	st.mu.Lock()
+	st.hangKey["a"] = hang
+	st.mu.Unlock()
+	defer close(hang)
+	// a's first renewal is sent, and hangs.
+	settleTo(t, fc, a.acquired.Add(ttl/3))
+	b := acquireNow(t, e, "b", WithTTL(ttl))
+	defer b.Release(context.Background())
+	settleTo(t, fc, fc.Now().Add(4*ttl))
+	if err := a.Err(); err == nil {
+		t.Fatal("a, its renewal hung, outlived its deadline")
+	}
+	if err := b.Err(); err != nil {
+		t.Fatalf("b was lost while a's renewal hung: %v", err)
+	}
+	st.mu.Lock()
+	n, owner := st.renews["b"], st.owner["b"]
+	st.mu.Unlock()
+	// A renewal every TTL/3 (a little early): at least 12 in 4 TTLs.
+	if n < 12 || owner != b.Owner() {
+		t.Fatalf("b renewed %d times in 4 TTLs (server owner %q), want at least 12 and held", n, owner)
+	}
+}

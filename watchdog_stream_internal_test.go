@@ -134,6 +134,27 @@ func (r *lossRecorder) late() (worst time.Duration, n int) {
 	return worst, n
 }
 
+// settleTo moves fc to at, firing each timer due on the way and letting
+// the background work its function started (renewals, cleanups) end
+// before the next: what the watchdog does then depends on the clock only.
+func settleTo(t *testing.T, fc *fakeClock, at time.Time) {
+	t.Helper()
+	for i := 0; ; i++ {
+		next, ok := fc.pending()
+		if !ok || next.After(at) {
+			break
+		}
+		if i == 100000 {
+			t.Fatal("timers keep firing: the watchdog spins")
+		}
+		fc.Step()
+		if !background.Wait(10 * time.Second) {
+			t.Fatal("hang: background work did not end")
+		}
+	}
+	fc.AdvanceTo(at)
+}
+
 func acquireNow(t *testing.T, e *Engine, key string, opts ...Option) *Lock {
 	t.Helper()
 	lk, err := e.TryAcquire(context.Background(), key, opts...)

@@ -207,16 +207,17 @@ func TestContentionThenAcquire(t *testing.T) {
 		done <- res{lk, err}
 	}()
 	// Release the holder once the waiter's first attempt was refused, so
-	// that it needs a second one.
+	// that it needs another: its second attempt is sent only after the
+	// first was answered.
 	for end := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		if e, ok := rec.Last(dlock.EventAttempt); ok && e.Attempts >= 1 {
+		if e, ok := rec.Last(dlock.EventAttempt); ok && e.Attempts >= 2 {
 			break
 		}
 		if time.Now().After(end) {
-			t.Fatal("the waiter made no attempt")
+			t.Fatal("the waiter made no second attempt")
 		}
 	}
-	time.Sleep(10 * time.Millisecond) // let the attempt be answered
+	time.Sleep(10 * time.Millisecond) // the waiter waits at least this much more
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

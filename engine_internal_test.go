@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/background"
 )
 
 // answerAtDeadline is a backend on which the key is always held. Its Try
@@ -28,15 +29,44 @@ func (b *answerAtDeadline) Try(ctx context.Context, req *driver.Request) (driver
 
 func (*answerAtDeadline) Spec() driver.Spec { return driver.Spec{Name: "test"} }
 
+// graceBackend: the key is always held. Try ends the caller's wait, then
+// answers only once the engine has started a timer on the fake clock (the
+// attempt's grace): an answer that can only be read within the grace.
+type graceBackend struct {
+	fc     *fakeClock
+	cancel context.CancelFunc
+}
+
+func (b *graceBackend) Try(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	b.cancel()
+	waitPending(b.fc, 5*time.Second)
+	return driver.Grant{}, &NotAcquiredError{Key: req.Key, Holders: []Holder{{Owner: "other", Token: 7}}}
+}
+
+func (*graceBackend) Spec() driver.Spec { return driver.Spec{Name: "test"} }
+
+// waitPending waits (bounded, in real time) until fc has an active timer.
+func waitPending(fc *fakeClock, bound time.Duration) bool {
+	for end := time.Now().Add(bound); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		if _, ok := fc.pending(); ok {
+			return true
+		}
+	}
+	return false
+}
+
 // A wait that ends while an attempt is in flight against a healthy backend
-// reports what the backend answered, the key held (ErrNotAcquired), not an
-// outage: the attempt gets a grace to answer, counted on the engine's
-// clock. The wait's end was reported as ErrUnavailable when the answer
-// came after the deadline.
+// reports what the backend answered within the attempt's grace, the key
+// held (ErrNotAcquired), not an outage. The backend here answers only once
+// the grace has started, so without the grace the error is ErrUnavailable
+// every run. The wait's end was reported as ErrUnavailable when the
+// answer came after the deadline.
 func TestAcquire_WaitEndingMidAttemptReportsHolder(t *testing.T) {
 	for _, wait := range []bool{true, false} {
 		ctx, cancel := context.WithCancel(context.Background())
-		e, _ := fakeEngine(&answerAtDeadline{cancel: cancel})
+		b := &graceBackend{cancel: cancel}
+		e, fc := fakeEngine(b)
+		b.fc = fc
 		var err error
 		if wait {
 			_, err = e.Acquire(ctx, "k")
@@ -45,8 +75,11 @@ func TestAcquire_WaitEndingMidAttemptReportsHolder(t *testing.T) {
 		}
 		var na *NotAcquiredError
 		if !errors.As(err, &na) || errors.Is(err, ErrUnavailable) || holder0(na) != "other" {
-			t.Errorf("wait=%v: %v, want ErrNotAcquired naming the holder", wait, err)
+			t.Errorf("wait=%v: %v, want ErrNotAcquired naming the holder (answered within the grace)", wait, err)
 		}
+	}
+	if !background.Wait(10 * time.Second) {
+		t.Fatal("background work did not end")
 	}
 }
 
@@ -71,13 +104,8 @@ func TestAcquire_AttemptUnansweredPastGraceIsUnavailable(t *testing.T) {
 		errc <- err
 	}()
 	// The attempt's grace is the one timer the engine sets.
-	for end := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
-		if _, ok := fc.pending(); ok {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatal("hang: no grace timer after the wait ended")
-		}
+	if !waitPending(fc, 30*time.Second) {
+		t.Fatal("hang: no grace timer after the wait ended")
 	}
 	fc.Advance(maxAttemptGrace)
 	select {

@@ -674,7 +674,9 @@ func (w *watchdog) renew(due []*Lock) {
 	if min := start.Add(5 * time.Millisecond); last.Before(min) {
 		last = min
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), last)
+	// A duration on the engine's clock: the wall clock's reading of
+	// last is not comparable with a test's clock.
+	ctx, cancel := context.WithTimeout(context.Background(), clockUntil(w.clk, last))
 	defer cancel()
 	reported := make([]atomic.Bool, len(rs))
 	done := func(i int, err error) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/background"
 )
 
 // countingBackend grants every attempt and counts renewals.
@@ -233,5 +234,96 @@ func TestWatchdog_LockTakenDuringHungRenewalIsRenewed(t *testing.T) {
 	// A renewal every TTL/3 (a little early): at least 12 in 4 TTLs.
 	if n < 12 || owner != b.Owner() {
 		t.Fatalf("b renewed %d times in 4 TTLs (server owner %q), want at least 12 and held", n, owner)
+	}
+}
+
+// ctxLease honours its context, as a real client does: a renewal sent on
+// a context that is already done fails.
+type ctxLease struct{ refreshes *int64 }
+
+func (l ctxLease) Refresh(ctx context.Context, _ time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	*l.refreshes++
+	return nil
+}
+
+func (ctxLease) Release(context.Context) error { return nil }
+
+type ctxBackend struct{ refreshes int64 }
+
+func (b *ctxBackend) Try(context.Context, *driver.Request) (driver.Grant, error) {
+	return driver.Grant{Lease: ctxLease{&b.refreshes}, Token: 1}, nil
+}
+
+func (*ctxBackend) Spec() driver.Spec { return driver.Spec{Name: "test"} }
+
+// A renewal's context is bounded by a duration on the engine's clock:
+// bounded by a clock reading handed to the wall clock, every renewal on a
+// fake clock whose time is in the wall clock's past was sent on an expired
+// context, and a backend that honours its context refused it.
+func TestWatchdog_RenewalContextIsOnEngineClock(t *testing.T) {
+	b := &ctxBackend{}
+	e, fc := fakeEngine(b)
+	fc.mu.Lock()
+	fc.now = time.Unix(1_700_000_000, 0) // 2023: any epoch before today
+	fc.mu.Unlock()
+	lk := acquireNow(t, e, "k", WithTTL(300*time.Millisecond))
+	defer lk.Release(context.Background())
+	settleTo(t, fc, fc.Now().Add(time.Second))
+	if err := lk.Err(); err != nil || b.refreshes == 0 {
+		t.Fatalf("after 1s on the fake clock: %d renewals went through, Err() = %v; want the lock renewed and held", b.refreshes, err)
+	}
+}
+
+// A pass that both loses a lock (a, at its deadline) and takes another
+// lock's renewal (b, due at that instant), b's renewal hanging: a's Lost()
+// closes by its deadline. A renewal taken in a losing round and run on
+// the pass's own goroutine held a's loss until the hung call returned.
+// (lossRecorder.run and settleTo wait for all background work, and b's
+// hung renewal is background work: the test waits for a's loss itself.)
+func TestWatchdog_HungRenewalInLosingPassDelaysNoLoss(t *testing.T) {
+	fc := newFakeClock()
+	st := newClockedStore(fc)
+	e := NewEngine(st)
+	e.wd.clk = fc
+	hang := make(chan struct{})
+	st.mu.Lock()
+	st.hangKey["b"] = hang
+	st.mu.Unlock()
+	defer func() {
+		close(hang)
+		background.Wait(10 * time.Second)
+	}()
+	// b: renewed every TTL/3 = 1s; its renewal hangs.
+	b := acquireNow(t, e, "b", WithTTL(3*time.Second))
+	defer b.Release(context.Background())
+	t0 := b.acquired
+	// a: not renewed, TTL 1s, acquired its drift allowance later, so its
+	// deadline is t0+1s: b's renewal time.
+	const ttlA = time.Second
+	fc.Spend((&config{TTL: ttlA, DriftFactor: DefaultDriftFactor, DriftMin: DefaultDriftMin}).Drift())
+	a := acquireNow(t, e, "a", WithTTL(ttlA), WithAutoRefresh(false))
+	if d := a.Deadline(); !d.Equal(t0.Add(time.Second)) {
+		t.Fatalf("a's deadline t0+%v, want t0+1s", d.Sub(t0))
+	}
+	rec := recordLosses(fc, 0, []*Lock{a})
+	if !fc.Step() {
+		t.Fatal("no timer armed")
+	}
+	select {
+	case <-a.life.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a's Lost() still open: its pass waits for b's hung renewal")
+	}
+	if worst, late := rec.late(); late > 0 {
+		t.Errorf("a lost %v after its deadline", worst)
+	}
+	e.wd.mu.Lock()
+	inflight := e.wd.locks[b] != nil && e.wd.locks[b].inflight
+	e.wd.mu.Unlock()
+	if !inflight {
+		t.Error("b's renewal was not taken by the pass that lost a: the scenario did not happen")
 	}
 }

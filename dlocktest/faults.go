@@ -360,10 +360,15 @@ func testOutageDuringWait(t *testing.T, h Harness, f *Faults) {
 	errc := make(chan error, 1)
 	start := time.Now()
 	go func() {
-		_, err := l.Acquire(context.Background(), key, dlock.WithWait(2*time.Second))
+		// Polls far more often than the wait lasts: an attempt meets the
+		// stall whenever it comes, and is unanswered when the wait ends.
+		_, err := l.Acquire(context.Background(), key, dlock.WithWait(2*time.Second),
+			dlock.WithBackoff(dlock.ConstBackoff{Delay: 20 * time.Millisecond}))
 		errc <- err
 	}()
-	time.Sleep(200 * time.Millisecond) // the waiter has seen the holder by now
+	// The waiter has most likely seen the holder by now; if its first
+	// attempt meets the stall instead, the outcome is the same.
+	time.Sleep(200 * time.Millisecond)
 	link.Stall()
 	select {
 	case err := <-errc:

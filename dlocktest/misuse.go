@@ -179,10 +179,12 @@ func testLongTTL(t *testing.T, h Harness) {
 	}
 }
 
-// Short leases under contention: no lock handed out is lost, nor its
+// Short leases under contention: every lock is handed out with at least
+// a third of its TTL ahead of the Acquire call (its validity counts from
+// the attempt's start, not from the answer), and none is lost, nor its
 // Release refused, other than at its local deadline (a holder starved
-// that long finds it lost: that is the deadline's promise, not a
-// failure; a lease taken or refused by the server would be one).
+// that long finds it lost: that is the deadline's promise, not a failure;
+// a lease taken or refused by the server would be one).
 func testShortTTLContention(t *testing.T, h Harness) {
 	ttl := max(h.MinTTL, 300*time.Millisecond)
 	key := Key(t)
@@ -194,12 +196,20 @@ func testShortTTLContention(t *testing.T, h Harness) {
 		l := h.New(t)
 		wg.Go(func() {
 			for range rounds {
+				called := time.Now()
 				lk, err := l.Acquire(ctxT(t), key, dlock.WithTTL(ttl))
 				if err != nil {
 					errs <- fmt.Errorf("worker %d: %w", w, err)
 					return
 				}
 				total.Add(1)
+				// A lock counts from its attempt's start (or a shared
+				// lease's last renewal): it is handed out with most of
+				// its TTL ahead of the call, however long the call took.
+				if left := lk.Deadline().Sub(called); left < ttl/3 {
+					lost.Add(1)
+					errs <- fmt.Errorf("worker %d: lock handed out with %v of its %v TTL left from the call", w, left, ttl)
+				}
 				// A lock may be lost at its local deadline (a process
 				// starved that long; the watchdog may count it lost a
 				// little early), never otherwise.

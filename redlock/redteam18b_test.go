@@ -60,7 +60,7 @@ func TestRedTeam18b_ConcurrentCallersOwnContexts(t *testing.T) {
 		errs := make([]error, 3)
 		took := make([]time.Duration, 3)
 		start := time.Now()
-		for i, ctx := range []context.Context{short, cctx, context.Background()} {
+		release := func(i int, ctx context.Context) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -68,11 +68,16 @@ func TestRedTeam18b_ConcurrentCallersOwnContexts(t *testing.T) {
 				took[i] = time.Since(start)
 			}()
 		}
+		// The cancellable caller starts the release and reaches its
+		// grace; the others join the release in flight, or find it done.
+		release(1, cctx)
 		select {
 		case <-inGrace:
 		case <-time.After(dlocktest.HangTimeout):
 			t.Fatal("hang: the cancellable caller never reached the grace")
 		}
+		release(0, short)
+		release(2, context.Background())
 		cancelAt := time.Since(start)
 		cancel()
 		wg.Wait()

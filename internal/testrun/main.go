@@ -119,10 +119,11 @@ func main() {
 		}()
 	}
 	for i, m := range mods {
+		// Taken here, in order: the longest modules start first.
+		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sem <- struct{}{}
 			defer func() { <-sem }()
 			mu.Lock()
 			running[m.name] = time.Now()
@@ -200,6 +201,7 @@ type result struct {
 	failed  []testID // failing tests, in order
 	output  map[string]*strings.Builder
 	pkgFail map[string]bool
+	started map[testID]bool // tests that began and have not ended
 	counts  struct{ pass, fail, skip int }
 }
 
@@ -211,11 +213,12 @@ type tcase struct {
 
 // event is one line of go test -json (test2json).
 type event struct {
-	Action  string
-	Package string
-	Test    string
-	Elapsed float64
-	Output  string
+	Action     string
+	Package    string
+	ImportPath string // build-output and build-fail events
+	Test       string
+	Elapsed    float64
+	Output     string
 }
 
 // multiFlag is a repeatable string flag.
@@ -227,7 +230,7 @@ func (f *multiFlag) Set(v string) error { *f = append(*f, v); return nil }
 // command runs c with sh -c from the repository root; its output is kept
 // and shown only if it fails.
 func command(c string) *result {
-	r := &result{mod: module{name: c}, cmd: true, output: map[string]*strings.Builder{}, pkgFail: map[string]bool{}}
+	r := &result{mod: module{name: c}, cmd: true, output: map[string]*strings.Builder{}, pkgFail: map[string]bool{}, started: map[testID]bool{}}
 	cmd := exec.Command("sh", "-c", c)
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
@@ -239,7 +242,7 @@ func command(c string) *result {
 }
 
 func test(m module, args []string) *result {
-	r := &result{mod: m, output: map[string]*strings.Builder{}, pkgFail: map[string]bool{}}
+	r := &result{mod: m, output: map[string]*strings.Builder{}, pkgFail: map[string]bool{}, started: map[testID]bool{}}
 	cmd := exec.Command("go", args...)
 	cmd.Dir = m.dir
 	var stderr bytes.Buffer
@@ -256,6 +259,7 @@ func test(m module, args []string) *result {
 	}
 	r.read(out)
 	r.err = cmd.Wait()
+	r.unfinished()
 	r.wall = time.Since(start)
 	r.stderr = stderr.String()
 	return r
@@ -273,9 +277,18 @@ func (r *result) read(out io.Reader) {
 			continue
 		}
 		switch e.Action {
+		case "build-output":
+			r.out(buildPkg(e.ImportPath), "").WriteString(e.Output)
+		case "build-fail":
+			r.pkgFail[buildPkg(e.ImportPath)] = true
+		case "run":
+			if e.Test != "" {
+				r.started[testID{e.Package, e.Test}] = true
+			}
 		case "output":
 			r.out(e.Package, e.Test).WriteString(e.Output)
 		case "pass", "fail", "skip":
+			delete(r.started, testID{e.Package, e.Test})
 			if e.Test == "" {
 				if e.Action == "fail" {
 					r.pkgFail[e.Package] = true
@@ -300,6 +313,32 @@ func (r *result) read(out io.Reader) {
 				elapsed: time.Duration(e.Elapsed * float64(time.Second))})
 		}
 	}
+}
+
+// unfinished counts as failed every test that began and never ended (its
+// binary panicked or timed out, killing it mid-test), so that its output
+// is shown.
+func (r *result) unfinished() {
+	var ids []testID
+	for id := range r.started {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool {
+		return ids[i].pkg+"\x00"+ids[i].test < ids[j].pkg+"\x00"+ids[j].test
+	})
+	for _, id := range ids {
+		r.failed = append(r.failed, id)
+		r.pkgFail[id.pkg] = true
+		if !strings.Contains(id.test, "/") {
+			r.counts.fail++
+		}
+	}
+}
+
+// buildPkg is the package of a build event's ImportPath ("p [p.test]").
+func buildPkg(importPath string) string {
+	p, _, _ := strings.Cut(importPath, " ")
+	return p
 }
 
 func (r *result) out(pkg, test string) *strings.Builder {

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A failing module's report says why it failed. Each case is a
+// one-package module whose go test fails; its report (what make test
+// prints) must contain the cause, not only "FAIL pkg": build errors,
+// a panic in a goroutine and a test timeout were not shown.
+func TestReport_ShowsWhyAPackageFailed(t *testing.T) {
+	t.Setenv("GOWORK", "off")
+	t.Setenv("GOFLAGS", "")
+	cases := []struct {
+		name, src, want string
+	}{
+		{"buildfail", `package a
+import "testing"
+func TestX(t *testing.T) { var x int = "oops"; _ = x }
+`, `cannot use "oops"`},
+		{"panicking", `package a
+import ("testing";"time")
+func TestCrash(t *testing.T) { go func(){ panic("boom in a goroutine") }(); time.Sleep(time.Second) }
+`, "boom in a goroutine"},
+		{"timeout", `package a
+import ("testing";"time")
+func TestHangs(t *testing.T) { time.Sleep(time.Hour) }
+`, "test timed out"},
+		{"plainfail", `package a
+import "testing"
+func TestFails(t *testing.T) { t.Fatal("plain failure") }
+`, "plain failure"}, // control: reported today
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module example.com/"+tc.name+"\n\ngo 1.25\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "a_test.go"), []byte(tc.src), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			r := test(module{name: tc.name, dir: dir}, []string{"test", "-count=1", "-json", "-timeout", "5s", "./..."})
+			var b strings.Builder
+			r.report(&b)
+			if r.ok() {
+				t.Fatalf("a failing module reported ok:\n%s", b.String())
+			}
+			if !strings.Contains(b.String(), tc.want) {
+				t.Errorf("the report of a failing module does not say why (%q):\n%s", tc.want, b.String())
+			}
+		})
+	}
+}

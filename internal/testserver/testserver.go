@@ -73,17 +73,6 @@ func isExec(p string) bool {
 	return err == nil && st.Mode()&0o111 != 0
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago.
-func FreePort(t TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // Redis is a redis-server process owned by a test.
 type Redis struct {
 	t        TB

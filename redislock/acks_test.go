@@ -22,6 +22,7 @@ import (
 // latest marker (here: a marker far behind, set by hand) still issues a
 // token above every earlier one.
 func TestTokenFloorOverMarker(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	l := redislock.New(newClient(t, srv))
 	for _, exclusive := range []bool{true, false} {
@@ -48,6 +49,23 @@ func TestTokenFloorOverMarker(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// liveAckTimeout is WithReplicaAcks's timeout where a test expects a live
+// replica to acknowledge: long, so that a replica starved of CPU for a
+// moment (the tests of four modules run at once on two cores) still does;
+// how fast it acknowledges is the machine's speed, not a promise. Clients
+// of such Lockers and Guards read for longer (ackClient). (A blocking
+// Acquire needs no such margin: a grant not acknowledged in time is
+// rolled back and tried again.)
+const liveAckTimeout = 5 * time.Second
+
+// ackClient is a client of addr (srv's password) whose reads outlast
+// liveAckTimeout, as WithReplicaAcks requires.
+func ackClient(t testing.TB, srv *testserver.Redis, addr string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr, Password: srv.Password(), ReadTimeout: 2 * liveAckTimeout})
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 // startReplicated starts a primary and one replica of it and waits for
@@ -100,8 +118,9 @@ func noLease(t *testing.T, srv *testserver.Redis, lk string) {
 // replica has the lease as soon as Acquire returns: the promise of
 // WithReplicaAcks.
 func TestReplicaAcksLive(t *testing.T) {
+	t.Parallel()
 	primary, replica := startReplicated(t)
-	l := redislock.New(newClient(t, primary), redislock.WithReplicaAcks(1, 0))
+	l := redislock.New(ackClient(t, primary, primary.Addr()), redislock.WithReplicaAcks(1, liveAckTimeout))
 	ctx := dlocktest.Context(t)
 	key := dlocktest.Key(t)
 	var last uint64
@@ -146,7 +165,7 @@ func TestReplicaAcksLive(t *testing.T) {
 		}
 	}
 	// A Guard's writes reach the replica too.
-	g := redislock.NewGuard(newClient(t, primary), redislock.WithReplicaAcks(1, 0))
+	g := redislock.NewGuard(ackClient(t, primary, primary.Addr()), redislock.WithReplicaAcks(1, liveAckTimeout))
 	if err := g.Put(ctx, key, dlock.Fence{Token: last, Owner: "w"}, "n", "v1"); err != nil {
 		t.Fatal(err)
 	}
@@ -161,6 +180,7 @@ func TestReplicaAcksLive(t *testing.T) {
 // With the replica stopped, an acquisition is not acknowledged: it fails
 // with a *ReplicationError, is rolled back, and leaves no lease.
 func TestReplicaAcksPausedReplica(t *testing.T) {
+	t.Parallel()
 	primary, replica := startReplicated(t)
 	l := redislock.New(newClient(t, primary), redislock.WithReplicaAcks(1, 200*time.Millisecond))
 	ctx := dlocktest.Context(t)
@@ -199,15 +219,17 @@ func TestReplicaAcksPausedReplica(t *testing.T) {
 	noLease(t, primary, l.LockKey(key))
 }
 
-// Two acknowledgements asked of one replica: never enough.
+// Two acknowledgements asked of one replica: never enough (whether the
+// one replica's came within the timeout or not).
 func TestReplicaAcksMoreThanReplicas(t *testing.T) {
+	t.Parallel()
 	primary, _ := startReplicated(t)
 	l := redislock.New(newClient(t, primary), redislock.WithReplicaAcks(2, 100*time.Millisecond))
 	key := dlocktest.Key(t)
 	_, err := l.TryAcquire(dlocktest.Context(t), key)
 	var re *redislock.ReplicationError
-	if !errors.As(err, &re) || re.Want != 2 || re.Got != 1 || !re.RolledBack {
-		t.Fatalf("TryAcquire with 2 acks of 1 replica: %v, want 1 of 2 replicas, rolled back", err)
+	if !errors.As(err, &re) || re.Want != 2 || re.Got > 1 || !re.RolledBack {
+		t.Fatalf("TryAcquire with 2 acks of 1 replica: %v, want at most 1 of 2 replicas, rolled back", err)
 	}
 	noLease(t, primary, l.LockKey(key))
 }
@@ -216,10 +238,12 @@ func TestReplicaAcksMoreThanReplicas(t *testing.T) {
 // lost at its local deadline, though the primary extended the key. A
 // Guard's write is applied but reported unacknowledged.
 func TestReplicaAcksRenewalNotAcknowledged(t *testing.T) {
+	t.Parallel()
 	primary, replica := startReplicated(t)
-	c := newClient(t, primary)
+	c := ackClient(t, primary, primary.Addr())
 	l := redislock.New(c, redislock.WithReplicaAcks(1, 100*time.Millisecond))
 	g := redislock.NewGuard(c, redislock.WithReplicaAcks(1, 100*time.Millisecond))
+	gLive := redislock.NewGuard(c, redislock.WithReplicaAcks(1, liveAckTimeout))
 	ctx := dlocktest.Context(t)
 	key := dlocktest.Key(t)
 	lk, err := l.Acquire(ctx, key, dlock.WithTTL(time.Second))
@@ -254,20 +278,22 @@ func TestReplicaAcksRenewalNotAcknowledged(t *testing.T) {
 		t.Fatalf("Get = %q, %v, %v", v, ok, err)
 	}
 	resume()
-	if err := g.Put(ctx, key, lk.Fence(), "n", "w"); err != nil {
+	if err := gLive.Put(ctx, key, lk.Fence(), "n", "w"); err != nil {
 		t.Fatalf("Put with the replica back: %v", err)
 	}
 }
 
 // The whole conformance suite, through Lockers that wait for the replica.
 func TestConformanceReplicaAcks(t *testing.T) {
+	t.Parallel()
 	primary, _ := startReplicated(t)
-	conformance(t, primary, redislock.WithReplicaAcks(1, 0))
+	conformance(t, primary, 2*liveAckTimeout, redislock.WithReplicaAcks(1, liveAckTimeout))
 }
 
 // Bad options give Lockers and Guards whose every call fails with a clear
 // error; nothing panics.
 func TestReplicaAcksBadOptions(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr()}})
 	t.Cleanup(func() { cluster.Close() })
@@ -318,13 +344,14 @@ func TestReplicaAcksBadOptions(t *testing.T) {
 // context's deadline with dlock.ErrUnavailable, and the grant is undone
 // once the link heals.
 func TestReplicaAcksStalledLink(t *testing.T) {
+	t.Parallel()
 	primary, replica := startReplicated(t)
 	p := testserver.StartProxy(t, primary.Addr())
 	c := redis.NewClient(&redis.Options{Addr: p.Addr()})
 	t.Cleanup(func() { c.Close() })
 	l := redislock.New(c, redislock.WithReplicaAcks(1, 2*time.Second))
 	key := dlocktest.Key(t)
-	if lk, err := l.TryAcquire(dlocktest.Context(t), key); err != nil { // warm: the scripts are cached
+	if lk, err := l.Acquire(dlocktest.Context(t), key); err != nil { // warm: the scripts are cached
 		t.Fatal(err)
 	} else if err := lk.Release(dlocktest.Context(t)); err != nil {
 		t.Fatal(err)

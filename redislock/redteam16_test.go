@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 // would be reported acknowledged. With the replica stopped, no acquisition
 // may succeed.
 func TestRedTeam16_LostReplyIsNotAcknowledged(t *testing.T) {
+	t.Parallel()
 	primary, replica := startReplicated(t)
 	p := testserver.StartProxy(t, primary.Addr())
 	c := redis.NewClient(&redis.Options{Addr: p.Addr()})
@@ -33,7 +35,7 @@ func TestRedTeam16_LostReplyIsNotAcknowledged(t *testing.T) {
 	l := redislock.New(c, redislock.WithReplicaAcks(1, 300*time.Millisecond))
 	modes := [][]dlock.Option{nil, {dlock.WithShared()}, {dlock.WithLimit(2)}}
 	for i, opts := range modes { // warm: the scripts are cached, the connection open
-		lk, err := l.TryAcquire(dlocktest.Context(t), dlocktest.Key(t)+"-warm"+strconv.Itoa(i), opts...)
+		lk, err := l.Acquire(dlocktest.Context(t), dlocktest.Key(t)+"-warm"+strconv.Itoa(i), opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,6 +66,7 @@ func TestRedTeam16_LostReplyIsNotAcknowledged(t *testing.T) {
 // as 2^53, and 2^53 + 1 is not a double): the grant is refused with a
 // clear error instead, or its token is above the last one.
 func TestRedTeam16_TokenAbove2To53(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	l := redislock.New(newClient(t, srv))
 	const last = "9007199254740993" // 2^53 + 1
@@ -107,6 +110,7 @@ func TestRedTeam16_TokenAbove2To53(t *testing.T) {
 // holder; under a deadline shorter than the ack timeout it is the holder
 // or an unavailable backend (never a lock), by the deadline.
 func TestRedTeam16_RefusedBehindLaggingReplica(t *testing.T) {
+	t.Parallel()
 	primary, replica := startReplicated(t)
 	c := newClient(t, primary)
 	const ackTimeout = 2 * time.Second
@@ -149,6 +153,7 @@ func TestRedTeam16_RefusedBehindLaggingReplica(t *testing.T) {
 // (on a new connection) and granted: the lease is the caller's, and the
 // replica has it when Acquire returns.
 func TestRedTeam16_LostReplyLiveReplicaGranted(t *testing.T) {
+	t.Parallel()
 	primary, replica := startReplicated(t)
 	p := testserver.StartProxy(t, primary.Addr())
 	c := redis.NewClient(&redis.Options{Addr: p.Addr()})
@@ -160,7 +165,7 @@ func TestRedTeam16_LostReplyLiveReplicaGranted(t *testing.T) {
 		if err := c.Ping(dlocktest.Context(t)).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if lk, err := l.TryAcquire(dlocktest.Context(t), key+"-warm", opts...); err != nil { // the scripts are cached
+		if lk, err := l.Acquire(dlocktest.Context(t), key+"-warm", opts...); err != nil { // the scripts are cached
 			t.Fatal(err)
 		} else {
 			lk.Release(dlocktest.Context(t))
@@ -185,6 +190,7 @@ func TestRedTeam16_LostReplyLiveReplicaGranted(t *testing.T) {
 // clear error, the last one by its deadline (well before the ack
 // timeout), and no lease is left once the replica is back.
 func TestRedTeam16_ContextsWithAcks(t *testing.T) {
+	t.Parallel()
 	primary, replica := startReplicated(t)
 	c := redis.NewClient(&redis.Options{Addr: primary.Addr(), ReadTimeout: 20 * time.Second})
 	t.Cleanup(func() { c.Close() })
@@ -223,18 +229,32 @@ func TestRedTeam16_ContextsWithAcks(t *testing.T) {
 	noLease(t, primary, l.LockKey(key+"-1"))
 }
 
-// Many locks renewed in one batch: while the replica is stopped their
-// renewals are not counted, but none is reported lost before its
-// deadline; once it is back (and the scripts were flushed meanwhile:
-// NOSCRIPT), the renewals are acknowledged again and every lock outlives
-// its TTL.
-func TestRedTeam16_BatchRenewalRecovers(t *testing.T) {
+// TestReplicaAcks_BatchRenewal_RecoversAfterReplicaReturns: many locks
+// renewed in one batch: while the replica is stopped their renewals are
+// not acknowledged and not counted, but no lock is reported lost before
+// its deadline; once the replica is back (and the scripts were flushed
+// meanwhile: NOSCRIPT), renewals are acknowledged again: each lock has a
+// renewal sent after the replica's return counted, and still holds.
+func TestReplicaAcks_BatchRenewal_RecoversAfterReplicaReturns(t *testing.T) {
+	t.Parallel()
 	primary, replica := startReplicated(t)
 	c := newClient(t, primary)
-	l := redislock.New(c, redislock.WithReplicaAcks(1, 200*time.Millisecond))
+	const n = 20
+	var unacked sync.Map // keys with a renewal not acknowledged
+	enough := make(chan struct{})
+	var once sync.Once
+	obs := dlock.ObserverFunc(func(e dlock.Event) {
+		if e.Kind == dlock.EventRenew && errors.Is(e.Err, redislock.ErrNotReplicated) {
+			unacked.Store(e.Key, true)
+			if countMap(&unacked) == n {
+				once.Do(func() { close(enough) })
+			}
+		}
+	})
+	l := redislock.New(c, redislock.WithReplicaAcks(1, redislock.DefaultAckTimeout), dlock.WithObserver(obs))
 	const ttl = 6 * time.Second
 	var locks []*dlock.Lock
-	for i := range 20 {
+	for i := range n {
 		var opts []dlock.Option
 		if i%3 == 1 {
 			opts = append(opts, dlock.WithShared())
@@ -247,29 +267,34 @@ func TestRedTeam16_BatchRenewalRecovers(t *testing.T) {
 		locks = append(locks, lk)
 	}
 	resume := pause(t, replica)
-	time.Sleep(ttl / 3)
+	select {
+	case <-enough: // every lock had a renewal that was not acknowledged
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatalf("hang: %d of %d locks had an unacknowledged renewal within %v", countMap(&unacked), n, dlocktest.HangTimeout)
+	}
 	if _, err := c.ScriptFlush(dlocktest.Context(t)).Result(); err != nil {
 		t.Fatal(err)
 	}
 	for i, lk := range locks {
-		select {
-		case <-lk.Lost():
-			t.Fatalf("lock %d lost after %v of a %v TTL: %v", i, ttl/3, ttl, lk.Err())
-		default:
+		if lostYet(lk) && time.Now().Before(lk.Deadline()) {
+			t.Fatalf("lock %d lost before its deadline (%v left): %v", i, time.Until(lk.Deadline()), lk.Err())
 		}
 	}
 	resume()
-	time.Sleep(ttl + ttl/3) // past every deadline the acquisition set
+	back := time.Now()
 	for i, lk := range locks {
-		select {
-		case <-lk.Lost():
-			t.Fatalf("lock %d lost though the replica was back: %v", i, lk.Err())
-		default:
-		}
+		renewedAfter(t, lk, back)
 		if err := lk.Refresh(dlocktest.Context(t)); err != nil {
 			t.Fatalf("lock %d: Refresh with the replica back: %v", i, err)
 		}
 	}
+}
+
+// countMap counts m's entries.
+func countMap(m *sync.Map) int {
+	n := 0
+	m.Range(func(any, any) bool { n++; return true })
+	return n
 }
 
 // A Guard write with a stale fence is refused by the script: nothing was
@@ -279,12 +304,14 @@ func TestRedTeam16_BatchRenewalRecovers(t *testing.T) {
 // error, not ErrNotReplicated; under a shorter deadline it is that or an
 // unavailable server, by the deadline.
 func TestRedTeam16_GuardStaleWriteBehindLaggingReplica(t *testing.T) {
+	t.Parallel()
 	primary, replica := startReplicated(t)
-	c := newClient(t, primary)
+	c := ackClient(t, primary, primary.Addr())
 	const ackTimeout = 2 * time.Second
 	g := redislock.NewGuard(c, redislock.WithReplicaAcks(1, ackTimeout))
 	res := dlocktest.Key(t)
-	if err := g.Put(dlocktest.Context(t), res, dlock.Fence{Token: 10, Owner: "a"}, "n", "v"); err != nil {
+	// The first write is acknowledged by the live replica.
+	if err := redislock.NewGuard(c, redislock.WithReplicaAcks(1, liveAckTimeout)).Put(dlocktest.Context(t), res, dlock.Fence{Token: 10, Owner: "a"}, "n", "v"); err != nil {
 		t.Fatal(err)
 	}
 	want := g.Put(dlocktest.Context(t), res, dlock.Fence{Token: 5, Owner: "b"}, "n", "old")
@@ -340,6 +367,7 @@ func (h stallAfterWait) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 // is not transient and no lock; the lease is gone at the latest when its
 // TTL ends, and nothing is left running (goleak, TestMain).
 func TestRedTeam16_RollbackOnHungLink(t *testing.T) {
+	t.Parallel()
 	primary, replica := startReplicated(t)
 	p := testserver.StartProxy(t, primary.Addr())
 	c := redis.NewClient(&redis.Options{Addr: p.Addr()})
@@ -347,7 +375,7 @@ func TestRedTeam16_RollbackOnHungLink(t *testing.T) {
 	t.Cleanup(p.Heal)
 	l := redislock.New(c, redislock.WithReplicaAcks(1, 200*time.Millisecond))
 	key := dlocktest.Key(t)
-	if lk, err := l.TryAcquire(dlocktest.Context(t), key+"-warm"); err != nil {
+	if lk, err := l.Acquire(dlocktest.Context(t), key+"-warm"); err != nil {
 		t.Fatal(err)
 	} else {
 		lk.Release(dlocktest.Context(t))

@@ -3,6 +3,7 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,13 +14,23 @@ import (
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/redislock"
+	"github.com/dlock-go/dlock/redislock/redisproto"
 )
 
-// While a release reserves the key for the waiter it woke, a TryAcquire by
-// someone else used to get ErrNotAcquired naming an empty holder and no
-// metadata ("not acquired", by nobody). It must say that the key is
-// reserved, for which waiter, and for how long.
-func TestRegressReservationReportedAsHolder(t *testing.T) {
+// TestTryAcquire_ReservedKey_ReportsReservation: while a release reserves
+// the key for the waiter it woke, a TryAcquire by someone else used to get
+// ErrNotAcquired naming an empty holder and no metadata ("not acquired",
+// by nobody). It must say that the key is reserved, for which waiter, and
+// for how long.
+//
+// The reservation lasts HandoffReserve (100ms) on the server's clock, and
+// a TryAcquire sent later gets the key. So the test checks the
+// reservation the release wrote (for the waiter queued, ending within
+// 100ms of the server's time), then moves its end a minute on (the
+// marker's <until ms>, nothing else): the TryAcquire that follows comes
+// within the reservation however slow the machine.
+func TestTryAcquire_ReservedKey_ReportsReservation(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	admin := newClient(t, srv)
 	l1 := redislock.New(newClient(t, srv))
@@ -29,68 +40,75 @@ func TestRegressReservationReportedAsHolder(t *testing.T) {
 	t.Cleanup(func() { c2.Close() })
 	l2 := redislock.New(c2)
 	l3 := redislock.New(newClient(t, srv))
-	// The reservation lasts 100ms: if the TryAcquire comes later than
-	// that (a slow machine), it gets the key; then try again (bounded).
-	for round := 0; ; round++ {
-		key := dlocktest.Key(t)
-		lk, err := l1.Acquire(dlocktest.Context(t), key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		waiting := make(chan error, 1)
-		go func() {
-			w, err := l2.Acquire(dlocktest.Context(t), key)
-			if err == nil {
-				err = w.Release(context.Background())
-			}
-			waiting <- err
-		}()
-		queue := l1.LockKey(key) + ":waiters"
-		waitQueued(t, admin, queue, 1)
-		ids, err := admin.ZRange(context.Background(), queue, 0, -1).Result()
-		if err != nil || len(ids) != 1 {
-			t.Fatal(ids, err)
-		}
-		px.Stall() // the waiter's host hangs: the key stays reserved
-		if err := lk.Release(dlocktest.Context(t)); err != nil {
-			t.Fatal(err)
-		}
-		o, err := l3.TryAcquire(dlocktest.Context(t), key)
-		px.Heal()
+	key := dlocktest.Key(t)
+	lk, err := l1.Acquire(dlocktest.Context(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan error, 1)
+	go func() {
+		w, err := l2.Acquire(dlocktest.Context(t), key)
 		if err == nil {
-			t.Logf("round %d: the reservation ended before the TryAcquire", round)
-			if err := o.Release(dlocktest.Context(t)); err != nil {
-				t.Fatal(err)
-			}
-			if err := <-waiting; err != nil {
-				t.Fatal(err)
-			}
-			if round == 9 {
-				t.Skip("the TryAcquire never came within the reservation")
-			}
-			continue
+			err = w.Release(context.Background())
 		}
-		if err := <-waiting; err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("TryAcquire: %v", err)
-		var na *dlock.NotAcquiredError
-		if !errors.As(err, &na) {
-			t.Fatalf("TryAcquire of a reserved key = %v, want a *dlock.NotAcquiredError", err)
-		}
-		if len(na.Holders) != 1 {
-			t.Fatalf("TryAcquire of a key reserved for waiter %s: holders %+v, want one (the reservation)", ids[0], na.Holders)
-		}
-		h := na.Holders[0]
-		if h.Owner != "" || h.Metadata[redislock.MetaReservedForWaiter] != ids[0] {
-			t.Fatalf("TryAcquire of a key reserved for waiter %s: holder %q, metadata %v", ids[0], h.Owner, h.Metadata)
-		}
-		if h.TTL <= 0 || h.TTL > 100*time.Millisecond {
-			t.Fatalf("TTL %v, want the reservation left, within (0, 100ms]", h.TTL)
-		}
-		if msg := err.Error(); !strings.Contains(msg, "reserved it for waiter "+ids[0]) {
-			t.Fatalf("message %q does not name the reservation", msg)
-		}
-		return
+		waiting <- err
+	}()
+	queue := l1.LockKey(key) + ":waiters"
+	waitQueued(t, admin, queue, 1)
+	ids, err := admin.ZRange(context.Background(), queue, 0, -1).Result()
+	if err != nil || len(ids) != 1 {
+		t.Fatal(ids, err)
+	}
+	px.Stall() // the waiter's host hangs: it does not take the key
+	if err := lk.Release(dlocktest.Context(t)); err != nil {
+		t.Fatal(err)
+	}
+	ctx := dlocktest.Context(t)
+	marker, err := admin.Get(ctx, l1.LockKey(key)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, err := admin.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Split(marker, "|")
+	var until int64
+	if len(f) == 4 {
+		until, err = strconv.ParseInt(f[3], 10, 64)
+	}
+	if len(f) != 4 || f[1] != strconv.FormatUint(lk.Token(), 10) || f[2] != ids[0] || err != nil {
+		t.Fatalf("after the release the key holds %q, want a marker of token %d reserving it for waiter %s", marker, lk.Token(), ids[0])
+	}
+	if left := time.Duration(until-now.UnixMilli()) * time.Millisecond; left > redisproto.HandoffReserve {
+		t.Fatalf("the reservation ends %v after the server's time, want at most %v", left, redisproto.HandoffReserve)
+	}
+	f[3] = strconv.FormatInt(now.Add(time.Minute).UnixMilli(), 10)
+	if err := admin.SetArgs(ctx, l1.LockKey(key), strings.Join(f, "|"), redis.SetArgs{KeepTTL: true}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = l3.TryAcquire(ctx, key)
+	t.Logf("TryAcquire: %v", err)
+	var na *dlock.NotAcquiredError
+	if !errors.As(err, &na) {
+		t.Fatalf("TryAcquire of a reserved key = %v, want a *dlock.NotAcquiredError", err)
+	}
+	if len(na.Holders) != 1 {
+		t.Fatalf("TryAcquire of a key reserved for waiter %s: holders %+v, want one (the reservation)", ids[0], na.Holders)
+	}
+	h := na.Holders[0]
+	if h.Owner != "" || h.Metadata[redislock.MetaReservedForWaiter] != ids[0] {
+		t.Fatalf("TryAcquire of a key reserved for waiter %s: holder %q, metadata %v", ids[0], h.Owner, h.Metadata)
+	}
+	if h.TTL <= 0 || h.TTL > time.Minute {
+		t.Fatalf("TTL %v, want the reservation left, within (0, 1m]", h.TTL)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "reserved it for waiter "+ids[0]) {
+		t.Fatalf("message %q does not name the reservation", msg)
+	}
+	// The reservation is the waiter's: healed, it gets the key.
+	px.Heal()
+	if err := <-waiting; err != nil {
+		t.Fatalf("the waiter the key was reserved for: %v", err)
 	}
 }

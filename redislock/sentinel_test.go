@@ -59,19 +59,23 @@ func viaProxy(opt *redis.FailoverOptions, target string, p *testserver.Proxy) {
 	}
 }
 
-// conformanceDownAfter is the sentinels' down-after for the conformance
-// topology: the suite's Pause (SIGSTOP of the primary) lasts a few seconds
-// at most on a healthy machine and HangTimeout (30s) at worst; a failover
-// in the middle of it would turn a paused server into a new primary
-// without the keys, which is not what the Pause tests are about (failover
-// is tested on its own).
+// conformanceDownAfter is the sentinels' down-after for the deployments
+// that must not fail over (every one but the failover tests', which fail
+// over when they say so): the conformance suite's Pause (SIGSTOP of the
+// primary) lasts a few seconds at most on a healthy machine and
+// HangTimeout (30s) at worst, and a starved machine can keep a primary
+// from answering the sentinels' PINGs for a while; a failover then would
+// turn a paused or slow server into a new primary without the keys, which
+// is not what these tests are about (failover is tested on its own).
 const conformanceDownAfter = 2 * dlocktest.HangTimeout
 
 func TestSentinelConformance(t *testing.T) {
+	t.Parallel()
 	s := testserver.StartSentinel(t, testserver.WithDownAfter(conformanceDownAfter))
 	primary := s.Primary()
 	admin := newClient(t, primary)
 	dlocktest.TestLocker(t, dlocktest.Harness{
+		TTL: conformanceTTL,
 		New: func(t testing.TB) dlock.Locker { return redislock.New(sentinelClient(t, s)) },
 		Expire: func(t testing.TB, key string) {
 			if err := admin.Del(context.Background(), redislock.New(admin).LockKey(key)).Err(); err != nil {
@@ -104,7 +108,8 @@ func TestSentinelConformance(t *testing.T) {
 // shorter run: the locking semantics do not depend on them; reaching the
 // master through authenticated sentinels does).
 func TestSentinelWithPasswords(t *testing.T) {
-	s := testserver.StartSentinel(t, testserver.WithReplicas(1),
+	t.Parallel()
+	s := testserver.StartSentinel(t, testserver.WithReplicas(1), testserver.WithDownAfter(conformanceDownAfter),
 		testserver.WithDataPassword("data-pw-1"), testserver.WithSentinelPassword("sentinel-pw-1"))
 	ctx := dlocktest.Context(t)
 	l1, l2 := redislock.New(sentinelClient(t, s)), redislock.New(sentinelClient(t, s))
@@ -216,9 +221,26 @@ func wantText(t *testing.T, what string, errs map[string]error, unavailable bool
 // (their faults are in the client's options); unreachable sentinels are
 // free loopback ports nothing listens on.
 func TestSentinelBadInput(t *testing.T) {
-	s := testserver.StartSentinel(t, testserver.WithReplicas(1),
+	t.Parallel()
+	s := testserver.StartSentinel(t, testserver.WithReplicas(1), testserver.WithDownAfter(conformanceDownAfter),
 		testserver.WithDataPassword("right-data-pw"), testserver.WithSentinelPassword("right-sentinel-pw"))
 	key := dlocktest.Key(t)
+	// The cases run in parallel, as subtests of one group that ends before
+	// the right options are tried.
+	t.Run("Cases", func(cases *testing.T) { sentinelBadInputCases(cases, s, key) })
+	// The right options, after all that: the key was never taken.
+	lk, err := redislock.New(sentinelClient(t, s)).TryAcquire(dlocktest.Context(t), key)
+	if err != nil {
+		t.Fatalf("right options: %v", err)
+	}
+	if err := lk.Release(dlocktest.Context(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sentinelBadInputCases runs TestSentinelBadInput's cases on s, each
+// failing to take key.
+func sentinelBadInputCases(cases *testing.T, s *testserver.Sentinel, key string) {
 	for _, tc := range []struct {
 		name string
 		// bad breaks the right options.
@@ -244,20 +266,13 @@ func TestSentinelBadInput(t *testing.T) {
 		{"WrongDataPassword", func(_ *testing.T, opt *redis.FailoverOptions) { opt.Password = "wrong-data-pw" },
 			false, []string{"WRONGPASS"}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
+		cases.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			opt := failoverOptions(s)
 			tc.bad(t, opt)
 			errs := failsInTime(t, redislock.New(newFailoverClient(t, opt)), key)
 			wantText(t, tc.name, errs, tc.unavailable, tc.texts...)
 		})
-	}
-	// The right options, after all that: the key was never taken.
-	lk, err := redislock.New(sentinelClient(t, s)).TryAcquire(dlocktest.Context(t), key)
-	if err != nil {
-		t.Fatalf("right options: %v", err)
-	}
-	if err := lk.Release(dlocktest.Context(t)); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -272,7 +287,8 @@ func TestSentinelBadInput(t *testing.T) {
 // longer context succeeds. Later connections ask the sentinel that
 // answered.
 func TestSentinelOnePaused(t *testing.T) {
-	s := testserver.StartSentinel(t, testserver.WithReplicas(1))
+	t.Parallel()
+	s := testserver.StartSentinel(t, testserver.WithReplicas(1), testserver.WithDownAfter(conformanceDownAfter))
 	s.Sentinels[0].Pause()
 	defer s.Sentinels[0].Resume()
 	ctx := dlocktest.Context(t)
@@ -321,23 +337,26 @@ func TestSentinelOnePaused(t *testing.T) {
 	}
 }
 
-// Every sentinel hangs (SIGSTOP) while the primary is fine. A fresh client
-// cannot discover the master: a clear error by its deadline, on every
-// path. A client connected before the sentinels hung keeps working on the
-// connections it has: its held lock is renewed, and it acquires, lists and
-// releases.
-func TestSentinelAllPaused(t *testing.T) {
-	s := testserver.StartSentinel(t, testserver.WithReplicas(1))
+// TestSentinelAllPaused_ConnectedClientKeepsWorking: every sentinel hangs
+// (SIGSTOP) while the primary is fine. A fresh client cannot discover the
+// master: a clear error by its deadline, on every path. A client connected
+// before the sentinels hung keeps working on the connections it has: its
+// held lock is renewed (a renewal sent after the sentinels hung
+// succeeds), and it acquires, lists and releases.
+func TestSentinelAllPaused_ConnectedClientKeepsWorking(t *testing.T) {
+	t.Parallel()
+	s := testserver.StartSentinel(t, testserver.WithReplicas(1), testserver.WithDownAfter(conformanceDownAfter))
 	ctx := dlocktest.Context(t)
 	c := sentinelClient(t, s)
 	l := redislock.New(c)
-	const ttl = 500 * time.Millisecond
+	const ttl = 2 * time.Second
+	acquired := time.Now()
 	held, err := l.Acquire(ctx, dlocktest.Key(t), dlock.WithTTL(ttl))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Warm the client's pools: a few connections in use at once, and the
-	// watchdog's renewals.
+	// pipeline pool of the watchdog's renewals (one renewal done).
 	warm := make(chan error, 4)
 	for i := 0; i < cap(warm); i++ {
 		go func() {
@@ -356,20 +375,18 @@ func TestSentinelAllPaused(t *testing.T) {
 	if _, err := l.List(ctx, ""); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * ttl)
+	renewedAfter(t, held, acquired)
 
 	for _, sn := range s.Sentinels {
 		sn.Pause()
 		defer sn.Resume()
 	}
+	paused := time.Now()
 	key := dlocktest.Key(t)
 	errs := failsInTime(t, redislock.New(sentinelClient(t, s)), key)
 	wantText(t, "all sentinels paused, fresh client", errs, true, "i/o timeout")
 
-	time.Sleep(4 * ttl)
-	if err := held.Err(); err != nil {
-		t.Fatalf("the connected client's lock, renewed while the sentinels hang: %v", err)
-	}
+	renewedAfter(t, held, paused)
 	lk, err := l.TryAcquire(ctx, key)
 	if err != nil {
 		t.Fatalf("TryAcquire by the connected client: %v", err)
@@ -393,6 +410,7 @@ func TestSentinelAllPaused(t *testing.T) {
 // error), as Acquire does: the outcome is the same, the wording must be.
 // The race is decided per call; repeated calls catch it.
 func TestSentinelClientDeadlineIsUnavailable(t *testing.T) {
+	t.Parallel()
 	opt := &redis.FailoverOptions{MasterName: testserver.SentinelMaster, SentinelAddrs: []string{
 		"127.0.0.1:" + strconv.Itoa(testserver.FreePort(t)),
 		"127.0.0.1:" + strconv.Itoa(testserver.FreePort(t)),

@@ -1,0 +1,437 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/redislock"
+)
+
+// Renewals (backend.RefreshBatch): every lock of a Locker is renewed by
+// one watchdog, in pipelines. What these tests assert is what the client
+// sends (round trips, counted by a go-redis hook) and what the server
+// holds (each lease's expiry, PEXPIRETIME), compared with the holder's
+// view: never a latency. How late the watchdog closes Lost() after a
+// deadline is the core's to test, on a fake clock
+// (watchdog_stream_internal_test.go in package dlock): on a real server a
+// starved process is a paused process, whose timers wait for the
+// scheduler, and only fencing covers that.
+
+// renewalHook counts the pipelines a client sends (the watchdog's renewal
+// batches: nothing else pipelines without WithReplicaAcks) and their
+// scripts.
+type renewalHook struct {
+	mu sync.Mutex
+	renewalCounts
+}
+
+// renewalCounts are renewalHook's counters.
+type renewalCounts struct {
+	// Pipes counts pipelines; Evalsha and Eval the scripts in them.
+	Pipes, Evalsha, Eval int
+	// Renewed counts the scripts in them that answered without an error.
+	Renewed int
+	// NoScript counts the EVALSHAs that met NOSCRIPT, NoScriptPipes the
+	// pipelines with at least one, EvalPipes the pipelines with an EVAL.
+	NoScript, NoScriptPipes, EvalPipes int
+}
+
+func (h *renewalHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *renewalHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return next
+}
+func (h *renewalHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.Pipes++
+		noscript, eval := false, false
+		for _, cmd := range cmds {
+			switch cmd.Name() {
+			case "evalsha":
+				h.Evalsha++
+			case "eval":
+				h.Eval++
+				eval = true
+			default:
+				continue
+			}
+			switch cerr := cmd.Err(); {
+			case cerr == nil:
+				h.Renewed++
+			case strings.HasPrefix(cerr.Error(), "NOSCRIPT"):
+				h.NoScript++
+				noscript = true
+			}
+		}
+		if noscript {
+			h.NoScriptPipes++
+		}
+		if eval {
+			h.EvalPipes++
+		}
+		return err
+	}
+}
+
+// counts returns the counters.
+func (h *renewalHook) counts() renewalCounts {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.renewalCounts
+}
+
+// waitRenewed waits (bounded by dlocktest.HangTimeout) until the hook
+// has counted at least n renewals answered without an error.
+func (h *renewalHook) waitRenewed(t *testing.T, n int) renewalCounts {
+	t.Helper()
+	for end := time.Now().Add(dlocktest.HangTimeout); ; time.Sleep(10 * time.Millisecond) {
+		c := h.counts()
+		if c.Renewed >= n {
+			return c
+		}
+		if time.Now().After(end) {
+			t.Fatalf("hang: %d renewals answered within %v, want %d (%+v)", c.Renewed, dlocktest.HangTimeout, n, c)
+		}
+	}
+}
+
+// manyLocks is n locks of one Locker whose client goes through a fault
+// proxy (Link) and counts its pipelines (Hook).
+type manyLocks struct {
+	Srv   *testserver.Redis
+	Link  *testserver.Proxy
+	Hook  *renewalHook
+	L     *redislock.Locker
+	Keys  []string
+	Locks []*dlock.Lock
+}
+
+// acquireMany takes n locks of TTL ttl through one Locker, from 16
+// goroutines at once (the locks' renewals coalesce sooner the closer
+// together they were taken).
+func acquireMany(t *testing.T, n int, ttl time.Duration) *manyLocks {
+	t.Helper()
+	m := &manyLocks{Srv: testserver.StartRedis(t), Hook: &renewalHook{}}
+	m.Link = testserver.StartProxy(t, m.Srv.Addr())
+	t.Cleanup(m.Link.Heal) // before the proxy stops: abandoned calls end
+	c := redis.NewClient(&redis.Options{Addr: m.Link.Addr(), Password: m.Srv.Password(), PoolSize: 32})
+	t.Cleanup(func() { c.Close() })
+	c.AddHook(m.Hook)
+	m.L = redislock.New(c)
+	base := dlocktest.Key(t)
+	m.Keys = make([]string, n)
+	m.Locks = make([]*dlock.Lock, n)
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
+	start := time.Now()
+	for g := 0; g < 16; g++ {
+		wg.Go(func() {
+			for i := g; i < n; i += 16 {
+				m.Keys[i] = fmt.Sprintf("%s.%d", base, i)
+				lk, err := m.L.Acquire(dlocktest.Context(t), m.Keys[i], dlock.WithTTL(ttl))
+				if err != nil {
+					mu.Lock()
+					firstErr = err
+					mu.Unlock()
+					return
+				}
+				m.Locks[i] = lk
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr != nil {
+		t.Fatal(firstErr)
+	}
+	t.Logf("%d locks of TTL %v acquired in %v", n, ttl, time.Since(start).Round(time.Millisecond))
+	t.Cleanup(func() {
+		m.Link.Heal()
+		for _, lk := range m.Locks {
+			lk.Release(context.Background())
+		}
+	})
+	return m
+}
+
+// deadlinesBeforeServerExpiry checks the promise a holder's local
+// deadline rests on: it is never after the server's expiry of its lease.
+// It takes every held lock's Deadline first, then reads each lease's
+// PEXPIRETIME from the server directly (not through the link): both only
+// move forward, so a deadline read before the expiry can only be
+// compared against an expiry as late or later. A lease already gone from
+// the server (expired, -2) must have its deadline passed by the time it
+// was read. It returns the number of locks checked.
+func (m *manyLocks) deadlinesBeforeServerExpiry(t *testing.T) int {
+	t.Helper()
+	admin := newClient(t, m.Srv)
+	type held struct {
+		i        int
+		deadline time.Time
+	}
+	var hs []held
+	for i, lk := range m.Locks {
+		if lk.Err() == nil {
+			hs = append(hs, held{i, lk.Deadline()})
+		}
+	}
+	cmds := make([]*redis.Cmd, len(hs))
+	_, err := admin.Pipelined(dlocktest.Context(t), func(p redis.Pipeliner) error {
+		for k, h := range hs {
+			cmds[k] = p.Do(dlocktest.Context(t), "PEXPIRETIME", m.L.LockKey(m.Keys[h.i]))
+		}
+		return nil
+	})
+	read := time.Now()
+	if err != nil {
+		t.Fatalf("PEXPIRETIME of the leases: %v", err)
+	}
+	bad := 0
+	for k, h := range hs {
+		ms, err := cmds[k].Int64()
+		var why string
+		switch {
+		case err != nil:
+			why = err.Error()
+		case ms == -1:
+			why = "the lease has no expiry"
+		case ms == -2 && h.deadline.After(read):
+			why = fmt.Sprintf("the lease is gone from the server, its holder's deadline %v after that was seen", h.deadline.Sub(read))
+		case ms >= 0 && h.deadline.After(time.UnixMilli(ms)):
+			why = fmt.Sprintf("the holder's deadline is %v after the server's expiry", h.deadline.Sub(time.UnixMilli(ms)))
+		}
+		if why != "" {
+			if bad++; bad <= 5 {
+				t.Errorf("lock %s: %s", m.Keys[h.i], why)
+			}
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d held locks: the holder's deadline is not before the server's expiry of its lease", bad, len(hs))
+	}
+	return len(hs)
+}
+
+// allLost waits for every lock's Lost() (the link is stalled: no renewal
+// answers), bounded by dlocktest.HangTimeout.
+func (m *manyLocks) allLost(t *testing.T) {
+	t.Helper()
+	start := time.Now()
+	end := time.After(dlocktest.HangTimeout)
+	for i, lk := range m.Locks {
+		select {
+		case <-lk.Lost():
+		case <-end:
+			t.Fatalf("hang: lock %s not lost within %v of a stalled link (deadline %v ago)", m.Keys[i], dlocktest.HangTimeout, time.Since(lk.Deadline()))
+		}
+	}
+	t.Logf("every Lost() closed %v after the stall", time.Since(start).Round(time.Millisecond))
+}
+
+// TestRenewalBatch_StalledLink_DeadlinesBeforeServerExpiry: a few hundred
+// locks of one Locker are renewed in batches (many renewals per round
+// trip); when the link stalls, every holder's local deadline is at or
+// before the server's expiry of its lease, and every Lost() closes (no
+// renewal can answer). (The scale variants, thousands of locks, are
+// TestManyLocks_StalledLink_DeadlinesBeforeServerExpiry and
+// TestManyLocksSharedDeadline_StalledLink_DeadlinesBeforeServerExpiry.)
+func TestRenewalBatch_StalledLink_DeadlinesBeforeServerExpiry(t *testing.T) {
+	t.Parallel()
+	const n = 300
+	m := acquireMany(t, n, 2*time.Second)
+	c := m.Hook.waitRenewed(t, 2*n) // every lock renewed twice, on average
+	t.Logf("%d renewals in %d pipelines", c.Evalsha+c.Eval, c.Pipes)
+	if c.Pipes*10 > c.Evalsha+c.Eval {
+		t.Errorf("renewals not batched: %d renewals in %d round trips", c.Evalsha+c.Eval, c.Pipes)
+	}
+	m.Link.Stall()
+	if checked := m.deadlinesBeforeServerExpiry(t); checked < n/2 {
+		t.Logf("only %d of %d locks were still held at the stall", checked, n)
+	}
+	m.allLost(t)
+}
+
+// TestManyLocks_StalledLink_DeadlinesBeforeServerExpiry: thousands of
+// locks on one Locker, and the link stalls soon after they were taken
+// (their deadlines still spread out): every holder's local deadline is at
+// or before the server's expiry of its lease, and every Lost() closes.
+// With 6000 locks under -race, another client polling the keys once got
+// one while its holder's Lost() was still open, 31-120ms after the
+// holder's deadline (a scan of every lock per watchdog pass, a goroutine
+// per lost lock); that the watchdog loses each lock by its deadline is
+// now tested on a fake clock (watchdog_stream_internal_test.go), and here
+// the order of the deadline and the server's expiry, which holds however
+// starved the process is.
+//
+// Long (make test-long): scale, 6000 locks (RT_N overrides).
+func TestManyLocks_StalledLink_DeadlinesBeforeServerExpiry(t *testing.T) {
+	testserver.Long(t, "scale: 6000 locks on one Locker")
+	m := acquireMany(t, envInt("RT_N", 6000), time.Second)
+	m.Link.Stall()
+	m.deadlinesBeforeServerExpiry(t)
+	m.allLost(t)
+}
+
+// TestManyLocksSharedDeadline_StalledLink_DeadlinesBeforeServerExpiry: as
+// TestManyLocks_StalledLink_DeadlinesBeforeServerExpiry, but the link
+// stalls only after a few renewal rounds, by which time the batches have
+// coalesced and thousands of locks share one local deadline (the
+// watchdog's hardest case: it must start losing them early by what losing
+// them all costs).
+//
+// Long (make test-long): scale, 6000 locks (RT_N overrides).
+func TestManyLocksSharedDeadline_StalledLink_DeadlinesBeforeServerExpiry(t *testing.T) {
+	testserver.Long(t, "scale: 6000 locks on one Locker sharing a deadline")
+	n := envInt("RT_N", 6000)
+	m := acquireMany(t, n, time.Second)
+	c := m.Hook.waitRenewed(t, 3*n) // three renewals a lock, on average
+	deadlines := map[int64]int{}
+	for _, lk := range m.Locks {
+		if lk.Err() == nil {
+			deadlines[lk.Deadline().UnixMilli()]++
+		}
+	}
+	var groups []int
+	for _, k := range deadlines {
+		groups = append(groups, k)
+	}
+	slices.Sort(groups)
+	slices.Reverse(groups)
+	reasons := map[string]int{}
+	for _, lk := range m.Locks {
+		if err := lk.Err(); err != nil {
+			reasons[err.Error()[strings.LastIndex(err.Error(), ":")+1:]]++
+		}
+	}
+	t.Logf("lost before the stall: %v", reasons)
+	t.Logf("before the stall: %d renewals in %d pipelines; %d distinct deadline ms, largest groups %v", c.Evalsha+c.Eval, c.Pipes, len(deadlines), groups[:min(5, len(groups))])
+	m.Link.Stall()
+	m.deadlinesBeforeServerExpiry(t)
+	m.allLost(t)
+}
+
+// TestRenewalBatch_NoScript_ResentInOnePipeline: a renewal batch that
+// meets NOSCRIPT (the refresh script is not in the server's cache: the
+// first renewal ever on a fresh server, or after a restart, a failover or
+// SCRIPT FLUSH) is resent as EVAL in one pipeline, not one request per
+// lock: with a few hundred locks and a round trip of a millisecond or
+// two, one request per lock outlived the locks' deadlines (49-129 of 500
+// lost). Asserted on the round trips: every pipeline that met NOSCRIPT is
+// followed by one pipeline of EVALs, as many as there were NOSCRIPTs.
+func TestRenewalBatch_NoScript_ResentInOnePipeline(t *testing.T) {
+	t.Parallel()
+	const n = 300
+	m := acquireMany(t, n, 2*time.Second)
+	admin := newClient(t, m.Srv)
+	phase := func(name string, before renewalCounts) {
+		t.Helper()
+		m.Hook.waitRenewed(t, before.Renewed+n)
+		// The resend follows the pipeline that met NOSCRIPT: wait for it.
+		var c renewalCounts
+		for end := time.Now().Add(dlocktest.HangTimeout); ; time.Sleep(10 * time.Millisecond) {
+			if c = m.Hook.counts(); c.Eval == c.NoScript && c.EvalPipes == c.NoScriptPipes {
+				break
+			}
+			if time.Now().After(end) {
+				t.Fatalf("%s: %d renewals met NOSCRIPT in %d pipelines; resent within %v: %d EVALs in %d pipelines (want as many, in as many)", name, c.NoScript, c.NoScriptPipes, dlocktest.HangTimeout, c.Eval, c.EvalPipes)
+			}
+		}
+		t.Logf("%s: %+v", name, c)
+		if c.NoScript == before.NoScript {
+			t.Fatalf("%s: no renewal met NOSCRIPT", name)
+		}
+	}
+	phase("fresh server", renewalCounts{}) // the hook counted from the start
+	before := m.Hook.counts()
+	if err := admin.ScriptFlush(dlocktest.Context(t)).Err(); err != nil { // a restart / failover loses the script cache
+		t.Fatal(err)
+	}
+	phase("after SCRIPT FLUSH", before)
+}
+
+// envInt is the integer in environment variable name, or def.
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
+}
+
+// TestRelease_RetryAfterLostReplyAndTwoHandovers_ReportsReleased: the
+// holder's release takes effect but its reply is lost (Release returns a
+// network error). The key then changes hands twice. The caller retries
+// Release, as the docs invite ("after a network error the next call
+// retries"; "reports a release whose reply was lost as released"). The
+// retry must not report the lock lost: it was released by us, cleanly.
+//
+// The holder's client does not resend a request itself (MaxRetries -1):
+// a default client resends the script on a new connection after a short
+// random backoff, and the resend, answered, would hide the lost reply.
+func TestRelease_RetryAfterLostReplyAndTwoHandovers_ReportsReleased(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t)
+	p := testserver.StartProxy(t, srv.Addr())
+	t.Cleanup(p.Heal)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	l := redislock.New(c)
+	other := redislock.New(newClient(t, srv))
+	key := dlocktest.Key(t)
+
+	// Warm up: the scripts are cached, so the lost reply is the release's.
+	w, err := l.Acquire(dlocktest.Context(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Release(dlocktest.Context(t)); err != nil {
+		t.Fatal(err)
+	}
+	lk, err := l.Acquire(dlocktest.Context(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.LoseNextReply()
+	err1 := lk.Release(dlocktest.Context(t))
+	t.Logf("first Release: %v", err1)
+	if err1 == nil {
+		t.Fatal("the release whose reply was lost succeeded: the client resent it")
+	}
+	if v, err := newClient(t, srv).Get(dlocktest.Context(t), l.LockKey(key)).Result(); err != nil || !strings.HasPrefix(v, "|") {
+		t.Fatalf("the key holds %q (%v) after the release whose reply was lost, want its release marker", v, err)
+	}
+	// The release did take effect: the key is free. Two hand-overs.
+	for i := 0; i < 2; i++ {
+		o, err := other.TryAcquire(dlocktest.Context(t), key)
+		if err != nil {
+			t.Fatalf("hand-over %d: %v", i, err)
+		}
+		t.Logf("hand-over %d: token %d (ours was %d)", i, o.Token(), lk.Token())
+		if err := o.Release(dlocktest.Context(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err2 := lk.Release(dlocktest.Context(t))
+	if errors.Is(err2, dlock.ErrLockLost) || errors.Is(err2, dlock.ErrNotHeld) {
+		t.Fatalf("retried Release of a lock we released cleanly reports it lost: %v", err2)
+	}
+	if err2 != nil {
+		t.Fatalf("retried Release: %v", err2)
+	}
+}

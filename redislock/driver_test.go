@@ -16,8 +16,10 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/internal/background"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/redislock"
+	"github.com/dlock-go/dlock/redislock/redisproto"
 )
 
 // Renewals (backend.RefreshBatch): every lock of a Locker is renewed by
@@ -433,5 +435,207 @@ func TestRelease_RetryAfterLostReplyAndTwoHandovers_ReportsReleased(t *testing.T
 	}
 	if err2 != nil {
 		t.Fatalf("retried Release: %v", err2)
+	}
+}
+
+// TestTryAcquire_ReservedKey_ReportsReservation: while a release reserves
+// the key for the waiter it woke, a TryAcquire by someone else used to get
+// ErrNotAcquired naming an empty holder and no metadata ("not acquired",
+// by nobody). It must say that the key is reserved, for which waiter, and
+// for how long.
+//
+// The reservation lasts HandoffReserve (100ms) on the server's clock, and
+// a TryAcquire sent later gets the key. So the test checks the
+// reservation the release wrote (for the waiter queued, ending within
+// 100ms of the server's time), then moves its end a minute on (the
+// marker's <until ms>, nothing else): the TryAcquire that follows comes
+// within the reservation however slow the machine.
+func TestTryAcquire_ReservedKey_ReportsReservation(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t)
+	admin := newClient(t, srv)
+	l1 := redislock.New(newClient(t, srv))
+	px := testserver.StartProxy(t, srv.Addr())
+	t.Cleanup(px.Heal)
+	c2 := redis.NewClient(&redis.Options{Addr: px.Addr()})
+	t.Cleanup(func() { c2.Close() })
+	l2 := redislock.New(c2)
+	l3 := redislock.New(newClient(t, srv))
+	key := dlocktest.Key(t)
+	lk, err := l1.Acquire(dlocktest.Context(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan error, 1)
+	go func() {
+		w, err := l2.Acquire(dlocktest.Context(t), key)
+		if err == nil {
+			err = w.Release(context.Background())
+		}
+		waiting <- err
+	}()
+	queue := l1.LockKey(key) + ":waiters"
+	waitQueued(t, admin, queue, 1)
+	ids, err := admin.ZRange(context.Background(), queue, 0, -1).Result()
+	if err != nil || len(ids) != 1 {
+		t.Fatal(ids, err)
+	}
+	px.Stall() // the waiter's host hangs: it does not take the key
+	if err := lk.Release(dlocktest.Context(t)); err != nil {
+		t.Fatal(err)
+	}
+	ctx := dlocktest.Context(t)
+	marker, err := admin.Get(ctx, l1.LockKey(key)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, err := admin.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Split(marker, "|")
+	var until int64
+	if len(f) == 4 {
+		until, err = strconv.ParseInt(f[3], 10, 64)
+	}
+	if len(f) != 4 || f[1] != strconv.FormatUint(lk.Token(), 10) || f[2] != ids[0] || err != nil {
+		t.Fatalf("after the release the key holds %q, want a marker of token %d reserving it for waiter %s", marker, lk.Token(), ids[0])
+	}
+	if left := time.Duration(until-now.UnixMilli()) * time.Millisecond; left > redisproto.HandoffReserve {
+		t.Fatalf("the reservation ends %v after the server's time, want at most %v", left, redisproto.HandoffReserve)
+	}
+	f[3] = strconv.FormatInt(now.Add(time.Minute).UnixMilli(), 10)
+	if err := admin.SetArgs(ctx, l1.LockKey(key), strings.Join(f, "|"), redis.SetArgs{KeepTTL: true}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = l3.TryAcquire(ctx, key)
+	t.Logf("TryAcquire: %v", err)
+	var na *dlock.NotAcquiredError
+	if !errors.As(err, &na) {
+		t.Fatalf("TryAcquire of a reserved key = %v, want a *dlock.NotAcquiredError", err)
+	}
+	if len(na.Holders) != 1 {
+		t.Fatalf("TryAcquire of a key reserved for waiter %s: holders %+v, want one (the reservation)", ids[0], na.Holders)
+	}
+	h := na.Holders[0]
+	if h.Owner != "" || h.Metadata[redislock.MetaReservedForWaiter] != ids[0] {
+		t.Fatalf("TryAcquire of a key reserved for waiter %s: holder %q, metadata %v", ids[0], h.Owner, h.Metadata)
+	}
+	if h.TTL <= 0 || h.TTL > time.Minute {
+		t.Fatalf("TTL %v, want the reservation left, within (0, 1m]", h.TTL)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "reserved it for waiter "+ids[0]) {
+		t.Fatalf("message %q does not name the reservation", msg)
+	}
+	// The reservation is the waiter's: healed, it gets the key.
+	px.Heal()
+	if err := <-waiting; err != nil {
+		t.Fatalf("the waiter the key was reserved for: %v", err)
+	}
+}
+
+// dequeueHook records the outcome of every pipeline of ZREMs (a departed
+// waiter's removal from its queue) a client sends: when it was sent and
+// whether it failed.
+type dequeueHook struct {
+	mu    sync.Mutex
+	sends []dequeueSend
+}
+
+type dequeueSend struct {
+	at     time.Time
+	failed bool
+}
+
+func (h *dequeueHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *dequeueHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *dequeueHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		at := time.Now()
+		err := next(ctx, cmds)
+		if len(cmds) > 0 && cmds[0].Name() == "zrem" {
+			h.mu.Lock()
+			h.sends = append(h.sends, dequeueSend{at, err != nil})
+			h.mu.Unlock()
+		}
+		return err
+	}
+}
+
+// waitFailed waits (bounded by dlocktest.HangTimeout) until a removal
+// sent at or after since has failed.
+func (h *dequeueHook) waitFailed(t *testing.T, since time.Time, what string) {
+	t.Helper()
+	for end := time.Now().Add(dlocktest.HangTimeout); ; time.Sleep(5 * time.Millisecond) {
+		h.mu.Lock()
+		for _, s := range h.sends {
+			if s.failed && !s.at.Before(since) {
+				h.mu.Unlock()
+				return
+			}
+		}
+		h.mu.Unlock()
+		if time.Now().After(end) {
+			t.Fatalf("hang: no removal of the departed waiter failed %s within %v", what, dlocktest.HangTimeout)
+		}
+	}
+}
+
+// TestWaiters_DepartedWaiterDequeued_AfterStallAndCut: a waiter queues,
+// its link stalls and it gives up; its removal goes into the stall and
+// fails, the link is then cut (a retried removal is refused) and heals.
+// The removal used to be sent once: after all of dlock's background work
+// ended the departed waiter was still queued. Failed removals are retried
+// with backoff (up to 30s, or until the client is closed): once the link
+// heals and the background work has ended, the queue is empty. The
+// schedule follows the removals a hook on the client sees, not sleeps.
+//
+// Not parallel: it waits for all of dlock's background work to end.
+func TestWaiters_DepartedWaiterDequeued_AfterStallAndCut(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	admin := newClient(t, srv)
+	holder := redislock.New(newClient(t, srv))
+	key := dlocktest.Key(t)
+	h, err := holder.Acquire(dlocktest.Context(t), key, dlock.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release(context.Background())
+	queue := holder.LockKey(key) + ":waiters"
+
+	p := testserver.StartProxy(t, srv.Addr())
+	t.Cleanup(p.Heal)
+	// A short read timeout: a request in the stall fails sooner (the
+	// order of events is the same).
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), Password: srv.Password(), ReadTimeout: 500 * time.Millisecond})
+	t.Cleanup(func() { c.Close() })
+	hook := &dequeueHook{}
+	c.AddHook(hook)
+	l := redislock.New(c)
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() {
+		_, err := l.Acquire(ctx, key)
+		got <- err
+	}()
+	waitQueued(t, admin, queue, 1)
+	stalled := time.Now()
+	p.Stall()
+	t.Logf("Acquire: %v", <-got)
+	hook.waitFailed(t, stalled, "in the stall")
+	cut := time.Now()
+	p.Cut()
+	hook.waitFailed(t, cut, "on the cut link")
+	p.Heal()
+	if !background.Wait(dlocktest.HangTimeout) {
+		t.Fatal("background work did not end")
+	}
+	n, err := admin.ZCard(context.Background(), queue).Result()
+	members, _ := admin.ZRange(context.Background(), queue, 0, -1).Result()
+	pttl, _ := admin.PTTL(context.Background(), queue).Result()
+	t.Logf("after the waiter left and the link healed: %s holds %d waiters %v (pttl %v)", queue, n, members, pttl)
+	if n != 0 {
+		t.Errorf("the departed waiter is still queued after the link healed")
 	}
 }

@@ -251,22 +251,27 @@ func sentinelsSeeAhead(t *testing.T, s *testserver.Sentinel, ahead, behind *test
 	}
 }
 
-// TestFailover_ResumedDeposedPrimary_NoSilentDoubleGrant: the primary is
+// TestFailover_ResumedDeposedPrimary_HolderLearnsOfLoss: the primary is
 // paused (SIGSTOP) while a lock is held with renewals due every TTL/3,
 // the sentinels promote a replica, and the old primary is continued at
 // once: it is still a primary (with the lease) until the sentinels turn
-// it into a replica, and connections the holder's client opened to it may
-// still be in its pools. A renewal that lands there succeeds on a server
-// whose writes the new primary never gets; it must not let the holder
-// believe it holds the key once the new primary has granted it to someone
-// else. Ordering asserted: whenever the contender is granted, the
-// holder's Lost() is already closed. The "kill" variants kill the primary
-// instead; TTLs from dlock.MinTTL (lost long before the failover ends) to
-// 5s (outlasts it).
+// it into a replica, and the holder's client still has its connections to
+// it (the pipeline connection of its renewals among them). A renewal in
+// flight when it stopped, or sent before the client hears of the switch,
+// succeeds there, on a server whose writes the new primary never gets:
+// the holder may then believe it holds the key for a while after the new
+// primary granted it again (see Not guaranteed in doc.go). What is
+// asserted: whenever the contender is granted, the holder's Lost() is
+// closed, or closes within dlocktest.HangTimeout, and the contender's
+// token is above the holder's; otherwise the holder keeps its lease (on
+// the new primary) and the contender is refused. The "kill" variants kill
+// the primary instead: nothing can renew on it, and the holder's Lost()
+// is closed by the grant. TTLs from dlock.MinTTL (lost long before the
+// failover ends) to 5s (outlasts it).
 //
 // Long (make test-long): the 8-case paused-primary matrix (two faults ×
 // four leases, each case a deployment of its own waiting out leases).
-func TestFailover_ResumedDeposedPrimary_NoSilentDoubleGrant(t *testing.T) {
+func TestFailover_ResumedDeposedPrimary_HolderLearnsOfLoss(t *testing.T) {
 	testserver.Long(t, "the 8-case paused-primary matrix: two faults × four leases, a deployment each")
 	t.Parallel()
 	ttls := []time.Duration{dlock.MinTTL, time.Second, 2 * time.Second, 5 * time.Second}
@@ -290,20 +295,27 @@ func pausedPrimaryResumes(t *testing.T, fault failoverFault, ttl time.Duration) 
 	// be opened by the first renewal, perhaps only after the failover).
 	warmPipelines(t, h.HolderClient)
 	h.failover(t, fault, true)
-	h.judge(t, ordered, max(4*ttl, 10*time.Second), 2*ttl, dlock.WithTTL(ttl))
+	want := ordered
+	if fault == faultPause {
+		want = learnsOfLoss
+	}
+	h.judge(t, want, max(4*ttl, 10*time.Second), 2*ttl, dlock.WithTTL(ttl))
 }
 
-// TestFailover_SplitBrainStaleConns_NoSilentDoubleGrant: the primary and
+// TestFailover_SplitBrainStaleConns_HolderLearnsOfLoss: the primary and
 // the one sentinel the holder's client listens to for +switch-master stop
-// together (one frozen host), the two others fail over, then both resume.
-// The holder's client never heard of the switch, and its pools still have
-// idle connections to the old primary, which is a primary again until
-// the sentinels demote it. Ordering asserted: whenever the contender is
-// granted, the holder's Lost() is already closed.
+// together (one frozen host), the two others fail over, then both resume
+// (or the sentinel stays stopped). The holder's client never heard of the
+// switch, and its pools still have idle connections to the old primary,
+// which is a primary again until the sentinels demote it: renewals there
+// succeed meanwhile (see Not guaranteed in doc.go). Asserted as in
+// TestFailover_ResumedDeposedPrimary_HolderLearnsOfLoss: a grant to the
+// contender while the holder believes it holds the key must be followed
+// by the holder's Lost() within dlocktest.HangTimeout.
 //
 // Long (make test-long): a failover matrix (the sentinel resumes or stays
 // paused), each case a deployment of its own waiting out 8s leases.
-func TestFailover_SplitBrainStaleConns_NoSilentDoubleGrant(t *testing.T) {
+func TestFailover_SplitBrainStaleConns_HolderLearnsOfLoss(t *testing.T) {
 	testserver.Long(t, "a failover matrix of two cases, each waiting out 8s leases")
 	t.Parallel()
 	for _, keep := range []bool{false, true} {
@@ -349,7 +361,7 @@ func splitBrainStaleConns(t *testing.T, keepSentinelPaused bool) {
 		info, _ := old.Do("INFO", "replication")
 		return fmt.Sprintf("old primary has %q, %q", v, info[:min(40, len(info))])
 	}
-	h.judge(t, ordered, 4*ttl, 2*ttl, dlock.WithTTL(ttl))
+	h.judge(t, learnsOfLoss, 4*ttl, 2*ttl, dlock.WithTTL(ttl))
 }
 
 // TestFailover_WaitersGrantedAcrossFailover: two blocking Acquires wait

@@ -245,13 +245,12 @@ func TestReplicaAcksRenewalNotAcknowledged(t *testing.T) {
 	l := redislock.New(c, redislock.WithReplicaAcks(1, 100*time.Millisecond))
 	g := redislock.NewGuard(c, redislock.WithReplicaAcks(1, 100*time.Millisecond))
 	gLive := redislock.NewGuard(c, redislock.WithReplicaAcks(1, liveAckTimeout))
-	ctx := dlocktest.Context(t)
 	key := dlocktest.Key(t)
-	lk, err := l.Acquire(ctx, key, dlock.WithTTL(time.Second))
+	lk, err := l.Acquire(dlocktest.Context(t), key, dlock.WithTTL(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lk.Release(ctx)
+	defer lk.Release(dlocktest.Context(t))
 	resume := pause(t, replica)
 	select {
 	case <-lk.Lost():
@@ -261,12 +260,12 @@ func TestReplicaAcksRenewalNotAcknowledged(t *testing.T) {
 	if !errors.Is(lk.Err(), dlock.ErrLockLost) {
 		t.Fatalf("Err() = %v, want ErrLockLost", lk.Err())
 	}
-	err = lk.Refresh(ctx)
+	err = lk.Refresh(dlocktest.Context(t))
 	if !errors.Is(err, redislock.ErrNotReplicated) && !errors.Is(err, dlock.ErrLockLost) {
 		t.Fatalf("Refresh after the loss: %v", err)
 	}
 
-	err = g.Put(ctx, key, lk.Fence(), "n", "v")
+	err = g.Put(dlocktest.Context(t), key, lk.Fence(), "n", "v")
 	var re *redislock.ReplicationError
 	if !errors.As(err, &re) || !errors.Is(err, redislock.ErrNotReplicated) || errors.Is(err, dlock.ErrTransient) || re.Op != "guard put" {
 		t.Fatalf("Guard.Put with the replica stopped: %v, want a *ReplicationError, not transient", err)
@@ -275,11 +274,11 @@ func TestReplicaAcksRenewalNotAcknowledged(t *testing.T) {
 		t.Errorf("error %q does not say the write was applied", err)
 	}
 	// Applied on the primary; reads wait for nobody.
-	if v, ok, err := g.Get(ctx, key, lk.Fence(), "n"); err != nil || !ok || v != "v" {
+	if v, ok, err := g.Get(dlocktest.Context(t), key, lk.Fence(), "n"); err != nil || !ok || v != "v" {
 		t.Fatalf("Get = %q, %v, %v", v, ok, err)
 	}
 	resume()
-	if err := gLive.Put(ctx, key, lk.Fence(), "n", "w"); err != nil {
+	if err := gLive.Put(dlocktest.Context(t), key, lk.Fence(), "n", "w"); err != nil {
 		t.Fatalf("Put with the replica back: %v", err)
 	}
 }

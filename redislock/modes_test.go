@@ -474,7 +474,7 @@ func testDeadWriterExpires(t *testing.T, env modeEnv) {
 func testCrashedReader(t *testing.T, env modeEnv) {
 	a, b, wl := env.New(t), env.New(t), env.New(t)
 	key := dlocktest.Key(t)
-	const ttl = 500 * time.Millisecond
+	const ttl = 2 * time.Second // a grant that takes a starved machine long still has validity left
 	crashed := mustTry(t, a, key, dlock.WithShared(), dlock.WithTTL(ttl), dlock.WithAutoRefresh(false))
 	// The live reader is renewed: a TTL a starved process still renews in
 	// time.
@@ -545,12 +545,10 @@ func testSemaphore(t *testing.T, env modeEnv) {
 func testCrashedPermit(t *testing.T, env modeEnv) {
 	l := env.New(t)
 	key := dlocktest.Key(t)
-	const ttl = 500 * time.Millisecond
+	const ttl = 2 * time.Second // a grant that takes a starved machine long still has validity left
 	crashed := mustTry(t, l, key, dlock.WithLimit(1), dlock.WithTTL(ttl), dlock.WithAutoRefresh(false))
 	refused(t, l, key, dlock.WithLimit(1))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	p, err := env.New(t).Acquire(ctx, key, dlock.WithLimit(1))
+	p, err := env.New(t).Acquire(dlocktest.Context(t), key, dlock.WithLimit(1))
 	if err != nil {
 		t.Fatalf("permit behind a crashed holder: %v", err)
 	}
@@ -793,7 +791,7 @@ func TestModes_ExpiredGroup_KeepsWriterPreference(t *testing.T) {
 	rl := redislock.New(newClient(t, srv))
 	key := dlocktest.Key(t)
 	ctx := dlocktest.Context(t)
-	const ttl = 300 * time.Millisecond
+	const ttl = 2 * time.Second // a grant that takes a starved machine long still has validity left
 	p := testserver.StartProxy(t, srv.Addr())
 	pc := redis.NewClient(&redis.Options{Addr: p.Addr(), Password: srv.Password()})
 	t.Cleanup(func() { pc.Close() })
@@ -896,7 +894,7 @@ func TestModes_Semaphore_LimitAndLeasesHold(t *testing.T) {
 	t.Run("MismatchAgainstExpired", func(t *testing.T) {
 		l, link := env.Proxied(t)
 		key := dlocktest.Key(t)
-		const ttl = 300 * time.Millisecond
+		const ttl = 2 * time.Second // a grant that takes a starved machine long still has validity left
 		crashed := mustTry(t, l, key, dlock.WithLimit(2), dlock.WithTTL(ttl), dlock.WithAutoRefresh(false))
 		link.Cut()
 		// Past the server-side end of the crashed permit's lease.

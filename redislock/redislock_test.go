@@ -70,13 +70,18 @@ func conformance(t *testing.T, srv *testserver.Redis, readTimeout time.Duration,
 	})
 }
 
-func TestLostWhenValueChanged(t *testing.T) {
+// TestLostWhenValueChanged_ReportsNotHeld: someone overwrites the lock's
+// key: the holder's next renewal finds it and closes Lost() with
+// ErrNotHeld, and the holder's release leaves the intruder's value alone.
+// (A holder starved past its deadline before that renewal loses the lock
+// by its deadline instead: correct too, and told apart.)
+func TestLostWhenValueChanged_ReportsNotHeld(t *testing.T) {
 	t.Parallel()
 	srv := testserver.StartRedis(t)
 	c := newClient(t, srv)
 	l := redislock.New(c)
 	key := dlocktest.Key(t)
-	lk, err := l.Acquire(dlocktest.Context(t), key, dlock.WithTTL(300*time.Millisecond))
+	lk, err := l.Acquire(dlocktest.Context(t), key, dlock.WithTTL(3*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,8 +94,14 @@ func TestLostWhenValueChanged(t *testing.T) {
 	case <-time.After(dlocktest.HangTimeout):
 		t.Fatal("hang: Lost() not closed after the value changed")
 	}
-	if !errors.Is(lk.Err(), dlock.ErrLockLost) || !errors.Is(lk.Err(), dlock.ErrNotHeld) {
-		t.Fatalf("Err() = %v", lk.Err())
+	switch {
+	case !errors.Is(lk.Err(), dlock.ErrLockLost):
+		t.Fatalf("Err() = %v, want ErrLockLost", lk.Err())
+	case errors.Is(lk.Err(), dlock.ErrNotHeld):
+	case time.Now().Before(lk.Deadline()):
+		t.Fatalf("Err() = %v before the deadline, want ErrNotHeld", lk.Err())
+	default:
+		t.Logf("lost by the deadline before a renewal found the key changed (a starved machine): %v", lk.Err())
 	}
 	// The intruder's key is untouched by the loser's cleanup and release.
 	if err := lk.Release(context.Background()); !errors.Is(err, dlock.ErrLockLost) {

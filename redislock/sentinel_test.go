@@ -296,11 +296,10 @@ func TestSentinelOnePaused(t *testing.T) {
 	s := testserver.StartSentinel(t, testserver.WithReplicas(1), testserver.WithDownAfter(conformanceDownAfter))
 	s.Sentinels[0].Pause()
 	defer s.Sentinels[0].Resume()
-	ctx := dlocktest.Context(t)
 	key := dlocktest.Key(t)
 
 	// A short context: an answer or ErrUnavailable, by the deadline.
-	short, cancel := context.WithTimeout(ctx, badSentinelDeadline)
+	short, cancel := context.WithTimeout(dlocktest.Context(t), badSentinelDeadline)
 	start := time.Now()
 	lk, err := redislock.New(sentinelClient(t, s)).TryAcquire(short, key)
 	took := time.Since(start)
@@ -310,7 +309,7 @@ func TestSentinelOnePaused(t *testing.T) {
 		t.Fatalf("TryAcquire overran its %v context by %v", badSentinelDeadline, over)
 	}
 	if err == nil {
-		lk.Release(ctx)
+		lk.Release(dlocktest.Context(t))
 	} else if !errors.Is(err, dlock.ErrUnavailable) {
 		t.Fatalf("TryAcquire with a short context: %v, want success or ErrUnavailable", err)
 	}
@@ -318,26 +317,26 @@ func TestSentinelOnePaused(t *testing.T) {
 	// The suite's context: it succeeds, on every path.
 	start = time.Now()
 	l, other := redislock.New(sentinelClient(t, s)), redislock.New(sentinelClient(t, s))
-	lk, err = l.Acquire(ctx, key)
+	lk, err = l.Acquire(dlocktest.Context(t), key)
 	if err != nil {
 		t.Fatalf("Acquire with one of three sentinels paused: %v", err)
 	}
 	t.Logf("Acquire with one sentinel paused: %v", time.Since(start).Round(time.Millisecond))
-	if _, err := other.TryAcquire(ctx, key); !errors.Is(err, dlock.ErrNotAcquired) {
+	if _, err := other.TryAcquire(dlocktest.Context(t), key); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("TryAcquire of the held key by a fresh client: %v", err)
 	}
-	infos, err := other.List(ctx, key)
+	infos, err := other.List(dlocktest.Context(t), key)
 	if err != nil || len(infos) != 1 || infos[0].Holders[0].Token != lk.Token() {
 		t.Fatalf("List by a fresh client = %+v, %v", infos, err)
 	}
-	if err := lk.Release(ctx); err != nil {
+	if err := lk.Release(dlocktest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
-	lk2, err := other.TryAcquire(ctx, key)
+	lk2, err := other.TryAcquire(dlocktest.Context(t), key)
 	if err != nil {
 		t.Fatalf("TryAcquire after the release: %v", err)
 	}
-	if err := lk2.Release(ctx); err != nil {
+	if err := lk2.Release(dlocktest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -351,12 +350,11 @@ func TestSentinelOnePaused(t *testing.T) {
 func TestSentinelAllPaused_ConnectedClientKeepsWorking(t *testing.T) {
 	t.Parallel()
 	s := testserver.StartSentinel(t, testserver.WithReplicas(1), testserver.WithDownAfter(conformanceDownAfter))
-	ctx := dlocktest.Context(t)
 	c := sentinelClient(t, s)
 	l := redislock.New(c)
 	const ttl = 2 * time.Second
 	acquired := time.Now()
-	held, err := l.Acquire(ctx, dlocktest.Key(t), dlock.WithTTL(ttl))
+	held, err := l.Acquire(dlocktest.Context(t), dlocktest.Key(t), dlock.WithTTL(ttl))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,9 +363,9 @@ func TestSentinelAllPaused_ConnectedClientKeepsWorking(t *testing.T) {
 	warm := make(chan error, 4)
 	for i := 0; i < cap(warm); i++ {
 		go func() {
-			lk, err := l.Acquire(ctx, dlocktest.Key(t))
+			lk, err := l.Acquire(dlocktest.Context(t), dlocktest.Key(t))
 			if err == nil {
-				err = lk.Release(ctx)
+				err = lk.Release(dlocktest.Context(t))
 			}
 			warm <- err
 		}()
@@ -377,7 +375,7 @@ func TestSentinelAllPaused_ConnectedClientKeepsWorking(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := l.List(ctx, ""); err != nil {
+	if _, err := l.List(dlocktest.Context(t), ""); err != nil {
 		t.Fatal(err)
 	}
 	renewedAfter(t, held, acquired)
@@ -392,18 +390,18 @@ func TestSentinelAllPaused_ConnectedClientKeepsWorking(t *testing.T) {
 	wantText(t, "all sentinels paused, fresh client", errs, true, "i/o timeout")
 
 	renewedAfter(t, held, paused)
-	lk, err := l.TryAcquire(ctx, key)
+	lk, err := l.TryAcquire(dlocktest.Context(t), key)
 	if err != nil {
 		t.Fatalf("TryAcquire by the connected client: %v", err)
 	}
-	infos, err := l.List(ctx, key)
+	infos, err := l.List(dlocktest.Context(t), key)
 	if err != nil || len(infos) != 1 || infos[0].Holders[0].Token != lk.Token() {
 		t.Fatalf("List by the connected client = %+v, %v", infos, err)
 	}
-	if err := lk.Release(ctx); err != nil {
+	if err := lk.Release(dlocktest.Context(t)); err != nil {
 		t.Fatalf("Release by the connected client: %v", err)
 	}
-	if err := held.Release(ctx); err != nil {
+	if err := held.Release(dlocktest.Context(t)); err != nil {
 		t.Fatalf("Release of the renewed lock: %v", err)
 	}
 }

@@ -240,14 +240,23 @@
 //     stays a primary after they promote a replica, and the holder's
 //     renewals there succeed, while the new primary lets the lease expire
 //     and grants the key again: a go-redis failover client leaves the old
-//     primary only when the Sentinel it listens to announces the switch.
+//     primary only when the Sentinel it listens to announces the switch,
+//     or for a connection it opens anew (it asks the Sentinels for the
+//     master first; go-redis keeps pipelines, the watchdog's renewals
+//     among them, on a pool of their own).
 //     Without WithReplicaAcks the holder is not told for as long as the
 //     partition lasts; with it, the deposed primary's renewals stop being
 //     acknowledged once its replicas follow the new primary, so Lost()
 //     closes within a TTL, but possibly after the new grant (a replica not
 //     yet moved acknowledged the last renewal). Tokens still order the
 //     holders. Redis's min-replicas-to-write (not tested here) bounds it
-//     on the server side.
+//     on the server side. A primary stopped across a failover (a long
+//     pause, a frozen VM) and then continued is such a deposed primary
+//     until the Sentinels demote it, seconds later: a renewal in flight
+//     when it stopped, or sent before the client hears of the switch,
+//     succeeds there, and without WithReplicaAcks the holder may believe
+//     it holds the key for a while after the new primary granted it
+//     again; its Lost() closes once its renewals fail.
 //   - Prompt service through a hung Sentinel. A go-redis failover client
 //     that needs a new connection asks the Sentinels for the master, and
 //     waits for a hung one (SIGSTOP, a stalled link) up to its own

@@ -30,6 +30,7 @@ func TestGuardSuite(t *testing.T) {
 }
 
 func TestGuardRules(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	g := redislock.NewGuard(newClient(t, srv))
 	ctx := dlocktest.Context(t)
@@ -75,6 +76,7 @@ func TestGuardRules(t *testing.T) {
 // stalls past its lease, a second holder takes the lock and writes, and the
 // first one's late write is refused.
 func TestGuardRejectsPausedHolder(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	c := newClient(t, srv)
 	l, g := redislock.New(c), redislock.NewGuard(c)
@@ -104,6 +106,7 @@ func TestGuardRejectsPausedHolder(t *testing.T) {
 // TestGuardFencedIncrements: 8 holders in turn increment a counter through
 // the guard; every increment is admitted exactly once.
 func TestGuardFencedIncrements(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	g := redislock.NewGuard(newClient(t, srv))
 	key := dlocktest.Key(t)

@@ -13,10 +13,13 @@ import (
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/redislock"
+	"github.com/dlock-go/dlock/redislock/redisproto"
 )
 
 // modeEnv is a deployment for the mode tests: standalone or Cluster.
 type modeEnv struct {
+	// Admin is a client of the deployment, for reading its keys.
+	Admin redis.UniversalClient
 	// New returns a Locker on a default client of its own.
 	New func(t testing.TB) *redislock.Locker
 	// Proxied returns a Locker whose every connection goes through fault
@@ -27,7 +30,8 @@ type modeEnv struct {
 func standaloneEnv(t *testing.T) modeEnv {
 	srv := testserver.StartRedis(t)
 	return modeEnv{
-		New: func(t testing.TB) *redislock.Locker { return redislock.New(newClient(t, srv)) },
+		Admin: newClient(t, srv),
+		New:   func(t testing.TB) *redislock.Locker { return redislock.New(newClient(t, srv)) },
 		Proxied: func(t testing.TB) (*redislock.Locker, dlocktest.Link) {
 			p := testserver.StartProxy(t, srv.Addr())
 			c := redis.NewClient(&redis.Options{Addr: p.Addr()})
@@ -41,7 +45,8 @@ func standaloneEnv(t *testing.T) modeEnv {
 func clusterEnv(t *testing.T) modeEnv {
 	tc := startCluster(t)
 	return modeEnv{
-		New: func(t testing.TB) *redislock.Locker { return redislock.New(tc.client(t, nil)) },
+		Admin: tc.admin,
+		New:   func(t testing.TB) *redislock.Locker { return redislock.New(tc.client(t, nil)) },
 		Proxied: func(t testing.TB) (*redislock.Locker, dlocktest.Link) {
 			var link testserver.Proxies
 			via := map[string]string{}
@@ -59,11 +64,13 @@ func clusterEnv(t *testing.T) modeEnv {
 // TestModes runs the shared and limited tests on a standalone server and
 // on a three-master Cluster.
 func TestModes(t *testing.T) {
+	t.Parallel()
 	for _, d := range []struct {
 		name string
 		env  func(t *testing.T) modeEnv
 	}{{"Standalone", standaloneEnv}, {"Cluster", clusterEnv}} {
 		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
 			env := d.env(t)
 			for _, tc := range []struct {
 				name string
@@ -82,7 +89,10 @@ func TestModes(t *testing.T) {
 				{"LostSharedReleaseReply", testLostSharedReleaseReply},
 				{"ListModes", testListModes},
 			} {
-				t.Run(tc.name, func(t *testing.T) { tc.f(t, env) })
+				t.Run(tc.name, func(t *testing.T) {
+					t.Parallel()
+					tc.f(t, env)
+				})
 			}
 		})
 	}
@@ -132,6 +142,66 @@ func eventually(t *testing.T, within time.Duration, what string, f func() bool) 
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// A waiter polls again after its backoff step, shortened to when a lease
+// it was refused by ends and, for a waiting writer, to a third of its own
+// TTL. wakeOnly (a waiter's options) and wakeTTL (the holders' TTL) put
+// every such poll beyond dlocktest.HangTimeout: a waiter with them that
+// is granted within that bound was woken by a release, not by polling.
+const wakeTTL = 10 * time.Minute
+
+var wakeOnly = []dlock.Option{dlock.WithBackoff(dlock.ConstBackoff{Delay: time.Hour}), dlock.WithTTL(wakeTTL)}
+
+// wakeCtx is a context for a waiter with wakeOnly: longer than the bound
+// on its wake-up, ended at cleanup.
+func wakeCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*dlocktest.HangTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// protoKeys names the keys of a lock (redisproto's layout, the default
+// prefix); it has no client.
+var protoKeys = redisproto.NewNode(nil, redislock.DefaultPrefix)
+
+// serverMs is the server's time, in ms (Redis TIME), as the scripts read
+// it.
+func serverMs(t *testing.T, c redis.UniversalClient) int64 {
+	t.Helper()
+	tm, err := c.Time(dlocktest.Context(t)).Result()
+	if err != nil {
+		t.Fatalf("TIME: %v", err)
+	}
+	return tm.UnixMilli()
+}
+
+// waitServerPast waits (bounded by dlocktest.HangTimeout) until the
+// server's time is past ms.
+func waitServerPast(t *testing.T, c redis.UniversalClient, ms int64) {
+	t.Helper()
+	for end := time.Now().Add(dlocktest.HangTimeout); serverMs(t, c) <= ms; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("hang: the server's clock did not pass %d within %v", ms, dlocktest.HangTimeout)
+		}
+	}
+}
+
+// waitHolderEnded waits (bounded by dlocktest.HangTimeout) until the
+// server's clock is past the end of owner's lease as a shared or limited
+// holder of key (its score in the holders' set). An entry already gone
+// ended before: the scripts drop expired holders, and the set expires
+// with its latest holder.
+func waitHolderEnded(t *testing.T, c redis.UniversalClient, key, owner string) {
+	t.Helper()
+	end, err := c.ZScore(dlocktest.Context(t), protoKeys.HoldersKey(key), owner).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return
+	case err != nil:
+		t.Fatalf("the holders' set of %s: %v", key, err)
+	}
+	waitServerPast(t, c, int64(end))
 }
 
 // Each reader is its own lease (owner, token); a writer is refused, with
@@ -202,7 +272,7 @@ type acquired struct {
 // writer (the writer's first refused attempt registered it).
 func waitRegistered(t *testing.T, l dlock.Locker, key string) {
 	t.Helper()
-	eventually(t, 5*time.Second, "the writer's registration", func() bool {
+	eventually(t, dlocktest.HangTimeout, "the writer's registration", func() bool {
 		lk, err := l.TryAcquire(dlocktest.Context(t), key, dlock.WithShared())
 		if err == nil {
 			_ = lk.Release(dlocktest.Context(t))
@@ -260,21 +330,19 @@ func testWriterPreference(t *testing.T, env modeEnv) {
 
 // Readers that queued behind a waiting writer all enter once it is done,
 // woken one after the other (each granted reader pokes the next), not by
-// polling: their backoff is longer than the test's bound.
+// polling (wakeOnly).
 func testReadersFollowWriter(t *testing.T, env modeEnv) {
 	rl, wl := env.New(t), env.New(t)
 	key := dlocktest.Key(t)
-	r1 := mustTry(t, rl, key, dlock.WithShared())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	slow := dlock.WithBackoff(dlock.ExpBackoff{Min: 20 * time.Second, Max: 20 * time.Second})
-	got := acquireInBackground(ctx, wl, key, slow)
+	r1 := mustTry(t, rl, key, dlock.WithShared(), dlock.WithTTL(wakeTTL))
+	ctx := wakeCtx(t)
+	got := acquireInBackground(ctx, wl, key, wakeOnly...)
 	waitRegistered(t, rl, key)
 	var readers []<-chan acquired
 	for range 3 {
-		readers = append(readers, acquireInBackground(ctx, env.New(t), key, dlock.WithShared(), slow))
+		readers = append(readers, acquireInBackground(ctx, env.New(t), key, append([]dlock.Option{dlock.WithShared()}, wakeOnly...)...))
 	}
-	time.Sleep(300 * time.Millisecond) // their first attempts queued them
+	waitQueued(t, env.Admin, protoKeys.WaitersKey(key), 4) // the writer and the three readers
 	mustRelease(t, r1)
 	var w acquired
 	select {
@@ -282,11 +350,11 @@ func testReadersFollowWriter(t *testing.T, env modeEnv) {
 		if w.err != nil {
 			t.Fatalf("writer: %v", w.err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(dlocktest.HangTimeout):
 		t.Fatal("the last reader's release did not wake the writer")
 	}
 	mustRelease(t, w.lk)
-	timeout := time.After(5 * time.Second)
+	timeout := time.After(dlocktest.HangTimeout)
 	for i, ch := range readers {
 		select {
 		case r := <-ch:
@@ -317,7 +385,7 @@ func testWriterLeaves(t *testing.T, env modeEnv) {
 		t.Fatal("cancelled writer granted")
 	}
 	// The registration would last a minute; Leave withdraws it at once.
-	eventually(t, 5*time.Second, "a reader after the writer left", func() bool {
+	eventually(t, dlocktest.HangTimeout, "a reader after the writer left", func() bool {
 		lk, err := rl.TryAcquire(dlocktest.Context(t), key, dlock.WithShared())
 		if err != nil {
 			return false
@@ -330,47 +398,89 @@ func testWriterLeaves(t *testing.T, env modeEnv) {
 
 // A writer that died while waiting (its link cut: no Leave reaches the
 // server) keeps readers out until its registration expires, one TTL after
-// its last attempt, and no longer.
+// its last attempt, and no longer. Asserted against the server's clock:
+// the registration ends at most a TTL after the cut; a reader refused for
+// it was refused before it ended, and one admitted was admitted after.
 func testDeadWriterExpires(t *testing.T, env modeEnv) {
 	rl := env.New(t)
 	wl, link := env.Proxied(t)
 	key := dlocktest.Key(t)
 	r1 := mustTry(t, rl, key, dlock.WithShared())
-	const ttl = time.Second
+	const ttl = 3 * time.Second
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	got := acquireInBackground(ctx, wl, key, dlock.WithTTL(ttl))
 	waitRegistered(t, rl, key)
 	link.Cut()
-	cut := time.Now()
 	cancel()
 	<-got
-	refused(t, rl, key, dlock.WithShared())
-	eventually(t, ttl+3*time.Second, "a reader after the dead writer's registration expired", func() bool {
-		lk, err := rl.TryAcquire(dlocktest.Context(t), key, dlock.WithShared())
-		if err != nil {
-			return false
+	// registration reads the end of the dead writer's registration and
+	// checks it is at most a TTL after the server's time read right after
+	// it (an attempt of the writer's sent before the cut may still land
+	// after; its registration ends later, and is read again below).
+	registration := func() (int64, bool) {
+		t.Helper()
+		regs, err := env.Admin.ZRangeWithScores(dlocktest.Context(t), protoKeys.WritersKey(key), 0, -1).Result()
+		if err != nil || len(regs) > 1 {
+			t.Fatalf("the dead writer's registration: %+v, %v; want one", regs, err)
 		}
-		_ = lk.Release(dlocktest.Context(t))
-		return true
-	})
-	if d := time.Since(cut); d > ttl+2*time.Second {
-		t.Errorf("readers kept out %s after the writer died, TTL %s", d, ttl)
+		if len(regs) == 0 {
+			return 0, false // expired, and dropped by a script
+		}
+		until, now := int64(regs[0].Score), serverMs(t, env.Admin)
+		if until > now+ttl.Milliseconds() {
+			t.Fatalf("the dead writer's registration ends %dms after the server's time, its TTL is %v", until-now, ttl)
+		}
+		return until, true
 	}
+	until, ok := registration()
+	if !ok { // a starved test: the registration already ended
+		t.Logf("the dead writer's registration ended before it was read")
+	}
+	refusals := 0
+	for end := time.Now().Add(dlocktest.HangTimeout); ; time.Sleep(20 * time.Millisecond) {
+		before := serverMs(t, env.Admin)
+		lk, err := rl.TryAcquire(dlocktest.Context(t), key, dlock.WithShared())
+		after := serverMs(t, env.Admin)
+		if err == nil {
+			_ = lk.Release(dlocktest.Context(t))
+			if after < until {
+				t.Fatalf("a reader was admitted by %d, while the dead writer's registration lasted (until %d)", after, until)
+			}
+			break
+		}
+		if !strings.Contains(err.Error(), "writer preference") {
+			t.Fatalf("reader refused with %v, want the writer-preference refusal", err)
+		}
+		if before > until {
+			if u, ok := registration(); ok && u > until {
+				until = u // a late attempt of the writer's registered it again
+				continue
+			}
+			t.Fatalf("a reader was refused for the dead writer at %d, %dms after its registration ended", before, before-until)
+		}
+		refusals++
+		if time.Now().After(end) {
+			t.Fatalf("hang: readers still kept out %v after the writer died", dlocktest.HangTimeout)
+		}
+	}
+	t.Logf("readers refused %d times while the dead writer's registration lasted, admitted after", refusals)
 	mustRelease(t, r1)
 }
 
 // A crashed reader (its lease left to expire) frees its share at its own
 // expiry: another reader keeps its lease, and a waiting writer gets the
-// key once the live reader leaves, not later than the crashed one's TTL.
+// key once the live reader leaves.
 func testCrashedReader(t *testing.T, env modeEnv) {
 	a, b, wl := env.New(t), env.New(t), env.New(t)
 	key := dlocktest.Key(t)
-	const ttl = 500 * time.Millisecond
+	const ttl = 2 * time.Second // a grant that takes a starved machine long still has validity left
 	crashed := mustTry(t, a, key, dlock.WithShared(), dlock.WithTTL(ttl), dlock.WithAutoRefresh(false))
-	live := mustTry(t, b, key, dlock.WithShared(), dlock.WithTTL(ttl))
-	<-crashed.Lost()
-	time.Sleep(ttl) // past the server-side expiry of crashed's lease
+	// The live reader is renewed: a TTL a starved process still renews in
+	// time.
+	live := mustTry(t, b, key, dlock.WithShared(), dlock.WithTTL(5*time.Second))
+	// Past the server-side expiry of the crashed reader's lease.
+	waitHolderEnded(t, env.Admin, key, crashed.Owner())
 	na := refused(t, wl, key)
 	if len(na.Holders) != 1 || na.Holders[0].Owner != live.Owner() {
 		t.Fatalf("writer refused with holders %+v, want the live reader alone", na.Holders)
@@ -384,16 +494,10 @@ func testCrashedReader(t *testing.T, env modeEnv) {
 
 	// A writer waiting on a crashed reader alone gets the key once the
 	// reader's lease ends.
-	granted := time.Now()
 	crashed = mustTry(t, a, key, dlock.WithShared(), dlock.WithTTL(ttl), dlock.WithAutoRefresh(false))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	w, err := wl.Acquire(ctx, key, dlock.WithTTL(time.Minute))
+	w, err := wl.Acquire(dlocktest.Context(t), key, dlock.WithTTL(time.Minute))
 	if err != nil {
 		t.Fatalf("writer behind a crashed reader: %v", err)
-	}
-	if d := time.Since(granted); d > ttl+3*time.Second {
-		t.Errorf("writer waited %s behind a crashed reader with TTL %s", d, ttl)
 	}
 	if w.Token() <= crashed.Token() {
 		t.Fatalf("writer token %d not above the crashed reader's %d", w.Token(), crashed.Token())
@@ -441,12 +545,10 @@ func testSemaphore(t *testing.T, env modeEnv) {
 func testCrashedPermit(t *testing.T, env modeEnv) {
 	l := env.New(t)
 	key := dlocktest.Key(t)
-	const ttl = 500 * time.Millisecond
+	const ttl = 2 * time.Second // a grant that takes a starved machine long still has validity left
 	crashed := mustTry(t, l, key, dlock.WithLimit(1), dlock.WithTTL(ttl), dlock.WithAutoRefresh(false))
 	refused(t, l, key, dlock.WithLimit(1))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	p, err := env.New(t).Acquire(ctx, key, dlock.WithLimit(1))
+	p, err := env.New(t).Acquire(dlocktest.Context(t), key, dlock.WithLimit(1))
 	if err != nil {
 		t.Fatalf("permit behind a crashed holder: %v", err)
 	}
@@ -456,18 +558,14 @@ func testCrashedPermit(t *testing.T, env modeEnv) {
 	mustRelease(t, p)
 }
 
-// A released permit wakes a waiter for it (long before its backoff).
+// A released permit wakes a waiter for it (wakeOnly: it never polls
+// within the test).
 func testPermitWakesWaiter(t *testing.T, env modeEnv) {
 	key := dlocktest.Key(t)
-	p1 := mustTry(t, env.New(t), key, dlock.WithLimit(2), dlock.WithTTL(time.Minute))
-	p2 := mustTry(t, env.New(t), key, dlock.WithLimit(2), dlock.WithTTL(time.Minute))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	// A backoff of 10s: only the release's wake-up brings the waiter in
-	// within the test's bound.
-	slow := dlock.WithBackoff(dlock.ExpBackoff{Min: 10 * time.Second, Max: 10 * time.Second})
-	got := acquireInBackground(ctx, env.New(t), key, dlock.WithLimit(2), slow)
-	time.Sleep(300 * time.Millisecond) // the waiter's first attempt queued it
+	p1 := mustTry(t, env.New(t), key, dlock.WithLimit(2), dlock.WithTTL(wakeTTL))
+	p2 := mustTry(t, env.New(t), key, dlock.WithLimit(2), dlock.WithTTL(wakeTTL))
+	got := acquireInBackground(wakeCtx(t), env.New(t), key, append([]dlock.Option{dlock.WithLimit(2)}, wakeOnly...)...)
+	waitQueued(t, env.Admin, protoKeys.WaitersKey(key), 1) // the waiter's first attempt queued it
 	mustRelease(t, p1)
 	select {
 	case r := <-got:
@@ -475,7 +573,7 @@ func testPermitWakesWaiter(t *testing.T, env modeEnv) {
 			t.Fatalf("permit waiter: %v", r.err)
 		}
 		mustRelease(t, r.lk)
-	case <-time.After(5 * time.Second):
+	case <-time.After(dlocktest.HangTimeout):
 		t.Fatal("the released permit did not wake the waiter")
 	}
 	mustRelease(t, p2)
@@ -497,7 +595,7 @@ func testLostSharedAcquireReply(t *testing.T, env modeEnv) {
 	}
 	defer lk.Release(context.Background())
 	ls := env.New(t)
-	eventually(t, 5*time.Second, "one holder, the lock's own", func() bool {
+	eventually(t, dlocktest.HangTimeout, "one holder, the lock's own", func() bool {
 		infos, err := ls.List(dlocktest.Context(t), key)
 		return err == nil && len(infos) == 1 && len(infos[0].Holders) == 1 &&
 			infos[0].Holders[0].Owner == lk.Owner() && infos[0].Holders[0].Token == lk.Token()
@@ -558,4 +656,279 @@ func testListModes(t *testing.T, env modeEnv) {
 	if infos, err := l.List(dlocktest.Context(t), key+"/"); err != nil || len(infos) != 0 {
 		t.Errorf("List after the releases = %+v, %v", infos, err)
 	}
+}
+
+// TestModes_WriterQueuedBehindReaders_GrantedFirst: two blocking readers
+// queued ahead of a blocking writer behind an exclusive holder. The
+// holder's release reserves the key for the first reader; refused for the
+// waiting writer, it hands the reservation to the next queued waiter and
+// queues itself again with its old (earliest) score. When that next
+// waiter was the second reader, it handed the reservation straight back,
+// and so on: the writer never got the reservation, and (refused while the
+// key was reserved for somebody else) waited until its registration
+// expired, when the readers entered first. The writer must be granted
+// before either reader. Every waiter is woken, never polls (wakeOnly).
+func TestModes_WriterQueuedBehindReaders_GrantedFirst(t *testing.T) {
+	t.Parallel()
+	for _, d := range []struct {
+		name string
+		env  func(t *testing.T) modeEnv
+	}{{"Standalone", standaloneEnv}, {"Cluster", clusterEnv}} {
+		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
+			env := d.env(t)
+			key := dlocktest.Key(t)
+			queue := protoKeys.WaitersKey(key)
+			x := mustTry(t, env.New(t), key, dlock.WithTTL(wakeTTL))
+			ctx := wakeCtx(t)
+			shared := append([]dlock.Option{dlock.WithShared()}, wakeOnly...)
+			ra := acquireInBackground(ctx, env.New(t), key, shared...)
+			waitQueued(t, env.Admin, queue, 1)
+			rb := acquireInBackground(ctx, env.New(t), key, shared...)
+			waitQueued(t, env.Admin, queue, 2)
+			w := acquireInBackground(ctx, env.New(t), key, wakeOnly...)
+			waitQueued(t, env.Admin, queue, 3) // its first attempt registered and queued it
+			mustRelease(t, x)
+			select {
+			case g := <-w:
+				if g.err != nil {
+					t.Fatalf("writer: %v", g.err)
+				}
+				mustRelease(t, g.lk)
+			case g := <-ra:
+				t.Fatalf("reader A granted before the waiting writer: %+v", g)
+			case g := <-rb:
+				t.Fatalf("reader B granted before the waiting writer: %+v", g)
+			case <-time.After(dlocktest.HangTimeout):
+				t.Fatalf("hang: the waiting writer was not granted within %v of the release", dlocktest.HangTimeout)
+			}
+			for _, ch := range []<-chan acquired{ra, rb} {
+				select {
+				case g := <-ch:
+					if g.err != nil {
+						t.Fatalf("reader: %v", g.err)
+					}
+					defer mustRelease(t, g.lk)
+				case <-time.After(dlocktest.HangTimeout):
+					t.Fatal("hang: a reader was not granted after the writer released")
+				}
+			}
+		})
+	}
+}
+
+// TestModes_PermitRelease_WakesPermitWaiter: a semaphore of 2 fully held;
+// a blocking exclusive request queued first, a blocking shared one next, a
+// blocking permit request after them, none of which polls within the test
+// (wakeOnly). A permit's release (another still held) woke (and dequeued)
+// the first queued waiter only: the writer, who cannot use a permit; the
+// permit waiter slept on with a permit free. The permit waiter must be
+// woken, and the writer and the reader after the last permit's release.
+func TestModes_PermitRelease_WakesPermitWaiter(t *testing.T) {
+	t.Parallel()
+	for _, d := range []struct {
+		name string
+		env  func(t *testing.T) modeEnv
+	}{{"Standalone", standaloneEnv}, {"Cluster", clusterEnv}} {
+		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
+			env := d.env(t)
+			key := dlocktest.Key(t)
+			queue := protoKeys.WaitersKey(key)
+			p1 := mustTry(t, env.New(t), key, dlock.WithLimit(2), dlock.WithTTL(wakeTTL))
+			p2 := mustTry(t, env.New(t), key, dlock.WithLimit(2), dlock.WithTTL(wakeTTL))
+			ctx := wakeCtx(t)
+			w := acquireInBackground(ctx, env.New(t), key, wakeOnly...)
+			waitQueued(t, env.Admin, queue, 1)
+			r := acquireInBackground(ctx, env.New(t), key, append([]dlock.Option{dlock.WithShared()}, wakeOnly...)...)
+			waitQueued(t, env.Admin, queue, 2)
+			p := acquireInBackground(ctx, env.New(t), key, append([]dlock.Option{dlock.WithLimit(2)}, wakeOnly...)...)
+			waitQueued(t, env.Admin, queue, 3)
+			mustRelease(t, p1)
+			select {
+			case g := <-p:
+				if g.err != nil {
+					t.Fatalf("permit waiter: %v", g.err)
+				}
+				mustRelease(t, g.lk)
+			case g := <-w:
+				t.Fatalf("writer granted while a permit is held: %+v", g)
+			case g := <-r:
+				t.Fatalf("reader granted while a permit is held: %+v", g)
+			case <-time.After(dlocktest.HangTimeout):
+				t.Fatal("hang: the released permit did not wake the permit waiter queued behind a writer and a reader")
+			}
+			mustRelease(t, p2)
+			for i, ch := range []<-chan acquired{w, r} {
+				select {
+				case g := <-ch:
+					if g.err != nil {
+						t.Fatalf("waiter %d: %v", i, g.err)
+					}
+					mustRelease(t, g.lk)
+				case <-time.After(dlocktest.HangTimeout):
+					t.Fatalf("hang: waiter %d (writer, then reader) not granted after the last permit's release", i)
+				}
+			}
+		})
+	}
+}
+
+// TestModes_ExpiredGroup_KeepsWriterPreference: a group whose holders'
+// leases all ended while its lock key still exists (Redis expires the
+// key at the latest holder's end, by a clock read at another moment of
+// the script than its TIME, so for up to a millisecond; here the key is
+// made to outlive them) admitted a new reader although a writer was
+// registered: the writer-preference check ran only for a group with live
+// holders and for a free key, not for a group left with none. The
+// writer's registration is written as a refused attempt writes it (a
+// real writer retries when the reader's lease ends, and wins the race
+// against this test's reader).
+func TestModes_ExpiredGroup_KeepsWriterPreference(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t)
+	admin := newClient(t, srv)
+	rl := redislock.New(newClient(t, srv))
+	key := dlocktest.Key(t)
+	ctx := dlocktest.Context(t)
+	const ttl = 2 * time.Second // a grant that takes a starved machine long still has validity left
+	p := testserver.StartProxy(t, srv.Addr())
+	pc := redis.NewClient(&redis.Options{Addr: p.Addr(), Password: srv.Password()})
+	t.Cleanup(func() { pc.Close() })
+	t.Cleanup(p.Heal)
+	r1 := mustTry(t, redislock.New(pc), key, dlock.WithShared(), dlock.WithTTL(ttl), dlock.WithAutoRefresh(false))
+	p.Cut() // r1 crashed: its lease ends on the server, unreleased
+	lkey := rl.LockKey(key)
+	now, err := admin.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.ZAdd(ctx, lkey+":wr", redis.Z{Score: float64(now.Add(time.Minute).UnixMilli()), Member: "writer"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.PExpire(ctx, lkey, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Past the server-side end of r1's lease.
+	waitHolderEnded(t, admin, key, r1.Owner())
+	lk, err := rl.TryAcquire(ctx, key, dlock.WithShared())
+	if err == nil {
+		_ = lk.Release(context.Background())
+		t.Fatal("a reader was admitted while a writer was registered (the group's holders had all expired)")
+	}
+	if !strings.Contains(err.Error(), "writer preference") {
+		t.Fatalf("reader refused with %v, want the writer-preference refusal", err)
+	}
+	// The writer (no registration needed for an exclusive grant) gets it,
+	// with a token above the reader's.
+	w := mustTry(t, rl, key)
+	if w.Token() <= r1.Token() {
+		t.Fatalf("writer token %d not above the expired reader's %d", w.Token(), r1.Token())
+	}
+}
+
+// TestModes_Semaphore_LimitAndLeasesHold: concurrent grants never exceed
+// the limit; a permit whose acquire
+// reply was lost is one holder, the lock's own; a limit unlike a crashed
+// holder's is no mismatch once that holder's lease ended; a limited or
+// shared request on a stalled link returns by its context's deadline.
+func TestModes_Semaphore_LimitAndLeasesHold(t *testing.T) {
+	t.Parallel()
+	env := standaloneEnv(t)
+	t.Run("ConcurrentGrants", func(t *testing.T) {
+		key := dlocktest.Key(t)
+		const limit, n = 3, 16
+		type res struct {
+			lk  *dlock.Lock
+			err error
+		}
+		ch := make(chan res, n)
+		start := make(chan struct{})
+		for range n {
+			l := env.New(t)
+			go func() {
+				<-start
+				lk, err := l.TryAcquire(dlocktest.Context(t), key, dlock.WithLimit(limit))
+				ch <- res{lk, err}
+			}()
+		}
+		close(start)
+		var got []*dlock.Lock
+		for range n {
+			r := <-ch
+			if r.err == nil {
+				got = append(got, r.lk)
+			}
+		}
+		if len(got) != limit {
+			t.Fatalf("%d permits granted concurrently, limit %d", len(got), limit)
+		}
+		infos, err := env.New(t).List(dlocktest.Context(t), key)
+		if err != nil || len(infos) != 1 || infos[0].Limit != limit || len(infos[0].Holders) != limit || infos[0].Mode != dlock.Limited {
+			t.Fatalf("List = %+v, %v; want one semaphore of %d with %d holders", infos, err, limit, limit)
+		}
+		for _, lk := range got {
+			mustRelease(t, lk)
+		}
+	})
+	t.Run("LostAcquireReply", func(t *testing.T) {
+		l, link := env.Proxied(t)
+		mustRelease(t, mustTry(t, l, dlocktest.Key(t), dlock.WithLimit(1))) // warm
+		key := dlocktest.Key(t)
+		link.LoseNextReply()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		lk, err := l.Acquire(ctx, key, dlock.WithLimit(2), dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatalf("limited Acquire with its reply lost: %v", err)
+		}
+		defer lk.Release(context.Background())
+		other := mustTry(t, env.New(t), key, dlock.WithLimit(2)) // the second permit is free
+		refused(t, env.New(t), key, dlock.WithLimit(2))
+		mustRelease(t, other)
+		infos, err := env.New(t).List(dlocktest.Context(t), key)
+		if err != nil || len(infos) != 1 || len(infos[0].Holders) != 1 || infos[0].Holders[0].Owner != lk.Owner() {
+			t.Fatalf("List = %+v, %v; want the lock's own permit alone", infos, err)
+		}
+	})
+	t.Run("MismatchAgainstExpired", func(t *testing.T) {
+		l, link := env.Proxied(t)
+		key := dlocktest.Key(t)
+		const ttl = 2 * time.Second // a grant that takes a starved machine long still has validity left
+		crashed := mustTry(t, l, key, dlock.WithLimit(2), dlock.WithTTL(ttl), dlock.WithAutoRefresh(false))
+		link.Cut()
+		// Past the server-side end of the crashed permit's lease.
+		waitHolderEnded(t, env.Admin, key, crashed.Owner())
+		lk := mustTry(t, env.New(t), key, dlock.WithLimit(5))
+		if lk.Token() <= crashed.Token() {
+			t.Fatalf("token %d not above the expired permit's %d", lk.Token(), crashed.Token())
+		}
+		if _, err := env.New(t).TryAcquire(dlocktest.Context(t), key, dlock.WithLimit(2)); !errors.Is(err, dlock.ErrLimitMismatch) {
+			t.Fatalf("limit 2 on the new semaphore of 5: %v, want ErrLimitMismatch", err)
+		}
+		mustRelease(t, lk)
+	})
+	t.Run("StalledLink", func(t *testing.T) {
+		l, link := env.Proxied(t)
+		key := dlocktest.Key(t)
+		mustRelease(t, mustTry(t, l, key, dlock.WithShared())) // warm
+		link.Stall()
+		for _, opt := range []dlock.Option{dlock.WithShared(), dlock.WithLimit(3)} {
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			done := make(chan error, 1)
+			go func() {
+				_, err := l.Acquire(ctx, key, opt)
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if err == nil {
+					t.Fatal("granted over a stalled link")
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("Acquire on a stalled link did not return by its deadline")
+			}
+			cancel()
+		}
+	})
 }

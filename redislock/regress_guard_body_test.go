@@ -30,6 +30,7 @@ func (r *rejections) Observe(e dlock.Event) {
 // reported as a *dlock.StaleTokenError and an EventRejected although its
 // fence was admitted and recorded. (Red-team reproducer.)
 func TestRegressGuardEvalBodyErrorIsNotRefusal(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	c := newClient(t, srv)
 	var obs rejections

@@ -18,6 +18,7 @@ import (
 // Highest reported it corrupt, and "007|o" refused token 8 as older than
 // the highest token 7. (Red-team reproducer.)
 func TestRegressGuardCorruptFenceKey(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	c := newClient(t, srv)
 	g := redislock.NewGuard(c)

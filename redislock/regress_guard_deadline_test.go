@@ -19,6 +19,7 @@ import (
 // would otherwise wait for its own read timeout and retries. (Red-team
 // reproducer RT3-R3: Set (now Put) and Highest took about 5s with a 200ms context.)
 func TestRegressGuardReturnsByDeadlineOnStalledLink(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	p := testserver.StartProxy(t, srv.Addr())
 	c := redis.NewClient(&redis.Options{Addr: p.Addr(), Password: srv.Password()})

@@ -20,6 +20,7 @@ import (
 // "P:data:{R}:<name>" made such pairs depend on the resource's braces),
 // and each is the fence key, a NUL byte and the name.
 func TestRegressGuardDataKeys(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	c := newClient(t, srv)
 	g := redislock.NewGuard(c, redislock.WithPrefix("gk"))
@@ -69,6 +70,7 @@ func (c *countScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 // caller of the script could bypass), and a shared fence is admitted at
 // or above the highest token without being recorded.
 func TestRegressGuardRuleInScript(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	c := newClient(t, srv)
 	hook := &countScripts{}

@@ -15,6 +15,7 @@ import (
 // in the goroutine that waits for the reply, which no recover in the
 // caller can catch, so the whole process died. (Red-team reproducer.)
 func TestRegressZeroGuard(t *testing.T) {
+	t.Parallel()
 	var g redislock.Guard
 	ctx, cancel := context.WithCancel(context.Background()) // a Done channel: the waiting goroutine runs
 	defer cancel()

@@ -17,6 +17,7 @@ import (
 // channel left behind stays subscribed for as long as the Locker has any
 // waiter, and PUBLISH counts it as a listener.
 func TestRegressHubLeaksSubscriptions(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	c := newClient(t, srv)
 	l := redislock.New(c)

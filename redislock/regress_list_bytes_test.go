@@ -15,6 +15,7 @@ import (
 // pattern was built rune by rune, which turned each invalid byte into
 // U+FFFD and matched nothing. (Red-team reproducer.)
 func TestRegressListPrefixBytes(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	l := redislock.New(newClient(t, srv))
 	ctx := dlocktest.Context(t)

@@ -13,6 +13,7 @@ import (
 // '}' builds the SCAN pattern "dlock:{a}*", which also matches the lock
 // key of "a" itself ("dlock:{a}"). (Red-team reproducer.)
 func TestRegressListPrefixWithBrace(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	l := redislock.New(newClient(t, srv))
 	base := dlocktest.Key(t)

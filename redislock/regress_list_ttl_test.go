@@ -38,6 +38,7 @@ func (h *expireAfterGet) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 // "no such key") was listed as held, with a TTL of -2ns. (Red-team
 // reproducer.)
 func TestRegressListLeaseEndingMeanwhile(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	admin := newClient(t, srv)
 	c := newClient(t, srv)

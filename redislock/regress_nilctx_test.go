@@ -39,6 +39,7 @@ func callNil(t *testing.T, name string, fn func() error) error {
 // wrapping dlock.ErrInvalidOption, never a panic or a hang. (Red-team
 // reproducer RT3-R4: List and the Guard methods panicked.)
 func TestRegressNilContext(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	l := redislock.New(newClient(t, srv))
 	g := redislock.NewGuard(newClient(t, srv))

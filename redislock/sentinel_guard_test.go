@@ -19,7 +19,7 @@ import (
 // instance (guardtest.Shared) is another failover client on the same
 // group, as another process would open it.
 func TestSentinelGuardSuite(t *testing.T) {
-	s := testserver.StartSentinel(t, testserver.WithReplicas(1))
+	s := testserver.StartSentinel(t, testserver.WithReplicas(1), testserver.WithDownAfter(conformanceDownAfter))
 	newGuard := func(t *testing.T, opts ...driver.Option) guard.Guard {
 		return redislock.NewGuard(sentinelClient(t, s), opts...)
 	}
@@ -32,7 +32,8 @@ func TestSentinelGuardSuite(t *testing.T) {
 // guard's state lives on the primary the sentinels name, and a stale
 // holder's write is refused there, whichever client sends it.
 func TestSentinelGuardFencesLocks(t *testing.T) {
-	s := testserver.StartSentinel(t, testserver.WithReplicas(1),
+	t.Parallel()
+	s := testserver.StartSentinel(t, testserver.WithReplicas(1), testserver.WithDownAfter(conformanceDownAfter),
 		testserver.WithDataPassword("guard-data-pw"), testserver.WithSentinelPassword("guard-sentinel-pw"))
 	ctx := dlocktest.Context(t)
 	c1, c2 := sentinelClient(t, s), sentinelClient(t, s)

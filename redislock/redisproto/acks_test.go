@@ -13,6 +13,7 @@ import (
 
 // WAIT n 0 blocks forever: the timeout sent is never 0.
 func TestAckMs(t *testing.T) {
+	t.Parallel()
 	for d, want := range map[time.Duration]int64{
 		0: 1, time.Nanosecond: 1, time.Millisecond: 1, 1500 * time.Microsecond: 2, 500 * time.Millisecond: 500,
 	} {
@@ -27,6 +28,7 @@ func TestAckMs(t *testing.T) {
 // when the script cache was flushed (NOSCRIPT: resent as EVAL, with its
 // WAIT); refused attempts and renewals of leases not held carry none.
 func TestAcksWithoutReplicas(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	c := newClient(t, srv.Addr())
 	n := redisproto.NewNode(c, "dlock")

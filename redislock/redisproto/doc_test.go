@@ -14,6 +14,7 @@ import (
 // The layout table in the package documentation names exactly the keys
 // and channels the code builds, under the current ProtocolVersion.
 func TestDocLayoutMatchesCode(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile("doc.go")
 	if err != nil {
 		t.Fatal(err)

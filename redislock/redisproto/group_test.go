@@ -18,6 +18,7 @@ import (
 // queued waiter, and the marker keeps the key's token, digit for digit
 // (a token of 16 digits printed as a Lua number would read "1.79...e+15").
 func TestReaderPassesReservationOn(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	c := newClient(t, srv.Addr())
 	n := redisproto.NewNode(c, "dlock")
@@ -69,6 +70,7 @@ func TestReaderPassesReservationOn(t *testing.T) {
 // whose lease ended is not reported, refreshed or released, while the
 // others stay; the last release leaves the marker with the latest token.
 func TestGroupHoldersExpireAlone(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	c := newClient(t, srv.Addr())
 	n := redisproto.NewNode(c, "dlock")

@@ -12,14 +12,18 @@ import (
 	"github.com/dlock-go/dlock/redislock/redisproto"
 )
 
-// Closing subscriptions never waits on the link: here the hub's pub/sub
-// connection is reconnecting through a stalled link, which holds go-redis's
-// PubSub mutex for the read timeout of the handshake.
-func TestSubscriptionCloseOnStalledLink(t *testing.T) {
+// TestSubscriptionClose_ReturnsWhileLinkStalled: closing subscriptions
+// never waits on the link: here the hub's pub/sub connection is
+// reconnecting through a stalled link, which holds go-redis's PubSub mutex
+// for the read timeout of the handshake. The client's timeouts outlast
+// the hang bound, so a Close that waited on the link would hang until the
+// link heals, at cleanup.
+func TestSubscriptionClose_ReturnsWhileLinkStalled(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	p := testserver.StartProxy(t, srv.Addr())
 	t.Cleanup(p.Heal) // before the proxy stops, so the background work ends
-	n := redisproto.NewNode(newClient(t, p.Addr()), "dlock")
+	n := redisproto.NewNode(patientClient(t, p.Addr()), "dlock")
 	k := key(t)
 	a, err := n.Watch(dlocktest.Context(t), k, "a")
 	if err != nil {
@@ -41,8 +45,8 @@ func TestSubscriptionCloseOnStalledLink(t *testing.T) {
 		select {
 		case <-done:
 			t.Logf("Close returned after %v", time.Since(start).Round(10*time.Microsecond))
-		case <-time.After(hangBound):
-			t.Fatalf("Close hung on a stalled link (%v so far)", hangBound)
+		case <-time.After(dlocktest.HangTimeout):
+			t.Fatalf("hang: Close waited on a stalled link (%v so far)", dlocktest.HangTimeout)
 		}
 	}
 }
@@ -54,6 +58,7 @@ func TestSubscriptionCloseOnStalledLink(t *testing.T) {
 // (The red-team reproducer in redislock, regress_hub_test.go, shows the
 // race of the earlier design: requests sent from goroutines of their own.)
 func TestHubUnsubscribesEndedWaits(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	p := testserver.StartProxy(t, srv.Addr())
 	t.Cleanup(p.Heal)
@@ -101,6 +106,7 @@ func TestHubUnsubscribesEndedWaits(t *testing.T) {
 // Watch returns within its confirmation bound even when the link stalls
 // before the pub/sub connection is made: the waiter then relies on polling.
 func TestWatchOnStalledLink(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	p := testserver.StartProxy(t, srv.Addr())
 	t.Cleanup(p.Heal)

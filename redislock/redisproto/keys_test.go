@@ -10,6 +10,7 @@ import (
 // Every encoded key has a non-empty hash tag, and the encoding is
 // injective and reversible; keys not starting with '}' are unchanged.
 func TestHashTag(t *testing.T) {
+	t.Parallel()
 	seen := map[string]string{}
 	for _, k := range []string{"}", "}x", "}}", "{", "{}", "{a}", "a}b{c", "x", "\x01}", " }", "}{", "日本"} {
 		enc := redisproto.HashTag(k)

@@ -13,6 +13,7 @@ import (
 // An acquisition executed twice for the same owner (go-redis retrying a
 // request whose reply was lost) is granted twice, with the same token.
 func TestAcquireRetryGrantsSameLease(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	c := newClient(t, srv.Addr())
 	n := redisproto.NewNode(c, "dlock")
@@ -35,6 +36,7 @@ func TestAcquireRetryGrantsSameLease(t *testing.T) {
 // moved on to the next holder; a lease that expired or was deleted does
 // not.
 func TestReleaseRecognisesItsOwnRelease(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	c := newClient(t, srv.Addr())
 	n := redisproto.NewNode(c, "dlock")

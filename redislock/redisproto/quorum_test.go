@@ -15,6 +15,7 @@ import (
 // release counts as released; a tokenless one (a failed attempt's
 // cleanup) deletes the key.
 func TestQuorumReleaseRecognisesItsOwnRelease(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	c := newClient(t, srv.Addr())
 	n := redisproto.NewNode(c, "dlock")

@@ -15,6 +15,7 @@ import (
 // ReceiptRetention after the latest hand-over. A lease that was deleted,
 // not released, has no receipt; neither has a release without its token.
 func TestReleaseReceipts(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	c := newClient(t, srv.Addr())
 	n := redisproto.NewNode(c, "dlock")

@@ -16,6 +16,7 @@ import (
 // unchecked by redisproto) is a huge WAIT timeout, not 1ms, and a
 // negative one is 1ms, never 0 (WAIT n 0 blocks forever).
 func TestRedTeam16_AckMsExtremes(t *testing.T) {
+	t.Parallel()
 	for d, want := range map[time.Duration]int64{
 		math.MaxInt64:          math.MaxInt64/int64(time.Millisecond) + 1,
 		math.MaxInt64 - 1e6:    math.MaxInt64 / int64(time.Millisecond),
@@ -36,6 +37,7 @@ func TestRedTeam16_AckMsExtremes(t *testing.T) {
 // next token is rarely the marker's + 1, so the retry must be recognised
 // by its receipt: released already, and the new holder's lease untouched.
 func TestRedTeam16_ReleaseRetryAfterTakeover(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	n := redisproto.NewNode(newClient(t, srv.Addr()), "dlock")
 	ctx := dlocktest.Context(t)

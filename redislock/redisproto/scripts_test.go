@@ -45,6 +45,7 @@ func scriptFiles(t *testing.T) map[string]string {
 // lines of its file, every line after the first unchanged, so the line
 // numbers Redis reports are the file's.
 func TestLinkedScriptsKeepTheirLines(t *testing.T) {
+	t.Parallel()
 	for name, src := range scriptFiles(t) {
 		linked, err := redisproto.Link(src)
 		if err != nil {
@@ -66,6 +67,7 @@ func TestLinkedScriptsKeepTheirLines(t *testing.T) {
 }
 
 func TestLink(t *testing.T) {
+	t.Parallel()
 	helpers := `-- the file's comment
 local function a()
   return 1 -- a comment
@@ -119,6 +121,7 @@ type scriptCall struct {
 // Every embedded script is loaded by the package, SCRIPT LOAD accepts it,
 // and EVALSHA runs it without error through its main branches.
 func TestEveryScriptLoadsAndRuns(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	c := newClient(t, srv.Addr())
 	ctx := dlocktest.Context(t)
@@ -271,6 +274,7 @@ func lineOf(t *testing.T, src, s string) int {
 // the helpers in front of the script do not shift its lines. An error
 // inside a helper is reported on line 1, where the helpers are.
 func TestScriptErrorLines(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	c := newClient(t, srv.Addr())
 	ctx := dlocktest.Context(t)

@@ -14,6 +14,7 @@ import (
 // returned, also when that attempt queued it after it left (an attempt
 // abandoned at its caller's deadline).
 func TestWaiterDequeuedAfterAttemptsInFlight(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	c := newClient(t, srv.Addr())
 	n := redisproto.NewNode(c, "dlock")

@@ -3,19 +3,161 @@ package zklock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/internal/background"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/zklock"
 )
 
-func TestMain(m *testing.M) { testserver.Main(m) }
+// TestMain is testserver.Main with the package's shared server stopped
+// between the tests and the leak check.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if msg := shared.stop(); msg != "" {
+		fmt.Fprintln(os.Stderr, msg)
+		code = 1
+	}
+	background.Flush()
+	if !background.Wait(testserver.BackgroundTimeout) {
+		fmt.Fprintf(os.Stderr, "dlock background work still running after %v\n", testserver.BackgroundTimeout)
+		code = 1
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// shared is the standalone ZooKeeper server of every test that neither
+// pauses, stops nor restarts its server (a JVM takes seconds to start):
+// started by the first test that asks for it, stopped by TestMain. Its
+// tests use keys, prefixes and resources of their own.
+var shared sharedServer
+
+type sharedServer struct {
+	once sync.Once
+	z    *testserver.ZooKeeper
+	tb   pkgTB
+}
+
+// sharedZooKeeper returns the package's shared standalone server.
+func sharedZooKeeper(t testing.TB) *testserver.ZooKeeper {
+	t.Helper()
+	shared.once.Do(func() {
+		defer shared.tb.recoverStart()
+		shared.z = testserver.StartZooKeeper(&shared.tb)
+	})
+	if shared.tb.skipped != "" {
+		t.Skip(shared.tb.skipped)
+	}
+	if shared.z == nil {
+		t.Fatalf("the shared ZooKeeper server did not start: %s", shared.tb.fatal)
+	}
+	return shared.z
+}
+
+// stop stops the shared server, if it was started, and returns what went
+// wrong meanwhile ("" if nothing).
+func (s *sharedServer) stop() string {
+	s.tb.mu.Lock()
+	cleanups := s.tb.cleanups
+	s.tb.cleanups = nil
+	s.tb.mu.Unlock()
+	for i := len(cleanups) - 1; i >= 0; i-- {
+		cleanups[i]()
+	}
+	s.tb.mu.Lock()
+	defer s.tb.mu.Unlock()
+	return strings.Join(s.tb.errs, "\n")
+}
+
+// pkgTB is the testserver.TB of the shared server: it belongs to no test.
+// Fatal and Skip during the start end the start (recoverStart); errors
+// after it are reported by TestMain.
+type pkgTB struct {
+	mu       sync.Mutex
+	cleanups []func()
+	errs     []string
+	fatal    string // why the start failed
+	skipped  string // why the start skipped
+}
+
+type (
+	pkgFatal string
+	pkgSkip  string
+)
+
+func (*pkgTB) Helper()                             {}
+func (p *pkgTB) Fatal(args ...any)                 { panic(pkgFatal(fmt.Sprint(args...))) }
+func (p *pkgTB) Fatalf(format string, args ...any) { panic(pkgFatal(fmt.Sprintf(format, args...))) }
+func (p *pkgTB) Skip(args ...any)                  { panic(pkgSkip(fmt.Sprint(args...))) }
+
+func (p *pkgTB) Errorf(format string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.errs = append(p.errs, "shared ZooKeeper: "+fmt.Sprintf(format, args...))
+}
+
+func (p *pkgTB) Cleanup(f func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cleanups = append(p.cleanups, f)
+}
+
+func (p *pkgTB) TempDir() string {
+	dir, err := os.MkdirTemp("", "zklock-shared-")
+	if err != nil {
+		p.Fatal(err)
+	}
+	p.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// recoverStart ends a start that called Fatal or Skip, recording why.
+func (p *pkgTB) recoverStart() {
+	switch r := recover().(type) {
+	case nil:
+	case pkgFatal:
+		p.fatal = string(r)
+	case pkgSkip:
+		p.skipped = string(r)
+	default:
+		panic(r)
+	}
+}
+
+// logsOnFailure logs each server's mode and the tail of its log when the
+// test failed (before the servers are stopped).
+func logsOnFailure(t testing.TB, nodes ...*testserver.ZooKeeper) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, z := range nodes {
+			mode, err := z.Mode()
+			b, _ := os.ReadFile(z.LogPath())
+			if len(b) > 4000 {
+				b = b[len(b)-4000:]
+			}
+			t.Logf("ZooKeeper %s (id %d): mode %q (%v); log tail:\n%s", z.Addr(), z.ID(), mode, err, b)
+		}
+	})
+}
 
 // Session timeouts the tests ask for (the servers' tick is 200ms, their
 // maximum session timeout 60s, so both are granted as asked): a lock's
@@ -101,9 +243,9 @@ func harness(t *testing.T, addrs []string, session time.Duration) dlocktest.Harn
 }
 
 // withFaults adds the fault section: Faults.New reaches the servers
-// through one fault proxy each, Pause stops a majority of them (SIGSTOP).
-// Harness.New must not wait for a session: the paused-server test makes
-// a client while the servers hang.
+// through one fault proxy each, Pause stops a majority of them (SIGSTOP,
+// returning once they stopped). Harness.New must not wait for a session:
+// the paused-server test makes a client while the servers hang.
 func withFaults(h dlocktest.Harness, nodes []*testserver.ZooKeeper, session time.Duration) dlocktest.Harness {
 	addrs := testserver.ZooKeeperAddrs(nodes)
 	h.New = func(t testing.TB) dlock.Locker { return plainLocker(t, addrs, session) }
@@ -122,7 +264,7 @@ func withFaults(h dlocktest.Harness, nodes []*testserver.ZooKeeper, session time
 		Pause: func(t testing.TB, keys ...string) func() {
 			paused := nodes[:len(nodes)/2+1]
 			for _, z := range paused {
-				z.Pause()
+				pause(t, z)
 			}
 			return func() {
 				for _, z := range paused {
@@ -134,19 +276,27 @@ func withFaults(h dlocktest.Harness, nodes []*testserver.ZooKeeper, session time
 	return h
 }
 
+// The three suites run at once, each on servers of its own; the fault
+// sections pause only their own.
+
 func TestConformanceStandalone(t *testing.T) {
-	z := testserver.StartZooKeeper(t)
+	t.Parallel()
+	z := sharedZooKeeper(t)
 	dlocktest.TestLocker(t, harness(t, []string{z.Addr()}, sessionTimeout))
 }
 
 func TestConformanceStandaloneFaults(t *testing.T) {
+	t.Parallel()
 	z := testserver.StartZooKeeper(t)
+	logsOnFailure(t, z)
 	nodes := []*testserver.ZooKeeper{z}
 	dlocktest.TestLocker(t, withFaults(harness(t, []string{z.Addr()}, longSessionTimeout), nodes, longSessionTimeout))
 }
 
 func TestConformanceEnsembleFaults(t *testing.T) {
+	t.Parallel()
 	nodes := testserver.StartZooKeeperEnsemble(t, 3)
+	logsOnFailure(t, nodes...)
 	addrs := testserver.ZooKeeperAddrs(nodes)
 	dlocktest.TestLocker(t, withFaults(harness(t, addrs, longSessionTimeout), nodes, longSessionTimeout))
 }

@@ -561,15 +561,6 @@ func TestAcquire_LostCreateReplyFindsItsNode(t *testing.T) {
 	}
 }
 
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
 // A shared Acquire whose create reply is lost finds its read- node again
 // by its owner id and is granted with it once the writer ahead goes,
 // leaving exactly one node.

@@ -14,9 +14,10 @@ import (
 )
 
 // The guard suite on a standalone server and on an ensemble (each guard
-// instance on its own connection, the ensemble's through any member).
+// instance on its own connection, the ensemble's through any member). Not
+// parallel: the suite checks that its goroutines end (goleak), so it runs
+// apart from tests that start goroutines of their own.
 func TestGuard(t *testing.T) {
-	t.Parallel()
 	z := sharedZooKeeper(t)
 	guardtest.Run(t, func(t *testing.T, opts ...driver.Option) guard.Guard {
 		return zklock.NewGuard(connect(t, []string{z.Addr()}), opts...)
@@ -24,7 +25,6 @@ func TestGuard(t *testing.T) {
 }
 
 func TestGuardEnsemble(t *testing.T) {
-	t.Parallel()
 	nodes := testserver.StartZooKeeperEnsemble(t, 3)
 	addrs := testserver.ZooKeeperAddrs(nodes)
 	guardtest.Run(t, func(t *testing.T, opts ...driver.Option) guard.Guard {

@@ -3,6 +3,8 @@ package zklock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -58,7 +60,7 @@ func TestLock_RenewedOrLostFirst_LeaderKilled(t *testing.T) {
 	nodes := testserver.StartZooKeeperEnsemble(t, 3)
 	logsOnFailure(t, nodes...)
 	addrs := testserver.ZooKeeperAddrs(nodes)
-	l := zklock.New(connectFor(t, addrs, longSessionTimeout))
+	l := zklock.New(connectFor(t, addrs, sessionTimeout))
 	key := dlocktest.Key(t)
 	lk, err := l.Acquire(dlocktest.Context(t), key)
 	if err != nil {
@@ -84,7 +86,7 @@ func TestLock_RenewedOrLostFirst_LeaderKilled(t *testing.T) {
 	waitFor(t, "a renewal after the election, or the loss", func() bool {
 		return isClosed(lk.Lost()) || lk.Deadline().After(elected.Add(lk.TTL()))
 	})
-	other := zklock.New(connectFor(t, testserver.ZooKeeperAddrs(rest), longSessionTimeout))
+	other := zklock.New(connectFor(t, testserver.ZooKeeperAddrs(rest), sessionTimeout))
 	lostBefore := isClosed(lk.Lost())
 	lk2, err := other.TryAcquire(dlocktest.Context(t), key)
 	switch {
@@ -113,7 +115,7 @@ func TestLock_RenewedOrLostFirst_ShortDisconnect(t *testing.T) {
 	z := sharedZooKeeper(t)
 	p := testserver.StartProxy(t, z.Addr())
 	t.Cleanup(p.Heal)
-	c := connectFor(t, []string{p.Addr()}, longSessionTimeout)
+	c := connectFor(t, []string{p.Addr()}, sessionTimeout)
 	l := zklock.New(c)
 	key := dlocktest.Key(t)
 	lk, err := l.Acquire(dlocktest.Context(t), key)
@@ -143,4 +145,69 @@ func TestLock_RenewedOrLostFirst_ShortDisconnect(t *testing.T) {
 	default:
 		t.Fatalf("Refresh after the reconnect: %v", err)
 	}
+}
+
+// Keys acquired and released leave no znode behind: each release deletes
+// its queue node, and the key's znode, a container, is removed by the
+// server once empty (the test servers look every 500ms; ZooKeeper's
+// default is every minute, at most 10,000 a minute).
+func TestRelease_LeavesNoZnode(t *testing.T) {
+	t.Parallel()
+	testLeavesNoZnode(t, 500)
+}
+
+// TestRelease_LeavesNoZnode at scale: 10,000 keys. Long (make test-long):
+// ten thousand acquisitions and container removals take minutes under
+// -race.
+func TestRelease_LeavesNoZnode_TenThousandKeys(t *testing.T) {
+	testserver.Long(t, "10,000 keys acquired and released")
+	t.Parallel()
+	testLeavesNoZnode(t, 10000)
+}
+
+func testLeavesNoZnode(t *testing.T, n int) {
+	z := sharedZooKeeper(t)
+	addrs := []string{z.Addr()}
+	admin := connect(t, addrs)
+	const workers = 8
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	prefix := "/accum-" + fmt.Sprint(time.Now().UnixNano())
+	for w := range workers {
+		l := zklock.New(connect(t, addrs), zklock.WithPrefix(prefix))
+		wg.Go(func() {
+			for i := w; i < n; i += workers {
+				lk, err := l.TryAcquire(dlocktest.Context(t), fmt.Sprintf("job/%d", i))
+				if err == nil {
+					err = lk.Release(dlocktest.Context(t))
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	waitFor(t, fmt.Sprintf("the %d keys' znodes removed", n), func() bool {
+		for _, k := range children(t, admin, prefix) {
+			if q := children(t, admin, prefix+"/"+k); len(q) != 0 {
+				t.Fatalf("key %s still has queue nodes %v after every release", k, q)
+			}
+			return false
+		}
+		return true
+	})
+	// A client that dies holding a lock leaves its key's znode to the
+	// server's container reaper.
+	dead := connect(t, addrs)
+	if _, err := zklock.New(dead, zklock.WithPrefix(prefix)).Acquire(dlocktest.Context(t), "crashed"); err != nil {
+		t.Fatal(err)
+	}
+	dead.Close() // the session ends: its ephemeral node goes
+	waitFor(t, "the container of a crashed holder's key removed", func() bool { return len(children(t, admin, prefix)) == 0 })
 }

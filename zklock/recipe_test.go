@@ -3,7 +3,6 @@ package zklock_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -76,6 +75,16 @@ func uniquePrefix(t testing.TB) string {
 	return "/" + strings.ReplaceAll(dlocktest.Key(t), "/", ".")
 }
 
+// isClosed reports whether ch is closed.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
 // The token is the node's czxid, and the key's znode holds one node per
 // holder or waiter, named with the owner id.
 func TestRecipeLayout(t *testing.T) {
@@ -124,60 +133,4 @@ func TestRecipeLayout(t *testing.T) {
 		ok, _, err := admin.Exists(dir)
 		return err == nil && !ok
 	})
-}
-
-// Keys acquired and released leave no znode behind: each release deletes
-// its queue node, and the key's znode, a container, is removed by the
-// server once empty (the test servers look every 500ms; ZooKeeper's
-// default is every minute, at most 10,000 a minute).
-func TestNoAccumulation(t *testing.T) {
-	n := 10000
-	if testing.Short() {
-		n = 500
-	}
-	t.Parallel()
-	z := sharedZooKeeper(t)
-	addrs := []string{z.Addr()}
-	admin := connect(t, addrs)
-	const workers = 8
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	prefix := "/accum-" + fmt.Sprint(time.Now().UnixNano())
-	for w := range workers {
-		l := zklock.New(connect(t, addrs), zklock.WithPrefix(prefix))
-		wg.Go(func() {
-			for i := w; i < n; i += workers {
-				lk, err := l.TryAcquire(dlocktest.Context(t), fmt.Sprintf("job/%d", i))
-				if err == nil {
-					err = lk.Release(dlocktest.Context(t))
-				}
-				if err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	waitFor(t, fmt.Sprintf("the %d keys' znodes removed", n), func() bool {
-		for _, k := range children(t, admin, prefix) {
-			if q := children(t, admin, prefix+"/"+k); len(q) != 0 {
-				t.Fatalf("key %s still has queue nodes %v after every release", k, q)
-			}
-			return false
-		}
-		return true
-	})
-	// A client that dies holding a lock leaves its key's znode to the
-	// server's container reaper.
-	dead := connect(t, addrs)
-	if _, err := zklock.New(dead, zklock.WithPrefix(prefix)).Acquire(dlocktest.Context(t), "crashed"); err != nil {
-		t.Fatal(err)
-	}
-	dead.Close() // the session ends: its ephemeral node goes
-	waitFor(t, "the container of a crashed holder's key removed", func() bool { return len(children(t, admin, prefix)) == 0 })
 }

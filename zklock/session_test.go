@@ -238,3 +238,74 @@ func zeroTimeoutHandshakeChild(t *testing.T) {
 		t.Fatalf("Connect ended (%v) before the client refused the handshake twice", err)
 	}
 }
+
+// firstHangs is a listener in front of a ZooKeeper server whose first
+// connection hangs (accepted, never answered, as by a SIGSTOPped server);
+// it forwards every later one to the server.
+type firstHangs struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+	wg    sync.WaitGroup
+}
+
+func startFirstHangs(t testing.TB, target string) *firstHangs {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &firstHangs{ln: ln}
+	track := func(c net.Conn) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.conns = append(f.conns, c)
+	}
+	f.wg.Go(func() {
+		for n := 0; ; n++ {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			track(c)
+			if n == 0 {
+				continue // the hung server: never answers
+			}
+			s, err := net.DialTimeout("tcp", target, dlocktest.HangTimeout)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			track(s)
+			f.wg.Go(func() { io.Copy(c, s); c.Close() })
+			f.wg.Go(func() { io.Copy(s, c); s.Close() })
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		f.mu.Lock()
+		for _, c := range f.conns {
+			c.Close()
+		}
+		f.mu.Unlock()
+		f.wg.Wait()
+	})
+	return f
+}
+
+// Connect's first server accepts the connection and never answers the
+// handshake (a hung ensemble member): Connect moves on and gets a session
+// from the next within its context (go-zookeeper alone would wait 10 x 2/3
+// of the session timeout, 40s here, for the hung server's reply).
+func TestConnect_GetsSession_FirstServerHung(t *testing.T) {
+	t.Parallel()
+	z := sharedZooKeeper(t)
+	f := startFirstHangs(t, z.Addr())
+	ctx, cancel := context.WithTimeout(context.Background(), dlocktest.HangTimeout)
+	defer cancel()
+	c, err := zklock.Connect(ctx, []string{f.ln.Addr().String()}, sessionTimeout, zklock.WithLogger(quiet{}))
+	if err != nil {
+		t.Fatalf("Connect with its first server hung: %v", err)
+	}
+	c.Close()
+}

@@ -159,15 +159,17 @@ func logsOnFailure(t testing.TB, nodes ...*testserver.ZooKeeper) {
 	})
 }
 
-// Session timeouts the tests ask for (the servers' tick is 200ms, their
-// maximum session timeout 60s, so both are granted as asked): a lock's
-// lease is 1s on a short session, 4s on a long one. The fault section runs
-// on long sessions: its calls against a hung server take 2s in all, and
-// locks it expects to survive them must.
-const (
-	sessionTimeout     = 1500 * time.Millisecond
-	longSessionTimeout = 6 * time.Second
-)
+// sessionTimeout is the session timeout the tests' clients ask for (the
+// servers' tick is 200ms, their maximum session timeout 60s, so it is
+// granted as asked): a lock's lease is 4s. A session is a clock on both
+// sides: the client drops its connection when the server is silent for
+// two thirds of it, the server expires it when the client is silent for
+// all of it, and a lock is lost when its lease passes without a renewal.
+// So it is long enough for a server or client starved of CPU on a loaded
+// machine (the fault sections' calls against a hung server take 2s in
+// all, and locks they expect to survive them must), and short enough for
+// the tests that stall a client's link and wait for its expiry.
+const sessionTimeout = 6 * time.Second
 
 // connect returns a connection to servers made by zklock.Connect, closed
 // when the test ends.
@@ -290,7 +292,7 @@ func TestConformanceStandaloneFaults(t *testing.T) {
 	z := testserver.StartZooKeeper(t)
 	logsOnFailure(t, z)
 	nodes := []*testserver.ZooKeeper{z}
-	dlocktest.TestLocker(t, withFaults(harness(t, []string{z.Addr()}, longSessionTimeout), nodes, longSessionTimeout))
+	dlocktest.TestLocker(t, withFaults(harness(t, []string{z.Addr()}, sessionTimeout), nodes, sessionTimeout))
 }
 
 func TestConformanceEnsembleFaults(t *testing.T) {
@@ -298,5 +300,5 @@ func TestConformanceEnsembleFaults(t *testing.T) {
 	nodes := testserver.StartZooKeeperEnsemble(t, 3)
 	logsOnFailure(t, nodes...)
 	addrs := testserver.ZooKeeperAddrs(nodes)
-	dlocktest.TestLocker(t, withFaults(harness(t, addrs, longSessionTimeout), nodes, longSessionTimeout))
+	dlocktest.TestLocker(t, withFaults(harness(t, addrs, sessionTimeout), nodes, sessionTimeout))
 }

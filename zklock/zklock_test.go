@@ -255,7 +255,8 @@ func harness(t *testing.T, addrs []string, session time.Duration) dlocktest.Harn
 
 // withFaults adds the fault section: Faults.New reaches the servers
 // through one fault proxy each, Pause stops a majority of them (SIGSTOP,
-// returning once they stopped). Harness.New must not wait for a session:
+// returning once they stopped: a standalone server, or an ensemble's
+// followers). Harness.New must not wait for a session:
 // the paused-server test makes a client while the servers hang.
 func withFaults(h dlocktest.Harness, nodes []*testserver.ZooKeeper, session time.Duration) dlocktest.Harness {
 	addrs := testserver.ZooKeeperAddrs(nodes)
@@ -273,18 +274,45 @@ func withFaults(h dlocktest.Harness, nodes []*testserver.ZooKeeper, session time
 			return zklock.New(connectFor(t, paddrs, session)), ps
 		},
 		Pause: func(t testing.TB, keys ...string) func() {
-			paused := nodes[:len(nodes)/2+1]
-			for _, z := range paused {
-				pause(t, z)
+			if len(nodes) == 1 {
+				pause(t, nodes[0])
+				return nodes[0].Resume
 			}
-			return func() {
-				for _, z := range paused {
-					z.Resume()
-				}
-			}
+			return pauseFollowers(t, nodes)
 		},
 	}
 	return h
+}
+
+// pauseFollowers hangs every follower of the ensemble (a majority), and
+// returns the function that resumes them once the leader, which cannot
+// hear them, has stepped down. A paused leader would instead resume
+// still leading, with proposals its followers never acknowledged, and
+// its followers, whose links timed out during the pause, would sync
+// with it again mid-epoch: ZooKeeper 3.8.0 can then never commit
+// anything again (every session create and write hangs).
+func pauseFollowers(t testing.TB, nodes []*testserver.ZooKeeper) (resume func()) {
+	var leader *testserver.ZooKeeper
+	waitFor(t, "an ensemble leader", func() bool {
+		leader = testserver.ZooKeeperLeader(nodes)
+		return leader != nil
+	})
+	var paused []*testserver.ZooKeeper
+	for _, z := range nodes {
+		if z != leader {
+			pause(t, z)
+			paused = append(paused, z)
+		}
+	}
+	return func() {
+		waitFor(t, "the leader of paused followers stepping down", func() bool {
+			m, err := leader.Mode()
+			return err != nil || m != "leader"
+		})
+		for _, z := range paused {
+			z.Resume()
+		}
+	}
 }
 
 // The three suites run at once, each on servers of its own; the fault

@@ -175,10 +175,17 @@ func logsOnFailure(t testing.TB, nodes ...*testserver.ZooKeeper) {
 // two thirds of it, the server expires it when the client is silent for
 // all of it, and a lock is lost when its lease passes without a renewal.
 // So it is long enough for a server or client starved of CPU on a loaded
-// machine (the fault sections' calls against a hung server take 2s in
-// all, and locks they expect to survive them must), and short enough for
-// the tests that stall a client's link and wait for its expiry.
+// machine, and short enough for the tests that stall a client's link and
+// wait for its expiry.
 const sessionTimeout = 6 * time.Second
+
+// faultSessionTimeout is the session timeout of the fault sections' clients
+// (a lease of 6s; a whole number of milliseconds, as TTLs are). Their
+// paused-server test holds a lock it expects to survive the pause: 2s of
+// calls against the hung servers, after stopping every server process
+// (which on a loaded machine takes seconds), and after a last renewal up
+// to a third of the lease before the pause.
+const faultSessionTimeout = 9 * time.Second
 
 // connect returns a connection to servers made by zklock.Connect, closed
 // when the test ends.
@@ -254,9 +261,8 @@ func harness(t *testing.T, addrs []string, session time.Duration) dlocktest.Harn
 }
 
 // withFaults adds the fault section: Faults.New reaches the servers
-// through one fault proxy each, Pause stops a majority of them (SIGSTOP,
-// returning once they stopped: a standalone server, or an ensemble's
-// followers). Harness.New must not wait for a session:
+// through one fault proxy each, Pause stops them (SIGSTOP, returning once
+// they stopped). Harness.New must not wait for a session:
 // the paused-server test makes a client while the servers hang.
 func withFaults(h dlocktest.Harness, nodes []*testserver.ZooKeeper, session time.Duration) dlocktest.Harness {
 	addrs := testserver.ZooKeeperAddrs(nodes)
@@ -278,40 +284,43 @@ func withFaults(h dlocktest.Harness, nodes []*testserver.ZooKeeper, session time
 				pause(t, nodes[0])
 				return nodes[0].Resume
 			}
-			return pauseFollowers(t, nodes)
+			return pauseEnsemble(t, nodes)
 		},
 	}
 	return h
 }
 
-// pauseFollowers hangs every follower of the ensemble (a majority), and
-// returns the function that resumes them once the leader, which cannot
-// hear them, has stepped down. A paused leader would instead resume
-// still leading, with proposals its followers never acknowledged, and
-// its followers, whose links timed out during the pause, would sync
-// with it again mid-epoch: ZooKeeper 3.8.0 can then never commit
-// anything again (every session create and write hangs).
-func pauseFollowers(t testing.TB, nodes []*testserver.ZooKeeper) (resume func()) {
+// pauseEnsemble hangs every member of the ensemble, and returns the
+// function that resumes them: the followers first, and the leader only
+// once they have elected one of themselves. Resumed together, or with the
+// leader first, the members would find their links to each other timed
+// out during the pause and the followers would sync with the old leader
+// again, mid-epoch, while it still has proposals they never acknowledged:
+// ZooKeeper 3.8.0 can then never commit anything again (every session
+// create and write hangs). A leader that stepped down before the pause
+// (its followers paused first) would instead close its clients'
+// connections: the clients would see errors, not a hung service.
+func pauseEnsemble(t testing.TB, nodes []*testserver.ZooKeeper) (resume func()) {
 	var leader *testserver.ZooKeeper
 	waitFor(t, "an ensemble leader", func() bool {
 		leader = testserver.ZooKeeperLeader(nodes)
 		return leader != nil
 	})
-	var paused []*testserver.ZooKeeper
+	var followers []*testserver.ZooKeeper
 	for _, z := range nodes {
 		if z != leader {
-			pause(t, z)
-			paused = append(paused, z)
+			followers = append(followers, z)
 		}
 	}
+	for _, z := range nodes {
+		pause(t, z)
+	}
 	return func() {
-		waitFor(t, "the leader of paused followers stepping down", func() bool {
-			m, err := leader.Mode()
-			return err != nil || m != "leader"
-		})
-		for _, z := range paused {
+		for _, z := range followers {
 			z.Resume()
 		}
+		waitFor(t, "a leader among the resumed followers", func() bool { return testserver.ZooKeeperLeader(followers) != nil })
+		leader.Resume()
 	}
 }
 
@@ -329,7 +338,7 @@ func TestConformanceStandaloneFaults(t *testing.T) {
 	z := testserver.StartZooKeeper(t)
 	logsOnFailure(t, z)
 	nodes := []*testserver.ZooKeeper{z}
-	dlocktest.TestLocker(t, withFaults(harness(t, []string{z.Addr()}, sessionTimeout), nodes, sessionTimeout))
+	dlocktest.TestLocker(t, withFaults(harness(t, []string{z.Addr()}, faultSessionTimeout), nodes, faultSessionTimeout))
 }
 
 func TestConformanceEnsembleFaults(t *testing.T) {
@@ -337,5 +346,5 @@ func TestConformanceEnsembleFaults(t *testing.T) {
 	nodes := testserver.StartZooKeeperEnsemble(t, 3)
 	logsOnFailure(t, nodes...)
 	addrs := testserver.ZooKeeperAddrs(nodes)
-	dlocktest.TestLocker(t, withFaults(harness(t, addrs, sessionTimeout), nodes, sessionTimeout))
+	dlocktest.TestLocker(t, withFaults(harness(t, addrs, faultSessionTimeout), nodes, faultSessionTimeout))
 }

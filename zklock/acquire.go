@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -44,10 +43,6 @@ func watchNode(c *zk.Conn, path string) (exists, error) {
 	return exists{ok: true, stat: st, watch: w, data: d}, nil
 }
 
-// testCreateDelay (tests only) delays each create on its goroutine before
-// the request is sent, as a busy scheduler can.
-var testCreateDelay atomic.Int64
-
 // create puts req's queue node under the key's znode (a container, created
 // if missing, with the prefix above it) and returns it. A create whose
 // reply was lost is found again by its protection id before it is tried
@@ -73,17 +68,21 @@ func (b *backend) create(ctx context.Context, req *driver.Request) (*entry, erro
 			created string
 		)
 		path, err := call(ctx, b, "create", func() (string, error) {
-			if d := testCreateDelay.Load(); d > 0 {
-				time.Sleep(time.Duration(d))
+			h := b.hooks.Load()
+			if h != nil && h.beforeCreate != nil {
+				h.beforeCreate()
 			}
 			p, err := b.conn.Create(dir+"/"+nodePrefix(req.Owner, req.Mode, req.Limit), data, zk.FlagEphemeralSequential, b.acl)
 			mu.Lock()
-			defer mu.Unlock()
 			if err == nil {
 				created = p
 				if gaveUp {
 					b.newEntry(req, dir, p[len(dir)+1:], sid, lease).abandon()
 				}
+			}
+			mu.Unlock()
+			if h != nil && h.afterCreate != nil {
+				h.afterCreate(err)
 			}
 			return p, err
 		})
@@ -595,6 +594,9 @@ func (b *backend) Abort(ctx context.Context, req *driver.Request) error {
 	err := b.deleteOwner(ctx, dir, req.Owner)
 	if err != nil {
 		b.abandonOwner(dir, req.Owner) // the attempt may still take effect
+	}
+	if h := b.hooks.Load(); h != nil && h.aborted != nil {
+		h.aborted(err)
 	}
 	return err
 }

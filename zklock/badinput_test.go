@@ -12,7 +12,6 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
-	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/zklock"
 )
 
@@ -31,6 +30,7 @@ func closedPort(t *testing.T) string {
 // (nothing listening, or a server that accepts and never answers) by its
 // context's deadline.
 func TestConnectBadInput(t *testing.T) {
+	t.Parallel()
 	ctx := dlocktest.Context(t)
 	for name, tc := range map[string]struct {
 		servers []string
@@ -79,7 +79,8 @@ func TestConnectBadInput(t *testing.T) {
 
 // New refuses what it cannot work with, with an error from every call.
 func TestNewBadInput(t *testing.T) {
-	z := testserver.StartZooKeeper(t)
+	t.Parallel()
+	z := sharedZooKeeper(t)
 	good := connect(t, []string{z.Addr()})
 	plain, _, err := zk.Connect([]string{z.Addr()}, sessionTimeout, zk.WithLogger(quiet{}))
 	if err != nil {
@@ -118,15 +119,17 @@ func TestNewBadInput(t *testing.T) {
 // shows on the first lock under znodes made by the right identity, as a
 // clear error in bounded time, never as a held lock or a hang.
 func TestWrongDigest(t *testing.T) {
-	z := testserver.StartZooKeeper(t)
+	t.Parallel()
+	z := sharedZooKeeper(t)
 	addrs := []string{z.Addr()}
-	right := zklock.New(connect(t, addrs, zklock.WithDigest("app", "s3cret")), zklock.WithPrefix("/secure"), zklock.WithDigest("app", "s3cret"))
+	secure := uniquePrefix(t) + "/secure"
+	right := zklock.New(connect(t, addrs, zklock.WithDigest("app", "s3cret")), zklock.WithPrefix(secure), zklock.WithDigest("app", "s3cret"))
 	lk, err := right.Acquire(dlocktest.Context(t), "k")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer lk.Release(context.Background())
-	wrong := zklock.New(connect(t, addrs, zklock.WithDigest("app", "guess")), zklock.WithPrefix("/secure"), zklock.WithDigest("app", "guess"))
+	wrong := zklock.New(connect(t, addrs, zklock.WithDigest("app", "guess")), zklock.WithPrefix(secure), zklock.WithDigest("app", "guess"))
 	for _, key := range []string{"k", "other"} {
 		_, err := wrong.TryAcquire(dlocktest.Context(t), key)
 		if !errors.Is(err, zk.ErrNoAuth) || errors.Is(err, dlock.ErrNotAcquired) {
@@ -136,7 +139,7 @@ func TestWrongDigest(t *testing.T) {
 			t.Fatalf("error %q should point at the credentials without showing them", err)
 		}
 	}
-	nobody := zklock.New(connect(t, addrs), zklock.WithPrefix("/secure"))
+	nobody := zklock.New(connect(t, addrs), zklock.WithPrefix(secure))
 	if _, err := nobody.TryAcquire(dlocktest.Context(t), "k"); !errors.Is(err, zk.ErrNoAuth) {
 		t.Fatalf("TryAcquire without credentials: %v; want zk.ErrNoAuth", err)
 	}

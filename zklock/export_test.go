@@ -1,11 +1,34 @@
 package zklock
 
-import "time"
+// WatchEvents returns the number of watch events the waiters and holders
+// of the Lockers ls have received so far (tests: a release wakes one
+// waiter).
+func WatchEvents(ls ...*Locker) int64 {
+	var n int64
+	for _, l := range ls {
+		n += l.b.watchEvents.Load()
+	}
+	return n
+}
 
-// WatchEvents returns the number of watch events zklock's waiters and
-// holders have received so far (tests: a release wakes one waiter).
-func WatchEvents() int64 { return watchEvents.Load() }
+// Hooks are test hooks on one Locker's steps; a nil field is no hook.
+type Hooks struct {
+	// BeforeCreate runs on a queue node create's goroutine before the
+	// request is sent (blocking in it is a scheduler that runs the
+	// create late).
+	BeforeCreate func()
+	// AfterCreate runs on that goroutine once the create returned.
+	AfterCreate func(err error)
+	// Aborted runs when the Locker's Abort (the undo of an attempt whose
+	// outcome is unknown) returns.
+	Aborted func(err error)
+}
 
-// SetCreateDelay delays every queue node create by d before it is sent
-// (0: no delay), as a busy scheduler can.
-func SetCreateDelay(d time.Duration) { testCreateDelay.Store(int64(d)) }
+// SetHooks installs h on l (nil removes them).
+func SetHooks(l *Locker, h *Hooks) {
+	if h == nil {
+		l.b.hooks.Store(nil)
+		return
+	}
+	l.b.hooks.Store(&testHooks{beforeCreate: h.BeforeCreate, afterCreate: h.AfterCreate, aborted: h.Aborted})
+}

@@ -14,9 +14,11 @@ import (
 )
 
 // The guard suite on a standalone server and on an ensemble (each guard
-// instance on its own connection, the ensemble's through any member).
+// instance on its own connection, the ensemble's through any member). Not
+// parallel: the suite checks that its goroutines end (goleak), so it runs
+// apart from tests that start goroutines of their own.
 func TestGuard(t *testing.T) {
-	z := testserver.StartZooKeeper(t)
+	z := sharedZooKeeper(t)
 	guardtest.Run(t, func(t *testing.T, opts ...driver.Option) guard.Guard {
 		return zklock.NewGuard(connect(t, []string{z.Addr()}), opts...)
 	})
@@ -31,6 +33,7 @@ func TestGuardEnsemble(t *testing.T) {
 }
 
 func TestGuardBadInput(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	f := dlock.Fence{Token: 1, Owner: "o"}
 	for name, g := range map[string]*zklock.Guard{
@@ -41,7 +44,7 @@ func TestGuardBadInput(t *testing.T) {
 			t.Errorf("%s: Put = %v, want ErrNilClient", name, err)
 		}
 	}
-	z := testserver.StartZooKeeper(t)
+	z := sharedZooKeeper(t)
 	c := connect(t, []string{z.Addr()})
 	for _, p := range []string{"/", "rel", "/a//b", "/a/"} {
 		if _, err := zklock.NewGuard(c, zklock.WithGuardPrefix(p)).Highest(ctx, "r"); !errors.Is(err, dlock.ErrInvalidOption) {
@@ -49,7 +52,7 @@ func TestGuardBadInput(t *testing.T) {
 		}
 	}
 	// A fence znode that does not hold a fence is an error, not a reset.
-	g := zklock.NewGuard(c)
+	g := zklock.NewGuard(c, zklock.WithGuardPrefix(uniquePrefix(t)))
 	if err := g.Put(ctx, "junk", f, "n", "v"); err != nil {
 		t.Fatal(err)
 	}

@@ -199,6 +199,15 @@ func (e *entry) Bind(lose func(cause error)) func() {
 				if !ok {
 					return
 				}
+				// An event that comes after the binding was stopped (the
+				// holder's own release, which is sent only once the
+				// binding stopped) is not a loss, nor an event this lock
+				// heard: when both are ready, select may pick either.
+				select {
+				case <-stop:
+					return
+				default:
+				}
 				e.b.sawWatch()
 				e.mu.Lock()
 				released := e.released
@@ -248,8 +257,6 @@ func (e *entry) Bind(lose func(cause error)) func() {
 	}
 }
 
-// watchEvents counts the watch events zklock's waiters and holders
-// received (tests: a release must wake one waiter, not the herd).
-var watchEvents atomic.Int64
-
-func (b *backend) sawWatch() { watchEvents.Add(1) }
+// sawWatch counts a watch event one of b's waiters or holders received
+// (tests: a release must wake one waiter, not the herd).
+func (b *backend) sawWatch() { b.watchEvents.Add(1) }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -97,6 +98,17 @@ type backend struct {
 	acl     []zk.ACL
 	info    *sessionInfo  // from Connect; nil otherwise
 	fixed   time.Duration // WithSessionTimeout, for connections not from Connect
+
+	watchEvents atomic.Int64 // watch events its waiters and holders received
+	hooks       atomic.Pointer[testHooks]
+}
+
+// testHooks let tests see and schedule the backend's steps (see
+// export_test.go); nil outside tests.
+type testHooks struct {
+	beforeCreate func()          // on the create's goroutine, before it is sent
+	afterCreate  func(err error) // on the create's goroutine, once it returned
+	aborted      func(err error) // when Abort returns
 }
 
 // New returns a Locker on conn. conn should come from Connect, which

@@ -95,7 +95,8 @@ func releaseOK(t *testing.T, lk *dlock.Lock) {
 // queued behind it) and is granted when the last earlier reader goes, with
 // a token above theirs; the reader behind it comes after it.
 func TestSharedWriterPreference(t *testing.T) {
-	z := testserver.StartZooKeeper(t)
+	t.Parallel()
+	z := sharedZooKeeper(t)
 	addrs := []string{z.Addr()}
 	admin := connect(t, addrs)
 	key := dlocktest.Key(t)
@@ -152,7 +153,8 @@ func TestSharedWriterPreference(t *testing.T) {
 // behind it is then granted, with a higher token; the other reader kept
 // its own lease.
 func TestReaderSessionExpiryAdmitsWriter(t *testing.T) {
-	z := testserver.StartZooKeeper(t)
+	t.Parallel()
+	z := sharedZooKeeper(t)
 	addrs := []string{z.Addr()}
 	admin := connect(t, addrs)
 	p := testserver.StartProxy(t, z.Addr())
@@ -193,7 +195,8 @@ func TestReaderSessionExpiryAdmitsWriter(t *testing.T) {
 // The only reader's session expires while a writer waits: the writer is
 // granted without anyone releasing anything.
 func TestOnlyReaderExpiryAdmitsWriter(t *testing.T) {
-	z := testserver.StartZooKeeper(t)
+	t.Parallel()
+	z := sharedZooKeeper(t)
 	addrs := []string{z.Addr()}
 	admin := connect(t, addrs)
 	p := testserver.StartProxy(t, z.Addr())
@@ -215,39 +218,12 @@ func TestOnlyReaderExpiryAdmitsWriter(t *testing.T) {
 	}
 }
 
-// A shared Acquire whose create reply is lost finds its read- node again
-// by its owner id and is granted with it once the writer ahead goes,
-// leaving exactly one node.
-func TestLostCreateReplyShared(t *testing.T) {
-	z := testserver.StartZooKeeper(t)
-	admin := connect(t, []string{z.Addr()})
-	p := testserver.StartProxy(t, z.Addr())
-	t.Cleanup(p.Heal)
-	l := zklock.New(connect(t, []string{p.Addr()}))
-	key := dlocktest.Key(t)
-	dir := l.Path(key)
-	wl, err := zklock.New(admin).Acquire(dlocktest.Context(t), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.LoseNextReply()
-	pr := acquireLater(t, admin, l, key, 2, dlock.WithShared())
-	releaseOK(t, wl)
-	got := pr.got(t, "shared Acquire after a lost create reply")
-	kids := children(t, admin, dir)
-	if len(kids) != 1 || !strings.Contains(kids[0], got.Owner()+"-read-") {
-		t.Fatalf("children %v, want only the reader's read- node (owner %s)", kids, got.Owner())
-	}
-	if !got.Fence().Shared {
-		t.Fatalf("fence %+v, want shared", got.Fence())
-	}
-}
-
 // A semaphore of 2: two permits hold, waiters queue in order and each
 // release admits the first waiter, whichever holder released; a permit
 // that waited behind a waiting permit hears of its grant (the mark).
 func TestSemaphoreOrder(t *testing.T) {
-	z := testserver.StartZooKeeper(t)
+	t.Parallel()
+	z := sharedZooKeeper(t)
 	addrs := []string{z.Addr()}
 	admin := connect(t, addrs)
 	key := dlocktest.Key(t)
@@ -289,49 +265,13 @@ func TestSemaphoreOrder(t *testing.T) {
 	}
 }
 
-// A release in a semaphore with many waiters wakes few of them, not the
-// herd.
-func TestSemaphoreNoHerd(t *testing.T) {
-	z := testserver.StartZooKeeper(t)
-	addrs := []string{z.Addr()}
-	admin := connect(t, addrs)
-	key := dlocktest.Key(t)
-	lim := dlock.WithLimit(2)
-	var held []*dlock.Lock
-	for range 2 {
-		lk, err := zklock.New(connect(t, addrs)).Acquire(dlocktest.Context(t), key, lim)
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, lk)
-	}
-	const waiters = 12
-	var ps []pending
-	for i := range waiters {
-		ps = append(ps, acquireLater(t, admin, zklock.New(connect(t, addrs)), key, 3+i, lim))
-	}
-	time.Sleep(200 * time.Millisecond) // the last waiter's watch set
-	before := zklock.WatchEvents()
-	releaseOK(t, held[0])
-	ps[0].got(t, "first waiter")
-	time.Sleep(300 * time.Millisecond)
-	// The first waiter's children watch, its own node's mark (its Bind),
-	// the second waiter's watch on the first's node, the releaser's own
-	// watch: a herd would be 12 or more.
-	if n := zklock.WatchEvents() - before; n > 5 {
-		t.Fatalf("one release fired %d watch events among %d waiters", n, waiters)
-	}
-	for i := 1; i < waiters; i++ {
-		ps[i].waiting(t, fmt.Sprintf("waiter %d", i))
-	}
-}
-
 // A permit with another limit than the holders' fails with
 // ErrLimitMismatch naming both limits (Try and Acquire); a permit queued
 // behind a waiting permit of another limit waits for it and fails once it
 // holds.
 func TestSemaphoreLimitMismatch(t *testing.T) {
-	z := testserver.StartZooKeeper(t)
+	t.Parallel()
+	z := sharedZooKeeper(t)
 	addrs := []string{z.Addr()}
 	admin := connect(t, addrs)
 	key := dlocktest.Key(t)
@@ -376,7 +316,8 @@ func TestSemaphoreLimitMismatch(t *testing.T) {
 // List reports each key's mode, every holder with its mode, the limit of
 // a semaphore and the waiters.
 func TestListModes(t *testing.T) {
-	z := testserver.StartZooKeeper(t)
+	t.Parallel()
+	z := sharedZooKeeper(t)
 	addrs := []string{z.Addr()}
 	admin := connect(t, addrs)
 	key := dlocktest.Key(t)
@@ -415,60 +356,11 @@ func TestListModes(t *testing.T) {
 	}
 }
 
-// A shared Acquire waiting behind a writer over a link that stalls ends
-// by its context with an error, never a grant; its node goes with its
-// session, so the writer's release admits nobody stale, and after the link
-// heals the same Locker takes shared locks again.
-func TestStalledSharedAcquire(t *testing.T) {
-	z := testserver.StartZooKeeper(t)
-	addrs := []string{z.Addr()}
-	admin := connect(t, addrs)
-	p := testserver.StartProxy(t, z.Addr())
-	t.Cleanup(p.Heal)
-	key := dlocktest.Key(t)
-	l := zklock.New(connect(t, []string{p.Addr()}))
-	wl, err := zklock.New(admin).Acquire(dlocktest.Context(t), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		lk, err := l.Acquire(ctx, key, dlock.WithShared())
-		if err == nil {
-			lk.Release(context.Background())
-			err = errors.New("granted")
-		}
-		done <- err
-	}()
-	waitFor(t, "the reader queued", func() bool { return len(children(t, admin, l.Path(key))) == 2 })
-	p.Stall()
-	select {
-	case err := <-done:
-		if err == nil || err.Error() == "granted" {
-			t.Fatalf("shared Acquire over a stalled link: %v, want an error", err)
-		}
-	case <-time.After(dlocktest.HangTimeout):
-		t.Fatal("hang: shared Acquire over a stalled link did not end with its context")
-	}
-	waitFor(t, "the stalled reader's node gone with its session", func() bool { return len(children(t, admin, l.Path(key))) == 1 })
-	releaseOK(t, wl)
-	p.Heal()
-	r, err := l.Acquire(dlocktest.Context(t), key, dlock.WithShared())
-	if err != nil {
-		t.Fatalf("shared Acquire after the link healed: %v", err)
-	}
-	if r.Token() <= wl.Token() {
-		t.Fatalf("reader token %d not above the writer's %d", r.Token(), wl.Token())
-	}
-	releaseOK(t, r)
-}
-
 // The largest limit round-trips through the node name: held, listed and
 // refused to a permit of another limit.
 func TestSemaphoreMaxLimit(t *testing.T) {
-	z := testserver.StartZooKeeper(t)
+	t.Parallel()
+	z := sharedZooKeeper(t)
 	l := zklock.New(connect(t, []string{z.Addr()}))
 	key := dlocktest.Key(t)
 	p, err := l.TryAcquire(dlocktest.Context(t), key, dlock.WithLimit(dlock.MaxLimit))
@@ -488,36 +380,4 @@ func TestSemaphoreMaxLimit(t *testing.T) {
 	}
 	releaseOK(t, q)
 	releaseOK(t, p)
-}
-
-// A create that is sent only after its Acquire gave up (its goroutine
-// scheduled late) and after the engine's Abort found nothing to delete
-// does not leave its node behind to hold the key for the session's life:
-// the create itself deletes it. Exclusive and shared alike.
-func TestLateCreateAfterAbort(t *testing.T) {
-	z := testserver.StartZooKeeper(t)
-	addrs := []string{z.Addr()}
-	admin := connect(t, addrs)
-	key := dlocktest.Key(t)
-	holder, err := zklock.New(admin).Acquire(dlocktest.Context(t), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := zklock.New(connect(t, addrs))
-	zklock.SetCreateDelay(500 * time.Millisecond)
-	t.Cleanup(func() { zklock.SetCreateDelay(0) })
-	for _, opts := range [][]dlock.Option{nil, {dlock.WithShared()}} {
-		if _, err := l.Acquire(dlocktest.Context(t), key, append(opts, dlock.WithWait(50*time.Millisecond))...); err == nil {
-			t.Fatal("acquired a held key")
-		}
-	}
-	time.Sleep(time.Second) // the late creates took effect
-	zklock.SetCreateDelay(0)
-	waitFor(t, "the late creates' nodes deleted", func() bool { return len(children(t, admin, l.Path(key))) == 1 })
-	releaseOK(t, holder)
-	lk, err := l.TryAcquire(dlocktest.Context(t), key)
-	if err != nil {
-		t.Fatalf("the key after its holder released: %v (a late node holds it?)", err)
-	}
-	releaseOK(t, lk)
 }

@@ -1,0 +1,16 @@
+//go:build !linux
+
+package zklock_test
+
+import (
+	"testing"
+
+	"github.com/dlock-go/dlock/internal/testserver"
+)
+
+// pause hangs z (SIGSTOP). Elsewhere than on Linux it cannot tell when
+// the stop took effect.
+func pause(t testing.TB, z *testserver.ZooKeeper) {
+	t.Helper()
+	z.Pause()
+}

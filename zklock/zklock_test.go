@@ -16,32 +16,13 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
-	"github.com/dlock-go/dlock/internal/background"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/zklock"
 )
 
-// TestMain is testserver.Main with the package's shared server stopped
+// TestMain: the package's shared server is stopped (testserver.AfterTests)
 // between the tests and the leak check.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if msg := shared.stop(); msg != "" {
-		fmt.Fprintln(os.Stderr, msg)
-		code = 1
-	}
-	background.Flush()
-	if !background.Wait(testserver.BackgroundTimeout) {
-		fmt.Fprintf(os.Stderr, "dlock background work still running after %v\n", testserver.BackgroundTimeout)
-		code = 1
-	}
-	if code == 0 {
-		if err := goleak.Find(zkCloseLeak); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testserver.Main(m, zkCloseLeak) }
 
 // zkCloseLeak ignores go-zookeeper's connection loop when it stays blocked
 // after Close: a request queued as the connection closes gets an error on
@@ -54,7 +35,8 @@ var zkCloseLeak = goleak.IgnoreTopFunction("github.com/go-zookeeper/zk.(*Conn).f
 
 // shared is the standalone ZooKeeper server of every test that neither
 // pauses, stops nor restarts its server (a JVM takes seconds to start):
-// started by the first test that asks for it, stopped by TestMain. Its
+// started by the first test that asks for it, stopped once the package's
+// tests are done (testserver.AfterTests). Its
 // tests use keys, prefixes and resources of their own.
 var shared sharedServer
 
@@ -68,6 +50,12 @@ type sharedServer struct {
 func sharedZooKeeper(t testing.TB) *testserver.ZooKeeper {
 	t.Helper()
 	shared.once.Do(func() {
+		testserver.AfterTests(func() error {
+			if msg := shared.stop(); msg != "" {
+				return errors.New(msg)
+			}
+			return nil
+		})
 		defer shared.tb.recoverStart()
 		shared.z = testserver.StartZooKeeper(&shared.tb)
 	})

@@ -3,6 +3,7 @@ package testserver
 import (
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +24,15 @@ const BackgroundTimeout = 30 * time.Second
 // it from TestMain: func TestMain(m *testing.M) { testserver.Main(m) }.
 func Main(m *testing.M, opts ...goleak.Option) {
 	code := m.Run()
+	afterMu.Lock()
+	fs := afterTests
+	afterMu.Unlock()
+	for i := len(fs) - 1; i >= 0; i-- {
+		if err := fs[i](); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
 	background.Flush()
 	if !background.Wait(BackgroundTimeout) {
 		fmt.Fprintf(os.Stderr, "dlock background work still running after %v\n", BackgroundTimeout)
@@ -35,4 +45,18 @@ func Main(m *testing.M, opts ...goleak.Option) {
 		}
 	}
 	os.Exit(code)
+}
+
+var (
+	afterMu    sync.Mutex
+	afterTests []func() error
+)
+
+// AfterTests registers f to run once the package's tests are done, before
+// Main looks for leaked goroutines, the last registered first: it stops a
+// server the package's tests share. An error from f fails the run.
+func AfterTests(f func() error) {
+	afterMu.Lock()
+	afterTests = append(afterTests, f)
+	afterMu.Unlock()
 }

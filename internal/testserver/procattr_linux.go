@@ -1,9 +1,14 @@
 package testserver
 
 import (
+	"bytes"
+	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
+	"strconv"
 	"syscall"
+	"time"
 )
 
 // serverProcAttr puts a server in its own process group (a terminal's ^C
@@ -25,4 +30,37 @@ func StopSelf() {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	_ = syscall.Tgkill(os.Getpid(), syscall.Gettid(), syscall.SIGSTOP)
+}
+
+// waitStopped waits up to d until every thread of pid is stopped (state T)
+// or gone.
+func waitStopped(pid int, d time.Duration) error {
+	dir := filepath.Join("/proc", strconv.Itoa(pid), "task")
+	for end := time.Now().Add(d); ; {
+		if allStopped(dir) {
+			return nil
+		}
+		if time.Now().After(end) {
+			return fmt.Errorf("pid %d not stopped %v after SIGSTOP", pid, d)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func allStopped(taskDir string) bool {
+	tasks, err := os.ReadDir(taskDir)
+	if err != nil {
+		return true // the process is gone
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(filepath.Join(taskDir, task.Name(), "stat"))
+		if err != nil {
+			continue // the thread exited
+		}
+		i := bytes.LastIndexByte(b, ')') // "pid (comm) state ...": comm may hold ')'
+		if i < 0 || i+2 >= len(b) || !bytes.ContainsRune([]byte("TtZX"), rune(b[i+2])) {
+			return false
+		}
+	}
+	return true
 }

@@ -295,7 +295,17 @@ func (r *Redis) signal(sig syscall.Signal) {
 
 // Pause stops the server process (SIGSTOP): connections stay open and
 // requests hang, as during a long GC pause or a stalled VM.
-func (r *Redis) Pause() { r.signal(syscall.SIGSTOP); r.paused = true }
+func (r *Redis) Pause() {
+	r.signal(syscall.SIGSTOP)
+	r.paused = true
+	// Every thread stopped (redis-server has background threads): until
+	// then, on a loaded machine, the server may go on answering.
+	if r.cmd != nil && r.cmd.Process != nil {
+		if err := waitStopped(r.cmd.Process.Pid, 30*time.Second); err != nil {
+			r.t.Fatalf("redis pause: %v", err)
+		}
+	}
+}
 
 // Resume continues a paused server (SIGCONT).
 func (r *Redis) Resume() { r.signal(syscall.SIGCONT); r.paused = false }

@@ -142,7 +142,7 @@ func (z *ZooKeeper) launch() error {
 		"-Dznode.container.checkIntervalMs=500",
 		"-Dznode.container.maxPerMinute=1000000",
 		"-Dzookeeper.forceSync=no",
-		"-cp", ZooKeeperJar, main, z.cfg)
+		"-cp", classPath(), main, z.cfg)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = serverProcAttr()
 	if err := cmd.Start(); err != nil {
@@ -254,9 +254,18 @@ func (z *ZooKeeper) signal(sig syscall.Signal) {
 	}
 }
 
-// Pause stops the server process (SIGSTOP): connections stay open and
-// requests hang.
-func (z *ZooKeeper) Pause() { z.signal(syscall.SIGSTOP) }
+// Pause stops the server process (SIGSTOP) and returns once every thread
+// of it has stopped: connections stay open and requests hang. (The kernel
+// acts on a process-directed SIGSTOP when one of the JVM's threads next
+// runs; until then, on a loaded machine, the server goes on answering.)
+func (z *ZooKeeper) Pause() {
+	z.signal(syscall.SIGSTOP)
+	if z.cmd != nil && z.cmd.Process != nil {
+		if err := waitStopped(z.cmd.Process.Pid, 30*time.Second); err != nil {
+			z.t.Fatalf("zookeeper pause: %v", err)
+		}
+	}
+}
 
 // Resume continues a paused server (SIGCONT).
 func (z *ZooKeeper) Resume() { z.signal(syscall.SIGCONT) }
@@ -294,4 +303,15 @@ func (z *ZooKeeper) Start() {
 		time.Sleep(200 * time.Millisecond)
 	}
 	z.t.Fatalf("zookeeper restart on port %d: %v", z.port, err)
+}
+
+// slf4jSimple, when installed (libslf4j-java), gives the server a logger:
+// without one its log (LogPath) holds nothing but SLF4J's warning.
+const slf4jSimple = "/usr/share/java/slf4j-simple.jar"
+
+func classPath() string {
+	if isFile(slf4jSimple) {
+		return ZooKeeperJar + string(os.PathListSeparator) + slf4jSimple
+	}
+	return ZooKeeperJar
 }

@@ -70,7 +70,9 @@ func RunOnce(ctx context.Context, l Locker, key string, atMostFor, atLeastFor ti
 	}
 	ttl := min(max(DefaultTTL, atLeastFor), atMostFor)
 	if cfg.ttlSet {
-		if cfg.TTL < atLeastFor || cfg.TTL > atMostFor {
+		// The TTL is kept in whole milliseconds (newConfig): WithTTL(x)
+		// with atLeastFor x fits whatever x's sub-millisecond part.
+		if cfg.TTL < atLeastFor.Truncate(time.Millisecond) || cfg.TTL > atMostFor {
 			return false, fmt.Errorf("%w: RunOnce TTL %v must be in [atLeastFor %v, atMostFor %v]", ErrInvalidOption, cfg.TTL, atLeastFor, atMostFor)
 		}
 		ttl = cfg.TTL

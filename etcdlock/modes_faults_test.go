@@ -17,7 +17,8 @@ import (
 // Abort) without waiting for its lease, which another lock keeps alive, so
 // a writer gets the key once the other reader left.
 func TestSharedLostCreateReplyIsAborted(t *testing.T) {
-	c, l, p := proxied(t)
+	t.Parallel()
+	c, l, lossy := lossyLocker(t)
 	other := etcdlock.New(newClient(t, c.Endpoints()))
 	ttl := dlock.WithTTL(time.Minute)
 	for _, tc := range []struct {
@@ -49,23 +50,20 @@ func TestSharedLostCreateReplyIsAborted(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer keeper.Release(context.Background())
-			time.Sleep(100 * time.Millisecond) // keeper's own-entry watch is set up
-			p.LoseNextReply()
+			lost := lossy.arm(txnPutUnder(l.QueuePrefix(key)))
 			var lk *dlock.Lock
 			if tc.try {
 				lk, err = l.TryAcquire(dlocktest.Context(t), key, tc.opt, ttl)
 			} else {
 				lk, err = l.Acquire(dlocktest.Context(t), key, tc.opt, ttl)
 			}
-			p.Heal()
+			mustHaveLost(t, lost, "the attempt's create")
 			if err == nil {
-				t.Logf("%s: acquired despite the lost reply", tc.name)
-				rel(t, lk)
+				t.Fatalf("%s: acquired although the reply to its create was lost (token %d)", tc.name, lk.Token())
 			} else if errors.Is(err, dlock.ErrNotAcquired) {
 				t.Fatalf("a lost reply reported as a held key: %v", err)
-			} else {
-				t.Logf("%s: %v", tc.name, err)
 			}
+			t.Logf("%s: %v", tc.name, err)
 			if r != nil {
 				rel(t, r)
 			}

@@ -109,7 +109,8 @@ func TestRedTeam14_ConcurrentLimitedTryFillsExactly(t *testing.T) {
 // settled) and a writer waiting behind the reader gets the key long before
 // the reader's lease (1 min) would expire.
 func TestRedTeam14_SharedLostReleaseReply(t *testing.T) {
-	c, l, p := proxied(t)
+	t.Parallel()
+	c, l, lossy := lossyLocker(t)
 	other := etcdlock.New(newClient(t, c.Endpoints()))
 	key := dlocktest.Key(t)
 	ttl := dlock.WithTTL(time.Minute)
@@ -122,16 +123,17 @@ func TestRedTeam14_SharedLostReleaseReply(t *testing.T) {
 		t.Fatal(err)
 	}
 	wch := acquireBG(t, nil, other, key, ttl)
-	time.Sleep(200 * time.Millisecond)
-	p.LoseNextReply()
+	awaitQueueLen(t, newClient(t, c.Endpoints()), other, key, 3)
+	lost := lossy.arm(txnDeleteUnder(l.QueuePrefix(key)))
 	err = r.Release(dlocktest.Context(t))
-	p.Heal()
+	mustHaveLost(t, lost, "the reader's Release")
 	t.Logf("release with a lost reply: %v", err)
-	if err != nil && !errors.Is(err, dlock.ErrNotHeld) {
-		// Retried by the caller, as the README tells.
-		if err := r.Release(dlocktest.Context(t)); err != nil {
-			t.Logf("retried release: %v", err)
-		}
+	if err == nil || errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Release whose reply was lost = %v, want an error that is not ErrNotHeld", err)
+	}
+	// Retried by the caller, as the README tells.
+	if err := r.Release(dlocktest.Context(t)); err != nil {
+		t.Fatalf("retried release: %v", err)
 	}
 	rel(t, r2)
 	select {

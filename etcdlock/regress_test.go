@@ -29,6 +29,15 @@ func proxied(t *testing.T) (*etcdtest.Cluster, *etcdlock.Locker, *testserver.Pro
 	return c, l, p
 }
 
+// lossyLocker is a Locker on a one-member cluster whose client loses the
+// reply to the requests r is armed for.
+func lossyLocker(t *testing.T) (*etcdtest.Cluster, *etcdlock.Locker, *replyLoser) {
+	t.Helper()
+	c := etcdtest.Start(t, 1)
+	r := &replyLoser{}
+	return c, etcdlock.New(lossyClient(t, c.Endpoints(), r)), r
+}
+
 func ctxFor(d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), d)
 }
@@ -214,7 +223,8 @@ func TestQueueReportsHolderWhenContextEnds(t *testing.T) {
 // entry by its owner and deletes it (not another owner's), and the key is
 // free without waiting for the lease, which another lock keeps alive.
 func TestLostCreateReplyIsAborted(t *testing.T) {
-	c, l, p := proxied(t)
+	t.Parallel()
+	c, l, r := lossyLocker(t)
 	other := etcdlock.New(newClient(t, c.Endpoints()))
 	key, key2 := dlocktest.Key(t), dlocktest.Key(t)
 	ttl := dlock.WithTTL(time.Minute)
@@ -223,13 +233,11 @@ func TestLostCreateReplyIsAborted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer keeper.Release(context.Background())
-	time.Sleep(100 * time.Millisecond) // keeper's own-entry watch is set up
-	p.LoseNextReply()
+	lost := r.arm(txnPutUnder(l.QueuePrefix(key)))
 	lk, err := l.TryAcquire(dlocktest.Context(t), key, ttl)
-	p.Heal()
+	mustHaveLost(t, lost, "the TryAcquire's create")
 	if err == nil {
-		t.Logf("acquired despite the lost reply")
-		lk.Release(dlocktest.Context(t))
+		t.Fatalf("TryAcquire whose reply was lost succeeded (token %d)", lk.Token())
 	} else if errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("a lost reply reported as a held key: %v", err)
 	}
@@ -248,7 +256,8 @@ func TestLostCreateReplyIsAborted(t *testing.T) {
 // Defect 6: a release whose reply was lost (the delete took effect), then
 // retried, returns nil, and the key is free.
 func TestReleaseRetriedAfterLostReply(t *testing.T) {
-	c, l, p := proxied(t)
+	t.Parallel()
+	c, l, r := lossyLocker(t)
 	other := etcdlock.New(newClient(t, c.Endpoints()))
 	for i := 0; i < 3; i++ {
 		key := dlocktest.Key(t)
@@ -256,18 +265,18 @@ func TestReleaseRetriedAfterLostReply(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(100 * time.Millisecond) // the own-entry watch is set up
-		p.LoseNextReply()
+		lost := r.arm(txnDeleteUnder(l.QueuePrefix(key)))
 		err = lk.Release(dlocktest.Context(t))
-		p.Heal()
-		if err != nil {
-			t.Logf("first Release: %v", err)
-			if errors.Is(err, dlock.ErrLockLost) {
-				t.Fatalf("a lost release reply reported as a lost lock: %v", err)
-			}
-			if err = lk.Release(dlocktest.Context(t)); err != nil {
-				t.Fatalf("retried Release: %v", err)
-			}
+		mustHaveLost(t, lost, "the Release's delete")
+		if err == nil {
+			t.Fatal("Release whose reply was lost returned nil")
+		}
+		t.Logf("first Release: %v", err)
+		if errors.Is(err, dlock.ErrLockLost) {
+			t.Fatalf("a lost release reply reported as a lost lock: %v", err)
+		}
+		if err = lk.Release(dlocktest.Context(t)); err != nil {
+			t.Fatalf("retried Release: %v", err)
 		}
 		if !errors.Is(lk.Err(), dlock.ErrReleased) {
 			t.Fatalf("Err() = %v, want ErrReleased", lk.Err())

@@ -16,6 +16,7 @@ import (
 // A lock's TTL is the lease etcd applied: whole seconds, rounded up, and
 // at least the server's minimum; the local deadline counts from it.
 func TestEffectiveTTL(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	admin := newClient(t, c.Endpoints())
 	l := etcdlock.New(newClient(t, c.Endpoints()))
@@ -46,6 +47,7 @@ func TestEffectiveTTL(t *testing.T) {
 // New passes its whole option list to the core: dlock.WithObserver sees
 // the etcd backend's events.
 func TestObserver(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	var (
 		mu     sync.Mutex
@@ -81,6 +83,7 @@ func TestObserver(t *testing.T) {
 // Bad input to New is reported by every call, never a panic: a nil client
 // (dlock.ErrNilClient), a negative request timeout (dlock.ErrInvalidOption).
 func TestNewBadInput(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	cli := newClient(t, c.Endpoints())
 	ctx := dlocktest.Context(t)

@@ -87,6 +87,7 @@ func TestSharedLostCreateReplyIsAborted(t *testing.T) {
 // the key beyond its lease: a writer gets the key after the first writer
 // left.
 func TestSharedWaitOnStalledLink(t *testing.T) {
+	t.Parallel()
 	c, l, p := proxied(t)
 	cli := newClient(t, c.Endpoints())
 	other := etcdlock.New(newClient(t, c.Endpoints()))

@@ -16,6 +16,7 @@ import (
 // lease renewal during the wait, Grant.Start later than the attempt) and
 // re-enqueued at the back of the queue, losing its place and a token.
 func TestRegressQueuedWaitLongerThanTTL(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	key := dlocktest.Key(t)
 	ttl := 2 * time.Second

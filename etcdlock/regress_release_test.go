@@ -31,6 +31,7 @@ const receiptDir = "\x00dlock-released/"
 // a release of ours writes with its delete is not there, so the retried
 // Release reports the loss.
 func TestForeignDeleteDuringStallIsReportedLost(t *testing.T) {
+	t.Parallel()
 	p := etcdtest.StartProcess(t)
 	u, err := url.Parse(p.ClientURL())
 	if err != nil {
@@ -75,6 +76,7 @@ func TestForeignDeleteDuringStallIsReportedLost(t *testing.T) {
 // lock is not blocked, and they do not pile up: the next release deletes
 // the receipts whose outcome is known.
 func TestReleaseReceiptsAreNotLocksAndDoNotPileUp(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	cli := newClient(t, c.Endpoints())
 	l := etcdlock.New(newClient(t, c.Endpoints()))

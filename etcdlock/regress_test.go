@@ -46,6 +46,7 @@ func ctxFor(d time.Duration) (context.Context, context.CancelFunc) {
 // same Locker take over the old queue entry (same lease, same token): a
 // retry of the first Release would then delete the new holder's entry.
 func TestFailedReleaseThenAcquireKeepsNewHolder(t *testing.T) {
+	t.Parallel()
 	c, l, p := proxied(t)
 	other := etcdlock.New(newClient(t, c.Endpoints()))
 	key := dlocktest.Key(t)
@@ -85,6 +86,7 @@ func TestFailedReleaseThenAcquireKeepsNewHolder(t *testing.T) {
 // lock keeps the shared lease alive: its delete is retried with the
 // lease's next keep-alive.
 func TestFailedReleaseDoesNotLingerOnSharedLease(t *testing.T) {
+	t.Parallel()
 	c, l, p := proxied(t)
 	other := etcdlock.New(newClient(t, c.Endpoints()))
 	key, key2 := dlocktest.Key(t), dlocktest.Key(t)
@@ -122,6 +124,7 @@ func TestFailedReleaseDoesNotLingerOnSharedLease(t *testing.T) {
 // for the lock's own TTL (but still is for the lease's, which etcd raises
 // to its minimum) is alive when it is handed out.
 func TestShortTTLOnReusedLeaseIsAliveAtBirth(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	l := etcdlock.New(newClient(t, c.Endpoints()))
 	ttl := dlock.WithTTL(300 * time.Millisecond)
@@ -146,6 +149,7 @@ func TestShortTTLOnReusedLeaseIsAliveAtBirth(t *testing.T) {
 // Defect 3: a revoked lease is noticed at once, not at the next renewal
 // (TTL/3 = 20s here).
 func TestRevokedLeaseNoticedBeforeRenewal(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	admin := newClient(t, c.Endpoints())
 	l := etcdlock.New(newClient(t, c.Endpoints()))
@@ -178,6 +182,7 @@ func TestRevokedLeaseNoticedBeforeRenewal(t *testing.T) {
 // slowly) returns at once with the holder, and removes its entry in the
 // background rather than before returning.
 func TestQueueReportsHolderWhenContextEnds(t *testing.T) {
+	t.Parallel()
 	c, l, p := proxied(t)
 	holderL := etcdlock.New(newClient(t, c.Endpoints()))
 	key := dlocktest.Key(t)
@@ -291,6 +296,7 @@ func TestReleaseRetriedAfterLostReply(t *testing.T) {
 
 // Defect 7: List returns by its context's deadline on a stalled link.
 func TestListHonoursContext(t *testing.T) {
+	t.Parallel()
 	_, l, p := proxied(t)
 	key := dlocktest.Key(t)
 	lk, err := l.Acquire(dlocktest.Context(t), key)

@@ -14,6 +14,7 @@ import (
 // holder's row (the row's xmax stays 0), draws no token (the sequence
 // does not move) and reports the holder.
 func TestFailedAttemptIsARead(t *testing.T) {
+	t.Parallel()
 	pg := testserver.StartPostgres(t)
 	key := dlocktest.Key(t)
 	ctx := dlocktest.Context(t)

@@ -14,6 +14,7 @@ import (
 )
 
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	pg := testserver.StartPostgres(t)
 	pool := newPool(t, pg.DSN(""))
 	for name, tc := range map[string]struct {
@@ -62,6 +63,7 @@ func TestBadInput(t *testing.T) {
 // A read-only server (a hot standby, here default_transaction_read_only)
 // is refused with an error saying why.
 func TestReadOnly(t *testing.T) {
+	t.Parallel()
 	pg := testserver.StartPostgres(t)
 	if _, err := pg.Exec("", "CREATE DATABASE ro"); err != nil {
 		t.Fatal(err)
@@ -80,6 +82,7 @@ func TestReadOnly(t *testing.T) {
 
 // A wrong password is an error in bounded time, not a held key.
 func TestWrongPassword(t *testing.T) {
+	t.Parallel()
 	pg := testserver.StartPostgres(t)
 	if _, err := pg.Exec("", "CREATE ROLE app LOGIN PASSWORD 'right'"); err != nil {
 		t.Fatal(err)
@@ -99,6 +102,7 @@ func TestWrongPassword(t *testing.T) {
 
 // Tokens keep increasing across a server crash and restart.
 func TestRestartKeepsTokens(t *testing.T) {
+	t.Parallel()
 	pg := testserver.StartPostgres(t)
 	key := dlocktest.Key(t)
 	l := pglock.New(newPool(t, pg.DSN("")))

@@ -20,6 +20,7 @@ import (
 // in the database's future is not, however long ago its TTL ran out on
 // the contender's clock.
 func TestExpiryByDatabaseClock(t *testing.T) {
+	t.Parallel()
 	pg := testserver.StartPostgres(t)
 	ctx := dlocktest.Context(t)
 	a := pglock.New(newPool(t, pg.DSN("")))

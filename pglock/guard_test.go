@@ -89,7 +89,9 @@ func guardSuite(t *testing.T, dsn string) {
 	}))
 }
 
-// The conformance suite, each guard instance on a pool of its own.
+// The conformance suite, each guard instance on a pool of its own. Not
+// parallel, nor TestGuardPgBouncer: the suite checks with goleak that its
+// tests leave no goroutine behind, so it runs alone.
 func TestGuard(t *testing.T) {
 	pg, _ := guardServer(t)
 	guardSuite(t, pg.DSN(""))
@@ -146,6 +148,7 @@ func guardDecrement(ctx context.Context, g *pglock.Guard, tx pgx.Tx, sku string,
 // writes the business row, so a stale holder's write never commits, even
 // when it wrote before checking or ignores the refusal.
 func TestGuardInTransaction(t *testing.T) {
+	t.Parallel()
 	_, pool := guardServer(t)
 	guardInventory(t, pool)
 	guardExec(t, pool, `INSERT INTO inventory (sku, qty) VALUES ('42', 10)`)
@@ -284,6 +287,7 @@ func TestGuardInTransaction(t *testing.T) {
 // Do: a fenced transaction in one call; fn's error or panic rolls back
 // the fence and fn's writes.
 func TestGuardDo(t *testing.T) {
+	t.Parallel()
 	_, pool := guardServer(t)
 	guardInventory(t, pool)
 	guardExec(t, pool, `INSERT INTO inventory (sku, qty) VALUES ('7', 10)`)
@@ -383,6 +387,7 @@ WHERE wait_event_type = 'Lock' AND query LIKE '%dlock_fences%' AND pid <> pg_bac
 // admitted; the older one's Check, behind the newer one, is refused. Shared
 // fences do not wait for each other; the next exclusive one waits for them.
 func TestGuardCheckWaits(t *testing.T) {
+	t.Parallel()
 	_, pool := guardServer(t)
 	guardInventory(t, pool)
 	guardExec(t, pool, `INSERT INTO inventory (sku, qty) VALUES ('1', 100)`)
@@ -486,6 +491,7 @@ func TestGuardCheckWaits(t *testing.T) {
 // commits; under REPEATABLE READ and SERIALIZABLE a transaction may also
 // fail with a serialization failure (SQLSTATE 40001), committing nothing.
 func TestGuardCheckRace(t *testing.T) {
+	t.Parallel()
 	pg, direct := guardServer(t)
 	guardInventory(t, direct)
 	bouncer := guardPool(t, testserver.StartPgBouncer(t, pg).DSN(""))
@@ -573,6 +579,7 @@ func TestGuardCheckRace(t *testing.T) {
 // the server aborts one of them; under REPEATABLE READ, a fence row
 // changed after the snapshot is a serialization failure.
 func TestGuardCheckConflicts(t *testing.T) {
+	t.Parallel()
 	_, pool := guardServer(t)
 	ctx := dlocktest.Context(t)
 	g := pglock.NewGuard(pool)
@@ -684,6 +691,7 @@ func BenchmarkGuardCheck(b *testing.B) {
 
 // Bad input: errors wrapping the documented sentinels, never a panic.
 func TestGuardBadInput(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	f := dlock.Fence{Token: 1, Owner: "o"}
 	fn := func(context.Context, pgx.Tx) error { return errors.New("fn ran") }
@@ -799,6 +807,7 @@ func TestGuardBadInput(t *testing.T) {
 // MigrateGuard is idempotent and can run concurrently; guards on other
 // tables (a schema-qualified one, the longest name) are independent.
 func TestGuardMigrate(t *testing.T) {
+	t.Parallel()
 	pg := testserver.StartPostgres(t)
 	pool := guardPool(t, pg.DSN(""))
 	ctx := dlocktest.Context(t)
@@ -841,6 +850,7 @@ func TestGuardMigrate(t *testing.T) {
 // A read-only transaction, or a server that only allows them (as a
 // replica does), cannot check fences: a clear error. Highest still works.
 func TestGuardReadOnly(t *testing.T) {
+	t.Parallel()
 	pg, pool := guardServer(t)
 	ctx := dlocktest.Context(t)
 	f := dlock.Fence{Token: 3, Owner: "o"}
@@ -880,6 +890,7 @@ func TestGuardReadOnly(t *testing.T) {
 // connections hang, and the backend of an open transaction is stopped
 // here by its pid.
 func TestGuardUnavailable(t *testing.T) {
+	t.Parallel()
 	pg, pool := guardServer(t)
 	g := pglock.NewGuard(pool)
 	ctx := dlocktest.Context(t)

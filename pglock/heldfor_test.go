@@ -13,6 +13,7 @@ import (
 // List reports how long each holder has held its key, by the database's
 // clock: exclusive and shared holders alike.
 func TestListHeldFor(t *testing.T) {
+	t.Parallel()
 	pg := testserver.StartPostgres(t)
 	l := pglock.New(newPool(t, pg.DSN("")))
 	ctx := dlocktest.Context(t)

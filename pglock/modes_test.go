@@ -22,11 +22,13 @@ import (
 // writer keeps readers out until it is granted, leaves or dies, and List
 // shows every holder.
 func TestModes(t *testing.T) {
+	t.Parallel()
 	pg := testserver.StartPostgres(t)
 	pb := testserver.StartPgBouncer(t, pg)
 	for _, target := range []struct{ name, dsn string }{{"direct", pg.DSN("")}, {"pgbouncer", pb.DSN("")}} {
 		newL := func(t *testing.T) *pglock.Locker { return pglock.New(newPool(t, target.dsn)) }
 		t.Run(target.name, func(t *testing.T) {
+			t.Parallel() // the two targets are independent
 			t.Run("ReaderLeasesExpireOneByOne", func(t *testing.T) { testReaderLeases(t, newL) })
 			t.Run("ExpiredReaderDoesNotBlockWriter", func(t *testing.T) { testExpiredReader(t, pg, newL) })
 			t.Run("DeadHoldersExpireAlone", func(t *testing.T) { testDeadHolders(t, newL) })
@@ -185,10 +187,13 @@ func testDeadHolders(t *testing.T, newL func(*testing.T) *pglock.Locker) {
 func testSharedRenewal(t *testing.T, newL func(*testing.T) *pglock.Locker) {
 	key := dlocktest.Key(t)
 	l := newL(t)
-	r1 := mustLock(t, l, key, dlock.WithShared(), dlock.WithTTL(500*time.Millisecond))
-	r2 := mustLock(t, l, key+"/other", dlock.WithShared(), dlock.WithTTL(500*time.Millisecond))
-	x := mustLock(t, l, key+"/x", dlock.WithTTL(500*time.Millisecond)) // one batch: both tables
-	time.Sleep(1750 * time.Millisecond)
+	// A TTL well above a renewal's round trip on a loaded machine: the
+	// promise is that renewals keep the locks past 3 TTLs.
+	const ttl = 2 * time.Second
+	r1 := mustLock(t, l, key, dlock.WithShared(), dlock.WithTTL(ttl))
+	r2 := mustLock(t, l, key+"/other", dlock.WithShared(), dlock.WithTTL(ttl))
+	x := mustLock(t, l, key+"/x", dlock.WithTTL(ttl)) // one batch: both tables
+	time.Sleep(3*ttl + ttl/2)
 	for _, lk := range []*dlock.Lock{r1, r2, x} {
 		select {
 		case <-lk.Lost():
@@ -425,6 +430,7 @@ func testListModes(t *testing.T, newL func(*testing.T) *pglock.Locker) {
 // gets the lock or an error that is not ErrNotAcquired, and no reader's
 // row is left behind to keep a writer out for its minute-long TTL.
 func TestLostReplyOnSharedAcquire(t *testing.T) {
+	t.Parallel()
 	pg := testserver.StartPostgres(t)
 	proxy := testserver.StartProxy(t, pg.Addr())
 	l := pglock.New(newPool(t, "postgres://"+testserver.PostgresUser+"@"+proxy.Addr()+"/postgres?sslmode=disable"))
@@ -456,6 +462,7 @@ func TestLostReplyOnSharedAcquire(t *testing.T) {
 // excludes, tokens continue above it, and migrating again changes
 // nothing.
 func TestMigrationUpgradesInPlace(t *testing.T) {
+	t.Parallel()
 	pg := testserver.StartPostgres(t)
 	m1, err := os.ReadFile("migrations/0001_leases.sql")
 	if err != nil {
@@ -498,6 +505,7 @@ INSERT INTO old_leases (key, owner, token, expires_at) VALUES ('held', 'oldowner
 // limited holders together, never more than the limit, never a token
 // twice. Direct and through PgBouncer.
 func TestModesRace(t *testing.T) {
+	t.Parallel()
 	pg := testserver.StartPostgres(t)
 	pb := testserver.StartPgBouncer(t, pg)
 	for _, target := range []struct{ name, dsn string }{{"direct", pg.DSN("")}, {"pgbouncer", pb.DSN("")}} {

@@ -16,6 +16,7 @@ import (
 // is a minute, twice the suite's hang bound, so only a notification can
 // wake it in time.
 func TestWokenByNotify(t *testing.T) {
+	t.Parallel()
 	pg := testserver.StartPostgres(t)
 	key := dlocktest.Key(t)
 	holder, err := pglock.New(newPool(t, pg.DSN(""))).Acquire(dlocktest.Context(t), key)
@@ -68,6 +69,7 @@ func listenPIDs(t *testing.T, pg *testserver.Postgres) string {
 // opened outside its pool (the pool opens no connection for it), and
 // closes it a linger after its last wait.
 func TestListenConnectionReused(t *testing.T) {
+	t.Parallel()
 	pg := testserver.StartPostgres(t)
 	key := dlocktest.Key(t)
 	holder := pglock.New(newPool(t, pg.DSN("")))
@@ -124,6 +126,9 @@ func TestListenConnectionReused(t *testing.T) {
 // A lingering LISTEN connection whose link stalls is still closed, and its
 // goroutine ends, within a bounded time after the last waiter left (the
 // linger, then a close bounded by a second).
+//
+// Not parallel: it waits for all of dlock's background work, which is
+// process-wide, to end.
 func TestListenLingerEndsOnStalledLink(t *testing.T) {
 	pg := testserver.StartPostgres(t)
 	key := dlocktest.Key(t)

@@ -68,6 +68,7 @@ func withFaults(h dlocktest.Harness, pg *testserver.Postgres, dsnVia func(addr s
 }
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	pg := testserver.StartPostgres(t)
 	h := harness(t, pg, pg.DSN(""))
 	h = withFaults(h, pg, func(addr string) string {
@@ -79,6 +80,7 @@ func TestConformance(t *testing.T) {
 // Through PgBouncer in transaction pooling mode: no session state may be
 // relied on between statements.
 func TestConformancePgBouncer(t *testing.T) {
+	t.Parallel()
 	pg := testserver.StartPostgres(t)
 	pb := testserver.StartPgBouncer(t, pg)
 	dlocktest.TestLocker(t, harness(t, pg, pb.DSN("")))

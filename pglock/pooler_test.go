@@ -18,6 +18,7 @@ import (
 // with "server in bad state" (found by the safety harness). Direct and
 // through a plain TCP proxy, LISTEN is kept.
 func TestNoListenThroughPooler(t *testing.T) {
+	t.Parallel()
 	pg := testserver.StartPostgres(t)
 	bouncer := testserver.StartPgBouncer(t, pg)
 	proxy := testserver.StartProxy(t, pg.Addr())

@@ -21,6 +21,7 @@ import (
 // permit, the exclusive lease) stayed taken, by nobody, for the lease's
 // full TTL after the link healed.
 func TestRedTeam14_AbortBeforeLateGrant(t *testing.T) {
+	t.Parallel()
 	pg := testserver.StartPostgres(t)
 	proxy := testserver.StartProxy(t, pg.Addr())
 	faulty := pglock.New(newPool(t, "postgres://"+testserver.PostgresUser+"@"+proxy.Addr()+"/postgres?sslmode=disable"), pglock.WithoutListen())

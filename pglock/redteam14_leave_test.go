@@ -18,6 +18,7 @@ import (
 // register the writer again: it did, and the writer that had given up kept
 // every reader out for the registration's full TTL after the link healed.
 func TestRedTeam14_LeaveBeforeLateRegistration(t *testing.T) {
+	t.Parallel()
 	pg := testserver.StartPostgres(t)
 	proxy := testserver.StartProxy(t, pg.Addr())
 	faulty := pglock.New(newPool(t, "postgres://"+testserver.PostgresUser+"@"+proxy.Addr()+"/postgres?sslmode=disable"), pglock.WithoutListen())

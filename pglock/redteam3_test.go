@@ -21,6 +21,7 @@ import (
 // it) is still woken by the release: its backoff is a minute, so only a
 // notification (or the wake-up after a new LISTEN) ends its wait in time.
 func TestRedTeam_WaitAsLingerEnds(t *testing.T) {
+	t.Parallel()
 	pg := testserver.StartPostgres(t)
 	key := dlocktest.Key(t)
 	holder := pglock.New(newPool(t, pg.DSN("")))
@@ -48,6 +49,9 @@ func TestRedTeam_WaitAsLingerEnds(t *testing.T) {
 // Many Lockers, each waiting once and then abandoned (their pools
 // closed): the server's connections return to what they were once the
 // lingers ran out, and every LISTEN loop ends.
+//
+// Not parallel: it waits for all of dlock's background work, which is
+// process-wide, to end.
 func TestRedTeam_ManyLockersLingerCloses(t *testing.T) {
 	pg := testserver.StartPostgres(t)
 	count := func() string {
@@ -123,6 +127,9 @@ func TestRedTeam_ManyLockersLingerCloses(t *testing.T) {
 // While the server is stopped (SIGSTOP) or the waiter's link stalls, every
 // waiter's Acquire returns by its context, and once the server answers
 // again, the LISTEN loops end after their linger.
+//
+// Not parallel: it waits for all of dlock's background work, which is
+// process-wide, to end.
 func TestRedTeam_WaitOnHungServer(t *testing.T) {
 	pg := testserver.StartPostgres(t)
 	proxy := testserver.StartProxy(t, pg.Addr())
@@ -198,6 +205,7 @@ func TestRedTeam_WaitOnHungServer(t *testing.T) {
 // abandoned, and a new one LISTENs, so the waiter, whose backoff is a
 // minute, is still woken by the release.
 func TestRedTeam_ListenBackendHung(t *testing.T) {
+	t.Parallel()
 	pg := testserver.StartPostgres(t)
 	key := dlocktest.Key(t)
 	ctx := dlocktest.Context(t)

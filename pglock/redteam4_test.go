@@ -21,6 +21,7 @@ import (
 // released and taken over by the racing rest. Never two holders at once,
 // and a key's tokens increase in the order it is granted.
 func TestRedTeam_AcquireRace(t *testing.T) {
+	t.Parallel()
 	pg := testserver.StartPostgres(t)
 	pb := testserver.StartPgBouncer(t, pg)
 	for _, tc := range []struct{ name, dsn string }{{"direct", pg.DSN("")}, {"pgbouncer", pb.DSN("")}} {

@@ -17,6 +17,7 @@ import (
 // placeholders: acquire, a failed attempt reporting the holder and its
 // metadata, release, takeover.
 func TestRedTeam_AcquireExecModes(t *testing.T) {
+	t.Parallel()
 	pg := testserver.StartPostgres(t)
 	for _, mode := range []string{"simple_protocol", "exec", "describe_exec", "cache_describe", "cache_statement"} {
 		t.Run(mode, func(t *testing.T) {
@@ -56,6 +57,7 @@ func TestRedTeam_AcquireExecModes(t *testing.T) {
 // at once (several Lockers, one attempt each, started together): exactly
 // one wins, with a token above the expired lease's, each round.
 func TestRedTeam_ExpiredTakeoverStampede(t *testing.T) {
+	t.Parallel()
 	pg := testserver.StartPostgres(t)
 	pb := testserver.StartPgBouncer(t, pg)
 	for _, tc := range []struct{ name, dsn string }{{"direct", pg.DSN("")}, {"pgbouncer", pb.DSN("")}} {

@@ -24,6 +24,7 @@ import (
 // freed by expiry, and the waiters' LISTEN (truncated by the server) never
 // matched.
 func TestRedTeam_LongTableNameRelease(t *testing.T) {
+	t.Parallel()
 	pg := testserver.StartPostgres(t)
 	schema, table := strings.Repeat("s", 48), strings.Repeat("t", 48)
 	if _, err := pg.Exec("", "CREATE SCHEMA "+schema); err != nil {
@@ -82,6 +83,7 @@ func waitListening(t *testing.T, pg *testserver.Postgres) {
 // while the package doc promised "no prepared statement kept". pglock now
 // runs its statements without the statement cache.
 func TestRedTeam_PgBouncerDefaultPool(t *testing.T) {
+	t.Parallel()
 	pg := testserver.StartPostgres(t)
 	pb := testserver.StartPgBouncer(t, pg)
 	dsn := strings.Replace(pb.DSN(""), "&default_query_exec_mode=exec", "", 1)
@@ -132,6 +134,7 @@ func TestRedTeam_PgBouncerDefaultPool(t *testing.T) {
 // IF NOT EXISTS, which needs the privilege to create even when the table
 // exists; the error said the user "may not use the lease table".
 func TestRedTeam_LeastPrivilegeUser(t *testing.T) {
+	t.Parallel()
 	pg := testserver.StartPostgres(t)
 	if err := pglock.Migrate(dlocktest.Context(t), newPool(t, pg.DSN(""))); err != nil {
 		t.Fatal(err)
@@ -187,6 +190,7 @@ func TestRedTeam_LeastPrivilegeUser(t *testing.T) {
 // before anything is sent, with an error wrapping dlock.ErrInvalidOption;
 // other odd characters round-trip.
 func TestRedTeam_MetadataOddBytes(t *testing.T) {
+	t.Parallel()
 	pg := testserver.StartPostgres(t)
 	l := pglock.New(newPool(t, pg.DSN("")))
 	key := dlocktest.Key(t)
@@ -223,6 +227,7 @@ func TestRedTeam_MetadataOddBytes(t *testing.T) {
 // *pgxpool.Tx left nil by a failed Begin) passed the nil check of
 // Guard.Check and panicked with a nil pointer dereference.
 func TestRedTeam_GuardTypedNilTx(t *testing.T) {
+	t.Parallel()
 	pg := testserver.StartPostgres(t)
 	g := pglock.NewGuard(newPool(t, pg.DSN("")))
 	var tx *pgxpool.Tx
@@ -244,6 +249,7 @@ func TestRedTeam_GuardTypedNilTx(t *testing.T) {
 // error after a round trip; it is now refused up front with an error
 // wrapping dlock.ErrInvalidKey. A huge prefix is simply no match.
 func TestRedTeam_ListOddPrefix(t *testing.T) {
+	t.Parallel()
 	pg := testserver.StartPostgres(t)
 	l := pglock.New(newPool(t, pg.DSN("")))
 	for _, p := range []string{"a\x00", "\xff", "a\xc3"} {
@@ -263,6 +269,7 @@ func TestRedTeam_ListOddPrefix(t *testing.T) {
 // be above every token granted before it: a later grant can only come
 // after its Lost() closed. Passed: kept as a regression test.
 func TestRedTeam_TokensUnderRacingTakeovers(t *testing.T) {
+	t.Parallel()
 	pg := testserver.StartPostgres(t)
 	pb := testserver.StartPgBouncer(t, pg)
 	for name, dsn := range map[string]string{
@@ -320,6 +327,7 @@ func TestRedTeam_TokensUnderRacingTakeovers(t *testing.T) {
 // LISTEN connection taken out of it): every one gets the key in turn, and
 // the holders' releases are not starved of connections.
 func TestRedTeam_ManyWaitersSmallPool(t *testing.T) {
+	t.Parallel()
 	pg := testserver.StartPostgres(t)
 	pool := newPool(t, pg.DSN("")+"&pool_max_conns=2")
 	l := pglock.New(pool)

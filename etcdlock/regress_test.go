@@ -193,13 +193,13 @@ func TestQueueReportsHolderWhenContextEnds(t *testing.T) {
 	defer holder.Release(context.Background())
 	errc := make(chan error, 1)
 	go func() {
-		ctx, cancel := ctxFor(1500 * time.Millisecond)
+		ctx, cancel := ctxFor(5 * time.Second)
 		defer cancel()
 		_, err := l.Acquire(ctx, key)
 		errc <- err
 	}()
-	time.Sleep(700 * time.Millisecond)
-	p.Delay(150 * time.Millisecond) // every round trip now takes > the core's 100ms grace
+	awaitQueueLen(t, newClient(t, c.Endpoints()), holderL, key, 2) // the waiter is queued
+	p.Delay(150 * time.Millisecond)                                // every round trip now takes > the core's 100ms grace
 	var err2 error
 	select {
 	case err2 = <-errc:

@@ -199,7 +199,7 @@ func TestQueueReportsHolderWhenContextEnds(t *testing.T) {
 		errc <- err
 	}()
 	awaitQueueLen(t, newClient(t, c.Endpoints()), holderL, key, 2) // the waiter is queued
-	p.Delay(150 * time.Millisecond)                                // every round trip now takes > the core's 100ms grace
+	p.Delay(60 * time.Millisecond)                                 // every round trip now takes > the core's 100ms grace
 	var err2 error
 	select {
 	case err2 = <-errc:

@@ -6,7 +6,6 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
-	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/pglock"
 )
 
@@ -15,7 +14,7 @@ import (
 // does not move) and reports the holder.
 func TestFailedAttemptIsARead(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
+	pg := sharedPG(t)
 	key := dlocktest.Key(t)
 	ctx := dlocktest.Context(t)
 	holder, err := pglock.New(newPool(t, pg.DSN(""))).Acquire(ctx, key)

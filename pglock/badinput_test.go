@@ -15,7 +15,7 @@ import (
 
 func TestBadInput(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
+	pg := sharedPG(t)
 	pool := newPool(t, pg.DSN(""))
 	for name, tc := range map[string]struct {
 		l    *pglock.Locker
@@ -64,7 +64,7 @@ func TestBadInput(t *testing.T) {
 // is refused with an error saying why.
 func TestReadOnly(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
+	pg := ownPG(t)
 	if _, err := pg.Exec("", "CREATE DATABASE ro"); err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestReadOnly(t *testing.T) {
 // A wrong password is an error in bounded time, not a held key.
 func TestWrongPassword(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
+	pg := ownPG(t)
 	if _, err := pg.Exec("", "CREATE ROLE app LOGIN PASSWORD 'right'"); err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestWrongPassword(t *testing.T) {
 // Tokens keep increasing across a server crash and restart.
 func TestRestartKeepsTokens(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
+	pg := ownPG(t)
 	key := dlocktest.Key(t)
 	l := pglock.New(newPool(t, pg.DSN("")))
 	lk, err := l.Acquire(dlocktest.Context(t), key)

@@ -7,7 +7,6 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
-	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/pglock"
 )
 
@@ -21,7 +20,7 @@ import (
 // the contender's clock.
 func TestExpiryByDatabaseClock(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
+	pg := sharedPG(t)
 	ctx := dlocktest.Context(t)
 	a := pglock.New(newPool(t, pg.DSN("")))
 	bPool := newPool(t, pg.DSN(""))

@@ -48,11 +48,17 @@ func guardPool(t *testing.T, dsn string, params ...string) *pgxpool.Pool {
 	return pool
 }
 
-// guardServer starts a PostgreSQL server, runs MigrateGuard on it and
-// returns it with a pool on its "postgres" database.
-func guardServer(t *testing.T) (*testserver.Postgres, *pgxpool.Pool) {
+// guardServer gives the test a database of its own on the shared
+// PostgreSQL server, runs MigrateGuard on it and returns it with a pool on
+// it.
+func guardServer(t *testing.T) (*pgDB, *pgxpool.Pool) {
 	t.Helper()
-	pg := testserver.StartPostgres(t)
+	return guardServerOn(t, sharedPG(t))
+}
+
+// guardServerOn runs MigrateGuard on pg's database and returns a pool on it.
+func guardServerOn(t *testing.T, pg *pgDB) (*pgDB, *pgxpool.Pool) {
+	t.Helper()
 	pool := guardPool(t, pg.DSN(""))
 	if err := pglock.MigrateGuard(dlocktest.Context(t), pool); err != nil {
 		t.Fatal(err)
@@ -100,8 +106,8 @@ func TestGuard(t *testing.T) {
 // The suite through PgBouncer in transaction pooling mode (no session
 // state survives between transactions), MigrateGuard included.
 func TestGuardPgBouncer(t *testing.T) {
-	pg := testserver.StartPostgres(t)
-	b := testserver.StartPgBouncer(t, pg)
+	pg := sharedPG(t)
+	b := bouncerFor(t, pg)
 	if err := pglock.MigrateGuard(dlocktest.Context(t), guardPool(t, b.DSN(""))); err != nil {
 		t.Fatal(err)
 	}
@@ -494,7 +500,7 @@ func TestGuardCheckRace(t *testing.T) {
 	t.Parallel()
 	pg, direct := guardServer(t)
 	guardInventory(t, direct)
-	bouncer := guardPool(t, testserver.StartPgBouncer(t, pg).DSN(""))
+	bouncer := guardPool(t, bouncerFor(t, pg).DSN(""))
 	pools := []*pgxpool.Pool{direct, bouncer}
 	ctx := dlocktest.Context(t)
 	g := []*pglock.Guard{pglock.NewGuard(direct), pglock.NewGuard(bouncer)}
@@ -776,11 +782,12 @@ func TestGuardBadInput(t *testing.T) {
 	}
 
 	// Tables missing (no MigrateGuard): an error naming MigrateGuard.
-	if _, err := pg.Exec("", "CREATE DATABASE unmigrated"); err != nil {
+	unmigrated := pg.name + "_unmigrated"
+	if _, err := pg.Exec("", "CREATE DATABASE "+unmigrated); err != nil {
 		t.Fatal(err)
 	}
-	fresh := pglock.NewGuard(guardPool(t, pg.DSN("unmigrated")))
-	for call, err := range calls(fresh, guardBegin(t, guardPool(t, pg.DSN("unmigrated")))) {
+	fresh := pglock.NewGuard(guardPool(t, pg.DSN(unmigrated)))
+	for call, err := range calls(fresh, guardBegin(t, guardPool(t, pg.DSN(unmigrated)))) {
 		var pgErr *pgconn.PgError
 		if call == "Do" {
 			continue // fn's "fn ran" would say nothing; checked below
@@ -808,7 +815,7 @@ func TestGuardBadInput(t *testing.T) {
 // tables (a schema-qualified one, the longest name) are independent.
 func TestGuardMigrate(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
+	pg := sharedPG(t)
 	pool := guardPool(t, pg.DSN(""))
 	ctx := dlocktest.Context(t)
 	guardExec(t, pool, `CREATE SCHEMA app`)
@@ -891,7 +898,7 @@ func TestGuardReadOnly(t *testing.T) {
 // here by its pid.
 func TestGuardUnavailable(t *testing.T) {
 	t.Parallel()
-	pg, pool := guardServer(t)
+	pg, pool := guardServerOn(t, ownPG(t))
 	g := pglock.NewGuard(pool)
 	ctx := dlocktest.Context(t)
 	f := dlock.Fence{Token: 3, Owner: "o"}

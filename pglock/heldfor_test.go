@@ -6,7 +6,6 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
-	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/pglock"
 )
 
@@ -14,7 +13,7 @@ import (
 // clock: exclusive and shared holders alike.
 func TestListHeldFor(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
+	pg := sharedPG(t)
 	l := pglock.New(newPool(t, pg.DSN("")))
 	ctx := dlocktest.Context(t)
 	base := dlocktest.Key(t)

@@ -23,8 +23,8 @@ import (
 // shows every holder.
 func TestModes(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
-	pb := testserver.StartPgBouncer(t, pg)
+	pg := sharedPG(t)
+	pb := bouncerFor(t, pg)
 	for _, target := range []struct{ name, dsn string }{{"direct", pg.DSN("")}, {"pgbouncer", pb.DSN("")}} {
 		newL := func(t *testing.T) *pglock.Locker { return pglock.New(newPool(t, target.dsn)) }
 		t.Run(target.name, func(t *testing.T) {
@@ -114,7 +114,7 @@ func testReaderLeases(t *testing.T, newL func(*testing.T) *pglock.Locker) {
 // A reader whose lease expired on the server (its process stopped; here
 // the row's expiry is moved into the past behind its back) does not keep
 // a writer out, and its late renewal does not take the key back.
-func testExpiredReader(t *testing.T, pg *testserver.Postgres, newL func(*testing.T) *pglock.Locker) {
+func testExpiredReader(t *testing.T, pg *pgDB, newL func(*testing.T) *pglock.Locker) {
 	key := dlocktest.Key(t)
 	r := mustLock(t, newL(t), key, dlock.WithShared(), dlock.WithTTL(1500*time.Millisecond))
 	if _, err := pg.Exec("", "UPDATE dlock_leases_holders SET expires_at = clock_timestamp() - interval '1 millisecond' WHERE key = '"+escape(key)+"'"); err != nil {
@@ -431,9 +431,9 @@ func testListModes(t *testing.T, newL func(*testing.T) *pglock.Locker) {
 // row is left behind to keep a writer out for its minute-long TTL.
 func TestLostReplyOnSharedAcquire(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
+	pg := sharedPG(t)
 	proxy := testserver.StartProxy(t, pg.Addr())
-	l := pglock.New(newPool(t, "postgres://"+testserver.PostgresUser+"@"+proxy.Addr()+"/postgres?sslmode=disable"))
+	l := pglock.New(newPool(t, pg.ViaProxy(proxy.Addr())))
 	for _, opt := range []dlock.Option{dlock.WithShared(), dlock.WithLimit(2)} {
 		key := dlocktest.Key(t)
 		warm := mustLock(t, l, dlocktest.Key(t), opt, dlock.WithTTL(time.Minute))
@@ -463,7 +463,7 @@ func TestLostReplyOnSharedAcquire(t *testing.T) {
 // nothing.
 func TestMigrationUpgradesInPlace(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
+	pg := sharedPG(t)
 	m1, err := os.ReadFile("migrations/0001_leases.sql")
 	if err != nil {
 		t.Fatal(err)
@@ -506,8 +506,8 @@ INSERT INTO old_leases (key, owner, token, expires_at) VALUES ('held', 'oldowner
 // twice. Direct and through PgBouncer.
 func TestModesRace(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
-	pb := testserver.StartPgBouncer(t, pg)
+	pg := ownPG(t)
+	pb := bouncerFor(t, pg)
 	for _, target := range []struct{ name, dsn string }{{"direct", pg.DSN("")}, {"pgbouncer", pb.DSN("")}} {
 		t.Run(target.name, func(t *testing.T) {
 			key := dlocktest.Key(t)

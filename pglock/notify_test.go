@@ -17,7 +17,7 @@ import (
 // wake it in time.
 func TestWokenByNotify(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
+	pg := sharedPG(t)
 	key := dlocktest.Key(t)
 	holder, err := pglock.New(newPool(t, pg.DSN(""))).Acquire(dlocktest.Context(t), key)
 	if err != nil {
@@ -29,7 +29,7 @@ func TestWokenByNotify(t *testing.T) {
 	// then it subscribed and tried again): the server lists its LISTEN.
 	end := time.Now().Add(dlocktest.HangTimeout)
 	for {
-		out, err := pg.Exec("", "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %'")
+		out, err := pg.Exec("", "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND datname = current_database()")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,9 +56,9 @@ func TestWokenByNotify(t *testing.T) {
 }
 
 // listenPIDs lists the server processes that ran LISTEN.
-func listenPIDs(t *testing.T, pg *testserver.Postgres) string {
+func listenPIDs(t *testing.T, pg *pgDB) string {
 	t.Helper()
-	out, err := pg.Exec("", "SELECT coalesce(string_agg(pid::text, ',' ORDER BY pid), '') FROM pg_stat_activity WHERE query LIKE 'LISTEN %'")
+	out, err := pg.Exec("", "SELECT coalesce(string_agg(pid::text, ',' ORDER BY pid), '') FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND datname = current_database()")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func listenPIDs(t *testing.T, pg *testserver.Postgres) string {
 // closes it a linger after its last wait.
 func TestListenConnectionReused(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
+	pg := sharedPG(t)
 	key := dlocktest.Key(t)
 	holder := pglock.New(newPool(t, pg.DSN("")))
 	wpool := newPool(t, pg.DSN(""))
@@ -130,12 +130,12 @@ func TestListenConnectionReused(t *testing.T) {
 // Not parallel: it waits for all of dlock's background work, which is
 // process-wide, to end.
 func TestListenLingerEndsOnStalledLink(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	pg := ownPG(t)
 	key := dlocktest.Key(t)
 	ctx := dlocktest.Context(t)
 	p := testserver.StartProxy(t, pg.Addr())
 	holder := pglock.New(newPool(t, pg.DSN("")))
-	waiter := pglock.New(newPool(t, "postgres://"+testserver.PostgresUser+"@"+p.Addr()+"/postgres?sslmode=disable"), pglock.WithRequestTimeout(500*time.Millisecond))
+	waiter := pglock.New(newPool(t, pg.ViaProxy(p.Addr())), pglock.WithRequestTimeout(500*time.Millisecond))
 	hl, err := holder.Acquire(ctx, key)
 	if err != nil {
 		t.Fatal(err)

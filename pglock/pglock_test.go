@@ -32,7 +32,7 @@ func newPool(t testing.TB, dsn string) *pgxpool.Pool {
 // renewal's round trip can exceed the third of a 500ms lease, and a
 // renewed lock was rightly reported lost; the suite's promises do not
 // depend on the TTL, only on renewals fitting in it.
-func harness(t *testing.T, pg *testserver.Postgres, dsn string) dlocktest.Harness {
+func harness(t *testing.T, pg *pgDB, dsn string) dlocktest.Harness {
 	return dlocktest.Harness{
 		TTL: 2 * time.Second,
 		New: func(t testing.TB) dlock.Locker { return pglock.New(newPool(t, dsn)) },
@@ -58,7 +58,7 @@ func escape(s string) string {
 
 // withFaults adds the fault section: Faults.New reaches the server
 // through a fault proxy, Pause stops postgres and all its backends.
-func withFaults(h dlocktest.Harness, pg *testserver.Postgres, dsnVia func(addr string) string) dlocktest.Harness {
+func withFaults(h dlocktest.Harness, pg *pgDB, dsnVia func(addr string) string) dlocktest.Harness {
 	h.Faults = &dlocktest.Faults{
 		New: func(t testing.TB) (dlock.Locker, dlocktest.Link) {
 			p := testserver.StartProxy(t, pg.Addr())
@@ -74,7 +74,7 @@ func withFaults(h dlocktest.Harness, pg *testserver.Postgres, dsnVia func(addr s
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
+	pg := ownPG(t)
 	h := harness(t, pg, pg.DSN(""))
 	h = withFaults(h, pg, func(addr string) string {
 		return "postgres://" + testserver.PostgresUser + "@" + addr + "/postgres?sslmode=disable"
@@ -86,7 +86,7 @@ func TestConformance(t *testing.T) {
 // relied on between statements.
 func TestConformancePgBouncer(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
-	pb := testserver.StartPgBouncer(t, pg)
+	pg := ownPG(t)
+	pb := bouncerFor(t, pg)
 	dlocktest.TestLocker(t, harness(t, pg, pb.DSN("")))
 }

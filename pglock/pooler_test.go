@@ -19,8 +19,8 @@ import (
 // through a plain TCP proxy, LISTEN is kept.
 func TestNoListenThroughPooler(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
-	bouncer := testserver.StartPgBouncer(t, pg)
+	pg := ownPG(t)
+	bouncer := bouncerFor(t, pg)
 	proxy := testserver.StartProxy(t, pg.Addr())
 	for _, tc := range []struct {
 		name   string
@@ -28,7 +28,7 @@ func TestNoListenThroughPooler(t *testing.T) {
 		pooled bool
 	}{
 		{"direct", pg.DSN(""), false},
-		{"tcp proxy", "postgres://" + testserver.PostgresUser + "@" + proxy.Addr() + "/postgres?sslmode=disable", false},
+		{"tcp proxy", pg.ViaProxy(proxy.Addr()), false},
 		{"pgbouncer", bouncer.DSN(""), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -19,9 +19,9 @@ import (
 // every reader out for the registration's full TTL after the link healed.
 func TestRedTeam14_LeaveBeforeLateRegistration(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
+	pg := sharedPG(t)
 	proxy := testserver.StartProxy(t, pg.Addr())
-	faulty := pglock.New(newPool(t, "postgres://"+testserver.PostgresUser+"@"+proxy.Addr()+"/postgres?sslmode=disable"), pglock.WithoutListen())
+	faulty := pglock.New(newPool(t, pg.ViaProxy(proxy.Addr())), pglock.WithoutListen())
 	healthy := pglock.New(newPool(t, pg.DSN("")))
 	ctx := dlocktest.Context(t)
 	key := dlocktest.Key(t)

@@ -27,8 +27,8 @@ import (
 // exclusive grant, every earlier holder's.
 func TestRedTeam14_ModesWithRenewals(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
-	pb := testserver.StartPgBouncer(t, pg)
+	pg := sharedPG(t)
+	pb := bouncerFor(t, pg)
 	key := dlocktest.Key(t)
 	const workers, limit = 6, 2
 	type held struct {
@@ -145,7 +145,7 @@ func TestRedTeam14_ModesWithRenewals(t *testing.T) {
 // plain refusal (the key is not a semaphore).
 func TestRedTeam14_LimitMismatchEdges(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
+	pg := sharedPG(t)
 	ctx := dlocktest.Context(t)
 	l := pglock.New(newPool(t, pg.DSN("")))
 	key := dlocktest.Key(t)
@@ -201,7 +201,7 @@ func TestRedTeam14_LimitMismatchEdges(t *testing.T) {
 // reader locks the key's row (UPDATE on the lease table).
 func TestRedTeam14_WriterPreferenceLeastPrivilege(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
+	pg := ownPG(t)
 	if err := pglock.Migrate(dlocktest.Context(t), newPool(t, pg.DSN(""))); err != nil {
 		t.Fatal(err)
 	}
@@ -268,9 +268,9 @@ func TestRedTeam14_WriterPreferenceLeastPrivilege(t *testing.T) {
 // renewal reply is lost is never doubled.
 func TestRedTeam14_LostReplyOnSharedRelease(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
+	pg := sharedPG(t)
 	proxy := testserver.StartProxy(t, pg.Addr())
-	faulty := pglock.New(newPool(t, "postgres://"+testserver.PostgresUser+"@"+proxy.Addr()+"/postgres?sslmode=disable"),
+	faulty := pglock.New(newPool(t, pg.ViaProxy(proxy.Addr())),
 		pglock.WithRequestTimeout(500*time.Millisecond), pglock.WithoutListen())
 	other := pglock.New(newPool(t, pg.DSN("")))
 	ctx := dlocktest.Context(t)
@@ -321,7 +321,7 @@ func TestRedTeam14_LostReplyOnSharedRelease(t *testing.T) {
 // are three keys; List under "a" shows each with its own mode and limit.
 func TestRedTeam14_HierarchicalKeysAcrossModes(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
+	pg := sharedPG(t)
 	ctx := dlocktest.Context(t)
 	l := pglock.New(newPool(t, pg.DSN("")))
 	base := dlocktest.Key(t)
@@ -360,7 +360,7 @@ func TestRedTeam14_HierarchicalKeysAcrossModes(t *testing.T) {
 // together, keys PostgreSQL's text cannot hold.
 func TestRedTeam14_BadInputModes(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
+	pg := sharedPG(t)
 	ctx := dlocktest.Context(t)
 	pool := newPool(t, pg.DSN(""))
 	if err := pglock.Migrate(ctx, pool); err != nil {

@@ -26,7 +26,7 @@ import (
 // goroutine on the first release, which killed the process.
 func TestRedTeam_PoolOnNotificationHandler(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
+	pg := ownPG(t)
 	cfg, err := pgxpool.ParseConfig(pg.DSN(""))
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +68,7 @@ func TestRedTeam_PoolOnNotificationHandler(t *testing.T) {
 // its waiters poll, still acquiring the key once it is released.
 func TestRedTeam_PIDCheckRefused(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
+	pg := ownPG(t)
 	if err := pglock.Migrate(dlocktest.Context(t), newPool(t, pg.DSN(""))); err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestRedTeam_PIDCheckRefused(t *testing.T) {
 // Not parallel: it waits for all of dlock's background work, which is
 // process-wide, to end.
 func TestRedTeam_ListenConnBeforeClose(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	pg := ownPG(t)
 	cfg, err := pgxpool.ParseConfig(pg.DSN(""))
 	if err != nil {
 		t.Fatal(err)

@@ -22,7 +22,7 @@ import (
 // notification (or the wake-up after a new LISTEN) ends its wait in time.
 func TestRedTeam_WaitAsLingerEnds(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
+	pg := sharedPG(t)
 	key := dlocktest.Key(t)
 	holder := pglock.New(newPool(t, pg.DSN("")))
 	waiter := pglock.New(newPool(t, pg.DSN("")))
@@ -53,7 +53,7 @@ func TestRedTeam_WaitAsLingerEnds(t *testing.T) {
 // Not parallel: it waits for all of dlock's background work, which is
 // process-wide, to end.
 func TestRedTeam_ManyLockersLingerCloses(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	pg := ownPG(t)
 	count := func() string {
 		out, err := pg.Exec("", "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()")
 		if err != nil {
@@ -89,7 +89,7 @@ func TestRedTeam_ManyLockersLingerCloses(t *testing.T) {
 	}
 	end := time.Now().Add(dlocktest.HangTimeout)
 	for {
-		out, err := pg.Exec("", "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %'")
+		out, err := pg.Exec("", "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND datname = current_database()")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,9 +131,9 @@ func TestRedTeam_ManyLockersLingerCloses(t *testing.T) {
 // Not parallel: it waits for all of dlock's background work, which is
 // process-wide, to end.
 func TestRedTeam_WaitOnHungServer(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	pg := ownPG(t)
 	proxy := testserver.StartProxy(t, pg.Addr())
-	viaProxy := "postgres://" + testserver.PostgresUser + "@" + proxy.Addr() + "/postgres?sslmode=disable"
+	viaProxy := pg.ViaProxy(proxy.Addr())
 	for _, tc := range []struct {
 		name         string
 		hang, unhang func()
@@ -206,7 +206,7 @@ func TestRedTeam_WaitOnHungServer(t *testing.T) {
 // minute, is still woken by the release.
 func TestRedTeam_ListenBackendHung(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
+	pg := ownPG(t)
 	key := dlocktest.Key(t)
 	ctx := dlocktest.Context(t)
 	holder := pglock.New(newPool(t, pg.DSN("")))

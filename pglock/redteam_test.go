@@ -25,7 +25,7 @@ import (
 // matched.
 func TestRedTeam_LongTableNameRelease(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
+	pg := sharedPG(t)
 	schema, table := strings.Repeat("s", 48), strings.Repeat("t", 48)
 	if _, err := pg.Exec("", "CREATE SCHEMA "+schema); err != nil {
 		t.Fatal(err)
@@ -56,11 +56,11 @@ func TestRedTeam_LongTableNameRelease(t *testing.T) {
 
 // waitListening waits until some connection of pg has run LISTEN, and a
 // little more (the waiter's attempt after subscribing).
-func waitListening(t *testing.T, pg *testserver.Postgres) {
+func waitListening(t *testing.T, pg *pgDB) {
 	t.Helper()
 	end := time.Now().Add(dlocktest.HangTimeout)
 	for {
-		out, err := pg.Exec("", "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %'")
+		out, err := pg.Exec("", "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND datname = current_database()")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,8 +84,8 @@ func waitListening(t *testing.T, pg *testserver.Postgres) {
 // runs its statements without the statement cache.
 func TestRedTeam_PgBouncerDefaultPool(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
-	pb := testserver.StartPgBouncer(t, pg)
+	pg := sharedPG(t)
+	pb := bouncerFor(t, pg)
 	dsn := strings.Replace(pb.DSN(""), "&default_query_exec_mode=exec", "", 1)
 	if dsn == pb.DSN("") {
 		t.Fatalf("cannot make a default DSN from %s", dsn)
@@ -135,7 +135,7 @@ func TestRedTeam_PgBouncerDefaultPool(t *testing.T) {
 // exists; the error said the user "may not use the lease table".
 func TestRedTeam_LeastPrivilegeUser(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
+	pg := ownPG(t)
 	if err := pglock.Migrate(dlocktest.Context(t), newPool(t, pg.DSN(""))); err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestRedTeam_LeastPrivilegeUser(t *testing.T) {
 // other odd characters round-trip.
 func TestRedTeam_MetadataOddBytes(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
+	pg := sharedPG(t)
 	l := pglock.New(newPool(t, pg.DSN("")))
 	key := dlocktest.Key(t)
 	for name, md := range map[string][2]string{
@@ -228,7 +228,7 @@ func TestRedTeam_MetadataOddBytes(t *testing.T) {
 // Guard.Check and panicked with a nil pointer dereference.
 func TestRedTeam_GuardTypedNilTx(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
+	pg := sharedPG(t)
 	g := pglock.NewGuard(newPool(t, pg.DSN("")))
 	var tx *pgxpool.Tx
 	err := func() (err error) {
@@ -250,7 +250,7 @@ func TestRedTeam_GuardTypedNilTx(t *testing.T) {
 // wrapping dlock.ErrInvalidKey. A huge prefix is simply no match.
 func TestRedTeam_ListOddPrefix(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
+	pg := sharedPG(t)
 	l := pglock.New(newPool(t, pg.DSN("")))
 	for _, p := range []string{"a\x00", "\xff", "a\xc3"} {
 		if _, err := l.List(dlocktest.Context(t), p); !errors.Is(err, dlock.ErrInvalidKey) {
@@ -270,8 +270,8 @@ func TestRedTeam_ListOddPrefix(t *testing.T) {
 // after its Lost() closed. Passed: kept as a regression test.
 func TestRedTeam_TokensUnderRacingTakeovers(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
-	pb := testserver.StartPgBouncer(t, pg)
+	pg := ownPG(t)
+	pb := bouncerFor(t, pg)
 	for name, dsn := range map[string]string{
 		"direct":    pg.DSN(""),
 		"pgbouncer": strings.Replace(pb.DSN(""), "&default_query_exec_mode=exec", "", 1),
@@ -328,7 +328,7 @@ func TestRedTeam_TokensUnderRacingTakeovers(t *testing.T) {
 // the holders' releases are not starved of connections.
 func TestRedTeam_ManyWaitersSmallPool(t *testing.T) {
 	t.Parallel()
-	pg := testserver.StartPostgres(t)
+	pg := ownPG(t)
 	pool := newPool(t, pg.DSN("")+"&pool_max_conns=2")
 	l := pglock.New(pool)
 	key := dlocktest.Key(t)

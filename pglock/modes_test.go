@@ -84,11 +84,19 @@ func waitLost(t *testing.T, lk *dlock.Lock, what string) {
 func testReaderLeases(t *testing.T, newL func(*testing.T) *pglock.Locker) {
 	key := dlocktest.Key(t)
 	crashed := mustLock(t, newL(t), key, dlock.WithShared(), dlock.WithTTL(time.Second), dlock.WithAutoRefresh(false))
-	alive := mustLock(t, newL(t), key, dlock.WithShared(), dlock.WithTTL(time.Second))
+	// The server set the crashed reader's expiry before this, on the same
+	// clock: it has passed on the server too once expired has.
+	expired := time.Now().Add(time.Second)
+	// The renewing reader's TTL leaves its renewals room on a loaded
+	// machine.
+	alive := mustLock(t, newL(t), key, dlock.WithShared(), dlock.WithTTL(3*time.Second))
 	if crashed.Token() == alive.Token() || crashed.Owner() == alive.Owner() || !alive.Fence().Shared {
 		t.Fatalf("readers share a lease: tokens %d %d owners %s %s", crashed.Token(), alive.Token(), crashed.Owner(), alive.Owner())
 	}
 	waitLost(t, crashed, "the reader that stopped renewing")
+	// Lost() closes at the local deadline, a drift allowance before the
+	// server's expiry.
+	time.Sleep(time.Until(expired))
 	select {
 	case <-alive.Lost():
 		t.Fatalf("the renewing reader lost its lease with the other: %v", alive.Err())

@@ -271,7 +271,7 @@ func TestRedTeam14_LostReplyOnSharedRelease(t *testing.T) {
 	pg := sharedPG(t)
 	proxy := testserver.StartProxy(t, pg.Addr())
 	faulty := pglock.New(newPool(t, pg.ViaProxy(proxy.Addr())),
-		pglock.WithRequestTimeout(500*time.Millisecond), pglock.WithoutListen())
+		pglock.WithRequestTimeout(2*time.Second), pglock.WithoutListen())
 	other := pglock.New(newPool(t, pg.DSN("")))
 	ctx := dlocktest.Context(t)
 	for _, opt := range []dlock.Option{dlock.WithShared(), dlock.WithLimit(1)} {

@@ -154,13 +154,19 @@ func testDeadHolders(t *testing.T, newL func(*testing.T) *pglock.Locker) {
 	ctx := dlocktest.Context(t)
 	key := dlocktest.Key(t)
 	l := newL(t)
+	// A dead holder's TTL leaves room for the checks made while it lives
+	// on a loaded machine; expired is when it has passed on the server
+	// (same clock) for the last one granted.
+	const deadTTL = 4 * time.Second
+	var expired time.Time
 	dead := func(key string, mode driver.Mode, limit int) uint64 {
 		t.Helper()
-		req := &driver.Request{Key: key, Owner: dlock.NewOwner(), TTL: time.Second, Metadata: map[string]string{}, Mode: mode, Limit: limit}
+		req := &driver.Request{Key: key, Owner: dlock.NewOwner(), TTL: deadTTL, Metadata: map[string]string{}, Mode: mode, Limit: limit}
 		tok, _, err := pglock.TryRaw(ctx, l, req)
 		if err != nil {
 			t.Fatalf("%s grant: %v", mode, err)
 		}
+		expired = time.Now().Add(deadTTL)
 		return tok
 	}
 	deadTok := dead(key, driver.Shared, 0)
@@ -169,7 +175,7 @@ func testDeadHolders(t *testing.T, newL func(*testing.T) *pglock.Locker) {
 	if na := notAcquired(t, err, "writer over a dead and a live reader"); len(na.Holders) != 2 {
 		t.Fatalf("holders %+v, want both readers", na.Holders)
 	}
-	time.Sleep(1200 * time.Millisecond) // the dead reader's TTL
+	time.Sleep(time.Until(expired)) // the dead reader's TTL
 	_, err = newL(t).TryAcquire(ctx, key)
 	if na := notAcquired(t, err, "writer over the live reader"); len(na.Holders) != 1 || na.Holders[0].Owner != alive.Owner() {
 		t.Fatalf("holders %+v, want the live reader alone", na.Holders)
@@ -557,7 +563,9 @@ func TestModesRace(t *testing.T) {
 					l := pglock.New(newPool(t, target.dsn))
 					for r := range rounds {
 						m := (w + r) % 3
-						opts := append([]dlock.Option{dlock.WithTTL(2 * time.Second)}, modeOpts[m]...)
+						// The TTL leaves renewals room on a loaded
+						// machine: the promise is exclusion, not expiry.
+						opts := append([]dlock.Option{dlock.WithTTL(5 * time.Second)}, modeOpts[m]...)
 						lk, err := l.TryAcquire(dlocktest.Context(t), key, opts...)
 						if errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, dlock.ErrTransient) {
 							// Held; or granted too slowly on a loaded

@@ -328,11 +328,27 @@ func TestRedTeam_TokensUnderRacingTakeovers(t *testing.T) {
 // the holders' releases are not starved of connections.
 func TestRedTeam_ManyWaitersSmallPool(t *testing.T) {
 	t.Parallel()
+	waitersOnSmallPool(t, 20)
+}
+
+// The same with a hundred waiters.
+//
+// Long: a hundred waiters take turns on two connections, over 25s under
+// the race detector on a loaded 2-core machine, where a waiter's wait
+// for a connection can outlast its request timeout.
+func TestWaitersOnSmallPool_HundredAllServed(t *testing.T) {
+	testserver.Long(t, "a scale variant: a hundred waiters take turns on two connections")
+	t.Parallel()
+	waitersOnSmallPool(t, 100)
+}
+
+// waitersOnSmallPool has n waiters acquire and release one key through
+// one Locker on a pool of two connections.
+func waitersOnSmallPool(t *testing.T, n int) {
 	pg := ownPG(t)
 	pool := newPool(t, pg.DSN("")+"&pool_max_conns=2")
 	l := pglock.New(pool)
 	key := dlocktest.Key(t)
-	const n = 100
 	ctx, cancel := context.WithTimeout(context.Background(), 4*dlocktest.HangTimeout)
 	defer cancel()
 	var wg sync.WaitGroup

@@ -254,7 +254,7 @@ func TestLeaseRevokedBehindBack(t *testing.T) {
 	admin := newClient(t, c.Endpoints())
 	l := etcdlock.New(newClient(t, c.Endpoints()))
 	key := dlocktest.Key(t)
-	lk, err := l.Acquire(dlocktest.Context(t), key, dlock.WithTTL(time.Second))
+	lk, err := l.Acquire(dlocktest.Context(t), key, dlock.WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}

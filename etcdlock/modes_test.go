@@ -246,11 +246,13 @@ func TestCrashedReaderDoesNotBlockWriter(t *testing.T) {
 	cli := newClient(t, c.Endpoints())
 	l := etcdlock.New(newClient(t, c.Endpoints()))
 	key := dlocktest.Key(t)
-	ttl := dlock.WithTTL(2 * time.Second)
-	crashed, err := crashL.Acquire(dlocktest.Context(t), key, dlock.WithShared(), ttl)
+	crashed, err := crashL.Acquire(dlocktest.Context(t), key, dlock.WithShared(), dlock.WithTTL(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The healthy reader's and the writer's leases leave their renewals
+	// room on a loaded machine; only the crashed reader's expires.
+	ttl := dlock.WithTTL(5 * time.Second)
 	healthy, err := l.Acquire(dlocktest.Context(t), key, dlock.WithShared(), ttl)
 	if err != nil {
 		t.Fatal(err)
@@ -522,7 +524,9 @@ func TestMixedModesStress(t *testing.T) {
 	errs := make(chan error, 16)
 	run := func(l *etcdlock.Locker, writer, impatient bool) {
 		defer wg.Done()
-		opts := []dlock.Option{dlock.WithTTL(2 * time.Second)}
+		// The leases outlive renewals on a loaded machine: the test is
+		// about modes excluding each other, not about expiry.
+		opts := []dlock.Option{dlock.WithTTL(5 * time.Second)}
 		if !writer {
 			opts = append(opts, dlock.WithLimit(limit))
 		}

@@ -595,8 +595,10 @@ func TestGuardCheckConflicts(t *testing.T) {
 	if err := g.Check(ctx, txA, "x", a5); err != nil {
 		t.Fatal(err)
 	}
-	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	txB := guardBegin(t, pool)
+	// The deadline starts once txB is open: a Check called with a context
+	// already done tries nothing, and says so with the context's error.
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	err := g.Check(short, txB, "x", b6)
 	cancel()
 	if !errors.Is(err, dlock.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {

@@ -39,5 +39,6 @@ func faultHarness(t *testing.T) dlocktest.Harness {
 // The conformance suite with the fault section: a stalled link, a paused
 // server, lost replies on acquire and release, an outage during a wait.
 func TestConformanceFaults(t *testing.T) {
+	t.Parallel()
 	dlocktest.TestLocker(t, faultHarness(t))
 }

@@ -19,6 +19,7 @@ import (
 )
 
 func TestGuard(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	cli := newClient(t, c.Endpoints())
 	g := etcdlock.NewGuard(cli)
@@ -75,6 +76,8 @@ func TestGuard(t *testing.T) {
 
 // The guard suite: every Guard on its own client of one embedded server,
 // and second instances (another process) on yet another client.
+// Not parallel: the suite checks with goleak that its tests leave no
+// goroutine behind, so it runs alone, before the parallel tests start.
 func TestGuardSuite(t *testing.T) {
 	c := etcdtest.Start(t, 1)
 	eps := c.Endpoints()
@@ -91,6 +94,7 @@ func TestGuardSuite(t *testing.T) {
 // fence key's, the operations' results follow; a shared fence is admitted
 // without being recorded; a refusal runs nothing and is reported once.
 func TestGuardTxn(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	cli := newClient(t, c.Endpoints())
 	var (
@@ -155,6 +159,7 @@ func TestGuardTxn(t *testing.T) {
 // shares a key with another, nor with a fence, and a fence key that holds
 // something else is an error, not a reset of the resource's fences.
 func TestGuardKeys(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	cli := newClient(t, c.Endpoints())
 	g := etcdlock.NewGuard(cli)

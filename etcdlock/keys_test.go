@@ -15,6 +15,7 @@ import (
 // Keys with '/' and '%' get a queue directory of their own
 // (escaped), List decodes it, and keys without them keep etcd's layout.
 func TestKeyEncoding(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	cli := newClient(t, c.Endpoints())
 	l := etcdlock.New(cli)

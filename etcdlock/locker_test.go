@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/etcdlock"
@@ -16,12 +19,31 @@ import (
 // A lock's TTL is the lease etcd applied: whole seconds, rounded up, and
 // at least the server's minimum; the local deadline counts from it.
 func TestEffectiveTTL(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	admin := newClient(t, c.Endpoints())
-	l := etcdlock.New(newClient(t, c.Endpoints()))
+	// The time each lease grant is sent: each TTL below takes a lease of
+	// its own, and the lock counts from no later than that.
+	var (
+		mu   sync.Mutex
+		sent time.Time
+	)
+	grants := grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if method == "/etcdserverpb.Lease/LeaseGrant" {
+			mu.Lock()
+			sent = time.Now()
+			mu.Unlock()
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, DialOptions: []grpc.DialOption{grants}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	l := etcdlock.New(cli)
 	for _, ttl := range []time.Duration{300 * time.Millisecond, 2500 * time.Millisecond, time.Minute} {
 		key := dlocktest.Key(t)
-		start := time.Now()
 		lk, err := l.Acquire(dlocktest.Context(t), key, dlock.WithTTL(ttl))
 		if err != nil {
 			t.Fatal(err)
@@ -34,8 +56,11 @@ func TestEffectiveTTL(t *testing.T) {
 		if lk.TTL() != granted || granted < ttl || granted%time.Second != 0 {
 			t.Errorf("WithTTL(%v): lock TTL %v, lease granted %v: want the lease's, whole seconds, at least the TTL asked for", ttl, lk.TTL(), granted)
 		}
+		mu.Lock()
+		start := sent
+		mu.Unlock()
 		if d := lk.Deadline(); !d.Before(start.Add(granted)) {
-			t.Errorf("WithTTL(%v): deadline %v after the start, beyond the lease's %v", ttl, d.Sub(start), granted)
+			t.Errorf("WithTTL(%v): deadline %v after the lease grant was sent, beyond the lease's %v", ttl, d.Sub(start), granted)
 		}
 		if err := lk.Release(dlocktest.Context(t)); err != nil {
 			t.Fatal(err)
@@ -46,6 +71,7 @@ func TestEffectiveTTL(t *testing.T) {
 // New passes its whole option list to the core: dlock.WithObserver sees
 // the etcd backend's events.
 func TestObserver(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	var (
 		mu     sync.Mutex
@@ -81,6 +107,7 @@ func TestObserver(t *testing.T) {
 // Bad input to New is reported by every call, never a panic: a nil client
 // (dlock.ErrNilClient), a negative request timeout (dlock.ErrInvalidOption).
 func TestNewBadInput(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	cli := newClient(t, c.Endpoints())
 	ctx := dlocktest.Context(t)

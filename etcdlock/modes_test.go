@@ -100,6 +100,7 @@ func rel(t testing.TB, lk *dlock.Lock) {
 // waits: a shared TryAcquire is refused, leaving nothing in the queue, and
 // a blocking reader queues behind it. Tokens grow with every grant.
 func TestSharedWriterPreference(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	cli := newClient(t, c.Endpoints())
 	l := etcdlock.New(newClient(t, c.Endpoints()))
@@ -156,6 +157,7 @@ func TestSharedWriterPreference(t *testing.T) {
 // writer behind readers, and so on; consecutive readers are granted
 // together.
 func TestSharedFIFO(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	cli := newClient(t, c.Endpoints())
 	l := etcdlock.New(newClient(t, c.Endpoints()))
@@ -200,6 +202,7 @@ func TestSharedFIFO(t *testing.T) {
 // A writer that gives up (its context ends) stops keeping readers out: its
 // entry is removed and a shared TryAcquire succeeds.
 func TestSharedWriterGivesUp(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	cli := newClient(t, c.Endpoints())
 	l := etcdlock.New(newClient(t, c.Endpoints()))
@@ -238,15 +241,18 @@ func TestSharedWriterGivesUp(t *testing.T) {
 // reader's Lost() closed, and within its TTL plus a bounded slack; the
 // other reader's lock is untouched.
 func TestCrashedReaderDoesNotBlockWriter(t *testing.T) {
+	t.Parallel()
 	c, crashL, p := proxied(t)
 	cli := newClient(t, c.Endpoints())
 	l := etcdlock.New(newClient(t, c.Endpoints()))
 	key := dlocktest.Key(t)
-	ttl := dlock.WithTTL(2 * time.Second)
-	crashed, err := crashL.Acquire(dlocktest.Context(t), key, dlock.WithShared(), ttl)
+	crashed, err := crashL.Acquire(dlocktest.Context(t), key, dlock.WithShared(), dlock.WithTTL(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The healthy reader's and the writer's leases leave their renewals
+	// room on a loaded machine; only the crashed reader's expires.
+	ttl := dlock.WithTTL(5 * time.Second)
 	healthy, err := l.Acquire(dlocktest.Context(t), key, dlock.WithShared(), ttl)
 	if err != nil {
 		t.Fatal(err)
@@ -287,6 +293,7 @@ func TestCrashedReaderDoesNotBlockWriter(t *testing.T) {
 // both limits, for TryAcquire and Acquire; another mode is refused naming
 // the holders.
 func TestSemaphore(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	cli := newClient(t, c.Endpoints())
 	l := etcdlock.New(newClient(t, c.Endpoints()))
@@ -360,6 +367,7 @@ func TestSemaphore(t *testing.T) {
 // mismatch: the permit queued behind them waits; once they hold, it fails
 // with ErrLimitMismatch (and its entry is removed).
 func TestSemaphoreMismatchWhileQueued(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	cli := newClient(t, c.Endpoints())
 	l := etcdlock.New(newClient(t, c.Endpoints()))
@@ -391,6 +399,7 @@ func TestSemaphoreMismatchWhileQueued(t *testing.T) {
 // List shows each key's mode, limit, every holder with its mode and TTL,
 // and the waiters.
 func TestListModes(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	cli := newClient(t, c.Endpoints())
 	l := etcdlock.New(newClient(t, c.Endpoints()))
@@ -461,6 +470,7 @@ func TestListModes(t *testing.T) {
 // granted once and a writer's token is above every token granted before
 // it, and every patient contender completes its rounds.
 func TestMixedModesStress(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	lockers := make([]*etcdlock.Locker, 3)
 	for i := range lockers {
@@ -514,7 +524,9 @@ func TestMixedModesStress(t *testing.T) {
 	errs := make(chan error, 16)
 	run := func(l *etcdlock.Locker, writer, impatient bool) {
 		defer wg.Done()
-		opts := []dlock.Option{dlock.WithTTL(2 * time.Second)}
+		// The leases outlive renewals on a loaded machine: the test is
+		// about modes excluding each other, not about expiry.
+		opts := []dlock.Option{dlock.WithTTL(5 * time.Second)}
 		if !writer {
 			opts = append(opts, dlock.WithLimit(limit))
 		}
@@ -564,6 +576,7 @@ func TestMixedModesStress(t *testing.T) {
 // new readers out as a dlock writer does, and readers behind a Mutex that
 // holds wait for it.
 func TestSharedInteropWithConcurrencyMutex(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	cli := newClient(t, c.Endpoints())
 	l := etcdlock.New(newClient(t, c.Endpoints()))
@@ -618,6 +631,7 @@ func TestSharedInteropWithConcurrencyMutex(t *testing.T) {
 // value, a limit below 1), count as exclusive: never more sharing than
 // recorded, and no panic or hang.
 func TestJunkEntriesAreExclusive(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	cli := newClient(t, c.Endpoints())
 	l := etcdlock.New(newClient(t, c.Endpoints()))
@@ -656,6 +670,7 @@ func TestJunkEntriesAreExclusive(t *testing.T) {
 // waiters watch their queue's directory and are let in, in order, by the
 // release of any entry within their window, and only then.
 func TestSemaphoreWideWindow(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	cli := newClient(t, c.Endpoints())
 	l := etcdlock.New(newClient(t, c.Endpoints()))

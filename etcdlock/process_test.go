@@ -13,6 +13,7 @@ import (
 // An etcd member in a child process can be paused (SIGSTOP): requests
 // hang rather than fail, and are served again after Resume.
 func TestProcessPauseResume(t *testing.T) {
+	t.Parallel()
 	p := etcdtest.StartProcess(t)
 	c := newClient(t, []string{p.ClientURL()})
 	if _, err := c.Put(dlocktest.Context(t), "k", "v1"); err != nil {
@@ -55,6 +56,7 @@ func TestProcessPauseResume(t *testing.T) {
 // A killed member stays dead (Stop is idempotent, also at cleanup), and a
 // paused one can be killed.
 func TestProcessStopPaused(t *testing.T) {
+	t.Parallel()
 	p := etcdtest.StartProcess(t)
 	c := newClient(t, []string{p.ClientURL()})
 	if _, err := c.Put(dlocktest.Context(t), "k", "v"); err != nil {

@@ -22,6 +22,7 @@ import (
 // it (a shared request is refused only by an exclusive holder or a
 // waiting writer).
 func TestRedTeam14_ConcurrentSharedTryAllGranted(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	const n = 16
 	ls := make([]*etcdlock.Locker, n)
@@ -64,6 +65,7 @@ func TestRedTeam14_ConcurrentSharedTryAllGranted(t *testing.T) {
 // The same for permits: n TryAcquire of a semaphore of n at once, from
 // separate clients, on a free key: all are granted, and an n+1th is not.
 func TestRedTeam14_ConcurrentLimitedTryFillsExactly(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	const n = 8
 	ls := make([]*etcdlock.Locker, n+4)
@@ -109,7 +111,8 @@ func TestRedTeam14_ConcurrentLimitedTryFillsExactly(t *testing.T) {
 // settled) and a writer waiting behind the reader gets the key long before
 // the reader's lease (1 min) would expire.
 func TestRedTeam14_SharedLostReleaseReply(t *testing.T) {
-	c, l, p := proxied(t)
+	t.Parallel()
+	c, l, lossy := lossyLocker(t)
 	other := etcdlock.New(newClient(t, c.Endpoints()))
 	key := dlocktest.Key(t)
 	ttl := dlock.WithTTL(time.Minute)
@@ -122,16 +125,17 @@ func TestRedTeam14_SharedLostReleaseReply(t *testing.T) {
 		t.Fatal(err)
 	}
 	wch := acquireBG(t, nil, other, key, ttl)
-	time.Sleep(200 * time.Millisecond)
-	p.LoseNextReply()
+	awaitQueueLen(t, newClient(t, c.Endpoints()), other, key, 3)
+	lost := lossy.arm(txnDeleteUnder(l.QueuePrefix(key)))
 	err = r.Release(dlocktest.Context(t))
-	p.Heal()
+	mustHaveLost(t, lost, "the reader's Release")
 	t.Logf("release with a lost reply: %v", err)
-	if err != nil && !errors.Is(err, dlock.ErrNotHeld) {
-		// Retried by the caller, as the README tells.
-		if err := r.Release(dlocktest.Context(t)); err != nil {
-			t.Logf("retried release: %v", err)
-		}
+	if err == nil || errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Release whose reply was lost = %v, want an error that is not ErrNotHeld", err)
+	}
+	// Retried by the caller, as the README tells.
+	if err := r.Release(dlocktest.Context(t)); err != nil {
+		t.Fatalf("retried release: %v", err)
 	}
 	rel(t, r2)
 	select {
@@ -152,6 +156,7 @@ func TestRedTeam14_SharedLostReleaseReply(t *testing.T) {
 // limit, a reader or a writer cannot join it; the permit's token is below
 // the next writer's.
 func TestRedTeam14_LimitOne(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	l := etcdlock.New(newClient(t, c.Endpoints()))
 	l2 := etcdlock.New(newClient(t, c.Endpoints()))
@@ -198,6 +203,7 @@ func TestRedTeam14_LimitOne(t *testing.T) {
 // another limit is refused with ErrLimitMismatch while that holder's lease
 // lives, and granted, with a new limit, once it expired.
 func TestRedTeam14_MismatchAgainstExpiredHolder(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	dead := newClient(t, c.Endpoints())
 	ld := etcdlock.New(dead)
@@ -234,6 +240,7 @@ func TestRedTeam14_MismatchAgainstExpiredHolder(t *testing.T) {
 // Hierarchical names are separate locks in every mode: a writer of "a/b"
 // while readers hold "a", a writer of "a" while permits hold "a/b".
 func TestRedTeam14_HierarchicalKeysAcrossModes(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	l := etcdlock.New(newClient(t, c.Endpoints()))
 	l2 := etcdlock.New(newClient(t, c.Endpoints()))
@@ -278,6 +285,7 @@ func TestRedTeam14_HierarchicalKeysAcrossModes(t *testing.T) {
 // Shared and limited attempts on a stalled link return by their context,
 // TryAcquire and Acquire alike, and leave nothing holding the key.
 func TestRedTeam14_StalledSharedAttemptsHonourContext(t *testing.T) {
+	t.Parallel()
 	c, l, p := proxied(t)
 	other := etcdlock.New(newClient(t, c.Endpoints()))
 	key := dlocktest.Key(t)
@@ -333,6 +341,7 @@ func TestRedTeam14_StalledSharedAttemptsHonourContext(t *testing.T) {
 // readers with permits; every TryAcquire that found only compatible
 // holders and no conflicting newcomer gets in.
 func TestRedTeam14_MixedTryAcquireStress(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	const lockers, limit = 6, 3
 	ls := make([]*etcdlock.Locker, lockers)
@@ -421,6 +430,7 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // TryAcquire (and so may join the queue and leave it again) and Acquire:
 // a Mutex never holds together with a dlock reader.
 func TestRedTeam14_MutexRacesSharedJoins(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	key := dlocktest.Key(t)
 	var mu sync.Mutex

@@ -20,6 +20,7 @@ import (
 // (clientv3 puts the context's deadline on the gRPC call). Checked
 // alongside the Redis guard's fix for red-team RT3-R3.
 func TestRegressGuardReturnsByDeadlineOnStalledLink(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	u, err := url.Parse(c.Members[0].ClientURL)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 // fails every call with ErrNilClient, as a nil client does, like the zero
 // Locker, instead of panicking on its nil client. (Red-team reproducer.)
 func TestRegressZeroGuard(t *testing.T) {
+	t.Parallel()
 	var g etcdlock.Guard
 	ctx := context.Background()
 	f := dlock.Fence{Token: 1, Owner: "o"}
@@ -37,6 +38,7 @@ func TestRegressZeroGuard(t *testing.T) {
 
 // Regression (red team, issue 10): QueuePrefix on the zero Locker panicked.
 func TestRegressQueuePrefixOfZeroLocker(t *testing.T) {
+	t.Parallel()
 	var zero etcdlock.Locker
 	if got := zero.QueuePrefix("a/b"); got != "a%2Fb/" {
 		t.Fatalf("zero Locker QueuePrefix %q", got)

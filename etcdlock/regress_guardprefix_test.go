@@ -14,6 +14,7 @@ import (
 // "dlock" (the default lock prefix is empty), so a Guard's fence keys
 // stood in that lock's queue ahead of every holder and blocked it.
 func TestRegressGuardKeysOutsideLockQueues(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	ctx := dlocktest.Context(t)
 	client := newClient(t, c.Endpoints())

@@ -23,6 +23,7 @@ import (
 // "d/e"'s entries). This test pins down what the package documentation
 // now states, both ways round.
 func TestForeignLocksOnEscapedNames(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	cli := newClient(t, c.Endpoints())
 	l := etcdlock.New(newClient(t, c.Endpoints()))

@@ -18,6 +18,7 @@ import (
 // wrapping dlock.ErrInvalidOption, never a panic. (Red-team reproducer
 // RT3-E1: Guard.Put and Guard.Highest panicked.)
 func TestRegressNilContext(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	cl := newClient(t, c.Endpoints())
 	l := etcdlock.New(cl)

@@ -31,6 +31,7 @@ const receiptDir = "\x00dlock-released/"
 // a release of ours writes with its delete is not there, so the retried
 // Release reports the loss.
 func TestForeignDeleteDuringStallIsReportedLost(t *testing.T) {
+	t.Parallel()
 	p := etcdtest.StartProcess(t)
 	u, err := url.Parse(p.ClientURL())
 	if err != nil {
@@ -75,6 +76,7 @@ func TestForeignDeleteDuringStallIsReportedLost(t *testing.T) {
 // lock is not blocked, and they do not pile up: the next release deletes
 // the receipts whose outcome is known.
 func TestReleaseReceiptsAreNotLocksAndDoNotPileUp(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	cli := newClient(t, c.Endpoints())
 	l := etcdlock.New(newClient(t, c.Endpoints()))
@@ -133,67 +135,48 @@ func TestReleaseReceiptsAreNotLocksAndDoNotPileUp(t *testing.T) {
 // the release (reads the receipt) before it revokes, and the retried
 // Release returns nil.
 func TestLostReleaseReplyOnRevokedLease(t *testing.T) {
-	c, l, p := proxied(t)
+	t.Parallel()
+	c := etcdtest.Start(t, 1)
 	admin := newClient(t, c.Endpoints())
+	lossy := &replyLoser{}
+	l := etcdlock.New(lossyClient(t, c.Endpoints(), lossy))
 	ttl := dlock.WithTTL(time.Minute)
-	for attempt := 1; ; attempt++ {
-		if attempt > 5 {
-			t.Skip("the lost replies never hit the intended requests (background requests took them)")
-		}
-		key, key2 := dlocktest.Key(t), dlocktest.Key(t)
-		lk, err := l.Acquire(dlocktest.Context(t), key, ttl)
+	key, key2 := dlocktest.Key(t), dlocktest.Key(t)
+	lk, err := l.Acquire(dlocktest.Context(t), key, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := leaseOf(t, admin, l, key)
+	// A second lock on the same lease (same TTL) whose create's reply is
+	// lost: its outcome is unknown, so the Locker retires the lease.
+	lost := lossy.arm(txnPutUnder(l.QueuePrefix(key2)))
+	if lk2, err := l.TryAcquire(dlocktest.Context(t), key2, ttl); err == nil {
+		t.Fatalf("TryAcquire whose reply was lost succeeded (token %d)", lk2.Token())
+	}
+	mustHaveLost(t, lost, "the TryAcquire's create")
+	lost = lossy.arm(txnDeleteUnder(l.QueuePrefix(key)))
+	err1 := lk.Release(dlocktest.Context(t))
+	mustHaveLost(t, lost, "the Release's delete")
+	if err1 == nil {
+		t.Fatal("Release whose reply was lost returned nil")
+	}
+	t.Logf("first Release: %v", err1)
+	// The retired lease is revoked in the background once it has no live
+	// entry: wait for it (bounded).
+	for i := 0; ; i++ {
+		ttlResp, err := admin.TimeToLive(dlocktest.Context(t), lease)
 		if err != nil {
 			t.Fatal(err)
 		}
-		infos, err := l.List(dlocktest.Context(t), key)
-		if err != nil || len(infos) != 1 {
-			t.Fatalf("List = %+v, %v", infos, err)
+		if ttlResp.TTL <= 0 {
+			break
 		}
-		lease := leaseOf(t, admin, l, key)
-		time.Sleep(300 * time.Millisecond) // its own-entry watch is set up
-		p.LoseNextReply()
-		lk2, err := l.TryAcquire(dlocktest.Context(t), key2, ttl) // same TTL: same lease
-		p.Heal()
-		if err == nil {
-			t.Logf("attempt %d: the lost reply missed the TryAcquire", attempt)
-			lk2.Release(dlocktest.Context(t))
-			lk.Release(dlocktest.Context(t))
-			continue
+		if i == 600 {
+			t.Fatalf("lease %x not revoked 30s after its last entry was released", int64(lease))
 		}
-		t.Logf("TryAcquire with a lost reply: %v", err)
-		// The lost reply reset the connection: let the client reconnect
-		// (a round trip) and settle, so the next lost reply is the
-		// release's rather than the handshake's.
-		if _, err := l.List(dlocktest.Context(t), key); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(300 * time.Millisecond)
-		p.LoseNextReply()
-		err1 := lk.Release(dlocktest.Context(t))
-		p.Heal()
-		if err1 == nil {
-			t.Logf("attempt %d: the lost reply missed the Release", attempt)
-			continue
-		}
-		t.Logf("first Release: %v", err1)
-		// The retired lease is revoked in the background once it has no
-		// live entry: wait for it (bounded).
-		for i := 0; ; i++ {
-			ttlResp, err := admin.TimeToLive(dlocktest.Context(t), lease)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if ttlResp.TTL <= 0 {
-				break
-			}
-			if i == 200 {
-				t.Fatalf("lease %x not revoked after its last entry was released", int64(lease))
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		if err := lk.Release(dlocktest.Context(t)); err != nil {
-			t.Fatalf("retried Release after the Locker revoked the lease = %v, want nil (the first request deleted the entry)", err)
-		}
-		return
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := lk.Release(dlocktest.Context(t)); err != nil {
+		t.Fatalf("retried Release after the Locker revoked the lease = %v, want nil (the first request deleted the entry)", err)
 	}
 }

@@ -16,6 +16,7 @@ import (
 // proposal not committed in time, a leader lost or changed) is transient:
 // the attempt leaves nothing behind, and Acquire tries again.
 func TestRegressServerTimeoutIsTransient(t *testing.T) {
+	t.Parallel()
 	for _, err := range []error{rpctypes.ErrTimeout, rpctypes.ErrTimeoutDueToLeaderFail, rpctypes.ErrTimeoutDueToConnectionLost, rpctypes.ErrLeaderChanged, rpctypes.ErrNoLeader} {
 		wrapped := fmt.Errorf("dlock: etcd acquire %q: %w", "k", err)
 		got := serverTimeoutTransient(wrapped)

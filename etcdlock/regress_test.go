@@ -29,6 +29,15 @@ func proxied(t *testing.T) (*etcdtest.Cluster, *etcdlock.Locker, *testserver.Pro
 	return c, l, p
 }
 
+// lossyLocker is a Locker on a one-member cluster whose client loses the
+// reply to the requests r is armed for.
+func lossyLocker(t *testing.T) (*etcdtest.Cluster, *etcdlock.Locker, *replyLoser) {
+	t.Helper()
+	c := etcdtest.Start(t, 1)
+	r := &replyLoser{}
+	return c, etcdlock.New(lossyClient(t, c.Endpoints(), r)), r
+}
+
 func ctxFor(d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), d)
 }
@@ -37,6 +46,7 @@ func ctxFor(d time.Duration) (context.Context, context.CancelFunc) {
 // same Locker take over the old queue entry (same lease, same token): a
 // retry of the first Release would then delete the new holder's entry.
 func TestFailedReleaseThenAcquireKeepsNewHolder(t *testing.T) {
+	t.Parallel()
 	c, l, p := proxied(t)
 	other := etcdlock.New(newClient(t, c.Endpoints()))
 	key := dlocktest.Key(t)
@@ -76,6 +86,7 @@ func TestFailedReleaseThenAcquireKeepsNewHolder(t *testing.T) {
 // lock keeps the shared lease alive: its delete is retried with the
 // lease's next keep-alive.
 func TestFailedReleaseDoesNotLingerOnSharedLease(t *testing.T) {
+	t.Parallel()
 	c, l, p := proxied(t)
 	other := etcdlock.New(newClient(t, c.Endpoints()))
 	key, key2 := dlocktest.Key(t), dlocktest.Key(t)
@@ -113,6 +124,7 @@ func TestFailedReleaseDoesNotLingerOnSharedLease(t *testing.T) {
 // for the lock's own TTL (but still is for the lease's, which etcd raises
 // to its minimum) is alive when it is handed out.
 func TestShortTTLOnReusedLeaseIsAliveAtBirth(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	l := etcdlock.New(newClient(t, c.Endpoints()))
 	ttl := dlock.WithTTL(300 * time.Millisecond)
@@ -137,6 +149,7 @@ func TestShortTTLOnReusedLeaseIsAliveAtBirth(t *testing.T) {
 // Defect 3: a revoked lease is noticed at once, not at the next renewal
 // (TTL/3 = 20s here).
 func TestRevokedLeaseNoticedBeforeRenewal(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	admin := newClient(t, c.Endpoints())
 	l := etcdlock.New(newClient(t, c.Endpoints()))
@@ -169,6 +182,7 @@ func TestRevokedLeaseNoticedBeforeRenewal(t *testing.T) {
 // slowly) returns at once with the holder, and removes its entry in the
 // background rather than before returning.
 func TestQueueReportsHolderWhenContextEnds(t *testing.T) {
+	t.Parallel()
 	c, l, p := proxied(t)
 	holderL := etcdlock.New(newClient(t, c.Endpoints()))
 	key := dlocktest.Key(t)
@@ -179,13 +193,13 @@ func TestQueueReportsHolderWhenContextEnds(t *testing.T) {
 	defer holder.Release(context.Background())
 	errc := make(chan error, 1)
 	go func() {
-		ctx, cancel := ctxFor(1500 * time.Millisecond)
+		ctx, cancel := ctxFor(5 * time.Second)
 		defer cancel()
 		_, err := l.Acquire(ctx, key)
 		errc <- err
 	}()
-	time.Sleep(700 * time.Millisecond)
-	p.Delay(150 * time.Millisecond) // every round trip now takes > the core's 100ms grace
+	awaitQueueLen(t, newClient(t, c.Endpoints()), holderL, key, 2) // the waiter is queued
+	p.Delay(60 * time.Millisecond)                                 // every round trip now takes > the core's 100ms grace
 	var err2 error
 	select {
 	case err2 = <-errc:
@@ -214,7 +228,8 @@ func TestQueueReportsHolderWhenContextEnds(t *testing.T) {
 // entry by its owner and deletes it (not another owner's), and the key is
 // free without waiting for the lease, which another lock keeps alive.
 func TestLostCreateReplyIsAborted(t *testing.T) {
-	c, l, p := proxied(t)
+	t.Parallel()
+	c, l, r := lossyLocker(t)
 	other := etcdlock.New(newClient(t, c.Endpoints()))
 	key, key2 := dlocktest.Key(t), dlocktest.Key(t)
 	ttl := dlock.WithTTL(time.Minute)
@@ -223,13 +238,11 @@ func TestLostCreateReplyIsAborted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer keeper.Release(context.Background())
-	time.Sleep(100 * time.Millisecond) // keeper's own-entry watch is set up
-	p.LoseNextReply()
+	lost := r.arm(txnPutUnder(l.QueuePrefix(key)))
 	lk, err := l.TryAcquire(dlocktest.Context(t), key, ttl)
-	p.Heal()
+	mustHaveLost(t, lost, "the TryAcquire's create")
 	if err == nil {
-		t.Logf("acquired despite the lost reply")
-		lk.Release(dlocktest.Context(t))
+		t.Fatalf("TryAcquire whose reply was lost succeeded (token %d)", lk.Token())
 	} else if errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("a lost reply reported as a held key: %v", err)
 	}
@@ -248,7 +261,8 @@ func TestLostCreateReplyIsAborted(t *testing.T) {
 // Defect 6: a release whose reply was lost (the delete took effect), then
 // retried, returns nil, and the key is free.
 func TestReleaseRetriedAfterLostReply(t *testing.T) {
-	c, l, p := proxied(t)
+	t.Parallel()
+	c, l, r := lossyLocker(t)
 	other := etcdlock.New(newClient(t, c.Endpoints()))
 	for i := 0; i < 3; i++ {
 		key := dlocktest.Key(t)
@@ -256,18 +270,18 @@ func TestReleaseRetriedAfterLostReply(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(100 * time.Millisecond) // the own-entry watch is set up
-		p.LoseNextReply()
+		lost := r.arm(txnDeleteUnder(l.QueuePrefix(key)))
 		err = lk.Release(dlocktest.Context(t))
-		p.Heal()
-		if err != nil {
-			t.Logf("first Release: %v", err)
-			if errors.Is(err, dlock.ErrLockLost) {
-				t.Fatalf("a lost release reply reported as a lost lock: %v", err)
-			}
-			if err = lk.Release(dlocktest.Context(t)); err != nil {
-				t.Fatalf("retried Release: %v", err)
-			}
+		mustHaveLost(t, lost, "the Release's delete")
+		if err == nil {
+			t.Fatal("Release whose reply was lost returned nil")
+		}
+		t.Logf("first Release: %v", err)
+		if errors.Is(err, dlock.ErrLockLost) {
+			t.Fatalf("a lost release reply reported as a lost lock: %v", err)
+		}
+		if err = lk.Release(dlocktest.Context(t)); err != nil {
+			t.Fatalf("retried Release: %v", err)
 		}
 		if !errors.Is(lk.Err(), dlock.ErrReleased) {
 			t.Fatalf("Err() = %v, want ErrReleased", lk.Err())
@@ -282,6 +296,7 @@ func TestReleaseRetriedAfterLostReply(t *testing.T) {
 
 // Defect 7: List returns by its context's deadline on a stalled link.
 func TestListHonoursContext(t *testing.T) {
+	t.Parallel()
 	_, l, p := proxied(t)
 	key := dlocktest.Key(t)
 	lk, err := l.Acquire(dlocktest.Context(t), key)

@@ -14,7 +14,8 @@ import (
 )
 
 func TestBadInput(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	t.Parallel()
+	pg := sharedPG(t)
 	pool := newPool(t, pg.DSN(""))
 	for name, tc := range map[string]struct {
 		l    *pglock.Locker
@@ -62,7 +63,8 @@ func TestBadInput(t *testing.T) {
 // A read-only server (a hot standby, here default_transaction_read_only)
 // is refused with an error saying why.
 func TestReadOnly(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	t.Parallel()
+	pg := ownPG(t)
 	if _, err := pg.Exec("", "CREATE DATABASE ro"); err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +82,8 @@ func TestReadOnly(t *testing.T) {
 
 // A wrong password is an error in bounded time, not a held key.
 func TestWrongPassword(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	t.Parallel()
+	pg := ownPG(t)
 	if _, err := pg.Exec("", "CREATE ROLE app LOGIN PASSWORD 'right'"); err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +102,8 @@ func TestWrongPassword(t *testing.T) {
 
 // Tokens keep increasing across a server crash and restart.
 func TestRestartKeepsTokens(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	t.Parallel()
+	pg := ownPG(t)
 	key := dlocktest.Key(t)
 	l := pglock.New(newPool(t, pg.DSN("")))
 	lk, err := l.Acquire(dlocktest.Context(t), key)

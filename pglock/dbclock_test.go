@@ -7,7 +7,6 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
-	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/pglock"
 )
 
@@ -20,7 +19,8 @@ import (
 // in the database's future is not, however long ago its TTL ran out on
 // the contender's clock.
 func TestExpiryByDatabaseClock(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	t.Parallel()
+	pg := sharedPG(t)
 	ctx := dlocktest.Context(t)
 	a := pglock.New(newPool(t, pg.DSN("")))
 	bPool := newPool(t, pg.DSN(""))

@@ -48,11 +48,17 @@ func guardPool(t *testing.T, dsn string, params ...string) *pgxpool.Pool {
 	return pool
 }
 
-// guardServer starts a PostgreSQL server, runs MigrateGuard on it and
-// returns it with a pool on its "postgres" database.
-func guardServer(t *testing.T) (*testserver.Postgres, *pgxpool.Pool) {
+// guardServer gives the test a database of its own on the shared
+// PostgreSQL server, runs MigrateGuard on it and returns it with a pool on
+// it.
+func guardServer(t *testing.T) (*pgDB, *pgxpool.Pool) {
 	t.Helper()
-	pg := testserver.StartPostgres(t)
+	return guardServerOn(t, sharedPG(t))
+}
+
+// guardServerOn runs MigrateGuard on pg's database and returns a pool on it.
+func guardServerOn(t *testing.T, pg *pgDB) (*pgDB, *pgxpool.Pool) {
+	t.Helper()
 	pool := guardPool(t, pg.DSN(""))
 	if err := pglock.MigrateGuard(dlocktest.Context(t), pool); err != nil {
 		t.Fatal(err)
@@ -89,7 +95,9 @@ func guardSuite(t *testing.T, dsn string) {
 	}))
 }
 
-// The conformance suite, each guard instance on a pool of its own.
+// The conformance suite, each guard instance on a pool of its own. Not
+// parallel, nor TestGuardPgBouncer: the suite checks with goleak that its
+// tests leave no goroutine behind, so it runs alone.
 func TestGuard(t *testing.T) {
 	pg, _ := guardServer(t)
 	guardSuite(t, pg.DSN(""))
@@ -98,8 +106,8 @@ func TestGuard(t *testing.T) {
 // The suite through PgBouncer in transaction pooling mode (no session
 // state survives between transactions), MigrateGuard included.
 func TestGuardPgBouncer(t *testing.T) {
-	pg := testserver.StartPostgres(t)
-	b := testserver.StartPgBouncer(t, pg)
+	pg := sharedPG(t)
+	b := bouncerFor(t, pg)
 	if err := pglock.MigrateGuard(dlocktest.Context(t), guardPool(t, b.DSN(""))); err != nil {
 		t.Fatal(err)
 	}
@@ -146,6 +154,7 @@ func guardDecrement(ctx context.Context, g *pglock.Guard, tx pgx.Tx, sku string,
 // writes the business row, so a stale holder's write never commits, even
 // when it wrote before checking or ignores the refusal.
 func TestGuardInTransaction(t *testing.T) {
+	t.Parallel()
 	_, pool := guardServer(t)
 	guardInventory(t, pool)
 	guardExec(t, pool, `INSERT INTO inventory (sku, qty) VALUES ('42', 10)`)
@@ -284,6 +293,7 @@ func TestGuardInTransaction(t *testing.T) {
 // Do: a fenced transaction in one call; fn's error or panic rolls back
 // the fence and fn's writes.
 func TestGuardDo(t *testing.T) {
+	t.Parallel()
 	_, pool := guardServer(t)
 	guardInventory(t, pool)
 	guardExec(t, pool, `INSERT INTO inventory (sku, qty) VALUES ('7', 10)`)
@@ -383,6 +393,7 @@ WHERE wait_event_type = 'Lock' AND query LIKE '%dlock_fences%' AND pid <> pg_bac
 // admitted; the older one's Check, behind the newer one, is refused. Shared
 // fences do not wait for each other; the next exclusive one waits for them.
 func TestGuardCheckWaits(t *testing.T) {
+	t.Parallel()
 	_, pool := guardServer(t)
 	guardInventory(t, pool)
 	guardExec(t, pool, `INSERT INTO inventory (sku, qty) VALUES ('1', 100)`)
@@ -486,9 +497,10 @@ func TestGuardCheckWaits(t *testing.T) {
 // commits; under REPEATABLE READ and SERIALIZABLE a transaction may also
 // fail with a serialization failure (SQLSTATE 40001), committing nothing.
 func TestGuardCheckRace(t *testing.T) {
+	t.Parallel()
 	pg, direct := guardServer(t)
 	guardInventory(t, direct)
-	bouncer := guardPool(t, testserver.StartPgBouncer(t, pg).DSN(""))
+	bouncer := guardPool(t, bouncerFor(t, pg).DSN(""))
 	pools := []*pgxpool.Pool{direct, bouncer}
 	ctx := dlocktest.Context(t)
 	g := []*pglock.Guard{pglock.NewGuard(direct), pglock.NewGuard(bouncer)}
@@ -573,6 +585,7 @@ func TestGuardCheckRace(t *testing.T) {
 // the server aborts one of them; under REPEATABLE READ, a fence row
 // changed after the snapshot is a serialization failure.
 func TestGuardCheckConflicts(t *testing.T) {
+	t.Parallel()
 	_, pool := guardServer(t)
 	ctx := dlocktest.Context(t)
 	g := pglock.NewGuard(pool)
@@ -582,8 +595,10 @@ func TestGuardCheckConflicts(t *testing.T) {
 	if err := g.Check(ctx, txA, "x", a5); err != nil {
 		t.Fatal(err)
 	}
-	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	txB := guardBegin(t, pool)
+	// The deadline starts once txB is open: a Check called with a context
+	// already done tries nothing, and says so with the context's error.
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	err := g.Check(short, txB, "x", b6)
 	cancel()
 	if !errors.Is(err, dlock.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
@@ -684,6 +699,7 @@ func BenchmarkGuardCheck(b *testing.B) {
 
 // Bad input: errors wrapping the documented sentinels, never a panic.
 func TestGuardBadInput(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	f := dlock.Fence{Token: 1, Owner: "o"}
 	fn := func(context.Context, pgx.Tx) error { return errors.New("fn ran") }
@@ -768,11 +784,12 @@ func TestGuardBadInput(t *testing.T) {
 	}
 
 	// Tables missing (no MigrateGuard): an error naming MigrateGuard.
-	if _, err := pg.Exec("", "CREATE DATABASE unmigrated"); err != nil {
+	unmigrated := pg.name + "_unmigrated"
+	if _, err := pg.Exec("", "CREATE DATABASE "+unmigrated); err != nil {
 		t.Fatal(err)
 	}
-	fresh := pglock.NewGuard(guardPool(t, pg.DSN("unmigrated")))
-	for call, err := range calls(fresh, guardBegin(t, guardPool(t, pg.DSN("unmigrated")))) {
+	fresh := pglock.NewGuard(guardPool(t, pg.DSN(unmigrated)))
+	for call, err := range calls(fresh, guardBegin(t, guardPool(t, pg.DSN(unmigrated)))) {
 		var pgErr *pgconn.PgError
 		if call == "Do" {
 			continue // fn's "fn ran" would say nothing; checked below
@@ -799,7 +816,8 @@ func TestGuardBadInput(t *testing.T) {
 // MigrateGuard is idempotent and can run concurrently; guards on other
 // tables (a schema-qualified one, the longest name) are independent.
 func TestGuardMigrate(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	t.Parallel()
+	pg := sharedPG(t)
 	pool := guardPool(t, pg.DSN(""))
 	ctx := dlocktest.Context(t)
 	guardExec(t, pool, `CREATE SCHEMA app`)
@@ -841,6 +859,7 @@ func TestGuardMigrate(t *testing.T) {
 // A read-only transaction, or a server that only allows them (as a
 // replica does), cannot check fences: a clear error. Highest still works.
 func TestGuardReadOnly(t *testing.T) {
+	t.Parallel()
 	pg, pool := guardServer(t)
 	ctx := dlocktest.Context(t)
 	f := dlock.Fence{Token: 3, Owner: "o"}
@@ -880,7 +899,8 @@ func TestGuardReadOnly(t *testing.T) {
 // connections hang, and the backend of an open transaction is stopped
 // here by its pid.
 func TestGuardUnavailable(t *testing.T) {
-	pg, pool := guardServer(t)
+	t.Parallel()
+	pg, pool := guardServerOn(t, ownPG(t))
 	g := pglock.NewGuard(pool)
 	ctx := dlocktest.Context(t)
 	f := dlock.Fence{Token: 3, Owner: "o"}

@@ -6,14 +6,14 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
-	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/pglock"
 )
 
 // List reports how long each holder has held its key, by the database's
 // clock: exclusive and shared holders alike.
 func TestListHeldFor(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	t.Parallel()
+	pg := sharedPG(t)
 	l := pglock.New(newPool(t, pg.DSN("")))
 	ctx := dlocktest.Context(t)
 	base := dlocktest.Key(t)

@@ -22,11 +22,13 @@ import (
 // writer keeps readers out until it is granted, leaves or dies, and List
 // shows every holder.
 func TestModes(t *testing.T) {
-	pg := testserver.StartPostgres(t)
-	pb := testserver.StartPgBouncer(t, pg)
+	t.Parallel()
+	pg := sharedPG(t)
+	pb := bouncerFor(t, pg)
 	for _, target := range []struct{ name, dsn string }{{"direct", pg.DSN("")}, {"pgbouncer", pb.DSN("")}} {
 		newL := func(t *testing.T) *pglock.Locker { return pglock.New(newPool(t, target.dsn)) }
 		t.Run(target.name, func(t *testing.T) {
+			t.Parallel() // the two targets are independent
 			t.Run("ReaderLeasesExpireOneByOne", func(t *testing.T) { testReaderLeases(t, newL) })
 			t.Run("ExpiredReaderDoesNotBlockWriter", func(t *testing.T) { testExpiredReader(t, pg, newL) })
 			t.Run("DeadHoldersExpireAlone", func(t *testing.T) { testDeadHolders(t, newL) })
@@ -82,11 +84,19 @@ func waitLost(t *testing.T, lk *dlock.Lock, what string) {
 func testReaderLeases(t *testing.T, newL func(*testing.T) *pglock.Locker) {
 	key := dlocktest.Key(t)
 	crashed := mustLock(t, newL(t), key, dlock.WithShared(), dlock.WithTTL(time.Second), dlock.WithAutoRefresh(false))
-	alive := mustLock(t, newL(t), key, dlock.WithShared(), dlock.WithTTL(time.Second))
+	// The server set the crashed reader's expiry before this, on the same
+	// clock: it has passed on the server too once expired has.
+	expired := time.Now().Add(time.Second)
+	// The renewing reader's TTL leaves its renewals room on a loaded
+	// machine.
+	alive := mustLock(t, newL(t), key, dlock.WithShared(), dlock.WithTTL(3*time.Second))
 	if crashed.Token() == alive.Token() || crashed.Owner() == alive.Owner() || !alive.Fence().Shared {
 		t.Fatalf("readers share a lease: tokens %d %d owners %s %s", crashed.Token(), alive.Token(), crashed.Owner(), alive.Owner())
 	}
 	waitLost(t, crashed, "the reader that stopped renewing")
+	// Lost() closes at the local deadline, a drift allowance before the
+	// server's expiry.
+	time.Sleep(time.Until(expired))
 	select {
 	case <-alive.Lost():
 		t.Fatalf("the renewing reader lost its lease with the other: %v", alive.Err())
@@ -112,7 +122,7 @@ func testReaderLeases(t *testing.T, newL func(*testing.T) *pglock.Locker) {
 // A reader whose lease expired on the server (its process stopped; here
 // the row's expiry is moved into the past behind its back) does not keep
 // a writer out, and its late renewal does not take the key back.
-func testExpiredReader(t *testing.T, pg *testserver.Postgres, newL func(*testing.T) *pglock.Locker) {
+func testExpiredReader(t *testing.T, pg *pgDB, newL func(*testing.T) *pglock.Locker) {
 	key := dlocktest.Key(t)
 	r := mustLock(t, newL(t), key, dlock.WithShared(), dlock.WithTTL(1500*time.Millisecond))
 	if _, err := pg.Exec("", "UPDATE dlock_leases_holders SET expires_at = clock_timestamp() - interval '1 millisecond' WHERE key = '"+escape(key)+"'"); err != nil {
@@ -144,13 +154,19 @@ func testDeadHolders(t *testing.T, newL func(*testing.T) *pglock.Locker) {
 	ctx := dlocktest.Context(t)
 	key := dlocktest.Key(t)
 	l := newL(t)
+	// A dead holder's TTL leaves room for the checks made while it lives
+	// on a loaded machine; expired is when it has passed on the server
+	// (same clock) for the last one granted.
+	const deadTTL = 4 * time.Second
+	var expired time.Time
 	dead := func(key string, mode driver.Mode, limit int) uint64 {
 		t.Helper()
-		req := &driver.Request{Key: key, Owner: dlock.NewOwner(), TTL: time.Second, Metadata: map[string]string{}, Mode: mode, Limit: limit}
+		req := &driver.Request{Key: key, Owner: dlock.NewOwner(), TTL: deadTTL, Metadata: map[string]string{}, Mode: mode, Limit: limit}
 		tok, _, err := pglock.TryRaw(ctx, l, req)
 		if err != nil {
 			t.Fatalf("%s grant: %v", mode, err)
 		}
+		expired = time.Now().Add(deadTTL)
 		return tok
 	}
 	deadTok := dead(key, driver.Shared, 0)
@@ -159,7 +175,7 @@ func testDeadHolders(t *testing.T, newL func(*testing.T) *pglock.Locker) {
 	if na := notAcquired(t, err, "writer over a dead and a live reader"); len(na.Holders) != 2 {
 		t.Fatalf("holders %+v, want both readers", na.Holders)
 	}
-	time.Sleep(1200 * time.Millisecond) // the dead reader's TTL
+	time.Sleep(time.Until(expired)) // the dead reader's TTL
 	_, err = newL(t).TryAcquire(ctx, key)
 	if na := notAcquired(t, err, "writer over the live reader"); len(na.Holders) != 1 || na.Holders[0].Owner != alive.Owner() {
 		t.Fatalf("holders %+v, want the live reader alone", na.Holders)
@@ -185,10 +201,13 @@ func testDeadHolders(t *testing.T, newL func(*testing.T) *pglock.Locker) {
 func testSharedRenewal(t *testing.T, newL func(*testing.T) *pglock.Locker) {
 	key := dlocktest.Key(t)
 	l := newL(t)
-	r1 := mustLock(t, l, key, dlock.WithShared(), dlock.WithTTL(500*time.Millisecond))
-	r2 := mustLock(t, l, key+"/other", dlock.WithShared(), dlock.WithTTL(500*time.Millisecond))
-	x := mustLock(t, l, key+"/x", dlock.WithTTL(500*time.Millisecond)) // one batch: both tables
-	time.Sleep(1750 * time.Millisecond)
+	// A TTL well above a renewal's round trip on a loaded machine: the
+	// promise is that renewals keep the locks past 3 TTLs.
+	const ttl = 2 * time.Second
+	r1 := mustLock(t, l, key, dlock.WithShared(), dlock.WithTTL(ttl))
+	r2 := mustLock(t, l, key+"/other", dlock.WithShared(), dlock.WithTTL(ttl))
+	x := mustLock(t, l, key+"/x", dlock.WithTTL(ttl)) // one batch: both tables
+	time.Sleep(3*ttl + ttl/2)
 	for _, lk := range []*dlock.Lock{r1, r2, x} {
 		select {
 		case <-lk.Lost():
@@ -425,9 +444,10 @@ func testListModes(t *testing.T, newL func(*testing.T) *pglock.Locker) {
 // gets the lock or an error that is not ErrNotAcquired, and no reader's
 // row is left behind to keep a writer out for its minute-long TTL.
 func TestLostReplyOnSharedAcquire(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	t.Parallel()
+	pg := sharedPG(t)
 	proxy := testserver.StartProxy(t, pg.Addr())
-	l := pglock.New(newPool(t, "postgres://"+testserver.PostgresUser+"@"+proxy.Addr()+"/postgres?sslmode=disable"))
+	l := pglock.New(newPool(t, pg.ViaProxy(proxy.Addr())))
 	for _, opt := range []dlock.Option{dlock.WithShared(), dlock.WithLimit(2)} {
 		key := dlocktest.Key(t)
 		warm := mustLock(t, l, dlocktest.Key(t), opt, dlock.WithTTL(time.Minute))
@@ -456,7 +476,8 @@ func TestLostReplyOnSharedAcquire(t *testing.T) {
 // excludes, tokens continue above it, and migrating again changes
 // nothing.
 func TestMigrationUpgradesInPlace(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	t.Parallel()
+	pg := sharedPG(t)
 	m1, err := os.ReadFile("migrations/0001_leases.sql")
 	if err != nil {
 		t.Fatal(err)
@@ -498,8 +519,9 @@ INSERT INTO old_leases (key, owner, token, expires_at) VALUES ('held', 'oldowner
 // limited holders together, never more than the limit, never a token
 // twice. Direct and through PgBouncer.
 func TestModesRace(t *testing.T) {
-	pg := testserver.StartPostgres(t)
-	pb := testserver.StartPgBouncer(t, pg)
+	t.Parallel()
+	pg := ownPG(t)
+	pb := bouncerFor(t, pg)
 	for _, target := range []struct{ name, dsn string }{{"direct", pg.DSN("")}, {"pgbouncer", pb.DSN("")}} {
 		t.Run(target.name, func(t *testing.T) {
 			key := dlocktest.Key(t)
@@ -541,7 +563,9 @@ func TestModesRace(t *testing.T) {
 					l := pglock.New(newPool(t, target.dsn))
 					for r := range rounds {
 						m := (w + r) % 3
-						opts := append([]dlock.Option{dlock.WithTTL(2 * time.Second)}, modeOpts[m]...)
+						// The TTL leaves renewals room on a loaded
+						// machine: the promise is exclusion, not expiry.
+						opts := append([]dlock.Option{dlock.WithTTL(5 * time.Second)}, modeOpts[m]...)
 						lk, err := l.TryAcquire(dlocktest.Context(t), key, opts...)
 						if errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, dlock.ErrTransient) {
 							// Held; or granted too slowly on a loaded

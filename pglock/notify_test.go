@@ -16,7 +16,8 @@ import (
 // is a minute, twice the suite's hang bound, so only a notification can
 // wake it in time.
 func TestWokenByNotify(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	t.Parallel()
+	pg := sharedPG(t)
 	key := dlocktest.Key(t)
 	holder, err := pglock.New(newPool(t, pg.DSN(""))).Acquire(dlocktest.Context(t), key)
 	if err != nil {
@@ -28,7 +29,7 @@ func TestWokenByNotify(t *testing.T) {
 	// then it subscribed and tried again): the server lists its LISTEN.
 	end := time.Now().Add(dlocktest.HangTimeout)
 	for {
-		out, err := pg.Exec("", "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %'")
+		out, err := pg.Exec("", "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND datname = current_database()")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,9 +56,9 @@ func TestWokenByNotify(t *testing.T) {
 }
 
 // listenPIDs lists the server processes that ran LISTEN.
-func listenPIDs(t *testing.T, pg *testserver.Postgres) string {
+func listenPIDs(t *testing.T, pg *pgDB) string {
 	t.Helper()
-	out, err := pg.Exec("", "SELECT coalesce(string_agg(pid::text, ',' ORDER BY pid), '') FROM pg_stat_activity WHERE query LIKE 'LISTEN %'")
+	out, err := pg.Exec("", "SELECT coalesce(string_agg(pid::text, ',' ORDER BY pid), '') FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND datname = current_database()")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +69,8 @@ func listenPIDs(t *testing.T, pg *testserver.Postgres) string {
 // opened outside its pool (the pool opens no connection for it), and
 // closes it a linger after its last wait.
 func TestListenConnectionReused(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	t.Parallel()
+	pg := sharedPG(t)
 	key := dlocktest.Key(t)
 	holder := pglock.New(newPool(t, pg.DSN("")))
 	wpool := newPool(t, pg.DSN(""))
@@ -124,13 +126,16 @@ func TestListenConnectionReused(t *testing.T) {
 // A lingering LISTEN connection whose link stalls is still closed, and its
 // goroutine ends, within a bounded time after the last waiter left (the
 // linger, then a close bounded by a second).
+//
+// Not parallel: it waits for all of dlock's background work, which is
+// process-wide, to end.
 func TestListenLingerEndsOnStalledLink(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	pg := ownPG(t)
 	key := dlocktest.Key(t)
 	ctx := dlocktest.Context(t)
 	p := testserver.StartProxy(t, pg.Addr())
 	holder := pglock.New(newPool(t, pg.DSN("")))
-	waiter := pglock.New(newPool(t, "postgres://"+testserver.PostgresUser+"@"+p.Addr()+"/postgres?sslmode=disable"), pglock.WithRequestTimeout(500*time.Millisecond))
+	waiter := pglock.New(newPool(t, pg.ViaProxy(p.Addr())), pglock.WithRequestTimeout(500*time.Millisecond))
 	hl, err := holder.Acquire(ctx, key)
 	if err != nil {
 		t.Fatal(err)

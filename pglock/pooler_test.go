@@ -18,8 +18,9 @@ import (
 // with "server in bad state" (found by the safety harness). Direct and
 // through a plain TCP proxy, LISTEN is kept.
 func TestNoListenThroughPooler(t *testing.T) {
-	pg := testserver.StartPostgres(t)
-	bouncer := testserver.StartPgBouncer(t, pg)
+	t.Parallel()
+	pg := ownPG(t)
+	bouncer := bouncerFor(t, pg)
 	proxy := testserver.StartProxy(t, pg.Addr())
 	for _, tc := range []struct {
 		name   string
@@ -27,7 +28,7 @@ func TestNoListenThroughPooler(t *testing.T) {
 		pooled bool
 	}{
 		{"direct", pg.DSN(""), false},
-		{"tcp proxy", "postgres://" + testserver.PostgresUser + "@" + proxy.Addr() + "/postgres?sslmode=disable", false},
+		{"tcp proxy", pg.ViaProxy(proxy.Addr()), false},
 		{"pgbouncer", bouncer.DSN(""), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -21,9 +21,10 @@ import (
 // permit, the exclusive lease) stayed taken, by nobody, for the lease's
 // full TTL after the link healed.
 func TestRedTeam14_AbortBeforeLateGrant(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	t.Parallel()
+	pg := sharedPG(t)
 	proxy := testserver.StartProxy(t, pg.Addr())
-	faulty := pglock.New(newPool(t, "postgres://"+testserver.PostgresUser+"@"+proxy.Addr()+"/postgres?sslmode=disable"), pglock.WithoutListen())
+	faulty := pglock.New(newPool(t, pg.ViaProxy(proxy.Addr())), pglock.WithoutListen())
 	healthy := pglock.New(newPool(t, pg.DSN("")))
 	ctx := dlocktest.Context(t)
 	for _, mode := range []driver.Mode{driver.Shared, driver.Limited, driver.Exclusive} {

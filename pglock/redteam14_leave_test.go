@@ -18,9 +18,10 @@ import (
 // register the writer again: it did, and the writer that had given up kept
 // every reader out for the registration's full TTL after the link healed.
 func TestRedTeam14_LeaveBeforeLateRegistration(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	t.Parallel()
+	pg := sharedPG(t)
 	proxy := testserver.StartProxy(t, pg.Addr())
-	faulty := pglock.New(newPool(t, "postgres://"+testserver.PostgresUser+"@"+proxy.Addr()+"/postgres?sslmode=disable"), pglock.WithoutListen())
+	faulty := pglock.New(newPool(t, pg.ViaProxy(proxy.Addr())), pglock.WithoutListen())
 	healthy := pglock.New(newPool(t, pg.DSN("")))
 	ctx := dlocktest.Context(t)
 	key := dlocktest.Key(t)

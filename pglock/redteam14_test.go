@@ -26,8 +26,9 @@ import (
 // one, and its token above every earlier exclusive holder's and, for an
 // exclusive grant, every earlier holder's.
 func TestRedTeam14_ModesWithRenewals(t *testing.T) {
-	pg := testserver.StartPostgres(t)
-	pb := testserver.StartPgBouncer(t, pg)
+	t.Parallel()
+	pg := sharedPG(t)
+	pb := bouncerFor(t, pg)
 	key := dlocktest.Key(t)
 	const workers, limit = 6, 2
 	type held struct {
@@ -143,7 +144,8 @@ func TestRedTeam14_ModesWithRenewals(t *testing.T) {
 // semaphore is full; an exclusive holder or shared holders make any limit a
 // plain refusal (the key is not a semaphore).
 func TestRedTeam14_LimitMismatchEdges(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	t.Parallel()
+	pg := sharedPG(t)
 	ctx := dlocktest.Context(t)
 	l := pglock.New(newPool(t, pg.DSN("")))
 	key := dlocktest.Key(t)
@@ -198,7 +200,8 @@ func TestRedTeam14_LimitMismatchEdges(t *testing.T) {
 // reader out, and its Leave (DELETE) lets readers in at once; renewing a
 // reader locks the key's row (UPDATE on the lease table).
 func TestRedTeam14_WriterPreferenceLeastPrivilege(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	t.Parallel()
+	pg := ownPG(t)
 	if err := pglock.Migrate(dlocktest.Context(t), newPool(t, pg.DSN(""))); err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +219,9 @@ func TestRedTeam14_WriterPreferenceLeastPrivilege(t *testing.T) {
 	app := strings.Replace(pg.DSN(""), testserver.PostgresUser+"@", "app14:pw@", 1)
 	newL := func() *pglock.Locker { return pglock.New(newPool(t, app)) }
 	key := dlocktest.Key(t)
-	r1 := mustLock(t, newL(), key, dlock.WithShared(), dlock.WithTTL(300*time.Millisecond))
+	// r1's TTL is well above a renewal's round trip on a loaded machine.
+	const ttl = 2 * time.Second
+	r1 := mustLock(t, newL(), key, dlock.WithShared(), dlock.WithTTL(ttl))
 	wctx, wcancel := context.WithCancel(context.Background())
 	wdone := make(chan error, 1)
 	go func() {
@@ -240,7 +245,7 @@ func TestRedTeam14_WriterPreferenceLeastPrivilege(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(400 * time.Millisecond) // r1 renewed past its TTL
+	time.Sleep(ttl + ttl/4) // r1 renewed past its TTL
 	select {
 	case <-r1.Lost():
 		t.Fatalf("reader lost while renewed by the least-privilege role: %v", r1.Err())
@@ -262,10 +267,11 @@ func TestRedTeam14_WriterPreferenceLeastPrivilege(t *testing.T) {
 // and its retry succeeds without freeing anything else; a permit whose
 // renewal reply is lost is never doubled.
 func TestRedTeam14_LostReplyOnSharedRelease(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	t.Parallel()
+	pg := sharedPG(t)
 	proxy := testserver.StartProxy(t, pg.Addr())
-	faulty := pglock.New(newPool(t, "postgres://"+testserver.PostgresUser+"@"+proxy.Addr()+"/postgres?sslmode=disable"),
-		pglock.WithRequestTimeout(500*time.Millisecond), pglock.WithoutListen())
+	faulty := pglock.New(newPool(t, pg.ViaProxy(proxy.Addr())),
+		pglock.WithRequestTimeout(2*time.Second), pglock.WithoutListen())
 	other := pglock.New(newPool(t, pg.DSN("")))
 	ctx := dlocktest.Context(t)
 	for _, opt := range []dlock.Option{dlock.WithShared(), dlock.WithLimit(1)} {
@@ -314,7 +320,8 @@ func TestRedTeam14_LostReplyOnSharedRelease(t *testing.T) {
 // Hierarchical keys never contend, whatever their modes: a, a/b and a/b/c
 // are three keys; List under "a" shows each with its own mode and limit.
 func TestRedTeam14_HierarchicalKeysAcrossModes(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	t.Parallel()
+	pg := sharedPG(t)
 	ctx := dlocktest.Context(t)
 	l := pglock.New(newPool(t, pg.DSN("")))
 	base := dlocktest.Key(t)
@@ -352,7 +359,8 @@ func TestRedTeam14_HierarchicalKeysAcrossModes(t *testing.T) {
 // hang or a write: a nil context, limits out of range, shared and limited
 // together, keys PostgreSQL's text cannot hold.
 func TestRedTeam14_BadInputModes(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	t.Parallel()
+	pg := sharedPG(t)
 	ctx := dlocktest.Context(t)
 	pool := newPool(t, pg.DSN(""))
 	if err := pglock.Migrate(ctx, pool); err != nil {

@@ -25,7 +25,8 @@ import (
 // LISTEN loop dereferenced it: a nil pointer panic in a background
 // goroutine on the first release, which killed the process.
 func TestRedTeam_PoolOnNotificationHandler(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	t.Parallel()
+	pg := ownPG(t)
 	cfg, err := pgxpool.ParseConfig(pg.DSN(""))
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +67,8 @@ func TestRedTeam_PoolOnNotificationHandler(t *testing.T) {
 // error is now taken as "cannot tell": the Locker stops trying LISTEN and
 // its waiters poll, still acquiring the key once it is released.
 func TestRedTeam_PIDCheckRefused(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	t.Parallel()
+	pg := ownPG(t)
 	if err := pglock.Migrate(dlocktest.Context(t), newPool(t, pg.DSN(""))); err != nil {
 		t.Fatal(err)
 	}
@@ -115,8 +117,11 @@ func TestRedTeam_PIDCheckRefused(t *testing.T) {
 // BeforeClose tears it down (a registry of connections, say): the LISTEN
 // connection, dialed with the pool's AfterConnect, was closed without its
 // BeforeClose, so each LISTEN connection left an entry behind.
+//
+// Not parallel: it waits for all of dlock's background work, which is
+// process-wide, to end.
 func TestRedTeam_ListenConnBeforeClose(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	pg := ownPG(t)
 	cfg, err := pgxpool.ParseConfig(pg.DSN(""))
 	if err != nil {
 		t.Fatal(err)

@@ -21,7 +21,8 @@ import (
 // it) is still woken by the release: its backoff is a minute, so only a
 // notification (or the wake-up after a new LISTEN) ends its wait in time.
 func TestRedTeam_WaitAsLingerEnds(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	t.Parallel()
+	pg := sharedPG(t)
 	key := dlocktest.Key(t)
 	holder := pglock.New(newPool(t, pg.DSN("")))
 	waiter := pglock.New(newPool(t, pg.DSN("")))
@@ -48,8 +49,11 @@ func TestRedTeam_WaitAsLingerEnds(t *testing.T) {
 // Many Lockers, each waiting once and then abandoned (their pools
 // closed): the server's connections return to what they were once the
 // lingers ran out, and every LISTEN loop ends.
+//
+// Not parallel: it waits for all of dlock's background work, which is
+// process-wide, to end.
 func TestRedTeam_ManyLockersLingerCloses(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	pg := ownPG(t)
 	count := func() string {
 		out, err := pg.Exec("", "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()")
 		if err != nil {
@@ -85,7 +89,7 @@ func TestRedTeam_ManyLockersLingerCloses(t *testing.T) {
 	}
 	end := time.Now().Add(dlocktest.HangTimeout)
 	for {
-		out, err := pg.Exec("", "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %'")
+		out, err := pg.Exec("", "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND datname = current_database()")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -123,10 +127,13 @@ func TestRedTeam_ManyLockersLingerCloses(t *testing.T) {
 // While the server is stopped (SIGSTOP) or the waiter's link stalls, every
 // waiter's Acquire returns by its context, and once the server answers
 // again, the LISTEN loops end after their linger.
+//
+// Not parallel: it waits for all of dlock's background work, which is
+// process-wide, to end.
 func TestRedTeam_WaitOnHungServer(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	pg := ownPG(t)
 	proxy := testserver.StartProxy(t, pg.Addr())
-	viaProxy := "postgres://" + testserver.PostgresUser + "@" + proxy.Addr() + "/postgres?sslmode=disable"
+	viaProxy := pg.ViaProxy(proxy.Addr())
 	for _, tc := range []struct {
 		name         string
 		hang, unhang func()
@@ -198,7 +205,8 @@ func TestRedTeam_WaitOnHungServer(t *testing.T) {
 // abandoned, and a new one LISTENs, so the waiter, whose backoff is a
 // minute, is still woken by the release.
 func TestRedTeam_ListenBackendHung(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	t.Parallel()
+	pg := ownPG(t)
 	key := dlocktest.Key(t)
 	ctx := dlocktest.Context(t)
 	holder := pglock.New(newPool(t, pg.DSN("")))

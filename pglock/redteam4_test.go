@@ -11,7 +11,6 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
-	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/pglock"
 )
 
@@ -21,8 +20,9 @@ import (
 // released and taken over by the racing rest. Never two holders at once,
 // and a key's tokens increase in the order it is granted.
 func TestRedTeam_AcquireRace(t *testing.T) {
-	pg := testserver.StartPostgres(t)
-	pb := testserver.StartPgBouncer(t, pg)
+	t.Parallel()
+	pg := sharedPG(t)
+	pb := bouncerFor(t, pg)
 	for _, tc := range []struct{ name, dsn string }{{"direct", pg.DSN("")}, {"pgbouncer", pb.DSN("")}} {
 		t.Run(tc.name, func(t *testing.T) {
 			var lockers []*pglock.Locker

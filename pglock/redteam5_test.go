@@ -7,7 +7,6 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
-	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/pglock"
 )
 
@@ -17,7 +16,8 @@ import (
 // placeholders: acquire, a failed attempt reporting the holder and its
 // metadata, release, takeover.
 func TestRedTeam_AcquireExecModes(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	t.Parallel()
+	pg := sharedPG(t)
 	for _, mode := range []string{"simple_protocol", "exec", "describe_exec", "cache_describe", "cache_statement"} {
 		t.Run(mode, func(t *testing.T) {
 			ctx := dlocktest.Context(t)
@@ -56,8 +56,9 @@ func TestRedTeam_AcquireExecModes(t *testing.T) {
 // at once (several Lockers, one attempt each, started together): exactly
 // one wins, with a token above the expired lease's, each round.
 func TestRedTeam_ExpiredTakeoverStampede(t *testing.T) {
-	pg := testserver.StartPostgres(t)
-	pb := testserver.StartPgBouncer(t, pg)
+	t.Parallel()
+	pg := ownPG(t)
+	pb := bouncerFor(t, pg)
 	for _, tc := range []struct{ name, dsn string }{{"direct", pg.DSN("")}, {"pgbouncer", pb.DSN("")}} {
 		t.Run(tc.name, func(t *testing.T) {
 			var ls []*pglock.Locker

@@ -24,7 +24,8 @@ import (
 // freed by expiry, and the waiters' LISTEN (truncated by the server) never
 // matched.
 func TestRedTeam_LongTableNameRelease(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	t.Parallel()
+	pg := sharedPG(t)
 	schema, table := strings.Repeat("s", 48), strings.Repeat("t", 48)
 	if _, err := pg.Exec("", "CREATE SCHEMA "+schema); err != nil {
 		t.Fatal(err)
@@ -55,11 +56,11 @@ func TestRedTeam_LongTableNameRelease(t *testing.T) {
 
 // waitListening waits until some connection of pg has run LISTEN, and a
 // little more (the waiter's attempt after subscribing).
-func waitListening(t *testing.T, pg *testserver.Postgres) {
+func waitListening(t *testing.T, pg *pgDB) {
 	t.Helper()
 	end := time.Now().Add(dlocktest.HangTimeout)
 	for {
-		out, err := pg.Exec("", "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %'")
+		out, err := pg.Exec("", "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND datname = current_database()")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,8 +83,9 @@ func waitListening(t *testing.T, pg *testserver.Postgres) {
 // while the package doc promised "no prepared statement kept". pglock now
 // runs its statements without the statement cache.
 func TestRedTeam_PgBouncerDefaultPool(t *testing.T) {
-	pg := testserver.StartPostgres(t)
-	pb := testserver.StartPgBouncer(t, pg)
+	t.Parallel()
+	pg := sharedPG(t)
+	pb := bouncerFor(t, pg)
 	dsn := strings.Replace(pb.DSN(""), "&default_query_exec_mode=exec", "", 1)
 	if dsn == pb.DSN("") {
 		t.Fatalf("cannot make a default DSN from %s", dsn)
@@ -132,7 +134,8 @@ func TestRedTeam_PgBouncerDefaultPool(t *testing.T) {
 // IF NOT EXISTS, which needs the privilege to create even when the table
 // exists; the error said the user "may not use the lease table".
 func TestRedTeam_LeastPrivilegeUser(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	t.Parallel()
+	pg := ownPG(t)
 	if err := pglock.Migrate(dlocktest.Context(t), newPool(t, pg.DSN(""))); err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +190,8 @@ func TestRedTeam_LeastPrivilegeUser(t *testing.T) {
 // before anything is sent, with an error wrapping dlock.ErrInvalidOption;
 // other odd characters round-trip.
 func TestRedTeam_MetadataOddBytes(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	t.Parallel()
+	pg := sharedPG(t)
 	l := pglock.New(newPool(t, pg.DSN("")))
 	key := dlocktest.Key(t)
 	for name, md := range map[string][2]string{
@@ -223,7 +227,8 @@ func TestRedTeam_MetadataOddBytes(t *testing.T) {
 // *pgxpool.Tx left nil by a failed Begin) passed the nil check of
 // Guard.Check and panicked with a nil pointer dereference.
 func TestRedTeam_GuardTypedNilTx(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	t.Parallel()
+	pg := sharedPG(t)
 	g := pglock.NewGuard(newPool(t, pg.DSN("")))
 	var tx *pgxpool.Tx
 	err := func() (err error) {
@@ -244,7 +249,8 @@ func TestRedTeam_GuardTypedNilTx(t *testing.T) {
 // error after a round trip; it is now refused up front with an error
 // wrapping dlock.ErrInvalidKey. A huge prefix is simply no match.
 func TestRedTeam_ListOddPrefix(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	t.Parallel()
+	pg := sharedPG(t)
 	l := pglock.New(newPool(t, pg.DSN("")))
 	for _, p := range []string{"a\x00", "\xff", "a\xc3"} {
 		if _, err := l.List(dlocktest.Context(t), p); !errors.Is(err, dlock.ErrInvalidKey) {
@@ -263,8 +269,9 @@ func TestRedTeam_ListOddPrefix(t *testing.T) {
 // be above every token granted before it: a later grant can only come
 // after its Lost() closed. Passed: kept as a regression test.
 func TestRedTeam_TokensUnderRacingTakeovers(t *testing.T) {
-	pg := testserver.StartPostgres(t)
-	pb := testserver.StartPgBouncer(t, pg)
+	t.Parallel()
+	pg := ownPG(t)
+	pb := bouncerFor(t, pg)
 	for name, dsn := range map[string]string{
 		"direct":    pg.DSN(""),
 		"pgbouncer": strings.Replace(pb.DSN(""), "&default_query_exec_mode=exec", "", 1),
@@ -320,11 +327,28 @@ func TestRedTeam_TokensUnderRacingTakeovers(t *testing.T) {
 // LISTEN connection taken out of it): every one gets the key in turn, and
 // the holders' releases are not starved of connections.
 func TestRedTeam_ManyWaitersSmallPool(t *testing.T) {
-	pg := testserver.StartPostgres(t)
+	t.Parallel()
+	waitersOnSmallPool(t, 20)
+}
+
+// The same with a hundred waiters.
+//
+// Long: a hundred waiters take turns on two connections, over 25s under
+// the race detector on a loaded 2-core machine, where a waiter's wait
+// for a connection can outlast its request timeout.
+func TestWaitersOnSmallPool_HundredAllServed(t *testing.T) {
+	testserver.Long(t, "a scale variant: a hundred waiters take turns on two connections")
+	t.Parallel()
+	waitersOnSmallPool(t, 100)
+}
+
+// waitersOnSmallPool has n waiters acquire and release one key through
+// one Locker on a pool of two connections.
+func waitersOnSmallPool(t *testing.T, n int) {
+	pg := ownPG(t)
 	pool := newPool(t, pg.DSN("")+"&pool_max_conns=2")
 	l := pglock.New(pool)
 	key := dlocktest.Key(t)
-	const n = 100
 	ctx, cancel := context.WithTimeout(context.Background(), 4*dlocktest.HangTimeout)
 	defer cancel()
 	var wg sync.WaitGroup

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"net/url"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/rafthttp"
 
 	"github.com/dlock-go/dlock/internal/testserver"
 )
@@ -73,11 +75,54 @@ func NewConfig(name, dir, clientURL, peerURL string) *embed.Config {
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
 	cfg.InitialCluster = name + "=" + peerURL
+	// A test member's data dies with the test: no write waits for a disk
+	// flush, which on a busy machine takes long enough to turn a
+	// test's short deadline into "no answer".
+	cfg.UnsafeNoFsync = true
 	// Logs go to a file in the data dir: a member's shutdown logs errors
 	// ("server closed") that would clutter test and benchmark output.
 	cfg.LogLevel = "warn"
 	cfg.LogOutputs = []string{filepath.Join(dir, "etcd.log")}
 	return cfg
+}
+
+// peerConnsGrace bounds how long a stopped cluster's peer connections may
+// stay open: until the peer listener's read timeout ends the last read of
+// a connection that the member's server (shut down) no longer serves.
+const peerConnsGrace = rafthttp.DefaultConnReadTimeout + 5*time.Second
+
+// awaitPeerConnsClosed waits until no connection to or from a member's
+// peer port is open any more, so that the goroutines serving them have
+// ended when the test does.
+//
+// A member's Close shuts its peer HTTP server down with a one-second
+// grace and does not close a connection that is still finishing a
+// request: net/http aborts that connection's pending background read
+// with a past read deadline, which the peer listener's per-read timeout
+// (rafthttp.ConnReadTimeout) may overwrite. The connection then ends only
+// when that timeout expires, and with it the goroutines of both ends
+// (the server's, and the other member's client transport).
+func (c *Cluster) awaitPeerConnsClosed(t testserver.TB) {
+	ports := map[int]bool{}
+	for _, m := range c.Members {
+		if u, err := url.Parse(m.PeerURL); err == nil {
+			if p, err := strconv.Atoi(u.Port()); err == nil {
+				ports[p] = true
+			}
+		}
+	}
+	end := time.Now().Add(peerConnsGrace)
+	for {
+		n := openConns(ports)
+		if n <= 0 {
+			return
+		}
+		if time.Now().After(end) {
+			t.Errorf("etcd: %d peer connections still open %v after the cluster stopped", n, peerConnsGrace)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // Start runs an n-member cluster and waits until every member is ready.
@@ -121,6 +166,9 @@ func Start(t testserver.TB, n int) *Cluster {
 	t.Cleanup(func() {
 		for _, m := range c.Members {
 			m.Stop()
+		}
+		if n > 1 {
+			c.awaitPeerConnsClosed(t)
 		}
 	})
 	for _, m := range c.Members {

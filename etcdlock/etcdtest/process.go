@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -34,6 +35,10 @@ type processSpec struct {
 	Dir       string `json:"dir"`
 	ClientURL string `json:"client_url"`
 	PeerURL   string `json:"peer_url"`
+	// Cluster and Token are the initial cluster ("name=peerURL,...") and
+	// its token when the member is one of several; empty for one member.
+	Cluster string `json:"cluster,omitempty"`
+	Token   string `json:"token,omitempty"`
 }
 
 // Serve turns this process into an etcd member when StartProcess started
@@ -60,7 +65,11 @@ func serve(v string) int {
 		fmt.Fprintf(os.Stderr, "etcdtest: bad %s: %v\n", serveEnv, err)
 		return 2
 	}
-	e, err := embed.StartEtcd(NewConfig(spec.Name, spec.Dir, spec.ClientURL, spec.PeerURL))
+	cfg := NewConfig(spec.Name, spec.Dir, spec.ClientURL, spec.PeerURL)
+	if spec.Cluster != "" {
+		cfg.InitialCluster, cfg.InitialClusterToken = spec.Cluster, spec.Token
+	}
+	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "etcdtest: start: %v\n", err)
 		return 1
@@ -111,15 +120,31 @@ type Process struct {
 // is killed if the test process dies.
 func StartProcess(t testserver.TB) *Process {
 	t.Helper()
+	ps := startProcesses(t, 1)
+	return ps[0]
+}
+
+// StartProcesses starts an n-member etcd cluster, each member in a child
+// process as StartProcess does, and waits until every member serves. The
+// members are separate processes, as a real cluster's are: a test process
+// busy with many clients (and the race detector) does not hold up the
+// members' heartbeats and replies. Each is stopped at t.Cleanup.
+func StartProcesses(t testserver.TB, n int) []*Process {
+	t.Helper()
+	return startProcesses(t, n)
+}
+
+func startProcesses(t testserver.TB, n int) []*Process {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		exe = os.Args[0]
 	}
 	var errs []error
 	for attempt := 0; attempt < 3; attempt++ { // a free port may be taken meanwhile
-		p, err := startProcess(t, exe)
+		ps, err := launchCluster(t, exe, n)
 		if err == nil {
-			return p
+			return ps
 		}
 		errs = append(errs, err)
 	}
@@ -127,29 +152,82 @@ func StartProcess(t testserver.TB) *Process {
 	return nil
 }
 
-func startProcess(t testserver.TB, exe string) (*Process, error) {
-	dir := t.TempDir()
-	spec := processSpec{
-		Name:      "p0",
-		Dir:       filepath.Join(dir, "etcd"),
-		ClientURL: fmt.Sprintf("http://127.0.0.1:%d", testserver.FreePort(t)),
-		PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", testserver.FreePort(t)),
+// launchCluster starts n children on fresh ports (all at once: a member
+// of several is ready only once a quorum runs) and waits until each is
+// ready; on an error every child started is stopped.
+func launchCluster(t testserver.TB, exe string, n int) ([]*Process, error) {
+	specs := make([]processSpec, n)
+	dirs := make([]string, n)
+	var initial []string
+	for i := range specs {
+		dirs[i] = t.TempDir()
+		specs[i] = processSpec{
+			Name:      fmt.Sprintf("p%d", i),
+			Dir:       filepath.Join(dirs[i], "etcd"),
+			ClientURL: fmt.Sprintf("http://127.0.0.1:%d", testserver.FreePort(t)),
+			PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", testserver.FreePort(t)),
+		}
+		initial = append(initial, specs[i].Name+"="+specs[i].PeerURL)
 	}
+	if n > 1 {
+		token := fmt.Sprintf("dlock-test-%d", time.Now().UnixNano())
+		for i := range specs {
+			specs[i].Cluster, specs[i].Token = strings.Join(initial, ","), token
+		}
+	}
+	var (
+		ps     []*Process
+		readys []chan struct{}
+	)
+	stopAll := func() {
+		for _, p := range ps {
+			p.Stop()
+		}
+	}
+	for i, spec := range specs {
+		p, ready, err := launchProcess(t, exe, dirs[i], spec)
+		if err != nil {
+			stopAll()
+			return nil, err
+		}
+		ps, readys = append(ps, p), append(readys, ready)
+	}
+	timeout := time.After(StartTimeout)
+	for i, p := range ps {
+		select {
+		case <-readys[i]:
+		case <-p.exited:
+			err := fmt.Errorf("child exited at start (%v; does TestMain call etcdtest.Serve first?): %s",
+				p.cmd.ProcessState, p.logTail())
+			stopAll()
+			return nil, err
+		case <-timeout:
+			err := fmt.Errorf("not ready within %v: %s", StartTimeout, p.logTail())
+			stopAll()
+			return nil, err
+		}
+	}
+	return ps, nil
+}
+
+// launchProcess starts the child that serves spec, its files in dir, and
+// returns it with a channel closed once it is ready.
+func launchProcess(t testserver.TB, exe, dir string, spec processSpec) (*Process, chan struct{}, error) {
 	js, err := json.Marshal(spec)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := os.MkdirAll(spec.Dir, 0o700); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	stderr, err := os.Create(filepath.Join(dir, "stderr.log"))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer stderr.Close() // the child has its own copy
 	out, outW, err := os.Pipe()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// -test.run matches nothing: a binary whose TestMain does not call
 	// Serve runs no test and exits, which is reported below.
@@ -162,12 +240,12 @@ func startProcess(t testserver.TB, exe string) (*Process, error) {
 	if err != nil {
 		out.Close()
 		outW.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	if err := cmd.Start(); err != nil {
 		out.Close()
 		outW.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	outW.Close()
 	p := &Process{t: t, dir: dir, clientURL: spec.ClientURL, cmd: cmd, stdin: stdin,
@@ -190,18 +268,16 @@ func startProcess(t testserver.TB, exe string) (*Process, error) {
 		close(p.exited)
 	}()
 	t.Cleanup(p.Stop)
+	return p, ready, nil
+}
 
-	select {
-	case <-ready:
-		return p, nil
-	case <-p.exited:
-		p.Stop()
-		return nil, fmt.Errorf("child exited at start (%v; does TestMain call etcdtest.Serve first?): %s",
-			cmd.ProcessState, p.logTail())
-	case <-time.After(StartTimeout):
-		p.Stop()
-		return nil, fmt.Errorf("not ready within %v: %s", StartTimeout, p.logTail())
+// ProcessEndpoints are the client URLs of ps.
+func ProcessEndpoints(ps []*Process) []string {
+	eps := make([]string, len(ps))
+	for i, p := range ps {
+		eps[i] = p.ClientURL()
 	}
+	return eps
 }
 
 // ClientURL is the member's client URL, http://127.0.0.1:port.

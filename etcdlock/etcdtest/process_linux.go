@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"strconv"
 	"syscall"
 )
 
@@ -33,4 +34,47 @@ func stopped(pid int) bool {
 		}
 	}
 	return true
+}
+
+// openConns counts the TCP connections (IPv4 and IPv6) from or to one of
+// ports that a process still holds open (established, or closed by the
+// other end only), from /proc/net/tcp{,6}; -1 if they cannot be read.
+func openConns(ports map[int]bool) int {
+	n, read := 0, false
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		read = true
+		for _, line := range bytes.Split(data, []byte("\n"))[1:] {
+			// "sl local_address rem_address st ...", addresses as
+			// hex "ADDR:PORT", the state in hex: 01 established,
+			// 08 close-wait.
+			fields := bytes.Fields(line)
+			if len(fields) < 4 || (string(fields[3]) != "01" && string(fields[3]) != "08") {
+				continue
+			}
+			if ports[hexPort(fields[1])] || ports[hexPort(fields[2])] {
+				n++
+			}
+		}
+	}
+	if !read {
+		return -1
+	}
+	return n
+}
+
+// hexPort is the port of a /proc/net/tcp address "ADDR:PORT" (hex).
+func hexPort(addr []byte) int {
+	i := bytes.LastIndexByte(addr, ':')
+	if i < 0 {
+		return -1
+	}
+	p, err := strconv.ParseUint(string(addr[i+1:]), 16, 16)
+	if err != nil {
+		return -1
+	}
+	return int(p)
 }

@@ -363,7 +363,12 @@ func (w *waiter) attempt(ctx context.Context, n int, fn func(context.Context, *d
 	case w.last != nil && ctx.Err() != nil && isContextErr(err, ctx):
 		// The attempt stopped because the wait ended (the driver gave up
 		// on the context it was handed, promptly): the key was seen held
-		// and nothing says otherwise.
+		// and nothing says otherwise. The request may still have been
+		// sent and take effect late (a statement a loaded server runs
+		// after its client left, granting the key to nobody): undo it in
+		// the background, as any attempt whose outcome is unknown.
+		failed := err
+		background.Go(func() { e.undo(req, driver.Grant{}, failed) })
 		return nil, true, notAcquired(cfg.key, w.last, context.Cause(ctx))
 	case errors.As(err, &na):
 		w.last, w.lastErr = na, nil

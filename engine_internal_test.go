@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -115,5 +116,70 @@ func TestAcquire_AttemptUnansweredPastGraceIsUnavailable(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("hang: TryAcquire did not return once the grace ran out")
+	}
+}
+
+// abortRecorder: the key is held; the second attempt waits for its
+// context to end and returns its error (a request that may have been
+// sent), and every Abort is recorded.
+type abortRecorder struct {
+	mu       sync.Mutex
+	tries    []string // owners of the attempts
+	aborted  []string
+	inSecond chan struct{}
+}
+
+func (b *abortRecorder) Try(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	b.mu.Lock()
+	b.tries = append(b.tries, req.Owner)
+	n := len(b.tries)
+	b.mu.Unlock()
+	if n == 2 {
+		close(b.inSecond)
+		<-ctx.Done()
+		return driver.Grant{}, ctx.Err()
+	}
+	return driver.Grant{}, &NotAcquiredError{Key: req.Key, Holders: []Holder{{Owner: "other", Token: 7}}}
+}
+
+func (b *abortRecorder) Abort(ctx context.Context, req *driver.Request) error {
+	b.mu.Lock()
+	b.aborted = append(b.aborted, req.Owner)
+	b.mu.Unlock()
+	return nil
+}
+
+func (*abortRecorder) Spec() driver.Spec { return driver.Spec{Name: "test"} }
+
+// An attempt cut off by the end of its wait, after the key was seen held,
+// is undone (Abort) in the background: its request may have been sent and
+// take effect late. Only the wait's result (ErrNotAcquired) was reported,
+// and a statement a loaded PostgreSQL ran after its client left granted
+// the key to an owner nobody held, for a whole TTL.
+func TestAcquire_AttemptEndedByWaitIsUndone(t *testing.T) {
+	b := &abortRecorder{inSecond: make(chan struct{})}
+	e := NewEngine(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := e.Acquire(ctx, "k", WithBackoff(ConstBackoff{Delay: time.Millisecond}))
+		errc <- err
+	}()
+	select {
+	case <-b.inSecond:
+	case <-time.After(30 * time.Second):
+		t.Fatal("hang: no second attempt")
+	}
+	cancel()
+	if err := <-errc; !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("Acquire ended by its context: %v, want ErrNotAcquired", err)
+	}
+	if !background.Wait(10 * time.Second) {
+		t.Fatal("background work did not end")
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.aborted) != 1 || b.aborted[0] != b.tries[1] {
+		t.Fatalf("aborted %q, want the cut-off attempt's owner %q only", b.aborted, b.tries[1])
 	}
 }

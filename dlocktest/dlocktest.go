@@ -374,7 +374,10 @@ func holdKey(t *testing.T, h Harness) (string, *dlock.Lock) {
 func testAcquireDeadline(t *testing.T, h Harness) {
 	key, _ := holdKey(t, h)
 	l := warmWaiter(t, h, key)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	// Long enough for a loaded server to answer the wait's first request
+	// (a queue entry, a lease): a wait that ends before any answer is
+	// rightly an outage (ErrUnavailable), not a held key.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
@@ -436,7 +439,7 @@ func testAcquireCancel(t *testing.T, h Harness) {
 		_, err := l.Acquire(ctx, key)
 		done <- err
 	}()
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(time.Second) // the wait is under way (its first request answered, most likely)
 	cancel()
 	select {
 	case err := <-done:
@@ -448,7 +451,7 @@ func testAcquireCancel(t *testing.T, h Harness) {
 
 func testWithWait(t *testing.T, h Harness) {
 	key, _ := holdKey(t, h)
-	_, err := warmWaiter(t, h, key).Acquire(ctxT(t), key, dlock.WithWait(time.Second))
+	_, err := warmWaiter(t, h, key).Acquire(ctxT(t), key, dlock.WithWait(2*time.Second))
 	wantWaitEnded(t, "Acquire WithWait", err, context.DeadlineExceeded)
 }
 

@@ -715,6 +715,15 @@ func (w *watchdog) apply(l *Lock, start time.Time, ttl time.Duration, err error)
 		}
 	case errors.Is(err, ErrNotHeld):
 		w.src.renew(l, ResultRefused, err)
+		// A refusal that arrives after the local deadline passed is the
+		// server ending a lease the holder had already given up (a
+		// starved watchdog had not said so yet): a loss at the deadline.
+		if now := w.clk.Now(); !now.Before(l.Deadline()) {
+			if l.deadlinePassed(now) {
+				background.Go(l.cleanup)
+			}
+			return
+		}
 		l.lose(LossNotHeld, err, false)
 	default:
 		w.src.renew(l, ResultError, err)

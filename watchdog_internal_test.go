@@ -327,3 +327,63 @@ func TestWatchdog_HungRenewalInLosingPassDelaysNoLoss(t *testing.T) {
 		t.Error("b's renewal was not taken by the pass that lost a: the scenario did not happen")
 	}
 }
+
+// refuseLate refuses every renewal (ErrNotHeld), once the test lets it
+// answer.
+type refuseLate struct {
+	fc      *fakeClock
+	release chan struct{}
+}
+
+func (b *refuseLate) Try(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	return driver.Grant{Lease: refuseLateLease{b}, Token: 1}, nil
+}
+
+func (*refuseLate) Spec() driver.Spec { return driver.Spec{Name: "test"} }
+
+type refuseLateLease struct{ b *refuseLate }
+
+func (l refuseLateLease) Refresh(ctx context.Context, ttl time.Duration) error {
+	l.b.fc.Park()
+	<-l.b.release
+	return ErrNotHeld
+}
+
+func (refuseLateLease) Release(context.Context) error { return nil }
+
+// A renewal refused (ErrNotHeld) is a loss by the server when the refusal
+// comes before the local deadline, and a loss at the deadline when it
+// comes after it: the server then ended a lease the holder had already
+// given up, and a starved watchdog had not said so yet. It was reported
+// as the server taking the lease away, which a holder must never see
+// before its deadline.
+func TestWatchdog_RefusalAfterDeadlineIsLossAtDeadline(t *testing.T) {
+	for _, late := range []bool{false, true} {
+		b := &refuseLate{release: make(chan struct{})}
+		e, fc := fakeEngine(b)
+		b.fc = fc
+		lk := acquireNow(t, e, "k", WithTTL(300*time.Millisecond))
+		// The renewal is sent at TTL/3 (a little early) and parks.
+		fc.AdvanceTo(lk.acquired.Add(100 * time.Millisecond))
+		if late {
+			fc.Spend(lk.Deadline().Sub(fc.Now()) + time.Millisecond)
+		}
+		close(b.release)
+		select {
+		case <-lk.life.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("late=%v: the refused renewal did not lose the lock", late)
+		}
+		want := LossNotHeld
+		if late {
+			want = LossDeadline
+		}
+		var le *LostError
+		if err := lk.Err(); !errors.As(err, &le) || le.Reason != want {
+			t.Errorf("late=%v: Err() = %v, want a loss for reason %v", late, err, want)
+		}
+		if !background.Wait(10 * time.Second) {
+			t.Fatal("background work did not end")
+		}
+	}
+}

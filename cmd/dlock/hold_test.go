@@ -40,7 +40,7 @@ func startHold(t *testing.T, url string, args ...string) *holding {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	t.Cleanup(func() { stopCmd(t, cmd) })
 	line := make(chan string, 1)
 	go func() {
 		l, _ := bufio.NewReader(stdout).ReadString('\n')
@@ -103,7 +103,7 @@ func TestHoldHandsOverToWaiter(t *testing.T) {
 	if err := waiter.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { waiter.Process.Kill(); waiter.Wait() })
+	t.Cleanup(func() { stopCmd(t, waiter) })
 	time.Sleep(300 * time.Millisecond) // the waiter is (most likely) waiting by now; either way it must get the lock
 	if strings.Contains(out.String(), "got") {
 		t.Fatalf("the waiter ran while hold held the lock: %q", out.String())
@@ -187,7 +187,7 @@ func TestHoldInterruptedWhileWaiting(t *testing.T) {
 	if err := waiting.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { waiting.Process.Kill(); waiting.Wait() })
+	t.Cleanup(func() { stopCmd(t, waiting) })
 	time.Sleep(200 * time.Millisecond)
 	waiting.Process.Signal(syscall.SIGTERM)
 	if code := waitExit(t, waiting); code != 128+int(syscall.SIGTERM) || out.String() != "" || !strings.Contains(errb.String(), `dlock hold: interrupted by terminated while waiting for "busy"`) {

@@ -80,8 +80,7 @@ func testStoppedCannotOutliveLease(t *testing.T, wholeJob bool) {
 		}
 		t.Cleanup(func() {
 			syscall.Kill(-holder.Process.Pid, syscall.SIGCONT)
-			holder.Process.Kill()
-			holder.Wait()
+			stopCmd(t, holder)
 		})
 	} else {
 		holder, errb, _ = background(t, url, args...)
@@ -198,8 +197,7 @@ func startSupervise(t *testing.T, leaseEnd int64, cmd ...string) (*exec.Cmd, *os
 	stW.Close()
 	t.Cleanup(func() {
 		ctlW.Close() // the supervisor kills its tree and exits
-		sup.Process.Kill()
-		sup.Wait()
+		stopCmd(t, sup)
 		stR.Close()
 	})
 	return sup, ctlW, bufio.NewScanner(stR)

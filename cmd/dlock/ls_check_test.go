@@ -104,10 +104,7 @@ func startWaiter(t *testing.T, url string, args ...string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
+	t.Cleanup(func() { stopCmd(t, cmd) })
 }
 
 // --watch 200ms --count 2 lists twice and exits: on a pipe each table

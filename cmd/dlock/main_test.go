@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -28,7 +29,38 @@ const hang = 60 * time.Second
 
 var bin string // the dlock binary under test
 
+// signalledByTests are the signals the tests send to dlock, expecting it to
+// act on them.
+var signalledByTests = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+
+// defaultSignalsForChildren makes every dlock the tests start begin with
+// signalledByTests at their default disposition. dlock keeps ignoring a
+// signal it was started with ignored (nohup; "&" in a script ignores
+// SIGINT and SIGQUIT), as documented: were `go test` started that way,
+// every dlock would inherit it and ignore the signals the tests send. A
+// signal this process catches is reset to its default in a child at exec,
+// so this process catches the ones it was started with ignored, and drops
+// them: it still ignores them itself.
+func defaultSignalsForChildren() {
+	var ignored []os.Signal
+	for _, s := range signalledByTests {
+		if signal.Ignored(s) {
+			ignored = append(ignored, s)
+		}
+	}
+	if len(ignored) == 0 {
+		return
+	}
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, ignored...)
+	go func() {
+		for range c {
+		}
+	}()
+}
+
 func TestMain(m *testing.M) {
+	defaultSignalsForChildren()
 	dir, err := os.MkdirTemp("", "dlock-cli-test-")
 	if err != nil {
 		panic(err)
@@ -111,10 +143,7 @@ func background(t *testing.T, url string, args ...string) (*exec.Cmd, *syncBuffe
 		t.Fatal(err)
 	}
 	cmd.WaitDelay = 5 * time.Second
-	t.Cleanup(func() {
-		cmd.Process.Kill() // the child dies with it (parent-death signal)
-		cmd.Wait()
-	})
+	t.Cleanup(func() { stopCmd(t, cmd) }) // its child dies with it (parent-death signal)
 	deadline := time.Now().Add(hang)
 	for !strings.Contains(out.String(), "\n") {
 		if time.Now().After(deadline) {
@@ -125,23 +154,57 @@ func background(t *testing.T, url string, args ...string) (*exec.Cmd, *syncBuffe
 	return cmd, errb, out
 }
 
+// cmdWait is the one Wait of a started command, which waitExit and the
+// test's cleanup share: exec.Cmd.Wait may be called once only.
+type cmdWait struct {
+	once sync.Once
+	done chan struct{} // closed once Wait returned
+	err  error
+}
+
+var cmdWaits sync.Map // *exec.Cmd -> *cmdWait
+
+// waitOf returns cmd's cmdWait, starting its Wait on first use.
+func waitOf(cmd *exec.Cmd) *cmdWait {
+	v, _ := cmdWaits.LoadOrStore(cmd, &cmdWait{done: make(chan struct{})})
+	w := v.(*cmdWait)
+	w.once.Do(func() {
+		go func() {
+			w.err = cmd.Wait()
+			close(w.done)
+		}()
+	})
+	return w
+}
+
+// stopCmd kills a started command and waits for it (bounded by hang): the
+// cleanup of every command a test starts.
+func stopCmd(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	cmd.Process.Kill()
+	select {
+	case <-waitOf(cmd).done:
+	case <-time.After(hang):
+		t.Errorf("hang: %v not reaped %v after SIGKILL", cmd.Args, hang)
+	}
+}
+
 // waitExit waits for a started command and returns its exit code.
 func waitExit(t *testing.T, cmd *exec.Cmd) int {
 	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	w := waitOf(cmd)
 	select {
-	case err := <-done:
+	case <-w.done:
 		var ee *exec.ExitError
-		if errors.As(err, &ee) {
+		if errors.As(w.err, &ee) {
 			return ee.ExitCode()
 		}
-		if err != nil {
-			t.Fatal(err)
+		if w.err != nil {
+			t.Fatal(w.err)
 		}
 		return 0
 	case <-time.After(hang):
-		t.Fatal("hang: dlock did not exit")
+		t.Fatalf("hang: %v did not exit within %v", cmd.Args, hang)
 		return -1
 	}
 }

@@ -457,7 +457,7 @@ func testSharedRunsOverlap(t *testing.T, url string) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { cancel(); cmd.Wait() })
+		t.Cleanup(func() { cancel(); stopCmd(t, cmd) })
 		return cmd, out, errb
 	}
 	writer, wout, werr := start("run", "catalog", "--", "sh", "-c",
@@ -534,7 +534,7 @@ func testLimitTwoOfThree(t *testing.T, url string) {
 	if err := third.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { third.Process.Kill(); third.Wait() })
+	t.Cleanup(func() { stopCmd(t, third) })
 	marker(t, dir, "go")
 	for i, c := range []*exec.Cmd{first, second, third} {
 		if code := waitExit(t, c); code != 0 {

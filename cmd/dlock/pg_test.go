@@ -81,7 +81,7 @@ func TestPostgresURLAndLs(t *testing.T) {
 		if err := waiter.Start(); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { waiter.Process.Kill(); waiter.Wait() })
+		t.Cleanup(func() { stopCmd(t, waiter) })
 		time.Sleep(300 * time.Millisecond)
 		h.Process.Signal(syscall.SIGTERM)
 		waitExit(t, h)

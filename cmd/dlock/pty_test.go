@@ -100,7 +100,7 @@ func startOnPty(t *testing.T, args ...string) (*exec.Cmd, *os.File, *syncBuffer)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	t.Cleanup(func() { stopCmd(t, cmd) })
 	out := &syncBuffer{}
 	go func() {
 		buf := make([]byte, 4096)

@@ -289,7 +289,7 @@ func TestKilledJobKillsWholeTree(t *testing.T) {
 	if err := holder.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { holder.Process.Kill(); holder.Wait() })
+	t.Cleanup(func() { stopCmd(t, holder) })
 	waitFor(t, hang, "the sleeps never started", func() bool { return len(sleeps(setsid)) == 1 && len(sleeps(orphan)) == 1 })
 	if err := syscall.Kill(-holder.Process.Pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)

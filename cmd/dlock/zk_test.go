@@ -88,7 +88,7 @@ func TestZooKeeperURLAndLs(t *testing.T) {
 	if err := waiter.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { waiter.Process.Kill(); waiter.Wait() })
+	t.Cleanup(func() { stopCmd(t, waiter) })
 	// ls shows it queued: --json and the table's WAITERS column.
 	deadline := time.Now().Add(hang)
 	for {

@@ -65,6 +65,7 @@ func startHold(t *testing.T, url string, args ...string) *holding {
 // name its pid, and wait) until SIGINT, SIGTERM or SIGHUP: then it
 // releases it and exits 0, and the next holder's token is higher.
 func TestHoldUntilSignalled(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	last := uint64(0)
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP} {
@@ -95,6 +96,7 @@ func TestHoldUntilSignalled(t *testing.T) {
 
 // A waiting run gets the lock once hold releases it.
 func TestHoldHandsOverToWaiter(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	h := startHold(t, url, "--verbose", "q")
 	waiter := dlockCmd(context.Background(), url, "run", "q", "--", "sh", "-c", `echo "got $DLOCK_TOKEN"`)
@@ -128,6 +130,7 @@ func TestHoldHandsOverToWaiter(t *testing.T) {
 // A lock lost while held (deleted behind hold's back) ends hold with exit
 // 4 and says so.
 func TestHoldLostLock(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h := startHold(t, "file://"+dir, "--ttl", "300ms", "doomed")
 	l, err := filelock.New(dir)
@@ -145,6 +148,7 @@ func TestHoldLostLock(t *testing.T) {
 // On Redis, hold keeps renewing: held well past its TTL, the key is still
 // its own; waiting (-w) and the modes work as for run.
 func TestHoldOnRedisRenewsAndWaits(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	url := "redis://" + srv.Addr()
 	h := startHold(t, url, "--ttl", "1s", "r")
@@ -179,6 +183,7 @@ func TestHoldOnRedisRenewsAndWaits(t *testing.T) {
 // A hold still waiting for the lock ends on a signal with 128+N, holding
 // nothing.
 func TestHoldInterruptedWhileWaiting(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	h := startHold(t, url, "busy")
 	waiting := dlockCmd(context.Background(), url, "hold", "busy")
@@ -200,6 +205,7 @@ func TestHoldInterruptedWhileWaiting(t *testing.T) {
 }
 
 func TestHoldUsageErrors(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	for _, c := range []struct {
 		args []string

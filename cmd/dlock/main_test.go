@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -73,8 +74,132 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	if !stopSharedServers() {
+		code = 1
+	}
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// Servers shared by tests that neither pause nor stop them, and use keys,
+// paths or tables of their own on them: the first test that needs one
+// starts it; it stops when every test has ended (TestMain).
+var sharedServers = struct {
+	mu       sync.Mutex
+	byName   map[string]*sharedServer
+	cleanups []func()
+}{byName: map[string]*sharedServer{}}
+
+type sharedServer struct {
+	mu  sync.Mutex // held while it starts
+	val any        // nil until started
+}
+
+// shared returns the server called name, started by start (with a TB whose
+// cleanups are the package's) if no test has started it yet.
+func shared[T any](t *testing.T, name string, start func(testserver.TB) T) T {
+	t.Helper()
+	sharedServers.mu.Lock()
+	s := sharedServers.byName[name]
+	if s == nil {
+		s = &sharedServer{}
+		sharedServers.byName[name] = s
+	}
+	sharedServers.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.val == nil {
+		tb := &packageTB{t: t}
+		v := start(tb) // a failure ends t here; the next test tries again
+		tb.started()
+		s.val = v
+	}
+	return s.val.(T)
+}
+
+// stopSharedServers runs the shared servers' cleanups, last first, and
+// reports whether they went without an error.
+func stopSharedServers() bool {
+	sharedServers.mu.Lock()
+	cleanups := sharedServers.cleanups
+	sharedServers.cleanups = nil
+	sharedServers.mu.Unlock()
+	for i := len(cleanups) - 1; i >= 0; i-- {
+		cleanups[i]()
+	}
+	return !packageTBFailed.Load()
+}
+
+var packageTBFailed atomic.Bool
+
+// packageTB is the testserver.TB of a shared server: while it starts,
+// failures are those of the test that starts it; after that (stopping it
+// at the end) they are printed and fail the package. Its cleanups and
+// temporary directories are the package's.
+type packageTB struct {
+	mu sync.Mutex
+	t  *testing.T // nil once started
+}
+
+func (p *packageTB) started() {
+	p.mu.Lock()
+	p.t = nil
+	p.mu.Unlock()
+}
+
+func (p *packageTB) test() *testing.T {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.t
+}
+
+func (p *packageTB) Helper() {}
+
+func (p *packageTB) Errorf(format string, args ...any) {
+	if t := p.test(); t != nil {
+		t.Helper()
+		t.Errorf(format, args...)
+		return
+	}
+	packageTBFailed.Store(true)
+	fmt.Fprintf(os.Stderr, "shared server: "+format+"\n", args...)
+}
+
+func (p *packageTB) Fatalf(format string, args ...any) {
+	if t := p.test(); t != nil {
+		t.Helper()
+		t.Fatalf(format, args...)
+	}
+	p.Errorf(format, args...)
+}
+
+func (p *packageTB) Fatal(args ...any) { p.Fatalf("%s", fmt.Sprint(args...)) }
+
+func (p *packageTB) Skip(args ...any) {
+	if t := p.test(); t != nil {
+		t.Skip(args...)
+	}
+}
+
+func (p *packageTB) Cleanup(f func()) {
+	sharedServers.mu.Lock()
+	defer sharedServers.mu.Unlock()
+	sharedServers.cleanups = append(sharedServers.cleanups, f)
+}
+
+func (p *packageTB) TempDir() string {
+	dir, err := os.MkdirTemp("", "dlock-cli-shared-")
+	if err != nil {
+		p.Fatal(err)
+	}
+	p.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// sharedZooKeeper is a ZooKeeper for tests that use paths of their own
+// on it.
+func sharedZooKeeper(t *testing.T) *testserver.ZooKeeper {
+	return shared(t, "zookeeper", func(tb testserver.TB) *testserver.ZooKeeper { return testserver.StartZooKeeper(tb) })
 }
 
 type result struct {
@@ -210,6 +335,7 @@ func waitExit(t *testing.T, cmd *exec.Cmd) int {
 }
 
 func TestRunPassesTokenAndIncreasesIt(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	var last uint64
 	for i := 0; i < 3; i++ {
@@ -230,6 +356,7 @@ func TestRunPassesTokenAndIncreasesIt(t *testing.T) {
 }
 
 func TestRunPropagatesExitStatus(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	if r := runDlock(t, url, "run", "k", "--", "sh", "-c", "exit 3"); r.code != 3 {
 		t.Fatalf("exit %d, want 3", r.code)
@@ -248,6 +375,7 @@ func TestRunPropagatesExitStatus(t *testing.T) {
 }
 
 func TestRunConflict(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	holder, _, _ := background(t, url, "run", "busy", "--", "sh", "-c", "echo started; exec sleep 60")
 	r := runDlock(t, url, "run", "-n", "busy", "--", "echo", "should not run")
@@ -274,6 +402,7 @@ func TestRunConflict(t *testing.T) {
 }
 
 func TestRunForwardsSignals(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	script := `trap 'echo got-$1; exit 7' INT; echo started; while :; do sleep 0.05; done`
 	holder, _, out := background(t, url, "run", "sig", "--", "sh", "-c", strings.ReplaceAll(script, "$1", "INT"))
@@ -289,6 +418,7 @@ func TestRunForwardsSignals(t *testing.T) {
 // A killed dlock takes its child with it: nobody would renew the lease, so
 // the child must not run on without the lock.
 func TestKilledDlockKillsChild(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	holder, _, out := background(t, url, "run", "k", "--", "sh", "-c", "echo $$; exec sleep 60")
 	pid, err := strconv.Atoi(strings.TrimSpace(out.String()))
@@ -318,6 +448,7 @@ func alive(pid int) bool {
 }
 
 func TestRunWaitsForRelease(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	holder, _, _ := background(t, url, "run", "q", "--", "sh", "-c", "echo started; sleep 0.5")
 	r := runDlock(t, url, "run", "q", "--", "echo", "second")
@@ -328,6 +459,7 @@ func TestRunWaitsForRelease(t *testing.T) {
 }
 
 func TestRunLostLockKillsChild(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	url := "file://" + dir
 	// The child ignores SIGTERM, so dlock must escalate to SIGKILL after --grace.
@@ -351,6 +483,7 @@ func TestRunLostLockKillsChild(t *testing.T) {
 }
 
 func TestRedisURLAndLs(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t, testserver.WithPassword("hunter2"))
 	url := "redis://:hunter2@" + srv.Addr()
 	holder, _, _ := background(t, url, "run", "--ttl", "5s", "reports/daily", "--", "sh", "-c", "echo started; exec sleep 60")
@@ -383,6 +516,7 @@ func TestRedisURLAndLs(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	cases := []struct {
 		args []string
@@ -407,11 +541,11 @@ func TestBadInput(t *testing.T) {
 		{[]string{"run", "k", "--", "true"}, "redis+sentinel://127.0.0.1:26379", exitUsage, "master name"},
 		{[]string{"run", "k", "--", "true"}, "file://otherhost/x", exitUsage, "local directory"},
 		{[]string{"run", "k", "--", "true"}, "::bad", exitUsage, "bad URL"},
-		{[]string{"run", "k", "--", "true"}, "redis://:s3cr3t@127.0.0.1:" + strconv.Itoa(testserver.FreePort(t)), exitBackend, "connection refused"},
+		{[]string{"run", "k", "--", "true"}, "redis://:s3cr3t@" + deadAddr(t), exitBackend, "connection refused"},
 		{[]string{"run", "k", "--", "true"}, "zk://u:s3cr3t@127.0.0.1:2181/a//b", exitUsage, "empty znode name"},
 		{[]string{"ls"}, "zk://u:s3cr3t@", exitUsage, "no servers"},
 		{[]string{"ls"}, "zk://u@127.0.0.1:2181", exitUsage, "without a password"},
-		{[]string{"run", "--connect-timeout", "1s", "k", "--", "true"}, "zk://u:s3cr3t@127.0.0.1:" + strconv.Itoa(testserver.FreePort(t)), exitBackend, "connection refused"},
+		{[]string{"run", "--connect-timeout", "1s", "k", "--", "true"}, "zk://u:s3cr3t@" + deadAddr(t), exitBackend, "connection refused"},
 		{[]string{"ls", "a", "b"}, url, exitUsage, "at most one PREFIX"},
 		{[]string{"demo", "extra"}, url, exitUsage, "no arguments"},
 	}
@@ -430,6 +564,7 @@ func TestBadInput(t *testing.T) {
 }
 
 func TestHelpAndVersion(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	for _, c := range [][]string{{"run", "--help"}, {"ls", "-h"}, {"demo", "--help"}} {
 		r := runDlock(t, url, c...)
@@ -450,6 +585,7 @@ func TestHelpAndVersion(t *testing.T) {
 }
 
 func TestLsFileBackend(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	if r := runDlock(t, url, "ls"); r.code != 0 || !strings.Contains(r.stdout, "no locks held") {
 		t.Fatalf("empty ls: %d %q %q", r.code, r.stdout, r.stderr)
@@ -461,6 +597,7 @@ func TestLsFileBackend(t *testing.T) {
 }
 
 func TestDemo(t *testing.T) {
+	t.Parallel()
 	r := runDlock(t, "", "demo", "--workers", "6", "--rounds", "10")
 	if r.code != 0 {
 		t.Fatalf("demo exit %d: %s\n%s", r.code, r.stdout, r.stderr)
@@ -473,6 +610,7 @@ func TestDemo(t *testing.T) {
 }
 
 func TestDemoOnRedis(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	r := runDlock(t, "", "demo", "--url", "redis://"+srv.Addr(), "--workers", "4", "--rounds", "5")
 	if r.code != 0 || !strings.Contains(r.stdout, "REJECTED by the guard") {
@@ -481,6 +619,7 @@ func TestDemoOnRedis(t *testing.T) {
 }
 
 func TestRedlockURL(t *testing.T) {
+	t.Parallel()
 	var addrs []string
 	for i := 0; i < 3; i++ {
 		addrs = append(addrs, testserver.StartRedis(t).Addr())
@@ -523,7 +662,7 @@ type served struct {
 }
 
 // startServe runs `dlock serve` on free loopback ports and waits for it.
-func startServe(t *testing.T) *served {
+func startServe(t testserver.TB) *served {
 	t.Helper()
 	for attempt := 0; attempt < 5; attempt++ {
 		port := testserver.FreePort(t)
@@ -559,6 +698,7 @@ func startServe(t *testing.T) *served {
 }
 
 func TestServeAndEtcdURL(t *testing.T) {
+	t.Parallel()
 	srv := startServe(t)
 	url := srv.url
 	var last uint64
@@ -592,12 +732,13 @@ func TestServeAndEtcdURL(t *testing.T) {
 }
 
 func TestEtcdURLErrors(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		url  string
 		code int
 		want string
 	}{
-		{"etcd://127.0.0.1:" + strconv.Itoa(testserver.FreePort(t)), exitBackend, "not reachable"},
+		{"etcd://" + deadAddr(t), exitBackend, "not reachable"},
 		{"etcd://", exitUsage, "no endpoints"},
 		{"etcd://127.0.0.1:2379?ca=/x", exitUsage, "needs etcds"},
 		{"etcds://127.0.0.1:2379?ca=/nonexistent", exitUsage, "ca file"},
@@ -617,6 +758,7 @@ func TestEtcdURLErrors(t *testing.T) {
 // 3), and is not created. The default directory, before any lock was
 // taken there, just holds no locks (and is not created either).
 func TestLsCreatesNothing(t *testing.T) {
+	t.Parallel()
 	base := t.TempDir()
 	typo := filepath.Join(base, "typo", "locks")
 	for _, args := range [][]string{{"ls"}, {"ls", "--json"}, {"ls", "prefix/"}} {
@@ -649,6 +791,7 @@ func TestLsCreatesNothing(t *testing.T) {
 // run dlock itself against the same service); a URL given with --url is
 // not added to it.
 func TestCommandInheritsDlockURL(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	nested := `echo "url=$DLOCK_URL"; "$0" run -n inner -- sh -c 'echo "inner $DLOCK_KEY"'`
 	r := runDlock(t, url, "run", "outer", "--", "sh", "-c", nested, bin)

@@ -24,6 +24,7 @@ import (
 // TestRedTeam17_HostListOddInputs: odd host lists never panic and fail
 // with one line that wraps errBadURL and never shows the password.
 func TestRedTeam17_HostListOddInputs(t *testing.T) {
+	t.Parallel()
 	const pw = "s3cretPW"
 	bad := []string{
 		"redlock://[",
@@ -89,6 +90,7 @@ func TestRedTeam17_HostListOddInputs(t *testing.T) {
 // TestRedTeam17_HostListGood: host lists that must parse, with the
 // addresses as written and a rendering that parses back the same.
 func TestRedTeam17_HostListGood(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		raw   string
 		addrs []string
@@ -131,6 +133,7 @@ func TestRedTeam17_HostListGood(t *testing.T) {
 // lists did; in a list it must give the same address as alone (the zone
 // decoded once), and the rendering must parse back to it.
 func TestRedTeam17_HostListZone(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ raw, want string }{
 		{"redlock://[fe80::1%25eth0]:1", "[fe80::1%eth0]:1"},
 		{"redlock://[fe80::1%25eth0]:1,[::1]:2", "[fe80::1%eth0]:1"},
@@ -168,6 +171,7 @@ func TestRedTeam17_HostListZone(t *testing.T) {
 // checkRedacted reads tg.where with url.Parse, so any such seed fails the
 // fuzz target although parseURL is right.
 func TestRedTeam17_FuzzHarnessHostList(t *testing.T) {
+	t.Parallel()
 	for _, raw := range []string{"redlock://[::1]:1,[::1]:2", "redlock://u:pw@[::1]:1,[::1]:2"} {
 		tg, err := parseURL(raw)
 		if err != nil {
@@ -182,6 +186,7 @@ func TestRedTeam17_FuzzHarnessHostList(t *testing.T) {
 // "acquired", HELD-FOR is a duration or "-", and --json's held_for_ms is
 // ≥ 0 for a holder stamped by dlock, never below -1 (unknown) otherwise.
 func TestRedTeam17_LsHeldFor(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	url := "file://" + dir
 	l, err := filelock.New(dir)
@@ -271,6 +276,7 @@ func rt17HeldAfterWait(t *testing.T, url, key, first string) (called time.Time, 
 // each attempt stamped afresh): a `dlock run --wait` that waited about 3s
 // for the holder: ls --json's held_for_ms must not count that wait.
 func TestRedTeam17_LsHeldForNotTheWaitFile(t *testing.T) {
+	t.Parallel()
 	called, waited, held := rt17HeldAfterWait(t, fileURL(t), "rt17/waited", "3")
 	most := (time.Since(called) - waited + 500*time.Millisecond).Milliseconds()
 	if held < 0 || held > float64(most) {
@@ -285,7 +291,8 @@ func TestRedTeam17_LsHeldForNotTheWaitFile(t *testing.T) {
 // lies within [0, the time since the call] (the red team found it;
 // stamping the grant would take a write per waited acquisition).
 func TestRedTeam17_LsHeldForQueuedZK(t *testing.T) {
-	url := "zk://" + testserver.StartZooKeeper(t).Addr() + "/rt17"
+	t.Parallel()
+	url := "zk://" + sharedZooKeeper(t).Addr() + "/rt17"
 	called, waited, held := rt17HeldAfterWait(t, url, "rt17/queued", "2")
 	if most := time.Since(called).Milliseconds() + 1; held < 0 || held > float64(most) {
 		t.Errorf("held_for_ms %v after a wait of %v: want in [0, %d]", held, waited.Round(time.Millisecond), most)
@@ -297,6 +304,7 @@ func TestRedTeam17_LsHeldForQueuedZK(t *testing.T) {
 // releasing at once (run with -race): every HeldFor is in [0, since the
 // start], and each holder's metadata is the one it was acquired with.
 func TestRedTeam17_RedisHeldForRace(t *testing.T) {
+	t.Parallel()
 	addr := testserver.StartRedis(t).Addr()
 	ctx := context.Background()
 	start := time.Now()

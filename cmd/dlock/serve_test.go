@@ -86,6 +86,7 @@ func stopServe(t *testing.T, s *served) {
 // certificate runs and lists locks; without it, or in plaintext, it is a
 // backend error (exit 3) that says what to change.
 func TestServeClientCertificates(t *testing.T) {
+	t.Parallel()
 	p := newPKI(t)
 	other := newPKI(t)
 	addr, srv := serveWith(t, t.TempDir(), true, nil, "--cert", p.ServerCert, "--key", p.ServerKey, "--ca", p.CA)
@@ -113,13 +114,19 @@ func TestServeClientCertificates(t *testing.T) {
 		{"cert without key", "etcds://" + addr + "?ca=" + p.CA + "&cert=" + p.ClientCert, exitUsage, "without ?key="},
 		{"key not PEM", "etcds://" + addr + "?ca=" + p.CA + "&cert=" + p.ClientCert + "&key=" + p.CA, exitUsage, "key file"},
 	}
-	for _, c := range cases {
-		r := runDlock(t, c.url, "run", "-n", "--connect-timeout", "3s", "tls/etcd", "--", "echo", "ran")
-		t.Logf("%s: %d %s", c.name, r.code, r.stderr)
-		if r.code != c.code || r.stdout != "" || !strings.Contains(r.stderr, c.want) {
-			t.Errorf("%s: exit %d, stdout %q, stderr %q; want exit %d with %q", c.name, r.code, r.stdout, r.stderr, c.code, c.want)
+	// The cases at once; the server stops once they all ended.
+	t.Run("refused", func(t *testing.T) {
+		for _, c := range cases {
+			t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
+				t.Parallel()
+				r := runDlock(t, c.url, "run", "-n", "--connect-timeout", "3s", "tls/etcd", "--", "echo", "ran")
+				t.Logf("%s: %d %s", c.name, r.code, r.stderr)
+				if r.code != c.code || r.stdout != "" || !strings.Contains(r.stderr, c.want) {
+					t.Errorf("%s: exit %d, stdout %q, stderr %q; want exit %d with %q", c.name, r.code, r.stdout, r.stderr, c.code, c.want)
+				}
+			})
 		}
-	}
+	})
 	stopServe(t, srv)
 }
 
@@ -127,6 +134,7 @@ func TestServeClientCertificates(t *testing.T) {
 // clients need it; it stays on in the data directory, where a wrong
 // password is refused. Passwords are never printed.
 func TestServeAuth(t *testing.T) {
+	t.Parallel()
 	const pw = "s3cretRootPw"
 	dir := t.TempDir()
 	addr, srv := serveWith(t, dir, false, []string{rootPasswordEnv + "=" + pw}, "--auth")
@@ -175,6 +183,7 @@ func TestServeAuth(t *testing.T) {
 // Bad serve flags are one-line usage errors (exit 2), before anything
 // starts; no password or key is printed.
 func TestServeUsageErrors(t *testing.T) {
+	t.Parallel()
 	p := newPKI(t)
 	junk := filepath.Join(t.TempDir(), "junk")
 	if err := os.WriteFile(junk, []byte("KEYMATERIAL77\n"), 0o600); err != nil {

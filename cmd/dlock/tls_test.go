@@ -125,6 +125,7 @@ func (p pki) tlsQuery() string {
 // certificate or a wrong CA is a backend error (exit 3) that says what is
 // wrong; bad files are usage errors (exit 2) that never print a key.
 func TestRedisClientCertificate(t *testing.T) {
+	t.Parallel()
 	p := newPKI(t)
 	other := newPKI(t) // another CA, whose certificates the server refuses
 	addr := startMTLSRedis(t, p)
@@ -188,6 +189,7 @@ func TestRedisClientCertificate(t *testing.T) {
 
 // redlocks:// speaks TLS, with a client certificate, to every node.
 func TestRedlocksClientCertificate(t *testing.T) {
+	t.Parallel()
 	p := newPKI(t)
 	addrs := []string{startMTLSRedis(t, p), startMTLSRedis(t, p), startMTLSRedis(t, p)}
 	url := "redlocks://" + strings.Join(addrs, ",") + "?" + p.tlsQuery()
@@ -264,6 +266,7 @@ func startMTLSSentinel(t *testing.T, p pki, masterAddr string) string {
 // rediss+sentinel:// speaks TLS, with the client certificate, to the
 // Sentinel and to the master it names.
 func TestRedissSentinelClientCertificate(t *testing.T) {
+	t.Parallel()
 	p := newPKI(t)
 	master := startMTLSRedis(t, p)
 	sentinel := startMTLSSentinel(t, p, master)

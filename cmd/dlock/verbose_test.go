@@ -14,6 +14,7 @@ import (
 // HOST pid PID, lease ends in ...", before the wait's outcome; not when
 // -n makes no wait; never a progress line (stderr is not a terminal).
 func TestRunVerboseSaysWhoHolds(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	for _, url := range []string{fileURL(t), "redis://" + srv.Addr()} {
 		holder, _, _ := background(t, url, "run", "k", "--", "sh", "-c", "echo started; exec sleep 60")
@@ -40,6 +41,7 @@ func TestRunVerboseSaysWhoHolds(t *testing.T) {
 // N being CMD's DLOCK_TOKEN, after the waiting line if it waited; the
 // slog events are still there.
 func TestRunVerboseSaysAcquired(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	r := runDlock(t, url, "run", "--verbose", "free", "-c", `echo "token=$DLOCK_TOKEN"`)
 	m := regexp.MustCompile(`token=(\d+)`).FindStringSubmatch(r.stdout)
@@ -65,6 +67,7 @@ func TestRunVerboseSaysAcquired(t *testing.T) {
 
 // Shared holders are named as such; hold says the same lines.
 func TestVerboseNamesModeAndWorksForHold(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	a, _, _ := background(t, url, "run", "--shared", "rw", "--", "sh", "-c", "echo started; exec sleep 60")
 	background(t, url, "run", "--shared", "rw", "--", "sh", "-c", "echo started; exec sleep 60")
@@ -83,6 +86,7 @@ func TestVerboseNamesModeAndWorksForHold(t *testing.T) {
 // --verbose against an unreachable service changes nothing: the same exit
 // status as without it (3), and no holder invented.
 func TestVerboseOutageIsStillBackendError(t *testing.T) {
+	t.Parallel()
 	u := "redis://" + deadAddr(t)
 	for _, args := range [][]string{
 		{"run", "--verbose", "--connect-timeout", "1s", "k", "--", "true"},

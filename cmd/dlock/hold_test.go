@@ -99,14 +99,14 @@ func TestHoldHandsOverToWaiter(t *testing.T) {
 	t.Parallel()
 	url := fileURL(t)
 	h := startHold(t, url, "--verbose", "q")
-	waiter := dlockCmd(context.Background(), url, "run", "q", "--", "sh", "-c", `echo "got $DLOCK_TOKEN"`)
-	out := &syncBuffer{}
-	waiter.Stdout, waiter.Stderr = out, out
+	waiter := dlockCmd(context.Background(), url, "run", "--verbose", "q", "--", "sh", "-c", `echo "got $DLOCK_TOKEN"`)
+	out, werr := &syncBuffer{}, &syncBuffer{}
+	waiter.Stdout, waiter.Stderr = out, werr
 	if err := waiter.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { stopCmd(t, waiter) })
-	time.Sleep(300 * time.Millisecond) // the waiter is (most likely) waiting by now; either way it must get the lock
+	waitFor(t, hang, "the waiter never said it waits", func() bool { return strings.Contains(werr.String(), `dlock run: waiting for "q"`) })
 	if strings.Contains(out.String(), "got") {
 		t.Fatalf("the waiter ran while hold held the lock: %q", out.String())
 	}
@@ -151,10 +151,13 @@ func TestHoldOnRedisRenewsAndWaits(t *testing.T) {
 	t.Parallel()
 	srv := testserver.StartRedis(t)
 	url := "redis://" + srv.Addr()
-	h := startHold(t, url, "--ttl", "1s", "r")
-	time.Sleep(2500 * time.Millisecond) // > 2 TTLs: only renewals keep it
+	start := time.Now()
+	h := startHold(t, url, "--ttl", "2s", "r")
+	// Past the first lease's end (counted from before hold started): only
+	// renewals keep the key.
+	time.Sleep(time.Until(start.Add(2500 * time.Millisecond)))
 	if r := runDlock(t, url, "run", "-n", "r", "--", "true"); r.code != exitConflict {
-		t.Fatalf("run -n 2.5s into a hold with --ttl 1s: exit %d %q; want the lock still held", r.code, r.stderr)
+		t.Fatalf("run -n 2.5s after starting a hold with --ttl 2s: exit %d %q; want the lock still held", r.code, r.stderr)
 	}
 	if r := runDlock(t, url, "hold", "-w", "0.3", "r"); r.code != exitConflict || !strings.Contains(r.stderr, "gave up after waiting 300ms") {
 		t.Fatalf("hold -w 0.3 on a held key: exit %d %q", r.code, r.stderr)
@@ -186,14 +189,16 @@ func TestHoldInterruptedWhileWaiting(t *testing.T) {
 	t.Parallel()
 	url := fileURL(t)
 	h := startHold(t, url, "busy")
-	waiting := dlockCmd(context.Background(), url, "hold", "busy")
+	// --verbose says when the first attempt found the key held: hold
+	// catches the signals by then.
+	waiting := dlockCmd(context.Background(), url, "hold", "--verbose", "busy")
 	out, errb := &syncBuffer{}, &syncBuffer{}
 	waiting.Stdout, waiting.Stderr = out, errb
 	if err := waiting.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { stopCmd(t, waiting) })
-	time.Sleep(200 * time.Millisecond)
+	waitFor(t, hang, "the second hold never said it waits", func() bool { return strings.Contains(errb.String(), `dlock hold: waiting for "busy"`) })
 	waiting.Process.Signal(syscall.SIGTERM)
 	if code := waitExit(t, waiting); code != 128+int(syscall.SIGTERM) || out.String() != "" || !strings.Contains(errb.String(), `dlock hold: interrupted by terminated while waiting for "busy"`) {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, out.String(), errb.String())

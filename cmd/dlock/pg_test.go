@@ -76,7 +76,7 @@ func TestPostgresURLAndLs(t *testing.T) {
 	// polling with ?listen=off).
 	for _, u := range []string{url, url + "&listen=off"} {
 		h, _, _ := background(t, url, "run", "handoff", "--", "sh", "-c", "echo started; exec sleep 60")
-		waiter := dlockCmd(context.Background(), u, "run", "handoff", "--", "sh", "-c", `echo "got $DLOCK_TOKEN"`)
+		waiter := dlockCmd(context.Background(), u, "run", "--verbose", "handoff", "--", "sh", "-c", `echo "got $DLOCK_TOKEN"`)
 		wout := &syncBuffer{}
 		waiter.Stdout, waiter.Stderr = wout, wout
 		waiter.WaitDelay = 5 * time.Second
@@ -84,7 +84,8 @@ func TestPostgresURLAndLs(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { stopCmd(t, waiter) })
-		time.Sleep(300 * time.Millisecond)
+		// The holder ends once the waiter waits.
+		waitFor(t, hang, "the waiter never said it waits", func() bool { return strings.Contains(wout.String(), `dlock run: waiting for "handoff"`) })
 		h.Process.Signal(syscall.SIGTERM)
 		waitExit(t, h)
 		start := time.Now()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -253,34 +254,56 @@ func TestRedTeam17_LsHeldFor(t *testing.T) {
 	}
 }
 
-// rt17HeldAfterWait starts a holder of key that sleeps first, then a
-// `dlock run --wait` that waits for it and holds key; it returns when that
-// call started, how long it took to get the lock, and ls --json's
-// held_for_ms for key.
-func rt17HeldAfterWait(t *testing.T, url, key, first string) (called time.Time, waited time.Duration, held float64) {
+// rt17Gap is how long rt17HeldAfterWait's second run waits after its
+// first attempt: a held_for that counted the wait would exceed the time
+// since the holder was told to release by about that much.
+const rt17Gap = 2 * time.Second
+
+// rt17HeldAfterWait starts a holder of key, then a `dlock run --wait`
+// that waits for it and holds key; once that run has said it waits (its
+// first attempt found key held), and rt17Gap later, the holder is told to
+// release. It returns when the waiting run was started, when the holder
+// was told to release (before the waiting run could have the key), and
+// ls --json's held_for_ms for key.
+func rt17HeldAfterWait(t *testing.T, url, key string) (called, released time.Time, held float64) {
 	t.Helper()
-	background(t, url, "run", key, "--", "sh", "-c", "echo started; exec sleep "+first)
+	dir := t.TempDir()
+	background(t, url, "run", key, "--", "sh", "-c", "echo started; set -- "+filepath.Join(dir, "go")+"; "+shWaitFor)
 	called = time.Now()
-	background(t, url, "run", "--wait", "60s", key, "--", "sh", "-c", "echo started; exec sleep 60")
-	waited = time.Since(called)
+	waiter := dlockCmd(t.Context(), url, "run", "--verbose", "--wait", "60s", key, "--", "sh", "-c", "echo started; exec sleep 60")
+	wout, werr := &syncBuffer{}, &syncBuffer{}
+	waiter.Stdout, waiter.Stderr = wout, werr
+	waiter.WaitDelay = 5 * time.Second
+	if err := waiter.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopCmd(t, waiter) })
+	waitFor(t, hang, "the second run never said it waits", func() bool { return strings.Contains(werr.String(), "waiting for") })
+	time.Sleep(rt17Gap)
+	released = time.Now()
+	marker(t, dir, "go")
+	waitFor(t, hang, "the second run never got the key", func() bool { return strings.Contains(wout.String(), "started") })
 	r := runDlock(t, url, "ls", "--json", key)
 	var js []map[string]any
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &js) != nil || len(js) != 1 {
 		t.Fatalf("ls --json: exit %d %q %q", r.code, r.stdout, r.stderr)
 	}
 	held, _ = js[0]["held_for_ms"].(float64)
-	return called, waited, held
+	return called, released, held
 }
 
 // TestRedTeam17_LsHeldForNotTheWaitFile: file backend (a polling waiter,
-// each attempt stamped afresh): a `dlock run --wait` that waited about 3s
-// for the holder: ls --json's held_for_ms must not count that wait.
+// each attempt stamped afresh): a `dlock run --wait` that waited for the
+// holder: ls --json's held_for_ms must not count that wait. It got the
+// key after the holder was told to release: its held_for is at most the
+// time since then (half rt17Gap more for an attempt stamped just before
+// and granted just after; the wait would add all of rt17Gap).
 func TestRedTeam17_LsHeldForNotTheWaitFile(t *testing.T) {
 	t.Parallel()
-	called, waited, held := rt17HeldAfterWait(t, fileURL(t), "rt17/waited", "3")
-	most := (time.Since(called) - waited + 500*time.Millisecond).Milliseconds()
+	_, released, held := rt17HeldAfterWait(t, fileURL(t), "rt17/waited")
+	most := (time.Since(released) + rt17Gap/2).Milliseconds()
 	if held < 0 || held > float64(most) {
-		t.Errorf("held_for_ms %v after a wait of %v: want in [0, %d], the wait is counted", held, waited.Round(time.Millisecond), most)
+		t.Errorf("held_for_ms %v, %v after the holder was told to release: want in [0, %d], the wait is counted", held, time.Since(released).Round(time.Millisecond), most)
 	}
 }
 
@@ -293,9 +316,9 @@ func TestRedTeam17_LsHeldForNotTheWaitFile(t *testing.T) {
 func TestRedTeam17_LsHeldForQueuedZK(t *testing.T) {
 	t.Parallel()
 	url := "zk://" + sharedZooKeeper(t).Addr() + "/rt17"
-	called, waited, held := rt17HeldAfterWait(t, url, "rt17/queued", "2")
+	called, _, held := rt17HeldAfterWait(t, url, "rt17/queued")
 	if most := time.Since(called).Milliseconds() + 1; held < 0 || held > float64(most) {
-		t.Errorf("held_for_ms %v after a wait of %v: want in [0, %d]", held, waited.Round(time.Millisecond), most)
+		t.Errorf("held_for_ms %v: want in [0, %d], the time since the waiting run started", held, most)
 	}
 }
 

@@ -347,7 +347,7 @@ func TestURLReplicaAcks(t *testing.T) {
 	}
 	// A live replica acknowledges as soon as it can: the bound is for a
 	// slow machine; a paused one never does, whatever the bound.
-	live := "redis://" + primary.Addr() + "?acks=1&ack_timeout=50s"
+	live := "redis://" + primary.Addr() + "?acks=1&ack_timeout=50s&read_timeout=-1"
 	if r := runDlock(t, live, "run", "-n", "--connect-timeout", hang.String(), "k", "--", "true"); r.code != 0 {
 		t.Fatalf("dlock run with a live replica: %d %q", r.code, r.stderr)
 	}

@@ -2,10 +2,12 @@ package main
 
 import (
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/dlock-go/dlock/internal/testserver"
 )
@@ -51,16 +53,29 @@ func TestRunVerboseSaysAcquired(t *testing.T) {
 		t.Fatalf("free key: exit %d, stdout %q, stderr:\n%s", r.code, r.stdout, r.stderr)
 	}
 
-	holder, _, _ := background(t, url, "run", "q", "--", "sh", "-c", "echo started; sleep 1")
-	r = runDlock(t, url, "run", "--verbose", "q", "-c", `echo "token=$DLOCK_TOKEN"`)
-	m = regexp.MustCompile(`token=(\d+)`).FindStringSubmatch(r.stdout)
-	if r.code != 0 || m == nil {
-		t.Fatalf("waiting run: exit %d, stdout %q, stderr:\n%s", r.code, r.stdout, r.stderr)
+	// The holder ends once the waiting run has said that it waits.
+	dir := t.TempDir()
+	holder, _, _ := background(t, url, "run", "q", "--", "sh", "-c", "echo started; set -- "+filepath.Join(dir, "go")+"; "+shWaitFor)
+	waiter := dlockCmd(t.Context(), url, "run", "--verbose", "q", "-c", `echo "token=$DLOCK_TOKEN"`)
+	wout, werr := &syncBuffer{}, &syncBuffer{}
+	waiter.Stdout, waiter.Stderr = wout, werr
+	waiter.WaitDelay = 5 * time.Second
+	if err := waiter.Start(); err != nil {
+		t.Fatal(err)
 	}
-	waiting := strings.Index(r.stderr, `dlock run: waiting for "q", held by owner `)
-	acquired := regexp.MustCompile(`(?m)^dlock run: acquired "q" after \d+\.\ds, token ` + m[1] + `$`).FindStringIndex(r.stderr)
-	if waiting < 0 || acquired == nil || acquired[0] < waiting || !strings.Contains(r.stderr, fmt.Sprintf("pid %d,", holder.Process.Pid)) {
-		t.Fatalf("waiting run: stderr lacks the waiting line (holder pid %d), then the acquired line:\n%s", holder.Process.Pid, r.stderr)
+	t.Cleanup(func() { stopCmd(t, waiter) })
+	waitFor(t, hang, "the second run never said it waits", func() bool { return strings.Contains(werr.String(), `dlock run: waiting for "q"`) })
+	marker(t, dir, "go")
+	code := waitExit(t, waiter)
+	m = regexp.MustCompile(`token=(\d+)`).FindStringSubmatch(wout.String())
+	if code != 0 || m == nil {
+		t.Fatalf("waiting run: exit %d, stdout %q, stderr:\n%s", code, wout.String(), werr.String())
+	}
+	stderr := werr.String()
+	waiting := strings.Index(stderr, `dlock run: waiting for "q", held by owner `)
+	acquired := regexp.MustCompile(`(?m)^dlock run: acquired "q" after \d+\.\ds, token ` + m[1] + `$`).FindStringIndex(stderr)
+	if waiting < 0 || acquired == nil || acquired[0] < waiting || !strings.Contains(stderr, fmt.Sprintf("pid %d,", holder.Process.Pid)) {
+		t.Fatalf("waiting run: stderr lacks the waiting line (holder pid %d), then the acquired line:\n%s", holder.Process.Pid, stderr)
 	}
 	waitExit(t, holder)
 }

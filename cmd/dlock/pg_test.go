@@ -85,7 +85,11 @@ func TestPostgresURLAndLs(t *testing.T) {
 		}
 		t.Cleanup(func() { stopCmd(t, waiter) })
 		// The holder ends once the waiter waits.
-		waitFor(t, hang, "the waiter never said it waits", func() bool { return strings.Contains(wout.String(), `dlock run: waiting for "handoff"`) })
+		// (The URL's user is "dlock", which dlock scrubs from its output
+		// like any userinfo without a password: "xxxxx run: waiting".)
+		if !waitUntil(hang, func() bool { return strings.Contains(wout.String(), ` run: waiting for "handoff"`) }) {
+			t.Fatalf("hang: the waiter (%s) never said it waits: %q", redact(u), wout.String())
+		}
 		h.Process.Signal(syscall.SIGTERM)
 		waitExit(t, h)
 		start := time.Now()

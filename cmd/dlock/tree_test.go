@@ -72,6 +72,18 @@ func killMarked(t *testing.T, markers ...string) {
 	})
 }
 
+// waitUntil polls cond until it holds (true) or d passes (false).
+func waitUntil(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
+}
+
 // waitFor polls cond until it holds or the bound passes.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()

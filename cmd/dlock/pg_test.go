@@ -191,10 +191,10 @@ func TestPostgresUnreachable(t *testing.T) {
 		{"postgres://dlock@" + silentServer(t) + "/postgres?sslmode=disable&connect_timeout=60", "no answer"},
 	} {
 		for i, args := range [][]string{
-			{"run", "--connect-timeout", "2s", "k", "--", "true"},
-			{"run", "-n", "--connect-timeout", "2s", "k", "--", "true"},
-			{"run", "-w", "1s", "--connect-timeout", "2s", "k", "--", "true"},
-			{"ls", "--connect-timeout", "2s"},
+			{"run", "--connect-timeout", "1s", "k", "--", "true"},
+			{"run", "-n", "--connect-timeout", "1s", "k", "--", "true"},
+			{"run", "-w", "1s", "--connect-timeout", "1s", "k", "--", "true"},
+			{"ls", "--connect-timeout", "1s"},
 		} {
 			t.Run(fmt.Sprintf("%s/%d", c.want, i), func(t *testing.T) {
 				t.Parallel()
@@ -202,7 +202,7 @@ func TestPostgresUnreachable(t *testing.T) {
 				if r.code != exitBackend || !strings.Contains(r.stderr, "not reachable") || !strings.Contains(r.stderr, c.want) || strings.Contains(r.stderr, "is held") {
 					t.Errorf("%s %v: exit %d %q, want %d, not reachable and %q", c.url, args, r.code, r.stderr, exitBackend, c.want)
 				}
-				withinBound(t, fmt.Sprintf("%s %v", c.url, args), took, 2*time.Second)
+				withinBound(t, fmt.Sprintf("%s %v", c.url, args), took, time.Second)
 			})
 		}
 	}

@@ -249,7 +249,7 @@ func TestLsRedlockNodeDown(t *testing.T) {
 	}
 
 	srvs[(victim+1)%3].Stop()
-	r = runDlock(t, url, "ls", "--connect-timeout", "2s")
+	r = runDlock(t, url, "ls", "--connect-timeout", "10s")
 	if r.code != exitBackend || !strings.Contains(r.stderr, "majority") {
 		t.Fatalf("ls with two nodes of three down: exit %d, %q %q", r.code, r.stdout, r.stderr)
 	}
@@ -463,5 +463,21 @@ func TestAggregateNodesMinority(t *testing.T) {
 	states[1].err = errors.New("timeout")
 	if _, _, err := aggregateNodes(states); err == nil || !strings.Contains(err.Error(), "1 of 3 redlock nodes answered, a majority (2) is needed") {
 		t.Fatalf("aggregate without a majority: %v", err)
+	}
+}
+
+// When check gives up by its own bound (the round trip overran the same
+// deadline, on a starved machine), its error is worded as the round
+// trip's would have been: the service, "not reachable", how long; never a
+// password.
+func TestCheckGivingUpSaysNotReachable(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ raw, want string }{
+		{"redis+sentinel://:s3cr3t@127.0.0.1:1,127.0.0.1:2/m", "redis+sentinel://:xxxxx@127.0.0.1:1,127.0.0.1:2/m: not reachable: no answer after 2.3s (--connect-timeout 2s)"},
+		{"bogus://:s3cr3t@h", "bogus://:xxxxx@h: not reachable: no answer after 2.3s (--connect-timeout 2s)"},
+	} {
+		if got := checkGaveUp(c.raw, 2300*time.Millisecond, 2*time.Second); got != c.want {
+			t.Errorf("checkGaveUp(%q) = %q, want %q", c.raw, got, c.want)
+		}
 	}
 }

@@ -193,10 +193,10 @@ func TestConnectTimeoutBoundsOpening(t *testing.T) {
 func TestRedlockProbeNeedsMajority(t *testing.T) {
 	t.Parallel()
 	a, b := testserver.StartRedis(t).Addr(), testserver.StartRedis(t).Addr()
-	if r := runDlock(t, "redlock://"+a+","+b+","+deadAddr(t), "run", "--connect-timeout", "2s", "k", "--", "true"); r.code != 0 {
+	if r := runDlock(t, "redlock://"+a+","+b+","+deadAddr(t), "run", "--connect-timeout", "10s", "k", "--", "true"); r.code != 0 {
 		t.Errorf("2 of 3 nodes up: %d %q", r.code, r.stderr)
 	}
-	r := runDlock(t, "redlock://"+a+","+deadAddr(t)+","+deadAddr(t), "run", "--connect-timeout", "2s", "k", "--", "true")
+	r := runDlock(t, "redlock://"+a+","+deadAddr(t)+","+deadAddr(t), "run", "--connect-timeout", "10s", "k", "--", "true")
 	if r.code != exitBackend || !strings.Contains(r.stderr, "majority") {
 		t.Errorf("1 of 3 nodes up: %d %q", r.code, r.stderr)
 	}
@@ -301,7 +301,7 @@ func TestTLSMismatchIsExplained(t *testing.T) {
 		{"rediss://" + plain, "redis://"},
 	}
 	for _, c := range cases {
-		r, took := timedRun(t, c.url, "run", "-n", "--connect-timeout", "1s", "k", "--", "true")
+		r, took := timedRun(t, c.url, "run", "-n", "--connect-timeout", "4s", "k", "--", "true")
 		if r.code != exitBackend || !strings.Contains(r.stderr, "TLS") || !strings.Contains(r.stderr, "use "+c.want) {
 			t.Errorf("%s: exit %d %q; want %d, TLS and use %s", c.url, r.code, r.stderr, exitBackend, c.want)
 		}
@@ -379,7 +379,7 @@ func TestClientLogsOnlyWithVerbose(t *testing.T) {
 	if r.code != exitBackend || strings.Contains(r.stderr, "redis: 2") || strings.Contains(r.stderr, "pool.go") || strings.Count(r.stderr, "\n") > 2 {
 		t.Errorf("without --verbose: %d %q", r.code, r.stderr)
 	}
-	r = runDlock(t, u, "run", "--verbose", "-n", "--connect-timeout", "1s", "k", "--", "true")
+	r = runDlock(t, u, "run", "--verbose", "-n", "--connect-timeout", "3s", "k", "--", "true")
 	if r.code != exitBackend || !strings.Contains(r.stderr, "redis: ") || !strings.Contains(r.stderr, "connection pool") {
 		t.Errorf("with --verbose: %d %q", r.code, r.stderr)
 	}
@@ -393,7 +393,7 @@ func TestClientLogsOnlyWithVerbose(t *testing.T) {
 	if r.code != exitBackend || strings.Contains(r.stderr, "zookeeper: failed") || strings.Count(r.stderr, "\n") > 1 {
 		t.Errorf("zookeeper without --verbose: %d %q", r.code, r.stderr)
 	}
-	r = runDlock(t, u, "ls", "--verbose", "--connect-timeout", "1s")
+	r = runDlock(t, u, "ls", "--verbose", "--connect-timeout", "3s")
 	if r.code != exitBackend || !strings.Contains(r.stderr, "zookeeper: failed to connect") || strings.Contains(r.stderr, pw) {
 		t.Errorf("zookeeper with --verbose: %d %q", r.code, r.stderr)
 	}
@@ -451,9 +451,11 @@ func withinBound(t *testing.T, what string, took, timeout time.Duration) {
 func TestEtcdTLSMismatchHintWithinTimeout(t *testing.T) {
 	t.Parallel()
 	tlsAddr := startTLSRedis(t) // any TLS server will do
-	r, took := timedRun(t, "etcd://"+tlsAddr, "run", "-n", "--connect-timeout", "3s", "k", "--", "true")
+	// The hint is looked for from half the timeout on: long enough for a
+	// loaded machine.
+	r, took := timedRun(t, "etcd://"+tlsAddr, "run", "-n", "--connect-timeout", "6s", "k", "--", "true")
 	if r.code != exitBackend || !strings.Contains(r.stderr, "use etcds://") {
 		t.Errorf("etcd:// to a TLS server: exit %d %q, want %d and a hint to use etcds://", r.code, r.stderr, exitBackend)
 	}
-	withinBound(t, "etcd:// to a TLS server", took, 3*time.Second)
+	withinBound(t, "etcd:// to a TLS server", took, 6*time.Second)
 }

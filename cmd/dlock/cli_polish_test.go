@@ -105,7 +105,9 @@ func TestRedTeam15_UsageErrorsTwoLines(t *testing.T) {
 func TestRedTeam15_CheckRefusedVersusHung(t *testing.T) {
 	t.Parallel()
 	dead := deadAddr(t)
-	r := runDlock(t, "", "check", "--url", "etcd://"+dead, "--connect-timeout", "1s")
+	// The refusal is found by dialling from half the timeout on: time for
+	// that on a loaded machine.
+	r := runDlock(t, "", "check", "--url", "etcd://"+dead, "--connect-timeout", "4s")
 	if r.code != exitBackend || !strings.Contains(r.stderr, "refused") || !strings.Contains(r.stderr, dead) {
 		t.Errorf("check on a refusing etcd: exit %d %q; want %d naming the refusal by %s", r.code, r.stderr, exitBackend, dead)
 	}

@@ -153,10 +153,10 @@ func TestRedissClusterClientCertificate(t *testing.T) {
 		t.Fatalf("ls on a TLS cluster: exit %d %q %q", r.code, r.stdout, r.stderr)
 	}
 	noCert := "rediss+cluster://" + strings.Join(addrs, ",") + "?ca=" + p.CA
-	if r := runDlock(t, noCert, "run", "-n", "--connect-timeout", "3s", "tls/cluster", "--", "echo", "ran"); r.code != exitBackend || r.stdout != "" || !strings.Contains(r.stderr, "client certificate") {
+	if r := runDlock(t, noCert, "run", "-n", "--connect-timeout", "6s", "tls/cluster", "--", "echo", "ran"); r.code != exitBackend || r.stdout != "" || !strings.Contains(r.stderr, "client certificate") {
 		t.Fatalf("rediss+cluster:// without a client certificate: exit %d %q %q", r.code, r.stdout, r.stderr)
 	}
-	if r := runDlock(t, "redis+cluster://"+addrs[0], "run", "-n", "--connect-timeout", "3s", "tls/cluster", "--", "echo", "ran"); r.code != exitBackend || !strings.Contains(r.stderr, "use rediss+cluster://") {
+	if r := runDlock(t, "redis+cluster://"+addrs[0], "run", "-n", "--connect-timeout", "6s", "tls/cluster", "--", "echo", "ran"); r.code != exitBackend || !strings.Contains(r.stderr, "use rediss+cluster://") {
 		t.Fatalf("redis+cluster:// to TLS nodes: exit %d %q %q", r.code, r.stdout, r.stderr)
 	}
 }

@@ -132,7 +132,7 @@ func TestHoldHandsOverToWaiter(t *testing.T) {
 func TestHoldLostLock(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	h := startHold(t, "file://"+dir, "--ttl", "300ms", "doomed")
+	h := startHold(t, "file://"+dir, "--ttl", "3s", "doomed")
 	l, err := filelock.New(dir)
 	if err != nil {
 		t.Fatal(err)

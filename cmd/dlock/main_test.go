@@ -463,7 +463,7 @@ func TestRunLostLockKillsChild(t *testing.T) {
 	dir := t.TempDir()
 	url := "file://" + dir
 	// The child ignores SIGTERM, so dlock must escalate to SIGKILL after --grace.
-	holder, errb, _ := background(t, url, "run", "--ttl", "300ms", "--grace", "500ms", "doomed", "--",
+	holder, errb, _ := background(t, url, "run", "--ttl", "3s", "--grace", "500ms", "doomed", "--",
 		"sh", "-c", "trap '' TERM; echo started; exec sleep 60")
 	l, err := filelock.New(dir)
 	if err != nil {

@@ -95,7 +95,7 @@ func TestRedTeam16Sentinel_TLSMismatchSeveral(t *testing.T) {
 	t.Parallel()
 	s := testserver.StartSentinel(t, testserver.WithReplicas(1))
 	url := "rediss+sentinel://" + strings.Join(s.Addrs(), ",") + "/" + s.Master()
-	const timeout = 2 * time.Second
+	const timeout = 6 * time.Second // the mismatch is looked for from half of it on
 	r, took := timedRun(t, url, "run", "--connect-timeout", timeout.String(), "k", "--", "true")
 	t.Logf("exit %d after %v: %q", r.code, took.Round(time.Millisecond), r.stderr)
 	if r.code != exitBackend || !strings.Contains(r.stderr, "use redis+sentinel:// instead of rediss+sentinel://") {

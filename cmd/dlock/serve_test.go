@@ -119,7 +119,7 @@ func TestServeClientCertificates(t *testing.T) {
 		for _, c := range cases {
 			t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
 				t.Parallel()
-				r := runDlock(t, c.url, "run", "-n", "--connect-timeout", "3s", "tls/etcd", "--", "echo", "ran")
+				r := runDlock(t, c.url, "run", "-n", "--connect-timeout", "6s", "tls/etcd", "--", "echo", "ran")
 				t.Logf("%s: %d %s", c.name, r.code, r.stderr)
 				if r.code != c.code || r.stdout != "" || !strings.Contains(r.stderr, c.want) {
 					t.Errorf("%s: exit %d, stdout %q, stderr %q; want exit %d with %q", c.name, r.code, r.stdout, r.stderr, c.code, c.want)

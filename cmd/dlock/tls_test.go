@@ -169,7 +169,7 @@ func TestRedisClientCertificate(t *testing.T) {
 		{"TLS files on redis://", "redis://" + addr + "?" + p.tlsQuery(), exitUsage, []string{"needs rediss://"}},
 	}
 	for _, c := range cases {
-		r := runDlock(t, c.url, "run", "-n", "--connect-timeout", "3s", "tls/job", "--", "echo", "ran")
+		r := runDlock(t, c.url, "run", "-n", "--connect-timeout", "6s", "tls/job", "--", "echo", "ran")
 		t.Logf("%s: %d %s", c.name, r.code, r.stderr)
 		ok := r.code == c.code && r.stdout == ""
 		for _, w := range c.want {
@@ -197,11 +197,11 @@ func TestRedlocksClientCertificate(t *testing.T) {
 		t.Fatalf("redlocks://: exit %d %q %q", r.code, r.stdout, r.stderr)
 	}
 	noCert := "redlocks://" + strings.Join(addrs, ",") + "?ca=" + p.CA
-	if r := runDlock(t, noCert, "run", "-n", "--connect-timeout", "3s", "rl/job", "--", "echo", "ran"); r.code != exitBackend || r.stdout != "" || !strings.Contains(r.stderr, "client certificate") {
+	if r := runDlock(t, noCert, "run", "-n", "--connect-timeout", "6s", "rl/job", "--", "echo", "ran"); r.code != exitBackend || r.stdout != "" || !strings.Contains(r.stderr, "client certificate") {
 		t.Fatalf("redlocks:// without a client certificate: exit %d %q %q", r.code, r.stdout, r.stderr)
 	}
 	plain := "redlock://" + strings.Join(addrs, ",")
-	if r := runDlock(t, plain, "run", "-n", "--connect-timeout", "3s", "rl/job", "--", "echo", "ran"); r.code != exitBackend || !strings.Contains(r.stderr, "use redlocks://") {
+	if r := runDlock(t, plain, "run", "-n", "--connect-timeout", "6s", "rl/job", "--", "echo", "ran"); r.code != exitBackend || !strings.Contains(r.stderr, "use redlocks://") {
 		t.Fatalf("redlock:// to TLS nodes: exit %d %q %q", r.code, r.stdout, r.stderr)
 	}
 }
@@ -275,7 +275,7 @@ func TestRedissSentinelClientCertificate(t *testing.T) {
 		t.Fatalf("rediss+sentinel://: exit %d %q %q", r.code, r.stdout, r.stderr)
 	}
 	noCert := "rediss+sentinel://" + sentinel + "/m?ca=" + p.CA
-	if r := runDlock(t, noCert, "run", "-n", "--connect-timeout", "3s", "tls/sentinel", "--", "echo", "ran"); r.code != exitBackend || r.stdout != "" || !strings.Contains(r.stderr, "client certificate") {
+	if r := runDlock(t, noCert, "run", "-n", "--connect-timeout", "6s", "tls/sentinel", "--", "echo", "ran"); r.code != exitBackend || r.stdout != "" || !strings.Contains(r.stderr, "client certificate") {
 		t.Fatalf("rediss+sentinel:// without a client certificate: exit %d %q %q", r.code, r.stdout, r.stderr)
 	}
 }

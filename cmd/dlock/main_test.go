@@ -668,10 +668,11 @@ type served struct {
 // startServe runs `dlock serve` on free loopback ports and waits for it.
 func startServe(t testserver.TB) *served {
 	t.Helper()
-	for attempt := 0; attempt < 5; attempt++ {
-		port := testserver.FreePort(t)
-		listen := fmt.Sprintf("127.0.0.1:%d", port)
-		cmd := exec.Command(bin, "serve", "--data-dir", t.TempDir(), "--listen", listen)
+	lastErr := ""
+	for attempt := 0; attempt < 20; attempt++ {
+		listen := fmt.Sprintf("127.0.0.1:%d", testserver.FreePort(t))
+		peer := fmt.Sprintf("127.0.0.1:%d", testserver.FreePort(t))
+		cmd := exec.Command(bin, "serve", "--data-dir", t.TempDir(), "--listen", listen, "--peer-listen", peer)
 		out, errb := &syncBuffer{}, &syncBuffer{}
 		cmd.Stdout, cmd.Stderr = out, errb
 		cmd.WaitDelay = 5 * time.Second
@@ -685,20 +686,35 @@ func startServe(t testserver.TB) *served {
 		for {
 			select {
 			case <-s.exited:
-				break wait // port taken (peer port is port+1): try another
+				if strings.Contains(errb.String(), "address already in use") {
+					lastErr = errb.String()
+					break wait // a port was taken meanwhile: try others
+				}
+				t.Fatalf("dlock serve exited: %s %s", out.String(), errb.String())
 			case <-deadline:
 				cmd.Process.Kill()
 				t.Fatalf("hang: dlock serve not ready: %s %s", out.String(), errb.String())
 			case <-time.After(20 * time.Millisecond):
-				if strings.Contains(out.String(), serveReady) {
+				if serveAnnounced(out.String()) {
 					t.Cleanup(func() { cmd.Process.Kill() })
 					return s
 				}
 			}
 		}
 	}
-	t.Fatal("dlock serve did not start on any free port")
+	t.Fatalf("dlock serve did not start on any free port: %s", lastErr)
 	return nil
+}
+
+// serveAnnounced reports whether dlock serve's output has its ready line
+// and, whole, the line after it, the URL to use.
+func serveAnnounced(out string) bool {
+	_, after, ok := strings.Cut(out, serveReady)
+	if !ok {
+		return false
+	}
+	_, use, ok := strings.Cut(after, "\nuse: ")
+	return ok && strings.Contains(use, "\n")
 }
 
 func TestServeAndEtcdURL(t *testing.T) {

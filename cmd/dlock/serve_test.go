@@ -16,10 +16,13 @@ import (
 
 // serveWith runs `dlock serve` with args on free loopback ports (client
 // and, with peer, an explicit --peer-listen) and environment env, and
-// waits until it is ready. It returns the client address and the server.
+// waits until it is ready. A port free a moment ago may be taken by the
+// time dlock serve binds it (as the local end of another test's
+// connection): then it tries other ports. It returns the client address and the server.
 func serveWith(t *testing.T, dataDir string, peer bool, env []string, args ...string) (string, *served) {
 	t.Helper()
-	for attempt := 0; attempt < 5; attempt++ {
+	lastErr := ""
+	for attempt := 0; attempt < 20; attempt++ {
 		listen := fmt.Sprintf("127.0.0.1:%d", testserver.FreePort(t))
 		full := append([]string{"serve", "--data-dir", dataDir, "--listen", listen}, args...)
 		if peer {
@@ -41,6 +44,7 @@ func serveWith(t *testing.T, dataDir string, peer bool, env []string, args ...st
 			select {
 			case <-s.exited:
 				if strings.Contains(errb.String(), "address already in use") {
+					lastErr = errb.String()
 					break wait // try other ports
 				}
 				t.Fatalf("dlock serve %v exited: %s %s", args, out.String(), errb.String())
@@ -48,7 +52,7 @@ func serveWith(t *testing.T, dataDir string, peer bool, env []string, args ...st
 				cmd.Process.Kill()
 				t.Fatalf("hang: dlock serve not ready: %s %s", out.String(), errb.String())
 			case <-time.After(20 * time.Millisecond):
-				if strings.Contains(out.String(), serveReady) {
+				if serveAnnounced(out.String()) {
 					t.Cleanup(func() {
 						cmd.Process.Signal(syscall.SIGTERM)
 						select {
@@ -63,7 +67,7 @@ func serveWith(t *testing.T, dataDir string, peer bool, env []string, args ...st
 			}
 		}
 	}
-	t.Fatal("dlock serve did not start on any free port")
+	t.Fatalf("dlock serve did not start on any free port: %s", lastErr)
 	return "", nil
 }
 

@@ -983,8 +983,11 @@ func (b *backend) list(ctx context.Context, prefix string) ([]lockInfo, error) {
 }
 
 // sentinelGrace is how much longer than the first Sentinel the others
-// have to answer answeringSentinels.
-const sentinelGrace = 250 * time.Millisecond
+// have to answer answeringSentinels. It is what a hung Sentinel costs
+// each command; it must be well above the lag between two healthy
+// Sentinels on a loaded host (a quarter of a second was not: a Sentinel
+// that answered was left out, and said not to answer).
+const sentinelGrace = time.Second
 
 // silentSentinel is a Sentinel answeringSentinels left out: err is why
 // (nil: no reply by the time it stopped waiting, after waited).

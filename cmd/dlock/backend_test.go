@@ -22,10 +22,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testserver"
 )
+
+// slowSentinelDelay is how much a proxy delays each chunk of a Sentinel
+// that answers later than the first: with the client's handshake, its
+// PING's reply comes about half a second late, twice the old
+// quarter-second grace and half sentinelGrace.
+const slowSentinelDelay = 60 * time.Millisecond
 
 // prompt bounds commands that must give up quickly (a --connect-timeout of
 // 1s plus a -w of 1s, with room for a slow machine). The old behaviour
@@ -458,4 +466,23 @@ func TestEtcdTLSMismatchHintWithinTimeout(t *testing.T) {
 		t.Errorf("etcd:// to a TLS server: exit %d %q, want %d and a hint to use etcds://", r.code, r.stderr, exitBackend)
 	}
 	withinBound(t, "etcd:// to a TLS server", took, 6*time.Second)
+}
+
+// A Sentinel that answers later than the first, but well within
+// sentinelGrace (a loaded host; here a proxy delays it), is kept, not left
+// out as hung and warned about; one that never answers is left out.
+func TestAnsweringSentinelsKeepsOneThatAnswersLater(t *testing.T) {
+	t.Parallel()
+	fast := testserver.StartRedis(t).Addr()
+	p := testserver.StartProxy(t, testserver.StartRedis(t).Addr())
+	p.Delay(slowSentinelDelay)
+	hung := silentServer(t)
+	opt := &redis.FailoverOptions{SentinelAddrs: []string{fast, p.Addr(), hung},
+		DialTimeout: hang, ReadTimeout: clientIOTimeout, WriteTimeout: clientIOTimeout}
+	start := time.Now()
+	keep, silent := answeringSentinels(opt, start.Add(hang))
+	t.Logf("kept %v, left out %v, after %v", keep, silent, time.Since(start).Round(time.Millisecond))
+	if strings.Join(keep, " ") != fast+" "+p.Addr() || len(silent) != 1 || silent[0].addr != hung {
+		t.Fatalf("kept %v, left out %v; want %s and %s kept, %s left out", keep, silent, fast, p.Addr(), hung)
+	}
 }

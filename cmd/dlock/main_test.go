@@ -217,6 +217,16 @@ func dlockCmd(ctx context.Context, url string, args ...string) *exec.Cmd {
 // runDlock runs dlock to completion (bounded by hang).
 func runDlock(t *testing.T, url string, args ...string) result {
 	t.Helper()
+	r, err := runDlockErr(url, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// runDlockErr is runDlock for goroutines other than the test's: it
+// returns what would fail the test.
+func runDlockErr(url string, args ...string) (result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), hang)
 	defer cancel()
 	cmd := dlockCmd(ctx, url, args...)
@@ -225,16 +235,16 @@ func runDlock(t *testing.T, url string, args ...string) result {
 	cmd.WaitDelay = 5 * time.Second // a stray holder of the pipes must not hang the test
 	err := cmd.Run()
 	if ctx.Err() != nil {
-		t.Fatalf("hang: dlock %v did not finish within %v", args, hang)
+		return result{}, fmt.Errorf("hang: dlock %v did not finish within %v", args, hang)
 	}
 	code := 0
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		code = ee.ExitCode()
 	} else if err != nil {
-		t.Fatal(err)
+		return result{}, err
 	}
-	return result{code, out.String(), errb.String()}
+	return result{code, out.String(), errb.String()}, nil
 }
 
 // syncBuffer is a bytes.Buffer safe for a writer goroutine and a reader.

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -118,19 +119,27 @@ func TestServeClientCertificates(t *testing.T) {
 		{"cert without key", "etcds://" + addr + "?ca=" + p.CA + "&cert=" + p.ClientCert, exitUsage, "without ?key="},
 		{"key not PEM", "etcds://" + addr + "?ca=" + p.CA + "&cert=" + p.ClientCert + "&key=" + p.CA, exitUsage, "key file"},
 	}
-	// The cases at once; the server stops once they all ended.
-	t.Run("refused", func(t *testing.T) {
-		for _, c := range cases {
-			t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
-				t.Parallel()
-				r := runDlock(t, c.url, "run", "-n", "--connect-timeout", "6s", "tls/etcd", "--", "echo", "ran")
-				t.Logf("%s: %d %s", c.name, r.code, r.stderr)
-				if r.code != c.code || r.stdout != "" || !strings.Contains(r.stderr, c.want) {
-					t.Errorf("%s: exit %d, stdout %q, stderr %q; want exit %d with %q", c.name, r.code, r.stdout, r.stderr, c.code, c.want)
-				}
-			})
+	// The cases at once (each waits for its --connect-timeout), within
+	// this test.
+	results := make([]result, len(cases))
+	errs := make([]error, len(cases))
+	var wg sync.WaitGroup
+	for i, c := range cases {
+		wg.Go(func() {
+			results[i], errs[i] = runDlockErr(c.url, "run", "-n", "--connect-timeout", "6s", "tls/etcd", "--", "echo", "ran")
+		})
+	}
+	wg.Wait()
+	for i, c := range cases {
+		r := results[i]
+		if errs[i] != nil {
+			t.Fatalf("%s: %v", c.name, errs[i])
 		}
-	})
+		t.Logf("%s: %d %s", c.name, r.code, r.stderr)
+		if r.code != c.code || r.stdout != "" || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q; want exit %d with %q", c.name, r.code, r.stdout, r.stderr, c.code, c.want)
+		}
+	}
 	stopServe(t, srv)
 }
 

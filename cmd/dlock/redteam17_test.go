@@ -311,8 +311,8 @@ func TestRedTeam17_LsHeldForNotTheWaitFile(t *testing.T) {
 // alike): its znode, written when it queued, carries the "acquired" stamp
 // of the one Queue attempt, so HELD-FOR counts the wait. That is the
 // documented limit (README, design.md); the test holds it to it: held_for
-// lies within [0, the time since the call] (the red team found it;
-// stamping the grant would take a write per waited acquisition).
+// lies within [0, the time since the waiting run started] (stamping the
+// grant would take a write per waited acquisition).
 func TestRedTeam17_LsHeldForQueuedZK(t *testing.T) {
 	t.Parallel()
 	url := "zk://" + sharedZooKeeper(t).Addr() + "/rt17"

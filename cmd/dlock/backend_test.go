@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -11,6 +12,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"os"
@@ -283,8 +285,11 @@ func startTLSRedis(t *testing.T) string {
 			}
 			c, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true})
 			if err == nil {
+				ours := servedBy(c, cmd.Process.Pid)
 				c.Close()
-				return addr
+				if ours {
+					return addr
+				}
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -297,6 +302,31 @@ func startTLSRedis(t *testing.T) string {
 	}
 	t.Fatal("TLS redis-server did not start")
 	return ""
+}
+
+// servedBy reports whether the Redis (or Sentinel) at the other end of c
+// is the process pid (INFO server's process_id). A port free a moment ago
+// may have been taken meanwhile by a server of another test, which then
+// answers in place of ours (ours fails to bind it and exits).
+func servedBy(c net.Conn, pid int) bool {
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, "*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n"); err != nil {
+		return false
+	}
+	br := bufio.NewReader(c)
+	line, err := br.ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "$") {
+		return false
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(line[1:]))
+	if err != nil || n < 0 {
+		return false
+	}
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(br, buf); err != nil {
+		return false
+	}
+	return strings.Contains(string(buf), "process_id:"+strconv.Itoa(pid)+"\r\n")
 }
 
 // A TLS mismatch says so, and which scheme to use, promptly.

@@ -253,8 +253,11 @@ func startMTLSSentinel(t *testing.T, p pki, masterAddr string) string {
 			default:
 			}
 			if c, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, cfg); err == nil {
+				ours := servedBy(c, cmd.Process.Pid)
 				c.Close()
-				return addr
+				if ours {
+					return addr
+				}
 			}
 		}
 		cmd.Process.Kill()

@@ -217,6 +217,13 @@ func (t *target) probeService(b *backend, o openOptions) error {
 	if look == nil && !errors.As(err, &noAnswer) {
 		look = t.lookForMismatch(deadline)
 	}
+	if diag == nil && !errors.As(err, &noAnswer) && t.tlsAdvice(err) == "" {
+		// The client failed early and its error says nothing of TLS: a
+		// server that refused the client's certificate may have reset the
+		// connection before the client read the alert saying so, which
+		// depends on timing. Look for the alert now.
+		diag = t.diagnoseTLS(deadline)
+	}
 	found := false
 	tm := time.NewTimer(time.Until(deadline) + 250*time.Millisecond)
 	defer tm.Stop()

@@ -516,3 +516,50 @@ func TestAnsweringSentinelsKeepsOneThatAnswersLater(t *testing.T) {
 		t.Fatalf("kept %v, left out %v; want %s and %s kept, %s left out", keep, silent, fast, p.Addr(), hung)
 	}
 }
+
+// A probe that fails at once on a TLS scheme with an error that says
+// nothing of TLS (the server reset the connection before the client read
+// its alert: a matter of timing) is still explained: dlock reads the
+// server's alert itself.
+func TestProbeResetExplainedByTLSAlert(t *testing.T) {
+	t.Parallel()
+	p := newPKI(t)
+	pair, err := tls.LoadX509KeyPair(p.ServerCert, p.ServerKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, err := os.ReadFile(p.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{pair},
+		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				c.(*tls.Conn).Handshake() // refuses: no client certificate
+				c.Close()
+			}()
+		}
+	}()
+	tg, err := parseURL("rediss://" + ln.Addr().String() + "?ca=" + p.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reset := &net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", syscall.ECONNRESET)}
+	b := &backend{close: func() {}, probe: func(context.Context) error { return reset }}
+	err = tg.probeService(b, openOptions{connectTimeout: hang, start: time.Now()})
+	if err == nil || !strings.Contains(err.Error(), "the server requires a client certificate") {
+		t.Fatalf("probe reset by a server that wants a client certificate: %v", err)
+	}
+}

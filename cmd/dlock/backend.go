@@ -217,6 +217,13 @@ func (t *target) probeService(b *backend, o openOptions) error {
 	if look == nil && !errors.As(err, &noAnswer) {
 		look = t.lookForMismatch(deadline)
 	}
+	if diag == nil && !errors.As(err, &noAnswer) && t.tlsAdvice(err) == "" {
+		// The client failed early and its error says nothing of TLS: a
+		// server that refused the client's certificate may have reset the
+		// connection before the client read the alert saying so, which
+		// depends on timing. Look for the alert now.
+		diag = t.diagnoseTLS(deadline)
+	}
 	found := false
 	tm := time.NewTimer(time.Until(deadline) + 250*time.Millisecond)
 	defer tm.Stop()
@@ -983,8 +990,11 @@ func (b *backend) list(ctx context.Context, prefix string) ([]lockInfo, error) {
 }
 
 // sentinelGrace is how much longer than the first Sentinel the others
-// have to answer answeringSentinels.
-const sentinelGrace = 250 * time.Millisecond
+// have to answer answeringSentinels. It is what a hung Sentinel costs
+// each command; it must be well above the lag between two healthy
+// Sentinels on a loaded host (a quarter of a second was not: a Sentinel
+// that answered was left out, and said not to answer).
+const sentinelGrace = time.Second
 
 // silentSentinel is a Sentinel answeringSentinels left out: err is why
 // (nil: no reply by the time it stopped waiting, after waited).

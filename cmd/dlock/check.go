@@ -125,7 +125,7 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	case res = <-done:
 	case <-t.C:
 		// The round trip ignored its deadline: do not wait for it.
-		res.Error = errNoAnswer{time.Since(start), connect, "--connect-timeout", nil}.Error()
+		res.Error = checkGaveUp(raw, time.Since(start), connect)
 	}
 	elapsed := time.Since(start)
 	res.ElapsedMs = float64(elapsed.Microseconds()) / 1000
@@ -162,6 +162,18 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "ok: %s %s in %s%s\n", res.Backend, quoteField(res.Address), fmtElapsed(elapsed), busy)
 	return 0
+}
+
+// checkGaveUp is check's error when it gave up on the round trip by its
+// own bound: worded as the open's own error would have been ("URL: not
+// reachable: no answer after ..."), which the round trip's bound, just as
+// long, would have given on a machine less loaded.
+func checkGaveUp(raw string, after, connect time.Duration) string {
+	where := redact(raw)
+	if t, err := parseURL(raw); err == nil {
+		where = t.where
+	}
+	return fmt.Sprintf("%s: not reachable: %v", where, errNoAnswer{after, connect, "--connect-timeout", nil})
 }
 
 // setErr records err, if any, in r (as text: r is also check's JSON).

@@ -25,6 +25,7 @@ func usageLines(t *testing.T, r result, cmd, want string, args []string) {
 // an explicit --count 0 is an error, not "no bound". A PREFIX that starts
 // with a digit but is no number stays a PREFIX.
 func TestRedTeam15_LsWatchOutOfRange(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	for _, c := range []struct {
 		args []string
@@ -51,6 +52,7 @@ func TestRedTeam15_LsWatchOutOfRange(t *testing.T) {
 // connecting (it used to come back from the library as "dlock run: dlock:
 // invalid ttl", one line without the pointer to --help).
 func TestRedTeam15_TTLAboveMax(t *testing.T) {
+	t.Parallel()
 	for _, cmd := range []string{"run", "hold"} {
 		args := []string{cmd, "--ttl", "169h", "k"}
 		if cmd == "run" {
@@ -64,6 +66,7 @@ func TestRedTeam15_TTLAboveMax(t *testing.T) {
 // Every command's usage errors are the two lines, for the checks made
 // after parsing too (not only for unknown options).
 func TestRedTeam15_UsageErrorsTwoLines(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	for _, c := range []struct {
 		args []string
@@ -100,8 +103,11 @@ func TestRedTeam15_UsageErrorsTwoLines(t *testing.T) {
 // (etcd's retries until the deadline); against one that accepts and
 // never answers it does not claim a refusal. Both exit 3, in bounded time.
 func TestRedTeam15_CheckRefusedVersusHung(t *testing.T) {
+	t.Parallel()
 	dead := deadAddr(t)
-	r := runDlock(t, "", "check", "--url", "etcd://"+dead, "--connect-timeout", "1s")
+	// The refusal is found by dialling from half the timeout on: time for
+	// that on a loaded machine.
+	r := runDlock(t, "", "check", "--url", "etcd://"+dead, "--connect-timeout", "4s")
 	if r.code != exitBackend || !strings.Contains(r.stderr, "refused") || !strings.Contains(r.stderr, dead) {
 		t.Errorf("check on a refusing etcd: exit %d %q; want %d naming the refusal by %s", r.code, r.stderr, exitBackend, dead)
 	}

@@ -46,6 +46,7 @@ func keysOnTwoMasters(t *testing.T, opt *redis.ClusterOptions) (string, string) 
 // redis+cluster:// runs and lists locks on a Redis Cluster: the holders of
 // keys on different masters all show in ls, and a held key conflicts.
 func TestRedisClusterURL(t *testing.T) {
+	t.Parallel()
 	var addrs []string
 	for _, n := range testserver.StartRedisCluster(t, 3) {
 		addrs = append(addrs, n.Addr())
@@ -75,7 +76,7 @@ func TestRedisClusterURL(t *testing.T) {
 		t.Fatalf("a held key on a cluster: exit %d %q %q", r.code, r.stdout, r.stderr)
 	}
 	// No node answers: a backend error, within the connect timeout.
-	dead := net.JoinHostPort("127.0.0.1", strconv.Itoa(testserver.FreePort(t)))
+	dead := deadAddr(t)
 	start := time.Now()
 	if r := runDlock(t, "redis+cluster://"+dead, "run", "-n", "--connect-timeout", "2s", k1, "--", "echo", "ran"); r.code != exitBackend || !strings.Contains(r.stderr, dead) {
 		t.Fatalf("a cluster that does not answer: exit %d %q %q", r.code, r.stdout, r.stderr)
@@ -140,6 +141,7 @@ func startMTLSCluster(t *testing.T, p pki) []string {
 // rediss+cluster:// speaks TLS with a client certificate to every node of
 // a TLS-only Cluster; without the certificate it is a backend error.
 func TestRedissClusterClientCertificate(t *testing.T) {
+	t.Parallel()
 	p := newPKI(t)
 	addrs := startMTLSCluster(t, p)
 	url := "rediss+cluster://" + strings.Join(addrs, ",") + "?" + p.tlsQuery()
@@ -151,10 +153,10 @@ func TestRedissClusterClientCertificate(t *testing.T) {
 		t.Fatalf("ls on a TLS cluster: exit %d %q %q", r.code, r.stdout, r.stderr)
 	}
 	noCert := "rediss+cluster://" + strings.Join(addrs, ",") + "?ca=" + p.CA
-	if r := runDlock(t, noCert, "run", "-n", "--connect-timeout", "3s", "tls/cluster", "--", "echo", "ran"); r.code != exitBackend || r.stdout != "" || !strings.Contains(r.stderr, "client certificate") {
+	if r := runDlock(t, noCert, "run", "-n", "--connect-timeout", "6s", "tls/cluster", "--", "echo", "ran"); r.code != exitBackend || r.stdout != "" || !strings.Contains(r.stderr, "client certificate") {
 		t.Fatalf("rediss+cluster:// without a client certificate: exit %d %q %q", r.code, r.stdout, r.stderr)
 	}
-	if r := runDlock(t, "redis+cluster://"+addrs[0], "run", "-n", "--connect-timeout", "3s", "tls/cluster", "--", "echo", "ran"); r.code != exitBackend || !strings.Contains(r.stderr, "use rediss+cluster://") {
+	if r := runDlock(t, "redis+cluster://"+addrs[0], "run", "-n", "--connect-timeout", "6s", "tls/cluster", "--", "echo", "ran"); r.code != exitBackend || !strings.Contains(r.stderr, "use rediss+cluster://") {
 		t.Fatalf("redis+cluster:// to TLS nodes: exit %d %q %q", r.code, r.stdout, r.stderr)
 	}
 }

@@ -61,6 +61,7 @@ func checkSummary(t *testing.T, out string, minAcquired int) {
 }
 
 func TestDemoMetricsSummary(t *testing.T) {
+	t.Parallel()
 	r := runDlock(t, "", "demo", "--workers", "6", "--rounds", "10")
 	if r.code != 0 {
 		t.Fatalf("demo exit %d: %s\n%s", r.code, r.stdout, r.stderr)
@@ -76,6 +77,7 @@ func TestDemoMetricsSummary(t *testing.T) {
 // With --metrics the demo serves what it counted, keeps serving after the
 // summary, and exits 0 when interrupted.
 func TestDemoMetricsServe(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), hang)
 	defer cancel()
 	cmd := dlockCmd(ctx, "", "demo", "--workers", "4", "--rounds", "10", "--metrics", "127.0.0.1:0")
@@ -141,6 +143,7 @@ func TestDemoMetricsServe(t *testing.T) {
 }
 
 func TestDemoMetricsBadAddr(t *testing.T) {
+	t.Parallel()
 	r := runDlock(t, "", "demo", "--metrics", "not-an-address")
 	if r.code != exitUsage || !strings.Contains(r.stderr, "--metrics not-an-address") {
 		t.Fatalf("demo --metrics not-an-address: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
@@ -149,6 +152,7 @@ func TestDemoMetricsBadAddr(t *testing.T) {
 
 // An Event survives the pipe from a worker to the demo (but its Err).
 func TestDemoEventWire(t *testing.T) {
+	t.Parallel()
 	e := dlock.Event{Kind: dlock.EventLost, Backend: "file", Key: "k", Mode: dlock.Shared, Token: 7, Owner: "o",
 		Result: dlock.ResultRefused, Attempts: 3, Wait: time.Second, Held: 2 * time.Second, Reason: dlock.LossDeadline, Highest: 9}
 	pr, pw := io.Pipe()
@@ -172,6 +176,7 @@ func TestDemoEventWire(t *testing.T) {
 }
 
 func TestQuantile(t *testing.T) {
+	t.Parallel()
 	h := func(counts ...uint64) *dto.Histogram { // cumulative, bounds 1, 2, 4
 		var bs []*dto.Bucket
 		for i, ub := range []float64{1, 2, 4} {

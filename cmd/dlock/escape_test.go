@@ -15,6 +15,7 @@ import (
 // newline or a terminal escape sequence must not forge lines or colours
 // in ls's table or in run's "held by" message. JSON stays exact.
 func TestControlCharactersEscaped(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	url := "file://" + dir
 	const key = "evil\x1b[31m\nFAKE\tline"
@@ -60,6 +61,7 @@ func TestControlCharactersEscaped(t *testing.T) {
 }
 
 func TestQuoteField(t *testing.T) {
+	t.Parallel()
 	cases := []struct{ in, want string }{
 		{"reports/daily", "reports/daily"},
 		{"ünïcode-κλειδί", "ünïcode-κλειδί"},

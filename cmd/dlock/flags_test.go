@@ -36,6 +36,7 @@ func newTestOptions() *testOptions {
 // The forms GNU tools accept, Go's single-dash long names, and where the
 // options end.
 func TestOptionSetParses(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		args, operands []string
 		check          func(*testOptions) bool
@@ -69,6 +70,7 @@ func TestOptionSetParses(t *testing.T) {
 // A usage error is one line naming the problem and the pointer to --help;
 // nothing on stdout.
 func TestOptionSetUsageErrors(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		args []string
 		want string
@@ -111,6 +113,7 @@ func TestOptionSetUsageErrors(t *testing.T) {
 // come among the options; the options are listed short and long together,
 // aligned, wrapped to 79 columns.
 func TestOptionSetHelp(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{{"--help"}, {"-h"}, {"-s", "--help", "k"}, {"-sh"}, {"-help"}} {
 		o := newTestOptions()
 		o.o.Trailer("\nExit status: ...\n")

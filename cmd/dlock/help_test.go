@@ -14,6 +14,7 @@ import (
 // option on one line with its short and long names together, none in Go's
 // flag style ("-wait value"); `dlock help CMD` is `dlock CMD --help`.
 func TestHelpGNUStyle(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	runOpts := []string{
 		`      --url URL`, `      --ttl DUR`, `  -s, --shared`, `      --limit N`, `  -w, --wait DUR\|SECS`,
@@ -68,6 +69,7 @@ func TestHelpGNUStyle(t *testing.T) {
 // A usage error of run, hold, version or dlock itself is one line naming
 // the problem and a pointer to --help, on stderr, exit 2; not the help.
 func TestHelpNotPrintedOnUsageErrors(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	for _, c := range []struct {
 		args        []string
@@ -105,6 +107,7 @@ func TestHelpNotPrintedOnUsageErrors(t *testing.T) {
 // main.version (what the Makefile passes, from git describe); without it,
 // the module's or "devel".
 func TestVersionFromLdflags(t *testing.T) {
+	t.Parallel()
 	exe := filepath.Join(t.TempDir(), "dlock")
 	build := exec.Command("go", "build", "-ldflags", "-X main.version=v9.8.7-test.1", "-o", exe, ".")
 	build.Stderr = os.Stderr
@@ -228,6 +231,7 @@ func synopsisGroups(t *testing.T) map[string]string {
 
 // README.md's synopsis under "## The `dlock` command" is dlock --help's.
 func TestReadmeSynopsis(t *testing.T) {
+	t.Parallel()
 	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
 	if err != nil {
 		t.Fatal(err)

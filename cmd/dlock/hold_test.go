@@ -40,7 +40,7 @@ func startHold(t *testing.T, url string, args ...string) *holding {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	t.Cleanup(func() { stopCmd(t, cmd) })
 	line := make(chan string, 1)
 	go func() {
 		l, _ := bufio.NewReader(stdout).ReadString('\n')
@@ -65,6 +65,7 @@ func startHold(t *testing.T, url string, args ...string) *holding {
 // name its pid, and wait) until SIGINT, SIGTERM or SIGHUP: then it
 // releases it and exits 0, and the next holder's token is higher.
 func TestHoldUntilSignalled(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	last := uint64(0)
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP} {
@@ -95,16 +96,17 @@ func TestHoldUntilSignalled(t *testing.T) {
 
 // A waiting run gets the lock once hold releases it.
 func TestHoldHandsOverToWaiter(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	h := startHold(t, url, "--verbose", "q")
-	waiter := dlockCmd(context.Background(), url, "run", "q", "--", "sh", "-c", `echo "got $DLOCK_TOKEN"`)
-	out := &syncBuffer{}
-	waiter.Stdout, waiter.Stderr = out, out
+	waiter := dlockCmd(context.Background(), url, "run", "--verbose", "q", "--", "sh", "-c", `echo "got $DLOCK_TOKEN"`)
+	out, werr := &syncBuffer{}, &syncBuffer{}
+	waiter.Stdout, waiter.Stderr = out, werr
 	if err := waiter.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { waiter.Process.Kill(); waiter.Wait() })
-	time.Sleep(300 * time.Millisecond) // the waiter is (most likely) waiting by now; either way it must get the lock
+	t.Cleanup(func() { stopCmd(t, waiter) })
+	waitFor(t, hang, "the waiter never said it waits", func() bool { return strings.Contains(werr.String(), `dlock run: waiting for "q"`) })
 	if strings.Contains(out.String(), "got") {
 		t.Fatalf("the waiter ran while hold held the lock: %q", out.String())
 	}
@@ -128,8 +130,9 @@ func TestHoldHandsOverToWaiter(t *testing.T) {
 // A lock lost while held (deleted behind hold's back) ends hold with exit
 // 4 and says so.
 func TestHoldLostLock(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
-	h := startHold(t, "file://"+dir, "--ttl", "300ms", "doomed")
+	h := startHold(t, "file://"+dir, "--ttl", "3s", "doomed")
 	l, err := filelock.New(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -145,12 +148,16 @@ func TestHoldLostLock(t *testing.T) {
 // On Redis, hold keeps renewing: held well past its TTL, the key is still
 // its own; waiting (-w) and the modes work as for run.
 func TestHoldOnRedisRenewsAndWaits(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	url := "redis://" + srv.Addr()
-	h := startHold(t, url, "--ttl", "1s", "r")
-	time.Sleep(2500 * time.Millisecond) // > 2 TTLs: only renewals keep it
+	start := time.Now()
+	h := startHold(t, url, "--ttl", "2s", "r")
+	// Past the first lease's end (counted from before hold started): only
+	// renewals keep the key.
+	time.Sleep(time.Until(start.Add(2500 * time.Millisecond)))
 	if r := runDlock(t, url, "run", "-n", "r", "--", "true"); r.code != exitConflict {
-		t.Fatalf("run -n 2.5s into a hold with --ttl 1s: exit %d %q; want the lock still held", r.code, r.stderr)
+		t.Fatalf("run -n 2.5s after starting a hold with --ttl 2s: exit %d %q; want the lock still held", r.code, r.stderr)
 	}
 	if r := runDlock(t, url, "hold", "-w", "0.3", "r"); r.code != exitConflict || !strings.Contains(r.stderr, "gave up after waiting 300ms") {
 		t.Fatalf("hold -w 0.3 on a held key: exit %d %q", r.code, r.stderr)
@@ -179,16 +186,19 @@ func TestHoldOnRedisRenewsAndWaits(t *testing.T) {
 // A hold still waiting for the lock ends on a signal with 128+N, holding
 // nothing.
 func TestHoldInterruptedWhileWaiting(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	h := startHold(t, url, "busy")
-	waiting := dlockCmd(context.Background(), url, "hold", "busy")
+	// --verbose says when the first attempt found the key held: hold
+	// catches the signals by then.
+	waiting := dlockCmd(context.Background(), url, "hold", "--verbose", "busy")
 	out, errb := &syncBuffer{}, &syncBuffer{}
 	waiting.Stdout, waiting.Stderr = out, errb
 	if err := waiting.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { waiting.Process.Kill(); waiting.Wait() })
-	time.Sleep(200 * time.Millisecond)
+	t.Cleanup(func() { stopCmd(t, waiting) })
+	waitFor(t, hang, "the second hold never said it waits", func() bool { return strings.Contains(errb.String(), `dlock hold: waiting for "busy"`) })
 	waiting.Process.Signal(syscall.SIGTERM)
 	if code := waitExit(t, waiting); code != 128+int(syscall.SIGTERM) || out.String() != "" || !strings.Contains(errb.String(), `dlock hold: interrupted by terminated while waiting for "busy"`) {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
@@ -200,6 +210,7 @@ func TestHoldInterruptedWhileWaiting(t *testing.T) {
 }
 
 func TestHoldUsageErrors(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	for _, c := range []struct {
 		args []string

@@ -47,6 +47,7 @@ func readTicks(t *testing.T, file string) []int64 {
 // enforces the lease deadline itself. CMD stops before another dlock can
 // get the key; continued, the first dlock reports the lock lost (exit 4).
 func TestStoppedDlockCannotOutliveLease(t *testing.T) {
+	t.Parallel()
 	testStoppedCannotOutliveLease(t, false)
 }
 
@@ -54,6 +55,7 @@ func TestStoppedDlockCannotOutliveLease(t *testing.T) {
 // signal goes to dlock's process group, which the supervisor must not be
 // part of.
 func TestStoppedJobCannotOutliveLease(t *testing.T) {
+	t.Parallel()
 	testStoppedCannotOutliveLease(t, true)
 }
 
@@ -62,7 +64,7 @@ func testStoppedCannotOutliveLease(t *testing.T, wholeJob bool) {
 	ticks := filepath.Join(t.TempDir(), "ticks")
 	// CMD writes a wall-clock timestamp per tick; so does the second CMD,
 	// once it has the lock. Every tick of the first must come before it.
-	script := `echo started; while :; do date +%s%N >> "$0"; sleep 0.05; done`
+	script := `echo $$ > "$0.pid"; echo started; while :; do date +%s%N >> "$0"; sleep 0.05; done`
 	args := []string{"run", "--ttl", "2s", "--grace", "1s", "k", "--", "sh", "-c", script, ticks}
 	var (
 		holder *exec.Cmd
@@ -80,8 +82,7 @@ func testStoppedCannotOutliveLease(t *testing.T, wholeJob bool) {
 		}
 		t.Cleanup(func() {
 			syscall.Kill(-holder.Process.Pid, syscall.SIGCONT)
-			holder.Process.Kill()
-			holder.Wait()
+			stopCmd(t, holder)
 		})
 	} else {
 		holder, errb, _ = background(t, url, args...)
@@ -98,27 +99,26 @@ func testStoppedCannotOutliveLease(t *testing.T, wholeJob bool) {
 	}
 	waitFor(t, hang, "dlock did not stop", func() bool { return procState(pid) == 'T' })
 
-	var second result
-	deadline := time.Now().Add(hang)
-	for attempt := 0; ; attempt++ {
-		second = runDlock(t, url, "run", "-n", "k", "--", "date", "+%s%N")
-		if second.code == 0 {
-			break
-		}
-		if second.code != exitConflict {
-			t.Fatalf("second dlock: exit %d %q", second.code, second.stderr)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("hang: the key was never freed after %d attempts", attempt)
-		}
-		time.Sleep(50 * time.Millisecond)
+	// Another dlock waits for the key: it gets it once the stopped one's
+	// lease has run out.
+	second := runDlock(t, url, "run", "-w", hang.String(), "k", "--", "date", "+%s%N")
+	if second.code != 0 {
+		t.Fatalf("second dlock: exit %d %q", second.code, second.stderr)
 	}
 	acquired, err := strconv.ParseInt(strings.TrimSpace(second.stdout), 10, 64)
 	if err != nil {
 		t.Fatalf("second CMD printed %q", second.stdout)
 	}
-	// Give a CMD that still ran the time for a few more ticks.
-	time.Sleep(500 * time.Millisecond)
+	// The first CMD must be gone by then; once it is, it ticks no more.
+	pidB, err := os.ReadFile(ticks + ".pid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmdPid, err := strconv.Atoi(strings.TrimSpace(string(pidB)))
+	if err != nil {
+		t.Fatalf("CMD's pid file: %q", pidB)
+	}
+	waitFor(t, hang, "the first CMD still runs after the second dlock had the key", func() bool { return !alive(cmdPid) })
 	all := readTicks(t, ticks)
 	if last := all[len(all)-1]; last >= acquired {
 		late := 0
@@ -145,6 +145,7 @@ func testStoppedCannotOutliveLease(t *testing.T, wholeJob bool) {
 // continued, it reads the newer deadlines dlock sent meanwhile before it
 // judges the lease, and does not kill CMD for nothing.
 func TestStoppedSupervisorDoesNotKillOnResume(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	done := filepath.Join(t.TempDir(), "done")
 	script := `echo started; i=0; while [ ! -e "$0" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; echo finished`
@@ -198,8 +199,7 @@ func startSupervise(t *testing.T, leaseEnd int64, cmd ...string) (*exec.Cmd, *os
 	stW.Close()
 	t.Cleanup(func() {
 		ctlW.Close() // the supervisor kills its tree and exits
-		sup.Process.Kill()
-		sup.Wait()
+		stopCmd(t, sup)
 		stR.Close()
 	})
 	return sup, ctlW, bufio.NewScanner(stR)
@@ -209,6 +209,7 @@ func startSupervise(t *testing.T, leaseEnd int64, cmd ...string) (*exec.Cmd, *os
 // start means CMD never runs; a deadline moved by "lease N" is not
 // enforced before N.
 func TestSupervisorLeaseProtocol(t *testing.T) {
+	t.Parallel()
 	const m = "300.951"
 	killMarked(t, m)
 	out := filepath.Join(t.TempDir(), "ran")

@@ -45,6 +45,7 @@ func lsRows(t *testing.T, url string, args ...string) ([][]string, result) {
 // leaves out), the lease left, the queue of waiters (Redis keeps one), no
 // limit; and the JSON's new field held_for_ms.
 func TestLsColumns(t *testing.T) {
+	t.Parallel()
 	url := "redis://" + testserver.StartRedis(t).Addr()
 	before := time.Now()
 	holder, _, _ := background(t, url, "run", "--ttl", "30s", "reports/daily", "--", "sh", "-c", "echo started; exec sleep 60")
@@ -104,15 +105,13 @@ func startWaiter(t *testing.T, url string, args ...string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
+	t.Cleanup(func() { stopCmd(t, cmd) })
 }
 
 // --watch 200ms --count 2 lists twice and exits: on a pipe each table
 // follows a timestamp line; with --json the output is two arrays.
 func TestLsWatchTwoRefreshes(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	background(t, url, "run", "batch/nightly", "--", "sh", "-c", "echo started; exec sleep 60")
 	r := runDlock(t, url, "ls", "--watch", "200ms", "--count", "2")
@@ -154,6 +153,7 @@ func TestLsWatchTwoRefreshes(t *testing.T) {
 
 // --watch without --count runs until interrupted, then exits 0.
 func TestLsWatchUntilInterrupted(t *testing.T) {
+	t.Parallel()
 	cmd := dlockCmd(t.Context(), fileURL(t), "ls", "--watch", "0.1")
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
@@ -171,6 +171,7 @@ func TestLsWatchUntilInterrupted(t *testing.T) {
 }
 
 func TestJoinWatchArg(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ in, want string }{
 		{"--watch", "--watch=true"},
 		{"--watch 1s", "--watch=1s"},
@@ -192,6 +193,7 @@ func TestJoinWatchArg(t *testing.T) {
 // lists from the other two; --nodes shows each node's state. With two
 // down it cannot list: exit 3.
 func TestLsRedlockNodeDown(t *testing.T) {
+	t.Parallel()
 	var srvs []*testserver.Redis
 	var addrs []string
 	for i := 0; i < 3; i++ {
@@ -247,7 +249,7 @@ func TestLsRedlockNodeDown(t *testing.T) {
 	}
 
 	srvs[(victim+1)%3].Stop()
-	r = runDlock(t, url, "ls", "--connect-timeout", "2s")
+	r = runDlock(t, url, "ls", "--connect-timeout", "10s")
 	if r.code != exitBackend || !strings.Contains(r.stderr, "majority") {
 		t.Fatalf("ls with two nodes of three down: exit %d, %q %q", r.code, r.stdout, r.stderr)
 	}
@@ -256,6 +258,7 @@ func TestLsRedlockNodeDown(t *testing.T) {
 // A stalled Redlock node (accepts connections, never answers) is given
 // --connect-timeout once the others answered, then warned about.
 func TestLsRedlockNodeStalled(t *testing.T) {
+	t.Parallel()
 	var ps []*testserver.Proxy
 	var addrs []string
 	for i := 0; i < 3; i++ {
@@ -290,6 +293,7 @@ func TestLsRedlockNodeStalled(t *testing.T) {
 // An etcd URL with an endpoint that refuses connections: a warning, and
 // the listing through the other one.
 func TestLsEndpointWarning(t *testing.T) {
+	t.Parallel()
 	s := startServe(t)
 	dead := deadAddr(t)
 	url := s.url + "," + dead
@@ -321,6 +325,7 @@ func containsLine(s string, fields ...string) bool {
 // check: ok on every backend, with the probe lock released (ls shows
 // nothing), and the --json and --read-only forms.
 func TestCheckOK(t *testing.T) {
+	t.Parallel()
 	redisAddr := testserver.StartRedis(t).Addr()
 	cases := []struct {
 		name, url, kind, addr string
@@ -331,7 +336,7 @@ func TestCheckOK(t *testing.T) {
 	dir := t.TempDir()
 	cases[0].url, cases[0].addr = "file://"+dir, dir
 	if !testing.Short() {
-		zk := testserver.StartZooKeeper(t)
+		zk := sharedZooKeeper(t) // /cli/check is its own
 		pg := testserver.StartPostgres(t)
 		s := startServe(t)
 		cases = append(cases,
@@ -369,6 +374,7 @@ func TestCheckOK(t *testing.T) {
 // A probe lock held (by another check on this host) still means the
 // service answered.
 func TestCheckProbeKeyBusy(t *testing.T) {
+	t.Parallel()
 	url := "redis://" + testserver.StartRedis(t).Addr()
 	host, _ := os.Hostname()
 	background(t, url, "run", "dlock/check/"+host, "--", "sh", "-c", "echo started; exec sleep 60")
@@ -381,6 +387,7 @@ func TestCheckProbeKeyBusy(t *testing.T) {
 // check fails with exit 3 against a dead server, and against a hung one
 // within --connect-timeout (and a generous margin for a slow machine).
 func TestCheckUnreachableAndHung(t *testing.T) {
+	t.Parallel()
 	dead := deadAddr(t)
 	r := runDlock(t, "redis://:s3cr3t@"+dead, "check")
 	if r.code != exitBackend || r.stdout != "" || !strings.Contains(r.stderr, "dlock check: ") || !strings.Contains(r.stderr, "connection refused") ||
@@ -430,6 +437,7 @@ func TestCheckUnreachableAndHung(t *testing.T) {
 // A lease held by a minority of the nodes is not listed, and printNodes
 // marks it "no"; a majority's is listed and marked "yes".
 func TestAggregateNodesMinority(t *testing.T) {
+	t.Parallel()
 	held := func(key, owner string, token uint64) []dlock.Info {
 		return []dlock.Info{{Key: key, Mode: dlock.Exclusive, Waiters: 0, Holders: []dlock.Holder{{Owner: owner, Token: token, TTL: time.Second}}}}
 	}
@@ -455,5 +463,21 @@ func TestAggregateNodesMinority(t *testing.T) {
 	states[1].err = errors.New("timeout")
 	if _, _, err := aggregateNodes(states); err == nil || !strings.Contains(err.Error(), "1 of 3 redlock nodes answered, a majority (2) is needed") {
 		t.Fatalf("aggregate without a majority: %v", err)
+	}
+}
+
+// When check gives up by its own bound (the round trip overran the same
+// deadline, on a starved machine), its error is worded as the round
+// trip's would have been: the service, "not reachable", how long; never a
+// password.
+func TestCheckGivingUpSaysNotReachable(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ raw, want string }{
+		{"redis+sentinel://:s3cr3t@127.0.0.1:1,127.0.0.1:2/m", "redis+sentinel://:xxxxx@127.0.0.1:1,127.0.0.1:2/m: not reachable: no answer after 2.3s (--connect-timeout 2s)"},
+		{"bogus://:s3cr3t@h", "bogus://:xxxxx@h: not reachable: no answer after 2.3s (--connect-timeout 2s)"},
+	} {
+		if got := checkGaveUp(c.raw, 2300*time.Millisecond, 2*time.Second); got != c.want {
+			t.Errorf("checkGaveUp(%q) = %q, want %q", c.raw, got, c.want)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 // On a terminal --watch redraws the screen (clear, then a header) instead
 // of printing timestamp lines.
 func TestLsWatchRedrawsTerminal(t *testing.T) {
+	t.Parallel()
 	cmd, _, out := startOnPty(t, "ls", "--watch", "200ms", "--count", "2")
 	if code := waitExit(t, cmd); code != 0 {
 		t.Fatalf("ls --watch on a terminal: exit %d: %q", code, out.String())

@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -28,7 +30,38 @@ const hang = 60 * time.Second
 
 var bin string // the dlock binary under test
 
+// signalledByTests are the signals the tests send to dlock, expecting it to
+// act on them.
+var signalledByTests = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+
+// defaultSignalsForChildren makes every dlock the tests start begin with
+// signalledByTests at their default disposition. dlock keeps ignoring a
+// signal it was started with ignored (nohup; "&" in a script ignores
+// SIGINT and SIGQUIT), as documented: were `go test` started that way,
+// every dlock would inherit it and ignore the signals the tests send. A
+// signal this process catches is reset to its default in a child at exec,
+// so this process catches the ones it was started with ignored, and drops
+// them: it still ignores them itself.
+func defaultSignalsForChildren() {
+	var ignored []os.Signal
+	for _, s := range signalledByTests {
+		if signal.Ignored(s) {
+			ignored = append(ignored, s)
+		}
+	}
+	if len(ignored) == 0 {
+		return
+	}
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, ignored...)
+	go func() {
+		for range c {
+		}
+	}()
+}
+
 func TestMain(m *testing.M) {
+	defaultSignalsForChildren()
 	dir, err := os.MkdirTemp("", "dlock-cli-test-")
 	if err != nil {
 		panic(err)
@@ -41,8 +74,132 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	if !stopSharedServers() {
+		code = 1
+	}
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// Servers shared by tests that neither pause nor stop them, and use keys,
+// paths or tables of their own on them: the first test that needs one
+// starts it; it stops when every test has ended (TestMain).
+var sharedServers = struct {
+	mu       sync.Mutex
+	byName   map[string]*sharedServer
+	cleanups []func()
+}{byName: map[string]*sharedServer{}}
+
+type sharedServer struct {
+	mu  sync.Mutex // held while it starts
+	val any        // nil until started
+}
+
+// shared returns the server called name, started by start (with a TB whose
+// cleanups are the package's) if no test has started it yet.
+func shared[T any](t *testing.T, name string, start func(testserver.TB) T) T {
+	t.Helper()
+	sharedServers.mu.Lock()
+	s := sharedServers.byName[name]
+	if s == nil {
+		s = &sharedServer{}
+		sharedServers.byName[name] = s
+	}
+	sharedServers.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.val == nil {
+		tb := &packageTB{t: t}
+		v := start(tb) // a failure ends t here; the next test tries again
+		tb.started()
+		s.val = v
+	}
+	return s.val.(T)
+}
+
+// stopSharedServers runs the shared servers' cleanups, last first, and
+// reports whether they went without an error.
+func stopSharedServers() bool {
+	sharedServers.mu.Lock()
+	cleanups := sharedServers.cleanups
+	sharedServers.cleanups = nil
+	sharedServers.mu.Unlock()
+	for i := len(cleanups) - 1; i >= 0; i-- {
+		cleanups[i]()
+	}
+	return !packageTBFailed.Load()
+}
+
+var packageTBFailed atomic.Bool
+
+// packageTB is the testserver.TB of a shared server: while it starts,
+// failures are those of the test that starts it; after that (stopping it
+// at the end) they are printed and fail the package. Its cleanups and
+// temporary directories are the package's.
+type packageTB struct {
+	mu sync.Mutex
+	t  *testing.T // nil once started
+}
+
+func (p *packageTB) started() {
+	p.mu.Lock()
+	p.t = nil
+	p.mu.Unlock()
+}
+
+func (p *packageTB) test() *testing.T {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.t
+}
+
+func (p *packageTB) Helper() {}
+
+func (p *packageTB) Errorf(format string, args ...any) {
+	if t := p.test(); t != nil {
+		t.Helper()
+		t.Errorf(format, args...)
+		return
+	}
+	packageTBFailed.Store(true)
+	fmt.Fprintf(os.Stderr, "shared server: "+format+"\n", args...)
+}
+
+func (p *packageTB) Fatalf(format string, args ...any) {
+	if t := p.test(); t != nil {
+		t.Helper()
+		t.Fatalf(format, args...)
+	}
+	p.Errorf(format, args...)
+}
+
+func (p *packageTB) Fatal(args ...any) { p.Fatalf("%s", fmt.Sprint(args...)) }
+
+func (p *packageTB) Skip(args ...any) {
+	if t := p.test(); t != nil {
+		t.Skip(args...)
+	}
+}
+
+func (p *packageTB) Cleanup(f func()) {
+	sharedServers.mu.Lock()
+	defer sharedServers.mu.Unlock()
+	sharedServers.cleanups = append(sharedServers.cleanups, f)
+}
+
+func (p *packageTB) TempDir() string {
+	dir, err := os.MkdirTemp("", "dlock-cli-shared-")
+	if err != nil {
+		p.Fatal(err)
+	}
+	p.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// sharedZooKeeper is a ZooKeeper for tests that use paths of their own
+// on it.
+func sharedZooKeeper(t *testing.T) *testserver.ZooKeeper {
+	return shared(t, "zookeeper", func(tb testserver.TB) *testserver.ZooKeeper { return testserver.StartZooKeeper(tb) })
 }
 
 type result struct {
@@ -60,6 +217,16 @@ func dlockCmd(ctx context.Context, url string, args ...string) *exec.Cmd {
 // runDlock runs dlock to completion (bounded by hang).
 func runDlock(t *testing.T, url string, args ...string) result {
 	t.Helper()
+	r, err := runDlockErr(url, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// runDlockErr is runDlock for goroutines other than the test's: it
+// returns what would fail the test.
+func runDlockErr(url string, args ...string) (result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), hang)
 	defer cancel()
 	cmd := dlockCmd(ctx, url, args...)
@@ -68,16 +235,16 @@ func runDlock(t *testing.T, url string, args ...string) result {
 	cmd.WaitDelay = 5 * time.Second // a stray holder of the pipes must not hang the test
 	err := cmd.Run()
 	if ctx.Err() != nil {
-		t.Fatalf("hang: dlock %v did not finish within %v", args, hang)
+		return result{}, fmt.Errorf("hang: dlock %v did not finish within %v", args, hang)
 	}
 	code := 0
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		code = ee.ExitCode()
 	} else if err != nil {
-		t.Fatal(err)
+		return result{}, err
 	}
-	return result{code, out.String(), errb.String()}
+	return result{code, out.String(), errb.String()}, nil
 }
 
 // syncBuffer is a bytes.Buffer safe for a writer goroutine and a reader.
@@ -111,10 +278,7 @@ func background(t *testing.T, url string, args ...string) (*exec.Cmd, *syncBuffe
 		t.Fatal(err)
 	}
 	cmd.WaitDelay = 5 * time.Second
-	t.Cleanup(func() {
-		cmd.Process.Kill() // the child dies with it (parent-death signal)
-		cmd.Wait()
-	})
+	t.Cleanup(func() { stopCmd(t, cmd) }) // its child dies with it (parent-death signal)
 	deadline := time.Now().Add(hang)
 	for !strings.Contains(out.String(), "\n") {
 		if time.Now().After(deadline) {
@@ -125,28 +289,63 @@ func background(t *testing.T, url string, args ...string) (*exec.Cmd, *syncBuffe
 	return cmd, errb, out
 }
 
+// cmdWait is the one Wait of a started command, which waitExit and the
+// test's cleanup share: exec.Cmd.Wait may be called once only.
+type cmdWait struct {
+	once sync.Once
+	done chan struct{} // closed once Wait returned
+	err  error
+}
+
+var cmdWaits sync.Map // *exec.Cmd -> *cmdWait
+
+// waitOf returns cmd's cmdWait, starting its Wait on first use.
+func waitOf(cmd *exec.Cmd) *cmdWait {
+	v, _ := cmdWaits.LoadOrStore(cmd, &cmdWait{done: make(chan struct{})})
+	w := v.(*cmdWait)
+	w.once.Do(func() {
+		go func() {
+			w.err = cmd.Wait()
+			close(w.done)
+		}()
+	})
+	return w
+}
+
+// stopCmd kills a started command and waits for it (bounded by hang): the
+// cleanup of every command a test starts.
+func stopCmd(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	cmd.Process.Kill()
+	select {
+	case <-waitOf(cmd).done:
+	case <-time.After(hang):
+		t.Errorf("hang: %v not reaped %v after SIGKILL", cmd.Args, hang)
+	}
+}
+
 // waitExit waits for a started command and returns its exit code.
 func waitExit(t *testing.T, cmd *exec.Cmd) int {
 	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	w := waitOf(cmd)
 	select {
-	case err := <-done:
+	case <-w.done:
 		var ee *exec.ExitError
-		if errors.As(err, &ee) {
+		if errors.As(w.err, &ee) {
 			return ee.ExitCode()
 		}
-		if err != nil {
-			t.Fatal(err)
+		if w.err != nil {
+			t.Fatal(w.err)
 		}
 		return 0
 	case <-time.After(hang):
-		t.Fatal("hang: dlock did not exit")
+		t.Fatalf("hang: %v did not exit within %v", cmd.Args, hang)
 		return -1
 	}
 }
 
 func TestRunPassesTokenAndIncreasesIt(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	var last uint64
 	for i := 0; i < 3; i++ {
@@ -167,6 +366,7 @@ func TestRunPassesTokenAndIncreasesIt(t *testing.T) {
 }
 
 func TestRunPropagatesExitStatus(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	if r := runDlock(t, url, "run", "k", "--", "sh", "-c", "exit 3"); r.code != 3 {
 		t.Fatalf("exit %d, want 3", r.code)
@@ -185,6 +385,7 @@ func TestRunPropagatesExitStatus(t *testing.T) {
 }
 
 func TestRunConflict(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	holder, _, _ := background(t, url, "run", "busy", "--", "sh", "-c", "echo started; exec sleep 60")
 	r := runDlock(t, url, "run", "-n", "busy", "--", "echo", "should not run")
@@ -211,6 +412,7 @@ func TestRunConflict(t *testing.T) {
 }
 
 func TestRunForwardsSignals(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	script := `trap 'echo got-$1; exit 7' INT; echo started; while :; do sleep 0.05; done`
 	holder, _, out := background(t, url, "run", "sig", "--", "sh", "-c", strings.ReplaceAll(script, "$1", "INT"))
@@ -226,6 +428,7 @@ func TestRunForwardsSignals(t *testing.T) {
 // A killed dlock takes its child with it: nobody would renew the lease, so
 // the child must not run on without the lock.
 func TestKilledDlockKillsChild(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	holder, _, out := background(t, url, "run", "k", "--", "sh", "-c", "echo $$; exec sleep 60")
 	pid, err := strconv.Atoi(strings.TrimSpace(out.String()))
@@ -255,6 +458,7 @@ func alive(pid int) bool {
 }
 
 func TestRunWaitsForRelease(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	holder, _, _ := background(t, url, "run", "q", "--", "sh", "-c", "echo started; sleep 0.5")
 	r := runDlock(t, url, "run", "q", "--", "echo", "second")
@@ -265,10 +469,11 @@ func TestRunWaitsForRelease(t *testing.T) {
 }
 
 func TestRunLostLockKillsChild(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	url := "file://" + dir
 	// The child ignores SIGTERM, so dlock must escalate to SIGKILL after --grace.
-	holder, errb, _ := background(t, url, "run", "--ttl", "300ms", "--grace", "500ms", "doomed", "--",
+	holder, errb, _ := background(t, url, "run", "--ttl", "3s", "--grace", "500ms", "doomed", "--",
 		"sh", "-c", "trap '' TERM; echo started; exec sleep 60")
 	l, err := filelock.New(dir)
 	if err != nil {
@@ -288,6 +493,7 @@ func TestRunLostLockKillsChild(t *testing.T) {
 }
 
 func TestRedisURLAndLs(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t, testserver.WithPassword("hunter2"))
 	url := "redis://:hunter2@" + srv.Addr()
 	holder, _, _ := background(t, url, "run", "--ttl", "5s", "reports/daily", "--", "sh", "-c", "echo started; exec sleep 60")
@@ -320,6 +526,7 @@ func TestRedisURLAndLs(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	cases := []struct {
 		args []string
@@ -344,11 +551,11 @@ func TestBadInput(t *testing.T) {
 		{[]string{"run", "k", "--", "true"}, "redis+sentinel://127.0.0.1:26379", exitUsage, "master name"},
 		{[]string{"run", "k", "--", "true"}, "file://otherhost/x", exitUsage, "local directory"},
 		{[]string{"run", "k", "--", "true"}, "::bad", exitUsage, "bad URL"},
-		{[]string{"run", "k", "--", "true"}, "redis://:s3cr3t@127.0.0.1:" + strconv.Itoa(testserver.FreePort(t)), exitBackend, "connection refused"},
+		{[]string{"run", "k", "--", "true"}, "redis://:s3cr3t@" + deadAddr(t), exitBackend, "connection refused"},
 		{[]string{"run", "k", "--", "true"}, "zk://u:s3cr3t@127.0.0.1:2181/a//b", exitUsage, "empty znode name"},
 		{[]string{"ls"}, "zk://u:s3cr3t@", exitUsage, "no servers"},
 		{[]string{"ls"}, "zk://u@127.0.0.1:2181", exitUsage, "without a password"},
-		{[]string{"run", "--connect-timeout", "1s", "k", "--", "true"}, "zk://u:s3cr3t@127.0.0.1:" + strconv.Itoa(testserver.FreePort(t)), exitBackend, "connection refused"},
+		{[]string{"run", "--connect-timeout", "1s", "k", "--", "true"}, "zk://u:s3cr3t@" + deadAddr(t), exitBackend, "connection refused"},
 		{[]string{"ls", "a", "b"}, url, exitUsage, "at most one PREFIX"},
 		{[]string{"demo", "extra"}, url, exitUsage, "no arguments"},
 	}
@@ -367,6 +574,7 @@ func TestBadInput(t *testing.T) {
 }
 
 func TestHelpAndVersion(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	for _, c := range [][]string{{"run", "--help"}, {"ls", "-h"}, {"demo", "--help"}} {
 		r := runDlock(t, url, c...)
@@ -387,6 +595,7 @@ func TestHelpAndVersion(t *testing.T) {
 }
 
 func TestLsFileBackend(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	if r := runDlock(t, url, "ls"); r.code != 0 || !strings.Contains(r.stdout, "no locks held") {
 		t.Fatalf("empty ls: %d %q %q", r.code, r.stdout, r.stderr)
@@ -398,6 +607,7 @@ func TestLsFileBackend(t *testing.T) {
 }
 
 func TestDemo(t *testing.T) {
+	t.Parallel()
 	r := runDlock(t, "", "demo", "--workers", "6", "--rounds", "10")
 	if r.code != 0 {
 		t.Fatalf("demo exit %d: %s\n%s", r.code, r.stdout, r.stderr)
@@ -410,6 +620,7 @@ func TestDemo(t *testing.T) {
 }
 
 func TestDemoOnRedis(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	r := runDlock(t, "", "demo", "--url", "redis://"+srv.Addr(), "--workers", "4", "--rounds", "5")
 	if r.code != 0 || !strings.Contains(r.stdout, "REJECTED by the guard") {
@@ -418,6 +629,7 @@ func TestDemoOnRedis(t *testing.T) {
 }
 
 func TestRedlockURL(t *testing.T) {
+	t.Parallel()
 	var addrs []string
 	for i := 0; i < 3; i++ {
 		addrs = append(addrs, testserver.StartRedis(t).Addr())
@@ -432,11 +644,15 @@ func TestRedlockURL(t *testing.T) {
 		}
 		last = tok
 	}
-	holder, _, _ := background(t, url, "run", "rl", "--", "sh", "-c", "echo started; exec sleep 60")
-	if r := runDlock(t, url, "ls", "--json"); !strings.Contains(r.stdout, `"key": "rl"`) {
+	// A key of its own for the holder: a release reaches a majority of the
+	// nodes before dlock exits, and a straggling node may keep a minority
+	// lease of the runs above until it expires, as Redlock allows; a -n run
+	// that met it as often as the holder's could name either holder.
+	holder, _, _ := background(t, url, "run", "rl/held", "--", "sh", "-c", "echo started; exec sleep 60")
+	if r := runDlock(t, url, "ls", "--json"); !strings.Contains(r.stdout, `"key": "rl/held"`) {
 		t.Fatalf("ls: %q %q", r.stdout, r.stderr)
 	}
-	if r := runDlock(t, url, "run", "-n", "rl", "--", "true"); r.code != 1 || !strings.Contains(r.stderr, fmt.Sprintf("pid=%d", holder.Process.Pid)) {
+	if r := runDlock(t, url, "run", "-n", "rl/held", "--", "true"); r.code != 1 || !strings.Contains(r.stderr, fmt.Sprintf("pid=%d", holder.Process.Pid)) {
 		t.Fatalf("conflict: %d %q", r.code, r.stderr)
 	}
 	// Redlock offers exclusive locks only: --shared and --limit fail with
@@ -460,12 +676,13 @@ type served struct {
 }
 
 // startServe runs `dlock serve` on free loopback ports and waits for it.
-func startServe(t *testing.T) *served {
+func startServe(t testserver.TB) *served {
 	t.Helper()
-	for attempt := 0; attempt < 5; attempt++ {
-		port := testserver.FreePort(t)
-		listen := fmt.Sprintf("127.0.0.1:%d", port)
-		cmd := exec.Command(bin, "serve", "--data-dir", t.TempDir(), "--listen", listen)
+	lastErr := ""
+	for attempt := 0; attempt < 20; attempt++ {
+		listen := fmt.Sprintf("127.0.0.1:%d", testserver.FreePort(t))
+		peer := fmt.Sprintf("127.0.0.1:%d", testserver.FreePort(t))
+		cmd := exec.Command(bin, "serve", "--data-dir", t.TempDir(), "--listen", listen, "--peer-listen", peer)
 		out, errb := &syncBuffer{}, &syncBuffer{}
 		cmd.Stdout, cmd.Stderr = out, errb
 		cmd.WaitDelay = 5 * time.Second
@@ -479,23 +696,39 @@ func startServe(t *testing.T) *served {
 		for {
 			select {
 			case <-s.exited:
-				break wait // port taken (peer port is port+1): try another
+				if strings.Contains(errb.String(), "address already in use") {
+					lastErr = errb.String()
+					break wait // a port was taken meanwhile: try others
+				}
+				t.Fatalf("dlock serve exited: %s %s", out.String(), errb.String())
 			case <-deadline:
 				cmd.Process.Kill()
 				t.Fatalf("hang: dlock serve not ready: %s %s", out.String(), errb.String())
 			case <-time.After(20 * time.Millisecond):
-				if strings.Contains(out.String(), serveReady) {
+				if serveAnnounced(out.String()) {
 					t.Cleanup(func() { cmd.Process.Kill() })
 					return s
 				}
 			}
 		}
 	}
-	t.Fatal("dlock serve did not start on any free port")
+	t.Fatalf("dlock serve did not start on any free port: %s", lastErr)
 	return nil
 }
 
+// serveAnnounced reports whether dlock serve's output has its ready line
+// and, whole, the line after it, the URL to use.
+func serveAnnounced(out string) bool {
+	_, after, ok := strings.Cut(out, serveReady)
+	if !ok {
+		return false
+	}
+	_, use, ok := strings.Cut(after, "\nuse: ")
+	return ok && strings.Contains(use, "\n")
+}
+
 func TestServeAndEtcdURL(t *testing.T) {
+	t.Parallel()
 	srv := startServe(t)
 	url := srv.url
 	var last uint64
@@ -529,12 +762,13 @@ func TestServeAndEtcdURL(t *testing.T) {
 }
 
 func TestEtcdURLErrors(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		url  string
 		code int
 		want string
 	}{
-		{"etcd://127.0.0.1:" + strconv.Itoa(testserver.FreePort(t)), exitBackend, "not reachable"},
+		{"etcd://" + deadAddr(t), exitBackend, "not reachable"},
 		{"etcd://", exitUsage, "no endpoints"},
 		{"etcd://127.0.0.1:2379?ca=/x", exitUsage, "needs etcds"},
 		{"etcds://127.0.0.1:2379?ca=/nonexistent", exitUsage, "ca file"},
@@ -554,6 +788,7 @@ func TestEtcdURLErrors(t *testing.T) {
 // 3), and is not created. The default directory, before any lock was
 // taken there, just holds no locks (and is not created either).
 func TestLsCreatesNothing(t *testing.T) {
+	t.Parallel()
 	base := t.TempDir()
 	typo := filepath.Join(base, "typo", "locks")
 	for _, args := range [][]string{{"ls"}, {"ls", "--json"}, {"ls", "prefix/"}} {
@@ -586,6 +821,7 @@ func TestLsCreatesNothing(t *testing.T) {
 // run dlock itself against the same service); a URL given with --url is
 // not added to it.
 func TestCommandInheritsDlockURL(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	nested := `echo "url=$DLOCK_URL"; "$0" run -n inner -- sh -c 'echo "inner $DLOCK_KEY"'`
 	r := runDlock(t, url, "run", "outer", "--", "sh", "-c", nested, bin)

@@ -24,6 +24,7 @@ import (
 // (exit 2) with a message naming the flag, never a panic, and nothing is
 // run.
 func TestModeUsageErrors(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	cases := []struct {
 		args []string
@@ -103,6 +104,7 @@ func tryRun(t *testing.T, b *backend, r acquireRequest) (*dlock.Lock, int, strin
 // exit 2 (asking again will not help), the message on stderr, and an
 // exclusive lock is never taken instead.
 func TestModeUnsupportedByBackend(t *testing.T) {
+	t.Parallel()
 	d := &noModes{}
 	b := &backend{locker: dlock.NewEngine(d), close: func() {}, where: "test://exclusive-only"}
 	for _, c := range []struct {
@@ -129,6 +131,7 @@ func TestModeUnsupportedByBackend(t *testing.T) {
 // messages say how the key is held, and a --limit other than the holders'
 // is a usage error naming both limits.
 func TestModeConflictMessages(t *testing.T) {
+	t.Parallel()
 	b := &backend{locker: memlock.New(), close: func() {}, where: "mem://"}
 	r1, code, msg := tryRun(t, b, acquireRequest{key: "rw", mode: dlock.Shared})
 	if r1 == nil {
@@ -203,6 +206,7 @@ func TestModeConflictMessages(t *testing.T) {
 // A --shared run refused while only readers hold the key was refused for
 // a waiting writer (writer preference): the message says so.
 func TestHeldTextWaitingWriter(t *testing.T) {
+	t.Parallel()
 	na := &dlock.NotAcquiredError{Key: "k", Holders: []dlock.Holder{
 		{Owner: "0123456789abcdef", Mode: dlock.Shared, TTL: time.Second},
 		{Owner: "fedcba9876543210", Mode: dlock.Shared, TTL: time.Second},
@@ -230,6 +234,7 @@ func TestHeldTextWaitingWriter(t *testing.T) {
 // ls shows each key's mode, limit and every holder, in the table and in
 // JSON (the existing fields kept, limit and holders added).
 func TestLsShowsModes(t *testing.T) {
+	t.Parallel()
 	ml := memlock.New()
 	b := &backend{locker: ml, close: func() {}, where: "mem://"}
 	ctx, cancel := context.WithTimeout(context.Background(), hang)
@@ -307,6 +312,7 @@ func TestLsShowsModes(t *testing.T) {
 // Metadata other than host and pid goes to the last column, sorted, and
 // quoted like any field when it holds spaces or control characters.
 func TestOtherMetadata(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		md   map[string]string
 		want string
@@ -328,6 +334,7 @@ func TestOtherMetadata(t *testing.T) {
 // permit (an outer run's DLOCK_LIMIT is not passed on to an exclusive
 // one).
 func TestRunModeEnvironment(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	r := runDlock(t, url, "run", "k", "--", "sh", "-c", `echo "$DLOCK_MODE:${DLOCK_LIMIT-unset}"`)
 	if r.code != 0 || strings.TrimSpace(r.stdout) != "exclusive:unset" {
@@ -356,24 +363,30 @@ func TestRunModeEnvironment(t *testing.T) {
 	}
 }
 
-// onModeBackends runs test on each backend, each on a fresh server (a
-// directory for file://).
+// onModeBackends runs test on each backend, at once: a directory of its
+// own for file://, servers shared by the tests of modes otherwise (each
+// test uses keys of its own; none pauses or stops a server).
 func onModeBackends(t *testing.T, test func(t *testing.T, url string)) {
 	backends := []struct {
 		name string
 		url  func(t *testing.T) string
 	}{
 		{"file", fileURL},
-		{"redis", func(t *testing.T) string { return "redis://" + testserver.StartRedis(t).Addr() }},
-		{"etcd", func(t *testing.T) string { return startServe(t).url }},
+		{"redis", func(t *testing.T) string {
+			return "redis://" + shared(t, "modes-redis", func(tb testserver.TB) *testserver.Redis { return testserver.StartRedis(tb) }).Addr()
+		}},
+		{"etcd", func(t *testing.T) string { return shared(t, "modes-etcd", startServe).url }},
 		// A short session: a killed holder's lease is its session.
 		{"zk", func(t *testing.T) string {
-			return "zk://" + testserver.StartZooKeeper(t).Addr() + "/cli/modes?session_timeout=4s"
+			return "zk://" + sharedZooKeeper(t).Addr() + "/cli/modes?session_timeout=4s"
 		}},
-		{"postgres", func(t *testing.T) string { return testserver.StartPostgres(t).DSN("") }},
+		{"postgres", func(t *testing.T) string {
+			return shared(t, "modes-postgres", func(tb testserver.TB) *testserver.Postgres { return testserver.StartPostgres(tb) }).DSN("")
+		}},
 	}
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
 			url := b.url(t)
 			requireModes(t, url)
 			test(t, url)
@@ -382,11 +395,11 @@ func onModeBackends(t *testing.T, test func(t *testing.T, url string)) {
 }
 
 // requireModes checks that url's backend offers shared and limited locks
-// (every backend but redlock does).
+// (every backend but redlock does), on a key of the test's own.
 func requireModes(t *testing.T, url string) {
 	t.Helper()
 	for _, flag := range [][]string{{"--shared"}, {"--limit", "1"}} {
-		args := append(append([]string{"run", "-n"}, flag...), "dlock-mode-probe", "--", "true")
+		args := append(append([]string{"run", "-n"}, flag...), "dlock-mode-probe/"+t.Name(), "--", "true")
 		r := runDlock(t, url, args...)
 		if r.code != 0 {
 			t.Fatalf("dlock %q: exit %d %q", args, r.code, r.stderr)
@@ -421,7 +434,10 @@ const shWaitFor = `i=0; until [ -e "$1" ]; do i=$((i+1)); [ $i -gt 6000 ] && exi
 // readers had finished before it started. While the writer waits, new
 // --shared runs wait behind it (writer preference): -n ones are refused,
 // and a blocking one starts only after the writer has finished.
-func TestSharedRunsOverlapWriterWaits(t *testing.T) { onModeBackends(t, testSharedRunsOverlap) }
+func TestSharedRunsOverlapWriterWaits(t *testing.T) {
+	t.Parallel()
+	onModeBackends(t, testSharedRunsOverlap)
+}
 
 func testSharedRunsOverlap(t *testing.T, url string) {
 	dir := t.TempDir()
@@ -457,7 +473,7 @@ func testSharedRunsOverlap(t *testing.T, url string) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { cancel(); cmd.Wait() })
+		t.Cleanup(func() { cancel(); stopCmd(t, cmd) })
 		return cmd, out, errb
 	}
 	writer, wout, werr := start("run", "catalog", "--", "sh", "-c",
@@ -490,7 +506,10 @@ func testSharedRunsOverlap(t *testing.T, url string) {
 // --limit 2 lets two of three runs hold the key at once, never three: each
 // run records how many runs are inside when it enters, and the first two
 // stay inside until both are in.
-func TestLimitTwoOfThree(t *testing.T) { onModeBackends(t, testLimitTwoOfThree) }
+func TestLimitTwoOfThree(t *testing.T) {
+	t.Parallel()
+	onModeBackends(t, testLimitTwoOfThree)
+}
 
 func testLimitTwoOfThree(t *testing.T, url string) {
 	dir := t.TempDir()
@@ -534,7 +553,7 @@ func testLimitTwoOfThree(t *testing.T, url string) {
 	if err := third.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { third.Process.Kill(); third.Wait() })
+	t.Cleanup(func() { stopCmd(t, third) })
 	marker(t, dir, "go")
 	for i, c := range []*exec.Cmd{first, second, third} {
 		if code := waitExit(t, c); code != 0 {
@@ -567,7 +586,10 @@ func testLimitTwoOfThree(t *testing.T, url string) {
 // A SIGKILLed --shared run's lease ends on its own, at its expiry, while
 // the other reader's is renewed: ls soon lists the survivor alone, and a
 // writer still cannot have the key.
-func TestKilledReaderExpiresAlone(t *testing.T) { onModeBackends(t, testKilledReaderExpiresAlone) }
+func TestKilledReaderExpiresAlone(t *testing.T) {
+	t.Parallel()
+	onModeBackends(t, testKilledReaderExpiresAlone)
+}
 
 func testKilledReaderExpiresAlone(t *testing.T, url string) {
 	const hold = "echo started; exec sleep 60"

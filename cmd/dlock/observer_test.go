@@ -7,6 +7,7 @@ import (
 
 // --verbose reports the lock's life through dlock's log/slog Observer.
 func TestRunVerboseLogsLockEvents(t *testing.T) {
+	t.Parallel()
 	r := runDlock(t, fileURL(t), "run", "--verbose", "job", "--", "true")
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
@@ -24,6 +25,7 @@ func TestRunVerboseLogsLockEvents(t *testing.T) {
 
 // ls --json shows one row per holder, with its mode.
 func TestLsJSONHasMode(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	background(t, url, "run", "jobs/a", "--", "sh", "-c", "echo started; exec sleep 60")
 	r := runDlock(t, url, "ls", "--json", "jobs/")

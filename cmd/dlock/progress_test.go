@@ -13,6 +13,7 @@ import (
 // waiting 2s for KEY (held by ...)", redrawn in place every second from
 // 2s on) and erases it before "acquired"; CMD then runs.
 func TestPtyVerboseProgressLine(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	holder, _, _ := background(t, url, "run", "k", "--", "sh", "-c", "echo started; exec sleep 60")
 	cmd, _, out := startOnPty(t, "run", "--url", url, "--verbose", "k", "--", "echo", "ran-under-lock")

@@ -47,6 +47,7 @@ func openPty(t *testing.T) (master, slave *os.File) {
 // background, has nothing to forward); when CMD exits the terminal goes
 // back to dlock's group, while dlock is still killing CMD's leftovers.
 func TestCtrlCOnTerminalReachesCommandOnce(t *testing.T) {
+	t.Parallel()
 	const m = "300.701"
 	killMarked(t, m)
 	// CMD: report whether it has the terminal, count SIGINTs for about a
@@ -100,7 +101,7 @@ func startOnPty(t *testing.T, args ...string) (*exec.Cmd, *os.File, *syncBuffer)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	t.Cleanup(func() { stopCmd(t, cmd) })
 	out := &syncBuffer{}
 	go func() {
 		buf := make([]byte, 4096)
@@ -141,6 +142,7 @@ func procState(pid int) byte {
 // too, so the shell sees its job stop; continued in the foreground, dlock
 // hands the terminal back to CMD's group and continues it.
 func TestCtrlZStopsAndResumes(t *testing.T) {
+	t.Parallel()
 	script := `trap 'n=$((n+1))' INT; n=0
 set -- $(cat /proc/$$/stat); echo "ready pgrp=$5"
 i=0; t=0

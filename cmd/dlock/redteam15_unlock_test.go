@@ -12,6 +12,7 @@ import (
 // A lock service that is up but silent, or dead: unlock exits 3 within
 // the bound, whatever the backend.
 func TestRedTeam15_UnlockHungServer(t *testing.T) {
+	t.Parallel()
 	silent := silentServer(t)
 	for _, u := range []string{
 		"redis://" + silent,
@@ -21,24 +22,28 @@ func TestRedTeam15_UnlockHungServer(t *testing.T) {
 		"postgres://dlock@" + silent + "/dlock?sslmode=disable",
 		"redis://" + deadAddr(t),
 	} {
-		for _, args := range [][]string{
-			{"unlock", "--connect-timeout", "1s", "--force", "k"},
-			{"unlock", "--connect-timeout", "1s", "--owner", dlock.NewOwner(), "k"},
-		} {
-			r, took := timedRun(t, u, args...)
-			if r.code != exitBackend || took > prompt {
-				t.Errorf("%s %v: exit %d after %v: %q", u, args, r.code, took, r.stderr)
+		t.Run(strings.SplitN(u, ":", 2)[0], func(t *testing.T) {
+			t.Parallel()
+			for _, args := range [][]string{
+				{"unlock", "--connect-timeout", "1s", "--force", "k"},
+				{"unlock", "--connect-timeout", "1s", "--owner", dlock.NewOwner(), "k"},
+			} {
+				r, took := timedRun(t, u, args...)
+				if r.code != exitBackend || took > prompt {
+					t.Errorf("%s %v: exit %d after %v: %q", u, args, r.code, took, r.stderr)
+				}
+				if strings.Count(strings.TrimSpace(r.stderr), "\n") > 3 {
+					t.Errorf("%s %v: a wall of text on stderr: %q", u, args, r.stderr)
+				}
 			}
-			if strings.Count(strings.TrimSpace(r.stderr), "\n") > 3 {
-				t.Errorf("%s %v: a wall of text on stderr: %q", u, args, r.stderr)
-			}
-		}
+		})
 	}
 }
 
 // Misuse: every form is a usage error (exit 2) with one line, never a
 // break; bad URLs too.
 func TestRedTeam15_UnlockMisuse(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	_, _, _, owner := holdForUnlock(t, url, "held")
 	for _, tc := range []struct {
@@ -79,6 +84,7 @@ func TestRedTeam15_UnlockMisuse(t *testing.T) {
 
 // Hierarchical keys: unlocking "a" leaves "a/b".
 func TestRedTeam15_UnlockHierarchical(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	_, _, _, child := holdForUnlock(t, url, "a/b")
 	if r := runDlock(t, url, "unlock", "--force", "a"); r.code != 0 || r.stdout != "a was not held\n" {

@@ -18,6 +18,7 @@ import (
 // hung one used to take the whole --connect-timeout and every command
 // failed with "not reachable".)
 func TestRedTeam16Sentinel_OneSentinelHung(t *testing.T) {
+	t.Parallel()
 	s := testserver.StartSentinel(t, testserver.WithReplicas(1))
 	for _, hung := range []int{0, 2} {
 		t.Run(strings.ReplaceAll(s.Sentinels[hung].Addr(), ":", "_"), func(t *testing.T) {
@@ -48,6 +49,7 @@ func TestRedTeam16Sentinel_OneSentinelHung(t *testing.T) {
 // leaving out the Sentinels that do not answer must not add a wait of its
 // own to the deadline.
 func TestRedTeam16Sentinel_AllSentinelsHung(t *testing.T) {
+	t.Parallel()
 	s := testserver.StartSentinel(t, testserver.WithReplicas(1))
 	for _, sn := range s.Sentinels {
 		sn.Pause()
@@ -75,6 +77,7 @@ func TestRedTeam16Sentinel_AllSentinelsHung(t *testing.T) {
 // reports it lost (exit 4, LOCK LOST), and never hangs; afterwards the key
 // is granted on the new primary.
 func TestRedTeam16Sentinel_PausedPrimaryDuringRun(t *testing.T) {
+	t.Parallel()
 	failoverDuringRun{
 		key: "rt16/paused", ttl: 3 * time.Second,
 		fault: func(t *testing.T, primary *testserver.Redis) {
@@ -89,9 +92,10 @@ func TestRedTeam16Sentinel_PausedPrimaryDuringRun(t *testing.T) {
 // still names the mismatch, within --connect-timeout: asking the Sentinels
 // first (answeringSentinels) must leave the diagnosis its time.
 func TestRedTeam16Sentinel_TLSMismatchSeveral(t *testing.T) {
+	t.Parallel()
 	s := testserver.StartSentinel(t, testserver.WithReplicas(1))
 	url := "rediss+sentinel://" + strings.Join(s.Addrs(), ",") + "/" + s.Master()
-	const timeout = 2 * time.Second
+	const timeout = 6 * time.Second // the mismatch is looked for from half of it on
 	r, took := timedRun(t, url, "run", "--connect-timeout", timeout.String(), "k", "--", "true")
 	t.Logf("exit %d after %v: %q", r.code, took.Round(time.Millisecond), r.stderr)
 	if r.code != exitBackend || !strings.Contains(r.stderr, "use redis+sentinel:// instead of rediss+sentinel://") {

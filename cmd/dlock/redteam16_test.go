@@ -11,6 +11,7 @@ import (
 // in the URL is never echoed; or, for the accepted ones, parses to the
 // stated values.
 func TestRedTeam16_AcksJunk(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		raw  string
 		err  string // "" when accepted
@@ -83,6 +84,7 @@ func TestRedTeam16_AcksJunk(t *testing.T) {
 // 2) that names the option and never echoes the password; nothing is
 // dialled (the addresses are dead).
 func TestRedTeam16_AcksJunkExit2(t *testing.T) {
+	t.Parallel()
 	dead := deadAddr(t)
 	for _, u := range []string{
 		"redis://:s3cret@" + dead + "?acks=1e3",

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 // TestRedTeam17_HostListOddInputs: odd host lists never panic and fail
 // with one line that wraps errBadURL and never shows the password.
 func TestRedTeam17_HostListOddInputs(t *testing.T) {
+	t.Parallel()
 	const pw = "s3cretPW"
 	bad := []string{
 		"redlock://[",
@@ -89,6 +91,7 @@ func TestRedTeam17_HostListOddInputs(t *testing.T) {
 // TestRedTeam17_HostListGood: host lists that must parse, with the
 // addresses as written and a rendering that parses back the same.
 func TestRedTeam17_HostListGood(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		raw   string
 		addrs []string
@@ -131,6 +134,7 @@ func TestRedTeam17_HostListGood(t *testing.T) {
 // lists did; in a list it must give the same address as alone (the zone
 // decoded once), and the rendering must parse back to it.
 func TestRedTeam17_HostListZone(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ raw, want string }{
 		{"redlock://[fe80::1%25eth0]:1", "[fe80::1%eth0]:1"},
 		{"redlock://[fe80::1%25eth0]:1,[::1]:2", "[fe80::1%eth0]:1"},
@@ -168,6 +172,7 @@ func TestRedTeam17_HostListZone(t *testing.T) {
 // checkRedacted reads tg.where with url.Parse, so any such seed fails the
 // fuzz target although parseURL is right.
 func TestRedTeam17_FuzzHarnessHostList(t *testing.T) {
+	t.Parallel()
 	for _, raw := range []string{"redlock://[::1]:1,[::1]:2", "redlock://u:pw@[::1]:1,[::1]:2"} {
 		tg, err := parseURL(raw)
 		if err != nil {
@@ -182,6 +187,7 @@ func TestRedTeam17_FuzzHarnessHostList(t *testing.T) {
 // "acquired", HELD-FOR is a duration or "-", and --json's held_for_ms is
 // ≥ 0 for a holder stamped by dlock, never below -1 (unknown) otherwise.
 func TestRedTeam17_LsHeldFor(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	url := "file://" + dir
 	l, err := filelock.New(dir)
@@ -248,33 +254,56 @@ func TestRedTeam17_LsHeldFor(t *testing.T) {
 	}
 }
 
-// rt17HeldAfterWait starts a holder of key that sleeps first, then a
-// `dlock run --wait` that waits for it and holds key; it returns when that
-// call started, how long it took to get the lock, and ls --json's
-// held_for_ms for key.
-func rt17HeldAfterWait(t *testing.T, url, key, first string) (called time.Time, waited time.Duration, held float64) {
+// rt17Gap is how long rt17HeldAfterWait's second run waits after its
+// first attempt: a held_for that counted the wait would exceed the time
+// since the holder was told to release by about that much.
+const rt17Gap = 2 * time.Second
+
+// rt17HeldAfterWait starts a holder of key, then a `dlock run --wait`
+// that waits for it and holds key; once that run has said it waits (its
+// first attempt found key held), and rt17Gap later, the holder is told to
+// release. It returns when the waiting run was started, when the holder
+// was told to release (before the waiting run could have the key), and
+// ls --json's held_for_ms for key.
+func rt17HeldAfterWait(t *testing.T, url, key string) (called, released time.Time, held float64) {
 	t.Helper()
-	background(t, url, "run", key, "--", "sh", "-c", "echo started; exec sleep "+first)
+	dir := t.TempDir()
+	background(t, url, "run", key, "--", "sh", "-c", "echo started; set -- "+filepath.Join(dir, "go")+"; "+shWaitFor)
 	called = time.Now()
-	background(t, url, "run", "--wait", "60s", key, "--", "sh", "-c", "echo started; exec sleep 60")
-	waited = time.Since(called)
+	waiter := dlockCmd(t.Context(), url, "run", "--verbose", "--wait", "60s", key, "--", "sh", "-c", "echo started; exec sleep 60")
+	wout, werr := &syncBuffer{}, &syncBuffer{}
+	waiter.Stdout, waiter.Stderr = wout, werr
+	waiter.WaitDelay = 5 * time.Second
+	if err := waiter.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopCmd(t, waiter) })
+	waitFor(t, hang, "the second run never said it waits", func() bool { return strings.Contains(werr.String(), "waiting for") })
+	time.Sleep(rt17Gap)
+	released = time.Now()
+	marker(t, dir, "go")
+	waitFor(t, hang, "the second run never got the key", func() bool { return strings.Contains(wout.String(), "started") })
 	r := runDlock(t, url, "ls", "--json", key)
 	var js []map[string]any
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &js) != nil || len(js) != 1 {
 		t.Fatalf("ls --json: exit %d %q %q", r.code, r.stdout, r.stderr)
 	}
 	held, _ = js[0]["held_for_ms"].(float64)
-	return called, waited, held
+	return called, released, held
 }
 
 // TestRedTeam17_LsHeldForNotTheWaitFile: file backend (a polling waiter,
-// each attempt stamped afresh): a `dlock run --wait` that waited about 3s
-// for the holder: ls --json's held_for_ms must not count that wait.
+// each attempt stamped afresh): a `dlock run --wait` that waited for the
+// holder: ls --json's held_for_ms must not count that wait. It got the
+// key after the holder was told to release: its held_for is at most the
+// time since then (half rt17Gap more for an attempt stamped just before
+// and granted just after; the wait would add all of rt17Gap).
 func TestRedTeam17_LsHeldForNotTheWaitFile(t *testing.T) {
-	called, waited, held := rt17HeldAfterWait(t, fileURL(t), "rt17/waited", "3")
-	most := (time.Since(called) - waited + 500*time.Millisecond).Milliseconds()
+	t.Parallel()
+	_, released, held := rt17HeldAfterWait(t, fileURL(t), "rt17/waited")
+	most := (time.Since(released) + rt17Gap/2).Milliseconds()
 	if held < 0 || held > float64(most) {
-		t.Errorf("held_for_ms %v after a wait of %v: want in [0, %d], the wait is counted", held, waited.Round(time.Millisecond), most)
+		t.Errorf("held_for_ms %v, %v after the holder was told to release: want in [0, %d], the wait is counted", held, time.Since(released).Round(time.Millisecond), most)
 	}
 }
 
@@ -282,13 +311,14 @@ func TestRedTeam17_LsHeldForNotTheWaitFile(t *testing.T) {
 // alike): its znode, written when it queued, carries the "acquired" stamp
 // of the one Queue attempt, so HELD-FOR counts the wait. That is the
 // documented limit (README, design.md); the test holds it to it: held_for
-// lies within [0, the time since the call] (the red team found it;
-// stamping the grant would take a write per waited acquisition).
+// lies within [0, the time since the waiting run started] (stamping the
+// grant would take a write per waited acquisition).
 func TestRedTeam17_LsHeldForQueuedZK(t *testing.T) {
-	url := "zk://" + testserver.StartZooKeeper(t).Addr() + "/rt17"
-	called, waited, held := rt17HeldAfterWait(t, url, "rt17/queued", "2")
+	t.Parallel()
+	url := "zk://" + sharedZooKeeper(t).Addr() + "/rt17"
+	called, _, held := rt17HeldAfterWait(t, url, "rt17/queued")
 	if most := time.Since(called).Milliseconds() + 1; held < 0 || held > float64(most) {
-		t.Errorf("held_for_ms %v after a wait of %v: want in [0, %d]", held, waited.Round(time.Millisecond), most)
+		t.Errorf("held_for_ms %v: want in [0, %d], the time since the waiting run started", held, most)
 	}
 }
 
@@ -297,6 +327,7 @@ func TestRedTeam17_LsHeldForQueuedZK(t *testing.T) {
 // releasing at once (run with -race): every HeldFor is in [0, since the
 // start], and each holder's metadata is the one it was acquired with.
 func TestRedTeam17_RedisHeldForRace(t *testing.T) {
+	t.Parallel()
 	addr := testserver.StartRedis(t).Addr()
 	ctx := context.Background()
 	start := time.Now()

@@ -30,6 +30,7 @@ func sentinelURL(s *testserver.Sentinel, master, password, sentinelPassword stri
 
 // run, ls and check work through Sentinel, with and without passwords.
 func TestSentinelRunLsCheck(t *testing.T) {
+	t.Parallel()
 	for _, pw := range []bool{false, true} {
 		name := "NoPasswords"
 		var opts []testserver.SentinelOption
@@ -83,6 +84,7 @@ const sentinelSlack = 5 * time.Second
 // Bad input through Sentinel: exit 3 with one clear line, within
 // --connect-timeout, and never a password printed.
 func TestSentinelBadInput(t *testing.T) {
+	t.Parallel()
 	const dataPw, sentinelPw = "rightDataPw3", "rightSentinelPw3"
 	const wrongPw = "wrongSecretPw3"
 	s := testserver.StartSentinel(t, testserver.WithReplicas(1),
@@ -101,6 +103,7 @@ func TestSentinelBadInput(t *testing.T) {
 	const timeout = 2 * time.Second
 	for _, c := range cases {
 		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
+			t.Parallel()
 			for _, args := range [][]string{
 				{"run", "--connect-timeout", timeout.String(), "k", "--", "true"},
 				{"run", "-n", "--connect-timeout", timeout.String(), "k", "--", "true"},
@@ -140,6 +143,7 @@ func TestSentinelBadInput(t *testing.T) {
 // failover (exit 0, the command's) or reports it lost (exit 4, LOCK LOST),
 // and never hangs. Afterwards the key can be taken again.
 func TestSentinelFailoverDuringRun(t *testing.T) {
+	t.Parallel()
 	failoverDuringRun{
 		key: "sentinel/failover", ttl: 5 * time.Second,
 		fault: func(t *testing.T, primary *testserver.Redis) { primary.Stop() },
@@ -152,6 +156,7 @@ func TestSentinelFailoverDuringRun(t *testing.T) {
 // --verbose only. A Sentinel that refuses connections gets ls's one
 // warning, not two. No password is ever printed.
 func TestSentinelLsWarnsHungSentinel(t *testing.T) {
+	t.Parallel()
 	const dataPw, sentinelPw = "hungDataPw5", "hungSentinelPw5"
 	s := testserver.StartSentinel(t, testserver.WithReplicas(1),
 		testserver.WithDataPassword(dataPw), testserver.WithSentinelPassword(sentinelPw))

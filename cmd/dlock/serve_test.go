@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,10 +17,13 @@ import (
 
 // serveWith runs `dlock serve` with args on free loopback ports (client
 // and, with peer, an explicit --peer-listen) and environment env, and
-// waits until it is ready. It returns the client address and the server.
+// waits until it is ready. A port free a moment ago may be taken by the
+// time dlock serve binds it (as the local end of another test's
+// connection): then it tries other ports. It returns the client address and the server.
 func serveWith(t *testing.T, dataDir string, peer bool, env []string, args ...string) (string, *served) {
 	t.Helper()
-	for attempt := 0; attempt < 5; attempt++ {
+	lastErr := ""
+	for attempt := 0; attempt < 20; attempt++ {
 		listen := fmt.Sprintf("127.0.0.1:%d", testserver.FreePort(t))
 		full := append([]string{"serve", "--data-dir", dataDir, "--listen", listen}, args...)
 		if peer {
@@ -41,6 +45,7 @@ func serveWith(t *testing.T, dataDir string, peer bool, env []string, args ...st
 			select {
 			case <-s.exited:
 				if strings.Contains(errb.String(), "address already in use") {
+					lastErr = errb.String()
 					break wait // try other ports
 				}
 				t.Fatalf("dlock serve %v exited: %s %s", args, out.String(), errb.String())
@@ -48,7 +53,7 @@ func serveWith(t *testing.T, dataDir string, peer bool, env []string, args ...st
 				cmd.Process.Kill()
 				t.Fatalf("hang: dlock serve not ready: %s %s", out.String(), errb.String())
 			case <-time.After(20 * time.Millisecond):
-				if strings.Contains(out.String(), serveReady) {
+				if serveAnnounced(out.String()) {
 					t.Cleanup(func() {
 						cmd.Process.Signal(syscall.SIGTERM)
 						select {
@@ -63,7 +68,7 @@ func serveWith(t *testing.T, dataDir string, peer bool, env []string, args ...st
 			}
 		}
 	}
-	t.Fatal("dlock serve did not start on any free port")
+	t.Fatalf("dlock serve did not start on any free port: %s", lastErr)
 	return "", nil
 }
 
@@ -86,6 +91,7 @@ func stopServe(t *testing.T, s *served) {
 // certificate runs and lists locks; without it, or in plaintext, it is a
 // backend error (exit 3) that says what to change.
 func TestServeClientCertificates(t *testing.T) {
+	t.Parallel()
 	p := newPKI(t)
 	other := newPKI(t)
 	addr, srv := serveWith(t, t.TempDir(), true, nil, "--cert", p.ServerCert, "--key", p.ServerKey, "--ca", p.CA)
@@ -113,8 +119,22 @@ func TestServeClientCertificates(t *testing.T) {
 		{"cert without key", "etcds://" + addr + "?ca=" + p.CA + "&cert=" + p.ClientCert, exitUsage, "without ?key="},
 		{"key not PEM", "etcds://" + addr + "?ca=" + p.CA + "&cert=" + p.ClientCert + "&key=" + p.CA, exitUsage, "key file"},
 	}
-	for _, c := range cases {
-		r := runDlock(t, c.url, "run", "-n", "--connect-timeout", "3s", "tls/etcd", "--", "echo", "ran")
+	// The cases at once (each waits for its --connect-timeout), within
+	// this test.
+	results := make([]result, len(cases))
+	errs := make([]error, len(cases))
+	var wg sync.WaitGroup
+	for i, c := range cases {
+		wg.Go(func() {
+			results[i], errs[i] = runDlockErr(c.url, "run", "-n", "--connect-timeout", "6s", "tls/etcd", "--", "echo", "ran")
+		})
+	}
+	wg.Wait()
+	for i, c := range cases {
+		r := results[i]
+		if errs[i] != nil {
+			t.Fatalf("%s: %v", c.name, errs[i])
+		}
 		t.Logf("%s: %d %s", c.name, r.code, r.stderr)
 		if r.code != c.code || r.stdout != "" || !strings.Contains(r.stderr, c.want) {
 			t.Errorf("%s: exit %d, stdout %q, stderr %q; want exit %d with %q", c.name, r.code, r.stdout, r.stderr, c.code, c.want)
@@ -127,6 +147,7 @@ func TestServeClientCertificates(t *testing.T) {
 // clients need it; it stays on in the data directory, where a wrong
 // password is refused. Passwords are never printed.
 func TestServeAuth(t *testing.T) {
+	t.Parallel()
 	const pw = "s3cretRootPw"
 	dir := t.TempDir()
 	addr, srv := serveWith(t, dir, false, []string{rootPasswordEnv + "=" + pw}, "--auth")
@@ -175,6 +196,7 @@ func TestServeAuth(t *testing.T) {
 // Bad serve flags are one-line usage errors (exit 2), before anything
 // starts; no password or key is printed.
 func TestServeUsageErrors(t *testing.T) {
+	t.Parallel()
 	p := newPKI(t)
 	junk := filepath.Join(t.TempDir(), "junk")
 	if err := os.WriteFile(junk, []byte("KEYMATERIAL77\n"), 0o600); err != nil {

@@ -8,6 +8,7 @@ import (
 // -c CMDLINE, like flock -c: one string run by /bin/sh -c, so that it can
 // use DLOCK_TOKEN; before KEY or right after it; its status is dlock's.
 func TestRunShellCommand(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	for _, args := range [][]string{
 		{"run", "k", "-c", `echo "$DLOCK_KEY $DLOCK_TOKEN"`},
@@ -42,6 +43,7 @@ func TestRunShellCommand(t *testing.T) {
 // -c and CMD together, -c twice, -c without a command: usage errors
 // (exit 2, one line and the pointer to --help), and nothing runs.
 func TestRunShellCommandUsageErrors(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	for _, c := range []struct {
 		args []string

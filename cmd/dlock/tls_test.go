@@ -125,6 +125,7 @@ func (p pki) tlsQuery() string {
 // certificate or a wrong CA is a backend error (exit 3) that says what is
 // wrong; bad files are usage errors (exit 2) that never print a key.
 func TestRedisClientCertificate(t *testing.T) {
+	t.Parallel()
 	p := newPKI(t)
 	other := newPKI(t) // another CA, whose certificates the server refuses
 	addr := startMTLSRedis(t, p)
@@ -168,7 +169,7 @@ func TestRedisClientCertificate(t *testing.T) {
 		{"TLS files on redis://", "redis://" + addr + "?" + p.tlsQuery(), exitUsage, []string{"needs rediss://"}},
 	}
 	for _, c := range cases {
-		r := runDlock(t, c.url, "run", "-n", "--connect-timeout", "3s", "tls/job", "--", "echo", "ran")
+		r := runDlock(t, c.url, "run", "-n", "--connect-timeout", "6s", "tls/job", "--", "echo", "ran")
 		t.Logf("%s: %d %s", c.name, r.code, r.stderr)
 		ok := r.code == c.code && r.stdout == ""
 		for _, w := range c.want {
@@ -188,6 +189,7 @@ func TestRedisClientCertificate(t *testing.T) {
 
 // redlocks:// speaks TLS, with a client certificate, to every node.
 func TestRedlocksClientCertificate(t *testing.T) {
+	t.Parallel()
 	p := newPKI(t)
 	addrs := []string{startMTLSRedis(t, p), startMTLSRedis(t, p), startMTLSRedis(t, p)}
 	url := "redlocks://" + strings.Join(addrs, ",") + "?" + p.tlsQuery()
@@ -195,11 +197,11 @@ func TestRedlocksClientCertificate(t *testing.T) {
 		t.Fatalf("redlocks://: exit %d %q %q", r.code, r.stdout, r.stderr)
 	}
 	noCert := "redlocks://" + strings.Join(addrs, ",") + "?ca=" + p.CA
-	if r := runDlock(t, noCert, "run", "-n", "--connect-timeout", "3s", "rl/job", "--", "echo", "ran"); r.code != exitBackend || r.stdout != "" || !strings.Contains(r.stderr, "client certificate") {
+	if r := runDlock(t, noCert, "run", "-n", "--connect-timeout", "6s", "rl/job", "--", "echo", "ran"); r.code != exitBackend || r.stdout != "" || !strings.Contains(r.stderr, "client certificate") {
 		t.Fatalf("redlocks:// without a client certificate: exit %d %q %q", r.code, r.stdout, r.stderr)
 	}
 	plain := "redlock://" + strings.Join(addrs, ",")
-	if r := runDlock(t, plain, "run", "-n", "--connect-timeout", "3s", "rl/job", "--", "echo", "ran"); r.code != exitBackend || !strings.Contains(r.stderr, "use redlocks://") {
+	if r := runDlock(t, plain, "run", "-n", "--connect-timeout", "6s", "rl/job", "--", "echo", "ran"); r.code != exitBackend || !strings.Contains(r.stderr, "use redlocks://") {
 		t.Fatalf("redlock:// to TLS nodes: exit %d %q %q", r.code, r.stdout, r.stderr)
 	}
 }
@@ -251,8 +253,11 @@ func startMTLSSentinel(t *testing.T, p pki, masterAddr string) string {
 			default:
 			}
 			if c, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, cfg); err == nil {
+				ours := servedBy(c, cmd.Process.Pid)
 				c.Close()
-				return addr
+				if ours {
+					return addr
+				}
 			}
 		}
 		cmd.Process.Kill()
@@ -264,6 +269,7 @@ func startMTLSSentinel(t *testing.T, p pki, masterAddr string) string {
 // rediss+sentinel:// speaks TLS, with the client certificate, to the
 // Sentinel and to the master it names.
 func TestRedissSentinelClientCertificate(t *testing.T) {
+	t.Parallel()
 	p := newPKI(t)
 	master := startMTLSRedis(t, p)
 	sentinel := startMTLSSentinel(t, p, master)
@@ -272,7 +278,7 @@ func TestRedissSentinelClientCertificate(t *testing.T) {
 		t.Fatalf("rediss+sentinel://: exit %d %q %q", r.code, r.stdout, r.stderr)
 	}
 	noCert := "rediss+sentinel://" + sentinel + "/m?ca=" + p.CA
-	if r := runDlock(t, noCert, "run", "-n", "--connect-timeout", "3s", "tls/sentinel", "--", "echo", "ran"); r.code != exitBackend || r.stdout != "" || !strings.Contains(r.stderr, "client certificate") {
+	if r := runDlock(t, noCert, "run", "-n", "--connect-timeout", "6s", "tls/sentinel", "--", "echo", "ran"); r.code != exitBackend || r.stdout != "" || !strings.Contains(r.stderr, "client certificate") {
 		t.Fatalf("rediss+sentinel:// without a client certificate: exit %d %q %q", r.code, r.stdout, r.stderr)
 	}
 }

@@ -72,6 +72,18 @@ func killMarked(t *testing.T, markers ...string) {
 	})
 }
 
+// waitUntil polls cond until it holds (true) or d passes (false).
+func waitUntil(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
+}
+
 // waitFor polls cond until it holds or the bound passes.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
@@ -93,6 +105,7 @@ func waitGone(t *testing.T, what string, pids func() []int) {
 // The lock is lost (its key deleted behind dlock's back): every process of
 // CMD's tree dies, not only CMD.
 func TestLostLockKillsWholeTree(t *testing.T) {
+	t.Parallel()
 	const m = "300.101"
 	killMarked(t, m)
 	srv := testserver.StartRedis(t)
@@ -119,6 +132,7 @@ func TestLostLockKillsWholeTree(t *testing.T) {
 // CMD's process group and session (setsid) and orphans of a daemon-style
 // double fork, which the supervisor, a subreaper, still finds.
 func TestKilledDlockKillsWholeTree(t *testing.T) {
+	t.Parallel()
 	const inGroup, setsid, orphan = "300.201", "300.202", "300.203"
 	killMarked(t, inGroup, setsid, orphan)
 	script := fmt.Sprintf(`sleep %s & setsid sleep %s & setsid sh -c 'sleep %s & exit 0'; echo started; wait`, inGroup, setsid, orphan)
@@ -137,6 +151,7 @@ func TestKilledDlockKillsWholeTree(t *testing.T) {
 // SIGTERM sent to dlock reaches CMD's process group, grandchildren
 // included, exactly once.
 func TestSIGTERMReachesGroupOnce(t *testing.T) {
+	t.Parallel()
 	const m = "300.301"
 	killMarked(t, m)
 	// The grandchild counts TERMs for about a second after the first,
@@ -159,6 +174,7 @@ func TestSIGTERMReachesGroupOnce(t *testing.T) {
 // What CMD leaves running is killed before the lock is released, and dlock
 // still exits with CMD's status.
 func TestLeftoversKilledBeforeRelease(t *testing.T) {
+	t.Parallel()
 	const polite, stubborn = "300.401", "300.402"
 	killMarked(t, polite, stubborn)
 	url := fileURL(t)
@@ -183,6 +199,7 @@ func TestLeftoversKilledBeforeRelease(t *testing.T) {
 }
 
 func TestExitStatusPassthrough(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	notExec := filepath.Join(t.TempDir(), "script.sh")
 	if err := os.WriteFile(notExec, []byte("#!/bin/sh\necho hi\n"), 0o644); err != nil {
@@ -218,6 +235,7 @@ func TestExitStatusPassthrough(t *testing.T) {
 // parent-death signal, its orphans come to dlock (a subreaper too), which
 // kills them, then releases the lock.
 func TestKilledSupervisor(t *testing.T) {
+	t.Parallel()
 	const m = "300.601"
 	killMarked(t, m)
 	url := fileURL(t)
@@ -242,6 +260,7 @@ func TestKilledSupervisor(t *testing.T) {
 }
 
 func TestSuperviseIsInternal(t *testing.T) {
+	t.Parallel()
 	r := runDlock(t, fileURL(t), superviseCmd, "--", "true")
 	if r.code != exitUsage || !strings.Contains(r.stderr, "internal") {
 		t.Fatalf("dlock %s by hand: %d %q", superviseCmd, r.code, r.stderr)
@@ -251,6 +270,7 @@ func TestSuperviseIsInternal(t *testing.T) {
 // Signals dlock was started with ignored (nohup, "&" in a script) stay
 // ignored for CMD: dlock must not undo nohup.
 func TestIgnoredSignalsStayIgnored(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), hang)
 	defer cancel()
 	// sh ignores SIGHUP and execs dlock, as nohup does.
@@ -280,6 +300,7 @@ func TestIgnoredSignalsStayIgnored(t *testing.T) {
 // (With the supervisor in dlock's group, both died at once and only CMD,
 // by its parent-death signal, was sure to follow.)
 func TestKilledJobKillsWholeTree(t *testing.T) {
+	t.Parallel()
 	const setsid, orphan = "300.901", "300.902"
 	killMarked(t, setsid, orphan)
 	script := fmt.Sprintf(`setsid sleep %s & setsid sh -c 'sleep %s & exit 0'; echo started; wait`, setsid, orphan)
@@ -289,7 +310,7 @@ func TestKilledJobKillsWholeTree(t *testing.T) {
 	if err := holder.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { holder.Process.Kill(); holder.Wait() })
+	t.Cleanup(func() { stopCmd(t, holder) })
 	waitFor(t, hang, "the sleeps never started", func() bool { return len(sleeps(setsid)) == 1 && len(sleeps(orphan)) == 1 })
 	if err := syscall.Kill(-holder.Process.Pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -305,6 +326,7 @@ func TestKilledJobKillsWholeTree(t *testing.T) {
 // it before releasing the lock, and say so. It used to exit 0 and release
 // the lock with the leftover running on under init.
 func TestSupervisorKilledDuringGrace(t *testing.T) {
+	t.Parallel()
 	const m = "300.801"
 	killMarked(t, m)
 	url := fileURL(t)

@@ -31,6 +31,7 @@ func holdForUnlock(t *testing.T, url, key string, runArgs ...string) (run *exec.
 }
 
 func TestUnlockForce(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	run, errb, tok, owner := holdForUnlock(t, url, "stuck")
 
@@ -70,6 +71,7 @@ func TestUnlockForce(t *testing.T) {
 
 // On Redis, by owner, with --json; among shared holders only that one goes.
 func TestUnlockOwnerJSON(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	url := "redis://" + srv.Addr()
 	runA, errA, tokA, ownerA := holdForUnlock(t, url, "reports", "--shared")
@@ -101,6 +103,7 @@ func TestUnlockOwnerJSON(t *testing.T) {
 }
 
 func TestUnlockUsage(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	for _, tc := range []struct {
 		args []string
@@ -131,6 +134,7 @@ func TestUnlockUsage(t *testing.T) {
 // empty and huge values are usage errors (exit 2, the problem on one line
 // and the pointer to --help), never an unlock.
 func TestUnlockTimeoutUsage(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	_, _, _, owner := holdForUnlock(t, url, "held")
 	for _, v := range []string{"0", "0s", "-1s", "-5", "NaN", "nan", "Inf", "-Inf", "", "1e300", "9999999999h", "25h", "soon", "1x"} {
@@ -191,6 +195,7 @@ func checkUnlockTimedOut(t *testing.T, r result, took, timeout time.Duration) {
 // accepted, nothing comes back): unlock --timeout gives up by its
 // timeout, even with a longer --connect-timeout.
 func TestUnlockTimeoutStalledService(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	p := testserver.StartProxy(t, srv.Addr())
 	url := "redis://" + p.Addr()
@@ -214,6 +219,7 @@ func TestUnlockTimeoutStalledService(t *testing.T) {
 // bounds the break, and the message says the lock may have been released
 // or not.
 func TestUnlockTimeoutBreakHangs(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	url := "redis://" + srv.Addr()
 	run, _, _, _ := holdForUnlock(t, url, "paused")
@@ -251,6 +257,7 @@ func TestUnlockTimeoutBreakHangs(t *testing.T) {
 // --connect-timeout lost its kind: a bad URL (exit 2) and a refused TLS
 // file alike became exit 3.
 func TestUnlockTimeoutKeepsErrorKind(t *testing.T) {
+	t.Parallel()
 	r := runDlock(t, "redis://bad host:1", "unlock", "--timeout", "1s", "--force", "k")
 	if r.code != exitUsage || !strings.Contains(r.stderr, "bad URL") {
 		t.Fatalf("bad URL with --timeout 1s: exit %d %q, want %d", r.code, r.stderr, exitUsage)

@@ -2,10 +2,12 @@ package main
 
 import (
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/dlock-go/dlock/internal/testserver"
 )
@@ -14,6 +16,7 @@ import (
 // HOST pid PID, lease ends in ...", before the wait's outcome; not when
 // -n makes no wait; never a progress line (stderr is not a terminal).
 func TestRunVerboseSaysWhoHolds(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	for _, url := range []string{fileURL(t), "redis://" + srv.Addr()} {
 		holder, _, _ := background(t, url, "run", "k", "--", "sh", "-c", "echo started; exec sleep 60")
@@ -40,6 +43,7 @@ func TestRunVerboseSaysWhoHolds(t *testing.T) {
 // N being CMD's DLOCK_TOKEN, after the waiting line if it waited; the
 // slog events are still there.
 func TestRunVerboseSaysAcquired(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	r := runDlock(t, url, "run", "--verbose", "free", "-c", `echo "token=$DLOCK_TOKEN"`)
 	m := regexp.MustCompile(`token=(\d+)`).FindStringSubmatch(r.stdout)
@@ -49,22 +53,36 @@ func TestRunVerboseSaysAcquired(t *testing.T) {
 		t.Fatalf("free key: exit %d, stdout %q, stderr:\n%s", r.code, r.stdout, r.stderr)
 	}
 
-	holder, _, _ := background(t, url, "run", "q", "--", "sh", "-c", "echo started; sleep 1")
-	r = runDlock(t, url, "run", "--verbose", "q", "-c", `echo "token=$DLOCK_TOKEN"`)
-	m = regexp.MustCompile(`token=(\d+)`).FindStringSubmatch(r.stdout)
-	if r.code != 0 || m == nil {
-		t.Fatalf("waiting run: exit %d, stdout %q, stderr:\n%s", r.code, r.stdout, r.stderr)
+	// The holder ends once the waiting run has said that it waits.
+	dir := t.TempDir()
+	holder, _, _ := background(t, url, "run", "q", "--", "sh", "-c", "echo started; set -- "+filepath.Join(dir, "go")+"; "+shWaitFor)
+	waiter := dlockCmd(t.Context(), url, "run", "--verbose", "q", "-c", `echo "token=$DLOCK_TOKEN"`)
+	wout, werr := &syncBuffer{}, &syncBuffer{}
+	waiter.Stdout, waiter.Stderr = wout, werr
+	waiter.WaitDelay = 5 * time.Second
+	if err := waiter.Start(); err != nil {
+		t.Fatal(err)
 	}
-	waiting := strings.Index(r.stderr, `dlock run: waiting for "q", held by owner `)
-	acquired := regexp.MustCompile(`(?m)^dlock run: acquired "q" after \d+\.\ds, token ` + m[1] + `$`).FindStringIndex(r.stderr)
-	if waiting < 0 || acquired == nil || acquired[0] < waiting || !strings.Contains(r.stderr, fmt.Sprintf("pid %d,", holder.Process.Pid)) {
-		t.Fatalf("waiting run: stderr lacks the waiting line (holder pid %d), then the acquired line:\n%s", holder.Process.Pid, r.stderr)
+	t.Cleanup(func() { stopCmd(t, waiter) })
+	waitFor(t, hang, "the second run never said it waits", func() bool { return strings.Contains(werr.String(), `dlock run: waiting for "q"`) })
+	marker(t, dir, "go")
+	code := waitExit(t, waiter)
+	m = regexp.MustCompile(`token=(\d+)`).FindStringSubmatch(wout.String())
+	if code != 0 || m == nil {
+		t.Fatalf("waiting run: exit %d, stdout %q, stderr:\n%s", code, wout.String(), werr.String())
+	}
+	stderr := werr.String()
+	waiting := strings.Index(stderr, `dlock run: waiting for "q", held by owner `)
+	acquired := regexp.MustCompile(`(?m)^dlock run: acquired "q" after \d+\.\ds, token ` + m[1] + `$`).FindStringIndex(stderr)
+	if waiting < 0 || acquired == nil || acquired[0] < waiting || !strings.Contains(stderr, fmt.Sprintf("pid %d,", holder.Process.Pid)) {
+		t.Fatalf("waiting run: stderr lacks the waiting line (holder pid %d), then the acquired line:\n%s", holder.Process.Pid, stderr)
 	}
 	waitExit(t, holder)
 }
 
 // Shared holders are named as such; hold says the same lines.
 func TestVerboseNamesModeAndWorksForHold(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	a, _, _ := background(t, url, "run", "--shared", "rw", "--", "sh", "-c", "echo started; exec sleep 60")
 	background(t, url, "run", "--shared", "rw", "--", "sh", "-c", "echo started; exec sleep 60")
@@ -83,6 +101,7 @@ func TestVerboseNamesModeAndWorksForHold(t *testing.T) {
 // --verbose against an unreachable service changes nothing: the same exit
 // status as without it (3), and no holder invented.
 func TestVerboseOutageIsStillBackendError(t *testing.T) {
+	t.Parallel()
 	u := "redis://" + deadAddr(t)
 	for _, args := range [][]string{
 		{"run", "--verbose", "--connect-timeout", "1s", "k", "--", "true"},

@@ -11,6 +11,7 @@ import (
 // -w 0 is one attempt, like -n (and like flock(1)'s -w 0): on a held key
 // it fails at once instead of waiting for ever; on a free key CMD runs.
 func TestWaitZeroIsOneAttempt(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	holder, _, _ := background(t, url, "run", "busy", "--", "sh", "-c", "echo started; exec sleep 60")
 	for _, w := range []string{"0", "0s", "0.0"} {
@@ -31,6 +32,7 @@ func TestWaitZeroIsOneAttempt(t *testing.T) {
 // bounded by --connect-timeout: -w 1us takes a free key, and on a held key
 // reports the holder (exit 1), on every kind of backend.
 func TestShortWaitStillMakesOneAttempt(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
 	for _, url := range []string{fileURL(t), "redis://" + srv.Addr()} {
 		for _, w := range []string{"1us", "0.000001", "1ns"} {

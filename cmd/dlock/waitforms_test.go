@@ -9,6 +9,7 @@ import (
 // -w takes flock's bare seconds (5, 0.5) as well as durations, in every
 // spelling of the option; 0 in any form is one attempt.
 func TestWaitForms(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	// A free key: every form runs CMD.
 	for _, w := range [][]string{
@@ -48,6 +49,7 @@ func TestWaitForms(t *testing.T) {
 // A bad -w is a usage error, one line and the pointer to --help (exit 2),
 // in whatever form: negative, not a number, infinite, too long, empty.
 func TestWaitBadForms(t *testing.T) {
+	t.Parallel()
 	url := fileURL(t)
 	for _, c := range []struct {
 		args []string

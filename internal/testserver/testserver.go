@@ -161,13 +161,23 @@ func (r *Redis) start() error {
 			return fmt.Errorf("exited at start: %s", r.logTail())
 		default:
 		}
-		if err := r.ping(); err == nil {
+		if err := r.ping(); err == nil && r.servedBy(cmd.Process.Pid) {
 			return nil
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	r.kill()
 	return fmt.Errorf("not ready after %v: %s", startTimeout, r.logTail())
+}
+
+// servedBy reports whether the process answering on r's port is pid. A
+// port free a moment ago (FreePort) may have been taken meanwhile by a
+// server of a test running in parallel: that one answers PING while ours,
+// which failed to bind the port, exits (start then tries another port).
+func (r *Redis) servedBy(pid int) bool {
+	info, err := r.Do("INFO", "server")
+	v, ok := infoField(info, "process_id")
+	return err == nil && ok && v == strconv.Itoa(pid)
 }
 
 // ping checks the server answers PING.

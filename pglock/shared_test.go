@@ -2,10 +2,8 @@ package pglock_test
 
 import (
 	"fmt"
-	"os"
-	"runtime"
+	"sync/atomic"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/dlock-go/dlock/internal/testserver"
@@ -16,7 +14,8 @@ import (
 // database, not the server's "postgres".
 type pgDB struct {
 	*testserver.Postgres
-	name string
+	name   string
+	shared bool // on the shared server (sharedPG)
 }
 
 // DSN is a connection URL for database db (the test's database if empty)
@@ -67,63 +66,29 @@ func ownPG(t *testing.T) *pgDB {
 	return &pgDB{Postgres: testserver.StartPostgres(t), name: "postgres"}
 }
 
-// shared is the PostgreSQL server, and the PgBouncer in front of it, that
-// tests share which need neither a server of their own nor its whole
-// state: each gets a database of its own (sharedPG). Starting PostgreSQL
-// (initdb, then the server) costs more than most tests that use it. The
-// server starts with the first test that asks for it and is stopped when
-// the last test holding it ends, so none of its goroutines outlives the
-// tests.
-var shared struct {
-	mu   sync.Mutex
-	refs int
-	dbs  int // databases created, for their names
-	tb   *sharedTB
-	pg   *testserver.Postgres
-	pb   *testserver.PgBouncer
+// The PostgreSQL server, and the PgBouncer in front of it, that tests
+// share which need neither a server of their own nor its whole state:
+// each gets a database of its own (sharedPG). Starting PostgreSQL (initdb,
+// then the server) costs more than most tests that use it.
+func sharedPostgres(t *testing.T) *testserver.Postgres {
+	t.Helper()
+	return testserver.Shared(t, "postgres", func(tb testserver.TB) *testserver.Postgres {
+		return testserver.StartPostgres(tb)
+	})
 }
 
-// sharedPG returns a fresh database for t on the shared server, which t
-// holds until it ends.
+// dbs counts the databases made on the shared server, for their names.
+var dbs atomic.Int64
+
+// sharedPG returns a fresh database for t on the shared server.
 func sharedPG(t *testing.T) *pgDB {
 	t.Helper()
-	shared.mu.Lock()
-	if shared.refs == 0 {
-		tb := &sharedTB{}
-		var pg *testserver.Postgres
-		if !tb.run(func() { pg = testserver.StartPostgres(tb) }) {
-			tb.stop()
-			shared.mu.Unlock()
-			tb.report(t)
-			t.FailNow()
-		}
-		shared.tb, shared.pg, shared.pb = tb, pg, nil
-	}
-	shared.refs++
-	shared.dbs++
-	pg, name := shared.pg, fmt.Sprintf("t%d_%s", shared.dbs, dbSafe(t.Name()))
-	shared.mu.Unlock()
-	t.Cleanup(releaseShared(t))
+	pg := sharedPostgres(t)
+	name := fmt.Sprintf("t%d_%s", dbs.Add(1), dbSafe(t.Name()))
 	if _, err := pg.Exec("", "CREATE DATABASE "+name); err != nil {
 		t.Fatalf("database of the test: %v", err)
 	}
-	return &pgDB{Postgres: pg, name: name}
-}
-
-// releaseShared is t's cleanup that lets the shared server go; the last
-// one stops it.
-func releaseShared(t *testing.T) func() {
-	return func() {
-		shared.mu.Lock()
-		defer shared.mu.Unlock()
-		if shared.refs--; shared.refs > 0 {
-			return
-		}
-		tb := shared.tb
-		shared.tb, shared.pg, shared.pb = nil, nil, nil
-		tb.stop()
-		tb.report(t)
-	}
+	return &pgDB{Postgres: pg, name: name, shared: true}
 }
 
 // bouncerFor returns a PgBouncer in transaction pooling mode in front of
@@ -131,20 +96,13 @@ func releaseShared(t *testing.T) func() {
 // else one of t's own.
 func bouncerFor(t *testing.T, d *pgDB) *bouncerDB {
 	t.Helper()
-	shared.mu.Lock()
-	if d.Postgres != shared.pg {
-		shared.mu.Unlock()
+	if !d.shared {
 		return &bouncerDB{PgBouncer: testserver.StartPgBouncer(t, d.Postgres), name: d.name}
 	}
-	defer shared.mu.Unlock()
-	if shared.pb == nil {
-		tb, pg := shared.tb, shared.pg
-		if !tb.run(func() { shared.pb = testserver.StartPgBouncer(tb, pg) }) {
-			tb.report(t)
-			t.FailNow()
-		}
-	}
-	return &bouncerDB{PgBouncer: shared.pb, name: d.name}
+	pb := testserver.Shared(t, "pgbouncer", func(tb testserver.TB) *testserver.PgBouncer {
+		return testserver.StartPgBouncer(tb, sharedPostgres(t))
+	})
+	return &bouncerDB{PgBouncer: pb, name: d.name}
 }
 
 // dbSafe turns a test name into the rest of a database name (lower case
@@ -164,97 +122,4 @@ func dbSafe(name string) string {
 		s = s[:40]
 	}
 	return s
-}
-
-// sharedTB is the testserver.TB that owns the shared servers: their
-// cleanups run when the last test holding them ends (stop), and what goes
-// wrong is reported to the test that started or stopped them.
-type sharedTB struct {
-	mu       sync.Mutex
-	cleanups []func()
-	errs     []string
-	skipped  bool
-}
-
-func (s *sharedTB) Helper() {}
-
-func (s *sharedTB) Errorf(format string, args ...any) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.errs = append(s.errs, fmt.Sprintf(format, args...))
-}
-
-// Fatal and Fatalf record the failure and end the goroutine of run.
-func (s *sharedTB) Fatal(args ...any) {
-	s.Errorf("%s", fmt.Sprint(args...))
-	runtime.Goexit()
-}
-
-func (s *sharedTB) Fatalf(format string, args ...any) {
-	s.Errorf(format, args...)
-	runtime.Goexit()
-}
-
-// Skip (a server missing outside CI) records the reason and ends the
-// goroutine of run; report skips the test.
-func (s *sharedTB) Skip(args ...any) {
-	s.mu.Lock()
-	s.skipped = true
-	s.mu.Unlock()
-	s.Errorf("%s", fmt.Sprint(args...))
-	runtime.Goexit()
-}
-
-func (s *sharedTB) Cleanup(f func()) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.cleanups = append(s.cleanups, f)
-}
-
-func (s *sharedTB) TempDir() string {
-	dir, err := os.MkdirTemp("", "dlock-pglock-shared-")
-	if err != nil {
-		s.Fatal(err)
-	}
-	s.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
-// run calls f on a goroutine of its own (Fatal ends it) and reports
-// whether f returned.
-func (s *sharedTB) run(f func()) bool {
-	done, ok := make(chan struct{}), false
-	go func() {
-		defer close(done)
-		f()
-		ok = true
-	}()
-	<-done
-	return ok
-}
-
-// stop runs the cleanups, last registered first.
-func (s *sharedTB) stop() {
-	s.mu.Lock()
-	fs := s.cleanups
-	s.cleanups = nil
-	s.mu.Unlock()
-	for i := len(fs) - 1; i >= 0; i-- {
-		fs[i]()
-	}
-}
-
-// report passes what went wrong on to t: a skip, or errors.
-func (s *sharedTB) report(t *testing.T) {
-	t.Helper()
-	s.mu.Lock()
-	errs, skipped := s.errs, s.skipped
-	s.errs = nil
-	s.mu.Unlock()
-	switch {
-	case skipped:
-		t.Skip(strings.Join(errs, "; "))
-	case len(errs) > 0:
-		t.Errorf("shared PostgreSQL server: %s", strings.Join(errs, "; "))
-	}
 }

@@ -20,6 +20,7 @@ func TestBreakPerNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	heldOnAll(t, c, key, lk)
 	b, err := dlock.Break(dlocktest.Context(t), l, key, "")
 	if err != nil {
 		t.Fatalf("Break: %v", err)
@@ -40,6 +41,7 @@ func TestBreakPerNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	heldOnAll(t, c, key, lk)
 	c.srvs[1].Stop()
 	c.srvs[4].Stop()
 	b, err = dlock.Break(dlocktest.Context(t), l, key, lk.Owner())

@@ -53,6 +53,30 @@ func (c *cluster) locker(t testing.TB, opts ...redlock.Option) *redlock.Locker {
 
 func lockKey(key string) string { return "dlock:{" + key + "}" }
 
+// heldOnAll waits (bounded) until every node holds lk's lease: Acquire
+// returns once a majority granted, and the last nodes' phase-one grants
+// may land after it; a test that stalls, releases or breaks on every
+// node waits for them first.
+func heldOnAll(t *testing.T, c *cluster, key string, lk *dlock.Lock) {
+	t.Helper()
+	deadline := time.Now().Add(dlocktest.HangTimeout)
+	for {
+		n := 0
+		for _, v := range c.holders(t, key) {
+			if strings.HasPrefix(v, lk.Owner()) {
+				n++
+			}
+		}
+		if n == len(c.srvs) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lease not on every node: %q", c.holders(t, key))
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // holders returns, per node, the lease value of key ("" if none).
 func (c *cluster) holders(t testing.TB, key string) []string {
 	out := make([]string, len(c.admin))

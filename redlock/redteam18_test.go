@@ -50,6 +50,7 @@ func TestRelease_NilWhenDeadlinePassesInGrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	heldOnAll(t, c, lk.Key(), lk)
 	link[2].Stall()
 	defer link.Heal()
 	const budget = 500 * time.Millisecond
@@ -86,6 +87,7 @@ func TestRelease_NilWhenCancelledInGrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	heldOnAll(t, c, lk.Key(), lk)
 	link[2].Stall()
 	defer link.Heal()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -163,6 +165,7 @@ func TestRedTeam18_FiveNodesStalledAndLostReplies(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		heldOnAll(t, c, key, lk)
 		healthy := []int{0, 1, 2}
 		if round%2 == 0 {
 			link.Stall()
@@ -197,6 +200,7 @@ func TestRedTeam18_ReleaseTwiceAndConcurrently(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	heldOnAll(t, c, lk.Key(), lk)
 	link.Stall()
 	var wg sync.WaitGroup
 	errs := make([]error, 6)
@@ -235,6 +239,7 @@ func TestRedTeam18_ReleaseRacesBreak(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		heldOnAll(t, c, lk.Key(), lk)
 		if round%2 == 0 {
 			link.Stall()
 		}
@@ -278,6 +283,7 @@ func TestRedTeam18_ReleaseHandsOverToWaiter(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		heldOnAll(t, c, key, lk)
 		got := make(chan error, 1)
 		var wl *dlock.Lock
 		var mu sync.Mutex
@@ -365,6 +371,7 @@ func TestRedTeam18_DeadlineScan(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		heldOnAll(t, c, lk.Key(), lk)
 		link.Stall()
 		ctx, cancel := context.WithTimeout(context.Background(), dl)
 		start := time.Now()
@@ -398,6 +405,9 @@ func TestRedTeam18_SetReleaseWithHungNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, lk := range s.Locks() {
+		heldOnAll(t, c, lk.Key(), lk)
+	}
 	link.Stall()
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
@@ -429,6 +439,7 @@ func TestRedTeam18_StragglerReleaseAfterReacquire(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		heldOnAll(t, c, key, old)
 		link.Stall()
 		if err := old.Release(dlocktest.Context(t)); err != nil {
 			t.Errorf("round %d: Release: %v", round, err)

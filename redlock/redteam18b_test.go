@@ -16,21 +16,6 @@ import (
 // (commit 53f641d): the engine calls (*lease).Settle with each waiting
 // caller's ctx after a successful release.
 
-// rt18bHeldOnAll waits (bounded) until every node holds lk's lease: a
-// phase-one grant may straggle past Acquire (see
-// TestRedTeam18b_ReleaseOvertakesStragglingGrant), which the tests that
-// are about the grace keep out of their way.
-func rt18bHeldOnAll(t *testing.T, c *cluster, key string, lk *dlock.Lock) {
-	t.Helper()
-	deadline := time.Now().Add(dlocktest.HangTimeout)
-	for len(rt18Remnants(t, c, key, lk.Owner(), 0, 1, 2)) < 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("lease not on every node: %q", c.holders(t, key))
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // Three callers release one Lock concurrently, node 2 hung: one with a
 // short deadline, one cancelled once the majority released, one on
 // context.Background. Each returns nil (a majority released) and by its
@@ -44,7 +29,7 @@ func TestRedTeam18b_ConcurrentCallersOwnContexts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rt18bHeldOnAll(t, c, key, lk)
+		heldOnAll(t, c, key, lk)
 		link.Stall()
 		short, cancelShort := context.WithTimeout(context.Background(), 2*time.Second)
 		cctx, cancel := context.WithCancel(context.Background())
@@ -162,7 +147,7 @@ func TestRedTeam18b_LostBeforeRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt18bHeldOnAll(t, c, key, lk)
+	heldOnAll(t, c, key, lk)
 	for _, i := range []int{0, 1} {
 		if err := c.admin[i].Del(context.Background(), lockKey(key)).Err(); err != nil {
 			t.Fatal(err)
@@ -194,7 +179,7 @@ func TestRedTeam18b_SetAndRunOnceHungNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, lk := range s.Locks() {
-		rt18bHeldOnAll(t, c, lk.Key(), lk)
+		heldOnAll(t, c, lk.Key(), lk)
 	}
 	link.Stall()
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
@@ -232,7 +217,7 @@ func TestRedTeam18b_ListAfterRelease(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rt18bHeldOnAll(t, c, key, lk)
+		heldOnAll(t, c, key, lk)
 		if mode == "delayed" {
 			link[0].Delay(5 * time.Millisecond)
 		} else {
@@ -326,7 +311,7 @@ func TestRedTeam18b_PreCancelledCtxHungNode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rt18bHeldOnAll(t, c, key, lk)
+		heldOnAll(t, c, key, lk)
 		link.Stall()
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()

@@ -34,7 +34,7 @@ func TestRegressReleaseRetryAfterHandover(t *testing.T) {
 	}
 	// A phase-one grant may land on the last node after Acquire returned
 	// (a majority sufficed): the release must find it there to remove it.
-	rt18bHeldOnAll(t, c, key, lk)
+	heldOnAll(t, c, key, lk)
 	// Every node releases, every reply is lost, and the links stay cut
 	// from that moment, so go-redis's resends on new connections fail too.
 	link.LoseReplyAndCut()

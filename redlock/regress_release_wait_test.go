@@ -60,6 +60,7 @@ func TestRegressReleaseHungNodeBounded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		heldOnAll(t, c, key, lk)
 		link[0].Stall()
 		ctx, bound := context.Background(), time.Second // the node timeout
 		if d > 0 {

@@ -3,10 +3,7 @@ package zklock_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,8 +17,6 @@ import (
 	"github.com/dlock-go/dlock/zklock"
 )
 
-// TestMain: the package's shared server is stopped (testserver.AfterTests)
-// between the tests and the leak check.
 func TestMain(m *testing.M) { testserver.Main(m, zkCloseLeak) }
 
 // zkCloseLeak ignores go-zookeeper's connection loop when it stays blocked
@@ -33,109 +28,14 @@ func TestMain(m *testing.M) { testserver.Main(m, zkCloseLeak) }
 // not dlock's, and happens when background work outlives a test's Close.
 var zkCloseLeak = goleak.IgnoreTopFunction("github.com/go-zookeeper/zk.(*Conn).flushRequests")
 
-// shared is the standalone ZooKeeper server of every test that neither
-// pauses, stops nor restarts its server (a JVM takes seconds to start):
-// started by the first test that asks for it, stopped once the package's
-// tests are done (testserver.AfterTests). Its
-// tests use keys, prefixes and resources of their own.
-var shared sharedServer
-
-type sharedServer struct {
-	once sync.Once
-	z    *testserver.ZooKeeper
-	tb   pkgTB
-}
-
-// sharedZooKeeper returns the package's shared standalone server.
+// sharedZooKeeper returns the standalone ZooKeeper server of every test
+// that neither pauses, stops nor restarts its server (a JVM takes seconds
+// to start). Its tests use keys, prefixes and resources of their own.
 func sharedZooKeeper(t testing.TB) *testserver.ZooKeeper {
 	t.Helper()
-	shared.once.Do(func() {
-		testserver.AfterTests(func() error {
-			if msg := shared.stop(); msg != "" {
-				return errors.New(msg)
-			}
-			return nil
-		})
-		defer shared.tb.recoverStart()
-		shared.z = testserver.StartZooKeeper(&shared.tb)
+	return testserver.Shared(t, "zookeeper", func(tb testserver.TB) *testserver.ZooKeeper {
+		return testserver.StartZooKeeper(tb)
 	})
-	if shared.tb.skipped != "" {
-		t.Skip(shared.tb.skipped)
-	}
-	if shared.z == nil {
-		t.Fatalf("the shared ZooKeeper server did not start: %s", shared.tb.fatal)
-	}
-	return shared.z
-}
-
-// stop stops the shared server, if it was started, and returns what went
-// wrong meanwhile ("" if nothing).
-func (s *sharedServer) stop() string {
-	s.tb.mu.Lock()
-	cleanups := s.tb.cleanups
-	s.tb.cleanups = nil
-	s.tb.mu.Unlock()
-	for i := len(cleanups) - 1; i >= 0; i-- {
-		cleanups[i]()
-	}
-	s.tb.mu.Lock()
-	defer s.tb.mu.Unlock()
-	return strings.Join(s.tb.errs, "\n")
-}
-
-// pkgTB is the testserver.TB of the shared server: it belongs to no test.
-// Fatal and Skip during the start end the start (recoverStart); errors
-// after it are reported by TestMain.
-type pkgTB struct {
-	mu       sync.Mutex
-	cleanups []func()
-	errs     []string
-	fatal    string // why the start failed
-	skipped  string // why the start skipped
-}
-
-type (
-	pkgFatal string
-	pkgSkip  string
-)
-
-func (*pkgTB) Helper()                             {}
-func (p *pkgTB) Fatal(args ...any)                 { panic(pkgFatal(fmt.Sprint(args...))) }
-func (p *pkgTB) Fatalf(format string, args ...any) { panic(pkgFatal(fmt.Sprintf(format, args...))) }
-func (p *pkgTB) Skip(args ...any)                  { panic(pkgSkip(fmt.Sprint(args...))) }
-
-func (p *pkgTB) Errorf(format string, args ...any) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.errs = append(p.errs, "shared ZooKeeper: "+fmt.Sprintf(format, args...))
-}
-
-func (p *pkgTB) Cleanup(f func()) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cleanups = append(p.cleanups, f)
-}
-
-func (p *pkgTB) TempDir() string {
-	dir, err := os.MkdirTemp("", "zklock-shared-")
-	if err != nil {
-		p.Fatal(err)
-	}
-	p.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
-// recoverStart ends a start that called Fatal or Skip, recording why.
-func (p *pkgTB) recoverStart() {
-	switch r := recover().(type) {
-	case nil:
-	case pkgFatal:
-		p.fatal = string(r)
-	case pkgSkip:
-		p.skipped = string(r)
-	default:
-		panic(r)
-	}
 }
 
 // logsOnFailure logs each server's mode and the tail of its log when the

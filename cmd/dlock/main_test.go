@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -73,133 +72,14 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "building dlock:", err)
 		os.Exit(1)
 	}
-	code := m.Run()
-	if !stopSharedServers() {
-		code = 1
-	}
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
-
-// Servers shared by tests that neither pause nor stop them, and use keys,
-// paths or tables of their own on them: the first test that needs one
-// starts it; it stops when every test has ended (TestMain).
-var sharedServers = struct {
-	mu       sync.Mutex
-	byName   map[string]*sharedServer
-	cleanups []func()
-}{byName: map[string]*sharedServer{}}
-
-type sharedServer struct {
-	mu  sync.Mutex // held while it starts
-	val any        // nil until started
-}
-
-// shared returns the server called name, started by start (with a TB whose
-// cleanups are the package's) if no test has started it yet.
-func shared[T any](t *testing.T, name string, start func(testserver.TB) T) T {
-	t.Helper()
-	sharedServers.mu.Lock()
-	s := sharedServers.byName[name]
-	if s == nil {
-		s = &sharedServer{}
-		sharedServers.byName[name] = s
-	}
-	sharedServers.mu.Unlock()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.val == nil {
-		tb := &packageTB{t: t}
-		v := start(tb) // a failure ends t here; the next test tries again
-		tb.started()
-		s.val = v
-	}
-	return s.val.(T)
-}
-
-// stopSharedServers runs the shared servers' cleanups, last first, and
-// reports whether they went without an error.
-func stopSharedServers() bool {
-	sharedServers.mu.Lock()
-	cleanups := sharedServers.cleanups
-	sharedServers.cleanups = nil
-	sharedServers.mu.Unlock()
-	for i := len(cleanups) - 1; i >= 0; i-- {
-		cleanups[i]()
-	}
-	return !packageTBFailed.Load()
-}
-
-var packageTBFailed atomic.Bool
-
-// packageTB is the testserver.TB of a shared server: while it starts,
-// failures are those of the test that starts it; after that (stopping it
-// at the end) they are printed and fail the package. Its cleanups and
-// temporary directories are the package's.
-type packageTB struct {
-	mu sync.Mutex
-	t  *testing.T // nil once started
-}
-
-func (p *packageTB) started() {
-	p.mu.Lock()
-	p.t = nil
-	p.mu.Unlock()
-}
-
-func (p *packageTB) test() *testing.T {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.t
-}
-
-func (p *packageTB) Helper() {}
-
-func (p *packageTB) Errorf(format string, args ...any) {
-	if t := p.test(); t != nil {
-		t.Helper()
-		t.Errorf(format, args...)
-		return
-	}
-	packageTBFailed.Store(true)
-	fmt.Fprintf(os.Stderr, "shared server: "+format+"\n", args...)
-}
-
-func (p *packageTB) Fatalf(format string, args ...any) {
-	if t := p.test(); t != nil {
-		t.Helper()
-		t.Fatalf(format, args...)
-	}
-	p.Errorf(format, args...)
-}
-
-func (p *packageTB) Fatal(args ...any) { p.Fatalf("%s", fmt.Sprint(args...)) }
-
-func (p *packageTB) Skip(args ...any) {
-	if t := p.test(); t != nil {
-		t.Skip(args...)
-	}
-}
-
-func (p *packageTB) Cleanup(f func()) {
-	sharedServers.mu.Lock()
-	defer sharedServers.mu.Unlock()
-	sharedServers.cleanups = append(sharedServers.cleanups, f)
-}
-
-func (p *packageTB) TempDir() string {
-	dir, err := os.MkdirTemp("", "dlock-cli-shared-")
-	if err != nil {
-		p.Fatal(err)
-	}
-	p.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
+	testserver.AfterTests(func() error { return os.RemoveAll(dir) })
+	testserver.Main(m)
 }
 
 // sharedZooKeeper is a ZooKeeper for tests that use paths of their own
 // on it.
 func sharedZooKeeper(t *testing.T) *testserver.ZooKeeper {
-	return shared(t, "zookeeper", func(tb testserver.TB) *testserver.ZooKeeper { return testserver.StartZooKeeper(tb) })
+	return testserver.Shared(t, "zookeeper", func(tb testserver.TB) *testserver.ZooKeeper { return testserver.StartZooKeeper(tb) })
 }
 
 type result struct {

@@ -373,15 +373,15 @@ func onModeBackends(t *testing.T, test func(t *testing.T, url string)) {
 	}{
 		{"file", fileURL},
 		{"redis", func(t *testing.T) string {
-			return "redis://" + shared(t, "modes-redis", func(tb testserver.TB) *testserver.Redis { return testserver.StartRedis(tb) }).Addr()
+			return "redis://" + testserver.Shared(t, "modes-redis", func(tb testserver.TB) *testserver.Redis { return testserver.StartRedis(tb) }).Addr()
 		}},
-		{"etcd", func(t *testing.T) string { return shared(t, "modes-etcd", startServe).url }},
+		{"etcd", func(t *testing.T) string { return testserver.Shared(t, "modes-etcd", startServe).url }},
 		// A short session: a killed holder's lease is its session.
 		{"zk", func(t *testing.T) string {
 			return "zk://" + sharedZooKeeper(t).Addr() + "/cli/modes?session_timeout=4s"
 		}},
 		{"postgres", func(t *testing.T) string {
-			return shared(t, "modes-postgres", func(tb testserver.TB) *testserver.Postgres { return testserver.StartPostgres(tb) }).DSN("")
+			return testserver.Shared(t, "modes-postgres", func(tb testserver.TB) *testserver.Postgres { return testserver.StartPostgres(tb) }).DSN("")
 		}},
 	}
 	for _, b := range backends {

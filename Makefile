@@ -29,7 +29,7 @@ LONG ?=
 # mid-call (golang/go#75804, fixed in Go 1.27), with no crasher found.
 FUZZTIME ?= 20000x
 
-.PHONY: all deps test test-long vet fmt-check fuzz release-check safety safety-quick safety-repro bench bench-quick demo examples build clean
+.PHONY: all deps test test-long vet fmt-check fuzz fuzz-quick release-check safety safety-quick safety-repro bench bench-quick demo examples build clean
 
 all: test
 
@@ -58,24 +58,28 @@ fmt-check:
 vet:
 	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
 
-## test: deps, then vet, race-enabled tests of every module (the long
-## ones left out: -short), and beside them a short run of every fuzzer,
-## the release check, a short safety run and the case studies. It ends
+## test: deps and the gofmt check, then race-enabled tests of every
+## module (the long ones left out: -short), and beside them go vet, a
+## short run of the small packages' fuzzers, the release check, a short
+## safety run and the case studies. It ends
 ## with each module's and step's wall time and the slowest tests.
-test: deps fmt-check vet
+test: deps fmt-check
 	@$(GO) run ./internal/testrun -short -jobs $(TEST_JOBS) -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) \
-	  -also '$(MAKE) --no-print-directory fuzz' \
+	  -also '$(MAKE) --no-print-directory vet' \
+	  -also '$(MAKE) --no-print-directory fuzz-quick' \
 	  -also '$(MAKE) --no-print-directory release-check' \
 	  -also '$(MAKE) --no-print-directory safety-quick' \
 	  -also '$(MAKE) --no-print-directory examples'
 
 ## test-long: the tests too long for every run (scale, failover
 ## matrices, repetition: each says why in its doc), with every other test
-## of the modules in LONG (default: all), then the full safety matrix
-## (written to a temporary file; `make safety` rewrites docs/safety.md).
+## of the modules in LONG (default: all), then every fuzzer and the full
+## safety matrix (written to a temporary file; `make safety` rewrites
+## docs/safety.md).
 test-long: deps
 	@set -e; t0=$$SECONDS; \
 	$(GO) run ./internal/testrun -jobs $(TEST_JOBS) -parallel $(TEST_PARALLEL) -timeout 60m $(LONG); \
+	if [ -z "$(LONG)" ]; then $(MAKE) --no-print-directory fuzz; fi; \
 	t1=$$SECONDS; \
 	if [ -z "$(LONG)" ]; then out=$$(mktemp); (cd safety && $(GO) run ./cmd/safety -out $$out); rm -f $$out; fi; \
 	t2=$$SECONDS; \
@@ -89,7 +93,15 @@ release-check:
 	@$(GO) run ./internal/releasecheck
 
 ## fuzz: run each fuzzer for FUZZTIME (seed corpora in testdata/fuzz).
-fuzz:
+fuzz: fuzz-quick
+	@echo "== fuzz FuzzParseURL ($(FUZZTIME))"
+	@cd cmd/dlock && $(GO) test -run '^$$' -fuzz '^FuzzParseURL$$' -fuzztime $(FUZZTIME) -timeout 5m .
+
+## fuzz-quick: the fuzzers of the small packages (make test runs these;
+## FuzzParseURL's corpus runs in every go test of cmd/dlock, and its
+## fuzzing, which builds the whole CLI instrumented, in make fuzz and
+## make test-long).
+fuzz-quick:
 	@set -e; for f in FuzzNewConfig FuzzValidateKey; do \
 	  echo "== fuzz $$f ($(FUZZTIME))"; \
 	  $(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) -timeout 5m . ; \
@@ -100,8 +112,6 @@ fuzz:
 	@cd zklock && $(GO) test -run '^$$' -fuzz '^FuzzParseNode$$' -fuzztime $(FUZZTIME) -timeout 5m .
 	@echo "== fuzz FuzzRecordState ($(FUZZTIME))"
 	@cd filelock && $(GO) test -run '^$$' -fuzz '^FuzzRecordState$$' -fuzztime $(FUZZTIME) -timeout 5m .
-	@echo "== fuzz FuzzParseURL ($(FUZZTIME))"
-	@cd cmd/dlock && $(GO) test -run '^$$' -fuzz '^FuzzParseURL$$' -fuzztime $(FUZZTIME) -timeout 5m .
 
 ## build: the dlock command in bin/, its version (dlock version) from
 ## git describe when git is there (else the module's, or "devel").

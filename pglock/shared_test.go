@@ -2,8 +2,8 @@ package pglock_test
 
 import (
 	"fmt"
-	"sync/atomic"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/dlock-go/dlock/internal/testserver"

@@ -163,6 +163,12 @@ func (e *Engine) Check(ctx context.Context) error {
 	return nil
 }
 
+// answerRecency: an attempt cut off by its context's end after the key
+// was seen held reports that holder (ErrNotAcquired) only if it was sent
+// less than this long before; a server that left it unanswered longer is
+// hung or cut off, and the error is ErrUnavailable.
+const answerRecency = time.Second
+
 // Bounds of the grace an attempt in flight gets once its context ends.
 const (
 	minAttemptGrace = 5 * time.Millisecond
@@ -360,13 +366,16 @@ func (w *waiter) attempt(ctx context.Context, n int, fn func(context.Context, *d
 	}
 	var na *NotAcquiredError
 	switch {
-	case w.last != nil && ctx.Err() != nil && isContextErr(err, ctx):
+	case w.last != nil && ctx.Err() != nil && isContextErr(err, ctx) && clockSince(e.wd.clk, start) < answerRecency:
 		// The attempt stopped because the wait ended (the driver gave up
-		// on the context it was handed, promptly): the key was seen held
-		// and nothing says otherwise. The request may still have been
-		// sent and take effect late (a statement a loaded server runs
-		// after its client left, granting the key to nobody): undo it in
-		// the background, as any attempt whose outcome is unknown.
+		// on the context it was handed, promptly) before a healthy server
+		// was overdue: the key was seen held and nothing says otherwise.
+		// An attempt unanswered for answerRecency is an outage (below),
+		// whatever error the driver made of the context's end. The
+		// request may still have been sent and take effect late (a
+		// statement a loaded server runs after its client left, granting
+		// the key to nobody): undo it in the background, as any attempt
+		// whose outcome is unknown.
 		failed := err
 		background.Go(func() { e.undo(req, driver.Grant{}, failed) })
 		return nil, true, notAcquired(cfg.key, w.last, context.Cause(ctx))
@@ -382,6 +391,9 @@ func (w *waiter) attempt(ctx context.Context, n int, fn func(context.Context, *d
 		failed := err // err is the named result, written by the returns below
 		background.Go(func() { e.undo(req, driver.Grant{}, failed) })
 		if ctx.Err() != nil {
+			if isContextErr(err, ctx) {
+				err = nil // no answer: the context's end is joined below
+			}
 			return nil, true, unavailable(cfg.key, w.last, err, context.Cause(ctx))
 		}
 		return nil, true, err

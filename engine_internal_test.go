@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -181,5 +182,73 @@ func TestAcquire_AttemptEndedByWaitIsUndone(t *testing.T) {
 	defer b.mu.Unlock()
 	if len(b.aborted) != 1 || b.aborted[0] != b.tries[1] {
 		t.Fatalf("aborted %q, want the cut-off attempt's owner %q only", b.aborted, b.tries[1])
+	}
+}
+
+// cutOffBackend: the key is held; the second attempt waits for its
+// context to end and returns the context's error, as a client honouring
+// its context does on a hung server.
+type cutOffBackend struct {
+	mu       sync.Mutex
+	tries    int
+	inSecond chan struct{}
+}
+
+func (b *cutOffBackend) Try(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	b.mu.Lock()
+	b.tries++
+	n := b.tries
+	b.mu.Unlock()
+	if n == 2 {
+		close(b.inSecond)
+		<-ctx.Done()
+		return driver.Grant{}, ctx.Err()
+	}
+	return driver.Grant{}, &NotAcquiredError{Key: req.Key, Holders: []Holder{{Owner: "other", Token: 7}}}
+}
+
+func (*cutOffBackend) Spec() driver.Spec { return driver.Spec{Name: "test"} }
+
+// A wait that ends while its attempt has gone unanswered for answerRecency
+// is an outage (ErrUnavailable), even when the driver reports only the
+// context's end; one sent just before the end reports the holder seen.
+// A Redis Cluster stalled during a wait was reported as the key held.
+func TestAcquire_AttemptUnansweredForASecondIsUnavailable(t *testing.T) {
+	for _, c := range []struct {
+		outstanding time.Duration
+		unavailable bool
+	}{
+		{answerRecency - time.Millisecond, false},
+		{answerRecency, true},
+	} {
+		b := &cutOffBackend{inSecond: make(chan struct{})}
+		e, fc := fakeEngine(b)
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() {
+			_, err := e.Acquire(ctx, "k", WithBackoff(ConstBackoff{Delay: time.Millisecond}))
+			errc <- err
+		}()
+		if !waitPending(fc, 30*time.Second) { // the backoff after the first attempt
+			t.Fatal("hang: no backoff timer after the first attempt")
+		}
+		fc.Advance(time.Millisecond)
+		select {
+		case <-b.inSecond:
+		case <-time.After(30 * time.Second):
+			t.Fatal("hang: no second attempt")
+		}
+		fc.Advance(c.outstanding)
+		cancel()
+		err := <-errc
+		if got := errors.Is(err, ErrUnavailable); got != c.unavailable || errors.Is(err, ErrNotAcquired) == c.unavailable {
+			t.Errorf("attempt unanswered for %v when the wait ended: %v, want ErrUnavailable %v", c.outstanding, err, c.unavailable)
+		}
+		if c.unavailable && !strings.Contains(err.Error(), "no answer before the context ended") {
+			t.Errorf("attempt unanswered for %v: %q does not say the service did not answer", c.outstanding, err)
+		}
+	}
+	if !background.Wait(10 * time.Second) {
+		t.Fatal("background work did not end")
 	}
 }

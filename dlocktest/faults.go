@@ -3,6 +3,7 @@ package dlocktest
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -351,35 +352,90 @@ func testLostReleaseReply(t *testing.T, h Harness, f *Faults) {
 
 // An outage during a wait for a held key is reported as an outage, not as
 // "held": the link stalls while waiting, or is dead from the start.
+//
+// The link stalls once the waiter has heard the holder named: at its
+// first backoff step (a polling backend), or, failing that, a second
+// after its first request (a queue, which waits in one request). The wait
+// is cancelled once the request it is in has gone unanswered for longer
+// than the second after which dlock calls a silent server an outage.
 func testOutageDuringWait(t *testing.T, h Harness, f *Faults) {
 	key := Key(t)
 	holder := mustAcquire(t, h.New(t), key)
 	defer release(t, holder)
 
 	l, link := faulty(t, f)
+	var (
+		once      sync.Once
+		stalled   = make(chan struct{})
+		byBackoff bool // the stall came at a backoff step, before an attempt
+		firstSent = make(chan time.Time, 1)
+		sentAfter = make(chan time.Time, 1) // the first attempt on the stalled link
+	)
+	stall := func(backoff bool) {
+		once.Do(func() {
+			byBackoff = backoff
+			link.Stall()
+			close(stalled)
+		})
+	}
+	obs := dlock.ObserverFunc(func(e dlock.Event) {
+		if e.Kind != dlock.EventAttempt {
+			return
+		}
+		select {
+		case <-stalled:
+			select {
+			case sentAfter <- time.Now():
+			default:
+			}
+		default:
+			select {
+			case firstSent <- time.Now():
+			default:
+			}
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	errc := make(chan error, 1)
-	start := time.Now()
 	go func() {
-		// Polls far more often than the wait lasts: an attempt meets the
-		// stall whenever it comes, and is unanswered when the wait ends.
-		_, err := l.Acquire(context.Background(), key, dlock.WithWait(2*time.Second),
-			dlock.WithBackoff(dlock.ConstBackoff{Delay: 20 * time.Millisecond}))
+		_, err := l.Acquire(ctx, key, dlock.WithCallObserver(obs),
+			dlock.WithBackoff(stallingBackoff{delay: 20 * time.Millisecond, at: func() { stall(true) }}))
 		errc <- err
 	}()
-	// The waiter has most likely seen the holder by now; if its first
-	// attempt meets the stall instead, the outcome is the same.
-	time.Sleep(200 * time.Millisecond)
-	link.Stall()
+	select {
+	case <-firstSent:
+	case err := <-errc:
+		t.Fatalf("Acquire of a held key returned before the stall: %v", err)
+	case <-time.After(HangTimeout):
+		t.Fatal("hang: no attempt")
+	}
+	select {
+	case <-stalled:
+	case <-time.After(time.Second):
+		stall(false)
+	}
+	quiet := time.Now() // the request in flight has had no answer since
+	if byBackoff {
+		select {
+		case quiet = <-sentAfter:
+		case <-time.After(HangTimeout):
+			t.Fatal("hang: no attempt after the backoff step")
+		}
+	}
+	time.Sleep(time.Until(quiet.Add(unanswered)))
+	cancel()
+	cancelled := time.Now()
 	select {
 	case err := <-errc:
-		over := time.Since(start) - 2*time.Second
-		t.Logf("stalled during the wait: returned %v after the wait: %v", over.Round(10*time.Microsecond), err)
+		over := time.Since(cancelled)
+		t.Logf("stalled during the wait: returned %v after the cancel: %v", over.Round(10*time.Microsecond), err)
 		if over > OverrunBound {
-			t.Fatalf("Acquire overran its wait by %v", over)
+			t.Fatalf("Acquire overran its cancelled context by %v", over)
 		}
 		wantUnavailable(t, "Acquire stalled during its wait", err)
 	case <-time.After(HangTimeout):
-		t.Fatal("hang: Acquire ignored its wait on a stalled link")
+		t.Fatal("hang: Acquire ignored its cancelled context on a stalled link")
 	}
 	link.Heal()
 
@@ -417,4 +473,21 @@ func testMinorityStalled(t *testing.T, h Harness, f *Faults) {
 		}
 		release(t, x)
 	}
+}
+
+// unanswered is how long the outage tests leave a request unanswered
+// before the wait ends: longer than the second after which dlock (the
+// engine, and the backends that wait in one request) reports a silent
+// server as unavailable rather than the holder it saw before.
+const unanswered = 1500 * time.Millisecond
+
+// stallingBackoff calls at before each backoff step.
+type stallingBackoff struct {
+	delay time.Duration
+	at    func()
+}
+
+func (b stallingBackoff) Next(int) time.Duration {
+	b.at()
+	return b.delay
 }

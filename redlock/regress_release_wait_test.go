@@ -32,6 +32,7 @@ func TestRegressReleaseWaitsForSlowNode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		heldOnAll(t, c, key, lk)
 		link[0].Delay(d)
 		link[1].Delay(d)
 		link[2].Delay(3 * d)

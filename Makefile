@@ -54,22 +54,25 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-## vet: go vet every module.
+## vet: go vet every module. make test sets VETFLAGS=-race, so that vet
+## reuses the packages its race-enabled tests compiled instead of
+## compiling every dependency once more.
+VETFLAGS ?=
 vet:
-	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
+	@for m in $(MODULES); do (cd $$m && $(GO) vet $(VETFLAGS) ./...) || exit 1; done
 
 ## test: deps and the gofmt check, then race-enabled tests of every
-## module (the long ones left out: -short), and beside them go vet, a
-## short run of the small packages' fuzzers, the release check, a short
-## safety run and the case studies. It ends
+## module (the long ones left out: -short), and beside them a short run
+## of the small packages' fuzzers, the release check, a short safety run,
+## the case studies and go vet (last: it reuses the tests' builds). It ends
 ## with each module's and step's wall time and the slowest tests.
 test: deps fmt-check
 	@$(GO) run ./internal/testrun -short -jobs $(TEST_JOBS) -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) \
-	  -also '$(MAKE) --no-print-directory vet' \
 	  -also '$(MAKE) --no-print-directory fuzz-quick' \
 	  -also '$(MAKE) --no-print-directory release-check' \
 	  -also '$(MAKE) --no-print-directory safety-quick' \
-	  -also '$(MAKE) --no-print-directory examples'
+	  -also '$(MAKE) --no-print-directory examples' \
+	  -also '$(MAKE) --no-print-directory vet VETFLAGS=-race'
 
 ## test-long: the tests too long for every run (scale, failover
 ## matrices, repetition: each says why in its doc), with every other test

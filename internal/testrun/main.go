@@ -6,7 +6,8 @@
 // compute, so testrun runs several modules at once (-jobs). It prints a
 // line as each module ends and, every -progress interval, which are
 // still running; at the end a table of each module's wall time and
-// result, and the slowest tests (from `go test -json`). Tests that took
+// result, and the slowest tests (from `go test -json`; leaf tests, as a
+// suite's parent lasts as long as all its subtests). Tests that took
 // longer than -slow are listed separately: a test that grows past it is
 // to be split or moved to `make test-long`.
 //
@@ -197,7 +198,7 @@ type result struct {
 	wall    time.Duration
 	err     error    // go test's exit (nil: every package passed)
 	stderr  string   // go test's own stderr (build errors)
-	tests   []tcase  // every top-level test that ended
+	tests   []tcase  // every test and subtest that ended
 	failed  []testID // failing tests, in order
 	output  map[string]*strings.Builder
 	pkgFail map[string]bool
@@ -298,6 +299,8 @@ func (r *result) read(out io.Reader) {
 			if e.Action == "fail" {
 				r.failed = append(r.failed, testID{e.Package, e.Test})
 			}
+			r.tests = append(r.tests, tcase{pkg: e.Package, name: e.Test, action: e.Action,
+				elapsed: time.Duration(e.Elapsed * float64(time.Second))})
 			if strings.Contains(e.Test, "/") {
 				continue // subtests: counted in their parent
 			}
@@ -309,8 +312,6 @@ func (r *result) read(out io.Reader) {
 			case "skip":
 				r.counts.skip++
 			}
-			r.tests = append(r.tests, tcase{pkg: e.Package, name: e.Test, action: e.Action,
-				elapsed: time.Duration(e.Elapsed * float64(time.Second))})
 		}
 	}
 }
@@ -411,8 +412,27 @@ func indent(s string) string {
 	return b.String()
 }
 
-// summary prints every module's wall time and result, the slowest tests,
-// and the tests over slow; it reports whether everything passed.
+// leaves returns the tests without subtests: a suite's parent test lasts
+// as long as all its subtests, and only a leaf can be split or moved.
+func leaves(tests []tcase) []tcase {
+	parent := map[testID]bool{}
+	for _, tc := range tests {
+		for i := strings.LastIndex(tc.name, "/"); i > 0; i = strings.LastIndex(tc.name[:i], "/") {
+			parent[testID{tc.pkg, tc.name[:i]}] = true
+		}
+	}
+	var out []tcase
+	for _, tc := range tests {
+		if !parent[testID{tc.pkg, tc.name}] {
+			out = append(out, tc)
+		}
+	}
+	return out
+}
+
+// summary prints every module's wall time and result, the slowest tests
+// (leaves: tests without subtests), and the tests over slow; it reports
+// whether everything passed.
 func summary(w io.Writer, results []*result, wall time.Duration, top int, slow time.Duration) bool {
 	ok := true
 	fmt.Fprintf(w, "\n== test summary: %s wall clock\n", wall.Round(time.Second))
@@ -427,7 +447,7 @@ func summary(w io.Writer, results []*result, wall time.Duration, top int, slow t
 		}
 		fmt.Fprintf(w, "%-24s %7.0fs  %-6s %6d %6d %6d\n", r.mod.name, r.wall.Seconds(), status,
 			r.counts.pass, r.counts.fail, r.counts.skip)
-		all = append(all, r.tests...)
+		all = append(all, leaves(r.tests)...)
 	}
 	sort.SliceStable(all, func(i, j int) bool { return all[i].elapsed > all[j].elapsed })
 	fmt.Fprintf(w, "\n== the %d slowest tests\n", min(top, len(all)))

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A failing module's report says why it failed. Each case is a
@@ -53,5 +54,26 @@ func TestFails(t *testing.T) { t.Fatal("plain failure") }
 				t.Errorf("the report of a failing module does not say why (%q):\n%s", tc.want, b.String())
 			}
 		})
+	}
+}
+
+// A suite's parent test lasts as long as all its subtests: the slow list
+// names the subtests that took the time, which can be split or moved.
+func TestLeaves_NameTheSubtestsThatTookTheTime(t *testing.T) {
+	tests := []tcase{
+		{pkg: "p", name: "TestSuite/Faults/Stall", elapsed: 40 * time.Second},
+		{pkg: "p", name: "TestSuite/Faults", elapsed: 45 * time.Second},
+		{pkg: "p", name: "TestSuite/Basic", elapsed: time.Second},
+		{pkg: "p", name: "TestSuite", elapsed: 50 * time.Second},
+		{pkg: "p", name: "TestPlain", elapsed: 2 * time.Second},
+		{pkg: "q", name: "TestSuite", elapsed: 3 * time.Second}, // another package's, a leaf there
+	}
+	var got []string
+	for _, tc := range leaves(tests) {
+		got = append(got, tc.pkg+" "+tc.name)
+	}
+	want := []string{"p TestSuite/Faults/Stall", "p TestSuite/Basic", "p TestPlain", "q TestSuite"}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("leaves = %q, want %q", got, want)
 	}
 }

@@ -18,7 +18,8 @@
 // With no MODULE_DIR it runs every module of the workspace, longest
 // first (by the order in longFirst, then the workspace's). Each -also
 // command (run by sh -c: the fuzzers, the release check) runs in a lane
-// of its own beside the modules, one after another in the order given:
+// of its own beside the modules, one after another in the order given, at
+// a lower CPU priority (-also-nice) than the tests:
 // they compile more than they wait, and the modules' tests mostly wait.
 package main
 
@@ -34,6 +35,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -55,6 +57,7 @@ func main() {
 	parallel := flag.Int("parallel", 8, "go test -parallel: a package's parallel tests run at once")
 	var also multiFlag
 	flag.Var(&also, "also", "a command to run beside the modules (repeatable; run in order, by sh -c)")
+	alsoNice := flag.Int("also-nice", 10, "the niceness of the -also commands: batch work (fuzzing, compiling) must not starve the servers and timers the tests wait on")
 	flag.Parse()
 	if *jobs < 1 {
 		fmt.Fprintln(os.Stderr, "testrun: -jobs must be at least 1")
@@ -110,7 +113,7 @@ func main() {
 				running[c] = time.Now()
 				mu.Unlock()
 				fmt.Printf("== %s\n", c)
-				r := command(c)
+				r := command(c, *alsoNice)
 				mu.Lock()
 				delete(running, c)
 				extras[i] = r
@@ -230,9 +233,12 @@ func (f *multiFlag) Set(v string) error { *f = append(*f, v); return nil }
 
 // command runs c with sh -c from the repository root; its output is kept
 // and shown only if it fails.
-func command(c string) *result {
+func command(c string, nice int) *result {
 	r := &result{mod: module{name: c}, cmd: true, output: map[string]*strings.Builder{}, pkgFail: map[string]bool{}, started: map[testID]bool{}}
 	cmd := exec.Command("sh", "-c", c)
+	if nice != 0 {
+		cmd = exec.Command("nice", "-n", strconv.Itoa(nice), "sh", "-c", c)
+	}
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	r.wall, r.err = time.Since(start), err

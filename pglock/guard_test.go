@@ -366,15 +366,17 @@ func TestGuardDo(t *testing.T) {
 	}
 }
 
-// guardWaitBlocked waits (bounded) until n backends wait for a lock while
-// running a statement on the guard's table.
+// guardWaitBlocked waits (bounded) until n backends of pool's database
+// wait for a lock while running a statement on the guard's table. Other
+// tests' databases on a shared server have guard tables of their own,
+// whose waits made the count miss (a deadlock test ran out its context).
 func guardWaitBlocked(t *testing.T, pool *pgxpool.Pool, n int) {
 	t.Helper()
 	deadline := time.Now().Add(dlocktest.HangTimeout)
 	for {
 		var waiting int
 		err := pool.QueryRow(dlocktest.Context(t), `SELECT count(*) FROM pg_stat_activity
-WHERE wait_event_type = 'Lock' AND query LIKE '%dlock_fences%' AND pid <> pg_backend_pid()`).Scan(&waiting)
+WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%dlock_fences%' AND pid <> pg_backend_pid()`).Scan(&waiting)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -584,6 +584,10 @@ func TestListReturnsByDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lk.Release(context.Background())
+	// Acquire returns once a majority granted: a grant to node 1 that
+	// lands after the heal below would leave List, with node 0 stalled,
+	// seeing the lease on node 2 alone and listing nothing.
+	heldOnAll(t, c, key, lk)
 	link.Stall() // a majority
 	const d = 300 * time.Millisecond
 	ctx, cancel := context.WithTimeout(context.Background(), d)

@@ -444,7 +444,7 @@ func (b *backend) Queue(ctx context.Context, req *driver.Request) (driver.Grant,
 			return driver.Grant{}, err
 		}
 		sent = time.Now()
-		w, onMark, err := b.waitOn(ctx, e, q, i, &seenMark, &kept)
+		w, onMark, pzxid, err := b.waitOn(ctx, e, q, i, &seenMark, &kept)
 		if err != nil {
 			if ctx.Err() != nil {
 				return driver.Grant{}, ended(err)
@@ -479,6 +479,24 @@ func (b *backend) Queue(ctx context.Context, req *driver.Request) (driver.Grant,
 					break wait
 				}
 				sent := time.Now()
+				if pzxid != 0 {
+					// A wait on the key's children probes the key's
+					// node: a change of its children since the watch was
+					// set means the watch missed it (see childrenMoved),
+					// and our node's own deletion is such a change.
+					moved, err := b.childrenMoved(ctx, e, pzxid)
+					switch {
+					case err != nil && ctx.Err() != nil:
+						return driver.Grant{}, ended(err)
+					case err != nil:
+					case moved:
+						lastOK = sent
+						break wait
+					default:
+						lastOK = sent
+					}
+					continue
+				}
 				me, err := call(ctx, b, "exists", func() (exists, error) {
 					ok, st, err := b.conn.Exists(e.path)
 					return exists{ok: ok, stat: st}, err
@@ -516,55 +534,81 @@ func markRelook(lease time.Duration) time.Duration {
 // channel to the client's watchers of the node at every look). seenMark remembers a node ahead whose granted mark sent the waiter to
 // look again, so that a mark nobody explains (a foreign write) cannot
 // make it spin.
-func (b *backend) waitOn(ctx context.Context, e *entry, q []qnode, i int, seenMark *string, kept *markWatch) (_ <-chan zk.Event, onMark bool, _ error) {
+func (b *backend) waitOn(ctx context.Context, e *entry, q []qnode, i int, seenMark *string, kept *markWatch) (_ <-chan zk.Event, onMark bool, pzxid int64, _ error) {
 	j := blocker(q, i)
 	if j < 0 && i == q[i].limit {
 		// The first permit not admitted: any holder's release admits it.
 		type kids struct {
 			names []string
+			pzxid int64
 			watch <-chan zk.Event
 		}
 		k, err := call(ctx, b, "watch", func() (kids, error) {
-			names, _, w, err := b.conn.ChildrenW(e.dir)
-			return kids{names, w}, err
+			names, st, w, err := b.conn.ChildrenW(e.dir)
+			if err != nil {
+				return kids{}, err
+			}
+			return kids{names, st.Pzxid, w}, nil
 		})
 		if errors.Is(err, zk.ErrNoNode) {
-			return nil, false, nil
+			return nil, false, 0, nil
 		}
 		if err != nil {
-			return nil, false, err
+			return nil, false, 0, err
 		}
 		nq := queueOf(k.names)
 		if ni := position(nq, e.name); ni < 0 || admitted(nq, ni) {
-			return nil, false, nil
+			return nil, false, 0, nil
 		}
-		return k.watch, false, nil
+		w := k.watch
+		if h := b.hooks.Load(); h != nil && h.childWatch != nil {
+			w = h.childWatch(w)
+		}
+		return w, false, k.pzxid, nil
 	}
 	if j < 0 {
 		j, onMark = i-1, true // a permit behind waiting permits of its size
 	}
 	dep := q[j]
 	if onMark && kept.w != nil && kept.name == dep.name {
-		return kept.w, true, nil
+		return kept.w, true, 0, nil
 	}
 	*kept = markWatch{}
 	w, err := call(ctx, b, "watch", func() (exists, error) {
 		return watchNode(b.conn, e.dir+"/"+dep.name)
 	})
 	if err != nil {
-		return nil, false, err
+		return nil, false, 0, err
 	}
 	if !w.ok {
-		return nil, false, nil
+		return nil, false, 0, nil
 	}
 	if dep.mode == driver.Limited && parseValue(w.data).Granted && *seenMark != dep.name {
 		*seenMark = dep.name
-		return nil, false, nil
+		return nil, false, 0, nil
 	}
 	if onMark {
 		*kept = markWatch{name: dep.name, w: w.watch}
 	}
-	return w.watch, onMark, nil
+	return w.watch, onMark, 0, nil
+}
+
+// childrenMoved reports whether the children of e's key node changed since
+// its stat said pzxid. A children watch can miss a change made while the
+// client was disconnected: go-zookeeper re-sets its watches on reconnect
+// relative to the last zxid it saw, and may take that zxid from a reply
+// the new connection already received, one newer than the change (a data
+// watch cannot miss a deletion: one on a missing node always fires). A
+// missing key node counts as a change.
+func (b *backend) childrenMoved(ctx context.Context, e *entry, pzxid int64) (bool, error) {
+	st, err := call(ctx, b, "exists", func() (exists, error) {
+		ok, st, err := b.conn.Exists(e.dir)
+		return exists{ok: ok, stat: st}, err
+	})
+	if err != nil {
+		return false, err
+	}
+	return !st.ok || st.stat.Pzxid != pzxid, nil
 }
 
 // markWatch is a permit's unfired watch on the waiting permit ahead of it.

@@ -801,3 +801,53 @@ func TestSemaphore_FrozenWaiterDoesNotBlockQueue(t *testing.T) {
 	}
 	releaseOK(t, g4)
 }
+
+// A semaphore's first waiting permit whose watch on the key's children
+// never fires (its event lost across a reconnect) is admitted once the
+// permit ahead is released. Symptom: it waited until its context ended.
+func TestSemaphoreWaiter_AdmittedWhenChildrenWatchLost(t *testing.T) {
+	t.Parallel()
+	addrs := []string{sharedZooKeeper(t).Addr()}
+	key := dlocktest.Key(t)
+	lim := dlock.WithLimit(1)
+	p, err := zklock.New(connect(t, addrs)).TryAcquire(dlocktest.Context(t), key, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := zklock.New(connect(t, addrs))
+	watching := make(chan struct{})
+	var once sync.Once
+	zklock.SetHooks(waiter, &zklock.Hooks{ChildWatch: func(<-chan zk.Event) <-chan zk.Event {
+		once.Do(func() { close(watching) })
+		return make(chan zk.Event) // never fires
+	}})
+	type got struct {
+		lk  *dlock.Lock
+		err error
+	}
+	done := make(chan got, 1)
+	go func() {
+		lk, err := waiter.Acquire(dlocktest.Context(t), key, lim)
+		done <- got{lk, err}
+	}()
+	select {
+	case <-watching:
+	case g := <-done:
+		t.Fatalf("Acquire returned (%v) before it waited on the key's children", g.err)
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatal("the waiter never waited on the key's children")
+	}
+	releaseOK(t, p)
+	select {
+	case g := <-done:
+		if g.err != nil {
+			t.Fatalf("the waiter, its children watch lost, after the release: %v", g.err)
+		}
+		if g.lk.Token() <= p.Token() {
+			t.Errorf("waiter's token %d, not above the released permit's %d", g.lk.Token(), p.Token())
+		}
+		releaseOK(t, g.lk)
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatal("the waiter was not admitted after the release: it relied on the lost watch")
+	}
+}

@@ -143,4 +143,16 @@
 //   - Locks across sessions: all locks of a Locker share its connection's
 //     session; when it expires, every one of them is lost.
 //   - A lock longer than its session: WithTTL does not extend it.
+//   - A clean run under Go's race detector across reconnects: go-zookeeper
+//     v1.0.4 builds the request that re-sets a connection's watches from
+//     the last zxid it saw, read without a lock while its new receive loop
+//     may already write it (samuel/go-zookeeper#178, go-zookeeper/zk#35).
+//     -race reports it when a connection with watches reconnects with
+//     requests queued; dlock's test runs suppress that one report
+//     (internal/testrun/gorace.supp). Its effect, watches re-set from a
+//     zxid newer than a change made while disconnected, cannot hide a
+//     deletion (a watch on a missing node fires), and a semaphore's first
+//     waiting permit, whose watch is on the key's children, compares
+//     their last change (pzxid) at every probe (250ms), so a missed
+//     release delays it by at most that.
 package zklock

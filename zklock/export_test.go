@@ -1,5 +1,7 @@
 package zklock
 
+import "github.com/go-zookeeper/zk"
+
 // WatchEvents returns the number of watch events the waiters and holders
 // of the Lockers ls have received so far (tests: a release wakes one
 // waiter).
@@ -22,6 +24,10 @@ type Hooks struct {
 	// Aborted runs when the Locker's Abort (the undo of an attempt whose
 	// outcome is unknown) returns.
 	Aborted func(err error)
+	// ChildWatch replaces the watch a semaphore's first waiting permit
+	// sets on the key's children (returning a channel that never fires
+	// is a watch whose event was lost).
+	ChildWatch func(<-chan zk.Event) <-chan zk.Event
 }
 
 // SetHooks installs h on l (nil removes them).
@@ -30,5 +36,5 @@ func SetHooks(l *Locker, h *Hooks) {
 		l.b.hooks.Store(nil)
 		return
 	}
-	l.b.hooks.Store(&testHooks{beforeCreate: h.BeforeCreate, afterCreate: h.AfterCreate, aborted: h.Aborted})
+	l.b.hooks.Store(&testHooks{beforeCreate: h.BeforeCreate, afterCreate: h.AfterCreate, aborted: h.Aborted, childWatch: h.ChildWatch})
 }

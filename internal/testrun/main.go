@@ -58,7 +58,12 @@ func main() {
 	var also multiFlag
 	flag.Var(&also, "also", "a command to run beside the modules (repeatable; run in order, by sh -c)")
 	alsoNice := flag.Int("also-nice", 10, "the niceness of the -also commands: batch work (fuzzing, compiling) must not starve the servers and timers the tests wait on")
+	supp := flag.String("race-suppressions", filepath.Join("internal", "testrun", "gorace.supp"), "the race detector's suppressions for the tests and -also commands (GORACE); empty for none")
 	flag.Parse()
+	if err := suppressRaces(*supp); err != nil {
+		fmt.Fprintln(os.Stderr, "testrun:", err)
+		os.Exit(2)
+	}
 	if *jobs < 1 {
 		fmt.Fprintln(os.Stderr, "testrun: -jobs must be at least 1")
 		os.Exit(2)
@@ -476,3 +481,22 @@ func summary(w io.Writer, results []*result, wall time.Duration, top int, slow t
 }
 
 func since(t time.Time) string { return time.Since(t).Round(time.Second).String() }
+
+// suppressRaces adds the suppressions in file to GORACE, which every test
+// binary and -also command started from here inherits. The file names
+// only races inside dependencies that dlock cannot fix (each entry says
+// which and why); a race in dlock's own code is never suppressed.
+func suppressRaces(file string) error {
+	if file == "" {
+		return nil
+	}
+	abs, err := filepath.Abs(file)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(abs); err != nil {
+		return fmt.Errorf("race suppressions: %w", err)
+	}
+	g := strings.TrimSpace(os.Getenv("GORACE") + " suppressions=" + abs)
+	return os.Setenv("GORACE", g)
+}

@@ -88,7 +88,7 @@ func callGrace[T any](ctx context.Context, clk clock, grace time.Duration, f fun
 			return r.v, r.err, false
 		default:
 			left = true
-			return v, context.Cause(ctx), true
+			return v, ctxErr(ctx), true
 		}
 	}
 }

@@ -313,11 +313,11 @@ type waiter struct {
 func (w *waiter) ended(ctx context.Context) error {
 	switch {
 	case w.last != nil:
-		return notAcquired(w.cfg.key, w.last, context.Cause(ctx))
+		return notAcquired(w.cfg.key, w.last, ctxErr(ctx))
 	case w.lastErr != nil:
-		return errors.Join(w.lastErr, context.Cause(ctx))
+		return errors.Join(w.lastErr, ctxErr(ctx))
 	}
-	return fmt.Errorf("dlock: acquire %q: %w", w.cfg.key, context.Cause(ctx))
+	return fmt.Errorf("dlock: acquire %q: %w", w.cfg.key, ctxErr(ctx))
 }
 
 // attempt makes one attempt with fn (the driver's Try or Queue), bounded
@@ -354,7 +354,7 @@ func (w *waiter) attempt(ctx context.Context, n int, fn func(context.Context, *d
 		}
 	})
 	if abandoned {
-		return nil, true, unavailable(cfg.key, w.last, nil, err)
+		return nil, true, unavailable(ctx, cfg.key, w.last, nil)
 	}
 	if rtt && ctx.Err() == nil {
 		e.observe(clockSince(e.wd.clk, start))
@@ -378,7 +378,7 @@ func (w *waiter) attempt(ctx context.Context, n int, fn func(context.Context, *d
 		// whose outcome is unknown.
 		failed := err
 		background.Go(func() { e.undo(req, driver.Grant{}, failed) })
-		return nil, true, notAcquired(cfg.key, w.last, context.Cause(ctx))
+		return nil, true, notAcquired(cfg.key, w.last, ctxErr(ctx))
 	case errors.As(err, &na):
 		w.last, w.lastErr = na, nil
 		return nil, false, err
@@ -391,10 +391,7 @@ func (w *waiter) attempt(ctx context.Context, n int, fn func(context.Context, *d
 		failed := err // err is the named result, written by the returns below
 		background.Go(func() { e.undo(req, driver.Grant{}, failed) })
 		if ctx.Err() != nil {
-			if isContextErr(err, ctx) {
-				err = nil // no answer: the context's end is joined below
-			}
-			return nil, true, unavailable(cfg.key, w.last, err, context.Cause(ctx))
+			return nil, true, unavailable(ctx, cfg.key, w.last, err)
 		}
 		return nil, true, err
 	}
@@ -507,7 +504,7 @@ func (e *Engine) poll(ctx context.Context, cfg *config, wait bool) (lk *Lock, er
 				}
 			})
 			if abandoned {
-				return nil, unavailable(cfg.key, w.last, nil, err)
+				return nil, unavailable(ctx, cfg.key, w.last, nil)
 			}
 			if err == nil && s != nil {
 				sub = s
@@ -623,19 +620,24 @@ func notAcquired(key string, last *NotAcquiredError, cause error) error {
 	return e
 }
 
-// unavailable reports an attempt that got no answer (err nil) or failed
-// (err) while the context ended: nothing is known about the key, so it is
-// not ErrNotAcquired even if an earlier attempt saw a holder.
-func unavailable(key string, last *NotAcquiredError, err, cause error) error {
+// unavailable reports an attempt that failed (err) or got no answer while
+// ctx ended: err nil or ctx's own error, or a driver's error that wraps
+// it (its own words on what went silent are kept). Nothing is known about
+// the key, so it is not ErrNotAcquired even if an earlier attempt saw a
+// holder.
+func unavailable(ctx context.Context, key string, last *NotAcquiredError, err error) error {
 	seen := ""
 	if last != nil && len(last.Holders) > 0 {
 		seen = "; last seen held by " + last.Holders[0].String()
 	}
 	var e error
-	if err != nil {
-		e = fmt.Errorf("%w: acquire %q: %w%s", ErrUnavailable, key, err, seen)
-	} else {
+	switch {
+	case err == nil || err == ctx.Err() || err == context.Cause(ctx):
 		e = fmt.Errorf("%w: acquire %q: no answer before the context ended%s", ErrUnavailable, key, seen)
+	case isContextErr(err, ctx):
+		e = fmt.Errorf("%w: acquire %q: no answer before the context ended (%w)%s", ErrUnavailable, key, err, seen)
+	default:
+		e = fmt.Errorf("%w: acquire %q: %w%s", ErrUnavailable, key, err, seen)
 	}
-	return errors.Join(e, cause)
+	return errors.Join(e, ctxErr(ctx))
 }

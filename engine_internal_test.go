@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -159,13 +160,19 @@ func (*abortRecorder) Spec() driver.Spec { return driver.Spec{Name: "test"} }
 // the key to an owner nobody held, for a whole TTL.
 func TestAcquire_AttemptEndedByWaitIsUndone(t *testing.T) {
 	b := &abortRecorder{inSecond: make(chan struct{})}
-	e := NewEngine(b)
+	// On the fake clock: the attempt is cut off at once by its clock, not
+	// after however long the test goroutine took to cancel.
+	e, fc := fakeEngine(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() {
 		_, err := e.Acquire(ctx, "k", WithBackoff(ConstBackoff{Delay: time.Millisecond}))
 		errc <- err
 	}()
+	if !waitPending(fc, 30*time.Second) { // the backoff after the first attempt
+		t.Fatal("hang: no backoff timer after the first attempt")
+	}
+	fc.Advance(time.Millisecond)
 	select {
 	case <-b.inSecond:
 	case <-time.After(30 * time.Second):
@@ -246,6 +253,105 @@ func TestAcquire_AttemptUnansweredForASecondIsUnavailable(t *testing.T) {
 		}
 		if c.unavailable && !strings.Contains(err.Error(), "no answer before the context ended") {
 			t.Errorf("attempt unanswered for %v: %q does not say the service did not answer", c.outstanding, err)
+		}
+	}
+	if !background.Wait(10 * time.Second) {
+		t.Fatal("background work did not end")
+	}
+}
+
+// ctxEndBackend: the key is held; the second attempt waits for its
+// context to end and returns what end(ctx) makes of it.
+type ctxEndBackend struct {
+	mu       sync.Mutex
+	tries    int
+	inSecond chan struct{}
+	end      func(ctx context.Context) error
+}
+
+func (b *ctxEndBackend) Try(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	b.mu.Lock()
+	b.tries++
+	n := b.tries
+	b.mu.Unlock()
+	if n == 2 {
+		close(b.inSecond)
+		<-ctx.Done()
+		return driver.Grant{}, b.end(ctx)
+	}
+	return driver.Grant{}, &NotAcquiredError{Key: req.Key, Holders: []Holder{{Owner: "other", Token: 7}}}
+}
+
+func (*ctxEndBackend) Spec() driver.Spec { return driver.Spec{Name: "test"} }
+
+// acquireCutOff runs an Acquire of a held key on b whose second attempt is
+// outstanding for answerRecency when ctx (made by mk) is ended by end.
+func acquireCutOff(t *testing.T, b *ctxEndBackend, mk func() (context.Context, func())) error {
+	t.Helper()
+	b.inSecond = make(chan struct{})
+	e, fc := fakeEngine(b)
+	ctx, end := mk()
+	defer end()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := e.Acquire(ctx, "k", WithBackoff(ConstBackoff{Delay: time.Millisecond}))
+		errc <- err
+	}()
+	if !waitPending(fc, 30*time.Second) {
+		t.Fatal("hang: no backoff timer after the first attempt")
+	}
+	fc.Advance(time.Millisecond)
+	select {
+	case <-b.inSecond:
+	case <-time.After(30 * time.Second):
+		t.Fatal("hang: no second attempt")
+	}
+	fc.Advance(answerRecency)
+	end()
+	select {
+	case err := <-errc:
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatal("hang: Acquire did not return after its context ended")
+		return nil
+	}
+}
+
+// An outage at the end of a wait keeps the driver's own words on what
+// went silent. Symptom: a driver's "no answer from ZooKeeper in the last
+// 1.5s" became the bare "no answer before the context ended".
+func TestAcquire_UnansweredWaitKeepsDriverExplanation(t *testing.T) {
+	const why = "no answer from the service in the last 1.5s of the wait"
+	b := &ctxEndBackend{end: func(ctx context.Context) error { return fmt.Errorf("%s: %w", why, ctx.Err()) }}
+	err := acquireCutOff(t, b, func() (context.Context, func()) { return context.WithCancel(context.Background()) })
+	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Acquire: %v, want ErrUnavailable and context.Canceled", err)
+	}
+	if !strings.Contains(err.Error(), why) || !strings.Contains(err.Error(), "no answer before the context ended") {
+		t.Fatalf("Acquire: %q, want the driver's explanation and that the attempt was unanswered", err)
+	}
+	if !background.Wait(10 * time.Second) {
+		t.Fatal("background work did not end")
+	}
+}
+
+// A wait ended by a context with a cause of its own wraps both the cause
+// and the context's error. Symptom: with WithCancelCause, errors.Is(err,
+// context.Canceled) was false.
+func TestAcquire_WaitEndedWithCustomCauseWrapsContextError(t *testing.T) {
+	myErr := errors.New("shutting down")
+	for name, end := range map[string]func(ctx context.Context) error{
+		"bare":    func(ctx context.Context) error { return ctx.Err() },
+		"wrapped": func(ctx context.Context) error { return fmt.Errorf("driver: %w", ctx.Err()) },
+		"cause":   func(ctx context.Context) error { return context.Cause(ctx) },
+	} {
+		b := &ctxEndBackend{end: end}
+		err := acquireCutOff(t, b, func() (context.Context, func()) {
+			ctx, cancel := context.WithCancelCause(context.Background())
+			return ctx, func() { cancel(myErr) }
+		})
+		if !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.Canceled) || !errors.Is(err, myErr) {
+			t.Errorf("%s: Acquire: %v, want ErrUnavailable wrapping context.Canceled and the cause", name, err)
 		}
 	}
 	if !background.Wait(10 * time.Second) {

@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -190,3 +191,15 @@ func (e *StaleTokenError) Error() string {
 
 // Unwrap returns ErrStaleToken.
 func (e *StaleTokenError) Unwrap() error { return ErrStaleToken }
+
+// ctxErr is the end of ctx as an error: its cause, joined with ctx.Err()
+// when the cause does not wrap it (a cause given to WithTimeoutCause or
+// WithCancelCause), so that errors.Is(err, context.DeadlineExceeded) or
+// context.Canceled holds for every error the context's end made.
+func ctxErr(ctx context.Context) error {
+	cause := context.Cause(ctx)
+	if err := ctx.Err(); err != nil && !errors.Is(cause, err) {
+		return errors.Join(cause, err)
+	}
+	return cause
+}

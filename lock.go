@@ -403,7 +403,7 @@ func (l *Lock) releaseServer(ctx context.Context) error {
 		select {
 		case <-f.done: // both ready: the answer wins
 		default:
-			return fmt.Errorf("%w: release %q: no answer before the context ended (the request goes on in the background): %w", ErrUnavailable, l.key, context.Cause(ctx))
+			return fmt.Errorf("%w: release %q: no answer before the context ended (the request goes on in the background): %w", ErrUnavailable, l.key, ctxErr(ctx))
 		}
 	}
 	if f.err != nil && !errors.Is(f.err, ErrNotHeld) {

@@ -214,7 +214,7 @@ func (s *Set) Release(ctx context.Context) error {
 			select {
 			case <-done:
 			default:
-				return fmt.Errorf("%w: the set's release is still under way: %w", ErrUnavailable, context.Cause(ctx))
+				return fmt.Errorf("%w: the set's release is still under way: %w", ErrUnavailable, ctxErr(ctx))
 			}
 		}
 		if err := s.Err(); err != nil && !errors.Is(err, ErrReleased) {

@@ -141,7 +141,7 @@ func tryTransient(ctx context.Context, l Locker, key string, b Backoff, opts []O
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return nil, errors.Join(err, context.Cause(ctx))
+			return nil, errors.Join(err, ctxErr(ctx))
 		}
 	}
 }

@@ -434,6 +434,9 @@ func testOutageDuringWait(t *testing.T, h Harness, f *Faults) {
 			t.Fatalf("Acquire overran its cancelled context by %v", over)
 		}
 		wantUnavailable(t, "Acquire stalled during its wait", err)
+		if !errors.Is(err, dlock.ErrUnavailable) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("Acquire stalled during its wait: %v, want ErrUnavailable joined with the cancel", err)
+		}
 	case <-time.After(HangTimeout):
 		t.Fatal("hang: Acquire ignored its cancelled context on a stalled link")
 	}

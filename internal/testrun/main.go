@@ -490,13 +490,20 @@ func suppressRaces(file string) error {
 	if file == "" {
 		return nil
 	}
+	g := os.Getenv("GORACE")
+	if strings.Contains(g, "suppressions=") {
+		fmt.Fprintf(os.Stderr, "testrun: GORACE names its own suppressions; %s is not added\n", file)
+		return nil
+	}
 	abs, err := filepath.Abs(file)
 	if err != nil {
 		return err
 	}
+	if strings.ContainsAny(abs, " \t\n") {
+		return fmt.Errorf("race suppressions: GORACE cannot name a path with blanks: %q", abs)
+	}
 	if _, err := os.Stat(abs); err != nil {
 		return fmt.Errorf("race suppressions: %w", err)
 	}
-	g := strings.TrimSpace(os.Getenv("GORACE") + " suppressions=" + abs)
-	return os.Setenv("GORACE", g)
+	return os.Setenv("GORACE", strings.TrimSpace(g+" suppressions="+abs))
 }

@@ -151,8 +151,10 @@
 //     requests queued; dlock's test runs suppress that one report
 //     (internal/testrun/gorace.supp). Its effect, watches re-set from a
 //     zxid newer than a change made while disconnected, cannot hide a
-//     deletion (a watch on a missing node fires), and a semaphore's first
+//     deletion (a watch on a missing node fires). A semaphore's first
 //     waiting permit, whose watch is on the key's children, compares
 //     their last change (pzxid) at every probe (250ms), so a missed
-//     release delays it by at most that.
+//     release delays it by at most that; a permit waiting for the granted
+//     mark of the permit ahead (a data change) may miss it until it looks
+//     again, a third of its lease later.
 package zklock

@@ -295,7 +295,12 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 		e.markIfFollowed(q, i)
 		return g, nil
 	}
-	e.abandon()
+	// The refused node goes before Try returns: left to the background,
+	// it would be in the queue after the holder's release and refuse the
+	// next TryAcquire, of any client, naming an owner that holds nothing.
+	// The holders are read meanwhile.
+	gone := e.abandonStarted()
+	defer b.waitDeleted(ctx, gone)
 	others := without(q, e.name)
 	held := holdersOf(others)
 	if err := e.mismatch(held); err != nil {
@@ -306,6 +311,19 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 		na.Holders = append(na.Holders, b.holderOf(ctx, req.Key, e.dir, n))
 	}
 	return driver.Grant{}, na
+}
+
+// waitDeleted waits for a deletion started by abandonStarted to end, at
+// most until ctx ends or for the request timeout: past that it goes on in
+// the background (see Orphans).
+func (b *backend) waitDeleted(ctx context.Context, gone <-chan struct{}) {
+	t := time.NewTimer(b.timeout)
+	defer t.Stop()
+	select {
+	case <-gone:
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }
 
 // maxNamed bounds the holders a refusal reads and names (a semaphore may
@@ -671,6 +689,9 @@ func (e *entry) abandon() {
 }
 
 func (e *entry) deleteOrphan() {
+	if h := e.b.hooks.Load(); h != nil && h.beforeOrphanDelete != nil {
+		h.beforeOrphanDelete()
+	}
 	deleted := e.b.retryDelete(e.sid, func(ctx context.Context) (bool, error) {
 		_, err := call(ctx, e.b, "delete", func() (struct{}, error) {
 			return struct{}{}, e.b.conn.Delete(e.path, -1)
@@ -696,20 +717,28 @@ func (e *entry) deleteOrphan() {
 // wait); the deletion goes on in the background if it takes longer.
 const endedDeleteWait = 50 * time.Millisecond
 
-// abandonWithin is abandon, waiting up to d for the deletion to finish.
-func (e *entry) abandonWithin(d time.Duration) {
+// abandonStarted is abandon, returning a channel closed once the deletion
+// it started ends (at once if one ran or runs already).
+func (e *entry) abandonStarted() <-chan struct{} {
+	done := make(chan struct{})
 	e.mu.Lock()
 	if e.deleting || e.deletedByUs {
 		e.mu.Unlock()
-		return
+		close(done)
+		return done
 	}
 	e.deleting = true
 	e.mu.Unlock()
-	done := make(chan struct{})
 	background.Go(func() {
 		defer close(done)
 		e.deleteOrphan()
 	})
+	return done
+}
+
+// abandonWithin is abandon, waiting up to d for the deletion to finish.
+func (e *entry) abandonWithin(d time.Duration) {
+	done := e.abandonStarted()
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

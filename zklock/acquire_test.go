@@ -851,3 +851,38 @@ func TestSemaphoreWaiter_AdmittedWhenChildrenWatchLost(t *testing.T) {
 		t.Fatal("the waiter was not admitted after the release: it relied on the lost watch")
 	}
 }
+
+// A refused TryAcquire's queue node is gone when TryAcquire returns: once
+// the holder releases, another client's TryAcquire gets the key. Symptom:
+// it was refused, "held by" the refused attempt's owner, while that
+// node's deletion still ran in the background.
+func TestTryAcquire_RefusedNodeGoneOnReturn(t *testing.T) {
+	t.Parallel()
+	addrs := []string{sharedZooKeeper(t).Addr()}
+	key := dlocktest.Key(t)
+	holder, err := zklock.New(connect(t, addrs)).TryAcquire(dlocktest.Context(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := zklock.New(connect(t, addrs))
+	gate := make(chan struct{})
+	zklock.SetHooks(refused, &zklock.Hooks{BeforeOrphanDelete: func() {
+		// Holds the deletion until the other client has tried (a deletion
+		// left to the background is still pending then), or for a second
+		// (a TryAcquire that waits for its deletion returns after it).
+		select {
+		case <-gate:
+		case <-time.After(time.Second):
+		}
+	}})
+	if _, err := refused.TryAcquire(dlocktest.Context(t), key); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire of a held key: %v, want ErrNotAcquired", err)
+	}
+	releaseOK(t, holder)
+	lk, err := zklock.New(connect(t, addrs)).TryAcquire(dlocktest.Context(t), key)
+	close(gate)
+	if err != nil {
+		t.Fatalf("TryAcquire after the holder released, a refused attempt before it: %v", err)
+	}
+	releaseOK(t, lk)
+}

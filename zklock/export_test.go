@@ -24,6 +24,10 @@ type Hooks struct {
 	// Aborted runs when the Locker's Abort (the undo of an attempt whose
 	// outcome is unknown) returns.
 	Aborted func(err error)
+	// BeforeOrphanDelete runs before the deletion of a node nobody uses
+	// (a refused or abandoned attempt's): blocking in it holds the node
+	// in the queue.
+	BeforeOrphanDelete func()
 	// ChildWatch replaces the watch a semaphore's first waiting permit
 	// sets on the key's children (returning a channel that never fires
 	// is a watch whose event was lost).
@@ -36,5 +40,5 @@ func SetHooks(l *Locker, h *Hooks) {
 		l.b.hooks.Store(nil)
 		return
 	}
-	l.b.hooks.Store(&testHooks{beforeCreate: h.BeforeCreate, afterCreate: h.AfterCreate, aborted: h.Aborted, childWatch: h.ChildWatch})
+	l.b.hooks.Store(&testHooks{beforeCreate: h.BeforeCreate, afterCreate: h.AfterCreate, aborted: h.Aborted, childWatch: h.ChildWatch, beforeOrphanDelete: h.BeforeOrphanDelete})
 }

@@ -109,6 +109,8 @@ type testHooks struct {
 	beforeCreate func()          // on the create's goroutine, before it is sent
 	afterCreate  func(err error) // on the create's goroutine, once it returned
 	aborted      func(err error) // when Abort returns
+	// beforeOrphanDelete runs before a node nobody uses is deleted.
+	beforeOrphanDelete func()
 	// childWatch replaces the watch of a wait on a key's children.
 	childWatch func(<-chan zk.Event) <-chan zk.Event
 }

@@ -107,6 +107,13 @@ func wantBroken(t *testing.T, b dlock.Broken, lks ...*dlock.Lock) {
 	}
 }
 
+// lapsed reports whether lk was lost at its local deadline (no renewal
+// succeeded in time), not by a server's answer.
+func lapsed(lk *dlock.Lock) bool {
+	var le *dlock.LostError
+	return errors.As(lk.Err(), &le) && le.Reason == dlock.LossDeadline
+}
+
 // wantLostByBreak checks that lk finds out: a refresh fails with
 // ErrLockLost and Lost() is closed by the time it answers; Release then
 // reports the loss too. A refresh may still succeed for a while where
@@ -830,7 +837,13 @@ func testRedTeam15RaceRenewal(t *testing.T, h Harness) {
 			key := Key(t)
 			lk := mustAcquire(t, h.New(t), key, dlock.WithTTL(h.TTL))
 			time.Sleep(h.TTL / 3 * time.Duration(i) / 2) // land at different points of the renewal cycle
-			wantBroken(t, mustBreak(t, operator, key, ""), lk)
+			if b := mustBreak(t, operator, key, ""); len(b.Holders) == 0 && lapsed(lk) {
+				// A starved watchdog let the short lease run out first: the
+				// holder knew (its local deadline) and the rest holds.
+				t.Logf("the lease ran out before the break: %v", lk.Err())
+			} else {
+				wantBroken(t, b, lk)
+			}
 			waitClosed(t, lk.Lost(), "the broken lock's Lost()")
 			next := mustAcquire(t, operator, key, dlock.WithTTL(h.TTL))
 			time.Sleep(2 * h.TTL)

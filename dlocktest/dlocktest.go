@@ -632,7 +632,14 @@ func testReleaseLostKeepsNewHolder(t *testing.T, h Harness) {
 	lk2 := mustAcquire(t, h.New(t), key)
 	defer release(t, lk2)
 	for i := 0; i < 2; i++ { // a retried release is harmless too
-		if err := old.Release(context.Background()); !errors.Is(err, dlock.ErrLockLost) || !errors.Is(err, dlock.ErrNotHeld) {
+		err := old.Release(context.Background())
+		if errors.Is(err, dlock.ErrLockLost) && lapsed(old) && !time.Now().Before(old.Deadline()) {
+			// A slow machine took the lock past its local deadline (it is
+			// not renewed) before the release asked the server.
+			t.Logf("the local deadline passed first: %v", err)
+			continue
+		}
+		if !errors.Is(err, dlock.ErrLockLost) || !errors.Is(err, dlock.ErrNotHeld) {
 			t.Fatalf("Release of a lost lock = %v, want ErrLockLost wrapping ErrNotHeld", err)
 		}
 	}

@@ -354,7 +354,7 @@ func (refuseLateLease) Release(context.Context) error { return nil }
 // A renewal refused (ErrNotHeld) is a loss by the server when the refusal
 // comes before the local deadline, and a loss at the deadline when it
 // comes after it: the server then ended a lease the holder had already
-// given up, and a starved watchdog had not said so yet. It was reported
+// given up, and a starved watchdog had not said so yet. Symptom: reported
 // as the server taking the lease away, which a holder must never see
 // before its deadline.
 func TestWatchdog_RefusalAfterDeadlineIsLossAtDeadline(t *testing.T) {

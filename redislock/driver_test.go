@@ -445,10 +445,10 @@ func TestRelease_RetryAfterLostReplyAndTwoHandovers_ReportsReleased(t *testing.T
 }
 
 // TestTryAcquire_ReservedKey_ReportsReservation: while a release reserves
-// the key for the waiter it woke, a TryAcquire by someone else used to get
+// the key for the waiter it woke, a TryAcquire by someone else says that
+// the key is reserved, for which waiter, and for how long. Symptom:
 // ErrNotAcquired naming an empty holder and no metadata ("not acquired",
-// by nobody). It must say that the key is reserved, for which waiter, and
-// for how long.
+// by nobody).
 //
 // The reservation lasts HandoffReserve (100ms) on the server's clock, and
 // a TryAcquire sent later gets the key. So the test checks the
@@ -590,8 +590,8 @@ func (h *dequeueHook) waitFailed(t *testing.T, since time.Time, what string) {
 // TestWaiters_DepartedWaiterDequeued_AfterStallAndCut: a waiter queues,
 // its link stalls and it gives up; its removal goes into the stall and
 // fails, the link is then cut (a retried removal is refused) and heals.
-// The removal used to be sent once: after all of dlock's background work
-// ended the departed waiter was still queued. Failed removals are retried
+// Symptom: a removal sent once left the departed waiter queued after all
+// of dlock's background work ended. Failed removals are retried
 // with backoff (up to 30s, or until the client is closed): once the link
 // heals and the background work has ended, the queue is empty. The
 // schedule follows the removals a hook on the client sees, not sleeps.

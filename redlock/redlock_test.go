@@ -605,7 +605,7 @@ func TestListReturnsByDeadline(t *testing.T) {
 	// A minority stalled: the majority answers. The stalled node never
 	// will, so a List that waited for it would end in an error at this
 	// deadline; it is generous so that a loaded machine's slow answers
-	// are not mistaken for that (CI saw 300ms run out).
+	// are not mistaken for that (300ms can run out on one).
 	link[1].Heal()
 	ctx2, cancel2 := context.WithTimeout(context.Background(), dlocktest.HangTimeout)
 	defer cancel2()

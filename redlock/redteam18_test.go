@@ -33,8 +33,8 @@ func rt18Remnants(t *testing.T, c *cluster, key, owner string, idx ...int) []int
 
 // The caller's deadline passes while Release waits, after a majority
 // released, for a stalled node (the grace): Release returns nil, by the
-// deadline. The grace used to run on the core's own context (at least
-// DefaultReleaseTimeout), past the caller's deadline, and the core then
+// deadline. Symptom: a grace run on the core's own context (at least
+// DefaultReleaseTimeout) went past the caller's deadline, and the core
 // reported ErrUnavailable for a lock a majority had released.
 func TestRelease_NilWhenDeadlinePassesInGrace(t *testing.T) {
 	c := startNodes(t, 3)

@@ -17,7 +17,7 @@ import (
 // A split vote (every refusing node holds another attempt's uncommitted
 // phase-one grant, none a majority) means nobody holds the key: the attempt
 // fails with ErrTransient, so TryAcquire's callers (RunOnce) try again
-// instead of skipping a key nobody holds. CI saw RunOnce's four replicas
+// instead of skipping a key nobody holds. Symptom: RunOnce's four replicas
 // all skip one period this way.
 func TestRegressSplitVoteIsTransient(t *testing.T) {
 	c := startNodes(t, 3)

@@ -12,7 +12,6 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/background"
 )
 
 // Try implements driver.Driver in one statement: read the key's live
@@ -142,7 +141,6 @@ FROM readers r WHERE NOT EXISTS (SELECT 1 FROM taken)`
 		b.answered(sent)
 	}
 	if err != nil {
-		b.abortIfCut(ctx, req)
 		return driver.Grant{}, b.silent(ctx, fmt.Sprintf("acquire %q", req.Key), fmt.Errorf("dlock: postgres acquire %q: %w", req.Key, explain(err)))
 	}
 	if !won {
@@ -157,26 +155,6 @@ FROM readers r WHERE NOT EXISTS (SELECT 1 FROM taken)`
 		b.forget(req.Key, req.Waiter)
 	}
 	return driver.Grant{Lease: &lease{b: b, key: req.Key, owner: req.Owner, mode: driver.Exclusive}, Token: uint64(token)}, nil
-}
-
-// abortIfCut undoes in the background an attempt whose statement failed
-// because its context ended. The statement may have reached the server
-// all the same and still run there: a loaded server, or a slow link, runs
-// it after its client left, and it may grant the key to an owner nobody
-// holds, for its whole TTL. The engine undoes an attempt whose outcome is
-// unknown, but not one that ended with its context after the key was
-// seen held (that is ErrNotAcquired). Abort leaves the owner's tombstone
-// first, so that the statement, if it runs later, takes nothing, and
-// releases a grant it already made.
-func (b *backend) abortIfCut(ctx context.Context, req *driver.Request) {
-	if ctx.Err() == nil {
-		return
-	}
-	background.Go(func() {
-		actx, cancel := context.WithTimeout(context.Background(), dlock.DefaultReleaseTimeout)
-		defer cancel()
-		_ = b.Abort(actx, req)
-	})
 }
 
 // Abort implements driver.Aborter: mark req.Owner's lease of req.Key

@@ -145,7 +145,6 @@ SELECT 'info', 0, '', '{}', 0, coalesce((SELECT k.hmode FROM k), 0)::int, coales
 		}
 		cancel()
 		if err != nil {
-			b.abortIfCut(ctx, req)
 			return driver.Grant{}, b.silent(ctx, fmt.Sprintf("acquire %q", req.Key), fmt.Errorf("dlock: postgres acquire %q (%s): %w", req.Key, req.Mode, explain(err)))
 		}
 		b.answered(sent)

@@ -46,8 +46,11 @@ type Harness struct {
 	// Contenders is the number of goroutines in the mutual-exclusion test.
 	// Zero means 16.
 	Contenders int
-	// MinTTL is the backend's minimum TTL (zero: dlock.MinTTL).
-	MinTTL time.Duration
+	// ShortTTL is the lease ShortTTLContention hands out under contention
+	// (zero: 300ms). A backend whose waiting entries hold leases of that
+	// length too (etcd) sets one a loaded machine renews in time: a
+	// waiter whose lease expires leaves the queue with an error.
+	ShortTTL time.Duration
 	// NoticesDeletion says the backend watches its leases on the server
 	// (session backends) and closes Lost() when one is deleted, without
 	// waiting for the next renewal; the suite then checks that it does.

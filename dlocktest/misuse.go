@@ -1,6 +1,7 @@
 package dlocktest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -186,7 +187,7 @@ func testLongTTL(t *testing.T, h Harness) {
 // that long finds it lost: that is the deadline's promise, not a failure;
 // a lease taken or refused by the server would be one).
 func testShortTTLContention(t *testing.T, h Harness) {
-	ttl := max(h.MinTTL, 300*time.Millisecond)
+	ttl := cmp.Or(h.ShortTTL, 300*time.Millisecond)
 	key := Key(t)
 	const workers, rounds = 4, 8
 	var lost, total atomic.Int32

@@ -56,13 +56,13 @@ func leaseOf(t testing.TB, cli *clientv3.Client, l *etcdlock.Locker, key string)
 // than the 1.3s that a 2s lease leaves it, and a renewed lock was rightly
 // reported lost: the suite's promises do not depend on the TTL, only on
 // renewals fitting in it. The same holds for the leases of waiting
-// entries, which ShortTTLContention takes at MinTTL: a waiter whose lease
-// expires leaves the queue with an error.
+// entries, which ShortTTLContention takes at ShortTTL: a waiter whose
+// lease expires leaves the queue with an error.
 func harnessOn(eps []string, admin *clientv3.Client) dlocktest.Harness {
 	return dlocktest.Harness{
-		TTL:    4 * time.Second,
-		MinTTL: 4 * time.Second,
-		New:    func(t testing.TB) dlock.Locker { return etcdlock.New(newClient(t, eps)) },
+		TTL:      4 * time.Second,
+		ShortTTL: 4 * time.Second,
+		New:      func(t testing.TB) dlock.Locker { return etcdlock.New(newClient(t, eps)) },
 		Expire: func(t testing.TB, key string) {
 			pfx := etcdlock.New(admin).QueuePrefix(key)
 			if _, err := admin.Delete(context.Background(), pfx, clientv3.WithPrefix()); err != nil {

@@ -382,6 +382,10 @@ func (w *waiter) attempt(ctx context.Context, n int, fn func(context.Context, *d
 	case errors.As(err, &na):
 		w.last, w.lastErr = na, nil
 		return nil, false, err
+	case errors.Is(err, ErrTransient) && ctx.Err() != nil && isContextErr(err, ctx):
+		// The failure is the context's end (a quorum of nodes unanswered
+		// when it came): an outage, not a refusal a retry could change.
+		return nil, true, unavailable(ctx, cfg.key, w.last, err)
 	case errors.Is(err, ErrTransient):
 		w.last, w.lastErr = nil, err
 		return nil, false, err

@@ -358,3 +358,22 @@ func TestAcquire_WaitEndedWithCustomCauseWrapsContextError(t *testing.T) {
 		t.Fatal("background work did not end")
 	}
 }
+
+// A transient failure that is the context's end (a quorum of nodes left
+// unanswered) ends the wait as an outage. Symptom: a stalled Redlock
+// ended its wait with ErrTransient, not ErrUnavailable.
+func TestAcquire_TransientFailureAtContextEndIsUnavailable(t *testing.T) {
+	b := &ctxEndBackend{end: func(ctx context.Context) error {
+		return fmt.Errorf("%w: 0 of 3 nodes granted: node a: no answer: %w", ErrTransient, ctx.Err())
+	}}
+	err := acquireCutOff(t, b, func() (context.Context, func()) { return context.WithCancel(context.Background()) })
+	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.Canceled) || errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("Acquire: %v, want ErrUnavailable joined with the cancel", err)
+	}
+	if !strings.Contains(err.Error(), "0 of 3 nodes granted") {
+		t.Errorf("Acquire: %q, want the driver's explanation kept", err)
+	}
+	if !background.Wait(10 * time.Second) {
+		t.Fatal("background work did not end")
+	}
+}

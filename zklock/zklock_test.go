@@ -117,6 +117,11 @@ func (quiet) Printf(string, ...any) {}
 func expire(t testing.TB, admin *zk.Conn, key string) {
 	t.Helper()
 	dir := zklock.New(admin).Path(key)
+	// The admin's server may not have applied the holder's create yet (a
+	// follower reads behind the leader): sync it first.
+	if _, err := admin.Sync(dir); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		t.Fatal(err)
+	}
 	kids, _, err := admin.Children(dir)
 	if err != nil {
 		t.Fatal(err)

@@ -24,6 +24,9 @@ type clockedStore struct {
 	hang    chan struct{} // non-nil: renewals park until it is closed
 	hangKey map[string]chan struct{}
 	renews  map[string]int // renewals that went through, per key
+	// releaseTakes is the fake time a release spends on its way to the
+	// store.
+	releaseTakes time.Duration
 }
 
 func newClockedStore(fc *fakeClock) *clockedStore {
@@ -87,6 +90,10 @@ func (l *clockedLease) Refresh(ctx context.Context, ttl time.Duration) error {
 func (l *clockedLease) Release(ctx context.Context) error {
 	l.s.mu.Lock()
 	defer l.s.mu.Unlock()
+	l.s.fc.Spend(l.s.releaseTakes)
+	if l.s.owner[l.key] != l.owner || !l.s.fc.Now().Before(l.s.expires[l.key]) {
+		return ErrNotHeld
+	}
 	if l.s.owner[l.key] == l.owner {
 		delete(l.s.expires, l.key)
 		delete(l.s.owner, l.key)
@@ -133,5 +140,44 @@ func TestHoldCap_LostBeforeServerLeaseEnds(t *testing.T) {
 	var le *LostError
 	if err := lk.Err(); !errors.As(err, &le) || le.Reason != LossHoldCap {
 		t.Fatalf("Err() = %v, want a loss at the hold cap", err)
+	}
+}
+
+// A Release sent in time whose request reaches the server after the lease
+// expired reports a loss at the deadline; one refused while the local
+// deadline is still ahead reports the lease gone. Symptom: a release
+// delayed past the deadline on a loaded machine was reported as a lease
+// taken from its holder in time.
+func TestRelease_AnsweredAfterDeadlineIsLossAtDeadline(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		takes time.Duration
+		steal bool
+		want  LossReason
+	}{
+		{"expired on the way", 4 * time.Second, false, LossDeadline},
+		{"taken in time", 0, true, LossNotHeld},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fc := newFakeClock()
+			st := newClockedStore(fc)
+			st.releaseTakes = tc.takes
+			e := NewEngine(st)
+			e.wd.clk = fc
+			lk := acquireNow(t, e, "k", WithTTL(3*time.Second))
+			if tc.steal {
+				st.mu.Lock()
+				st.owner["k"] = "someone else"
+				st.mu.Unlock()
+			}
+			err := lk.Release(context.Background())
+			var le *LostError
+			if !errors.As(err, &le) || le.Reason != tc.want {
+				t.Fatalf("Release = %v, want a LostError with reason %q", err, tc.want)
+			}
+			if !errors.Is(err, ErrLockLost) || !errors.Is(err, ErrNotHeld) {
+				t.Fatalf("Release = %v, want it to wrap ErrLockLost and ErrNotHeld", err)
+			}
+		})
 	}
 }

@@ -15,7 +15,8 @@ type LossReason string
 
 const (
 	// LossDeadline: the local deadline passed without a successful renewal
-	// (a hung server, a stalled link, renewals failing).
+	// (a hung server, a stalled link, renewals failing), or a Release
+	// answered after it found the lease expired.
 	LossDeadline LossReason = "deadline"
 	// LossNotHeld: the server no longer held the lease for this owner when
 	// asked (renewal or release refused: the key expired, was deleted or

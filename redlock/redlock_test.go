@@ -56,7 +56,9 @@ func lockKey(key string) string { return "dlock:{" + key + "}" }
 // heldOnAll waits (bounded) until every node holds lk's lease: Acquire
 // returns once a majority granted, and the last nodes' phase-one grants
 // may land after it; a test that stalls, releases or breaks on every
-// node waits for them first.
+// node waits for them first. The key must have been free on every node
+// when lk's attempt began (a fresh key): a node still holding an earlier
+// lease that is being released refuses lk's grant for good.
 func heldOnAll(t *testing.T, c *cluster, key string, lk *dlock.Lock) {
 	t.Helper()
 	deadline := time.Now().Add(dlocktest.HangTimeout)

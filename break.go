@@ -162,7 +162,7 @@ func (e *Engine) Break(ctx context.Context, key, owner string) (Broken, error) {
 		return br.Break(ctx, key, owner)
 	}, nil)
 	if abandoned {
-		return Broken{Key: key}, fmt.Errorf("%w: break %q: no answer before the context ended: %w", ErrUnavailable, key, ctx.Err())
+		return Broken{Key: key}, fmt.Errorf("%w: break %q: no answer before the context ended: %w", ErrUnavailable, key, ctxErr(ctx))
 	}
 	if err != nil {
 		if ctx.Err() != nil && !errors.Is(err, ErrUnavailable) {

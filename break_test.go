@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
@@ -91,4 +92,30 @@ func ExampleBreak() {
 	// next token higher: true
 	// broken holder's release is a loss: true
 	// not the holder: true
+}
+
+// hungBreak is a driver whose Break never answers until release is closed.
+type hungBreak struct {
+	noBreak
+	release chan struct{}
+}
+
+func (b hungBreak) Break(context.Context, string, string) (driver.BreakResult, error) {
+	<-b.release
+	return driver.BreakResult{}, nil
+}
+
+// A Break the service never answers returns at the context's end with
+// ErrUnavailable, the context's error and the caller's own cause. Symptom:
+// the cause given to context.WithCancelCause was dropped.
+func TestBreak_UnansweredKeepsContextCause(t *testing.T) {
+	b := hungBreak{release: make(chan struct{})}
+	defer close(b.release)
+	mine := errors.New("shutting down")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	time.AfterFunc(20*time.Millisecond, func() { cancel(mine) })
+	_, err := dlock.NewEngine(b).Break(ctx, "k", "")
+	if !errors.Is(err, dlock.ErrUnavailable) || !errors.Is(err, context.Canceled) || !errors.Is(err, mine) {
+		t.Fatalf("Break = %v, want ErrUnavailable, context.Canceled and the caller's cause", err)
+	}
 }

@@ -334,19 +334,11 @@ func (l *Lock) Release(ctx context.Context) error {
 	case errors.Is(err, ErrNotHeld):
 		// The lease was gone before we released it: the lock had been lost.
 		// (A retried or concurrent release never gets here for a lease it
-		// removed itself: backends recognise their own release.) An
-		// answer that comes after the local deadline is the lease's
-		// expiry while the release was on its way: a loss at the
-		// deadline, not a lease taken from a holder still in time.
-		now := l.wd.clk.Now()
+		// removed itself: backends recognise their own release.)
 		l.mu.Lock()
 		if l.state == stateReleased {
-			reason := LossNotHeld
-			if !now.Before(l.deadline) {
-				reason = LossDeadline
-			}
 			l.state = stateLost
-			l.err = &LostError{Key: l.key, Token: l.token, Reason: reason, Cause: err}
+			l.err = &LostError{Key: l.key, Token: l.token, Reason: LossNotHeld, Cause: err}
 		}
 		e := l.err
 		l.mu.Unlock()

@@ -15,8 +15,7 @@ type LossReason string
 
 const (
 	// LossDeadline: the local deadline passed without a successful renewal
-	// (a hung server, a stalled link, renewals failing), or a Release
-	// answered after it found the lease expired.
+	// (a hung server, a stalled link, renewals failing).
 	LossDeadline LossReason = "deadline"
 	// LossNotHeld: the server no longer held the lease for this owner when
 	// asked (renewal or release refused: the key expired, was deleted or

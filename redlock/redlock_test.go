@@ -99,9 +99,18 @@ func (c *cluster) holders(t testing.TB, key string) []string {
 // timeout's own tests use the default.
 const conformanceNodeTimeout = time.Second
 
+// conformanceTTL is the suite's short lease (Harness.TTL): twice its
+// default, so that a holder starved of CPU for a moment (several modules'
+// race-enabled tests at once on 2 cores) still renews in time; a renewal
+// is due every TTL/3 and a lock is lost when none succeeded within the
+// TTL. Symptom: HeldPast3TTL lost its 1s lease at the deadline while
+// make test-long ran beside make test.
+const conformanceTTL = 2 * time.Second
+
 func TestConformance(t *testing.T) {
 	c := startNodes(t, 5)
 	dlocktest.TestLocker(t, dlocktest.Harness{
+		TTL: conformanceTTL,
 		New: func(t testing.TB) dlock.Locker { return c.locker(t, redlock.WithNodeTimeout(conformanceNodeTimeout)) },
 		Expire: func(t testing.TB, key string) {
 			for _, a := range c.admin {
@@ -117,6 +126,7 @@ func TestConformance(t *testing.T) {
 func TestFaults(t *testing.T) {
 	c := startNodes(t, 3)
 	dlocktest.TestLocker(t, dlocktest.Harness{
+		TTL: conformanceTTL,
 		New: func(t testing.TB) dlock.Locker { return c.locker(t, redlock.WithNodeTimeout(conformanceNodeTimeout)) },
 		Expire: func(t testing.TB, key string) {
 			for _, a := range c.admin {

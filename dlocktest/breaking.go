@@ -743,7 +743,11 @@ func testRedTeam15RaceBreaks(t *testing.T, h Harness) {
 // RedTeam15_WaitersNotBroken: readers hold, a writer waits, a reader
 // waits behind the writer (writer preference). A forced break removes the
 // two holding readers only; the writer gets the key, then the waiting
-// reader.
+// reader. The reader starts once the writer keeps new readers out
+// (writerWaiting), so it can only wait; whether its registration has
+// reached the server when the break runs does not change what the break
+// may remove. Symptom: a reader started after a fixed sleep sometimes
+// joined the holders first and was broken with them.
 func testRedTeam15WaitersNotBroken(t *testing.T, h Harness) {
 	if !supports(t, h, dlock.WithShared()) {
 		return
@@ -753,21 +757,15 @@ func testRedTeam15WaitersNotBroken(t *testing.T, h Harness) {
 	r1 := mustAcquire(t, h.New(t), key, dlock.WithShared(), dlock.WithTTL(4*HangTimeout))
 	r2 := mustAcquire(t, h.New(t), key, dlock.WithShared(), dlock.WithTTL(4*HangTimeout))
 	wch := acquireAsync(ctxT(t), h.New(t), key)
-	time.Sleep(150 * time.Millisecond) // the writer is most likely waiting: then it keeps r3 out
-	rch := acquireAsync(ctxT(t), h.New(t), key, dlock.WithShared())
-	time.Sleep(150 * time.Millisecond)
-	select {
-	case a := <-rch:
-		// The writer was not registered yet: r3 joined the readers.
-		if a.err != nil {
-			t.Fatalf("reader: %v", a.err)
+	writerWaiting(t, h.New(t), key)
+	sent := make(chan struct{})
+	var once sync.Once
+	rch := acquireAsync(ctxT(t), h.New(t), key, dlock.WithShared(), dlock.WithCallObserver(dlock.ObserverFunc(func(e dlock.Event) {
+		if e.Kind == dlock.EventAttempt {
+			once.Do(func() { close(sent) })
 		}
-		t.Logf("the third reader got in before the writer waited; forced break removes three")
-		wantBroken(t, mustBreak(t, operator, key, ""), r1, r2, a.lk)
-		release(t, recv(t, wch, "the writer after the break"))
-		return
-	default:
-	}
+	})))
+	waitClosed(t, sent, "the waiting reader's first attempt")
 	wantBroken(t, mustBreak(t, operator, key, ""), r1, r2)
 	w := recv(t, wch, "the waiting writer after a forced break")
 	select {

@@ -744,10 +744,11 @@ func testRedTeam15RaceBreaks(t *testing.T, h Harness) {
 // waits behind the writer (writer preference). A forced break removes the
 // two holding readers only; the writer gets the key, then the waiting
 // reader. The reader starts once the writer keeps new readers out
-// (writerWaiting), so it can only wait; whether its registration has
-// reached the server when the break runs does not change what the break
-// may remove. Symptom: a reader started after a fixed sleep sometimes
-// joined the holders first and was broken with them.
+// (writerWaiting), so it can only wait, never hold. Its first attempt has
+// been sent when the break runs, not necessarily registered: a break that
+// removed a queued reader is caught when the registration was first.
+// Symptom: a reader started after a fixed sleep sometimes joined the
+// holders first and was broken with them.
 func testRedTeam15WaitersNotBroken(t *testing.T, h Harness) {
 	if !supports(t, h, dlock.WithShared()) {
 		return

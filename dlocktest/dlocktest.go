@@ -575,16 +575,23 @@ func testManualRefresh(t *testing.T, h Harness) {
 	assertHeld(t, h.New(t), key)
 }
 
-// A lock with a hold cap is lost at the cap, with ErrHoldCapReached, and
-// the key becomes free. The cap is half the TTL: the local deadline is
-// the cap's whatever becomes of the renewal due at TTL/3 (clipped to the
-// cap), so a starved renewal cannot lose the lock first.
+// A lock with a hold cap is lost at the cap, not before it (less the
+// drift allowance), with ErrHoldCapReached, and the key becomes free. The
+// cap is half the TTL: the local deadline is the cap's whatever becomes
+// of the renewals due from TTL/3 on (clipped to the cap, which a backend
+// must accept), so a starved renewal cannot lose the lock first. A core
+// that ignores the cap fails (Lost() never closes); renewing a capped lock
+// up to the cap is the fake-clock tests' (TestHoldCap_*).
 func testMaxHold(t *testing.T, h Harness) {
 	key := Key(t)
+	start := time.Now()
 	lk := mustAcquire(t, h.New(t), key, dlock.WithTTL(h.TTL), dlock.WithMaxHold(h.TTL/2))
 	waitClosed(t, lk.Lost(), "Lost() at the hold cap")
 	if err := lk.Err(); !errors.Is(err, dlock.ErrHoldCapReached) || !errors.Is(err, dlock.ErrLockLost) {
 		t.Fatalf("Err() = %v, want ErrLockLost and ErrHoldCapReached", err)
+	}
+	if held, floor := time.Since(start), h.TTL/2-h.TTL/4; held < floor {
+		t.Fatalf("lost at the cap after %v, before %v: the cap of %v came early", held, floor, h.TTL/2)
 	}
 	lk2 := mustAcquire(t, h.New(t), key)
 	release(t, lk2)

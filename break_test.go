@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
@@ -94,13 +93,16 @@ func ExampleBreak() {
 	// not the holder: true
 }
 
-// hungBreak is a driver whose Break never answers until release is closed.
+// hungBreak is a driver whose Break calls sent, then never answers until
+// release is closed.
 type hungBreak struct {
 	noBreak
+	sent    func()
 	release chan struct{}
 }
 
 func (b hungBreak) Break(context.Context, string, string) (driver.BreakResult, error) {
+	b.sent()
 	<-b.release
 	return driver.BreakResult{}, nil
 }
@@ -109,11 +111,11 @@ func (b hungBreak) Break(context.Context, string, string) (driver.BreakResult, e
 // ErrUnavailable, the context's error and the caller's own cause. Symptom:
 // the cause given to context.WithCancelCause was dropped.
 func TestBreak_UnansweredKeepsContextCause(t *testing.T) {
-	b := hungBreak{release: make(chan struct{})}
-	defer close(b.release)
 	mine := errors.New("shutting down")
 	ctx, cancel := context.WithCancelCause(context.Background())
-	time.AfterFunc(20*time.Millisecond, func() { cancel(mine) })
+	// The context ends once the request is with the service.
+	b := hungBreak{sent: func() { cancel(mine) }, release: make(chan struct{})}
+	defer close(b.release)
 	_, err := dlock.NewEngine(b).Break(ctx, "k", "")
 	if !errors.Is(err, dlock.ErrUnavailable) || !errors.Is(err, context.Canceled) || !errors.Is(err, mine) {
 		t.Fatalf("Break = %v, want ErrUnavailable, context.Canceled and the caller's cause", err)

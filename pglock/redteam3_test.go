@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -56,21 +55,30 @@ func TestRedTeam_WaitAsLingerEnds(t *testing.T) {
 // process-wide, to end.
 func TestRedTeam_ManyLockersLingerCloses(t *testing.T) {
 	pg := ownPG(t)
-	count := func() int {
-		out, err := pg.Exec("", "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()")
+	// The server's client connections, by pid. A connection of the
+	// server's start-up may still be closing when the baseline is taken:
+	// at the end only baseline pids may remain.
+	pids := func() map[string]bool {
+		out, err := pg.Exec("", "SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()")
 		if err != nil {
 			t.Fatal(err)
 		}
-		n, err := strconv.Atoi(strings.TrimSpace(out))
-		if err != nil {
-			t.Fatalf("connection count %q: %v", out, err)
+		set := map[string]bool{}
+		for _, f := range strings.Fields(out) {
+			set[f] = true
 		}
-		return n
+		return set
 	}
-	// A connection of the server's start-up may still be closing: the
-	// test's connections must all be gone at the end, so the count may
-	// fall below this, never stay above it.
-	base := count()
+	base := pids()
+	extra := func() []string {
+		var left []string
+		for pid := range pids() {
+			if !base[pid] {
+				left = append(left, pid)
+			}
+		}
+		return left
+	}
 	key := dlocktest.Key(t)
 	ctx := dlocktest.Context(t)
 	hpool := newPool(t, pg.DSN(""))
@@ -125,9 +133,9 @@ func TestRedTeam_ManyLockersLingerCloses(t *testing.T) {
 		t.Fatal("LISTEN loops still run after their lingers")
 	}
 	end = time.Now().Add(dlocktest.HangTimeout)
-	for count() > base {
+	for len(extra()) > 0 {
 		if time.Now().After(end) {
-			t.Fatalf("server connections %d, were %d before: leaked", count(), base)
+			t.Fatalf("server connections %v opened by the test still open: leaked", extra())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

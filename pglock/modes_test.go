@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +16,8 @@ import (
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/pglock"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Shared and limited holders, direct and through PgBouncer in transaction
@@ -605,3 +608,107 @@ func TestModesRace(t *testing.T) {
 		})
 	}
 }
+
+// A limited TryAcquire refused although permits were free, because other
+// grants kept changing the key's row between its snapshot and its lock.
+func TestTryLimited_GetsInWhileOtherGrantsChangeTheRow(t *testing.T) {
+	t.Parallel()
+	pg := sharedPG(t)
+	admin := newPool(t, pg.DSN(""))
+	key := "churn-" + fmt.Sprint(time.Now().UnixNano())
+	first := mustLock(t, pglock.New(newPool(t, pg.DSN(""))), key, dlock.WithLimit(8))
+	defer mustRelease(t, first)
+
+	// Before each attempt's first statement, the tracer takes the key's
+	// row lock in an admin transaction; once the attempt waits on that
+	// lock, the admin bumps the row's gen, as another grant would, and
+	// commits. Each attempt's snapshot therefore sees a row that changes
+	// before its statement can lock it, unless it reads under the lock.
+	bumps := make(chan error, 8)
+	tr := &churnTracer{onStart: func(ctx context.Context, sql string, inTx bool) {
+		// The attempt's first statement: the one-statement form (outside
+		// a transaction) or the lock of a transaction.
+		first := strings.Contains(sql, "FOR UPDATE") || (!inTx && strings.Contains(sql, "hlimit"))
+		if !first || len(bumps) == cap(bumps) {
+			return
+		}
+		tx, err := admin.Begin(ctx)
+		if err == nil {
+			_, err = tx.Exec(ctx, `SELECT 1 FROM dlock_leases WHERE key = $1 FOR UPDATE`, key)
+		}
+		var pid int
+		if err == nil {
+			err = tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid)
+		}
+		if err != nil {
+			bumps <- err
+			return
+		}
+		go func() {
+			bumps <- func() error {
+				defer tx.Rollback(context.Background())
+				for i := 0; ; i++ { // until the attempt waits on the admin's lock
+					var n int
+					if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, pid).Scan(&n); err != nil {
+						return err
+					}
+					if n > 0 {
+						break
+					}
+					if i == 10000 {
+						return errors.New("the attempt never waited on the row's lock")
+					}
+					time.Sleep(time.Millisecond)
+				}
+				if _, err := tx.Exec(ctx, `UPDATE dlock_leases SET gen = gen + 1 WHERE key = $1`, key); err != nil {
+					return err
+				}
+				return tx.Commit(ctx)
+			}()
+		}()
+	}}
+	cfg, err := pgxpool.ParseConfig(pg.DSN(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Tracer = tr
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	l := pglock.New(pool)
+	warm := mustLock(t, l, key+"-warm") // the schema exists: no migration statements traced
+	mustRelease(t, warm)
+
+	tr.on.Store(true)
+	lk, err := l.TryAcquire(dlocktest.Context(t), key, dlock.WithLimit(8))
+	tr.on.Store(false)
+	if err != nil {
+		t.Fatalf("TryAcquire of a permit while 1 of 8 is held and the key's row keeps changing: %v", err)
+	}
+	mustRelease(t, lk)
+	if len(bumps) == 0 {
+		t.Fatal("the row never changed under the attempt: the test exercised nothing")
+	}
+	for len(bumps) > 0 {
+		if err := <-bumps; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// churnTracer calls onStart before each statement of its pool while on.
+type churnTracer struct {
+	on      atomic.Bool
+	onStart func(ctx context.Context, sql string, inTx bool)
+}
+
+func (c *churnTracer) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if c.on.Load() {
+		c.onStart(context.WithoutCancel(ctx), data.SQL, conn.PgConn().TxStatus() != 'I')
+	}
+	return ctx
+}
+
+func (c *churnTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}

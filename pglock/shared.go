@@ -11,13 +11,16 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/jackc/pgx/v5"
 )
 
-// sharedRetries bounds the statements one shared or limited attempt runs
-// when the key's row changed between the statement's snapshot and its
-// lock (another grant or a renewal on the key), so that the snapshot's
-// holders could not be trusted: the attempt then reads again, and after
-// that many reports the holders it saw.
+// sharedRetries bounds the statements one shared or limited attempt runs.
+// The first is one statement; if the key's row changed between its
+// snapshot and its lock (another grant or a renewal on the key), so that
+// the snapshot's holders could not be trusted, the attempt reads again
+// holding the row's lock (see lockedShared), which only a row created in
+// the meantime can race. After that many the attempt reports the holders
+// it saw.
 const sharedRetries = 4
 
 // holderOf is a holder as a statement reports it.
@@ -112,10 +115,8 @@ SELECT 'info', 0, '', '{}', 0, coalesce((SELECT k.hmode FROM k), 0)::int, coales
 			holders       []dlock.Holder
 			hmode, hlimit int
 		)
-		rctx, cancel := b.rpc(ctx)
-		sent := time.Now()
-		rows, err := b.pool.Query(rctx, sql, b.mode, req.Key, req.Owner, req.TTL.Milliseconds(), md, int(req.Mode), req.Limit)
-		if err == nil {
+		scan := func(rows pgx.Rows) error {
+			defer rows.Close()
 			for rows.Next() {
 				var (
 					kind, owner, hmd string
@@ -124,8 +125,8 @@ SELECT 'info', 0, '', '{}', 0, coalesce((SELECT k.hmode FROM k), 0)::int, coales
 					mode, lim        int
 					goOn             bool
 				)
-				if err = rows.Scan(&kind, &tok, &owner, &hmd, &leftS, &mode, &lim, &goOn); err != nil {
-					break
+				if err := rows.Scan(&kind, &tok, &owner, &hmd, &leftS, &mode, &lim, &goOn); err != nil {
+					return err
 				}
 				switch kind {
 				case "won":
@@ -138,10 +139,21 @@ SELECT 'info', 0, '', '{}', 0, coalesce((SELECT k.hmode FROM k), 0)::int, coales
 					hmode, hlimit, raced = mode, lim, goOn
 				}
 			}
-			rows.Close()
-			if err == nil {
-				err = rows.Err()
+			return rows.Err()
+		}
+		args := []any{b.mode, req.Key, req.Owner, req.TTL.Milliseconds(), md, int(req.Mode), req.Limit}
+		rctx, cancel := b.rpc(ctx)
+		sent := time.Now()
+		var err error
+		if attempt == 1 {
+			// One statement: no round trip spent on a lock when no
+			// other grant comes between its snapshot and its upsert.
+			var rows pgx.Rows
+			if rows, err = b.pool.Query(rctx, sql, args...); err == nil {
+				err = scan(rows)
 			}
+		} else {
+			err = b.lockedShared(rctx, req.Key, sql, args, scan)
 		}
 		cancel()
 		if err != nil {
@@ -167,13 +179,46 @@ SELECT 'info', 0, '', '{}', 0, coalesce((SELECT k.hmode FROM k), 0)::int, coales
 			return driver.Grant{}, fmt.Errorf("%w: postgres key %q is held as a semaphore of %d permits, not %d", dlock.ErrLimitMismatch, req.Key, hlimit, req.Limit)
 		}
 		// raced: the snapshot allowed the grant but the key's row had
-		// changed under it; read again, a bounded number of times.
+		// changed under it; read again, now holding the row's lock, so
+		// that no other grant can come between (only a row created
+		// after the lock was asked for can race it), a bounded number
+		// of times.
 		if raced && attempt < sharedRetries && ctx.Err() == nil {
 			continue
 		}
 		// Held, or (a Shared request) kept out by a waiting writer.
 		return driver.Grant{}, &dlock.NotAcquiredError{Key: req.Key, Holders: holders}
 	}
+}
+
+// lockedShared runs the shared attempt's statement sql in a READ
+// COMMITTED transaction that first locks the key's row: the statement's
+// snapshot, taken once the lock is held, has the row's latest gen and the
+// holders it counts, and every other grant or renewal on the key waits
+// for the transaction's commit, so the attempt cannot race them. Taking
+// the lock costs round trips, so it is only for an attempt whose
+// one-statement form raced.
+func (b *backend) lockedShared(ctx context.Context, key, sql string, args []any, scan func(pgx.Rows) error) (err error) {
+	tx, err := b.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	if _, err = tx.Exec(ctx, `SELECT 1 FROM `+b.n.table+` WHERE key = $1 FOR UPDATE`, b.mode, key); err != nil {
+		return err
+	}
+	rows, err := tx.Query(ctx, sql, args...)
+	if err != nil {
+		return err
+	}
+	if err = scan(rows); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
 }
 
 // abortShared marks req.Owner's holder row released, if an attempt whose

@@ -113,6 +113,8 @@ fuzz-quick:
 	@cd zklock && $(GO) test -run '^$$' -fuzz '^FuzzEscapeKey$$' -fuzztime $(FUZZTIME) -timeout 5m .
 	@echo "== fuzz FuzzParseNode ($(FUZZTIME))"
 	@cd zklock && $(GO) test -run '^$$' -fuzz '^FuzzParseNode$$' -fuzztime $(FUZZTIME) -timeout 5m .
+	@echo "== fuzz FuzzDecodeRecord ($(FUZZTIME))"
+	@cd guard && $(GO) test -run '^$$' -fuzz '^FuzzDecodeRecord$$' -fuzztime $(FUZZTIME) -timeout 5m .
 	@echo "== fuzz FuzzRecordState ($(FUZZTIME))"
 	@cd filelock && $(GO) test -run '^$$' -fuzz '^FuzzRecordState$$' -fuzztime $(FUZZTIME) -timeout 5m .
 

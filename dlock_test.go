@@ -75,27 +75,6 @@ func TestBackoffBounds(t *testing.T) {
 	}
 }
 
-func TestFenceAdmits(t *testing.T) {
-	hi := dlock.Fence{Token: 5, Owner: "a"}
-	cases := []struct {
-		f    dlock.Fence
-		want bool
-	}{
-		{dlock.Fence{Token: 6, Owner: "b"}, true},
-		{dlock.Fence{Token: 5, Owner: "a"}, true},
-		{dlock.Fence{Token: 5, Owner: "b"}, false},
-		{dlock.Fence{Token: 4, Owner: "a"}, false},
-	}
-	for _, c := range cases {
-		if got := hi.Admits(c.f); got != c.want {
-			t.Errorf("%+v admits %+v = %v", hi, c.f, got)
-		}
-	}
-	if (dlock.Fence{}).Admits(dlock.Fence{}) {
-		t.Error("zero fence admitted by empty resource")
-	}
-}
-
 func TestErrorsUnwrap(t *testing.T) {
 	na := &dlock.NotAcquiredError{Key: "k", Holders: []dlock.Holder{{Owner: "0123456789abcdef", Metadata: map[string]string{"host": "h", "pid": "1"}, TTL: time.Second}}, Cause: context.Canceled}
 	if !errors.Is(na, dlock.ErrNotAcquired) || !errors.Is(na, context.Canceled) {

@@ -175,7 +175,10 @@ type StaleTokenError struct {
 	Resource string
 	Token    uint64
 	Owner    string
-	// Highest is the highest token the resource has accepted.
+	// Highest is the token the fence had to reach
+	// (FenceRecord.Bar): for an exclusive fence, the highest token the
+	// resource accepted in any mode; for a shared one, the last
+	// exclusive fence's token.
 	Highest uint64
 }
 

@@ -82,7 +82,7 @@ func TestRedJunkBackend(t *testing.T) {
 		a := dlock.NewEngine(b)
 		lk, err := a.TryAcquire(context.Background(), "k")
 		if err == nil {
-			t.Logf("a grant with token 0 is handed out: Token()=%d; a fresh guard admits it? %v", lk.Token(), dlock.Fence{}.Admits(lk.Fence()))
+			t.Logf("a grant with token 0 is handed out: Token()=%d; a fresh guard admits it? %v", lk.Token(), dlock.FenceRecord{}.Admits(lk.Fence()))
 			lk.Release(context.Background())
 		}
 	})

@@ -6,8 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -41,21 +39,24 @@ func WithGuardPrefix(p string) Option {
 }
 
 // Guard is a guard.Guard on etcd: it fences writes (and reads) to data
-// kept in etcd, applying the rule of package guard (dlock.Fence.Admit)
-// through guard.Checker.
+// kept in etcd, applying the rule of package guard
+// (dlock.FenceRecord.Admit) through guard.Checker.
 //
 // Per resource R it keeps, under its prefix P:
 //
-//   - P+R (FenceKey): the highest accepted fence, "<token>|<owner>";
+//   - P+R (FenceKey): the resource's fence record (guard.EncodeRecord:
+//     "<token>|<owner>", the last exclusive fence, with "/<seen>" after
+//     the token while a shared fence above it was admitted);
 //   - P+R+"\x00"+name (ValueKey) for each name Put: the value as it is.
 //     Resources and names contain no NUL, so no two resource/name pairs,
 //     and no value and fence, share a key.
 //
 // Every operation is one etcd transaction that compares the fence key's
 // mod revision with the one read just before, decided by Checker.Check on
-// what was read: an admitted exclusive fence that is new is written in the
-// same transaction as the operation; a shared fence, or the recorded fence
-// again, is not written, and the transaction reads the fence key instead.
+// what was read: an admitted fence that changes the record (an exclusive
+// fence that is new, a shared fence above every token seen) writes it in
+// the same transaction as the operation; any other fence does not, and
+// the transaction reads the fence key instead.
 // A transaction that lost a race with another writer of the fence reads
 // the fence again and decides again (at most 16 times). A refusal runs
 // nothing, returns a *dlock.StaleTokenError and reports a dlock.Event of
@@ -121,19 +122,8 @@ func (g *Guard) check(ctx context.Context, resource string, names ...string) err
 	return g.err
 }
 
-func formatFence(f dlock.Fence) string { return strconv.FormatUint(f.Token, 10) + "|" + f.Owner }
-
-// errBadFence reports a fence key whose value is not a fence.
+// errBadFence reports a fence key whose value is not a fence record.
 var errBadFence = errors.New("not a fence (delete it to reset the resource's fences)")
-
-func parseFence(v []byte) (dlock.Fence, error) {
-	tok, owner, ok := strings.Cut(string(v), "|")
-	t, err := strconv.ParseUint(tok, 10, 64)
-	if !ok || err != nil || t == 0 {
-		return dlock.Fence{}, errBadFence
-	}
-	return dlock.Fence{Token: t, Owner: owner}, nil
-}
 
 // Txn runs ops in one etcd transaction fenced by f and returns its
 // response: Responses[0] is the fence key's (a put when f became the
@@ -150,17 +140,17 @@ func (g *Guard) Txn(ctx context.Context, resource string, f dlock.Fence, ops ...
 func (g *Guard) txn(ctx context.Context, resource string, f dlock.Fence, ops []clientv3.Op) (*clientv3.TxnResponse, error) {
 	fk := g.FenceKey(resource)
 	for attempt := 0; attempt < maxGuardConflicts; attempt++ {
-		hi, modRev, err := g.read(ctx, resource)
+		rec, modRev, err := g.read(ctx, resource)
 		if err != nil {
 			return nil, err
 		}
-		next, err := g.chk.Check(resource, hi, f)
+		next, err := g.chk.Check(resource, rec, f)
 		if err != nil {
 			return nil, err
 		}
 		fenceOp := clientv3.OpGet(fk)
-		if next != hi {
-			fenceOp = clientv3.OpPut(fk, formatFence(next))
+		if next != rec {
+			fenceOp = clientv3.OpPut(fk, guard.EncodeRecord(next))
 		}
 		resp, err := g.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(fk), "=", modRev)).
@@ -177,23 +167,23 @@ func (g *Guard) txn(ctx context.Context, resource string, f dlock.Fence, ops []c
 	return nil, fmt.Errorf("dlock: etcd guard %q: fence kept changing (%d conflicts)", resource, maxGuardConflicts)
 }
 
-// read returns resource's highest fence and its key's mod revision (zero
+// read returns resource's fence record and its key's mod revision (zero
 // for a resource without one).
-func (g *Guard) read(ctx context.Context, resource string) (dlock.Fence, int64, error) {
+func (g *Guard) read(ctx context.Context, resource string) (dlock.FenceRecord, int64, error) {
 	fk := g.FenceKey(resource)
 	resp, err := g.client.Get(ctx, fk)
 	if err != nil {
-		return dlock.Fence{}, 0, fmt.Errorf("dlock: etcd guard %q: %w", resource, err)
+		return dlock.FenceRecord{}, 0, fmt.Errorf("dlock: etcd guard %q: %w", resource, err)
 	}
 	if len(resp.Kvs) == 0 {
-		return dlock.Fence{}, 0, nil
+		return dlock.FenceRecord{}, 0, nil
 	}
 	kv := resp.Kvs[0]
-	hi, err := parseFence(kv.Value)
-	if err != nil {
-		return dlock.Fence{}, 0, fmt.Errorf("dlock: etcd guard %q: key %q holds %q: %w", resource, fk, kv.Value, err)
+	rec, err := guard.DecodeRecord(string(kv.Value))
+	if err != nil || len(kv.Value) == 0 {
+		return dlock.FenceRecord{}, 0, fmt.Errorf("dlock: etcd guard %q: key %q holds %q: %w", resource, fk, kv.Value, errBadFence)
 	}
-	return hi, kv.ModRevision, nil
+	return rec, kv.ModRevision, nil
 }
 
 // Put implements guard.Guard: it sets ValueKey(resource, name) to value in
@@ -230,6 +220,6 @@ func (g *Guard) Highest(ctx context.Context, resource string) (dlock.Fence, erro
 	if err := g.check(ctx, resource); err != nil {
 		return dlock.Fence{}, err
 	}
-	hi, _, err := g.read(ctx, resource)
-	return hi, err
+	rec, _, err := g.read(ctx, resource)
+	return rec.Exclusive, err
 }

@@ -128,7 +128,8 @@ func TestGuardTxn(t *testing.T) {
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) != 1 || string(kvs[0].Value) != "5|a" {
 		t.Fatalf("Txn with the recorded fence: fence response %v", resp.Responses[0])
 	}
-	// A shared fence at or above the highest is admitted and not recorded.
+	// A shared fence at or above the highest is admitted; it raises the
+	// highest token seen, not the exclusive fence.
 	s := dlock.Fence{Token: 7, Owner: "s", Shared: true}
 	if _, err := g.Txn(ctx, res, s, clientv3.OpPut(data, "2")); err != nil {
 		t.Fatalf("shared fence: %v", err)
@@ -140,7 +141,7 @@ func TestGuardTxn(t *testing.T) {
 	old := dlock.Fence{Token: 4, Owner: "o"}
 	_, err = g.Txn(ctx, res, old, clientv3.OpPut(data, "stale"))
 	var st *dlock.StaleTokenError
-	if !errors.As(err, &st) || st.Resource != res || st.Token != 4 || st.Highest != 5 {
+	if !errors.As(err, &st) || st.Resource != res || st.Token != 4 || st.Highest != 7 {
 		t.Fatalf("stale Txn = %v", err)
 	}
 	if g, err := cli.Get(ctx, data); err != nil || len(g.Kvs) != 1 || string(g.Kvs[0].Value) != "2" {
@@ -149,7 +150,7 @@ func TestGuardTxn(t *testing.T) {
 	mu.Lock()
 	got := append([]dlock.Event(nil), events...)
 	mu.Unlock()
-	want := dlock.Event{Kind: dlock.EventRejected, Backend: "etcd", Key: res, Mode: dlock.Exclusive, Token: 4, Owner: "o", Highest: 5}
+	want := dlock.Event{Kind: dlock.EventRejected, Backend: "etcd", Key: res, Mode: dlock.Exclusive, Token: 4, Owner: "o", Highest: 7}
 	if len(got) != 1 || got[0] != want {
 		t.Fatalf("events %+v, want [%+v]", got, want)
 	}

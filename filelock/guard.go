@@ -22,8 +22,10 @@ import (
 // Per resource, with id = the first 32 hex digits of the SHA-256 of the
 // resource name, it keeps:
 //
-//   - <dir>/<id>.fence: the highest accepted fence, JSON
-//     {"resource","token","owner"};
+//   - <dir>/<id>.fence: the resource's dlock.FenceRecord, JSON
+//     {"resource","token","owner","seen"}: the last admitted exclusive
+//     fence, and the highest token admitted in any mode when a shared
+//     fence's is above it;
 //   - <dir>/<id>.fence.flock: an empty file on which every operation on
 //     the resource (Do, Put, Get) holds an exclusive flock(2) while the
 //     fence is checked and recorded and the operation runs;
@@ -80,6 +82,8 @@ type fenceRecord struct {
 	Resource string `json:"resource"`
 	Token    uint64 `json:"token"`
 	Owner    string `json:"owner"`
+	// Seen is the highest token admitted in any mode, when above Token.
+	Seen uint64 `json:"seen,omitempty"`
 }
 
 // dataRecord is the content of a data file.
@@ -97,17 +101,17 @@ func (g *Guard) dataPath(resource, name string) string {
 	return filepath.Join(g.dir, fileID(resource+"\x00"+name)+dataSuffix)
 }
 
-func (g *Guard) read(resource string) (dlock.Fence, error) {
+func (g *Guard) read(resource string) (dlock.FenceRecord, error) {
 	var fr fenceRecord
 	path := g.fencePath(resource)
 	ok, err := readJSON(path, &fr)
 	if err != nil || !ok {
-		return dlock.Fence{}, err
+		return dlock.FenceRecord{}, err
 	}
 	if fr.Resource != resource {
-		return dlock.Fence{}, fmt.Errorf("%w %s: it belongs to resource %q, not %q", errCorrupt, path, fr.Resource, resource)
+		return dlock.FenceRecord{}, fmt.Errorf("%w %s: it belongs to resource %q, not %q", errCorrupt, path, fr.Resource, resource)
 	}
-	return dlock.Fence{Token: fr.Token, Owner: fr.Owner}, nil
+	return dlock.FenceRecord{Exclusive: dlock.Fence{Token: fr.Token, Owner: fr.Owner}, Seen: fr.Seen}, nil
 }
 
 // run checks f for resource under the resource's flock and, if it is
@@ -120,16 +124,20 @@ func (g *Guard) run(ctx context.Context, resource string, f dlock.Fence, op func
 		return fmt.Errorf("filelock: guard %q: %w", resource, err)
 	}
 	defer fl.Close()
-	hi, err := g.read(resource)
+	rec, err := g.read(resource)
 	if err != nil {
 		return fmt.Errorf("filelock: guard %q: %w", resource, err)
 	}
-	next, err := g.chk.Check(resource, hi, f)
+	next, err := g.chk.Check(resource, rec, f)
 	if err != nil {
 		return err
 	}
-	if next != hi {
-		data, err := json.Marshal(fenceRecord{Resource: resource, Token: next.Token, Owner: next.Owner})
+	if next != rec {
+		fr := fenceRecord{Resource: resource, Token: next.Exclusive.Token, Owner: next.Exclusive.Owner}
+		if next.Seen > next.Exclusive.Token {
+			fr.Seen = next.Seen
+		}
+		data, err := json.Marshal(fr)
 		if err == nil {
 			err = writeAtomic(g.fencePath(resource), data, true)
 		}
@@ -203,9 +211,9 @@ func (g *Guard) Highest(ctx context.Context, resource string) (dlock.Fence, erro
 	if err := g.chk.Validate(ctx, resource); err != nil {
 		return dlock.Fence{}, err
 	}
-	hi, err := g.read(resource)
+	rec, err := g.read(resource)
 	if err != nil {
 		return dlock.Fence{}, fmt.Errorf("filelock: guard %q: %w", resource, err)
 	}
-	return hi, nil
+	return rec.Exclusive, nil
 }

@@ -46,15 +46,15 @@ func TestCheckerReports(t *testing.T) {
 	var got []dlock.Event
 	obs := dlock.ObserverFunc(func(e dlock.Event) { got = append(got, e) })
 	c := guard.NewChecker("test", []driver.Option{nil, dlock.WithObserver(obs)})
-	hi := dlock.Fence{Token: 5, Owner: "a"}
+	hi := dlock.FenceRecord{Exclusive: dlock.Fence{Token: 5, Owner: "a"}, Seen: 5}
 
 	next, err := c.Check("r", hi, dlock.Fence{Token: 6, Owner: "b"})
-	if err != nil || next != (dlock.Fence{Token: 6, Owner: "b"}) {
+	if err != nil || next != (dlock.FenceRecord{Exclusive: dlock.Fence{Token: 6, Owner: "b"}, Seen: 6}) {
 		t.Fatalf("Check(higher) = %+v, %v", next, err)
 	}
 	next, err = c.Check("r", hi, dlock.Fence{Token: 7, Owner: "s", Shared: true})
-	if err != nil || next != hi {
-		t.Fatalf("Check(shared) = %+v, %v; want the highest unchanged", next, err)
+	if err != nil || next != (dlock.FenceRecord{Exclusive: hi.Exclusive, Seen: 7}) {
+		t.Fatalf("Check(shared) = %+v, %v; want the exclusive fence unchanged and Seen 7", next, err)
 	}
 	if len(got) != 0 {
 		t.Fatalf("admissions reported %+v", got)

@@ -8,22 +8,30 @@
 //
 // # The rule
 //
-// Every guard applies dlock.Fence.Admit, and nothing else, to the highest
-// fence the resource accepted (hi) and the caller's fence (f):
+// Every guard keeps, per resource, a dlock.FenceRecord: the last
+// exclusive fence it admitted and the highest token it admitted in any
+// mode (Seen). It applies dlock.FenceRecord.Admit, and nothing else, to
+// that record and the caller's fence (f):
 //
 //   - A token of 0 is never admitted (it is no lock's token).
-//   - An exclusive fence (f.Shared false) is admitted if f.Token >
-//     hi.Token, or f.Token == hi.Token from the same non-empty owner (the
-//     same holder again). It becomes the resource's highest fence.
+//   - An exclusive fence (f.Shared false) is admitted if f.Token is above
+//     Seen, or equal to the last exclusive fence's token from the same
+//     non-empty owner with nothing admitted above it (the same holder
+//     again). It becomes the resource's highest fence. A writer that
+//     paused past its lease is refused once anyone granted after it used
+//     the resource, a reader or permit holder included: every grant of a
+//     key, in any mode, takes the key's next token.
 //   - A shared fence (f.Shared: the fence of a Shared or Limited lock) is
-//     admitted if f.Token >= hi.Token, and it is never recorded. Shared
-//     holders overlap, so they must not fence each other out; what fences
-//     them out is the next exclusive holder, whose token is above every
-//     token handed out for the key before.
+//     admitted if f.Token is at least the last exclusive fence's token,
+//     and it only raises Seen. Shared holders overlap, so they must not
+//     fence each other out; what fences them out is the next exclusive
+//     holder, whose token is above every token handed out for the key
+//     before.
 //
 // A refused operation does nothing and returns a *dlock.StaleTokenError
 // (errors.Is(err, dlock.ErrStaleToken)) naming the resource, the refused
-// token and owner and the highest accepted token, and reports one
+// token and owner and the token it had to reach (dlock.FenceRecord.Bar),
+// and reports one
 // dlock.Event of Kind dlock.EventRejected to the dlock.Observer given to the
 // guard's constructor with dlock.WithObserver.
 //
@@ -43,8 +51,9 @@
 //
 // # Guarantees
 //
-//   - Once a guard admitted an exclusive fence for a resource, it never
-//     admits an older one for it again, for as long as the guard keeps its
+//   - Once a guard admitted a fence for a resource, it never admits an
+//     exclusive fence with an older token for it again, nor a shared one
+//     older than the last exclusive fence, for as long as the guard keeps its
 //     state (Memory: the value's lifetime; filelock.Guard: the directory;
 //     remote guards: the store's data).
 //   - The check, the record of the new highest fence and the operation

@@ -47,7 +47,7 @@ type Doer interface {
 }
 
 // Checker is the part of a guard every implementation shares: argument
-// checks, the admission rule (dlock.Fence.Admit), and the refusal: the
+// checks, the admission rule (dlock.FenceRecord.Admit), and the refusal: the
 // *dlock.StaleTokenError and the dlock.EventRejected reported to the
 // guard's Observer. The zero Checker has no backend name and no Observer.
 // A Checker is a small value, safe for concurrent use.
@@ -88,21 +88,20 @@ func (c Checker) Validate(ctx context.Context, resource string, names ...string)
 	return ctx.Err()
 }
 
-// Check applies the rule to f for resource, whose highest accepted fence
-// is hi. Admitted, it returns the highest fence to record afterwards (f
-// for an exclusive fence, hi for a shared one; the guard records it when
-// it differs from hi) and a nil error. Refused, it returns hi and the
-// error of Refuse, which it reports.
-func (c Checker) Check(resource string, hi, f dlock.Fence) (next dlock.Fence, err error) {
-	next, ok := hi.Admit(f)
+// Check applies the rule to f for resource, whose record is rec.
+// Admitted, it returns the record to keep afterwards (the guard writes it
+// when it differs from rec) and a nil error. Refused, it returns rec and
+// the error of Refuse, which it reports.
+func (c Checker) Check(resource string, rec dlock.FenceRecord, f dlock.Fence) (next dlock.FenceRecord, err error) {
+	next, ok := rec.Admit(f)
 	if !ok {
-		return hi, c.Refuse(resource, f, hi.Token)
+		return rec, c.Refuse(resource, f, rec.Bar(f))
 	}
 	return next, nil
 }
 
-// Refuse is the refusal of f for resource whose highest accepted token is
-// highest: it reports one dlock.EventRejected (Backend, Key: resource,
+// Refuse is the refusal of f for resource, where highest is the token f
+// had to reach (dlock.FenceRecord.Bar): it reports one dlock.EventRejected (Backend, Key: resource,
 // Token, Owner, Highest; Mode dlock.Shared for a shared fence) to the
 // Observer and returns the *dlock.StaleTokenError (wrapping
 // dlock.ErrStaleToken). Guards whose store applies the rule itself (a

@@ -28,10 +28,10 @@ type memRes struct {
 	// sem is held while an operation checks the fence and runs: Do, Put
 	// and Get on one resource never overlap.
 	sem chan struct{}
-	// mu guards hi and data; they change only while sem is held, and
-	// Highest reads hi without waiting for a running Do.
+	// mu guards rec and data; they change only while sem is held, and
+	// Highest reads rec without waiting for a running Do.
 	mu   sync.Mutex
-	hi   dlock.Fence
+	rec  dlock.FenceRecord
 	data map[string]string
 }
 
@@ -78,8 +78,8 @@ func (m *Memory) run(ctx context.Context, resource string, f dlock.Fence, op fun
 	}
 	defer func() { <-r.sem }()
 	r.mu.Lock()
-	next, err := m.checker().Check(resource, r.hi, f)
-	r.hi = next
+	next, err := m.checker().Check(resource, r.rec, f)
+	r.rec = next
 	r.mu.Unlock()
 	if err != nil {
 		return err
@@ -145,5 +145,5 @@ func (m *Memory) Highest(ctx context.Context, resource string) (dlock.Fence, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.hi, nil
+	return r.rec.Exclusive, nil
 }

@@ -51,16 +51,23 @@ const maxGuardRowAttempts = 3
 //
 // Storage (see MigrateGuard, which creates it; WithGuardTable names it):
 // the table DefaultGuardTable has one row per resource (resource, token,
-// owner): the highest exclusive fence the resource accepted (token 0: none
-// yet). Its values table has one row per (resource, name) with the value
-// as bytea.
+// owner): the last exclusive fence the resource accepted (token 0: none
+// yet). Its shared table has a row (resource, token) per shared fence
+// admitted above the others since that exclusive fence; its values table
+// has one row per (resource, name) with the value as bytea.
 //
 // How Check works: it locks the resource's fence row (creating it with
 // token 0 on first use), FOR NO KEY UPDATE for an exclusive fence and FOR
-// SHARE for a shared one, applies the rule of package guard
-// (dlock.Fence.Admit, through guard.Checker) to the fence read, and
-// updates the row when an exclusive fence becomes the highest. The row
-// lock is held until the transaction ends.
+// SHARE for a shared one, and applies the rule of package guard
+// (dlock.FenceRecord.Admit, through guard.Checker) to the fence row and
+// the highest token in the shared table. An admitted shared fence above
+// that token inserts its own row there (rows of distinct tokens never
+// conflict, so shared checks do not wait for each other). An exclusive
+// fence's lock waits for every open transaction of a shared check on the
+// resource, then reads the shared table in a statement of its own; once
+// admitted above the last exclusive fence it updates the fence row and
+// deletes the shared rows below it. The row lock is held until the
+// transaction ends.
 //
 // Guarantees:
 //
@@ -79,9 +86,10 @@ const maxGuardRowAttempts = 3
 //     and Commit rolls back (pgx.ErrTxCommitRollback), even if the refusal
 //     is ignored. Inside a savepoint (a nested pgx.Tx), only the savepoint
 //     is aborted. Put and Get write and return nothing when refused.
-//   - The rule is dlock.Fence.Admit's, for every uint64 token (tokens are
-//     numeric(20,0), compared exactly). Shared fences are admitted at or
-//     above the highest token and never recorded. Every refusal reports
+//   - The rule is dlock.FenceRecord.Admit's, for every uint64 token (tokens
+//     are numeric(20,0), compared exactly): a paused writer is refused once
+//     a reader or permit holder granted after it checked. Shared fences are
+//     admitted at or above the last exclusive fence's token. Every refusal reports
 //     one dlock.EventRejected (Backend "postgres") to the Observer given
 //     with dlock.WithObserver.
 //   - Durable and shared: fences are committed rows, kept across restarts
@@ -108,6 +116,10 @@ const maxGuardRowAttempts = 3
 //     request is sent) its server backend may stay queued for the fence
 //     row until the row is free, and then end. Its transaction never
 //     commits. The server's lock_timeout bounds such waits.
+//   - Under REPEATABLE READ or SERIALIZABLE, an exclusive Check reads the
+//     shared table through the pool, on another connection (its
+//     transaction's snapshot may predate shared checks it waited for):
+//     with every connection of the pool taken it waits, bounded by ctx.
 //   - Under REPEATABLE READ or SERIALIZABLE, Check fails with a
 //     serialization failure (SQLSTATE 40001) when another transaction
 //     changed the fence row after the snapshot was taken; retry the
@@ -251,18 +263,31 @@ func abortGuardTx(ctx context.Context, tx pgx.Tx) {
 }
 
 // checkTx is Check on valid arguments: it locks resource's fence row,
-// applies the rule and records f when it becomes the highest fence. A
-// refusal returns the Checker's *dlock.StaleTokenError and leaves tx as
-// it is.
+// applies the rule and records what it changes. A refusal returns the
+// Checker's *dlock.StaleTokenError and leaves tx as it is.
+//
+// A shared fence locks the fence row FOR SHARE (shared checks wait for
+// nobody but a writer), and, admitted above every shared token recorded,
+// inserts its token into the shared table: rows of distinct tokens never
+// conflict. An exclusive fence locks the fence row FOR NO KEY UPDATE,
+// which waits until every transaction of a shared check on the resource
+// has ended, and then reads the highest shared token in a statement of
+// its own, whose snapshot has their rows (under READ COMMITTED; under
+// REPEATABLE READ or SERIALIZABLE the transaction's snapshot may predate
+// them, so the read goes through the pool, on another connection).
+// Admitted above the last exclusive fence, it updates the fence row and
+// deletes the shared tokens it is above (all of them).
 func (g *Guard) checkTx(ctx context.Context, tx pgx.Tx, resource string, f dlock.Fence) error {
 	lock := " FOR NO KEY UPDATE"
 	if f.Shared {
 		lock = " FOR SHARE"
 	}
-	sel := `SELECT token::text, owner FROM ` + g.tables.fences + ` WHERE resource = $1` + lock
+	sel := `SELECT token::text, owner, current_setting('transaction_isolation'),
+	(SELECT coalesce(max(s.token), 0)::text FROM ` + g.tables.shared + ` s WHERE s.resource = $1)
+FROM ` + g.tables.fences + ` WHERE resource = $1` + lock
 	for attempt := 0; attempt < maxGuardRowAttempts; attempt++ {
-		var tok, owner string
-		err := tx.QueryRow(ctx, sel, resource).Scan(&tok, &owner)
+		var tok, owner, iso, seen string
+		err := tx.QueryRow(ctx, sel, resource).Scan(&tok, &owner, &iso, &seen)
 		if errors.Is(err, pgx.ErrNoRows) {
 			// No fence row yet: insert one with no fence, then lock it.
 			// A concurrent insert of the same row makes this one wait for
@@ -276,18 +301,33 @@ func (g *Guard) checkTx(ctx context.Context, tx pgx.Tx, resource string, f dlock
 		if err != nil {
 			return g.dbError(ctx, resource, err)
 		}
-		hi, err := parseFenceRow(tok, owner)
-		if err != nil {
-			return fmt.Errorf("dlock: postgres guard %q: the fence row in %s holds token %q owner %q: %w", resource, g.tables.name, tok, owner, err)
+		if !f.Shared {
+			// The snapshot of the locking statement predates the wait for
+			// the lock: read the shared tokens again.
+			q := `SELECT coalesce(max(token), 0)::text FROM ` + g.tables.shared + ` WHERE resource = $1`
+			if iso == "read committed" {
+				err = tx.QueryRow(ctx, q, resource).Scan(&seen)
+			} else {
+				err = g.pool.QueryRow(ctx, q, resource).Scan(&seen)
+			}
+			if err != nil {
+				return g.dbError(ctx, resource, err)
+			}
 		}
-		next, err := g.chk.Check(resource, hi, f)
+		rec, err := parseFenceRow(tok, owner, seen)
 		if err != nil {
+			return fmt.Errorf("dlock: postgres guard %q: the fence row in %s holds token %q owner %q (highest shared token %q): %w", resource, g.tables.name, tok, owner, seen, err)
+		}
+		next, err := g.chk.Check(resource, rec, f)
+		if err != nil || next == rec {
 			return err
 		}
-		if next == hi {
-			return nil
+		if f.Shared {
+			_, err = tx.Exec(ctx, `INSERT INTO `+g.tables.shared+` (resource, token) VALUES ($1, $2) ON CONFLICT DO NOTHING`, resource, guardNumericToken(f.Token))
+		} else {
+			_, err = tx.Exec(ctx, `WITH d AS (DELETE FROM `+g.tables.shared+` WHERE resource = $1 AND token <= $2)
+UPDATE `+g.tables.fences+` SET token = $2, owner = $3 WHERE resource = $1`, resource, guardNumericToken(next.Exclusive.Token), next.Exclusive.Owner)
 		}
-		_, err = tx.Exec(ctx, `UPDATE `+g.tables.fences+` SET token = $2, owner = $3 WHERE resource = $1`, resource, guardNumericToken(next.Token), next.Owner)
 		if err != nil {
 			return g.dbError(ctx, resource, err)
 		}
@@ -299,17 +339,21 @@ func (g *Guard) checkTx(ctx context.Context, tx pgx.Tx, resource string, f dlock
 // errBadFenceRow reports a fence row that does not hold a fence.
 var errBadFenceRow = errors.New("not a fence (delete the row to reset the resource's fences)")
 
-// parseFenceRow returns the fence of a fence row; token 0 is the zero
-// Fence (no exclusive fence recorded yet).
-func parseFenceRow(tok, owner string) (dlock.Fence, error) {
+// parseFenceRow returns the record of a fence row; token 0 is no
+// exclusive fence recorded yet.
+func parseFenceRow(tok, owner, seen string) (dlock.FenceRecord, error) {
 	t, err := strconv.ParseUint(tok, 10, 64)
 	if err != nil {
-		return dlock.Fence{}, errBadFenceRow
+		return dlock.FenceRecord{}, errBadFenceRow
+	}
+	s, err := strconv.ParseUint(seen, 10, 64)
+	if err != nil {
+		return dlock.FenceRecord{}, errBadFenceRow
 	}
 	if t == 0 {
-		return dlock.Fence{}, nil
+		return dlock.FenceRecord{Seen: s}, nil
 	}
-	return dlock.Fence{Token: t, Owner: owner}, nil
+	return dlock.FenceRecord{Exclusive: dlock.Fence{Token: t, Owner: owner}, Seen: max(s, t)}, nil
 }
 
 // guardNumericToken is a token as a numeric parameter: every uint64, exactly.
@@ -467,9 +511,9 @@ func (g *Guard) Highest(ctx context.Context, resource string) (dlock.Fence, erro
 	if err != nil {
 		return dlock.Fence{}, g.dbError(ctx, resource, err)
 	}
-	hi, err := parseFenceRow(tok, owner)
+	rec, err := parseFenceRow(tok, owner, "0")
 	if err != nil {
 		return dlock.Fence{}, fmt.Errorf("dlock: postgres guard %q: the fence row in %s holds token %q owner %q: %w", resource, g.tables.name, tok, owner, err)
 	}
-	return hi, nil
+	return rec.Exclusive, nil
 }

@@ -27,6 +27,11 @@ const DefaultGuardTable = "dlock_fences"
 // table of its values (Put and Get).
 const GuardValuesSuffix = "_values"
 
+// GuardSharedSuffix is appended to the guard's table name to name the
+// table of the shared fences' tokens each resource admitted above its
+// last exclusive fence ("dlock_fences_shared").
+const GuardSharedSuffix = "_shared"
+
 // maxGuardIdentLen is PostgreSQL's limit on an identifier's length in bytes
 // (NAMEDATALEN - 1): longer names are truncated by the server, so two
 // long names could end up the same table.
@@ -37,8 +42,8 @@ type guardOptions struct {
 }
 
 // WithGuardTable makes a Guard (and MigrateGuard) keep its fences in table
-// name, and its values in name+GuardValuesSuffix, instead of
-// DefaultGuardTable. name is "table" or "schema.table" (the schema must
+// name, its values in name+GuardValuesSuffix and its shared fences'
+// tokens in name+GuardSharedSuffix, instead of DefaultGuardTable. name is "table" or "schema.table" (the schema must
 // exist); each part starts with a lowercase ASCII letter or '_' and goes on
 // with lowercase ASCII letters, digits and '_', and the table part leaves
 // room for the suffix within PostgreSQL's 63 bytes. Any other name,
@@ -50,11 +55,12 @@ func WithGuardTable(name string) Option {
 	return driver.Setting(func(o *guardOptions) { o.table = name })
 }
 
-// guardTables are the guard's two tables, as quoted identifiers.
+// guardTables are the guard's three tables, as quoted identifiers.
 type guardTables struct {
 	name   string // as configured: "dlock_fences", "app.fences"
 	fences string // `"dlock_fences"`, `"app"."fences"`
 	values string // `"dlock_fences_values"`
+	shared string // `"dlock_fences_shared"`
 }
 
 // parseGuardTable validates name (see WithGuardTable) and returns the
@@ -73,13 +79,16 @@ func parseGuardTable(name string) (guardTables, error) {
 		}
 	}
 	table := parts[len(parts)-1]
-	if len(parts[0]) > maxGuardIdentLen || len(table)+len(GuardValuesSuffix) > maxGuardIdentLen {
-		return bad(fmt.Sprintf("is too long (the table part is at most %d bytes, the schema %d)", maxGuardIdentLen-len(GuardValuesSuffix), maxGuardIdentLen))
+	suffix := max(len(GuardValuesSuffix), len(GuardSharedSuffix))
+	if len(parts[0]) > maxGuardIdentLen || len(table)+suffix > maxGuardIdentLen {
+		return bad(fmt.Sprintf("is too long (the table part is at most %d bytes, the schema %d)", maxGuardIdentLen-suffix, maxGuardIdentLen))
 	}
 	fences := pgx.Identifier(parts)
 	values := append(pgx.Identifier{}, parts...)
 	values[len(values)-1] += GuardValuesSuffix
-	return guardTables{name: name, fences: fences.Sanitize(), values: values.Sanitize()}, nil
+	shared := append(pgx.Identifier{}, parts...)
+	shared[len(shared)-1] += GuardSharedSuffix
+	return guardTables{name: name, fences: fences.Sanitize(), values: values.Sanitize(), shared: shared.Sanitize()}, nil
 }
 
 // validGuardIdent reports whether s is a lowercase SQL identifier that needs no
@@ -109,7 +118,7 @@ const maxGuardToken = "18446744073709551615"
 // use the "C" collation: byte-wise equality and ordering, whatever the
 // database's default collation. A fence row with token 0 (and an empty owner)
 // is a resource that has recorded no exclusive fence yet.
-func (t guardTables) ddl() (fences, values []string) {
+func (t guardTables) ddl() (fences, values, shared []string) {
 	fences = []string{
 		`CREATE TABLE IF NOT EXISTS ` + t.fences + ` (
 	resource text COLLATE "C" PRIMARY KEY,
@@ -127,7 +136,15 @@ func (t guardTables) ddl() (fences, values []string) {
 )`,
 		`COMMENT ON TABLE ` + t.values + ` IS 'dlock pglock.Guard: the values of Guard.Put, fenced by the table without the _values suffix. Created by pglock.MigrateGuard.'`,
 	}
-	return fences, values
+	shared = []string{
+		`CREATE TABLE IF NOT EXISTS ` + t.shared + ` (
+	resource text COLLATE "C" NOT NULL,
+	token numeric(20,0) NOT NULL CHECK (token > 0 AND token <= ` + maxGuardToken + `),
+	PRIMARY KEY (resource, token)
+)`,
+		`COMMENT ON TABLE ` + t.shared + ` IS 'dlock pglock.Guard: tokens of shared fences each resource admitted above its last exclusive fence (the table without the _shared suffix); deleted when an exclusive fence above them is admitted. Created by pglock.MigrateGuard.'`,
+	}
+	return fences, values, shared
 }
 
 // Column types MigrateGuard checks an existing table against.
@@ -144,8 +161,9 @@ const (
 // serialized by a transaction-scoped advisory lock
 // (pg_advisory_xact_lock), so it needs no session state and works through
 // PgBouncer in transaction mode. It needs the privilege to create tables
-// in the schema; the Guard then needs SELECT, INSERT and UPDATE on both
-// tables. It needs PostgreSQL 11 or later (as the Guard does). Other
+// in the schema; the Guard then needs SELECT, INSERT and UPDATE on the
+// fence and values tables, and SELECT, INSERT and DELETE on the shared
+// fences' table. It needs PostgreSQL 11 or later (as the Guard does). Other
 // options are ignored. A nil pool is an error wrapping
 // dlock.ErrNilClient; an invalid table name or a nil ctx, one wrapping
 // dlock.ErrInvalidOption.
@@ -167,11 +185,11 @@ func MigrateGuard(ctx context.Context, pool *pgxpool.Pool, opts ...Option) error
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "dlock pglock.MigrateGuard "+t.fences); err != nil {
 			return err
 		}
-		fences, values := t.ddl()
+		fences, values, shared := t.ddl()
 		for _, tbl := range []struct {
 			name string
 			ddl  []string
-		}{{t.fences, fences}, {t.values, values}} {
+		}{{t.fences, fences}, {t.values, values}, {t.shared, shared}} {
 			var exists bool
 			if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, tbl.name).Scan(&exists); err != nil {
 				return err
@@ -207,6 +225,7 @@ func (t guardTables) checkColumns(ctx context.Context, tx pgx.Tx) error {
 	}{
 		{t.fences, "resource, token, owner", []uint32{guardOIDText, guardOIDNumeric, guardOIDText}},
 		{t.values, "resource, name, value", []uint32{guardOIDText, guardOIDText, guardOIDBytea}},
+		{t.shared, "resource, token", []uint32{guardOIDText, guardOIDNumeric}},
 	} {
 		rows, err := tx.Query(ctx, `SELECT `+c.cols+` FROM `+c.table+` LIMIT 0`)
 		if err != nil {

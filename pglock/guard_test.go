@@ -491,6 +491,86 @@ func TestGuardCheckWaits(t *testing.T) {
 	}
 }
 
+// A writer that paused past its lease committed while a reader granted
+// after it still held its read lock: its Check now waits for the reader's
+// transaction and is refused.
+func TestGuardCheck_RefusesPausedWriterAfterReader(t *testing.T) {
+	t.Parallel()
+	_, pool := guardServer(t)
+	ctx := dlocktest.Context(t)
+	g := pglock.NewGuard(pool)
+	res := "paused-writer"
+	w, r := dlock.Fence{Token: 5, Owner: "w"}, dlock.Fence{Token: 6, Owner: "r", Shared: true}
+	txW := guardBegin(t, pool)
+	if err := g.Check(ctx, txW, res, w); err != nil {
+		t.Fatal(err)
+	}
+	if err := txW.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	txR := guardBegin(t, pool)
+	if err := g.Check(ctx, txR, res, r); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	txW2 := guardBegin(t, pool)
+	go func() { done <- g.Check(ctx, txW2, res, w) }()
+	guardWaitBlocked(t, pool, 1)
+	if err := txR.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		guardCheckStale(t, err, res, w, 6)
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatal("hang: the writer's Check never returned")
+	}
+}
+
+// Under REPEATABLE READ an exclusive Check saw the shared fences as of its
+// transaction's snapshot, and admitted a paused writer below a reader
+// whose Check committed after that snapshot.
+func TestGuardCheck_RepeatableReadSeesLaterSharedFences(t *testing.T) {
+	t.Parallel()
+	_, pool := guardServer(t)
+	ctx := dlocktest.Context(t)
+	g := pglock.NewGuard(pool)
+	for _, iso := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
+		t.Run(string(iso), func(t *testing.T) {
+			res := "rr-" + strings.ReplaceAll(string(iso), " ", "-")
+			w, r := dlock.Fence{Token: 5, Owner: "w"}, dlock.Fence{Token: 6, Owner: "r", Shared: true}
+			tx := guardBegin(t, pool)
+			if err := g.Check(ctx, tx, res, w); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			txW, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: iso})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer txW.Rollback(context.Background())
+			if _, err := txW.Exec(ctx, `SELECT 1 FROM dlock_fences LIMIT 1`); err != nil { // the snapshot
+				t.Fatal(err)
+			}
+			txR := guardBegin(t, pool)
+			if err := g.Check(ctx, txR, res, r); err != nil {
+				t.Fatal(err)
+			}
+			if err := txR.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			err = g.Check(ctx, txW, res, w)
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "40001" {
+				return // a serialization failure: nothing admitted
+			}
+			guardCheckStale(t, err, res, w, 6)
+		})
+	}
+}
+
 // Transactions with different tokens race on one resource (through the
 // server and through PgBouncer at once), at each isolation level: each
 // admitted one sees, after its Check, only writes of lower tokens, so

@@ -175,12 +175,13 @@
 //
 // # Guard
 //
-// Guard applies the rule of package guard (dlock.Fence.Admit) in the Lua
+// Guard applies the rule of package guard (dlock.FenceRecord.Admit) in the Lua
 // script that performs the operation, so the check, the record of the new
 // highest fence and the operation are atomic on the server: Put, Get
 // (a fenced read), IncrBy and Eval (a script of the caller's own under
 // the fence check). Token 0 is refused by the script; shared fences are
-// admitted at or above the highest token and never recorded. Refusals are
+// admitted at or above the last exclusive fence's token and raise the
+// highest token admitted, which exclusive fences must exceed. Refusals are
 // *dlock.StaleTokenError values and are reported as dlock.EventRejected
 // to the Observer given to NewGuard with dlock.WithObserver. The fence of
 // resource R is "<prefix>:guard:{R}" and the value of name N is that key,

@@ -19,24 +19,30 @@ import (
 // operation is one Lua script that checks the caller's fence against the
 // highest fence the resource accepted, records it, and applies the
 // operation, atomically. The script applies the rule of package guard
-// (dlock.Fence.Admit): token 0 is never admitted; an exclusive fence is
-// admitted above the highest token, or equal to it from the same non-empty
-// owner, and recorded; a shared fence (Fence.Shared) is admitted at or
-// above the highest token and never recorded. A holder that paused past
-// its lease comes back with an older token and its operation is refused
-// with a *dlock.StaleTokenError (reported as a dlock.EventRejected to the
-// Observer given with dlock.WithObserver).
+// (dlock.FenceRecord.Admit): token 0 is never admitted; an exclusive fence
+// is admitted above every token admitted (in any mode), or equal to the
+// last exclusive fence from the same non-empty owner with nothing admitted
+// above it, and recorded; a shared fence (Fence.Shared) is admitted at or
+// above the last exclusive fence's token and raises the highest token
+// admitted. A holder that paused past its lease comes back with an older
+// token and its operation is refused with a *dlock.StaleTokenError
+// (reported as a dlock.EventRejected to the Observer given with
+// dlock.WithObserver).
 //
 // Layout, under the prefix P (WithPrefix, default DefaultPrefix), for
 // resource R:
 //
-//   - FenceKey(R) = "P:guard:{R'}" holds "<token>|<owner>", the highest
+//   - FenceKey(R) = "P:guard:{R'}" holds "<token>|<owner>", the last
 //     exclusive fence R accepted, with no expiry (R' is R encoded like a
 //     lock key's hash tag: a resource starting with '}' gets a NUL byte in
 //     front);
+//   - FenceKey(R) + "\x00" holds the highest token R admitted in any mode,
+//     while a shared fence's is above the fence key's token (deleted when
+//     an exclusive fence above it is admitted);
 //   - Key(R, name) = FenceKey(R) + "\x00" + name holds the value Put under
-//     name. Resources and names never contain NUL, so no two
-//     resource/name pairs share a key, and every key of R has R's hash tag
+//     name. Resources and names never contain NUL and names are never
+//     empty, so no two resource/name pairs share a key, nor any with the
+//     seen key, and every key of R has R's hash tag
 //     and so lives in the fence key's Cluster slot.
 //
 // Data keys passed to Eval must be in that slot too: build them with Key.
@@ -91,24 +97,37 @@ func (g *Guard) FenceKey(resource string) string {
 	return g.prefix + ":guard:{" + redisproto.HashTag(resource) + "}"
 }
 
+// seenKey is the key holding the highest token resource admitted in any
+// mode, when a shared fence's is above the fence key's: the fence key, a
+// NUL byte and nothing (Key's names are never empty).
+func (g *Guard) seenKey(resource string) string {
+	return g.FenceKey(resource) + "\x00"
+}
+
 // Key returns the data key of name in resource: FenceKey(resource), a NUL
 // byte, and name. It lives in the fence key's Cluster slot.
 func (g *Guard) Key(resource, name string) string {
 	return g.FenceKey(resource) + "\x00" + name
 }
 
-// fencePrelude applies the admission rule and records the fence. KEYS[1]
-// is the fence key, ARGV[1] the token (decimal, no leading zeros), ARGV[2]
-// the owner, ARGV[3] "1" for a shared fence. Tokens are compared as
-// decimal strings (length, then bytes), so every uint64 compares exactly;
-// a fence key whose token is not one (not canonical decimal, 0, above the
-// uint64 range) is the error reply "DLOCKCORRUPT ...", as Highest reports
-// it, and is left as it is.
-// A refusal is the error reply "DLOCKSTALE <highest token>". The caller's
-// body follows as a function of its own KEYS and ARGV (the rest of the
-// arrays).
+// fencePrelude applies the admission rule (dlock.FenceRecord.Admit) and
+// records the fence. KEYS[1] is the fence key, KEYS[2] the seen key;
+// ARGV[1] the token (decimal, no leading zeros), ARGV[2] the owner,
+// ARGV[3] "1" for a shared fence. Tokens are compared as decimal strings
+// (length, then bytes), so every uint64 compares exactly; a fence or seen
+// key whose token is not one (not canonical decimal, 0, above the uint64
+// range) is the error reply "DLOCKCORRUPT ...", as Highest reports it,
+// and is left as it is. A seen key below the fence key's token counts as
+// the fence key's token.
+// A refusal is the error reply "DLOCKSTALE <bar>", bar being the token
+// the fence had to reach. The caller's body follows as a function of its
+// own KEYS and ARGV (the rest of the arrays).
 const fencePrelude = `
 local t, o, shared = ARGV[1], ARGV[2], ARGV[3] == '1'
+local function tok(s)
+  return string.match(s, '^[1-9]%d*$') and (#s < 20 or (#s == 20 and s <= '18446744073709551615'))
+end
+local function above(a, b) return #a > #b or (#a == #b and a > b) end
 local hi = redis.call('GET', KEYS[1])
 local ht, ho = '0', ''
 if hi then
@@ -117,27 +136,36 @@ if hi then
     return redis.error_reply('DLOCKCORRUPT ' .. KEYS[1] .. ' does not hold <token>|<owner>')
   end
   ht, ho = string.sub(hi, 1, sep - 1), string.sub(hi, sep + 1)
-  if not string.match(ht, '^[1-9]%d*$') or #ht > 20 or (#ht == 20 and ht > '18446744073709551615') then
+  if not tok(ht) then
     return redis.error_reply('DLOCKCORRUPT ' .. KEYS[1] .. ' does not hold <token>|<owner>')
   end
 end
-local newer = #t > #ht or (#t == #ht and t > ht)
-local ok
-if t == '0' then
-  ok = false
-elseif shared then
-  ok = newer or t == ht
+local seen = redis.call('GET', KEYS[2])
+if seen then
+  if not tok(seen) then
+    return redis.error_reply('DLOCKCORRUPT ' .. KEYS[2] .. ' does not hold a token')
+  end
+  if above(ht, seen) then seen = ht end
 else
-  ok = newer or (hi and t == ht and o == ho and ho ~= '')
+  seen = ht
+end
+local ok, bar
+if shared then
+  ok, bar = t ~= '0' and not above(ht, t), ht
+else
+  ok, bar = t ~= '0' and (above(t, seen) or (hi and t == ht and o == ho and ho ~= '' and t == seen)), seen
 end
 if not ok then
-  return redis.error_reply('DLOCKSTALE ' .. ht)
+  return redis.error_reply('DLOCKSTALE ' .. bar)
 end
-if newer and not shared then
+if shared then
+  if above(t, seen) then redis.call('SET', KEYS[2], t) end
+elseif above(t, ht) then
   redis.call('SET', KEYS[1], t .. '|' .. o)
+  redis.call('DEL', KEYS[2])
 end
 local k, a = {}, {}
-for i = 2, #KEYS do k[i - 1] = KEYS[i] end
+for i = 3, #KEYS do k[i - 2] = KEYS[i] end
 for i = 4, #ARGV do a[i - 3] = ARGV[i] end
 local function body(KEYS, ARGV)
 `
@@ -195,7 +223,7 @@ func (g *Guard) eval(ctx context.Context, op, resource string, f dlock.Fence, bo
 	if f.Shared {
 		shared = "1"
 	}
-	allKeys := append([]string{g.FenceKey(resource)}, keys...)
+	allKeys := append([]string{g.FenceKey(resource), g.seenKey(resource)}, keys...)
 	allArgs := append([]any{strconv.FormatUint(f.Token, 10), f.Owner, shared}, args...)
 	var ack error
 	v, err, abandoned := redisproto.Await(ctx, func(ctx context.Context) (any, error) {

@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -42,8 +41,8 @@ func WithGuardPrefix(p string) Option {
 // resource kept in ZooKeeper is protected the way a lock's holder expects,
 // even against a holder that lost its lock and does not know it yet.
 //
-// Resource R's highest accepted fence is the data of the znode
-// FencePath(R) ("<token>|<owner>"), and the value Put under name N is the
+// Resource R's fence record (dlock.FenceRecord) is the data of the znode
+// FencePath(R) (guard.EncodeRecord), and the value Put under name N is the
 // data of its child EscapeKey(N). Put and Get are each one multi-op
 // transaction that sets the fence znode only if its version is the one
 // read (every fenced operation bumps it), so a fence admitted by the rule
@@ -119,33 +118,12 @@ func (g *Guard) check(ctx context.Context, resource string, names ...string) err
 	return g.err
 }
 
-// formatFence is the data of a fence znode: empty while no exclusive fence
-// was recorded (a shared fence admitted first creates it so).
-func formatFence(f dlock.Fence) []byte {
-	if f == (dlock.Fence{}) {
-		return nil
-	}
-	return []byte(strconv.FormatUint(f.Token, 10) + "|" + f.Owner)
-}
-
 var errBadFence = errors.New("not a fence (delete the znode to reset the resource's fences)")
 
-func parseFence(v []byte) (dlock.Fence, error) {
-	if len(v) == 0 {
-		return dlock.Fence{}, nil
-	}
-	tok, owner, ok := strings.Cut(string(v), "|")
-	t, err := strconv.ParseUint(tok, 10, 64)
-	if !ok || err != nil || t == 0 {
-		return dlock.Fence{}, errBadFence
-	}
-	return dlock.Fence{Token: t, Owner: owner}, nil
-}
-
-// fenceState is a fence znode as read: its fence and version (exists
+// fenceState is a fence znode as read: its record and version (exists
 // false: no fence yet).
 type fenceState struct {
-	hi      dlock.Fence
+	rec     dlock.FenceRecord
 	version int32
 	exists  bool
 }
@@ -173,11 +151,11 @@ func (g *Guard) read(ctx context.Context, resource string, fresh bool) (fenceSta
 	if err != nil {
 		return fenceState{}, err
 	}
-	hi, err := parseFence(r.data)
+	rec, err := guard.DecodeRecord(string(r.data))
 	if err != nil {
-		return fenceState{}, fmt.Errorf("dlock: zookeeper guard %q: znode %s holds %q: %w", resource, path, r.data, err)
+		return fenceState{}, fmt.Errorf("dlock: zookeeper guard %q: znode %s holds %q: %w", resource, path, r.data, errBadFence)
 	}
-	return fenceState{hi: hi, version: r.stat.Version, exists: true}, nil
+	return fenceState{rec: rec, version: r.stat.Version, exists: true}, nil
 }
 
 // ensureParent creates the guard's prefix znodes, as far as missing.
@@ -207,7 +185,7 @@ func (g *Guard) fenced(ctx context.Context, resource string, f dlock.Fence, ops 
 		if err != nil {
 			return err
 		}
-		next, err := g.chk.Check(resource, st.hi, f)
+		next, err := g.chk.Check(resource, st.rec, f)
 		if err != nil {
 			return err
 		}
@@ -215,9 +193,9 @@ func (g *Guard) fenced(ctx context.Context, resource string, f dlock.Fence, ops 
 		if err != nil {
 			return err
 		}
-		var fenceOp any = &zk.SetDataRequest{Path: path, Data: formatFence(next), Version: st.version}
+		var fenceOp any = &zk.SetDataRequest{Path: path, Data: []byte(guard.EncodeRecord(next)), Version: st.version}
 		if !st.exists {
-			fenceOp = &zk.CreateRequest{Path: path, Data: formatFence(next), Acl: b.acl, Flags: zk.FlagPersistent}
+			fenceOp = &zk.CreateRequest{Path: path, Data: []byte(guard.EncodeRecord(next)), Acl: b.acl, Flags: zk.FlagPersistent}
 		}
 		_, err = call(ctx, b, "guard commit", func() ([]zk.MultiResponse, error) {
 			return multi(b.conn, append([]any{fenceOp}, more...)...)
@@ -330,5 +308,5 @@ func (g *Guard) Highest(ctx context.Context, resource string) (dlock.Fence, erro
 		return dlock.Fence{}, err
 	}
 	st, err := g.read(ctx, resource, true)
-	return st.hi, err
+	return st.rec.Exclusive, err
 }

@@ -1,5 +1,5 @@
 // Package guardtest is the conformance suite every guard runs: the
-// admission rule of package guard (dlock.Fence.Admit) through Put, Get and,
+// admission rule of package guard (dlock.FenceRecord.Admit) through Put, Get and,
 // for a guard.Doer, Do; shared fences; fenced reads; values and names;
 // independence of resources (one being a prefix of another, odd bytes,
 // dlock.MaxKeyLen-byte names); concurrent callers; a second guard
@@ -37,6 +37,7 @@ import (
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/guard"
+	"github.com/dlock-go/dlock/memlock"
 )
 
 // NewFunc returns a guard on the store under test, built with opts: the
@@ -81,6 +82,7 @@ func Run(t *testing.T, newGuard NewFunc, opts ...Option) {
 	s := &suite{new: newGuard, cfg: c}
 	t.Run("Admission", s.testAdmission)
 	t.Run("SharedFences", s.testSharedFences)
+	t.Run("PausedWriter", s.testPausedWriter)
 	t.Run("FencedRead", s.testFencedRead)
 	t.Run("Values", s.testValues)
 	t.Run("Independent", s.testIndependent)
@@ -211,12 +213,14 @@ func mustGet(t *testing.T, g guard.Guard, res string, f dlock.Fence, name, want 
 }
 
 // step is one row of an admission table: fence, whether it is admitted,
-// and the highest fence afterwards.
+// the highest fence afterwards, and for a refusal the token the
+// *dlock.StaleTokenError reports (bar; 0: the highest fence's token).
 type step struct {
 	f    dlock.Fence
 	ok   bool
 	hi   dlock.Fence
 	note string
+	bar  uint64
 }
 
 // runTable runs steps on a fresh resource with every operation of g.
@@ -245,7 +249,11 @@ func (s *suite) runTable(t *testing.T, steps []step) {
 					if admitted {
 						t.Fatalf("%s with %+v was admitted, want refused", what, st.f)
 					}
-					checkStale(t, what, err, res, st.f, hiBefore.Token)
+					bar := hiBefore.Token
+					if st.bar != 0 {
+						bar = st.bar
+					}
+					checkStale(t, what, err, res, st.f, bar)
 				}
 				wantHighest(t, g, res, st.hi)
 				if o.name == "Put" {
@@ -264,55 +272,123 @@ func (s *suite) testAdmission(t *testing.T) {
 	big := dlock.Fence{Token: 1 << 63, Owner: "c"}
 	top := dlock.Fence{Token: math.MaxUint64, Owner: "d"}
 	s.runTable(t, []step{
-		{dlock.Fence{Token: 0, Owner: "z"}, false, dlock.Fence{}, "zero token on a fresh resource"},
-		{a5, true, a5, "first fence on a fresh resource"},
-		{a5, true, a5, "equal token, same owner"},
-		{dlock.Fence{Token: 5, Owner: "b"}, false, a5, "equal token, other owner"},
-		{dlock.Fence{Token: 5, Owner: ""}, false, a5, "equal token, no owner"},
-		{dlock.Fence{Token: 4, Owner: "a"}, false, a5, "lower token, same owner"},
-		{dlock.Fence{Token: 0, Owner: "a"}, false, a5, "zero token"},
-		{b6, true, b6, "higher token"},
-		{a5, false, b6, "the old holder again"},
-		{big, true, big, "2^63"},
-		{dlock.Fence{Token: 1<<63 - 1, Owner: "c"}, false, big, "2^63-1 after 2^63"},
-		{dlock.Fence{Token: math.MaxUint64 - 1, Owner: "d"}, true, dlock.Fence{Token: math.MaxUint64 - 1, Owner: "d"}, "max-1"},
-		{top, true, top, "max uint64"},
-		{top, true, top, "max uint64 again, same owner"},
-		{dlock.Fence{Token: math.MaxUint64 - 1, Owner: "d"}, false, top, "max-1 after max"},
+		{dlock.Fence{Token: 0, Owner: "z"}, false, dlock.Fence{}, "zero token on a fresh resource", 0},
+		{a5, true, a5, "first fence on a fresh resource", 0},
+		{a5, true, a5, "equal token, same owner", 0},
+		{dlock.Fence{Token: 5, Owner: "b"}, false, a5, "equal token, other owner", 0},
+		{dlock.Fence{Token: 5, Owner: ""}, false, a5, "equal token, no owner", 0},
+		{dlock.Fence{Token: 4, Owner: "a"}, false, a5, "lower token, same owner", 0},
+		{dlock.Fence{Token: 0, Owner: "a"}, false, a5, "zero token", 0},
+		{b6, true, b6, "higher token", 0},
+		{a5, false, b6, "the old holder again", 0},
+		{big, true, big, "2^63", 0},
+		{dlock.Fence{Token: 1<<63 - 1, Owner: "c"}, false, big, "2^63-1 after 2^63", 0},
+		{dlock.Fence{Token: math.MaxUint64 - 1, Owner: "d"}, true, dlock.Fence{Token: math.MaxUint64 - 1, Owner: "d"}, "max-1", 0},
+		{top, true, top, "max uint64", 0},
+		{top, true, top, "max uint64 again, same owner", 0},
+		{dlock.Fence{Token: math.MaxUint64 - 1, Owner: "d"}, false, top, "max-1 after max", 0},
 	})
 	t.Run("NoOwner", func(t *testing.T) {
 		// An empty owner is admitted once per token: it never matches.
 		e1 := dlock.Fence{Token: 1}
 		s.runTable(t, []step{
-			{e1, true, e1, "token 1, no owner"},
-			{e1, false, e1, "token 1, no owner, again"},
-			{dlock.Fence{Token: 2}, true, dlock.Fence{Token: 2}, "token 2, no owner"},
+			{e1, true, e1, "token 1, no owner", 0},
+			{e1, false, e1, "token 1, no owner, again", 0},
+			{dlock.Fence{Token: 2}, true, dlock.Fence{Token: 2}, "token 2, no owner", 0},
 		})
 	})
 }
 
-// Shared fences are admitted at or above the highest exclusive fence and
-// never recorded.
+// Shared fences are admitted at or above the last exclusive fence, in any
+// order among themselves; an exclusive fence below any token admitted, a
+// shared one's included, is refused.
 func (s *suite) testSharedFences(t *testing.T) {
 	sh := func(tok uint64, owner string) dlock.Fence { return dlock.Fence{Token: tok, Owner: owner, Shared: true} }
-	a5, b6 := dlock.Fence{Token: 5, Owner: "a"}, dlock.Fence{Token: 6, Owner: "b"}
+	a5, b6, c8 := dlock.Fence{Token: 5, Owner: "a"}, dlock.Fence{Token: 6, Owner: "b"}, dlock.Fence{Token: 8, Owner: "c"}
 	zero := dlock.Fence{}
 	s.runTable(t, []step{
-		{sh(0, "s"), false, zero, "shared zero token"},
-		{sh(1, "s1"), true, zero, "shared on a fresh resource: admitted, not recorded"},
-		{sh(1, "s1"), true, zero, "again"},
-		{a5, true, a5, "exclusive"},
-		{sh(5, "s1"), true, a5, "shared, equal token, other owner"},
-		{sh(7, "s2"), true, a5, "shared above: not recorded"},
-		{sh(6, "s3"), true, a5, "shared below another shared"},
-		{a5, true, a5, "the exclusive holder again: the shared 7 was not recorded"},
-		{sh(4, "s4"), false, a5, "shared below the highest"},
-		{b6, true, b6, "the next exclusive holder"},
-		{sh(5, "s1"), false, b6, "shared below the new exclusive holder"},
-		{sh(6, "b"), true, b6, "shared at the highest, its owner"},
-		{sh(0, "b"), false, b6, "shared zero token"},
-		{sh(math.MaxUint64, "s5"), true, b6, "shared max uint64"},
+		{f: sh(0, "s"), hi: zero, note: "shared zero token"},
+		{f: sh(1, "s1"), ok: true, hi: zero, note: "shared on a fresh resource"},
+		{f: sh(1, "s1"), ok: true, hi: zero, note: "again"},
+		{f: a5, ok: true, hi: a5, note: "exclusive above the shared one"},
+		{f: a5, ok: true, hi: a5, note: "the exclusive holder again"},
+		{f: sh(5, "s1"), ok: true, hi: a5, note: "shared, equal token, other owner"},
+		{f: a5, ok: true, hi: a5, note: "the exclusive holder again: nothing above it was admitted"},
+		{f: sh(7, "s2"), ok: true, hi: a5, note: "shared above the exclusive fence"},
+		{f: sh(6, "s3"), ok: true, hi: a5, note: "shared below another shared: holders valid together"},
+		{f: a5, hi: a5, bar: 7, note: "the paused writer after a newer shared holder used the resource"},
+		{f: b6, hi: a5, bar: 7, note: "exclusive below a shared token admitted"},
+		{f: sh(4, "s4"), hi: a5, note: "shared below the exclusive fence"},
+		{f: c8, ok: true, hi: c8, note: "the next exclusive holder"},
+		{f: sh(7, "s2"), hi: c8, note: "shared below the new exclusive holder"},
+		{f: sh(8, "c"), ok: true, hi: c8, note: "shared at the highest, its owner"},
+		{f: c8, ok: true, hi: c8, note: "the exclusive holder again after a shared fence at its token"},
+		{f: sh(9, "s5"), ok: true, hi: c8, note: "shared above"},
+		{f: c8, hi: c8, bar: 9, note: "the exclusive holder after a newer shared holder"},
+		{f: sh(0, "b"), hi: c8, note: "shared zero token"},
+		{f: sh(math.MaxUint64, "s6"), ok: true, hi: c8, note: "shared max uint64"},
+		{f: dlock.Fence{Token: math.MaxUint64 - 1, Owner: "d"}, hi: c8, bar: math.MaxUint64, note: "exclusive max-1 after a shared max"},
+		{f: sh(math.MaxUint64-1, "s7"), ok: true, hi: c8, note: "shared max-1 after a shared max"},
 	})
+}
+
+// A writer that paused past its lease is refused once a reader or permit
+// holder granted after it used the resource, for each shared mode, with
+// fences as locks hand them out; holders valid together are admitted
+// together, in any order.
+func (s *suite) testPausedWriter(t *testing.T) {
+	for _, m := range []struct {
+		name string
+		opt  dlock.Option
+	}{{"Shared", dlock.WithShared()}, {"Limited", dlock.WithLimit(2)}} {
+		t.Run(m.name, func(t *testing.T) {
+			g := s.new(t)
+			for _, o := range ops(g) {
+				t.Run(o.name, func(t *testing.T) {
+					l, key, res := memlock.New(), Resource("lock"), Resource("paused-writer")
+					w, err := l.Acquire(ctxT(t), key)
+					if err != nil {
+						t.Fatal(err)
+					}
+					fw := w.Fence()
+					if ok, err := o.run(ctxT(t), g, res, fw); !ok || err != nil {
+						t.Fatalf("%s by the writer: admitted=%v err=%v", o.name, ok, err)
+					}
+					// The writer pauses; its lease passes (here: released
+					// behind its back) and two holders of the shared mode
+					// are granted.
+					if err := w.Release(ctxT(t)); err != nil {
+						t.Fatal(err)
+					}
+					var holders [2]*dlock.Lock
+					for i := range holders {
+						if holders[i], err = l.Acquire(ctxT(t), key, m.opt); err != nil {
+							t.Fatal(err)
+						}
+						defer holders[i].Release(context.Background())
+					}
+					f1, f2 := holders[0].Fence(), holders[1].Fence()
+					if !f1.Shared || !f2.Shared || f1.Token <= fw.Token || f2.Token <= f1.Token {
+						t.Fatalf("fences %+v, %+v after the writer's %+v: want shared fences with rising tokens", f1, f2, fw)
+					}
+					// The later holder uses the resource first, then the
+					// earlier one: both are admitted.
+					for _, f := range []dlock.Fence{f2, f1} {
+						if ok, err := o.run(ctxT(t), g, res, f); !ok || err != nil {
+							t.Fatalf("%s by holder %+v: admitted=%v err=%v", o.name, f, ok, err)
+						}
+					}
+					// The writer comes back with its old fence.
+					ok, err := o.run(ctxT(t), g, res, fw)
+					if ok {
+						t.Fatalf("%s by the paused writer %+v after holders %+v and %+v used the resource: admitted", o.name, fw, f1, f2)
+					}
+					checkStale(t, o.name+" by the paused writer", err, res, fw, f2.Token)
+					wantHighest(t, g, res, fw)
+				})
+			}
+		})
+	}
 }
 
 // A fenced read by a newer holder makes an older holder's write fail,

@@ -13,16 +13,17 @@ import (
 )
 
 // The fenced-register model checked with Porcupine: a counter behind
-// dlock's fencing rule (guard.Checker, dlock.Fence.Admit for exclusive
-// fences). Reads and writes are both fenced: an admitted read records its
+// dlock's fencing rule (guard.Checker, dlock.FenceRecord.Admit). Reads and writes are both fenced: an admitted read records its
 // token as the highest, like a write.
 
-// regState is the model's state: the value, the highest token admitted and
-// the worker that presented it.
+// regState is the model's state: the value, the last exclusive token
+// admitted and the worker that presented it, and the highest token
+// admitted in any mode.
 type regState struct {
 	value int64
 	hi    uint64
 	owner int
+	seen  uint64
 }
 
 // regInput is an operation: a read, or a write of value, at token by
@@ -42,22 +43,24 @@ type regOutput struct {
 	value  int64
 }
 
-// admit is the fencing rule for an exclusive fence: a token above the
-// highest, or equal to it from the same holder; never token 0.
-// A shared fence is admitted at or above the highest token and never
-// recorded (dlock.Fence.Admit).
+// admit is the fencing rule (dlock.FenceRecord.Admit): never token 0; an
+// exclusive fence above every token admitted, or equal to the last
+// exclusive one from the same holder with nothing admitted above it; a
+// shared fence at or above the last exclusive token.
 func (s regState) admit(in regInput) bool {
 	if in.shared {
 		return in.token != 0 && in.token >= s.hi
 	}
-	return in.token != 0 && (in.token > s.hi || in.token == s.hi && in.worker == s.owner)
+	seen := max(s.seen, s.hi)
+	return in.token != 0 && (in.token > seen || in.token == s.hi && in.worker == s.owner && seen == s.hi)
 }
 
 func (s regState) apply(in regInput) regState {
 	if in.shared {
+		s.seen = max(s.seen, s.hi, in.token)
 		return s
 	}
-	n := regState{value: s.value, hi: in.token, owner: in.worker}
+	n := regState{value: s.value, hi: in.token, owner: in.worker, seen: in.token}
 	if in.write {
 		n.value = in.value
 	}
@@ -97,7 +100,7 @@ var fencedModel = porcupine.Model{
 	},
 	DescribeState: func(state any) string {
 		s := state.(regState)
-		return fmt.Sprintf("value %d, highest token %d (w%d)", s.value, s.hi, s.owner)
+		return fmt.Sprintf("value %d, last exclusive token %d (w%d), highest token %d", s.value, s.hi, s.owner, max(s.seen, s.hi))
 	},
 }
 

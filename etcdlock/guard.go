@@ -138,6 +138,9 @@ func (g *Guard) Txn(ctx context.Context, resource string, f dlock.Fence, ops ...
 }
 
 func (g *Guard) txn(ctx context.Context, resource string, f dlock.Fence, ops []clientv3.Op) (*clientv3.TxnResponse, error) {
+	if err := g.chk.ValidateFence(f); err != nil {
+		return nil, err
+	}
 	fk := g.FenceKey(resource)
 	for attempt := 0; attempt < maxGuardConflicts; attempt++ {
 		rec, modRev, err := g.read(ctx, resource)

@@ -119,6 +119,9 @@ func (g *Guard) read(resource string) (dlock.FenceRecord, error) {
 // refusal is returned as is (a *dlock.StaleTokenError), other errors
 // wrapped with the resource.
 func (g *Guard) run(ctx context.Context, resource string, f dlock.Fence, op func() error) error {
+	if err := g.chk.ValidateFence(f); err != nil {
+		return err
+	}
 	fl, err := lockFile(ctx, filepath.Join(g.dir, fileID(resource)+fenceFlockSuffix))
 	if err != nil {
 		return fmt.Errorf("filelock: guard %q: %w", resource, err)

@@ -88,6 +88,22 @@ func (c Checker) Validate(ctx context.Context, resource string, names ...string)
 	return ctx.Err()
 }
 
+// MaxOwnerLen is the longest Fence.Owner a guard accepts, in bytes: room
+// for any owner a lock hands out (dlock.NewOwner's are 32 hex digits)
+// while every guard's request stays within its store's limits.
+const MaxOwnerLen = 1024
+
+// ValidateFence checks the fence of a guard call: an owner over
+// MaxOwnerLen bytes is an error wrapping dlock.ErrInvalidOption. A guard
+// calls it with Validate, before any I/O; the token is the rule's
+// business (token 0 is refused as stale).
+func (c Checker) ValidateFence(f dlock.Fence) error {
+	if len(f.Owner) > MaxOwnerLen {
+		return fmt.Errorf("%w: %s guard: a fence owner of %d bytes is over guard.MaxOwnerLen (%d)", dlock.ErrInvalidOption, c.backend, len(f.Owner), MaxOwnerLen)
+	}
+	return nil
+}
+
 // Check applies the rule to f for resource, whose record is rec.
 // Admitted, it returns the record to keep afterwards (the guard writes it
 // when it differs from rec) and a nil error. Refused, it returns rec and

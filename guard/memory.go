@@ -93,6 +93,9 @@ func (m *Memory) Do(ctx context.Context, resource string, f dlock.Fence, fn func
 	if err := c.Validate(ctx, resource); err != nil {
 		return err
 	}
+	if err := c.ValidateFence(f); err != nil {
+		return err
+	}
 	if fn == nil {
 		return fmt.Errorf("%w: %s guard: nil function", dlock.ErrInvalidOption, c.backend)
 	}
@@ -103,6 +106,9 @@ func (m *Memory) Do(ctx context.Context, resource string, f dlock.Fence, fn func
 // bounded by ctx.
 func (m *Memory) Put(ctx context.Context, resource string, f dlock.Fence, name, value string) error {
 	if err := m.checker().Validate(ctx, resource, name); err != nil {
+		return err
+	}
+	if err := m.checker().ValidateFence(f); err != nil {
 		return err
 	}
 	return m.run(ctx, resource, f, func(r *memRes) error {
@@ -120,6 +126,9 @@ func (m *Memory) Put(ctx context.Context, resource string, f dlock.Fence, name, 
 // bounded by ctx.
 func (m *Memory) Get(ctx context.Context, resource string, f dlock.Fence, name string) (value string, ok bool, err error) {
 	if err := m.checker().Validate(ctx, resource, name); err != nil {
+		return "", false, err
+	}
+	if err := m.checker().ValidateFence(f); err != nil {
 		return "", false, err
 	}
 	err = m.run(ctx, resource, f, func(r *memRes) error {

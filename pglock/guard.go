@@ -190,8 +190,12 @@ func (g *Guard) check(ctx context.Context, resource string, names ...string) err
 	return nil
 }
 
-// checkOwner refuses an owner PostgreSQL's text cannot hold.
+// checkOwner refuses an owner over guard.MaxOwnerLen, or one
+// PostgreSQL's text cannot hold.
 func (g *Guard) checkOwner(resource string, f dlock.Fence) error {
+	if err := g.chk.ValidateFence(f); err != nil {
+		return err
+	}
 	if !utf8.ValidString(f.Owner) || strings.IndexByte(f.Owner, 0) >= 0 {
 		return fmt.Errorf("%w: postgres guard %q: the fence's owner %q is not valid UTF-8 without NUL", dlock.ErrInvalidOption, resource, f.Owner)
 	}

@@ -218,6 +218,9 @@ func (g *Guard) check(ctx context.Context, resource string, names ...string) err
 // incrby", "guard eval"), which WithReplicaAcks makes wait for the
 // replicas; "" is a read, which waits for nobody.
 func (g *Guard) eval(ctx context.Context, op, resource string, f dlock.Fence, body string, keys []string, args ...any) (any, error) {
+	if err := g.chk.ValidateFence(f); err != nil {
+		return nil, err
+	}
 	script := redis.NewScript(fencePrelude + body + fenceEpilogue)
 	shared := "0"
 	if f.Shared {

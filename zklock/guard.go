@@ -103,6 +103,24 @@ func (g *Guard) FencePath(resource string) string {
 // connection, and every lock sharing it.
 const MaxValueLen = 1<<20 - 32<<10
 
+// maxGuardRequest bounds a Put's whole multi-op request, as counted by
+// putRequestSize: under ZooKeeper's default packet limit (jute.maxbuffer,
+// 1 MiB) with room for the framing putRequestSize leaves out.
+const maxGuardRequest = 1<<20 - 4<<10
+
+// putRequestSize is an upper bound of the bytes of a Put's multi-op
+// request: the fence znode's op (path, record, ACL) and the value's (path,
+// value, ACL), with each op's fixed fields.
+func (g *Guard) putRequestSize(fencePath, valuePath, value string, f dlock.Fence) int {
+	acl := 0
+	for _, a := range g.b.acl {
+		acl += len(a.Scheme) + len(a.ID) + 16
+	}
+	record := 2*20 + 2 + len(f.Owner) // "<token>/<seen>|<owner>"
+	const op = 64                     // an op's header, version, flags and length prefixes
+	return op + len(fencePath) + record + acl + op + len(valuePath) + len(value) + acl
+}
+
 var errZeroGuard = fmt.Errorf("%w: zero zklock.Guard (use NewGuard)", dlock.ErrNilClient)
 
 func (g *Guard) check(ctx context.Context, resource string, names ...string) error {
@@ -179,6 +197,9 @@ func (g *Guard) ensureParent(ctx context.Context) error {
 // with the ops from ops(), which may read the store first (given the
 // fence state). It retries when another fenced operation got in between.
 func (g *Guard) fenced(ctx context.Context, resource string, f dlock.Fence, ops func(fenceState) ([]any, error)) error {
+	if err := g.chk.ValidateFence(f); err != nil {
+		return err
+	}
 	b, path := g.b, g.FencePath(resource)
 	for attempt := 0; attempt < maxGuardConflicts; attempt++ {
 		st, err := g.read(ctx, resource, false)
@@ -249,6 +270,9 @@ func (g *Guard) Put(ctx context.Context, resource string, f dlock.Fence, name, v
 		return fmt.Errorf("%w: zookeeper guard %q: a %d-byte value is over MaxValueLen (%d): ZooKeeper would drop the connection", dlock.ErrInvalidOption, resource, len(value), MaxValueLen)
 	}
 	b, vpath := g.b, g.FencePath(resource)+"/"+EscapeKey(name)
+	if n := g.putRequestSize(g.FencePath(resource), vpath, value, f); n > maxGuardRequest {
+		return fmt.Errorf("%w: zookeeper guard %q: the request (a %d-byte value, its paths, fence and ACLs) would take %d bytes, over the %d ZooKeeper accepts: ZooKeeper would drop the connection", dlock.ErrInvalidOption, resource, len(value), n, maxGuardRequest)
+	}
 	return g.fenced(ctx, resource, f, func(st fenceState) ([]any, error) {
 		exists := false
 		if st.exists {

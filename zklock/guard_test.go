@@ -3,9 +3,11 @@ package zklock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/guard"
 	"github.com/dlock-go/dlock/guard/guardtest"
@@ -61,5 +63,35 @@ func TestGuardBadInput(t *testing.T) {
 	}
 	if err := g.Put(ctx, "junk", dlock.Fence{Token: 9}, "n", "v"); err == nil {
 		t.Fatal("Put over a garbage fence znode succeeded")
+	}
+}
+
+// A Put whose value fit MaxValueLen but whose whole request (a long
+// prefix, paths, fence) did not went out: ZooKeeper dropped the
+// connection, and an unrelated lock held on it was lost.
+func TestGuardPut_RefusesRequestOverPacketLimit(t *testing.T) {
+	t.Parallel()
+	z := sharedZooKeeper(t)
+	c := connect(t, []string{z.Addr()})
+	ctx := dlocktest.Context(t)
+	held, err := zklock.New(c).Acquire(ctx, dlocktest.Key(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(context.Background())
+	prefix := uniquePrefix(t) + "/" + strings.Repeat("p", 40<<10)
+	g := zklock.NewGuard(c, zklock.WithGuardPrefix(prefix))
+	err = g.Put(ctx, "r", dlock.Fence{Token: 1, Owner: "o"}, "n", strings.Repeat("v", zklock.MaxValueLen))
+	if !errors.Is(err, dlock.ErrInvalidOption) {
+		t.Fatalf("Put of a MaxValueLen value under a 40 KiB prefix = %v, want ErrInvalidOption", err)
+	}
+	// The connection, and the lock on it, are still there.
+	if err := g.Put(ctx, "r", dlock.Fence{Token: 1, Owner: "o"}, "n", "small"); err != nil {
+		t.Fatalf("a small Put on the same connection: %v", err)
+	}
+	select {
+	case <-held.Lost():
+		t.Fatalf("the lock held on the guard's connection was lost: %v", held.Err())
+	default:
 	}
 }

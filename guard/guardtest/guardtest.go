@@ -534,6 +534,19 @@ func (s *suite) testBadInput(t *testing.T) {
 	if isDoer {
 		calls = append(calls, call{"Do(nil fn)", func() error { return doer.Do(ctxT(t), res, f, nil) }, dlock.ErrInvalidOption})
 	}
+	// An owner over guard.MaxOwnerLen is refused before any I/O: on
+	// ZooKeeper one made a request over the packet limit, and the server
+	// dropped the connection with every lock on it.
+	long := dlock.Fence{Token: 9, Owner: strings.Repeat("o", 40<<10)}
+	calls = append(calls,
+		call{"Put(owner over MaxOwnerLen)", func() error { return g.Put(ctxT(t), res, long, "n", "v") }, dlock.ErrInvalidOption},
+		call{"Get(owner over MaxOwnerLen)", func() error { _, _, err := g.Get(ctxT(t), res, long, "n"); return err }, dlock.ErrInvalidOption},
+	)
+	if isDoer {
+		calls = append(calls, call{"Do(owner over MaxOwnerLen)", func() error {
+			return doer.Do(ctxT(t), res, long, func(context.Context) error { return errors.New("fn ran") })
+		}, dlock.ErrInvalidOption})
+	}
 	for _, c := range calls {
 		if err := protect(c.fn); !errors.Is(err, c.want) {
 			t.Errorf("%s = %v, want an error wrapping %v", c.name, err, c.want)
@@ -546,9 +559,10 @@ func (s *suite) testBadInput(t *testing.T) {
 	if n := len(rec.Events()); n != 0 {
 		t.Errorf("bad calls reported %d events: %+v", n, rec.Events())
 	}
-	// The guard still works.
+	// The guard still works, with an owner of MaxOwnerLen bytes too.
 	mustPut(t, g, res, f, "n", "ok")
 	mustGet(t, g, res, f, "n", "ok")
+	mustPut(t, g, res, dlock.Fence{Token: 6, Owner: strings.Repeat("o", guard.MaxOwnerLen)}, "n", "ok")
 }
 
 // Every refusal reports exactly one EventRejected matching its error;

@@ -203,9 +203,24 @@ func (b *backend) ensureDir(ctx context.Context, dir string) error {
 // whether e's node is in it with its stat. A waiter looking again passes
 // what its first look read (the node's stat and watch stay valid while
 // the node is in the queue).
+//
+// A grant's lease counts from the look that decided it, so the look must
+// show what the leader had when it was sent. The first look follows the
+// create of e's node, which the leader ordered, validating the session,
+// an instant before. A waiter's later look could be answered by a
+// follower cut off from the leader, whose stale queue and unforwarded
+// session would then start a lease the leader does not know of: it syncs
+// first, so the queue it reads is the leader's as of after the look was
+// sent, or it fails.
 func (b *backend) look(ctx context.Context, e *entry, mine *exists) ([]qnode, exists, error) {
 	kids := make(chan result[[]string], 1)
 	go func() {
+		if mine != nil {
+			if _, err := call(ctx, b, "sync", func() (string, error) { return b.conn.Sync(e.dir) }); err != nil && !errors.Is(err, zk.ErrNoNode) {
+				kids <- result[[]string]{nil, err}
+				return
+			}
+		}
 		k, err := call(ctx, b, "list", func() ([]string, error) {
 			k, _, err := b.conn.Children(e.dir)
 			return k, err

@@ -257,7 +257,7 @@ func TestAlertRulesUseExportedMetrics(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"DlockAcquireSlow", "DlockContentionHigh", "DlockHoldLong", "DlockAcquireTimeouts", "DlockFencingRejected", "DlockLockLost"} {
+	for _, want := range []string{"DlockAcquireSlow", "DlockContentionHigh", "DlockRenewalsFailing", "DlockAcquireTimeouts", "DlockFencingRejected", "DlockLockLost"} {
 		if !alerts[want] {
 			t.Errorf("alerts.yml lacks %s", want)
 		}
@@ -392,4 +392,64 @@ func TestCheckExprCatches(t *testing.T) {
 		}
 	}
 	ex.checkExpr(t, "good", `sum by (backend) (rate(dlock_acquire_total{result="acquired",backend=~"$backend"}[5m]))`)
+}
+
+// The fencing-rejections stat showed "No data", not 0, on a healthy fleet
+// (no guard ever refused, so the counter series does not exist): its
+// query, evaluated by promtool with the dashboard's variables matching
+// everything, is 0 without the series and counts a rejection with it.
+func TestDashboard_FencingRejectionsStatIsZeroWithoutRejections(t *testing.T) {
+	bin := promtool(t)
+	b, err := os.ReadFile("dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d dashboard
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatal(err)
+	}
+	var expr string
+	for _, p := range d.Panels {
+		if p.Title == "Fencing rejections" && len(p.Targets) == 1 {
+			expr = p.Targets[0].Expr
+		}
+	}
+	if expr == "" {
+		t.Fatal(`dashboard.json has no "Fencing rejections" panel with one query`)
+	}
+	expr = strings.NewReplacer(`"$backend"`, `".*"`, `"$key_class"`, `".*"`, "$__range", "1h").Replace(expr)
+	q, _ := json.Marshal(expr) // a JSON string is a valid YAML scalar
+	test := `rule_files: []
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'dlock_acquire_total{backend="redis",key_class="job",result="acquired"}'
+        values: '0+10x90'
+    promql_expr_test:
+      - expr: ` + string(q) + `
+        eval_time: 80m
+        exp_samples:
+          - labels: '{}'
+            value: 0
+  - interval: 1m
+    input_series:
+      - series: 'dlock_fencing_rejected_total{backend="redis",key_class="job"}'
+        values: '_x70 1x20'
+    promql_expr_test:
+      - expr: ` + string(q) + `
+        eval_time: 80m
+        exp_samples:
+          - labels: '{}'
+            value: 1
+`
+	f := t.TempDir() + "/stat_test.yml"
+	if err := os.WriteFile(f, []byte(test), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, bin, "test", "rules", f).CombinedOutput(); err != nil {
+		t.Fatalf("promtool test rules (the stat's query %s): %v\n%s", expr, err, out)
+	}
 }

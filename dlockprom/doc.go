@@ -41,8 +41,8 @@
 //   - alerts.yml: Prometheus alerting rules (rule_files in prometheus.yml).
 //     DlockAcquireSlow: acquire latency p99 over half the TTL;
 //     DlockContentionHigh: over 30 % of acquisitions did not get the lock
-//     (results contended and timeout); DlockHoldLong: hold time p99 over
-//     80 % of the TTL; DlockAcquireTimeouts: over 5 % timeouts — each held
+//     (results contended and timeout); DlockRenewalsFailing: over 5 % of
+//     lease renewals failed; DlockAcquireTimeouts: over 5 % timeouts — each held
 //     10 minutes, severity warning. DlockFencingRejected (critical) and
 //     DlockLockLost (warning) fire at once on any increase, also on the
 //     first one of a process (a counter series created by it).

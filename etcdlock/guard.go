@@ -63,7 +63,8 @@ func WithGuardPrefix(p string) Option {
 // Kind dlock.EventRejected to the Observer given with dlock.WithObserver.
 //
 // Every method returns by its context's deadline (clientv3 bounds each
-// request by its context) with an error wrapping the context's error. A
+// request by its context) with an error wrapping dlock.ErrUnavailable and
+// the context's error. A
 // write abandoned there may still take effect; it stays fenced, since the
 // fence comparison is part of the transaction.
 //
@@ -130,10 +131,11 @@ var errBadFence = errors.New("not a fence (delete it to reset the resource's fen
 // highest fence, a read otherwise) and ops' results follow
 // (Responses[1:]). A stale fence returns a *dlock.StaleTokenError and runs
 // nothing. ops must not write the guard's own keys.
-func (g *Guard) Txn(ctx context.Context, resource string, f dlock.Fence, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
+func (g *Guard) Txn(ctx context.Context, resource string, f dlock.Fence, ops ...clientv3.Op) (_ *clientv3.TxnResponse, err error) {
 	if err := g.check(ctx, resource); err != nil {
 		return nil, err
 	}
+	defer unanswered(ctx, resource, &err)
 	return g.txn(ctx, resource, f, ops)
 }
 
@@ -191,11 +193,12 @@ func (g *Guard) read(ctx context.Context, resource string) (dlock.FenceRecord, i
 
 // Put implements guard.Guard: it sets ValueKey(resource, name) to value in
 // one fenced transaction.
-func (g *Guard) Put(ctx context.Context, resource string, f dlock.Fence, name, value string) error {
+func (g *Guard) Put(ctx context.Context, resource string, f dlock.Fence, name, value string) (err error) {
 	if err := g.check(ctx, resource, name); err != nil {
 		return err
 	}
-	_, err := g.txn(ctx, resource, f, []clientv3.Op{clientv3.OpPut(g.ValueKey(resource, name), value)})
+	defer unanswered(ctx, resource, &err)
+	_, err = g.txn(ctx, resource, f, []clientv3.Op{clientv3.OpPut(g.ValueKey(resource, name), value)})
 	return err
 }
 
@@ -207,6 +210,7 @@ func (g *Guard) Get(ctx context.Context, resource string, f dlock.Fence, name st
 	if err := g.check(ctx, resource, name); err != nil {
 		return "", false, err
 	}
+	defer unanswered(ctx, resource, &err)
 	resp, err := g.txn(ctx, resource, f, []clientv3.Op{clientv3.OpGet(g.ValueKey(resource, name))})
 	if err != nil {
 		return "", false, err
@@ -219,10 +223,26 @@ func (g *Guard) Get(ctx context.Context, resource string, f dlock.Fence, name st
 }
 
 // Highest implements guard.Guard: one read of FenceKey(resource).
-func (g *Guard) Highest(ctx context.Context, resource string) (dlock.Fence, error) {
+func (g *Guard) Highest(ctx context.Context, resource string) (_ dlock.Fence, err error) {
 	if err := g.check(ctx, resource); err != nil {
 		return dlock.Fence{}, err
 	}
+	defer unanswered(ctx, resource, &err)
 	rec, _, err := g.read(ctx, resource)
 	return rec.Exclusive, err
+}
+
+// unanswered makes *err, the failure of a guard call whose context ended,
+// wrap dlock.ErrUnavailable as every guard's does (the store did not
+// answer in time; the operation may still take effect, fenced). A
+// refusal, a bad input and an error that already wraps it are left alone.
+func unanswered(ctx context.Context, resource string, err *error) {
+	e := *err
+	if e == nil || ctx.Err() == nil || errors.Is(e, dlock.ErrUnavailable) || errors.Is(e, dlock.ErrStaleToken) || errors.Is(e, dlock.ErrInvalidOption) {
+		return
+	}
+	if !errors.Is(e, ctx.Err()) {
+		e = fmt.Errorf("%w (%w)", e, context.Cause(ctx))
+	}
+	*err = fmt.Errorf("%w: etcd guard %q: no answer before the context ended (the operation may still take effect, fenced): %w", dlock.ErrUnavailable, resource, e)
 }

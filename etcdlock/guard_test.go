@@ -3,6 +3,7 @@ package etcdlock_test
 import (
 	"context"
 	"errors"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/dlock-go/dlock/etcdlock/etcdtest"
 	"github.com/dlock-go/dlock/guard"
 	"github.com/dlock-go/dlock/guard/guardtest"
+	"github.com/dlock-go/dlock/internal/testserver"
 )
 
 func TestGuard(t *testing.T) {
@@ -87,6 +89,16 @@ func TestGuardSuite(t *testing.T) {
 		},
 		guardtest.Shared(func(t *testing.T, _ guard.Guard, opts ...driver.Option) guard.Guard {
 			return etcdlock.NewGuard(newClient(t, eps), opts...)
+		}),
+		guardtest.Stallable(func(t *testing.T) (guard.Guard, func()) {
+			u, err := url.Parse(c.Members[0].ClientURL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := testserver.StartProxy(t, u.Host)
+			cli := newClient(t, []string{"http://" + p.Addr()})
+			t.Cleanup(p.Heal) // before the client closes, which would wait on the stalled link
+			return etcdlock.NewGuard(cli), p.Stall
 		}))
 }
 

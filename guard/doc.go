@@ -59,6 +59,9 @@
 //   - The check, the record of the new highest fence and the operation
 //     (Put, Get, or Do's fn) happen with no other admitted operation on the
 //     same resource in between.
+//   - Remote guards return by the call's context: a store that does not
+//     answer in time gives an error wrapping dlock.ErrUnavailable and the
+//     context's error, on every backend (guardtest's StalledStore case).
 //   - Invalid arguments (a nil context, an empty, over-long (more than
 //     dlock.MaxKeyLen bytes), non-UTF-8 or NUL-containing resource or
 //     name) are errors (wrapping dlock.ErrInvalidOption for the context,

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -92,6 +93,16 @@ func guardSuite(t *testing.T, dsn string) {
 	}
 	guardtest.Run(t, newGuard, guardtest.Shared(func(t *testing.T, _ guard.Guard, opts ...driver.Option) guard.Guard {
 		return newGuard(t, opts...) // its own pool on the same database
+	}), guardtest.Stallable(func(t *testing.T) (guard.Guard, func()) {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := testserver.StartProxy(t, u.Host)
+		u.Host = p.Addr()
+		pool := guardPool(t, u.String())
+		t.Cleanup(p.Heal) // before the pool closes, which would wait on the stalled link
+		return pglock.NewGuard(pool), p.Stall
 	}))
 }
 

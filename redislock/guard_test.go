@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/driver"
@@ -26,6 +28,12 @@ func TestGuardSuite(t *testing.T) {
 	}
 	guardtest.Run(t, newGuard, guardtest.Shared(func(t *testing.T, _ guard.Guard, opts ...driver.Option) guard.Guard {
 		return newGuard(t, opts...)
+	}), guardtest.Stallable(func(t *testing.T) (guard.Guard, func()) {
+		p := testserver.StartProxy(t, srv.Addr())
+		c := redis.NewClient(&redis.Options{Addr: p.Addr(), Password: srv.Password()})
+		t.Cleanup(func() { c.Close() })
+		t.Cleanup(p.Heal) // before the client closes
+		return redislock.NewGuard(c), p.Stall
 	}))
 }
 

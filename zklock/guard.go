@@ -48,6 +48,11 @@ func WithGuardPrefix(p string) Option {
 // read (every fenced operation bumps it), so a fence admitted by the rule
 // of package guard cannot be overtaken between the check and the write,
 // on any server of the ensemble.
+//
+// Every method returns by its context's deadline, or after the request
+// timeout (WithRequestTimeout) with no answer; a call whose context ended
+// first returns an error wrapping dlock.ErrUnavailable and the context's
+// error. A write abandoned there may still take effect, fenced.
 type Guard struct {
 	b   *backend
 	chk guard.Checker
@@ -262,10 +267,11 @@ func multi(c *zk.Conn, ops ...any) ([]zk.MultiResponse, error) {
 
 // Put implements guard.Guard: one transaction sets the fence znode and
 // creates or sets the value's child.
-func (g *Guard) Put(ctx context.Context, resource string, f dlock.Fence, name, value string) error {
+func (g *Guard) Put(ctx context.Context, resource string, f dlock.Fence, name, value string) (err error) {
 	if err := g.check(ctx, resource, name); err != nil {
 		return err
 	}
+	defer unanswered(ctx, resource, &err)
 	if len(value) > MaxValueLen {
 		return fmt.Errorf("%w: zookeeper guard %q: a %d-byte value is over MaxValueLen (%d): ZooKeeper would drop the connection", dlock.ErrInvalidOption, resource, len(value), MaxValueLen)
 	}
@@ -300,6 +306,7 @@ func (g *Guard) Get(ctx context.Context, resource string, f dlock.Fence, name st
 	if err := g.check(ctx, resource, name); err != nil {
 		return "", false, err
 	}
+	defer unanswered(ctx, resource, &err)
 	b, vpath := g.b, g.FencePath(resource)+"/"+EscapeKey(name)
 	err = g.fenced(ctx, resource, f, func(st fenceState) ([]any, error) {
 		value, ok = "", false
@@ -327,10 +334,26 @@ func (g *Guard) Get(ctx context.Context, resource string, f dlock.Fence, name st
 
 // Highest implements guard.Guard: a sync, then one read of
 // FencePath(resource).
-func (g *Guard) Highest(ctx context.Context, resource string) (dlock.Fence, error) {
+func (g *Guard) Highest(ctx context.Context, resource string) (_ dlock.Fence, err error) {
 	if err := g.check(ctx, resource); err != nil {
 		return dlock.Fence{}, err
 	}
+	defer unanswered(ctx, resource, &err)
 	st, err := g.read(ctx, resource, true)
 	return st.rec.Exclusive, err
+}
+
+// unanswered makes *err, the failure of a guard call whose context ended,
+// wrap dlock.ErrUnavailable as every guard's does (the store did not
+// answer in time; the operation may still take effect, fenced). A
+// refusal, a bad input and an error that already wraps it are left alone.
+func unanswered(ctx context.Context, resource string, err *error) {
+	e := *err
+	if e == nil || ctx.Err() == nil || errors.Is(e, dlock.ErrUnavailable) || errors.Is(e, dlock.ErrStaleToken) || errors.Is(e, dlock.ErrInvalidOption) {
+		return
+	}
+	if !errors.Is(e, ctx.Err()) {
+		e = fmt.Errorf("%w (%w)", e, context.Cause(ctx))
+	}
+	*err = fmt.Errorf("%w: zookeeper guard %q: no answer before the context ended (the operation may still take effect, fenced): %w", dlock.ErrUnavailable, resource, e)
 }

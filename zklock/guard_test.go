@@ -23,7 +23,12 @@ func TestGuard(t *testing.T) {
 	z := sharedZooKeeper(t)
 	guardtest.Run(t, func(t *testing.T, opts ...driver.Option) guard.Guard {
 		return zklock.NewGuard(connect(t, []string{z.Addr()}), opts...)
-	})
+	}, guardtest.Stallable(func(t *testing.T) (guard.Guard, func()) {
+		p := testserver.StartProxy(t, z.Addr())
+		c := connect(t, []string{p.Addr()})
+		t.Cleanup(p.Heal) // before the connection closes, which would wait on the stalled link
+		return zklock.NewGuard(c), p.Stall
+	}))
 }
 
 func TestGuardEnsemble(t *testing.T) {

@@ -52,6 +52,18 @@ type Option func(*config)
 type config struct {
 	other    func(t *testing.T, g guard.Guard, opts ...driver.Option) guard.Guard
 	leakOpts []goleak.Option
+	stalled  func(t *testing.T) (guard.Guard, func())
+}
+
+// Stallable says how to get a guard whose link to its store can hang:
+// stalled returns a new guard and a function that stalls its link for
+// good (a server or network that stops answering without closing the
+// connection). The suite then checks that every call on the stalled link
+// returns by its context's deadline with an error wrapping
+// dlock.ErrUnavailable and the context's error. Guards whose store is
+// local (Memory, filelock.Guard) have no link to stall.
+func Stallable(stalled func(t *testing.T) (g guard.Guard, stall func())) Option {
+	return func(c *config) { c.stalled = stalled }
 }
 
 // Shared says the guard keeps its state in a store that other guard
@@ -91,6 +103,7 @@ func Run(t *testing.T, newGuard NewFunc, opts ...Option) {
 	t.Run("Concurrent", s.testConcurrent)
 	t.Run("Do", s.testDo)
 	t.Run("SecondInstance", s.testSecondInstance)
+	t.Run("StalledStore", s.testStalledStore)
 }
 
 type suite struct {
@@ -868,6 +881,49 @@ func (s *suite) testDo(t *testing.T) {
 	}
 	wantHighest(t, g, res, running)
 	goleak.VerifyNone(t, append(s.cfg.leakOpts, leakCheck)...)
+}
+
+// Every call on a stalled link returns by its context's deadline, with
+// an error wrapping dlock.ErrUnavailable and the context's error: the
+// same sentinel on every guard, as for the lock calls.
+func (s *suite) testStalledStore(t *testing.T) {
+	if s.cfg.stalled == nil {
+		t.Skip("the guard's store is local: no link to stall (no guardtest.Stallable)")
+	}
+	g, stall := s.cfg.stalled(t)
+	res, f := Resource("stalled"), dlock.Fence{Token: 5, Owner: "a"}
+	mustPut(t, g, res, f, "n", "v") // connected, and the resource exists
+	stall()
+	calls := []struct {
+		name string
+		fn   func(ctx context.Context) error
+	}{
+		{"Put", func(ctx context.Context) error { return g.Put(ctx, res, f, "n", "w") }},
+		{"Get", func(ctx context.Context) error { _, _, err := g.Get(ctx, res, f, "n"); return err }},
+		{"Highest", func(ctx context.Context) error { _, err := g.Highest(ctx, res); return err }},
+	}
+	if d, ok := g.(guard.Doer); ok {
+		calls = append(calls, struct {
+			name string
+			fn   func(ctx context.Context) error
+		}{"Do", func(ctx context.Context) error {
+			return d.Do(ctx, res, f, func(context.Context) error { return nil })
+		}})
+	}
+	for _, c := range calls {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		done := make(chan error, 1)
+		go func() { done <- protect(func() error { return c.fn(ctx) }) }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, dlock.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("%s on a stalled link = %v, want an error wrapping dlock.ErrUnavailable and context.DeadlineExceeded", c.name, err)
+			}
+		case <-time.After(dlocktest.HangTimeout):
+			t.Errorf("hang: %s on a stalled link did not return by its context's deadline", c.name)
+		}
+		cancel()
+	}
 }
 
 // A second instance on the same store (Shared) sees and respects the

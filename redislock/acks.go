@@ -40,6 +40,13 @@ type ReplicationError struct {
 	// RolledBack: an acquisition's lease was released again.
 	RolledBack bool
 
+	// Connected is the number of replicas connected to the primary, read
+	// after a refused acquisition, when it is below Want (-1: not read).
+	// No acquisition can then succeed until more replicas connect: the
+	// error wraps dlock.ErrUnavailable, not dlock.ErrTransient, so a
+	// blocking Acquire reports it instead of trying again for ever.
+	Connected int
+
 	waitErr     error // WAIT's own failure (Got is then 0)
 	rollbackErr error // why the rollback failed
 }
@@ -53,6 +60,8 @@ func (e *ReplicationError) Error() string {
 	}
 	var then string
 	switch {
+	case e.unmeetable() && e.RolledBack:
+		then = fmt.Sprintf("; the lease was rolled back; only %d replicas are connected to the primary, so no acquisition can be acknowledged by %d until more connect", e.Connected, e.Want)
 	case e.Op == "acquire" && e.RolledBack:
 		then = "; the lease was rolled back"
 	case e.Op == "acquire":
@@ -65,19 +74,29 @@ func (e *ReplicationError) Error() string {
 	return fmt.Sprintf("dlock: redis %s %q: %s%s", e.Op, e.Key, what, then)
 }
 
-// Unwrap returns ErrNotReplicated, and dlock.ErrTransient when the
-// attempt left nothing behind (RolledBack).
+// Unwrap returns ErrNotReplicated; with it dlock.ErrUnavailable when
+// fewer replicas than asked for are connected (Connected), else
+// dlock.ErrTransient when the attempt left nothing behind (RolledBack).
 func (e *ReplicationError) Unwrap() []error {
-	if e.RolledBack {
+	switch {
+	case e.unmeetable():
+		return []error{ErrNotReplicated, dlock.ErrUnavailable}
+	case e.RolledBack:
 		return []error{ErrNotReplicated, dlock.ErrTransient}
 	}
 	return []error{ErrNotReplicated}
 }
 
+// unmeetable: an acquisition refused because fewer replicas than asked
+// for are connected.
+func (e *ReplicationError) unmeetable() bool {
+	return e.Op == "acquire" && e.Connected >= 0 && e.Connected < e.Want
+}
+
 // replicationError turns redisproto's *AckError for op on key into a
 // *ReplicationError.
 func replicationError(key, op string, ae *redisproto.AckError) *ReplicationError {
-	return &ReplicationError{Key: key, Op: op, Want: ae.Want, Got: ae.Got, Timeout: ae.Timeout, waitErr: ae.Err}
+	return &ReplicationError{Key: key, Op: op, Want: ae.Want, Got: ae.Got, Timeout: ae.Timeout, Connected: -1, waitErr: ae.Err}
 }
 
 // errAcksClient explains WithReplicaAcks on a client that is not a

@@ -628,3 +628,32 @@ func TestReplicaAcks_RollbackOnHungLink_NotTransient(t *testing.T) {
 	p.Heal()
 	noLease(t, primary, l.LockKey(key))
 }
+
+// A blocking Acquire asking more acknowledgements than the primary has
+// replicas connected retried for ever without a word: it now returns
+// ErrUnavailable, naming the replicas connected.
+func TestReplicaAcks_MoreThanConnected_AcquireReturnsUnavailable(t *testing.T) {
+	t.Parallel()
+	primary, _ := startReplicated(t)
+	l := redislock.New(newClient(t, primary), redislock.WithReplicaAcks(2, 100*time.Millisecond))
+	key := dlocktest.Key(t)
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.Acquire(context.Background(), key)
+		done <- err
+	}()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatal("hang: Acquire with 2 acks of 1 connected replica never returned")
+	}
+	var re *redislock.ReplicationError
+	if !errors.Is(err, dlock.ErrUnavailable) || errors.Is(err, dlock.ErrTransient) || !errors.As(err, &re) || re.Connected != 1 || !re.RolledBack {
+		t.Fatalf("Acquire with 2 acks of 1 connected replica = %v, want a rolled-back *ReplicationError with Connected 1 wrapping ErrUnavailable", err)
+	}
+	if !strings.Contains(err.Error(), "only 1 replicas are connected") {
+		t.Errorf("message %q does not say how many replicas are connected", err)
+	}
+	noLease(t, primary, l.LockKey(key))
+}

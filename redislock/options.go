@@ -29,7 +29,10 @@ func WithPrefix(p string) Option {
 // at least n replicas acknowledged it: the script is followed by WAIT n
 // timeout on the connection that ran it (one pipeline, one round trip).
 // A Locker rolls back an acquisition acknowledged by fewer (an owner-checked
-// release) and fails the attempt with a *ReplicationError; a renewal
+// release) and fails the attempt with a *ReplicationError (wrapping
+// dlock.ErrTransient, so a blocking Acquire tries again, or, when fewer
+// than n replicas are connected to the primary, dlock.ErrUnavailable,
+// which a blocking Acquire returns: no attempt could succeed); a renewal
 // acknowledged by fewer is not counted (the lock keeps its previous local
 // deadline, and Lost() fires at it unless a later renewal is
 // acknowledged). A Guard's writes (Put, IncrBy, Eval) fail with a

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -133,4 +135,19 @@ func acked(held bool, err, ack error) error {
 		return ack
 	}
 	return err
+}
+
+// ConnectedReplicas is the number of replicas connected to the primary c
+// writes to (INFO replication's connected_slaves).
+func ConnectedReplicas(ctx context.Context, c redis.UniversalClient) (int, error) {
+	info, err := c.Info(ctx, "replication").Result()
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_slaves:"); ok {
+			return strconv.Atoi(v)
+		}
+	}
+	return 0, errors.New("INFO replication has no connected_slaves")
 }

@@ -14,10 +14,12 @@ import (
 
 const holdUsage = `Usage: dlock hold [--url URL] [--ttl 30s] [-s|--shared | --limit N]
          [-w|--wait DUR|SECS] [-n|--nonblock] [-E|--conflict-exit-code N]
-         [--connect-timeout 5s] [--verbose] KEY
+         [--detach] [--connect-timeout 5s] [--verbose] KEY
 
 Takes the lock KEY and holds it, renewing it, until dlock hold gets SIGINT,
-SIGTERM or SIGHUP: then it releases the lock and exits 0. It runs no
+SIGTERM, SIGHUP or SIGQUIT, or the process that started it exits: then it
+releases the lock and exits 0. With --detach it outlives that process and
+holds the lock until a signal. It runs no
 command (like etcdctl lock without one): once the lock is held it prints
 one line on stdout, TOKEN OWNER: the fencing token and the owner id,
 
@@ -35,7 +37,8 @@ then on the lock may be someone else's. Waiting (-w, -n), modes (--shared,
 
 const holdExitCodes = `
 Exit status:
-  0       the lock was held until a signal and then released
+  0       the lock was held until a signal, or until the process that
+          started dlock hold exited, and then released
   1       the lock is held by someone else (-n, or --wait elapsed); see -E
   2       usage error: bad flags, arguments or URL, a mode the backend does
           not offer, or a --limit other than the current holders'
@@ -57,7 +60,9 @@ func cmdHold(args []string, stdout, stderr io.Writer) int {
 	o := newOptions("hold", holdUsage)
 	o.Trailer(holdExitCodes)
 	var lf lockFlags
+	var detach bool
 	lf.define(o)
+	o.Bool(&detach, "", "detach", "keep holding after the process that started dlock hold exits (by default dlock hold then releases the lock and exits, so that a killed script does not leave it held)")
 	lf.defineLast(o, "say who holds the lock while waiting and how long the wait took; print the lock's events (acquired, renewal failures, lost, released) and the client libraries' logs on stderr")
 	rest, code, ok := o.Parse(args, stdout, stderr)
 	if !ok {
@@ -73,33 +78,48 @@ func cmdHold(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitUsage
 	}
-	h, code := takeLock(&lf, r, []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}, stderr)
+	// The parent is the one dlock hold had when it started: watched from
+	// the start, so that a parent gone while the lock was awaited releases
+	// it as soon as it is held.
+	var parentGone <-chan struct{}
+	if !detach {
+		gone, stop := watchParent()
+		defer stop()
+		parentGone = gone
+	}
+	h, code := takeLock(&lf, r, []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}, stderr)
 	if h == nil {
 		return code
 	}
 	defer h.close()
 	lk := h.lk
 	// A reader gone (stdout closed) does not end the hold: the lock is
-	// held until a signal says otherwise.
+	// held until a signal, or the parent's end, says otherwise.
 	_, _ = fmt.Fprintf(stdout, "%d %s\n", lk.Token(), lk.Owner())
+	var sig os.Signal
 	select {
-	case sig := <-h.sigc:
-		ctx, cancel := context.WithTimeout(context.Background(), dlock.DefaultReleaseTimeout)
-		defer cancel()
-		switch err := lk.Release(ctx); {
-		case errors.Is(err, dlock.ErrLockLost):
-			fmt.Fprintf(h.stderr, "dlock hold: LOCK LOST before %v came: %v\n", sig, err)
-			return exitLost
-		case err != nil:
-			fmt.Fprintf(h.stderr, "dlock hold: on %v: release %q: %v\n", sig, r.key, err)
-			return exitBackend
-		}
-		if lf.verbose {
-			fmt.Fprintf(h.stderr, "dlock hold: released %q on %v\n", r.key, sig)
-		}
-		return 0
+	case sig = <-h.sigc:
+	case <-parentGone:
 	case <-lk.Lost():
 		fmt.Fprintf(h.stderr, "dlock hold: LOCK LOST: %v\n", lk.Err())
 		return exitLost
 	}
+	why := fmt.Sprint(sig)
+	if sig == nil {
+		why = "the exit of the process that started dlock hold"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), dlock.DefaultReleaseTimeout)
+	defer cancel()
+	switch err := lk.Release(ctx); {
+	case errors.Is(err, dlock.ErrLockLost):
+		fmt.Fprintf(h.stderr, "dlock hold: LOCK LOST before %s came: %v\n", why, err)
+		return exitLost
+	case err != nil:
+		fmt.Fprintf(h.stderr, "dlock hold: on %s: release %q: %v\n", why, r.key, err)
+		return exitBackend
+	}
+	if lf.verbose {
+		fmt.Fprintf(h.stderr, "dlock hold: released %q on %s\n", r.key, why)
+	}
+	return 0
 }

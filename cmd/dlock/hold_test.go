@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -62,13 +63,14 @@ func startHold(t *testing.T, url string, args ...string) *holding {
 }
 
 // dlock hold prints the token and holds the lock (others fail with -n,
-// name its pid, and wait) until SIGINT, SIGTERM or SIGHUP: then it
-// releases it and exits 0, and the next holder's token is higher.
+// name its pid, and wait) until SIGINT, SIGTERM, SIGHUP or SIGQUIT: then
+// it releases it and exits 0, and the next holder's token is higher.
+// SIGQUIT dumped goroutines and exited 2 without releasing.
 func TestHoldUntilSignalled(t *testing.T) {
 	t.Parallel()
 	url := fileURL(t)
 	last := uint64(0)
-	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP} {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT} {
 		h := startHold(t, url, "deploy")
 		if h.token <= last {
 			t.Fatalf("token %d after %d", h.token, last)
@@ -229,5 +231,97 @@ func TestHoldUsageErrors(t *testing.T) {
 			!strings.HasSuffix(r.stderr, "\nTry 'dlock hold --help' for more information.\n") || strings.Count(r.stderr, "\n") != 2 {
 			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 2 and %q", c.args, r.code, r.stdout, r.stderr, c.want)
 		}
+	}
+}
+
+// holdUnderShell runs `sh -c 'dlock hold ARGS & wait'` and returns the
+// shell, and hold's pid once hold printed its token line (the lock is
+// held): the shell is hold's parent, as a script's is for coproc.
+func holdUnderShell(t *testing.T, url string, args ...string) (sh *exec.Cmd, holdPid int) {
+	t.Helper()
+	sh = exec.Command("sh", append([]string{"-c", `"$0" hold "$@" & echo "$!"; wait`, bin}, args...)...)
+	sh.Env = append(os.Environ(), "DLOCK_URL="+url)
+	out, err := sh.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh.WaitDelay = time.Second // a detached hold keeps the shell's pipes open
+	if err := sh.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopCmd(t, sh) })
+	lines := make(chan string, 2)
+	go func() {
+		r := bufio.NewReader(out)
+		for range 2 {
+			l, err := r.ReadString('\n')
+			if err != nil {
+				close(lines)
+				return
+			}
+			lines <- l
+		}
+	}()
+	var got []string
+	for len(got) < 2 {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("the shell's output ended after %q", got)
+			}
+			got = append(got, l)
+		case <-time.After(hang):
+			t.Fatalf("hang: dlock hold under sh printed %q", got)
+		}
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(got[0]))
+	if err != nil || !regexp.MustCompile(`^\d+ [0-9a-f]{32}\n$`).MatchString(got[1]) {
+		t.Fatalf("dlock hold under sh printed %q, want its pid and TOKEN OWNER", got)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	return sh, pid
+}
+
+// dlock hold started by a script that was killed kept renewing the lock
+// for ever: it now releases it and exits once its parent is gone.
+func TestHold_ReleasesWhenParentDies(t *testing.T) {
+	t.Parallel()
+	url := fileURL(t)
+	sh, pid := holdUnderShell(t, url, "deploy")
+	if err := sh.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = sh.Wait()
+	// A blocking run gets the lock once hold released it.
+	if r := runDlock(t, url, "run", "-w", "60", "deploy", "--", "true"); r.code != 0 {
+		t.Fatalf("run -w 60 after hold's parent died: exit %d, stderr %q", r.code, r.stderr)
+	}
+	for deadline := time.Now().Add(hang); alive(pid); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("hang: dlock hold %d still runs after its parent died", pid)
+		}
+	}
+}
+
+// With --detach, dlock hold keeps the lock after its parent is gone.
+func TestHold_DetachOutlivesParent(t *testing.T) {
+	t.Parallel()
+	url := fileURL(t)
+	sh, pid := holdUnderShell(t, url, "--detach", "deploy")
+	if err := sh.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = sh.Wait()
+	// Ten times the poll of the parent: a hold without --detach has
+	// released by then on any machine that runs it at all.
+	time.Sleep(10 * parentPoll)
+	if r := runDlock(t, url, "run", "-n", "deploy", "--", "true"); r.code != exitConflict {
+		t.Fatalf("run -n after a detached hold's parent died: exit %d, stderr %q; want the lock still held", r.code, r.stderr)
+	}
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if r := runDlock(t, url, "run", "-w", "60", "deploy", "--", "true"); r.code != 0 {
+		t.Fatalf("run -w 60 after SIGTERM to the detached hold: exit %d, stderr %q", r.code, r.stderr)
 	}
 }

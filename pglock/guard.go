@@ -117,9 +117,13 @@ const maxGuardRowAttempts = 3
 //     row until the row is free, and then end. Its transaction never
 //     commits. The server's lock_timeout bounds such waits.
 //   - Under REPEATABLE READ or SERIALIZABLE, an exclusive Check reads the
-//     shared table through the pool, on another connection (its
-//     transaction's snapshot may predate shared checks it waited for):
-//     with every connection of the pool taken it waits, bounded by ctx.
+//     shared fences as of its transaction's snapshot, taken by the
+//     transaction's first statement: a shared check whose transaction
+//     committed after it (while the exclusive Check waited for the fence
+//     row, say) is not seen, and a paused writer below that reader's
+//     token can be admitted. Run exclusive fenced transactions under READ
+//     COMMITTED (PostgreSQL's default) where readers or permit holders
+//     share the resource.
 //   - Under REPEATABLE READ or SERIALIZABLE, Check fails with a
 //     serialization failure (SQLSTATE 40001) when another transaction
 //     changed the fence row after the snapshot was taken; retry the
@@ -136,8 +140,9 @@ const maxGuardRowAttempts = 3
 //     contains NUL, is refused with an error wrapping
 //     dlock.ErrInvalidOption. Lock owners (dlock.NewOwner) are hex.
 //   - Nothing is ever deleted: a resource keeps its fence row, and its
-//     values, until someone deletes them (deleting the fence row resets the
-//     resource: it admits every fence again).
+//     values, until someone deletes them (deleting the fence row and the
+//     resource's rows of the shared table resets the resource: it admits
+//     every fence again).
 type Guard struct {
 	pool   *pgxpool.Pool
 	chk    guard.Checker
@@ -271,27 +276,27 @@ func abortGuardTx(ctx context.Context, tx pgx.Tx) {
 // Checker's *dlock.StaleTokenError and leaves tx as it is.
 //
 // A shared fence locks the fence row FOR SHARE (shared checks wait for
-// nobody but a writer), and, admitted above every shared token recorded,
-// inserts its token into the shared table: rows of distinct tokens never
-// conflict. An exclusive fence locks the fence row FOR NO KEY UPDATE,
-// which waits until every transaction of a shared check on the resource
-// has ended, and then reads the highest shared token in a statement of
-// its own, whose snapshot has their rows (under READ COMMITTED; under
-// REPEATABLE READ or SERIALIZABLE the transaction's snapshot may predate
-// them, so the read goes through the pool, on another connection).
-// Admitted above the last exclusive fence, it updates the fence row and
-// deletes the shared tokens it is above (all of them).
+// nobody but a writer) and, admitted, inserts its token into the shared
+// table without reading it: rows of distinct tokens never conflict, and
+// under SERIALIZABLE no shared check depends on another's writes. Under
+// READ COMMITTED it also deletes the rows below its own token that no one
+// else holds, so a key that only ever has shared holders keeps few rows.
+// An exclusive fence locks the fence row FOR NO KEY UPDATE, which waits
+// until every transaction of a shared check on the resource has ended,
+// and then reads the highest shared token in a statement of its own,
+// whose snapshot has their rows under READ COMMITTED (see Guard's Not
+// guaranteed for the other levels). Admitted above the last exclusive
+// fence, it updates the fence row and deletes the shared tokens it is
+// above (all of them).
 func (g *Guard) checkTx(ctx context.Context, tx pgx.Tx, resource string, f dlock.Fence) error {
 	lock := " FOR NO KEY UPDATE"
 	if f.Shared {
 		lock = " FOR SHARE"
 	}
-	sel := `SELECT token::text, owner, current_setting('transaction_isolation'),
-	(SELECT coalesce(max(s.token), 0)::text FROM ` + g.tables.shared + ` s WHERE s.resource = $1)
-FROM ` + g.tables.fences + ` WHERE resource = $1` + lock
+	sel := `SELECT token::text, owner, current_setting('transaction_isolation') FROM ` + g.tables.fences + ` WHERE resource = $1` + lock
 	for attempt := 0; attempt < maxGuardRowAttempts; attempt++ {
-		var tok, owner, iso, seen string
-		err := tx.QueryRow(ctx, sel, resource).Scan(&tok, &owner, &iso, &seen)
+		var tok, owner, iso string
+		err := tx.QueryRow(ctx, sel, resource).Scan(&tok, &owner, &iso)
 		if errors.Is(err, pgx.ErrNoRows) {
 			// No fence row yet: insert one with no fence, then lock it.
 			// A concurrent insert of the same row makes this one wait for
@@ -305,16 +310,14 @@ FROM ` + g.tables.fences + ` WHERE resource = $1` + lock
 		if err != nil {
 			return g.dbError(ctx, resource, err)
 		}
+		// READ UNCOMMITTED runs as READ COMMITTED in PostgreSQL.
+		readCommitted := iso == "read committed" || iso == "read uncommitted"
+		seen := "0"
 		if !f.Shared {
 			// The snapshot of the locking statement predates the wait for
-			// the lock: read the shared tokens again.
+			// the lock: read the shared tokens in a statement of its own.
 			q := `SELECT coalesce(max(token), 0)::text FROM ` + g.tables.shared + ` WHERE resource = $1`
-			if iso == "read committed" {
-				err = tx.QueryRow(ctx, q, resource).Scan(&seen)
-			} else {
-				err = g.pool.QueryRow(ctx, q, resource).Scan(&seen)
-			}
-			if err != nil {
+			if err := tx.QueryRow(ctx, q, resource).Scan(&seen); err != nil {
 				return g.dbError(ctx, resource, err)
 			}
 		}
@@ -323,12 +326,18 @@ FROM ` + g.tables.fences + ` WHERE resource = $1` + lock
 			return fmt.Errorf("dlock: postgres guard %q: the fence row in %s holds token %q owner %q (highest shared token %q): %w", resource, g.tables.name, tok, owner, seen, err)
 		}
 		next, err := g.chk.Check(resource, rec, f)
-		if err != nil || next == rec {
+		if err != nil {
 			return err
 		}
-		if f.Shared {
+		switch {
+		case f.Shared && readCommitted:
+			_, err = tx.Exec(ctx, `WITH gone AS (
+	DELETE FROM `+g.tables.shared+` WHERE ctid IN (
+		SELECT ctid FROM `+g.tables.shared+` WHERE resource = $1 AND token < $2 FOR UPDATE SKIP LOCKED))
+INSERT INTO `+g.tables.shared+` (resource, token) VALUES ($1, $2) ON CONFLICT DO NOTHING`, resource, guardNumericToken(f.Token))
+		case f.Shared:
 			_, err = tx.Exec(ctx, `INSERT INTO `+g.tables.shared+` (resource, token) VALUES ($1, $2) ON CONFLICT DO NOTHING`, resource, guardNumericToken(f.Token))
-		} else {
+		case next != rec:
 			_, err = tx.Exec(ctx, `WITH d AS (DELETE FROM `+g.tables.shared+` WHERE resource = $1 AND token <= $2)
 UPDATE `+g.tables.fences+` SET token = $2, owner = $3 WHERE resource = $1`, resource, guardNumericToken(next.Exclusive.Token), next.Exclusive.Owner)
 		}

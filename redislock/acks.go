@@ -42,10 +42,14 @@ type ReplicationError struct {
 
 	// Connected is the number of replicas connected to the primary, read
 	// after a refused acquisition, when it is below Want (-1: not read).
-	// No acquisition can then succeed until more replicas connect: the
-	// error wraps dlock.ErrUnavailable, not dlock.ErrTransient, so a
-	// blocking Acquire reports it instead of trying again for ever.
+	// No acquisition can succeed until more replicas connect. For an
+	// attempt without a deadline the error then wraps
+	// dlock.ErrUnavailable, not dlock.ErrTransient, so a blocking Acquire
+	// reports it instead of trying again for ever; with a deadline it
+	// stays transient, and the Acquire waits for replicas until it.
 	Connected int
+
+	unbounded bool // the attempt had no deadline
 
 	waitErr     error // WAIT's own failure (Got is then 0)
 	rollbackErr error // why the rollback failed
@@ -79,7 +83,7 @@ func (e *ReplicationError) Error() string {
 // dlock.ErrTransient when the attempt left nothing behind (RolledBack).
 func (e *ReplicationError) Unwrap() []error {
 	switch {
-	case e.unmeetable():
+	case e.unmeetable() && e.unbounded:
 		return []error{ErrNotReplicated, dlock.ErrUnavailable}
 	case e.RolledBack:
 		return []error{ErrNotReplicated, dlock.ErrTransient}

@@ -657,3 +657,22 @@ func TestReplicaAcks_MoreThanConnected_AcquireReturnsUnavailable(t *testing.T) {
 	}
 	noLease(t, primary, l.LockKey(key))
 }
+
+// With a deadline, an Acquire short of connected replicas waits for them
+// (a replica restarting or resyncing) until it, instead of failing at
+// once, and its error keeps the replication failure as its cause.
+func TestReplicaAcks_MoreThanConnected_WaitsUntilDeadline(t *testing.T) {
+	t.Parallel()
+	primary, _ := startReplicated(t)
+	l := redislock.New(newClient(t, primary), redislock.WithReplicaAcks(2, 100*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, err := l.Acquire(ctx, dlocktest.Key(t))
+	if ctx.Err() == nil {
+		t.Fatalf("Acquire returned before its deadline: %v", err)
+	}
+	var re *redislock.ReplicationError
+	if !errors.Is(err, dlock.ErrUnavailable) || !errors.As(err, &re) || re.Want != 2 {
+		t.Fatalf("Acquire at its deadline = %v, want ErrUnavailable with the *ReplicationError as its cause", err)
+	}
+}

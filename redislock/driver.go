@@ -100,10 +100,11 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 // synchronously, on the attempt's ctx. Rolled back, the attempt left
 // nothing behind: the *ReplicationError wraps dlock.ErrTransient, and a
 // blocking Acquire tries again after a backoff step. Otherwise it does
-// not, and the core undoes the attempt in the background (Abort). If
-// fewer replicas than asked for are connected to the primary, no attempt
-// can succeed until more connect: the error wraps dlock.ErrUnavailable
-// instead, and a blocking Acquire returns it.
+// not, and the core undoes the attempt in the background (Abort). The
+// error says how many replicas are connected when fewer than asked for
+// are; then, for an attempt without a deadline, which could otherwise
+// wait for ever without a word, it wraps dlock.ErrUnavailable instead of
+// ErrTransient, and a blocking Acquire returns it.
 func (b *backend) rollback(ctx context.Context, req *driver.Request, token uint64, group bool, ae *redisproto.AckError) error {
 	re := replicationError(req.Key, "acquire", ae)
 	l := &lease{b: b, key: req.Key, owner: req.Owner, token: token, group: group}
@@ -115,6 +116,11 @@ func (b *backend) rollback(ctx context.Context, req *driver.Request, token uint6
 	if ae.Err == nil && ae.Got < ae.Want {
 		if n, err := redisproto.ConnectedReplicas(ctx, b.node.Client); err == nil && n < ae.Want {
 			re.Connected = n
+			// A caller with a deadline waits for replicas to come back
+			// (a restart, a resync) until it; one without would wait
+			// for ever without a word.
+			_, re.unbounded = ctx.Deadline()
+			re.unbounded = !re.unbounded
 		}
 	}
 	return re

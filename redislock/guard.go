@@ -105,7 +105,9 @@ func (g *Guard) seenKey(resource string) string {
 }
 
 // Key returns the data key of name in resource: FenceKey(resource), a NUL
-// byte, and name. It lives in the fence key's Cluster slot.
+// byte, and name. It lives in the fence key's Cluster slot. name must not
+// be empty: Key(resource, "") is the key of the guard's own record, which
+// Eval refuses.
 func (g *Guard) Key(resource, name string) string {
 	return g.FenceKey(resource) + "\x00" + name
 }
@@ -194,6 +196,11 @@ return r
 func (g *Guard) Eval(ctx context.Context, resource string, f dlock.Fence, body string, keys []string, args ...any) (any, error) {
 	if err := g.check(ctx, resource); err != nil {
 		return nil, err
+	}
+	for _, k := range keys {
+		if k == g.FenceKey(resource) || k == g.seenKey(resource) {
+			return nil, fmt.Errorf("%w: redis guard %q: Eval's key %q is the guard's own record of fences: a body must not touch it", dlock.ErrInvalidOption, resource, k)
+		}
 	}
 	return g.eval(ctx, "guard eval", resource, f, body, keys, args...)
 }

@@ -142,3 +142,26 @@ func TestGuardFencedIncrements(t *testing.T) {
 		t.Fatalf("counter = %q, %v, %v", v, ok, err)
 	}
 }
+
+// Key(res, "") is the guard's seen key: a body given it could delete the
+// record of a reader's token and let a paused writer in. Eval refuses the
+// guard's own keys.
+func TestGuardEval_RefusesTheGuardsOwnKeys(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t)
+	g := redislock.NewGuard(newClient(t, srv))
+	ctx := dlocktest.Context(t)
+	res := dlocktest.Key(t)
+	if err := g.Put(ctx, res, dlock.Fence{Token: 9, Owner: "r", Shared: true}, "n", "v"); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{g.Key(res, ""), g.FenceKey(res)} {
+		_, err := g.Eval(ctx, res, dlock.Fence{Token: 9, Owner: "r", Shared: true}, `return redis.call('DEL', KEYS[1])`, []string{k})
+		if !errors.Is(err, dlock.ErrInvalidOption) {
+			t.Fatalf("Eval deleting %q = %v, want ErrInvalidOption", k, err)
+		}
+	}
+	if err := g.Put(ctx, res, dlock.Fence{Token: 5, Owner: "w"}, "n", "stale"); !errors.Is(err, dlock.ErrStaleToken) {
+		t.Fatalf("the paused writer after the reader = %v, want refused", err)
+	}
+}

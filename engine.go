@@ -309,13 +309,17 @@ type waiter struct {
 	lastErr error             // the last transient failure, if the last attempt failed so
 }
 
-// ended is the error of an acquisition whose context ended between attempts.
+// ended is the error of an acquisition whose context ended between
+// attempts: ErrNotAcquired naming the holders the last attempt saw, or
+// ErrUnavailable wrapping the last attempt's failure.
 func (w *waiter) ended(ctx context.Context) error {
 	switch {
 	case w.last != nil:
 		return notAcquired(w.cfg.key, w.last, ctxErr(ctx))
 	case w.lastErr != nil:
-		return errors.Join(w.lastErr, ctxErr(ctx))
+		// Every attempt failed (the last one transiently): the service
+		// did not grant, and said why. One line, the cause kept.
+		return fmt.Errorf("%w: acquire %q: the context ended (%w) after a failed attempt: %w", ErrUnavailable, w.cfg.key, ctxErr(ctx), w.lastErr)
 	}
 	return fmt.Errorf("dlock: acquire %q: %w", w.cfg.key, ctxErr(ctx))
 }

@@ -675,4 +675,7 @@ func TestReplicaAcks_MoreThanConnected_WaitsUntilDeadline(t *testing.T) {
 	if !errors.Is(err, dlock.ErrUnavailable) || !errors.As(err, &re) || re.Want != 2 {
 		t.Fatalf("Acquire at its deadline = %v, want ErrUnavailable with the *ReplicationError as its cause", err)
 	}
+	if strings.Contains(err.Error(), "\n") {
+		t.Errorf("the error is not one line: %q", err)
+	}
 }

@@ -78,11 +78,13 @@
 //     succeeded.
 //   - ErrNotAcquired means a holder was observed. An attempt that got no
 //     answer before the context ended is ErrUnavailable (joined with the
-//     context's error), a failed one the backend's error: an outage is
-//     never reported as "held". Only an attempt that had been waiting for
-//     its answer less than a second when it returned (the context's end
-//     cut it off), after an answer that named a holder, is not yet
-//     overdue: that holder is what the wait reports.
+//     context's error), and so is one whose connection the server refused
+//     or reset (the network error kept in the chain); another failed one
+//     is the backend's error: an outage is never reported as "held". Only
+//     an attempt that had been waiting for its answer less than a second
+//     when it returned (the context's end cut it off), after an answer
+//     that named a holder, is not yet overdue: that holder is what the
+//     wait reports.
 //   - Retried steps are harmless: a retried acquisition by the same owner
 //     gets the lease it already has; Release may be called again and
 //     concurrently, sends one request at a time, and reports a release

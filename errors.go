@@ -17,10 +17,14 @@ var (
 	// failed or did not answer: that is the backend's error or
 	// ErrUnavailable.
 	ErrNotAcquired = errors.New("dlock: lock not acquired")
-	// ErrUnavailable: the lock service gave no answer before the context
-	// ended (a hung server or a stalled link), so nothing is known about
-	// the key. The context's error is joined to it. An attempt abandoned
-	// this way is undone in the background if it took effect after all.
+	// ErrUnavailable: the lock service could not be reached or gave no
+	// answer, so nothing is known about the key: it refused or reset the
+	// connection (the network error is kept in the chain, so
+	// errors.Is(err, syscall.ECONNREFUSED) holds), or did not answer
+	// before the context ended (a hung server or a stalled link; the
+	// context's error is joined to it). An attempt whose outcome is
+	// unknown this way is undone in the background if it took effect
+	// after all.
 	ErrUnavailable = errors.New("dlock: lock service unavailable")
 	// ErrTransient is wrapped by a backend's attempt that failed without
 	// observing a holder and without leaving anything behind, and that may
@@ -62,6 +66,30 @@ var (
 	// matches ErrInvalidOption.
 	ErrLimitMismatch = fmt.Errorf("%w: semaphore limit mismatch", ErrInvalidOption)
 )
+
+// Unavailable returns err marked as ErrUnavailable, for a backend whose
+// request could not reach its service or lost the connection under it (a
+// refused or reset connection; see driver.Unreachable). The result wraps
+// both ErrUnavailable and err, so errors.Is(result, syscall.ECONNREFUSED)
+// holds where it held for err; its message is ErrUnavailable's followed by
+// err's, without a "dlock: " prefix of its own. A nil err, or one that
+// already wraps ErrUnavailable, is returned as it is.
+func Unavailable(err error) error {
+	if err == nil || errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	return &unavailableError{err: err}
+}
+
+// unavailableError is an error of Unavailable.
+type unavailableError struct{ err error }
+
+func (e *unavailableError) Error() string {
+	return ErrUnavailable.Error() + ": " + strings.TrimPrefix(e.err.Error(), "dlock: ")
+}
+
+// Unwrap returns ErrUnavailable and the error it marks.
+func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.err} }
 
 // NotAcquiredError says why a lock could not be had: the key is held. It
 // unwraps to ErrNotAcquired and, when waiting ended because of the context,

@@ -17,12 +17,12 @@ import (
 // that means is the caller's to say. Nor is a client closed by its owner
 // (net.ErrClosed).
 //
-// A backend wraps such an error of a request with dlock.ErrUnavailable,
+// A backend marks such an error of a request as dlock.ErrUnavailable,
 // keeping it in the chain so that errors.Is(err, syscall.ECONNREFUSED)
 // still holds:
 //
 //	if driver.Unreachable(err) {
-//		return fmt.Errorf("%w: acquire %q: %w", dlock.ErrUnavailable, key, err)
+//		return dlock.Unavailable(err)
 //	}
 //
 // A client library's own words for the same (a ZooKeeper connection

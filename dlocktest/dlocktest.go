@@ -4,7 +4,8 @@
 // release and refresh, context handling, renewal, loss signalling, input
 // validation and misuse (nil handles, concurrent releases, panics, odd and
 // hierarchical keys, extreme TTLs), and, for network backends, a fault
-// section: stalled links, a paused server and lost replies, where the
+// section: stalled links, a paused server, lost replies and refused or
+// reset connections (ErrUnavailable, never a bare network error), where the
 // promises are asserted as orderings ("the holder's Lost() closed before
 // another client's successful attempt was sent") and outcomes, not
 // latencies. A slow machine makes it slower, not red: every wait is
@@ -59,7 +60,8 @@ type Harness struct {
 	// began waiting; the suite then checks that it does.
 	FIFO bool
 	// Faults wires the fault section (stalled links, a paused server, lost
-	// replies). Every network backend must provide it.
+	// replies, refused and reset connections). Every network backend must
+	// provide it.
 	Faults *Faults
 }
 
@@ -188,6 +190,9 @@ func TestLocker(t *testing.T, h Harness) {
 		tests = append(tests, suiteTest{"Faults", testFaults, true})
 		if h.Faults.Pause != nil {
 			tests = append(tests, suiteTest{"BreakAgainstPausedServer", testBreakPaused, true})
+		}
+		if h.Faults.New != nil {
+			tests = append(tests, suiteTest{"Unreachable", testUnreachable, false})
 		}
 	}
 	for _, tc := range tests {

@@ -51,6 +51,15 @@ type Faults struct {
 	// for a quorum backend a majority of nodes; for filelock, a stopped
 	// process holding the keys' record locks. Required.
 	Pause func(t testing.TB, keys ...string) (resume func())
+	// Down returns a Locker like New's and a function that takes its
+	// server(s) down for the rest of the test: its open connections are
+	// reset and new ones refused, for nothing listens at the addresses it
+	// dials any more (a proxy stopped). Called before the Locker's first
+	// call, that is a Locker pointed at a port where nothing listens. A
+	// client that must connect before it returns a Locker (a session)
+	// connects first. Every network backend should provide it; without
+	// it the Unreachable case checks reset connections only (Link.Cut).
+	Down func(t testing.TB) (l dlock.Locker, down func())
 	// NewMinority, for quorum backends, returns a Locker in which only a
 	// minority of the servers is reached through the returned Link.
 	NewMinority func(t testing.TB) (dlock.Locker, Link)

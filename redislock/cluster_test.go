@@ -62,6 +62,19 @@ func (tc *testCluster) client(t testing.TB, via map[string]string) *redis.Cluste
 	return c
 }
 
+// proxied returns a Locker on a default ClusterClient that reaches every
+// node through a fault proxy of its own, and the proxies.
+func (tc *testCluster) proxied(t testing.TB) (*redislock.Locker, testserver.Proxies) {
+	var link testserver.Proxies
+	via := map[string]string{}
+	for _, n := range tc.nodes {
+		p := testserver.StartProxy(t, n.Addr())
+		link = append(link, p)
+		via[n.Addr()] = p.Addr()
+	}
+	return redislock.New(tc.client(t, via)), link
+}
+
 // master returns the node owning key's lock.
 func (tc *testCluster) master(t testing.TB, key string) *testserver.Redis {
 	m, err := tc.admin.MasterForKey(context.Background(), redislock.New(tc.admin).LockKey(key))
@@ -96,14 +109,16 @@ func TestCluster(t *testing.T) {
 			Faults: &dlocktest.Faults{
 				// A proxy in front of every master.
 				New: func(t testing.TB) (dlock.Locker, dlocktest.Link) {
-					var link testserver.Proxies
-					via := map[string]string{}
-					for _, n := range tc.nodes {
-						p := testserver.StartProxy(t, n.Addr())
-						link = append(link, p)
-						via[n.Addr()] = p.Addr()
+					return tc.proxied(t)
+				},
+				// The same, every proxy stopped by down.
+				Down: func(t testing.TB) (dlock.Locker, func()) {
+					l, link := tc.proxied(t)
+					return l, func() {
+						for _, p := range link {
+							p.Stop()
+						}
 					}
-					return redislock.New(tc.client(t, via)), link
 				},
 				// The masters owning the keys, alone: the others keep
 				// serving (HungMasterDelaysOnlyItsLocks checks their locks

@@ -61,7 +61,7 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 		return driver.Grant{}, b.rollback(ctx, req, o.Token, group, ae)
 	}
 	if err != nil {
-		return driver.Grant{}, fmt.Errorf("dlock: redis acquire %q: %w", req.Key, err)
+		return driver.Grant{}, requestError("acquire", req.Key, err)
 	}
 	if o.Granted {
 		return driver.Grant{Lease: &lease{b: b, key: req.Key, owner: req.Owner, token: o.Token, group: group}, Token: o.Token}, nil
@@ -124,6 +124,17 @@ func (b *backend) rollback(ctx context.Context, req *driver.Request, token uint6
 		}
 	}
 	return re
+}
+
+// requestError is the error of a request (op) on key that failed: it
+// wraps dlock.ErrUnavailable when the server could not be reached or
+// dropped the connection (refused, reset), the client's error kept.
+func requestError(op, key string, err error) error {
+	err = fmt.Errorf("dlock: redis %s %q: %w", op, key, err)
+	if driver.Unreachable(err) {
+		return dlock.Unavailable(err)
+	}
+	return err
 }
 
 // errWriterWaiting explains a shared request refused for a waiting writer.
@@ -249,7 +260,7 @@ func (l *lease) result(op string, held bool, err error) error {
 		// Held on the primary, but the extension does not count.
 		return replicationError(l.key, op, ae)
 	case err != nil:
-		return fmt.Errorf("dlock: redis %s %q: %w", op, l.key, err)
+		return requestError(op, l.key, err)
 	case !held:
 		return fmt.Errorf("%w: redis key %s no longer holds owner %s", dlock.ErrNotHeld, l.b.node.LockKey(l.key), l.owner)
 	}

@@ -41,6 +41,12 @@ const conformanceTTL = 2 * time.Second
 // default).
 func conformance(t *testing.T, srv *testserver.Redis, readTimeout time.Duration, opts ...redislock.Option) {
 	admin := newClient(t, srv)
+	proxied := func(t testing.TB) (dlock.Locker, *testserver.Proxy) {
+		p := testserver.StartProxy(t, srv.Addr())
+		c := redis.NewClient(&redis.Options{Addr: p.Addr(), Password: srv.Password(), ReadTimeout: readTimeout})
+		t.Cleanup(func() { c.Close() })
+		return redislock.New(c, opts...), p
+	}
 	dlocktest.TestLocker(t, dlocktest.Harness{
 		TTL: conformanceTTL,
 		New: func(t testing.TB) dlock.Locker {
@@ -57,10 +63,12 @@ func conformance(t *testing.T, srv *testserver.Redis, readTimeout time.Duration,
 			// A client (default, but for readTimeout) whose every
 			// connection goes through a fault proxy.
 			New: func(t testing.TB) (dlock.Locker, dlocktest.Link) {
-				p := testserver.StartProxy(t, srv.Addr())
-				c := redis.NewClient(&redis.Options{Addr: p.Addr(), Password: srv.Password(), ReadTimeout: readTimeout})
-				t.Cleanup(func() { c.Close() })
-				return redislock.New(c, opts...), p
+				return proxied(t)
+			},
+			// The same, the proxy stopped by down.
+			Down: func(t testing.TB) (dlock.Locker, func()) {
+				l, p := proxied(t)
+				return l, p.Stop
 			},
 			Pause: func(t testing.TB, keys ...string) func() {
 				srv.Pause()

@@ -74,6 +74,12 @@ func TestSentinelConformance(t *testing.T) {
 	s := testserver.StartSentinel(t, testserver.WithDownAfter(conformanceDownAfter))
 	primary := s.Primary()
 	admin := newClient(t, primary)
+	proxied := func(t testing.TB) (dlock.Locker, *testserver.Proxy) {
+		p := testserver.StartProxy(t, primary.Addr())
+		opt := failoverOptions(s)
+		viaProxy(opt, primary.Addr(), p)
+		return redislock.New(newFailoverClient(t, opt)), p
+	}
 	dlocktest.TestLocker(t, dlocktest.Harness{
 		TTL: conformanceTTL,
 		New: func(t testing.TB) dlock.Locker { return redislock.New(sentinelClient(t, s)) },
@@ -86,10 +92,13 @@ func TestSentinelConformance(t *testing.T) {
 			// A default failover client whose connections to the primary
 			// go through a fault proxy.
 			New: func(t testing.TB) (dlock.Locker, dlocktest.Link) {
-				p := testserver.StartProxy(t, primary.Addr())
-				opt := failoverOptions(s)
-				viaProxy(opt, primary.Addr(), p)
-				return redislock.New(newFailoverClient(t, opt)), p
+				return proxied(t)
+			},
+			// The same, the proxy stopped by down (the sentinels still
+			// name the primary behind it).
+			Down: func(t testing.TB) (dlock.Locker, func()) {
+				l, p := proxied(t)
+				return l, p.Stop
 			},
 			// SIGSTOP of the primary, shorter than conformanceDownAfter:
 			// the sentinels keep it as the primary.

@@ -74,9 +74,10 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 		// its majority (a node slow or failing, a lease that expired
 		// meanwhile) may well succeed next time.
 		lease.cleanup(r.seen)
-		return driver.Grant{}, fmt.Errorf("%w: %w", dlock.ErrTransient, &QuorumError{Op: "commit", Key: req.Key, Quorum: b.quorum,
+		qe := &QuorumError{Op: "commit", Key: req.Key, Quorum: b.quorum,
 			Reason:  "a majority granted, but the token could not be recorded on a majority; released",
-			Results: b.results("commit", cr.seen, granted)})
+			Results: b.results("commit", cr.seen, granted)}
+		return driver.Grant{}, unavailable(qe, fmt.Errorf("%w: %w", dlock.ErrTransient, qe))
 	}
 	if elapsed := time.Since(start); elapsed >= req.TTL {
 		lease.cleanup(r.seen)
@@ -100,18 +101,20 @@ func (b *backend) noValidity(key string, seen map[int]answer, elapsed time.Durat
 // alone make a majority impossible → a quorum error (Acquire ends); errors
 // and nodes that did not answer in time → the same, wrapping
 // dlock.ErrTransient (Acquire tries again until its deadline: a hung or
-// unreachable node may come back); otherwise the key is held somewhere →
-// not acquired (the caller may wait).
+// unreachable node may come back); either wraps dlock.ErrUnavailable when
+// the nodes out of reach (refused, reset, silent) make a majority
+// impossible on their own; otherwise the key is held somewhere → not
+// acquired (the caller may wait).
 func (b *backend) acquireError(key string, seen map[int]answer) error {
 	qe := &QuorumError{Op: "acquire", Key: key, Quorum: b.quorum, Results: b.results("acquire", seen, b.all())}
 	failed, silent := qe.count(OutcomeFailed), qe.count(OutcomeNoAnswer)
 	switch {
 	case failed > len(b.nodes)-b.quorum:
 		qe.Reason = fmt.Sprintf("%d nodes failed: a majority is impossible", failed)
-		return qe
+		return unavailable(qe, qe)
 	case failed+silent > len(b.nodes)-b.quorum:
 		qe.Reason = fmt.Sprintf("%d nodes failed or did not answer: a majority is impossible for now; released", failed+silent)
-		return fmt.Errorf("%w: %w", dlock.ErrTransient, qe)
+		return unavailable(qe, fmt.Errorf("%w: %w", dlock.ErrTransient, qe))
 	}
 	if n := splitVote(seen, len(b.nodes), b.quorum); n > 0 {
 		// A split vote: no owner holds, or can hold, a majority, so

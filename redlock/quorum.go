@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/background"
 	"github.com/dlock-go/dlock/redislock/redisproto"
 )
@@ -49,11 +50,15 @@ type NodeResult struct {
 // wrapping dlock.ErrTransient when the attempt may succeed if repeated (a
 // majority granted but the commit or the validity check failed); when
 // failing nodes alone make a majority impossible it is returned as is.
-// A failed release wraps it with dlock.ErrNotHeld when a majority said the
-// lease was gone, else with dlock.ErrUnavailable (neither a majority
-// released nor a majority gone: whether the lock was held up to the
-// release is unknown, e.g. a node hung while another had not yet seen the
-// lease's grant; the lease expires where it is left).
+// Whenever the nodes that refused or reset the connection or did not
+// answer in time are enough on their own to make a majority impossible,
+// the error wraps dlock.ErrUnavailable as well (with dlock.ErrTransient,
+// when some of them were merely silent). A failed release wraps it with
+// dlock.ErrNotHeld when a majority said the lease was gone, else with
+// dlock.ErrUnavailable (neither a majority released nor a majority gone:
+// whether the lock was held up to the release is unknown, e.g. a node
+// hung while another had not yet seen the lease's grant; the lease
+// expires where it is left).
 type QuorumError struct {
 	Op      string // "acquire", "commit", "refresh", "release"
 	Key     string
@@ -103,6 +108,30 @@ func (e *QuorumError) Unwrap() []error {
 		}
 	}
 	return errs
+}
+
+// outage reports whether the nodes that could not be reached (a refused
+// or reset connection: driver.Unreachable) or did not answer in time are
+// enough on their own to make a majority impossible: the operation failed
+// because the service was out of reach, and the error wraps
+// dlock.ErrUnavailable.
+func (e *QuorumError) outage() bool {
+	n := 0
+	for _, r := range e.Results {
+		if r.Outcome == OutcomeNoAnswer || r.Outcome == OutcomeFailed && driver.Unreachable(r.Err) {
+			n++
+		}
+	}
+	return n > len(e.Results)-e.Quorum
+}
+
+// unavailable is err, wrapping dlock.ErrUnavailable too when qe is an
+// outage.
+func unavailable(qe *QuorumError, err error) error {
+	if qe.outage() {
+		return dlock.Unavailable(err)
+	}
+	return err
 }
 
 func verb(op string) string {
@@ -266,9 +295,8 @@ func (b *backend) quorumLoss(op, key string, seen map[int]answer) error {
 	}
 	if op == "release" {
 		// Neither released on a majority nor gone from one: whether the
-		// lock was still held up to the release is unknown (red team
-		// 18b: the bare QuorumError matched no dlock sentinel).
-		return fmt.Errorf("%w: %w", dlock.ErrUnavailable, qe)
+		// lock was still held up to the release is unknown.
+		return dlock.Unavailable(qe)
 	}
-	return qe
+	return unavailable(qe, qe)
 }

@@ -141,6 +141,15 @@ func TestFaults(t *testing.T) {
 				l, link := c.lockerVia(t, []int{0, 1, 2}, redlock.WithNodeTimeout(conformanceNodeTimeout))
 				return l, link
 			},
+			// The same, every proxy stopped by down.
+			Down: func(t testing.TB) (dlock.Locker, func()) {
+				l, link := c.lockerVia(t, []int{0, 1, 2}, redlock.WithNodeTimeout(conformanceNodeTimeout))
+				return l, func() {
+					for _, p := range link {
+						p.Stop()
+					}
+				}
+			},
 			Pause: func(t testing.TB, keys ...string) func() {
 				for _, s := range c.srvs[:2] { // a majority
 					s.Pause()

@@ -13,6 +13,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
@@ -34,6 +36,17 @@ func serverTimeoutTransient(err error) error {
 		if errors.Is(err, t) {
 			return fmt.Errorf("%w: %w", dlock.ErrTransient, err)
 		}
+	}
+	return err
+}
+
+// unreachable marks an error of a request that could not reach etcd, or
+// whose connection dropped under it (a refused or reset connection, which
+// gRPC reports with the status code Unavailable), as dlock.ErrUnavailable,
+// the client's error kept in the chain. Other errors pass unchanged.
+func unreachable(err error) error {
+	if driver.Unreachable(err) || status.Code(err) == codes.Unavailable {
+		return dlock.Unavailable(err)
 	}
 	return err
 }
@@ -84,7 +97,7 @@ func inOrder(opts ...clientv3.OpOption) []clientv3.OpOption {
 // that arrived together with other readers: each round lets only one of
 // them in.)
 func (b *backend) Try(ctx context.Context, req *driver.Request) (g driver.Grant, err error) {
-	defer func() { err = serverTimeoutTransient(err) }()
+	defer func() { err = unreachable(serverTimeoutTransient(err)) }()
 	b.sweepKey(ctx, req.Key)
 	pfx := b.queuePrefix(req.Key)
 	shares := req.Mode != driver.Exclusive
@@ -273,7 +286,7 @@ func (b *backend) enqueue(ctx context.Context, req *driver.Request, peek func())
 // holders limited to another number (at once or while it waits) returns
 // an error wrapping dlock.ErrLimitMismatch and removes its entry.
 func (b *backend) Queue(ctx context.Context, req *driver.Request) (g driver.Grant, err error) {
-	defer func() { err = serverTimeoutTransient(err) }()
+	defer func() { err = unreachable(serverTimeoutTransient(err)) }()
 	b.sweepKey(ctx, req.Key)
 	sent := time.Now()
 	// A new or stale lease costs a round trip before the entry is put:

@@ -28,6 +28,11 @@ func faultHarness(t *testing.T) dlocktest.Harness {
 			proxy := testserver.StartProxy(t, u.Host)
 			return etcdlock.New(newClient(t, []string{"http://" + proxy.Addr()})), proxy
 		},
+		// The same, the proxy stopped by down.
+		Down: func(t testing.TB) (dlock.Locker, func()) {
+			proxy := testserver.StartProxy(t, u.Host)
+			return etcdlock.New(newClient(t, []string{"http://" + proxy.Addr()})), proxy.Stop
+		},
 		Pause: func(t testing.TB, keys ...string) func() {
 			p.Pause()
 			return p.Resume

@@ -51,7 +51,7 @@ func (e *entry) Release(ctx context.Context) error {
 		// It may or may not be deleted: keep its slot, retry the delete.
 		b.giveBackSpent(spent)
 		b.orphan(e, false)
-		return fmt.Errorf("dlock: etcd release %q: %w", e.key, err)
+		return unreachable(fmt.Errorf("dlock: etcd release %q: %w", e.key, err))
 	}
 	b.mu.Lock()
 	if resp.Succeeded || hasReceipt(resp.Responses) {
@@ -126,7 +126,7 @@ func (b *backend) refreshSession(ctx context.Context, s *session, rs []driver.Re
 		case kaErr != nil:
 			err = kaErr
 		case readErr != nil:
-			err = fmt.Errorf("dlock: etcd refresh %q: %w", e.key, readErr)
+			err = unreachable(fmt.Errorf("dlock: etcd refresh %q: %w", e.key, readErr))
 		case kvs[j] == nil || kvs[j].CreateRevision != e.rev:
 			err = e.notHeld("deleted or replaced behind the holder's back")
 			e.b.goneUnlessReleased(e)

@@ -168,7 +168,7 @@ func (b *backend) keepAlive(ctx context.Context, s *session) error {
 		b.killSession(s)
 		return fmt.Errorf("%w: etcd lease %x expired or was revoked", dlock.ErrNotHeld, int64(s.id))
 	case err != nil:
-		return fmt.Errorf("dlock: etcd keep-alive: %w", err)
+		return unreachable(fmt.Errorf("dlock: etcd keep-alive: %w", err))
 	}
 	b.keptAlive(s, start)
 	return nil

@@ -141,7 +141,7 @@ FROM readers r WHERE NOT EXISTS (SELECT 1 FROM taken)`
 		b.answered(sent)
 	}
 	if err != nil {
-		return driver.Grant{}, b.silent(ctx, fmt.Sprintf("acquire %q", req.Key), fmt.Errorf("dlock: postgres acquire %q: %w", req.Key, explain(err)))
+		return driver.Grant{}, b.silent(ctx, fmt.Sprintf("acquire %q", req.Key), outage(fmt.Errorf("dlock: postgres acquire %q: %w", req.Key, explain(err))))
 	}
 	if !won {
 		// Held (the holders listed), or, with none listed, taken or
@@ -179,7 +179,7 @@ func (b *backend) Abort(ctx context.Context, req *driver.Request) error {
 )
 SELECT count(*) FROM x`, b.mode, req.Key, req.Owner)
 	if err != nil {
-		return fmt.Errorf("dlock: postgres abort %q: %w", req.Key, explain(err))
+		return outage(fmt.Errorf("dlock: postgres abort %q: %w", req.Key, explain(err)))
 	}
 	return nil
 }

@@ -102,7 +102,7 @@ SELECT key, owner FROM x UNION ALL SELECT key, owner FROM h`
 		l := r.Lease.(*lease)
 		switch {
 		case err != nil:
-			done(i, fmt.Errorf("dlock: postgres refresh: %w", explain(err)))
+			done(i, outage(fmt.Errorf("dlock: postgres refresh: %w", explain(err))))
 		case renewed[[2]string{l.key, l.owner}]:
 			done(i, nil)
 		default:
@@ -127,7 +127,7 @@ func (l *lease) Release(ctx context.Context) error {
 	if l.mode != driver.Exclusive {
 		ok, err := b.releaseShared(ctx, l.key, l.owner)
 		if err != nil {
-			return fmt.Errorf("dlock: postgres release %q: %w", l.key, explain(err))
+			return outage(fmt.Errorf("dlock: postgres release %q: %w", l.key, explain(err)))
 		}
 		if !ok {
 			return l.notHeld("expired before the release")
@@ -151,7 +151,7 @@ SELECT (SELECT count(*) FROM r), (SELECT count(*) FROM n),
 	EXISTS (SELECT 1 FROM `+b.n.table+` WHERE key = $1 AND owner = $2 AND expires_at = '-infinity')`,
 		b.mode, l.key, l.owner, b.n.channelName()).Scan(&released, &notified, &before)
 	if err != nil {
-		return fmt.Errorf("dlock: postgres release %q: %w", l.key, explain(err))
+		return outage(fmt.Errorf("dlock: postgres release %q: %w", l.key, explain(err)))
 	}
 	b.answered(sent)
 	l.mu.Lock()

@@ -182,9 +182,32 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, n names, mode pgx.QueryExe
 		if errors.As(err, &pe) && pe.Code == "42501" { // insufficient_privilege
 			return fmt.Errorf("dlock: pglock migrate %s: %w (the database user may not create the lease table: run pglock.Migrate, or the SQL in pglock/migrations, as a user who may; grant this one SELECT, INSERT and UPDATE on the table, SELECT, INSERT, UPDATE and DELETE on its _holders and _writers tables, USAGE on its sequence and SELECT on %s, or give WithoutMigrate)", n.raw, err, MigrationsTable)
 		}
-		return fmt.Errorf("dlock: pglock migrate %s: %w", n.raw, explain(err))
+		return outage(fmt.Errorf("dlock: pglock migrate %s: %w", n.raw, explain(err)))
 	}
 	return nil
+}
+
+// outage marks err, a statement's error, as dlock.ErrUnavailable when
+// PostgreSQL (or the pooler in front of it) could not be reached or
+// dropped the connection: a refused or reset connection, a connection
+// pgx already knew to be closed, or the server's own word that it cannot
+// serve a connection now (SQLSTATE class 08, connection exception, which
+// PgBouncer also uses when it cannot reach PostgreSQL; 53300,
+// too_many_connections; 57P01-57P03, the server shutting down, crashed
+// or starting). The original error stays in the chain. Others pass
+// unchanged.
+func outage(err error) error {
+	if driver.Unreachable(err) || errors.Is(err, pgconn.ErrConnClosed) {
+		return dlock.Unavailable(err)
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case strings.HasPrefix(pe.Code, "08"), pe.Code == "53300", pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03":
+			return dlock.Unavailable(err)
+		}
+	}
+	return err
 }
 
 // explain adds what to do to the PostgreSQL errors a user can fix.

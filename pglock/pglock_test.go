@@ -2,6 +2,7 @@ package pglock_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,12 +65,32 @@ func withFaults(h dlocktest.Harness, pg *pgDB, dsnVia func(addr string) string) 
 			p := testserver.StartProxy(t, pg.Addr())
 			return pglock.New(newPool(t, dsnVia(p.Addr()))), p
 		},
+		Down: func(t testing.TB) (dlock.Locker, func()) {
+			p := testserver.StartProxy(t, pg.Addr())
+			return pglock.New(newPool(t, dsnVia(p.Addr()))), p.Stop
+		},
 		Pause: func(t testing.TB, keys ...string) func() {
 			pg.Pause()
 			return pg.Resume
 		},
 	}
 	return h
+}
+
+// proxiedBouncer is the fault section's New and Down for PgBouncer pb:
+// a pool whose every connection to PgBouncer goes through a fault proxy.
+func proxiedBouncer(pb *bouncerDB) *dlocktest.Faults {
+	via := func(t testing.TB) (dlock.Locker, *testserver.Proxy) {
+		p := testserver.StartProxy(t, pb.Addr())
+		return pglock.New(newPool(t, strings.Replace(pb.DSN(""), pb.Addr(), p.Addr(), 1))), p
+	}
+	return &dlocktest.Faults{
+		New: func(t testing.TB) (dlock.Locker, dlocktest.Link) { return via(t) },
+		Down: func(t testing.TB) (dlock.Locker, func()) {
+			l, p := via(t)
+			return l, p.Stop
+		},
+	}
 }
 
 func TestConformance(t *testing.T) {
@@ -88,5 +109,10 @@ func TestConformancePgBouncer(t *testing.T) {
 	t.Parallel()
 	pg := ownPG(t)
 	pb := bouncerFor(t, pg)
-	dlocktest.TestLocker(t, harness(t, pg, pb.DSN("")))
+	h := harness(t, pg, pb.DSN(""))
+	dlocktest.TestLocker(t, h)
+	// The fault section runs on the server direct (TestConformance);
+	// PgBouncer refusing or resetting connections is an outage too.
+	h.Faults = proxiedBouncer(pb)
+	t.Run("Unreachable", func(t *testing.T) { dlocktest.TestUnreachable(t, h) })
 }

@@ -1,11 +1,16 @@
 package pglock_test
 
 import (
+	"context"
+	"errors"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/pglock"
@@ -58,5 +63,42 @@ func TestNoListenThroughPooler(t *testing.T) {
 	log, _ := os.ReadFile(bouncer.LogPath())
 	if n := strings.Count(string(log), "when not linked"); n > 0 {
 		t.Errorf("pgbouncer logged %d notifications for server sessions no client was linked to", n)
+	}
+}
+
+// PostgreSQL stops behind PgBouncer: PgBouncer, still up, turns the
+// statements away with a connection exception (SQLSTATE 08P01, "server
+// login has been failing"). Symptom guarded against: a Release, or a
+// TryAcquire, failing with that bare error rather than ErrUnavailable.
+func TestRelease_Unavailable_PostgresDownBehindPgBouncer(t *testing.T) {
+	t.Parallel()
+	pg := ownPG(t)
+	l := pglock.New(newPool(t, bouncerFor(t, pg).DSN("")))
+	lk, err := l.Acquire(dlocktest.Context(t), dlocktest.Key(t), dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg.Stop()
+	// The first statement makes PgBouncer find PostgreSQL down; it may
+	// hold it until the context ends, an outage either way.
+	for _, what := range []string{"first TryAcquire", "TryAcquire"} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := l.TryAcquire(ctx, dlocktest.Key(t))
+		cancel()
+		t.Logf("%s with PostgreSQL down: %v", what, err)
+		if !errors.Is(err, dlock.ErrUnavailable) {
+			t.Fatalf("%s with PostgreSQL down behind PgBouncer: %v, want ErrUnavailable", what, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	err = lk.Release(ctx)
+	t.Logf("Release with PostgreSQL down: %v", err)
+	var pe *pgconn.PgError
+	if !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("Release with PostgreSQL down behind PgBouncer: %v, want ErrUnavailable", err)
+	}
+	if errors.As(err, &pe) && !strings.HasPrefix(pe.Code, "08") {
+		t.Fatalf("Release: PgBouncer's error %v is not a connection exception", pe)
 	}
 }

@@ -157,7 +157,7 @@ SELECT 'info', 0, '', '{}', 0, coalesce((SELECT k.hmode FROM k), 0)::int, coales
 		}
 		cancel()
 		if err != nil {
-			return driver.Grant{}, b.silent(ctx, fmt.Sprintf("acquire %q", req.Key), fmt.Errorf("dlock: postgres acquire %q (%s): %w", req.Key, req.Mode, explain(err)))
+			return driver.Grant{}, b.silent(ctx, fmt.Sprintf("acquire %q", req.Key), outage(fmt.Errorf("dlock: postgres acquire %q (%s): %w", req.Key, req.Mode, explain(err))))
 		}
 		b.answered(sent)
 		if got {
@@ -242,7 +242,7 @@ func (b *backend) abortShared(ctx context.Context, req *driver.Request) error {
 )
 SELECT pg_notify($3, key) FROM r`, b.mode, req.Key, req.Owner, b.n.channelName(), int(req.Mode))
 	if err != nil {
-		return fmt.Errorf("dlock: postgres abort %q: %w", req.Key, explain(err))
+		return outage(fmt.Errorf("dlock: postgres abort %q: %w", req.Key, explain(err)))
 	}
 	return nil
 }
@@ -336,7 +336,7 @@ func (b *backend) Leave(ctx context.Context, key, waiter string) error {
 )
 SELECT pg_notify($3, key) FROM (SELECT DISTINCT key FROM d) d`, b.mode, key, waiter, b.n.channelName())
 	if err != nil {
-		return fmt.Errorf("dlock: postgres leave %q: %w", key, explain(err))
+		return outage(fmt.Errorf("dlock: postgres leave %q: %w", key, explain(err)))
 	}
 	b.forget(key, waiter)
 	return nil

@@ -114,7 +114,11 @@ func (b *backend) create(ctx context.Context, req *driver.Request) (*entry, erro
 				// (nothing left behind), and delete the node whenever the
 				// ensemble answers again.
 				b.abandonOwner(dir, req.Owner)
-				return nil, fmt.Errorf("dlock: zookeeper create %q: the reply was lost (%v) and the node could not be looked up: %s", req.Key, err, ferr.Error())
+				lost := fmt.Errorf("dlock: zookeeper create %q: the reply was lost (%v) and the node could not be looked up: %s", req.Key, err, ferr.Error())
+				if errors.Is(ferr, dlock.ErrUnavailable) {
+					return nil, dlock.Unavailable(lost) // the ensemble is still out of reach
+				}
+				return nil, lost
 			}
 			recovered = true
 			if name != "" {

@@ -145,7 +145,7 @@ func (e *entry) Release(ctx context.Context) error {
 	e.released = true
 	e.mu.Unlock()
 	b := e.b
-	_, err := call(ctx, b, "release", func() (struct{}, error) {
+	_, err := call(ctx, b, fmt.Sprintf("release %q", e.key), func() (struct{}, error) {
 		return struct{}{}, b.conn.Delete(e.path, -1)
 	})
 	e.mu.Lock()
@@ -178,7 +178,7 @@ func (e *entry) Release(ctx context.Context) error {
 		e.deleting = true
 		background.Go(e.deleteOrphan)
 	}
-	return fmt.Errorf("dlock: zookeeper release %q: %w", e.key, err)
+	return err
 }
 
 // Bind implements driver.LossNotifier with the watch set on the node when

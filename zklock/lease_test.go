@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testserver"
@@ -210,4 +212,31 @@ func testLeavesNoZnode(t *testing.T, n int) {
 	}
 	dead.Close() // the session ends: its ephemeral node goes
 	waitFor(t, "the container of a crashed holder's key removed", func() bool { return len(children(t, admin, prefix)) == 0 })
+}
+
+// The link stalls under a Release: the client gives up on the silent
+// server (two thirds of the session timeout, well before the request
+// timeout and the caller's context) and fails the request with "zk:
+// connection closed". Symptom guarded against: that bare error from
+// Release instead of ErrUnavailable.
+func TestRelease_Unavailable_ConnectionClosedOnStall(t *testing.T) {
+	t.Parallel()
+	z := sharedZooKeeper(t)
+	p := testserver.StartProxy(t, z.Addr())
+	t.Cleanup(p.Heal)
+	const session = 2 * time.Second
+	l := zklock.New(connectFor(t, []string{p.Addr()}, session), zklock.WithRequestTimeout(time.Minute))
+	lk, err := l.Acquire(dlocktest.Context(t), dlocktest.Key(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Stall()
+	err = lk.Release(dlocktest.Context(t))
+	t.Logf("Release on a stalled link: %v", err)
+	if !errors.Is(err, zk.ErrConnectionClosed) {
+		t.Fatalf("Release on a stalled link: %v, want the client's zk.ErrConnectionClosed (the context and the request timeout are far longer)", err)
+	}
+	if !errors.Is(err, dlock.ErrUnavailable) || errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Release on a stalled link: %v, want ErrUnavailable", err)
+	}
 }

@@ -220,18 +220,22 @@ func call[T any](ctx context.Context, b *backend, what string, fn func() (T, err
 	})
 	select {
 	case r := <-done:
-		if errors.Is(r.err, zk.ErrNoServer) {
+		switch {
+		case r.err == nil:
+			return r.v, nil
+		case errors.Is(r.err, zk.ErrNoServer):
 			// The client could not reach any server and never sent the
 			// request: nothing happened, and a retry may succeed.
-			return r.v, fmt.Errorf("%w: zookeeper %s: %w", dlock.ErrTransient, what, r.err)
-		}
-		if errors.Is(r.err, zk.ErrNoAuth) {
+			return r.v, dlock.Unavailable(fmt.Errorf("%w: zookeeper %s: %w", dlock.ErrTransient, what, r.err))
+		case errors.Is(r.err, zk.ErrConnectionClosed), driver.Unreachable(r.err):
+			// The connection dropped under the request (refused, reset,
+			// or closed by the client when the server went silent): the
+			// request may or may not have taken effect.
+			return r.v, dlock.Unavailable(fmt.Errorf("dlock: zookeeper %s: %w", what, r.err))
+		case errors.Is(r.err, zk.ErrNoAuth):
 			return r.v, fmt.Errorf("dlock: zookeeper %s: %w (this client is not authorized: check the digest credentials and the ACL of the znodes under the prefix)", what, r.err)
 		}
-		if r.err != nil {
-			return r.v, fmt.Errorf("dlock: zookeeper %s: %w", what, r.err)
-		}
-		return r.v, nil
+		return r.v, fmt.Errorf("dlock: zookeeper %s: %w", what, r.err)
 	case <-ctx.Done():
 		return zero, fmt.Errorf("dlock: zookeeper %s: %w", what, context.Cause(ctx))
 	case <-t.C:

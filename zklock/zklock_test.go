@@ -163,14 +163,16 @@ func withFaults(h dlocktest.Harness, nodes []*testserver.ZooKeeper, session time
 	h.Faults = &dlocktest.Faults{
 		TTL: zklock.LeaseOf(session),
 		New: func(t testing.TB) (dlock.Locker, dlocktest.Link) {
-			var ps testserver.Proxies
-			var paddrs []string
-			for _, z := range nodes {
-				p := testserver.StartProxy(t, z.Addr())
-				ps = append(ps, p)
-				paddrs = append(paddrs, p.Addr())
+			return proxied(t, nodes, session)
+		},
+		// The same (its session made first), every proxy stopped by down.
+		Down: func(t testing.TB) (dlock.Locker, func()) {
+			l, ps := proxied(t, nodes, session)
+			return l, func() {
+				for _, p := range ps {
+					p.Stop()
+				}
 			}
-			return zklock.New(connectFor(t, paddrs, session)), ps
 		},
 		Pause: func(t testing.TB, keys ...string) func() {
 			if len(nodes) == 1 {
@@ -181,6 +183,19 @@ func withFaults(h dlocktest.Harness, nodes []*testserver.ZooKeeper, session time
 		},
 	}
 	return h
+}
+
+// proxied returns a Locker with a session (zklock.Connect) that reaches
+// the servers through a fault proxy each, and the proxies.
+func proxied(t testing.TB, nodes []*testserver.ZooKeeper, session time.Duration) (*zklock.Locker, testserver.Proxies) {
+	var ps testserver.Proxies
+	var paddrs []string
+	for _, z := range nodes {
+		p := testserver.StartProxy(t, z.Addr())
+		ps = append(ps, p)
+		paddrs = append(paddrs, p.Addr())
+	}
+	return zklock.New(connectFor(t, paddrs, session)), ps
 }
 
 // pauseEnsemble hangs every member of the ensemble, and returns the

@@ -49,16 +49,16 @@ type NodeResult struct {
 // is held, so errors.Is(err, dlock.ErrNotAcquired) holds; in an error
 // wrapping dlock.ErrTransient when the attempt may succeed if repeated (a
 // majority granted but the commit or the validity check failed); when
-// failing nodes alone make a majority impossible it is returned as is.
-// Whenever the nodes that refused or reset the connection or did not
-// answer in time are enough on their own to make a majority impossible,
-// the error wraps dlock.ErrUnavailable as well (with dlock.ErrTransient,
-// when some of them were merely silent). A failed release wraps it with
-// dlock.ErrNotHeld when a majority said the lease was gone, else with
-// dlock.ErrUnavailable (neither a majority released nor a majority gone:
-// whether the lock was held up to the release is unknown, e.g. a node
-// hung while another had not yet seen the lease's grant; the lease
-// expires where it is left).
+// failing nodes alone make a majority impossible it is returned without
+// either. Whenever the nodes that refused or reset the connection or did
+// not answer in time are enough on their own to make a majority
+// impossible, the error wraps dlock.ErrUnavailable as well (beside
+// dlock.ErrTransient when some of them were merely silent). A failed
+// release wraps it with dlock.ErrNotHeld when a majority said the lease
+// was gone, else with dlock.ErrUnavailable (neither a majority released
+// nor a majority gone: whether the lock was held up to the release is
+// unknown, e.g. a node hung while another had not yet seen the lease's
+// grant; the lease expires where it is left).
 type QuorumError struct {
 	Op      string // "acquire", "commit", "refresh", "release"
 	Key     string

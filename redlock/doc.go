@@ -141,7 +141,9 @@
 // vote: no owner is seen on (or could, counting the nodes that did not
 // answer, be on) a majority, so nobody holds the key. Nodes
 // answering with errors that alone make a majority impossible end Acquire
-// at once.
+// at once. When the nodes that refused or reset their connections or did
+// not answer are enough on their own to make a majority impossible, the
+// error wraps dlock.ErrUnavailable too.
 //
 // # Listing
 //

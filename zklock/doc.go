@@ -117,7 +117,10 @@
 //     client can be granted the key.
 //   - Every call returns by its context's deadline, also when the
 //     ensemble hangs; each request is also bounded by
-//     WithRequestTimeout.
+//     WithRequestTimeout. A request that no server could be reached for,
+//     or whose connection was reset or closed under it (the client gives
+//     up on a silent server after two thirds of the session timeout),
+//     fails with an error wrapping dlock.ErrUnavailable and the client's.
 //   - An attempt abandoned mid-request (lost reply, context ended) leaves
 //     no node behind: it is found by its owner id and deleted.
 //

@@ -68,9 +68,10 @@
 // request timed out", a leader lost or changed: a slow disk, a moment
 // without quorum) wraps dlock.ErrTransient: its entry, if it was put after
 // all, is deleted in the background, and Acquire tries again while its
-// context allows; TryAcquire returns the error. A request whose
-// connection was refused or reset (gRPC's status Unavailable) fails with
-// an error wrapping dlock.ErrUnavailable and that status.
+// context allows; TryAcquire returns the error. An attempt, renewal or
+// release whose connection was refused or reset (gRPC's status
+// Unavailable) fails with an error wrapping dlock.ErrUnavailable and that
+// status.
 //
 // # Shared and limited locks
 //

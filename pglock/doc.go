@@ -154,10 +154,10 @@
 //   - Every call returns by its context's deadline, also when the server
 //     hangs; each statement is also bounded by WithRequestTimeout. A wait
 //     that ends while PostgreSQL does not answer reports an outage, not a
-//     held key. A statement whose connection was refused or reset, or
-//     that PostgreSQL or PgBouncer turned away for want of a connection
-//     (SQLSTATE class 08, 53300, 57P01-57P03), fails with an error
-//     wrapping dlock.ErrUnavailable and pgx's.
+//     held key. An attempt, renewal or release whose connection was
+//     refused or reset, or that PostgreSQL or PgBouncer turned away for
+//     want of a connection (SQLSTATE class 08, 53300, 57P01-57P03), fails
+//     with an error wrapping dlock.ErrUnavailable and pgx's.
 //
 // # Not guaranteed
 //

@@ -171,9 +171,9 @@
 // timeouts: the dlock core abandons a driver call still running at the
 // deadline, List and every Guard method do the same (an error wrapping
 // dlock.ErrUnavailable and the context's error), and closing a waiter's
-// subscription never waits on the network. A request whose connection was
-// refused or reset fails as soon as go-redis gives up on it, with an error
-// wrapping dlock.ErrUnavailable and go-redis's own.
+// subscription never waits on the network. An attempt, renewal or release
+// whose connection was refused or reset fails as soon as go-redis gives up
+// on it, with an error wrapping dlock.ErrUnavailable and go-redis's own.
 //
 // # Guard
 //

@@ -51,6 +51,11 @@ type Lock struct {
 	lease    driver.Lease
 	wd       *watchdog
 	acquired time.Time
+	// From the grant: the lease ends with its client's session
+	// (driver.Grant.EndsWithClient), and the longest a dead holder's
+	// lease may outlive it (driver.Grant.Linger; zero: the TTL).
+	endsWithClient bool
+	linger         time.Duration
 
 	life   context.Context
 	cancel context.CancelCauseFunc
@@ -86,7 +91,7 @@ type releaseFlight struct {
 // request that began the lease's validity was sent: the local deadline
 // counts from it.
 func newLock(key, owner string, cfg *config, g driver.Grant, start time.Time, wd *watchdog) *Lock {
-	l := &Lock{key: key, owner: owner, token: g.Token, cfg: cfg, lease: g.Lease, wd: wd, acquired: start}
+	l := &Lock{key: key, owner: owner, token: g.Token, cfg: cfg, lease: g.Lease, wd: wd, acquired: start, endsWithClient: g.EndsWithClient, linger: g.Linger}
 	l.life, l.cancel = context.WithCancelCause(context.Background())
 	l.deadline = l.capDeadline(start.Add(cfg.TTL - cfg.Drift()))
 	if b, ok := g.Lease.(driver.LossNotifier); ok {

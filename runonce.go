@@ -21,11 +21,29 @@ import (
 //     instead of running the job a second time for the same period.
 //     RunOnce returns when fn does; if fn was quicker than atLeastFor, the
 //     lock is kept, renewed, until then and released by a timer. If the
-//     process dies meanwhile its lease (TTL ≥ atLeastFor) still covers
-//     atLeastFor.
+//     process exits or dies meanwhile its lease (TTL ≥ atLeastFor) still
+//     covers atLeastFor.
 //   - atMostFor: the lock is never held longer than this: fn's context is
 //     cancelled at atMostFor (dlock.WithMaxHold) or when the lock is lost,
-//     and a runner that dies keeps the key for at most its TTL ≤ atMostFor.
+//     and a runner that dies keeps the key for at most atMostFor after its
+//     death.
+//
+// Both bounds hold on every backend that accepts them. A backend may
+// grant another lease than the one asked for, or end it otherwise than
+// by expiry, so RunOnce checks the lease it got before fn runs; when the
+// lease cannot honour a bound it releases the key and returns ran = false
+// with an error wrapping ErrInvalidOption that says why:
+//
+//   - atLeastFor > 0 on a lease that ends when its client closes its
+//     connection or session (zklock: the lock's node is ephemeral, and a
+//     process that closes its connection as it exits deletes it at once);
+//   - a lease shorter than atLeastFor: a runner that died right after the
+//     job would free the key early;
+//   - a lease that a dead runner may keep longer than atMostFor: its TTL
+//     (etcdlock rounds it up to whole seconds), or longer where the
+//     server keeps a dead client's lease past it (zklock: until the
+//     ensemble expires the session, zklock.LingerOf the session timeout,
+//     twice that timeout).
 //
 // The lease TTL is WithTTL's if given (it must lie in [atLeastFor,
 // atMostFor]), else DefaultTTL clamped to that range. Other options apply
@@ -98,6 +116,13 @@ func RunOnce(ctx context.Context, l Locker, key string, atMostFor, atLeastFor ti
 	case lk == nil:
 		return false, fmt.Errorf("dlock: RunOnce %q: the Locker returned neither a lock nor an error", key)
 	}
+	if err := runOnceBounds(lk, atMostFor, atLeastFor); err != nil {
+		// Refused before fn runs: nothing ran, the key is free again.
+		if rerr := lk.Release(ctx); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+		return false, err
+	}
 	fctx, cancel := lk.Context(ctx)
 	defer func() {
 		// Also while a panic unwinds: the lock is released (at atLeastFor).
@@ -118,6 +143,28 @@ func RunOnce(ctx context.Context, l Locker, key string, atMostFor, atLeastFor ti
 		}
 	}()
 	return true, fn(fctx)
+}
+
+// runOnceBounds checks the lease lk got against RunOnce's bounds: a
+// backend may grant another lease than the one asked for (a ZooKeeper
+// session's, etcd's whole seconds) or end it otherwise than by expiry.
+// An error wraps ErrInvalidOption and says which bound the backend cannot
+// honour.
+func runOnceBounds(lk *Lock, atMostFor, atLeastFor time.Duration) error {
+	ttl := lk.TTL()
+	switch {
+	case atLeastFor > 0 && lk.endsWithClient:
+		return fmt.Errorf("%w: RunOnce %q: atLeastFor %v cannot be honoured: the backend's lease ends when this client closes its connection or session (a ZooKeeper ephemeral node), so a process that exits cleanly after RunOnce returns frees the key at once; use atLeastFor 0 or a backend whose leases outlive their client",
+			ErrInvalidOption, lk.Key(), atLeastFor)
+	case ttl < atLeastFor.Truncate(time.Millisecond):
+		return fmt.Errorf("%w: RunOnce %q: atLeastFor %v cannot be honoured: the backend granted a %v lease, which a runner that dies right after the job would keep for less than atLeastFor",
+			ErrInvalidOption, lk.Key(), atLeastFor, ttl)
+	}
+	if linger := max(ttl, lk.linger); linger > atMostFor {
+		return fmt.Errorf("%w: RunOnce %q: atMostFor %v cannot be honoured: a runner that dies would keep the key for up to %v (the backend's lease: TTL %v), longer than atMostFor",
+			ErrInvalidOption, lk.Key(), atMostFor, linger, ttl)
+	}
+	return nil
 }
 
 // RunOnceAttempts bounds the attempts RunOnce makes when they fail

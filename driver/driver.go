@@ -207,6 +207,19 @@ type Grant struct {
 	// time (the engine counts the local deadline from it; a Start after
 	// the grant arrived is ignored). Zero means the start of the attempt.
 	Start time.Time
+	// EndsWithClient says the lease ends as soon as the client that holds
+	// it closes its connection or session, not only when it expires or is
+	// released (a ZooKeeper ephemeral node goes with its session): a
+	// holder's clean exit frees the key at once. dlock.RunOnce refuses an
+	// atLeastFor on such a lease.
+	EndsWithClient bool
+	// Linger, when longer than the TTL, is the longest the server may
+	// keep the lease after its holder died without releasing it, counted
+	// from its death (a ZooKeeper session outlives its client's last
+	// message by the session timeout, rounded up to the server's tick).
+	// Zero means the TTL: the lease ends at most a TTL after its last
+	// renewal. dlock.RunOnce refuses an atMostFor below it.
+	Linger time.Duration
 }
 
 // Lease is the server-side half of a held lock. Both methods must be safe

@@ -63,6 +63,15 @@ type Harness struct {
 	// replies, refused and reset connections). Every network backend must
 	// provide it.
 	Faults *Faults
+	// NewExiting returns a Locker on a client of its own and a function
+	// that ends that client the way its process's clean exit does: it
+	// closes the client's connections (a ZooKeeper connection, and so its
+	// session) without releasing the Locker's locks. A backend whose
+	// leases end with their client's connection or session must set it.
+	// Nil: a Locker from New stands for the exiting process, abandoned
+	// with its locks, which is all a clean exit does to leases that live
+	// on the server until they expire.
+	NewExiting func(t testing.TB) (l dlock.Locker, exit func())
 }
 
 var keySeq atomic.Int64
@@ -177,6 +186,7 @@ func TestLocker(t *testing.T, h Harness) {
 		{"Semaphore", testSemaphore, false},
 		{"AcquireAll", testAcquireAll, false},
 		{"RunOnce", testRunOnce, false},
+		{"RunOnceBounds", testRunOnceBounds, false},
 		{"List", testList, false},
 		{"Break", testBreak, false},
 	}

@@ -599,6 +599,12 @@ func testRunOnce(t *testing.T, h Harness) {
 		const replicas, periods = 4, 2
 		atLeast := 2 * h.TTL
 		atMost := 4 * h.TTL
+		if refusesAtLeastFor(t, h, atMost, atLeast) {
+			// The backend cannot keep the key for atLeastFor; the
+			// replicas still fire together, and the job lasts until
+			// every other replica has returned.
+			atLeast = 0
+		}
 		ls := make([]dlock.Locker, replicas)
 		for i := range ls {
 			// Replicas that have used their Locker before: a cold first
@@ -611,10 +617,20 @@ func testRunOnce(t *testing.T, h Harness) {
 		}
 		for p := range periods {
 			var (
-				runs atomic.Int32
-				wg   sync.WaitGroup
-				errs = make(chan error, replicas)
+				runs, skipped atomic.Int32
+				wg            sync.WaitGroup
+				errs          = make(chan error, replicas)
+				allIn         = make(chan struct{})
+				allInOnce     sync.Once
 			)
+			// allIn closes once every replica either returned without
+			// running the job or is running it: the job waits for it,
+			// so no replica fires after the run ended.
+			settled := func() {
+				if runs.Load()+skipped.Load() == replicas {
+					allInOnce.Do(func() { close(allIn) })
+				}
+			}
 			start := make(chan struct{})
 			for _, l := range ls {
 				wg.Add(1)
@@ -623,12 +639,21 @@ func testRunOnce(t *testing.T, h Harness) {
 					<-start
 					ran, err := dlock.RunOnce(ctxT(t), l, key, atMost, atLeast, func(ctx context.Context) error {
 						runs.Add(1)
-						return nil
-					}, dlock.WithTTL(atLeast))
+						settled()
+						select {
+						case <-allIn:
+							return nil
+						case <-ctx.Done():
+							return context.Cause(ctx)
+						}
+					}, dlock.WithTTL(max(atLeast, h.TTL)))
 					if err != nil {
 						errs <- err
 					}
-					_ = ran
+					if !ran {
+						skipped.Add(1)
+						settled()
+					}
 				}()
 			}
 			close(start)
@@ -640,11 +665,13 @@ func testRunOnce(t *testing.T, h Harness) {
 			if n := runs.Load(); n != 1 {
 				t.Fatalf("period %d: the job ran %d times, want once", p, n)
 			}
-			// A late replica, after the run: the key is still held
-			// (atLeastFor), so it skips.
-			ran, err := dlock.RunOnce(ctxT(t), h.New(t), key, atMost, atLeast, func(ctx context.Context) error { return nil }, dlock.WithTTL(atLeast))
-			if err != nil || ran {
-				t.Fatalf("period %d: a late replica ran=%v err=%v; want it skipped while atLeastFor lasts", p, ran, err)
+			if atLeast > 0 {
+				// A late replica, after the run: the key is still held
+				// (atLeastFor), so it skips.
+				ran, err := dlock.RunOnce(ctxT(t), h.New(t), key, atMost, atLeast, func(ctx context.Context) error { return nil }, dlock.WithTTL(atLeast))
+				if err != nil || ran {
+					t.Fatalf("period %d: a late replica ran=%v err=%v; want it skipped while atLeastFor lasts", p, ran, err)
+				}
 			}
 			// The next period begins once the key is free.
 			lk := mustAcquire(t, h.New(t), key, dlock.WithWait(HangTimeout))
@@ -695,6 +722,181 @@ func testRunOnce(t *testing.T, h Harness) {
 			}
 		}
 	})
+}
+
+// refusesAtLeastFor reports whether RunOnce on this backend refuses
+// atLeastFor (with atMostFor) before running the job, trying it once on
+// a key of its own.
+func refusesAtLeastFor(t *testing.T, h Harness, atMost, atLeast time.Duration) bool {
+	t.Helper()
+	var runs atomic.Int32
+	ran, err := dlock.RunOnce(ctxT(t), h.New(t), Key(t), atMost, atLeast, func(context.Context) error {
+		runs.Add(1)
+		return nil
+	}, dlock.WithTTL(atLeast))
+	if refusedBounds(t, "RunOnce", ran, err, &runs) {
+		return true
+	}
+	if !ran || err != nil {
+		t.Fatalf("RunOnce on a free key: ran=%v err=%v", ran, err)
+	}
+	return false
+}
+
+// refusedBounds reports whether a RunOnce call refused its bounds: an
+// error wrapping ErrInvalidOption, and the job not run. A refusal after
+// the job ran fails the test.
+func refusedBounds(t *testing.T, what string, ran bool, err error, runs *atomic.Int32) bool {
+	t.Helper()
+	if !errors.Is(err, dlock.ErrInvalidOption) {
+		return false
+	}
+	if ran || runs.Load() != 0 {
+		t.Fatalf("%s refused its bounds after running the job (ran=%v, %d runs): %v", what, ran, runs.Load(), err)
+	}
+	t.Logf("%s refused its bounds before running the job: %v", what, err)
+	return true
+}
+
+// RunOnceBounds: RunOnce either honours atLeastFor after its runner exits
+// cleanly and after it crashes, and atMostFor for a runner that died, or
+// refuses the bounds before running the job (ErrInvalidOption). Each
+// violation is an ordering, not a latency: another replica ran the job
+// from an attempt sent before atLeastFor had passed since the runner's
+// attempt was sent; another replica found the key held by an attempt sent
+// more than atMostFor after the runner died (plus half of it for an
+// in-flight renewal the server handles late). A crash is a runner whose
+// link is cut in its job (Faults.New); a clean exit closes the runner's
+// client (NewExiting) or abandons it.
+func testRunOnceBounds(t *testing.T, h Harness) {
+	t.Run("AtLeastForAfterCleanExit", func(t *testing.T) {
+		t.Parallel()
+		key := Key(t)
+		atLeast := 3 * h.TTL
+		atMost := 2 * atLeast
+		l, exit := h.New(t), func() {}
+		if h.NewExiting != nil {
+			l, exit = h.NewExiting(t)
+		}
+		var runs atomic.Int32
+		job := func(context.Context) error {
+			runs.Add(1)
+			return nil
+		}
+		began := time.Now()
+		ran, err := dlock.RunOnce(ctxT(t), l, key, atMost, atLeast, job, dlock.WithTTL(atLeast))
+		if refusedBounds(t, "the runner's RunOnce", ran, err, &runs) {
+			return
+		}
+		if !ran || err != nil {
+			t.Fatalf("the runner's RunOnce on a free key: ran=%v err=%v", ran, err)
+		}
+		exit()
+		sent := time.Now()
+		ran, err = dlock.RunOnce(ctxT(t), h.New(t), key, atMost, atLeast, job, dlock.WithTTL(atLeast))
+		switch {
+		case err != nil:
+			t.Fatalf("another replica's RunOnce: %v", err)
+		case ran && sent.Before(began.Add(atLeast)):
+			t.Fatalf("after the runner's clean exit another replica ran the job again from an attempt sent %v after the runner's, within atLeastFor %v", sent.Sub(began), atLeast)
+		case ran:
+			t.Logf("inconclusive: the other replica's attempt was sent %v after the runner's, past atLeastFor %v", sent.Sub(began), atLeast)
+		}
+	})
+	t.Run("AtLeastForAfterCrash", func(t *testing.T) {
+		t.Parallel()
+		atLeast := 3 * h.TTL
+		crashed(t, h, 2*atLeast, atLeast, func(key string, began, died time.Time, other dlock.Locker) {
+			var runs atomic.Int32
+			for {
+				sent := time.Now()
+				if !sent.Before(began.Add(atLeast)) {
+					return
+				}
+				ran, err := dlock.RunOnce(ctxT(t), other, key, 2*atLeast, atLeast, func(context.Context) error {
+					runs.Add(1)
+					return nil
+				}, dlock.WithTTL(atLeast))
+				switch {
+				case err != nil:
+					t.Fatalf("another replica's RunOnce: %v", err)
+				case ran:
+					t.Fatalf("after the runner crashed another replica ran the job again from an attempt sent %v after the runner's, within atLeastFor %v", sent.Sub(began), atLeast)
+				}
+				time.Sleep(h.TTL / 10)
+			}
+		})
+	})
+	for _, atMost := range []time.Duration{h.TTL / 2, 2 * h.TTL} {
+		t.Run(fmt.Sprintf("AtMostForDeadRunner/%v", atMost), func(t *testing.T) {
+			t.Parallel()
+			crashed(t, h, atMost, 0, func(key string, began, died time.Time, other dlock.Locker) {
+				for {
+					sent := time.Now()
+					ran, err := dlock.RunOnce(ctxT(t), other, key, atMost, 0, func(context.Context) error { return nil })
+					switch {
+					case err != nil:
+						t.Fatalf("another replica's RunOnce: %v", err)
+					case ran:
+						t.Logf("the dead runner's key was free for an attempt sent %v after it died (atMostFor %v)", sent.Sub(died), atMost)
+						return
+					case sent.After(died.Add(atMost + atMost/2)):
+						t.Fatalf("a dead runner kept the key past atMostFor %v: held for an attempt sent %v after it died", atMost, sent.Sub(died))
+					}
+					time.Sleep(atMost / 20)
+				}
+			})
+		})
+	}
+}
+
+// crashed starts a runner's RunOnce(atMost, atLeast) on a fresh key
+// through a Faults link and cuts the link once the job runs: the runner
+// dies in its job. check then plays the other replicas, with the key, the
+// time before the runner's attempt was sent, the time after it died and
+// a Locker of its own. A refusal of the bounds ends the test before
+// check; so does a harness without Faults.New (no way to kill a runner).
+func crashed(t *testing.T, h Harness, atMost, atLeast time.Duration, check func(key string, began, died time.Time, other dlock.Locker)) {
+	t.Helper()
+	if h.Faults == nil || h.Faults.New == nil {
+		t.Skip("the harness has no Faults.New: no runner to crash")
+	}
+	key := Key(t)
+	l, link := faulty(t, h.Faults)
+	other := h.New(t)
+	var runs atomic.Int32
+	started, done := make(chan struct{}), make(chan struct{})
+	var (
+		ran bool
+		err error
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), HangTimeout)
+	defer cancel()
+	began := time.Now()
+	go func() {
+		defer close(done)
+		ran, err = dlock.RunOnce(ctx, l, key, atMost, atLeast, func(ctx context.Context) error {
+			runs.Add(1)
+			close(started)
+			<-ctx.Done() // the runner dies in its job
+			return nil
+		}, dlock.WithTTL(max(atLeast, min(h.TTL, atMost))))
+	}()
+	select {
+	case <-started:
+	case <-done:
+		if refusedBounds(t, "the runner's RunOnce", ran, err, &runs) {
+			return
+		}
+		t.Fatalf("the runner's RunOnce on a free key: ran=%v err=%v", ran, err)
+	case <-time.After(HangTimeout):
+		t.Fatal("hang: the runner's job did not start")
+	}
+	link.Cut()
+	died := time.Now()
+	check(key, began, died, other)
+	cancel() // the dead runner's RunOnce returns; its release meets the cut link
+	waitClosed(t, done, "the dead runner's RunOnce returning")
 }
 
 // ConcurrentSharedTry: readers that TryAcquire at the same moment on a key

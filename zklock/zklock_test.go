@@ -150,6 +150,12 @@ func harness(t *testing.T, addrs []string, session time.Duration) dlocktest.Harn
 		Expire:          func(t testing.TB, key string) { expire(t, admin, key) },
 		NoticesDeletion: true,
 		FIFO:            true,
+		// A lock's node goes with its session: a process's clean exit
+		// closes its connection, and so the session.
+		NewExiting: func(t testing.TB) (dlock.Locker, func()) {
+			c := connectFor(t, addrs, session)
+			return zklock.New(c), c.Close
+		},
 	}
 }
 

@@ -101,6 +101,21 @@
 // in time; when the client learns its session expired, or its node is
 // deleted by someone else, Lost() closes at once (a watch on the node).
 //
+// A lock's node also goes as soon as its client closes the connection
+// (Close ends the session), and a dead client's node stays until the
+// ensemble expires its session: up to LingerOf the session timeout, twice
+// it, after the client's last message (the leader expires a session the
+// timeout after it last heard from it, rounded up to its tick, and a
+// follower passes a client's activity on up to half a tick late). So
+// dlock.RunOnce refuses on zklock, before running the job and with an
+// error wrapping dlock.ErrInvalidOption, an atLeastFor above zero (a
+// process that closes its connection as it exits would free the key at
+// once, and a replica firing a moment later would run the job again) and
+// an atMostFor below LingerOf the session timeout. Scheduled jobs run on
+// ZooKeeper with atLeastFor 0: the job runs once among the replicas that
+// fire while it runs, and a replica that fires after it ended runs it
+// again; a backend whose leases outlive their client holds atLeastFor.
+//
 // The granted session timeout is read from the handshake by Connect;
 // go-zookeeper does not expose it, so a connection made with zk.Connect
 // needs WithSessionTimeout, and zklock then trusts the value given.
@@ -123,9 +138,22 @@
 //     fails with an error wrapping dlock.ErrUnavailable and the client's.
 //   - An attempt abandoned mid-request (lost reply, context ended) leaves
 //     no node behind: it is found by its owner id and deleted.
+//   - dlock.RunOnce runs the job only with bounds a session honours
+//     (atLeastFor 0, atMostFor at least LingerOf the session timeout) and
+//     refuses others before running it: a runner that dies keeps the key
+//     for at most atMostFor after its death.
 //
 // # Not guaranteed
 //
+//   - dlock.RunOnce's atLeastFor: refused (see Leases). Honouring it past
+//     the runner's session would take state that outlives the session for
+//     a bounded time: TTL nodes, which the servers offer only with
+//     extendedTypesEnabled, or an expiry time in a persistent node that
+//     replicas compare with their wall clocks. zklock uses neither.
+//   - That a dead client's node is gone within LingerOf the session
+//     timeout when a leader election happens meanwhile (the new leader
+//     gives every session a fresh timeout), or when the servers'
+//     minSessionTimeout is set below two ticks.
 //   - That a semaphore's first waiting permit is woken only by releases:
 //     it watches the key's children, so nodes joining or leaving the
 //     queue behind it wake it too (it looks again and waits on).

@@ -49,11 +49,15 @@ type entry struct {
 
 // grant is the Grant of e, first in its queue: the token is its creation
 // zxid and the lease counts from start, the send time of a request whose
-// answer showed the node (so the session) alive.
+// answer showed the node (so the session) alive. The node is ephemeral:
+// it goes when the client closes its session (EndsWithClient), and a dead
+// client's node stays until the ensemble expires the session, up to
+// LingerOf the session timeout after the client's last message.
 func (e *entry) grant(me exists, start time.Time) driver.Grant {
 	e.czxid, e.watch = me.stat.Czxid, me.watch
 	e.sid = me.stat.EphemeralOwner // the session it lives and dies with
-	return driver.Grant{Lease: e, Token: uint64(e.czxid), TTL: e.lease, Start: start}
+	return driver.Grant{Lease: e, Token: uint64(e.czxid), TTL: e.lease, Start: start,
+		EndsWithClient: true, Linger: LingerOf(e.lease * leaseDen / leaseNum)}
 }
 
 func (e *entry) notHeld(why string) error {

@@ -240,3 +240,43 @@ func TestRelease_Unavailable_ConnectionClosedOnStall(t *testing.T) {
 		t.Fatalf("Release on a stalled link: %v, want ErrUnavailable", err)
 	}
 }
+
+// RunOnce on a session-bound lock runs the job with atLeastFor 0 and
+// atMostFor at LingerOf the session timeout, and refuses, before the job
+// and leaving the key free, an atMostFor just below it (a dead runner's
+// node outlives it until the session expires) and any atLeastFor (closing
+// the connection deletes the node at once).
+func TestRunOnce_BoundsAtSessionLinger(t *testing.T) {
+	t.Parallel()
+	z := sharedZooKeeper(t)
+	l := zklock.New(connect(t, []string{z.Addr()}))
+	linger := zklock.LingerOf(sessionTimeout)
+	cases := []struct {
+		name            string
+		atMost, atLeast time.Duration
+		runs            bool
+	}{
+		{"atMostFor at the linger", linger, 0, true},
+		{"atMostFor below the linger", linger - time.Millisecond, 0, false},
+		{"atLeastFor of a millisecond", linger, time.Millisecond, false},
+	}
+	for _, c := range cases {
+		key := dlocktest.Key(t)
+		runs := 0
+		ran, err := dlock.RunOnce(dlocktest.Context(t), l, key, c.atMost, c.atLeast, func(context.Context) error {
+			runs++
+			return nil
+		})
+		switch {
+		case c.runs && (!ran || err != nil || runs != 1):
+			t.Errorf("%s: ran=%v err=%v (%d runs), want one run", c.name, ran, err, runs)
+		case !c.runs && (ran || runs != 0 || !errors.Is(err, dlock.ErrInvalidOption)):
+			t.Errorf("%s: ran=%v err=%v (%d runs), want it refused with ErrInvalidOption before the job", c.name, ran, err, runs)
+		}
+		lk, err := l.TryAcquire(dlocktest.Context(t), key)
+		if err != nil {
+			t.Fatalf("%s: the key after RunOnce returned: %v, want it free", c.name, err)
+		}
+		lk.Release(context.Background())
+	}
+}

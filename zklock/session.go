@@ -34,6 +34,15 @@ const (
 // timeout is d: two thirds of it.
 func LeaseOf(d time.Duration) time.Duration { return d * leaseNum / leaseDen }
 
+// LingerOf returns how long a lock's node may outlive its client's death
+// on a session whose negotiated timeout is d: twice d. The leader expires
+// the session d after it last heard from the client, rounded up to the
+// next tick, and a follower passes the client's activity on to it up to
+// half a tick late: with the timeout at least two ticks (ZooKeeper's
+// default minSessionTimeout), 1.75 d at most; the rest covers committing
+// the session's close. dlock.RunOnce refuses an atMostFor below it.
+func LingerOf(d time.Duration) time.Duration { return 2 * d }
+
 // sessionInfo is what Connect learned about a connection: the session
 // timeout the server granted at the last handshake, the network
 // connections it dialled, and the held locks to tell when a reconnect

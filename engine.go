@@ -311,15 +311,16 @@ type waiter struct {
 
 // ended is the error of an acquisition whose context ended between
 // attempts: ErrNotAcquired naming the holders the last attempt saw, or
-// ErrUnavailable wrapping the last attempt's failure.
+// the last attempt's transient failure, in one line with the context's
+// error. That failure says whether the service was out (ErrUnavailable,
+// e.g. fewer replicas connected than acknowledgements asked for) or only
+// contended (a split vote): ended adds no verdict of its own.
 func (w *waiter) ended(ctx context.Context) error {
 	switch {
 	case w.last != nil:
 		return notAcquired(w.cfg.key, w.last, ctxErr(ctx))
 	case w.lastErr != nil:
-		// Every attempt failed (the last one transiently): the service
-		// did not grant, and said why. One line, the cause kept.
-		return fmt.Errorf("%w: acquire %q: the context ended (%w) after a failed attempt: %w", ErrUnavailable, w.cfg.key, ctxErr(ctx), w.lastErr)
+		return fmt.Errorf("dlock: acquire %q: the context ended (%w) after a failed attempt: %w", w.cfg.key, ctxErr(ctx), w.lastErr)
 	}
 	return fmt.Errorf("dlock: acquire %q: %w", w.cfg.key, ctxErr(ctx))
 }

@@ -377,3 +377,54 @@ func TestAcquire_TransientFailureAtContextEndIsUnavailable(t *testing.T) {
 		t.Fatal("background work did not end")
 	}
 }
+
+// failingBackend fails every attempt at once with err.
+type failingBackend struct{ err error }
+
+func (b failingBackend) Try(context.Context, *driver.Request) (driver.Grant, error) {
+	return driver.Grant{}, b.err
+}
+
+func (failingBackend) Spec() driver.Spec { return driver.Spec{Name: "test"} }
+
+// A wait that ends between attempts carries the last failure's own
+// verdict in one line: contention stays contention, an outage stays an
+// outage. Symptom: a split vote at the deadline was reported as
+// ErrUnavailable, as if the service were down.
+func TestAcquire_WaitEndedBetweenFailedAttemptsKeepsTheirVerdict(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		err         error
+		unavailable bool
+	}{
+		{"split vote", fmt.Errorf("%w: 1 of 3 nodes granted, 1 refused, 1 split", ErrTransient), false},
+		{"outage", fmt.Errorf("%w: %w: 0 of 2 replicas connected", ErrTransient, ErrUnavailable), true},
+	} {
+		e, fc := fakeEngine(failingBackend{err: c.err})
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() {
+			_, err := e.Acquire(ctx, "k", WithBackoff(ConstBackoff{Delay: time.Hour}))
+			errc <- err
+		}()
+		if !waitPending(fc, 30*time.Second) { // the backoff after the first attempt
+			t.Fatalf("%s: hang: no backoff timer after the first attempt", c.name)
+		}
+		cancel()
+		var err error
+		select {
+		case err = <-errc:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: hang: Acquire did not return after its context ended", c.name)
+		}
+		if errors.Is(err, ErrUnavailable) != c.unavailable || !errors.Is(err, ErrTransient) || !errors.Is(err, context.Canceled) || errors.Is(err, ErrNotAcquired) {
+			t.Errorf("%s: Acquire = %v, want ErrTransient and context.Canceled, ErrUnavailable %v", c.name, err, c.unavailable)
+		}
+		if !strings.Contains(err.Error(), c.err.Error()) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: Acquire = %q, want the failure's explanation in one line", c.name, err)
+		}
+	}
+	if !background.Wait(10 * time.Second) {
+		t.Fatal("background work did not end")
+	}
+}

@@ -46,7 +46,8 @@ type ReplicationError struct {
 	// attempt without a deadline the error then wraps
 	// dlock.ErrUnavailable, not dlock.ErrTransient, so a blocking Acquire
 	// reports it instead of trying again for ever; with a deadline it
-	// stays transient, and the Acquire waits for replicas until it.
+	// wraps both, and the Acquire waits for replicas until the deadline,
+	// then reports the outage.
 	Connected int
 
 	unbounded bool // the attempt had no deadline
@@ -85,6 +86,10 @@ func (e *ReplicationError) Unwrap() []error {
 	switch {
 	case e.unmeetable() && e.unbounded:
 		return []error{ErrNotReplicated, dlock.ErrUnavailable}
+	case e.unmeetable() && e.RolledBack:
+		// Retried until the context ends (replicas may connect), and an
+		// outage if they never do.
+		return []error{ErrNotReplicated, dlock.ErrTransient, dlock.ErrUnavailable}
 	case e.RolledBack:
 		return []error{ErrNotReplicated, dlock.ErrTransient}
 	}

@@ -359,7 +359,7 @@ func (w *waiter) attempt(ctx context.Context, n int, fn func(context.Context, *d
 		}
 	})
 	if abandoned {
-		return nil, true, unavailable(ctx, cfg.key, w.last, nil)
+		return nil, true, unavailable(ctx, cfg.key, w.last, nil, w.lastErr)
 	}
 	if rtt && ctx.Err() == nil {
 		e.observe(clockSince(e.wd.clk, start))
@@ -390,7 +390,7 @@ func (w *waiter) attempt(ctx context.Context, n int, fn func(context.Context, *d
 	case errors.Is(err, ErrTransient) && ctx.Err() != nil && isContextErr(err, ctx):
 		// The failure is the context's end (a quorum of nodes unanswered
 		// when it came): an outage, not a refusal a retry could change.
-		return nil, true, unavailable(ctx, cfg.key, w.last, err)
+		return nil, true, unavailable(ctx, cfg.key, w.last, err, w.lastErr)
 	case errors.Is(err, ErrTransient):
 		w.last, w.lastErr = nil, err
 		return nil, false, err
@@ -400,7 +400,7 @@ func (w *waiter) attempt(ctx context.Context, n int, fn func(context.Context, *d
 		failed := err // err is the named result, written by the returns below
 		background.Go(func() { e.undo(req, driver.Grant{}, failed) })
 		if ctx.Err() != nil {
-			return nil, true, unavailable(ctx, cfg.key, w.last, err)
+			return nil, true, unavailable(ctx, cfg.key, w.last, err, w.lastErr)
 		}
 		return nil, true, err
 	}
@@ -513,7 +513,7 @@ func (e *Engine) poll(ctx context.Context, cfg *config, wait bool) (lk *Lock, er
 				}
 			})
 			if abandoned {
-				return nil, unavailable(ctx, cfg.key, w.last, nil)
+				return nil, unavailable(ctx, cfg.key, w.last, nil, w.lastErr)
 			}
 			if err == nil && s != nil {
 				sub = s
@@ -633,20 +633,32 @@ func notAcquired(key string, last *NotAcquiredError, cause error) error {
 // ctx ended: err nil or ctx's own error, or a driver's error that wraps
 // it (its own words on what went silent are kept). Nothing is known about
 // the key, so it is not ErrNotAcquired even if an earlier attempt saw a
-// holder.
-func unavailable(ctx context.Context, key string, last *NotAcquiredError, err error) error {
-	seen := ""
-	if last != nil && len(last.Holders) > 0 {
-		seen = "; last seen held by " + last.Holders[0].String()
-	}
-	var e error
+// holder. prev, if not nil, is the failure of the attempt before (the
+// reason the caller was still waiting), kept as a cause. One line.
+func unavailable(ctx context.Context, key string, last *NotAcquiredError, err, prev error) error {
+	format, args := "%w: acquire %q: ", []any{ErrUnavailable, key}
 	switch {
 	case err == nil || err == ctx.Err() || err == context.Cause(ctx):
-		e = fmt.Errorf("%w: acquire %q: no answer before the context ended%s", ErrUnavailable, key, seen)
+		format += "no answer before the context ended (%w)"
+		args = append(args, ctxErr(ctx))
 	case isContextErr(err, ctx):
-		e = fmt.Errorf("%w: acquire %q: no answer before the context ended (%w)%s", ErrUnavailable, key, err, seen)
+		format += "no answer before the context ended (%w)"
+		args = append(args, err)
 	default:
-		e = fmt.Errorf("%w: acquire %q: %w%s", ErrUnavailable, key, err, seen)
+		format += "%w"
+		args = append(args, err)
 	}
-	return errors.Join(e, ctxErr(ctx))
+	if last != nil && len(last.Holders) > 0 {
+		format += "; last seen held by %s"
+		args = append(args, last.Holders[0].String())
+	}
+	if prev != nil {
+		format += "; the attempt before failed: %w"
+		args = append(args, prev)
+	}
+	e := fmt.Errorf(format, args...)
+	if errors.Is(e, ctx.Err()) && errors.Is(e, context.Cause(ctx)) {
+		return e
+	}
+	return fmt.Errorf("%w (the context ended: %w)", e, ctxErr(ctx))
 }

@@ -239,9 +239,20 @@ func (p *Postgres) group(sig syscall.Signal) []int {
 	}
 	pid := p.cmd.Process.Pid
 	_ = syscall.Kill(pid, syscall.SIGSTOP)
+	// A signal takes effect when its target next runs: until then a
+	// postmaster may still finish a fork the search below would miss.
+	_ = waitStopped(pid, 30*time.Second)
 	children := childPIDs(pid)
 	for _, c := range children {
 		_ = syscall.Kill(c, sig)
+	}
+	if sig == syscall.SIGSTOP {
+		// Paused means paused on return: a backend not yet stopped could
+		// still answer the next statement (seen on a loaded host: a
+		// renewal sent after Pause succeeded).
+		for _, c := range children {
+			_ = waitStopped(c, 30*time.Second)
+		}
 	}
 	_ = syscall.Kill(pid, sig)
 	return children

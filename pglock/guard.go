@@ -394,7 +394,7 @@ func (g *Guard) dbError(ctx context.Context, resource string, err error) error {
 		case "25006": // read_only_sql_transaction
 			return fmt.Errorf("%w: postgres guard %q: a fence check records the fence, so it needs a read-write transaction on the primary, not a read-only transaction or a replica: %w", dlock.ErrUnsupported, resource, err)
 		case "42P01", "42703", "42P10": // undefined_table, undefined_column, invalid_column_reference (no unique index for ON CONFLICT)
-			return fmt.Errorf("dlock: postgres guard %q: the guard's tables (%s and %s) are missing or not as pglock.MigrateGuard makes them: run pglock.MigrateGuard with the same WithGuardTable first: %w", resource, g.tables.fences, g.tables.values, err)
+			return fmt.Errorf("dlock: postgres guard %q: the guard's tables (%s, %s and %s) are missing or not as pglock.MigrateGuard makes them: run pglock.MigrateGuard with the same WithGuardTable first: %w", resource, g.tables.fences, g.tables.values, g.tables.shared, err)
 		}
 	}
 	return fmt.Errorf("dlock: postgres guard %q: %w", resource, err)

@@ -808,6 +808,32 @@ func BenchmarkGuardCheck(b *testing.B) {
 }
 
 // Bad input: errors wrapping the documented sentinels, never a panic.
+// Tables migrated before the shared fences' table existed: a Check, in
+// either mode, says to run MigrateGuard again and names the missing
+// table. Symptom: the message named only the fence and values tables,
+// which exist.
+func TestGuardCheck_NamesSharedTableWhenMigrationIsOld(t *testing.T) {
+	t.Parallel()
+	_, pool := guardServer(t)
+	ctx := dlocktest.Context(t)
+	guardExec(t, pool, `DROP TABLE `+pglock.DefaultGuardTable+pglock.GuardSharedSuffix)
+	g := pglock.NewGuard(pool)
+	err := g.Check(ctx, guardBegin(t, pool), "r", dlock.Fence{Token: 4, Owner: "s", Shared: true})
+	if err == nil || !strings.Contains(err.Error(), "pglock.MigrateGuard") || !strings.Contains(err.Error(), pglock.DefaultGuardTable+pglock.GuardSharedSuffix) {
+		t.Fatalf("shared Check without the shared fences' table = %v, want an error naming pglock.MigrateGuard and the table", err)
+	}
+	err = g.Check(ctx, guardBegin(t, pool), "r", dlock.Fence{Token: 3, Owner: "w"})
+	if err == nil || !strings.Contains(err.Error(), pglock.DefaultGuardTable+pglock.GuardSharedSuffix) {
+		t.Fatalf("exclusive Check without the shared fences' table = %v, want an error naming the table", err)
+	}
+	if err := pglock.MigrateGuard(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Check(ctx, guardBegin(t, pool), "r", dlock.Fence{Token: 4, Owner: "s", Shared: true}); err != nil {
+		t.Fatalf("shared Check after MigrateGuard ran again = %v", err)
+	}
+}
+
 func TestGuardBadInput(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -102,3 +102,30 @@ func TestRelease_Unavailable_PostgresDownBehindPgBouncer(t *testing.T) {
 		t.Fatalf("Release: PgBouncer's error %v is not a connection exception", pe)
 	}
 }
+
+// Every call on a lock held through a PgBouncer that stops answering
+// returns by its context's deadline wrapping dlock.ErrUnavailable and the
+// deadline. Symptom: Refresh returned a bare deadline error.
+func TestLockCalls_UnavailableByDeadline_PgBouncerStalled(t *testing.T) {
+	t.Parallel()
+	pb := bouncerFor(t, sharedPG(t))
+	p := testserver.StartProxy(t, pb.Addr())
+	l := pglock.New(newPool(t, strings.Replace(pb.DSN(""), pb.Addr(), p.Addr(), 1)))
+	lk, err := l.Acquire(dlocktest.Context(t), dlocktest.Key(t), dlock.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Stall()
+	for _, c := range []struct {
+		what string
+		fn   func(context.Context) error
+	}{{"Refresh", lk.Refresh}, {"Release", lk.Release}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		err := c.fn(ctx)
+		cancel()
+		if !errors.Is(err, dlock.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s through a stalled PgBouncer = %v, want ErrUnavailable and DeadlineExceeded", c.what, err)
+		}
+	}
+	p.Heal()
+}

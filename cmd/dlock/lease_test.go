@@ -5,6 +5,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -16,6 +17,13 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sys/unix"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/redislock"
 )
 
 // readTicks returns the timestamps (ns since the epoch, from date +%s%N)
@@ -246,4 +254,123 @@ func TestSupervisorLeaseProtocol(t *testing.T) {
 	}
 	waitExit(t, sup)
 	waitGone(t, "CMD after the lease expired", func() []int { return sleeps(m) })
+}
+
+// openPidfds opens a pidfd for each pid: whether the process has exited
+// can then be asked at any moment, with no risk of pid reuse.
+func openPidfds(t *testing.T, pids []int) map[int]int {
+	t.Helper()
+	fds := make(map[int]int, len(pids))
+	t.Cleanup(func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	})
+	for _, p := range pids {
+		fd, err := unix.PidfdOpen(p, 0)
+		if err != nil {
+			t.Fatalf("pidfd_open %d: %v", p, err)
+		}
+		fds[p] = fd
+	}
+	return fds
+}
+
+// runningNow returns the pids of fds whose process has not exited (a
+// zombie has), looking without waiting.
+func runningNow(t *testing.T, fds map[int]int) []int {
+	t.Helper()
+	var out []int
+	for p, fd := range fds {
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		var n int
+		var err error
+		for range 100 {
+			if n, err = unix.Poll(pfd, 0); !errors.Is(err, syscall.EINTR) {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatalf("poll pidfd of %d: %v", p, err)
+		}
+		if n == 0 {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// With the lock server unreachable (the proxy holds every byte), a CMD
+// whose whole tree ignores SIGTERM is dead before another client can be
+// granted the key, and dlock does not claim it was stopped.
+// Symptom: the next holder's command ran alongside the old tree for up to --grace.
+func TestRun_TreeDeadBeforeLeaseCanPass_Partition(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t)
+	p := testserver.StartProxy(t, srv.Addr())
+	holder, errb := testTreeDeadBeforeLeaseCanPass(t, srv, "redis://"+p.Addr(), "300.1101", func(*exec.Cmd) { p.Stall() })
+	p.Heal() // dlock's release goes through, to a key that is no longer its own
+	if code := waitExit(t, holder); code != exitLost {
+		t.Errorf("exit %d, want %d; stderr %s", code, exitLost, errb.String())
+	}
+	if s := errb.String(); strings.Contains(s, "stopped") || strings.Contains(s, "stuck") {
+		t.Errorf("stderr says dlock was stopped, but the renewals only failed: %s", s)
+	}
+}
+
+// The same with dlock SIGSTOPped: the supervisor, which keeps the lease
+// deadline itself, kills the tree on the same schedule.
+// Symptom: the supervisor sent SIGTERM at the deadline and SIGKILL --grace after the lease had passed.
+func TestRun_TreeDeadBeforeLeaseCanPass_Stopped(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t)
+	holder, errb := testTreeDeadBeforeLeaseCanPass(t, srv, "redis://"+srv.Addr(), "300.1102", func(h *exec.Cmd) {
+		if err := syscall.Kill(h.Process.Pid, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { syscall.Kill(h.Process.Pid, syscall.SIGCONT) })
+	})
+	if err := syscall.Kill(holder.Process.Pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitExit(t, holder); code != exitLost {
+		t.Errorf("exit %d, want %d; stderr %s", code, exitLost, errb.String())
+	}
+	if !strings.Contains(errb.String(), "not renewed") {
+		t.Errorf("stderr does not say the lease was not renewed: %s", errb.String())
+	}
+}
+
+// testTreeDeadBeforeLeaseCanPass runs a tree that ignores SIGTERM (sh and
+// two sleeps) under dlock run on url (srv, or a proxy of it), calls cut
+// to stop the renewals, and takes the key with a client of srv: by the
+// moment the grant returns, every process of the tree must have exited.
+func testTreeDeadBeforeLeaseCanPass(t *testing.T, srv *testserver.Redis, url, m string, cut func(*exec.Cmd)) (*exec.Cmd, *syncBuffer) {
+	t.Helper()
+	killMarked(t, m)
+	script := `trap '' TERM; sleep "$0" & sleep "$0" & echo $$; wait`
+	holder, errb, out := background(t, url, "run", "--ttl", "3s", "--grace", "5s", "k", "--", "sh", "-c", script, m)
+	sh, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(out.String(), "\n", 2)[0]))
+	if err != nil {
+		t.Fatalf("CMD printed %q", out.String())
+	}
+	waitFor(t, hang, "the two sleeps never started", func() bool { return len(sleeps(m)) == 2 })
+	fds := openPidfds(t, append(sleeps(m), sh))
+	cut(holder)
+
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), hang)
+	defer cancel()
+	lk, err := redislock.New(c).Acquire(ctx, "k", dlock.WithTTL(3*time.Second), dlock.WithWait(hang))
+	if err != nil {
+		t.Fatalf("second client: %v; first dlock's stderr %s", err, errb.String())
+	}
+	left := runningNow(t, fds)
+	releaseNow("test", lk, io.Discard)
+	if len(left) > 0 {
+		t.Errorf("another client was granted the key while pid %v of the first tree still ran; stderr %s", left, errb.String())
+	}
+	waitGone(t, "the first tree", func() []int { return runningNow(t, fds) })
+	return holder, errb
 }

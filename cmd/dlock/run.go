@@ -38,8 +38,9 @@ keeps track of every process CMD starts, even ones that leave the group.
 SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to dlock are forwarded to CMD's
 process group. On a terminal, CMD's group gets the terminal's foreground, so
 Ctrl-C reaches it once. Processes CMD leaves running when it exits get
-SIGTERM, then SIGKILL after --grace, before the lock is released. If dlock
-is killed, even with SIGKILL, the whole tree is killed.
+SIGTERM, then SIGKILL after --grace, before the lock is released (unless
+the lease runs short first: then the schedule below applies). If dlock is
+killed, even with SIGKILL, the whole tree is killed.
 
 Modes: by default the lock is exclusive: one holder at a time. With
 --shared (-s) it is a read lock, like flock -s: any number of --shared runs
@@ -62,12 +63,22 @@ KEY, held by owner ... on HOST pid PID, lease ends in 4.2s"), and how long
 it waited once it has the lock ("acquired KEY after 3.0s, token N"); on a
 terminal a progress line counts the seconds of a long wait.
 
-If the lock is lost while CMD runs (renewal failed, key deleted), dlock says
-so on stderr, sends SIGTERM to every process of the tree, SIGKILL after
---grace, and exits 4. The supervisor also keeps the lease's deadline: if
-dlock itself stops renewing without dying (SIGSTOP, SIGTSTP, a long stall),
-the supervisor terminates the tree on its own when the lease runs out, the
-same way, and dlock exits 4 once it runs again.
+The whole tree is dead before the lease can pass to anyone else: it is
+SIGKILLed at the kill point, TTL/10 (at most 1s) before the lease's local
+deadline, which itself comes before the server lets the lease go. If the
+lease is not renewed in time (the lock service unreachable or hung, dlock
+stopped), every process of the tree gets SIGTERM, once, --grace before the
+kill point; and if the lock is lost outright (key deleted), SIGTERM at
+once, SIGKILL --grace later or at the kill point, whichever comes first.
+dlock says so on stderr and exits 4. SIGTERM never goes out more than TTL/3
+before the deadline, a whole renewal interval: a longer --grace is
+shortened to fit (TTL/3 less the kill margin; 700ms at --ttl 3s, 9s at the
+default 30s), with a warning on stderr if --grace was given. Once SIGTERM
+went out because the lease ran short, the tree is killed at the kill point
+even if a late renewal comes through. A supervisor process keeps the
+deadline as well as dlock, so the same holds if dlock itself stops
+renewing without dying (SIGSTOP, SIGTSTP, a long stall); dlock exits 4 once
+it runs again.
 `
 
 const runExitCodes = `
@@ -223,14 +234,15 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	o := newOptions("run", runUsage)
 	o.Trailer(runExitCodes)
 	var (
-		lf      lockFlags
-		shellC  string
-		shellOn bool
-		grace   = 5 * time.Second
+		lf       lockFlags
+		shellC   string
+		shellOn  bool
+		grace    = 5 * time.Second
+		graceSet bool // --grace given: say so if it is shortened
 	)
 	lf.define(o)
 	o.Var(shellFlag{&shellC, &shellOn}, "c", "command", "CMDLINE", "run this command line with /bin/sh -c instead of CMD [ARGS...] (like flock -c); it may also come right after KEY")
-	o.Duration(&grace, "", "grace", "DUR", "time between SIGTERM and SIGKILL when the lock is lost or CMD leaves processes behind (default 5s)")
+	o.Var(graceFlag{&grace, &graceSet}, "", "grace", "DUR", "time between SIGTERM and SIGKILL when CMD leaves processes behind, and when the lock is lost or its lease runs short, there at most TTL/3 less TTL/10 (default 5s)")
 	lf.defineLast(o, "say who holds the lock while waiting and how long the wait took; print the process tree's pids, the lock's events (acquired, renewal failures, lost, released) and the client libraries' logs on stderr")
 	rest, code, ok := o.Parse(args, stdout, stderr)
 	if !ok {
@@ -286,6 +298,11 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitUsage
 	}
+	kill, clamped := newKillSchedule(lf.ttl, grace)
+	if clamped && graceSet {
+		fmt.Fprintf(stderr, "dlock run: --grace %s does not fit in a %s lease: CMD gets SIGTERM %s before SIGKILL when the lease runs short or the lock is lost (at most TTL/3 less the kill margin, TTL/10); --grace %s still applies to what CMD leaves running when it exits\n",
+			grace, lf.ttl, kill.termGrace, grace)
+	}
 	// Signals: while waiting they cancel the wait; while CMD runs they are
 	// forwarded to it.
 	h, code := takeLock(&lf, r, []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}, stderr)
@@ -293,7 +310,28 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	defer h.close()
-	return superviseChild(h.lk, cmdArgs, runOptions{grace: grace, verbose: lf.verbose, mode: r.mode, limit: r.limit}, h.sigc, h.stderr)
+	return superviseChild(h.lk, cmdArgs, runOptions{kill: kill, verbose: lf.verbose, mode: r.mode, limit: r.limit}, h.sigc, h.stderr)
+}
+
+// graceFlag is --grace, a duration; set records that it was given.
+type graceFlag struct {
+	d   *time.Duration
+	set *bool
+}
+
+func (f graceFlag) String() string {
+	if f.d == nil {
+		return ""
+	}
+	return f.d.String()
+}
+
+func (f graceFlag) Set(s string) error {
+	if err := (*durationValue)(f.d).Set(s); err != nil {
+		return err
+	}
+	*f.set = true
+	return nil
 }
 
 // shellFlag is -c: a command line for /bin/sh -c; set records that it
@@ -788,7 +826,7 @@ func seenHolder(na *dlock.NotAcquiredError) (dlock.Holder, bool) {
 
 // runOptions are dlock run's settings for the process tree.
 type runOptions struct {
-	grace   time.Duration
+	kill    killSchedule
 	verbose bool
 	mode    dlock.Mode // the lock's, for DLOCK_MODE
 	limit   int        // --limit N, for DLOCK_LIMIT
@@ -817,7 +855,7 @@ func superviseChild(lk *dlock.Lock, cmdArgs []string, o runOptions, sigc chan os
 	// The supervisor enforces the lease deadline itself, in case dlock
 	// stops renewing without dying (SIGSTOP); it learns each new one.
 	sentDeadline := lk.Deadline()
-	sup, err := startSupervisor(cmdArgs, env, o.grace, leaseDeadline(lk))
+	sup, err := startSupervisor(cmdArgs, env, o.kill, leaseDeadline(lk))
 	if err != nil {
 		release()
 		fmt.Fprintf(stderr, "dlock run: cannot start the supervisor: %v\n", err)
@@ -832,6 +870,7 @@ func superviseChild(lk *dlock.Lock, cmdArgs []string, o runOptions, sigc chan os
 	status := -1 // CMD's status once known
 	lost := lk.Lost()
 	var killTimer <-chan time.Time
+	var killAfter time.Duration // killTimer's delay
 	lostLock := false
 	expired := false // the supervisor found the lease run out
 	started := false // CMD was started
@@ -861,18 +900,24 @@ func superviseChild(lk *dlock.Lock, cmdArgs []string, o runOptions, sigc chan os
 		case <-lost:
 			lost = nil
 			lostLock = true
-			if expired { // the supervisor is terminating the tree already
+			// SIGKILL after the term grace, and at the kill point at the
+			// latest.
+			killIn := min(o.kill.termGrace, max(0, time.Until(lk.Deadline())-o.kill.margin))
+			if expired || time.Until(sentDeadline) <= o.kill.margin+o.kill.termGrace {
+				// Past the term point: the supervisor has sent SIGTERM
+				// (or is sending it) and said so; it kills at the kill
+				// point.
 				fmt.Fprintf(stderr, "dlock run: LOCK LOST: %v\n", lk.Err())
 			} else {
-				fmt.Fprintf(stderr, "dlock run: LOCK LOST: %v; sending SIGTERM to CMD's process tree (SIGKILL in %s)\n", lk.Err(), o.grace)
+				fmt.Fprintf(stderr, "dlock run: LOCK LOST: %v; sending SIGTERM to CMD's process tree (SIGKILL in %s)\n", lk.Err(), killIn.Round(time.Millisecond))
 			}
-			sup.send("term")
+			sup.send("term") // the supervisor sends it once, whoever asks
 			if killTimer == nil {
-				killTimer = time.After(o.grace)
+				killTimer, killAfter = time.After(killIn), killIn
 			}
 		case <-killTimer:
 			killTimer = nil
-			fmt.Fprintf(stderr, "dlock run: CMD's process tree still running after %s; sending SIGKILL\n", o.grace)
+			fmt.Fprintf(stderr, "dlock run: CMD's process tree still running after %s; sending SIGKILL\n", killAfter.Round(time.Millisecond))
 			sup.killTree()
 		case ev := <-sup.events:
 			switch ev.kind {
@@ -887,15 +932,15 @@ func superviseChild(lk *dlock.Lock, cmdArgs []string, o runOptions, sigc chan os
 			case "exit":
 				status = ev.n
 			case "expired":
-				// dlock did not renew the lease in time (it was stopped
-				// or stalled): the supervisor terminates the tree on its
-				// own, as on a lost lock, and said so.
+				// No newer deadline reached the supervisor by the term
+				// point (renewals failed, or dlock was stopped): it
+				// terminates the tree on its own, and said so.
 				expired, lostLock = true, true
 			case "stop":
 				// CMD was stopped from the terminal (Ctrl-Z), which is ours
 				// again: stop too, so that the shell sees the job stop.
 				if !lostLock {
-					fmt.Fprintf(stderr, "dlock run: stopped: the lease of %q is not renewed while stopped; CMD's process tree is terminated in %s unless continued\n", lk.Key(), time.Until(lk.Deadline()).Round(time.Second))
+					fmt.Fprintf(stderr, "dlock run: stopped: the lease of %q is not renewed while stopped; CMD's process tree is terminated in %s unless continued\n", lk.Key(), max(0, time.Until(lk.Deadline())-o.kill.margin-o.kill.termGrace).Round(time.Second))
 					_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 				}
 			case "done":

@@ -36,7 +36,21 @@ package main
 //     terminal back to CMD if it is in the foreground and continues CMD).
 //     Without a terminal CMD's group simply runs in the background.
 //   - Lock lost: SIGTERM (then SIGCONT) to every process of the tree,
-//     SIGKILL to the whole tree after --grace, exit 4.
+//     once, SIGKILL to the whole tree after the term grace, exit 4.
+//   - The kill point: the tree must be dead before the server-side lease
+//     can pass to anyone else. The local deadline already sits before the
+//     server's expiry (the drift allowance); the whole tree is SIGKILLed
+//     a kill margin before that deadline (TTL/10, at most 1s: room for
+//     the supervisor's timer to fire late on a loaded machine, for the
+//     sweep of SIGKILLs and for the kernel to tear the processes down,
+//     at a tenth of the lease at most). SIGTERM goes out the term grace
+//     before the kill point: --grace, shortened so that SIGTERM never
+//     goes out more than TTL/3 before the deadline, that is before a
+//     whole renewal interval has passed without a renewal. Once SIGTERM
+//     has gone out for a lease running short, the tree is killed at the
+//     kill point even if a late renewal still comes through: CMD has been
+//     told to stop. --grace in full is for what CMD leaves running when
+//     it exits while the lock is still held.
 //   - Hung is not dead: dlock stopped (SIGSTOP, SIGTSTP without a
 //     terminal) or stalled renews nothing, yet its pipe stays open. So the
 //     supervisor enforces the lease itself: dlock passes it the lease
@@ -44,9 +58,12 @@ package main
 //     moves it ("lease N" on fd 3), as a point in time on a clock shared
 //     by all processes (leaseClock: CLOCK_BOOTTIME), so a message read
 //     late cannot stretch it. When the deadline passes without a newer
-//     one, the supervisor treats the lock as lost on its own, as dlock
-//     would, without waiting for dlock: SIGTERM to the tree, SIGKILL after
-//     --grace, and it reports "expired". The supervisor has a process
+//     one, the supervisor acts on its own on the schedule above, without
+//     waiting for dlock: at the term point SIGTERM to the tree and it
+//     reports "expired", at the kill point SIGKILL. The schedule is the
+//     same whether dlock is stopped or its renewals fail (a partition, a
+//     hung server): the supervisor cannot tell the two apart, and says
+//     only what it knows, that no newer deadline came. The supervisor has a process
 //     group of its own, so that stopping dlock's job (kill -STOP %1, or
 //     SIGTSTP to the group) does not stop the supervisor too; it ignores
 //     SIGTTOU, so that writing to the terminal from the background cannot
@@ -113,11 +130,15 @@ type reapEvent struct {
 
 type supervisor struct {
 	self  int
-	pid   int  // CMD's pid, also its process group id
-	alive bool // CMD not reaped yet: its pid (so its group id) cannot be reused
-	tty   int  // the controlling terminal when CMD has its foreground, else -1
-	job   int  // dlock's process group, the job the terminal belongs to
-	grace time.Duration
+	pid   int           // CMD's pid, also its process group id
+	alive bool          // CMD not reaped yet: its pid (so its group id) cannot be reused
+	tty   int           // the controlling terminal when CMD has its foreground, else -1
+	job   int           // dlock's process group, the job the terminal belongs to
+	grace time.Duration // SIGTERM to SIGKILL for what CMD leaves running
+	// margin and termGrace place the kill point and the term point
+	// before leaseEnd (see the top of this file).
+	margin    time.Duration
+	termGrace time.Duration
 	// leaseEnd is the lease deadline on leaseClock (0: not enforced);
 	// expired is set once it passed.
 	leaseEnd int64
@@ -134,18 +155,21 @@ func isPipe(fd int) bool {
 	return syscall.Fstat(fd, &st) == nil && uint32(st.Mode)&syscall.S_IFMT == syscall.S_IFIFO
 }
 
-// cmdSupervise is `dlock __supervise --pgrp N [--grace D] [--lease-deadline
-// N] -- CMD [ARGS...]`, started by dlock run only.
+// cmdSupervise is `dlock __supervise --pgrp N [--grace D] [--kill-margin D]
+// [--term-grace D] [--lease-deadline N] -- CMD [ARGS...]`, started by dlock
+// run only.
 func cmdSupervise(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet(superviseCmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	grace := fs.Duration("grace", 5*time.Second, "time between SIGTERM and SIGKILL for leftovers")
 	pgrp := fs.Int("pgrp", 0, "dlock's process group, which gets the terminal back from CMD")
+	margin := fs.Duration("kill-margin", 0, "how long before the lease deadline the tree is SIGKILLed")
+	termGrace := fs.Duration("term-grace", 0, "time between SIGTERM and SIGKILL when the lease runs short or is lost")
 	lease := fs.Int64("lease-deadline", 0, "the lease deadline on leaseClock, in ns (0: not enforced)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
-	if fs.NArg() == 0 || *grace < 0 || *lease < 0 || *pgrp <= 0 || !isPipe(ctlFD) || !isPipe(statusFD) {
+	if fs.NArg() == 0 || *grace < 0 || *margin < 0 || *termGrace < 0 || *lease < 0 || *pgrp <= 0 || !isPipe(ctlFD) || !isPipe(statusFD) {
 		fmt.Fprintf(stderr, "dlock: %s is internal to dlock run\n", superviseCmd)
 		return exitUsage
 	}
@@ -157,14 +181,16 @@ func cmdSupervise(args []string, stderr io.Writer) int {
 		return exitUsage
 	}
 	s := &supervisor{
-		self:     os.Getpid(),
-		tty:      -1,
-		grace:    *grace,
-		leaseEnd: *lease,
-		job:      *pgrp,
-		status:   os.NewFile(statusFD, "dlock-status"),
-		reaped:   make(chan reapEvent, 64),
-		stderr:   stderr,
+		self:      os.Getpid(),
+		tty:       -1,
+		grace:     *grace,
+		margin:    *margin,
+		termGrace: *termGrace,
+		leaseEnd:  *lease,
+		job:       *pgrp,
+		status:    os.NewFile(statusFD, "dlock-status"),
+		reaped:    make(chan reapEvent, 64),
+		stderr:    stderr,
 	}
 	return s.run(fs.Args(), ctl)
 }
@@ -278,7 +304,7 @@ func (s *supervisor) run(argv []string, ctl *ctlPipe) int {
 	if !open {
 		return 0
 	}
-	if s.leaseEnd != 0 && s.untilLeaseCheck() == 0 {
+	if s.leaseEnd != 0 && leaseClock() >= s.killPoint() {
 		s.expired = true
 		s.report("expired")
 		return 0
@@ -306,19 +332,7 @@ func (s *supervisor) run(argv []string, ctl *ctlPipe) int {
 	go ctl.watch()
 
 	var cleanup <-chan time.Time
-	termSent := false
-	// terminate is what losing the lock does to the tree, once: SIGTERM
-	// now (unless CMD's leftovers already had theirs), SIGKILL after
-	// --grace at the latest.
-	terminate := func() {
-		if !termSent {
-			termSent = true
-			s.signalTree(syscall.SIGTERM)
-		}
-		if cleanup == nil {
-			cleanup = time.After(s.grace)
-		}
-	}
+	termSent := false // the tree had its SIGTERM: it gets no other
 	leaseCheck := time.NewTimer(s.untilLeaseCheck())
 	defer leaseCheck.Stop()
 	// readCommands runs what dlock has written so far; false means fd 3
@@ -334,7 +348,8 @@ func (s *supervisor) run(argv []string, ctl *ctlPipe) int {
 				}
 			case "term":
 				// dlock saw the lock lost; it sends SIGKILL itself after
-				// --grace, by closing fd 3.
+				// the term grace, by closing fd 3, and the kill point
+				// holds anyway.
 				if !termSent {
 					termSent = true
 					s.signalTree(syscall.SIGTERM)
@@ -360,7 +375,7 @@ func (s *supervisor) run(argv []string, ctl *ctlPipe) int {
 			}
 			ctl.resume <- struct{}{}
 		case <-leaseCheck.C:
-			if s.expired || s.leaseEnd == 0 {
+			if s.leaseEnd == 0 {
 				continue
 			}
 			// A newer deadline may wait in the pipe, unread: the
@@ -372,12 +387,25 @@ func (s *supervisor) run(argv []string, ctl *ctlPipe) int {
 				leaseCheck.Reset(left)
 				continue
 			}
+			if s.expired { // the kill point
+				if left := descendants(s.self); len(left) > 0 {
+					fmt.Fprintf(s.stderr, "dlock run: pid %s still running %s before the lease deadline; sending SIGKILL\n", pidList(left), s.margin)
+				}
+				return s.killAll()
+			}
+			// The term point, with no newer deadline: SIGTERM first,
+			// then the words.
 			s.expired = true
 			told := termSent
-			terminate() // first: the key may be anybody's any moment now
+			if !termSent {
+				termSent = true
+				s.signalTree(syscall.SIGTERM)
+			}
 			s.report("expired")
+			killIn := max(0, time.Duration(s.killPoint()-leaseClock()))
+			leaseCheck.Reset(s.untilLeaseCheck())
 			if !told {
-				fmt.Fprintf(s.stderr, "dlock run: the lease was not renewed in time: dlock (pid %d) is stopped or stuck; sent SIGTERM to CMD's process tree (SIGKILL in %s)\n", os.Getppid(), s.grace)
+				fmt.Fprintf(s.stderr, "dlock run: the lease was not renewed in time (no newer deadline came from dlock, pid %d); sent SIGTERM to CMD's process tree (SIGKILL in %s, %s before the lease deadline)\n", os.Getppid(), killIn.Round(time.Millisecond), s.margin)
 			}
 		case ev := <-s.reaped:
 			if ev.empty {
@@ -412,13 +440,26 @@ func (s *supervisor) run(argv []string, ctl *ctlPipe) int {
 // timers do not count time suspended, the lease does.
 const leaseCheckEvery = time.Second
 
+// killPoint is when, on leaseClock, the whole tree is SIGKILLed: the
+// kill margin before the lease deadline.
+func (s *supervisor) killPoint() int64 { return s.leaseEnd - int64(s.margin) }
+
+// termPoint is when the tree gets SIGTERM: the term grace before the
+// kill point.
+func (s *supervisor) termPoint() int64 { return s.killPoint() - int64(s.termGrace) }
+
 // untilLeaseCheck is how long to wait before looking at the lease again:
-// until its deadline, at most leaseCheckEvery; 0 once it has passed.
+// until the term point (the kill point once expired), at most
+// leaseCheckEvery; 0 once it has passed.
 func (s *supervisor) untilLeaseCheck() time.Duration {
-	if s.leaseEnd == 0 || s.expired {
+	if s.leaseEnd == 0 {
 		return leaseCheckEvery
 	}
-	left := time.Duration(s.leaseEnd - leaseClock())
+	next := s.termPoint()
+	if s.expired {
+		next = s.killPoint()
+	}
+	left := time.Duration(next - leaseClock())
 	return max(0, min(left, leaseCheckEvery))
 }
 
@@ -556,13 +597,21 @@ func (s *supervisor) command(c string) {
 }
 
 // signalTree sends sig, then SIGCONT (a stopped process acts on SIGTERM
-// only once continued), to CMD's group and every descendant.
+// only once continued), to CMD's group and every descendant, once each: a
+// process in CMD's group gets the group's signal only, or a shell's trap
+// would run twice.
 func (s *supervisor) signalTree(sig syscall.Signal) {
+	var others []int
+	for _, p := range descendants(s.self) {
+		if pg, err := syscall.Getpgid(p); !s.alive || err != nil || pg != s.pid {
+			others = append(others, p)
+		}
+	}
 	for _, sg := range []syscall.Signal{sig, syscall.SIGCONT} {
 		if s.alive {
 			_ = syscall.Kill(-s.pid, sg)
 		}
-		for _, p := range descendants(s.self) {
+		for _, p := range others {
 			_ = syscall.Kill(p, sg)
 		}
 	}
@@ -619,8 +668,9 @@ type supEvent struct {
 }
 
 // startSupervisor starts `dlock __supervise` for cmdArgs with env; it
-// enforces leaseEnd (on leaseClock) until told a later one.
-func startSupervisor(cmdArgs, env []string, grace time.Duration, leaseEnd int64) (*supHandle, error) {
+// enforces leaseEnd (on leaseClock), with the schedule of k, until told a
+// later one.
+func startSupervisor(cmdArgs, env []string, k killSchedule, leaseEnd int64) (*supHandle, error) {
 	exe := "/proc/self/exe"
 	if runtime.GOOS != "linux" {
 		var err error
@@ -641,7 +691,7 @@ func startSupervisor(cmdArgs, env []string, grace time.Duration, leaseEnd int64)
 	c := &exec.Cmd{
 		Path: exe,
 		Args: append([]string{"dlock", superviseCmd, "--pgrp", strconv.Itoa(syscall.Getpgrp()),
-			"--grace", grace.String(), "--lease-deadline", strconv.FormatInt(leaseEnd, 10), "--"}, cmdArgs...),
+			"--grace", k.grace.String(), "--kill-margin", k.margin.String(), "--term-grace", k.termGrace.String(), "--lease-deadline", strconv.FormatInt(leaseEnd, 10), "--"}, cmdArgs...),
 		Env:        env,
 		Stdin:      os.Stdin,
 		Stdout:     os.Stdout,
@@ -727,4 +777,25 @@ func sweepOrphans() (killed, left []int) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// killSchedule is how dlock run ends CMD's tree: when the lock is lost or
+// its lease runs short, SIGTERM termGrace before the kill point, which is
+// margin before the lease deadline; grace is --grace, SIGTERM to SIGKILL
+// for what CMD leaves running when it exits.
+type killSchedule struct {
+	grace, margin, termGrace time.Duration
+}
+
+// newKillSchedule places the kill point and the term point for a lease of
+// ttl: the margin is ttl/10, at most 1s; the term grace is grace, at most
+// ttl/3 less the margin, so that SIGTERM never goes out before a whole
+// renewal interval (ttl/3) has passed without a renewal. clamped reports
+// a grace shortened.
+func newKillSchedule(ttl, grace time.Duration) (k killSchedule, clamped bool) {
+	k = killSchedule{grace: grace, margin: min(ttl/10, time.Second), termGrace: grace}
+	if most := max(0, ttl/3-k.margin); k.termGrace > most {
+		k.termGrace, clamped = most, true
+	}
+	return k, clamped
 }

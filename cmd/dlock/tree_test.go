@@ -354,3 +354,62 @@ func TestSupervisorKilledDuringGrace(t *testing.T) {
 		t.Errorf("stderr does not report the supervisor's death and the killed leftover: %s", s)
 	}
 }
+
+// On a lost lock CMD gets SIGTERM once, whether the key was deleted or
+// the lock server became unreachable: a bash TERM trap runs once.
+// Symptom: CMD's TERM trap ran twice on a lost lock.
+func TestRun_SigtermOnceOnLoss(t *testing.T) {
+	t.Parallel()
+	for _, lose := range []string{"KeyDeleted", "Partition"} {
+		t.Run(lose, func(t *testing.T) {
+			t.Parallel()
+			srv := testserver.StartRedis(t)
+			p := testserver.StartProxy(t, srv.Addr())
+			traps := filepath.Join(t.TempDir(), "traps")
+			// The trap does not end CMD: SIGKILL does, at the kill point.
+			script := `trap 'echo TERM >> "$0"' TERM; echo started; i=0; while [ $i -lt 2000 ]; do sleep 0.05 & wait $!; i=$((i+1)); done`
+			holder, errb, _ := background(t, "redis://"+p.Addr(), "run", "--ttl", "3s", "k", "--", "bash", "-c", script, traps)
+			switch lose {
+			case "KeyDeleted":
+				c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+				defer c.Close()
+				if err := c.Del(context.Background(), redislock.New(c).LockKey("k")).Err(); err != nil {
+					t.Fatal(err)
+				}
+			case "Partition":
+				p.Stall()
+				waitFor(t, hang, "the tree was never sent SIGTERM", func() bool { _, err := os.Stat(traps); return err == nil })
+				p.Heal()
+			}
+			if code := waitExit(t, holder); code != exitLost {
+				t.Fatalf("exit %d, want %d; stderr %s", code, exitLost, errb.String())
+			}
+			b, err := os.ReadFile(traps)
+			if err != nil {
+				t.Fatalf("CMD's TERM trap never ran: %v; stderr %s", err, errb.String())
+			}
+			if n := strings.Count(string(b), "TERM"); n != 1 {
+				t.Errorf("CMD's TERM trap ran %d times, want 1; stderr %s", n, errb.String())
+			}
+		})
+	}
+}
+
+// A --grace longer than fits between SIGTERM and the kill point before
+// the lease ends is shortened, with one line on stderr; the default, and
+// a --grace that fits, say nothing.
+// Symptom: SIGKILL came --grace after the lease had passed to the next holder.
+func TestRun_GraceClampedToLease(t *testing.T) {
+	t.Parallel()
+	url := fileURL(t)
+	r := runDlock(t, url, "run", "--ttl", "3s", "--grace", "5s", "k", "--", "true")
+	if r.code != 0 || strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, "--grace 5s") || !strings.Contains(r.stderr, "700ms") {
+		t.Errorf("--ttl 3s --grace 5s: exit %d, stderr %q; want 0 and one line saying 5s is shortened to 700ms", r.code, r.stderr)
+	}
+	for _, args := range [][]string{{"--ttl", "3s"}, {"--ttl", "30s", "--grace", "5s"}, {"--ttl", "3s", "--grace", "700ms"}} {
+		r := runDlock(t, url, append(append([]string{"run"}, args...), "k", "--", "true")...)
+		if r.code != 0 || r.stderr != "" {
+			t.Errorf("%q: exit %d, stderr %q; want 0 and nothing", args, r.code, r.stderr)
+		}
+	}
+}

@@ -316,6 +316,9 @@ func TestRun_TreeDeadBeforeLeaseCanPass_Partition(t *testing.T) {
 	if s := errb.String(); strings.Contains(s, "stopped") || strings.Contains(s, "stuck") {
 		t.Errorf("stderr says dlock was stopped, but the renewals only failed: %s", s)
 	}
+	if s := errb.String(); strings.Count(s, "LOCK LOST") != 1 {
+		t.Errorf("stderr does not say LOCK LOST once: %s", s)
+	}
 }
 
 // The same with dlock SIGSTOPped: the supervisor, which keeps the lease

@@ -872,8 +872,9 @@ func superviseChild(lk *dlock.Lock, cmdArgs []string, o runOptions, sigc chan os
 	var killTimer <-chan time.Time
 	var killAfter time.Duration // killTimer's delay
 	lostLock := false
-	expired := false // the supervisor found the lease run out
-	started := false // CMD was started
+	saidLost := false // "LOCK LOST" is on stderr
+	expired := false  // the supervisor found the lease run out
+	started := false  // CMD was started
 	// Renewals move the deadline every ttl/3; look often enough that the
 	// supervisor's copy is never far behind.
 	leaseTick := time.NewTicker(min(max(lk.TTL()/8, 5*time.Millisecond), time.Second))
@@ -899,7 +900,7 @@ func superviseChild(lk *dlock.Lock, cmdArgs []string, o runOptions, sigc chan os
 			sup.send("cont")
 		case <-lost:
 			lost = nil
-			lostLock = true
+			lostLock, saidLost = true, true
 			// SIGKILL after the term grace, and at the kill point at the
 			// latest.
 			killIn := min(o.kill.termGrace, max(0, time.Until(lk.Deadline())-o.kill.margin))
@@ -948,6 +949,16 @@ func superviseChild(lk *dlock.Lock, cmdArgs []string, o runOptions, sigc chan os
 				// re-parented to dlock: it dies before the lock is
 				// released. Normally there is nothing.
 				killed, left := sweepOrphans()
+				if lostLock && !saidLost && started {
+					// The supervisor killed the tree at the kill point,
+					// before the local deadline: dlock's renewals may not
+					// have failed for good yet.
+					if err := lk.Err(); err != nil {
+						fmt.Fprintf(stderr, "dlock run: LOCK LOST: %v\n", err)
+					} else {
+						fmt.Fprintf(stderr, "dlock run: LOCK LOST: the lease of %q was not renewed in time; CMD's process tree was killed before the lease could pass on\n", lk.Key())
+					}
+				}
 				switch {
 				case status < 0 && expired && !started:
 					fmt.Fprintf(stderr, "dlock run: the lease of %q ran out before CMD could be started; CMD did not run\n", lk.Key())

@@ -242,7 +242,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	)
 	lf.define(o)
 	o.Var(shellFlag{&shellC, &shellOn}, "c", "command", "CMDLINE", "run this command line with /bin/sh -c instead of CMD [ARGS...] (like flock -c); it may also come right after KEY")
-	o.Var(graceFlag{&grace, &graceSet}, "", "grace", "DUR", "time between SIGTERM and SIGKILL when CMD leaves processes behind, and when the lock is lost or its lease runs short, there at most TTL/3 less TTL/10 (default 5s)")
+	o.Var(graceFlag{&grace, &graceSet}, "", "grace", "DUR", "time between SIGTERM and SIGKILL for processes CMD leaves behind, and when the lock is lost or its lease runs short (there at most TTL/3 less the kill margin, TTL/10 up to 1s) (default 5s)")
 	lf.defineLast(o, "say who holds the lock while waiting and how long the wait took; print the process tree's pids, the lock's events (acquired, renewal failures, lost, released) and the client libraries' logs on stderr")
 	rest, code, ok := o.Parse(args, stdout, stderr)
 	if !ok {
@@ -298,11 +298,6 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitUsage
 	}
-	kill, clamped := newKillSchedule(lf.ttl, grace)
-	if clamped && graceSet {
-		fmt.Fprintf(stderr, "dlock run: --grace %s does not fit in a %s lease: CMD gets SIGTERM %s before SIGKILL when the lease runs short or the lock is lost (at most TTL/3 less the kill margin, TTL/10); --grace %s still applies to what CMD leaves running when it exits\n",
-			grace, lf.ttl, kill.termGrace, grace)
-	}
 	// Signals: while waiting they cancel the wait; while CMD runs they are
 	// forwarded to it.
 	h, code := takeLock(&lf, r, []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}, stderr)
@@ -310,7 +305,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	defer h.close()
-	return superviseChild(h.lk, cmdArgs, runOptions{kill: kill, verbose: lf.verbose, mode: r.mode, limit: r.limit}, h.sigc, h.stderr)
+	return superviseChild(h.lk, cmdArgs, runOptions{grace: grace, graceSet: graceSet, verbose: lf.verbose, mode: r.mode, limit: r.limit}, h.sigc, h.stderr)
 }
 
 // graceFlag is --grace, a duration; set records that it was given.
@@ -826,16 +821,24 @@ func seenHolder(na *dlock.NotAcquiredError) (dlock.Holder, bool) {
 
 // runOptions are dlock run's settings for the process tree.
 type runOptions struct {
-	kill    killSchedule
-	verbose bool
-	mode    dlock.Mode // the lock's, for DLOCK_MODE
-	limit   int        // --limit N, for DLOCK_LIMIT
+	grace    time.Duration
+	graceSet bool // --grace given: say so if it is shortened
+	verbose  bool
+	mode     dlock.Mode // the lock's, for DLOCK_MODE
+	limit    int        // --limit N, for DLOCK_LIMIT
 }
 
 // superviseChild runs CMD under lk (see supervise.go for the process tree)
 // and returns dlock's exit status.
 func superviseChild(lk *dlock.Lock, cmdArgs []string, o runOptions, sigc chan os.Signal, stderr io.Writer) int {
 	release := func() { releaseNow("dlock run", lk, stderr) }
+	// The schedule follows the lease granted (zk://: from the session
+	// timeout, not --ttl).
+	kill, clamped := newKillSchedule(lk.TTL(), o.grace)
+	if clamped && o.graceSet {
+		fmt.Fprintf(stderr, "dlock run: --grace %s does not fit in a %s lease: CMD gets SIGTERM %s before SIGKILL when the lease runs short or the lock is lost (at most TTL/3 less the kill margin, TTL/10); --grace %s still applies to what CMD leaves running when it exits\n",
+			o.grace, lk.TTL(), kill.termGrace, o.grace)
+	}
 	// Orphans of the tree come to dlock if the supervisor dies.
 	_ = setSubreaper()
 	contc := make(chan os.Signal, 1)
@@ -855,7 +858,7 @@ func superviseChild(lk *dlock.Lock, cmdArgs []string, o runOptions, sigc chan os
 	// The supervisor enforces the lease deadline itself, in case dlock
 	// stops renewing without dying (SIGSTOP); it learns each new one.
 	sentDeadline := lk.Deadline()
-	sup, err := startSupervisor(cmdArgs, env, o.kill, leaseDeadline(lk))
+	sup, err := startSupervisor(cmdArgs, env, kill, leaseDeadline(lk))
 	if err != nil {
 		release()
 		fmt.Fprintf(stderr, "dlock run: cannot start the supervisor: %v\n", err)
@@ -876,8 +879,9 @@ func superviseChild(lk *dlock.Lock, cmdArgs []string, o runOptions, sigc chan os
 	expired := false  // the supervisor found the lease run out
 	started := false  // CMD was started
 	// Renewals move the deadline every ttl/3; look often enough that the
-	// supervisor's copy is never far behind.
-	leaseTick := time.NewTicker(min(max(lk.TTL()/8, 5*time.Millisecond), time.Second))
+	// supervisor's copy is never far behind: its term point can come as
+	// early as ttl/3 before the deadline.
+	leaseTick := time.NewTicker(min(max(lk.TTL()/16, 5*time.Millisecond), 250*time.Millisecond))
 	defer leaseTick.Stop()
 	for {
 		select {
@@ -903,8 +907,8 @@ func superviseChild(lk *dlock.Lock, cmdArgs []string, o runOptions, sigc chan os
 			lostLock, saidLost = true, true
 			// SIGKILL after the term grace, and at the kill point at the
 			// latest.
-			killIn := min(o.kill.termGrace, max(0, time.Until(lk.Deadline())-o.kill.margin))
-			if expired || time.Until(sentDeadline) <= o.kill.margin+o.kill.termGrace {
+			killIn := min(kill.termGrace, max(0, time.Until(lk.Deadline())-kill.margin))
+			if expired || time.Until(sentDeadline) <= kill.margin+kill.termGrace {
 				// Past the term point: the supervisor has sent SIGTERM
 				// (or is sending it) and said so; it kills at the kill
 				// point.
@@ -941,7 +945,7 @@ func superviseChild(lk *dlock.Lock, cmdArgs []string, o runOptions, sigc chan os
 				// CMD was stopped from the terminal (Ctrl-Z), which is ours
 				// again: stop too, so that the shell sees the job stop.
 				if !lostLock {
-					fmt.Fprintf(stderr, "dlock run: stopped: the lease of %q is not renewed while stopped; CMD's process tree is terminated in %s unless continued\n", lk.Key(), max(0, time.Until(lk.Deadline())-o.kill.margin-o.kill.termGrace).Round(time.Second))
+					fmt.Fprintf(stderr, "dlock run: stopped: the lease of %q is not renewed while stopped; CMD's process tree is terminated in %s unless continued\n", lk.Key(), max(0, time.Until(lk.Deadline())-kill.margin-kill.termGrace).Round(time.Second))
 					_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 				}
 			case "done":

@@ -14,7 +14,8 @@ import (
 
 const holdUsage = `Usage: dlock hold [--url URL] [--ttl 30s] [-s|--shared | --limit N]
          [-w|--wait DUR|SECS] [-n|--nonblock] [-E|--conflict-exit-code N]
-         [--detach] [--connect-timeout 5s] [--verbose] KEY
+         [--detach] [--metrics-file PATH] [--metrics ADDR]
+         [--connect-timeout 5s] [--verbose] KEY
 
 Takes the lock KEY and holds it, renewing it, until dlock hold gets SIGINT,
 SIGTERM, SIGHUP or SIGQUIT, or the process that started it exits: then it
@@ -56,13 +57,15 @@ Examples:
   kill "$COPROC_PID"; wait "$COPROC_PID"  # release
 `
 
-func cmdHold(args []string, stdout, stderr io.Writer) int {
+func cmdHold(args []string, stdout, stderr io.Writer) (code int) {
 	o := newOptions("hold", holdUsage)
 	o.Trailer(holdExitCodes)
 	var lf lockFlags
+	var mf metricsFlags
 	var detach bool
 	lf.define(o)
 	o.Bool(&detach, "", "detach", "keep holding after the process that started dlock hold exits (by default dlock hold then releases the lock and exits, so that a killed script does not leave it held)")
+	mf.define(o)
 	lf.defineLast(o, "say who holds the lock while waiting and how long the wait took; print the lock's events (acquired, renewal failures, lost, released) and the client libraries' logs on stderr")
 	rest, code, ok := o.Parse(args, stdout, stderr)
 	if !ok {
@@ -78,6 +81,11 @@ func cmdHold(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitUsage
 	}
+	m, ok := mf.start(o, r, lf.url, stderr)
+	if !ok {
+		return exitUsage
+	}
+	r.observer = m.observer()
 	// The parent is the one dlock hold had when it started: watched from
 	// the start, so that a parent gone while the lock was awaited releases
 	// it as soon as it is held.
@@ -89,9 +97,10 @@ func cmdHold(args []string, stdout, stderr io.Writer) int {
 	}
 	h, code := takeLock(&lf, r, []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}, stderr)
 	if h == nil {
-		return code
+		return m.exit(code, nil)
 	}
 	defer h.close()
+	defer func() { code = m.exit(code, h.lk) }() // after the release
 	lk := h.lk
 	// A reader gone (stdout closed) does not end the hold: the lock is
 	// held until a signal, or the parent's end, says otherwise.

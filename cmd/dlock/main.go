@@ -25,8 +25,8 @@ const usage = `dlock — distributed locks with fencing tokens
 
 Usage:
   dlock run    [--url URL] [--ttl 30s] [-s|--shared | --limit N] [-w DUR|SECS]
-               [-n] [-E N] [--grace 5s] [--connect-timeout 5s] [--verbose]
-               KEY -- CMD [ARGS...]
+               [-n] [-E N] [--grace 5s] [--metrics-file PATH] [--metrics ADDR]
+               [--connect-timeout 5s] [--verbose] KEY -- CMD [ARGS...]
   dlock run    [OPTION]... KEY -c CMDLINE   (CMDLINE run by /bin/sh -c)
   dlock hold   [OPTION]... KEY              (prints TOKEN OWNER, holds KEY
                                              until SIGINT, SIGTERM or SIGHUP)

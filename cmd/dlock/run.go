@@ -20,7 +20,8 @@ import (
 
 const runUsage = `Usage: dlock run [--url URL] [--ttl 30s] [-s|--shared | --limit N]
          [-w|--wait DUR|SECS] [-n|--nonblock] [-E|--conflict-exit-code N]
-         [--grace 5s] [--connect-timeout 5s] [--verbose] KEY [--] CMD [ARGS...]
+         [--grace 5s] [--metrics-file PATH] [--metrics ADDR]
+         [--connect-timeout 5s] [--verbose] KEY [--] CMD [ARGS...]
   or:  dlock run [OPTION]... KEY -c CMDLINE
 
 Runs CMD while holding the lock KEY, renewing it automatically. CMD sees
@@ -235,6 +236,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	o.Trailer(runExitCodes)
 	var (
 		lf       lockFlags
+		mf       metricsFlags
 		shellC   string
 		shellOn  bool
 		grace    = 5 * time.Second
@@ -243,6 +245,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	lf.define(o)
 	o.Var(shellFlag{&shellC, &shellOn}, "c", "command", "CMDLINE", "run this command line with /bin/sh -c instead of CMD [ARGS...] (like flock -c); it may also come right after KEY")
 	o.Var(graceFlag{&grace, &graceSet}, "", "grace", "DUR", "time between SIGTERM and SIGKILL for processes CMD leaves behind, and when the lock is lost or its lease runs short (there at most TTL/3 less the kill margin, TTL/10 up to 1s) (default 5s)")
+	mf.define(o)
 	lf.defineLast(o, "say who holds the lock while waiting and how long the wait took; print the process tree's pids, the lock's events (acquired, renewal failures, lost, released) and the client libraries' logs on stderr")
 	rest, code, ok := o.Parse(args, stdout, stderr)
 	if !ok {
@@ -298,14 +301,19 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitUsage
 	}
+	m, ok := mf.start(o, r, lf.url, stderr)
+	if !ok {
+		return exitUsage
+	}
+	r.observer = m.observer()
 	// Signals: while waiting they cancel the wait; while CMD runs they are
 	// forwarded to it.
 	h, code := takeLock(&lf, r, []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}, stderr)
 	if h == nil {
-		return code
+		return m.exit(code, nil)
 	}
 	defer h.close()
-	return superviseChild(h.lk, cmdArgs, runOptions{grace: grace, graceSet: graceSet, verbose: lf.verbose, mode: r.mode, limit: r.limit}, h.sigc, h.stderr)
+	return m.exit(superviseChild(h.lk, cmdArgs, runOptions{grace: grace, graceSet: graceSet, verbose: lf.verbose, mode: r.mode, limit: r.limit}, h.sigc, h.stderr), h.lk)
 }
 
 // graceFlag is --grace, a duration; set records that it was given.
@@ -426,6 +434,10 @@ type acquireRequest struct {
 	limit    int           // N of --limit N
 	verbose  bool          // --verbose: say who holds the lock while waiting, and how long it took
 	progress bool          // with verbose: a progress line on a long wait (stderr is a terminal, a *progressWriter)
+
+	// observer gets the acquisition's and its Lock's Events, for
+	// --metrics-file and --metrics; nil for none.
+	observer dlock.Observer
 }
 
 // name is what r's messages start with: "dlock run".
@@ -475,7 +487,7 @@ func acquireForRun(b *backend, r acquireRequest, sigc chan os.Signal, stderr io.
 		case <-stop:
 		}
 	}()
-	opts := append([]dlock.Option{dlock.WithTTL(r.ttl), dlock.WithMetadata("cmd", name)}, r.options()...)
+	opts := append([]dlock.Option{dlock.WithTTL(r.ttl), dlock.WithMetadata("cmd", name), dlock.WithCallObserver(r.observer)}, r.options()...)
 	var (
 		lk         *dlock.Lock
 		err        error

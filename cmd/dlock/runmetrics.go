@@ -244,9 +244,9 @@ func (m *runMetrics) Observe(e dlock.Event) {
 			close(m.lostSeen)
 		}
 		wake = m.urgent
-		m.endLocked(e.Held)
+		m.endLocked()
 	case dlock.EventRelease:
-		m.endLocked(e.Held) // exit writes next
+		m.endLocked() // exit writes next
 		m.mu.Unlock()
 		return
 	default:
@@ -260,16 +260,14 @@ func (m *runMetrics) Observe(e dlock.Event) {
 	}
 }
 
-// endLocked records the end of the hold, once (a lock lost then released
-// ended when it was lost).
-func (m *runMetrics) endLocked(held time.Duration) {
+// endLocked records the end of the hold, now, once (a lock lost then
+// released ended when it was lost). The hold is timed on the clock of the
+// acquisition timestamp, so that acquired + held is when it ended.
+func (m *runMetrics) endLocked() {
 	if m.ended || m.acquired.IsZero() {
 		return
 	}
-	if held <= 0 {
-		held = time.Since(m.acquired)
-	}
-	m.ended, m.held = true, held
+	m.ended, m.held = true, time.Since(m.acquired)
 }
 
 // writer writes the file when woken until exit: at once when the lock is
@@ -340,9 +338,7 @@ func (m *runMetrics) exit(code int, lk *dlock.Lock) int {
 	if lk != nil && errors.Is(lk.Err(), dlock.ErrLockLost) {
 		m.lost = true // even if its Event never came
 	}
-	if !m.acquired.IsZero() && !m.ended { // held by a lock never released (left to expire)
-		m.ended, m.held = true, time.Since(m.acquired)
-	}
+	m.endLocked() // a lock not released (left to expire) ends now
 	m.exited, m.code, m.end = true, code, time.Now()
 	m.mu.Unlock()
 	if m.file != "" {

@@ -33,7 +33,8 @@ you write to, so that it can refuse a stale holder's writes.
 If the lock is lost while held (renewal failed, key deleted, dlock hold
 stopped for longer than the lease), it says so on stderr and exits 4: from
 then on the lock may be someone else's. Waiting (-w, -n), modes (--shared,
---limit) and the URL work as for dlock run; see 'dlock run --help'.
+--limit), metrics (--metrics-file, --metrics) and the URL work as for dlock
+run; see 'dlock run --help'.
 `
 
 const holdExitCodes = `

@@ -80,6 +80,21 @@ even if a late renewal comes through. A supervisor process keeps the
 deadline as well as dlock, so the same holds if dlock itself stops
 renewing without dying (SIGSTOP, SIGTSTP, a long stall); dlock exits 4 once
 it runs again.
+
+Metrics: --metrics-file PATH writes Prometheus metrics to PATH in the text
+format of node_exporter's textfile collector (name it NAME.prom in the
+collector's directory) when the lock is acquired, after renewals (at most
+once per TTL/3), when it is lost, and on exit. Each write replaces PATH by
+a rename: a reader never sees part of one. The file has dlockprom's
+metrics of the lock (dlock_acquire_total, dlock_locks_held,
+dlock_renew_total, dlock_lost_total by reason, ...) and
+dlock_run_last_exit_code, dlock_run_last_lost (1 if the lock was lost),
+dlock_run_last_held_seconds and the start, acquisition and end times
+(dlock_run_last_*_timestamp_seconds), labelled by backend, key and
+key_class (the key too).
+--metrics ADDR serves the same at http://ADDR/metrics while dlock runs.
+An ADDR dlock cannot listen on, or a PATH it cannot write, is a usage
+error (exit 2), found before the lock is asked for.
 `
 
 const runExitCodes = `
@@ -104,6 +119,8 @@ Examples:
   dlock run --shared catalog -- ./read-catalog.sh   # readers overlap
   dlock run catalog -- ./rebuild-catalog.sh         # the writer waits
   dlock run --limit 3 --url redis://127.0.0.1:6379 encoders -- ./encode.sh
+  dlock run --metrics-file /var/lib/node_exporter/nightly.prom nightly -- \
+      ./report.sh
 `
 
 // lockFlags are the options of run and hold that say which lock to take,

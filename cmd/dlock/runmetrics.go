@@ -431,30 +431,30 @@ func (runCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c runCollector) Collect(ch chan<- prometheus.Metric) {
-	m := c.m
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	labels := []string{m.backend, m.key}
-	gauge := func(d *prometheus.Desc, v float64) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	type sample struct {
+		d *prometheus.Desc
+		v float64
 	}
 	seconds := func(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
-	gauge(runStartDesc, seconds(m.start))
+	m := c.m
+	m.mu.Lock()
+	labels := []string{m.backend, m.key}
+	samples := []sample{{runStartDesc, seconds(m.start)}, {runLostDesc, 0}}
+	if m.lost {
+		samples[1].v = 1
+	}
 	if !m.acquired.IsZero() {
-		gauge(runAcquiredDesc, seconds(m.acquired))
 		held := m.held
 		if !m.ended {
 			held = time.Since(m.acquired)
 		}
-		gauge(runHeldDesc, held.Seconds())
+		samples = append(samples, sample{runAcquiredDesc, seconds(m.acquired)}, sample{runHeldDesc, held.Seconds()})
 	}
-	lost := 0.0
-	if m.lost {
-		lost = 1
-	}
-	gauge(runLostDesc, lost)
 	if m.exited {
-		gauge(runExitDesc, float64(m.code))
-		gauge(runEndDesc, seconds(m.end))
+		samples = append(samples, sample{runExitDesc, float64(m.code)}, sample{runEndDesc, seconds(m.end)})
+	}
+	m.mu.Unlock()
+	for _, s := range samples {
+		ch <- prometheus.MustNewConstMetric(s.d, prometheus.GaugeValue, s.v, labels...)
 	}
 }

@@ -300,15 +300,15 @@ func TestRun_MetricsFileAtomic(t *testing.T) {
 	url := "redis://" + testserver.StartRedis(t).Addr()
 	dir := t.TempDir()
 	file := filepath.Join(dir, "atomic.prom")
-	// --ttl 300ms: renewed, and the file written, every 100ms.
-	cmd, errb, _ := background(t, url, "run", "--ttl", "300ms", "--metrics-file", file, "atomic", "--", "sh", "-c", "echo started; exec sleep 60")
+	// --ttl 1s: renewed, and the file written, every 333ms.
+	cmd, errb, _ := background(t, url, "run", "--ttl", "1s", "--metrics-file", file, "atomic", "--", "sh", "-c", "echo started; exec sleep 60")
 	tmp := fmt.Sprintf("atomic.prom.tmp-%d", cmd.Process.Pid)
 	var (
 		versions []os.FileInfo // each file read, by its inode, in order
 		last     []byte
 	)
 	deadline := time.Now().Add(hang)
-	for reads := 0; len(versions) < 5; reads++ {
+	for reads := 0; len(versions) < 4; reads++ {
 		if time.Now().After(deadline) || reads > 1_000_000 {
 			t.Fatalf("hang: saw %d versions of the file in %d reads; stderr %s", len(versions), reads, errb.String())
 		}

@@ -102,6 +102,7 @@ type runMetrics struct {
 
 	writeMu sync.Mutex // one write at a time: they share the temporary file
 	failing bool       // the last write failed (and said so)
+	writes  int        // writes attempted
 
 	mu       sync.Mutex // guards the run's state below
 	backend  string
@@ -361,6 +362,7 @@ func (m *runMetrics) exit(code int, lk *dlock.Lock) int {
 func (m *runMetrics) write() {
 	m.writeMu.Lock()
 	defer m.writeMu.Unlock()
+	m.writes++
 	err := m.writeFile()
 	switch {
 	case err != nil && !m.failing:

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/testserver"
 )
 
@@ -397,5 +398,55 @@ func TestRun_MetricsBadAddrIsUsageError(t *testing.T) {
 	}
 	if names := dirNames(t, dir); len(names) != 0 {
 		t.Errorf("left in %s: %v", dir, names)
+	}
+}
+
+// A renewal every TTL/3 must not mean an fsync each time it wakes the
+// writer: renewals within TTL/3 of the last write write nothing, while an
+// acquisition, a loss and the exit write at once.
+func TestRun_MetricsFileRenewalsThrottled(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "k.prom")
+	f := metricsFlags{file: file}
+	m, ok := f.start(newOptions("run", ""), acquireRequest{key: "k", ttl: 3 * time.Hour}, "file:///nowhere", io.Discard)
+	if !ok || m.every != time.Hour {
+		t.Fatalf("start: ok %v, every %v; want ok, 1h (TTL/3)", ok, m.every)
+	}
+	ev := dlock.Event{Backend: "file", Key: "k", Token: 1, Owner: "o"}
+	// fileSays waits until the file has series name = v.
+	fileSays := func(name string, v float64) {
+		t.Helper()
+		waitFor(t, hang, fmt.Sprintf("the file never had %s %v", name, v), func() bool {
+			b, err := os.ReadFile(file)
+			if err != nil {
+				return false
+			}
+			ms, err := parseMetrics(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, ok := ms.value(name)
+			return ok && got == v
+		})
+	}
+	acq := ev
+	acq.Kind, acq.Result = dlock.EventAcquire, dlock.ResultAcquired
+	m.Observe(acq)
+	fileSays("dlock_locks_held", 1)
+	renew := ev
+	renew.Kind, renew.Result = dlock.EventRenew, dlock.ResultOK
+	for range 10 {
+		m.Observe(renew)
+	}
+	// The writer has taken the last wake-up of the renewals before the
+	// loss comes: it writes the loss after whatever it did with them.
+	waitFor(t, hang, "the writer never took the renewals' wake-up", func() bool { return len(m.renew) == 0 })
+	lost := ev
+	lost.Kind, lost.Reason = dlock.EventLost, dlock.LossDeadline
+	m.Observe(lost)
+	fileSays("dlock_run_last_lost", 1)
+	m.exit(exitLost, nil)
+	readMetricsFile(t, file).want(t, 10, "dlock_renew_total", "result=ok")
+	if m.writes != 3 {
+		t.Errorf("%d writes, want 3: acquired, lost, exit (no renewal within TTL/3 of the acquisition)", m.writes)
 	}
 }

@@ -97,7 +97,7 @@ type runMetrics struct {
 	lostSeen chan struct{} // closed on the lock's EventLost
 	urgent   chan struct{} // acquired or lost: write now
 	renew    chan struct{} // renewed: write unless written less than every ago
-	stop     chan struct{} // closed by exit: the writer returns
+	quit     chan struct{} // closed by exit: the writer returns
 	done     chan struct{} // closed once the writer returned
 
 	writeMu sync.Mutex // one write at a time: they share the temporary file
@@ -132,7 +132,7 @@ func (f *metricsFlags) start(o *optionSet, r acquireRequest, rawURL string, stde
 	m = &runMetrics{
 		name: r.name(), file: f.file, every: r.ttl / 3, stderr: stderr,
 		reg: prometheus.NewRegistry(), backend: backendLabel(rawURL), key: r.key, start: time.Now(),
-		lostSeen: make(chan struct{}), urgent: make(chan struct{}, 1), renew: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		lostSeen: make(chan struct{}), urgent: make(chan struct{}, 1), renew: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}),
 	}
 	// Every series gets the key as its key_class and its key label.
 	reg := prometheus.WrapRegistererWith(prometheus.Labels{"key": r.key}, m.reg)
@@ -277,7 +277,7 @@ func (m *runMetrics) endLocked() {
 func (m *runMetrics) writer() {
 	defer close(m.done)
 	if m.file == "" {
-		<-m.stop
+		<-m.quit
 		return
 	}
 	var (
@@ -285,16 +285,16 @@ func (m *runMetrics) writer() {
 		timer *time.Timer
 		due   <-chan time.Time
 	)
-	stopTimer := func() {
+	dropTimer := func() {
 		if timer != nil {
 			timer.Stop()
 			timer, due = nil, nil
 		}
 	}
-	defer stopTimer()
+	defer dropTimer()
 	for {
 		select {
-		case <-m.stop:
+		case <-m.quit:
 			return
 		case <-m.urgent:
 		case <-due:
@@ -308,7 +308,7 @@ func (m *runMetrics) writer() {
 				continue
 			}
 		}
-		stopTimer()
+		dropTimer()
 		m.write()
 		last = time.Now()
 	}
@@ -319,7 +319,7 @@ func (m *runMetrics) writer() {
 // it right after closing Lost().
 const lostEventWait = 2 * time.Second
 
-// exit records dlock's exit status, writes the file a last time and stops
+// exit records dlock's exit status, writes the file a last time and ends
 // serving; it returns code. lk is the lock taken, nil if none was.
 func (m *runMetrics) exit(code int, lk *dlock.Lock) int {
 	if m == nil {
@@ -333,7 +333,7 @@ func (m *runMetrics) exit(code int, lk *dlock.Lock) int {
 		}
 		t.Stop()
 	}
-	close(m.stop)
+	close(m.quit)
 	<-m.done
 	m.mu.Lock()
 	if lk != nil && errors.Is(lk.Err(), dlock.ErrLockLost) {

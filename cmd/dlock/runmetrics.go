@@ -111,6 +111,7 @@ type runMetrics struct {
 	acquired time.Time     // zero until the lock is acquired
 	held     time.Duration // once ended: how long the lock was held
 	ended    bool          // released or lost
+	endedAt  time.Time     // when it ended
 	lost     bool
 	exited   bool
 	code     int
@@ -268,7 +269,8 @@ func (m *runMetrics) endLocked() {
 	if m.ended || m.acquired.IsZero() {
 		return
 	}
-	m.ended, m.held = true, time.Since(m.acquired)
+	m.ended, m.endedAt = true, time.Now()
+	m.held = m.endedAt.Sub(m.acquired)
 }
 
 // writer writes the file when woken until exit: at once when the lock is
@@ -336,10 +338,18 @@ func (m *runMetrics) exit(code int, lk *dlock.Lock) int {
 	close(m.quit)
 	<-m.done
 	m.mu.Lock()
-	if lk != nil && errors.Is(lk.Err(), dlock.ErrLockLost) {
-		m.lost = true // even if its Event never came
-	}
 	m.endLocked() // a lock not released (left to expire) ends now
+	switch {
+	case lk == nil:
+	case errors.Is(lk.Err(), dlock.ErrLockLost):
+		m.lost = true // even if its Event never came
+	case code == exitLost && lk.Deadline().Sub(m.endedAt) <= lk.TTL()/3:
+		// dlock run ended CMD because the lease ran short (renewals did
+		// not come by the term point, at most TTL/3 before the
+		// deadline) and released the lock before the library counted
+		// it lost: lost all the same.
+		m.lost = true
+	}
 	m.exited, m.code, m.end = true, code, time.Now()
 	m.mu.Unlock()
 	if m.file != "" {
@@ -421,7 +431,7 @@ var (
 	runStartDesc    = prometheus.NewDesc("dlock_run_last_start_timestamp_seconds", "When the last dlock run or hold of the key started (before waiting for the lock), in seconds since the epoch.", runLabels, nil)
 	runAcquiredDesc = prometheus.NewDesc("dlock_run_last_acquired_timestamp_seconds", "When the last dlock run or hold of the key acquired the lock, in seconds since the epoch; absent if it did not.", runLabels, nil)
 	runHeldDesc     = prometheus.NewDesc("dlock_run_last_held_seconds", "How long the last dlock run or hold of the key held the lock: so far while held, else until released or lost; absent if it did not acquire it.", runLabels, nil)
-	runLostDesc     = prometheus.NewDesc("dlock_run_last_lost", "1 if the last dlock run or hold of the key lost the lock while holding it, else 0.", runLabels, nil)
+	runLostDesc     = prometheus.NewDesc("dlock_run_last_lost", "1 if the last dlock run or hold of the key lost the lock while holding it (or let its lease run short and ended CMD for it), else 0.", runLabels, nil)
 	runExitDesc     = prometheus.NewDesc("dlock_run_last_exit_code", "Exit status of the last dlock run or hold of the key; absent while it runs.", runLabels, nil)
 	runEndDesc      = prometheus.NewDesc("dlock_run_last_end_timestamp_seconds", "When the last dlock run or hold of the key exited, in seconds since the epoch; absent while it runs.", runLabels, nil)
 )

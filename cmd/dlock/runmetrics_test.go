@@ -229,10 +229,13 @@ func TestRun_MetricsFileRecordsLoss(t *testing.T) {
 // 127.0.0.1:0 says it serves metrics at, from its stderr.
 func metricsURL(t *testing.T, name string, stderr *syncBuffer) string {
 	t.Helper()
-	m := regexp.MustCompile(`dlock ` + name + `: metrics at (http://127\.0\.0\.1:\d+/metrics)\n`).FindStringSubmatch(stderr.String())
-	if m == nil {
-		t.Fatalf("dlock %s did not say where it serves metrics: %q", name, stderr.String())
-	}
+	re := regexp.MustCompile(`dlock ` + name + `: metrics at (http://127\.0\.0\.1:\d+/metrics)\n`)
+	var m []string
+	// Said before the lock was asked for; its copy to stderr may lag.
+	waitFor(t, hang, "dlock "+name+" did not say where it serves metrics", func() bool {
+		m = re.FindStringSubmatch(stderr.String())
+		return m != nil
+	})
 	return m[1]
 }
 

@@ -18,6 +18,9 @@ import (
 type backend struct {
 	node    *redisproto.Node
 	waiters redisproto.Waiters
+	// unsafeEviction: WithUnsafeEviction (else Try refuses a server that
+	// may evict keys).
+	unsafeEviction bool
 }
 
 var (
@@ -42,6 +45,9 @@ func (b *backend) Spec() driver.Spec {
 func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, error) {
 	meta, err := redisproto.EncodeMetadata(req.Metadata)
 	if err != nil {
+		return driver.Grant{}, err
+	}
+	if err := checkEviction(ctx, b.node, b.unsafeEviction); err != nil {
 		return driver.Grant{}, err
 	}
 	defer b.waiters.Begin(req.WaitID)() // may queue the waiter

@@ -64,6 +64,10 @@ type Guard struct {
 	ackTimeout time.Duration
 	chk        guard.Checker
 	err        error // NewGuard's failure: every call returns it
+	// node asks the server once whether it may evict keys (see
+	// EvictionError); unsafeEviction: WithUnsafeEviction.
+	node           *redisproto.Node
+	unsafeEviction bool
 }
 
 var _ guard.Guard = (*Guard)(nil)
@@ -86,6 +90,8 @@ func NewGuard(client redis.UniversalClient, opts ...Option) *Guard {
 	} else if err := cfg.validate(client, "redislock.NewGuard"); err != nil {
 		g.client = nil
 		g.err = err
+	} else {
+		g.node, g.unsafeEviction = redisproto.NewNode(client, cfg.prefix), cfg.unsafeEviction
 	}
 	return g
 }
@@ -218,7 +224,10 @@ func (g *Guard) check(ctx context.Context, resource string, names ...string) err
 	if g.err == nil && g.client == nil {
 		return errZeroGuard
 	}
-	return g.err
+	if g.err != nil {
+		return g.err
+	}
+	return checkEviction(ctx, g.node, g.unsafeEviction)
 }
 
 // eval runs body fenced by f. op names a write ("guard put", "guard

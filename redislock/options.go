@@ -16,6 +16,8 @@ type config struct {
 	prefix     string
 	acks       int
 	ackTimeout time.Duration
+	// unsafeEviction: WithUnsafeEviction.
+	unsafeEviction bool
 }
 
 // WithPrefix sets the key prefix (default DefaultPrefix; an empty prefix

@@ -57,7 +57,7 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 	if err := cfg.validate(client, "redislock.New"); err != nil {
 		return &Locker{e: dlock.FailedEngine(err)}
 	}
-	b := &backend{node: redisproto.NewNode(client, cfg.prefix)}
+	b := &backend{node: redisproto.NewNode(client, cfg.prefix), unsafeEviction: cfg.unsafeEviction}
 	b.node.Acks, b.node.AckTimeout = cfg.acks, cfg.ackTimeout
 	return &Locker{e: dlock.NewEngine(b, opts...), b: b}
 }

@@ -19,6 +19,7 @@ type Node struct {
 	// cluster bus delivers to elsewhere (see wake_one in lua/helpers.lua).
 	cluster string
 	dq      dequeuer
+	ev      evictionCheck
 	// Acks, when above 0, makes Acquire, AcquireGroup, Refresh,
 	// RefreshGroup and RefreshBatch wait for that many replicas to
 	// acknowledge their writes (WAIT Acks AckTimeout on the connection

@@ -2,6 +2,7 @@ package memlock
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"time"
 
@@ -15,7 +16,9 @@ var (
 )
 
 // Break implements dlock.Breaker (see dlock.Break): it removes every lease
-// on key (owner "") or owner's alone, and wakes the key's waiters.
+// on key (owner "") or owner's alone, closes the Lost() of the Locks that
+// held them (LossBackend, wrapping dlock.ErrNotHeld) before it returns,
+// and wakes the key's waiters.
 // Waiting-writer registrations stay.
 func (l *Locker) Break(ctx context.Context, key, owner string) (dlock.Broken, error) {
 	if l == nil {
@@ -29,6 +32,12 @@ func (s *state) Break(ctx context.Context, key, owner string) (driver.BreakResul
 	if err := ctx.Err(); err != nil {
 		return driver.BreakResult{}, err
 	}
+	var tell []func(error)
+	defer func() { // outside s.mu: lose stops the binding, which takes it
+		for _, lose := range tell {
+			lose(fmt.Errorf("%w: memlock key %q was broken (dlock.Break)", dlock.ErrNotHeld, key))
+		}
+	}()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var res driver.BreakResult
@@ -41,6 +50,9 @@ func (s *state) Break(ctx context.Context, key, owner string) (driver.BreakResul
 		held := driver.Held{Owner: h.owner, Token: h.token, Metadata: maps.Clone(h.meta), TTL: h.expires.Sub(now), Mode: ks.mode}
 		if owner == "" || h.owner == owner {
 			delete(ks.holders, h.owner)
+			if h.lose != nil {
+				tell = append(tell, h.lose)
+			}
 			res.Removed = append(res.Removed, held)
 		} else {
 			res.Others = append(res.Others, held)

@@ -134,6 +134,9 @@ type holder struct {
 	expires time.Time
 	since   time.Time // acquisition
 	meta    map[string]string
+	// lose tells the Lock holding this lease that Break removed it
+	// (driver.LossNotifier); nil before Bind and after its stop.
+	lose func(cause error)
 }
 
 func (h *holder) public(m driver.Mode, now time.Time) dlock.Holder {
@@ -295,10 +298,29 @@ func (u *sub) Close() {
 	u.s.mu.Unlock()
 }
 
-// lease is one holder's lease: driver.Lease.
+// lease is one holder's lease: driver.Lease and driver.LossNotifier.
 type lease struct {
 	s          *state
 	key, owner string
+}
+
+var _ driver.LossNotifier = (*lease)(nil)
+
+// Bind implements driver.LossNotifier: Break calls lose at once for the
+// leases it removes.
+func (l *lease) Bind(lose func(cause error)) (stop func()) {
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	h, err := l.heldLocked()
+	if err != nil {
+		return nil // the watchdog's next renewal reports it
+	}
+	h.lose = lose
+	return func() {
+		l.s.mu.Lock()
+		h.lose = nil
+		l.s.mu.Unlock()
+	}
 }
 
 // heldLocked returns the holder if it is still this lease's and unexpired.

@@ -16,5 +16,7 @@ func TestConformance(t *testing.T) {
 	dlocktest.TestLocker(t, dlocktest.Harness{
 		New:    func(testing.TB) dlock.Locker { return l },
 		Expire: func(_ testing.TB, key string) { l.Expire(key) },
+		// Break closes the broken holders' Lost() before it returns.
+		TellsBroken: true,
 	})
 }

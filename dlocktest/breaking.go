@@ -15,7 +15,8 @@ import (
 
 // Break: an operator's dlock.Break. A forced break frees the key for the
 // next acquirer, whose token is higher; the broken holder finds out at its
-// next renewal at the latest and its Release reports the loss; an
+// next renewal at the latest (at once where the backend can tell:
+// Harness.TellsBroken, NoticesDeletion) and its Release reports the loss; an
 // owner-checked break with the wrong owner fails with ErrNotHolder naming
 // the real holder and changes nothing; breaking a free key removes
 // nothing and is not an error; a waiter is woken by a break; among shared
@@ -30,6 +31,8 @@ func testBreak(t *testing.T, h Harness) {
 	}{
 		{"Force", testBreakForce},
 		{"LostAtNextRenewal", testBreakLostAtRenewal},
+		{"TellsHolder", testBreakTellsHolder},
+		{"TellsSharedHolder", testBreakTellsSharedHolder},
 		{"WrongOwner", testBreakWrongOwner},
 		{"Owner", testBreakOwner},
 		{"FreeKey", testBreakFree},
@@ -192,6 +195,70 @@ func testBreakLostAtRenewal(t *testing.T, h Harness) {
 	if err := lk.Release(context.Background()); !errors.Is(err, dlock.ErrLockLost) {
 		t.Errorf("Release of a broken lock = %v, want ErrLockLost", err)
 	}
+}
+
+// breakNoticeTTL is the lease of the TellsHolder cases: long enough that
+// the watchdog's first renewal (at a third of it) comes far later than
+// any notice, so a loss reported before it was not found by a renewal.
+const breakNoticeTTL = 30 * time.Second
+
+// wantToldOfBreak checks that lk's Lost() closes before its first renewal
+// was due (acquired was taken before its Acquire was called, so that
+// point is no later than acquired + breakNoticeTTL/3), and that the loss
+// was reported by the backend (LossBackend), not by a renewal's answer.
+func wantToldOfBreak(t *testing.T, lk *dlock.Lock, acquired time.Time) {
+	t.Helper()
+	timer := time.NewTimer(time.Until(acquired.Add(breakNoticeTTL / 3)))
+	defer timer.Stop()
+	select {
+	case <-lk.Lost():
+	case <-timer.C:
+		t.Fatalf("the broken holder's Lost() was still open at its first renewal point (TTL/3 = %v after Acquire): the break did not reach it", breakNoticeTTL/3)
+	}
+	var le *dlock.LostError
+	if !errors.As(lk.Err(), &le) || le.Reason != dlock.LossBackend || !errors.Is(lk.Err(), dlock.ErrNotHeld) {
+		t.Fatalf("Err() = %v, want a *LostError with reason %q wrapping ErrNotHeld (told by the backend, not found by a renewal)", lk.Err(), dlock.LossBackend)
+	}
+	if err := lk.Release(context.Background()); !errors.Is(err, dlock.ErrLockLost) {
+		t.Errorf("Release of a broken lock = %v, want ErrLockLost", err)
+	}
+}
+
+// TellsHolder: a forced break closes the broken holder's Lost() at once,
+// not at its next renewal (the next holder may already be running).
+func testBreakTellsHolder(t *testing.T, h Harness) {
+	if !h.NoticesDeletion && !h.TellsBroken {
+		t.Skip("the backend learns of a break only at the holder's next renewal (Harness.TellsBroken unset)")
+	}
+	holder, operator := h.New(t), h.New(t)
+	key := Key(t)
+	acquired := time.Now()
+	lk := mustAcquire(t, holder, key, dlock.WithTTL(breakNoticeTTL))
+	wantBroken(t, mustBreak(t, operator, key, ""), lk)
+	wantToldOfBreak(t, lk, acquired)
+}
+
+// TellsSharedHolder: an owner-checked break of one shared holder closes
+// that holder's Lost() at once and leaves the other holder's lock alone.
+func testBreakTellsSharedHolder(t *testing.T, h Harness) {
+	if !h.NoticesDeletion && !h.TellsBroken {
+		t.Skip("the backend learns of a break only at the holder's next renewal (Harness.TellsBroken unset)")
+	}
+	l1, l2, operator := h.New(t), h.New(t), h.New(t)
+	key := Key(t)
+	acquired := time.Now()
+	a, err := l1.Acquire(ctxT(t), key, dlock.WithShared(), dlock.WithTTL(breakNoticeTTL))
+	if errors.Is(err, dlock.ErrUnsupported) {
+		t.Skip("no shared locks")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := mustAcquire(t, l2, key, dlock.WithShared(), dlock.WithTTL(breakNoticeTTL))
+	defer release(t, b)
+	wantBroken(t, mustBreak(t, operator, key, a.Owner()), a)
+	wantToldOfBreak(t, a, acquired)
+	wantIntact(t, b)
 }
 
 func testBreakWrongOwner(t *testing.T, h Harness) {

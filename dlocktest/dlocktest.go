@@ -56,6 +56,14 @@ type Harness struct {
 	// (session backends) and closes Lost() when one is deleted, without
 	// waiting for the next renewal; the suite then checks that it does.
 	NoticesDeletion bool
+	// TellsBroken says a dlock.Break reaches the broken holder's Lock at
+	// once (a notice from the server, or a shared process's own state):
+	// its Lost() closes within a few round trips, not at its next
+	// renewal. The suite then checks that it does (Break/TellsHolder), as
+	// it does for a backend that NoticesDeletion; for the others (no way
+	// to learn of a break but to ask at the next renewal) that case is
+	// skipped.
+	TellsBroken bool
 	// FIFO says the backend serves the waiters of a key in the order they
 	// began waiting; the suite then checks that it does.
 	FIFO bool

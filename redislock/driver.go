@@ -294,3 +294,52 @@ func (l *lease) Release(ctx context.Context) error {
 	held, err := l.b.node.Release(ctx, l.key, l.owner, l.token, FenceRetention)
 	return l.result("release", held, err)
 }
+
+var _ driver.LossNotifier = (*lease)(nil)
+
+// breakCheckTimeout bounds the read a break notice triggers.
+const breakCheckTimeout = 5 * time.Second
+
+// Bind implements driver.LossNotifier: the lease listens on its key's
+// break channel (in the background: the acquisition does not wait for the
+// SUBSCRIBE), and on each notice reads the key once; when the key no
+// longer names this owner the Lock is lost at once (LossBackend, wrapping
+// dlock.ErrNotHeld), not at its next renewal. Once the SUBSCRIBE is
+// confirmed the key is read once too, which covers a break between the
+// grant and the SUBSCRIBE; when Redis does not confirm it within the
+// hub's bound (a stalled link), a break before it took effect is found by
+// the next renewal. stop cancels the listening without waiting on the network.
+func (l *lease) Bind(lose func(cause error)) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan struct{}, 1)
+	background.Go(func() {
+		sub, err := l.b.node.WatchBreaks(ctx, l.key, ch)
+		if err != nil {
+			return // unwatched, or the server is unreachable: renewals report
+		}
+		defer sub.Close()
+		// A break between the grant and the SUBSCRIBE published before
+		// anyone listened: check once now that the notices are heard.
+		select {
+		case ch <- struct{}{}:
+		default: // a notice is already pending
+		}
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-ch:
+			}
+			cctx, ccancel := context.WithTimeout(ctx, breakCheckTimeout)
+			held, err, abandoned := redisproto.Await(cctx, func(c context.Context) (bool, error) {
+				return l.b.node.Holds(c, l.key, l.owner, l.group)
+			})
+			ccancel()
+			if err == nil && !abandoned && !held {
+				lose(fmt.Errorf("%w: redis key %s no longer holds owner %s (broken)", dlock.ErrNotHeld, l.b.node.LockKey(l.key), l.owner))
+				return
+			}
+		}
+	})
+	return cancel
+}

@@ -49,6 +49,8 @@ func conformance(t *testing.T, srv *testserver.Redis, readTimeout time.Duration,
 	}
 	dlocktest.TestLocker(t, dlocktest.Harness{
 		TTL: conformanceTTL,
+		// A break publishes a notice; holders check their keys at once.
+		TellsBroken: true,
 		New: func(t testing.TB) dlock.Locker {
 			c := redis.NewClient(&redis.Options{Addr: srv.Addr(), Password: srv.Password(), ReadTimeout: readTimeout})
 			t.Cleanup(func() { c.Close() })

@@ -4,8 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 var breakScript = script("break") // lua/break.lua
@@ -16,7 +20,8 @@ var breakScript = script("break") // lua/break.lua
 // group's last holder is replaced with a release marker (kept for
 // retention) whose token is above the broken ones, and one waiter is
 // woken; the broken holders' later Refresh and Release find nothing of
-// theirs.
+// theirs. A break that removed something publishes on BreakChannel(key)
+// (see WatchBreaks).
 func (n *Node) Break(ctx context.Context, key, owner string, retention time.Duration) (removed, others []Info, err error) {
 	return n.breakLock(ctx, key, owner, retention, "0")
 }
@@ -46,7 +51,7 @@ func (n *Node) breakLock(ctx context.Context, key, owner string, retention time.
 	brk := hex.EncodeToString(id[:])
 	res, err := breakScript.Run(ctx, n.Client,
 		[]string{lk, lk + waitersSuffix, lk + holdersSuffix, lk + holderDataSuffix, lk + permitSuffix, lk + breakSuffix + brk},
-		owner, Ms(retention), lk+channelSuffix, Ms(HandoffReserve), n.cluster, quorum, brk, Ms(BreakReceipt)).Slice()
+		owner, Ms(retention), lk+channelSuffix, Ms(HandoffReserve), n.cluster, quorum, brk, Ms(BreakReceipt), lk+breakChanSuffix).Slice()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -62,4 +67,34 @@ func (n *Node) breakLock(ctx context.Context, key, owner string, retention time.
 		others[i].Key = key
 	}
 	return removed, others, nil
+}
+
+// WatchBreaks delivers into ch (buffered, sent without blocking) each
+// notice that a break removed leases of key, and a spurious one when the
+// pub/sub connection was lost (a notice may have been missed): the
+// receiver checks its lease (Holds) on each. It waits for the SUBSCRIBE
+// as Watch does.
+func (n *Node) WatchBreaks(ctx context.Context, key string, ch chan struct{}) (*Subscription, error) {
+	return n.hub.watch(ctx, n.BreakChannel(key), ch)
+}
+
+// Holds reports whether owner still holds key: the exclusive lease's
+// value names it, or (group) it is among the group's holders. One read,
+// no write.
+func (n *Node) Holds(ctx context.Context, key, owner string, group bool) (bool, error) {
+	if group {
+		err := n.Client.ZScore(ctx, n.HoldersKey(key), owner).Err()
+		if errors.Is(err, redis.Nil) {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	v, err := n.Client.Get(ctx, n.LockKey(key)).Result()
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return !strings.HasPrefix(v, "|") && ParseValue(v).Owner == owner, nil
 }

@@ -49,6 +49,7 @@ const (
 	holderDataSuffix = ":hd"
 	writersSuffix    = ":wr"
 	permitSuffix     = ":pk"
+	breakChanSuffix  = ":b"
 )
 
 // HoldersKey is the sorted set of the shared or limited holders of key,
@@ -76,6 +77,10 @@ const (
 	Receipts         = 8
 	ReceiptRetention = time.Minute
 )
+
+// BreakChannel is the channel a break of key publishes on, for its
+// holders' clients to check their leases at once.
+func (n *Node) BreakChannel(key string) string { return n.LockKey(key) + breakChanSuffix }
 
 // WaiterChannel is the channel waiter id listens on for its turn.
 func (n *Node) WaiterChannel(key, id string) string { return n.waiterPrefix(key) + id }

@@ -13,6 +13,7 @@
 -- ARGV[6]  "1" on a Redlock node (Node.QuorumBreak), else "0" or absent
 -- ARGV[7]  this break's id (random, per call), "" or absent for none
 -- ARGV[8]  how long the break's receipt is kept, ms
+-- ARGV[9]  the break notice channel P:{T}:b, "" or absent for none
 -- KEYS[6]  the break's receipt     P:{T}:brk:<ARGV[7]> (with an id)
 --
 -- Returns {the key's value or "", removed, others}: removed are the
@@ -37,6 +38,11 @@
 -- release's without one (quorum_release.lua): "|0|<id>|<until>" while it
 -- reserves the key for the woken waiter, else the key is deleted.
 --
+-- A break that removed something publishes "1" on the break notice
+-- channel (ARGV[9]), which the holders' clients listen on: each checks
+-- at once whether its lease is still there, instead of at its next
+-- renewal.
+--
 -- A break that removed something leaves a receipt (KEYS[6], for ARGV[8]
 -- ms): its reply, as JSON. The same break run again (a client retrying a
 -- request whose reply was lost) returns that reply instead of reading
@@ -50,6 +56,9 @@ if brk ~= '' then
   end
 end
 local function done(res)
+  if (ARGV[9] or '') ~= '' then
+    redis.call('PUBLISH', ARGV[9], '1')
+  end
   if brk ~= '' then
     redis.call('SET', KEYS[6], cjson.encode(res), 'PX', ARGV[8])
   end

@@ -132,6 +132,42 @@
 // on the other masters stay renewed. The watchdog runs on a timer: no
 // goroutine exists between renewals.
 //
+// # Eviction
+//
+// A server with maxmemory set and a maxmemory-policy other than
+// noeviction may evict keys under memory pressure: allkeys-* policies any
+// key, volatile-* policies any key with a TTL, which every lease has. An
+// evicted lease frees the key for the next caller at once while its
+// holder runs on until its next renewal finds the key gone; an evicted
+// Guard fence key admits fences it had refused. So a Locker and a Guard
+// ask the server on first use (CONFIG GET maxmemory*, or INFO memory where
+// an ACL denies CONFIG; on a Cluster, every master), once per Locker or
+// Guard, and refuse such a server: Acquire, TryAcquire and every Guard
+// operation fail with an *EvictionError (wrapping dlock.ErrUnsupported)
+// naming the policy and the limit. Set maxmemory-policy noeviction (Redis
+// then refuses writes when full, which fails acquisitions instead of
+// freeing held keys), or keep locks on a Redis without maxmemory; or pass
+// WithUnsafeEviction to accept the risk. A server that answers neither
+// command is accepted. The answer is kept for the Locker's life: a policy
+// changed later (or a failover to a differently configured replica) is
+// not noticed.
+//
+// # Breaks
+//
+// dlock.Break (one script, lua/break.lua) publishes a notice on the key's
+// break channel ("<prefix>:{key}:b") when it removed a lease. Every held
+// lock listens on its key's channel, on the Locker's pub/sub connection
+// (opened while anyone waits or holds, closed when nobody does), and on a
+// notice reads its key once: when the key no longer names its owner, its
+// Lost() closes at once (dlock.LossBackend, wrapping dlock.ErrNotHeld):
+// one notice and one read after the break, instead of at the next
+// renewal. The key is read once more when the SUBSCRIBE is
+// confirmed, which covers a break between the grant and the SUBSCRIBE. A
+// notice lost with the pub/sub connection makes every listener check. Each
+// held lock costs a SUBSCRIBE and a read after its grant and an
+// UNSUBSCRIBE at its end, all in the background: the acquisition and the
+// release do not wait for them.
+//
 // # Replica acknowledgement
 //
 // With WithReplicaAcks(n, timeout) every acquire and renewal script is
@@ -224,6 +260,12 @@
 //     exclusive fence it admitted, for as long as Redis keeps the fence key
 //     (it has no expiry); the rule runs on the server, so a write abandoned
 //     at its deadline and executed later is still fenced.
+//   - No lock is handed out, and no Guard operation runs, on a server that
+//     reported at first use that it may evict keys (see Eviction), unless
+//     WithUnsafeEviction was given.
+//   - A holder whose lease dlock.Break removed is told at once: its Lost()
+//     closes after the break notice and one read (see Breaks), while its
+//     server is reachable and its subscription confirmed.
 //
 // # Not guaranteed
 //
@@ -316,4 +358,19 @@
 //     Locks with a common hash tag share a slot and so a master.
 //   - That a Guard's operation whose call failed or was abandoned did not
 //     take effect; it stays fenced.
+//   - Exclusion on a server that may evict keys, with WithUnsafeEviction:
+//     an evicted lease is granted again at once, and its holder finds out
+//     at its next renewal (a third of the TTL later, at most); an evicted
+//     Guard fence key admits older fences. The eviction check itself is
+//     made once per Locker or Guard: a maxmemory-policy set afterwards, or
+//     a failover to a server configured differently, is not noticed.
+//   - Prompt notice of a lease deleted or evicted behind its holder's back
+//     other than by dlock.Break (DEL, FLUSHALL, an expiry on the server's
+//     clock): no keyspace notification is used (they are off by default
+//     and configured server-wide), so the holder finds out at its next
+//     renewal. A break notice published while the holder's pub/sub link
+//     was down, or before its SUBSCRIBE took effect when Redis did not
+//     confirm it within 2s, is missed likewise.
+//   - Break notices on Redlock (package redlock): its holders learn of a
+//     break at their next renewal.
 package redislock

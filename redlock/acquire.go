@@ -32,6 +32,9 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 		return driver.Grant{}, err
 	}
 	timeout := b.timeout(req.TTL)
+	if err := b.checkEviction(ctx, timeout); err != nil {
+		return driver.Grant{}, err
+	}
 	lease := &lease{b: b, key: req.Key, owner: req.Owner, timeout: timeout}
 	all := b.all()
 	ch := b.fanOut(ctx, timeout, all, func(ctx context.Context, n *node) answer {

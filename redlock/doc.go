@@ -26,6 +26,13 @@
 //     that have not answered counted as failed.
 //   - A failed acquisition says, node by node, what happened, and leaves
 //     nothing behind (see Errors and Acquire).
+//   - No lock is handed out while a node reported, when first asked, that
+//     it may evict keys (maxmemory set, maxmemory-policy not noeviction;
+//     CONFIG GET, or INFO memory where CONFIG is denied): Acquire fails
+//     with an *EvictionError wrapping dlock.ErrUnsupported, unless
+//     WithUnsafeEviction was given. Each node is asked once per Locker; a
+//     node that does not answer is asked again in the background on later
+//     attempts, which do not wait for it.
 //
 // # Not guaranteed
 //
@@ -38,6 +45,9 @@
 //   - Strict arrival order among waiters: a woken waiter that does not
 //     claim its reservation within 100ms, and a waiter whose wake-up was
 //     lost (it then polls), may be overtaken (see Waiting).
+//   - Prompt notice of a break: a holder whose leases dlock.Break removed
+//     finds out at its next renewal.
+//   - A node's eviction policy set after it was first asked.
 //
 // # Acquire
 //

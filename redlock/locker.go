@@ -43,8 +43,9 @@ const (
 type Option = driver.Option
 
 type options struct {
-	prefix      string
-	nodeTimeout time.Duration
+	prefix         string
+	nodeTimeout    time.Duration
+	unsafeEviction bool
 }
 
 // WithPrefix sets the key prefix on every node (default DefaultPrefix).
@@ -83,6 +84,10 @@ type node struct {
 	*redisproto.Node
 	name     string
 	renewing atomic.Bool // a RefreshBatch pipeline to this node is running
+	// unanswered: the node's eviction check got no answer; later attempts
+	// ask it again in the background (rechecking: that check is running)
+	// instead of waiting for it.
+	unanswered, rechecking atomic.Bool
 }
 
 // backend is the driver: the nodes and the quorum.
@@ -91,6 +96,9 @@ type backend struct {
 	nodes       []*node
 	quorum      int
 	nodeTimeout time.Duration // 0: derived from the TTL
+	// unsafeEviction: WithUnsafeEviction (else Try refuses nodes that
+	// may evict keys).
+	unsafeEviction bool
 }
 
 // New returns a Locker over clients, one per independent master (use an
@@ -104,7 +112,7 @@ func New(clients []redis.UniversalClient, opts ...Option) *Locker {
 	if o.prefix == "" {
 		o.prefix = DefaultPrefix
 	}
-	b := &backend{quorum: len(clients)/2 + 1, nodeTimeout: o.nodeTimeout}
+	b := &backend{quorum: len(clients)/2 + 1, nodeTimeout: o.nodeTimeout, unsafeEviction: o.unsafeEviction}
 	if err := b.addNodes(clients, o); err != nil {
 		return &Locker{e: dlock.FailedEngine(err), b: b}
 	}

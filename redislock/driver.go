@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/background"
@@ -312,7 +314,8 @@ const breakCheckTimeout = 5 * time.Second
 func (l *lease) Bind(lose func(cause error)) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := make(chan struct{}, 1)
-	background.Go(func() {
+	// Not background work: it lasts as long as the lock (or the client).
+	go func() {
 		sub, err := l.b.node.WatchBreaks(ctx, l.key, ch)
 		if err != nil {
 			return // unwatched, or the server is unreachable: renewals report
@@ -339,7 +342,10 @@ func (l *lease) Bind(lose func(cause error)) (stop func()) {
 				lose(fmt.Errorf("%w: redis key %s no longer holds owner %s (broken)", dlock.ErrNotHeld, l.b.node.LockKey(l.key), l.owner))
 				return
 			}
+			if errors.Is(err, redis.ErrClosed) {
+				return // the client is closed: no more notices, nor checks
+			}
 		}
-	})
+	}()
 	return cancel
 }

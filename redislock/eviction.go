@@ -64,8 +64,10 @@ func checkEviction(ctx context.Context, n *redisproto.Node, allowed bool) error 
 		return nil
 	}
 	ev, err, abandoned := redisproto.Await(ctx, n.Eviction)
-	if abandoned {
-		return fmt.Errorf("%w: redis eviction check: no answer before the context ended: %w", dlock.ErrUnavailable, ctx.Err())
+	if abandoned || err != nil && ctx.Err() != nil {
+		// No answer in time: like every call's (the client may have
+		// given up on its own with the context's error).
+		return fmt.Errorf("%w: redis eviction check: no answer before the context ended: %w", dlock.ErrUnavailable, context.Cause(ctx))
 	}
 	if err != nil {
 		err = fmt.Errorf("dlock: redis eviction check: %w", err)

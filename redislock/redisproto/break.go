@@ -73,9 +73,11 @@ func (n *Node) breakLock(ctx context.Context, key, owner string, retention time.
 // notice that a break removed leases of key, and a spurious one when the
 // pub/sub connection was lost (a notice may have been missed): the
 // receiver checks its lease (Holds) on each. It waits for the SUBSCRIBE
-// as Watch does.
+// as Watch does. The notices come on a pub/sub connection of their own,
+// open while anyone listens, apart from the waiters' (Watch); its reader
+// ends when the client is closed.
 func (n *Node) WatchBreaks(ctx context.Context, key string, ch chan struct{}) (*Subscription, error) {
-	return n.hub.watch(ctx, n.BreakChannel(key), ch)
+	return n.breaks.watch(ctx, n.BreakChannel(key), ch)
 }
 
 // Holds reports whether owner still holds key: the exclusive lease's

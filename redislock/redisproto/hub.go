@@ -45,6 +45,11 @@ var errUnwatched = errors.New("redisproto: subscription closed before it was sen
 // for as long as the connection lives.
 type hub struct {
 	client redis.UniversalClient
+	// lasting: the hub's subscriptions last as long as locks are held
+	// (break notices), not as long as a bounded wait: its reader is not
+	// counted as background work (package background), and ends when the
+	// client is closed.
+	lasting bool
 
 	mu   sync.Mutex
 	conn *hubConn // nil while nobody waits
@@ -119,7 +124,11 @@ func (h *hub) watch(ctx context.Context, channel string, ch chan struct{}) (*Sub
 		// No connection is made before the first request or Receive.
 		c := &hubConn{ps: h.client.Subscribe(context.WithoutCancel(ctx))}
 		h.conn = c
-		background.Go(func() { h.read(c) })
+		if h.lasting {
+			go h.read(c)
+		} else {
+			background.Go(func() { h.read(c) })
+		}
 	}
 	set := h.subs[channel]
 	first := set == nil
@@ -292,6 +301,13 @@ func (h *hub) read(c *hubConn) {
 					s.notify()
 				}
 			}
+		}
+		if err != nil && h.lasting && errors.Is(err, redis.ErrClosed) {
+			// The client is closed: nothing more will arrive. The
+			// listeners, told above, find the client closed and leave.
+			h.conn = nil
+			h.mu.Unlock()
+			return
 		}
 		h.mu.Unlock()
 		if err != nil {

@@ -14,6 +14,7 @@ type Node struct {
 	Client redis.UniversalClient
 	Prefix string
 	hub    *hub
+	breaks *hub // holders' break notices (WatchBreaks)
 	// cluster is "1" when Client is a Cluster client: PUBLISH then counts
 	// only the receivers on the node that ran it, not those that the
 	// cluster bus delivers to elsewhere (see wake_one in lua/helpers.lua).
@@ -34,7 +35,8 @@ type Node struct {
 
 // NewNode returns a Node on c with key prefix prefix.
 func NewNode(c redis.UniversalClient, prefix string) *Node {
-	n := &Node{Client: c, Prefix: prefix, hub: newHub(c), cluster: "0"}
+	n := &Node{Client: c, Prefix: prefix, hub: newHub(c), breaks: newHub(c), cluster: "0"}
+	n.breaks.lasting = true
 	if _, ok := c.(*redis.ClusterClient); ok {
 		n.cluster = "1"
 	}

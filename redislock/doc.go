@@ -154,17 +154,17 @@
 //
 // # Breaks
 //
-// dlock.Break (one script, lua/break.lua) publishes a notice on the key's
-// break channel ("<prefix>:{key}:b") when it removed a lease. Every held
-// lock listens on its key's channel, on the Locker's pub/sub connection
-// (opened while anyone waits or holds, closed when nobody does), and on a
-// notice reads its key once: when the key no longer names its owner, its
-// Lost() closes at once (dlock.LossBackend, wrapping dlock.ErrNotHeld):
-// one notice and one read after the break, instead of at the next
-// renewal. The key is read once more when the SUBSCRIBE is
-// confirmed, which covers a break between the grant and the SUBSCRIBE. A
-// notice lost with the pub/sub connection makes every listener check. Each
-// held lock costs a SUBSCRIBE and a read after its grant and an
+// dlock.Break (one script) publishes a notice on the key's break channel
+// ("<prefix>:{key}:b") when it removed a lease. Every held lock listens on
+// its key's channel, on a pub/sub connection of the Locker's (apart from
+// the waiters', open while the Locker holds a lock), and on a notice reads
+// its key once: when the key no longer names its owner, its Lost() closes
+// at once (dlock.LossBackend, wrapping dlock.ErrNotHeld), one notice and
+// one read after the break instead of at the next renewal. The key is
+// also read once when the SUBSCRIBE is confirmed, which covers a break
+// between the grant and the SUBSCRIBE. A pub/sub connection lost (a
+// notice may have been missed) makes every listener check. Each held lock
+// costs a goroutine, a SUBSCRIBE and a read after its grant and an
 // UNSUBSCRIBE at its end, all in the background: the acquisition and the
 // release do not wait for them.
 //

@@ -30,9 +30,10 @@
 //     it may evict keys (maxmemory set, maxmemory-policy not noeviction;
 //     CONFIG GET, or INFO memory where CONFIG is denied): Acquire fails
 //     with an *EvictionError wrapping dlock.ErrUnsupported, unless
-//     WithUnsafeEviction was given. Each node is asked once per Locker; a
-//     node that does not answer is asked again in the background on later
-//     attempts, which do not wait for it.
+//     WithUnsafeEviction was given. Each node is asked once per Locker,
+//     and an attempt waits for a majority of answers only: a node that
+//     answers later is refused from the next attempt on, and one that does
+//     not answer is asked again in the background.
 //
 // # Not guaranteed
 //

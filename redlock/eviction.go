@@ -3,7 +3,6 @@ package redlock
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -44,49 +43,62 @@ func WithUnsafeEviction() Option {
 }
 
 // checkEviction asks every node, concurrently and once per node, and
-// refuses the first that may evict. A node that gave no answer (down,
-// timed out) does not hold up later attempts: it is asked again in the
-// background, and refused once it answers that it evicts.
+// refuses a node that may evict. It waits only until a majority of nodes
+// answered, like an attempt: a slow or dead node neither delays nor fails
+// the attempt. A node that has not answered is refused once it does (the
+// answer is kept for the next attempt); one that gave no answer within
+// timeout is asked again in the background on later attempts.
 func (b *backend) checkEviction(ctx context.Context, timeout time.Duration) error {
 	if b.unsafeEviction {
 		return nil
 	}
-	errs := make([]error, len(b.nodes))
-	var wg sync.WaitGroup
-	for i, n := range b.nodes {
-		ask := func(ctx context.Context) error {
-			cctx, cancel := context.WithTimeout(ctx, timeout)
-			defer cancel()
-			ev, err, abandoned := redisproto.Await(cctx, n.Eviction)
-			if err != nil || abandoned {
-				n.unanswered.Store(true)
-				return nil
-			}
-			n.unanswered.Store(false)
-			if ev.Evicts() {
-				return &EvictionError{Node: n.name, MaxMemory: ev.MaxMemory, Policy: ev.Policy}
-			}
-			return nil
+	ask := func(n *node) (answered bool, err error) {
+		cctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		ev, err, abandoned := redisproto.Await(cctx, n.Eviction)
+		if err != nil || abandoned {
+			n.unanswered.Store(true)
+			return false, nil
 		}
+		n.unanswered.Store(false)
+		if ev.Evicts() {
+			return true, &EvictionError{Node: n.name, MaxMemory: ev.MaxMemory, Policy: ev.Policy}
+		}
+		return true, nil
+	}
+	type result struct {
+		answered bool
+		err      error
+	}
+	results := make(chan result, len(b.nodes))
+	pending := 0
+	for _, n := range b.nodes {
 		if n.unanswered.Load() {
 			if n.rechecking.CompareAndSwap(false, true) {
 				background.Go(func() {
 					defer n.rechecking.Store(false)
-					_ = ask(context.Background())
+					_, _ = ask(n)
 				})
 			}
 			continue
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = ask(ctx)
-		}()
+		pending++
+		background.Go(func() {
+			answered, err := ask(n)
+			results <- result{answered, err}
+		})
 	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
+	for ok := 0; pending > 0 && ok < b.quorum; pending-- {
+		select {
+		case r := <-results:
+			if r.err != nil {
+				return r.err
+			}
+			if r.answered {
+				ok++
+			}
+		case <-ctx.Done():
+			return nil // the attempt reports the context's end
 		}
 	}
 	return nil

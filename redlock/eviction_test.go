@@ -6,18 +6,28 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/internal/background"
+	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/redlock"
 )
 
-// Guards against a quorum counting a node whose leases the server may
+// evict makes srv evict keys under memory pressure (policy).
+func evict(t *testing.T, srv *testserver.Redis, policy string) {
+	t.Helper()
+	for _, kv := range [][2]string{{"maxmemory", "100mb"}, {"maxmemory-policy", policy}} {
+		if _, err := srv.Do("CONFIG", "SET", kv[0], kv[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Guards against a quorum counting nodes whose leases the server may
 // evict under memory pressure.
 func TestAcquire_RefusesEvictingNode(t *testing.T) {
 	t.Parallel()
 	c := startNodes(t, 3)
-	for _, kv := range [][2]string{{"maxmemory", "100mb"}, {"maxmemory-policy", "volatile-lru"}} {
-		if _, err := c.srvs[1].Do("CONFIG", "SET", kv[0], kv[1]); err != nil {
-			t.Fatal(err)
-		}
+	for _, s := range c.srvs {
+		evict(t, s, "volatile-lru")
 	}
 	ctx := dlocktest.Context(t)
 	_, err := c.locker(t).TryAcquire(ctx, dlocktest.Key(t))
@@ -31,6 +41,28 @@ func TestAcquire_RefusesEvictingNode(t *testing.T) {
 	}
 	if err := lk.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Guards against an evicting minority node slipping through because an
+// attempt waits for a majority of answers only: once it has answered,
+// every attempt is refused.
+func TestAcquire_RefusesEvictingMinorityNodeOnceAnswered(t *testing.T) {
+	t.Parallel()
+	c := startNodes(t, 3)
+	evict(t, c.srvs[1], "allkeys-lfu")
+	l := c.locker(t)
+	ctx := dlocktest.Context(t)
+	if lk, err := l.TryAcquire(ctx, dlocktest.Key(t)); err == nil {
+		_ = lk.Release(ctx) // the evicting node answered after the majority
+	}
+	if !background.Wait(dlocktest.HangTimeout) { // every node has answered
+		t.Fatal("hang: background work did not end")
+	}
+	_, err := l.TryAcquire(ctx, dlocktest.Key(t))
+	var ee *redlock.EvictionError
+	if !errors.As(err, &ee) || ee.Policy != "allkeys-lfu" {
+		t.Fatalf("got %v; want an *EvictionError naming allkeys-lfu", err)
 	}
 }
 

@@ -155,18 +155,19 @@
 // # Breaks
 //
 // dlock.Break (one script) publishes a notice on the key's break channel
-// ("<prefix>:{key}:b") when it removed a lease. Every held lock listens on
-// its key's channel, on a pub/sub connection of the Locker's (apart from
-// the waiters', open while the Locker holds a lock), and on a notice reads
-// its key once: when the key no longer names its owner, its Lost() closes
-// at once (dlock.LossBackend, wrapping dlock.ErrNotHeld), one notice and
-// one read after the break instead of at the next renewal. The key is
-// also read once when the SUBSCRIBE is confirmed, which covers a break
-// between the grant and the SUBSCRIBE. A pub/sub connection lost (a
-// notice may have been missed) makes every listener check. Each held lock
-// costs a goroutine, a SUBSCRIBE and a read after its grant and an
-// UNSUBSCRIBE at its end, all in the background: the acquisition and the
-// release do not wait for them.
+// ("<prefix>:{key}:b") when it removed a lease. A lock held for 100 ms
+// listens on its key's channel, on a pub/sub connection of the Locker's
+// (apart from the waiters', open while the Locker has a listening lock),
+// and on a notice reads its key once: when the key no longer names its
+// owner, its Lost() closes at once (dlock.LossBackend, wrapping
+// dlock.ErrNotHeld), one notice and one read after the break instead of
+// at the next renewal. The key is also read once when the SUBSCRIBE is
+// confirmed, which covers a break before it: a break reaches its holder
+// within about 100 ms and a round trip. A pub/sub connection lost (a
+// notice may have been missed) makes every listener check. A listening
+// lock costs a goroutine, a SUBSCRIBE and a read, and an UNSUBSCRIBE at
+// its end, all in the background: the acquisition and the release do not
+// wait for them, and a lock released within 100 ms costs none of them.
 //
 // # Replica acknowledgement
 //
@@ -263,9 +264,10 @@
 //   - No lock is handed out, and no Guard operation runs, on a server that
 //     reported at first use that it may evict keys (see Eviction), unless
 //     WithUnsafeEviction was given.
-//   - A holder whose lease dlock.Break removed is told at once: its Lost()
-//     closes after the break notice and one read (see Breaks), while its
-//     server is reachable and its subscription confirmed.
+//   - A holder whose lease dlock.Break removed is told promptly: its
+//     Lost() closes after the break notice and one read, or the read at
+//     its subscription 100 ms into the hold (see Breaks), while its server
+//     is reachable and its subscription confirmed.
 //
 // # Not guaranteed
 //

@@ -302,50 +302,65 @@ var _ driver.LossNotifier = (*lease)(nil)
 // breakCheckTimeout bounds the read a break notice triggers.
 const breakCheckTimeout = 5 * time.Second
 
-// Bind implements driver.LossNotifier: the lease listens on its key's
-// break channel (in the background: the acquisition does not wait for the
-// SUBSCRIBE), and on each notice reads the key once; when the key no
-// longer names this owner the Lock is lost at once (LossBackend, wrapping
-// dlock.ErrNotHeld), not at its next renewal. Once the SUBSCRIBE is
-// confirmed the key is read once too, which covers a break between the
-// grant and the SUBSCRIBE; when Redis does not confirm it within the
-// hub's bound (a stalled link), a break before it took effect is found by
-// the next renewal. stop cancels the listening without waiting on the network.
+// breakListenDelay is how long a lock is held before it listens for break
+// notices. Most locks are held for less: they cost no subscription at
+// all, and a break of one is found by its release or renewal. A lock
+// held longer listens, and reads its key once when the SUBSCRIBE is
+// confirmed, so a break at any time reaches it within about this delay
+// plus a round trip (not at its next renewal, up to TTL/3 later).
+const breakListenDelay = 100 * time.Millisecond
+
+// Bind implements driver.LossNotifier: once the lock has been held for
+// breakListenDelay, the lease listens on its key's break channel (the
+// acquisition never waits for the SUBSCRIBE), and on each notice reads
+// the key once; when the key no longer names this owner the Lock is lost
+// at once (LossBackend, wrapping dlock.ErrNotHeld), not at its next
+// renewal. Once the SUBSCRIBE is confirmed the key is read once too,
+// which covers a break before it; when Redis does not confirm it within
+// the hub's bound (a stalled link), a break before it took effect is
+// found by the next renewal. stop cancels the listening without waiting
+// on the network.
 func (l *lease) Bind(lose func(cause error)) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
-	ch := make(chan struct{}, 1)
 	// Not background work: it lasts as long as the lock (or the client).
-	go func() {
-		sub, err := l.b.node.WatchBreaks(ctx, l.key, ch)
-		if err != nil {
-			return // unwatched, or the server is unreachable: renewals report
-		}
-		defer sub.Close()
-		// A break between the grant and the SUBSCRIBE published before
-		// anyone listened: check once now that the notices are heard.
+	t := time.AfterFunc(breakListenDelay, func() { go l.listenBreaks(ctx, lose) })
+	return func() {
+		t.Stop()
+		cancel()
+	}
+}
+
+// listenBreaks is Bind's listener, until ctx ends or the lock is lost.
+func (l *lease) listenBreaks(ctx context.Context, lose func(cause error)) {
+	ch := make(chan struct{}, 1)
+	sub, err := l.b.node.WatchBreaks(ctx, l.key, ch)
+	if err != nil {
+		return // unwatched, or the server is unreachable: renewals report
+	}
+	defer sub.Close()
+	// A break before the SUBSCRIBE published before anyone listened:
+	// check once now that the notices are heard.
+	select {
+	case ch <- struct{}{}:
+	default: // a notice is already pending
+	}
+	for {
 		select {
-		case ch <- struct{}{}:
-		default: // a notice is already pending
+		case <-ctx.Done():
+			return
+		case <-ch:
 		}
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-ch:
-			}
-			cctx, ccancel := context.WithTimeout(ctx, breakCheckTimeout)
-			held, err, abandoned := redisproto.Await(cctx, func(c context.Context) (bool, error) {
-				return l.b.node.Holds(c, l.key, l.owner, l.group)
-			})
-			ccancel()
-			if err == nil && !abandoned && !held {
-				lose(fmt.Errorf("%w: redis key %s no longer holds owner %s (broken)", dlock.ErrNotHeld, l.b.node.LockKey(l.key), l.owner))
-				return
-			}
-			if errors.Is(err, redis.ErrClosed) {
-				return // the client is closed: no more notices, nor checks
-			}
+		cctx, ccancel := context.WithTimeout(ctx, breakCheckTimeout)
+		held, err, abandoned := redisproto.Await(cctx, func(c context.Context) (bool, error) {
+			return l.b.node.Holds(c, l.key, l.owner, l.group)
+		})
+		ccancel()
+		if err == nil && !abandoned && !held {
+			lose(fmt.Errorf("%w: redis key %s no longer holds owner %s (broken)", dlock.ErrNotHeld, l.b.node.LockKey(l.key), l.owner))
+			return
 		}
-	}()
-	return cancel
+		if errors.Is(err, redis.ErrClosed) {
+			return // the client is closed: no more notices, nor checks
+		}
+	}
 }

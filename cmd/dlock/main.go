@@ -119,9 +119,66 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage)
 		return 0
 	default:
-		fmt.Fprintf(stderr, "dlock: unknown command %s\n%s", strconv.Quote(args[0]), tryHelp)
+		hint := ""
+		if c := closestCommand(args[0]); c != "" {
+			hint = " (did you mean " + c + "?)"
+		}
+		fmt.Fprintf(stderr, "dlock: unknown command %s%s\n%s", strconv.Quote(args[0]), hint, tryHelp)
 		return exitUsage
 	}
+}
+
+// commands are the subcommands a user types, for suggestions.
+var commands = []string{"run", "hold", "ls", "check", "unlock", "demo", "serve", "version", "help"}
+
+// closestCommand is the command within two edits (insertions, deletions,
+// substitutions, or one swap of neighbours) of s, "" if none or several
+// are equally close.
+func closestCommand(s string) string {
+	if len(s) > 32 {
+		return ""
+	}
+	best, bestD, tie := "", 3, false
+	for _, c := range commands {
+		d := editDistance(strings.ToLower(s), c)
+		switch {
+		case d < bestD:
+			best, bestD, tie = c, d, false
+		case d == bestD:
+			tie = true
+		}
+	}
+	// A two-letter command is two edits from anything of length <= 2.
+	if tie || best == "" || bestD >= len(best) {
+		return ""
+	}
+	return best
+}
+
+// editDistance is the optimal string alignment distance of a and b
+// (Levenshtein plus transpositions of adjacent bytes).
+func editDistance(a, b string) int {
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(a)][len(b)]
 }
 
 // tryHelp ends a usage error of dlock itself.

@@ -710,3 +710,27 @@ func TestCommandInheritsDlockURL(t *testing.T) {
 		t.Fatalf("--url: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
 }
+
+// A mistyped command ("runn") must point at the command meant, and only
+// when one command is clearly closest.
+func TestUnknownCommand_SuggestsClosest(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ typed, want string }{
+		{"runn", " (did you mean run?)"},
+		{"rnu", " (did you mean run?)"},
+		{"unlok", " (did you mean unlock?)"},
+		{"chekc", " (did you mean check?)"},
+		{"lss", " (did you mean ls?)"},
+		{"RUN", " (did you mean run?)"},
+		{"bogus", ""},
+		{"x", ""},
+		{"deploy", ""},
+	} {
+		var out, errb bytes.Buffer
+		code := run([]string{c.typed}, &out, &errb)
+		first, _, _ := strings.Cut(errb.String(), "\n")
+		if want := "dlock: unknown command " + strconv.Quote(c.typed) + c.want; code != exitUsage || first != want {
+			t.Errorf("%q: exit %d, first line %q; want exit 2, %q", c.typed, code, first, want)
+		}
+	}
+}

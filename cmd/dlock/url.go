@@ -120,25 +120,48 @@ func badURL(raw, format string, args ...any) error {
 	return &urlError{scrub(msg, secretsOf(raw))}
 }
 
-// isSecretParam reports whether a query parameter holds a secret. ?key=
-// names a private key's file, which is not secret (its contents are, and
-// are never printed).
+// plainParams are the query parameters whose values are printed as
+// written: dlock's own, go-redis's and libpq's (pgx's) options that hold no
+// secret. Any other parameter's value, a misspelt ?pasword= or ?pw= among
+// them, is redacted like a password.
+var plainParams = map[string]bool{
+	// dlock
+	"ca": true, "cert": true, "key": true, "acks": true, "ack_timeout": true,
+	"sentinel_username": true, "session_timeout": true, "table": true, "listen": true,
+	// go-redis
+	"db": true, "addr": true, "client_name": true, "protocol": true, "dial_timeout": true,
+	"read_timeout": true, "write_timeout": true, "pool_fifo": true, "pool_size": true,
+	"pool_timeout": true, "min_idle_conns": true, "max_idle_conns": true,
+	"max_active_conns": true, "conn_max_idle_time": true, "conn_max_lifetime": true,
+	"idle_timeout": true, "max_retries": true, "min_retry_backoff": true,
+	"max_retry_backoff": true, "context_timeout_enabled": true, "skip_verify": true,
+	"max_redirects": true, "read_only": true, "route_by_latency": true,
+	"route_randomly": true, "unstable_resp3": true, "identity_suffix": true,
+	"disable_identity": true, "read_buffer_size": true, "write_buffer_size": true,
+	// libpq and pgx
+	"host": true, "hostaddr": true, "port": true, "dbname": true, "user": true,
+	"sslmode": true, "sslrootcert": true, "sslcert": true, "sslsni": true,
+	"sslnegotiation": true, "connect_timeout": true, "application_name": true,
+	"fallback_application_name": true, "target_session_attrs": true, "search_path": true,
+	"options": true, "default_query_exec_mode": true, "statement_cache_capacity": true,
+	"description_cache_capacity": true, "min_read_buffer_size": true,
+	"pool_max_conns": true, "pool_min_conns": true, "pool_min_idle_conns": true,
+	"pool_max_conn_lifetime": true, "pool_max_conn_idle_time": true,
+	"pool_health_check_period": true, "pool_max_conn_lifetime_jitter": true,
+	"timezone": true, "client_encoding": true, "datestyle": true,
+}
+
+// isSecretParam reports whether a query parameter's value is to be kept
+// secret: that of any parameter but the known plain ones (?key= names a
+// private key's file, which is not secret; its contents are, and are never
+// printed).
 func isSecretParam(name string) bool {
-	if name == "key" {
-		return false
-	}
-	n := strings.ToLower(name)
-	for _, s := range []string{"pass", "secret", "token", "key"} {
-		if strings.Contains(n, s) {
-			return true
-		}
-	}
-	return false
+	return !plainParams[name]
 }
 
 // redact returns raw with every secret replaced by xxxxx: the password of
-// the userinfo and the value of every query parameter whose name contains
-// pass, secret, token or key. Unparsable URLs are redacted best effort:
+// the userinfo and the value of every query parameter but the known plain
+// ones (plainParams). Unparsable URLs are redacted best effort:
 // everything between "://" and the last "@" goes.
 func redact(raw string) string {
 	u, err := parseHostList(raw)

@@ -302,19 +302,23 @@ func TestParseURL(t *testing.T) {
 func TestRedact(t *testing.T) {
 	t.Parallel()
 	cases := map[string]string{
-		"redis://u:pw@h:1/0?dial_timeout=1s":                      "redis://u:xxxxx@h:1/0?dial_timeout=1s",
-		"redis+sentinel://h:1/m?sentinel_password=sp&Token=t":     "redis+sentinel://h:1/m?sentinel_password=xxxxx&Token=xxxxx",
-		"redis://u:pw@h:notaport":                                 "redis://xxxxx@h:notaport",
-		"redis://u:p/w@h:1":                                       "redis://xxxxx@h:1",
-		"redis:u:pw@h":                                            "redis:xxxxx@h",
-		"::bad?api_key=k":                                         "::bad?api_key=xxxxx",
-		"file:///x":                                               "file:///x",
-		"zk://alice:pw@a:1,b:2/app?session_timeout=5s":            "zk://alice:xxxxx@a:1,b:2/app?session_timeout=5s",
-		"zk://alice:p/w@a:1/app":                                  "zk://xxxxx@a:1/app",
-		"postgres://app:s3cret@h:5432/db?table=t&sslmode=disable": "postgres://app:xxxxx@h:5432/db?table=t&sslmode=disable",
-		"postgresql://h/db?user=app&password=s3cret":              "postgresql://h/db?user=app&password=xxxxx",
-		"rediss://:pw@h:1?cert=c.pem&key=k.pem&ca=ca.pem":         "rediss://:xxxxx@h:1?cert=c.pem&key=k.pem&ca=ca.pem",
-		"redis+cluster://u:pw@a:1,b:2?api_key=k1&Key=k2":          "redis+cluster://u:xxxxx@a:1,b:2?api_key=xxxxx&Key=xxxxx",
+		"redis://u:pw@h:1/0?dial_timeout=1s":                        "redis://u:xxxxx@h:1/0?dial_timeout=1s",
+		"redis+sentinel://h:1/m?sentinel_password=sp&Token=t":       "redis+sentinel://h:1/m?sentinel_password=xxxxx&Token=xxxxx",
+		"redis://u:pw@h:notaport":                                   "redis://xxxxx@h:notaport",
+		"redis://u:p/w@h:1":                                         "redis://xxxxx@h:1",
+		"redis:u:pw@h":                                              "redis:xxxxx@h",
+		"::bad?api_key=k":                                           "::bad?api_key=xxxxx",
+		"file:///x":                                                 "file:///x",
+		"zk://alice:pw@a:1,b:2/app?session_timeout=5s":              "zk://alice:xxxxx@a:1,b:2/app?session_timeout=5s",
+		"zk://alice:p/w@a:1/app":                                    "zk://xxxxx@a:1/app",
+		"postgres://app:s3cret@h:5432/db?table=t&sslmode=disable":   "postgres://app:xxxxx@h:5432/db?table=t&sslmode=disable",
+		"postgresql://h/db?user=app&password=s3cret":                "postgresql://h/db?user=app&password=xxxxx",
+		"rediss://:pw@h:1?cert=c.pem&key=k.pem&ca=ca.pem":           "rediss://:xxxxx@h:1?cert=c.pem&key=k.pem&ca=ca.pem",
+		"redis+cluster://u:pw@a:1,b:2?api_key=k1&Key=k2":            "redis+cluster://u:xxxxx@a:1,b:2?api_key=xxxxx&Key=xxxxx",
+		"redis://h:1/0?pw=hunter2&dial_timeout=1s":                  "redis://h:1/0?pw=xxxxx&dial_timeout=1s",
+		"redis+sentinel://h:1/m?sentinel_pw=sp&sentinel_username=u": "redis+sentinel://h:1/m?sentinel_pw=xxxxx&sentinel_username=u",
+		"postgres://h/db?sslmode=disable&pasword=s3cret":            "postgres://h/db?sslmode=disable&pasword=xxxxx",
+		"::bad?pw=k": "::bad?pw=xxxxx",
 	}
 	for raw, want := range cases {
 		if got := redact(raw); got != want {
@@ -361,5 +365,41 @@ func TestURLReplicaAcks(t *testing.T) {
 	lk := redislock.DefaultPrefix + ":{k}"
 	if v, err := primary.Do("GET", lk); err != nil || v != "" && !strings.HasPrefix(v, "|") {
 		t.Fatalf("%s holds %q (%v) after the unacknowledged attempt, want no lease", lk, v, err)
+	}
+}
+
+// A misspelt password option (?pw=, ?sentinel_pw=) must not print its
+// value: every subcommand's errors show the option's name only.
+func TestURL_UnknownOptionValueRedacted(t *testing.T) {
+	t.Parallel()
+	port := strconv.Itoa(testserver.FreePort(t)) // nothing listens: errors come fast
+	urls := []string{
+		"redis://127.0.0.1:" + port + "/0?pw=Sekr1tA",
+		"redis+sentinel://127.0.0.1:" + port + "/mymaster?sentinel_pw=Sekr1tB",
+		"redis+cluster://127.0.0.1:" + port + "?pw=Sekr1tC",
+		"redlock://127.0.0.1:" + port + "?pw=Sekr1tD",
+		"etcd://127.0.0.1:" + port + "?pw=Sekr1tE",
+		"zk://127.0.0.1:" + port + "/app?pw=Sekr1tF",
+		"postgres://127.0.0.1:" + port + "/db?connect_timeout=2&pw=Sekr1tG",
+	}
+	cmds := [][]string{
+		{"run", "--connect-timeout", "2s", "--verbose", "k", "--", "true"},
+		{"hold", "--connect-timeout", "2s", "--verbose", "-n", "k"},
+		{"ls", "--connect-timeout", "2s", "--verbose"},
+		{"check", "--connect-timeout", "2s"},
+		{"unlock", "--connect-timeout", "2s", "--verbose", "--force", "k"},
+		{"demo", "--workers", "1", "--rounds", "1"},
+	}
+	for _, u := range urls {
+		for _, c := range cmds {
+			args := append([]string{c[0], "--url", u}, c[1:]...)
+			r := runDlock(t, fileURL(t), args...)
+			if r.code == 0 || strings.Contains(r.stderr+r.stdout, "Sekr1t") {
+				t.Errorf("dlock %q: exit %d, stdout %q, stderr %q: want a failure that shows no secret", args, r.code, r.stdout, r.stderr)
+			}
+			if strings.Contains(r.stderr, "127.0.0.1:"+port) && !strings.Contains(r.stderr, "pw="+redactedMark) {
+				t.Errorf("dlock %q: stderr %q names the URL without the redacted option", args, r.stderr)
+			}
+		}
 	}
 }

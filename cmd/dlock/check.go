@@ -17,7 +17,8 @@ import (
 	"github.com/dlock-go/dlock"
 )
 
-const checkUsage = `Usage: dlock check [--url URL] [--connect-timeout 5s] [--read-only] [--json]
+const checkUsage = `Usage: dlock check [--url URL|--url-file PATH] [--connect-timeout 5s]
+                   [--read-only] [--json]
 
 Checks that the lock service works, for monitoring and health probes: it
 connects, then makes one real lock round trip, taking the lock
@@ -84,13 +85,16 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		connect          = defaultConnectTimeout
 		readOnly, asJSON bool
 	)
-	o.String(&rawURL, "", "url", "URL", "lock service URL (default: $DLOCK_URL, else a file:// directory in your state directory; see 'dlock --help')")
+	urlSrc := defineURL(o, &rawURL, urlHelp)
 	o.Duration(&connect, "", "connect-timeout", "DUR", "bound on the whole check (default 5s)")
 	o.Bool(&readOnly, "", "read-only", "list instead of taking a lock: writes nothing")
 	o.Bool(&asJSON, "", "json", "print JSON")
 	rest, code, ok := o.Parse(args, stdout, stderr)
 	if !ok {
 		return code
+	}
+	if err := urlSrc.check(); err != nil {
+		return o.UsageError(stderr, "%v", err)
 	}
 	if len(rest) > 0 {
 		return o.UsageError(stderr, "no arguments expected, got %s", strconv.Quote(strings.Join(rest, " ")))

@@ -18,7 +18,8 @@ import (
 	"github.com/dlock-go/dlock"
 )
 
-const demoUsage = `Usage: dlock demo [--url URL] [--workers 10] [--rounds 20] [--metrics ADDR]
+const demoUsage = `Usage: dlock demo [--url URL|--url-file PATH] [--workers 10] [--rounds 20]
+                  [--metrics ADDR]
 
 Plays the story of distributed locking with real processes (re-executions of
 this binary), on a lock service that needs no set-up (a file backend in a
@@ -64,13 +65,16 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 		workers             = 10
 		rounds              = 20
 	)
-	o.String(&rawURL, "", "url", "URL", "lock service URL (default: a file backend in a temporary directory)")
+	urlSrc := defineURL(o, &rawURL, "lock service URL (default: a file backend in a temporary directory)")
 	o.Int(&workers, "", "workers", "N", "number of worker processes in acts 1 and 2, 2-64 (default 10)")
 	o.Int(&rounds, "", "rounds", "N", "increments per worker, 1-1000 (default 20)")
 	o.String(&metricsAddr, "", "metrics", "ADDR", "serve Prometheus metrics at http://ADDR/metrics during the demo and until interrupted")
 	rest, code, ok := o.Parse(args, stdout, stderr)
 	if !ok {
 		return code
+	}
+	if err := urlSrc.check(); err != nil {
+		return o.UsageError(stderr, "%v", err)
 	}
 	switch {
 	case len(rest) > 0:

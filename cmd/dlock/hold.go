@@ -12,7 +12,8 @@ import (
 	"github.com/dlock-go/dlock"
 )
 
-const holdUsage = `Usage: dlock hold [--url URL] [--ttl 30s] [-s|--shared | --limit N]
+const holdUsage = `Usage: dlock hold [--url URL|--url-file PATH] [--ttl 30s]
+         [-s|--shared | --limit N]
          [-w|--wait DUR|SECS] [-n|--nonblock] [-E|--conflict-exit-code N]
          [--detach] [--metrics-file PATH] [--metrics ADDR]
          [--connect-timeout 5s] [--verbose] KEY

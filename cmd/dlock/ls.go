@@ -18,8 +18,9 @@ import (
 	"github.com/dlock-go/dlock"
 )
 
-const lsUsage = `Usage: dlock ls [--url URL] [--json] [--nodes] [--watch [DUR] [--count N]]
-                [--connect-timeout 5s] [--verbose] [PREFIX]
+const lsUsage = `Usage: dlock ls [--url URL|--url-file PATH] [--json] [--nodes]
+                [--watch [DUR] [--count N]] [--connect-timeout 5s] [--verbose]
+                [PREFIX]
 
 Lists the locks currently held (whose key starts with PREFIX), one line per
 holder, in columns:
@@ -96,7 +97,7 @@ func cmdLs(args []string, stdout, stderr io.Writer) int {
 		connect       = defaultConnectTimeout
 		verbose       bool
 	)
-	o.String(&rawURL, "", "url", "URL", "lock service URL (default: $DLOCK_URL, else a file:// directory in your state directory; see 'dlock --help')")
+	urlSrc := defineURL(o, &rawURL, urlHelp)
 	o.Bool(&asJSON, "", "json", "print JSON instead of a table")
 	o.Bool(&nodes, "", "nodes", "redlock: also print each node's leases")
 	o.Var(&watch, "", "watch", "[DUR]", "list again every DUR (default 2s; a duration or seconds, at least 100ms) until interrupted")
@@ -107,6 +108,9 @@ func cmdLs(args []string, stdout, stderr io.Writer) int {
 	rest, code, ok := o.Parse(joinWatchArg(args), stdout, stderr)
 	if !ok {
 		return code
+	}
+	if err := urlSrc.check(); err != nil {
+		return o.UsageError(stderr, "%v", err)
 	}
 	if len(rest) > 1 {
 		return o.UsageError(stderr, "at most one PREFIX, got %d arguments", len(rest))

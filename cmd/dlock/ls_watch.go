@@ -137,7 +137,7 @@ func (c countFlag) Set(s string) error {
 }
 
 // lsValueFlags are ls's flags that take a value as the next argument.
-var lsValueFlags = map[string]bool{"url": true, "count": true, "connect-timeout": true}
+var lsValueFlags = map[string]bool{"url": true, "url-file": true, "count": true, "connect-timeout": true}
 
 // watch lists every `every` until ctx ends (an interrupt) or count
 // listings (0: no bound) have been shown, and returns the last one's

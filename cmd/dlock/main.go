@@ -24,18 +24,21 @@ const (
 const usage = `dlock — distributed locks with fencing tokens
 
 Usage:
-  dlock run    [--url URL] [--ttl 30s] [-s|--shared | --limit N] [-w DUR|SECS]
-               [-n] [-E N] [--grace 5s] [--metrics-file PATH] [--metrics ADDR]
-               [--connect-timeout 5s] [--verbose] KEY -- CMD [ARGS...]
+  dlock run    [--url URL|--url-file PATH] [--ttl 30s] [-s|--shared | --limit N]
+               [-w DUR|SECS] [-n] [-E N] [--grace 5s] [--metrics-file PATH]
+               [--metrics ADDR] [--connect-timeout 5s] [--verbose] KEY -- CMD [ARGS...]
   dlock run    [OPTION]... KEY -c CMDLINE   (CMDLINE run by /bin/sh -c)
   dlock hold   [OPTION]... KEY              (prints TOKEN OWNER, holds KEY
                                              until SIGINT, SIGTERM or SIGHUP)
-  dlock ls     [--url URL] [--json] [--nodes] [--watch [DUR] [--count N]]
-               [--connect-timeout 5s] [--verbose] [PREFIX]
-  dlock check  [--url URL] [--connect-timeout 5s] [--read-only] [--json]
-  dlock unlock [--url URL] (--owner ID | --force) [--json]
+  dlock ls     [--url URL|--url-file PATH] [--json] [--nodes]
+               [--watch [DUR] [--count N]] [--connect-timeout 5s] [--verbose]
+               [PREFIX]
+  dlock check  [--url URL|--url-file PATH] [--connect-timeout 5s] [--read-only]
+               [--json]
+  dlock unlock [--url URL|--url-file PATH] (--owner ID | --force) [--json]
                [--connect-timeout 5s] [--timeout 30s] [--verbose] KEY
-  dlock demo   [--url URL] [--workers 10] [--rounds 20] [--metrics ADDR]
+  dlock demo   [--url URL|--url-file PATH] [--workers 10] [--rounds 20]
+               [--metrics ADDR]
   dlock serve  [--data-dir DIR] [--listen 127.0.0.1:2379] [--peer-listen ADDR]
                [--cert FILE --key FILE [--ca FILE]]
                [--auth [--root-password-file FILE]] [--insecure-listen]
@@ -48,7 +51,8 @@ N permits (a semaphore). -w takes a duration (2m) or seconds like flock's
 (5, 0.5; 0: one attempt, as -n); --verbose says who holds KEY while dlock
 waits. Run 'dlock COMMAND --help' for details.
 
-URL (from --url, else $DLOCK_URL, else a file backend in your state directory):
+URL (from --url or --url-file, else $DLOCK_URL, else a file backend in your
+state directory):
   file:///path/to/dir                  leases in files on this host (default)
   redis://[user:pass@]host:port[/db]   one Redis (rediss:// for TLS)
   redis+cluster://[user:pass@]h1:p1[,h2:p2]

@@ -734,3 +734,24 @@ func TestUnknownCommand_SuggestsClosest(t *testing.T) {
 		}
 	}
 }
+
+// CMD must not be handed the lock service's password through DLOCK_URL;
+// a DLOCK_URL without a secret still reaches it, for a nested dlock.
+func TestRun_CMDDoesNotSeePassword(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t, testserver.WithPassword("Pw4CmdEnv"))
+	for _, url := range []string{
+		"redis://:Pw4CmdEnv@" + srv.Addr(),
+		"redis://default:Pw4CmdEnv@" + srv.Addr() + "/0?dial_timeout=2s",
+	} {
+		r := runDlock(t, url, "run", "k", "--", "env")
+		if r.code != 0 || !strings.Contains(r.stdout, "DLOCK_TOKEN=") || strings.Contains(r.stdout, "Pw4CmdEnv") || strings.Contains(r.stdout, "DLOCK_URL=") {
+			t.Fatalf("run with DLOCK_URL %s: exit %d, CMD's environment %q: want DLOCK_TOKEN and no DLOCK_URL", redact(url), r.code, r.stdout)
+		}
+	}
+	plain := fileURL(t)
+	r := runDlock(t, plain, "run", "k", "--", "env")
+	if r.code != 0 || !strings.Contains(r.stdout, "DLOCK_URL="+plain+"\n") {
+		t.Fatalf("run with DLOCK_URL %s: exit %d, CMD's environment %q: want DLOCK_URL passed on", plain, r.code, r.stdout)
+	}
+}

@@ -18,7 +18,8 @@ import (
 	"github.com/dlock-go/dlock"
 )
 
-const runUsage = `Usage: dlock run [--url URL] [--ttl 30s] [-s|--shared | --limit N]
+const runUsage = `Usage: dlock run [--url URL|--url-file PATH] [--ttl 30s]
+         [-s|--shared | --limit N]
          [-w|--wait DUR|SECS] [-n|--nonblock] [-E|--conflict-exit-code N]
          [--grace 5s] [--metrics-file PATH] [--metrics ADDR]
          [--connect-timeout 5s] [--verbose] KEY [--] CMD [ARGS...]
@@ -29,10 +30,10 @@ DLOCK_KEY, DLOCK_TOKEN (the fencing token: pass it to whatever CMD writes to),
 DLOCK_OWNER and DLOCK_MODE (exclusive, shared or limited; DLOCK_LIMIT too
 with --limit). When CMD exits the lock is released and dlock exits with
 CMD's status (128+N if CMD was killed by signal N). CMD inherits dlock's
-environment, DLOCK_URL and any password in it included, so that it can run
-dlock itself; use "env -u DLOCK_URL CMD" to keep it from CMD. With -c (like
-flock -c) the command is one string run by /bin/sh -c, so that it can use
-the variables: dlock run deploy -c 'echo token $DLOCK_TOKEN'.
+environment but for a DLOCK_URL holding a password (or another secret
+option), which CMD never sees: a dlock that CMD runs can take --url-file.
+With -c (like flock -c) the command is one string run by /bin/sh -c, so
+that it can use the variables: dlock run deploy -c 'echo token $DLOCK_TOKEN'.
 
 CMD runs in its own process group under a small supervisor process that
 keeps track of every process CMD starts, even ones that leave the group.
@@ -127,6 +128,7 @@ Examples:
 // where, and how long to wait for it.
 type lockFlags struct {
 	url      string
+	urlSrc   *urlSource
 	ttl      time.Duration
 	wait     time.Duration
 	waitSet  bool // -w given: -w 0 is one attempt, no -w is for ever
@@ -142,7 +144,7 @@ type lockFlags struct {
 // defineLast).
 func (f *lockFlags) define(o *optionSet) {
 	f.ttl, f.conflict, f.connect = 30*time.Second, exitConflict, defaultConnectTimeout
-	o.String(&f.url, "", "url", "URL", "lock service URL (default: $DLOCK_URL, else a file:// directory in your state directory; see 'dlock --help')")
+	f.urlSrc = defineURL(o, &f.url, urlHelp)
 	o.Duration(&f.ttl, "", "ttl", "DUR", "lease length (default 30s), renewed every TTL/3 (zk://: the lease follows the session timeout instead)")
 	o.Bool(&f.shared, "s", "shared", "take a shared (read) lock: held together with other --shared holders, never with an exclusive one")
 	o.Var(limitFlag{&f.limit}, "", "limit", "N", fmt.Sprintf("take one of N permits (a semaphore): at most N --limit N holders of KEY at once; N in 1-%d", dlock.MaxLimit))
@@ -161,6 +163,10 @@ func (f *lockFlags) defineLast(o *optionSet, verboseHelp string) {
 // request checks f for `dlock o.cmd KEY` and returns what to ask for; a
 // problem is a usage error, printed, with ok false.
 func (f *lockFlags) request(o *optionSet, key string, stderr io.Writer) (r acquireRequest, ok bool) {
+	if err := f.urlSrc.check(); err != nil {
+		o.UsageError(stderr, "%v", err)
+		return r, false
+	}
 	switch {
 	case f.ttl <= 0:
 		o.UsageError(stderr, "--ttl must be positive, got %v", f.ttl)
@@ -873,8 +879,11 @@ func superviseChild(lk *dlock.Lock, cmdArgs []string, o runOptions, sigc chan os
 	contc := make(chan os.Signal, 1)
 	signal.Notify(contc, syscall.SIGCONT)
 	defer signal.Stop(contc)
-	// An outer dlock run's DLOCK_LIMIT must not describe this lock.
-	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "DLOCK_LIMIT=") })
+	// An outer dlock run's DLOCK_LIMIT must not describe this lock, and
+	// CMD gets no password: a DLOCK_URL holding a secret is left out.
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, "DLOCK_LIMIT=") || strings.HasPrefix(kv, "DLOCK_URL=") && hasSecret(strings.TrimPrefix(kv, "DLOCK_URL="))
+	})
 	env = append(env,
 		"DLOCK_KEY="+lk.Key(),
 		"DLOCK_TOKEN="+strconv.FormatUint(lk.Token(), 10),

@@ -12,8 +12,9 @@ import (
 	"github.com/dlock-go/dlock"
 )
 
-const unlockUsage = `Usage: dlock unlock [--url URL] (--owner ID | --force) [--json]
-                    [--connect-timeout 5s] [--timeout 30s] [--verbose] KEY
+const unlockUsage = `Usage: dlock unlock [--url URL|--url-file PATH] (--owner ID | --force)
+                    [--json] [--connect-timeout 5s] [--timeout 30s] [--verbose]
+                    KEY
 
 Releases KEY on another holder's behalf. With --owner ID it releases only
 the lease of that owner (DLOCK_OWNER in the holder's command, the OWNER of
@@ -90,7 +91,7 @@ func cmdUnlock(args []string, stdout, stderr io.Writer) int {
 	rawURL, owner, force, asJSON, verbose := new(string), new(string), new(bool), new(bool), new(bool)
 	connect := new(time.Duration)
 	*connect = defaultConnectTimeout
-	o.String(rawURL, "", "url", "URL", "lock service URL (default: $DLOCK_URL, else a file:// directory in your state directory; see 'dlock --help')")
+	urlSrc := defineURL(o, rawURL, urlHelp)
 	o.String(owner, "", "owner", "ID", "release only the lease of this owner id (32 hex digits)")
 	o.Bool(force, "", "force", "break the lock whoever holds it")
 	o.Bool(asJSON, "", "json", "print JSON")
@@ -102,6 +103,9 @@ func cmdUnlock(args []string, stdout, stderr io.Writer) int {
 	rest, code, ok := o.Parse(args, stdout, stderr)
 	if !ok {
 		return code
+	}
+	if err := urlSrc.check(); err != nil {
+		return o.UsageError(stderr, "%v", err)
 	}
 	start := time.Now()
 	switch {

@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"net/url"
+	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"strconv"
@@ -399,6 +401,86 @@ func TestURL_UnknownOptionValueRedacted(t *testing.T) {
 			}
 			if strings.Contains(r.stderr, "127.0.0.1:"+port) && !strings.Contains(r.stderr, "pw="+redactedMark) {
 				t.Errorf("dlock %q: stderr %q names the URL without the redacted option", args, r.stderr)
+			}
+		}
+	}
+}
+
+// writeURLFile writes content to a new 0600 file and returns its path.
+func writeURLFile(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "url")
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// --url-file must be the URL used, white space around it trimmed, ahead of
+// $DLOCK_URL, so that a password need be in neither argv nor the
+// environment.
+func TestURLFile_ReadsTrimmedURL(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t, testserver.WithPassword("Pw4UrlFile"))
+	f := writeURLFile(t, "\n  redis://:Pw4UrlFile@"+srv.Addr()+"  \n")
+	wrong := "redis://:wrong@" + srv.Addr() // $DLOCK_URL: not used
+	for _, args := range [][]string{
+		{"run", "--url-file", f, "k", "--", "true"},
+		{"ls", "--url-file", f},
+		{"check", "--url-file", f},
+		{"unlock", "--url-file", f, "--force", "k"},
+	} {
+		r := runDlock(t, wrong, args...)
+		if r.code != 0 || strings.Contains(r.stdout+r.stderr, "Pw4UrlFile") {
+			t.Fatalf("dlock %q: exit %d, stdout %q, stderr %q", args, r.code, r.stdout, r.stderr)
+		}
+	}
+}
+
+// --url with --url-file is ambiguous: a usage error, in either order, for
+// every command, that prints neither URL's secret.
+func TestURLFile_WithURLIsUsageError(t *testing.T) {
+	t.Parallel()
+	f := writeURLFile(t, "redis://:Sekr1tFile@127.0.0.1:1\n")
+	arg := "redis://:Sekr1tArg@127.0.0.1:1"
+	for _, c := range [][]string{
+		{"run", "k", "--", "true"}, {"hold", "k"}, {"ls"}, {"check"}, {"unlock", "--force", "k"}, {"demo"},
+	} {
+		for _, opts := range [][]string{{"--url", arg, "--url-file", f}, {"--url-file", f, "--url", arg}} {
+			args := append(append([]string{c[0]}, opts...), c[1:]...)
+			r := runDlock(t, fileURL(t), args...)
+			if r.code != exitUsage || !strings.Contains(r.stderr, "either --url or --url-file") || strings.Contains(r.stderr+r.stdout, "Sekr1t") {
+				t.Errorf("dlock %q: exit %d, stderr %q; want a usage error without secrets", args, r.code, r.stderr)
+			}
+		}
+	}
+}
+
+// A --url-file that cannot be read, or holds no single URL, must be a
+// usage error naming the file, never quoting its contents.
+func TestURLFile_UnreadableIsUsageError(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	unreadable := writeURLFile(t, "redis://:Sekr1tMode@127.0.0.1:1")
+	if err := os.Chmod(unreadable, 0); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]string{
+		filepath.Join(dir, "missing"): "no such file",
+		dir:                           "is a directory",
+		writeURLFile(t, " \n\t\n"):    "holds no URL",
+		writeURLFile(t, "redis://:Sekr1tTwo@127.0.0.1:1\nredis://:Sekr1tTwo@127.0.0.1:2\n"): "more than one line",
+		writeURLFile(t, strings.Repeat("x", maxURLFile+1)):                                  "longer than",
+	}
+	if os.Geteuid() != 0 { // root reads any file
+		cases[unreadable] = "permission denied"
+	}
+	for path, want := range cases {
+		for _, c := range [][]string{{"run", "k", "--", "true"}, {"ls"}, {"unlock", "--force", "k"}} {
+			args := append([]string{c[0], "--url-file", path}, c[1:]...)
+			r := runDlock(t, fileURL(t), args...)
+			if r.code != exitUsage || !strings.Contains(r.stderr, strconv.Quote(path)) || !strings.Contains(r.stderr, want) || strings.Contains(r.stderr, "Sekr1t") {
+				t.Errorf("dlock %q: exit %d, stderr %q; want a usage error naming the file and %q", args, r.code, r.stderr, want)
 			}
 		}
 	}

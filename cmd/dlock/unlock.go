@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,7 +19,10 @@ const unlockUsage = `Usage: dlock unlock [--url URL|--url-file PATH] (--owner ID
 
 Releases KEY on another holder's behalf. With --owner ID it releases only
 the lease of that owner (DLOCK_OWNER in the holder's command, the OWNER of
-dlock ls --json): for a shared or limited key, that holder alone. With
+dlock ls --json): for a shared or limited key, that holder alone. ID is
+the owner id's 32 hex digits, or its first 8 or more (the 12 dlock ls
+shows) when they start the id of exactly one holder of KEY; a prefix
+shared by several holders is refused, naming their ids. With
 --force it breaks the lock, whoever holds it: the exclusive holder, or
 every shared or limited holder. Clients waiting for KEY stay queued and
 the next one gets it, with a fencing token above every broken holder's, so
@@ -37,7 +41,8 @@ Redlock, nodes (owner and node of each removal) and node_errors.
 it is exit 3, and the lock may or may not have been broken (dlock ls tells).
 
 Exit status: 0 released (or, with --force, nothing held); 1 the owner given
-does not hold KEY (its holders are named; nothing changes); 2 usage; 3 the
+does not hold KEY (its holders are named; nothing changes); 2 usage (an
+ambiguous owner id prefix included); 3 the
 lock service failed, did not answer within --timeout, or cannot break locks.
 
 Examples:
@@ -92,7 +97,7 @@ func cmdUnlock(args []string, stdout, stderr io.Writer) int {
 	connect := new(time.Duration)
 	*connect = defaultConnectTimeout
 	urlSrc := defineURL(o, rawURL, urlHelp)
-	o.String(owner, "", "owner", "ID", "release only the lease of this owner id (32 hex digits)")
+	o.String(owner, "", "owner", "ID", "release only the lease of this owner id: its 32 hex digits, or the first 8 or more of them if they name one holder of KEY")
 	o.Bool(force, "", "force", "break the lock whoever holds it")
 	o.Bool(asJSON, "", "json", "print JSON")
 	o.Duration(connect, "", "connect-timeout", "DUR", "bound on connecting to and probing the lock service (default 5s)")
@@ -124,8 +129,17 @@ func cmdUnlock(args []string, stdout, stderr io.Writer) int {
 	if err := dlock.ValidateKey(key); err != nil {
 		return o.UsageError(stderr, "%s", oneLine(err.Error()))
 	}
-	if _, err := dlock.ValidateOwner(*owner); err != nil {
-		return o.UsageError(stderr, "--owner: %s", oneLine(err.Error()))
+	prefix := false
+	switch n := len(*owner); {
+	case n > 0 && n < minOwnerPrefix && isHex(*owner):
+		return o.UsageError(stderr, "--owner: %q is too short: give at least %d hex digits of the owner id (dlock ls shows %d)", *owner, minOwnerPrefix, lsOwnerDigits)
+	case n >= minOwnerPrefix && n < 32 && isHex(*owner):
+		prefix = true
+		*owner = strings.ToLower(*owner)
+	default:
+		if _, err := dlock.ValidateOwner(*owner); err != nil {
+			return o.UsageError(stderr, "--owner: %s", oneLine(err.Error()))
+		}
 	}
 	raw := *rawURL
 	if raw == "" {
@@ -147,9 +161,26 @@ func cmdUnlock(args []string, stdout, stderr io.Writer) int {
 	defer b.close()
 	ctx, cancel := context.WithDeadline(context.Background(), start.Add(*timeout))
 	defer cancel()
-	broken, err := dlock.Break(ctx, b.locker, key, *owner)
+	var broken dlock.Broken
+	if prefix {
+		var matches []string
+		matches, err = ownersByPrefix(ctx, b.locker, key, *owner)
+		if len(matches) > 1 {
+			fmt.Fprintf(stderr, "dlock unlock: --owner %s is ambiguous: it starts %d owner ids of %s: %s\n", *owner, len(matches), quoteField(key), strings.Join(matches, ", "))
+			return exitUsage
+		}
+		if err == nil {
+			*owner = matches[0]
+		}
+	}
+	if err == nil {
+		broken, err = dlock.Break(ctx, b.locker, key, *owner)
+	}
 	var nh *dlock.NotHolderError
 	switch {
+	case errors.Is(err, errNoLister):
+		fmt.Fprintf(stderr, "dlock unlock: %s: %v\n", b.where, err)
+		return exitUsage
 	case errors.As(err, &nh):
 		if *asJSON {
 			printUnlockJSON(stdout, unlockJSON{Key: key, Released: []unlockedJS{}, Holders: holdersJS(nh.Holders)})
@@ -231,3 +262,57 @@ type reworded struct {
 
 func (r *reworded) Error() string { return r.msg }
 func (r *reworded) Unwrap() error { return r.err }
+
+// minOwnerPrefix is the fewest hex digits --owner takes: 32 bits leave a
+// clash between two holders of a key a one in four billion chance, and a
+// clash is refused, never guessed.
+const minOwnerPrefix = 8
+
+// lsOwnerDigits is how many hex digits of an owner id dlock ls shows.
+const lsOwnerDigits = 12
+
+// errNoLister is a lock service that cannot list holders, asked to find an
+// owner id by its prefix.
+var errNoLister = errors.New("dlock: this lock service cannot list holders: give --owner all 32 hex digits")
+
+func isHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// ownersByPrefix lists the owner ids of key's holders that start with
+// prefix (lower-case hex): one or more; none is a *dlock.NotHolderError
+// naming the holders there are.
+func ownersByPrefix(ctx context.Context, l dlock.Locker, key, prefix string) ([]string, error) {
+	ls, ok := l.(dlock.Lister)
+	if !ok {
+		return nil, errNoLister
+	}
+	infos, err := ls.List(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	var holders []dlock.Holder
+	var matches []string
+	for _, in := range infos {
+		if in.Key != key {
+			continue
+		}
+		holders = append(holders, in.Holders...)
+		for _, h := range in.Holders {
+			if o := strings.ToLower(h.Owner); strings.HasPrefix(o, prefix) && !slices.Contains(matches, o) {
+				matches = append(matches, o)
+			}
+		}
+	}
+	if len(matches) == 0 {
+		return nil, &dlock.NotHolderError{Key: key, Owner: prefix + "…", Holders: holders}
+	}
+	slices.Sort(matches)
+	return matches, nil
+}

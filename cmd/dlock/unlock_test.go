@@ -2,7 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -261,5 +263,85 @@ func TestUnlockTimeoutKeepsErrorKind(t *testing.T) {
 	r := runDlock(t, "redis://bad host:1", "unlock", "--timeout", "1s", "--force", "k")
 	if r.code != exitUsage || !strings.Contains(r.stderr, "bad URL") {
 		t.Fatalf("bad URL with --timeout 1s: exit %d %q, want %d", r.code, r.stderr, exitUsage)
+	}
+}
+
+// The 12 digits dlock ls shows must be enough for unlock --owner: a unique
+// prefix of at least 8 hex digits releases that holder alone.
+func TestUnlock_OwnerPrefixReleasesThatHolder(t *testing.T) {
+	t.Parallel()
+	url := "redis://" + testserver.StartRedis(t).Addr()
+	run, errb, tok, owner := holdForUnlock(t, url, "jobs/a")
+	r := runDlock(t, url, "unlock", "--owner", strings.ToUpper(owner[:12]), "jobs/a")
+	want := "released jobs/a held by owner " + owner + " "
+	if r.code != 0 || !strings.HasPrefix(r.stdout, want) || !strings.Contains(r.stdout, "token "+strconv.FormatUint(tok, 10)) {
+		t.Fatalf("unlock --owner %s: exit %d, stdout %q, stderr %q; want a line starting %q", owner[:12], r.code, r.stdout, r.stderr, want)
+	}
+	if code := waitExit(t, run); code != exitLost {
+		t.Fatalf("released holder exited %d, want %d; stderr %s", code, exitLost, errb.String())
+	}
+}
+
+// A prefix that starts no holder's id must change nothing and name the
+// real holders (exit 1), as a full id does; one too short to be safe is a
+// usage error.
+func TestUnlock_OwnerPrefixNoMatchOrTooShort(t *testing.T) {
+	t.Parallel()
+	url := "redis://" + testserver.StartRedis(t).Addr()
+	run, _, _, owner := holdForUnlock(t, url, "jobs/b")
+	other := "0123abcd"
+	if strings.HasPrefix(owner, other) {
+		other = "fedc9876"
+	}
+	r := runDlock(t, url, "unlock", "--owner", other, "jobs/b")
+	if r.code != exitConflict || !strings.Contains(r.stderr, "pid="+strconv.Itoa(run.Process.Pid)) {
+		t.Fatalf("unlock --owner %s (no match): exit %d, stderr %q; want exit 1 naming the holder", other, r.code, r.stderr)
+	}
+	r = runDlock(t, url, "unlock", "--owner", owner[:7], "jobs/b")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "at least 8 hex digits") {
+		t.Fatalf("unlock --owner %s (7 digits): exit %d, stderr %q; want a usage error", owner[:7], r.code, r.stderr)
+	}
+	if r := runDlock(t, url, "run", "-n", "jobs/b", "--", "true"); r.code != exitConflict {
+		t.Fatalf("jobs/b must still be held: run -n exit %d %q", r.code, r.stderr)
+	}
+}
+
+// A prefix that starts several holders' ids must release none of them and
+// list every match, so that the operator can pick one.
+func TestUnlock_OwnerPrefixAmbiguousListsMatches(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	url := "file://" + dir
+	_, _, _, first := holdForUnlock(t, url, "shared/k", "--shared", "--ttl", "60s")
+	_, _, _, second := holdForUnlock(t, url, "shared/k", "--shared", "--ttl", "60s")
+	// Owner ids are random: make the second share the first's 8 digits,
+	// in the lease record on disk (no renewal rewrites it meanwhile: the
+	// leases are 60s, renewed every 20s).
+	clash := first[:8] + second[8:]
+	files, err := filepath.Glob(filepath.Join(dir, "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rewritten := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil || !strings.Contains(string(b), second) {
+			continue
+		}
+		if err := os.WriteFile(f, []byte(strings.ReplaceAll(string(b), second, clash)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		rewritten++
+	}
+	if rewritten == 0 {
+		t.Fatalf("no lease file in %s names owner %s", dir, second)
+	}
+	r := runDlock(t, url, "unlock", "--owner", first[:8], "shared/k")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "ambiguous") || !strings.Contains(r.stderr, first) || !strings.Contains(r.stderr, clash) || r.stdout != "" {
+		t.Fatalf("unlock --owner %s: exit %d, stdout %q, stderr %q; want exit 2 listing %s and %s", first[:8], r.code, r.stdout, r.stderr, first, clash)
+	}
+	r = runDlock(t, url, "ls", "--json", "shared/")
+	if !strings.Contains(r.stdout, first) || !strings.Contains(r.stdout, clash) {
+		t.Fatalf("after a refused ambiguous unlock both holders must remain: ls %q", r.stdout)
 	}
 }

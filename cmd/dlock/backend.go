@@ -12,6 +12,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -71,6 +72,16 @@ type backend struct {
 	// nodes are the independent nodes of a redlock:// backend, for ls's
 	// per-node state (ls_nodes.go); nil for the others.
 	nodes []backendNode
+	// redis are the Redis servers that hold the leases (redis[s],
+	// redis[s]+sentinel: the master; redlock[s]: each node), for check's
+	// configuration warnings; nil for the other backends.
+	redis []redisServer
+}
+
+// redisServer is a Redis server of a backend, named for messages.
+type redisServer struct {
+	name string
+	c    redis.UniversalClient
 }
 
 // openOptions are the connection settings shared by the subcommands.
@@ -484,7 +495,11 @@ func (t *target) redisBackend(c redis.UniversalClient, o openOptions) *backend {
 	}
 	l := redislock.New(c, opts...)
 	probe := func(ctx context.Context) error { return c.Ping(ctx).Err() }
-	return &backend{locker: l, probe: probe, close: func() { c.Close() }, where: t.where}
+	name := "redis " + strings.Join(t.Addrs, ",")
+	if t.Master != "" {
+		name = "redis master " + strconv.Quote(t.Master)
+	}
+	return &backend{locker: l, probe: probe, close: func() { c.Close() }, where: t.where, redis: []redisServer{{name, c}}}
 }
 
 // openRedlock makes one client per independent master. The probe PINGs
@@ -531,6 +546,9 @@ func (t *target) openRedlock(o openOptions) (*backend, error) {
 	}
 	b := &backend{locker: l, probe: probe, close: closeAll, where: t.where}
 	b.nodes = redlockNodes(t.Addrs, clients) // ls: per-node state
+	for i, c := range clients {
+		b.redis = append(b.redis, redisServer{"redis node " + t.Addrs[i], c})
+	}
 	return b, nil
 }
 

@@ -18,7 +18,7 @@ import (
 )
 
 const checkUsage = `Usage: dlock check [--url URL|--url-file PATH] [--connect-timeout 5s]
-                   [--read-only] [--json]
+                   [--read-only] [--json] [--strict]
 
 Checks that the lock service works, for monitoring and health probes: it
 connects, then makes one real lock round trip, taking the lock
@@ -36,8 +36,24 @@ leave a new one behind each time. --read-only lists the keys under
 "dlock/check/" instead: it writes nothing, but cannot notice a service that
 takes no writes (a read-only replica, a full disk).
 
+Warnings (on stderr; exit status 0, or 1 with --strict) name servers that
+did not answer, and settings that put the locks at risk:
+  - a Redis that evicts keys (maxmemory above 0 and a maxmemory-policy
+    other than noeviction, volatile-* included: lock keys carry TTLs) may
+    delete a held lock's key when full, and grant the lock twice;
+  - a Redis that persists nothing (appendonly no and no save rules)
+    forgets every holder when it restarts and grants their locks again
+    while they still run: safe only where the resource checks fencing
+    tokens;
+  - a Sentinel URL that names one Sentinel loses the master while that
+    Sentinel is down;
+  - ?acks=N above the replicas the Redis has connected (INFO replication)
+    makes every acquisition and renewal fail.
+The Redis checks need CONFIG GET (and INFO); a server that refuses them
+gets a warning saying so.
+
 --json prints one object: ok (true or false), backend, address, probe
-("lock" or "list"), elapsed_ms, and error when not ok.
+("lock" or "list"), elapsed_ms, error when not ok, and warnings.
 
 Kubernetes exec probe (keep the URL, and its password, in a Secret passed
 as $DLOCK_URL):
@@ -84,11 +100,13 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		rawURL           string
 		connect          = defaultConnectTimeout
 		readOnly, asJSON bool
+		strict           bool
 	)
 	urlSrc := defineURL(o, &rawURL, urlHelp)
 	o.Duration(&connect, "", "connect-timeout", "DUR", "bound on the whole check (default 5s)")
 	o.Bool(&readOnly, "", "read-only", "list instead of taking a lock: writes nothing")
 	o.Bool(&asJSON, "", "json", "print JSON")
+	o.Bool(&strict, "", "strict", "exit 1 on any warning, unsafe settings of the lock service included")
 	rest, code, ok := o.Parse(args, stdout, stderr)
 	if !ok {
 		return code
@@ -145,6 +163,8 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		code = exitUsage
 	case !res.OK:
 		code = exitBackend
+	case strict && len(res.Warnings) > 0:
+		code = exitConflict
 	}
 	if asJSON {
 		enc := json.NewEncoder(stdout)
@@ -165,7 +185,10 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		busy = " (the probe lock was held by another check)"
 	}
 	fmt.Fprintf(stdout, "ok: %s %s in %s%s\n", res.Backend, quoteField(res.Address), fmtElapsed(elapsed), busy)
-	return 0
+	if code != 0 {
+		fmt.Fprintf(stderr, "dlock check: --strict: %d warning(s)\n", len(res.Warnings))
+	}
+	return code
 }
 
 // checkGaveUp is check's error when it gave up on the round trip by its
@@ -250,6 +273,7 @@ func probeService(raw string, connect time.Duration, readOnly bool) (busy bool, 
 		if left := time.Until(deadlineOf(ctx)); left > 0 { // 0 would be no bound
 			warnings = endpointWarnings(t, left)
 		}
+		warnings = append(warnings, settingsWarnings(ctx, t, b)...)
 	}
 	if b.nodes != nil {
 		// The round trip worked: a node that does not answer soon after
@@ -370,4 +394,61 @@ func fmtElapsed(d time.Duration) string {
 		return d.Round(100 * time.Microsecond).String()
 	}
 	return d.Round(time.Millisecond).String()
+}
+
+// settingsWarnings names the settings of the lock service that put the
+// locks' safety at risk: a Sentinel URL with one Sentinel, and for each
+// Redis server that holds leases, eviction, no persistence, and fewer
+// connected replicas than ?acks= asks for.
+func settingsWarnings(ctx context.Context, t *target, b *backend) []string {
+	var w []string
+	if strings.HasSuffix(t.Scheme, "+sentinel") && len(t.Addrs) == 1 {
+		w = append(w, "warning: the URL names one Sentinel: while it is down no client can find the master, and one Sentinel alone cannot agree a failover; list every Sentinel (three or more)")
+	}
+	for _, s := range b.redis {
+		w = append(w, redisSettingsWarnings(ctx, s, t.Acks)...)
+	}
+	return w
+}
+
+// redisSettingsWarnings checks one Redis server's configuration.
+func redisSettingsWarnings(ctx context.Context, s redisServer, acks int) []string {
+	var w []string
+	cfg := map[string]string{}
+	for _, p := range []string{"maxmemory", "maxmemory-policy", "appendonly", "save"} {
+		m, err := s.c.ConfigGet(ctx, p).Result()
+		if err != nil {
+			return append(w, fmt.Sprintf("warning: %s: cannot read its eviction and persistence settings (CONFIG GET %s: %v)", s.name, p, oneLine(err.Error())))
+		}
+		cfg[p] = m[p]
+	}
+	if mm, _ := strconv.ParseInt(cfg["maxmemory"], 10, 64); mm > 0 && cfg["maxmemory-policy"] != "noeviction" {
+		w = append(w, fmt.Sprintf("warning: %s evicts keys (maxmemory %d, maxmemory-policy %s): when full it may delete a held lock's key (volatile-* policies too: lock keys carry TTLs) and grant the lock to a second holder; set maxmemory-policy noeviction", s.name, mm, cfg["maxmemory-policy"]))
+	}
+	if cfg["appendonly"] == "no" && strings.TrimSpace(cfg["save"]) == "" {
+		w = append(w, fmt.Sprintf("warning: %s persists nothing (appendonly no, no save rules): a restart forgets every holder and grants their locks again while they still run, safe only where the resource checks fencing tokens; set appendonly yes", s.name))
+	}
+	if acks > 0 {
+		info, err := s.c.Info(ctx, "replication").Result()
+		if err != nil {
+			return append(w, fmt.Sprintf("warning: %s: cannot count its replicas for ?acks=%d (INFO replication: %v)", s.name, acks, oneLine(err.Error())))
+		}
+		if n := connectedReplicas(info); n < acks {
+			w = append(w, fmt.Sprintf("warning: ?acks=%d but %s has %d connected replica(s): every acquisition and renewal fails until %d are connected", acks, s.name, n, acks))
+		}
+	}
+	return w
+}
+
+// connectedReplicas reads connected_slaves from INFO replication (-1 if
+// absent).
+func connectedReplicas(info string) int {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_slaves:"); ok {
+			if n, err := strconv.Atoi(v); err == nil {
+				return n
+			}
+		}
+	}
+	return -1
 }

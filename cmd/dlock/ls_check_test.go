@@ -326,7 +326,8 @@ func containsLine(s string, fields ...string) bool {
 // nothing), and the --json and --read-only forms.
 func TestCheckOK(t *testing.T) {
 	t.Parallel()
-	redisAddr := testserver.StartRedis(t).Addr()
+	// Persistent: a server without it gets a warning (TestCheck_WarnsUnsafeRedisSettings).
+	redisAddr := testserver.StartRedis(t, testserver.WithArgs("--appendonly", "yes")).Addr()
 	cases := []struct {
 		name, url, kind, addr string
 	}{
@@ -479,5 +480,84 @@ func TestCheckGivingUpSaysNotReachable(t *testing.T) {
 		if got := checkGaveUp(c.raw, 2300*time.Millisecond, 2*time.Second); got != c.want {
 			t.Errorf("checkGaveUp(%q) = %q, want %q", c.raw, got, c.want)
 		}
+	}
+}
+
+// withoutPersistenceWarning is check's stderr without the warning about a
+// Redis that persists nothing (the test servers do not).
+func withoutPersistenceWarning(stderr string) string {
+	var keep []string
+	for _, l := range strings.SplitAfter(stderr, "\n") {
+		if !strings.Contains(l, " persists nothing ") {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "")
+}
+
+// check must name each Redis setting that can grant a lock twice or make
+// every acquisition fail, as a warning (exit 0), and --strict must fail on
+// any of them; a safely configured server gets none.
+func TestCheck_WarnsUnsafeRedisSettings(t *testing.T) {
+	t.Parallel()
+	safe := []string{"--appendonly", "yes"}
+	master := testserver.StartRedis(t, testserver.WithArgs(safe...))
+	testserver.StartRedis(t, testserver.WithArgs("--replicaof", "127.0.0.1", strconv.Itoa(master.Port())))
+	for deadline := time.Now().Add(hang); ; time.Sleep(20 * time.Millisecond) { // until the replica is connected
+		info, err := master.Do("INFO", "replication")
+		if err == nil && connectedReplicas(info) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica never connected: %q %v", info, err)
+		}
+	}
+	lone := testserver.StartSentinel(t, testserver.WithReplicas(0), testserver.WithSentinels(1))
+	cases := []struct {
+		name, url string
+		want      []string // in the warnings; none when empty
+	}{
+		{"safe", "redis://" + testserver.StartRedis(t, testserver.WithArgs(safe...)).Addr(), nil},
+		{"saveRulesOnly", "redis://" + testserver.StartRedis(t, testserver.WithArgs("--save", "900 1")).Addr(), nil},
+		{"noPersistence", "redis://" + testserver.StartRedis(t).Addr(), []string{"persists nothing", "restart forgets every holder", "fencing"}},
+		{"allkeysLRU", "redis://" + testserver.StartRedis(t, testserver.WithArgs(append(safe, "--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru")...)).Addr(), []string{"evicts keys", "allkeys-lru", "noeviction"}},
+		{"volatileTTL", "redis://" + testserver.StartRedis(t, testserver.WithArgs(append(safe, "--maxmemory", "64mb", "--maxmemory-policy", "volatile-ttl")...)).Addr(), []string{"evicts keys", "volatile-ttl"}},
+		{"noevictionWithMaxmemory", "redis://" + testserver.StartRedis(t, testserver.WithArgs(append(safe, "--maxmemory", "64mb", "--maxmemory-policy", "noeviction")...)).Addr(), nil},
+		{"acksWithinReplicas", "redis://" + master.Addr() + "?acks=1", nil},
+		{"acksAboveReplicas", "redis://" + master.Addr() + "?acks=2", []string{"?acks=2", "1 connected replica"}},
+		{"oneSentinel", "redis+sentinel://" + lone.Sentinels[0].Addr() + "/" + lone.Master(), []string{"one Sentinel"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			// --read-only: with ?acks= above the replicas a lock round
+			// trip fails, which is what the warning predicts.
+			var res checkResult
+			r := runDlock(t, c.url, "check", "--read-only", "--json")
+			if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || r.code != 0 || !res.OK {
+				t.Fatalf("check --json: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+			}
+			got := strings.Join(res.Warnings, "\n")
+			if len(c.want) == 0 && got != "" {
+				t.Fatalf("want no warnings, got %q", got)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(got, w) {
+					t.Fatalf("warnings %q lack %q", got, w)
+				}
+			}
+			r = runDlock(t, c.url, "check", "--read-only", "--strict")
+			if len(c.want) == 0 {
+				if r.code != 0 || r.stderr != "" {
+					t.Fatalf("check --strict: exit %d, stderr %q; want 0 and no warnings", r.code, r.stderr)
+				}
+				return
+			}
+			if r.code == 0 || !strings.Contains(r.stderr, c.want[0]) {
+				t.Fatalf("check --strict: exit %d, stderr %q; want a failure naming %q", r.code, r.stderr, c.want[0])
+			}
+			if r := runDlock(t, c.url, "check", "--read-only"); r.code != 0 || !strings.Contains(r.stderr, "warning: ") {
+				t.Fatalf("check: exit %d, stderr %q; want exit 0 with the warnings", r.code, r.stderr)
+			}
+		})
 	}
 }

@@ -34,7 +34,7 @@ Usage:
                [--watch [DUR] [--count N]] [--connect-timeout 5s] [--verbose]
                [PREFIX]
   dlock check  [--url URL|--url-file PATH] [--connect-timeout 5s] [--read-only]
-               [--json]
+               [--json] [--strict]
   dlock unlock [--url URL|--url-file PATH] (--owner ID | --force) [--json]
                [--connect-timeout 5s] [--timeout 30s] [--verbose] KEY
   dlock demo   [--url URL|--url-file PATH] [--workers 10] [--rounds 20]

@@ -55,7 +55,7 @@ func TestRedTeam15_UnlockMisuse(t *testing.T) {
 		{url, []string{"unlock", "--owner", owner}, "one KEY"},
 		{url, []string{"unlock", "--owner", "", "held"}, "either --owner ID or --force"},
 		{url, []string{"unlock", "--owner", owner, "--force", "held"}, "either --owner ID or --force"},
-		{url, []string{"unlock", "--owner", owner[:31], "held"}, "32 hex digits"},
+		{url, []string{"unlock", "--owner", owner[:7], "held"}, "at least 8 hex digits"},
 		{url, []string{"unlock", "--owner", owner + "0", "held"}, "32 hex digits"},
 		{url, []string{"unlock", "--owner", strings.Repeat("g", 32), "held"}, "32 hex digits"},
 		{url, []string{"unlock", "--force", "bad\xff"}, "dlock unlock"},

@@ -26,7 +26,8 @@ const usage = `dlock — distributed locks with fencing tokens
 Usage:
   dlock run    [--url URL|--url-file PATH] [--ttl 30s] [-s|--shared | --limit N]
                [-w DUR|SECS] [-n] [-E N] [--grace 5s] [--metrics-file PATH]
-               [--metrics ADDR] [--connect-timeout 5s] [--verbose] KEY -- CMD [ARGS...]
+               [--metrics ADDR] [--connect-timeout 5s] [--verbose]
+               KEY -- CMD [ARGS...]
   dlock run    [OPTION]... KEY -c CMDLINE   (CMDLINE run by /bin/sh -c)
   dlock hold   [OPTION]... KEY              (prints TOKEN OWNER, holds KEY
                                              until SIGINT, SIGTERM or SIGHUP)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -885,4 +886,66 @@ func TestTryAcquire_RefusedNodeGoneOnReturn(t *testing.T) {
 		t.Fatalf("TryAcquire after the holder released, a refused attempt before it: %v", err)
 	}
 	releaseOK(t, lk)
+}
+
+// A waiter's look after its wait, the one that may grant it, is preceded
+// by a sync, so a follower cut off from the leader cannot answer it with
+// a queue the leader has moved past. Symptom: the look read the children
+// straight from whichever server the client was on.
+func TestWaiter_SyncsBeforeTheLookThatGrants(t *testing.T) {
+	t.Parallel()
+	z := sharedZooKeeper(t)
+	holder := zklock.New(connect(t, []string{z.Addr()}))
+	waiter := zklock.New(connect(t, []string{z.Addr()}))
+	key := dlocktest.Key(t)
+	ctx := dlocktest.Context(t)
+	held, err := holder.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu      sync.Mutex
+		reqs    []string
+		waiting = make(chan struct{})
+		once    sync.Once
+	)
+	zklock.SetHooks(waiter, &zklock.Hooks{Request: func(what string) {
+		mu.Lock()
+		reqs = append(reqs, what)
+		mu.Unlock()
+		if what == "watch" {
+			once.Do(func() { close(waiting) })
+		}
+	}})
+	got := make(chan error, 1)
+	go func() {
+		lk, err := waiter.Acquire(ctx, key)
+		if err == nil {
+			err = lk.Release(ctx)
+		}
+		got <- err
+	}()
+	select {
+	case <-waiting:
+	case <-ctx.Done():
+		t.Fatal("hang: the waiter never watched the holder")
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter: %v", err)
+	}
+	zklock.SetHooks(waiter, nil)
+	mu.Lock()
+	defer mu.Unlock()
+	first, last := slices.Index(reqs, "list"), -1
+	for i, r := range reqs {
+		if r == "list" {
+			last = i
+		}
+	}
+	if first < 0 || first == last || !slices.Contains(reqs[first:last], "sync") {
+		t.Fatalf("the waiter's requests %v: want a sync between its first look and the look that granted it", reqs)
+	}
 }

@@ -32,6 +32,9 @@ type Hooks struct {
 	// sets on the key's children (returning a channel that never fires
 	// is a watch whose event was lost).
 	ChildWatch func(<-chan zk.Event) <-chan zk.Event
+	// Request runs before each request is sent, with its name ("sync",
+	// "list", ...), on the caller's goroutine.
+	Request func(what string)
 }
 
 // SetHooks installs h on l (nil removes them).
@@ -40,5 +43,5 @@ func SetHooks(l *Locker, h *Hooks) {
 		l.b.hooks.Store(nil)
 		return
 	}
-	l.b.hooks.Store(&testHooks{beforeCreate: h.BeforeCreate, afterCreate: h.AfterCreate, aborted: h.Aborted, childWatch: h.ChildWatch, beforeOrphanDelete: h.BeforeOrphanDelete})
+	l.b.hooks.Store(&testHooks{beforeCreate: h.BeforeCreate, afterCreate: h.AfterCreate, aborted: h.Aborted, childWatch: h.ChildWatch, beforeOrphanDelete: h.BeforeOrphanDelete, request: h.Request})
 }

@@ -113,6 +113,8 @@ type testHooks struct {
 	beforeOrphanDelete func()
 	// childWatch replaces the watch of a wait on a key's children.
 	childWatch func(<-chan zk.Event) <-chan zk.Event
+	// request runs before each request call sends, with its name.
+	request func(what string)
 }
 
 // New returns a Locker on conn. conn should come from Connect, which
@@ -210,6 +212,9 @@ func call[T any](ctx context.Context, b *backend, what string, fn func() (T, err
 	var zero T
 	if err := ctx.Err(); err != nil {
 		return zero, fmt.Errorf("dlock: zookeeper %s: %w", what, context.Cause(ctx))
+	}
+	if h := b.hooks.Load(); h != nil && h.request != nil {
+		h.request(what)
 	}
 	t := time.NewTimer(b.timeout)
 	defer t.Stop()

@@ -14,7 +14,7 @@ import (
 
 const holdUsage = `Usage: dlock hold [--url URL] [--ttl 30s] [-s|--shared | --limit N]
          [-w|--wait DUR|SECS] [-n|--nonblock] [-E|--conflict-exit-code N]
-         [--detach] [--connect-timeout 5s] [--verbose] KEY
+         [--detach] [--max-hold DUR] [--connect-timeout 5s] [--verbose] KEY
 
 Takes the lock KEY and holds it, renewing it, until dlock hold gets SIGINT,
 SIGTERM, SIGHUP or SIGQUIT, or the process that started it exits: then it

@@ -224,7 +224,7 @@ func TestHoldUsageErrors(t *testing.T) {
 		{[]string{"hold", "-w", "-1", "k"}, `dlock hold: invalid value "-1" for -w: must not be negative`},
 		{[]string{"hold", "--shared", "--limit", "2", "k"}, "dlock hold: --shared and --limit 2 cannot be combined"},
 		{[]string{"hold", "--ttl", "0s", "k"}, "dlock hold: --ttl must be positive"},
-		{[]string{"hold", ""}, "dlock hold: dlock: invalid key: key is empty"},
+		{[]string{"hold", ""}, "dlock hold: invalid key: key is empty"},
 	} {
 		r := runDlock(t, url, c.args...)
 		if r.code != exitUsage || r.stdout != "" || !strings.HasPrefix(r.stderr, c.want) ||

@@ -710,3 +710,36 @@ func TestCommandInheritsDlockURL(t *testing.T) {
 		t.Fatalf("--url: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
 }
+
+// --ttl 1ms printed "dlock run: dlock: invalid ttl ..." (exit 2 after
+// connecting): it is now a usage error with one "dlock run: " prefix, and
+// so are the other bad durations and an invalid key.
+func TestRun_TTLBelowMinimumIsUsageError(t *testing.T) {
+	t.Parallel()
+	url := fileURL(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--ttl", "1ms", "k", "--", "true"}, "dlock run: --ttl 1ms is below the minimum, 100ms\n"},
+		{[]string{"run", "--ttl", "99ms", "k", "--", "true"}, "dlock run: --ttl 99ms is below the minimum, 100ms\n"},
+		{[]string{"hold", "--ttl", "1ms", "k"}, "dlock hold: --ttl 1ms is below the minimum, 100ms\n"},
+		{[]string{"run", "--connect-timeout", "-1s", "k", "--", "true"}, "dlock run: --connect-timeout must be positive, got -1s\n"},
+		{[]string{"run", "--grace", "-1s", "k", "--", "true"}, "dlock run: --grace must not be negative, got -1s\n"},
+		{[]string{"run", "-w", "-1s", "k", "--", "true"}, "dlock run: invalid value \"-1s\" for -w: must not be negative\n"},
+		{[]string{"run", "--max-hold", "-1s", "k", "--", "true"}, "dlock run: --max-hold must not be negative, got -1s\n"},
+		{[]string{"run", "--max-hold", "50ms", "k", "--", "true"}, "dlock run: --max-hold 50ms is below the minimum, 311ms (with --ttl 30s)\n"},
+		{[]string{"hold", "--max-hold", "50ms", "--ttl", "1s", "k"}, "dlock hold: --max-hold 50ms is below the minimum, 100ms (with --ttl 1s)\n"},
+		{[]string{"run", "--max-hold", "soon", "k", "--", "true"}, "dlock run: invalid value \"soon\" for --max-hold: want a duration such as 500ms, 30s or 2m\n"},
+		{[]string{"run", "", "--", "true"}, "dlock run: invalid key: key is empty\n"},
+	} {
+		r := runDlock(t, url, c.args...)
+		cmd := "dlock " + c.args[0]
+		if r.code != exitUsage || r.stdout != "" || r.stderr != c.want+"Try '"+cmd+" --help' for more information.\n" {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 2 and %q", c.args, r.code, r.stdout, r.stderr, c.want)
+		}
+		if n := strings.Count(r.stderr, "dlock: "); n != 0 {
+			t.Errorf("%q: stderr %q has the library's prefix after dlock's", c.args, r.stderr)
+		}
+	}
+}

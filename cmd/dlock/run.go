@@ -20,7 +20,8 @@ import (
 
 const runUsage = `Usage: dlock run [--url URL] [--ttl 30s] [-s|--shared | --limit N]
          [-w|--wait DUR|SECS] [-n|--nonblock] [-E|--conflict-exit-code N]
-         [--grace 5s] [--connect-timeout 5s] [--verbose] KEY [--] CMD [ARGS...]
+         [--grace 5s] [--max-hold DUR] [--connect-timeout 5s] [--verbose]
+         KEY [--] CMD [ARGS...]
   or:  dlock run [OPTION]... KEY -c CMDLINE
 
 Runs CMD while holding the lock KEY, renewing it automatically. CMD sees
@@ -118,6 +119,7 @@ type lockFlags struct {
 	limit    int
 	connect  time.Duration
 	verbose  bool
+	maxHold  time.Duration // --max-hold: 0 for no cap
 }
 
 // define adds the lock options to o, with their defaults (but those of
@@ -131,6 +133,7 @@ func (f *lockFlags) define(o *optionSet) {
 	o.Var(waitFlag{&f.wait, &f.waitSet}, "w", "wait", "DUR|SECS", "give up after waiting this long: a duration (2m, 1.5s) or seconds (5, 0.5); 0 means one attempt, like -n (default: wait for ever)")
 	o.Bool(&f.nonblock, "n", "nonblock", "fail at once if the lock is held (one attempt)")
 	o.Int(&f.conflict, "E", "conflict-exit-code", "N", "exit status when the lock is held by someone else (default 1)")
+	o.Duration(&f.maxHold, "", "max-hold", "DUR", "give the lock up once it has been held this long, renewals included (default: no cap)")
 }
 
 // defineLast adds the options listed after the command's own: the
@@ -147,6 +150,9 @@ func (f *lockFlags) request(o *optionSet, key string, stderr io.Writer) (r acqui
 	case f.ttl <= 0:
 		o.UsageError(stderr, "--ttl must be positive, got %v", f.ttl)
 		return r, false
+	case f.ttl < dlock.MinTTL:
+		o.UsageError(stderr, "--ttl %v is below the minimum, %v", f.ttl, dlock.MinTTL)
+		return r, false
 	case f.ttl > dlock.MaxTTL:
 		// Checked here, before connecting, for the usage error's two lines.
 		o.UsageError(stderr, "--ttl %v is above the maximum, %v", f.ttl, dlock.MaxTTL)
@@ -160,12 +166,18 @@ func (f *lockFlags) request(o *optionSet, key string, stderr io.Writer) (r acqui
 	case f.shared && f.limit > 0:
 		o.UsageError(stderr, "--shared and --limit %d cannot be combined: a key is a read-write lock or a semaphore, not both", f.limit)
 		return r, false
-	}
-	if err := dlock.ValidateKey(key); err != nil {
-		o.UsageError(stderr, "%v", err)
+	case f.maxHold < 0:
+		o.UsageError(stderr, "--max-hold must not be negative, got %v", f.maxHold)
+		return r, false
+	case f.maxHold > 0 && f.maxHold < minMaxHold(f.ttl):
+		o.UsageError(stderr, "--max-hold %v is below the minimum, %v (with --ttl %v)", f.maxHold, minMaxHold(f.ttl), f.ttl)
 		return r, false
 	}
-	r = acquireRequest{cmd: o.cmd, key: key, ttl: f.ttl, wait: f.wait, nonblock: f.nonblock, conflict: f.conflict,
+	if err := dlock.ValidateKey(key); err != nil {
+		o.UsageError(stderr, "%s", errText(err))
+		return r, false
+	}
+	r = acquireRequest{cmd: o.cmd, key: key, ttl: f.ttl, wait: f.wait, nonblock: f.nonblock, conflict: f.conflict, maxHold: f.maxHold,
 		attempt: f.connect, mode: dlock.Exclusive, verbose: f.verbose, progress: f.verbose && stderrIsForegroundTerminal()}
 	if f.waitSet && f.wait == 0 {
 		r.nonblock = true // -w 0 fails at once, as flock(1)'s does
@@ -177,6 +189,14 @@ func (f *lockFlags) request(o *optionSet, key string, stderr io.Writer) (r acqui
 		r.mode, r.limit = dlock.Limited, f.limit
 	}
 	return r, true
+}
+
+// minMaxHold is the shortest --max-hold with --ttl ttl: MinTTL, and above
+// the lease's clock-drift allowance (the library's default, which the
+// cap's deadline is counted with).
+func minMaxHold(ttl time.Duration) time.Duration {
+	drift := time.Duration(float64(ttl)*dlock.DefaultDriftFactor) + dlock.DefaultDriftMin
+	return max(dlock.MinTTL, drift+time.Millisecond)
 }
 
 // heldLock is a lock taken by run or hold, with what it needs.
@@ -424,6 +444,7 @@ type acquireRequest struct {
 	attempt  time.Duration // --connect-timeout: bound on a first attempt that --wait does not cover
 	mode     dlock.Mode    // --shared, --limit N or exclusive
 	limit    int           // N of --limit N
+	maxHold  time.Duration // --max-hold: 0 for no cap
 	verbose  bool          // --verbose: say who holds the lock while waiting, and how long it took
 	progress bool          // with verbose: a progress line on a long wait (stderr is a terminal, a *progressWriter)
 }
@@ -436,15 +457,19 @@ func (r acquireRequest) name() string {
 	return "dlock " + r.cmd
 }
 
-// options returns the lock options of r's mode.
+// options returns the lock options of r's mode and hold cap.
 func (r acquireRequest) options() []dlock.Option {
+	var opts []dlock.Option
 	switch r.mode {
 	case dlock.Shared:
-		return []dlock.Option{dlock.WithShared()}
+		opts = append(opts, dlock.WithShared())
 	case dlock.Limited:
-		return []dlock.Option{dlock.WithLimit(r.limit)}
+		opts = append(opts, dlock.WithLimit(r.limit))
 	}
-	return nil
+	if r.maxHold > 0 {
+		opts = append(opts, dlock.WithMaxHold(r.maxHold))
+	}
+	return opts
 }
 
 // acquireForRun takes the lock; on failure it returns nil and the exit code.
@@ -534,7 +559,7 @@ func acquireForRun(b *backend, r acquireRequest, sigc chan os.Signal, stderr io.
 		// The backend's own words name the mode, or both limits.
 		fmt.Fprintf(stderr, "%s: %s: %v\n", name, b.where, err)
 	case code == exitUsage:
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		fmt.Fprintf(stderr, "%s: %s\n", name, errText(err))
 	case code == exitBackend && attemptCtx != nil && attemptCtx.Err() != nil && ctx.Err() == nil:
 		fmt.Fprintf(stderr, "%s: %s: no answer to the lock request within --connect-timeout %s: %v\n", name, b.where, r.attempt, err)
 	case code == exitBackend && errors.Is(err, dlock.ErrNotAcquired):

@@ -14,11 +14,12 @@ import (
 
 // Exit statuses of dlock itself (the child's status is passed through).
 const (
-	exitConflict = 1 // lock held by someone else (-n, or --wait elapsed); -E changes it
-	exitUsage    = 2 // bad flags, arguments or URL
-	exitBackend  = 3 // backend unreachable, authentication failed, ...
-	exitLost     = 4 // the lock was lost while the command ran
-	exitNoExec   = 127
+	exitConflict   = 1   // lock held by someone else (-n, or --wait elapsed); -E changes it
+	exitUsage      = 2   // bad flags, arguments or URL
+	exitBackend    = 3   // backend unreachable, authentication failed, ...
+	exitLost       = 4   // the lock was lost while the command ran
+	exitCannotExec = 126 // CMD found but not executable (permission, directory, format)
+	exitNoExec     = 127 // CMD not found
 )
 
 const usage = `dlock — distributed locks with fencing tokens

@@ -743,3 +743,39 @@ func TestRun_TTLBelowMinimumIsUsageError(t *testing.T) {
 		}
 	}
 }
+
+// A CMD that exists but cannot be executed exited 127, as if it were not
+// there: it exits 126, and 127 stays for a CMD that was not found.
+func TestRun_NotExecutableExits126(t *testing.T) {
+	t.Parallel()
+	url := fileURL(t)
+	dir := t.TempDir()
+	script := dir + "/script.sh"
+	if err := os.WriteFile(script, []byte("echo ran\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	garbage := dir + "/garbage"
+	if err := os.WriteFile(garbage, []byte("\x7fELF not really"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		cmd  string
+		code int
+		want string
+	}{
+		{script, 126, "permission denied"},
+		{dir, 126, "is a directory"},
+		{garbage, 126, "exec format error"},
+		{dir + "/missing", 127, "no such file or directory"},
+		{"dlock-no-such-command", 127, "not found"},
+	} {
+		r := runDlock(t, url, "run", "k", "--", c.cmd)
+		if r.code != c.code || r.stdout != "" || !strings.HasPrefix(r.stderr, "dlock run: ") || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("run %s: exit %d, stdout %q, stderr %q; want exit %d and %q", c.cmd, r.code, r.stdout, r.stderr, c.code, c.want)
+		}
+	}
+	// The lock was released: the next run gets it at once.
+	if r := runDlock(t, url, "run", "-n", "k", "--", "true"); r.code != 0 {
+		t.Fatalf("run -n after the failed starts: exit %d, stderr %q", r.code, r.stderr)
+	}
+}

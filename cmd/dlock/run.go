@@ -93,7 +93,9 @@ Exit status:
   3              backend error: unreachable server, no answer, TLS or
                  authentication failure... (whatever -w and -n say)
   4              the lock was lost while CMD ran; CMD was terminated
-  127            CMD could not be started
+  126            CMD was found but could not be executed (no execute
+                 permission, a directory, not an executable format)
+  127            CMD was not found
   128+N          interrupted by signal N while waiting for the lock
 
 Examples:
@@ -958,7 +960,7 @@ func superviseChild(lk *dlock.Lock, cmdArgs []string, o runOptions, sigc chan os
 				}
 			case "noexec":
 				fmt.Fprintf(stderr, "dlock run: %s\n", ev.msg)
-				status = exitNoExec
+				status = ev.n
 			case "exit":
 				status = ev.n
 			case "expired":

@@ -18,6 +18,7 @@ const (
 	exitUsage      = 2   // bad flags, arguments or URL
 	exitBackend    = 3   // backend unreachable, authentication failed, ...
 	exitLost       = 4   // the lock was lost while the command ran
+	exitMaxHold    = 5   // dlock hold: --max-hold reached, the lock released
 	exitCannotExec = 126 // CMD found but not executable (permission, directory, format)
 	exitNoExec     = 127 // CMD not found
 )

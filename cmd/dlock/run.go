@@ -92,7 +92,8 @@ Exit status:
                  the current holders'
   3              backend error: unreachable server, no answer, TLS or
                  authentication failure... (whatever -w and -n say)
-  4              the lock was lost while CMD ran; CMD was terminated
+  4              the lock was lost while CMD ran, or --max-hold was
+                 reached; CMD was terminated
   126            CMD was found but could not be executed (no execute
                  permission, a directory, not an executable format)
   127            CMD was not found
@@ -447,8 +448,12 @@ type acquireRequest struct {
 	mode     dlock.Mode    // --shared, --limit N or exclusive
 	limit    int           // N of --limit N
 	maxHold  time.Duration // --max-hold: 0 for no cap
-	verbose  bool          // --verbose: say who holds the lock while waiting, and how long it took
-	progress bool          // with verbose: a progress line on a long wait (stderr is a terminal, a *progressWriter)
+	// gone, if not nil, ends the wait once closed (dlock hold: the process
+	// that started it exited), with goneWhy said on stderr and exit 0.
+	gone     <-chan struct{}
+	goneWhy  string
+	verbose  bool // --verbose: say who holds the lock while waiting, and how long it took
+	progress bool // with verbose: a progress line on a long wait (stderr is a terminal, a *progressWriter)
 }
 
 // name is what r's messages start with: "dlock run".
@@ -493,11 +498,15 @@ func acquireForRun(b *backend, r acquireRequest, sigc chan os.Signal, stderr io.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var sig os.Signal
+	goneWhileWaiting := false
 	stop, exited := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(exited)
 		select {
 		case sig = <-sigc:
+			cancel()
+		case <-r.gone: // a nil channel never fires
+			goneWhileWaiting = true
 			cancel()
 		case <-stop:
 		}
@@ -541,6 +550,13 @@ func acquireForRun(b *backend, r acquireRequest, sigc chan os.Signal, stderr io.
 	}
 	close(stop)
 	<-exited
+	if goneWhileWaiting {
+		if lk != nil {
+			releaseNow(name, lk, stderr)
+		}
+		fmt.Fprintf(stderr, "%s: %s while waiting for %q: gave up waiting\n", name, r.goneWhy, r.key)
+		return nil, 0
+	}
 	if s, ok := sig.(syscall.Signal); ok {
 		if lk != nil {
 			releaseNow(name, lk, stderr)

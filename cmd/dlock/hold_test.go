@@ -510,3 +510,18 @@ func TestHold_StopsWaitingWhenParentDies(t *testing.T) {
 		t.Errorf("the waiter printed %q after its parent died", rest.String())
 	}
 }
+
+// --max-hold on hold: once the cap is reached the lock is released (the
+// next run gets it at once, long before the 30s lease could run out) and
+// hold exits 5, saying why.
+func TestHold_MaxHoldReleasesAndExits5(t *testing.T) {
+	t.Parallel()
+	url := fileURL(t)
+	h := startHold(t, url, "--max-hold", "1s", "capped")
+	if code := waitExit(t, h.cmd); code != exitMaxHold || !strings.Contains(h.stderr.String(), `dlock hold: --max-hold 1s reached: released "capped"`) {
+		t.Fatalf("exit %d, stderr %q; want %d and the cap named", code, h.stderr.String(), exitMaxHold)
+	}
+	if r := runDlock(t, url, "run", "-n", "capped", "--", "true"); r.code != 0 {
+		t.Fatalf("run -n after the capped hold exited: exit %d, stderr %q; want the lock released", r.code, r.stderr)
+	}
+}

@@ -779,3 +779,25 @@ func TestRun_NotExecutableExits126(t *testing.T) {
 		t.Fatalf("run -n after the failed starts: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
+
+// --max-hold on run: at the cap CMD's tree is terminated as on a lost
+// lock (dead before dlock exits), dlock exits 4 and names the cap, and the
+// lock is free for the next run.
+func TestRun_MaxHoldTerminatesTreeAndExits4(t *testing.T) {
+	t.Parallel()
+	url := fileURL(t)
+	r := runDlock(t, url, "run", "--ttl", "3s", "--max-hold", "2s", "capped", "--", "sh", "-c", `echo "$$"; exec sleep 60`)
+	pid, err := strconv.Atoi(strings.TrimSpace(r.stdout))
+	if err != nil {
+		t.Fatalf("CMD printed %q; stderr %q", r.stdout, r.stderr)
+	}
+	if r.code != exitLost || !strings.Contains(r.stderr, "dlock run: --max-hold 2s reached: the lock was given up and CMD's process tree terminated") {
+		t.Fatalf("exit %d, stderr %q; want %d and the cap named", r.code, r.stderr, exitLost)
+	}
+	if alive(pid) {
+		t.Fatalf("CMD (pid %d) still runs after dlock run exited at the cap", pid)
+	}
+	if r := runDlock(t, url, "run", "-n", "capped", "--", "true"); r.code != 0 {
+		t.Fatalf("run -n after the capped run: exit %d, stderr %q; want the lock free", r.code, r.stderr)
+	}
+}

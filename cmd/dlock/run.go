@@ -328,7 +328,14 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	defer h.close()
-	return superviseChild(h.lk, cmdArgs, runOptions{grace: grace, graceSet: graceSet, verbose: lf.verbose, mode: r.mode, limit: r.limit}, h.sigc, h.stderr)
+	holdCap := newHoldCap(h.lk, lf.maxHold)
+	status := superviseChild(h.lk, cmdArgs, runOptions{grace: grace, graceSet: graceSet, verbose: lf.verbose, mode: r.mode, limit: r.limit}, h.sigc, h.stderr)
+	if status == exitLost && holdCap.reached(h.lk) {
+		// The lease was renewed up to the cap only: CMD's tree was ended
+		// as for a lost lock, before the lease could pass on.
+		fmt.Fprintf(h.stderr, "dlock run: --max-hold %s reached: the lock was given up and CMD's process tree terminated\n", lf.maxHold)
+	}
+	return status
 }
 
 // graceFlag is --grace, a duration; set records that it was given.

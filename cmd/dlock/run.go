@@ -523,6 +523,9 @@ func acquireForRun(b *backend, r acquireRequest, sigc chan os.Signal, stderr io.
 		lk         *dlock.Lock
 		err        error
 		attemptCtx context.Context // the bounded first attempt's, if any
+		// attemptTimedOut: that attempt ran out of --connect-timeout
+		attemptTimedOut bool
+		firstErr        error // that attempt's, when a wait followed it
 	)
 	start := time.Now()
 	shortWait := r.wait > 0 && r.wait < r.attempt
@@ -530,12 +533,16 @@ func acquireForRun(b *backend, r acquireRequest, sigc chan os.Signal, stderr io.
 		var cancelAttempt context.CancelFunc
 		attemptCtx, cancelAttempt = context.WithTimeout(ctx, r.attempt)
 		lk, err = b.locker.TryAcquire(attemptCtx, r.key, opts...)
+		// Read before cancelAttempt, which sets Err to Canceled: only a
+		// deadline that passed means the lock service did not answer.
+		attemptTimedOut = errors.Is(attemptCtx.Err(), context.DeadlineExceeded)
 		cancelAttempt()
 		left := r.wait - time.Since(start)
 		if !r.nonblock && err != nil && (r.wait == 0 || left > 0) && ctx.Err() == nil &&
 			(heldBySomeone(err) || errors.Is(err, dlock.ErrTransient) ||
 				!shortWait && acquireErrorStatus(err, exitConflict) != exitUsage) {
 			attemptCtx = nil // the error to report is the wait's
+			firstErr = err
 			if r.verbose {
 				fmt.Fprintf(stderr, "%s: %s\n", name, waitingText(r, err))
 			}
@@ -578,6 +585,12 @@ func acquireForRun(b *backend, r acquireRequest, sigc chan os.Signal, stderr io.
 		return lk, 0
 	}
 	code := acquireErrorStatus(err, r.conflict)
+	if code == exitBackend && firstErr != nil && !heldBySomeone(firstErr) && !strings.Contains(err.Error(), errText(firstErr)) {
+		// The wait may end in an attempt cut short by its deadline, which
+		// says nothing of why the ones before failed (an unmet ?acks=):
+		// keep the first attempt's cause.
+		err = fmt.Errorf("%w; the first attempt failed: %s", err, errText(firstErr))
+	}
 	var na *dlock.NotAcquiredError
 	switch {
 	case errors.Is(err, dlock.ErrUnsupported), errors.Is(err, dlock.ErrLimitMismatch):
@@ -585,12 +598,12 @@ func acquireForRun(b *backend, r acquireRequest, sigc chan os.Signal, stderr io.
 		fmt.Fprintf(stderr, "%s: %s: %v\n", name, b.where, err)
 	case code == exitUsage:
 		fmt.Fprintf(stderr, "%s: %s\n", name, errText(err))
-	case code == exitBackend && attemptCtx != nil && attemptCtx.Err() != nil && ctx.Err() == nil:
-		fmt.Fprintf(stderr, "%s: %s: no answer to the lock request within --connect-timeout %s: %v\n", name, b.where, r.attempt, err)
+	case code == exitBackend && attemptCtx != nil && attemptTimedOut && ctx.Err() == nil:
+		fmt.Fprintf(stderr, "%s: %s: no answer to the lock request within --connect-timeout %s: %s\n", name, b.where, r.attempt, oneLine(errText(err)))
 	case code == exitBackend && errors.Is(err, dlock.ErrNotAcquired):
-		fmt.Fprintf(stderr, "%s: %s: no holder of %q was seen; the lock service did not answer: %v\n", name, b.where, r.key, err)
+		fmt.Fprintf(stderr, "%s: %s: no holder of %q was seen; the lock service did not answer: %s\n", name, b.where, r.key, oneLine(errText(err)))
 	case code == exitBackend:
-		fmt.Fprintf(stderr, "%s: %s: %v\n", name, b.where, err)
+		fmt.Fprintf(stderr, "%s: %s: %s\n", name, b.where, oneLine(errText(err)))
 	case errors.As(err, &na):
 		msg := name + ": " + heldText(r, na)
 		if !r.nonblock {

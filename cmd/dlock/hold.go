@@ -145,8 +145,8 @@ func cmdHold(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// holdCap is --max-hold for a lock taken: the local deadline its renewals
-// stop at.
+// holdCap is --max-hold for a lock taken: the local deadline beyond which
+// no renewal extends it.
 type holdCap struct {
 	max time.Duration // 0: no cap
 	end time.Time

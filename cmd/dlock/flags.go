@@ -216,6 +216,12 @@ func valueError(o *option, name, val string, err error) string {
 	return fmt.Sprintf("invalid value %q for %s: %s", val, name, oneLine(err.Error()))
 }
 
+// errText is err's text without the library's "dlock: " prefix, for a
+// message that already starts with "dlock CMD: ".
+func errText(err error) string {
+	return strings.TrimPrefix(err.Error(), "dlock: ")
+}
+
 // UsageError prints "dlock CMD: PROBLEM" and the pointer to --help on
 // stderr, and returns exitUsage.
 func (s *optionSet) UsageError(stderr io.Writer, format string, args ...any) int {

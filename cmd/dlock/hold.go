@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/dlock-go/dlock"
 )
@@ -15,13 +16,17 @@ import (
 const holdUsage = `Usage: dlock hold [--url URL|--url-file PATH] [--ttl 30s]
          [-s|--shared | --limit N]
          [-w|--wait DUR|SECS] [-n|--nonblock] [-E|--conflict-exit-code N]
-         [--detach] [--metrics-file PATH] [--metrics ADDR]
+         [--detach] [--max-hold DUR] [--metrics-file PATH] [--metrics ADDR]
          [--connect-timeout 5s] [--verbose] KEY
 
 Takes the lock KEY and holds it, renewing it, until dlock hold gets SIGINT,
 SIGTERM, SIGHUP or SIGQUIT, or the process that started it exits: then it
-releases the lock and exits 0. With --detach it outlives that process and
-holds the lock until a signal. It runs no
+releases the lock and exits 0. If that process exits while dlock hold
+still waits for the lock, it stops waiting and exits 0 holding nothing;
+if it is gone already when dlock hold starts (its parent is init), dlock
+hold refuses (exit 2). With --detach it outlives that process and holds
+the lock until a signal (use it to run dlock hold as a service). With
+--max-hold DUR it releases the lock once held for DUR and exits 5. It runs no
 command (like etcdctl lock without one): once the lock is held it prints
 one line on stdout, TOKEN OWNER: the fencing token and the owner id,
 
@@ -41,13 +46,17 @@ run; see 'dlock run --help'.
 const holdExitCodes = `
 Exit status:
   0       the lock was held until a signal, or until the process that
-          started dlock hold exited, and then released
+          started dlock hold exited, and then released (or, that process
+          gone while waiting, never taken)
   1       the lock is held by someone else (-n, or --wait elapsed); see -E
   2       usage error: bad flags, arguments or URL, a mode the backend does
-          not offer, or a --limit other than the current holders'
+          not offer, or a --limit other than the current holders'; also
+          when the process that started dlock hold is already gone (its
+          parent is init) and --detach was not given
   3       backend error (unreachable, no answer, authentication), also when
           the release on a signal failed (the lease then runs out on its own)
   4       the lock was lost while held
+  5       --max-hold was reached: the lock was released
   128+N   interrupted by signal N while waiting for the lock
 
 Examples:
@@ -89,13 +98,17 @@ func cmdHold(args []string, stdout, stderr io.Writer) (code int) {
 	}
 	r.observer = m.observer()
 	// The parent is the one dlock hold had when it started: watched from
-	// the start, so that a parent gone while the lock was awaited releases
-	// it as soon as it is held.
+	// the start, so that a parent gone while the lock is awaited ends the
+	// wait, and one gone before dlock hold could look refuses the hold.
 	var parentGone <-chan struct{}
 	if !detach {
+		if why := parentGoneAtStart(); why != "" {
+			return o.UsageError(stderr, "not holding %q: %s; use --detach to hold it until a signal", r.key, why)
+		}
 		gone, stop := watchParent()
 		defer stop()
 		parentGone = gone
+		r.gone, r.goneWhy = gone, "the process that started dlock hold exited"
 	}
 	h, code := takeLock(&lf, r, []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}, stderr)
 	if h == nil {
@@ -104,6 +117,7 @@ func cmdHold(args []string, stdout, stderr io.Writer) (code int) {
 	defer h.close()
 	defer func() { code = m.exit(code, h.lk) }() // after the release
 	lk := h.lk
+	holdCap := newHoldCap(lk, lf.maxHold)
 	// A reader gone (stdout closed) does not end the hold: the lock is
 	// held until a signal, or the parent's end, says otherwise.
 	_, _ = fmt.Fprintf(stdout, "%d %s\n", lk.Token(), lk.Owner())
@@ -112,7 +126,14 @@ func cmdHold(args []string, stdout, stderr io.Writer) (code int) {
 	case sig = <-h.sigc:
 	case <-parentGone:
 	case <-lk.Lost():
-		fmt.Fprintf(h.stderr, "dlock hold: LOCK LOST: %v\n", lk.Err())
+		if holdCap.reached(lk) {
+			// The lease ends at the cap; release it now rather than
+			// leave it to run out.
+			releaseNow("dlock hold", lk, h.stderr)
+			fmt.Fprintf(h.stderr, "dlock hold: --max-hold %s reached: released %q\n", lf.maxHold, r.key)
+			return exitMaxHold
+		}
+		fmt.Fprintf(h.stderr, "dlock hold: LOCK LOST: %s\n", errText(lk.Err()))
 		return exitLost
 	}
 	why := fmt.Sprint(sig)
@@ -123,7 +144,7 @@ func cmdHold(args []string, stdout, stderr io.Writer) (code int) {
 	defer cancel()
 	switch err := lk.Release(ctx); {
 	case errors.Is(err, dlock.ErrLockLost):
-		fmt.Fprintf(h.stderr, "dlock hold: LOCK LOST before %s came: %v\n", why, err)
+		fmt.Fprintf(h.stderr, "dlock hold: LOCK LOST before %s came: %s\n", why, errText(err))
 		return exitLost
 	case err != nil:
 		fmt.Fprintf(h.stderr, "dlock hold: on %s: release %q: %v\n", why, r.key, err)
@@ -133,4 +154,35 @@ func cmdHold(args []string, stdout, stderr io.Writer) (code int) {
 		fmt.Fprintf(h.stderr, "dlock hold: released %q on %s\n", r.key, why)
 	}
 	return 0
+}
+
+// holdCap is --max-hold for a lock taken: the local deadline beyond which
+// no renewal extends it.
+type holdCap struct {
+	max time.Duration // 0: no cap
+	end time.Time
+}
+
+// newHoldCap reads the cap's deadline off lk, just acquired: its deadline
+// is then the acquisition's start + TTL - drift, or already the cap's
+// (start + max - drift) if that comes first.
+func newHoldCap(lk *dlock.Lock, max time.Duration) holdCap {
+	c := holdCap{max: max}
+	if max > 0 {
+		c.end = lk.Deadline()
+		if max > lk.TTL() {
+			c.end = c.end.Add(max - lk.TTL())
+		}
+	}
+	return c
+}
+
+// reached says whether lk, no longer held, ended at the cap: the library
+// says so, or its last deadline was the cap's (dlock run's supervisor
+// ends the tree, and dlock releases, before the library's own timer).
+func (c holdCap) reached(lk *dlock.Lock) bool {
+	if c.max <= 0 {
+		return false
+	}
+	return errors.Is(lk.Err(), dlock.ErrHoldCapReached) || !lk.Deadline().Before(c.end)
 }

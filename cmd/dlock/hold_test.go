@@ -224,7 +224,7 @@ func TestHoldUsageErrors(t *testing.T) {
 		{[]string{"hold", "-w", "-1", "k"}, `dlock hold: invalid value "-1" for -w: must not be negative`},
 		{[]string{"hold", "--shared", "--limit", "2", "k"}, "dlock hold: --shared and --limit 2 cannot be combined"},
 		{[]string{"hold", "--ttl", "0s", "k"}, "dlock hold: --ttl must be positive"},
-		{[]string{"hold", ""}, "dlock hold: dlock: invalid key: key is empty"},
+		{[]string{"hold", ""}, "dlock hold: invalid key: key is empty"},
 	} {
 		r := runDlock(t, url, c.args...)
 		if r.code != exitUsage || r.stdout != "" || !strings.HasPrefix(r.stderr, c.want) ||
@@ -323,5 +323,205 @@ func TestHold_DetachOutlivesParent(t *testing.T) {
 	}
 	if r := runDlock(t, url, "run", "-w", "60", "deploy", "--", "true"); r.code != 0 {
 		t.Fatalf("run -w 60 after SIGTERM to the detached hold: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// orphanHold starts `dlock hold ARGS...` in a process whose parent has
+// already exited when dlock starts: a shell starts a second shell in the
+// background and exits; the second one, orphaned, execs dlock hold once
+// the test writes to a FIFO, with its output in files. It returns hold's
+// pid and the files; the test is skipped where orphans go to a subreaper
+// rather than to init.
+func orphanHold(t *testing.T, url string, args ...string) (pid int, stdout, stderr string) {
+	t.Helper()
+	dir := t.TempDir()
+	fifo, stdout, stderr := dir+"/go", dir+"/out", dir+"/err"
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	inner := `echo $$; read x <"$1"; shift 3; exec "$@"`
+	sh := exec.Command("sh", append([]string{"-c", `s=$1; shift; sh -c "$s" inner "$@" >"$2" 2>"$3" </dev/null & echo $!; exit 0`, "outer", inner, fifo, stdout, stderr, bin, "hold"}, args...)...)
+	sh.Env = append(os.Environ(), "DLOCK_URL="+url)
+	out, err := sh.Output()
+	if err != nil {
+		t.Fatalf("sh: %v", err)
+	}
+	// The inner shell prints its pid to the stdout file; $! is the same.
+	pid, err = strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatalf("sh printed %q", out)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	// The outer shell has exited: the inner one is an orphan now.
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := regexp.MustCompile(`(?m)^PPid:\s+(\d+)$`).FindSubmatch(b); m == nil || string(m[1]) != "1" {
+		t.Skipf("an orphan here goes to a subreaper, not to init: %q", m)
+	}
+	f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write([]byte("go\n"))
+	f.Close()
+	for deadline := time.Now().Add(hang); alive(pid); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("hang: orphaned dlock hold %d still runs", pid)
+		}
+	}
+	return pid, stdout, stderr
+}
+
+// dlock hold started after the process that started it had exited (its
+// parent already init) kept renewing the lock for ever: it refuses to
+// hold it, as a usage error that points to --detach.
+func TestHold_RefusesWhenParentAlreadyGone(t *testing.T) {
+	t.Parallel()
+	url := fileURL(t)
+	_, stdout, stderr := orphanHold(t, url, "deploy")
+	out, _ := os.ReadFile(stdout)
+	errb, _ := os.ReadFile(stderr)
+	want := "dlock hold: not holding \"deploy\": its parent process is pid 1 (init): the process that started it is gone, or is init; use --detach to hold it until a signal\n" +
+		"Try 'dlock hold --help' for more information.\n"
+	// The inner shell's own line ($$) comes first on stdout.
+	if lines := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n"); len(lines) != 1 || string(errb) != want {
+		t.Fatalf("orphaned dlock hold: stdout %q, stderr %q; want no token and %q", out, errb, want)
+	}
+	if r := runDlock(t, url, "run", "-n", "deploy", "--", "true"); r.code != 0 {
+		t.Fatalf("run -n after the refused hold: exit %d, stderr %q; want the lock free", r.code, r.stderr)
+	}
+}
+
+// With --detach, a hold whose parent is already init holds the lock (the
+// usual way to run it as a service).
+func TestHold_DetachHoldsWhenParentAlreadyGone(t *testing.T) {
+	t.Parallel()
+	url := fileURL(t)
+	dir := t.TempDir()
+	fifo := dir + "/go"
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Hold prints its token to the FIFO: read once the lock is held.
+	inner := `exec "$0" hold --detach deploy >"$1" 2>/dev/null </dev/null`
+	sh := exec.Command("sh", "-c", `sh -c "$1" "$2" "$3" >/dev/null 2>&1 </dev/null & echo $!; exit 0`, "outer", inner, bin, fifo)
+	sh.Env = append(os.Environ(), "DLOCK_URL="+url)
+	out, err := sh.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatalf("sh printed %q", out)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	line := make(chan string, 1)
+	go func() {
+		f, err := os.Open(fifo)
+		if err != nil {
+			line <- err.Error()
+			return
+		}
+		defer f.Close()
+		l, _ := bufio.NewReader(f).ReadString('\n')
+		line <- l
+	}()
+	select {
+	case l := <-line:
+		if !regexp.MustCompile(`^\d+ [0-9a-f]{32}\n`).MatchString(l) {
+			t.Fatalf("detached orphaned hold printed %q", l)
+		}
+	case <-time.After(hang):
+		t.Fatal("hang: the detached orphaned hold printed nothing")
+	}
+	if r := runDlock(t, url, "run", "-n", "deploy", "--", "true"); r.code != exitConflict {
+		t.Fatalf("run -n while the detached hold runs: exit %d, stderr %q; want the lock held", r.code, r.stderr)
+	}
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if r := runDlock(t, url, "run", "-w", "60", "deploy", "--", "true"); r.code != 0 {
+		t.Fatalf("run -w 60 after SIGTERM to the detached hold: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// dlock hold waiting for a held lock went on waiting after the script
+// that started it was killed, and then held the lock for nobody: it stops
+// waiting and exits, and never takes the lock.
+func TestHold_StopsWaitingWhenParentDies(t *testing.T) {
+	t.Parallel()
+	url := fileURL(t)
+	holder := startHold(t, url, "deploy")
+	sh := exec.Command("sh", "-c", `"$0" hold --verbose deploy & echo "$!"; wait`, bin)
+	sh.Env = append(os.Environ(), "DLOCK_URL="+url)
+	out, err := sh.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	errb := &syncBuffer{}
+	sh.Stderr = errb
+	sh.WaitDelay = time.Second // the waiting hold keeps the shell's pipes open
+	if err := sh.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopCmd(t, sh) })
+	rest := &syncBuffer{}
+	first := make(chan string, 1)
+	go func() {
+		r := bufio.NewReader(out)
+		l, _ := r.ReadString('\n')
+		first <- l
+		io.Copy(rest, r) // a token line here would be the waiter's
+	}()
+	var pid int
+	select {
+	case l := <-first:
+		if pid, err = strconv.Atoi(strings.TrimSpace(l)); err != nil {
+			t.Fatalf("sh printed %q", l)
+		}
+	case <-time.After(hang):
+		t.Fatal("hang: sh printed no pid")
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	waitFor(t, hang, "the second hold never said it waits", func() bool { return strings.Contains(errb.String(), `dlock hold: waiting for "deploy"`) })
+	if err := sh.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = waitOf(sh)
+	for deadline := time.Now().Add(hang); alive(pid); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("hang: the waiting dlock hold %d still runs after its parent died", pid)
+		}
+	}
+	if want := `dlock hold: the process that started dlock hold exited while waiting for "deploy": gave up waiting`; !strings.Contains(errb.String(), want) {
+		t.Errorf("stderr %q; want %q", errb.String(), want)
+	}
+	// Released now, the lock goes to nobody: the waiter is gone.
+	holder.cmd.Process.Signal(syscall.SIGTERM)
+	if code := waitExit(t, holder.cmd); code != 0 {
+		t.Fatalf("holder: exit %d, stderr %s", code, holder.stderr.String())
+	}
+	if r := runDlock(t, url, "run", "-n", "deploy", "--", "true"); r.code != 0 {
+		t.Fatalf("run -n after the holder released: exit %d, stderr %q; want the lock free", r.code, r.stderr)
+	}
+	if rest.String() != "" {
+		t.Errorf("the waiter printed %q after its parent died", rest.String())
+	}
+}
+
+// --max-hold on hold: once the cap is reached the lock is released (the
+// next run gets it at once, long before the 30s lease could run out) and
+// hold exits 5, saying why.
+func TestHold_MaxHoldReleasesAndExits5(t *testing.T) {
+	t.Parallel()
+	url := fileURL(t)
+	h := startHold(t, url, "--max-hold", "1s", "capped")
+	if code := waitExit(t, h.cmd); code != exitMaxHold || !strings.Contains(h.stderr.String(), `dlock hold: --max-hold 1s reached: released "capped"`) {
+		t.Fatalf("exit %d, stderr %q; want %d and the cap named", code, h.stderr.String(), exitMaxHold)
+	}
+	if r := runDlock(t, url, "run", "-n", "capped", "--", "true"); r.code != 0 {
+		t.Fatalf("run -n after the capped hold exited: exit %d, stderr %q; want the lock released", r.code, r.stderr)
 	}
 }

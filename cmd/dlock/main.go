@@ -14,20 +14,22 @@ import (
 
 // Exit statuses of dlock itself (the child's status is passed through).
 const (
-	exitConflict = 1 // lock held by someone else (-n, or --wait elapsed); -E changes it
-	exitUsage    = 2 // bad flags, arguments or URL
-	exitBackend  = 3 // backend unreachable, authentication failed, ...
-	exitLost     = 4 // the lock was lost while the command ran
-	exitNoExec   = 127
+	exitConflict   = 1   // lock held by someone else (-n, or --wait elapsed); -E changes it
+	exitUsage      = 2   // bad flags, arguments or URL
+	exitBackend    = 3   // backend unreachable, authentication failed, ...
+	exitLost       = 4   // the lock was lost while the command ran
+	exitMaxHold    = 5   // dlock hold: --max-hold reached, the lock released
+	exitCannotExec = 126 // CMD found but not executable (permission, directory, format)
+	exitNoExec     = 127 // CMD not found
 )
 
 const usage = `dlock — distributed locks with fencing tokens
 
 Usage:
   dlock run    [--url URL|--url-file PATH] [--ttl 30s] [-s|--shared | --limit N]
-               [-w DUR|SECS] [-n] [-E N] [--grace 5s] [--metrics-file PATH]
-               [--metrics ADDR] [--connect-timeout 5s] [--verbose]
-               KEY -- CMD [ARGS...]
+               [-w DUR|SECS] [-n] [-E N] [--grace 5s] [--max-hold DUR]
+               [--metrics-file PATH] [--metrics ADDR] [--connect-timeout 5s]
+               [--verbose] KEY -- CMD [ARGS...]
   dlock run    [OPTION]... KEY -c CMDLINE   (CMDLINE run by /bin/sh -c)
   dlock hold   [OPTION]... KEY              (prints TOKEN OWNER, holds KEY
                                              until SIGINT, SIGTERM or SIGHUP)

@@ -735,6 +735,39 @@ func TestUnknownCommand_SuggestsClosest(t *testing.T) {
 	}
 }
 
+// --ttl 1ms printed "dlock run: dlock: invalid ttl ..." (exit 2 after
+// connecting): it is now a usage error with one "dlock run: " prefix, and
+// so are the other bad durations and an invalid key.
+func TestRun_TTLBelowMinimumIsUsageError(t *testing.T) {
+	t.Parallel()
+	url := fileURL(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--ttl", "1ms", "k", "--", "true"}, "dlock run: --ttl 1ms is below the minimum, 100ms\n"},
+		{[]string{"run", "--ttl", "99ms", "k", "--", "true"}, "dlock run: --ttl 99ms is below the minimum, 100ms\n"},
+		{[]string{"hold", "--ttl", "1ms", "k"}, "dlock hold: --ttl 1ms is below the minimum, 100ms\n"},
+		{[]string{"run", "--connect-timeout", "-1s", "k", "--", "true"}, "dlock run: --connect-timeout must be positive, got -1s\n"},
+		{[]string{"run", "--grace", "-1s", "k", "--", "true"}, "dlock run: --grace must not be negative, got -1s\n"},
+		{[]string{"run", "-w", "-1s", "k", "--", "true"}, "dlock run: invalid value \"-1s\" for -w: must not be negative\n"},
+		{[]string{"run", "--max-hold", "-1s", "k", "--", "true"}, "dlock run: --max-hold must not be negative, got -1s\n"},
+		{[]string{"run", "--max-hold", "50ms", "k", "--", "true"}, "dlock run: --max-hold 50ms is below the minimum, 311ms (with --ttl 30s)\n"},
+		{[]string{"hold", "--max-hold", "50ms", "--ttl", "1s", "k"}, "dlock hold: --max-hold 50ms is below the minimum, 100ms (with --ttl 1s)\n"},
+		{[]string{"run", "--max-hold", "soon", "k", "--", "true"}, "dlock run: invalid value \"soon\" for --max-hold: want a duration such as 500ms, 30s or 2m\n"},
+		{[]string{"run", "", "--", "true"}, "dlock run: invalid key: key is empty\n"},
+	} {
+		r := runDlock(t, url, c.args...)
+		cmd := "dlock " + c.args[0]
+		if r.code != exitUsage || r.stdout != "" || r.stderr != c.want+"Try '"+cmd+" --help' for more information.\n" {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 2 and %q", c.args, r.code, r.stdout, r.stderr, c.want)
+		}
+		if n := strings.Count(r.stderr, "dlock: "); n != 0 {
+			t.Errorf("%q: stderr %q has the library's prefix after dlock's", c.args, r.stderr)
+		}
+	}
+}
+
 // CMD must not be handed the lock service's password through DLOCK_URL;
 // a DLOCK_URL without a secret still reaches it, for a nested dlock.
 func TestRun_CMDDoesNotSeePassword(t *testing.T) {
@@ -753,5 +786,63 @@ func TestRun_CMDDoesNotSeePassword(t *testing.T) {
 	r := runDlock(t, plain, "run", "k", "--", "env")
 	if r.code != 0 || !strings.Contains(r.stdout, "DLOCK_URL="+plain+"\n") {
 		t.Fatalf("run with DLOCK_URL %s: exit %d, CMD's environment %q: want DLOCK_URL passed on", plain, r.code, r.stdout)
+	}
+}
+
+// A CMD that exists but cannot be executed exited 127, as if it were not
+// there: it exits 126, and 127 stays for a CMD that was not found.
+func TestRun_NotExecutableExits126(t *testing.T) {
+	t.Parallel()
+	url := fileURL(t)
+	dir := t.TempDir()
+	script := dir + "/script.sh"
+	if err := os.WriteFile(script, []byte("echo ran\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	garbage := dir + "/garbage"
+	if err := os.WriteFile(garbage, []byte("\x7fELF not really"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		cmd  string
+		code int
+		want string
+	}{
+		{script, 126, "permission denied"},
+		{dir, 126, "is a directory"},
+		{garbage, 126, "exec format error"},
+		{dir + "/missing", 127, "no such file or directory"},
+		{"dlock-no-such-command", 127, "not found"},
+	} {
+		r := runDlock(t, url, "run", "k", "--", c.cmd)
+		if r.code != c.code || r.stdout != "" || !strings.HasPrefix(r.stderr, "dlock run: ") || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("run %s: exit %d, stdout %q, stderr %q; want exit %d and %q", c.cmd, r.code, r.stdout, r.stderr, c.code, c.want)
+		}
+	}
+	// The lock was released: the next run gets it at once.
+	if r := runDlock(t, url, "run", "-n", "k", "--", "true"); r.code != 0 {
+		t.Fatalf("run -n after the failed starts: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// --max-hold on run: at the cap CMD's tree is terminated as on a lost
+// lock (dead before dlock exits), dlock exits 4 and names the cap, and the
+// lock is free for the next run.
+func TestRun_MaxHoldTerminatesTreeAndExits4(t *testing.T) {
+	t.Parallel()
+	url := fileURL(t)
+	r := runDlock(t, url, "run", "--ttl", "3s", "--max-hold", "2s", "capped", "--", "sh", "-c", `echo "$$"; exec sleep 60`)
+	pid, err := strconv.Atoi(strings.TrimSpace(r.stdout))
+	if err != nil {
+		t.Fatalf("CMD printed %q; stderr %q", r.stdout, r.stderr)
+	}
+	if r.code != exitLost || !strings.Contains(r.stderr, "dlock run: --max-hold 2s reached: the lock was given up and CMD's process tree terminated") {
+		t.Fatalf("exit %d, stderr %q; want %d and the cap named", r.code, r.stderr, exitLost)
+	}
+	if alive(pid) {
+		t.Fatalf("CMD (pid %d) still runs after dlock run exited at the cap", pid)
+	}
+	if r := runDlock(t, url, "run", "-n", "capped", "--", "true"); r.code != 0 {
+		t.Fatalf("run -n after the capped run: exit %d, stderr %q; want the lock free", r.code, r.stderr)
 	}
 }

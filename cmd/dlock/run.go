@@ -21,7 +21,7 @@ import (
 const runUsage = `Usage: dlock run [--url URL|--url-file PATH] [--ttl 30s]
          [-s|--shared | --limit N]
          [-w|--wait DUR|SECS] [-n|--nonblock] [-E|--conflict-exit-code N]
-         [--grace 5s] [--metrics-file PATH] [--metrics ADDR]
+         [--grace 5s] [--max-hold DUR] [--metrics-file PATH] [--metrics ADDR]
          [--connect-timeout 5s] [--verbose] KEY [--] CMD [ARGS...]
   or:  dlock run [OPTION]... KEY -c CMDLINE
 
@@ -108,8 +108,11 @@ Exit status:
                  the current holders'
   3              backend error: unreachable server, no answer, TLS or
                  authentication failure... (whatever -w and -n say)
-  4              the lock was lost while CMD ran; CMD was terminated
-  127            CMD could not be started
+  4              the lock was lost while CMD ran, or --max-hold was
+                 reached; CMD was terminated
+  126            CMD was found but could not be executed (no execute
+                 permission, a directory, not an executable format)
+  127            CMD was not found
   128+N          interrupted by signal N while waiting for the lock
 
 Examples:
@@ -138,6 +141,7 @@ type lockFlags struct {
 	limit    int
 	connect  time.Duration
 	verbose  bool
+	maxHold  time.Duration // --max-hold: 0 for no cap
 }
 
 // define adds the lock options to o, with their defaults (but those of
@@ -151,6 +155,7 @@ func (f *lockFlags) define(o *optionSet) {
 	o.Var(waitFlag{&f.wait, &f.waitSet}, "w", "wait", "DUR|SECS", "give up after waiting this long: a duration (2m, 1.5s) or seconds (5, 0.5); 0 means one attempt, like -n (default: wait for ever)")
 	o.Bool(&f.nonblock, "n", "nonblock", "fail at once if the lock is held (one attempt)")
 	o.Int(&f.conflict, "E", "conflict-exit-code", "N", "exit status when the lock is held by someone else (default 1)")
+	o.Duration(&f.maxHold, "", "max-hold", "DUR", "give the lock up once it has been held this long, renewals included (default: no cap)")
 }
 
 // defineLast adds the options listed after the command's own: the
@@ -171,6 +176,9 @@ func (f *lockFlags) request(o *optionSet, key string, stderr io.Writer) (r acqui
 	case f.ttl <= 0:
 		o.UsageError(stderr, "--ttl must be positive, got %v", f.ttl)
 		return r, false
+	case f.ttl < dlock.MinTTL:
+		o.UsageError(stderr, "--ttl %v is below the minimum, %v", f.ttl, dlock.MinTTL)
+		return r, false
 	case f.ttl > dlock.MaxTTL:
 		// Checked here, before connecting, for the usage error's two lines.
 		o.UsageError(stderr, "--ttl %v is above the maximum, %v", f.ttl, dlock.MaxTTL)
@@ -184,12 +192,18 @@ func (f *lockFlags) request(o *optionSet, key string, stderr io.Writer) (r acqui
 	case f.shared && f.limit > 0:
 		o.UsageError(stderr, "--shared and --limit %d cannot be combined: a key is a read-write lock or a semaphore, not both", f.limit)
 		return r, false
-	}
-	if err := dlock.ValidateKey(key); err != nil {
-		o.UsageError(stderr, "%v", err)
+	case f.maxHold < 0:
+		o.UsageError(stderr, "--max-hold must not be negative, got %v", f.maxHold)
+		return r, false
+	case f.maxHold > 0 && f.maxHold < minMaxHold(f.ttl):
+		o.UsageError(stderr, "--max-hold %v is below the minimum, %v (with --ttl %v)", f.maxHold, minMaxHold(f.ttl), f.ttl)
 		return r, false
 	}
-	r = acquireRequest{cmd: o.cmd, key: key, ttl: f.ttl, wait: f.wait, nonblock: f.nonblock, conflict: f.conflict,
+	if err := dlock.ValidateKey(key); err != nil {
+		o.UsageError(stderr, "%s", errText(err))
+		return r, false
+	}
+	r = acquireRequest{cmd: o.cmd, key: key, ttl: f.ttl, wait: f.wait, nonblock: f.nonblock, conflict: f.conflict, maxHold: f.maxHold,
 		attempt: f.connect, mode: dlock.Exclusive, verbose: f.verbose, progress: f.verbose && stderrIsForegroundTerminal()}
 	if f.waitSet && f.wait == 0 {
 		r.nonblock = true // -w 0 fails at once, as flock(1)'s does
@@ -201,6 +215,14 @@ func (f *lockFlags) request(o *optionSet, key string, stderr io.Writer) (r acqui
 		r.mode, r.limit = dlock.Limited, f.limit
 	}
 	return r, true
+}
+
+// minMaxHold is the shortest --max-hold with --ttl ttl: MinTTL, and above
+// the lease's clock-drift allowance (the library's default, which the
+// cap's deadline is counted with).
+func minMaxHold(ttl time.Duration) time.Duration {
+	drift := time.Duration(float64(ttl)*dlock.DefaultDriftFactor) + dlock.DefaultDriftMin
+	return max(dlock.MinTTL, drift+time.Millisecond)
 }
 
 // heldLock is a lock taken by run or hold, with what it needs.
@@ -336,7 +358,14 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return m.exit(code, nil)
 	}
 	defer h.close()
-	return m.exit(superviseChild(h.lk, cmdArgs, runOptions{grace: grace, graceSet: graceSet, verbose: lf.verbose, mode: r.mode, limit: r.limit}, h.sigc, h.stderr), h.lk)
+	holdCap := newHoldCap(h.lk, lf.maxHold)
+	status := superviseChild(h.lk, cmdArgs, runOptions{grace: grace, graceSet: graceSet, verbose: lf.verbose, mode: r.mode, limit: r.limit}, h.sigc, h.stderr)
+	if status == exitLost && holdCap.reached(h.lk) {
+		// The lease was renewed up to the cap only: CMD's tree was ended
+		// as for a lost lock, before the lease could pass on.
+		fmt.Fprintf(h.stderr, "dlock run: --max-hold %s reached: the lock was given up and CMD's process tree terminated\n", lf.maxHold)
+	}
+	return m.exit(status, h.lk)
 }
 
 // graceFlag is --grace, a duration; set records that it was given.
@@ -455,8 +484,13 @@ type acquireRequest struct {
 	attempt  time.Duration // --connect-timeout: bound on a first attempt that --wait does not cover
 	mode     dlock.Mode    // --shared, --limit N or exclusive
 	limit    int           // N of --limit N
-	verbose  bool          // --verbose: say who holds the lock while waiting, and how long it took
-	progress bool          // with verbose: a progress line on a long wait (stderr is a terminal, a *progressWriter)
+	maxHold  time.Duration // --max-hold: 0 for no cap
+	// gone, if not nil, ends the wait once closed (dlock hold: the process
+	// that started it exited), with goneWhy said on stderr and exit 0.
+	gone     <-chan struct{}
+	goneWhy  string
+	verbose  bool // --verbose: say who holds the lock while waiting, and how long it took
+	progress bool // with verbose: a progress line on a long wait (stderr is a terminal, a *progressWriter)
 
 	// observer gets the acquisition's and its Lock's Events, for
 	// --metrics-file and --metrics; nil for none.
@@ -471,15 +505,19 @@ func (r acquireRequest) name() string {
 	return "dlock " + r.cmd
 }
 
-// options returns the lock options of r's mode.
+// options returns the lock options of r's mode and hold cap.
 func (r acquireRequest) options() []dlock.Option {
+	var opts []dlock.Option
 	switch r.mode {
 	case dlock.Shared:
-		return []dlock.Option{dlock.WithShared()}
+		opts = append(opts, dlock.WithShared())
 	case dlock.Limited:
-		return []dlock.Option{dlock.WithLimit(r.limit)}
+		opts = append(opts, dlock.WithLimit(r.limit))
 	}
-	return nil
+	if r.maxHold > 0 {
+		opts = append(opts, dlock.WithMaxHold(r.maxHold))
+	}
+	return opts
 }
 
 // acquireForRun takes the lock; on failure it returns nil and the exit code.
@@ -501,11 +539,15 @@ func acquireForRun(b *backend, r acquireRequest, sigc chan os.Signal, stderr io.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var sig os.Signal
+	goneWhileWaiting := false
 	stop, exited := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(exited)
 		select {
 		case sig = <-sigc:
+			cancel()
+		case <-r.gone: // a nil channel never fires
+			goneWhileWaiting = true
 			cancel()
 		case <-stop:
 		}
@@ -515,6 +557,9 @@ func acquireForRun(b *backend, r acquireRequest, sigc chan os.Signal, stderr io.
 		lk         *dlock.Lock
 		err        error
 		attemptCtx context.Context // the bounded first attempt's, if any
+		// attemptTimedOut: that attempt ran out of --connect-timeout
+		attemptTimedOut bool
+		firstErr        error // that attempt's, when a wait followed it
 	)
 	start := time.Now()
 	shortWait := r.wait > 0 && r.wait < r.attempt
@@ -522,12 +567,16 @@ func acquireForRun(b *backend, r acquireRequest, sigc chan os.Signal, stderr io.
 		var cancelAttempt context.CancelFunc
 		attemptCtx, cancelAttempt = context.WithTimeout(ctx, r.attempt)
 		lk, err = b.locker.TryAcquire(attemptCtx, r.key, opts...)
+		// Read before cancelAttempt, which sets Err to Canceled: only a
+		// deadline that passed means the lock service did not answer.
+		attemptTimedOut = errors.Is(attemptCtx.Err(), context.DeadlineExceeded)
 		cancelAttempt()
 		left := r.wait - time.Since(start)
 		if !r.nonblock && err != nil && (r.wait == 0 || left > 0) && ctx.Err() == nil &&
 			(heldBySomeone(err) || errors.Is(err, dlock.ErrTransient) ||
 				!shortWait && acquireErrorStatus(err, exitConflict) != exitUsage) {
 			attemptCtx = nil // the error to report is the wait's
+			firstErr = err
 			if r.verbose {
 				fmt.Fprintf(stderr, "%s: %s\n", name, waitingText(r, err))
 			}
@@ -549,6 +598,13 @@ func acquireForRun(b *backend, r acquireRequest, sigc chan os.Signal, stderr io.
 	}
 	close(stop)
 	<-exited
+	if goneWhileWaiting {
+		if lk != nil {
+			releaseNow(name, lk, stderr)
+		}
+		fmt.Fprintf(stderr, "%s: %s while waiting for %q: gave up waiting\n", name, r.goneWhy, r.key)
+		return nil, 0
+	}
 	if s, ok := sig.(syscall.Signal); ok {
 		if lk != nil {
 			releaseNow(name, lk, stderr)
@@ -563,19 +619,25 @@ func acquireForRun(b *backend, r acquireRequest, sigc chan os.Signal, stderr io.
 		return lk, 0
 	}
 	code := acquireErrorStatus(err, r.conflict)
+	if code == exitBackend && firstErr != nil && !heldBySomeone(firstErr) && !strings.Contains(err.Error(), errText(firstErr)) {
+		// The wait may end in an attempt cut short by its deadline, which
+		// says nothing of why the ones before failed (an unmet ?acks=):
+		// keep the first attempt's cause.
+		err = fmt.Errorf("%w; the first attempt failed: %s", err, errText(firstErr))
+	}
 	var na *dlock.NotAcquiredError
 	switch {
 	case errors.Is(err, dlock.ErrUnsupported), errors.Is(err, dlock.ErrLimitMismatch):
 		// The backend's own words name the mode, or both limits.
 		fmt.Fprintf(stderr, "%s: %s: %v\n", name, b.where, err)
 	case code == exitUsage:
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
-	case code == exitBackend && attemptCtx != nil && attemptCtx.Err() != nil && ctx.Err() == nil:
-		fmt.Fprintf(stderr, "%s: %s: no answer to the lock request within --connect-timeout %s: %v\n", name, b.where, r.attempt, err)
+		fmt.Fprintf(stderr, "%s: %s\n", name, errText(err))
+	case code == exitBackend && attemptCtx != nil && attemptTimedOut && ctx.Err() == nil:
+		fmt.Fprintf(stderr, "%s: %s: no answer to the lock request within --connect-timeout %s: %s\n", name, b.where, r.attempt, oneLine(errText(err)))
 	case code == exitBackend && errors.Is(err, dlock.ErrNotAcquired):
-		fmt.Fprintf(stderr, "%s: %s: no holder of %q was seen; the lock service did not answer: %v\n", name, b.where, r.key, err)
+		fmt.Fprintf(stderr, "%s: %s: no holder of %q was seen; the lock service did not answer: %s\n", name, b.where, r.key, oneLine(errText(err)))
 	case code == exitBackend:
-		fmt.Fprintf(stderr, "%s: %s: %v\n", name, b.where, err)
+		fmt.Fprintf(stderr, "%s: %s: %s\n", name, b.where, oneLine(errText(err)))
 	case errors.As(err, &na):
 		msg := name + ": " + heldText(r, na)
 		if !r.nonblock {
@@ -971,7 +1033,7 @@ func superviseChild(lk *dlock.Lock, cmdArgs []string, o runOptions, sigc chan os
 				}
 			case "noexec":
 				fmt.Fprintf(stderr, "dlock run: %s\n", ev.msg)
-				status = exitNoExec
+				status = ev.n
 			case "exit":
 				status = ev.n
 			case "expired":

@@ -71,8 +71,10 @@ package main
 //   - CMD exits: whatever it left running (`sleep 100 &`) gets SIGTERM, and
 //     SIGKILL after --grace, before the lock is released: like systemd's
 //     KillMode=control-group. dlock exits with CMD's status.
-//   - CMD cannot be started: the supervisor reports "noexec" and dlock
-//     exits 127.
+//   - CMD cannot be started: the supervisor reports "noexec" with the
+//     status dlock exits with: 127 if CMD was not found, 126 if it exists
+//     but cannot be executed (no execute permission, a directory, not an
+//     executable format).
 //   - The supervisor itself SIGKILLed (OOM killer), at any point, also
 //     while it waits out --grace for CMD's leftovers: CMD gets SIGKILL from
 //     its parent-death signal; dlock is a subreaper too, so the orphans come
@@ -91,6 +93,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -319,8 +322,9 @@ func (s *supervisor) run(argv []string, ctl *ctlPipe) int {
 		pid, err = startCmd(argv, s.tty)
 	}
 	if err != nil {
-		s.report("noexec %v", err)
-		return exitNoExec
+		code := execFailureStatus(err)
+		s.report("noexec %d %v", code, err)
+		return code
 	}
 	s.pid, s.alive = pid, true
 	// In a background group of its own, the supervisor takes the terminal
@@ -520,6 +524,16 @@ func startCmd(argv []string, tty int) (int, error) {
 	return pid, nil
 }
 
+// execFailureStatus is the exit status for CMD that could not be started,
+// as the shells have it: 127 if it was not found, 126 if it was found but
+// could not be executed (permission, a directory, an unknown format).
+func execFailureStatus(err error) int {
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		return exitNoExec
+	}
+	return exitCannotExec
+}
+
 // reap waits for every child (CMD and re-parented orphans) and reports
 // each; ECHILD means the tree is empty.
 func (s *supervisor) reap() {
@@ -661,7 +675,7 @@ type supHandle struct {
 // supEvent is one report of the supervisor; kind "done" comes last, once
 // the supervisor has exited (err is its Wait error).
 type supEvent struct {
-	kind string // pid, noexec, exit, stop, done
+	kind string // pid, noexec (n: 126 or 127), exit, stop, done
 	n    int
 	msg  string
 	err  error
@@ -714,6 +728,15 @@ func startSupervisor(cmdArgs, env []string, k killSchedule, leaseEnd int64) (*su
 		sc := bufio.NewScanner(stR)
 		for sc.Scan() {
 			kind, arg, _ := strings.Cut(sc.Text(), " ")
+			if kind == "noexec" { // noexec STATUS MESSAGE
+				code, msg, _ := strings.Cut(arg, " ")
+				n, err := strconv.Atoi(code)
+				if err != nil {
+					n = exitNoExec
+				}
+				h.events <- supEvent{kind: kind, n: n, msg: msg}
+				continue
+			}
 			n, _ := strconv.Atoi(arg)
 			h.events <- supEvent{kind: kind, n: n, msg: arg}
 		}

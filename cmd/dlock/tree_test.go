@@ -216,7 +216,7 @@ func TestExitStatusPassthrough(t *testing.T) {
 		{[]string{"sh", "-c", "kill -TERM $$"}, 128 + 15, ""},
 		{[]string{"sh", "-c", "kill -KILL $$"}, 128 + 9, ""},
 		{[]string{"no-such-command-dlock-test"}, exitNoExec, "no-such-command-dlock-test"},
-		{[]string{notExec}, exitNoExec, "permission denied"},
+		{[]string{notExec}, exitCannotExec, "permission denied"},
 		{[]string{"/nonexistent/cmd"}, exitNoExec, "/nonexistent/cmd"},
 	}
 	killMarked(t, "300.501")

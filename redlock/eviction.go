@@ -62,9 +62,18 @@ func (b *backend) checkEviction(ctx context.Context, timeout time.Duration) erro
 		}
 		n.unanswered.Store(false)
 		if ev.Evicts() {
-			return true, &EvictionError{Node: n.name, MaxMemory: ev.MaxMemory, Policy: ev.Policy}
+			e := &EvictionError{Node: n.name, MaxMemory: ev.MaxMemory, Policy: ev.Policy}
+			n.evicts.Store(e)
+			return true, e
 		}
 		return true, nil
+	}
+	// A node known to evict is refused at once, whether or not it was
+	// among the majority whose answers the attempt that asked it read.
+	for _, n := range b.nodes {
+		if e := n.evicts.Load(); e != nil {
+			return e
+		}
 	}
 	type result struct {
 		answered bool

@@ -88,6 +88,9 @@ type node struct {
 	// ask it again in the background (rechecking: that check is running)
 	// instead of waiting for it.
 	unanswered, rechecking atomic.Bool
+	// evicts is the node's refusal once its check answered that it may
+	// evict keys: every later attempt returns it without asking.
+	evicts atomic.Pointer[EvictionError]
 }
 
 // backend is the driver: the nodes and the quorum.

@@ -179,10 +179,19 @@ func newHoldCap(lk *dlock.Lock, max time.Duration) holdCap {
 
 // reached says whether lk, no longer held, ended at the cap: the library
 // says so, or its last deadline was the cap's (dlock run's supervisor
-// ends the tree, and dlock releases, before the library's own timer).
+// ends the tree, and dlock releases, before the library's own timer). A
+// lease the server no longer had (broken, deleted, taken) is a loss,
+// never the cap, however close to it.
 func (c holdCap) reached(lk *dlock.Lock) bool {
 	if c.max <= 0 {
 		return false
 	}
-	return errors.Is(lk.Err(), dlock.ErrHoldCapReached) || !lk.Deadline().Before(c.end)
+	err := lk.Err()
+	switch {
+	case errors.Is(err, dlock.ErrHoldCapReached):
+		return true
+	case errors.Is(err, dlock.ErrNotHeld):
+		return false
+	}
+	return !lk.Deadline().Before(c.end)
 }

@@ -525,3 +525,18 @@ func TestHold_MaxHoldReleasesAndExits5(t *testing.T) {
 		t.Fatalf("run -n after the capped hold exited: exit %d, stderr %q; want the lock released", r.code, r.stderr)
 	}
 }
+
+// A lock broken under a capped hold is a loss (exit 4), not the planned
+// end at the cap (exit 5). Symptom: with --max-hold at or below --ttl the
+// first deadline was already the cap's, so any loss read as the cap.
+func TestHold_BrokenUnderMaxHoldIsLost(t *testing.T) {
+	t.Parallel()
+	url := fileURL(t)
+	h := startHold(t, url, "--ttl", "6s", "--max-hold", "5s", "capbroken")
+	if r := runDlock(t, url, "unlock", "--force", "capbroken"); r.code != 0 {
+		t.Fatalf("unlock --force: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if code := waitExit(t, h.cmd); code != exitLost || strings.Contains(h.stderr.String(), "--max-hold 5s reached") {
+		t.Fatalf("exit %d, stderr %q; want %d and no claim that the cap was reached", code, h.stderr.String(), exitLost)
+	}
+}

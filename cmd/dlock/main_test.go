@@ -846,3 +846,15 @@ func TestRun_MaxHoldTerminatesTreeAndExits4(t *testing.T) {
 		t.Fatalf("run -n after the capped run: exit %d, stderr %q; want the lock free", r.code, r.stderr)
 	}
 }
+
+// A negative --grace is a usage error with -c CMDLINE too, before the
+// lock is taken. Symptom: with -c it slipped through, the lock was taken
+// and the supervisor failed on the flag.
+func TestRun_NegativeGraceIsUsageErrorWithShell(t *testing.T) {
+	t.Parallel()
+	url := fileURL(t)
+	r := runDlock(t, url, "run", "--grace", "-1s", "k", "-c", "echo ran")
+	if r.code != exitUsage || r.stdout != "" || !strings.HasPrefix(r.stderr, "dlock run: --grace must not be negative, got -1s\n") {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want a usage error", r.code, r.stdout, r.stderr)
+	}
+}

@@ -332,6 +332,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if len(cmdArgs) > 0 && cmdArgs[0] == "--" {
 		cmdArgs = cmdArgs[1:]
 	}
+	if grace < 0 {
+		return o.UsageError(stderr, "--grace must not be negative, got %v", grace)
+	}
 	switch {
 	case shellOn && len(cmdArgs) > 0:
 		return o.UsageError(stderr, "both -c CMDLINE and CMD given (%s): give one", oneLine(strings.Join(cmdArgs, " ")))
@@ -339,8 +342,6 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		cmdArgs = []string{"/bin/sh", "-c", shellC}
 	case len(cmdArgs) == 0:
 		return o.UsageError(stderr, "missing CMD after KEY -- (or -c CMDLINE)")
-	case grace < 0:
-		return o.UsageError(stderr, "--grace must not be negative, got %v", grace)
 	}
 	r, ok := lf.request(o, key, stderr)
 	if !ok {
@@ -364,6 +365,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		// The lease was renewed up to the cap only: CMD's tree was ended
 		// as for a lost lock, before the lease could pass on.
 		fmt.Fprintf(h.stderr, "dlock run: --max-hold %s reached: the lock was given up and CMD's process tree terminated\n", lf.maxHold)
+		m.capReached()
 	}
 	return m.exit(status, h.lk)
 }

@@ -95,6 +95,7 @@ type runMetrics struct {
 	served chan struct{} // closed once Serve returned
 
 	lostSeen chan struct{} // closed on the lock's EventLost
+	capped   bool          // the run ended at --max-hold (capReached)
 	urgent   chan struct{} // acquired or lost: write now
 	renew    chan struct{} // renewed: write unless written less than every ago
 	quit     chan struct{} // closed by exit: the writer returns
@@ -241,7 +242,7 @@ func (m *runMetrics) Observe(e dlock.Event) {
 		m.acquired, wake = time.Now(), m.urgent
 	case dlock.EventRenew:
 	case dlock.EventLost:
-		if !m.lost {
+		if !m.lost && e.Reason != dlock.LossHoldCap { // --max-hold: planned
 			m.lost = true
 			close(m.lostSeen)
 		}
@@ -321,13 +322,24 @@ func (m *runMetrics) writer() {
 // it right after closing Lost().
 const lostEventWait = 2 * time.Second
 
+// capReached records that the run ended at --max-hold: a planned end,
+// which dlock_run_last_lost does not count.
+func (m *runMetrics) capReached() {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	m.capped = true
+	m.mu.Unlock()
+}
+
 // exit records dlock's exit status, writes the file a last time and ends
 // serving; it returns code. lk is the lock taken, nil if none was.
 func (m *runMetrics) exit(code int, lk *dlock.Lock) int {
 	if m == nil {
 		return code
 	}
-	if lk != nil && errors.Is(lk.Err(), dlock.ErrLockLost) {
+	if lk != nil && errors.Is(lk.Err(), dlock.ErrLockLost) && !errors.Is(lk.Err(), dlock.ErrHoldCapReached) {
 		t := time.NewTimer(lostEventWait)
 		select {
 		case <-m.lostSeen:
@@ -341,6 +353,8 @@ func (m *runMetrics) exit(code int, lk *dlock.Lock) int {
 	m.endLocked() // a lock not released (left to expire) ends now
 	switch {
 	case lk == nil:
+	case m.capped, errors.Is(lk.Err(), dlock.ErrHoldCapReached):
+		// --max-hold: a planned end, not a loss to alert on.
 	case errors.Is(lk.Err(), dlock.ErrLockLost):
 		m.lost = true // even if its Event never came
 	case code == exitLost && lk.Deadline().Sub(m.endedAt) <= lk.TTL()/3:

@@ -463,3 +463,22 @@ func TestRun_MetricsFileRenewalsThrottled(t *testing.T) {
 		t.Errorf("%d writes, want 3: acquired, lost, exit (no renewal within TTL/3 of the acquisition)", m.writes)
 	}
 }
+
+// A run or hold ended at --max-hold is a planned end: dlock_run_last_lost
+// stays 0, so the lost-lock alert does not fire. Symptom: the cap was
+// recorded as a lost lock.
+func TestRun_MetricsMaxHoldIsNotLost(t *testing.T) {
+	t.Parallel()
+	url := fileURL(t)
+	dir := t.TempDir()
+	runFile, holdFile := filepath.Join(dir, "run.prom"), filepath.Join(dir, "hold.prom")
+	if r := runDlock(t, url, "run", "--ttl", "3s", "--max-hold", "2s", "--metrics-file", runFile, "capm", "--", "sleep", "60"); r.code != exitLost {
+		t.Fatalf("run: exit %d, stderr %q; want %d at the cap", r.code, r.stderr, exitLost)
+	}
+	readMetricsFile(t, runFile).want(t, 0, "dlock_run_last_lost", "key=capm")
+	h := startHold(t, url, "--max-hold", "1s", "--metrics-file", holdFile, "capmh")
+	if code := waitExit(t, h.cmd); code != exitMaxHold {
+		t.Fatalf("hold: exit %d, stderr %q; want %d", code, h.stderr.String(), exitMaxHold)
+	}
+	readMetricsFile(t, holdFile).want(t, 0, "dlock_run_last_lost", "key=capmh")
+}

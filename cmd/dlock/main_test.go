@@ -858,3 +858,16 @@ func TestRun_NegativeGraceIsUsageErrorWithShell(t *testing.T) {
 		t.Fatalf("exit %d, stdout %q, stderr %q; want a usage error", r.code, r.stdout, r.stderr)
 	}
 }
+
+// A dlock that CMD starts without --url, when the outer run withheld a
+// DLOCK_URL holding a password, refuses (exit 2) instead of locking on
+// the local file backend. Symptom: the nested dlock silently used a
+// different lock service.
+func TestRun_NestedDlockRefusesWhenURLWithheld(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t, testserver.WithPassword("Pw4Nested"))
+	r := runDlock(t, "redis://:Pw4Nested@"+srv.Addr(), "run", "outer", "--", bin, "run", "inner", "--", "echo", "inner ran")
+	if r.code != exitUsage || strings.Contains(r.stdout, "inner ran") || !strings.Contains(r.stderr, "withheld its DLOCK_URL") || strings.Contains(r.stderr, "Pw4Nested") {
+		t.Fatalf("nested dlock: exit %d, stdout %q, stderr %q; want exit 2 saying the URL was withheld", r.code, r.stdout, r.stderr)
+	}
+}

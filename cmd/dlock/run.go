@@ -31,7 +31,8 @@ DLOCK_OWNER and DLOCK_MODE (exclusive, shared or limited; DLOCK_LIMIT too
 with --limit). When CMD exits the lock is released and dlock exits with
 CMD's status (128+N if CMD was killed by signal N). CMD inherits dlock's
 environment but for a DLOCK_URL holding a password (or another secret
-option), which CMD never sees: a dlock that CMD runs can take --url-file.
+option), which CMD never sees: a dlock that CMD runs then needs --url or
+--url-file, and refuses without one rather than use the file backend.
 With -c (like flock -c) the command is one string run by /bin/sh -c, so
 that it can use the variables: dlock run deploy -c 'echo token $DLOCK_TOKEN'.
 
@@ -945,9 +946,19 @@ func superviseChild(lk *dlock.Lock, cmdArgs []string, o runOptions, sigc chan os
 	defer signal.Stop(contc)
 	// An outer dlock run's DLOCK_LIMIT must not describe this lock, and
 	// CMD gets no password: a DLOCK_URL holding a secret is left out.
+	// A dlock that CMD starts without --url then refuses to run
+	// (urlWithheldEnv) instead of locking on the local file backend.
+	withheld := false
 	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
-		return strings.HasPrefix(kv, "DLOCK_LIMIT=") || strings.HasPrefix(kv, "DLOCK_URL=") && hasSecret(strings.TrimPrefix(kv, "DLOCK_URL="))
+		if strings.HasPrefix(kv, "DLOCK_URL=") && hasSecret(strings.TrimPrefix(kv, "DLOCK_URL=")) {
+			withheld = true
+			return true
+		}
+		return strings.HasPrefix(kv, "DLOCK_LIMIT=") || strings.HasPrefix(kv, urlWithheldEnv+"=")
 	})
+	if withheld {
+		env = append(env, urlWithheldEnv+"=1")
+	}
 	env = append(env,
 		"DLOCK_KEY="+lk.Key(),
 		"DLOCK_TOKEN="+strconv.FormatUint(lk.Token(), 10),

@@ -89,10 +89,23 @@ var schemes = []string{"file", "redis", "rediss", "redis+cluster", "rediss+clust
 // redactedMark replaces secrets in printed URLs and messages.
 const redactedMark = "xxxxx"
 
+// urlWithheldEnv is set in the environment of a dlock run's CMD when the
+// DLOCK_URL it would have inherited held a secret and was left out: a
+// dlock started by CMD must then be given its URL, not fall back to the
+// local file backend (a different lock service) without a word.
+const urlWithheldEnv = "DLOCK_URL_WITHHELD"
+
+// urlWithheld is what defaultURL returns under urlWithheldEnv: parseURL
+// refuses it with errURLWithheld's explanation.
+const urlWithheld = "withheld:"
+
 // defaultURL is $DLOCK_URL or a file backend in the per-user state dir.
 func defaultURL() string {
 	if u := os.Getenv("DLOCK_URL"); u != "" {
 		return u
+	}
+	if os.Getenv(urlWithheldEnv) != "" {
+		return urlWithheld
 	}
 	return "file://" + stateDir()
 }
@@ -360,6 +373,9 @@ func parseHostList(raw string) (*url.URL, error) {
 // parseURL parses a lock-service URL. It opens nothing. Errors wrap
 // errBadURL and never contain the URL's secrets.
 func parseURL(raw string) (*target, error) {
+	if raw == urlWithheld {
+		return nil, &urlError{fmt.Sprintf("%v: no --url given, and the outer dlock run withheld its DLOCK_URL from this command because it holds a password; pass --url or --url-file", errBadURL)}
+	}
 	u, err := parseHostList(raw)
 	if err != nil {
 		// url.Parse quotes pieces of its input, which may be pieces of a

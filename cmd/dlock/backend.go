@@ -417,7 +417,7 @@ func (t *target) open(o openOptions) (*backend, error) {
 	case "redis", "rediss":
 		plain := *t // go-redis's URL: without dlock's TLS files and acks
 		plain.CA, plain.Cert, plain.Key = "", "", ""
-		plain.Acks, plain.AckTimeout = 0, 0
+		plain.Acks, plain.AckTimeout, plain.UnsafeEviction = 0, 0, false
 		opt, err := redis.ParseURL(plain.URL())
 		if err != nil { // parseURL accepted it: cannot happen
 			return nil, &urlError{scrub(fmt.Sprintf("%v %q: %v", errBadURL, t.where, err), t.secrets)}
@@ -493,6 +493,9 @@ func (t *target) redisBackend(c redis.UniversalClient, o openOptions) *backend {
 	if t.Acks > 0 {
 		opts = append(opts, redislock.WithReplicaAcks(t.Acks, t.AckTimeout))
 	}
+	if t.UnsafeEviction {
+		opts = append(opts, redislock.WithUnsafeEviction())
+	}
 	l := redislock.New(c, opts...)
 	probe := func(ctx context.Context) error { return c.Ping(ctx).Err() }
 	name := "redis " + strings.Join(t.Addrs, ",")
@@ -520,7 +523,11 @@ func (t *target) openRedlock(o openOptions) (*backend, error) {
 			ContextTimeoutEnabled: true, TLSConfig: tlsCfg,
 		})
 	}
-	l := redlock.New(clients, o.lockOptions()...)
+	ropts := o.lockOptions()
+	if t.UnsafeEviction {
+		ropts = append(ropts, redlock.WithUnsafeEviction())
+	}
+	l := redlock.New(clients, ropts...)
 	closeAll := func() {
 		for _, c := range clients {
 			c.Close()

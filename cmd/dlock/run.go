@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/redislock"
+	"github.com/dlock-go/dlock/redlock"
 )
 
 const runUsage = `Usage: dlock run [--url URL|--url-file PATH] [--ttl 30s]
@@ -630,6 +632,8 @@ func acquireForRun(b *backend, r acquireRequest, sigc chan os.Signal, stderr io.
 	}
 	var na *dlock.NotAcquiredError
 	switch {
+	case evicts(err):
+		fmt.Fprintf(stderr, "%s: %s: %v (with dlock, add ?unsafe_eviction=true to the URL to accept the risk)\n", name, b.where, err)
 	case errors.Is(err, dlock.ErrUnsupported), errors.Is(err, dlock.ErrLimitMismatch):
 		// The backend's own words name the mode, or both limits.
 		fmt.Fprintf(stderr, "%s: %s: %v\n", name, b.where, err)
@@ -880,6 +884,13 @@ func heldText(r acquireRequest, na *dlock.NotAcquiredError) string {
 // error (3) whatever -w and -n say. A mode the backend does not offer and
 // a --limit other than the current holders' are usage errors (2): asking
 // again will not help.
+// evicts reports a Redis refused because it may evict lock keys.
+func evicts(err error) bool {
+	var re *redislock.EvictionError
+	var rl *redlock.EvictionError
+	return errors.As(err, &re) || errors.As(err, &rl)
+}
+
 func acquireErrorStatus(err error, conflict int) int {
 	switch {
 	case errors.Is(err, dlock.ErrInvalidTTL), errors.Is(err, dlock.ErrInvalidKey), errors.Is(err, dlock.ErrInvalidOption),

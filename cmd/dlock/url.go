@@ -73,6 +73,9 @@ type target struct {
 	// redislock.DefaultAckTimeout.
 	Acks       int
 	AckTimeout time.Duration
+	// UnsafeEviction accepts a Redis that may evict keys (redis-family
+	// schemes: ?unsafe_eviction=true), which is otherwise refused.
+	UnsafeEviction bool
 
 	// where is the URL with every secret redacted, for messages.
 	where string
@@ -140,7 +143,7 @@ func badURL(raw, format string, args ...any) error {
 // them, is redacted like a password.
 var plainParams = map[string]bool{
 	// dlock
-	"ca": true, "cert": true, "key": true, "acks": true, "ack_timeout": true,
+	"ca": true, "cert": true, "key": true, "acks": true, "ack_timeout": true, "unsafe_eviction": true,
 	"sentinel_username": true, "session_timeout": true, "table": true, "listen": true,
 	// go-redis
 	"db": true, "addr": true, "client_name": true, "protocol": true, "dial_timeout": true,
@@ -586,6 +589,9 @@ func (t *target) parseRedis(raw string, u *url.URL) error {
 	if err := t.takeAcks(raw, q); err != nil {
 		return err
 	}
+	if err := t.takeUnsafeEviction(raw, q); err != nil {
+		return err
+	}
 	// go-redis checks its own options, without dlock's TLS files and acks.
 	gu := *u
 	gu.RawQuery = q.Encode()
@@ -635,8 +641,11 @@ func (t *target) parseSentinel(raw string, u *url.URL) error {
 	if err != nil {
 		return err
 	}
-	q, err := query(raw, u, append(known, "sentinel_username", "sentinel_password", "acks", "ack_timeout")...)
+	q, err := query(raw, u, append(known, "sentinel_username", "sentinel_password", "acks", "ack_timeout", "unsafe_eviction")...)
 	if err != nil {
+		return err
+	}
+	if err := t.takeUnsafeEviction(raw, q); err != nil {
 		return err
 	}
 	if err := t.takeTLSParams(raw, u, q); err != nil {
@@ -689,6 +698,24 @@ func (t *target) takeAcks(raw string, q url.Values) error {
 	return nil
 }
 
+// takeUnsafeEviction takes ?unsafe_eviction=true|false (also 1|0) out of
+// q: accept a Redis whose maxmemory-policy may evict lock keys.
+func (t *target) takeUnsafeEviction(raw string, q url.Values) error {
+	if !q.Has("unsafe_eviction") {
+		return nil
+	}
+	if len(q["unsafe_eviction"]) > 1 {
+		return badURL(raw, "option ?unsafe_eviction= given %d times", len(q["unsafe_eviction"]))
+	}
+	v, err := strconv.ParseBool(q.Get("unsafe_eviction"))
+	if err != nil {
+		return badURL(raw, "?unsafe_eviction=%q is not true or false", q.Get("unsafe_eviction"))
+	}
+	t.UnsafeEviction = v
+	q.Del("unsafe_eviction")
+	return nil
+}
+
 // checkAckTimeout refuses acknowledgement whose timeout is not below the
 // client's read timeout rt (< 0: none; 0: go-redis's default, 3s): WAIT's
 // reply would never be read.
@@ -725,8 +752,11 @@ func (t *target) parseRedlock(raw string, u *url.URL) error {
 	if err != nil {
 		return err
 	}
-	q, err := query(raw, u, known...)
+	q, err := query(raw, u, append(known, "unsafe_eviction")...)
 	if err != nil {
+		return err
+	}
+	if err := t.takeUnsafeEviction(raw, q); err != nil {
 		return err
 	}
 	if err := t.takeTLSParams(raw, u, q); err != nil {
@@ -967,6 +997,9 @@ func (t *target) URL() string {
 		for k, v := range t.Options {
 			q[k] = v
 		}
+		if t.UnsafeEviction {
+			q.Set("unsafe_eviction", "true")
+		}
 	case "redis+sentinel", "rediss+sentinel":
 		u.Path = "/" + t.Master
 		if t.DB != 0 {
@@ -1008,8 +1041,11 @@ func (t *target) URL() string {
 	return u.String()
 }
 
-// renderAcks puts ?acks= and ?ack_timeout= back in q.
+// renderAcks puts ?acks=, ?ack_timeout= and ?unsafe_eviction= back in q.
 func (t *target) renderAcks(q url.Values) {
+	if t.UnsafeEviction {
+		q.Set("unsafe_eviction", "true")
+	}
 	if t.Acks != 0 || t.AckTimeout != 0 {
 		q.Set("acks", strconv.Itoa(t.Acks))
 	}

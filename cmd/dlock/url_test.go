@@ -187,7 +187,7 @@ func TestParseURL(t *testing.T) {
 		{raw: "redis+sentinel://a:1/m?sentinel_password=a&sentinel_password=b", err: "2 times"},
 		{raw: "redis+sentinel://a:1/m/1/2", err: "too many"},
 		{raw: "redlock://a:1,a:1", err: "twice"},
-		{raw: "redlock://a:1?db=1", err: "take no"},
+		{raw: "redlock://a:1?db=1", err: "unknown option ?db="},
 		{raw: "etcd://a:1?ca=x", err: "needs etcds"},
 		{raw: "etcd://a:1?cert=c&key=k", err: "needs etcds"},
 		{raw: "redis://h:1?ca=x", err: "needs rediss://"},
@@ -255,7 +255,7 @@ func TestParseURL(t *testing.T) {
 		{raw: "redis+sentinel://a:1/m?acks=1&ack_timeout=10s", err: "below the read timeout"},
 		{raw: "redis+sentinel://a:1/m?acks=x", err: "not a replica count"},
 		{raw: "redis+cluster://a:1?acks=1", err: "acks"},
-		{raw: "redlock://a:1,b:2,c:3?acks=1", err: "take no ?acks="},
+		{raw: "redlock://a:1,b:2,c:3?acks=1", err: "unknown option ?acks="},
 		{raw: "zk://alice:@h:1", err: "without a password"},
 		{raw: "zk://:pw@h:1", err: "needs a user name"},
 		{raw: "zk://a%3Ab:pw@h:1", err: "contains"},
@@ -483,5 +483,23 @@ func TestURLFile_UnreadableIsUsageError(t *testing.T) {
 				t.Errorf("dlock %q: exit %d, stderr %q; want a usage error naming the file and %q", args, r.code, r.stderr, want)
 			}
 		}
+	}
+}
+
+// A Redis that may evict lock keys is refused with a message saying how
+// to accept it from the CLI, and ?unsafe_eviction=true accepts it.
+// Symptom: the refusal pointed at a Go option a CLI user cannot pass.
+func TestRun_UnsafeEvictionURLOption(t *testing.T) {
+	t.Parallel()
+	url := "redis://" + testserver.StartRedis(t, testserver.WithArgs("--maxmemory", "64mb", "--maxmemory-policy", "volatile-lru")).Addr()
+	r := runDlock(t, url, "run", "evk", "--", "echo", "ran")
+	if r.code != exitUsage || strings.Contains(r.stdout, "ran") || !strings.Contains(r.stderr, "?unsafe_eviction=true") {
+		t.Fatalf("run on an evicting Redis: exit %d, stdout %q, stderr %q; want exit 2 naming ?unsafe_eviction=true", r.code, r.stdout, r.stderr)
+	}
+	if r := runDlock(t, url+"?unsafe_eviction=true", "run", "evk", "--", "echo", "ran"); r.code != 0 || r.stdout != "ran\n" {
+		t.Fatalf("run with ?unsafe_eviction=true: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if r := runDlock(t, url+"?unsafe_eviction=maybe", "run", "evk", "--", "true"); r.code != exitUsage || !strings.Contains(r.stderr, "unsafe_eviction") {
+		t.Fatalf("?unsafe_eviction=maybe: exit %d, stderr %q; want a usage error", r.code, r.stderr)
 	}
 }

@@ -138,7 +138,7 @@ func (z *ZooKeeper) launch() error {
 	}
 	args := []string{z.java,
 		"-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k",
-		"-Dzookeeper.log.dir="+z.dir,
+		"-Dzookeeper.log.dir=" + z.dir,
 		"-Dznode.container.checkIntervalMs=500",
 		"-Dznode.container.maxPerMinute=1000000",
 		"-Dzookeeper.forceSync=no",

@@ -136,21 +136,13 @@ func (z *ZooKeeper) launch() error {
 	if z.id > 0 {
 		main = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 	}
-	args := []string{z.java,
+	cmd := exec.Command(z.java,
 		"-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k",
-		"-Dzookeeper.log.dir=" + z.dir,
+		"-Dzookeeper.log.dir="+z.dir,
 		"-Dznode.container.checkIntervalMs=500",
 		"-Dznode.container.maxPerMinute=1000000",
 		"-Dzookeeper.forceSync=no",
-		"-cp", classPath(), main, z.cfg}
-	if nice, err := exec.LookPath("nice"); err == nil && os.Geteuid() == 0 {
-		// The JVM answers within a session's timeout only if it gets the
-		// CPU: on 2 cores busy compiling and running other modules' tests
-		// it went unanswered for over 5 s and sessions expired. nice execs
-		// java in place, so the pid stays the server's.
-		args = append([]string{nice, "-n", "-10"}, args...)
-	}
-	cmd := exec.Command(args[0], args[1:]...)
+		"-cp", classPath(), main, z.cfg)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = serverProcAttr()
 	if err := cmd.Start(); err != nil {

@@ -35,6 +35,11 @@ type Hooks struct {
 	// Request runs before each request is sent, with its name ("sync",
 	// "list", ...), on the caller's goroutine.
 	Request func(what string)
+	// Waiting runs on the caller's goroutine once a request was started,
+	// before the Locker waits for its reply; replied reports whether the
+	// reply is there (blocking in it is a caller that was not running
+	// while the reply came and its timeout passed).
+	Waiting func(replied func() bool)
 }
 
 // SetHooks installs h on l (nil removes them).
@@ -43,5 +48,5 @@ func SetHooks(l *Locker, h *Hooks) {
 		l.b.hooks.Store(nil)
 		return
 	}
-	l.b.hooks.Store(&testHooks{beforeCreate: h.BeforeCreate, afterCreate: h.AfterCreate, aborted: h.Aborted, childWatch: h.ChildWatch, beforeOrphanDelete: h.BeforeOrphanDelete, request: h.Request})
+	l.b.hooks.Store(&testHooks{beforeCreate: h.BeforeCreate, afterCreate: h.AfterCreate, aborted: h.Aborted, childWatch: h.ChildWatch, beforeOrphanDelete: h.BeforeOrphanDelete, request: h.Request, waiting: h.Waiting})
 }

@@ -115,6 +115,9 @@ type testHooks struct {
 	childWatch func(<-chan zk.Event) <-chan zk.Event
 	// request runs before each request call sends, with its name.
 	request func(what string)
+	// waiting runs once a request was started, before call waits for
+	// its reply; replied reports whether the reply is there.
+	waiting func(replied func() bool)
 }
 
 // New returns a Locker on conn. conn should come from Connect, which
@@ -207,7 +210,9 @@ type result[T any] struct {
 // reply arrives or the connection drops (the client gives up on a silent
 // server after two thirds of the session timeout). When ctx or the
 // request timeout ends first, call returns at once and fn finishes in the
-// background.
+// background. A reply that is there when they end is taken, not dropped:
+// a process that was not running for a while (a loaded machine) finds
+// both ready at once.
 func call[T any](ctx context.Context, b *backend, what string, fn func() (T, error)) (T, error) {
 	var zero T
 	if err := ctx.Err(); err != nil {
@@ -223,27 +228,45 @@ func call[T any](ctx context.Context, b *backend, what string, fn func() (T, err
 		v, err := fn()
 		done <- result[T]{v, err}
 	})
+	if h := b.hooks.Load(); h != nil && h.waiting != nil {
+		h.waiting(func() bool { return len(done) > 0 })
+	}
 	select {
 	case r := <-done:
-		switch {
-		case r.err == nil:
-			return r.v, nil
-		case errors.Is(r.err, zk.ErrNoServer):
-			// The client could not reach any server and never sent the
-			// request: nothing happened, and a retry may succeed.
-			return r.v, dlock.Unavailable(fmt.Errorf("%w: zookeeper %s: %w", dlock.ErrTransient, what, r.err))
-		case errors.Is(r.err, zk.ErrConnectionClosed), driver.Unreachable(r.err):
-			// The connection dropped under the request (refused, reset,
-			// or closed by the client when the server went silent): the
-			// request may or may not have taken effect.
-			return r.v, dlock.Unavailable(fmt.Errorf("dlock: zookeeper %s: %w", what, r.err))
-		case errors.Is(r.err, zk.ErrNoAuth):
-			return r.v, fmt.Errorf("dlock: zookeeper %s: %w (this client is not authorized: check the digest credentials and the ACL of the znodes under the prefix)", what, r.err)
-		}
-		return r.v, fmt.Errorf("dlock: zookeeper %s: %w", what, r.err)
+		return outcome(what, r)
 	case <-ctx.Done():
+		select {
+		case r := <-done:
+			return outcome(what, r)
+		default:
+		}
 		return zero, fmt.Errorf("dlock: zookeeper %s: %w", what, context.Cause(ctx))
 	case <-t.C:
+		select {
+		case r := <-done:
+			return outcome(what, r)
+		default:
+		}
 		return zero, fmt.Errorf("%w: zookeeper %s: no answer within the request timeout %v", dlock.ErrUnavailable, what, b.timeout)
 	}
+}
+
+// outcome is what call returns for fn's result r.
+func outcome[T any](what string, r result[T]) (T, error) {
+	switch {
+	case r.err == nil:
+		return r.v, nil
+	case errors.Is(r.err, zk.ErrNoServer):
+		// The client could not reach any server and never sent the
+		// request: nothing happened, and a retry may succeed.
+		return r.v, dlock.Unavailable(fmt.Errorf("%w: zookeeper %s: %w", dlock.ErrTransient, what, r.err))
+	case errors.Is(r.err, zk.ErrConnectionClosed), driver.Unreachable(r.err):
+		// The connection dropped under the request (refused, reset,
+		// or closed by the client when the server went silent): the
+		// request may or may not have taken effect.
+		return r.v, dlock.Unavailable(fmt.Errorf("dlock: zookeeper %s: %w", what, r.err))
+	case errors.Is(r.err, zk.ErrNoAuth):
+		return r.v, fmt.Errorf("dlock: zookeeper %s: %w (this client is not authorized: check the digest credentials and the ACL of the znodes under the prefix)", what, r.err)
+	}
+	return r.v, fmt.Errorf("dlock: zookeeper %s: %w", what, r.err)
 }

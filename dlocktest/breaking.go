@@ -862,6 +862,14 @@ func testRedTeam15Paused(t *testing.T, h Harness) {
 	lk := mustAcquire(t, holder, key, dlock.WithTTL(time.Minute))
 	mustBreak(t, operator, Key(t), "") // warm the operator's connections
 	resume := h.Faults.Pause(t, key)
+	resumed := false
+	defer func() {
+		// A failed check must not leave the servers paused under the
+		// tests that run next.
+		if !resumed {
+			resume()
+		}
+	}()
 	err := bounded(t, "Break against a paused server", time.Second, func(ctx context.Context) error {
 		b, err := dlock.Break(ctx, operator, key, "")
 		if err == nil {
@@ -870,6 +878,7 @@ func testRedTeam15Paused(t *testing.T, h Harness) {
 		return err
 	})
 	resume()
+	resumed = true
 	if !errors.Is(err, dlock.ErrUnavailable) || errors.Is(err, dlock.ErrNotHolder) {
 		t.Fatalf("Break against a paused server = %v, want ErrUnavailable", err)
 	}

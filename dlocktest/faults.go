@@ -16,7 +16,8 @@ import (
 // microseconds, or 100ms for a queue wait); the bound is generous so that
 // a slow machine never fails the suite, and it is still far below the
 // seconds that a client's own timeouts and retries take (the defect it
-// catches).
+// catches). The time the test process was stalled (see StallMeter) is not
+// counted against it.
 const OverrunBound = 2 * time.Second
 
 // Link is the network between a client and its server(s), with faults a
@@ -158,17 +159,22 @@ func driftAllowance(lk *dlock.Lock) time.Duration {
 }
 
 // bounded runs fn with a context of timeout d and fails the test if fn
-// returns more than OverrunBound after the deadline. It logs the overrun.
+// returns more than OverrunBound after the deadline, not counting the time
+// this process was stalled after it (see StallMeter). It logs the overrun.
 func bounded(t *testing.T, what string, d time.Duration, fn func(ctx context.Context) error) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	start := time.Now()
+	deadline, _ := ctx.Deadline()
+	m := StartStallMeter(deadline)
 	err := fn(ctx)
-	over := time.Since(start) - d
-	t.Logf("%s: returned %v after its %v deadline: %v", what, over.Round(10*time.Microsecond), d, err)
+	end := time.Now()
+	stalled := m.Stop()
+	over := Overrun(deadline, end, stalled)
+	t.Logf("%s: returned %v after its %v deadline (the process stalled %v of it): %v",
+		what, end.Sub(deadline).Round(10*time.Microsecond), d, stalled.Round(time.Millisecond), err)
 	if over > OverrunBound {
-		t.Fatalf("%s overran its %v context by %v", what, d, over)
+		t.Fatalf("%s overran its %v context by %v while the process ran", what, d, over)
 	}
 	return err
 }
@@ -433,20 +439,24 @@ func testOutageDuringWait(t *testing.T, h Harness, f *Faults) {
 		}
 	}
 	time.Sleep(time.Until(quiet.Add(unanswered)))
-	cancel()
 	cancelled := time.Now()
+	m := StartStallMeter(cancelled)
+	cancel()
 	select {
 	case err := <-errc:
-		over := time.Since(cancelled)
-		t.Logf("stalled during the wait: returned %v after the cancel: %v", over.Round(10*time.Microsecond), err)
-		if over > OverrunBound {
-			t.Fatalf("Acquire overran its cancelled context by %v", over)
+		end := time.Now()
+		stalled := m.Stop()
+		t.Logf("stalled during the wait: returned %v after the cancel (the process stalled %v of it): %v",
+			end.Sub(cancelled).Round(10*time.Microsecond), stalled.Round(time.Millisecond), err)
+		if over := Overrun(cancelled, end, stalled); over > OverrunBound {
+			t.Fatalf("Acquire overran its cancelled context by %v while the process ran", over)
 		}
 		wantUnavailable(t, "Acquire stalled during its wait", err)
 		if !errors.Is(err, dlock.ErrUnavailable) || !errors.Is(err, context.Canceled) {
 			t.Fatalf("Acquire stalled during its wait: %v, want ErrUnavailable joined with the cancel", err)
 		}
 	case <-time.After(HangTimeout):
+		m.Stop()
 		t.Fatal("hang: Acquire ignored its cancelled context on a stalled link")
 	}
 	link.Heal()

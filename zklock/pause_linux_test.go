@@ -21,6 +21,10 @@ func pause(t testing.TB, z *testserver.ZooKeeper) {
 	t.Helper()
 	pid := serverPID(t, z)
 	z.Pause()
+	// Whatever fails before the test resumes z, z does not stay paused
+	// under the tests that run next (a SIGCONT to a running server is a
+	// no-op).
+	t.Cleanup(z.Resume)
 	end := time.Now().Add(dlocktest.HangTimeout)
 	for !allStopped(pid) {
 		if time.Now().After(end) {

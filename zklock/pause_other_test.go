@@ -13,4 +13,5 @@ import (
 func pause(t testing.TB, z *testserver.ZooKeeper) {
 	t.Helper()
 	z.Pause()
+	t.Cleanup(z.Resume) // never left paused under the tests that run next
 }

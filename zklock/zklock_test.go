@@ -233,8 +233,10 @@ func pauseEnsemble(t testing.TB, nodes []*testserver.ZooKeeper) (resume func()) 
 		for _, z := range followers {
 			z.Resume()
 		}
+		// Resumed even when the followers elect nobody in time: the test
+		// fails then, and the tests after it must not meet a paused server.
+		defer leader.Resume()
 		waitFor(t, "a leader among the resumed followers", func() bool { return testserver.ZooKeeperLeader(followers) != nil })
-		leader.Resume()
 	}
 }
 

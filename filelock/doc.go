@@ -87,6 +87,11 @@
 //     renewal or a registration can be forgotten (the lease then ends at
 //     its previous expiry; the writer registers again at its next
 //     attempt). None of this affects exclusion or token order.
+//   - Progress past a process stopped (SIGSTOP, a frozen VM) in the middle
+//     of one of its record updates: the update holds the key's flock, so
+//     every other process's calls on that key wait (up to their contexts)
+//     until it continues or dies. Stopped between updates, as nearly all
+//     of a holder's time is, its lease runs out as usual.
 //
 // # Storage
 //

@@ -102,10 +102,7 @@ func testStoppedCannotOutliveLease(t *testing.T, wholeJob bool) {
 	if wholeJob {
 		target, sig = -pid, syscall.SIGTSTP
 	}
-	if err := syscall.Kill(target, sig); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, hang, "dlock did not stop", func() bool { return procState(pid) == 'T' })
+	stopBetweenRecordUpdates(t, pid, target, sig)
 
 	// Another dlock waits for the key: it gets it once the stopped one's
 	// lease has run out.
@@ -147,6 +144,50 @@ func testStoppedCannotOutliveLease(t *testing.T, wholeJob bool) {
 	if !strings.Contains(errb.String(), "not renewed") {
 		t.Errorf("stderr does not say the lease ran out: %s", errb.String())
 	}
+}
+
+// stopBetweenRecordUpdates stops dlock (pid) by sending sig to target,
+// at a moment it holds none of the file backend's record flocks. Stopped
+// inside a record update, it would keep every process off the key until
+// it continues (a limit filelock documents); the test is about a holder
+// stopped between its renewals, so such a stop is continued and made
+// again.
+func stopBetweenRecordUpdates(t *testing.T, pid, target int, sig syscall.Signal) {
+	t.Helper()
+	for try := 1; ; try++ {
+		if err := syscall.Kill(target, sig); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, hang, "dlock did not stop", func() bool { return procState(pid) == 'T' })
+		if !holdsFlock(t, pid) {
+			return
+		}
+		if try == 20 {
+			t.Fatalf("dlock stopped inside a record update %d times in a row", try)
+		}
+		if err := syscall.Kill(target, syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// holdsFlock reports whether pid holds a flock(2) lock (/proc/locks).
+func holdsFlock(t *testing.T, pid int) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/locks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		// "1: FLOCK  ADVISORY  WRITE 1234 00:2a:5678 0 EOF"; a waiter's
+		// line has "->" after the number.
+		f := strings.Fields(line)
+		if len(f) >= 5 && f[1] == "FLOCK" && f[4] == strconv.Itoa(pid) {
+			return true
+		}
+	}
+	return false
 }
 
 // The supervisor stopped for longer than the lease while dlock renews it:

@@ -168,12 +168,32 @@ var plainParams = map[string]bool{
 	"timezone": true, "client_encoding": true, "datestyle": true,
 }
 
+// plainRuntimeParams are PostgreSQL settings a postgres:// URL commonly
+// passes to the server (pgx sends unknown parameters as run-time
+// settings); with every name ending in "_timeout" they are plain.
+var plainRuntimeParams = map[string]bool{
+	"keepalives": true, "keepalives_idle": true, "keepalives_interval": true,
+	"keepalives_count": true, "work_mem": true, "maintenance_work_mem": true,
+	"default_transaction_isolation": true, "default_transaction_read_only": true,
+	"jit": true, "lc_messages": true, "role": true, "intervalstyle": true,
+}
+
 // isSecretParam reports whether a query parameter's value is to be kept
 // secret: that of any parameter but the known plain ones (?key= names a
 // private key's file, which is not secret; its contents are, and are never
-// printed).
+// printed). A name that looks like a credential's is secret whatever its
+// ending.
 func isSecretParam(name string) bool {
-	return !plainParams[name]
+	if plainParams[name] {
+		return false
+	}
+	n := strings.ToLower(name)
+	for _, w := range []string{"pass", "pw", "secret", "token", "auth", "cred"} {
+		if strings.Contains(n, w) {
+			return true
+		}
+	}
+	return !plainRuntimeParams[n] && !strings.HasSuffix(n, "_timeout")
 }
 
 // redact returns raw with every secret replaced by xxxxx: the password of

@@ -406,6 +406,32 @@ func TestURL_UnknownOptionValueRedacted(t *testing.T) {
 	}
 }
 
+// PostgreSQL run-time settings in a postgres:// URL (?lock_timeout=,
+// ?statement_timeout=) are not secrets: their values were scrubbed from
+// messages, mangling an address holding the same digits, and DLOCK_URL was
+// withheld from CMD. A credential-like name stays secret.
+func TestURL_PostgresRuntimeSettingsArePlain(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		raw, want string
+		secret    bool
+	}{
+		{"postgres://127.0.0.127:5432/db?lock_timeout=127&statement_timeout=5s&keepalives_idle=30",
+			"postgres://127.0.0.127:5432/db?lock_timeout=127&statement_timeout=5s&keepalives_idle=30", false},
+		{"postgres://h/db?idle_in_transaction_session_timeout=10s&pw=Sekr1t",
+			"postgres://h/db?idle_in_transaction_session_timeout=10s&pw=" + redactedMark, true},
+		{"postgres://h/db?auth_timeout=Sekr1t", "postgres://h/db?auth_timeout=" + redactedMark, true},
+		{"postgres://h/db?mystery=Sekr1t", "postgres://h/db?mystery=" + redactedMark, true},
+	} {
+		if got := redact(tc.raw); got != tc.want {
+			t.Errorf("redact(%q) = %q, want %q", tc.raw, got, tc.want)
+		}
+		if got := hasSecret(tc.raw); got != tc.secret {
+			t.Errorf("hasSecret(%q) = %v, want %v", tc.raw, got, tc.secret)
+		}
+	}
+}
+
 // writeURLFile writes content to a new 0600 file and returns its path.
 func writeURLFile(t *testing.T, content string) string {
 	t.Helper()

@@ -551,12 +551,21 @@ func testCancelledRelease(t *testing.T, h Harness) {
 func testHeldPast3TTL(t *testing.T, h Harness) {
 	key := Key(t)
 	lk := mustAcquire(t, h.New(t), key, dlock.WithTTL(h.TTL))
-	defer release(t, lk)
+	t.Cleanup(func() { lk.Release(context.Background()) }) // a no-op after the release below
+	m := StartStallMeter(time.Now())
 	time.Sleep(3*h.TTL + h.TTL/2)
+	m.Stop()
 	if err := lk.Err(); err != nil {
-		t.Fatalf("lock lost despite auto-refresh: %v", err)
+		// A holder that does not run cannot renew: losing the lock at its
+		// local deadline is then the promise kept, not broken.
+		if lapsed(lk) && m.Longest() >= h.TTL/4 {
+			t.Logf("lost while this process stalled %v at once (TTL %v): %v", m.Longest().Round(time.Millisecond), h.TTL, err)
+			return
+		}
+		t.Fatalf("lock lost despite auto-refresh (the process stalled at most %v at once): %v", m.Longest().Round(time.Millisecond), err)
 	}
 	assertHeld(t, h.New(t), key)
+	release(t, lk)
 }
 
 func testNoAutoRefresh(t *testing.T, h Harness) {

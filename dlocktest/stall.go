@@ -20,17 +20,18 @@ const (
 // for a client's own timeout instead of its context still fails it, for
 // the process ran meanwhile, while a starved one does not.
 type StallMeter struct {
-	stop chan struct{}
-	done chan time.Duration
+	stop    chan struct{}
+	done    chan [2]time.Duration
+	longest time.Duration
 }
 
 // StartStallMeter starts measuring the stalls that end after from (a
 // call's deadline: a stall before it does not delay a return past it);
 // Stop ends the measure.
 func StartStallMeter(from time.Time) *StallMeter {
-	m := &StallMeter{stop: make(chan struct{}), done: make(chan time.Duration, 1)}
+	m := &StallMeter{stop: make(chan struct{}), done: make(chan [2]time.Duration, 1)}
 	go func() {
-		var stalled time.Duration
+		var stalled, longest time.Duration
 		// add counts the part after from of a wake-up's lateness: the
 		// process should have run at last+stallTick and ran at now.
 		add := func(last, now time.Time) {
@@ -43,6 +44,7 @@ func StartStallMeter(from time.Time) *StallMeter {
 			}
 			if now.After(due) {
 				stalled += now.Sub(due)
+				longest = max(longest, now.Sub(due))
 			}
 		}
 		t := time.NewTimer(stallTick)
@@ -52,7 +54,7 @@ func StartStallMeter(from time.Time) *StallMeter {
 			select {
 			case <-m.stop:
 				add(last, time.Now())
-				m.done <- stalled
+				m.done <- [2]time.Duration{stalled, longest}
 				return
 			case <-t.C:
 			}
@@ -68,8 +70,13 @@ func StartStallMeter(from time.Time) *StallMeter {
 // Stop ends the measure and returns the time the process was stalled.
 func (m *StallMeter) Stop() time.Duration {
 	close(m.stop)
-	return <-m.done
+	r := <-m.done
+	m.longest = r[1]
+	return r[0]
 }
+
+// Longest is the longest single stall, once Stop returned.
+func (m *StallMeter) Longest() time.Duration { return m.longest }
 
 // Overrun is how far past deadline a call that ended at end returned,
 // less the time the process was stalled meanwhile (never below zero).

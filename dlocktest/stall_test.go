@@ -35,6 +35,9 @@ func TestStallMeter_CountsTimeTheProcessWasStopped(t *testing.T) {
 	if got := m.Stop(); got < stopped-stallTick-stallSlack {
 		t.Fatalf("stalled %v, want at least the %v the process was stopped", got, stopped)
 	}
+	if got := m.Longest(); got < stopped-stallTick-stallSlack {
+		t.Fatalf("longest stall %v, want at least the %v the process was stopped", got, stopped)
+	}
 }
 
 // A stall that ended before from does not count.

@@ -1,6 +1,9 @@
 package dlocktest
 
-import "time"
+import (
+	"sync"
+	"time"
+)
 
 // stallTick is the period of a StallMeter's probe, and stallSlack the
 // lateness of one probe that still counts as running on time.
@@ -22,6 +25,8 @@ const (
 type StallMeter struct {
 	stop    chan struct{}
 	done    chan [2]time.Duration
+	once    sync.Once
+	stalled time.Duration
 	longest time.Duration
 }
 
@@ -68,11 +73,14 @@ func StartStallMeter(from time.Time) *StallMeter {
 }
 
 // Stop ends the measure and returns the time the process was stalled.
+// Later calls return the same.
 func (m *StallMeter) Stop() time.Duration {
-	close(m.stop)
-	r := <-m.done
-	m.longest = r[1]
-	return r[0]
+	m.once.Do(func() {
+		close(m.stop)
+		r := <-m.done
+		m.stalled, m.longest = r[0], r[1]
+	})
+	return m.stalled
 }
 
 // Longest is the longest single stall, once Stop returned.

@@ -22,21 +22,34 @@ func TestEffectiveTTL(t *testing.T) {
 	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	admin := newClient(t, c.Endpoints())
-	// The time each lease grant is sent: each TTL below takes a lease of
-	// its own, and the lock counts from no later than that.
+	// The time each lease grant or keep-alive is sent: each TTL below
+	// takes a lease of its own, and the lock counts from no later than the
+	// last of them. (An attempt that reuses its lease after a failed one,
+	// as a starved process's first attempt is, renews it with a
+	// keep-alive first, and counts from that.)
 	var (
 		mu   sync.Mutex
 		sent time.Time
 	)
+	stamp := func() {
+		mu.Lock()
+		sent = time.Now()
+		mu.Unlock()
+	}
 	grants := grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		if method == "/etcdserverpb.Lease/LeaseGrant" {
-			mu.Lock()
-			sent = time.Now()
-			mu.Unlock()
+			stamp()
 		}
 		return invoker(ctx, method, req, reply, cc, opts...)
 	})
-	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, DialOptions: []grpc.DialOption{grants}})
+	keepAlives := grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		s, err := streamer(ctx, desc, cc, method, opts...)
+		if err != nil || method != "/etcdserverpb.Lease/LeaseKeepAlive" {
+			return s, err
+		}
+		return stampedStream{s, stamp}, nil
+	})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, DialOptions: []grpc.DialOption{grants, keepAlives}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,6 +79,17 @@ func TestEffectiveTTL(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// stampedStream calls stamp before each message it sends.
+type stampedStream struct {
+	grpc.ClientStream
+	stamp func()
+}
+
+func (s stampedStream) SendMsg(m any) error {
+	s.stamp()
+	return s.ClientStream.SendMsg(m)
 }
 
 // New passes its whole option list to the core: dlock.WithObserver sees

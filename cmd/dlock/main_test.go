@@ -753,6 +753,8 @@ func TestRun_TTLBelowMinimumIsUsageError(t *testing.T) {
 		{[]string{"run", "-w", "-1s", "k", "--", "true"}, "dlock run: invalid value \"-1s\" for -w: must not be negative\n"},
 		{[]string{"run", "--max-hold", "-1s", "k", "--", "true"}, "dlock run: --max-hold must not be negative, got -1s\n"},
 		{[]string{"run", "--max-hold", "50ms", "k", "--", "true"}, "dlock run: --max-hold 50ms is below the minimum, 311ms (with --ttl 30s)\n"},
+		// CMD would get SIGTERM before it started.
+		{[]string{"run", "--max-hold", "1s", "k", "--", "true"}, "dlock run: --max-hold 1s leaves CMD no time: it gets SIGTERM 6s before the cap (kill margin 1s, term grace 5s); the minimum with --ttl 30s and --grace 5s is 6.311s\n"},
 		{[]string{"hold", "--max-hold", "50ms", "--ttl", "1s", "k"}, "dlock hold: --max-hold 50ms is below the minimum, 100ms (with --ttl 1s)\n"},
 		{[]string{"run", "--max-hold", "soon", "k", "--", "true"}, "dlock run: invalid value \"soon\" for --max-hold: want a duration such as 500ms, 30s or 2m\n"},
 		{[]string{"run", "", "--", "true"}, "dlock run: invalid key: key is empty\n"},

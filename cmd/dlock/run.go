@@ -350,6 +350,15 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitUsage
 	}
+	if lf.maxHold > 0 {
+		// CMD gets SIGTERM the kill margin and the term grace before the
+		// cap's deadline: a cap below both would end CMD as it starts.
+		k, _ := newKillSchedule(lf.ttl, grace)
+		if least := minMaxHold(lf.ttl) + k.margin + k.termGrace; lf.maxHold < least {
+			return o.UsageError(stderr, "--max-hold %v leaves CMD no time: it gets SIGTERM %v before the cap (kill margin %v, term grace %v); the minimum with --ttl %v and --grace %v is %v",
+				lf.maxHold, (k.margin + k.termGrace).Round(time.Millisecond), k.margin.Round(time.Millisecond), k.termGrace.Round(time.Millisecond), lf.ttl, grace, least.Round(time.Millisecond))
+		}
+	}
 	m, ok := mf.start(o, r, lf.url, stderr)
 	if !ok {
 		return exitUsage
@@ -947,8 +956,8 @@ func superviseChild(lk *dlock.Lock, cmdArgs []string, o runOptions, sigc chan os
 	// timeout, not --ttl).
 	kill, clamped := newKillSchedule(lk.TTL(), o.grace)
 	if clamped && o.graceSet {
-		fmt.Fprintf(stderr, "dlock run: --grace %s does not fit in a %s lease: CMD gets SIGTERM %s before SIGKILL when the lease runs short or the lock is lost (at most TTL/3 less the kill margin, TTL/10); --grace %s still applies to what CMD leaves running when it exits\n",
-			o.grace, lk.TTL(), kill.termGrace, o.grace)
+		fmt.Fprintf(stderr, "dlock run: --grace %s does not fit in a %s lease: CMD gets SIGTERM %s before SIGKILL when the lease runs short or the lock is lost (at most a third of the lease less the %s kill margin); --grace %s still applies to what CMD leaves running when it exits\n",
+			o.grace, lk.TTL(), kill.termGrace.Round(time.Millisecond), kill.margin.Round(time.Millisecond), o.grace)
 	}
 	// Orphans of the tree come to dlock if the supervisor dies.
 	_ = setSubreaper()
@@ -1046,7 +1055,12 @@ func superviseChild(lk *dlock.Lock, cmdArgs []string, o runOptions, sigc chan os
 			}
 		case <-killTimer:
 			killTimer = nil
-			fmt.Fprintf(stderr, "dlock run: CMD's process tree still running after %s; sending SIGKILL\n", killAfter.Round(time.Millisecond))
+			if killAfter < time.Millisecond {
+				// Lost at or past the kill point: there was no term grace.
+				fmt.Fprintf(stderr, "dlock run: the lease's kill point has passed; sending SIGKILL to CMD's process tree\n")
+			} else {
+				fmt.Fprintf(stderr, "dlock run: CMD's process tree still running after %s; sending SIGKILL\n", killAfter.Round(time.Millisecond))
+			}
 			sup.killTree()
 		case ev := <-sup.events:
 			switch ev.kind {

@@ -406,6 +406,11 @@ func TestRun_GraceClampedToLease(t *testing.T) {
 	if r.code != 0 || strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, "--grace 5s") || !strings.Contains(r.stderr, "700ms") {
 		t.Errorf("--ttl 3s --grace 5s: exit %d, stderr %q; want 0 and one line saying 5s is shortened to 700ms", r.code, r.stderr)
 	}
+	// The margin is said as it is (300ms at --ttl 3s), not as a formula
+	// that is wrong past 10s ("TTL/10" for a margin capped at 1s).
+	if !strings.Contains(r.stderr, "300ms kill margin") || strings.Contains(r.stderr, "TTL/10") {
+		t.Errorf("--ttl 3s --grace 5s: stderr %q; want the 300ms kill margin named", r.stderr)
+	}
 	for _, args := range [][]string{{"--ttl", "3s"}, {"--ttl", "30s", "--grace", "5s"}, {"--ttl", "3s", "--grace", "700ms"}} {
 		r := runDlock(t, url, append(append([]string{"run"}, args...), "k", "--", "true")...)
 		if r.code != 0 || r.stderr != "" {

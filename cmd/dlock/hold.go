@@ -16,7 +16,8 @@ import (
 const holdUsage = `Usage: dlock hold [--url URL|--url-file PATH] [--ttl 30s]
          [-s|--shared | --limit N]
          [-w|--wait DUR|SECS] [-n|--nonblock] [-E|--conflict-exit-code N]
-         [--detach] [--max-hold DUR] [--metrics-file PATH] [--metrics ADDR]
+         [--detach | --parent PID] [--max-hold DUR]
+         [--metrics-file PATH] [--metrics ADDR]
          [--connect-timeout 5s] [--verbose] KEY
 
 Takes the lock KEY and holds it, renewing it, until dlock hold gets SIGINT,
@@ -24,8 +25,10 @@ SIGTERM, SIGHUP or SIGQUIT, or the process that started it exits: then it
 releases the lock and exits 0. If that process exits while dlock hold
 still waits for the lock, it stops waiting and exits 0 holding nothing;
 if it is gone already when dlock hold starts (its parent is init), dlock
-hold refuses (exit 2). With --detach it outlives that process and holds
-the lock until a signal (use it to run dlock hold as a service). With
+hold refuses (exit 2). With --parent PID it watches process PID instead of
+its parent (a container's entrypoint is pid 1, which dlock hold otherwise
+takes for init). With --detach it outlives that process and holds the
+lock until a signal (use it to run dlock hold as a service). With
 --max-hold DUR it releases the lock once held for DUR and exits 5. It runs no
 command (like etcdctl lock without one): once the lock is held it prints
 one line on stdout, TOKEN OWNER: the fencing token and the owner id,
@@ -73,9 +76,13 @@ func cmdHold(args []string, stdout, stderr io.Writer) (code int) {
 	o.Trailer(holdExitCodes)
 	var lf lockFlags
 	var mf metricsFlags
-	var detach bool
+	var (
+		detach bool
+		parent int
+	)
 	lf.define(o)
 	o.Bool(&detach, "", "detach", "keep holding after the process that started dlock hold exits (by default dlock hold then releases the lock and exits, so that a killed script does not leave it held)")
+	o.Var(pidFlag{&parent}, "", "parent", "PID", "release the lock and exit when process PID exits, instead of the process that started dlock hold (for a script run as pid 1, such as a container's entrypoint: --parent $$)")
 	mf.define(o)
 	lf.defineLast(o, "say who holds the lock while waiting and how long the wait took; print the lock's events (acquired, renewal failures, lost, released) and the client libraries' logs on stderr")
 	rest, code, ok := o.Parse(args, stdout, stderr)
@@ -101,9 +108,20 @@ func cmdHold(args []string, stdout, stderr io.Writer) (code int) {
 	// the start, so that a parent gone while the lock is awaited ends the
 	// wait, and one gone before dlock hold could look refuses the hold.
 	var parentGone <-chan struct{}
-	if !detach {
+	switch {
+	case detach && parent != 0:
+		return o.UsageError(stderr, "--detach and --parent %d cannot be combined: --detach watches no process", parent)
+	case parent != 0:
+		gone, stop, err := watchPID(parent)
+		if err != nil {
+			return o.UsageError(stderr, "not holding %q: --parent %d: %v", r.key, parent, err)
+		}
+		defer stop()
+		parentGone = gone
+		r.gone, r.goneWhy = gone, fmt.Sprintf("process %d (--parent) exited", parent)
+	case !detach:
 		if why := parentGoneAtStart(); why != "" {
-			return o.UsageError(stderr, "not holding %q: %s; use --detach to hold it until a signal", r.key, why)
+			return o.UsageError(stderr, "not holding %q: %s; use --parent PID to watch the process that should keep it (a script run as pid 1: --parent $$), or --detach to hold it until a signal", r.key, why)
 		}
 		gone, stop := watchParent()
 		defer stop()
@@ -137,7 +155,10 @@ func cmdHold(args []string, stdout, stderr io.Writer) (code int) {
 		return exitLost
 	}
 	why := fmt.Sprint(sig)
-	if sig == nil {
+	switch {
+	case sig == nil && parent != 0:
+		why = fmt.Sprintf("the exit of process %d (--parent)", parent)
+	case sig == nil:
 		why = "the exit of the process that started dlock hold"
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), dlock.DefaultReleaseTimeout)

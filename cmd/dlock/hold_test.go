@@ -303,6 +303,62 @@ func TestHold_ReleasesWhenParentDies(t *testing.T) {
 	}
 }
 
+// --parent PID: dlock hold releases the lock and exits 0 when that
+// process exits, whoever its own parent is. Symptom: a container's
+// entrypoint script runs as pid 1, and dlock hold took it for init and
+// refused, so only --detach (no release when the script dies) got past.
+func TestHold_ParentFlagReleasesWhenThatProcessExits(t *testing.T) {
+	t.Parallel()
+	url := fileURL(t)
+	watched := exec.Command("sleep", "60")
+	if err := watched.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { watched.Process.Kill(); watched.Wait() })
+	h := startHold(t, url, "--parent", strconv.Itoa(watched.Process.Pid), "deploy")
+	if r := runDlock(t, url, "run", "-n", "deploy", "--", "true"); r.code != exitConflict {
+		t.Fatalf("run -n while held: exit %d, stderr %q; want the lock held", r.code, r.stderr)
+	}
+	if err := watched.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = watched.Wait()
+	if code := waitExit(t, h.cmd); code != 0 {
+		t.Fatalf("dlock hold after process --parent exited: exit %d, stderr %q; want 0", code, h.stderr.String())
+	}
+	if r := runDlock(t, url, "run", "-n", "deploy", "--", "true"); r.code != 0 {
+		t.Fatalf("run -n after the hold ended: exit %d, stderr %q; want the lock free", r.code, r.stderr)
+	}
+}
+
+// --parent must name a running process, and cannot be combined with
+// --detach: both are usage errors, before the lock is taken.
+func TestHold_ParentFlagNeedsARunningProcess(t *testing.T) {
+	t.Parallel()
+	url := fileURL(t)
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	pid := strconv.Itoa(gone.Process.Pid)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--parent", pid, "k"}, "dlock hold: not holding \"k\": --parent " + pid + ": no running process " + pid},
+		{[]string{"--parent", "1", "k"}, "dlock hold: invalid value \"1\" for --parent"},
+		{[]string{"--parent", strconv.Itoa(os.Getpid()), "--detach", "k"}, "dlock hold: --detach and --parent " + strconv.Itoa(os.Getpid()) + " cannot be combined"},
+	} {
+		r := runDlock(t, url, append([]string{"hold"}, c.args...)...)
+		if r.code != exitUsage || r.stdout != "" || !strings.HasPrefix(r.stderr, c.want) {
+			t.Errorf("hold %q: exit %d, stdout %q, stderr %q; want exit 2 and %q", c.args, r.code, r.stdout, r.stderr, c.want)
+		}
+	}
+	if r := runDlock(t, url, "run", "-n", "k", "--", "true"); r.code != 0 {
+		t.Fatalf("run -n after the refused holds: exit %d, stderr %q; want the lock free", r.code, r.stderr)
+	}
+}
+
 // With --detach, dlock hold keeps the lock after its parent is gone.
 func TestHold_DetachOutlivesParent(t *testing.T) {
 	t.Parallel()
@@ -383,7 +439,7 @@ func TestHold_RefusesWhenParentAlreadyGone(t *testing.T) {
 	_, stdout, stderr := orphanHold(t, url, "deploy")
 	out, _ := os.ReadFile(stdout)
 	errb, _ := os.ReadFile(stderr)
-	want := "dlock hold: not holding \"deploy\": its parent process is pid 1 (init): the process that started it is gone, or is init; use --detach to hold it until a signal\n" +
+	want := "dlock hold: not holding \"deploy\": its parent process is pid 1 (init): the process that started it is gone, or is init; use --parent PID to watch the process that should keep it (a script run as pid 1: --parent $$), or --detach to hold it until a signal\n" +
 		"Try 'dlock hold --help' for more information.\n"
 	// The inner shell's own line ($$) comes first on stdout.
 	if lines := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n"); len(lines) != 1 || string(errb) != want {

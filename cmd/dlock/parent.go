@@ -1,8 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"strconv"
+	"syscall"
 	"time"
 )
 
@@ -56,4 +59,57 @@ func watchParent() (gone <-chan struct{}, stop func()) {
 		}
 	}()
 	return ch, func() { close(done) }
+}
+
+// pidFlag is --parent PID: a process id above 1.
+type pidFlag struct{ pid *int }
+
+func (f pidFlag) String() string {
+	if f.pid == nil || *f.pid == 0 {
+		return ""
+	}
+	return strconv.Itoa(*f.pid)
+}
+
+func (f pidFlag) Set(s string) error {
+	n, err := strconv.ParseInt(s, 10, 32)
+	if err != nil || n < 2 {
+		return errors.New("want the id of a running process other than init (2 or more)")
+	}
+	*f.pid = int(n)
+	return nil
+}
+
+// watchPID is watchParent for process pid (--parent), which must be
+// running. On Linux the process is held by a pidfd from the start (Go's
+// os.FindProcess), so a process that reuses the id after pid exited is
+// never taken for it; elsewhere the id is polled.
+func watchPID(pid int) (gone <-chan struct{}, stop func(), err error) {
+	p, err := os.FindProcess(pid)
+	if err == nil {
+		err = p.Signal(syscall.Signal(0))
+		if errors.Is(err, syscall.EPERM) {
+			err = nil // running, as another user
+		}
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("no running process %d: %w", pid, err)
+	}
+	ch, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		t := time.NewTicker(parentPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if err := p.Signal(syscall.Signal(0)); errors.Is(err, os.ErrProcessDone) || errors.Is(err, syscall.ESRCH) {
+					close(ch)
+					return
+				}
+			}
+		}
+	}()
+	return ch, func() { close(done) }, nil
 }

@@ -167,9 +167,10 @@ func bounded(t *testing.T, what string, d time.Duration, fn func(ctx context.Con
 	defer cancel()
 	deadline, _ := ctx.Deadline()
 	m := StartStallMeter(deadline)
+	defer m.Stop() // also when fn fails the test
 	err := fn(ctx)
 	end := time.Now()
-	stalled := m.Stop()
+	stalled := m.StopAt(end)
 	over := Overrun(deadline, end, stalled)
 	t.Logf("%s: returned %v after its %v deadline (the process stalled %v of it): %v",
 		what, end.Sub(deadline).Round(10*time.Microsecond), d, stalled.Round(time.Millisecond), err)
@@ -445,7 +446,7 @@ func testOutageDuringWait(t *testing.T, h Harness, f *Faults) {
 	select {
 	case err := <-errc:
 		end := time.Now()
-		stalled := m.Stop()
+		stalled := m.StopAt(end)
 		t.Logf("stalled during the wait: returned %v after the cancel (the process stalled %v of it): %v",
 			end.Sub(cancelled).Round(10*time.Microsecond), stalled.Round(time.Millisecond), err)
 		if over := Overrun(cancelled, end, stalled); over > OverrunBound {

@@ -20,8 +20,9 @@ func TestStallMeter_CountsTimeTheProcessWasStopped(t *testing.T) {
 	m := StartStallMeter(time.Now())
 	pid := strconv.Itoa(os.Getpid())
 	// The continuer waits until this process has stopped, so the SIGCONT
-	// can never come first.
-	cont := exec.Command("sh", "-c", `while ! grep -q '^State:.*T' /proc/$0/status; do sleep 0.01; done; sleep `+
+	// can never come first; it sends it after 10s whatever it saw, so the
+	// test process is never left stopped.
+	cont := exec.Command("sh", "-c", `i=0; while ! grep -q '^State:.*T' /proc/$0/status && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done; sleep `+
 		strconv.FormatFloat(stopped.Seconds(), 'f', 3, 64)+`; kill -CONT $0`, pid)
 	if err := cont.Start(); err != nil {
 		t.Fatal(err)

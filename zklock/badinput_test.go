@@ -67,7 +67,7 @@ func TestConnectBadInput(t *testing.T) {
 		m := dlocktest.StartStallMeter(deadline)
 		_, err := zklock.Connect(ctx, []string{addr}, time.Second, zklock.WithLogger(quiet{}))
 		end := time.Now()
-		stalled := m.Stop()
+		stalled := m.StopAt(end)
 		cancel()
 		t.Logf("%s: Connect returned %v after its deadline (the process stalled %v of it)", name, end.Sub(deadline), stalled)
 		if over := dlocktest.Overrun(deadline, end, stalled); over > dlocktest.OverrunBound {

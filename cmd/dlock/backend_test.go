@@ -52,9 +52,11 @@ func timedRun(t *testing.T, url string, args ...string) (result, time.Duration) 
 	t.Helper()
 	start := time.Now()
 	m := dlocktest.StartStallMeter(start)
+	defer m.Stop() // also when runDlock fails the test
 	r := runDlock(t, url, args...)
-	took := time.Since(start)
-	if stalled := m.Stop(); stalled > 0 {
+	end := time.Now()
+	took := end.Sub(start)
+	if stalled := m.StopAt(end); stalled > 0 {
 		t.Logf("dlock %v: %v, of which this process was stalled %v", args, took.Round(time.Millisecond), stalled.Round(time.Millisecond))
 		took -= stalled
 	}

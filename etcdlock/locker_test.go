@@ -61,6 +61,12 @@ func TestEffectiveTTL(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Read at once: a renewal sent from here on would move sent past
+		// the send the lock counts from.
+		mu.Lock()
+		start := sent
+		mu.Unlock()
+		deadline := lk.Deadline()
 		resp, err := admin.TimeToLive(dlocktest.Context(t), leaseOf(t, admin, l, key))
 		if err != nil {
 			t.Fatal(err)
@@ -69,11 +75,8 @@ func TestEffectiveTTL(t *testing.T) {
 		if lk.TTL() != granted || granted < ttl || granted%time.Second != 0 {
 			t.Errorf("WithTTL(%v): lock TTL %v, lease granted %v: want the lease's, whole seconds, at least the TTL asked for", ttl, lk.TTL(), granted)
 		}
-		mu.Lock()
-		start := sent
-		mu.Unlock()
-		if d := lk.Deadline(); !d.Before(start.Add(granted)) {
-			t.Errorf("WithTTL(%v): deadline %v after the lease grant was sent, beyond the lease's %v", ttl, d.Sub(start), granted)
+		if !deadline.Before(start.Add(granted)) {
+			t.Errorf("WithTTL(%v): deadline %v after the lease grant was sent, beyond the lease's %v", ttl, deadline.Sub(start), granted)
 		}
 		if err := lk.Release(dlocktest.Context(t)); err != nil {
 			t.Fatal(err)

@@ -2,6 +2,7 @@ package zklock_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,20 +18,29 @@ func TestCall_TakesReplyReadyWhenRequestTimeoutFires(t *testing.T) {
 	z := sharedZooKeeper(t)
 	const timeout = time.Millisecond
 	l := zklock.New(connect(t, []string{z.Addr()}), zklock.WithRequestTimeout(timeout))
+	var hung atomic.Bool
 	zklock.SetHooks(l, &zklock.Hooks{Waiting: func(replied func() bool) {
 		for end := time.Now().Add(dlocktest.HangTimeout); !replied(); time.Sleep(time.Millisecond) {
 			if time.Now().After(end) {
-				t.Errorf("hang: no reply within %v", dlocktest.HangTimeout)
+				hung.Store(true)
 				return
 			}
 		}
 		time.Sleep(2 * timeout) // the request timeout has passed too
 	}})
-	lk, err := l.TryAcquire(dlocktest.Context(t), dlocktest.Key(t))
-	if err != nil {
-		t.Fatalf("TryAcquire whose every reply came before its request timeout was read: %v", err)
+	defer zklock.SetHooks(l, nil)
+	// Each call's select would pick the timeout half the time: 20 cycles
+	// of several calls each do not all pass by chance.
+	for i := 0; i < 20; i++ {
+		lk, err := l.TryAcquire(dlocktest.Context(t), dlocktest.Key(t))
+		if err != nil {
+			t.Fatalf("cycle %d: TryAcquire whose every reply came before its request timeout was read: %v", i, err)
+		}
+		if err := lk.Release(context.Background()); err != nil {
+			t.Fatalf("cycle %d: Release: %v", i, err)
+		}
 	}
-	if err := lk.Release(context.Background()); err != nil {
-		t.Fatal(err)
+	if hung.Load() {
+		t.Fatalf("hang: a request had no reply within %v", dlocktest.HangTimeout)
 	}
 }

@@ -95,6 +95,9 @@ func cmdHold(args []string, stdout, stderr io.Writer) (code int) {
 	case len(rest) > 1:
 		return o.UsageError(stderr, "unexpected argument after KEY: %s (to run a command under the lock, use dlock run)", oneLine(strings.Join(rest[1:], " ")))
 	}
+	if detach && parent != 0 {
+		return o.UsageError(stderr, "--detach and --parent %d cannot be combined: --detach watches no process", parent)
+	}
 	r, ok := lf.request(o, rest[0], stderr)
 	if !ok {
 		return exitUsage
@@ -109,8 +112,6 @@ func cmdHold(args []string, stdout, stderr io.Writer) (code int) {
 	// wait, and one gone before dlock hold could look refuses the hold.
 	var parentGone <-chan struct{}
 	switch {
-	case detach && parent != 0:
-		return o.UsageError(stderr, "--detach and --parent %d cannot be combined: --detach watches no process", parent)
 	case parent != 0:
 		gone, stop, err := watchPID(parent)
 		if err != nil {

@@ -331,6 +331,65 @@ func TestHold_ParentFlagReleasesWhenThatProcessExits(t *testing.T) {
 	}
 }
 
+// A script run as pid 1 (a container's entrypoint, here in a PID
+// namespace of the test's own) cannot keep dlock hold as its parent: hold
+// takes pid 1 for init and refuses, pointing to --parent $$, with which it
+// holds. When the namespace ends, hold dies with it and its lease runs
+// out. Symptom: only --detach got past the refusal.
+func TestHold_ParentFlagHoldsUnderPidOneScript(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("a PID namespace needs root here")
+	}
+	url := fileURL(t)
+	ns := func(script string) *exec.Cmd {
+		cmd := exec.Command("unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "sh", "-c", script, bin)
+		cmd.Env = append(os.Environ(), "DLOCK_URL="+url)
+		return cmd
+	}
+	refused := ns(`"$0" hold k`)
+	out, _ := refused.CombinedOutput()
+	if code := refused.ProcessState.ExitCode(); code != exitUsage || !strings.Contains(string(out), "--parent $$") {
+		t.Fatalf("hold under a pid-1 script: exit %d, output %q; want 2 and a pointer to --parent $$", code, out)
+	}
+	holder := ns(`"$0" hold --ttl 2s --parent $$ k`)
+	stdout, err := holder.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	errb := &syncBuffer{}
+	holder.Stderr = errb
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Process.Kill(); holder.Wait() })
+	line := make(chan string, 1)
+	go func() {
+		l, _ := bufio.NewReader(stdout).ReadString('\n')
+		line <- l
+	}()
+	select {
+	case l := <-line:
+		if !regexp.MustCompile(`^\d+ [0-9a-f]{32}\n$`).MatchString(l) {
+			t.Fatalf("hold --parent $$ under a pid-1 script printed %q; stderr %q", l, errb.String())
+		}
+	case <-time.After(hang):
+		t.Fatalf("hang: hold --parent $$ under a pid-1 script printed nothing; stderr %q", errb.String())
+	}
+	if r := runDlock(t, url, "run", "-n", "k", "--", "true"); r.code != exitConflict {
+		t.Fatalf("run -n while held: exit %d, stderr %q; want the lock held", r.code, r.stderr)
+	}
+	// The container stops: its pid 1 is killed, and every process of the
+	// namespace with it.
+	if err := holder.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = holder.Wait()
+	if r := runDlock(t, url, "run", "-w", "60", "k", "--", "true"); r.code != 0 {
+		t.Fatalf("run -w 60 after the namespace ended: exit %d, stderr %q; want the lease run out", r.code, r.stderr)
+	}
+}
+
 // --parent must name a running process, and cannot be combined with
 // --detach: both are usage errors, before the lock is taken.
 func TestHold_ParentFlagNeedsARunningProcess(t *testing.T) {
@@ -346,7 +405,7 @@ func TestHold_ParentFlagNeedsARunningProcess(t *testing.T) {
 		want string
 	}{
 		{[]string{"--parent", pid, "k"}, "dlock hold: not holding \"k\": --parent " + pid + ": no running process " + pid},
-		{[]string{"--parent", "1", "k"}, "dlock hold: invalid value \"1\" for --parent"},
+		{[]string{"--parent", "0", "k"}, "dlock hold: invalid value \"0\" for --parent"},
 		{[]string{"--parent", strconv.Itoa(os.Getpid()), "--detach", "k"}, "dlock hold: --detach and --parent " + strconv.Itoa(os.Getpid()) + " cannot be combined"},
 	} {
 		r := runDlock(t, url, append([]string{"hold"}, c.args...)...)

@@ -61,7 +61,8 @@ func watchParent() (gone <-chan struct{}, stop func()) {
 	return ch, func() { close(done) }
 }
 
-// pidFlag is --parent PID: a process id above 1.
+// pidFlag is --parent PID: a process id, 1 included (a script run as pid
+// 1 of a container passes --parent $$).
 type pidFlag struct{ pid *int }
 
 func (f pidFlag) String() string {
@@ -73,17 +74,21 @@ func (f pidFlag) String() string {
 
 func (f pidFlag) Set(s string) error {
 	n, err := strconv.ParseInt(s, 10, 32)
-	if err != nil || n < 2 {
-		return errors.New("want the id of a running process other than init (2 or more)")
+	if err != nil || n < 1 {
+		return errors.New("want the id of a running process (1 or more)")
 	}
 	*f.pid = int(n)
 	return nil
 }
 
 // watchPID is watchParent for process pid (--parent), which must be
-// running. On Linux the process is held by a pidfd from the start (Go's
-// os.FindProcess), so a process that reuses the id after pid exited is
-// never taken for it; elsewhere the id is polled.
+// running. A zombie (exited, not yet reaped) counts as gone. On Linux the
+// process is held by a pidfd from the start (Go's os.FindProcess), so a
+// process that reuses the id after pid exited is never taken for it;
+// where pidfds are unavailable (an old kernel, a seccomp profile that
+// refuses pidfd_open) and elsewhere, the id is polled. Pid 1 exits only
+// with its PID namespace (a container), which kills dlock hold with it:
+// its lease then runs out.
 func watchPID(pid int) (gone <-chan struct{}, stop func(), err error) {
 	p, err := os.FindProcess(pid)
 	if err == nil {
@@ -104,7 +109,7 @@ func watchPID(pid int) (gone <-chan struct{}, stop func(), err error) {
 			case <-done:
 				return
 			case <-t.C:
-				if err := p.Signal(syscall.Signal(0)); errors.Is(err, os.ErrProcessDone) || errors.Is(err, syscall.ESRCH) {
+				if err := p.Signal(syscall.Signal(0)); errors.Is(err, os.ErrProcessDone) || errors.Is(err, syscall.ESRCH) || zombie(pid) {
 					close(ch)
 					return
 				}

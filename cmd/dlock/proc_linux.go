@@ -33,6 +33,12 @@ func cmdSysProcAttr(tty int) *syscall.SysProcAttr {
 
 // procStat returns the parent pid and state letter of pid from
 // /proc/PID/stat.
+// zombie reports whether pid has exited and awaits its parent's wait.
+func zombie(pid int) bool {
+	_, state, ok := procStat(pid)
+	return ok && state == 'Z'
+}
+
 func procStat(pid int) (ppid int, state byte, ok bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {

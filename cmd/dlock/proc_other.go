@@ -19,6 +19,8 @@ func cmdSysProcAttr(int) *syscall.SysProcAttr { return &syscall.SysProcAttr{Setp
 
 func descendants(int) []int { return nil }
 
+func zombie(int) bool { return false }
+
 func foregroundTTY(int) int { return -1 }
 
 func tcgetpgrp(int) (int, error) { return 0, errors.ErrUnsupported }

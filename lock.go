@@ -288,8 +288,20 @@ func (l *Lock) Refresh(ctx context.Context) error {
 		return l.Err()
 	default:
 		l.wd.src.renew(l, ResultError, err)
-		return errors.Join(err, ctx.Err())
+		return refreshFailed(ctx, l.key, err)
 	}
+}
+
+// refreshFailed is Refresh's error for a failed request: an error that is
+// the context's end (a client that gave up at the deadline itself, as
+// pgx does, before the core abandoned the call) is no answer in time,
+// ErrUnavailable, as an abandoned call is; any error is joined with the
+// context's.
+func refreshFailed(ctx context.Context, key string, err error) error {
+	if isContextErr(err, ctx) {
+		return fmt.Errorf("%w: refresh %q: no answer before the context ended: %w", ErrUnavailable, key, errors.Join(err, ctx.Err()))
+	}
+	return errors.Join(err, ctx.Err())
 }
 
 // Release gives the lock up: it stops renewal, closes Lost() and deletes the

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -178,5 +179,24 @@ func TestRelease_RefusedIsNotHeld_AnswerAfterDeadline(t *testing.T) {
 				t.Fatalf("Release = %v, want it to wrap ErrLockLost and ErrNotHeld", err)
 			}
 		})
+	}
+}
+
+// A Refresh whose client gave up at the context's deadline itself (pgx
+// through a stalled PgBouncer: "timeout: context deadline exceeded")
+// is no answer in time, ErrUnavailable, as when the core abandons the
+// call. Symptom: a bare deadline error when the client was first.
+func TestRefreshFailed_ClientsOwnDeadlineErrorIsUnavailable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Nanosecond)
+	defer cancel()
+	<-ctx.Done()
+	err := refreshFailed(ctx, "k", fmt.Errorf("timeout: %w", ctx.Err()))
+	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("refreshFailed = %v, want ErrUnavailable and the deadline", err)
+	}
+	// Any other error keeps its own verdict.
+	other := errors.New("permission denied")
+	if err := refreshFailed(context.Background(), "k", other); errors.Is(err, ErrUnavailable) || !errors.Is(err, other) {
+		t.Fatalf("refreshFailed = %v, want the error as it is", err)
 	}
 }

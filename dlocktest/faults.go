@@ -242,8 +242,17 @@ func testPausedServer(t *testing.T, h Harness, f *Faults) {
 	}
 	bounded(t, "Refresh against a paused server", 500*time.Millisecond, second.Refresh)
 	err = bounded(t, "Release against a paused server", 500*time.Millisecond, second.Release)
-	if errors.Is(err, dlock.ErrLockLost) {
+	// A lease that ends with the session (ZooKeeper's, whatever WithTTL
+	// asked) can pass its local deadline while the servers are paused, if
+	// the process stalled meanwhile: no renewal can succeed then, and the
+	// loss at the deadline is the promise kept. A loss the server reported
+	// is the defect this checks for.
+	secondLapsed := lapsed(second)
+	if errors.Is(err, dlock.ErrLockLost) && !secondLapsed {
 		t.Fatalf("Release of a healthy lock against a paused server reported a loss: %v", err)
+	}
+	if secondLapsed {
+		t.Logf("the second lock passed its local deadline while the servers were paused: %v", second.Err())
 	}
 	waitClosed(t, holder.Lost(), "the holder's Lost() while the server is paused")
 	resume()
@@ -253,7 +262,7 @@ func testPausedServer(t *testing.T, h Harness, f *Faults) {
 	if lk.Token() <= holder.Token() {
 		t.Fatalf("token %d after %d", lk.Token(), holder.Token())
 	}
-	if err := second.Release(ctxT(t)); err != nil {
+	if err := second.Release(ctxT(t)); err != nil && !(secondLapsed && errors.Is(err, dlock.ErrLockLost)) {
 		t.Fatalf("Release retried after the server resumed: %v", err)
 	}
 	lk2 := mustAcquire(t, h.New(t), key2)

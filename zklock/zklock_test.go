@@ -114,22 +114,40 @@ func (quiet) Printf(string, ...any) {}
 
 // expire deletes key's queue nodes behind their owners' backs, as an
 // operator's `deleteall` would.
+//
+// It is the test's doing, not the behaviour under test: when the admin's
+// connection drops under it (the test process starved past its read
+// timeout), it is done again once the admin reconnects (every step is
+// idempotent).
 func expire(t testing.TB, admin *zk.Conn, key string) {
 	t.Helper()
 	dir := zklock.New(admin).Path(key)
-	// The admin's server may not have applied the holder's create yet (a
-	// follower reads behind the leader): sync it first.
-	if _, err := admin.Sync(dir); err != nil && !errors.Is(err, zk.ErrNoNode) {
-		t.Fatal(err)
+	once := func() error {
+		// The admin's server may not have applied the holder's create yet
+		// (a follower reads behind the leader): sync it first.
+		if _, err := admin.Sync(dir); err != nil && !errors.Is(err, zk.ErrNoNode) {
+			return err
+		}
+		kids, _, err := admin.Children(dir)
+		if err != nil {
+			return err
+		}
+		for _, k := range kids {
+			if err := admin.Delete(dir+"/"+k, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+				return err
+			}
+		}
+		return nil
 	}
-	kids, _, err := admin.Children(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, k := range kids {
-		if err := admin.Delete(dir+"/"+k, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+	for end := time.Now().Add(dlocktest.HangTimeout); ; time.Sleep(20 * time.Millisecond) {
+		err := once()
+		if (errors.Is(err, zk.ErrNoServer) || errors.Is(err, zk.ErrConnectionClosed)) && time.Now().Before(end) {
+			continue
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
+		return
 	}
 }
 

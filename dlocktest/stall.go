@@ -38,7 +38,12 @@ type StallMeter struct {
 // or Stop ends the measure.
 func StartStallMeter(from time.Time) *StallMeter {
 	m := &StallMeter{stop: make(chan time.Time, 1), done: make(chan [2]time.Duration, 1)}
+	// Read here, not on the probe: a probe that first runs late (the
+	// process stalled right after this call) counts that stall too.
+	last := time.Now()
+	t := time.NewTimer(stallTick)
 	go func() {
+		defer t.Stop()
 		var stalled, longest time.Duration
 		// add counts the part within [from, until] of a wake-up's
 		// lateness: the process should have run at last+stallTick and
@@ -59,9 +64,6 @@ func StartStallMeter(from time.Time) *StallMeter {
 				longest = max(longest, now.Sub(due))
 			}
 		}
-		t := time.NewTimer(stallTick)
-		defer t.Stop()
-		last := time.Now()
 		for {
 			select {
 			case end := <-m.stop:

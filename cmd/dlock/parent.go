@@ -39,10 +39,16 @@ func parentGoneAtStart() string {
 // (parent 1) has no parent to lose: the channel never closes.
 func watchParent() (gone <-chan struct{}, stop func()) {
 	ppid := startParent
-	ch, done := make(chan struct{}), make(chan struct{})
 	if ppid <= 1 {
-		return ch, func() {}
+		return make(chan struct{}), func() {}
 	}
+	return pollUntil(func() bool { return os.Getppid() != ppid })
+}
+
+// pollUntil returns a channel closed once gone reports true (asked every
+// parentPoll), and a function that stops asking.
+func pollUntil(gone func() bool) (<-chan struct{}, func()) {
+	ch, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		t := time.NewTicker(parentPoll)
 		defer t.Stop()
@@ -51,7 +57,7 @@ func watchParent() (gone <-chan struct{}, stop func()) {
 			case <-done:
 				return
 			case <-t.C:
-				if os.Getppid() != ppid {
+				if gone() {
 					close(ch)
 					return
 				}
@@ -100,21 +106,9 @@ func watchPID(pid int) (gone <-chan struct{}, stop func(), err error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("no running process %d: %w", pid, err)
 	}
-	ch, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		t := time.NewTicker(parentPoll)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				if err := p.Signal(syscall.Signal(0)); errors.Is(err, os.ErrProcessDone) || errors.Is(err, syscall.ESRCH) || zombie(pid) {
-					close(ch)
-					return
-				}
-			}
-		}
-	}()
-	return ch, func() { close(done) }, nil
+	ch, stop := pollUntil(func() bool {
+		err := p.Signal(syscall.Signal(0))
+		return errors.Is(err, os.ErrProcessDone) || errors.Is(err, syscall.ESRCH) || zombie(pid)
+	})
+	return ch, stop, nil
 }

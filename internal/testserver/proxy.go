@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -66,9 +67,21 @@ type proxyConn struct {
 // connection to target (host:port, loopback). It starts in pass-through
 // mode and is stopped at t.Cleanup: every connection is closed and every
 // goroutine of the proxy has ended before the cleanup returns.
+//
+// The port comes from FreePort, so no other proxy or server of the
+// machine's tests is given it, even after Stop: a client that dials a
+// stopped proxy is refused, never connected to whatever listened there
+// next (a port of the kernel's ephemeral range is handed out again soon).
 func StartProxy(t TB, target string) *Proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	var ln net.Listener
+	var err error
+	for range 3 { // FreePort's port was free a moment ago, not now
+		ln, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t))))
+		if err == nil {
+			break
+		}
+	}
 	if err != nil {
 		t.Fatalf("proxy: listen: %v", err)
 	}

@@ -36,7 +36,16 @@ func acquireLater(t *testing.T, admin *zk.Conn, l *zklock.Locker, key string, wa
 		}
 		p.lk <- lk
 	}()
-	waitFor(t, fmt.Sprintf("%d nodes queued", want), func() bool { return len(children(t, admin, l.Path(key))) == want })
+	// An Acquire that failed is reported as its error, not as a queue
+	// that never grew.
+	waitFor(t, fmt.Sprintf("%d nodes queued", want), func() bool {
+		select {
+		case err := <-p.err:
+			t.Fatalf("the background Acquire failed before its node was queued: %v", err)
+		default:
+		}
+		return len(children(t, admin, l.Path(key))) == want
+	})
 	return p
 }
 

@@ -86,7 +86,7 @@ func StartZooKeeperEnsemble(t TB, n int) []*ZooKeeper {
 		if err := os.WriteFile(filepath.Join(z.dir, "data", "myid"), []byte(strconv.Itoa(z.id)+"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if err := z.launch(); err != nil {
+		if err := z.boot(); err != nil {
 			t.Fatalf("zookeeper %d: %v", z.id, err)
 		}
 		t.Cleanup(z.Stop)
@@ -156,10 +156,44 @@ func (z *ZooKeeper) launch() error {
 }
 
 func (z *ZooKeeper) start() error {
-	if err := z.launch(); err != nil {
+	if err := z.boot(); err != nil {
 		return err
 	}
 	return z.waitServing()
+}
+
+// bootTimeout bounds how long a server holds the machine's boot lock
+// (lockBoot), and how long one waits for it.
+const bootTimeout = startTimeout
+
+// boot launches the server and returns once its client port accepts
+// connections (which a quorum member does before its election), or it
+// exited, or bootTimeout passed: the caller's waitServing reports those.
+// No other server of the machine's tests boots meanwhile. A JVM spends
+// most of a second of CPU in its first second, on a dozen runnable
+// threads (class loading, compiling): seven launched at once (an
+// ensemble, a standalone server and a leader-election test starting
+// together) filled a 2-core machine's run queue for seconds, the running
+// servers and test processes went unscheduled, and 4 s ZooKeeper leases
+// lapsed in tests that did not test that. One boot at a time costs each
+// server its own boot in wall time and leaves the machine running.
+func (z *ZooKeeper) boot() error {
+	defer lockBoot()()
+	if err := z.launch(); err != nil {
+		return err
+	}
+	for end := time.Now().Add(bootTimeout); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		select {
+		case <-z.exited:
+			return nil
+		default:
+		}
+		if c, err := net.DialTimeout("tcp", z.Addr(), time.Second); err == nil {
+			c.Close()
+			return nil
+		}
+	}
+	return nil
 }
 
 // waitServing waits until the server answers "ruok" with "imok" and reports

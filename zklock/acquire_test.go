@@ -376,7 +376,19 @@ func TestRelease_WakesOnlyTheNextWaiter(t *testing.T) {
 			mu.Unlock()
 			locks <- lk
 		})
-		waitFor(t, fmt.Sprintf("waiter %d queued", i), func() bool { return len(children(t, admin, dir)) == i+2 })
+		// A waiter whose Acquire failed is reported as its error, not as
+		// a queue that never grew.
+		waitFor(t, fmt.Sprintf("waiter %d queued", i), func() bool {
+			select {
+			case err := <-errs:
+				t.Fatalf("a waiter's Acquire failed while queueing: %v", err)
+			default:
+			}
+			if err := holder.Err(); err != nil {
+				t.Fatalf("the holder lost its lock while waiters queued: %v", err)
+			}
+			return len(children(t, admin, dir)) == i+2
+		})
 	}
 	before := zklock.WatchEvents(lockers...)
 	if err := holder.Release(dlocktest.Context(t)); err != nil {

@@ -206,10 +206,22 @@ func (c *sniffConn) SetDeadline(t time.Time) error {
 // a timeout go-zookeeper cannot work with (zero: it would panic on a zero
 // ping interval), fails the read instead, so the client drops that server
 // and its bytes are never taken for a session timeout.
+//
+// The reply's length prefix is judged as soon as its 4 bytes are in,
+// before the client sees them: go-zookeeper reads the prefix alone and
+// allocates a buffer of that length for the rest, so an HTTP server's
+// "HTTP" (1.2 GB) cost the process a 1.2 GB allocation on every attempt
+// of its reconnect loop.
 func (c *sniffConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if !c.done && n > 0 {
+		had := c.n
 		c.n += copy(c.head[c.n:], p[:n])
+		if had < 4 && c.n >= 4 {
+			if length := binary.BigEndian.Uint32(c.head[0:4]); length < connectReplyMin || length > connectReplyMax {
+				return 0, c.refuse(fmt.Errorf("dlock: zklock: %s did not answer the handshake as a ZooKeeper server does (a reply of %d bytes)", c.RemoteAddr(), length))
+			}
+		}
 		if c.n == len(c.head) {
 			c.done = true
 			length := binary.BigEndian.Uint32(c.head[0:4])
@@ -219,17 +231,31 @@ func (c *sniffConn) Read(p []byte) (int, error) {
 			pwlen := binary.BigEndian.Uint32(c.head[20:24])
 			switch {
 			case sid == 0 && proto == 0: // the session had expired: no timeout granted
-			case length < 36 || length > 64 || proto != 0 || pwlen != 16 || ms <= 0:
-				err := fmt.Errorf("dlock: zklock: %s did not answer the handshake as a ZooKeeper server does (length %d, protocol %d, timeout %dms, password length %d)", c.RemoteAddr(), length, proto, ms, pwlen)
-				c.s.refused(err)
-				c.Conn.Close()
-				return 0, err
+			case proto != 0 || pwlen != 16 || ms <= 0:
+				return 0, c.refuse(fmt.Errorf("dlock: zklock: %s did not answer the handshake as a ZooKeeper server does (length %d, protocol %d, timeout %dms, password length %d)", c.RemoteAddr(), length, proto, ms, pwlen))
 			default:
 				c.s.granted(int64(ms))
 			}
 		}
 	}
 	return n, err
+}
+
+// The length of a connect reply: protocol version, timeout, session id,
+// a 16-byte password with its length (36), and a read-only flag from
+// servers that send it; the rest is headroom.
+const (
+	connectReplyMin = 36
+	connectReplyMax = 64
+)
+
+// refuse ends the handshake with err: the client's read fails and the
+// connection is closed, so it drops this server.
+func (c *sniffConn) refuse(err error) error {
+	c.done = true
+	c.s.refused(err)
+	c.Conn.Close()
+	return err
 }
 
 // Close closes the connection and forgets it.

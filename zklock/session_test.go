@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -102,6 +103,28 @@ func startHTTPish(t testing.TB) *httpish {
 }
 
 func (h *httpish) Addr() string { return h.ln.Addr().String() }
+
+// Connect to a list holding only an HTTP server fails by its deadline
+// without allocating for the reply's bogus length. (go-zookeeper took
+// "HTTP" for a 1.2 GB length and allocated that much on every attempt,
+// stalling the process for seconds on each.) Not parallel: the bound is
+// on the process's allocations while it runs.
+func TestConnect_HTTPServer_NoAllocationForItsReply(t *testing.T) {
+	bad := startHTTPish(t)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	c, err := zklock.Connect(ctx, []string{bad.Addr()}, sessionTimeout, zklock.WithLogger(quiet{}))
+	runtime.ReadMemStats(&after)
+	if err == nil {
+		c.Close()
+		t.Fatal("Connect to an HTTP server succeeded")
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 256<<20 {
+		t.Fatalf("Connect to an HTTP server allocated %d MB", got>>20)
+	}
+}
 
 // A server list holding a port where an HTTP server listens: a reconnect
 // that tries it must not take its reply for a session timeout (a lease of

@@ -230,9 +230,12 @@ func (c *sniffConn) Read(p []byte) (int, error) {
 			sid := int64(binary.BigEndian.Uint64(c.head[12:20]))
 			pwlen := binary.BigEndian.Uint32(c.head[20:24])
 			switch {
-			case sid == 0 && proto == 0: // the session had expired: no timeout granted
-			case proto != 0 || pwlen != 16 || ms <= 0:
+			// Every reply carries a 16-byte password, an expired session's
+			// too (go-zookeeper allocates what that length field says),
+			// and a live session's reply a timeout above zero.
+			case proto != 0 || pwlen != 16 || (sid != 0 && ms <= 0):
 				return 0, c.refuse(fmt.Errorf("dlock: zklock: %s did not answer the handshake as a ZooKeeper server does (length %d, protocol %d, timeout %dms, password length %d)", c.RemoteAddr(), length, proto, ms, pwlen))
+			case sid == 0: // the session had expired: no timeout granted
 			default:
 				c.s.granted(int64(ms))
 			}

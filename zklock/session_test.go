@@ -104,25 +104,35 @@ func startHTTPish(t testing.TB) *httpish {
 
 func (h *httpish) Addr() string { return h.ln.Addr().String() }
 
-// Connect to a list holding only an HTTP server fails by its deadline
-// without allocating for the reply's bogus length. (go-zookeeper took
-// "HTTP" for a 1.2 GB length and allocated that much on every attempt,
-// stalling the process for seconds on each.) Not parallel: the bound is
-// on the process's allocations while it runs.
+// Connect to a list holding only an HTTP server reads and refuses its
+// reply without allocating for the reply's bogus length. (go-zookeeper
+// took "HTTP" for a 1.2 GB length and allocated that much on every
+// attempt, stalling the process for seconds on each.) Not parallel: the
+// bound is on the process's allocations while it runs.
 func TestConnect_HTTPServer_NoAllocationForItsReply(t *testing.T) {
 	bad := startHTTPish(t)
+	log := &clientLog{addr: bad.Addr()}
+	ctx, cancel := context.WithTimeout(context.Background(), dlocktest.HangTimeout)
+	defer cancel()
+	go func() { // Connect ends once one reply was read and refused
+		for ctx.Err() == nil && log.refusals() < 2 {
+			time.Sleep(10 * time.Millisecond)
+		}
+		cancel()
+	}()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	c, err := zklock.Connect(ctx, []string{bad.Addr()}, sessionTimeout, zklock.WithLogger(quiet{}))
+	c, err := zklock.Connect(ctx, []string{bad.Addr()}, sessionTimeout, zklock.WithLogger(log))
 	runtime.ReadMemStats(&after)
 	if err == nil {
 		c.Close()
 		t.Fatal("Connect to an HTTP server succeeded")
 	}
+	if n := log.refusals(); n < 2 {
+		t.Fatalf("the client refused %d replies of the HTTP server within %v, want 2", n, dlocktest.HangTimeout)
+	}
 	if got := after.TotalAlloc - before.TotalAlloc; got > 256<<20 {
-		t.Fatalf("Connect to an HTTP server allocated %d MB", got>>20)
+		t.Fatalf("two attempts at an HTTP server allocated %d MB", got>>20)
 	}
 }
 

@@ -13,10 +13,11 @@ import (
 // test process of the machine (beside the port claims).
 var bootLockPath = filepath.Join(portDir, "boot.lock")
 
-// lockBoot waits, at most bootTimeout, until no other server of any test
+// lockBoot waits, at most bootWait, until no other server of any test
 // process of the machine is booting, and returns the function that ends
-// this one's boot. It does not fail: past bootTimeout (a holder that does
-// not let go) or without a lock file, the boot goes ahead unserialised.
+// this one's boot. It does not fail: past bootWait (a queue of boots
+// longer than that, or a holder that does not let go) or without a lock
+// file, the boot goes ahead unserialised.
 func lockBoot() (unlock func()) {
 	if err := os.MkdirAll(portDir, 0o777); err != nil {
 		return func() {}
@@ -27,7 +28,7 @@ func lockBoot() (unlock func()) {
 	}
 	// A flock belongs to the open file, so the boots of one process
 	// exclude each other too.
-	for end := time.Now().Add(bootTimeout); ; time.Sleep(10 * time.Millisecond) {
+	for end := time.Now().Add(bootWait); ; time.Sleep(10 * time.Millisecond) {
 		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 		if err == nil || time.Now().After(end) {
 			break

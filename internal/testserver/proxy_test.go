@@ -335,28 +335,6 @@ func TestProxyTargetDown(t *testing.T) {
 	waitConns(t, p, 0)
 }
 
-// A stopped proxy's address refuses connections while other proxies
-// start: its port is never handed out again. (A Redis Cluster client
-// dialling a stopped proxy reached a later proxy on the reused port.)
-func TestProxy_StoppedAddressRefusesWhileOthersStart(t *testing.T) {
-	stopped := StartProxy(t, "127.0.0.1:1")
-	addr := stopped.Addr()
-	stopped.Stop()
-	for range 200 {
-		if p := StartProxy(t, "127.0.0.1:1"); p.Addr() == addr {
-			t.Fatalf("a new proxy was given the stopped proxy's address %s", addr)
-		}
-	}
-	c, err := net.DialTimeout("tcp", addr, hangBound)
-	if err == nil {
-		c.Close()
-		t.Fatalf("dial of the stopped proxy %s connected", addr)
-	}
-	if !errors.Is(err, syscall.ECONNREFUSED) {
-		t.Fatalf("dial of the stopped proxy %s: %v, want connection refused", addr, err)
-	}
-}
-
 // Stop ends everything, including goroutines held by a Stall and a
 // connection waiting to be dialled; goleak (TestMain) checks the rest.
 func TestProxyStopWhileStalled(t *testing.T) {

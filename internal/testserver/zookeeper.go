@@ -163,8 +163,12 @@ func (z *ZooKeeper) start() error {
 }
 
 // bootTimeout bounds how long a server holds the machine's boot lock
-// (lockBoot), and how long one waits for it.
-const bootTimeout = startTimeout
+// (lockBoot); bootWait how long one waits for it: a dozen boots of about
+// a second each, on a loaded machine a few seconds.
+const (
+	bootTimeout = startTimeout
+	bootWait    = 4 * startTimeout
+)
 
 // boot launches the server and returns once its client port accepts
 // connections (which a quorum member does before its election), or it

@@ -441,24 +441,47 @@ func stopped(pid int) bool {
 	return i > 0 && len(s) > i+2 && (s[i+2] == 'T' || s[i+2] == 't')
 }
 
-// pauseInCriticalSection asks w to stop itself at its next think step and
-// waits (bounded) until it has. It returns false if the worker did not
-// stop in time (it was not getting the lock, or it exited); the request
-// is then withdrawn, so the worker does not stop later, unrecorded, with
-// no one to resume it. A request the worker took just before the
-// withdrawal is a pause that lands: it waits for that stop.
-func pauseInCriticalSection(w *proc, within time.Duration) bool {
-	req := pauseRequest(w.dir, w.id)
-	if os.WriteFile(req, nil, 0o644) != nil {
-		return false
+// pauseInCriticalSection asks every worker of ws to stop itself at its
+// next think step and waits (bounded) until one has; it returns the
+// workers that stopped, none if none did within (none was getting the
+// lock, or they exited). Asking them all lands the pause on whichever is
+// in its section first: one chosen worker could wait behind the others
+// for longer than within on a loaded machine, and a short run then had
+// no pause at all. The requests not taken are withdrawn, so no worker
+// stops later, unrecorded, with no one to resume it; a request taken
+// just before its withdrawal is a pause that lands too (several
+// workers may be in their sections at once: readers, permits), and it
+// waits for that stop.
+func pauseInCriticalSection(ws []*proc, within time.Duration) []*proc {
+	var asked []*proc
+	for _, w := range ws {
+		if os.WriteFile(pauseRequest(w.dir, w.id), nil, 0o644) == nil {
+			asked = append(asked, w)
+		}
 	}
-	if waitStopped(w, within) {
-		return true
+	for end := time.Now().Add(within); time.Now().Before(end) && !anyStopped(asked); {
+		time.Sleep(time.Millisecond)
 	}
-	if err := os.Remove(req); !errors.Is(err, os.ErrNotExist) {
-		return false // withdrawn (or the file is gone some other way)
+	var out []*proc
+	for _, w := range asked {
+		if err := os.Remove(pauseRequest(w.dir, w.id)); !errors.Is(err, os.ErrNotExist) {
+			continue // withdrawn (or the file is gone some other way)
+		}
+		if waitStopped(w, 5*time.Second) { // taken: it is stopping now
+			out = append(out, w)
+		}
 	}
-	return waitStopped(w, 5*time.Second) // taken: it is stopping now
+	return out
+}
+
+// anyStopped reports whether a worker of ws is stopped.
+func anyStopped(ws []*proc) bool {
+	for _, w := range ws {
+		if stopped(w.cmd.Process.Pid) {
+			return true
+		}
+	}
+	return false
 }
 
 // waitStopped waits until w is stopped (true), exits or within passes.
@@ -615,12 +638,17 @@ func inject(t *tb, c caseSpec, d *deployment, procs *[]*proc, dir string, seed u
 		if len(ws) == 0 {
 			return false
 		}
-		w := ws[rng.IntN(len(ws))]
-		if !pauseInCriticalSection(w, 2*c.ttl+time.Second) {
+		paused := pauseInCriticalSection(ws, 2*c.ttl+time.Second)
+		if len(paused) == 0 {
 			return false
 		}
 		from := history.Now()
 		if c.fault == "kill-holder" {
+			// One holder dies; any other that stopped with it resumes.
+			w := paused[0]
+			for _, o := range paused[1:] {
+				o.cmd.Process.Signal(syscall.SIGCONT)
+			}
 			w.kill.Store(true)
 			w.cmd.Process.Kill()
 			<-w.done
@@ -630,7 +658,9 @@ func inject(t *tb, c caseSpec, d *deployment, procs *[]*proc, dir string, seed u
 			return true
 		}
 		time.Sleep(hold)
-		w.cmd.Process.Signal(syscall.SIGCONT)
+		for _, w := range paused {
+			w.cmd.Process.Signal(syscall.SIGCONT)
+		}
 		mark(from)
 		return true
 	case "server-pause":

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/filelock"
+)
+
+// A pause lands on whichever asked worker reaches its critical section,
+// and the worker that never gets the lock is not stopped later. (One
+// worker chosen at random could wait behind the others past the
+// deadline on a loaded machine, and a short case then had no pause: the
+// negative control read as blind.)
+func TestPauseInCriticalSection_LandsOnTheWorkerThatGetsTheLock(t *testing.T) {
+	ctx := context.Background()
+	blockedDir, freeDir := t.TempDir(), t.TempDir()
+	l, err := filelock.New(blockedDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lk, err := l.Acquire(ctx, "safety/register", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Release(ctx)
+	h := &tb{root: t.TempDir()}
+	defer h.close()
+	dir := t.TempDir()
+	c := caseSpec{backend: "file", fault: "client-pause", ttl: 500 * time.Millisecond, dur: 8 * time.Second}
+	blocked := startWorker(h, dir, "file:"+blockedDir, 0, c, c.dur, 1)
+	free := startWorker(h, dir, "file:"+freeDir, 1, c, c.dur, 2)
+	for _, id := range []string{"0", "1"} {
+		for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if st, err := os.Stat(filepath.Join(dir, "worker-"+id+".log")); err == nil && st.Size() > 0 {
+				break
+			}
+			if time.Now().After(end) {
+				t.Fatalf("worker %s did not start", id)
+			}
+		}
+	}
+	paused := pauseInCriticalSection([]*proc{blocked, free}, 10*time.Second)
+	if len(paused) != 1 || paused[0] != free {
+		t.Fatalf("paused %d workers, want exactly the one that gets its lock", len(paused))
+	}
+	if !stopped(free.cmd.Process.Pid) {
+		t.Fatal("the paused worker is not stopped")
+	}
+	free.cmd.Process.Signal(syscall.SIGCONT)
+	if err := lk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if stopped(blocked.cmd.Process.Pid) {
+			blocked.cmd.Process.Signal(syscall.SIGCONT)
+			t.Fatal("the worker that never got its lock stopped itself after the request was withdrawn")
+		}
+	}
+}

@@ -36,6 +36,9 @@ func run(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	if n := normalPriority(); n > 0 {
+		fmt.Fprintf(os.Stderr, "safety: running at nice %d (lowering it needs root): on a loaded machine the workers may be starved\n", n)
+	}
 	cases := allCases()
 	if *quick {
 		cases = quickCases()

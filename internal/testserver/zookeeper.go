@@ -175,12 +175,11 @@ const (
 // exited, or bootTimeout passed: the caller's waitServing reports those.
 // No other server of the machine's tests boots meanwhile. A JVM spends
 // most of a second of CPU in its first second, on a dozen runnable
-// threads (class loading, compiling): seven launched at once (an
-// ensemble, a standalone server and a leader-election test starting
-// together) filled a 2-core machine's run queue for seconds, the running
-// servers and test processes went unscheduled, and 4 s ZooKeeper leases
-// lapsed in tests that did not test that. One boot at a time costs each
-// server its own boot in wall time and leaves the machine running.
+// threads (class loading, compiling), and zklock's tests launch seven at
+// once (an ensemble, a standalone server and a leader-election test):
+// together they fill a 2-core machine's run queue for seconds, beside
+// servers and test processes whose leases are 4 s. One boot at a time
+// costs each server its own boot in wall time and spreads that CPU out.
 func (z *ZooKeeper) boot() error {
 	defer lockBoot()()
 	if err := z.launch(); err != nil {

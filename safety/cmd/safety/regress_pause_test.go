@@ -3,12 +3,8 @@ package main
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
-
-	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/filelock"
 )
 
 // The test binary doubles as the worker executable (startWorker runs
@@ -34,28 +30,13 @@ func TestMain(m *testing.M) {
 func TestRegressPauseRequestExpires(t *testing.T) {
 	ctx := context.Background()
 	lockDir := t.TempDir()
-	l, err := filelock.New(lockDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lk, err := l.Acquire(ctx, "safety/register", dlock.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lk := holdRegisterLock(t, lockDir)
 	h := &tb{root: t.TempDir()}
 	defer h.close()
 	dir := t.TempDir()
 	c := caseSpec{backend: "file", fault: "client-pause", ttl: 500 * time.Millisecond, dur: 6 * time.Second}
 	w := startWorker(h, dir, "file:"+lockDir, 0, c, c.dur, 1)
-	// Let the worker start (and fail an acquisition: we hold the lock).
-	for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if st, err := os.Stat(filepath.Join(dir, "worker-0.log")); err == nil && st.Size() > 0 {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatal("worker did not start")
-		}
-	}
+	waitWorkerStarted(t, dir, 0) // and failed an acquisition: the test holds the lock
 	if len(pauseInCriticalSection([]*proc{w}, 300*time.Millisecond)) > 0 {
 		t.Fatal("the worker paused in a critical section while the test held the lock")
 	}

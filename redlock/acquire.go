@@ -35,10 +35,15 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 	if err := b.checkEviction(ctx, timeout); err != nil {
 		return driver.Grant{}, err
 	}
-	lease := &lease{b: b, key: req.Key, owner: req.Owner, timeout: timeout}
+	lease := &lease{b: b, key: req.Key, owner: req.Owner, timeout: timeout, acquiring: make(chan struct{})}
 	all := b.all()
 	ch := b.fanOut(ctx, timeout, all, func(ctx context.Context, n *node) answer {
 		defer b.waiters.Begin(req.WaitID)() // may queue the waiter
+		if hook := grantHook.Load(); hook != nil {
+			if after := (*hook)(n); after != nil {
+				defer after()
+			}
+		}
 		o, err := n.Grant(ctx, req.Key, req.Owner, req.TTL, meta, req.WaitID, waitScore(req.WaitID))
 		return answer{ok: err == nil && o.Granted, o: o, err: err}
 	})
@@ -48,7 +53,10 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 	}
 	// Stragglers may still grant: release them if this attempt fails or the
 	// lock is released before they answer.
-	background.Go(func() { lease.finish(ch, len(all)-r.received, !r.ok) })
+	background.Go(func() {
+		defer close(lease.acquiring)
+		lease.finish(ch, len(all)-r.received, !r.ok)
+	})
 	if !r.ok {
 		lease.cleanup(r.seen)
 		return driver.Grant{}, b.acquireError(req.Key, r.seen)

@@ -17,7 +17,12 @@ var (
 )
 
 // Break implements dlock.Breaker (see dlock.Break) on every node in
-// parallel, each bounded by the node timeout: on each, one script removes
+// parallel. It waits for a majority's answers for the node timeout, or
+// until ctx's deadline when that is later, and for the other nodes until
+// the node timeout has passed since the call began: a node slower than
+// the node timeout does not fail a break whose ctx allows for it, and a
+// hung minority costs the node timeout at most. The end of ctx ends every
+// wait. On each node, one script removes
 // the lease (owner "": whoever's it is; else owner's only) and wakes the
 // node's first queued waiter, as a release without a token does. The
 // quorum counters are left alone, so the next token is above the broken
@@ -49,11 +54,21 @@ func (b *backend) Break(ctx context.Context, key, owner string) (driver.BreakRes
 		removed, others []redisproto.Info
 		err             error
 	}
+	// The node timeout bounds the wait for the nodes beyond a majority, and
+	// the whole call when ctx has no later deadline; a majority is waited
+	// for until ctx's deadline: a break has no lease validity to keep, and
+	// a node a little slower than the node timeout (a loaded machine) must
+	// not fail it.
 	timeout := b.timeout(dlock.DefaultTTL)
+	start := time.Now()
+	wait := timeout
+	if dl, ok := ctx.Deadline(); ok {
+		wait = max(wait, time.Until(dl))
+	}
 	ch := make(chan broke, len(b.nodes)) // buffered: a late node never blocks
 	for i, n := range b.nodes {
 		background.Go(func() {
-			nctx, cancel := context.WithTimeout(ctx, timeout)
+			nctx, cancel := context.WithTimeout(ctx, wait)
 			defer cancel()
 			r, o, err := n.QuorumBreak(nctx, key, owner)
 			ch <- broke{i, r, o, err}
@@ -67,9 +82,9 @@ func (b *backend) Break(ctx context.Context, key, owner string) (driver.BreakRes
 	// Tokens of one lease differ between nodes that saw its commit and
 	// those that did not (0): report each owner with its highest.
 	top := map[string]uint64{}
-	timer := time.NewTimer(timeout)
+	timer := time.NewTimer(wait)
 	defer timer.Stop()
-	for got := 0; got < len(b.nodes); {
+	for got := 0; got < len(b.nodes) && got-oks <= len(b.nodes)-b.quorum; {
 		select {
 		case r := <-ch:
 			got++
@@ -79,7 +94,10 @@ func (b *backend) Break(ctx context.Context, key, owner string) (driver.BreakRes
 				res.NodeErrs = append(res.NodeErrs, fmt.Errorf("%s: %w", name, r.err))
 				continue
 			}
-			oks++
+			if oks++; oks == b.quorum {
+				// The rest get what is left of the node timeout.
+				timer.Reset(max(time.Until(start.Add(timeout)), 0))
+			}
 			for _, in := range r.removed {
 				res.Removed = append(res.Removed, nodeHeld(in, name))
 				top[in.Owner] = max(top[in.Owner], in.Token)
@@ -96,7 +114,7 @@ func (b *backend) Break(ctx context.Context, key, owner string) (driver.BreakRes
 	}
 	for i, ok := range answered {
 		if !ok {
-			res.NodeErrs = append(res.NodeErrs, fmt.Errorf("%w: %s: no answer within %v", dlock.ErrUnavailable, b.nodes[i].name, timeout))
+			res.NodeErrs = append(res.NodeErrs, fmt.Errorf("%w: %s: no answer within %v", dlock.ErrUnavailable, b.nodes[i].name, time.Since(start).Round(time.Millisecond)))
 		}
 	}
 	for i := range res.Removed {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/redlock"
 )
 
 // A break reports every node it removed the lease from; with a minority of
@@ -60,5 +62,61 @@ func TestBreakPerNode(t *testing.T) {
 	c.srvs[2].Stop()
 	if _, err := dlock.Break(dlocktest.Context(t), l, dlocktest.Key(t), ""); !errors.Is(err, dlock.ErrUnavailable) {
 		t.Errorf("Break with 3 of 5 nodes down = %v, want ErrUnavailable", err)
+	}
+}
+
+// A break failed with "no answer within 1s" from a majority whose nodes
+// were slower than the node timeout, although its context allowed for
+// them: a majority is waited for until ctx's deadline.
+func TestBreak_WaitsForAMajoritySlowerThanTheNodeTimeout(t *testing.T) {
+	c := startNodes(t, 3)
+	key := dlocktest.Key(t)
+	lk, err := c.locker(t).Acquire(dlocktest.Context(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	heldOnAll(t, c, key, lk)
+	const nodeTimeout = 50 * time.Millisecond
+	operator, link := c.lockerVia(t, []int{0, 1, 2}, redlock.WithNodeTimeout(nodeTimeout))
+	for _, p := range link {
+		p.Delay(4 * nodeTimeout)
+	}
+	b, err := dlock.Break(dlocktest.Context(t), operator, key, "")
+	if err != nil {
+		t.Fatalf("Break with every node slower than the node timeout, ctx allowing for them: %v", err)
+	}
+	if len(b.Holders) != 1 || b.Holders[0].Owner != lk.Owner() {
+		t.Errorf("Break removed %+v, want the holder", b.Holders)
+	}
+}
+
+// A hung node of three: the break succeeds on the other two, names the
+// hung one in NodeErrors, and returns with the node timeout, not with
+// ctx's far deadline.
+func TestBreak_HungMinorityCostsTheNodeTimeout(t *testing.T) {
+	c := startNodes(t, 3)
+	key := dlocktest.Key(t)
+	lk, err := c.locker(t).Acquire(dlocktest.Context(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	heldOnAll(t, c, key, lk)
+	operator, link := c.lockerVia(t, []int{2}, redlock.WithNodeTimeout(200*time.Millisecond))
+	if _, err := dlock.Break(dlocktest.Context(t), operator, dlocktest.Key(t), ""); err != nil {
+		t.Fatalf("warm-up Break: %v", err) // the stall must catch the break, not a dial
+	}
+	link.Stall()
+	defer link.Heal()
+	ctx, cancel := context.WithTimeout(context.Background(), dlocktest.HangTimeout)
+	defer cancel()
+	b, err := dlock.Break(ctx, operator, key, "")
+	if err != nil {
+		t.Fatalf("Break with one hung node of 3: %v", err)
+	}
+	if ctx.Err() != nil {
+		t.Errorf("Break with one hung node of 3 waited for ctx's deadline")
+	}
+	if len(b.Holders) != 1 || len(b.Nodes) != 2 || len(b.NodeErrors) != 1 || !errors.Is(b.NodeErrors[0], dlock.ErrUnavailable) {
+		t.Errorf("Break with one hung node = %+v; want the holder removed on 2 nodes, the hung one in NodeErrors", b)
 	}
 }

@@ -16,3 +16,19 @@ func SetEndlessGrace(t interface{ Cleanup(func()) }) {
 	endlessGrace.Store(true)
 	t.Cleanup(func() { endlessGrace.Store(false) })
 }
+
+// SetGrantHook makes before run as a phase-one grant request to node i of
+// l is about to be sent, and after once that node has answered it, until
+// the test ends.
+func SetGrantHook(t interface{ Cleanup(func()) }, l *Locker, i int, before, after func()) {
+	target := l.b.nodes[i]
+	f := func(n *node) func() {
+		if n != target {
+			return nil
+		}
+		before()
+		return after
+	}
+	grantHook.Store(&f)
+	t.Cleanup(func() { grantHook.Store(nil) })
+}

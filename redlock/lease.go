@@ -27,6 +27,11 @@ type lease struct {
 	// waits for it until graceEnd.
 	settled  chan struct{}
 	graceEnd time.Time
+	// acquiring is closed once every node has answered the acquisition's
+	// phase one (or its node timeout passed) and any grant that landed
+	// after the lock was released has been released again; nil for a
+	// lease that was not acquired here (Abort).
+	acquiring chan struct{}
 }
 
 // cleanup releases, in the background, every node that granted or did not
@@ -143,9 +148,11 @@ func (l *lease) Release(ctx context.Context) error {
 // Settle implements driver.Settler: it waits, within ctx and the grace
 // the last Release set (4× what its majority took, at least
 // releaseGraceMin, within the node timeout), for the nodes that had not
-// answered that Release, so that a List or Break right after Release does
-// not find the lease on a node that was merely a little slower. A hung
-// node costs the grace (or ctx), never the release.
+// answered that Release, and for the acquisition's grants still in flight
+// (a grant that lands on a node after that node answered the release is
+// released there again), so that a List or Break right after Release
+// does not find the lease on a node that was merely a little slower. A
+// hung node costs the grace (or ctx), never the release.
 func (l *lease) Settle(ctx context.Context) {
 	l.mu.Lock()
 	settled, end := l.settled, l.graceEnd
@@ -153,6 +160,7 @@ func (l *lease) Settle(ctx context.Context) {
 	if settled == nil {
 		return
 	}
+	acquiring := l.acquiring // nil: nothing to wait for
 	if hook := settleHook.Load(); hook != nil {
 		(*hook)(ctx)
 	}
@@ -162,10 +170,17 @@ func (l *lease) Settle(ctx context.Context) {
 		defer t.Stop()
 		expired = t.C
 	}
-	select {
-	case <-settled:
-	case <-expired:
-	case <-ctx.Done():
+	for settled != nil || acquiring != nil {
+		select {
+		case <-settled:
+			settled = nil
+		case <-acquiring:
+			acquiring = nil
+		case <-expired:
+			return
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 
@@ -175,6 +190,11 @@ var settleHook atomic.Pointer[func(ctx context.Context)]
 
 // endlessGrace, set by tests, makes Settle's grace never run out.
 var endlessGrace atomic.Bool
+
+// grantHook, when set (by tests), runs before each phase-one grant request
+// with its node; the function it returns (if any) runs once the node has
+// answered.
+var grantHook atomic.Pointer[func(n *node) (after func())]
 
 // releaseGraceMin is the least time Release waits, after a majority
 // released, for the other nodes' answers.

@@ -103,8 +103,10 @@
 // node, including those that never answered the acquisition. It succeeds
 // once a majority released; the call then waits, within its ctx, a grace
 // (four times what the majority took, at least 20ms, within the node
-// timeout) for the other nodes to answer too, so that a List or Break right
-// after Release does not find the lease on a node that was merely a little
+// timeout) for the other nodes to answer too, and for the acquisition's
+// grants still in flight (one that lands after its node answered the
+// release is released there again), so that a List or Break right after
+// Release does not find the lease on a node that was merely a little
 // slower. A hung node costs that grace (or ctx), never the success, and its
 // release goes on in the background. Each node keeps the marker "|<token>"
 // for FenceRetention (free for any later acquisition), and a grant that

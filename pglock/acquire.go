@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/jackc/pgx/v5"
 )
 
 // Try implements driver.Driver in one statement: read the key's live
@@ -24,7 +25,9 @@ import (
 // that the snapshot shows expired but that a concurrent takeover renewed
 // is seen by the insert's conflict check (which reads the row's latest
 // version under its lock) and left alone: the statement then returns no
-// row, and the key is reported held. A takeover draws its token
+// row, and the attempt reads again holding the row's lock (see locked),
+// so a key freed meanwhile is taken and a key taken meanwhile is
+// reported with its holder. A takeover draws its token
 // while it holds the row's lock, so a key's tokens increase in the order
 // it is granted; rows are never deleted by pglock (a release marks the
 // row), so a key's next grant is always a takeover. (A first insert draws
@@ -104,16 +107,13 @@ FROM live h WHERE NOT EXISTS (SELECT 1 FROM taken)
 UNION ALL
 SELECT false, r.token, r.owner, r.metadata::text, extract(epoch FROM r.expires_at - clock_timestamp())::float8, r.mode::int
 FROM readers r WHERE NOT EXISTS (SELECT 1 FROM taken)`
-	rctx, cancel := b.rpc(ctx)
-	defer cancel()
-	sent := time.Now()
 	var (
 		won     bool
 		token   int64
 		holders []dlock.Holder
 	)
-	rows, err := b.pool.Query(rctx, sql, args...)
-	if err == nil {
+	scan := func(rows pgx.Rows) error {
+		defer rows.Close()
 		for rows.Next() {
 			var (
 				w     bool
@@ -123,8 +123,8 @@ FROM readers r WHERE NOT EXISTS (SELECT 1 FROM taken)`
 				leftS float64
 				mode  int
 			)
-			if err = rows.Scan(&w, &tok, &owner, &hmd, &leftS, &mode); err != nil {
-				break
+			if err := rows.Scan(&w, &tok, &owner, &hmd, &leftS, &mode); err != nil {
+				return err
 			}
 			if w {
 				won, token = true, tok
@@ -132,20 +132,39 @@ FROM readers r WHERE NOT EXISTS (SELECT 1 FROM taken)`
 			}
 			holders = append(holders, holderOf(owner, tok, hmd, leftS, mode))
 		}
-		rows.Close()
-		if err == nil {
-			err = rows.Err()
+		return rows.Err()
+	}
+	for attempt := 1; ; attempt++ {
+		won, token, holders = false, 0, nil
+		rctx, cancel := b.rpc(ctx)
+		sent := time.Now()
+		var err error
+		if attempt == 1 {
+			var rows pgx.Rows
+			if rows, err = b.pool.Query(rctx, sql, args...); err == nil {
+				err = scan(rows)
+			}
+		} else {
+			err = b.locked(rctx, req.Key, sql, args, scan)
 		}
-	}
-	if err == nil {
+		cancel()
+		if err != nil {
+			return driver.Grant{}, b.silent(ctx, fmt.Sprintf("acquire %q", req.Key), outage(fmt.Errorf("dlock: postgres acquire %q: %w", req.Key, explain(err))))
+		}
 		b.answered(sent)
-	}
-	if err != nil {
-		return driver.Grant{}, b.silent(ctx, fmt.Sprintf("acquire %q", req.Key), outage(fmt.Errorf("dlock: postgres acquire %q: %w", req.Key, explain(err))))
-	}
-	if !won {
+		if won {
+			break
+		}
+		// Not taken, and no holder in the snapshot: a transaction the
+		// snapshot does not see changed the key's row (a grant, or a
+		// reader's renewal or release bumping gen). Read again, holding
+		// the row's lock, so that nothing can come between, a bounded
+		// number of times; then the holders are the latest.
+		if len(holders) == 0 && attempt < attemptRetries && ctx.Err() == nil {
+			continue
+		}
 		// Held (the holders listed), or, with none listed, taken or
-		// changed by a transaction our snapshot does not see.
+		// changed by transactions at every try.
 		if req.Waiter != "" {
 			b.register(ctx, req)
 		}

@@ -195,3 +195,37 @@ func hexPort(addr string) int {
 	}
 	return int(n)
 }
+
+// A writer's TryAcquire was refused, naming no holder, right after the
+// last reader released: a renewal of that reader, in flight across the
+// release, bumped the key row's gen between the writer's snapshot and its
+// upsert.
+func TestTryAcquire_TakesAFreeKeyWhoseRowChangedUnderIt(t *testing.T) {
+	t.Parallel()
+	pg := sharedPG(t)
+	key := dlocktest.Key(t)
+	reader := mustLock(t, pglock.New(newPool(t, pg.DSN(""))), key, dlock.WithShared())
+	mustRelease(t, reader)
+	// Once: the writer's one-statement attempt sees the row change under
+	// it, as a reader's renewal changes it.
+	tr, bumps := changeRowUnder(newPool(t, pg.DSN("")), key, 1, func(sql string, inTx bool) bool {
+		return !inTx && strings.Contains(sql, "taken AS")
+	})
+	l := pglock.New(tracedPool(t, pg.DSN(""), tr))
+	warm := mustLock(t, l, key+"-warm") // the schema exists: no migration statements traced
+	mustRelease(t, warm)
+
+	tr.on.Store(true)
+	lk, err := l.TryAcquire(dlocktest.Context(t), key)
+	tr.on.Store(false)
+	if err != nil {
+		t.Fatalf("TryAcquire of a free key whose row changed under the attempt: %v", err)
+	}
+	defer mustRelease(t, lk)
+	if lk.Token() <= reader.Token() {
+		t.Errorf("writer's token %d, not above the reader's %d", lk.Token(), reader.Token())
+	}
+	if err := <-bumps; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -619,64 +619,14 @@ func TestTryLimited_GetsInWhileOtherGrantsChangeTheRow(t *testing.T) {
 	first := mustLock(t, pglock.New(newPool(t, pg.DSN(""))), key, dlock.WithLimit(8))
 	defer mustRelease(t, first)
 
-	// Before each attempt's first statement, the tracer takes the key's
-	// row lock in an admin transaction; once the attempt waits on that
-	// lock, the admin bumps the row's gen, as another grant would, and
-	// commits. Each attempt's snapshot therefore sees a row that changes
-	// before its statement can lock it, unless it reads under the lock.
-	bumps := make(chan error, 8)
-	tr := &churnTracer{onStart: func(ctx context.Context, sql string, inTx bool) {
+	// Each attempt's snapshot sees a row that changes before its
+	// statement can lock it, unless it reads under the lock.
+	tr, bumps := changeRowUnder(admin, key, 8, func(sql string, inTx bool) bool {
 		// The attempt's first statement: the one-statement form (outside
 		// a transaction) or the lock of a transaction.
-		first := strings.Contains(sql, "FOR UPDATE") || (!inTx && strings.Contains(sql, "hlimit"))
-		if !first || len(bumps) == cap(bumps) {
-			return
-		}
-		tx, err := admin.Begin(ctx)
-		if err == nil {
-			_, err = tx.Exec(ctx, `SELECT 1 FROM dlock_leases WHERE key = $1 FOR UPDATE`, key)
-		}
-		var pid int
-		if err == nil {
-			err = tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid)
-		}
-		if err != nil {
-			bumps <- err
-			return
-		}
-		go func() {
-			bumps <- func() error {
-				defer tx.Rollback(context.Background())
-				for i := 0; ; i++ { // until the attempt waits on the admin's lock
-					var n int
-					if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, pid).Scan(&n); err != nil {
-						return err
-					}
-					if n > 0 {
-						break
-					}
-					if i == 10000 {
-						return errors.New("the attempt never waited on the row's lock")
-					}
-					time.Sleep(time.Millisecond)
-				}
-				if _, err := tx.Exec(ctx, `UPDATE dlock_leases SET gen = gen + 1 WHERE key = $1`, key); err != nil {
-					return err
-				}
-				return tx.Commit(ctx)
-			}()
-		}()
-	}}
-	cfg, err := pgxpool.ParseConfig(pg.DSN(""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.Tracer = tr
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+		return strings.Contains(sql, "FOR UPDATE") || (!inTx && strings.Contains(sql, "hlimit"))
+	})
+	pool := tracedPool(t, pg.DSN(""), tr)
 	l := pglock.New(pool)
 	warm := mustLock(t, l, key+"-warm") // the schema exists: no migration statements traced
 	mustRelease(t, warm)
@@ -696,6 +646,70 @@ func TestTryLimited_GetsInWhileOtherGrantsChangeTheRow(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// changeRowUnder returns a tracer that, before each of the first n
+// statements for which first holds, takes key's row lock in an admin
+// transaction and, once that statement waits on the lock, bumps the row's
+// gen (as another grant, or a reader's renewal or release, does) and
+// commits; and the channel of each change's outcome.
+func changeRowUnder(admin *pgxpool.Pool, key string, n int, first func(sql string, inTx bool) bool) (*churnTracer, chan error) {
+	bumps := make(chan error, n)
+	tr := &churnTracer{onStart: func(ctx context.Context, sql string, inTx bool) {
+		if !first(sql, inTx) || len(bumps) == cap(bumps) {
+			return
+		}
+		tx, err := admin.Begin(ctx)
+		if err == nil {
+			_, err = tx.Exec(ctx, `SELECT 1 FROM dlock_leases WHERE key = $1 FOR UPDATE`, key)
+		}
+		var pid int
+		if err == nil {
+			err = tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid)
+		}
+		if err != nil {
+			bumps <- err
+			return
+		}
+		go func() {
+			bumps <- func() error {
+				defer tx.Rollback(context.Background())
+				for i := 0; ; i++ { // until the statement waits on the admin's lock
+					var n int
+					if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, pid).Scan(&n); err != nil {
+						return err
+					}
+					if n > 0 {
+						break
+					}
+					if i == 10000 {
+						return errors.New("the attempt never waited on the row's lock")
+					}
+					time.Sleep(time.Millisecond)
+				}
+				if _, err := tx.Exec(ctx, `UPDATE dlock_leases SET gen = gen + 1 WHERE key = $1`, key); err != nil {
+					return err
+				}
+				return tx.Commit(ctx)
+			}()
+		}()
+	}}
+	return tr, bumps
+}
+
+// tracedPool is a pool on dsn whose statements tr traces.
+func tracedPool(t *testing.T, dsn string, tr pgx.QueryTracer) *pgxpool.Pool {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Tracer = tr
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }
 
 // churnTracer calls onStart before each statement of its pool while on.

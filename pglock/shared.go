@@ -14,14 +14,14 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// sharedRetries bounds the statements one shared or limited attempt runs.
-// The first is one statement; if the key's row changed between its
-// snapshot and its lock (another grant or a renewal on the key), so that
-// the snapshot's holders could not be trusted, the attempt reads again
-// holding the row's lock (see lockedShared), which only a row created in
+// attemptRetries bounds the statements one attempt runs. The first is
+// one statement; if the key's row changed between its snapshot and its
+// lock (another grant, or a reader's renewal or release, on the key), so
+// that the snapshot's holders could not be trusted, the attempt reads
+// again holding the row's lock (see locked), which only a row created in
 // the meantime can race. After that many the attempt reports the holders
 // it saw.
-const sharedRetries = 4
+const attemptRetries = 4
 
 // holderOf is a holder as a statement reports it.
 func holderOf(owner string, token int64, md string, leftS float64, mode int) dlock.Holder {
@@ -153,7 +153,7 @@ SELECT 'info', 0, '', '{}', 0, coalesce((SELECT k.hmode FROM k), 0)::int, coales
 				err = scan(rows)
 			}
 		} else {
-			err = b.lockedShared(rctx, req.Key, sql, args, scan)
+			err = b.locked(rctx, req.Key, sql, args, scan)
 		}
 		cancel()
 		if err != nil {
@@ -183,7 +183,7 @@ SELECT 'info', 0, '', '{}', 0, coalesce((SELECT k.hmode FROM k), 0)::int, coales
 		// that no other grant can come between (only a row created
 		// after the lock was asked for can race it), a bounded number
 		// of times.
-		if raced && attempt < sharedRetries && ctx.Err() == nil {
+		if raced && attempt < attemptRetries && ctx.Err() == nil {
 			continue
 		}
 		// Held, or (a Shared request) kept out by a waiting writer.
@@ -191,14 +191,14 @@ SELECT 'info', 0, '', '{}', 0, coalesce((SELECT k.hmode FROM k), 0)::int, coales
 	}
 }
 
-// lockedShared runs the shared attempt's statement sql in a READ
+// locked runs an attempt's statement sql in a READ
 // COMMITTED transaction that first locks the key's row: the statement's
 // snapshot, taken once the lock is held, has the row's latest gen and the
 // holders it counts, and every other grant or renewal on the key waits
 // for the transaction's commit, so the attempt cannot race them. Taking
 // the lock costs round trips, so it is only for an attempt whose
 // one-statement form raced.
-func (b *backend) lockedShared(ctx context.Context, key, sql string, args []any, scan func(pgx.Rows) error) (err error) {
+func (b *backend) locked(ctx context.Context, key, sql string, args []any, scan func(pgx.Rows) error) (err error) {
 	tx, err := b.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return err

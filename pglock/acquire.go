@@ -25,9 +25,9 @@ import (
 // that the snapshot shows expired but that a concurrent takeover renewed
 // is seen by the insert's conflict check (which reads the row's latest
 // version under its lock) and left alone: the statement then returns no
-// row, and the attempt reads again holding the row's lock (see locked),
-// so a key freed meanwhile is taken and a key taken meanwhile is
-// reported with its holder. A takeover draws its token
+// row, and the attempt reads again (see attemptRetries), so a key freed
+// meanwhile is taken and a key taken meanwhile is reported with its
+// holder. A takeover draws its token
 // while it holds the row's lock, so a key's tokens increase in the order
 // it is granted; rows are never deleted by pglock (a release marks the
 // row), so a key's next grant is always a takeover. (A first insert draws
@@ -139,7 +139,7 @@ FROM readers r WHERE NOT EXISTS (SELECT 1 FROM taken)`
 		rctx, cancel := b.rpc(ctx)
 		sent := time.Now()
 		var err error
-		if attempt == 1 {
+		if attempt <= 2 { // see attemptRetries
 			var rows pgx.Rows
 			if rows, err = b.pool.Query(rctx, sql, args...); err == nil {
 				err = scan(rows)
@@ -157,9 +157,8 @@ FROM readers r WHERE NOT EXISTS (SELECT 1 FROM taken)`
 		}
 		// Not taken, and no holder in the snapshot: a transaction the
 		// snapshot does not see changed the key's row (a grant, or a
-		// reader's renewal or release bumping gen). Read again, holding
-		// the row's lock, so that nothing can come between, a bounded
-		// number of times; then the holders are the latest.
+		// reader's renewal or release bumping gen). Read again (see
+		// attemptRetries), a bounded number of times.
 		if len(holders) == 0 && attempt < attemptRetries && ctx.Err() == nil {
 			continue
 		}

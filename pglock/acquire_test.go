@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -199,33 +200,103 @@ func hexPort(addr string) int {
 // A writer's TryAcquire was refused, naming no holder, right after the
 // last reader released: a renewal of that reader, in flight across the
 // release, bumped the key row's gen between the writer's snapshot and its
-// upsert.
+// upsert. Once: the plain retry takes the key; three times: the read
+// under the row's lock does.
 func TestTryAcquire_TakesAFreeKeyWhoseRowChangedUnderIt(t *testing.T) {
 	t.Parallel()
 	pg := sharedPG(t)
+	for _, changes := range []int{1, 3} {
+		t.Run(fmt.Sprint(changes), func(t *testing.T) {
+			key := dlocktest.Key(t)
+			reader := mustLock(t, pglock.New(newPool(t, pg.DSN(""))), key, dlock.WithShared())
+			mustRelease(t, reader)
+			tr, bumps := changeRowUnder(newPool(t, pg.DSN("")), key, changes, func(sql string, inTx bool) bool {
+				// An attempt's first statement: the one-statement form
+				// or the lock of its transaction.
+				return strings.Contains(sql, "FOR UPDATE") || (!inTx && strings.Contains(sql, "taken AS"))
+			})
+			l := pglock.New(tracedPool(t, pg.DSN(""), tr))
+			warm := mustLock(t, l, key+"-warm") // the schema exists: no migration statements traced
+			mustRelease(t, warm)
+
+			tr.on.Store(true)
+			lk, err := l.TryAcquire(dlocktest.Context(t), key)
+			tr.on.Store(false)
+			if err != nil {
+				t.Fatalf("TryAcquire of a free key whose row changed under the attempt %d times: %v", changes, err)
+			}
+			defer mustRelease(t, lk)
+			if lk.Token() <= reader.Token() {
+				t.Errorf("writer's token %d, not above the reader's %d", lk.Token(), reader.Token())
+			}
+			if len(bumps) != changes {
+				t.Fatalf("the row changed %d times under the attempt, want %d", len(bumps), changes)
+			}
+			for range changes {
+				if err := <-bumps; err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// A contender that stalled inside the transaction holding the key row's
+// lock (a paused process, a cut link) kept the key, and every renewal of
+// its holder, waiting until its connection died: the server ends such a
+// transaction after the request timeout.
+func TestLockedAttempt_StalledClientLosesTheRowLock(t *testing.T) {
+	t.Parallel()
+	pg := sharedPG(t)
 	key := dlocktest.Key(t)
-	reader := mustLock(t, pglock.New(newPool(t, pg.DSN(""))), key, dlock.WithShared())
-	mustRelease(t, reader)
-	// Once: the writer's one-statement attempt sees the row change under
-	// it, as a reader's renewal changes it.
-	tr, bumps := changeRowUnder(newPool(t, pg.DSN("")), key, 1, func(sql string, inTx bool) bool {
+	first := mustLock(t, pglock.New(newPool(t, pg.DSN(""))), key)
+	mustRelease(t, first)
+	// The contender's two one-statement attempts race a change of the
+	// row; its third reads holding the row's lock, and stalls there.
+	changes, bumps := changeRowUnder(newPool(t, pg.DSN("")), key, 2, func(sql string, inTx bool) bool {
 		return !inTx && strings.Contains(sql, "taken AS")
 	})
-	l := pglock.New(tracedPool(t, pg.DSN(""), tr))
-	warm := mustLock(t, l, key+"-warm") // the schema exists: no migration statements traced
+	stalled, unstall := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	defer once.Do(func() { close(unstall) })
+	tr := &churnTracer{onStart: func(ctx context.Context, sql string, inTx bool) {
+		changes.onStart(ctx, sql, inTx)
+		if inTx && strings.Contains(sql, "taken AS") {
+			close(stalled)
+			<-unstall
+		}
+	}}
+	const timeout = 500 * time.Millisecond
+	contender := pglock.New(tracedPool(t, pg.DSN(""), tr), pglock.WithRequestTimeout(timeout))
+	warm := mustLock(t, contender, key+"-warm")
 	mustRelease(t, warm)
-
 	tr.on.Store(true)
-	lk, err := l.TryAcquire(dlocktest.Context(t), key)
-	tr.on.Store(false)
+	done := make(chan error, 1)
+	go func() {
+		lk, err := contender.TryAcquire(dlocktest.Context(t), key)
+		if err == nil {
+			lk.Release(context.Background())
+		}
+		done <- err
+	}()
+	select {
+	case <-stalled:
+	case err := <-done:
+		t.Fatalf("the contender never read under the row's lock: %v", err)
+	}
+	// The row is locked by a transaction whose client does nothing.
+	other, err := pglock.New(newPool(t, pg.DSN(""))).TryAcquire(dlocktest.Context(t), key)
 	if err != nil {
-		t.Fatalf("TryAcquire of a free key whose row changed under the attempt: %v", err)
+		t.Fatalf("TryAcquire while a stalled contender's transaction held the row's lock: %v", err)
 	}
-	defer mustRelease(t, lk)
-	if lk.Token() <= reader.Token() {
-		t.Errorf("writer's token %d, not above the reader's %d", lk.Token(), reader.Token())
+	mustRelease(t, other)
+	once.Do(func() { close(unstall) })
+	if err := <-done; err == nil {
+		t.Error("the stalled contender's attempt succeeded, though the server ended its transaction")
 	}
-	if err := <-bumps; err != nil {
-		t.Fatal(err)
+	for range 2 {
+		if err := <-bumps; err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -29,8 +29,11 @@
 //
 // # Statements
 //
-// Every operation is one statement in its own transaction: no session
-// state (no session advisory lock, no prepared statement kept, no SET), so
+// Every operation is one statement in its own transaction (except an
+// attempt whose statement raced other changes of the key's row twice,
+// which reads again in a transaction holding the row's lock, bounded on
+// the server by SET LOCAL timeouts): no session state (no session
+// advisory lock, no prepared statement kept, no session-level SET), so
 // a Locker works behind PgBouncer in transaction pooling mode (tested),
 // also on a pool with pgx's default configuration: pglock runs its
 // statements without pgx's statement cache (QueryExecModeExec where the

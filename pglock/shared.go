@@ -17,10 +17,12 @@ import (
 // attemptRetries bounds the statements one attempt runs. The first is
 // one statement; if the key's row changed between its snapshot and its
 // lock (another grant, or a reader's renewal or release, on the key), so
-// that the snapshot's holders could not be trusted, the attempt reads
-// again holding the row's lock (see locked), which only a row created in
-// the meantime can race. After that many the attempt reports the holders
-// it saw.
+// that the snapshot's holders could not be trusted, the attempt runs the
+// statement once more (a new snapshot, which sees what raced it; a
+// contended handoff's losers end here, listing the winner), and if that
+// races too, reads holding the row's lock (see locked), which only a row
+// created in the meantime can race. After that many the attempt reports
+// the holders it saw.
 const attemptRetries = 4
 
 // holderOf is a holder as a statement reports it.
@@ -145,7 +147,7 @@ SELECT 'info', 0, '', '{}', 0, coalesce((SELECT k.hmode FROM k), 0)::int, coales
 		rctx, cancel := b.rpc(ctx)
 		sent := time.Now()
 		var err error
-		if attempt == 1 {
+		if attempt <= 2 {
 			// One statement: no round trip spent on a lock when no
 			// other grant comes between its snapshot and its upsert.
 			var rows pgx.Rows
@@ -191,21 +193,30 @@ SELECT 'info', 0, '', '{}', 0, coalesce((SELECT k.hmode FROM k), 0)::int, coales
 	}
 }
 
-// locked runs an attempt's statement sql in a READ
-// COMMITTED transaction that first locks the key's row: the statement's
-// snapshot, taken once the lock is held, has the row's latest gen and the
-// holders it counts, and every other grant or renewal on the key waits
-// for the transaction's commit, so the attempt cannot race them. Taking
-// the lock costs round trips, so it is only for an attempt whose
-// one-statement form raced.
+// locked runs an attempt's statement sql in a READ COMMITTED transaction
+// that first locks the key's row: the statement's snapshot, taken once
+// the lock is held, has the row's latest gen and the holders it counts,
+// and every other grant or renewal on the key waits for the
+// transaction's commit, so the attempt cannot race them. Taking the lock
+// costs round trips, so it is only for an attempt whose one-statement
+// form raced twice. The transaction holds the row's lock across client
+// round trips, so the server bounds it: a client that stalls inside it
+// (a paused process, a cut link) loses its session after the request
+// timeout (idle_in_transaction_session_timeout), and a lock wait longer
+// than that fails (lock_timeout), instead of keeping the key and its
+// holder's renewals waiting until the connection dies.
 func (b *backend) locked(ctx context.Context, key, sql string, args []any, scan func(pgx.Rows) error) (err error) {
-	tx, err := b.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	ms := max(b.timeout.Milliseconds(), 1)
+	tx, err := b.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: fmt.Sprintf(
+		"BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL idle_in_transaction_session_timeout = %d; SET LOCAL lock_timeout = %d", ms, ms)})
 	if err != nil {
 		return err
 	}
 	defer func() {
 		if err != nil {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.timeout)
+			defer cancel()
+			_ = tx.Rollback(rctx)
 		}
 	}()
 	if _, err = tx.Exec(ctx, `SELECT 1 FROM `+b.n.table+` WHERE key = $1 FOR UPDATE`, b.mode, key); err != nil {

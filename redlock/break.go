@@ -17,12 +17,13 @@ var (
 )
 
 // Break implements dlock.Breaker (see dlock.Break) on every node in
-// parallel. It waits for a majority's answers for the node timeout, or
-// until ctx's deadline when that is later, and for the other nodes until
-// the node timeout has passed since the call began: a node slower than
-// the node timeout does not fail a break whose ctx allows for it, and a
-// hung minority costs the node timeout at most. The end of ctx ends every
-// wait. On each node, one script removes
+// parallel. It waits for a majority's answers up to ten node timeouts,
+// and for the other nodes until the node timeout has passed since the
+// call began (at least a quarter of what the majority took): a node
+// somewhat slower than the node timeout does not fail the break, and a
+// hung minority costs about the node timeout. The end of ctx ends every
+// wait, and every request's context is cancelled when Break returns (a
+// client does not retry it after that). On each node, one script removes
 // the lease (owner "": whoever's it is; else owner's only) and wakes the
 // node's first queued waiter, as a release without a token does. The
 // quorum counters are left alone, so the next token is above the broken
@@ -54,23 +55,21 @@ func (b *backend) Break(ctx context.Context, key, owner string) (driver.BreakRes
 		removed, others []redisproto.Info
 		err             error
 	}
-	// The node timeout bounds the wait for the nodes beyond a majority, and
-	// the whole call when ctx has no later deadline; a majority is waited
-	// for until ctx's deadline: a break has no lease validity to keep, and
-	// a node a little slower than the node timeout (a loaded machine) must
-	// not fail it.
+	// A majority is waited for up to breakPatience node timeouts (within
+	// ctx): a break has no lease validity to keep, and a node a little
+	// slower than the node timeout (a loaded machine) must not fail it.
+	// The nodes beyond a majority get the rest of the node timeout (at
+	// least a quarter of what the majority took). Every request ends with
+	// the call: none is retried by its client after Break has returned.
 	timeout := b.timeout(dlock.DefaultTTL)
 	start := time.Now()
-	wait := timeout
-	if dl, ok := ctx.Deadline(); ok {
-		wait = max(wait, time.Until(dl))
-	}
+	wait := breakPatience * timeout
+	bctx, stop := context.WithTimeout(ctx, wait)
+	defer stop()
 	ch := make(chan broke, len(b.nodes)) // buffered: a late node never blocks
 	for i, n := range b.nodes {
 		background.Go(func() {
-			nctx, cancel := context.WithTimeout(ctx, wait)
-			defer cancel()
-			r, o, err := n.QuorumBreak(nctx, key, owner)
+			r, o, err := n.QuorumBreak(bctx, key, owner)
 			ch <- broke{i, r, o, err}
 		})
 	}
@@ -95,8 +94,7 @@ func (b *backend) Break(ctx context.Context, key, owner string) (driver.BreakRes
 				continue
 			}
 			if oks++; oks == b.quorum {
-				// The rest get what is left of the node timeout.
-				timer.Reset(max(time.Until(start.Add(timeout)), 0))
+				timer.Reset(max(time.Until(start.Add(timeout)), time.Since(start)/4))
 			}
 			for _, in := range r.removed {
 				res.Removed = append(res.Removed, nodeHeld(in, name))
@@ -112,9 +110,13 @@ func (b *backend) Break(ctx context.Context, key, owner string) (driver.BreakRes
 			got = len(b.nodes)
 		}
 	}
+	silent := fmt.Sprintf("no answer within %v", time.Since(start).Round(time.Millisecond))
+	if len(res.NodeErrs) > len(b.nodes)-b.quorum {
+		silent = "not awaited: the nodes that failed make a majority impossible"
+	}
 	for i, ok := range answered {
 		if !ok {
-			res.NodeErrs = append(res.NodeErrs, fmt.Errorf("%w: %s: no answer within %v", dlock.ErrUnavailable, b.nodes[i].name, time.Since(start).Round(time.Millisecond)))
+			res.NodeErrs = append(res.NodeErrs, fmt.Errorf("%w: %s: %s", dlock.ErrUnavailable, b.nodes[i].name, silent))
 		}
 	}
 	for i := range res.Removed {
@@ -135,6 +137,10 @@ func (b *backend) Break(ctx context.Context, key, owner string) (driver.BreakRes
 	}
 	return res, nil
 }
+
+// breakPatience is how many node timeouts Break waits for a majority's
+// answers.
+const breakPatience = 10
 
 func nodeHeld(in redisproto.Info, node string) driver.Held {
 	return driver.Held{Owner: in.Owner, Token: in.Token, Metadata: in.Metadata, TTL: in.TTL, Mode: driver.Exclusive, Node: node}

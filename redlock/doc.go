@@ -49,6 +49,10 @@
 //   - Prompt notice of a break: a holder whose leases dlock.Break removed
 //     finds out at its next renewal.
 //   - A node's eviction policy set after it was first asked.
+//   - A clean slate right after Release on every node: a node slower than
+//     Release's grace (see Release) may still hold the released lease, or
+//     a late grant of it, for a moment; a forced Break then removes it
+//     there and names its owner (List does not: it reports majorities).
 //
 // # Acquire
 //

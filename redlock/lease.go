@@ -23,12 +23,13 @@ type lease struct {
 	token    uint64 // the committed quorum token; 0 until then
 	released bool
 	// The stragglers of the last successful Release: settled is closed
-	// once every node has answered (or its node timeout passed); Settle
+	// once every node has answered or its request ended (the node
+	// timeout, or the client's read timeout on a stalled link); Settle
 	// waits for it until graceEnd.
 	settled  chan struct{}
 	graceEnd time.Time
 	// acquiring is closed once every node has answered the acquisition's
-	// phase one (or its node timeout passed) and any grant that landed
+	// phase one or its request ended, and any grant that landed
 	// after the lock was released has been released again; nil for a
 	// lease that was not acquired here (Abort).
 	acquiring chan struct{}

@@ -25,7 +25,8 @@ func TestRelease_SettlesAGrantStillInFlight(t *testing.T) {
 	var open sync.Once
 	// Node 2's grant is held back until Release, having released the
 	// majority, waits for the stragglers.
-	redlock.SetGrantHook(t, l, 2, func() { <-gate }, func() { close(landed) })
+	var land sync.Once
+	redlock.SetGrantHook(t, l, 2, func() { <-gate }, func() { land.Do(func() { close(landed) }) })
 	release := func() { open.Do(func() { close(gate) }) }
 	redlock.SetSettleHook(t, func(context.Context) { release() })
 	t.Cleanup(release)

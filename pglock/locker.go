@@ -48,7 +48,9 @@ func WithTable(name string) Option {
 }
 
 // WithRequestTimeout bounds each statement (default DefaultRequestTimeout;
-// zero means the default), within the caller's context. A negative
+// zero means the default), within the caller's context. It is also the
+// server-side idle-in-transaction and lock timeout of the one transaction
+// pglock may run (an attempt that raced twice; see Try). A negative
 // timeout makes every call fail with an error wrapping
 // dlock.ErrInvalidOption.
 func WithRequestTimeout(d time.Duration) Option {

@@ -194,7 +194,8 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, n names, mode pgx.QueryExe
 // serve a connection now (SQLSTATE class 08, connection exception, which
 // PgBouncer also uses when it cannot reach PostgreSQL; 53300,
 // too_many_connections; 57P01-57P03, the server shutting down, crashed
-// or starting). The original error stays in the chain. Others pass
+// or starting; 25P03, the session ended by the server's
+// idle-in-transaction timeout). The original error stays in the chain. Others pass
 // unchanged.
 func outage(err error) error {
 	if driver.Unreachable(err) || errors.Is(err, pgconn.ErrConnClosed) {
@@ -203,7 +204,8 @@ func outage(err error) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch {
-		case strings.HasPrefix(pe.Code, "08"), pe.Code == "53300", pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03":
+		case strings.HasPrefix(pe.Code, "08"), pe.Code == "53300", pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03",
+			pe.Code == "25P03":
 			return dlock.Unavailable(err)
 		}
 	}

@@ -638,14 +638,11 @@ func TestTryLimited_GetsInWhileOtherGrantsChangeTheRow(t *testing.T) {
 		t.Fatalf("TryAcquire of a permit while 1 of 8 is held and the key's row keeps changing: %v", err)
 	}
 	mustRelease(t, lk)
-	if len(bumps) == 0 {
+	n := int(tr.changes.Load())
+	if n == 0 {
 		t.Fatal("the row never changed under the attempt: the test exercised nothing")
 	}
-	for len(bumps) > 0 {
-		if err := <-bumps; err != nil {
-			t.Fatal(err)
-		}
-	}
+	wantChanges(t, tr, bumps, n)
 }
 
 // changeRowUnder returns a tracer that, before each of the first n
@@ -655,10 +652,14 @@ func TestTryLimited_GetsInWhileOtherGrantsChangeTheRow(t *testing.T) {
 // commits; and the channel of each change's outcome.
 func changeRowUnder(admin *pgxpool.Pool, key string, n int, first func(sql string, inTx bool) bool) (*churnTracer, chan error) {
 	bumps := make(chan error, n)
-	tr := &churnTracer{onStart: func(ctx context.Context, sql string, inTx bool) {
-		if !first(sql, inTx) || len(bumps) == cap(bumps) {
+	tr := &churnTracer{}
+	tr.onStart = func(ctx context.Context, sql string, inTx bool) {
+		// Statements of one attempt come one at a time: the count of
+		// changes started decides, not the changes' outcomes so far.
+		if !first(sql, inTx) || int(tr.changes.Load()) == n {
 			return
 		}
+		tr.changes.Add(1)
 		tx, err := admin.Begin(ctx)
 		if err == nil {
 			_, err = tx.Exec(ctx, `SELECT 1 FROM dlock_leases WHERE key = $1 FOR UPDATE`, key)
@@ -693,8 +694,26 @@ func changeRowUnder(admin *pgxpool.Pool, key string, n int, first func(sql strin
 				return tx.Commit(ctx)
 			}()
 		}()
-	}}
+	}
 	return tr, bumps
+}
+
+// wantChanges receives the outcome of each of the n changes tr started.
+func wantChanges(t *testing.T, tr *churnTracer, bumps <-chan error, n int) {
+	t.Helper()
+	if got := int(tr.changes.Load()); got != n {
+		t.Fatalf("the row changed %d times under the attempt, want %d", got, n)
+	}
+	for range n {
+		select {
+		case err := <-bumps:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(dlocktest.HangTimeout):
+			t.Fatal("hang: a change of the row never ended")
+		}
+	}
 }
 
 // tracedPool is a pool on dsn whose statements tr traces.
@@ -716,6 +735,7 @@ func tracedPool(t *testing.T, dsn string, tr pgx.QueryTracer) *pgxpool.Pool {
 type churnTracer struct {
 	on      atomic.Bool
 	onStart func(ctx context.Context, sql string, inTx bool)
+	changes atomic.Int32 // changes of the row started (changeRowUnder)
 }
 
 func (c *churnTracer) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryStartData) context.Context {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -201,12 +202,13 @@ SELECT 'info', 0, '', '{}', 0, coalesce((SELECT k.hmode FROM k), 0)::int, coales
 // costs round trips, so it is only for an attempt whose one-statement
 // form raced twice. The transaction holds the row's lock across client
 // round trips, so the server bounds it: a client that stalls inside it
-// (a paused process, a cut link) loses its session after the request
-// timeout (idle_in_transaction_session_timeout), and a lock wait longer
-// than that fails (lock_timeout), instead of keeping the key and its
-// holder's renewals waiting until the connection dies.
+// (a paused process, a cut link) loses its session once it has been idle
+// for the request timeout (idle_in_transaction_session_timeout; so the
+// row is held at most about twice the request timeout), and a lock wait
+// longer than that fails (lock_timeout), instead of keeping the key and
+// its holder's renewals waiting until the connection dies.
 func (b *backend) locked(ctx context.Context, key, sql string, args []any, scan func(pgx.Rows) error) (err error) {
-	ms := max(b.timeout.Milliseconds(), 1)
+	ms := min(max(b.timeout.Milliseconds(), 1), math.MaxInt32) // the settings' range
 	tx, err := b.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: fmt.Sprintf(
 		"BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL idle_in_transaction_session_timeout = %d; SET LOCAL lock_timeout = %d", ms, ms)})
 	if err != nil {

@@ -64,7 +64,7 @@ func (b *backend) Break(ctx context.Context, key, owner string) (driver.BreakRes
 	timeout := b.timeout(dlock.DefaultTTL)
 	start := time.Now()
 	wait := breakPatience * timeout
-	bctx, stop := context.WithTimeout(ctx, wait)
+	bctx, stop := context.WithCancel(ctx) // the timer below bounds the wait
 	defer stop()
 	ch := make(chan broke, len(b.nodes)) // buffered: a late node never blocks
 	for i, n := range b.nodes {

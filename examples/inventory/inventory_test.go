@@ -4,7 +4,10 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/examples/internal/harness"
 	"github.com/dlock-go/dlock/internal/testserver"
 )
@@ -57,5 +60,50 @@ func TestInventory(t *testing.T) {
 				t.Errorf("%s: violations %q, want %q", sc.name, r.Problems, want)
 			}
 		}
+	}
+}
+
+// A buyer whose lock was lost before its write (renewals starved on a
+// loaded host) ended the whole program with an error: it starts over and
+// buys, and the lost lock wrote nothing.
+func TestBuy_StartsOverWhenTheLockIsLostBeforeTheWrite(t *testing.T) {
+	ctx := context.Background()
+	s, err := openShop(ctx, testserver.StartRedis(t).Addr(), testserver.StartPostgres(t).DSN(""), newRunID(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	if err := s.stockUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	reads := 0
+	s.afterRead = func(lk *dlock.Lock) {
+		if reads++; reads > 1 {
+			return
+		}
+		// The first lock's key vanishes behind its back; the holder
+		// finds out at its next renewal.
+		if err := s.rdb.Del(ctx, "dlock:{"+s.key(skuName(0))+"}").Err(); err != nil {
+			t.Error(err)
+		}
+		select {
+		case <-lk.Lost():
+		case <-time.After(dlocktest.HangTimeout):
+			t.Error("hang: the lock whose key was deleted was never lost")
+		}
+	}
+	out, err := s.buy(ctx, 0, skuName(0), nil)
+	if err != nil || out != bought {
+		t.Fatalf("buy after the first lock was lost before the write: outcome %d, %v; want bought", out, err)
+	}
+	if reads != 2 {
+		t.Errorf("the buyer read the stock %d times, want 2 (a start over)", reads)
+	}
+	tl, err := s.count(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tl.Sold != 1 || tl.Left != tl.Start-1 || len(tl.Problems) > 0 {
+		t.Errorf("sold %d, left %d of %d, problems %v; want one unit sold", tl.Sold, tl.Left, tl.Start, tl.Problems)
 	}
 }

@@ -40,6 +40,8 @@ type shop struct {
 	locker dlock.Locker
 	guard  *pglock.Guard // nil: the lock alone
 	run    string
+	// afterRead, if not nil (tests), runs after each stock read.
+	afterRead func(lk *dlock.Lock)
 }
 
 // openShop connects with default clients (go-redis, pgxpool) and creates
@@ -103,7 +105,26 @@ const (
 // an older holder can no longer write, and the write commits only if no
 // newer holder has checked in since. A refused check returns rejected and
 // the *dlock.StaleTokenError.
+//
+// A lock lost before the write (its renewals starved on a loaded host)
+// has protected nothing yet, and the buyer starts over, as an application
+// would, up to buyTries times.
 func (s *shop) buy(ctx context.Context, buyer int, sku string, beforeWrite func(lk *dlock.Lock, qty int)) (outcome, error) {
+	for try := 1; ; try++ {
+		out, err := s.buyOnce(ctx, buyer, sku, beforeWrite)
+		if !errors.Is(err, errLostBeforeWrite) || try == buyTries {
+			return out, err
+		}
+	}
+}
+
+// buyTries bounds a buyer's starts.
+const buyTries = 3
+
+// errLostBeforeWrite: the buyer's lock was lost before its write.
+var errLostBeforeWrite = errors.New("lock lost before the write")
+
+func (s *shop) buyOnce(ctx context.Context, buyer int, sku string, beforeWrite func(lk *dlock.Lock, qty int)) (outcome, error) {
 	lk, err := s.locker.Acquire(ctx, s.key(sku), dlock.WithTTL(lockTTL))
 	if err != nil {
 		return 0, err
@@ -122,9 +143,12 @@ func (s *shop) buy(ctx context.Context, buyer int, sku string, beforeWrite func(
 	if qty <= 0 {
 		return soldOut, nil
 	}
+	if s.afterRead != nil {
+		s.afterRead(lk)
+	}
 	time.Sleep(think)
 	if err := lk.Err(); err != nil {
-		return 0, fmt.Errorf("buyer %d: lock on %s lost before the write: %w", buyer, sku, err)
+		return 0, fmt.Errorf("buyer %d: %w on %s: %w", buyer, errLostBeforeWrite, sku, err)
 	}
 	if beforeWrite != nil {
 		beforeWrite(lk, qty)

@@ -55,6 +55,8 @@ type bank struct {
 	locker dlock.Locker
 	guard  *pglock.Guard // nil: the locks alone
 	run    string
+	// afterRead, if not nil (tests), runs after each read of the balances.
+	afterRead func(h held)
 }
 
 // openBank connects with default clients (etcd clientv3, pgxpool) and
@@ -127,7 +129,27 @@ type held struct {
 // records the tokens, so older holders can no longer write, and the write
 // commits only if no newer holder of either account has checked in since.
 // A refused check returns rejected and the *dlock.StaleTokenError.
+//
+// A lock lost before the write (its renewals starved on a loaded host)
+// has protected nothing yet, and the transfer starts over, as an
+// application would, up to applyTries times.
 func (b *bank) apply(ctx context.Context, t transfer, beforeWrite func(h held, from, to int64)) (outcome, error) {
+	for try := 1; ; try++ {
+		out, err := b.applyOnce(ctx, t, beforeWrite)
+		if !errors.Is(err, errLostBeforeWrite) || try == applyTries {
+			return out, err
+		}
+	}
+}
+
+// applyTries bounds a transfer's starts.
+const applyTries = 3
+
+// errLostBeforeWrite: one of the transfer's locks was lost before its
+// write.
+var errLostBeforeWrite = errors.New("lock lost before the write")
+
+func (b *bank) applyOnce(ctx context.Context, t transfer, beforeWrite func(h held, from, to int64)) (outcome, error) {
 	h := held{ids: []int{t.From, t.To}}
 	slices.Sort(h.ids)
 	for _, id := range h.ids {
@@ -154,10 +176,13 @@ func (b *bank) apply(ctx context.Context, t transfer, beforeWrite func(h held, f
 	if err != nil {
 		return 0, err
 	}
+	if b.afterRead != nil {
+		b.afterRead(h)
+	}
 	time.Sleep(think)
 	for i, lk := range h.locks {
 		if err := lk.Err(); err != nil {
-			return 0, fmt.Errorf("transfer %v: lock on acct-%d lost before the write: %w", t, h.ids[i], err)
+			return 0, fmt.Errorf("transfer %v: %w on acct-%d: %w", t, errLostBeforeWrite, h.ids[i], err)
 		}
 	}
 	if beforeWrite != nil {

@@ -4,9 +4,12 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/etcdlock/etcdtest"
 	"github.com/dlock-go/dlock/examples/internal/harness"
 	"github.com/dlock-go/dlock/internal/testserver"
@@ -62,5 +65,50 @@ func TestTransfer(t *testing.T) {
 		if !strings.Contains(strings.Join(r.Problems, "; "), "transfer #0 carried out 2 times") {
 			t.Errorf("locks only: problems %q do not show transfer #0 carried out twice", r.Problems)
 		}
+	}
+}
+
+// A transfer whose lock was lost before its write (renewals starved on a
+// loaded host) ended the whole program with an error: it starts over and
+// is applied once, and the lost lock wrote nothing.
+func TestApply_StartsOverWhenALockIsLostBeforeTheWrite(t *testing.T) {
+	ctx := context.Background()
+	b, err := openBank(ctx, etcdtest.Start(t, 1).Endpoints()[0], testserver.StartPostgres(t).DSN(""), newRunID(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.close()
+	if err := b.open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	reads := 0
+	b.afterRead = func(h held) {
+		if reads++; reads > 1 {
+			return
+		}
+		// The second account's lock is broken behind the transfer's back.
+		if _, err := dlock.Break(ctx, b.locker, b.key(h.ids[1]), ""); err != nil {
+			t.Error(err)
+		}
+		select {
+		case <-h.locks[1].Lost():
+		case <-time.After(dlocktest.HangTimeout):
+			t.Error("hang: the broken lock was never lost")
+		}
+	}
+	tr := transfer{ID: 0, From: 0, To: 1, Amount: 1}
+	out, err := b.apply(ctx, tr, nil)
+	if err != nil || out != applied {
+		t.Fatalf("apply after a lock was lost before the write: outcome %d, %v; want applied", out, err)
+	}
+	if reads != 2 {
+		t.Errorf("the transfer read the balances %d times, want 2 (a start over)", reads)
+	}
+	bk, err := b.audit(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bk.Applied != 1 || len(bk.Problems) > 0 {
+		t.Errorf("books: %d applied, problems %v; want the transfer applied once", bk.Applied, bk.Problems)
 	}
 }

@@ -56,6 +56,9 @@ func defaultSignalsForChildren() {
 	signal.Notify(make(chan os.Signal, 1), ignored...)
 }
 
+// binVersion is the version bin is built with.
+const binVersion = "v9.8.7-test.1"
+
 func TestMain(m *testing.M) {
 	defaultSignalsForChildren()
 	dir, err := os.MkdirTemp("", "dlock-cli-test-")
@@ -63,7 +66,9 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	bin = filepath.Join(dir, "dlock")
-	build := exec.Command("go", "build", "-o", bin, ".")
+	// The version the Makefile passes with -X, so that this one build also
+	// proves it (TestVersionFromLdflags). -s -w: a quicker link.
+	build := exec.Command("go", "build", "-ldflags", "-s -w -X main.version="+binVersion, "-o", bin, ".")
 	build.Stderr = os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building dlock:", err)

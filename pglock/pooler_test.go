@@ -73,7 +73,12 @@ func TestNoListenThroughPooler(t *testing.T) {
 func TestRelease_Unavailable_PostgresDownBehindPgBouncer(t *testing.T) {
 	t.Parallel()
 	pg := ownPG(t)
-	l := pglock.New(newPool(t, bouncerFor(t, pg).DSN("")))
+	pb := bouncerFor(t, pg)
+	l := pglock.New(newPool(t, pb.DSN("")))
+	// PgBouncer stops before the pool closes (cleanups run last first):
+	// with PostgreSQL down it keeps a closed client connection open, and
+	// pgx's Close waits 15 s for each.
+	t.Cleanup(pb.Stop)
 	lk, err := l.Acquire(dlocktest.Context(t), dlocktest.Key(t), dlock.WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)

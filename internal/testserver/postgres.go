@@ -2,6 +2,7 @@ package testserver
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"fmt"
 	"net"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -91,20 +93,87 @@ func ownedDir(t TB, prefix string, cred *syscall.Credential) string {
 	return dir
 }
 
-// StartPostgres runs initdb into a fresh directory and starts postgres on
-// a free loopback port; it is stopped when the test ends.
+// pgTemplate is the data directory every server starts from a copy of
+// (initdb costs seconds of CPU, a copy a few milliseconds): made once per
+// machine, PostgreSQL build and server user, beside the port claims, and
+// kept there like a build cache.
+var pgTemplate struct {
+	once sync.Once
+	data string
+	err  error
+}
+
+// postgresTemplate returns the template data directory, made on first use
+// on the machine. Processes that make it at once each run initdb into a
+// directory of their own and rename it into place; the first rename wins
+// and the others use it.
+func postgresTemplate(bin string, cred *syscall.Credential) (string, error) {
+	pgTemplate.once.Do(func() {
+		pgTemplate.data, pgTemplate.err = makePostgresTemplate(bin, cred)
+	})
+	return pgTemplate.data, pgTemplate.err
+}
+
+func makePostgresTemplate(bin string, cred *syscall.Credential) (string, error) {
+	fi, err := os.Stat(filepath.Join(bin, "postgres"))
+	if err != nil {
+		return "", err
+	}
+	uid := os.Getuid()
+	if cred != nil {
+		uid = int(cred.Uid)
+	}
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s|%d|%d|%d", bin, fi.Size(), fi.ModTime().UnixNano(), uid))
+	final := filepath.Join(portDir, fmt.Sprintf("pg-template-%x", sum[:6]))
+	data := filepath.Join(final, "data")
+	if _, err := os.Stat(filepath.Join(data, "PG_VERSION")); err == nil {
+		return data, nil
+	}
+	if err := os.MkdirAll(portDir, 0o777); err != nil {
+		return "", err
+	}
+	tmp, err := os.MkdirTemp(portDir, "pg-template-new-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp) // gone once renamed
+	if cred != nil {
+		if err := os.Chown(tmp, int(cred.Uid), int(cred.Gid)); err != nil {
+			return "", err
+		}
+	}
+	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", filepath.Join(tmp, "data"), "-U", PostgresUser,
+		"--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync")
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	initdb.Dir = tmp
+	if out, err := initdb.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("initdb: %v: %s", err, out)
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		// Another process's template is in place.
+		if _, serr := os.Stat(filepath.Join(data, "PG_VERSION")); serr != nil {
+			return "", fmt.Errorf("placing the initdb template: %w", err)
+		}
+	}
+	return data, nil
+}
+
+// StartPostgres starts postgres on a copy of the process's initdb
+// template (see postgresTemplate), in a fresh directory, on a free
+// loopback port; it is stopped when the test ends.
 func StartPostgres(t TB) *Postgres {
 	t.Helper()
 	bin := postgresBin(t)
 	cred := serverUser(t)
 	p := &Postgres{t: t, bin: bin, cred: cred, port: FreePort(t)}
 	p.dir = ownedDir(t, "dlock-pg-", cred)
-	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", p.dataDir(), "-U", PostgresUser,
-		"--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync")
-	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	initdb.Dir = p.dir
-	if out, err := initdb.CombinedOutput(); err != nil {
-		t.Fatalf("initdb: %v: %s", err, out)
+	tmpl, err := postgresTemplate(bin, cred)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// cp -a keeps the owner and the 0700 mode postgres requires.
+	if out, err := exec.Command("cp", "-a", tmpl, p.dataDir()).CombinedOutput(); err != nil {
+		t.Fatalf("copying the initdb template: %v: %s", err, out)
 	}
 	// The superuser is trusted on loopback; every other role needs its
 	// password (so tests can try a wrong one).

@@ -625,7 +625,11 @@ func testManualRefresh(t *testing.T, h Harness) {
 		}
 	}
 	assertHeldUntil(t, checker, key, lk)
-	release(t, lk)
+	// The check found the key held; the local deadline may have passed
+	// since (on a loaded machine), and then the lock is lost.
+	if err := lk.Release(context.Background()); err != nil && !(errors.Is(err, dlock.ErrLockLost) && lapsed(lk)) {
+		t.Errorf("Release(%q): %v", key, err)
+	}
 }
 
 // assertHeldUntil checks that key, held by lk, is held (a fresh

@@ -68,8 +68,9 @@ func ownPG(t *testing.T) *pgDB {
 
 // The PostgreSQL server, and the PgBouncer in front of it, that tests
 // share which need neither a server of their own nor its whole state:
-// each gets a database of its own (sharedPG). Starting PostgreSQL (initdb,
-// then the server) costs more than most tests that use it.
+// each gets a database of its own (sharedPG). Starting PostgreSQL (a
+// copy of the initdb template, then the server) costs more than most
+// tests that use it.
 func sharedPostgres(t *testing.T) *testserver.Postgres {
 	t.Helper()
 	return testserver.Shared(t, "postgres", func(tb testserver.TB) *testserver.Postgres {

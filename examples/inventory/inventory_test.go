@@ -81,9 +81,8 @@ func TestBuy_StartsOverWhenTheLockIsLostBeforeTheWrite(t *testing.T) {
 		if reads++; reads > 1 {
 			return
 		}
-		// The first lock's key vanishes behind its back; the holder
-		// finds out at its next renewal.
-		if err := s.rdb.Del(ctx, "dlock:{"+s.key(skuName(0))+"}").Err(); err != nil {
+		// The first lock is broken behind the buyer's back.
+		if _, err := dlock.Break(ctx, s.locker, s.key(skuName(0)), ""); err != nil {
 			t.Error(err)
 		}
 		select {

@@ -23,8 +23,9 @@ import (
 const PostgresUser = "dlock"
 
 // Postgres is a PostgreSQL server (postgres, from Debian's postgresql
-// package) owned by a test: its own data directory from initdb, a free
-// loopback port, fsync off. PostgreSQL refuses to run as root, so when
+// package) owned by a test: its own data directory (a copy of an initdb
+// template, see pgTemplate), a free loopback port, fsync off. PostgreSQL
+// refuses to run as root, so when
 // the test runs as root the server runs as the "postgres" system user
 // the package creates.
 type Postgres struct {
@@ -95,13 +96,20 @@ func ownedDir(t TB, prefix string, cred *syscall.Credential) string {
 
 // pgTemplate is the data directory every server starts from a copy of
 // (initdb costs seconds of CPU, a copy a few milliseconds): made once per
-// machine, PostgreSQL build and server user, beside the port claims, and
-// kept there like a build cache.
+// machine, PostgreSQL build, server user and initdb command, beside the
+// port claims, and kept there like a build cache. Where it cannot be made
+// or copied, a server runs initdb itself.
 var pgTemplate struct {
 	once sync.Once
 	data string
 	err  error
 }
+
+// initdbArgs are initdb's arguments after -D DIR.
+var initdbArgs = []string{"-U", PostgresUser, "--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync"}
+
+// pgTemplateDone marks a finished template (written last).
+const pgTemplateDone = "dlock-template-done"
 
 // postgresTemplate returns the template data directory, made on first use
 // on the machine. Processes that make it at once each run initdb into a
@@ -123,39 +131,63 @@ func makePostgresTemplate(bin string, cred *syscall.Credential) (string, error) 
 	if cred != nil {
 		uid = int(cred.Uid)
 	}
-	sum := sha256.Sum256(fmt.Appendf(nil, "%s|%d|%d|%d", bin, fi.Size(), fi.ModTime().UnixNano(), uid))
+	sum := sha256.Sum256(fmt.Appendf(nil, "v1|%s|%d|%d|%d|%q", bin, fi.Size(), fi.ModTime().UnixNano(), uid, initdbArgs))
 	final := filepath.Join(portDir, fmt.Sprintf("pg-template-%x", sum[:6]))
 	data := filepath.Join(final, "data")
-	if _, err := os.Stat(filepath.Join(data, "PG_VERSION")); err == nil {
+	if _, err := os.Stat(filepath.Join(final, pgTemplateDone)); err == nil {
 		return data, nil
 	}
 	if err := os.MkdirAll(portDir, 0o777); err != nil {
 		return "", err
+	}
+	// Leftovers of makers killed midway, and templates of other builds or
+	// settings, an hour old (a copy from one may be under way).
+	old, _ := filepath.Glob(filepath.Join(portDir, "pg-template-*"))
+	for _, d := range old {
+		if fi, err := os.Stat(d); err == nil && d != final && time.Since(fi.ModTime()) > time.Hour {
+			os.RemoveAll(d)
+		}
 	}
 	tmp, err := os.MkdirTemp(portDir, "pg-template-new-")
 	if err != nil {
 		return "", err
 	}
 	defer os.RemoveAll(tmp) // gone once renamed
-	if cred != nil {
-		if err := os.Chown(tmp, int(cred.Uid), int(cred.Gid)); err != nil {
-			return "", err
-		}
+	if err := initdb(bin, cred, tmp); err != nil {
+		return "", err
 	}
-	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", filepath.Join(tmp, "data"), "-U", PostgresUser,
-		"--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync")
-	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	initdb.Dir = tmp
-	if out, err := initdb.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("initdb: %v: %s", err, out)
+	if err := os.WriteFile(filepath.Join(tmp, pgTemplateDone), nil, 0o644); err != nil {
+		return "", err
 	}
 	if err := os.Rename(tmp, final); err != nil {
-		// Another process's template is in place.
-		if _, serr := os.Stat(filepath.Join(data, "PG_VERSION")); serr != nil {
+		if _, serr := os.Stat(filepath.Join(final, pgTemplateDone)); serr == nil {
+			return data, nil // another process's template is in place
+		}
+		// A damaged one (no mark): replace it.
+		if err := os.RemoveAll(final); err != nil {
+			return "", err
+		}
+		if err := os.Rename(tmp, final); err != nil {
 			return "", fmt.Errorf("placing the initdb template: %w", err)
 		}
 	}
 	return data, nil
+}
+
+// initdb makes a data directory "data" in dir, owned by cred.
+func initdb(bin string, cred *syscall.Credential, dir string) error {
+	if cred != nil {
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			return err
+		}
+	}
+	cmd := exec.Command(filepath.Join(bin, "initdb"), append([]string{"-D", filepath.Join(dir, "data")}, initdbArgs...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("initdb: %v: %s", err, out)
+	}
+	return nil
 }
 
 // StartPostgres starts postgres on a copy of the process's initdb
@@ -167,13 +199,22 @@ func StartPostgres(t TB) *Postgres {
 	cred := serverUser(t)
 	p := &Postgres{t: t, bin: bin, cred: cred, port: FreePort(t)}
 	p.dir = ownedDir(t, "dlock-pg-", cred)
+	// A copy of the template (cp -a keeps the owner and the 0700 mode
+	// postgres requires); initdb of its own where there is none.
 	tmpl, err := postgresTemplate(bin, cred)
-	if err != nil {
-		t.Fatal(err)
+	if err == nil {
+		var out []byte
+		if out, err = exec.Command("cp", "-a", tmpl, p.dataDir()).CombinedOutput(); err != nil {
+			err = fmt.Errorf("%v: %s", err, out)
+			os.RemoveAll(p.dataDir())
+		}
 	}
-	// cp -a keeps the owner and the 0700 mode postgres requires.
-	if out, err := exec.Command("cp", "-a", tmpl, p.dataDir()).CombinedOutput(); err != nil {
-		t.Fatalf("copying the initdb template: %v: %s", err, out)
+	if err != nil {
+		// No template here (say, another user's port directory): slower,
+		// not wrong.
+		if err := initdb(bin, cred, p.dir); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// The superuser is trusted on loopback; every other role needs its
 	// password (so tests can try a wrong one).

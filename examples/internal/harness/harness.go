@@ -86,7 +86,8 @@ func Redis(t testserver.TB, addr string) string {
 }
 
 // Postgres returns dsn, or, if it is empty, a URL of a PostgreSQL server
-// started for t (initdb and postgres, as the postgres user under root).
+// started for t (testserver.StartPostgres: as the postgres user under
+// root).
 func Postgres(t testserver.TB, dsn string) string {
 	if dsn != "" {
 		return dsn

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/background"
@@ -173,6 +174,17 @@ const RunOnceAttempts = 3
 
 const runOnceRetryMin = 50 * time.Millisecond
 
+// runOnceRetryDelay is the wait before RunOnce's attempt n+1: the
+// backoff's step, at least runOnceRetryMin (a transient failure on a
+// fresh connection, a dial or a script load, needs that long to clear),
+// plus up to runOnceRetryMin more at random. Replicas that fired at once
+// and split a quorum's votes must not retry at once too: with the
+// default backoff every step is below the minimum, and without the
+// random part they all waited exactly the minimum and split again.
+func runOnceRetryDelay(b Backoff, n int) time.Duration {
+	return max(b.Next(n), runOnceRetryMin) + rand.N(runOnceRetryMin)
+}
+
 // tryTransient is TryAcquire, repeated after a backoff step while it fails
 // with ErrTransient, up to RunOnceAttempts attempts.
 func tryTransient(ctx context.Context, l Locker, key string, b Backoff, opts []Option) (*Lock, error) {
@@ -181,9 +193,7 @@ func tryTransient(ctx context.Context, l Locker, key string, b Backoff, opts []O
 		if err == nil || !errors.Is(err, ErrTransient) || n == RunOnceAttempts {
 			return lk, err
 		}
-		// At least runOnceRetryMin: a transient failure on a fresh
-		// connection (a dial, a script load) needs that long to clear.
-		t := time.NewTimer(max(b.Next(n), runOnceRetryMin))
+		t := time.NewTimer(runOnceRetryDelay(b, n))
 		select {
 		case <-t.C:
 		case <-ctx.Done():

@@ -620,6 +620,12 @@ func testManualRefresh(t *testing.T, h Harness) {
 		before := lk.Deadline()
 		if err := lk.Refresh(ctxT(t)); err != nil {
 			lk.Release(context.Background())
+			if lapsed(lk) {
+				// The local deadline passed before the refresh was
+				// answered: this process woke too late (TTL/4 of
+				// sleep), and a loss at the deadline is the promise.
+				t.Skipf("Refresh %d: the local deadline passed first: %v", i, err)
+			}
 			t.Fatalf("Refresh %d: %v", i, err)
 		}
 		if !lk.Deadline().After(before) {

@@ -138,15 +138,7 @@ FROM readers r WHERE NOT EXISTS (SELECT 1 FROM taken)`
 		won, token, holders = false, 0, nil
 		rctx, cancel := b.rpc(ctx)
 		sent := time.Now()
-		var err error
-		if attempt <= 2 { // see attemptRetries
-			var rows pgx.Rows
-			if rows, err = b.pool.Query(rctx, sql, args...); err == nil {
-				err = scan(rows)
-			}
-		} else {
-			err = b.locked(rctx, req.Key, sql, args, scan)
-		}
+		err := b.attemptStatement(rctx, attempt, req.Key, sql, args, scan)
 		cancel()
 		if err != nil {
 			return driver.Grant{}, b.silent(ctx, fmt.Sprintf("acquire %q", req.Key), outage(fmt.Errorf("dlock: postgres acquire %q: %w", req.Key, explain(err))))

@@ -147,17 +147,7 @@ SELECT 'info', 0, '', '{}', 0, coalesce((SELECT k.hmode FROM k), 0)::int, coales
 		args := []any{b.mode, req.Key, req.Owner, req.TTL.Milliseconds(), md, int(req.Mode), req.Limit}
 		rctx, cancel := b.rpc(ctx)
 		sent := time.Now()
-		var err error
-		if attempt <= 2 {
-			// One statement: no round trip spent on a lock when no
-			// other grant comes between its snapshot and its upsert.
-			var rows pgx.Rows
-			if rows, err = b.pool.Query(rctx, sql, args...); err == nil {
-				err = scan(rows)
-			}
-		} else {
-			err = b.locked(rctx, req.Key, sql, args, scan)
-		}
+		err := b.attemptStatement(rctx, attempt, req.Key, sql, args, scan)
 		cancel()
 		if err != nil {
 			return driver.Grant{}, b.silent(ctx, fmt.Sprintf("acquire %q", req.Key), outage(fmt.Errorf("dlock: postgres acquire %q (%s): %w", req.Key, req.Mode, explain(err))))
@@ -192,6 +182,21 @@ SELECT 'info', 0, '', '{}', 0, coalesce((SELECT k.hmode FROM k), 0)::int, coales
 		// Held, or (a Shared request) kept out by a waiting writer.
 		return driver.Grant{}, &dlock.NotAcquiredError{Key: req.Key, Holders: holders}
 	}
+}
+
+// attemptStatement runs the statement of an attempt's attempt-th try
+// (see attemptRetries): the first two as one statement, which spends no
+// round trip on a lock when no other grant comes between its snapshot
+// and its upsert; later ones holding the key's row lock (see locked).
+func (b *backend) attemptStatement(ctx context.Context, attempt int, key, sql string, args []any, scan func(pgx.Rows) error) error {
+	if attempt > 2 {
+		return b.locked(ctx, key, sql, args, scan)
+	}
+	rows, err := b.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return err
+	}
+	return scan(rows)
 }
 
 // locked runs an attempt's statement sql in a READ COMMITTED transaction

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/redlock"
 )
 
@@ -69,18 +70,8 @@ func TestBreakPerNode(t *testing.T) {
 // were a little slower than the node timeout on a loaded machine: a
 // majority is waited for up to ten node timeouts.
 func TestBreak_WaitsForAMajoritySlowerThanTheNodeTimeout(t *testing.T) {
-	c := startNodes(t, 3)
-	key := dlocktest.Key(t)
-	lk, err := c.locker(t).Acquire(dlocktest.Context(t), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	heldOnAll(t, c, key, lk)
 	const nodeTimeout = 300 * time.Millisecond
-	operator, link := c.lockerVia(t, []int{0, 1, 2}, redlock.WithNodeTimeout(nodeTimeout))
-	if _, err := dlock.Break(dlocktest.Context(t), operator, dlocktest.Key(t), ""); err != nil {
-		t.Fatalf("warm-up Break: %v", err) // the delay must slow the break, not a dial
-	}
+	key, lk, operator, link := heldForBreak(t, []int{0, 1, 2}, nodeTimeout)
 	// A round trip takes 2d: more than the node timeout, well within the
 	// ten node timeouts a majority is waited for.
 	for _, p := range link {
@@ -99,17 +90,7 @@ func TestBreak_WaitsForAMajoritySlowerThanTheNodeTimeout(t *testing.T) {
 // hung one in NodeErrors, and returns with the node timeout, not with
 // ctx's far deadline.
 func TestBreak_HungMinorityCostsTheNodeTimeout(t *testing.T) {
-	c := startNodes(t, 3)
-	key := dlocktest.Key(t)
-	lk, err := c.locker(t).Acquire(dlocktest.Context(t), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	heldOnAll(t, c, key, lk)
-	operator, link := c.lockerVia(t, []int{2}, redlock.WithNodeTimeout(200*time.Millisecond))
-	if _, err := dlock.Break(dlocktest.Context(t), operator, dlocktest.Key(t), ""); err != nil {
-		t.Fatalf("warm-up Break: %v", err) // the stall must catch the break, not a dial
-	}
+	key, lk, operator, link := heldForBreak(t, []int{2}, 200*time.Millisecond)
 	link.Stall()
 	defer link.Heal()
 	ctx, cancel := context.WithTimeout(context.Background(), dlocktest.HangTimeout)
@@ -121,7 +102,27 @@ func TestBreak_HungMinorityCostsTheNodeTimeout(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Errorf("Break with one hung node of 3 waited for ctx's deadline")
 	}
-	if len(b.Holders) != 1 || len(b.Nodes) != 2 || len(b.NodeErrors) != 1 || !errors.Is(b.NodeErrors[0], dlock.ErrUnavailable) {
+	if len(b.Holders) != 1 || b.Holders[0].Owner != lk.Owner() || len(b.Nodes) != 2 || len(b.NodeErrors) != 1 || !errors.Is(b.NodeErrors[0], dlock.ErrUnavailable) {
 		t.Errorf("Break with one hung node = %+v; want the holder removed on 2 nodes, the hung one in NodeErrors", b)
 	}
+}
+
+// heldForBreak starts three nodes with key held on all of them by lk,
+// and an operator's locker reaching the nodes via through proxies, with
+// nodeTimeout, whose connections are already dialled (so a fault put on
+// the proxies slows or stalls a break, not a dial).
+func heldForBreak(t *testing.T, via []int, nodeTimeout time.Duration) (string, *dlock.Lock, *redlock.Locker, testserver.Proxies) {
+	t.Helper()
+	c := startNodes(t, 3)
+	key := dlocktest.Key(t)
+	lk, err := c.locker(t).Acquire(dlocktest.Context(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	heldOnAll(t, c, key, lk)
+	operator, link := c.lockerVia(t, via, redlock.WithNodeTimeout(nodeTimeout))
+	if _, err := dlock.Break(dlocktest.Context(t), operator, dlocktest.Key(t), ""); err != nil {
+		t.Fatalf("warm-up Break: %v", err)
+	}
+	return key, lk, operator, link
 }

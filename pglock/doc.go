@@ -161,6 +161,12 @@
 //     refused or reset, or that PostgreSQL or PgBouncer turned away for
 //     want of a connection (SQLSTATE class 08, 53300, 57P01-57P03), fails
 //     with an error wrapping dlock.ErrUnavailable and pgx's.
+//   - A dlock.Break reaches the broken holder at once: a lock held for
+//     more than 100 ms listens for its key on the Locker's LISTEN
+//     connection and reads its own row on each notice, so its Lost()
+//     closes within a round trip of the break, not at its next renewal.
+//     Through a pooler (no LISTEN) or WithoutListen, the next renewal
+//     finds the break.
 //
 // # Not guaranteed
 //

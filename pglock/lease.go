@@ -111,6 +111,81 @@ SELECT key, owner FROM x UNION ALL SELECT key, owner FROM h`
 	}
 }
 
+var _ driver.LossNotifier = (*lease)(nil)
+
+// breakListenDelay is how long a lock is held before it listens for the
+// notices a dlock.Break sends. Most locks are held for less: they cost
+// no subscription and no check, and a break of one is found by its
+// release or renewal.
+const breakListenDelay = 100 * time.Millisecond
+
+// Bind implements driver.LossNotifier: once the lock has been held for
+// breakListenDelay, the lease subscribes to its key on the Locker's
+// LISTEN connection (the one waiters use), and on each notice for the key
+// (a break, or another holder's release or renewal on a shared key) reads
+// its own row once: when it is no longer this owner's live lease, the
+// Lock is lost at once (wrapping dlock.ErrNotHeld), not at its next
+// renewal, up to TTL/3 later. It also reads once when it subscribes and
+// whenever the LISTEN connection is opened again, so a break before
+// either is found too. Without a LISTEN (WithoutListen, or a pooler in
+// between, where NOTIFY does not cross) the next renewal finds the break.
+// stop cancels the listening without waiting on the network.
+func (l *lease) Bind(lose func(cause error)) (stop func()) {
+	if l.b.l == nil {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	// Not background work: it lasts as long as the lock (or the client).
+	t := time.AfterFunc(breakListenDelay, func() { go l.listenBreaks(ctx, lose) })
+	return func() {
+		t.Stop()
+		cancel()
+	}
+}
+
+// listenBreaks is Bind's listener, until ctx ends or the lock is lost.
+func (l *lease) listenBreaks(ctx context.Context, lose func(cause error)) {
+	if l.b.l.gaveUp() != nil {
+		return
+	}
+	s := l.b.l.add(l.key)
+	defer s.Close()
+	check := make(chan struct{}, 1)
+	check <- struct{}{} // a break before the subscription
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.C():
+		case <-check:
+		}
+		if l.b.l.gaveUp() != nil {
+			return // no NOTIFY can arrive: the renewals find a break
+		}
+		live, err := l.live(ctx)
+		if err == nil && !live {
+			lose(l.notHeld("broken, or expired on the server"))
+			return
+		}
+		// An error (an outage, the lock ending) decides nothing: the
+		// renewals report an outage, and stop ends the listening.
+	}
+}
+
+// live reports whether the lease's row is still this owner's live
+// lease, read with one statement bounded by the request timeout.
+func (l *lease) live(ctx context.Context) (bool, error) {
+	sql := `SELECT EXISTS (SELECT 1 FROM ` + l.b.n.table + ` WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp())`
+	if l.mode != driver.Exclusive {
+		sql = `SELECT EXISTS (SELECT 1 FROM ` + l.b.n.holders + ` WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp() AND NOT released)`
+	}
+	rctx, cancel := l.b.rpc(ctx)
+	defer cancel()
+	var live bool
+	err := l.b.pool.QueryRow(rctx, sql, l.b.mode, l.key, l.owner).Scan(&live)
+	return live, err
+}
+
 // Release implements driver.Lease: mark the row released (its expiry set
 // to -infinity, keeping its token for the key's next grant) only if it is
 // still this owner's live lease, and notify waiters, in one statement. A

@@ -203,7 +203,10 @@ func (l *listener) run(ctx context.Context, r *listenRun) {
 	for ctx.Err() == nil {
 		l.listenOnce(ctx)
 		if l.gaveUp() != nil {
-			<-ctx.Done() // the waiters poll; the linger ends the loop
+			// The waiters poll; held locks stop listening (woken, they
+			// find gaveUp set); the linger ends the loop.
+			l.wakeAll()
+			<-ctx.Done()
 			return
 		}
 		if l.stop(r) {

@@ -38,6 +38,13 @@
 // most one TTL after its last renewal, in every mode: a crashed reader's
 // lease or a crashed permit holder's permit ends at its own expiry.
 //
+// A holder learns at once that its lease was removed behind its back: a
+// lock held for more than 100 ms reads its record whenever a Break or
+// Expire through a Locker of this process, or (with inotify, on Linux)
+// any process's write of the record, touches the key, and its Lost()
+// closes when the record no longer lists it. Without inotify, a removal
+// by another process is found by the next renewal.
+//
 // Writers have preference over readers (driver: Writer preference). A
 // blocking exclusive Acquire refused by the key's holders registers itself
 // as a waiting writer of the key, and while a registration is live new

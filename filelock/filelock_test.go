@@ -42,6 +42,9 @@ func TestConformance(t *testing.T) {
 				t.Fatalf("Expire(%q): %v", key, err)
 			}
 		},
+		// A lock held past breakListenDelay watches its record.
+		NoticesDeletion: true,
+		TellsBroken:     true,
 		// No network: the fault section's "server" is the record lock,
 		// held by a stopped process.
 		Faults: &dlocktest.Faults{
@@ -64,7 +67,8 @@ func TestConformanceWithoutInotify(t *testing.T) {
 				t.Fatalf("Expire(%q): %v", key, err)
 			}
 		},
-		Contenders: 8,
+		Contenders:  8,
+		TellsBroken: true, // through this process's wake-ups, without inotify
 	})
 }
 

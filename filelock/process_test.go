@@ -52,6 +52,8 @@ func TestHelperProcess(t *testing.T) {
 		err = helperFlock(ctx)
 	case "wait":
 		err = helperWait(ctx)
+	case "break":
+		err = helperBreak(ctx)
 	case "rt14mix":
 		err = helperRT14Mix(ctx)
 	case "rt14readers":
@@ -198,6 +200,21 @@ func helperWait(ctx context.Context) error {
 	fmt.Printf("held %d\n", lk.Token())
 	<-ctx.Done()
 	return ctx.Err()
+}
+
+// helperBreak breaks a key (every holder) and prints "broken <n>", the
+// number of holders it removed.
+func helperBreak(ctx context.Context) error {
+	l, err := filelock.New(os.Getenv(envDir))
+	if err != nil {
+		return err
+	}
+	b, err := dlock.Break(ctx, l, os.Getenv(envKey), "")
+	if err != nil {
+		return err
+	}
+	fmt.Printf("broken %d\n", len(b.Holders))
+	return nil
 }
 
 // helperFlock takes the record locks (flock(2)) of the keys in envKeys,

@@ -194,7 +194,9 @@ func (s *subscription) Close() {
 		return
 	}
 	s.closed = true
-	s.timer.Stop()
+	if s.timer != nil { // nil for a lease's subscription (Bind): no polling
+		s.timer.Stop()
+	}
 	s.mu.Unlock()
 	wakeups.remove(s)
 }

@@ -221,8 +221,12 @@ func TestSharedWriterGivesUp(t *testing.T) {
 	cancel()
 	select {
 	case a := <-wch:
-		if !errors.Is(a.err, dlock.ErrNotAcquired) {
-			t.Fatalf("cancelled writer: %v, want ErrNotAcquired", a.err)
+		// ErrUnavailable is the contract too when the cancel caught an
+		// attempt in flight (its outcome unknown, so it is undone): a
+		// loaded machine's etcd can be slower than the attempt's grace.
+		cutShort := errors.Is(a.err, dlock.ErrUnavailable) && errors.Is(a.err, context.Canceled)
+		if !errors.Is(a.err, dlock.ErrNotAcquired) && !cutShort {
+			t.Fatalf("cancelled writer: %v, want ErrNotAcquired (or ErrUnavailable for an attempt the cancel cut short)", a.err)
 		}
 	case <-time.After(dlocktest.HangTimeout):
 		t.Fatal("cancelled writer: hang")

@@ -53,8 +53,8 @@ func TestShortWaitStillMakesOneAttempt(t *testing.T) {
 
 // ?acks=1 on a Redis without replicas: with -n the first attempt's answer
 // was reported as "no answer ... within --connect-timeout"; with -w the
-// cause must be kept. Either way it is one line, exit 3, naming the
-// missing acknowledgement. (One key each: an attempt cut short at the end
+// cause must be kept; without -w the wait must still end. Every way it
+// is one line, exit 3, naming the missing acknowledgement. (One key each: an attempt cut short at the end
 // of a wait may leave its lease behind until the lease runs out.)
 func TestRun_UnmetAcksReportsTheCause(t *testing.T) {
 	t.Parallel()
@@ -65,6 +65,10 @@ func TestRun_UnmetAcksReportsTheCause(t *testing.T) {
 		{"hold", "-n", "k2"},
 		{"run", "-w", "3s", "k3", "--", "true"},
 		{"hold", "-w", "1s", "k4"},
+		// Without -w the wait has no deadline: unmet acks must still
+		// end it (a wait for ever, without a word, was the symptom).
+		{"run", "k5", "--", "true"},
+		{"hold", "k6"},
 	} {
 		r := runDlock(t, url, args...)
 		prefix := "dlock " + args[0] + ": redis://" + srv.Addr() + "?acks=1: "

@@ -39,11 +39,12 @@
 // lease or a crashed permit holder's permit ends at its own expiry.
 //
 // A holder learns at once that its lease was removed behind its back: a
-// lock held for more than 100 ms reads its record whenever a Break or
-// Expire through a Locker of this process, or (with inotify, on Linux)
-// any process's write of the record, touches the key, and its Lost()
-// closes when the record no longer lists it. Without inotify, a removal
-// by another process is found by the next renewal.
+// lock held for more than 100 ms has its Locker read the key's record
+// whenever a Break or Expire through a Locker of this process, or (with
+// inotify, on Linux) any process's write of the record, touches the key
+// (one read for all the Locker's holders of the key, at most every 50
+// ms), and its Lost() closes when the record no longer lists it. Without
+// inotify, a removal by another process is found by the next renewal.
 //
 // Writers have preference over readers (driver: Writer preference). A
 // blocking exclusive Acquire refused by the key's holders registers itself
@@ -170,9 +171,10 @@
 //
 // Locker implements dlock.Watcher. A release (of any one holder), abort,
 // Expire or Leave through any Locker of the process on the same directory
-// wakes the process's waiters at once. On Linux an inotify watch on the directory, held only while someone
-// in the process waits, wakes waiters when another process rewrites or
-// removes the record. Every waiter also re-checks on a jittered timer every
+// wakes the process's waiters at once. On Linux an inotify watch on the
+// directory, held while someone in the process waits or holds a lock for
+// more than 100 ms (which listens for breaks: see Guarantees), wakes
+// waiters when another process rewrites or removes the record. Every waiter also re-checks on a jittered timer every
 // poll interval (WithPollInterval, default DefaultPollInterval), so a missed
 // notification or an expiry (which writes nothing) delays it by at most
 // that, and the core acquire loop additionally polls on its own backoff,
@@ -181,7 +183,10 @@
 // the writers file when it registers and when it renews the registration
 // (about twice per TTL); inotify wakes other processes' waiters on those
 // writes too (the one that matters is a registration's removal), each for
-// one cheap unlocked read. Subscriptions own no goroutine; the inotify reader is stopped when the last waiter leaves.
+// one cheap unlocked read. A waiter's subscription owns no goroutine; a
+// key held past 100 ms has one per Locker, reading the record at most
+// every 50 ms. The inotify reader is stopped when the last subscription
+// on the directory ends.
 //
 // # Portability
 //

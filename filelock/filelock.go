@@ -60,6 +60,7 @@ type Locker struct {
 	e    *dlock.Engine
 	dir  string
 	opts options
+	held heldWatch // the keys its locks hold (lease.go)
 }
 
 var (
@@ -154,8 +155,9 @@ func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) 
 
 // Expire deletes key's leases (every holder's, in any mode) as if they had
 // expired, behind the holders' backs (the token counter and any waiting
-// writers' registrations are kept). The holders notice at their next
-// renewal and lose the lock. Expiring a free key does nothing.
+// writers' registrations are kept). The holders lose the lock: at once
+// if they have held it for more than 100 ms (see the package doc), else
+// at their next renewal. Expiring a free key does nothing.
 func (l *Locker) Expire(key string) error {
 	if err := dlock.ValidateKey(key); err != nil {
 		return err

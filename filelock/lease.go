@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -77,54 +78,132 @@ var _ driver.LossNotifier = (*lease)(nil)
 const breakListenDelay = 100 * time.Millisecond
 
 // Bind implements driver.LossNotifier: once the lock has been held for
-// breakListenDelay, the lease subscribes to its key's wake-ups (see
-// watch.go: a Break or Expire through any Locker of this process on the
-// directory, and, with inotify, any process's write of the key's record),
-// and on each reads the record once, without its flock (records are
-// replaced atomically): when it no longer lists this owner as a live
-// holder, the Lock is lost at once (wrapping dlock.ErrNotHeld), not at
-// its next renewal. It also reads once when it subscribes, which covers
-// a break before that. The subscription does not poll: without inotify
+// breakListenDelay, its lease joins the Locker's watch of its key (see
+// heldWatch), which reads the key's record whenever a Break or Expire
+// through any Locker of this process on the directory, or, with inotify,
+// any process's write of the record, touches the key, and once when the
+// watch begins (a break before it). When the record no longer lists this
+// owner as a live holder, the Lock is lost at once (wrapping
+// dlock.ErrNotHeld), not at its next renewal. Without inotify
 // (WithInotify(false), or a system other than Linux) a break by another
-// process is found by the next renewal. stop cancels the listening
-// without waiting.
+// process is found by the next renewal. stop never waits.
 func (l *lease) Bind(lose func(cause error)) (stop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
-	// Not background work: it lasts as long as the lock.
-	t := time.AfterFunc(breakListenDelay, func() { go l.listenBreaks(ctx, lose) })
+	bd := &binding{l: l, lose: lose}
+	t := time.AfterFunc(breakListenDelay, func() { l.b.held.add(bd) })
 	return func() {
 		t.Stop()
-		cancel()
+		l.b.held.remove(bd)
 	}
 }
 
-// listenBreaks is Bind's listener, until ctx ends or the lock is lost.
-func (l *lease) listenBreaks(ctx context.Context, lose func(cause error)) {
-	s := &subscription{dir: l.b.dir, id: fileID(l.key), notify: l.b.opts.inotify, ch: make(chan struct{}, 1)}
+// heldWatch is a Locker's watch of the keys its locks hold for longer
+// than breakListenDelay: one subscription to the key's wake-ups (without
+// polling) and one goroutine per key, however many of the Locker's
+// holders share it, each wake-up costing one read of the record that
+// answers for all of them.
+type heldWatch struct {
+	mu   sync.Mutex
+	keys map[string]*heldKey
+}
+
+// heldKey is the watch of one key.
+type heldKey struct {
+	leases map[*binding]struct{}
+	kick   chan struct{} // a check is due (buffered, sent without blocking)
+	cancel context.CancelFunc
+}
+
+// binding is one lock's place in the watch.
+type binding struct {
+	l       *lease
+	lose    func(cause error)
+	stopped bool // the lock ended: never (re)joins; h.mu
+}
+
+func (h *heldWatch) add(bd *binding) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if bd.stopped {
+		return
+	}
+	if h.keys == nil {
+		h.keys = map[string]*heldKey{}
+	}
+	k := h.keys[bd.l.key]
+	if k == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		k = &heldKey{leases: map[*binding]struct{}{}, kick: make(chan struct{}, 1), cancel: cancel}
+		h.keys[bd.l.key] = k
+		// Not background work: it lasts as long as the key is held.
+		go h.watch(ctx, bd.l.b, bd.l.key, k)
+	}
+	k.leases[bd] = struct{}{}
+	select {
+	case k.kick <- struct{}{}: // a break before the lock joined
+	default:
+	}
+}
+
+func (h *heldWatch) remove(bd *binding) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	bd.stopped = true
+	k := h.keys[bd.l.key]
+	if k == nil {
+		return
+	}
+	if _, ok := k.leases[bd]; !ok {
+		return
+	}
+	delete(k.leases, bd)
+	if len(k.leases) == 0 {
+		delete(h.keys, bd.l.key)
+		k.cancel()
+	}
+}
+
+// watch checks key's holders in k on each of its wake-ups until ctx ends.
+func (h *heldWatch) watch(ctx context.Context, b *backend, key string, k *heldKey) {
+	s := &subscription{dir: b.dir, id: fileID(key), notify: b.opts.inotify, ch: make(chan struct{}, 1)}
 	wakeups.add(s)
 	defer s.Close()
-	s.fire() // a break before the subscription
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-s.C():
+		case <-k.kick:
 		}
-		if live, err := l.live(); err == nil && !live {
-			lose(fmt.Errorf("%w (broken, or expired)", notHeld(l.key)))
+		r, err := readRecord(b.recordPath(fileID(key)), key)
+		if err != nil {
+			continue // an unreadable record decides nothing: renewals report it
+		}
+		st := r.state(time.Now().UnixNano())
+		var lost []*binding
+		h.mu.Lock()
+		for bd := range k.leases {
+			if st.foreign || st.find(bd.l.owner) < 0 {
+				lost = append(lost, bd)
+			}
+		}
+		h.mu.Unlock()
+		for _, bd := range lost {
+			// The core ignores a loss reported after the lock ended.
+			bd.lose(fmt.Errorf("%w (broken, or expired)", notHeld(key)))
+		}
+		// Wake-ups meanwhile (every holder's renewal is one, through
+		// inotify) come to one check after the pause.
+		t := time.NewTimer(heldCheckPause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
 			return
+		case <-t.C:
 		}
-		// An unreadable record decides nothing: the renewal reports it.
 	}
 }
 
-// live reports whether the key's record lists this owner as a live
-// holder, read without the record's flock.
-func (l *lease) live() (bool, error) {
-	r, err := readRecord(l.b.recordPath(fileID(l.key)), l.key)
-	if err != nil {
-		return false, err
-	}
-	s := r.state(time.Now().UnixNano())
-	return s.find(l.owner) >= 0 && !s.foreign, nil
-}
+// heldCheckPause is the least time between two reads of a held key's
+// record: a key shared by many holders is renewed many times a second,
+// and each renewal wakes its watch.
+const heldCheckPause = 50 * time.Millisecond

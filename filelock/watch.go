@@ -18,12 +18,13 @@ import (
 //   - in-process: a release, abort or Expire through any Locker of this
 //     process on the same directory wakes the key's subscribers directly
 //     (the package-level hub below, keyed by canonical directory and key);
-//   - inotify (Linux): while anyone in the process waits on a directory,
+//   - inotify (Linux): while anyone in the process waits on a directory
+//     (or holds a lock there long enough to listen for breaks: lease.go),
 //     one inotify instance watches it for records (and waiting writers'
 //     files) being renamed into place or deleted, which is how every write
 //     by any process lands, and wakes the subscribers of that key;
-//   - polling: every subscription also fires on its own timer every poll
-//     interval (jittered), so a waiter is never stranded by a missed
+//   - polling: every waiter's subscription also fires on its own timer
+//     every poll interval (jittered), so a waiter is never stranded by a missed
 //     notification, a filesystem without inotify events, or a lease that
 //     simply expires (nobody writes then).
 //

@@ -132,7 +132,8 @@ UPDATE `+b.n.table+` SET gen = gen + 1 WHERE key = $1`, b.mode, key, removedOwne
 	if err != nil {
 		return res, err
 	}
-	if _, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, b.mode, b.n.channelName(), key); err != nil {
+	// The waiters' notice, and the broken holders' (see breakNotice).
+	if _, err = tx.Exec(ctx, `SELECT pg_notify($1, $2), pg_notify($1, $3)`, b.mode, b.n.channelName(), key, breakNotice+key); err != nil {
 		return res, err
 	}
 	return res, tx.Commit(ctx)

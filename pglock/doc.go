@@ -136,9 +136,11 @@
 // and its BeforeConnect, AfterConnect and BeforeClose hooks, but not its
 // OnNotification handler (so it does not count
 // against MaxConns and waiting never shrinks the pool), when the Locker's
-// first waiter subscribes; it stays open while someone waits and for two
-// seconds after the last waiter left, for the Locker's next wait to
-// reuse, then is closed. One that stays silent for ten seconds is pinged,
+// first waiter subscribes; it stays open while someone waits or the
+// Locker holds a lock for more than 100 ms (held locks listen for breaks:
+// see Guarantees), and for two seconds after, for the Locker's next wait
+// to reuse, then is closed. A Locker that holds a lock for long (a
+// leader's) so keeps one server connection of its own besides the pool. One that stays silent for ten seconds is pinged,
 // and abandoned and opened again if the server does not answer within the
 // request timeout. Every waiter of a key is woken by its
 // release (a shared or limited holder's too, and a waiting writer's
@@ -161,10 +163,14 @@
 //     refused or reset, or that PostgreSQL or PgBouncer turned away for
 //     want of a connection (SQLSTATE class 08, 53300, 57P01-57P03), fails
 //     with an error wrapping dlock.ErrUnavailable and pgx's.
-//   - A dlock.Break reaches the broken holder at once: a lock held for
-//     more than 100 ms listens for its key on the Locker's LISTEN
-//     connection and reads its own row on each notice, so its Lost()
-//     closes within a round trip of the break, not at its next renewal.
+//   - A dlock.Break reaches the broken holder at once: Break sends a
+//     notice of its own on the LISTEN channel, and the Locker of a lock
+//     held for more than 100 ms then reads, in one statement, the rows of
+//     its holders of that key, so the broken holder's Lost() closes a
+//     round trip after the notice arrives, not at its next renewal. A
+//     break while the LISTEN connection is down is found when it is
+//     opened again (within about a second and a dial), when the Locker
+//     reads the rows of all its listening locks in one statement.
 //     Through a pooler (no LISTEN) or WithoutListen, the next renewal
 //     finds the break.
 //

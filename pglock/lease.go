@@ -115,75 +115,208 @@ var _ driver.LossNotifier = (*lease)(nil)
 
 // breakListenDelay is how long a lock is held before it listens for the
 // notices a dlock.Break sends. Most locks are held for less: they cost
-// no subscription and no check, and a break of one is found by its
-// release or renewal.
+// nothing, and a break of one is found by its release or renewal.
 const breakListenDelay = 100 * time.Millisecond
 
 // Bind implements driver.LossNotifier: once the lock has been held for
-// breakListenDelay, the lease subscribes to its key on the Locker's
-// LISTEN connection (the one waiters use), and on each notice for the key
-// (a break, or another holder's release or renewal on a shared key) reads
-// its own row once: when it is no longer this owner's live lease, the
-// Lock is lost at once (wrapping dlock.ErrNotHeld), not at its next
-// renewal, up to TTL/3 later. It also reads once when it subscribes and
-// whenever the LISTEN connection is opened again, so a break before
-// either is found too. Without a LISTEN (WithoutListen, or a pooler in
-// between, where NOTIFY does not cross) the next renewal finds the break.
-// stop cancels the listening without waiting on the network.
+// breakListenDelay, its lease joins the Locker's watch (heldWatch), which
+// is told by the LISTEN connection of each break of a key (Break sends a
+// notice of its own, breakNotice) and then reads, in one statement, the
+// rows of the Locker's holders of that key: a holder whose row is no
+// longer its live lease is lost at once (wrapping dlock.ErrNotHeld), not
+// at its next renewal. The watch also reads the rows of every lock that
+// joins it, and of all its locks whenever the LISTEN connection is
+// opened again, so a break before either is found too. Without a LISTEN
+// (WithoutListen, or a pooler in between, where NOTIFY does not cross)
+// the next renewal finds the break. stop never waits.
 func (l *lease) Bind(lose func(cause error)) (stop func()) {
 	if l.b.l == nil {
 		return nil
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	// Not background work: it lasts as long as the lock (or the client).
-	t := time.AfterFunc(breakListenDelay, func() { go l.listenBreaks(ctx, lose) })
+	bd := &binding{l: l, lose: lose}
+	t := time.AfterFunc(breakListenDelay, func() { l.b.held.add(bd) })
 	return func() {
 		t.Stop()
-		cancel()
+		l.b.held.remove(bd)
 	}
 }
 
-// listenBreaks is Bind's listener, until ctx ends or the lock is lost.
-func (l *lease) listenBreaks(ctx context.Context, lose func(cause error)) {
-	if l.b.l.gaveUp() != nil {
+// breakNotice prefixes the key in the notice a Break sends besides the
+// waiters' (the key alone). A waiter of a key that itself begins with it
+// may be woken for nothing, and a holder of the rest may read its row for
+// nothing; neither decides anything from the notice.
+const breakNotice = "dlock-break:"
+
+// heldWatch is a Locker's watch of its locks held for longer than
+// breakListenDelay: while it has any, it keeps the LISTEN connection open
+// (a subscription of its own) and one goroutine, which reads the rows of
+// the locks of each key a break notice names, or of all of them once the
+// LISTEN connection is (re)opened, one statement per round.
+type heldWatch struct {
+	b *backend
+
+	mu     sync.Mutex
+	leases map[*binding]struct{}
+	dirty  map[string]bool // keys named by break notices since the last round
+	all    bool            // check every lease in the next round
+	kick   chan struct{}   // a round is due (buffered, sent without blocking)
+	cancel context.CancelFunc
+}
+
+// binding is one lock's place in the watch.
+type binding struct {
+	l       *lease
+	lose    func(cause error)
+	joined  bool // due for a check of its own (joined, or its round failed); h.mu
+	stopped bool // the lock ended: never (re)joins; h.mu
+}
+
+func (h *heldWatch) add(bd *binding) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if bd.stopped || h.b.l.gaveUp() != nil {
 		return
 	}
-	s := l.b.l.add(l.key)
+	if h.leases == nil {
+		h.leases, h.dirty = map[*binding]struct{}{}, map[string]bool{}
+	}
+	if len(h.leases) == 0 {
+		ctx, cancel := context.WithCancel(context.Background())
+		h.cancel = cancel
+		h.kick = make(chan struct{}, 1) // this run's: an ending run may linger
+		// Not background work: it lasts as long as the Locker holds locks.
+		go h.run(ctx, h.b.l.add(""), h.kick)
+	}
+	bd.joined = true
+	h.leases[bd] = struct{}{}
+	h.poke()
+}
+
+func (h *heldWatch) remove(bd *binding) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	bd.stopped = true
+	if _, ok := h.leases[bd]; !ok {
+		return
+	}
+	delete(h.leases, bd)
+	if len(h.leases) == 0 {
+		h.cancel()
+		clear(h.dirty)
+		h.all = false
+	}
+}
+
+// retry marks due, whose round failed, for the next round (the next
+// notice or reopened connection; no round of its own, so an outage
+// costs no loop of failing statements).
+func (h *heldWatch) retry(due []*binding) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, bd := range due {
+		if _, ok := h.leases[bd]; ok {
+			bd.joined = true
+		}
+	}
+}
+
+// poke asks for a round; h.mu held.
+func (h *heldWatch) poke() {
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}
+
+// broken notes a break notice for key.
+func (h *heldWatch) broken(key string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.leases) > 0 {
+		h.dirty[key] = true
+		h.poke()
+	}
+}
+
+// run does the watch's rounds until ctx ends. s is its subscription to
+// the LISTEN connection (a key no lock can have): it keeps the connection
+// open and is woken when the connection is (re)opened.
+func (h *heldWatch) run(ctx context.Context, s *sub, kick chan struct{}) {
 	defer s.Close()
-	check := make(chan struct{}, 1)
-	check <- struct{}{} // a break before the subscription
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-s.C():
-		case <-check:
+			h.mu.Lock()
+			h.all = true
+			h.mu.Unlock()
+		case <-kick:
 		}
-		if l.b.l.gaveUp() != nil {
-			return // no NOTIFY can arrive: the renewals find a break
-		}
-		live, err := l.live(ctx)
-		if err == nil && !live {
-			lose(l.notHeld("broken, or expired on the server"))
+		if ctx.Err() != nil {
 			return
 		}
-		// An error (an outage, the lock ending) decides nothing: the
-		// renewals report an outage, and stop ends the listening.
+		if h.b.l.gaveUp() != nil {
+			return // no NOTIFY can arrive: the renewals find a break
+		}
+		h.round(ctx)
 	}
 }
 
-// live reports whether the lease's row is still this owner's live
-// lease, read with one statement bounded by the request timeout.
-func (l *lease) live(ctx context.Context) (bool, error) {
-	sql := `SELECT EXISTS (SELECT 1 FROM ` + l.b.n.table + ` WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp())`
-	if l.mode != driver.Exclusive {
-		sql = `SELECT EXISTS (SELECT 1 FROM ` + l.b.n.holders + ` WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp() AND NOT released)`
+// round reads the rows of the leases due for a check, in one statement
+// bounded by the request timeout, and loses those whose row is not their
+// live lease. An error decides nothing: the renewals report an outage.
+func (h *heldWatch) round(ctx context.Context) {
+	h.mu.Lock()
+	var due []*binding
+	for bd := range h.leases {
+		if h.all || bd.joined || h.dirty[bd.l.key] {
+			bd.joined = false
+			due = append(due, bd)
+		}
 	}
-	rctx, cancel := l.b.rpc(ctx)
+	h.all = false
+	clear(h.dirty)
+	h.mu.Unlock()
+	if len(due) == 0 {
+		return
+	}
+	keys, owners, excl := make([]string, len(due)), make([]string, len(due)), make([]bool, len(due))
+	for i, bd := range due {
+		keys[i], owners[i], excl[i] = bd.l.key, bd.l.owner, bd.l.mode == driver.Exclusive
+	}
+	b := h.b
+	rctx, cancel := b.rpc(ctx)
 	defer cancel()
-	var live bool
-	err := l.b.pool.QueryRow(rctx, sql, l.b.mode, l.key, l.owner).Scan(&live)
-	return live, err
+	rows, err := b.pool.Query(rctx, `SELECT x.i FROM unnest($1::text[], $2::text[], $3::bool[]) WITH ORDINALITY AS x(key, owner, excl, i)
+WHERE x.excl AND EXISTS (SELECT 1 FROM `+b.n.table+` l WHERE l.key = x.key AND l.owner = x.owner AND l.expires_at > clock_timestamp())
+OR NOT x.excl AND EXISTS (SELECT 1 FROM `+b.n.holders+` r WHERE r.key = x.key AND r.owner = x.owner AND r.expires_at > clock_timestamp() AND NOT r.released)`,
+		b.mode, keys, owners, excl)
+	if err != nil {
+		h.retry(due)
+		return
+	}
+	live := make([]bool, len(due))
+	for rows.Next() {
+		var i int64
+		if err = rows.Scan(&i); err != nil {
+			break
+		}
+		if i >= 1 && i <= int64(len(due)) {
+			live[i-1] = true
+		}
+	}
+	rows.Close()
+	if err != nil || rows.Err() != nil {
+		h.retry(due)
+		return
+	}
+	for i, bd := range due {
+		if !live[i] {
+			// The core ignores a loss reported after the lock ended.
+			bd.lose(bd.l.notHeld("broken, or expired on the server"))
+		}
+	}
 }
 
 // Release implements driver.Lease: mark the row released (its expiry set

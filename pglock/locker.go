@@ -97,6 +97,7 @@ type backend struct {
 	mode    pgx.QueryExecMode // passed to every statement: see execMode
 	migrate bool
 	l       *listener // nil: WithoutListen
+	held    heldWatch // its locks that listen for breaks (lease.go)
 
 	mu       sync.Mutex
 	migrated bool
@@ -167,6 +168,7 @@ func New(pool *pgxpool.Pool, opts ...Option) *Locker {
 	if !o.noListen {
 		b.l = newListener(b)
 	}
+	b.held.b = b
 	return &Locker{e: dlock.NewEngine(b, opts...), b: b}
 }
 

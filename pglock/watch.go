@@ -1,6 +1,7 @@
-// Wake-ups: one LISTEN connection per Locker, while some Acquire waits
-// and for a short linger after, dispatching release notifications to the
-// waiters of the released key.
+// Wake-ups: one LISTEN connection per Locker, while some Acquire waits or
+// a held lock listens for breaks (lease.go), and for a short linger
+// after, dispatching release notifications to the waiters of the released
+// key and break notices to the held locks' watch.
 
 package pglock
 
@@ -168,8 +169,13 @@ func (l *listener) stop(r *listenRun) bool {
 	return true
 }
 
-// notify wakes the waiters of key.
+// notify wakes the waiters of key, or, for a break notice (breakNotice
+// and a key), has the Locker's held locks of the key checked.
 func (l *listener) notify(key string) {
+	if k, ok := strings.CutPrefix(key, breakNotice); ok {
+		l.b.held.broken(k) // not under l.mu: heldWatch.add locks h.mu, then l.mu
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for s := range l.subs[key] {

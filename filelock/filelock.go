@@ -155,9 +155,10 @@ func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) 
 
 // Expire deletes key's leases (every holder's, in any mode) as if they had
 // expired, behind the holders' backs (the token counter and any waiting
-// writers' registrations are kept). The holders lose the lock: at once
-// if they have held it for more than 100 ms (see the package doc), else
-// at their next renewal. Expiring a free key does nothing.
+// writers' registrations are kept). The holders lose the lock at once if they
+// have held it for more than 100 ms and are in this process or, with
+// inotify, in another (see the package doc); the others at their next
+// renewal. Expiring a free key does nothing.
 func (l *Locker) Expire(key string) error {
 	if err := dlock.ValidateKey(key); err != nil {
 		return err

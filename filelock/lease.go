@@ -174,19 +174,25 @@ func (h *heldWatch) watch(ctx context.Context, b *backend, key string, k *heldKe
 		case <-s.C():
 		case <-k.kick:
 		}
+		// Only the holders that joined before the read are judged by it:
+		// one granted later is not in the record read.
+		h.mu.Lock()
+		judged := make([]*binding, 0, len(k.leases))
+		for bd := range k.leases {
+			judged = append(judged, bd)
+		}
+		h.mu.Unlock()
 		r, err := readRecord(b.recordPath(fileID(key)), key)
 		if err != nil {
 			continue // an unreadable record decides nothing: renewals report it
 		}
 		st := r.state(time.Now().UnixNano())
 		var lost []*binding
-		h.mu.Lock()
-		for bd := range k.leases {
+		for _, bd := range judged {
 			if st.foreign || st.find(bd.l.owner) < 0 {
 				lost = append(lost, bd)
 			}
 		}
-		h.mu.Unlock()
 		for _, bd := range lost {
 			// The core ignores a loss reported after the lock ended.
 			bd.lose(fmt.Errorf("%w (broken, or expired)", notHeld(key)))

@@ -167,10 +167,14 @@
 //     notice of its own on the LISTEN channel, and the Locker of a lock
 //     held for more than 100 ms then reads, in one statement, the rows of
 //     its holders of that key, so the broken holder's Lost() closes a
-//     round trip after the notice arrives, not at its next renewal. A
-//     break while the LISTEN connection is down is found when it is
-//     opened again (within about a second and a dial), when the Locker
-//     reads the rows of all its listening locks in one statement.
+//     round trip after the notice arrives (a read that fails is run
+//     again every second), not at its next renewal. A break while the
+//     LISTEN connection is down is found when it is opened again, when
+//     the Locker reads the rows of all its listening locks in one
+//     statement: about a second and a dial after a connection that
+//     broke, and after up to ten seconds of silence and the request
+//     timeout for one that hangs. A break by an older pglock, which sends
+//     no break notice, is found by the next renewal.
 //     Through a pooler (no LISTEN) or WithoutListen, the next renewal
 //     finds the break.
 //

@@ -142,9 +142,11 @@ func (l *lease) Bind(lose func(cause error)) (stop func()) {
 }
 
 // breakNotice prefixes the key in the notice a Break sends besides the
-// waiters' (the key alone). A waiter of a key that itself begins with it
-// may be woken for nothing, and a holder of the rest may read its row for
-// nothing; neither decides anything from the notice.
+// waiters' (the key alone). The waiters of a key that itself begins with
+// it are woken by that notice too (for nothing), and a holder of the rest
+// of such a key reads its row on its release (for nothing); nobody
+// decides anything from a notice. A Break by a pglock without break
+// notices (an older version) is found by the holders' next renewal.
 const breakNotice = "dlock-break:"
 
 // heldWatch is a Locker's watch of its locks held for longer than
@@ -185,7 +187,7 @@ func (h *heldWatch) add(bd *binding) {
 		h.cancel = cancel
 		h.kick = make(chan struct{}, 1) // this run's: an ending run may linger
 		// Not background work: it lasts as long as the Locker holds locks.
-		go h.run(ctx, h.b.l.add(""), h.kick)
+		go h.run(ctx, h.b.l.add("", true), h.kick)
 	}
 	bd.joined = true
 	h.leases[bd] = struct{}{}
@@ -207,10 +209,12 @@ func (h *heldWatch) remove(bd *binding) {
 	}
 }
 
-// retry marks due, whose round failed, for the next round (the next
-// notice or reopened connection; no round of its own, so an outage
-// costs no loop of failing statements).
-func (h *heldWatch) retry(due []*binding) {
+// retry marks due, whose round failed, for the next round, and reports
+// whether the run that failed is over: a run still going runs the next
+// round after a pause (heldRetry); one that ended (its last lock left
+// while its statement ran, and another run may have started since)
+// pokes the current run.
+func (h *heldWatch) retry(ctx context.Context, due []*binding) (over bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, bd := range due {
@@ -218,6 +222,13 @@ func (h *heldWatch) retry(due []*binding) {
 			bd.joined = true
 		}
 	}
+	if ctx.Err() != nil {
+		if len(h.leases) > 0 {
+			h.poke()
+		}
+		return true
+	}
+	return false
 }
 
 // poke asks for a round; h.mu held.
@@ -259,15 +270,33 @@ func (h *heldWatch) run(ctx context.Context, s *sub, kick chan struct{}) {
 		if h.b.l.gaveUp() != nil {
 			return // no NOTIFY can arrive: the renewals find a break
 		}
-		h.round(ctx)
+		for !h.round(ctx) {
+			// The statement failed (an outage, a pool exhausted): try
+			// again after a pause, not at the next notice.
+			t := time.NewTimer(heldRetry)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
 	}
 }
+
+// heldRetry is the pause before a failed round of the held locks' watch
+// is run again.
+const heldRetry = time.Second
 
 // round reads the rows of the leases due for a check, in one statement
 // bounded by the request timeout, and loses those whose row is not their
 // live lease. An error decides nothing: the renewals report an outage.
-func (h *heldWatch) round(ctx context.Context) {
+func (h *heldWatch) round(ctx context.Context) (ok bool) {
 	h.mu.Lock()
+	if ctx.Err() != nil { // this run ended: another may have started
+		h.mu.Unlock()
+		return true
+	}
 	var due []*binding
 	for bd := range h.leases {
 		if h.all || bd.joined || h.dirty[bd.l.key] {
@@ -279,7 +308,7 @@ func (h *heldWatch) round(ctx context.Context) {
 	clear(h.dirty)
 	h.mu.Unlock()
 	if len(due) == 0 {
-		return
+		return true
 	}
 	keys, owners, excl := make([]string, len(due)), make([]string, len(due)), make([]bool, len(due))
 	for i, bd := range due {
@@ -293,8 +322,7 @@ WHERE x.excl AND EXISTS (SELECT 1 FROM `+b.n.table+` l WHERE l.key = x.key AND l
 OR NOT x.excl AND EXISTS (SELECT 1 FROM `+b.n.holders+` r WHERE r.key = x.key AND r.owner = x.owner AND r.expires_at > clock_timestamp() AND NOT r.released)`,
 		b.mode, keys, owners, excl)
 	if err != nil {
-		h.retry(due)
-		return
+		return h.retry(ctx, due)
 	}
 	live := make([]bool, len(due))
 	for rows.Next() {
@@ -308,8 +336,7 @@ OR NOT x.excl AND EXISTS (SELECT 1 FROM `+b.n.holders+` r WHERE r.key = x.key AN
 	}
 	rows.Close()
 	if err != nil || rows.Err() != nil {
-		h.retry(due)
-		return
+		return h.retry(ctx, due)
 	}
 	for i, bd := range due {
 		if !live[i] {
@@ -317,6 +344,7 @@ OR NOT x.excl AND EXISTS (SELECT 1 FROM `+b.n.holders+` r WHERE r.key = x.key AN
 			bd.lose(bd.l.notHeld("broken, or expired on the server"))
 		}
 	}
+	return true
 }
 
 // Release implements driver.Lease: mark the row released (its expiry set

@@ -2,6 +2,7 @@ package pglock_test
 
 import (
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -28,19 +29,7 @@ func TestBind_BreakWhileListenDownFoundOnReconnect(t *testing.T) {
 	defer lk.Release(dlocktest.Context(t))
 	// The lock listens (its Locker's LISTEN connection is open) once held
 	// past 100ms; cut that connection, then break the lock.
-	listens := "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND datname = current_database()"
-	for end := time.Now().Add(dlocktest.HangTimeout); ; time.Sleep(10 * time.Millisecond) {
-		out, err := pg.Exec("", listens)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if out == "1" {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatalf("hang: %s LISTEN connections, want the holder's", out)
-		}
-	}
+	waitListens(t, pg, 1)
 	if _, err := pg.Exec("", "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND datname = current_database()"); err != nil {
 		t.Fatal(err)
 	}
@@ -58,5 +47,110 @@ func TestBind_BreakWhileListenDownFoundOnReconnect(t *testing.T) {
 	var le *dlock.LostError
 	if !errors.As(lk.Err(), &le) || le.Reason != dlock.LossBackend || !errors.Is(lk.Err(), dlock.ErrNotHeld) {
 		t.Errorf("Err() = %v, want a *LostError with reason %q wrapping ErrNotHeld", lk.Err(), dlock.LossBackend)
+	}
+}
+
+// A key whose name begins like a break notice is still a key: its
+// waiters are woken by its release, not left to poll.
+// Symptom: releases of a key named "dlock-break:…" woke none of its waiters.
+func TestWatch_KeyShapedLikeABreakNoticeWakesItsWaiters(t *testing.T) {
+	t.Parallel()
+	pg := ownPG(t)
+	holder := pglock.New(newPool(t, pg.DSN("")))
+	waiter := pglock.New(newPool(t, pg.DSN("")))
+	key := "dlock-break:" + dlocktest.Key(t)
+	lk, err := holder.Acquire(dlocktest.Context(t), key, dlock.WithTTL(5*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		// Its polls are an hour apart and its lease check five minutes:
+		// only a wake-up gets it the key within the test's context.
+		w, err := waiter.Acquire(dlocktest.Context(t), key, dlock.WithBackoff(dlock.ConstBackoff{Delay: time.Hour}))
+		if err == nil {
+			err = w.Release(dlocktest.Context(t))
+		}
+		got <- err
+	}()
+	waitListens(t, pg, 2) // the holder's Locker and the waiter's
+	if err := lk.Release(dlocktest.Context(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter of a released key: %v", err)
+	}
+}
+
+// waitListens waits (bounded) until n LISTEN connections are open on
+// pg's database.
+func waitListens(t *testing.T, pg *pgDB, n int) {
+	t.Helper()
+	q := "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND datname = current_database()"
+	for end := time.Now().Add(dlocktest.HangTimeout); ; time.Sleep(10 * time.Millisecond) {
+		out, err := pg.Exec("", q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out == strconv.Itoa(n) {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("hang: %s LISTEN connections, want %d", out, n)
+		}
+	}
+}
+
+// A check of the held locks that fails (here, the pool has no free
+// connection within the request timeout) is run again after a pause,
+// so a break is still found before the holder's next renewal.
+// Symptom: a failed check was retried only at the next break notice, and the break found at the renewal.
+func TestBind_FailedCheckIsRetried(t *testing.T) {
+	t.Parallel()
+	pg := ownPG(t)
+	pool := newPool(t, pg.DSN("")+"&pool_max_conns=1")
+	holder := pglock.New(pool, pglock.WithRequestTimeout(500*time.Millisecond))
+	operator := pglock.New(newPool(t, pg.DSN("")), pglock.WithoutListen())
+	key := dlocktest.Key(t)
+	const ttl = time.Minute // first renewal point 20s on
+	lk, err := holder.Acquire(dlocktest.Context(t), key, dlock.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Release(dlocktest.Context(t))
+	waitListens(t, pg, 1)
+	// Take the pool's only connection: the check the break triggers
+	// fails, waiting for one.
+	c, err := pool.Acquire(dlocktest.Context(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := true
+	defer func() {
+		if held {
+			c.Release()
+		}
+	}()
+	cancelled := pool.Stat().CanceledAcquireCount()
+	if b, err := dlock.Break(dlocktest.Context(t), operator, key, ""); err != nil || len(b.Holders) != 1 {
+		t.Fatalf("Break: %+v, %v", b, err)
+	}
+	for end := time.Now().Add(dlocktest.HangTimeout); pool.Stat().CanceledAcquireCount() == cancelled; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("hang: the break's check never waited for a connection")
+		}
+	}
+	c.Release()
+	held = false
+	timer := time.NewTimer(ttl / 3)
+	defer timer.Stop()
+	select {
+	case <-lk.Lost():
+	case <-timer.C:
+		t.Fatal("Lost() still open at the first renewal point: the failed check was not run again")
+	}
+	var le *dlock.LostError
+	if !errors.As(lk.Err(), &le) || le.Reason != dlock.LossBackend {
+		t.Errorf("Err() = %v, want a *LostError with reason %q", lk.Err(), dlock.LossBackend)
 	}
 }

@@ -95,7 +95,7 @@ func (b *backend) Watch(ctx context.Context, key string) (driver.Subscription, e
 	if err := b.l.gaveUp(); err != nil {
 		return nil, err
 	}
-	return b.l.add(key), nil
+	return b.l.add(key, false), nil
 }
 
 var (
@@ -110,7 +110,10 @@ func (l *listener) gaveUp() error {
 	return err
 }
 
-func (l *listener) add(key string) *sub {
+// add subscribes to key. The LISTEN loop it starts, if none runs, is
+// background work (counted by internal/background) unless lasting: a
+// held lock's watch keeps it for as long as locks are held.
+func (l *listener) add(key string, lasting bool) *sub {
 	s := &sub{l: l, key: key, c: make(chan struct{}, 1)}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -124,7 +127,11 @@ func (l *listener) add(key string) *sub {
 		ctx, cancel := context.WithCancel(context.Background())
 		r := &listenRun{cancel: cancel}
 		l.cur = r
-		background.Go(func() { l.run(ctx, r) })
+		if lasting {
+			go l.run(ctx, r)
+		} else {
+			background.Go(func() { l.run(ctx, r) })
+		}
 	case l.cur.idle != nil:
 		// A lingering connection: it is listening already, so no
 		// release is missed; keep it.
@@ -174,7 +181,7 @@ func (l *listener) stop(r *listenRun) bool {
 func (l *listener) notify(key string) {
 	if k, ok := strings.CutPrefix(key, breakNotice); ok {
 		l.b.held.broken(k) // not under l.mu: heldWatch.add locks h.mu, then l.mu
-		return
+		// And the waiters of key itself, if a key begins so.
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -37,8 +37,9 @@
 //   - A dlock.Break reaches the broken holder at once: a lock held for more
 //     than 100 ms listens on every node's break channel, and once the
 //     nodes holding its lease (or not answering) are fewer than a
-//     majority, its Lost() closes, not at its next renewal. A break of a
-//     minority of its nodes leaves it held.
+//     majority, its Lost() closes, not at its next renewal. A break that
+//     leaves the lease on a majority (of nodes holding it or silent)
+//     leaves it held.
 //
 // # Not guaranteed
 //

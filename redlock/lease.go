@@ -358,10 +358,10 @@ const breakListenDelay = 100 * time.Millisecond
 // answer, are fewer than a majority, the lease can no longer be valid
 // and the Lock is lost at once (wrapping dlock.ErrNotHeld), not at its
 // next renewal. It also asks once when the subscriptions are in place,
-// which covers a break before them. A node whose SUBSCRIBE is not
-// confirmed (down, or a stalled link) is not listened to; a break of the
-// lease there alone cannot end it. stop cancels the listening without
-// waiting on the network.
+// which covers a break before them. A node whose SUBSCRIBE fails (down)
+// is not listened to for the rest of the lock's life: a break that
+// reaches no other listened node is found by the next renewal. stop
+// cancels the listening without waiting on the network.
 func (l *lease) Bind(lose func(cause error)) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	// Not background work: it lasts as long as the lock (or the clients).
@@ -426,12 +426,24 @@ func (l *lease) heldOn(ctx context.Context) (held, asked int) {
 		ok, err := n.Holds(ctx, l.key, l.owner, false)
 		return answer{ok: ok, err: err}
 	})
+	// The node timeout bounds the wait itself: a client on a stalled link
+	// may not give up by its context (see tally).
+	timer := time.NewTimer(l.timeout)
+	defer timer.Stop()
+	gone := 0
 	for range all {
-		if a := <-ch; a.ok || a.err != nil {
-			held++
+		select {
+		case a := <-ch:
+			if !a.ok && a.err == nil {
+				gone++
+			}
+		case <-timer.C:
+			return len(all) - gone, len(all) // the rest are silent
+		case <-ctx.Done():
+			return len(all) - gone, len(all)
 		}
 	}
-	return held, len(all)
+	return len(all) - gone, len(all)
 }
 
 // breakCheckHook, when set (by tests), runs after each check a break

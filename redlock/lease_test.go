@@ -111,3 +111,60 @@ func TestBind_LostOnceABreakLeavesAMinority(t *testing.T) {
 		t.Errorf("Err() = %v, want a *LostError with reason %q wrapping ErrNotHeld", lk.Err(), dlock.LossBackend)
 	}
 }
+
+// With one node of three stalled, the check a break notice triggers
+// waits for that node no longer than the node timeout: a break that
+// leaves a minority closes Lost() by then, not when the stalled client
+// gives up.
+// Symptom: each check waited about 5s for the stalled node, and Lost() closed 10s after the break.
+func TestBind_CheckReturnsByNodeTimeout_NodeStalled(t *testing.T) {
+	c := startNodes(t, 3)
+	checked := make(chan int, 16)
+	redlock.SetBreakCheckHook(t, func(held int) {
+		select {
+		case checked <- held:
+		default:
+		}
+	})
+	const nodeTimeout = 300 * time.Millisecond
+	holder, link := c.lockerVia(t, []int{2}, redlock.WithNodeTimeout(nodeTimeout))
+	key := dlocktest.Key(t)
+	lk, err := holder.Acquire(dlocktest.Context(t), key, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Release(context.Background())
+	heldOnAll(t, c, key, lk)
+	select { // the lock listens on every node
+	case <-checked:
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatal("hang: the held lock never checked its nodes")
+	}
+	link.Stall()
+	defer link.Heal()
+	breakOn := func(i int) {
+		t.Helper()
+		op := redlock.New([]redis.UniversalClient{c.client(t, c.srvs[i])})
+		if b, err := dlock.Break(dlocktest.Context(t), op, key, ""); err != nil || len(b.Holders) != 1 {
+			t.Fatalf("Break on node %d: %+v, %v", i, b, err)
+		}
+	}
+	breakOn(0)
+	breakOn(1)
+	broken := time.Now()
+	// The notices of both breaks may each cost a check.
+	deadline := broken.Add(2 * nodeTimeout)
+	m := dlocktest.StartStallMeter(broken)
+	select {
+	case <-lk.Lost():
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatal("hang: Lost() never closed with the lease on 0 of 2 answering nodes")
+	}
+	end := time.Now()
+	if o := dlocktest.Overrun(deadline, end, m.StopAt(end)); o > dlocktest.OverrunBound {
+		t.Errorf("Lost() closed %v after the break (%v past the two checks' node timeouts)", end.Sub(broken), o)
+	}
+	if !errors.Is(lk.Err(), dlock.ErrNotHeld) {
+		t.Errorf("Err() = %v, want ErrNotHeld", lk.Err())
+	}
+}

@@ -50,3 +50,11 @@ func Abort(ctx context.Context, l *Locker, req *driver.Request) error {
 func Register(ctx context.Context, l *Locker, req *driver.Request) {
 	l.b.register(ctx, req)
 }
+
+// SetHeldRoundHook makes f run after each round of l's held locks' watch
+// that had leases to check, with whether its statement succeeded, until
+// the test ends.
+func SetHeldRoundHook(t interface{ Cleanup(func()) }, l *Locker, f func(ok bool)) {
+	l.b.held.hook.Store(&f)
+	t.Cleanup(func() { l.b.held.hook.Store(nil) })
+}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -156,6 +157,9 @@ const breakNotice = "dlock-break:"
 // LISTEN connection is (re)opened, one statement per round.
 type heldWatch struct {
 	b *backend
+	// hook, when set (by tests), runs after each round that had leases to
+	// check, with whether its statement succeeded.
+	hook atomic.Pointer[func(ok bool)]
 
 	mu     sync.Mutex
 	leases map[*binding]struct{}
@@ -187,7 +191,7 @@ func (h *heldWatch) add(bd *binding) {
 		h.cancel = cancel
 		h.kick = make(chan struct{}, 1) // this run's: an ending run may linger
 		// Not background work: it lasts as long as the Locker holds locks.
-		go h.run(ctx, h.b.l.add("", true), h.kick)
+		go h.run(ctx, h.b.l.add(""), h.kick)
 	}
 	bd.joined = true
 	h.leases[bd] = struct{}{}
@@ -209,11 +213,9 @@ func (h *heldWatch) remove(bd *binding) {
 	}
 }
 
-// retry marks due, whose round failed, for the next round, and reports
-// whether the run that failed is over: a run still going runs the next
-// round after a pause (heldRetry); one that ended (its last lock left
-// while its statement ran, and another run may have started since)
-// pokes the current run.
+// retry marks due, whose round failed, for the next round, which the
+// run runs after a pause (heldRetry), and reports whether the run is
+// over instead (its last lock left while the statement ran).
 func (h *heldWatch) retry(ctx context.Context, due []*binding) (over bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -222,13 +224,7 @@ func (h *heldWatch) retry(ctx context.Context, due []*binding) (over bool) {
 			bd.joined = true
 		}
 	}
-	if ctx.Err() != nil {
-		if len(h.leases) > 0 {
-			h.poke()
-		}
-		return true
-	}
-	return false
+	return ctx.Err() != nil
 }
 
 // poke asks for a round; h.mu held.
@@ -322,6 +318,7 @@ WHERE x.excl AND EXISTS (SELECT 1 FROM `+b.n.table+` l WHERE l.key = x.key AND l
 OR NOT x.excl AND EXISTS (SELECT 1 FROM `+b.n.holders+` r WHERE r.key = x.key AND r.owner = x.owner AND r.expires_at > clock_timestamp() AND NOT r.released)`,
 		b.mode, keys, owners, excl)
 	if err != nil {
+		h.roundDone(false)
 		return h.retry(ctx, due)
 	}
 	live := make([]bool, len(due))
@@ -336,8 +333,10 @@ OR NOT x.excl AND EXISTS (SELECT 1 FROM `+b.n.holders+` r WHERE r.key = x.key AN
 	}
 	rows.Close()
 	if err != nil || rows.Err() != nil {
+		h.roundDone(false)
 		return h.retry(ctx, due)
 	}
+	h.roundDone(true)
 	for i, bd := range due {
 		if !live[i] {
 			// The core ignores a loss reported after the lock ended.
@@ -345,6 +344,13 @@ OR NOT x.excl AND EXISTS (SELECT 1 FROM `+b.n.holders+` r WHERE r.key = x.key AN
 		}
 	}
 	return true
+}
+
+// roundDone runs h's round hook, if a test set one (see heldWatch.hook).
+func (h *heldWatch) roundDone(ok bool) {
+	if hook := h.hook.Load(); hook != nil {
+		(*hook)(ok)
+	}
 }
 
 // Release implements driver.Lease: mark the row released (its expiry set

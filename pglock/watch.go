@@ -64,9 +64,15 @@ type listener struct {
 
 // listenRun is one LISTEN loop, from the first waiter to the end of the
 // linger after the last.
+//
+// A loop is background work (internal/background) only while it lingers,
+// which ends on its own: while it has subscribers it lasts as long as
+// they wait or hold locks.
 type listenRun struct {
-	cancel context.CancelFunc
-	idle   *time.Timer // the linger: set while the loop runs without subscribers
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when the loop has returned
+	idle    *time.Timer   // the linger: set while the loop runs without subscribers
+	revived chan struct{} // closed when a subscriber ends the linger
 }
 
 func newListener(b *backend) *listener {
@@ -95,7 +101,7 @@ func (b *backend) Watch(ctx context.Context, key string) (driver.Subscription, e
 	if err := b.l.gaveUp(); err != nil {
 		return nil, err
 	}
-	return b.l.add(key, false), nil
+	return b.l.add(key), nil
 }
 
 var (
@@ -110,10 +116,8 @@ func (l *listener) gaveUp() error {
 	return err
 }
 
-// add subscribes to key. The LISTEN loop it starts, if none runs, is
-// background work (counted by internal/background) unless lasting: a
-// held lock's watch keeps it for as long as locks are held.
-func (l *listener) add(key string, lasting bool) *sub {
+// add subscribes to key, starting the LISTEN loop if none runs.
+func (l *listener) add(key string) *sub {
 	s := &sub{l: l, key: key, c: make(chan struct{}, 1)}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -125,18 +129,16 @@ func (l *listener) add(key string, lasting bool) *sub {
 	switch {
 	case l.cur == nil:
 		ctx, cancel := context.WithCancel(context.Background())
-		r := &listenRun{cancel: cancel}
+		r := &listenRun{cancel: cancel, done: make(chan struct{})}
 		l.cur = r
-		if lasting {
-			go l.run(ctx, r)
-		} else {
-			background.Go(func() { l.run(ctx, r) })
-		}
+		go l.run(ctx, r)
 	case l.cur.idle != nil:
 		// A lingering connection: it is listening already, so no
 		// release is missed; keep it.
 		l.cur.idle.Stop()
 		l.cur.idle = nil
+		close(l.cur.revived)
+		l.cur.revived = nil
 	}
 	return s
 }
@@ -156,6 +158,14 @@ func (l *listener) remove(s *sub) {
 	if l.n == 0 && l.cur != nil && l.cur.idle == nil {
 		r := l.cur
 		r.idle = time.AfterFunc(l.linger, func() { l.stop(r) })
+		rv := make(chan struct{})
+		r.revived = rv
+		background.Go(func() { // the linger, as background work
+			select {
+			case <-r.done:
+			case <-rv:
+			}
+		})
 	}
 }
 
@@ -212,6 +222,7 @@ func (l *listener) wakeAll() {
 // pause when it breaks while someone waits; a connection that breaks
 // during the linger is not replaced.
 func (l *listener) run(ctx context.Context, r *listenRun) {
+	defer close(r.done)
 	defer r.cancel()
 	for ctx.Err() == nil {
 		l.listenOnce(ctx)

@@ -419,7 +419,8 @@ func (l *lease) listenBreaks(ctx context.Context, lose func(cause error)) {
 
 // heldOn asks every node, each within the node timeout, whether it holds
 // the lease: held counts those that do and those that did not answer
-// (they may), of asked.
+// (they may), of asked. It returns once the answers show fewer than a
+// majority, or every node answered, or the node timeout passed.
 func (l *lease) heldOn(ctx context.Context) (held, asked int) {
 	all := l.b.all()
 	ch := l.b.fanOut(ctx, l.timeout, all, func(ctx context.Context, n *node) answer {
@@ -431,13 +432,24 @@ func (l *lease) heldOn(ctx context.Context) (held, asked int) {
 	timer := time.NewTimer(l.timeout)
 	defer timer.Stop()
 	gone := 0
-	for range all {
+	take := func(a answer) {
+		if !a.ok && a.err == nil {
+			gone++
+		}
+	}
+	for n := 0; n < len(all) && len(all)-gone >= l.b.quorum; n++ {
 		select {
 		case a := <-ch:
-			if !a.ok && a.err == nil {
-				gone++
-			}
+			take(a)
 		case <-timer.C:
+			for drained := false; !drained; { // answers already in count
+				select {
+				case a := <-ch:
+					take(a)
+				default:
+					drained = true
+				}
+			}
 			return len(all) - gone, len(all) // the rest are silent
 		case <-ctx.Done():
 			return len(all) - gone, len(all)

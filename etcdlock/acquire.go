@@ -42,10 +42,13 @@ func serverTimeoutTransient(err error) error {
 
 // unreachable marks an error of a request that could not reach etcd, or
 // whose connection dropped under it (a refused or reset connection, which
-// gRPC reports with the status code Unavailable), as dlock.ErrUnavailable,
+// gRPC reports with the status code Unavailable), or that got no answer
+// within its request timeout (DeadlineExceeded), as dlock.ErrUnavailable,
 // the client's error kept in the chain. Other errors pass unchanged.
 func unreachable(err error) error {
-	if driver.Unreachable(err) || status.Code(err) == codes.Unavailable {
+	// DeadlineExceeded: the request's own timeout (WithRequestTimeout)
+	// passed without an answer.
+	if driver.Unreachable(err) || status.Code(err) == codes.Unavailable || status.Code(err) == codes.DeadlineExceeded {
 		return dlock.Unavailable(err)
 	}
 	return err

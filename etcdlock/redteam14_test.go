@@ -389,7 +389,8 @@ func TestRedTeam14_MixedTryAcquireStress(t *testing.T) {
 				}
 				cancel()
 				if err != nil {
-					if !errors.Is(err, dlock.ErrNotAcquired) && !errors.Is(err, context.DeadlineExceeded) {
+					// ErrUnavailable: a request timed out on a loaded machine.
+					if !errors.Is(err, dlock.ErrNotAcquired) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, dlock.ErrUnavailable) {
 						t.Errorf("attempt: %v", err)
 						return
 					}

@@ -276,6 +276,9 @@ func (h *heldWatch) run(ctx context.Context, s *sub, kick chan struct{}) {
 				return
 			case <-t.C:
 			}
+			if h.b.l.gaveUp() != nil {
+				return // a pooler found meanwhile: no NOTIFY can arrive
+			}
 		}
 	}
 }

@@ -67,15 +67,15 @@ vet:
 
 ## test: deps and the gofmt check, then race-enabled tests of every
 ## module (the long ones left out: -short), and beside them a short run
-## of the small packages' fuzzers, the release check, a short safety run,
-## the case studies and go vet (last: it reuses the tests' builds). It ends
+## of the small packages' fuzzers, the release check, a short safety run
+## and go vet (last: it reuses the tests' builds). The case studies run as
+## the examples module's tests, not as programs a second time. It ends
 ## with each module's and step's wall time and the slowest tests.
 test: deps fmt-check
 	@$(GO) run ./internal/testrun -short -jobs $(TEST_JOBS) -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) \
 	  -also '$(MAKE) --no-print-directory fuzz-quick' \
 	  -also '$(MAKE) --no-print-directory release-check' \
 	  -also '$(MAKE) --no-print-directory safety-quick' \
-	  -also '$(MAKE) --no-print-directory examples' \
 	  -also '$(MAKE) --no-print-directory vet VETFLAGS=-race'
 
 ## test-long: the tests too long for every run (scale, failover
@@ -133,8 +133,8 @@ demo: build
 
 ## examples: run the case studies (examples/: inventory, nightly,
 ## transfer) on servers they start themselves; each prints its invariant
-## lines and fails if one is not as expected (their tests already ran in
-## `make test`'s go test of the examples module).
+## lines and fails if one is not as expected. `make test` runs the same
+## scenarios and checks as the examples module's tests.
 examples: deps
 	@set -e; for ex in inventory nightly transfer; do \
 	  echo "== examples/$$ex"; \

@@ -42,9 +42,12 @@ type Run struct {
 	Ran    bool      // false: skipped, the lock was held
 	Holder string    // the holder seen, when skipped
 	Start  time.Time // when the attempt began
-	JobEnd time.Time // when the job returned
-	Freed  time.Time // when the lock was released (or found lost)
-	JobErr error     // the job's error
+	// Acquired is when TryAcquire returned the lock (Ran only): the
+	// server granted it between Start and Acquired.
+	Acquired time.Time
+	JobEnd   time.Time // when the job returned
+	Freed    time.Time // when the lock was released (or found lost)
+	JobErr   error     // the job's error
 	// LockErr is nil when the lock was held throughout the run and
 	// released; else why not (an error wrapping dlock.ErrLockLost; with
 	// dlock.ErrHoldCapReached when the run exceeded AtMostFor).
@@ -80,7 +83,7 @@ func (s Schedule) Fire(ctx context.Context, job func(ctx context.Context) error)
 	if err != nil {
 		return r, err
 	}
-	r.Ran = true
+	r.Ran, r.Acquired = true, time.Now()
 	jctx, cancel := lk.Context(ctx)
 	r.JobErr = job(jctx)
 	cancel()

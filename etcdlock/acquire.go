@@ -291,7 +291,6 @@ func (b *backend) enqueue(ctx context.Context, req *driver.Request, peek func())
 func (b *backend) Queue(ctx context.Context, req *driver.Request) (g driver.Grant, err error) {
 	defer func() { err = unreachable(serverTimeoutTransient(err)) }()
 	b.sweepKey(ctx, req.Key)
-	sent := time.Now()
 	// A new or stale lease costs a round trip before the entry is put:
 	// meanwhile, read the head, so that a context ending before the entry
 	// is in still reports the holder seen.
@@ -320,7 +319,7 @@ func (b *backend) Queue(ctx context.Context, req *driver.Request) (g driver.Gran
 	if len(ahead) == 0 {
 		return e.grant(start), nil
 	}
-	w := &waiter{e: e, mode: req.Mode, limit: req.Limit, head: ahead[0], lastOK: sent}
+	w := &waiter{e: e, mode: req.Mode, limit: req.Limit, head: ahead[0]}
 	var preds []*mvccpb.KeyValue
 	if w.shares() {
 		if err := limitMismatch(req.Key, req, ahead[0]); err != nil {
@@ -334,9 +333,11 @@ func (b *backend) Queue(ctx context.Context, req *driver.Request) (g driver.Gran
 	}
 	start, err = w.wait(ctx, preds)
 	if err != nil {
-		if !errors.Is(err, errWaiterLeaseExpired) {
-			e.abandon()
+		if errors.Is(err, errWaiterLeaseExpired) {
+			// Its entry went with its lease: queue again, at the back.
+			return driver.Grant{}, fmt.Errorf("%w: etcd acquire %q: %w", dlock.ErrTransient, req.Key, err)
 		}
+		e.abandon()
 		if errors.Is(err, errWaitEnded) {
 			return driver.Grant{}, b.notAcquired(req.Key, w.seen(), context.Cause(ctx))
 		}

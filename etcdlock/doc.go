@@ -58,13 +58,15 @@
 // in arrival order. Shared and limited attempts differ as described under
 // Shared and limited locks. While waiting it keeps its lease alive and checks every
 // 250ms, with point reads, that the entry ahead, its own entry and the
-// holder are still there. If its own entry disappears (its lease expired or
-// was revoked) the wait ends with an error instead of lasting forever. When
+// holder are still there. If its own entry disappears (its lease expired,
+// say after a renewal a loaded machine sent late, or was revoked) the
+// attempt wraps dlock.ErrTransient and Acquire queues again, at the back,
+// on a live lease, while its context allows. When
 // the context ends while etcd answers, Acquire returns at once a
 // *dlock.NotAcquiredError naming the holder and removes its entry in the
-// background; when a request fails, or etcd has not answered for a second
-// (a hung server or a stalled link), it returns that error instead, never
-// ErrNotAcquired. A request that etcd itself timed out ("etcdserver:
+// background; when a request fails, or a request of the wait has gone
+// unanswered for a second (a hung server or a stalled link), it returns
+// that error instead, never ErrNotAcquired. A request that etcd itself timed out ("etcdserver:
 // request timed out", a leader lost or changed: a slow disk, a moment
 // without quorum) wraps dlock.ErrTransient: its entry, if it was put after
 // all, is deleted in the background, and Acquire tries again while its

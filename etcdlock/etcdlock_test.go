@@ -284,7 +284,10 @@ func TestLeaseRevokedBehindBack(t *testing.T) {
 	lk2.Release(dlocktest.Context(t))
 }
 
-func TestWaiterLeaseExpiredStopsWaiting(t *testing.T) {
+// A waiter whose lease expired while it waited (a renewal a loaded
+// machine sent late, or an operator's revoke) failed its Acquire instead
+// of queueing again.
+func TestWait_LeaseExpiredQueuesAgain(t *testing.T) {
 	t.Parallel()
 	c := etcdtest.Start(t, 1)
 	admin := newClient(t, c.Endpoints())
@@ -293,39 +296,56 @@ func TestWaiterLeaseExpiredStopsWaiting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer holder.Release(dlocktest.Context(t))
 	waiter := etcdlock.New(newClient(t, c.Endpoints()))
-	errc := make(chan error, 1)
+	type result struct {
+		lk  *dlock.Lock
+		err error
+	}
+	res := make(chan result, 1)
 	go func() {
-		_, err := waiter.Acquire(dlocktest.Context(t), key, dlock.WithTTL(time.Second))
-		errc <- err
+		lk, err := waiter.Acquire(dlocktest.Context(t), key, dlock.WithTTL(time.Second))
+		res <- result{lk, err}
 	}()
-	// Find the waiter's entry (the second in the queue) and revoke its lease.
-	var lease int64
-	deadline := time.Now().Add(dlocktest.HangTimeout)
-	for lease == 0 {
-		resp, err := admin.Get(dlocktest.Context(t), key+"/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(resp.Kvs) == 2 {
-			lease = resp.Kvs[1].Lease
-		} else if time.Now().After(deadline) {
-			t.Fatal("hang: waiter never queued")
-		} else {
+	// queued waits for the waiter's entry (the second in the queue) on a
+	// lease other than not, and returns its lease.
+	queued := func(not int64) int64 {
+		deadline := time.Now().Add(dlocktest.HangTimeout)
+		for {
+			resp, err := admin.Get(dlocktest.Context(t), key+"/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(resp.Kvs) == 2 && resp.Kvs[1].Lease != not {
+				return resp.Kvs[1].Lease
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("hang: waiter never queued")
+			}
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
+	lease := queued(0)
 	if _, err := admin.Revoke(dlocktest.Context(t), clientv3.LeaseID(lease)); err != nil {
 		t.Fatal(err)
 	}
+	queued(lease) // queued again, on a new lease
 	select {
-	case err := <-errc:
-		if err == nil || errors.Is(err, dlock.ErrNotAcquired) || !strings.Contains(err.Error(), "lease") {
-			t.Fatalf("waiter whose lease expired: %v", err)
+	case r := <-res:
+		t.Fatalf("waiter whose lease expired returned (%v, %v) while the key was held", r.lk, r.err)
+	default:
+	}
+	holder.Release(dlocktest.Context(t))
+	select {
+	case r := <-res:
+		if r.err != nil {
+			t.Fatalf("waiter whose lease expired, after the holder's release: %v", r.err)
 		}
+		if r.lk.Token() <= holder.Token() {
+			t.Fatalf("token %d after the holder's %d", r.lk.Token(), holder.Token())
+		}
+		r.lk.Release(dlocktest.Context(t))
 	case <-time.After(dlocktest.HangTimeout):
-		t.Fatal("hang: waiter kept waiting after its lease was revoked")
+		t.Fatal("hang: waiter never got the key after the holder's release")
 	}
 }
 

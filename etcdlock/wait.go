@@ -20,9 +20,12 @@ const (
 	// waitProbe is how often a waiter checks its place in the queue (and
 	// so that etcd answers) while it watches the entry ahead of it.
 	waitProbe = 250 * time.Millisecond
-	// waitRecency: a wait whose context ends reports the holder it waits
-	// behind (ErrNotAcquired) only if etcd confirmed that holder this
-	// recently; otherwise it reports that etcd did not answer.
+	// waitRecency: a wait whose context ends reports that etcd did not
+	// answer if a request of the wait had gone unanswered this long;
+	// otherwise the holder it waits behind (ErrNotAcquired), as etcd last
+	// answered. Judged by the request outstanding, not by the time since
+	// the last answer: a loaded process sends its probes late, and etcd
+	// answering each of them is not an outage.
 	waitRecency = time.Second
 )
 
@@ -40,8 +43,19 @@ type waiter struct {
 	limit   int
 	head    *mvccpb.KeyValue   // the holder, as last read
 	holders []*mvccpb.KeyValue // a shared or limited waiter's holders, as last read with the queue
-	lastOK  time.Time          // when the last request that etcd answered was sent
+	// asked is when the oldest request of the wait that etcd has not
+	// answered, since its last answer, was sent; zero when none is out.
+	asked time.Time
 }
+
+// ask notes a request sent now; answered, that etcd answered one.
+func (w *waiter) ask() {
+	if w.asked.IsZero() {
+		w.asked = time.Now()
+	}
+}
+
+func (w *waiter) answered() { w.asked = time.Time{} }
 
 // shares reports whether the waiter is shared or limited: it reads the
 // whole queue ahead of it, and may wait for several entries.
@@ -64,14 +78,17 @@ func sameEntry(a, b *mvccpb.KeyValue) bool {
 }
 
 // ended is the outcome of a wait whose context ended (err: the request in
-// flight then, if any): the holder if etcd answered recently, else that
-// etcd did not answer.
+// flight then, if any): that etcd did not answer if a request had waited
+// waitRecency for its answer, else the holder.
 func (w *waiter) ended(ctx context.Context, err error) error {
-	if since := time.Since(w.lastOK); since >= waitRecency {
+	if w.asked.IsZero() {
+		return errWaitEnded
+	}
+	if since := time.Since(w.asked); since >= waitRecency {
 		if err == nil {
 			err = context.Cause(ctx)
 		}
-		return fmt.Errorf("dlock: etcd acquire %q: no answer from etcd in the last %v of the wait: %w", w.e.key, since.Round(time.Millisecond), err)
+		return fmt.Errorf("dlock: etcd acquire %q: no answer from etcd for the last %v of the wait: %w", w.e.key, since.Round(time.Millisecond), err)
 	}
 	return errWaitEnded
 }
@@ -94,14 +111,14 @@ func (w *waiter) keepAliveDue(ctx context.Context) error {
 	if !due {
 		return nil
 	}
-	start := time.Now()
+	w.ask()
 	if err := w.e.b.keepAlive(ctx, s); err != nil {
 		if errors.Is(err, dlock.ErrNotHeld) {
 			return fmt.Errorf("%w: %v", errWaiterLeaseExpired, err)
 		}
 		return w.failed(ctx, "keeping the lease alive", err)
 	}
-	w.lastOK = start
+	w.answered()
 	w.e.b.sweepSession(ctx, s)
 	return nil
 }
@@ -133,14 +150,14 @@ func (w *waiter) wait(ctx context.Context, preds []*mvccpb.KeyValue) (time.Time,
 			ops = []clientv3.Op{clientv3.OpGet(pfx, inOrder(clientv3.WithMaxCreateRev(e.rev-1))...)}
 		}
 		ops = append(ops, clientv3.OpGet(e.myKey, clientv3.WithKeysOnly()))
-		sent := time.Now()
+		w.ask()
 		rctx, cancel := b.rpc(ctx)
 		resp, err := b.client.Txn(rctx).Then(ops...).Commit()
 		cancel()
 		if err != nil {
 			return time.Time{}, w.failed(ctx, "reading the queue", err)
 		}
-		w.lastOK = sent
+		w.answered()
 		rs := resp.Responses
 		if mine := rs[len(rs)-1].GetResponseRange().Kvs; len(mine) == 0 || mine[0].CreateRevision != e.rev {
 			b.gone(e)
@@ -240,14 +257,14 @@ func (w *waiter) waitDelete(ctx context.Context, preds []*mvccpb.KeyValue) error
 					continue
 				}
 				pred := preds[0]
-				sent := time.Now()
+				w.ask()
 				rctx, rcancel := b.rpc(ctx)
 				g, err := b.client.Get(rctx, string(pred.Key), clientv3.WithKeysOnly())
 				rcancel()
 				if err != nil {
 					return w.failed(ctx, "reading the entry ahead", err)
 				}
-				w.lastOK = sent
+				w.answered()
 				if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != pred.CreateRevision {
 					return nil // already gone
 				}
@@ -263,6 +280,9 @@ func (w *waiter) waitDelete(ctx context.Context, preds []*mvccpb.KeyValue) error
 			}
 			// A stale entry of ours ahead of us (a release or a wait that
 			// could not delete it) would hold us up until its lease expires.
+			// The sweep says nothing of its answer: it counts as asked
+			// until the probe after it is answered.
+			w.ask()
 			b.sweepKey(ctx, w.e.key)
 			gone, err := w.probe(ctx, preds)
 			if err != nil || gone {
@@ -315,7 +335,7 @@ func (w *waiter) probe(ctx context.Context, preds []*mvccpb.KeyValue) (bool, err
 	}
 	ops := []clientv3.Op{predsOp, clientv3.OpGet(e.myKey, clientv3.WithKeysOnly())}
 	withHead := append(ops, clientv3.OpGet(b.queuePrefix(e.key), clientv3.WithFirstCreate()...))
-	sent := time.Now()
+	w.ask()
 	rctx, cancel := b.rpc(ctx)
 	txn := b.client.Txn(rctx)
 	if w.head != nil {
@@ -329,7 +349,7 @@ func (w *waiter) probe(ctx context.Context, preds []*mvccpb.KeyValue) (bool, err
 	if err != nil {
 		return false, w.failed(ctx, "checking the queue", err)
 	}
-	w.lastOK = sent
+	w.answered()
 	if mine := resp.Responses[1].GetResponseRange().Kvs; len(mine) == 0 || mine[0].CreateRevision != e.rev {
 		b.gone(e)
 		return false, errWaiterLeaseExpired

@@ -27,11 +27,11 @@ var (
 	// after all.
 	ErrUnavailable = errors.New("dlock: lock service unavailable")
 	// ErrTransient is wrapped by a backend's attempt that failed without
-	// observing a holder and without leaving anything behind, and that may
-	// succeed if repeated (a Redlock commit that missed its majority, a
-	// grant that arrived with no validity left). Acquire repeats such
-	// attempts after a backoff step while it may wait; TryAcquire returns
-	// the error.
+	// leaving anything behind, and that may succeed if repeated (a Redlock
+	// commit that missed its majority, a grant that arrived with no
+	// validity left, a queued waiter whose own lease or session expired).
+	// Acquire repeats such attempts after a backoff step while it may
+	// wait; TryAcquire returns the error.
 	ErrTransient = errors.New("dlock: transient failure")
 	// ErrLockLost: the lock was lost while held: renewal failed, the local
 	// deadline passed, the key was deleted or changed behind the holder's

@@ -50,7 +50,7 @@ type Harness struct {
 	// ShortTTL is the lease ShortTTLContention hands out under contention
 	// (zero: 300ms). A backend whose waiting entries hold leases of that
 	// length too (etcd) sets one a loaded machine renews in time: a
-	// waiter whose lease expires leaves the queue with an error.
+	// waiter whose lease expires queues again at the back.
 	ShortTTL time.Duration
 	// NoticesDeletion says the backend watches its leases on the server
 	// (session backends) and closes Lost() when one is deleted, without

@@ -61,7 +61,8 @@
 // holder are still there. If its own entry disappears (its lease expired,
 // say after a renewal a loaded machine sent late, or was revoked) the
 // attempt wraps dlock.ErrTransient and Acquire queues again, at the back,
-// on a live lease, while its context allows. When
+// on a live lease, while its context allows (a context that ends before
+// then gets the context's error with the expiry). When
 // the context ends while etcd answers, Acquire returns at once a
 // *dlock.NotAcquiredError naming the holder and removes its entry in the
 // background; when a request fails, or a request of the wait has gone

@@ -57,7 +57,7 @@ func leaseOf(t testing.TB, cli *clientv3.Client, l *etcdlock.Locker, key string)
 // reported lost: the suite's promises do not depend on the TTL, only on
 // renewals fitting in it. The same holds for the leases of waiting
 // entries, which ShortTTLContention takes at ShortTTL: a waiter whose
-// lease expires leaves the queue with an error.
+// lease expires loses its place and queues again at the back.
 func harnessOn(eps []string, admin *clientv3.Client) dlocktest.Harness {
 	return dlocktest.Harness{
 		TTL:      4 * time.Second,

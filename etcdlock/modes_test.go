@@ -241,9 +241,9 @@ func TestSharedWriterGivesUp(t *testing.T) {
 
 // A reader whose client goes silent (a crash, as far as etcd can tell)
 // loses its own lease alone: the writer waiting behind it and another
-// reader is granted the key once that lease expired, after the crashed
-// reader's Lost() closed, and within its TTL plus a bounded slack; the
-// other reader's lock is untouched.
+// reader is granted the key once that lease expired (when etcd's lessor
+// gets to it: bounded here by the hang bound only), after the crashed
+// reader's Lost() closed; the other reader's lock is untouched.
 func TestCrashedReaderDoesNotBlockWriter(t *testing.T) {
 	t.Parallel()
 	c, crashL, p := proxied(t)

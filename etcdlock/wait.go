@@ -119,6 +119,9 @@ func (w *waiter) keepAliveDue(ctx context.Context) error {
 		return w.failed(ctx, "keeping the lease alive", err)
 	}
 	w.answered()
+	// The sweep says nothing of its answer: it counts as asked until the
+	// next request of the wait is answered.
+	w.ask()
 	w.e.b.sweepSession(ctx, s)
 	return nil
 }
@@ -197,7 +200,10 @@ func (w *waiter) wait(ctx context.Context, preds []*mvccpb.KeyValue) (time.Time,
 			if errors.Is(err, dlock.ErrNotHeld) {
 				return time.Time{}, fmt.Errorf("%w: %v", errWaiterLeaseExpired, err)
 			}
-			return time.Time{}, w.failed(ctx, "keeping the lease alive", err)
+			// Not w.failed: the entry is no longer behind a holder, so a
+			// context that ended here is no "held by" (the head read last
+			// may be this entry itself). The outcome is unknown.
+			return time.Time{}, fmt.Errorf("dlock: etcd acquire %q: keeping the lease alive, first in the queue: %w", e.key, err)
 		}
 	}
 	return start, nil

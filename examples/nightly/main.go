@@ -160,6 +160,26 @@ type verdict struct {
 	notShown []string
 }
 
+// spill is how long into period p (its first firing) the previous
+// period's run still held the lock; zero if it did not.
+func (ps periodsResult) spill(p int) time.Duration {
+	if p == 0 || len(ps.runs[p]) == 0 {
+		return 0
+	}
+	first := ps.runs[p][0].Start
+	for _, r := range ps.runs[p] {
+		if r.Start.Before(first) {
+			first = r.Start
+		}
+	}
+	for _, r := range ps.runs[p-1] {
+		if r.Ran && r.Freed.After(first) {
+			return r.Freed.Sub(first)
+		}
+	}
+	return 0
+}
+
 // holding is a part of the time a run held its lock, for certain: from
 // the reply that granted it until its release began (the job's end, or
 // start+atLeastFor if later).
@@ -188,7 +208,11 @@ func (ps periodsResult) verdict() verdict {
 			}
 		}
 		if len(ran) == 0 {
-			v.problems = append(v.problems, fmt.Sprintf("period %d: no replica ran the job", p+1))
+			if spill := ps.spill(p); spill > 0 {
+				v.notShown = append(v.notShown, fmt.Sprintf("period %d: the previous period's run still held the lock %v into it", p+1, ms(spill)))
+			} else {
+				v.problems = append(v.problems, fmt.Sprintf("period %d: no replica ran the job", p+1))
+			}
 		}
 		for i, a := range ran {
 			for _, b := range ran[i+1:] {
@@ -451,7 +475,8 @@ func crash(ctx context.Context, e env, say func(string, ...any)) (crashResult, e
 		return c, err
 	}
 	c.running = time.Now()
-	m := dlocktest.StartStallMeter(c.running)
+	// Only a stall after the bound can delay seeing the lock free past it.
+	m := dlocktest.StartStallMeter(c.running.Add(atMostFor))
 	defer m.Stop()
 	if err := work(ctx, 300*time.Millisecond); err != nil {
 		return c, err
@@ -493,10 +518,9 @@ func (h hangResult) verdict() verdict {
 	if held := h.free.Sub(h.run.Start); held <= lockTTL {
 		out = append(out, fmt.Sprintf("the lock was free after %v, within its TTL: not renewed", held))
 	}
-	// The hold cap counts from the grant, which came before the reply
-	// (Acquired).
-	if held := h.free.Sub(h.run.Acquired) - h.stalled; held > atMostFor+probeSlack {
-		out = append(out, fmt.Sprintf("the lock was free only %v after it was granted (%v stalled)", held, h.stalled))
+	// The hold cap counts from the attempt's start, after Start.
+	if held := h.free.Sub(h.run.Start) - h.stalled; held > atMostFor+probeSlack {
+		out = append(out, fmt.Sprintf("the lock was free only %v after the run started (%v stalled after atMostFor)", held, h.stalled))
 	}
 	return verdict{problems: out}
 }
@@ -514,6 +538,7 @@ func hang(ctx context.Context, e env, say func(string, ...any)) (hangResult, err
 	started := make(chan struct{})
 	unblock := make(chan struct{})
 	done := make(chan error, 1)
+	fired := time.Now()
 	go func() {
 		var err error
 		h.run, err = s.Fire(ctx, func(jctx context.Context) error {
@@ -526,7 +551,9 @@ func hang(ctx context.Context, e env, say func(string, ...any)) (hangResult, err
 		done <- err
 	}()
 	<-started
-	m := dlocktest.StartStallMeter(time.Now())
+	// Only a stall after the bound (from before the run's Start) can
+	// delay seeing the lock free past it.
+	m := dlocktest.StartStallMeter(fired.Add(atMostFor))
 	var err error
 	h.free, err = probe(ctx, prober.Locker, e.Job)
 	h.stalled = m.StopAt(h.free)

@@ -107,8 +107,7 @@ func TestVerdict_LateGrantAfterTheRunIsNotShownNotAViolation(t *testing.T) {
 	}
 }
 
-// Two runs granted while both held the lock must stay a violation, however
-// late the machine was.
+// Two runs holding the lock at once could pass as a slow machine's case.
 func TestVerdict_OverlappingRunsAreAViolation(t *testing.T) {
 	t0 := time.Now()
 	first := Run{Ran: true, Start: t0, Acquired: t0.Add(5 * time.Millisecond), JobEnd: t0.Add(25 * time.Millisecond), Freed: t0.Add(atLeastFor + 5*time.Millisecond)}
@@ -121,5 +120,22 @@ func TestVerdict_OverlappingRunsAreAViolation(t *testing.T) {
 	v = atLeastResult{first: first, late: late, free: first.Freed}.verdict(atLeastFor)
 	if len(v.problems) != 1 {
 		t.Fatalf("at least for: problems %q, not shown %q; want one problem", v.problems, v.notShown)
+	}
+}
+
+// A period whose replicas all found the previous period's late run still
+// holding failed as "no replica ran the job".
+func TestVerdict_PreviousRunSpillingOverIsNotShown(t *testing.T) {
+	t0 := time.Now()
+	prev := Run{Ran: true, Start: t0, Acquired: t0.Add(5 * time.Millisecond), JobEnd: t0.Add(period + 100*time.Millisecond)}
+	prev.Freed = prev.JobEnd
+	skipped := Run{Start: t0.Add(period)}
+	v := periodsResult{runs: [][]Run{{prev}, {skipped}}}.verdict()
+	if len(v.problems) != 0 || len(v.notShown) != 1 {
+		t.Fatalf("problems %q, not shown %q; want only one case not shown", v.problems, v.notShown)
+	}
+	prev.Freed = t0.Add(atLeastFor)
+	if v := (periodsResult{runs: [][]Run{{prev}, {skipped}}}).verdict(); len(v.problems) != 1 {
+		t.Fatalf("a period nobody ran, the lock free: problems %q; want one", v.problems)
 	}
 }

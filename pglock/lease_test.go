@@ -109,7 +109,12 @@ func TestBind_FailedCheckIsRetried(t *testing.T) {
 	t.Parallel()
 	pg := ownPG(t)
 	pool := newPool(t, pg.DSN("")+"&pool_max_conns=1")
-	holder := pglock.New(pool, pglock.WithRequestTimeout(500*time.Millisecond))
+	// The table is created first, without the short timeout: a fresh
+	// server's DDL may take longer than the holder's requests.
+	if err := pglock.Migrate(dlocktest.Context(t), pool); err != nil {
+		t.Fatal(err)
+	}
+	holder := pglock.New(pool, pglock.WithRequestTimeout(2*time.Second), pglock.WithoutMigrate())
 	operator := pglock.New(newPool(t, pg.DSN("")), pglock.WithoutListen())
 	key := dlocktest.Key(t)
 	const ttl = time.Minute // first renewal point 20s on

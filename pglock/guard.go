@@ -116,14 +116,13 @@ const maxGuardRowAttempts = 3
 //     request is sent) its server backend may stay queued for the fence
 //     row until the row is free, and then end. Its transaction never
 //     commits. The server's lock_timeout bounds such waits.
-//   - Under REPEATABLE READ or SERIALIZABLE, an exclusive Check reads the
-//     shared fences as of its transaction's snapshot, taken by the
-//     transaction's first statement: a shared check whose transaction
-//     committed after it (while the exclusive Check waited for the fence
-//     row, say) is not seen, and a paused writer below that reader's
-//     token can be admitted. Run exclusive fenced transactions under READ
-//     COMMITTED (PostgreSQL's default) where readers or permit holders
-//     share the resource.
+//   - Under REPEATABLE READ or SERIALIZABLE, an exclusive Check's
+//     transaction cannot see shared checks that committed after its
+//     snapshot, so the Check reads the shared fences once more, with the
+//     fence row locked, on a connection of the Guard's pool: size that
+//     pool above the number of such transactions open at once (with none
+//     free the Check waits, bounded by ctx). Under READ COMMITTED
+//     (PostgreSQL's default) it needs no second connection.
 //   - Under REPEATABLE READ or SERIALIZABLE, Check fails with a
 //     serialization failure (SQLSTATE 40001) when another transaction
 //     changed the fence row after the snapshot was taken; retry the
@@ -284,8 +283,9 @@ func abortGuardTx(ctx context.Context, tx pgx.Tx) {
 // An exclusive fence locks the fence row FOR NO KEY UPDATE, which waits
 // until every transaction of a shared check on the resource has ended,
 // and then reads the highest shared token in a statement of its own,
-// whose snapshot has their rows under READ COMMITTED (see Guard's Not
-// guaranteed for the other levels). Admitted above the last exclusive
+// whose snapshot has their rows under READ COMMITTED; under REPEATABLE
+// READ or SERIALIZABLE, whose snapshot may not, it reads them once more
+// on a connection of the Guard's pool. Admitted above the last exclusive
 // fence, it updates the fence row and deletes the shared tokens it is
 // above (all of them).
 func (g *Guard) checkTx(ctx context.Context, tx pgx.Tx, resource string, f dlock.Fence) error {
@@ -320,6 +320,18 @@ func (g *Guard) checkTx(ctx context.Context, tx pgx.Tx, resource string, f dlock
 			if err := tx.QueryRow(ctx, q, resource).Scan(&seen); err != nil {
 				return g.dbError(ctx, resource, err)
 			}
+			if !readCommitted {
+				// Under REPEATABLE READ or SERIALIZABLE that statement reads
+				// the transaction's snapshot, which can predate shared
+				// checks that committed while this one waited for the row.
+				// With the row locked no shared check can commit any more:
+				// read them once more outside the transaction.
+				var now string
+				if err := g.pool.QueryRow(ctx, q, resource).Scan(&now); err != nil {
+					return g.dbError(ctx, resource, err)
+				}
+				seen = maxDecimal(seen, now)
+			}
 		}
 		rec, err := parseFenceRow(tok, owner, seen)
 		if err != nil {
@@ -347,6 +359,18 @@ UPDATE `+g.tables.fences+` SET token = $2, owner = $3 WHERE resource = $1`, reso
 		return nil
 	}
 	return fmt.Errorf("dlock: postgres guard %q: the fence row in %s kept disappearing (deleted concurrently %d times)", resource, g.tables.name, maxGuardRowAttempts)
+}
+
+// maxDecimal returns the larger of two non-negative integers in decimal
+// without leading zeros (numeric::text of a token).
+func maxDecimal(a, b string) string {
+	if len(a) != len(b) {
+		if len(a) > len(b) {
+			return a
+		}
+		return b
+	}
+	return max(a, b)
 }
 
 // errBadFenceRow reports a fence row that does not hold a fence.

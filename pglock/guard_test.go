@@ -538,6 +538,54 @@ func TestGuardCheck_RefusesPausedWriterAfterReader(t *testing.T) {
 	}
 }
 
+// Under REPEATABLE READ or SERIALIZABLE a paused writer whose snapshot
+// predated a reader's commit was admitted below the reader's token.
+func TestGuardCheck_RefusesPausedWriterAfterReader_SnapshotIsolation(t *testing.T) {
+	t.Parallel()
+	_, pool := guardServer(t)
+	ctx := dlocktest.Context(t)
+	g := pglock.NewGuard(pool)
+	for _, iso := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
+		t.Run(string(iso), func(t *testing.T) {
+			res := "paused-writer-" + string(iso)
+			w, r := dlock.Fence{Token: 5, Owner: "w"}, dlock.Fence{Token: 6, Owner: "r", Shared: true}
+			txW := guardBegin(t, pool)
+			if err := g.Check(ctx, txW, res, w); err != nil {
+				t.Fatal(err)
+			}
+			if err := txW.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// The writer's transaction takes its snapshot before the
+			// reader checks and commits.
+			txW2, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: iso})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = txW2.Rollback(context.Background()) })
+			if _, err := txW2.Exec(ctx, `SELECT 1`); err != nil {
+				t.Fatal(err)
+			}
+			txR := guardBegin(t, pool)
+			if err := g.Check(ctx, txR, res, r); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- g.Check(ctx, txW2, res, w) }()
+			guardWaitBlocked(t, pool, 1)
+			if err := txR.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-done:
+				guardCheckStale(t, err, res, w, 6)
+			case <-time.After(dlocktest.HangTimeout):
+				t.Fatal("hang: the writer's Check never returned")
+			}
+		})
+	}
+}
+
 // Two readers' SERIALIZABLE transactions, each with a shared Check, could
 // not both commit: each check read the shared tokens the other wrote.
 func TestGuardCheck_SerializableSharedChecksCommitTogether(t *testing.T) {

@@ -34,6 +34,12 @@
 //     and an attempt waits for a majority of answers only: a node that
 //     answers later is refused from the next attempt on, and one that does
 //     not answer is asked again in the background.
+//   - A dlock.Break reaches the broken holder at once: a lock held for more
+//     than 100 ms listens on every node's break channel, and once the
+//     nodes holding its lease (or not answering) are fewer than a
+//     majority, its Lost() closes, not at its next renewal. A break that
+//     leaves the lease on a majority (of nodes holding it or silent)
+//     leaves it held.
 //
 // # Not guaranteed
 //
@@ -46,8 +52,6 @@
 //   - Strict arrival order among waiters: a woken waiter that does not
 //     claim its reservation within 100ms, and a waiter whose wake-up was
 //     lost (it then polls), may be overtaken (see Waiting).
-//   - Prompt notice of a break: a holder whose leases dlock.Break removed
-//     finds out at its next renewal.
 //   - A node's eviction policy set after it was first asked.
 //   - A clean slate right after Release on every node: a node slower than
 //     Release's grace (see Release) may still hold the released lease, or

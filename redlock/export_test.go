@@ -32,3 +32,11 @@ func SetGrantHook(t interface{ Cleanup(func()) }, l *Locker, i int, before, afte
 	grantHook.Store(&f)
 	t.Cleanup(func() { grantHook.Store(nil) })
 }
+
+// SetBreakCheckHook makes f run after each check a break notice (or the
+// subscriptions being in place) triggers in a held lock, with the number
+// of nodes found holding the lease or silent, until the test ends.
+func SetBreakCheckHook(t interface{ Cleanup(func()) }, f func(held int)) {
+	breakCheckHook.Store(&f)
+	t.Cleanup(func() { breakCheckHook.Store(nil) })
+}

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/background"
 	"github.com/dlock-go/dlock/redislock/redisproto"
@@ -341,3 +342,122 @@ func (bt *batchTally) decideLocked(j int, final bool) {
 		close(bt.all)
 	}
 }
+
+var _ driver.LossNotifier = (*lease)(nil)
+
+// breakListenDelay is how long a lock is held before it listens for break
+// notices. Most locks are held for less: they cost no subscription, and a
+// break of one is found by its release or renewal.
+const breakListenDelay = 100 * time.Millisecond
+
+// Bind implements driver.LossNotifier: once the lock has been held for
+// breakListenDelay, the lease listens on its key's break channel on every
+// node (a break publishes on each node it removed the lease from), and on
+// each notice asks every node, within the node timeout, whether it still
+// holds the lease: when the nodes that do, with those that did not
+// answer, are fewer than a majority, the lease can no longer be valid
+// and the Lock is lost at once (wrapping dlock.ErrNotHeld), not at its
+// next renewal. It also asks once when the subscriptions are in place,
+// which covers a break before them. A node whose SUBSCRIBE fails (down)
+// is not listened to for the rest of the lock's life: a break that
+// reaches no other listened node is found by the next renewal. stop
+// cancels the listening without waiting on the network.
+func (l *lease) Bind(lose func(cause error)) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	// Not background work: it lasts as long as the lock (or the clients).
+	t := time.AfterFunc(breakListenDelay, func() { go l.listenBreaks(ctx, lose) })
+	return func() {
+		t.Stop()
+		cancel()
+	}
+}
+
+// listenBreaks is Bind's listener, until ctx ends or the lock is lost.
+func (l *lease) listenBreaks(ctx context.Context, lose func(cause error)) {
+	ch := make(chan struct{}, 1)
+	subs := make(chan *redisproto.Subscription, len(l.b.nodes))
+	var wg sync.WaitGroup
+	for _, n := range l.b.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if s, err := n.WatchBreaks(ctx, l.key, ch); err == nil {
+				subs <- s
+			}
+		}()
+	}
+	wg.Wait()
+	close(subs)
+	listening := 0
+	for s := range subs {
+		defer s.Close()
+		listening++
+	}
+	if listening == 0 {
+		return // no node listens: the renewals find a break
+	}
+	select {
+	case ch <- struct{}{}: // a break before the subscriptions
+	default: // a notice is already pending
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+		}
+		held, asked := l.heldOn(ctx)
+		if hook := breakCheckHook.Load(); hook != nil {
+			(*hook)(held)
+		}
+		if held < l.b.quorum && ctx.Err() == nil {
+			lose(fmt.Errorf("%w: redlock %q: the lease is on %d of %d nodes, or not known to be, after a break (%d needed)", dlock.ErrNotHeld, l.key, held, asked, l.b.quorum))
+			return
+		}
+	}
+}
+
+// heldOn asks every node, each within the node timeout, whether it holds
+// the lease: held counts those that do and those that did not answer
+// (they may), of asked. It returns once the answers show fewer than a
+// majority, or every node answered, or the node timeout passed.
+func (l *lease) heldOn(ctx context.Context) (held, asked int) {
+	all := l.b.all()
+	ch := l.b.fanOut(ctx, l.timeout, all, func(ctx context.Context, n *node) answer {
+		ok, err := n.Holds(ctx, l.key, l.owner, false)
+		return answer{ok: ok, err: err}
+	})
+	// The node timeout bounds the wait itself: a client on a stalled link
+	// may not give up by its context (see tally).
+	timer := time.NewTimer(l.timeout)
+	defer timer.Stop()
+	gone := 0
+	take := func(a answer) {
+		if !a.ok && a.err == nil {
+			gone++
+		}
+	}
+	for n := 0; n < len(all) && len(all)-gone >= l.b.quorum; n++ {
+		select {
+		case a := <-ch:
+			take(a)
+		case <-timer.C:
+			for drained := false; !drained; { // answers already in count
+				select {
+				case a := <-ch:
+					take(a)
+				default:
+					drained = true
+				}
+			}
+			return len(all) - gone, len(all) // the rest are silent
+		case <-ctx.Done():
+			return len(all) - gone, len(all)
+		}
+	}
+	return len(all) - gone, len(all)
+}
+
+// breakCheckHook, when set (by tests), runs after each check a break
+// notice triggers, with the nodes found holding the lease (or silent).
+var breakCheckHook atomic.Pointer[func(held int)]

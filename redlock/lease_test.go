@@ -2,11 +2,15 @@ package redlock_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/redlock"
 )
@@ -47,5 +51,120 @@ func TestRelease_SettlesAGrantStillInFlight(t *testing.T) {
 		if strings.HasPrefix(v, lk.Owner()) {
 			t.Errorf("node %d holds the released lease when Release returned: %q", i, v)
 		}
+	}
+}
+
+// A break of a lease on a minority of its nodes leaves the lock held (a
+// majority still holds it); a break of one more node, which leaves a
+// minority, closes Lost() before the holder's first renewal point, told
+// by the nodes' break notices.
+// Symptom: a broken Redlock holder learned of the break only at its next renewal.
+func TestBind_LostOnceABreakLeavesAMinority(t *testing.T) {
+	c := startNodes(t, 3)
+	checked := make(chan int, 16)
+	redlock.SetBreakCheckHook(t, func(held int) {
+		select {
+		case checked <- held:
+		default:
+		}
+	})
+	key := dlocktest.Key(t)
+	const ttl = time.Minute // first renewal point 20s on: far past a notice
+	lk, err := c.locker(t).Acquire(dlocktest.Context(t), key, dlock.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Release(context.Background())
+	heldOnAll(t, c, key, lk)
+	// One node's operator: a break through it removes the lease there
+	// alone, and publishes there.
+	breakOn := func(i int) {
+		t.Helper()
+		op := redlock.New([]redis.UniversalClient{c.client(t, c.srvs[i])})
+		if b, err := dlock.Break(dlocktest.Context(t), op, key, ""); err != nil || len(b.Holders) != 1 {
+			t.Fatalf("Break on node %d: %+v, %v", i, b, err)
+		}
+	}
+	breakOn(0)
+	for held := 0; held != 2; {
+		select {
+		case held = <-checked:
+		case <-lk.Lost():
+			t.Fatalf("lost with the lease still on 2 of 3 nodes: %v", lk.Err())
+		case <-time.After(dlocktest.HangTimeout):
+			t.Fatal("hang: no check after the break on node 0")
+		}
+	}
+	if lk.Err() != nil {
+		t.Fatalf("lost with the lease still on 2 of 3 nodes: %v", lk.Err())
+	}
+	breakOn(1)
+	timer := time.NewTimer(ttl / 3)
+	defer timer.Stop()
+	select {
+	case <-lk.Lost():
+	case <-timer.C:
+		t.Fatal("Lost() still open at the first renewal point with the lease on 1 of 3 nodes")
+	}
+	var le *dlock.LostError
+	if !errors.As(lk.Err(), &le) || le.Reason != dlock.LossBackend || !errors.Is(lk.Err(), dlock.ErrNotHeld) {
+		t.Errorf("Err() = %v, want a *LostError with reason %q wrapping ErrNotHeld", lk.Err(), dlock.LossBackend)
+	}
+}
+
+// With one node of three stalled, the check a break notice triggers
+// waits for that node no longer than the node timeout: a break that
+// leaves a minority closes Lost() by then, not when the stalled client
+// gives up.
+// Symptom: each check waited about 5s for the stalled node, and Lost() closed 10s after the break.
+func TestBind_CheckReturnsByNodeTimeout_NodeStalled(t *testing.T) {
+	c := startNodes(t, 3)
+	checked := make(chan int, 16)
+	redlock.SetBreakCheckHook(t, func(held int) {
+		select {
+		case checked <- held:
+		default:
+		}
+	})
+	const nodeTimeout = 300 * time.Millisecond
+	holder, link := c.lockerVia(t, []int{2}, redlock.WithNodeTimeout(nodeTimeout))
+	key := dlocktest.Key(t)
+	lk, err := holder.Acquire(dlocktest.Context(t), key, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Release(context.Background())
+	heldOnAll(t, c, key, lk)
+	select { // the lock listens on every node
+	case <-checked:
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatal("hang: the held lock never checked its nodes")
+	}
+	link.Stall()
+	defer link.Heal()
+	breakOn := func(i int) {
+		t.Helper()
+		op := redlock.New([]redis.UniversalClient{c.client(t, c.srvs[i])})
+		if b, err := dlock.Break(dlocktest.Context(t), op, key, ""); err != nil || len(b.Holders) != 1 {
+			t.Fatalf("Break on node %d: %+v, %v", i, b, err)
+		}
+	}
+	breakOn(0)
+	breakOn(1)
+	broken := time.Now()
+	// The notices of both breaks may each cost a check.
+	deadline := broken.Add(2 * nodeTimeout)
+	m := dlocktest.StartStallMeter(broken)
+	select {
+	case <-lk.Lost():
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatal("hang: Lost() never closed with the lease on 0 of 2 answering nodes")
+	}
+	end := time.Now()
+	if o := dlocktest.Overrun(deadline, end, m.StopAt(end)); o > dlocktest.OverrunBound {
+		t.Errorf("Lost() closed %v after the break (%v past the two checks' node timeouts)", end.Sub(broken), o)
+	}
+	if !errors.Is(lk.Err(), dlock.ErrNotHeld) {
+		t.Errorf("Err() = %v, want ErrNotHeld", lk.Err())
 	}
 }

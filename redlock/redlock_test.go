@@ -118,8 +118,9 @@ func TestConformance(t *testing.T) {
 	conformanceGrace(t)
 	c := startNodes(t, 5)
 	dlocktest.TestLocker(t, dlocktest.Harness{
-		TTL: conformanceTTL,
-		New: func(t testing.TB) dlock.Locker { return c.locker(t, redlock.WithNodeTimeout(conformanceNodeTimeout)) },
+		TTL:         conformanceTTL,
+		TellsBroken: true, // each node publishes the break
+		New:         func(t testing.TB) dlock.Locker { return c.locker(t, redlock.WithNodeTimeout(conformanceNodeTimeout)) },
 		Expire: func(t testing.TB, key string) {
 			for _, a := range c.admin {
 				if err := a.Del(context.Background(), lockKey(key)).Err(); err != nil {
@@ -135,8 +136,9 @@ func TestFaults(t *testing.T) {
 	conformanceGrace(t)
 	c := startNodes(t, 3)
 	dlocktest.TestLocker(t, dlocktest.Harness{
-		TTL: conformanceTTL,
-		New: func(t testing.TB) dlock.Locker { return c.locker(t, redlock.WithNodeTimeout(conformanceNodeTimeout)) },
+		TTL:         conformanceTTL,
+		TellsBroken: true, // each node publishes the break
+		New:         func(t testing.TB) dlock.Locker { return c.locker(t, redlock.WithNodeTimeout(conformanceNodeTimeout)) },
 		Expire: func(t testing.TB, key string) {
 			for _, a := range c.admin {
 				if err := a.Del(context.Background(), lockKey(key)).Err(); err != nil {

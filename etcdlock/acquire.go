@@ -319,7 +319,7 @@ func (b *backend) Queue(ctx context.Context, req *driver.Request) (g driver.Gran
 	if len(ahead) == 0 {
 		return e.grant(start), nil
 	}
-	w := &waiter{e: e, mode: req.Mode, limit: req.Limit, head: ahead[0]}
+	w := &waiter{e: e, mode: req.Mode, limit: req.Limit, head: ahead[0], answerAt: time.Now()}
 	var preds []*mvccpb.KeyValue
 	if w.shares() {
 		if err := limitMismatch(req.Key, req, ahead[0]); err != nil {

@@ -20,12 +20,12 @@ const (
 	// waitProbe is how often a waiter checks its place in the queue (and
 	// so that etcd answers) while it watches the entry ahead of it.
 	waitProbe = 250 * time.Millisecond
-	// waitRecency: a wait whose context ends reports that etcd did not
-	// answer if a request of the wait had gone unanswered this long;
-	// otherwise the holder it waits behind (ErrNotAcquired), as etcd last
-	// answered. Judged by the request outstanding, not by the time since
-	// the last answer: a loaded process sends its probes late, and etcd
-	// answering each of them is not an outage.
+	// waitRecency: a wait whose context ends while one of its requests is
+	// out reports that etcd did not answer if etcd's last answer came this
+	// long before; otherwise the holder it waits behind (ErrNotAcquired),
+	// as etcd last answered. A wait between requests reports the holder:
+	// a loaded process sends its probes late, and etcd answering each of
+	// them is not an outage.
 	waitRecency = time.Second
 )
 
@@ -43,19 +43,14 @@ type waiter struct {
 	limit   int
 	head    *mvccpb.KeyValue   // the holder, as last read
 	holders []*mvccpb.KeyValue // a shared or limited waiter's holders, as last read with the queue
-	// asked is when the oldest request of the wait that etcd has not
-	// answered, since its last answer, was sent; zero when none is out.
-	asked time.Time
+	out      bool      // a request of the wait is out, unanswered
+	answerAt time.Time // when etcd last answered a request of the attempt
 }
 
-// ask notes a request sent now; answered, that etcd answered one.
-func (w *waiter) ask() {
-	if w.asked.IsZero() {
-		w.asked = time.Now()
-	}
-}
+// ask notes a request sent; answered, that etcd answered it.
+func (w *waiter) ask() { w.out = true }
 
-func (w *waiter) answered() { w.asked = time.Time{} }
+func (w *waiter) answered() { w.out, w.answerAt = false, time.Now() }
 
 // shares reports whether the waiter is shared or limited: it reads the
 // whole queue ahead of it, and may wait for several entries.
@@ -78,13 +73,13 @@ func sameEntry(a, b *mvccpb.KeyValue) bool {
 }
 
 // ended is the outcome of a wait whose context ended (err: the request in
-// flight then, if any): that etcd did not answer if a request had waited
-// waitRecency for its answer, else the holder.
+// flight then, if any): that etcd did not answer if a request was out and
+// etcd had answered nothing for waitRecency, else the holder.
 func (w *waiter) ended(ctx context.Context, err error) error {
-	if w.asked.IsZero() {
+	if !w.out {
 		return errWaitEnded
 	}
-	if since := time.Since(w.asked); since >= waitRecency {
+	if since := time.Since(w.answerAt); since >= waitRecency {
 		if err == nil {
 			err = context.Cause(ctx)
 		}

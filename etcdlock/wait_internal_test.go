@@ -4,16 +4,17 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 )
 
 // A loaded process whose probes etcd answered, but which sent them more
 // than waitRecency apart, reported etcd unavailable instead of the holder.
-func TestEnded_AnsweredWaitReportsTheHolderHoweverSparseItsProbes(t *testing.T) {
+func TestEnded_WaitBetweenAnsweredRequestsReportsTheHolder(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	w := &waiter{e: &entry{key: "k"}}
+	w := &waiter{e: &entry{key: "k"}, answerAt: time.Now().Add(-10 * waitRecency)}
 	if err := w.ended(ctx, nil); err != errWaitEnded {
-		t.Fatalf("ended with every request answered = %v, want the holder (errWaitEnded)", err)
+		t.Fatalf("ended between requests, the last answered long ago = %v, want the holder (errWaitEnded)", err)
 	}
 	w.ask()
 	w.answered()
@@ -22,21 +23,19 @@ func TestEnded_AnsweredWaitReportsTheHolderHoweverSparseItsProbes(t *testing.T) 
 	}
 }
 
-// A request left unanswered for waitRecency when the context ends is an
-// outage, whatever was answered before it.
-func TestEnded_RequestUnansweredForWaitRecencyIsNoAnswer(t *testing.T) {
+// A request out when the context ends, with nothing answered for
+// waitRecency, is an outage; with an answer more recent, it is not.
+func TestEnded_RequestOutAfterSilenceIsNoAnswer(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	w := &waiter{e: &entry{key: "k"}}
+	w := &waiter{e: &entry{key: "k"}, answerAt: time.Now()}
 	w.ask()
-	w.asked = w.asked.Add(-waitRecency)
-	w.ask() // a later request does not move the oldest unanswered one
+	if err := w.ended(ctx, context.Canceled); err != errWaitEnded {
+		t.Fatalf("ended with a request out, etcd answering just before = %v, want the holder (errWaitEnded)", err)
+	}
+	w.answerAt = w.answerAt.Add(-waitRecency)
 	err := w.ended(ctx, context.Canceled)
 	if err == errWaitEnded || !errors.Is(err, context.Canceled) {
-		t.Fatalf("ended with a request out for %v = %v, want no answer wrapping the request's error", waitRecency, err)
-	}
-	w.answered()
-	if err := w.ended(ctx, nil); err != errWaitEnded {
-		t.Fatalf("ended once answered = %v, want the holder (errWaitEnded)", err)
+		t.Fatalf("ended with a request out after %v of silence = %v, want no answer wrapping the request's error", waitRecency, err)
 	}
 }

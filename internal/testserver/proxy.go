@@ -43,7 +43,8 @@ type Proxy struct {
 	lose    bool // LoseNextReply armed, not yet claimed by a connection
 	loseCut bool // the armed fault cuts the link once the reply is lost
 	delay   time.Duration
-	dropped int // replies dropped by an armed lost-reply fault
+	dropped int       // replies dropped by an armed lost-reply fault
+	heldAt  time.Time // when the current Stall first held a client's bytes
 	conns   map[*proxyConn]struct{}
 }
 
@@ -111,8 +112,20 @@ func (p *Proxy) Target() string { return p.target }
 func (p *Proxy) Stall() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if !p.stalled {
+		p.heldAt = time.Time{}
+	}
 	p.stalled = true
 	p.cond.Broadcast()
+}
+
+// Held reports when the current Stall first held bytes a client sent
+// (a request sent into the hung link, as far as the client can tell), and
+// whether it has yet.
+func (p *Proxy) Held() (time.Time, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.heldAt, p.stalled && !p.heldAt.IsZero()
 }
 
 // Cut resets (RST) every open connection, and every new connection as soon
@@ -337,6 +350,9 @@ const (
 func (p *Proxy) admit(c *proxyConn, toServer, fin bool) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.stalled && toServer && !fin && p.heldAt.IsZero() {
+		p.heldAt = time.Now()
+	}
 	for p.stalled && !c.dead {
 		p.cond.Wait()
 	}

@@ -95,11 +95,11 @@ var _ Breaker = (*Engine)(nil)
 // guards keep refusing the broken holder's writes once the next holder has
 // written.
 //
-// A broken holder's Lock finds out at once on backends that can tell it
-// (memlock, Redis, etcd, ZooKeeper: Lost() closes with LossBackend within
-// a few round trips), and at its next renewal at the latest elsewhere
-// (Lost() closes with LossNotHeld); its Release then returns an error
-// wrapping ErrLockLost.
+// A broken holder's Lock finds out at once where the backend can tell it
+// (memlock, Redis, Redlock, etcd, ZooKeeper, PostgreSQL with LISTEN, file
+// locks: Lost() closes with LossBackend within a few round trips), and at
+// its next renewal at the latest elsewhere (Lost() closes with
+// LossNotHeld); its Release then returns an error wrapping ErrLockLost.
 //
 // Backends without the capability return ErrUnsupported.
 func Break(ctx context.Context, l Locker, key, owner string) (Broken, error) {

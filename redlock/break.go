@@ -32,7 +32,8 @@ var (
 // error naming each node's failure; the leases removed on the others stay
 // removed); otherwise the nodes that failed are listed in
 // Broken.NodeErrors, and their copies of the lease expire with its TTL.
-// A holder whose lease was removed from a majority finds out at its next
+// A holder held past 100 ms whose lease is left on fewer than a majority
+// finds out within two node timeouts (see Bind), others at their next
 // renewal.
 //
 // Not guaranteed: a break racing the holder's own Release is decided node

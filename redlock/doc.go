@@ -34,12 +34,15 @@
 //     and an attempt waits for a majority of answers only: a node that
 //     answers later is refused from the next attempt on, and one that does
 //     not answer is asked again in the background.
-//   - A dlock.Break reaches the broken holder at once: a lock held for more
-//     than 100 ms listens on every node's break channel, and once the
-//     nodes holding its lease (or not answering) are fewer than a
-//     majority, its Lost() closes, not at its next renewal. A break that
+//   - A dlock.Break reaches the broken holder promptly: a lock held for
+//     more than 100 ms listens on every node's break channel and, on a
+//     notice, asks every node; once the nodes holding its lease (or not
+//     answering) are fewer than a majority, its Lost() closes (within two
+//     node timeouts of the notice, not at its next renewal). A break that
 //     leaves the lease on a majority (of nodes holding it or silent)
-//     leaves it held.
+//     leaves it held. A lock held less than 100 ms, and a break published
+//     only on nodes whose subscription failed, are found by the next
+//     renewal.
 //
 // # Not guaranteed
 //
@@ -101,7 +104,8 @@
 // The watchdog extends the lease on all nodes (one pipeline per node per
 // tick, the nodes concurrently) and keeps the lock only while a majority
 // extended it in time; otherwise Lost() closes at the local deadline, or at
-// once when a majority reports the lease gone. Each lock counts as renewed
+// once when a majority reports the lease gone (or a break notice finds it
+// gone, see Guarantees). Each lock counts as renewed
 // as soon as a majority extended it: a hung minority delays nothing, and a
 // node whose previous renewal is still running is not sent another one.
 //

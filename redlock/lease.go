@@ -356,8 +356,8 @@ const breakListenDelay = 100 * time.Millisecond
 // each notice asks every node, within the node timeout, whether it still
 // holds the lease: when the nodes that do, with those that did not
 // answer, are fewer than a majority, the lease can no longer be valid
-// and the Lock is lost at once (wrapping dlock.ErrNotHeld), not at its
-// next renewal. It also asks once when the subscriptions are in place,
+// and the Lock is lost (wrapping dlock.ErrNotHeld) within two node
+// timeouts of the notice, not at its next renewal. It also asks once when the subscriptions are in place,
 // which covers a break before them. A node whose SUBSCRIBE fails (down)
 // is not listened to for the rest of the lock's life: a break that
 // reaches no other listened node is found by the next renewal. stop
@@ -365,7 +365,11 @@ const breakListenDelay = 100 * time.Millisecond
 func (l *lease) Bind(lose func(cause error)) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	// Not background work: it lasts as long as the lock (or the clients).
-	t := time.AfterFunc(breakListenDelay, func() { go l.listenBreaks(ctx, lose) })
+	t := time.AfterFunc(breakListenDelay, func() {
+		if ctx.Err() == nil { // not stopped meanwhile
+			go l.listenBreaks(ctx, lose)
+		}
+	})
 	return func() {
 		t.Stop()
 		cancel()
@@ -414,13 +418,26 @@ func (l *lease) listenBreaks(ctx context.Context, lose func(cause error)) {
 			lose(fmt.Errorf("%w: redlock %q: the lease is on %d of %d nodes, or not known to be, after a break (%d needed)", dlock.ErrNotHeld, l.key, held, asked, l.b.quorum))
 			return
 		}
+		// The lease is still on a majority. Notices come in bursts too (a
+		// down node's subscription signals each attempt to reconnect): the
+		// next check waits a node timeout, so a lock costs at most one
+		// read per node per node timeout, and a break is still found
+		// within two node timeouts.
+		pause := time.NewTimer(l.timeout)
+		select {
+		case <-ctx.Done():
+			pause.Stop()
+			return
+		case <-pause.C:
+		}
 	}
 }
 
 // heldOn asks every node, each within the node timeout, whether it holds
 // the lease: held counts those that do and those that did not answer
 // (they may), of asked. It returns once the answers show fewer than a
-// majority, or every node answered, or the node timeout passed.
+// majority, or a majority holding it, or every node answered, or the node
+// timeout passed.
 func (l *lease) heldOn(ctx context.Context) (held, asked int) {
 	all := l.b.all()
 	ch := l.b.fanOut(ctx, l.timeout, all, func(ctx context.Context, n *node) answer {
@@ -431,13 +448,16 @@ func (l *lease) heldOn(ctx context.Context) (held, asked int) {
 	// may not give up by its context (see tally).
 	timer := time.NewTimer(l.timeout)
 	defer timer.Stop()
-	gone := 0
+	gone, holding := 0, 0
 	take := func(a answer) {
-		if !a.ok && a.err == nil {
+		switch {
+		case a.ok:
+			holding++
+		case a.err == nil:
 			gone++
 		}
 	}
-	for n := 0; n < len(all) && len(all)-gone >= l.b.quorum; n++ {
+	for n := 0; n < len(all) && len(all)-gone >= l.b.quorum && holding < l.b.quorum; n++ {
 		select {
 		case a := <-ch:
 			take(a)

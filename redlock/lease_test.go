@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -166,5 +167,46 @@ func TestBind_CheckReturnsByNodeTimeout_NodeStalled(t *testing.T) {
 	}
 	if !errors.Is(lk.Err(), dlock.ErrNotHeld) {
 		t.Errorf("Err() = %v, want ErrNotHeld", lk.Err())
+	}
+}
+
+// With one node of three down, its subscription signals each attempt to
+// reconnect (every 50ms): a held lock checks its nodes at most once per
+// node timeout, not once per signal.
+// Symptom: every listening lock read every node about 20 times a second while one node was down.
+func TestBind_ChecksAtMostOncePerNodeTimeout_NodeDown(t *testing.T) {
+	c := startNodes(t, 3)
+	var checks atomic.Int32
+	first := make(chan struct{}, 1)
+	redlock.SetBreakCheckHook(t, func(int) {
+		checks.Add(1)
+		select {
+		case first <- struct{}{}:
+		default:
+		}
+	})
+	const nodeTimeout = 200 * time.Millisecond
+	key := dlocktest.Key(t)
+	lk, err := c.locker(t, redlock.WithNodeTimeout(nodeTimeout)).Acquire(dlocktest.Context(t), key, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Release(context.Background())
+	select { // the lock listens on every node
+	case <-first:
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatal("hang: the held lock never checked its nodes")
+	}
+	c.srvs[2].Stop()
+	start, n0 := time.Now(), checks.Load()
+	time.Sleep(2 * time.Second)
+	n, window := checks.Load()-n0, time.Since(start)
+	// A check begins at most once per node timeout after the previous one
+	// ended: a slow machine makes fewer, never more.
+	if limit := int32(window/nodeTimeout) + 1; n > limit {
+		t.Errorf("%d checks in %v with one node down, want at most %d (one per node timeout)", n, window.Round(time.Millisecond), limit)
+	}
+	if lk.Err() != nil {
+		t.Errorf("lost with the lease on 2 of 3 nodes: %v", lk.Err())
 	}
 }

@@ -119,10 +119,15 @@ const maxGuardRowAttempts = 3
 //   - Under REPEATABLE READ or SERIALIZABLE, an exclusive Check's
 //     transaction cannot see shared checks that committed after its
 //     snapshot, so the Check reads the shared fences once more, with the
-//     fence row locked, on a connection of the Guard's pool: size that
-//     pool above the number of such transactions open at once (with none
-//     free the Check waits, bounded by ctx). Under READ COMMITTED
-//     (PostgreSQL's default) it needs no second connection.
+//     fence row locked, on a connection of the Guard's pool (it fails if
+//     that connection reaches another server, database or table, or a
+//     replica). While it waits for that connection, transactions waiting
+//     for the same fence row hold theirs: when they come from the Guard's
+//     pool, it needs a connection more than the transactions that can be
+//     open on one resource at once, or the Check waits until ctx ends
+//     (an error naming the pool). Under READ COMMITTED (PostgreSQL's
+//     default; Do, Put and Get always use it) no second connection is
+//     used.
 //   - Under REPEATABLE READ or SERIALIZABLE, Check fails with a
 //     serialization failure (SQLSTATE 40001) when another transaction
 //     changed the fence row after the snapshot was taken; retry the
@@ -214,8 +219,12 @@ func (g *Guard) checkOwner(resource string, f dlock.Fence) error {
 // *dlock.StaleTokenError (errors.Is dlock.ErrStaleToken) and aborts tx:
 // roll it back.
 //
-// tx must be on the database that holds the guard's tables; the Guard's
-// pool is not used. Check may be called again in tx, for the same resource
+// tx must be on the database that holds the guard's tables. Under READ
+// COMMITTED (PostgreSQL's default) the Guard's pool is not used; an
+// exclusive Check under REPEATABLE READ or SERIALIZABLE also reads, with
+// the fence row locked, on a connection of the Guard's pool, which must
+// reach the same primary, database and tables (see Guard's Not
+// guaranteed). Check may be called again in tx, for the same resource
 // or others (in a consistent order across transactions). Other failures
 // (the server's, a context that ended, a read-only transaction) leave tx
 // in whatever state the failed statement left it: roll it back.
@@ -285,9 +294,11 @@ func abortGuardTx(ctx context.Context, tx pgx.Tx) {
 // and then reads the highest shared token in a statement of its own,
 // whose snapshot has their rows under READ COMMITTED; under REPEATABLE
 // READ or SERIALIZABLE, whose snapshot may not, it reads them once more
-// on a connection of the Guard's pool. Admitted above the last exclusive
-// fence, it updates the fence row and deletes the shared tokens it is
-// above (all of them).
+// on a connection of the Guard's pool (sharedSince). Admitted above the
+// last exclusive fence, it updates the fence row and deletes the shared
+// tokens it is above (all it can see: under REPEATABLE READ or
+// SERIALIZABLE rows committed after its snapshot stay, below it,
+// harmless).
 func (g *Guard) checkTx(ctx context.Context, tx pgx.Tx, resource string, f dlock.Fence) error {
 	lock := " FOR NO KEY UPDATE"
 	if f.Shared {
@@ -313,24 +324,18 @@ func (g *Guard) checkTx(ctx context.Context, tx pgx.Tx, resource string, f dlock
 		// READ UNCOMMITTED runs as READ COMMITTED in PostgreSQL.
 		readCommitted := iso == "read committed" || iso == "read uncommitted"
 		seen := "0"
-		if !f.Shared {
+		switch {
+		case f.Shared:
+		case readCommitted:
 			// The snapshot of the locking statement predates the wait for
 			// the lock: read the shared tokens in a statement of its own.
 			q := `SELECT coalesce(max(token), 0)::text FROM ` + g.tables.shared + ` WHERE resource = $1`
 			if err := tx.QueryRow(ctx, q, resource).Scan(&seen); err != nil {
 				return g.dbError(ctx, resource, err)
 			}
-			if !readCommitted {
-				// Under REPEATABLE READ or SERIALIZABLE that statement reads
-				// the transaction's snapshot, which can predate shared
-				// checks that committed while this one waited for the row.
-				// With the row locked no shared check can commit any more:
-				// read them once more outside the transaction.
-				var now string
-				if err := g.pool.QueryRow(ctx, q, resource).Scan(&now); err != nil {
-					return g.dbError(ctx, resource, err)
-				}
-				seen = maxDecimal(seen, now)
+		default:
+			if seen, err = g.sharedSince(ctx, tx, resource, iso); err != nil {
+				return err
 			}
 		}
 		rec, err := parseFenceRow(tok, owner, seen)
@@ -359,6 +364,41 @@ UPDATE `+g.tables.fences+` SET token = $2, owner = $3 WHERE resource = $1`, reso
 		return nil
 	}
 	return fmt.Errorf("dlock: postgres guard %q: the fence row in %s kept disappearing (deleted concurrently %d times)", resource, g.tables.name, maxGuardRowAttempts)
+}
+
+// sharedSince returns the highest shared token of resource for an
+// exclusive Check under REPEATABLE READ or SERIALIZABLE, whose
+// transaction's snapshot can predate shared checks that committed while
+// it waited for the fence row. With the row locked no shared check can
+// commit any more, so the tokens are read once more outside the
+// transaction, on a connection of the Guard's pool, which must reach the
+// same server, database and table (checked: otherwise the Check fails).
+func (g *Guard) sharedSince(ctx context.Context, tx pgx.Tx, resource, iso string) (string, error) {
+	q := `SELECT coalesce(max(token), 0)::text, current_database() || ' ' || coalesce(to_regclass($2)::oid::text, '-') || ' ' || pg_postmaster_start_time()::text, pg_is_in_recovery() FROM ` + g.tables.shared + ` WHERE resource = $1`
+	var inTx, txWhere string
+	var replica bool
+	if err := tx.QueryRow(ctx, q, resource, g.tables.shared).Scan(&inTx, &txWhere, &replica); err != nil {
+		return "", g.dbError(ctx, resource, err)
+	}
+	c, err := g.pool.Acquire(ctx)
+	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			st := g.pool.Stat()
+			return "", fmt.Errorf("%w: postgres guard %q: no connection of the Guard's pool came free (%d of %d in use) for an exclusive Check under %s, which reads the shared fences outside its transaction (a transaction waiting for this one's fence row may hold the last one): %w",
+				dlock.ErrUnavailable, resource, st.AcquiredConns(), st.MaxConns(), iso, errors.Join(cerr, err))
+		}
+		return "", g.dbError(ctx, resource, err)
+	}
+	defer c.Release()
+	var now, poolWhere string
+	if err := c.QueryRow(ctx, q, resource, g.tables.shared).Scan(&now, &poolWhere, &replica); err != nil {
+		return "", g.dbError(ctx, resource, err)
+	}
+	if poolWhere != txWhere || replica {
+		return "", fmt.Errorf("%w: postgres guard %q: an exclusive Check under %s reads the shared fences on the Guard's pool, which reaches another server, database or table %s than the transaction (%q, replica %v, against %q): give NewGuard a pool of the transaction's primary and search_path, or check under READ COMMITTED",
+			dlock.ErrInvalidOption, resource, iso, g.tables.shared, poolWhere, replica, txWhere)
+	}
+	return maxDecimal(inTx, now), nil
 }
 
 // maxDecimal returns the larger of two non-negative integers in decimal
@@ -460,7 +500,10 @@ func (g *Guard) Do(ctx context.Context, resource string, f dlock.Fence, fn func(
 // inTx runs op in a transaction of its own after checking f, and commits.
 // A refusal, or op's error, rolls back and returns the error as is.
 func (g *Guard) inTx(ctx context.Context, resource string, f dlock.Fence, op func(tx pgx.Tx) error) (err error) {
-	tx, err := g.pool.Begin(ctx)
+	// READ COMMITTED whatever the server's default: a higher level gains
+	// these statements nothing and would cost the check a second
+	// connection of the pool (see sharedSince).
+	tx, err := g.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return g.dbError(ctx, resource, err)
 	}

@@ -586,6 +586,62 @@ func TestGuardCheck_RefusesPausedWriterAfterReader_SnapshotIsolation(t *testing.
 	}
 }
 
+// An exclusive Check under REPEATABLE READ whose Guard's pool reaches
+// another database read that database's shared fences and admitted on them.
+func TestGuardCheck_SnapshotIsolationRefusesAPoolOfAnotherDatabase(t *testing.T) {
+	t.Parallel()
+	_, poolA := guardServer(t)
+	_, poolB := guardServer(t)
+	ctx := dlocktest.Context(t)
+	tx, err := poolA.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	err = pglock.NewGuard(poolB).Check(ctx, tx, "other-db", dlock.Fence{Token: 1, Owner: "w"})
+	if !errors.Is(err, dlock.ErrInvalidOption) || !strings.Contains(err.Error(), "Guard's pool") {
+		t.Fatalf("Check with the Guard's pool on another database = %v, want ErrInvalidOption naming the Guard's pool", err)
+	}
+}
+
+// An exclusive Check under REPEATABLE READ on a pool whose only connection
+// its transaction holds waited for a second one with an error blaming the
+// fence row.
+func TestGuardCheck_SnapshotIsolationNamesAnExhaustedPool(t *testing.T) {
+	t.Parallel()
+	pg, _ := guardServer(t)
+	pool := guardPool(t, pg.DSN("")+"&pool_max_conns=1")
+	ctx := dlocktest.Context(t)
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	err = pglock.NewGuard(pool).Check(cctx, tx, "exhausted", dlock.Fence{Token: 1, Owner: "w"})
+	if !errors.Is(err, dlock.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "Guard's pool") {
+		t.Fatalf("Check with no free connection in the Guard's pool = %v, want ErrUnavailable with the deadline, naming the Guard's pool", err)
+	}
+}
+
+// Put, Get and Do on a server whose default isolation is REPEATABLE READ
+// needed a second connection, and on a pool of one waited until ctx ended.
+func TestGuardPut_ReadCommittedWhateverTheServerDefault(t *testing.T) {
+	t.Parallel()
+	pg, _ := guardServer(t)
+	pool := guardPool(t, pg.DSN("")+"&pool_max_conns=1", "default_transaction_isolation", "repeatable read")
+	g := pglock.NewGuard(pool)
+	ctx := dlocktest.Context(t)
+	w := dlock.Fence{Token: 1, Owner: "w"}
+	if err := g.Put(ctx, "default-rr", w, "name", "v"); err != nil {
+		t.Fatalf("Put on a pool of one, server default REPEATABLE READ: %v", err)
+	}
+	if v, ok, err := g.Get(ctx, "default-rr", w, "name"); err != nil || !ok || v != "v" {
+		t.Fatalf("Get = %q, %v, %v", v, ok, err)
+	}
+}
+
 // Two readers' SERIALIZABLE transactions, each with a shared Check, could
 // not both commit: each check read the shared tokens the other wrote.
 func TestGuardCheck_SerializableSharedChecksCommitTogether(t *testing.T) {

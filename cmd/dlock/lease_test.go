@@ -19,9 +19,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sys/unix"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/redislock"
 )
@@ -349,7 +351,7 @@ func TestRun_TreeDeadBeforeLeaseCanPass_Partition(t *testing.T) {
 	t.Parallel()
 	srv := testserver.StartRedis(t)
 	p := testserver.StartProxy(t, srv.Addr())
-	holder, errb := testTreeDeadBeforeLeaseCanPass(t, srv, "redis://"+p.Addr(), "300.1101", func(*exec.Cmd) { p.Stall() })
+	holder, errb := testTreeDeadBeforeLeaseCanPass(t, "redis://"+p.Addr(), "300.1101", func(*exec.Cmd) { p.Stall() }, redisContender(t, srv))
 	p.Heal() // dlock's release goes through, to a key that is no longer its own
 	if code := waitExit(t, holder); code != exitLost {
 		t.Errorf("exit %d, want %d; stderr %s", code, exitLost, errb.String())
@@ -368,12 +370,12 @@ func TestRun_TreeDeadBeforeLeaseCanPass_Partition(t *testing.T) {
 func TestRun_TreeDeadBeforeLeaseCanPass_Stopped(t *testing.T) {
 	t.Parallel()
 	srv := testserver.StartRedis(t)
-	holder, errb := testTreeDeadBeforeLeaseCanPass(t, srv, "redis://"+srv.Addr(), "300.1102", func(h *exec.Cmd) {
+	holder, errb := testTreeDeadBeforeLeaseCanPass(t, "redis://"+srv.Addr(), "300.1102", func(h *exec.Cmd) {
 		if err := syscall.Kill(h.Process.Pid, syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { syscall.Kill(h.Process.Pid, syscall.SIGCONT) })
-	})
+	}, redisContender(t, srv))
 	if err := syscall.Kill(holder.Process.Pid, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
@@ -385,11 +387,46 @@ func TestRun_TreeDeadBeforeLeaseCanPass_Stopped(t *testing.T) {
 	}
 }
 
+// The same on etcd, whose lease the server expires by itself: with the
+// link stalled, the tree is dead before etcd can grant the key again.
+// Symptom: the next holder's command ran alongside the old tree for up to --grace.
+func TestRun_TreeDeadBeforeLeaseCanPass_PartitionEtcd(t *testing.T) {
+	t.Parallel()
+	s := startServe(t)
+	addr := strings.TrimPrefix(s.url, "etcd://")
+	p := testserver.StartProxy(t, addr)
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{addr}, DialTimeout: hang})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// The CLI's Locker for an etcd:// URL without a path.
+	l := etcdlock.New(c, etcdlock.WithPrefix(""))
+	holder, errb := testTreeDeadBeforeLeaseCanPass(t, "etcd://"+p.Addr(), "300.1103", func(*exec.Cmd) { p.Stall() },
+		func(ctx context.Context) (*dlock.Lock, error) {
+			return l.Acquire(ctx, "k", dlock.WithTTL(3*time.Second), dlock.WithWait(hang))
+		})
+	p.Heal()
+	if code := waitExit(t, holder); code != exitLost {
+		t.Errorf("exit %d, want %d; stderr %s", code, exitLost, errb.String())
+	}
+}
+
+// redisContender takes the key "k" on srv, waiting for it.
+func redisContender(t *testing.T, srv *testserver.Redis) func(context.Context) (*dlock.Lock, error) {
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { c.Close() })
+	return func(ctx context.Context) (*dlock.Lock, error) {
+		return redislock.New(c).Acquire(ctx, "k", dlock.WithTTL(3*time.Second), dlock.WithWait(hang))
+	}
+}
+
 // testTreeDeadBeforeLeaseCanPass runs a tree that ignores SIGTERM (sh and
-// two sleeps) under dlock run on url (srv, or a proxy of it), calls cut
-// to stop the renewals, and takes the key with a client of srv: by the
-// moment the grant returns, every process of the tree must have exited.
-func testTreeDeadBeforeLeaseCanPass(t *testing.T, srv *testserver.Redis, url, m string, cut func(*exec.Cmd)) (*exec.Cmd, *syncBuffer) {
+// two sleeps) under dlock run on url, calls cut to stop the renewals, and
+// takes the key with contend (a client of the server that does not go
+// through the cut): by the moment the grant returns, every process of the
+// tree must have exited.
+func testTreeDeadBeforeLeaseCanPass(t *testing.T, url, m string, cut func(*exec.Cmd), contend func(context.Context) (*dlock.Lock, error)) (*exec.Cmd, *syncBuffer) {
 	t.Helper()
 	killMarked(t, m)
 	script := `trap '' TERM; sleep "$0" & sleep "$0" & echo $$; wait`
@@ -402,11 +439,9 @@ func testTreeDeadBeforeLeaseCanPass(t *testing.T, srv *testserver.Redis, url, m 
 	fds := openPidfds(t, append(sleeps(m), sh))
 	cut(holder)
 
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), hang)
 	defer cancel()
-	lk, err := redislock.New(c).Acquire(ctx, "k", dlock.WithTTL(3*time.Second), dlock.WithWait(hang))
+	lk, err := contend(ctx)
 	if err != nil {
 		t.Fatalf("second client: %v; first dlock's stderr %s", err, errb.String())
 	}

@@ -38,13 +38,13 @@ var errWaiterLeaseExpired = errors.New("dlock: etcd lease of a waiting lock expi
 
 // waiter is one entry waiting for its turn.
 type waiter struct {
-	e       *entry
-	mode    driver.Mode
-	limit   int
-	head    *mvccpb.KeyValue   // the holder, as last read
-	holders []*mvccpb.KeyValue // a shared or limited waiter's holders, as last read with the queue
-	out      bool      // a request of the wait is out, unanswered
-	answerAt time.Time // when etcd last answered a request of the attempt
+	e        *entry
+	mode     driver.Mode
+	limit    int
+	head     *mvccpb.KeyValue   // the holder, as last read
+	holders  []*mvccpb.KeyValue // a shared or limited waiter's holders, as last read with the queue
+	out      bool               // a request of the wait is out, unanswered
+	answerAt time.Time          // when etcd last answered a request of the attempt
 }
 
 // ask notes a request sent; answered, that etcd answered it.

@@ -44,11 +44,16 @@ type waiter struct {
 	head     *mvccpb.KeyValue   // the holder, as last read
 	holders  []*mvccpb.KeyValue // a shared or limited waiter's holders, as last read with the queue
 	out      bool               // a request of the wait is out, unanswered
+	outAt    time.Time          // when the first request out since the last answer was sent
 	answerAt time.Time          // when etcd last answered a request of the attempt
 }
 
 // ask notes a request sent; answered, that etcd answered it.
-func (w *waiter) ask() { w.out = true }
+func (w *waiter) ask() {
+	if !w.out {
+		w.out, w.outAt = true, time.Now()
+	}
+}
 
 func (w *waiter) answered() { w.out, w.answerAt = false, time.Now() }
 
@@ -73,10 +78,12 @@ func sameEntry(a, b *mvccpb.KeyValue) bool {
 }
 
 // ended is the outcome of a wait whose context ended (err: the request in
-// flight then, if any): that etcd did not answer if a request was out and
-// etcd had answered nothing for waitRecency, else the holder.
+// flight then, if any): that etcd did not answer if a request was out, for
+// a probe interval at least, and etcd had answered nothing for
+// waitRecency; else the holder. A request sent just before the end (a
+// late probe of a loaded process) is not etcd's silence.
 func (w *waiter) ended(ctx context.Context, err error) error {
-	if !w.out {
+	if !w.out || time.Since(w.outAt) < waitProbe {
 		return errWaitEnded
 	}
 	if since := time.Since(w.answerAt); since >= waitRecency {
@@ -276,6 +283,9 @@ func (w *waiter) waitDelete(ctx context.Context, preds []*mvccpb.KeyValue) error
 				}
 			}
 		case <-probe.C:
+			if ctx.Err() != nil { // both were ready: nothing to ask
+				return w.ended(ctx, nil)
+			}
 			if err := w.keepAliveDue(ctx); err != nil {
 				return err
 			}

@@ -30,6 +30,7 @@ func TestEnded_RequestOutAfterSilenceIsNoAnswer(t *testing.T) {
 	cancel()
 	w := &waiter{e: &entry{key: "k"}, answerAt: time.Now()}
 	w.ask()
+	w.outAt = w.outAt.Add(-waitProbe)
 	if err := w.ended(ctx, context.Canceled); err != errWaitEnded {
 		t.Fatalf("ended with a request out, etcd answering just before = %v, want the holder (errWaitEnded)", err)
 	}
@@ -37,5 +38,18 @@ func TestEnded_RequestOutAfterSilenceIsNoAnswer(t *testing.T) {
 	err := w.ended(ctx, context.Canceled)
 	if err == errWaitEnded || !errors.Is(err, context.Canceled) {
 		t.Fatalf("ended with a request out after %v of silence = %v, want no answer wrapping the request's error", waitRecency, err)
+	}
+}
+
+// A loaded process that woke past its deadline and sent a probe then
+// reported etcd silent since its last answer, though etcd answered every
+// request.
+func TestEnded_ProbeSentAtTheEndIsNotSilence(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	w := &waiter{e: &entry{key: "k"}, answerAt: time.Now().Add(-10 * waitRecency)}
+	w.ask() // sent now, failing at once on the ended context
+	if err := w.ended(ctx, context.Canceled); err != errWaitEnded {
+		t.Fatalf("ended with a probe sent just now = %v, want the holder (errWaitEnded)", err)
 	}
 }

@@ -96,8 +96,9 @@ var _ Breaker = (*Engine)(nil)
 // written.
 //
 // A broken holder's Lock finds out at once where the backend can tell it
-// (memlock, Redis, Redlock, etcd, ZooKeeper, PostgreSQL with LISTEN, file
-// locks: Lost() closes with LossBackend within a few round trips), and at
+// (memlock, Redis, etcd, ZooKeeper, PostgreSQL with LISTEN, file locks:
+// Lost() closes with LossBackend within a few round trips; Redlock within
+// two node timeouts and a round trip), and at
 // its next renewal at the latest elsewhere (Lost() closes with
 // LossNotHeld); its Release then returns an error wrapping ErrLockLost.
 //

@@ -33,8 +33,8 @@ var (
 // removed); otherwise the nodes that failed are listed in
 // Broken.NodeErrors, and their copies of the lease expire with its TTL.
 // A holder held past 100 ms whose lease is left on fewer than a majority
-// finds out within two node timeouts (see Bind), others at their next
-// renewal.
+// finds out within two node timeouts and a round trip (see Bind), others
+// at their next renewal.
 //
 // Not guaranteed: a break racing the holder's own Release is decided node
 // by node. When the release wins a majority and the break the other

@@ -38,7 +38,8 @@
 //     more than 100 ms listens on every node's break channel and, on a
 //     notice, asks every node; once the nodes holding its lease (or not
 //     answering) are fewer than a majority, its Lost() closes (within two
-//     node timeouts of the notice, not at its next renewal). A break that
+//     node timeouts and a round trip of the notice, not at its next
+//     renewal). A break that
 //     leaves the lease on a majority (of nodes holding it or silent)
 //     leaves it held. A lock held less than 100 ms, and a break published
 //     only on nodes whose subscription failed, are found by the next

@@ -35,7 +35,9 @@ func SetGrantHook(t interface{ Cleanup(func()) }, l *Locker, i int, before, afte
 
 // SetBreakCheckHook makes f run after each check a break notice (or the
 // subscriptions being in place) triggers in a held lock, with the number
-// of nodes found holding the lease or silent, until the test ends.
+// of nodes found holding the lease, silent or not heard from when the
+// check stopped (it stops once a majority is seen holding), until the
+// test ends.
 func SetBreakCheckHook(t interface{ Cleanup(func()) }, f func(held int)) {
 	breakCheckHook.Store(&f)
 	t.Cleanup(func() { breakCheckHook.Store(nil) })

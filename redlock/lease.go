@@ -357,7 +357,7 @@ const breakListenDelay = 100 * time.Millisecond
 // holds the lease: when the nodes that do, with those that did not
 // answer, are fewer than a majority, the lease can no longer be valid
 // and the Lock is lost (wrapping dlock.ErrNotHeld) within two node
-// timeouts of the notice, not at its next renewal. It also asks once when the subscriptions are in place,
+// timeouts and a round trip of the notice, not at its next renewal. It also asks once when the subscriptions are in place,
 // which covers a break before them. A node whose SUBSCRIBE fails (down)
 // is not listened to for the rest of the lock's life: a break that
 // reaches no other listened node is found by the next renewal. stop

@@ -374,7 +374,7 @@ UPDATE `+g.tables.fences+` SET token = $2, owner = $3 WHERE resource = $1`, reso
 // transaction, on a connection of the Guard's pool, which must reach the
 // same server, database and table (checked: otherwise the Check fails).
 func (g *Guard) sharedSince(ctx context.Context, tx pgx.Tx, resource, iso string) (string, error) {
-	q := `SELECT coalesce(max(token), 0)::text, current_database() || ' ' || coalesce(to_regclass($2)::oid::text, '-') || ' ' || pg_postmaster_start_time()::text, pg_is_in_recovery() FROM ` + g.tables.shared + ` WHERE resource = $1`
+	q := `SELECT coalesce(max(token), 0)::text, current_database() || ' ' || coalesce(to_regclass($2)::oid::text, '-') || ' ' || (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint::text, pg_is_in_recovery() FROM ` + g.tables.shared + ` WHERE resource = $1`
 	var inTx, txWhere string
 	var replica bool
 	if err := tx.QueryRow(ctx, q, resource, g.tables.shared).Scan(&inTx, &txWhere, &replica); err != nil {

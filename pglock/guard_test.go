@@ -617,7 +617,7 @@ func TestGuardCheck_SnapshotIsolationNamesAnExhaustedPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(context.Background())
-	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	err = pglock.NewGuard(pool).Check(cctx, tx, "exhausted", dlock.Fence{Token: 1, Owner: "w"})
 	if !errors.Is(err, dlock.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "Guard's pool") {

@@ -291,6 +291,7 @@ func (b *backend) enqueue(ctx context.Context, req *driver.Request, peek func())
 func (b *backend) Queue(ctx context.Context, req *driver.Request) (g driver.Grant, err error) {
 	defer func() { err = unreachable(serverTimeoutTransient(err)) }()
 	b.sweepKey(ctx, req.Key)
+	sent := time.Now()
 	// A new or stale lease costs a round trip before the entry is put:
 	// meanwhile, read the head, so that a context ending before the entry
 	// is in still reports the holder seen.
@@ -319,7 +320,7 @@ func (b *backend) Queue(ctx context.Context, req *driver.Request) (g driver.Gran
 	if len(ahead) == 0 {
 		return e.grant(start), nil
 	}
-	w := &waiter{e: e, mode: req.Mode, limit: req.Limit, head: ahead[0], answerAt: time.Now()}
+	w := &waiter{e: e, mode: req.Mode, limit: req.Limit, head: ahead[0], lastOK: sent}
 	var preds []*mvccpb.KeyValue
 	if w.shares() {
 		if err := limitMismatch(req.Key, req, ahead[0]); err != nil {

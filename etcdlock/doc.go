@@ -65,9 +65,9 @@
 // then gets the context's error with the expiry). When
 // the context ends while etcd answers, Acquire returns at once a
 // *dlock.NotAcquiredError naming the holder and removes its entry in the
-// background; when a request fails, or a request of the wait is out and
-// etcd has answered nothing for a second (a hung server or a stalled
-// link), it returns that error instead, never ErrNotAcquired. A request that etcd itself timed out ("etcdserver:
+// background; when a request fails, or etcd has not answered for a second
+// (a hung server or a stalled link), it returns that error instead, never
+// ErrNotAcquired. A request that etcd itself timed out ("etcdserver:
 // request timed out", a leader lost or changed: a slow disk, a moment
 // without quorum) wraps dlock.ErrTransient: its entry, if it was put after
 // all, is deleted in the background, and Acquire tries again while its

@@ -101,19 +101,9 @@ func TestSharedWaitOnStalledLink(t *testing.T) {
 	rch := acquireBG(t, ctx, l, key, dlock.WithShared(), dlock.WithTTL(2*time.Second))
 	awaitQueueLen(t, cli, other, key, 2)
 	p.Stall()
-	// The wait reports no answer when a request of it is out and etcd has
-	// answered nothing for a second: wait for the reader's next request to
-	// be held, then for two seconds.
-	deadline := time.Now().Add(dlocktest.HangTimeout)
-	for {
-		if _, ok := p.Held(); ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("hang: the waiting reader sent nothing over the stalled link")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	// The wait ends once etcd has been silent for longer than the window
+	// in which a wait still reports the holder it saw (1s): nothing can
+	// arrive over the stalled link meanwhile.
 	time.Sleep(2 * time.Second)
 	cancel()
 	select {

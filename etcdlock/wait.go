@@ -20,12 +20,9 @@ const (
 	// waitProbe is how often a waiter checks its place in the queue (and
 	// so that etcd answers) while it watches the entry ahead of it.
 	waitProbe = 250 * time.Millisecond
-	// waitRecency: a wait whose context ends while one of its requests is
-	// out reports that etcd did not answer if etcd's last answer came this
-	// long before; otherwise the holder it waits behind (ErrNotAcquired),
-	// as etcd last answered. A wait between requests reports the holder:
-	// a loaded process sends its probes late, and etcd answering each of
-	// them is not an outage.
+	// waitRecency: a wait whose context ends reports the holder it waits
+	// behind (ErrNotAcquired) only if etcd confirmed that holder this
+	// recently; otherwise it reports that etcd did not answer.
 	waitRecency = time.Second
 )
 
@@ -38,24 +35,13 @@ var errWaiterLeaseExpired = errors.New("dlock: etcd lease of a waiting lock expi
 
 // waiter is one entry waiting for its turn.
 type waiter struct {
-	e        *entry
-	mode     driver.Mode
-	limit    int
-	head     *mvccpb.KeyValue   // the holder, as last read
-	holders  []*mvccpb.KeyValue // a shared or limited waiter's holders, as last read with the queue
-	out      bool               // a request of the wait is out, unanswered
-	outAt    time.Time          // when the first request out since the last answer was sent
-	answerAt time.Time          // when etcd last answered a request of the attempt
+	e       *entry
+	mode    driver.Mode
+	limit   int
+	head    *mvccpb.KeyValue   // the holder, as last read
+	holders []*mvccpb.KeyValue // a shared or limited waiter's holders, as last read with the queue
+	lastOK  time.Time          // when the last request that etcd answered was sent
 }
-
-// ask notes a request sent; answered, that etcd answered it.
-func (w *waiter) ask() {
-	if !w.out {
-		w.out, w.outAt = true, time.Now()
-	}
-}
-
-func (w *waiter) answered() { w.out, w.answerAt = false, time.Now() }
 
 // shares reports whether the waiter is shared or limited: it reads the
 // whole queue ahead of it, and may wait for several entries.
@@ -78,19 +64,14 @@ func sameEntry(a, b *mvccpb.KeyValue) bool {
 }
 
 // ended is the outcome of a wait whose context ended (err: the request in
-// flight then, if any): that etcd did not answer if a request was out, for
-// a probe interval at least, and etcd had answered nothing for
-// waitRecency; else the holder. A request sent just before the end (a
-// late probe of a loaded process) is not etcd's silence.
+// flight then, if any): the holder if etcd answered recently, else that
+// etcd did not answer.
 func (w *waiter) ended(ctx context.Context, err error) error {
-	if !w.out || time.Since(w.outAt) < waitProbe {
-		return errWaitEnded
-	}
-	if since := time.Since(w.answerAt); since >= waitRecency {
+	if since := time.Since(w.lastOK); since >= waitRecency {
 		if err == nil {
 			err = context.Cause(ctx)
 		}
-		return fmt.Errorf("dlock: etcd acquire %q: no answer from etcd for the last %v of the wait: %w", w.e.key, since.Round(time.Millisecond), err)
+		return fmt.Errorf("dlock: etcd acquire %q: no answer from etcd in the last %v of the wait: %w", w.e.key, since.Round(time.Millisecond), err)
 	}
 	return errWaitEnded
 }
@@ -113,17 +94,14 @@ func (w *waiter) keepAliveDue(ctx context.Context) error {
 	if !due {
 		return nil
 	}
-	w.ask()
+	start := time.Now()
 	if err := w.e.b.keepAlive(ctx, s); err != nil {
 		if errors.Is(err, dlock.ErrNotHeld) {
 			return fmt.Errorf("%w: %v", errWaiterLeaseExpired, err)
 		}
 		return w.failed(ctx, "keeping the lease alive", err)
 	}
-	w.answered()
-	// The sweep says nothing of its answer: it counts as asked until the
-	// next request of the wait is answered.
-	w.ask()
+	w.lastOK = start
 	w.e.b.sweepSession(ctx, s)
 	return nil
 }
@@ -155,14 +133,14 @@ func (w *waiter) wait(ctx context.Context, preds []*mvccpb.KeyValue) (time.Time,
 			ops = []clientv3.Op{clientv3.OpGet(pfx, inOrder(clientv3.WithMaxCreateRev(e.rev-1))...)}
 		}
 		ops = append(ops, clientv3.OpGet(e.myKey, clientv3.WithKeysOnly()))
-		w.ask()
+		sent := time.Now()
 		rctx, cancel := b.rpc(ctx)
 		resp, err := b.client.Txn(rctx).Then(ops...).Commit()
 		cancel()
 		if err != nil {
 			return time.Time{}, w.failed(ctx, "reading the queue", err)
 		}
-		w.answered()
+		w.lastOK = sent
 		rs := resp.Responses
 		if mine := rs[len(rs)-1].GetResponseRange().Kvs; len(mine) == 0 || mine[0].CreateRevision != e.rev {
 			b.gone(e)
@@ -265,14 +243,14 @@ func (w *waiter) waitDelete(ctx context.Context, preds []*mvccpb.KeyValue) error
 					continue
 				}
 				pred := preds[0]
-				w.ask()
+				sent := time.Now()
 				rctx, rcancel := b.rpc(ctx)
 				g, err := b.client.Get(rctx, string(pred.Key), clientv3.WithKeysOnly())
 				rcancel()
 				if err != nil {
 					return w.failed(ctx, "reading the entry ahead", err)
 				}
-				w.answered()
+				w.lastOK = sent
 				if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != pred.CreateRevision {
 					return nil // already gone
 				}
@@ -283,17 +261,11 @@ func (w *waiter) waitDelete(ctx context.Context, preds []*mvccpb.KeyValue) error
 				}
 			}
 		case <-probe.C:
-			if ctx.Err() != nil { // both were ready: nothing to ask
-				return w.ended(ctx, nil)
-			}
 			if err := w.keepAliveDue(ctx); err != nil {
 				return err
 			}
 			// A stale entry of ours ahead of us (a release or a wait that
 			// could not delete it) would hold us up until its lease expires.
-			// The sweep says nothing of its answer: it counts as asked
-			// until the probe after it is answered.
-			w.ask()
 			b.sweepKey(ctx, w.e.key)
 			gone, err := w.probe(ctx, preds)
 			if err != nil || gone {
@@ -346,7 +318,7 @@ func (w *waiter) probe(ctx context.Context, preds []*mvccpb.KeyValue) (bool, err
 	}
 	ops := []clientv3.Op{predsOp, clientv3.OpGet(e.myKey, clientv3.WithKeysOnly())}
 	withHead := append(ops, clientv3.OpGet(b.queuePrefix(e.key), clientv3.WithFirstCreate()...))
-	w.ask()
+	sent := time.Now()
 	rctx, cancel := b.rpc(ctx)
 	txn := b.client.Txn(rctx)
 	if w.head != nil {
@@ -360,7 +332,7 @@ func (w *waiter) probe(ctx context.Context, preds []*mvccpb.KeyValue) (bool, err
 	if err != nil {
 		return false, w.failed(ctx, "checking the queue", err)
 	}
-	w.answered()
+	w.lastOK = sent
 	if mine := resp.Responses[1].GetResponseRange().Kvs; len(mine) == 0 || mine[0].CreateRevision != e.rev {
 		b.gone(e)
 		return false, errWaiterLeaseExpired

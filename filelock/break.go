@@ -2,6 +2,7 @@ package filelock
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"time"
@@ -66,4 +67,41 @@ func (b *backend) Break(ctx context.Context, key, owner string) (driver.BreakRes
 		b.wake(key)
 	}
 	return res, nil
+}
+
+// opTimeout bounds the flock wait of operations that take no context
+// (Expire).
+const opTimeout = 30 * time.Second
+
+// Expire deletes key's leases (every holder's, in any mode) as if they had
+// expired, behind the holders' backs (the token counter and any waiting
+// writers' registrations are kept). The holders lose the lock at once if they
+// have held it for more than 100 ms and are in this process or, with
+// inotify, in another (see the package doc); the others at their next
+// renewal. Expiring a free key does nothing.
+func (l *Locker) Expire(key string) error {
+	if err := dlock.ValidateKey(key); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	b := (*backend)(l)
+	cleared := false
+	err := b.update(ctx, key, func(r *record, now int64) (bool, bool, error) {
+		s := r.state(now)
+		if len(s.holders) == 0 {
+			return false, false, nil
+		}
+		s.holders, s.foreign = nil, false
+		r.store(&s)
+		cleared = true
+		return true, false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("filelock: expire %q: %w", key, err)
+	}
+	if cleared {
+		b.wake(key)
+	}
+	return nil
 }

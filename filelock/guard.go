@@ -19,29 +19,15 @@ import (
 // lock holder whatever process it runs in. It applies the rule of package
 // guard through guard.Checker.
 //
-// Per resource, with id = the first 32 hex digits of the SHA-256 of the
-// resource name, it keeps:
-//
-//   - <dir>/<id>.fence: the resource's dlock.FenceRecord, JSON
-//     {"resource","token","owner","seen"}: the last admitted exclusive
-//     fence, and the highest token admitted in any mode when a shared
-//     fence's is above it;
-//   - <dir>/<id>.fence.flock: an empty file on which every operation on
-//     the resource (Do, Put, Get) holds an exclusive flock(2) while the
-//     fence is checked and recorded and the operation runs;
-//   - <dir>/<did>.data for each name Put, with did = the same digest of
-//     the resource name, a NUL byte and the name (neither contains NUL,
-//     so no two resource/name pairs share a file): JSON
-//     {"resource","name","value"}, the value base64-encoded.
-//
-// Fence and data files are written like lease records: to a temp file,
-// fsynced, renamed over the old file, and the directory fsynced. The new
-// fence is durable before the operation starts, and a Put's value before
-// it returns, so once admitted no older fence is admitted again, across
-// restarts and crashes, while the directory survives. A file that cannot
-// be decoded, or that names another resource or name, fails the operation
-// with an error naming the file rather than restarting the resource's
-// fences; delete it to reset.
+// Per resource it keeps a fence file, a flock file held while the fence is
+// checked and recorded and the operation runs, and a data file per name
+// Put (docs/filelock.md, Guard files). Fences and values are written
+// atomically and durably: the new fence before the operation starts, a
+// Put's value before it returns, so once admitted no older fence is
+// admitted again, across restarts and crashes, while the directory
+// survives. A file that cannot be decoded, or that names another resource
+// or name, fails the operation with an error naming the file rather than
+// restarting the resource's fences; delete it to reset.
 //
 // Waiting for another operation on the same resource, in this process or
 // another, is bounded by the context. Highest reads the fence file without

@@ -74,7 +74,7 @@ var _ driver.LossNotifier = (*lease)(nil)
 
 // breakListenDelay is how long a lock is held before it listens for
 // breaks. Most locks are held for less: they cost no subscription, and a
-// break of one is found by its release or renewal.
+// break of one is detected by its release or renewal.
 const breakListenDelay = 100 * time.Millisecond
 
 // Bind implements driver.LossNotifier: once the lock has been held for
@@ -86,7 +86,7 @@ const breakListenDelay = 100 * time.Millisecond
 // owner as a live holder, the Lock is lost at once (wrapping
 // dlock.ErrNotHeld), not at its next renewal. Without inotify
 // (WithInotify(false), or a system other than Linux) a break by another
-// process is found by the next renewal. stop never waits.
+// process is detected by the next renewal. stop never waits.
 func (l *lease) Bind(lose func(cause error)) (stop func()) {
 	bd := &binding{l: l, lose: lose}
 	t := time.AfterFunc(breakListenDelay, func() { l.b.held.add(bd) })

@@ -54,10 +54,10 @@ func TestHelperProcess(t *testing.T) {
 		err = helperWait(ctx)
 	case "break":
 		err = helperBreak(ctx)
-	case "rt14mix":
-		err = helperRT14Mix(ctx)
-	case "rt14readers":
-		err = helperRT14Readers(ctx)
+	case "mix":
+		err = helperModesMix(ctx)
+	case "readers":
+		err = helperOverlappingReaders(ctx)
 	default:
 		err = fmt.Errorf("unknown mode %q", mode)
 	}

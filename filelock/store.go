@@ -81,11 +81,11 @@ func prepareDir(dir string) (string, error) {
 //
 // The top-level lease fields (Owner, Token, Expires, Metadata) are the
 // format every version reads. An exclusive holder is stored in them alone,
-// exactly as before shared locks existed. Shared and limited holders are
+// readable by versions without shared locks. Shared and limited holders are
 // stored in Holders, with Mode and Limit, and the top-level fields then
 // cover them all: they repeat the holder whose lease ends last, so a
 // process that knows only the top-level fields sees the key held for as
-// long as anyone holds it (see keyState and doc.go, Storage).
+// long as anyone holds it (see keyState and docs/filelock.md, Storage).
 type record struct {
 	Key      string            `json:"key"`
 	Owner    string            `json:"owner,omitempty"`
@@ -398,4 +398,35 @@ func (s *semTable) unref(path string, sem *semaphore) {
 		delete(s.m, path)
 	}
 	s.mu.Unlock()
+}
+
+func (b *backend) recordPath(id string) string { return filepath.Join(b.dir, id+leaseSuffix) }
+
+func (b *backend) writersPath(id string) string { return filepath.Join(b.dir, id+writersSuffix) }
+
+// update runs fn on key's record under the record's flock and writes the
+// record back (atomically) when fn says so. fn gets the wall-clock time,
+// taken after the flock was acquired; it may also rewrite the key's
+// writers file, which the same flock guards.
+func (b *backend) update(ctx context.Context, key string, fn func(r *record, now int64) (write, syncDir bool, err error)) error {
+	id := fileID(key)
+	fl, err := lockFile(ctx, filepath.Join(b.dir, id+leaseFlockSuffix))
+	if err != nil {
+		return err
+	}
+	defer fl.Close()
+	path := b.recordPath(id)
+	r, err := readRecord(path, key)
+	if err != nil {
+		return err
+	}
+	write, syncDir, err := fn(&r, time.Now().UnixNano())
+	if err != nil || !write {
+		return err
+	}
+	data, err := json.Marshal(&r)
+	if err != nil {
+		return err
+	}
+	return writeAtomic(path, data, syncDir)
 }

@@ -64,3 +64,16 @@ func (s *state) Break(ctx context.Context, key, owner string) (driver.BreakResul
 	}
 	return res, nil
 }
+
+// Expire deletes every lease on key as if it had expired, behind the
+// holders' backs. Tests use it to exercise loss handling: a holder notices
+// at its next renewal.
+func (l *Locker) Expire(key string) {
+	s := l.s
+	s.mu.Lock()
+	if ks := s.keys[key]; ks != nil {
+		clear(ks.holders)
+	}
+	s.wakeLocked(key)
+	s.mu.Unlock()
+}

@@ -51,12 +51,12 @@ func TestPgBouncer(t *testing.T) {
 	}
 }
 
-// Stop and Restart killed the postmaster before they looked for its
-// backends by their parent pid: the backends, reparented in between,
-// were not killed, and went on (to the end of their statement, logging
-// "terminating connection due to unexpected postmaster exit") after the
-// crash was over: not a crash of the whole server.
-func TestRegressPostgresStopKillsBackends(t *testing.T) {
+// Stop kills every backend of the server along with the postmaster, so
+// that a stop is a crash of the whole server: no backend outlives it to
+// finish its statement (logging "terminating connection due to unexpected
+// postmaster exit").
+// Symptom: backends reparented before Stop looked them up by parent pid survived it (fixed in f4f1d96).
+func TestPostgresStop_KillsEveryBackend(t *testing.T) {
 	pg := testserver.StartPostgres(t)
 	psql, err := exec.LookPath("psql")
 	if err != nil {

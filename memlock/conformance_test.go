@@ -20,3 +20,14 @@ func TestConformance(t *testing.T) {
 		TellsBroken: true,
 	})
 }
+
+// The mode edge cases of dlocktest.ModesEdges hold: hierarchical keys in
+// different modes, List's mode/limit/holders, limit edge cases, writer
+// preference on a key that just drained.
+func TestConformance_ModesEdges(t *testing.T) {
+	l := memlock.New()
+	dlocktest.ModesEdges(t, dlocktest.Harness{
+		New:    func(testing.TB) dlock.Locker { return l },
+		Expire: func(_ testing.TB, key string) { l.Expire(key) },
+	})
+}

@@ -1,6 +1,7 @@
 // Acquiring: Try (driver.Driver) and Queue (driver.Queuer) create an
-// ephemeral sequential node under the key's znode; the holder is the node
-// with the lowest sequence number.
+// ephemeral sequential node under the key's znode, and the recipe
+// (modes.go) decides from the queue's order whether it holds the key;
+// Abort (driver.Aborter) undoes an attempt whose outcome is unknown.
 
 package zklock
 
@@ -16,7 +17,6 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/background"
 )
 
 // exists is what an Exists or a watching read returned.
@@ -332,19 +332,6 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 	return driver.Grant{}, na
 }
 
-// waitDeleted waits for a deletion started by abandonStarted to end, at
-// most until ctx ends or for the request timeout: past that it goes on in
-// the background (see Orphans).
-func (b *backend) waitDeleted(ctx context.Context, gone <-chan struct{}) {
-	t := time.NewTimer(b.timeout)
-	defer t.Stop()
-	select {
-	case <-gone:
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
-
 // maxNamed bounds the holders a refusal reads and names (a semaphore may
 // have many).
 const maxNamed = 16
@@ -370,41 +357,6 @@ func without(q []qnode, name string) []qnode {
 	return out
 }
 
-// mismatch is the error of a limited request on a key whose holders are a
-// semaphore of another size (nil otherwise).
-func (e *entry) mismatch(held []qnode) error {
-	if e.mode != driver.Limited || len(held) == 0 || held[0].mode != driver.Limited || held[0].limit == e.limit {
-		return nil
-	}
-	return fmt.Errorf("%w: zookeeper key %q is held as a semaphore of %d permits, not %d", dlock.ErrLimitMismatch, e.key, held[0].limit, e.limit)
-}
-
-// markIfFollowed writes the granted mark into e's node, in the background,
-// when e is a limited node granted with nodes queued behind it: a permit
-// waiting behind a waiting permit watches only that node, and needs to
-// hear when it is granted (see Queue). A listing that shows nothing behind
-// e shows that no node behind it saw e waiting (positions only move
-// forward), so no write is needed.
-func (e *entry) markIfFollowed(q []qnode, i int) {
-	if e.mode != driver.Limited || i >= len(q)-1 {
-		return
-	}
-	data := encodeGranted(e.owner, e.md)
-	background.Go(func() {
-		for attempt := 0; attempt < 5; attempt++ {
-			ctx, cancel := context.WithTimeout(context.Background(), dlock.DefaultReleaseTimeout)
-			_, err := call(ctx, e.b, "mark", func() (*zk.Stat, error) {
-				return e.b.conn.Set(e.path, data, -1)
-			})
-			cancel()
-			if err == nil || errors.Is(err, zk.ErrNoNode) || e.b.conn.SessionID() != e.sid {
-				return
-			}
-			time.Sleep(time.Duration(attempt+1) * 100 * time.Millisecond)
-		}
-	})
-}
-
 // Wait liveness: a waiter probes its own node while it waits, so that a
 // wait whose context ends can tell a held key from a silent ensemble.
 const (
@@ -416,6 +368,11 @@ const (
 	// otherwise it reports that ZooKeeper did not answer.
 	waitRecency = time.Second
 )
+
+// endedDeleteWait is how long a wait whose context ended waits for its
+// node's deletion before returning (within the core's grace for a queue
+// wait); the deletion goes on in the background if it takes longer.
+const endedDeleteWait = 50 * time.Millisecond
 
 // Queue implements driver.Queuer: wait in key's FIFO queue until the
 // recipe admits this attempt's node (see admitted), watching only the
@@ -556,104 +513,6 @@ func (b *backend) Queue(ctx context.Context, req *driver.Request) (driver.Grant,
 	}
 }
 
-// markRelook is how long a permit waiting for the granted mark of the
-// permit ahead of it waits before looking at the queue again, for a lease
-// of lease: a third of it, at least waitProbe.
-func markRelook(lease time.Duration) time.Duration {
-	return max(lease/3, waitProbe)
-}
-
-// waitOn sets the watch q[i], not admitted, waits on (see Queue). A nil
-// watch means: look again at once (what it depends on already changed).
-// onMark reports a watch on a waiting permit ahead for its granted mark;
-// kept holds such a watch that has not fired, reused when the waiter
-// looks again and still waits on the same node (a new watch would add a
-// channel to the client's watchers of the node at every look). seenMark remembers a node ahead whose granted mark sent the waiter to
-// look again, so that a mark nobody explains (a foreign write) cannot
-// make it spin.
-func (b *backend) waitOn(ctx context.Context, e *entry, q []qnode, i int, seenMark *string, kept *markWatch) (_ <-chan zk.Event, onMark bool, pzxid int64, _ error) {
-	j := blocker(q, i)
-	if j < 0 && i == q[i].limit {
-		// The first permit not admitted: any holder's release admits it.
-		type kids struct {
-			names []string
-			pzxid int64
-			watch <-chan zk.Event
-		}
-		k, err := call(ctx, b, "watch", func() (kids, error) {
-			names, st, w, err := b.conn.ChildrenW(e.dir)
-			if err != nil {
-				return kids{}, err
-			}
-			return kids{names, st.Pzxid, w}, nil
-		})
-		if errors.Is(err, zk.ErrNoNode) {
-			return nil, false, 0, nil
-		}
-		if err != nil {
-			return nil, false, 0, err
-		}
-		nq := queueOf(k.names)
-		if ni := position(nq, e.name); ni < 0 || admitted(nq, ni) {
-			return nil, false, 0, nil
-		}
-		w := k.watch
-		if h := b.hooks.Load(); h != nil && h.childWatch != nil {
-			w = h.childWatch(w)
-		}
-		return w, false, k.pzxid, nil
-	}
-	if j < 0 {
-		j, onMark = i-1, true // a permit behind waiting permits of its size
-	}
-	dep := q[j]
-	if onMark && kept.w != nil && kept.name == dep.name {
-		return kept.w, true, 0, nil
-	}
-	*kept = markWatch{}
-	w, err := call(ctx, b, "watch", func() (exists, error) {
-		return watchNode(b.conn, e.dir+"/"+dep.name)
-	})
-	if err != nil {
-		return nil, false, 0, err
-	}
-	if !w.ok {
-		return nil, false, 0, nil
-	}
-	if dep.mode == driver.Limited && parseValue(w.data).Granted && *seenMark != dep.name {
-		*seenMark = dep.name
-		return nil, false, 0, nil
-	}
-	if onMark {
-		*kept = markWatch{name: dep.name, w: w.watch}
-	}
-	return w.watch, onMark, 0, nil
-}
-
-// childrenMoved reports whether the children of e's key node changed since
-// its stat said pzxid. A children watch can miss a change made while the
-// client was disconnected: go-zookeeper re-sets its watches on reconnect
-// relative to the last zxid it saw, and may take that zxid from a reply
-// the new connection already received, one newer than the change (a data
-// watch cannot miss a deletion: one on a missing node always fires). A
-// missing key node counts as a change.
-func (b *backend) childrenMoved(ctx context.Context, e *entry, pzxid int64) (bool, error) {
-	st, err := call(ctx, b, "exists", func() (exists, error) {
-		ok, st, err := b.conn.Exists(e.dir)
-		return exists{ok: ok, stat: st}, err
-	})
-	if err != nil {
-		return false, err
-	}
-	return !st.ok || st.stat.Pzxid != pzxid, nil
-}
-
-// markWatch is a permit's unfired watch on the waiting permit ahead of it.
-type markWatch struct {
-	name string
-	w    <-chan zk.Event
-}
-
 // waitEnded is the error of a wait whose context ended: the key was held
 // by the nodes held (from the wait's last look).
 func (b *backend) waitEnded(key string, held []qnode, cause error) error {
@@ -680,164 +539,4 @@ func (b *backend) Abort(ctx context.Context, req *driver.Request) error {
 		h.aborted(err)
 	}
 	return err
-}
-
-// Orphans: a node nobody uses any more (a waiter that gave up, an attempt
-// that found the key held, a lost lock whose release failed) must be
-// deleted, or it holds the key for as long as the session lives, and the
-// client's pings keep the session alive. So the deletion is retried in the
-// background until it succeeds or the node is gone with its session.
-const (
-	// orphanRetryFor bounds the retries of one deletion.
-	orphanRetryFor = 2 * time.Minute
-	// orphanBackoff is the longest pause between two tries.
-	orphanBackoff = time.Second
-)
-
-// abandon deletes e's node in the background (see Orphans). At most one
-// deletion runs per node.
-func (e *entry) abandon() {
-	e.mu.Lock()
-	if e.deleting || e.deletedByUs {
-		e.mu.Unlock()
-		return
-	}
-	e.deleting = true
-	e.mu.Unlock()
-	background.Go(e.deleteOrphan)
-}
-
-func (e *entry) deleteOrphan() {
-	if h := e.b.hooks.Load(); h != nil && h.beforeOrphanDelete != nil {
-		h.beforeOrphanDelete()
-	}
-	deleted := e.b.retryDelete(e.sid, func(ctx context.Context) (bool, error) {
-		_, err := call(ctx, e.b, "delete", func() (struct{}, error) {
-			return struct{}{}, e.b.conn.Delete(e.path, -1)
-		})
-		switch {
-		case err == nil:
-			return true, nil
-		case errors.Is(err, zk.ErrNoNode):
-			return false, nil
-		}
-		return false, err
-	})
-	e.mu.Lock()
-	if deleted || e.unsure {
-		e.deletedByUs = true
-	}
-	e.deleting = false
-	e.mu.Unlock()
-}
-
-// endedDeleteWait is how long a wait whose context ended waits for its
-// node's deletion before returning (within the core's grace for a queue
-// wait); the deletion goes on in the background if it takes longer.
-const endedDeleteWait = 50 * time.Millisecond
-
-// abandonStarted is abandon, returning a channel closed once the deletion
-// it started ends (at once if one ran or runs already).
-func (e *entry) abandonStarted() <-chan struct{} {
-	done := make(chan struct{})
-	e.mu.Lock()
-	if e.deleting || e.deletedByUs {
-		e.mu.Unlock()
-		close(done)
-		return done
-	}
-	e.deleting = true
-	e.mu.Unlock()
-	background.Go(func() {
-		defer close(done)
-		e.deleteOrphan()
-	})
-	return done
-}
-
-// abandonWithin is abandon, waiting up to d for the deletion to finish.
-func (e *entry) abandonWithin(d time.Duration) {
-	done := e.abandonStarted()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-	}
-}
-
-// abandonOwner deletes, in the background, every queue node of owner under
-// dir: an attempt whose outcome is unknown and could not be undone at once
-// (the ensemble hung or was unreachable) may still create one, and nobody
-// would ever delete it (see Orphans).
-func (b *backend) abandonOwner(dir, owner string) {
-	sid := b.conn.SessionID()
-	background.Go(func() {
-		b.retryDelete(sid, func(ctx context.Context) (bool, error) {
-			return false, b.deleteOwner(ctx, dir, owner)
-		})
-	})
-}
-
-// deleteOwner deletes every queue node of owner under dir.
-func (b *backend) deleteOwner(ctx context.Context, dir, owner string) error {
-	kids, err := call(ctx, b, "list", func() ([]string, error) {
-		k, _, err := b.conn.Children(dir)
-		return k, err
-	})
-	if errors.Is(err, zk.ErrNoNode) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, k := range kids {
-		if n, ok := parseNode(k); !ok || n.owner != owner {
-			continue
-		}
-		_, err := call(ctx, b, "delete", func() (struct{}, error) {
-			return struct{}{}, b.conn.Delete(dir+"/"+k, -1)
-		})
-		if err != nil && !errors.Is(err, zk.ErrNoNode) {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// retryDelete runs try until it succeeds (a nil error), the session sid
-// is gone (its ephemeral nodes with it), the program closed the
-// connection, or orphanRetryFor passed, pausing with a growing backoff.
-// It reports try's deleted result of the successful run.
-func (b *backend) retryDelete(sid int64, try func(ctx context.Context) (deleted bool, err error)) bool {
-	end := time.Now().Add(orphanRetryFor)
-	pause := 50 * time.Millisecond
-	for time.Now().Before(end) {
-		ctx, cancel := context.WithTimeout(context.Background(), dlock.DefaultReleaseTimeout)
-		deleted, err := try(ctx)
-		cancel()
-		if err == nil {
-			return deleted
-		}
-		if errors.Is(err, zk.ErrNoAuth) || b.conn.SessionID() != sid || b.closed() {
-			return false
-		}
-		time.Sleep(pause)
-		pause = min(2*pause, orphanBackoff)
-	}
-	return false
-}
-
-// closed reports whether the connection was closed by the program: its
-// state stays Disconnected (a client that lost its server is Connecting
-// or Connected again within a moment).
-func (b *backend) closed() bool {
-	for i := 0; i < 3; i++ {
-		if b.conn.State() != zk.StateDisconnected {
-			return false
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return true
 }

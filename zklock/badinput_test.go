@@ -146,3 +146,63 @@ func TestWrongDigest(t *testing.T) {
 		t.Fatalf("TryAcquire without credentials: %v; want zk.ErrNoAuth", err)
 	}
 }
+
+// Bad mode input never panics, hangs or leaves a node: limits outside
+// [1, MaxLimit], WithShared with WithLimit, a nil context, on both
+// TryAcquire and Acquire.
+// Symptom: a panic, a hang or a node left behind on bad WithLimit or WithShared input.
+func TestAcquireBadModeInput_RefusedNoNodeLeft(t *testing.T) {
+	t.Parallel()
+	z := sharedZooKeeper(t)
+	admin := connect(t, []string{z.Addr()})
+	l := zklock.New(admin)
+	key := dlocktest.Key(t)
+	bad := [][]dlock.Option{
+		{dlock.WithLimit(0)},
+		{dlock.WithLimit(-1)},
+		{dlock.WithLimit(dlock.MaxLimit + 1)},
+		{dlock.WithLimit(1 << 62)},
+		{dlock.WithShared(), dlock.WithLimit(2)},
+		{dlock.WithLimit(2), dlock.WithShared()},
+	}
+	for _, opts := range bad {
+		if _, err := l.TryAcquire(dlocktest.Context(t), key, opts...); !errors.Is(err, dlock.ErrInvalidOption) {
+			t.Fatalf("TryAcquire %d options: %v, want ErrInvalidOption", len(opts), err)
+		}
+		if _, err := l.Acquire(dlocktest.Context(t), key, opts...); !errors.Is(err, dlock.ErrInvalidOption) {
+			t.Fatalf("Acquire %d options: %v, want ErrInvalidOption", len(opts), err)
+		}
+	}
+	//lint:ignore SA1012 a nil context is the bad input under test
+	if _, err := l.TryAcquire(nil, key, dlock.WithLimit(2)); err == nil { //nolint:staticcheck
+		t.Fatal("TryAcquire with a nil context succeeded")
+	}
+	//lint:ignore SA1012 a nil context is the bad input under test
+	if _, err := l.Acquire(nil, key, dlock.WithShared()); err == nil { //nolint:staticcheck
+		t.Fatal("Acquire with a nil context succeeded")
+	}
+	if kids, _, err := admin.Children(l.Path(key)); err == nil && len(kids) > 0 {
+		t.Fatalf("bad input left nodes: %v", kids)
+	}
+}
+
+// Path on the zero Locker and FencePath on the zero Guard return the
+// default prefix's path instead of dereferencing a nil backend: bad input
+// gives a clear error, never a panic (the zero Guard fails every call
+// with ErrNilClient).
+// Symptom: Path on the zero Locker and FencePath on the zero Guard panicked (fixed in 5805a9c).
+func TestZeroValues_PathAndFencePathDoNotPanic(t *testing.T) {
+	for name, fn := range map[string]func() string{
+		"Locker{}.Path":     func() string { var l zklock.Locker; return l.Path("k") },
+		"Guard{}.FencePath": func() string { var g zklock.Guard; return g.FencePath("r") },
+	} {
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("%s panicked: %v", name, r)
+				}
+			}()
+			t.Logf("%s = %q", name, fn())
+		}()
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-zookeeper/zk"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/driver"
@@ -71,9 +73,10 @@ func TestGuardBadInput(t *testing.T) {
 	}
 }
 
-// A Put whose value fit MaxValueLen but whose whole request (a long
-// prefix, paths, fence) did not went out: ZooKeeper dropped the
-// connection, and an unrelated lock held on it was lost.
+// A Put whose value fits MaxValueLen but whose whole request (a long
+// prefix, paths, fence) does not is refused with ErrInvalidOption; the
+// connection, and an unrelated lock held on it, stay.
+// Symptom: such a Put was sent, ZooKeeper dropped the connection and the lock held on it was lost (fixed in 5dc83d6).
 func TestGuardPut_RefusesRequestOverPacketLimit(t *testing.T) {
 	t.Parallel()
 	z := sharedZooKeeper(t)
@@ -98,5 +101,34 @@ func TestGuardPut_RefusesRequestOverPacketLimit(t *testing.T) {
 	case <-held.Lost():
 		t.Fatalf("the lock held on the guard's connection was lost: %v", held.Err())
 	default:
+	}
+}
+
+// A Guard.Put of a 1 MiB value fails with a clear error, not "zk:
+// connection closed", and a lock held on the same connection is kept. The
+// server refuses a packet above its jute.maxbuffer (1 MiB) by closing the
+// connection, which would drop every lock, waiter and guard sharing the
+// *zk.Conn; so bad input gives a clear error and does not break other
+// users of the connection.
+// Symptom: the 1 MiB Put was sent, the server dropped the connection and a lock held on it was lost (fixed in 5805a9c).
+func TestGuardPut_HugeValueKeepsConnectionAndLock(t *testing.T) {
+	t.Parallel()
+	z := sharedZooKeeper(t)
+	c := connect(t, []string{z.Addr()})
+	lk, err := zklock.New(c).Acquire(dlocktest.Context(t), dlocktest.Key(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Release(context.Background())
+	g := zklock.NewGuard(c)
+	f := dlock.Fence{Token: lk.Token(), Owner: lk.Owner()}
+	err = g.Put(dlocktest.Context(t), "r", f, "n", strings.Repeat("x", 1<<20))
+	t.Logf("Put of a 1 MiB value: %v", err)
+	waitSession(t, c)
+	switch {
+	case lk.Err() != nil:
+		t.Fatalf("a Guard.Put of a 1 MiB value (error %q) dropped the connection and the lock held on it was lost: %v", err, lk.Err())
+	case errors.Is(err, zk.ErrConnectionClosed):
+		t.Fatalf("a Guard.Put of a 1 MiB value failed with %q (an unknown outcome after a dropped connection), not a clear refusal", err)
 	}
 }

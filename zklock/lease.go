@@ -260,7 +260,3 @@ func (e *entry) Bind(lose func(cause error)) func() {
 		})
 	}
 }
-
-// sawWatch counts a watch event one of b's waiters or holders received
-// (tests: a release must wake one waiter, not the herd).
-func (b *backend) sawWatch() { b.watchEvents.Add(1) }

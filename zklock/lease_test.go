@@ -217,8 +217,8 @@ func testLeavesNoZnode(t *testing.T, n int) {
 // The link stalls under a Release: the client gives up on the silent
 // server (two thirds of the session timeout, well before the request
 // timeout and the caller's context) and fails the request with "zk:
-// connection closed". Symptom guarded against: that bare error from
-// Release instead of ErrUnavailable.
+// connection closed", which Release reports wrapping ErrUnavailable.
+// Symptom: Release returned the bare "zk: connection closed", not ErrUnavailable (fixed in cd9ddf9).
 func TestRelease_Unavailable_ConnectionClosedOnStall(t *testing.T) {
 	t.Parallel()
 	z := sharedZooKeeper(t)
@@ -278,5 +278,37 @@ func TestRunOnce_BoundsAtSessionLinger(t *testing.T) {
 			t.Fatalf("%s: the key after RunOnce returned: %v, want it free", c.name, err)
 		}
 		lk.Release(context.Background())
+	}
+}
+
+// A permit's and a reader's Release whose reply is lost leave no node
+// behind: the semaphore's permit and the reader's share come back (a
+// writer gets the key), with no orphan holding them for the session.
+// Symptom: a lost Release reply leaving the permit's or reader's node behind, holding its share for the session.
+func TestRelease_LostReplyLeavesNoNode_PermitAndReader(t *testing.T) {
+	t.Parallel()
+	z := sharedZooKeeper(t)
+	admin := connect(t, []string{z.Addr()})
+	p := testserver.StartProxy(t, z.Addr())
+	t.Cleanup(p.Heal)
+	key := dlocktest.Key(t)
+	l := zklock.New(connect(t, []string{p.Addr()}))
+	dir := l.Path(key)
+	for _, opt := range []dlock.Option{dlock.WithLimit(1), dlock.WithShared()} {
+		lk, err := l.Acquire(dlocktest.Context(t), key, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.LoseNextReply()
+		_ = lk.Release(dlocktest.Context(t)) // an error is allowed: the outcome was unknown
+		waitFor(t, "the released node gone", func() bool { return len(children(t, admin, dir)) == 0 })
+		w, err := zklock.New(admin).TryAcquire(dlocktest.Context(t), key)
+		if err != nil {
+			t.Fatalf("writer after a lost release reply: %v", err)
+		}
+		if w.Token() <= lk.Token() {
+			t.Fatalf("writer token %d not above the released holder's %d", w.Token(), lk.Token())
+		}
+		releaseOK(t, w)
 	}
 }

@@ -72,6 +72,23 @@ func WithSessionTimeout(d time.Duration) Option {
 	return driver.Setting(func(o *options) { o.sessionTimeout = d })
 }
 
+// WithDigest makes Connect authenticate with ZooKeeper's digest scheme as
+// user:password (and again after every reconnect), and makes the Locker
+// create its znodes readable and writable by that identity only
+// (zk.DigestACL). A wrong password is not refused at connect time
+// (ZooKeeper's digest scheme never refuses an identity): it shows as an
+// error wrapping zk.ErrNoAuth on the first lock of a path made by the
+// right one.
+func WithDigest(user, password string) Option {
+	return driver.Setting(func(o *options) { o.user, o.password, o.digest = user, password, true })
+}
+
+// WithLogger sets the go-zookeeper client's logger for Connect (default:
+// the client's own, the standard log package).
+func WithLogger(l zk.Logger) Option {
+	return driver.Setting(func(o *options) { o.logger = l })
+}
+
 // Locker is a lock service on a ZooKeeper ensemble. It never closes the
 // connection.
 type Locker struct {
@@ -161,6 +178,8 @@ func New(conn *zk.Conn, opts ...Option) *Locker {
 	return &Locker{e: dlock.NewEngine(b, opts...), b: b}
 }
 
+var errNoTimeout = errors.New("dlock: zklock: the connection's session timeout is unknown: connect with zklock.Connect, or pass zklock.WithSessionTimeout with the timeout given to zk.Connect")
+
 // Acquire implements dlock.Locker.
 func (l *Locker) Acquire(ctx context.Context, key string, opts ...dlock.Option) (*dlock.Lock, error) {
 	return l.e.Acquire(ctx, key, opts...)
@@ -186,18 +205,6 @@ func (b *backend) Spec() driver.Spec {
 }
 
 func (b *backend) keyPath(key string) string { return b.prefix + "/" + EscapeKey(key) }
-
-// lease returns the lease a lock gets now: LeaseOf the session timeout.
-func (b *backend) lease() (time.Duration, error) {
-	d := b.fixed
-	if b.info != nil {
-		d = time.Duration(b.info.ms.Load()) * time.Millisecond
-	}
-	if d < MinSessionTimeout {
-		return 0, fmt.Errorf("%w: zklock: session timeout %v is below %v", dlock.ErrInvalidOption, d, MinSessionTimeout)
-	}
-	return LeaseOf(d), nil
-}
 
 // result is one go-zookeeper call's outcome.
 type result[T any] struct {

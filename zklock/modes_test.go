@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -389,4 +391,207 @@ func TestSemaphoreMaxLimit(t *testing.T) {
 	}
 	releaseOK(t, q)
 	releaseOK(t, p)
+}
+
+// A permit's limit is checked against the holders only: a permit behind
+// a permit of another size that only waits waits behind it (no mismatch
+// yet), fails with ErrLimitMismatch once that permit is granted (not a
+// hang), and once the holder's node is deleted behind its back the key is
+// free and the new size wins.
+// Symptom: ErrLimitMismatch against a permit that only waits, a hang behind one that holds, or a mismatch against a holder that is gone.
+func TestSemaphoreLimitMismatch_OnlyAgainstHolders(t *testing.T) {
+	t.Parallel()
+	z := sharedZooKeeper(t)
+	addrs := []string{z.Addr()}
+	admin := connect(t, addrs)
+	key := dlocktest.Key(t)
+	l := func() *zklock.Locker { return zklock.New(connect(t, addrs)) }
+	r, err := l().TryAcquire(dlocktest.Context(t), key, dlock.WithShared())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w2 := acquireLater(t, admin, l(), key, 2, dlock.WithLimit(2))
+	w3 := acquireLater(t, admin, l(), key, 3, dlock.WithLimit(3))
+	if _, err := l().TryAcquire(dlocktest.Context(t), key, dlock.WithLimit(3)); !errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, dlock.ErrLimitMismatch) {
+		t.Fatalf("TryAcquire(limit 3) behind a reader and a waiting permit of 2: %v, want refused (no mismatch: the reader holds)", err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	w3.waiting(t, "permit of 3 behind a waiting permit of 2")
+	releaseOK(t, r)
+	g2 := w2.got(t, "permit of 2 after the reader")
+	if err := w3.failed(t, "permit of 3 once the permit of 2 holds"); !errors.Is(err, dlock.ErrLimitMismatch) {
+		t.Fatalf("permit of 3 once a permit of 2 holds: %v, want ErrLimitMismatch", err)
+	}
+	// The holder's node is deleted behind its back: the key is free.
+	expire(t, admin, key)
+	select {
+	case <-g2.Lost():
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatal("Lost() not closed after the node's deletion")
+	}
+	lk, err := l().TryAcquire(dlocktest.Context(t), key, dlock.WithLimit(3))
+	if err != nil {
+		t.Fatalf("permit of 3 on a key whose permit of 2 is gone: %v", err)
+	}
+	releaseOK(t, lk)
+}
+
+// Hierarchical keys never contend, whatever the modes: "a" held
+// exclusively does not keep readers or permits of "a/b" out, and the
+// other way round; List shows each with its own mode.
+// Symptom: a key held in one mode keeping a hierarchical neighbour ("a", "a/b") of another mode out.
+func TestModes_HierarchicalKeysNeverContend(t *testing.T) {
+	t.Parallel()
+	z := sharedZooKeeper(t)
+	addrs := []string{z.Addr()}
+	l := zklock.New(connect(t, addrs))
+	m := zklock.New(connect(t, addrs))
+	base := dlocktest.Key(t)
+	ctx := dlocktest.Context(t)
+	x, err := l.TryAcquire(ctx, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := m.TryAcquire(ctx, base+"/b", dlock.WithShared())
+	if err != nil {
+		t.Fatalf("shared a/b while a is held: %v", err)
+	}
+	s, err := m.TryAcquire(ctx, base+"/b/c", dlock.WithLimit(1))
+	if err != nil {
+		t.Fatalf("permit of a/b/c while a and a/b are held: %v", err)
+	}
+	infos, err := l.List(ctx, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]dlock.Mode{base: dlock.Exclusive, base + "/b": dlock.Shared, base + "/b/c": dlock.Limited}
+	if len(infos) != len(want) {
+		t.Fatalf("List: %+v", infos)
+	}
+	for _, in := range infos {
+		if in.Mode != want[in.Key] || len(in.Holders) != 1 {
+			t.Fatalf("List entry %+v, want mode %v and one holder", in, want[in.Key])
+		}
+		if in.Mode == dlock.Limited && in.Limit != 1 {
+			t.Fatalf("List entry %+v, want limit 1", in)
+		}
+	}
+	releaseOK(t, s)
+	releaseOK(t, y)
+	releaseOK(t, x)
+}
+
+// Many clients racing TryAcquire and Acquire on a semaphore of 3 (with
+// readers and writers thrown in on the same key) never see more than 3
+// permits inside at once, never a writer together with anyone, and
+// every writer's token is above every token granted before it. They race
+// until the key was granted racingGrants times, however long that takes.
+func TestModes_NeverOverlap_RacingClients(t *testing.T) {
+	t.Parallel()
+	z := sharedZooKeeper(t)
+	addrs := []string{z.Addr()}
+	key := dlocktest.Key(t)
+	const limit = 3
+	var (
+		mu      sync.Mutex
+		permits int
+		readers int
+		writers int
+		maxTok  uint64 // highest token granted so far
+		bad     []string
+	)
+	enter := func(lk *dlock.Lock, mode dlock.Mode) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch mode {
+		case dlock.Exclusive:
+			if permits+readers+writers != 0 {
+				bad = append(bad, "writer inside with others")
+			}
+			if lk.Token() <= maxTok {
+				bad = append(bad, "writer token not above an earlier grant")
+			}
+			writers++
+		case dlock.Shared:
+			if permits+writers != 0 {
+				bad = append(bad, "reader inside with a writer or permit")
+			}
+			readers++
+		case dlock.Limited:
+			if readers+writers != 0 {
+				bad = append(bad, "permit inside with a reader or writer")
+			}
+			permits++
+			if permits > limit {
+				bad = append(bad, "more permits than the limit")
+			}
+		}
+		maxTok = max(maxTok, lk.Token())
+	}
+	leave := func(mode dlock.Mode) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch mode {
+		case dlock.Exclusive:
+			writers--
+		case dlock.Shared:
+			readers--
+		case dlock.Limited:
+			permits--
+		}
+	}
+	const racingGrants = 60
+	ctx, cancel := context.WithCancel(dlocktest.Context(t))
+	defer cancel()
+	var grants atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 8 {
+		l := zklock.New(connect(t, addrs))
+		mode := dlock.Limited
+		var opts []dlock.Option
+		switch g {
+		case 0:
+			mode = dlock.Exclusive
+		case 1:
+			mode = dlock.Shared
+			opts = append(opts, dlock.WithShared())
+		default:
+			opts = append(opts, dlock.WithLimit(limit))
+		}
+		wg.Go(func() {
+			for i := 0; ctx.Err() == nil; i++ {
+				var lk *dlock.Lock
+				var err error
+				if i%2 == 0 {
+					lk, err = l.TryAcquire(ctx, key, opts...)
+				} else {
+					lk, err = l.Acquire(ctx, key, opts...)
+				}
+				if err != nil {
+					if errors.Is(err, dlock.ErrLimitMismatch) {
+						mu.Lock()
+						bad = append(bad, "limit mismatch between permits of one size: "+err.Error())
+						mu.Unlock()
+					}
+					continue
+				}
+				if grants.Add(1) >= racingGrants {
+					cancel()
+				}
+				enter(lk, mode)
+				time.Sleep(5 * time.Millisecond)
+				leave(mode)
+				rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_ = lk.Release(rctx)
+				rcancel()
+			}
+		})
+	}
+	wg.Wait()
+	if len(bad) > 0 {
+		t.Fatalf("%d violations, first: %s", len(bad), bad[0])
+	}
+	if n := grants.Load(); n < racingGrants {
+		t.Fatalf("hang: %d grants of %d within %v", n, racingGrants, dlocktest.HangTimeout)
+	}
 }

@@ -16,7 +16,7 @@ import (
 // pause hangs z (SIGSTOP) and returns once every thread of its process
 // has stopped. The kernel acts on a process-directed SIGSTOP when one of
 // the process's threads next runs: until then, on a loaded machine, the
-// "paused" server goes on answering (a Break against it succeeded).
+// "paused" server goes on answering (a Break against it can succeed).
 func pause(t testing.TB, z *testserver.ZooKeeper) {
 	t.Helper()
 	pid := serverPID(t, z)

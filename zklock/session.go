@@ -6,7 +6,6 @@ package zklock
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"net"
 	"runtime"
@@ -24,7 +23,7 @@ import (
 )
 
 // Lease fraction: a lock's lease is this fraction of the negotiated session
-// timeout (see the package documentation, "Leases").
+// timeout (see docs/zklock.md, "Leases").
 const (
 	leaseNum = 2
 	leaseDen = 3
@@ -42,6 +41,18 @@ func LeaseOf(d time.Duration) time.Duration { return d * leaseNum / leaseDen }
 // default minSessionTimeout), 1.75 d at most; the rest covers committing
 // the session's close. dlock.RunOnce refuses an atMostFor below it.
 func LingerOf(d time.Duration) time.Duration { return 2 * d }
+
+// lease returns the lease a lock gets now: LeaseOf the session timeout.
+func (b *backend) lease() (time.Duration, error) {
+	d := b.fixed
+	if b.info != nil {
+		d = time.Duration(b.info.ms.Load()) * time.Millisecond
+	}
+	if d < MinSessionTimeout {
+		return 0, fmt.Errorf("%w: zklock: session timeout %v is below %v", dlock.ErrInvalidOption, d, MinSessionTimeout)
+	}
+	return LeaseOf(d), nil
+}
 
 // sessionInfo is what Connect learned about a connection: the session
 // timeout the server granted at the last handshake, the network
@@ -210,8 +221,8 @@ func (c *sniffConn) SetDeadline(t time.Time) error {
 // The reply's length prefix is judged as soon as its 4 bytes are in,
 // before the client sees them: go-zookeeper reads the prefix alone and
 // allocates a buffer of that length for the rest, so an HTTP server's
-// "HTTP" (1.2 GB) cost the process a 1.2 GB allocation on every attempt
-// of its reconnect loop.
+// "HTTP" (1.2 GB) would cost the process a 1.2 GB allocation on every
+// attempt of its reconnect loop.
 func (c *sniffConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if !c.done && n > 0 {
@@ -265,23 +276,6 @@ func (c *sniffConn) refuse(err error) error {
 func (c *sniffConn) Close() error {
 	c.s.untrack(c)
 	return c.Conn.Close()
-}
-
-// WithDigest makes Connect authenticate with ZooKeeper's digest scheme as
-// user:password (and again after every reconnect), and makes the Locker
-// create its znodes readable and writable by that identity only
-// (zk.DigestACL). A wrong password is not refused at connect time
-// (ZooKeeper's digest scheme never refuses an identity): it shows as an
-// error wrapping zk.ErrNoAuth on the first lock of a path made by the
-// right one.
-func WithDigest(user, password string) Option {
-	return driver.Setting(func(o *options) { o.user, o.password, o.digest = user, password, true })
-}
-
-// WithLogger sets the go-zookeeper client's logger for Connect (default:
-// the client's own, the standard log package).
-func WithLogger(l zk.Logger) Option {
-	return driver.Setting(func(o *options) { o.logger = l })
 }
 
 // Connect connects to a ZooKeeper ensemble (servers as "host:port") and
@@ -372,5 +366,3 @@ func Connect(ctx context.Context, servers []string, sessionTimeout time.Duration
 	register(conn, info)
 	return conn, nil
 }
-
-var errNoTimeout = errors.New("dlock: zklock: the connection's session timeout is unknown: connect with zklock.Connect, or pass zklock.WithSessionTimeout with the timeout given to zk.Connect")

@@ -3,6 +3,7 @@ package zklock_test
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -11,9 +12,11 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/zklock"
@@ -105,10 +108,10 @@ func startHTTPish(t testing.TB) *httpish {
 func (h *httpish) Addr() string { return h.ln.Addr().String() }
 
 // Connect to a list holding only an HTTP server reads and refuses its
-// reply without allocating for the reply's bogus length. (go-zookeeper
-// took "HTTP" for a 1.2 GB length and allocated that much on every
-// attempt, stalling the process for seconds on each.) Not parallel: the
-// bound is on the process's allocations while it runs.
+// reply without allocating for the reply's bogus length (go-zookeeper
+// takes "HTTP" for a 1.2 GB length). Not parallel: the bound is on the
+// process's allocations while it runs.
+// Symptom: 1.2 GB allocated on every attempt, stalling the process for seconds on each (fixed in b590576).
 func TestConnect_HTTPServer_NoAllocationForItsReply(t *testing.T) {
 	bad := startHTTPish(t)
 	log := &clientLog{addr: bad.Addr()}
@@ -183,7 +186,8 @@ func TestConnect_LeaseFromGrantedTimeout_HTTPServerInList(t *testing.T) {
 
 // A server whose well-formed handshake reply grants a 0ms session (a
 // wrong port, a hostile endpoint): Connect refuses it with an error; the
-// process does not crash (go-zookeeper panicked on a zero ping interval).
+// process does not crash (go-zookeeper panics on a zero ping interval).
+// Symptom: the process crashed with go-zookeeper's panic (fixed in 5805a9c).
 func TestConnect_RefusesZeroTimeoutHandshake_NoCrash(t *testing.T) {
 	if os.Getenv("ZKTEST_CHILD") == "handshake" {
 		zeroTimeoutHandshakeChild(t)
@@ -341,4 +345,195 @@ func TestConnect_GetsSession_FirstServerHung(t *testing.T) {
 		t.Fatalf("Connect with its first server hung: %v", err)
 	}
 	c.Close()
+}
+
+// rewriter is a TCP proxy in front of a ZooKeeper server that, while
+// clamp is set, lowers the session timeout a client asks for in its
+// connect request: it makes the server behave like an ensemble member
+// configured with maxSessionTimeout = clamp (a rolling configuration
+// change, or one member configured differently from the others).
+type rewriter struct {
+	t      testing.TB
+	target string
+	ln     net.Listener
+	clamp  atomic.Int32 // ms; 0: pass through
+	mu     sync.Mutex
+	conns  []net.Conn
+	wg     sync.WaitGroup
+}
+
+func startRewriter(t testing.TB, target string) *rewriter {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &rewriter{t: t, target: target, ln: ln}
+	r.wg.Add(1)
+	go r.accept()
+	t.Cleanup(r.stop)
+	return r
+}
+
+func (r *rewriter) Addr() string { return r.ln.Addr().String() }
+
+func (r *rewriter) stop() {
+	r.ln.Close()
+	r.mu.Lock()
+	for _, c := range r.conns {
+		c.Close()
+	}
+	r.mu.Unlock()
+	r.wg.Wait()
+}
+
+func (r *rewriter) track(c net.Conn) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.conns = append(r.conns, c)
+	return true
+}
+
+func (r *rewriter) accept() {
+	defer r.wg.Done()
+	for {
+		c, err := r.ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.DialTimeout("tcp", r.target, 5*time.Second)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		r.track(c)
+		r.track(s)
+		r.wg.Add(2)
+		go func() { // server -> client, as is
+			defer r.wg.Done()
+			io.Copy(c, s)
+			c.Close()
+			s.Close()
+		}()
+		go func() { // client -> server, rewriting the connect request
+			defer r.wg.Done()
+			defer c.Close()
+			defer s.Close()
+			// [len][protocolVersion int32][lastZxidSeen int64][timeOut int32]...
+			var head [20]byte
+			if _, err := io.ReadFull(c, head[:]); err != nil {
+				return
+			}
+			if cl := r.clamp.Load(); cl > 0 && int32(binary.BigEndian.Uint32(head[16:20])) > cl {
+				binary.BigEndian.PutUint32(head[16:20], uint32(cl))
+			}
+			if _, err := s.Write(head[:]); err != nil {
+				return
+			}
+			io.Copy(s, c)
+		}()
+	}
+}
+
+// The session timeout is lowered by the server at a reconnect (a member
+// with a lower maxSessionTimeout, emulated by the rewriter), and the link
+// stalls right after it, so no renewal answers: the server expires the
+// session after the new, shorter timeout, and the holder's Lost() closes
+// before another client gets the key (doc.go: "Lost() closes before the
+// session can expire on the server").
+// Symptom: another client got the key while the holder's Lost() was still open (fixed in 5805a9c).
+func TestSessionTimeoutLoweredAtReconnect_LostBeforeTaken(t *testing.T) {
+	t.Parallel()
+	z := sharedZooKeeper(t)
+	rw := startRewriter(t, z.Addr())
+	p := testserver.StartProxy(t, rw.Addr())
+	t.Cleanup(p.Heal)
+	c := connectFor(t, []string{p.Addr()}, 30*time.Second)
+	l := zklock.New(c)
+	key := dlocktest.Key(t)
+	lk, err := l.Acquire(dlocktest.Context(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Release(context.Background())
+	if lk.TTL() != 20*time.Second {
+		t.Fatalf("TTL %v, want 20s (2/3 of a 30s session)", lk.TTL())
+	}
+	// The connection drops and the client reconnects to a server that
+	// grants at most 1s.
+	rw.clamp.Store(1000)
+	p.Cut()
+	p.Heal()
+	end := time.Now().Add(dlocktest.HangTimeout)
+	for {
+		if d, _ := zklock.SessionTimeout(c); d == time.Second {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("hang: the client did not reconnect with the lowered session timeout")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// The reconnect went through on the same session (the lock is held),
+	// and now the link stalls.
+	p.Stall()
+	// The reconnect that lowered the timeout loses the lock at once (its
+	// lease no longer fits the session); what must hold either way is the
+	// ordering below.
+	t.Logf("after the reconnect: Err() = %v", lk.Err())
+	other := zklock.New(connect(t, []string{z.Addr()}))
+	lk2 := dlocktest.AcquireWhenFree(t, other, key, lk)
+	lk2.Release(context.Background())
+}
+
+// Connect's context ends while the server hangs (accepts, never answers
+// the handshake): Connect returns, and closes the connection it dialled,
+// which go-zookeeper's goroutine would otherwise keep open reading the
+// handshake reply for 10 x 2/3 of the session timeout (200s for a 30s
+// session). Nothing is left behind by a call that returned by its context.
+// Symptom: every failed Connect against a hung ensemble left a socket and a goroutine for minutes (fixed in 5805a9c).
+func TestConnect_ClosesConnToHungServer_WhenContextEnds(t *testing.T) {
+	hung, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hung.Close()
+	accepted := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := hung.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns { // ends go-zookeeper's blocked read
+			c.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	_, err = zklock.Connect(ctx, []string{hung.Addr().String()}, 30*time.Second, zklock.WithLogger(quiet{}))
+	cancel()
+	if !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("Connect to a hung server: %v, want ErrUnavailable", err)
+	}
+	returned := time.Now()
+	var sc net.Conn
+	select {
+	case sc = <-accepted:
+		conns = append(conns, sc)
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatal("the client never connected")
+	}
+	// Read what the client sent (its connect request) until it closes
+	// the connection.
+	sc.SetReadDeadline(returned.Add(15 * time.Second))
+	_, err = io.Copy(io.Discard, sc)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("leak: Connect returned (%v) but the connection it opened to the hung server was still open 15s later", err)
+	}
 }

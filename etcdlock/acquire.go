@@ -1,5 +1,7 @@
 // Acquiring: Try (driver.Driver) and Queue (driver.Queuer) put an entry in
 // a key's queue; the holder is the entry with the lowest create revision.
+// Abort (driver.Aborter) removes the entry of an attempt whose outcome is
+// unknown. The wait in the queue is in wait.go.
 
 package etcdlock
 
@@ -95,10 +97,10 @@ func inOrder(opts ...clientv3.OpOption) []clientv3.OpOption {
 // when the key is held: in particular a shared attempt behind a writer
 // already queued is refused without ever being in the queue.
 //
-// (Putting the entry in the second transaction only if no entry was
-// created since the read, and reading again otherwise, refused readers
-// that arrived together with other readers: each round lets only one of
-// them in.)
+// (The second transaction does not put the entry only if no entry was
+// created since the read, reading again otherwise: that would refuse
+// readers that arrive together with other readers, each round letting
+// only one of them in.)
 func (b *backend) Try(ctx context.Context, req *driver.Request) (g driver.Grant, err error) {
 	defer func() { err = unreachable(serverTimeoutTransient(err)) }()
 	b.sweepKey(ctx, req.Key)
@@ -345,4 +347,39 @@ func (b *backend) Queue(ctx context.Context, req *driver.Request) (g driver.Gran
 		return driver.Grant{}, err
 	}
 	return e.grant(start), nil
+}
+
+// Abort implements driver.Aborter: remove this owner's queue entry if the
+// request whose outcome is unknown had created it. The entry is deleted by
+// its exact value or revision, so another owner's entry is never touched.
+func (b *backend) Abort(ctx context.Context, req *driver.Request) error {
+	b.mu.Lock()
+	var mine []*entry
+	for e := range b.orphans {
+		if e.owner == req.Owner {
+			mine = append(mine, e)
+		}
+	}
+	b.mu.Unlock()
+	if len(mine) > 0 {
+		return b.sweep(ctx, mine)
+	}
+	// No record of it (its session was forgotten): look it up by owner.
+	rctx, cancel := b.rpc(ctx)
+	defer cancel()
+	resp, err := b.client.Get(rctx, b.queuePrefix(req.Key), clientv3.WithPrefix())
+	if err != nil {
+		return err
+	}
+	for _, kv := range resp.Kvs {
+		if parseValue(kv.Value).Owner != req.Owner {
+			continue
+		}
+		if _, err := b.client.Txn(rctx).
+			If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
+			Then(clientv3.OpDelete(string(kv.Key))).Commit(); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -11,35 +11,12 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
-)
-
-var (
-	_ dlock.Breaker  = (*Locker)(nil)
-	_ driver.Breaker = (*backend)(nil)
 )
 
 // maxBreakRounds bounds the read-and-delete rounds of a Break whose queue
 // keeps changing under it.
 const maxBreakRounds = 16
-
-// Break implements dlock.Breaker (see dlock.Break). It reads the key's
-// queue, picks the entries that hold it (the head and the shared or
-// limited entries holding with it; with an owner, that owner's entry among
-// them) and deletes them in one transaction that compares each one's
-// create revision, so an entry that changed meanwhile is never deleted: the
-// queue is read again instead. Waiting entries stay in the queue; the
-// first of them is woken by the deletion, as by a release, and its token
-// (its create revision) is above every broken one's. A forced break also
-// removes the holding entries of etcdctl and concurrency.Mutex. The broken
-// holders' etcd leases are left alone (they may carry other locks).
-func (l *Locker) Break(ctx context.Context, key, owner string) (dlock.Broken, error) {
-	if l == nil {
-		return (*dlock.Engine)(nil).Break(ctx, key, owner) // an error wrapping dlock.ErrNilClient
-	}
-	return l.e.Break(ctx, key, owner)
-}
 
 // Break implements driver.Breaker.
 func (b *backend) Break(ctx context.Context, key, owner string) (driver.BreakResult, error) {

@@ -18,9 +18,7 @@ import (
 // WithGuardPrefix says otherwise: resource R's highest fence at
 // "dlock%guard/R" and its values under it (see Guard). The '%' not
 // followed by "25" or "2F" makes it a name EscapeKey never produces, so
-// no dlock lock's queue directory can hold the guard's keys (v1's
-// "dlock/guard/" was inside the directory of a lock named "dlock", whose
-// holder it blocked).
+// no dlock lock's queue directory can hold the guard's keys.
 const DefaultGuardPrefix = "dlock%guard/"
 
 // maxGuardConflicts bounds the retries of a fenced transaction that lost a
@@ -42,35 +40,22 @@ func WithGuardPrefix(p string) Option {
 // kept in etcd, applying the rule of package guard
 // (dlock.FenceRecord.Admit) through guard.Checker.
 //
-// Per resource R it keeps, under its prefix P:
-//
-//   - P+R (FenceKey): the resource's fence record (guard.EncodeRecord:
-//     "<token>|<owner>", the last exclusive fence, with "/<seen>" after
-//     the token while a shared fence above it was admitted);
-//   - P+R+"\x00"+name (ValueKey) for each name Put: the value as it is.
-//     Resources and names contain no NUL, so no two resource/name pairs,
-//     and no value and fence, share a key.
-//
+// Per resource R it keeps, under its prefix P, the fence record at P+R
+// (FenceKey) and the value Put under name at P+R+"\x00"+name (ValueKey).
 // Every operation is one etcd transaction that compares the fence key's
 // mod revision with the one read just before, decided by Checker.Check on
-// what was read: an admitted fence that changes the record (an exclusive
-// fence that is new, a shared fence above every token seen) writes it in
-// the same transaction as the operation; any other fence does not, and
-// the transaction reads the fence key instead.
-// A transaction that lost a race with another writer of the fence reads
-// the fence again and decides again (at most 16 times). A refusal runs
+// what was read; an admitted fence that changes the record is written in
+// the same transaction. A transaction that lost a race with another
+// writer of the fence decides again (at most 16 times). A refusal runs
 // nothing, returns a *dlock.StaleTokenError and reports a dlock.Event of
 // Kind dlock.EventRejected to the Observer given with dlock.WithObserver.
 //
-// Every method returns by its context's deadline (clientv3 bounds each
-// request by its context) with an error wrapping dlock.ErrUnavailable and
-// the context's error. A
-// write abandoned there may still take effect; it stays fenced, since the
-// fence comparison is part of the transaction.
-//
-// Keep the guard prefix apart from lock names: with the default prefix and
-// the Locker's default empty prefix, the guard's keys lie in the queue
-// directory "dlock/" of a lock named "dlock", which they would block.
+// Every method returns by its context's deadline with an error wrapping
+// dlock.ErrUnavailable and the context's error; a write abandoned there
+// may still take effect, fenced. A guard prefix of your own must not be
+// the queue directory of a lock (a prefix "jobs/" is the queue of a lock
+// named "jobs", which the guard's keys would block); the default never
+// is. docs/etcdlock.md (Guard) describes the key layout in full.
 type Guard struct {
 	client *clientv3.Client
 	prefix string

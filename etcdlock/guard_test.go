@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -207,5 +208,113 @@ func TestGuardKeys(t *testing.T) {
 	}
 	if _, err := g.Highest(ctx, res); err == nil {
 		t.Fatal("Highest of a corrupt fence key: no error")
+	}
+}
+
+// The zero Guard (declared as a value, or a literal that forgot NewGuard)
+// fails every call with ErrNilClient, as a nil client does, like the zero
+// Locker.
+// Symptom: every method of the zero Guard panicked on its nil client (fixed in ae2e632).
+func TestGuard_ZeroValueFailsWithErrNilClient(t *testing.T) {
+	t.Parallel()
+	var g etcdlock.Guard
+	ctx := context.Background()
+	f := dlock.Fence{Token: 1, Owner: "o"}
+	for name, fn := range map[string]func() error{
+		"Put":     func() error { return g.Put(ctx, "r", f, "n", "v") },
+		"Get":     func() error { _, _, err := g.Get(ctx, "r", f, "n"); return err },
+		"Txn":     func() error { _, err := g.Txn(ctx, "r", f); return err },
+		"Highest": func() error { _, err := g.Highest(ctx, "r"); return err },
+	} {
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("%s on the zero Guard panicked: %v", name, r)
+				}
+			}()
+			if err := fn(); !errors.Is(err, dlock.ErrNilClient) {
+				t.Errorf("%s on the zero Guard = %v, want ErrNilClient", name, err)
+			}
+		}()
+	}
+}
+
+// A default Guard's keys lie in no lock's queue directory (the default
+// lock prefix is empty): locks named "dlock", "dlock%guard" and
+// "dlock%25guard" are free next to them, and List shows none of them.
+// Symptom: a default Guard's fence keys in the queue of the lock named "dlock", blocking it (fixed in 2e76e61).
+func TestGuard_DefaultPrefixOutsideLockQueues(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t, 1)
+	ctx := dlocktest.Context(t)
+	client := newClient(t, c.Endpoints())
+	g := etcdlock.NewGuard(client)
+	if err := g.Put(ctx, "r", dlock.Fence{Token: 7, Owner: "o"}, "n", "v"); err != nil {
+		t.Fatal(err)
+	}
+	l := etcdlock.New(client)
+	for _, key := range []string{"dlock", "dlock%guard", "dlock%25guard"} {
+		lk, err := l.TryAcquire(ctx, key)
+		if err != nil {
+			t.Fatalf("lock %q with a default Guard's keys present: %v", key, err)
+		}
+		if err := lk.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	infos, err := l.List(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) != 0 {
+		t.Fatalf("List shows the guard's keys as locks: %+v", infos)
+	}
+}
+
+// Every Guard call returns by its context's deadline on a stalled link
+// (clientv3 puts the context's deadline on the gRPC call).
+// Symptom: a Guard call on a stalled link returning only after some other timeout, past its context's deadline.
+func TestGuard_ReturnsByDeadline_StalledLink(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t, 1)
+	u, err := url.Parse(c.Members[0].ClientURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := testserver.StartProxy(t, u.Host)
+	g := etcdlock.NewGuard(newClient(t, []string{"http://" + p.Addr()}), etcdlock.WithGuardPrefix("/guard/"))
+	t.Cleanup(p.Heal)
+	f := dlock.Fence{Token: 5, Owner: "me"}
+	if err := g.Put(dlocktest.Context(t), "res", f, "/data/x", "1"); err != nil {
+		t.Fatal(err)
+	}
+	p.Stall()
+	const (
+		budget = 200 * time.Millisecond
+		slack  = 2 * time.Second // generous: only a wait for some other timeout fails
+	)
+	for _, tc := range []struct {
+		name string
+		fn   func(ctx context.Context) error
+	}{
+		{"Txn", func(ctx context.Context) error {
+			_, err := g.Txn(ctx, "res", f, clientv3.OpPut("/data/x", "2"))
+			return err
+		}},
+		{"Put", func(ctx context.Context) error { return g.Put(ctx, "res", f, "/data/x", "2") }},
+		{"Get", func(ctx context.Context) error { _, _, err := g.Get(ctx, "res", f, "/data/x"); return err }},
+		{"Highest", func(ctx context.Context) error { _, err := g.Highest(ctx, "res"); return err }},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), budget)
+		start := time.Now()
+		err := tc.fn(ctx)
+		took := time.Since(start)
+		cancel()
+		if took > budget+slack {
+			t.Errorf("Guard.%s with a %v context on a stalled link returned after %v", tc.name, budget, took.Round(time.Millisecond))
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Guard.%s on a stalled link = %v, want an error wrapping context.DeadlineExceeded", tc.name, err)
+		}
 	}
 }

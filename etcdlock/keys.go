@@ -14,7 +14,7 @@ import (
 // '/', so the directory of one dlock key never holds another dlock key's
 // entries. etcdctl and concurrency.Mutex do not escape: a lock of theirs
 // named EscapeKey(key), or EscapeKey(key) + "/...", shares or lies inside
-// key's directory (see the package documentation).
+// key's directory (see docs/etcdlock.md, Keys with '/' or '%').
 func EscapeKey(key string) string {
 	if !strings.ContainsAny(key, "/%") {
 		return key
@@ -72,8 +72,9 @@ func (l *Locker) QueuePrefix(key string) string {
 func (b *backend) queuePrefix(key string) string { return b.prefix + EscapeKey(key) + "/" }
 
 // value is what dlock stores in its queue key (etcdctl stores nothing).
-// Mode is empty for an exclusive entry (as before modes existed), "shared"
-// or "limited"; Limit is a limited entry's number of permits.
+// Mode is empty for an exclusive entry (as in the entries of dlock
+// versions without modes), "shared" or "limited"; Limit is a limited
+// entry's number of permits.
 type value struct {
 	Owner    string            `json:"owner"`
 	Metadata map[string]string `json:"metadata,omitempty"`

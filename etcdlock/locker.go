@@ -19,7 +19,7 @@ import (
 const (
 	// DefaultPrefix is empty: lock KEY lives under "KEY/", exactly where
 	// `etcdctl lock KEY` and concurrency.NewMutex(s, "KEY") put it (for
-	// keys without '/' or '%'; see the package documentation).
+	// keys without '/' or '%'; see docs/etcdlock.md).
 	DefaultPrefix = ""
 	// MinTTL is the shortest lease this backend accepts. etcd leases are
 	// whole seconds and the server enforces its own minimum (1.5 × the
@@ -69,10 +69,12 @@ type Locker struct {
 var (
 	_ dlock.Locker        = (*Locker)(nil)
 	_ dlock.Lister        = (*Locker)(nil)
+	_ dlock.Breaker       = (*Locker)(nil)
 	_ driver.Driver       = (*backend)(nil)
 	_ driver.Queuer       = (*backend)(nil)
 	_ driver.BatchRenewer = (*backend)(nil)
 	_ driver.Aborter      = (*backend)(nil)
+	_ driver.Breaker      = (*backend)(nil)
 	_ driver.Lease        = (*entry)(nil)
 	_ driver.LossNotifier = (*entry)(nil)
 )
@@ -119,6 +121,23 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...dlock.Option) 
 // TryAcquire implements dlock.Locker.
 func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...dlock.Option) (*dlock.Lock, error) {
 	return l.e.TryAcquire(ctx, key, opts...)
+}
+
+// Break implements dlock.Breaker (see dlock.Break). It reads the key's
+// queue, picks the entries that hold it (the head and the shared or
+// limited entries holding with it; with an owner, that owner's entry among
+// them) and deletes them in one transaction that compares each one's
+// create revision, so an entry that changed meanwhile is never deleted: the
+// queue is read again instead. Waiting entries stay in the queue; the
+// first of them is woken by the deletion, as by a release, and its token
+// (its create revision) is above every broken one's. A forced break also
+// removes the holding entries of etcdctl and concurrency.Mutex. The broken
+// holders' etcd leases are left alone (they may carry other locks).
+func (l *Locker) Break(ctx context.Context, key, owner string) (dlock.Broken, error) {
+	if l == nil {
+		return (*dlock.Engine)(nil).Break(ctx, key, owner) // an error wrapping dlock.ErrNilClient
+	}
+	return l.e.Break(ctx, key, owner)
 }
 
 // Spec implements driver.Driver: exclusive, shared and limited locks.

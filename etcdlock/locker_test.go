@@ -3,6 +3,9 @@ package etcdlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +17,7 @@ import (
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/etcdlock/etcdtest"
+	"github.com/dlock-go/dlock/internal/testserver"
 )
 
 // A lock's TTL is the lease etcd applied: whole seconds, rounded up, and
@@ -171,6 +175,85 @@ func TestNewBadInput(t *testing.T) {
 	for _, n := range []int{0, -1, dlock.MaxLimit + 1} {
 		if _, err := etcdlock.New(cli).TryAcquire(ctx, dlocktest.Key(t), dlock.WithLimit(n)); !errors.Is(err, dlock.ErrInvalidOption) {
 			t.Fatalf("WithLimit(%d) = %v, want ErrInvalidOption", n, err)
+		}
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	ctx := dlocktest.Context(t)
+	if _, err := etcdlock.New(nil).Acquire(ctx, "k"); !errors.Is(err, dlock.ErrNilClient) {
+		t.Fatalf("nil client: %v", err)
+	}
+	if err := etcdlock.NewGuard(nil).Put(ctx, "r", dlock.Fence{Token: 1}, "k", "v"); !errors.Is(err, dlock.ErrNilClient) {
+		t.Fatalf("nil guard client: %v", err)
+	}
+	// Nothing listens there: an error within the context deadline.
+	dead := newClient(t, []string{"127.0.0.1:" + strconv.Itoa(testserver.FreePort(t))})
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := etcdlock.New(dead).Acquire(dctx, "k")
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("unreachable etcd: %v", err)
+	}
+	t.Logf("unreachable etcd: %v after %v", err, time.Since(start).Round(time.Millisecond))
+}
+
+// Without a deadline of its own, an Acquire against an unreachable cluster
+// still ends, with an error, after the request timeout.
+func TestUnreachableWithoutDeadline(t *testing.T) {
+	t.Parallel()
+	dead := newClient(t, []string{"127.0.0.1:" + strconv.Itoa(testserver.FreePort(t))})
+	_, err := etcdlock.New(dead, etcdlock.WithRequestTimeout(time.Second)).Acquire(context.Background(), "k")
+	if err == nil || errors.Is(err, dlock.ErrNotAcquired) || !strings.Contains(err.Error(), "etcd") {
+		t.Fatalf("unreachable etcd: %v", err)
+	}
+}
+
+// Every entry point taking a context reports a nil one as an error
+// wrapping dlock.ErrInvalidOption, never a panic.
+// Symptom: Guard.Put and Guard.Highest panicked on a nil context (fixed in 6ed9dad).
+func TestNilContext_IsInvalidOptionEverywhere(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t, 1)
+	cl := newClient(t, c.Endpoints())
+	l := etcdlock.New(cl)
+	g := etcdlock.NewGuard(cl, etcdlock.WithGuardPrefix("/guard/"))
+	key := dlocktest.Key(t)
+	lk, err := l.Acquire(dlocktest.Context(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Release(context.Background())
+	var nilCtx context.Context
+	f := lk.Fence()
+	for _, tc := range []struct {
+		name string
+		fn   func() error
+	}{
+		{"Locker.Acquire", func() error { _, err := l.Acquire(nilCtx, key+"x"); return err }},
+		{"Locker.TryAcquire", func() error { _, err := l.TryAcquire(nilCtx, key+"x"); return err }},
+		{"Locker.List", func() error { _, err := l.List(nilCtx, ""); return err }},
+		{"Lock.Refresh", func() error { return lk.Refresh(nilCtx) }},
+		{"Guard.Txn", func() error { _, err := g.Txn(nilCtx, "r", f, clientv3.OpPut("/data/k", "v")); return err }},
+		{"Guard.Put", func() error { return g.Put(nilCtx, "r", f, "/data/k", "v") }},
+		{"Guard.Get", func() error { _, _, err := g.Get(nilCtx, "r", f, "/data/k"); return err }},
+		{"Guard.Highest", func() error { _, err := g.Highest(nilCtx, "r"); return err }},
+		{"nil-client Guard.Put", func() error {
+			return etcdlock.NewGuard(nil, etcdlock.WithGuardPrefix("/guard/")).Put(nilCtx, "r", f, "/data/k", "v")
+		}},
+	} {
+		err := func() (err error) {
+			defer func() {
+				if r := recover(); r != nil {
+					err = fmt.Errorf("PANIC: %v", r)
+				}
+			}()
+			return tc.fn()
+		}()
+		if !errors.Is(err, dlock.ErrInvalidOption) {
+			t.Errorf("%s(nil ctx) = %v, want an error wrapping dlock.ErrInvalidOption", tc.name, err)
 		}
 	}
 }

@@ -125,3 +125,103 @@ func TestSharedWaitOnStalledLink(t *testing.T) {
 	}
 	rel(t, w2)
 }
+
+// A reader's Release whose reply is lost: the release is retried (or
+// settled) and a writer waiting behind the reader gets the key long before
+// the reader's lease (1 min) would expire.
+// Symptom: a reader's entry outliving its release whose reply was lost, keeping a waiting writer out until the lease expires.
+func TestShared_LostReleaseReplyRetried_WriterGetsKey(t *testing.T) {
+	t.Parallel()
+	c, l, lossy := lossyLocker(t)
+	other := etcdlock.New(newClient(t, c.Endpoints()))
+	key := dlocktest.Key(t)
+	ttl := dlock.WithTTL(time.Minute)
+	r, err := l.Acquire(dlocktest.Context(t), key, dlock.WithShared(), ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := other.Acquire(dlocktest.Context(t), key, dlock.WithShared(), ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wch := acquireBG(t, nil, other, key, ttl)
+	awaitQueueLen(t, newClient(t, c.Endpoints()), other, key, 3)
+	lost := lossy.arm(txnDeleteUnder(l.QueuePrefix(key)))
+	err = r.Release(dlocktest.Context(t))
+	mustHaveLost(t, lost, "the reader's Release")
+	t.Logf("release with a lost reply: %v", err)
+	if err == nil || errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Release whose reply was lost = %v, want an error that is not ErrNotHeld", err)
+	}
+	// Retried by the caller, as the README tells.
+	if err := r.Release(dlocktest.Context(t)); err != nil {
+		t.Fatalf("retried release: %v", err)
+	}
+	rel(t, r2)
+	select {
+	case a := <-wch:
+		if a.err != nil {
+			t.Fatalf("writer: %v", a.err)
+		}
+		if a.lk.Token() <= r2.Token() {
+			t.Fatalf("writer token %d not above reader's %d", a.lk.Token(), r2.Token())
+		}
+		rel(t, a.lk)
+	case <-time.After(15 * time.Second):
+		t.Fatal("the writer still waits: the reader's entry survived its lost release")
+	}
+}
+
+// Shared and limited attempts on a stalled link return by their context,
+// TryAcquire and Acquire alike, and leave nothing holding the key.
+// Symptom: a shared or limited attempt on a stalled link outliving its context, or leaving the key held.
+func TestShared_StalledLink_AttemptsReturnByContext(t *testing.T) {
+	t.Parallel()
+	c, l, p := proxied(t)
+	other := etcdlock.New(newClient(t, c.Endpoints()))
+	key := dlocktest.Key(t)
+	r, err := other.Acquire(dlocktest.Context(t), key, dlock.WithShared())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Warm l's connection and lease.
+	warm, err := l.Acquire(dlocktest.Context(t), dlocktest.Key(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer warm.Release(context.Background())
+	p.Stall()
+	for _, opt := range []dlock.Option{dlock.WithShared(), dlock.WithLimit(2)} {
+		for _, try := range []bool{true, false} {
+			ctx, cancel := ctxFor(time.Second)
+			done := make(chan error, 1)
+			go func() {
+				var err error
+				if try {
+					_, err = l.TryAcquire(ctx, key, opt)
+				} else {
+					_, err = l.Acquire(ctx, key, opt)
+				}
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if err == nil {
+					t.Fatalf("granted over a stalled link")
+				}
+			case <-time.After(dlocktest.HangTimeout):
+				t.Fatalf("try=%v: hang past its context on a stalled link", try)
+			}
+			cancel()
+		}
+	}
+	p.Heal()
+	rel(t, r)
+	ctx, cancel := ctxFor(15 * time.Second)
+	defer cancel()
+	w, err := other.Acquire(ctx, key)
+	if err != nil {
+		t.Fatalf("writer after the stalled attempts: %v", err)
+	}
+	rel(t, w)
+}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,83 +18,6 @@ import (
 	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/etcdlock/etcdtest"
 )
-
-// queueLen returns the number of entries in key's queue.
-func queueLen(t testing.TB, cli *clientv3.Client, l *etcdlock.Locker, key string) int {
-	t.Helper()
-	resp, err := cli.Get(dlocktest.Context(t), l.QueuePrefix(key), clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return int(resp.Count)
-}
-
-// awaitQueueLen waits (bounded) until key's queue has n entries: the
-// waiters started have put theirs.
-func awaitQueueLen(t testing.TB, cli *clientv3.Client, l *etcdlock.Locker, key string, n int) {
-	t.Helper()
-	deadline := time.Now().Add(dlocktest.HangTimeout)
-	for queueLen(t, cli, l, key) != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("queue of %q never had %d entries (has %d)", key, n, queueLen(t, cli, l, key))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// acquired is the outcome of a background Acquire.
-type acquired struct {
-	lk  *dlock.Lock
-	err error
-}
-
-// acquireBG starts a blocking Acquire bounded by dlocktest.Context (or
-// ctx, if not nil) and returns its outcome's channel.
-func acquireBG(t testing.TB, ctx context.Context, l dlock.Locker, key string, opts ...dlock.Option) <-chan acquired {
-	if ctx == nil {
-		ctx = dlocktest.Context(t)
-	}
-	ch := make(chan acquired, 1)
-	go func() {
-		lk, err := l.Acquire(ctx, key, opts...)
-		ch <- acquired{lk, err}
-	}()
-	return ch
-}
-
-// got waits (bounded) for a background Acquire and fails unless it got
-// the lock.
-func got(t testing.TB, ch <-chan acquired, what string) *dlock.Lock {
-	t.Helper()
-	select {
-	case a := <-ch:
-		if a.err != nil {
-			t.Fatalf("%s: %v", what, a.err)
-		}
-		t.Cleanup(func() { _ = a.lk.Release(context.Background()) })
-		return a.lk
-	case <-time.After(dlocktest.HangTimeout):
-		t.Fatalf("%s: hang", what)
-	}
-	return nil
-}
-
-// pending fails if a background Acquire has returned.
-func pending(t testing.TB, ch <-chan acquired, what string) {
-	t.Helper()
-	select {
-	case a := <-ch:
-		t.Fatalf("%s returned (%v, %v) while it should wait", what, a.lk, a.err)
-	default:
-	}
-}
-
-func rel(t testing.TB, lk *dlock.Lock) {
-	t.Helper()
-	if err := lk.Release(dlocktest.Context(t)); err != nil {
-		t.Fatalf("release: %v", err)
-	}
-}
 
 // Readers share the key; a writer queued behind them waits for every one
 // of them (released out of order) and keeps later readers out while it
@@ -701,5 +625,361 @@ func TestSemaphoreWideWindow(t *testing.T) {
 	got(t, w2, "second waiter")
 	for _, lk := range held[1:] {
 		rel(t, lk)
+	}
+}
+
+// Many readers TryAcquire a key that only readers hold, all at once, from
+// separate clients: with no writer anywhere, every one of them must get
+// it (a shared request is refused only by an exclusive holder or a
+// waiting writer).
+// Symptom: readers that TryAcquire together on a key only readers held were refused as held (fixed in d8b4d2d).
+func TestShared_ConcurrentTryAcquireAllGranted(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t, 1)
+	const n = 16
+	ls := make([]*etcdlock.Locker, n)
+	for i := range ls {
+		ls[i] = etcdlock.New(newClient(t, c.Endpoints()))
+	}
+	key := dlocktest.Key(t)
+	ctx := dlocktest.Context(t)
+	for round := 0; round < 3; round++ {
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		errs := make([]error, n)
+		lks := make([]*dlock.Lock, n)
+		for i := range ls {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				lks[i], errs[i] = ls[i].TryAcquire(ctx, key, dlock.WithShared())
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("round %d reader %d refused while only readers hold: %v", round, i, err)
+			}
+		}
+		for _, lk := range lks {
+			if lk != nil {
+				rel(t, lk)
+			}
+		}
+		if t.Failed() {
+			return
+		}
+	}
+}
+
+// The same for permits: n TryAcquire of a semaphore of n at once, from
+// separate clients, on a free key: all are granted, and an n+1th is not.
+// Symptom: permits that TryAcquire together on a free key granted beyond the limit, or refused below it.
+func TestSemaphore_ConcurrentTryAcquireFillsExactly(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t, 1)
+	const n = 8
+	ls := make([]*etcdlock.Locker, n+4)
+	for i := range ls {
+		ls[i] = etcdlock.New(newClient(t, c.Endpoints()))
+	}
+	key := dlocktest.Key(t)
+	ctx := dlocktest.Context(t)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	var okN, refused atomic.Int32
+	lks := make([]*dlock.Lock, len(ls))
+	errs := make([]error, len(ls))
+	for i := range ls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			lks[i], errs[i] = ls[i].TryAcquire(ctx, key, dlock.WithLimit(n))
+			if errs[i] == nil {
+				okN.Add(1)
+			} else if errors.Is(errs[i], dlock.ErrNotAcquired) {
+				refused.Add(1)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if okN.Load() > n {
+		t.Fatalf("%d permits of %d granted", okN.Load(), n)
+	}
+	if okN.Load() != n {
+		t.Errorf("only %d of %d permits granted to %d concurrent TryAcquire on a free key: %v", okN.Load(), n, len(ls), errs)
+	}
+	for _, lk := range lks {
+		if lk != nil {
+			rel(t, lk)
+		}
+	}
+}
+
+// A semaphore of 1 is exclusive among permits, and a holder of another
+// limit, a reader or a writer cannot join it; the permit's token is below
+// the next writer's.
+// Symptom: a semaphore of 1 admitting a second permit, a permit of another limit, a reader or a writer.
+func TestSemaphore_LimitOneExcludesOtherPermitsAndModes(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t, 1)
+	l := etcdlock.New(newClient(t, c.Endpoints()))
+	l2 := etcdlock.New(newClient(t, c.Endpoints()))
+	ctx := dlocktest.Context(t)
+	key := dlocktest.Key(t)
+	p, err := l.TryAcquire(ctx, key, dlock.WithLimit(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l2.TryAcquire(ctx, key, dlock.WithLimit(1)); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("second permit of 1: %v", err)
+	}
+	if _, err := l.TryAcquire(ctx, key, dlock.WithLimit(1)); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("second permit of 1 on the same Locker: %v", err)
+	}
+	if _, err := l2.TryAcquire(ctx, key, dlock.WithLimit(2)); !errors.Is(err, dlock.ErrLimitMismatch) {
+		t.Fatalf("permit of 2 on a semaphore of 1: %v", err)
+	}
+	if _, err := l2.TryAcquire(ctx, key, dlock.WithLimit(dlock.MaxLimit)); !errors.Is(err, dlock.ErrLimitMismatch) {
+		t.Fatalf("permit of MaxLimit on a semaphore of 1: %v", err)
+	}
+	for _, o := range []dlock.Option{dlock.WithShared(), dlock.WithTTL(5 * time.Second)} {
+		if _, err := l2.TryAcquire(ctx, key, o); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("other mode on a semaphore of 1: %v", err)
+		}
+	}
+	wch := acquireBG(t, nil, l2, key)
+	time.Sleep(300 * time.Millisecond)
+	pending(t, wch, "writer behind a permit of 1")
+	rel(t, p)
+	w := got(t, wch, "writer")
+	if w.Token() <= p.Token() {
+		t.Fatalf("writer token %d <= permit's %d", w.Token(), p.Token())
+	}
+	rel(t, w)
+	big, err := l.TryAcquire(ctx, key, dlock.WithLimit(dlock.MaxLimit))
+	if err != nil {
+		t.Fatalf("MaxLimit on a free key: %v", err)
+	}
+	rel(t, big)
+}
+
+// A permit whose holder died (its client gone, no release): a permit of
+// another limit is refused with ErrLimitMismatch while that holder's lease
+// lives, and granted, with a new limit, once it expired.
+// Symptom: a dead holder's limit refusing permits of another limit after its lease expired.
+func TestSemaphore_MismatchOnlyWhileOtherLimitHolderLives(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t, 1)
+	dead := newClient(t, c.Endpoints())
+	ld := etcdlock.New(dead)
+	l := etcdlock.New(newClient(t, c.Endpoints()))
+	key := dlocktest.Key(t)
+	ctx := dlocktest.Context(t)
+	if _, err := ld.Acquire(ctx, key, dlock.WithLimit(3), dlock.WithTTL(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	dead.Close() // no release, no renewal
+	if _, err := l.TryAcquire(ctx, key, dlock.WithLimit(5)); !errors.Is(err, dlock.ErrLimitMismatch) {
+		t.Fatalf("limit 5 against a live semaphore of 3: %v", err)
+	}
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var lk *dlock.Lock
+	var err error
+	for {
+		lk, err = l.TryAcquire(actx, key, dlock.WithLimit(5))
+		if err == nil || actx.Err() != nil {
+			break
+		}
+		if !errors.Is(err, dlock.ErrLimitMismatch) && !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("unexpected: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("the dead semaphore of 3 still blocks a semaphore of 5: %v", err)
+	}
+	rel(t, lk)
+}
+
+// TryAcquire (which may join the queue and leave again) and Acquire of
+// readers, permits and writers from several clients on one key: never a
+// writer with anyone else, never more permits than the limit, never
+// readers with permits; every TryAcquire that found only compatible
+// holders and no conflicting newcomer gets in.
+// Symptom: a TryAcquire that joins and leaves the queue letting a writer overlap, readers overlap permits, or permits exceed the limit.
+func TestMixedModes_TryAcquireStressKeepsExclusion(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t, 1)
+	const lockers, limit = 6, 3
+	ls := make([]*etcdlock.Locker, lockers)
+	for i := range ls {
+		ls[i] = etcdlock.New(newClient(t, c.Endpoints()))
+	}
+	key := dlocktest.Key(t)
+	var mu sync.Mutex
+	var readers, permits, writers, grants int
+	var bad []string
+	check := func(dr, dp, dw int) {
+		mu.Lock()
+		defer mu.Unlock()
+		readers, permits, writers = readers+dr, permits+dp, writers+dw
+		if dr+dp+dw > 0 {
+			grants++
+		}
+		if writers > 1 || (writers == 1 && readers+permits > 0) || permits > limit || (readers > 0 && permits > 0) {
+			bad = append(bad, "readers "+itoa(readers)+" permits "+itoa(permits)+" writers "+itoa(writers))
+		}
+	}
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	var wg sync.WaitGroup
+	for g := 0; g < 12; g++ {
+		wg.Go(func() {
+			l := ls[g%lockers]
+			for time.Now().Before(deadline) {
+				var opt dlock.Option = dlock.WithTTL(5 * time.Second)
+				dr, dp, dw := 0, 0, 0
+				switch g % 4 {
+				case 0, 1:
+					opt, dp = dlock.WithLimit(limit), 1
+				case 2:
+					opt, dr = dlock.WithShared(), 1
+				default:
+					dw = 1
+				}
+				var lk *dlock.Lock
+				var err error
+				ctx, cancel := ctxFor(2 * time.Second)
+				if g < 6 {
+					lk, err = l.TryAcquire(ctx, key, opt)
+				} else {
+					lk, err = l.Acquire(ctx, key, opt)
+				}
+				cancel()
+				if err != nil {
+					// ErrUnavailable: a request timed out on a loaded machine.
+					if !errors.Is(err, dlock.ErrNotAcquired) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, dlock.ErrUnavailable) {
+						t.Errorf("attempt: %v", err)
+						return
+					}
+					time.Sleep(5 * time.Millisecond)
+					continue
+				}
+				check(dr, dp, dw)
+				time.Sleep(10 * time.Millisecond)
+				check(-dr, -dp, -dw)
+				if err := lk.Release(dlocktest.Context(t)); err != nil {
+					t.Errorf("release: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if len(bad) > 0 {
+		t.Fatalf("%d violations, first: %s", len(bad), bad[0])
+	}
+	if grants == 0 {
+		t.Fatal("no grants")
+	}
+	t.Logf("%d grants", grants)
+	// Nothing left behind: a writer gets the key at once.
+	w, err := ls[0].TryAcquire(dlocktest.Context(t), key)
+	if err != nil {
+		time.Sleep(time.Second) // background removal of refused joins
+		if w, err = ls[0].TryAcquire(dlocktest.Context(t), key); err != nil {
+			t.Fatalf("key still held after the stress: %v", err)
+		}
+	}
+	rel(t, w)
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// concurrency.Mutex TryLock and Lock race with dlock readers that
+// TryAcquire (and so may join the queue and leave it again) and Acquire:
+// a Mutex never holds together with a dlock reader.
+// Symptom: a concurrency.Mutex holding together with a dlock reader that joined the queue.
+func TestShared_ConcurrencyMutexNeverHoldsWithReader(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t, 1)
+	key := dlocktest.Key(t)
+	var mu sync.Mutex
+	var readers, mutexes int
+	var bad []string
+	check := func(dr, dm int) {
+		mu.Lock()
+		defer mu.Unlock()
+		readers, mutexes = readers+dr, mutexes+dm
+		if mutexes > 1 || (mutexes == 1 && readers > 0) {
+			bad = append(bad, "readers "+itoa(readers)+" mutexes "+itoa(mutexes))
+		}
+	}
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	var wg sync.WaitGroup
+	for g := 0; g < 3; g++ {
+		cli := newClient(t, c.Endpoints())
+		s, err := concurrency.NewSession(cli, concurrency.WithTTL(5))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				m := concurrency.NewMutex(s, key)
+				ctx, cancel := ctxFor(2 * time.Second)
+				var err error
+				if g == 0 {
+					err = m.TryLock(ctx)
+				} else {
+					err = m.Lock(ctx)
+				}
+				if err == nil {
+					check(0, 1)
+					time.Sleep(5 * time.Millisecond)
+					check(0, -1)
+					_ = m.Unlock(context.Background())
+				} else if !errors.Is(err, concurrency.ErrLocked) && !errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("mutex: %v", err)
+				}
+				cancel()
+				time.Sleep(2 * time.Millisecond)
+			}
+		})
+	}
+	for g := 0; g < 6; g++ {
+		l := etcdlock.New(newClient(t, c.Endpoints()))
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				ctx, cancel := ctxFor(2 * time.Second)
+				var lk *dlock.Lock
+				var err error
+				if g < 4 {
+					lk, err = l.TryAcquire(ctx, key, dlock.WithShared())
+				} else {
+					lk, err = l.Acquire(ctx, key, dlock.WithShared())
+				}
+				cancel()
+				if err != nil {
+					if !errors.Is(err, dlock.ErrNotAcquired) && !errors.Is(err, context.DeadlineExceeded) {
+						t.Errorf("reader: %v", err)
+					}
+					time.Sleep(2 * time.Millisecond)
+					continue
+				}
+				check(1, 0)
+				time.Sleep(5 * time.Millisecond)
+				check(-1, 0)
+				_ = lk.Release(context.Background())
+			}
+		})
+	}
+	wg.Wait()
+	if len(bad) > 0 {
+		t.Fatalf("%d violations, first: %s", len(bad), bad[0])
 	}
 }

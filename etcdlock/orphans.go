@@ -1,7 +1,7 @@
 // Orphans: entries nobody uses any more that may still exist on the server
 // (a failed delete, a create with an unknown outcome, an abandoned wait),
 // and their deletes (sweep), retried before the next attempt on the key and
-// after each keep-alive of their lease; Abort (driver.Aborter).
+// after each keep-alive of their lease.
 
 package etcdlock
 
@@ -12,7 +12,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/background"
 )
 
@@ -142,41 +141,6 @@ func (b *backend) sweep(ctx context.Context, es []*entry) error {
 		}
 		for _, s := range revoke {
 			b.revoke(s)
-		}
-	}
-	return nil
-}
-
-// Abort implements driver.Aborter: remove this owner's queue entry if the
-// request whose outcome is unknown had created it. The entry is deleted by
-// its exact value or revision, so another owner's entry is never touched.
-func (b *backend) Abort(ctx context.Context, req *driver.Request) error {
-	b.mu.Lock()
-	var mine []*entry
-	for e := range b.orphans {
-		if e.owner == req.Owner {
-			mine = append(mine, e)
-		}
-	}
-	b.mu.Unlock()
-	if len(mine) > 0 {
-		return b.sweep(ctx, mine)
-	}
-	// No record of it (its session was forgotten): look it up by owner.
-	rctx, cancel := b.rpc(ctx)
-	defer cancel()
-	resp, err := b.client.Get(rctx, b.queuePrefix(req.Key), clientv3.WithPrefix())
-	if err != nil {
-		return err
-	}
-	for _, kv := range resp.Kvs {
-		if parseValue(kv.Value).Owner != req.Owner {
-			continue
-		}
-		if _, err := b.client.Txn(rctx).
-			If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
-			Then(clientv3.OpDelete(string(kv.Key))).Commit(); err != nil {
-			return err
 		}
 	}
 	return nil

@@ -1,104 +1,130 @@
-// Loss notification: a held lock watches its own entry and is lost at once
-// when it is deleted behind the holder's back (driver.LossNotifier).
+// Release notification: a waiter watches the entries whose deletion can
+// let it hold (one entry for an exclusive or shared waiter, no herd), and
+// wakes when one of them is deleted.
 
 package etcdlock
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-const (
-	// watchDelay is how long a held lock waits before it watches its own
-	// entry: a lock released sooner costs no watch.
-	watchDelay = 20 * time.Millisecond
-	// maxRewatch bounds how often the watch on a held lock's entry is
-	// re-established (after a compaction or a cancelled watch).
-	maxRewatch = 1000
-)
-
-// Bind implements driver.LossNotifier: watch the lock's own entry from its
-// create revision + 1 (so a delete before the watch exists is seen too)
-// and report its deletion (a revoked or expired lease, an operator's
-// delete) at once, not at the next renewal.
-func (e *entry) Bind(lose func(cause error)) (stop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
-	go e.watchOwn(ctx, lose)
-	return func() {
-		e.b.mu.Lock()
-		e.stopped = true
-		e.b.mu.Unlock()
-		cancel()
+// waitDelete waits until one of preds is deleted, keeping the lease alive
+// and checking every waitProbe that etcd answers and that preds, the
+// holder and our own entry are still there. Each entry is watched by its
+// key, up to maxKeyWatches of them (the entries just ahead of a limited
+// waiter); more by one watch on the queue's directory, whose events other
+// than their deletion are ignored. The watch starts at the current
+// revision: a watch from a past revision is served by etcd's catch-up
+// loop, which runs only every 100ms (the tail concurrency.Mutex waiters
+// see). A delete between our read and the watch's start is caught by
+// reading preds again once the watch exists.
+func (w *waiter) waitDelete(ctx context.Context, preds []*mvccpb.KeyValue) error {
+	b := w.e.b
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wch clientv3.WatchChan
+	watched := map[string]bool{}
+	created, watches := 0, 1
+	switch {
+	case len(preds) == 1:
+		wch = b.client.Watch(wctx, string(preds[0].Key), clientv3.WithCreatedNotify())
+	case len(preds) <= maxKeyWatches:
+		wch, watches = b.watchKeys(wctx, preds), len(preds)
+	default:
+		wch = b.client.Watch(wctx, b.queuePrefix(w.e.key), clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	}
+	if len(preds) > 1 {
+		for _, p := range preds {
+			watched[string(p.Key)] = true
+		}
+	}
+	probe := time.NewTimer(waitProbe)
+	defer probe.Stop()
+	for {
+		select {
+		case wr, ok := <-wch:
+			if ctx.Err() != nil {
+				return w.ended(ctx, nil)
+			}
+			if !ok || wr.Err() != nil {
+				return nil // re-read the queue (and watch again)
+			}
+			if wr.Created {
+				if len(preds) > 1 {
+					// Once every watch is set up: was one deleted before?
+					if created++; created < watches {
+						continue
+					}
+					gone, err := w.probe(ctx, preds)
+					if err != nil || gone {
+						return err
+					}
+					continue
+				}
+				pred := preds[0]
+				sent := time.Now()
+				rctx, rcancel := b.rpc(ctx)
+				g, err := b.client.Get(rctx, string(pred.Key), clientv3.WithKeysOnly())
+				rcancel()
+				if err != nil {
+					return w.failed(ctx, "reading the entry ahead", err)
+				}
+				w.lastOK = sent
+				if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != pred.CreateRevision {
+					return nil // already gone
+				}
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == mvccpb.DELETE && (len(preds) == 1 || watched[string(ev.Kv.Key)]) {
+					return nil
+				}
+			}
+		case <-probe.C:
+			if err := w.keepAliveDue(ctx); err != nil {
+				return err
+			}
+			// A stale entry of ours ahead of us (a release or a wait that
+			// could not delete it) would hold us up until its lease expires.
+			b.sweepKey(ctx, w.e.key)
+			gone, err := w.probe(ctx, preds)
+			if err != nil || gone {
+				return err
+			}
+			probe.Reset(waitProbe)
+		case <-ctx.Done():
+			return w.ended(ctx, nil)
+		}
 	}
 }
 
-func (e *entry) watchOwn(ctx context.Context, lose func(cause error)) {
-	b := e.b
-	// A lock released at once costs no watch: start it a little later
-	// (from the create revision + 1, so nothing is missed meanwhile).
-	t := time.NewTimer(watchDelay)
-	select {
-	case <-ctx.Done():
-		t.Stop()
-		return
-	case <-t.C:
-	}
-	rev := e.rev + 1
-	pause := 50 * time.Millisecond
-	for i := 0; i < maxRewatch; i++ {
-		for wr := range b.client.Watch(ctx, e.myKey, clientv3.WithRev(rev)) {
-			for _, ev := range wr.Events {
-				if ev.Type == mvccpb.DELETE {
-					e.deleted(lose, fmt.Sprintf("deleted behind the holder's back (revision %d)", ev.Kv.ModRevision))
+// maxKeyWatches is the largest number of entries that a waiter watches
+// one by one; beyond, it watches its queue's directory.
+const maxKeyWatches = 16
+
+// watchKeys watches each of preds' keys and merges their responses into
+// one channel, until ctx ends. A watch that ends is reported as a
+// cancelled response, so that the waiter re-reads the queue.
+func (b *backend) watchKeys(ctx context.Context, preds []*mvccpb.KeyValue) clientv3.WatchChan {
+	out := make(chan clientv3.WatchResponse)
+	for _, p := range preds {
+		wch := b.client.Watch(ctx, string(p.Key), clientv3.WithCreatedNotify())
+		go func() {
+			for wr := range wch {
+				select {
+				case out <- wr:
+				case <-ctx.Done():
 					return
 				}
 			}
-		}
-		// The watch ended: the lock ended, the client closed, or etcd
-		// cancelled it (a compaction). Read the entry and watch on from
-		// there.
-		if ctx.Err() != nil || b.client.Ctx().Err() != nil {
-			return
-		}
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		pause = min(2*pause, 5*time.Second)
-		rctx, cancel := b.rpc(ctx)
-		g, err := b.client.Get(rctx, e.myKey)
-		cancel()
-		if err != nil {
-			continue
-		}
-		if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != e.rev {
-			e.deleted(lose, "deleted behind the holder's back")
-			return
-		}
-		rev = g.Header.Revision + 1
+			select {
+			case out <- clientv3.WatchResponse{Canceled: true}:
+			case <-ctx.Done():
+			}
+		}()
 	}
-}
-
-// deleted reports a deletion seen by the entry's watch, unless the lock
-// had already ended (then it may be our own release).
-func (e *entry) deleted(lose func(error), why string) {
-	b := e.b
-	b.mu.Lock()
-	if e.stopped {
-		b.mu.Unlock()
-		return
-	}
-	r := b.goneLocked(e)
-	b.mu.Unlock()
-	if r {
-		b.revoke(e.s)
-	}
-	lose(e.notHeld(why))
+	return out
 }

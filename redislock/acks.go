@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/redislock/redisproto"
 )
@@ -106,29 +104,4 @@ func (e *ReplicationError) unmeetable() bool {
 // *ReplicationError.
 func replicationError(key, op string, ae *redisproto.AckError) *ReplicationError {
 	return &ReplicationError{Key: key, Op: op, Want: ae.Want, Got: ae.Got, Timeout: ae.Timeout, Connected: -1, waitErr: ae.Err}
-}
-
-// errAcksClient explains WithReplicaAcks on a client that is not a
-// *redis.Client.
-const errAcksClient = "replica acknowledgement needs a standalone or Sentinel client (redis.Client)"
-
-// validate checks the options against client (not nil): an error
-// wrapping dlock.ErrInvalidOption, or nil.
-func (c config) validate(client redis.UniversalClient, fn string) error {
-	switch {
-	case c.acks < 0 || c.acks > MaxReplicaAcks:
-		return fmt.Errorf("%w: %s: WithReplicaAcks(%d, ...): the replica count must be 0 (off) to %d", dlock.ErrInvalidOption, fn, c.acks, MaxReplicaAcks)
-	case c.ackTimeout > MaxAckTimeout:
-		return fmt.Errorf("%w: %s: WithReplicaAcks(%d, %s): the timeout must be at most %s", dlock.ErrInvalidOption, fn, c.acks, c.ackTimeout, MaxAckTimeout)
-	case c.acks == 0:
-		return nil
-	}
-	rc, ok := client.(*redis.Client)
-	if !ok {
-		return fmt.Errorf("%w: %s: WithReplicaAcks(%d, ...) on a %T: %s", dlock.ErrInvalidOption, fn, c.acks, client, errAcksClient)
-	}
-	if rt := rc.Options().ReadTimeout; rt > 0 && c.ackTimeout >= rt {
-		return fmt.Errorf("%w: %s: WithReplicaAcks(%d, %s): the timeout must be below the client's ReadTimeout (%s), or WAIT's reply is never read", dlock.ErrInvalidOption, fn, c.acks, c.ackTimeout, rt)
-	}
-	return nil
 }

@@ -45,17 +45,6 @@ func (e *EvictionError) Error() string {
 // Unwrap returns dlock.ErrUnsupported.
 func (e *EvictionError) Unwrap() error { return dlock.ErrUnsupported }
 
-// WithUnsafeEviction lets a Locker or Guard use a server that may evict
-// keys under memory pressure (maxmemory set, maxmemory-policy not
-// noeviction), which they otherwise refuse with an *EvictionError. An
-// evicted lock key is free for the next caller while its holder keeps
-// running until its next renewal finds the key gone (up to a third of the
-// TTL, plus the renewal's round trip); an evicted Guard fence record
-// admits fences it had refused.
-func WithUnsafeEviction() Option {
-	return driver.Setting(func(c *config) { c.unsafeEviction = true })
-}
-
 // checkEviction refuses a server that may evict keys, unless allowed.
 // The server is asked once per Node (a failure to reach it is returned
 // and asked again next time); the check returns by ctx's deadline.

@@ -192,7 +192,7 @@ const (
 	kept
 	// grantedAfterLoss: the contender is granted; the holder's Lost() is
 	// closed then, or closes within dlocktest.HangTimeout of the grant
-	// (the window of WithReplicaAcks that doc.go states: renewals on a
+	// (the window of WithReplicaAcks that docs/redislock.md states: renewals on a
 	// deposed primary acknowledged by a replica not yet moved away).
 	grantedAfterLoss
 	// doubleGrant is the negative control, no acknowledgement: the
@@ -205,7 +205,7 @@ const (
 	// learnsOfLoss is ordered, except that the contender may be granted
 	// while the holder still believes it holds the key, provided the
 	// holder's Lost() then closes within dlocktest.HangTimeout (and the
-	// contender's token is above the holder's): the window doc.go states
+	// contender's token is above the holder's): the window docs/redislock.md states
 	// for a primary deposed while it was stopped, which takes renewals
 	// again once continued, until the sentinels demote it or the
 	// holder's client hears of the switch.

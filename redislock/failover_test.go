@@ -260,7 +260,7 @@ func sentinelsSeeAhead(t *testing.T, s *testserver.Sentinel, ahead, behind *test
 // flight when it stopped, or sent before the client hears of the switch,
 // succeeds there, on a server whose writes the new primary never gets:
 // the holder may then believe it holds the key for a while after the new
-// primary granted it again (see Not guaranteed in doc.go). What is
+// primary granted it again (see Not guaranteed in docs/redislock.md). What is
 // asserted: whenever the contender is granted, the holder's Lost() is
 // closed, or closes within dlocktest.HangTimeout, and the contender's
 // token is above the holder's; otherwise the holder keeps its lease (on
@@ -308,7 +308,7 @@ func pausedPrimaryResumes(t *testing.T, fault failoverFault, ttl time.Duration) 
 // (or the sentinel stays stopped). The holder's client never heard of the
 // switch, and its pools still have idle connections to the old primary,
 // which is a primary again until the sentinels demote it: renewals there
-// succeed meanwhile (see Not guaranteed in doc.go). Asserted as in
+// succeed meanwhile (see Not guaranteed in docs/redislock.md). Asserted as in
 // TestFailover_ResumedDeposedPrimary_HolderLearnsOfLoss: a grant to the
 // contender while the holder believes it holds the key must be followed
 // by the holder's Lost() within dlocktest.HangTimeout.
@@ -529,7 +529,7 @@ func splitBrainSetup(holder ...redislock.Option) failoverSetup {
 // expire and grants the key to the contender. The holder is never told: a
 // silent double grant, not caused by a write lost in replication but by
 // renewals landing on a primary that was deposed (see Not guaranteed in
-// doc.go). Fencing tokens order the two holders. The schedule is made,
+// docs/redislock.md). Fencing tokens order the two holders. The schedule is made,
 // not hoped for: the holder's renewals have their connection to the old
 // primary before the partition, and the old primary cannot be demoted.
 func TestFailover_SplitBrain_DoubleGrantWithoutAcks(t *testing.T) {
@@ -553,7 +553,7 @@ func TestFailover_SplitBrain_DoubleGrantWithoutAcks(t *testing.T) {
 // acknowledged, the holder's deadline stops moving and its Lost() closes
 // (within dlocktest.HangTimeout of the contender's grant at the latest:
 // a replica not yet moved away may have acknowledged the last renewals;
-// see Not guaranteed in doc.go).
+// see Not guaranteed in docs/redislock.md).
 func TestFailover_SplitBrain_HolderLosesWithAcks(t *testing.T) {
 	t.Parallel()
 	h := newFailoverHold(t, splitBrainSetup(redislock.WithReplicaAcks(1, redislock.DefaultAckTimeout)))

@@ -29,33 +29,17 @@ import (
 // (reported as a dlock.EventRejected to the Observer given with
 // dlock.WithObserver).
 //
-// Layout, under the prefix P (WithPrefix, default DefaultPrefix), for
-// resource R:
-//
-//   - FenceKey(R) = "P:guard:{R'}" holds "<token>|<owner>", the last
-//     exclusive fence R accepted, with no expiry (R' is R encoded like a
-//     lock key's hash tag: a resource starting with '}' gets a NUL byte in
-//     front);
-//   - FenceKey(R) + "\x00" holds the highest token R admitted in any mode,
-//     while a shared fence's is above the fence key's token (deleted when
-//     an exclusive fence above it is admitted);
-//   - Key(R, name) = FenceKey(R) + "\x00" + name holds the value Put under
-//     name. Resources and names never contain NUL and names are never
-//     empty, so no two resource/name pairs share a key, nor any with the
-//     seen key, and every key of R has R's hash tag
-//     and so lives in the fence key's Cluster slot.
-//
+// FenceKey(R) holds resource R's last exclusive fence, with no expiry, and
+// Key(R, name) the value Put under name, in the fence key's Cluster slot.
 // Data keys passed to Eval must be in that slot too: build them with Key.
+// The layout is in docs/redislock.md (Guard).
 //
 // Every method returns by its context's deadline, even with a go-redis
 // client that does not honour contexts on a stalled link (no
-// ContextTimeoutEnabled): a call that got no answer in time returns an
-// error wrapping dlock.ErrUnavailable and the context's error
-// (context.DeadlineExceeded or context.Canceled). Its outcome is then
-// unknown: a write abandoned this way may still take effect once the
-// request reaches the server. It stays fenced: the fence check runs on the
-// server, in the same script as the write, so it is refused there if a
-// newer fence was accepted meanwhile.
+// ContextTimeoutEnabled): no answer in time is an error wrapping
+// dlock.ErrUnavailable and the context's error. The outcome is then
+// unknown, and a write that takes effect later stays fenced: the check
+// runs on the server, in the same script as the write.
 type Guard struct {
 	client redis.UniversalClient // nil when err is set
 	prefix string

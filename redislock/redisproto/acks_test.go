@@ -2,6 +2,7 @@ package redisproto_test
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,27 @@ func TestAckMs(t *testing.T) {
 	} {
 		if got := redisproto.AckMs(d); got != want {
 			t.Errorf("AckMs(%v) = %d, want %d", d, got, want)
+		}
+	}
+}
+
+// Symptom: AckMs overflowed for a timeout near math.MaxInt64 and sent WAIT n 1 (fixed in 3037f10).
+// AckMs never overflows: a huge timeout (Node.AckTimeout is exported,
+// unchecked by redisproto) is a huge WAIT timeout, not 1ms, and a
+// negative one is 1ms, never 0 (WAIT n 0 blocks forever).
+func TestAckMs_Extremes_NeverOverflowNorZero(t *testing.T) {
+	t.Parallel()
+	for d, want := range map[time.Duration]int64{
+		math.MaxInt64:          math.MaxInt64/int64(time.Millisecond) + 1,
+		math.MaxInt64 - 1e6:    math.MaxInt64 / int64(time.Millisecond),
+		math.MinInt64:          1,
+		-time.Second:           1,
+		-1:                     1,
+		time.Millisecond + 1:   2,
+		2*time.Millisecond - 1: 2,
+	} {
+		if got := redisproto.AckMs(d); got != want {
+			t.Errorf("AckMs(%d) = %d, want %d", int64(d), got, want)
 		}
 	}
 }

@@ -55,8 +55,8 @@ func TestSubscriptionClose_ReturnsWhileLinkStalled(t *testing.T) {
 // subscribed: the hub sends each channel's SUBSCRIBE and UNSUBSCRIBE in
 // order, and a subscription that outlives them still hears its releases.
 // Here the requests pile up behind a reconnection through a stalled link.
-// (The red-team reproducer in redislock, regress_hub_test.go, shows the
-// race of the earlier design: requests sent from goroutines of their own.)
+// (TestWatch_EndedWaits_LeaveNothingSubscribed in redislock checks the
+// same through a Locker, with many short waits.)
 func TestHubUnsubscribesEndedWaits(t *testing.T) {
 	t.Parallel()
 	srv := testserver.StartRedis(t)

@@ -111,3 +111,36 @@ func TestReleaseReceipts(t *testing.T) {
 		}
 	}
 }
+
+// A release retried (its reply lost) after the next holder took over its
+// marker: every token being at least the server clock in µs, the next
+// token is rarely the marker's + 1, so the retry is recognised by its
+// receipt: released already, and the new holder's lease untouched.
+func TestRelease_RetryAfterTakeover_RecognisedByReceipt(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t)
+	n := redisproto.NewNode(newClient(t, srv.Addr()), "dlock")
+	ctx := dlocktest.Context(t)
+	k := key(t)
+	a, b := "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+	oa, err := n.Acquire(ctx, k, a, time.Minute, "{}", "", "")
+	if err != nil || !oa.Granted {
+		t.Fatal(oa, err)
+	}
+	if ok, err := n.Release(ctx, k, a, oa.Token, time.Hour); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	ob, err := n.Acquire(ctx, k, b, time.Minute, "{}", "", "")
+	if err != nil || !ob.Granted || ob.Token <= oa.Token {
+		t.Fatalf("%+v, %v: want a grant above %d", ob, err, oa.Token)
+	}
+	if ob.Token == oa.Token+1 {
+		t.Logf("the next token is the marker's + 1 (the clock was behind it)")
+	}
+	if ok, err := n.Release(ctx, k, a, oa.Token, time.Hour); !ok || err != nil {
+		t.Fatalf("the retried release: %v, %v; want released already", ok, err)
+	}
+	if v, _ := srv.Do("GET", n.LockKey(k)); len(v) < len(b) || v[:len(b)] != b {
+		t.Fatalf("the key holds %q after the retried release, want %s's lease", v, b)
+	}
+}

@@ -47,7 +47,7 @@
 -- ms): its reply, as JSON. The same break run again (a client retrying a
 -- request whose reply was lost) returns that reply instead of reading
 -- the key it already broke, which it would report as free, or an
--- owner-checked break as "not the holder" (RedTeam15_LostReply).
+-- owner-checked break as "not the holder" (a break whose reply was lost).
 local brk = ARGV[7] or ''
 if brk ~= '' then
   local rec = redis.call('GET', KEYS[6])
@@ -123,7 +123,7 @@ if is_group(v) then
     -- holder may have had it, and the last release's marker carries it
     -- (then the receipts, once a grant takes the marker over), which
     -- would make that holder's Release report success
-    -- (RedTeam15_LatestGroupHolder). No holder has the new token.
+    -- (when the removed holder was the latest). No holder has the new token.
     local m, tok, rest = string.match(v, '^(%*%a)|(%d+)|(.*)$')
     if tok then
       redis.call('SET', KEYS[1], m .. '|' .. string.format('%.0f', tonumber(tok) + 1) .. '|' .. rest, 'KEEPTTL')

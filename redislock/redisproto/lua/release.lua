@@ -28,10 +28,10 @@
 -- RECEIPTS markers taken over, kept RECEIPT_RETENTION_MS after the latest).
 -- Tokens of a key strictly increase, so a token names one lease; a marker
 -- is written only by the release of that lease. The next acquisition's
--- token being ARGV[5] + 1 says so too, for markers taken over by a version
--- that kept no receipts (then the marker's + 1; now the marker's + 1 only
--- while the server clock is behind it, else the clock in µs: only our
--- marker yields ARGV[5] + 1 unless the clock read exactly that).
+-- token being ARGV[5] + 1 says so too, for markers taken over by a dlock
+-- that keeps no receipts (its next token is the marker's + 1; ours is the
+-- marker's + 1 only while the server clock is behind it, else the clock
+-- in µs: only our marker yields ARGV[5] + 1 unless the clock read that).
 local v = redis.call('GET', KEYS[1])
 if not (v and string.sub(v, 1, #ARGV[1]) == ARGV[1]) then
   if v and ARGV[5] ~= '' then

@@ -16,10 +16,8 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
-	"github.com/dlock-go/dlock/internal/background"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/redislock"
-	"github.com/dlock-go/dlock/redislock/redisproto"
 )
 
 // Renewals (backend.RefreshBatch): every lock of a Locker is renewed by
@@ -55,9 +53,11 @@ type renewalCounts struct {
 }
 
 func (h *renewalHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
 func (h *renewalHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return next
 }
+
 func (h *renewalHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		err := next(ctx, cmds)
@@ -279,22 +279,20 @@ func TestRenewalBatch_StalledLink_DeadlinesBeforeServerExpiry(t *testing.T) {
 	m.allLost(t)
 }
 
+// Symptom: with 6000 locks another client got a lock 31-120ms after its holder's deadline, Lost() still open (fixed in 9e51efb).
 // TestManyLocks_StalledLink_DeadlinesBeforeServerExpiry: thousands of
 // locks on one Locker, and the link stalls soon after they were taken
 // (their deadlines still spread out): every holder's local deadline is at
 // or before the server's expiry of its lease, and every Lost() closes.
-// With 6000 locks under -race, another client polling the keys once got
-// one while its holder's Lost() was still open, 31-120ms after the
-// holder's deadline (a scan of every lock per watchdog pass, a goroutine
-// per lost lock); that the watchdog loses each lock by its deadline is
-// now tested on a fake clock (watchdog_stream_internal_test.go), and here
-// the order of the deadline and the server's expiry, which holds however
-// starved the process is.
+// That the watchdog loses each lock by its deadline is tested on a fake
+// clock (watchdog_stream_internal_test.go in package dlock); this test
+// checks the order of the deadline and the server's expiry, which holds
+// however starved the process is.
 //
-// Long (make test-long): scale, 6000 locks (RT_N overrides).
+// Long (make test-long): scale, 6000 locks (SCALE_N overrides).
 func TestManyLocks_StalledLink_DeadlinesBeforeServerExpiry(t *testing.T) {
 	testserver.Long(t, "scale: 6000 locks on one Locker")
-	m := acquireMany(t, envInt("RT_N", 6000), time.Second)
+	m := acquireMany(t, envInt("SCALE_N", 6000), time.Second)
 	m.Link.Stall()
 	t.Logf("%d locks still held at the stall checked against the server's expiry", m.deadlinesBeforeServerExpiry(t))
 	m.allLost(t)
@@ -307,10 +305,10 @@ func TestManyLocks_StalledLink_DeadlinesBeforeServerExpiry(t *testing.T) {
 // watchdog's hardest case: it must start losing them early by what losing
 // them all costs).
 //
-// Long (make test-long): scale, 6000 locks (RT_N overrides).
+// Long (make test-long): scale, 6000 locks (SCALE_N overrides).
 func TestManyLocksSharedDeadline_StalledLink_DeadlinesBeforeServerExpiry(t *testing.T) {
 	testserver.Long(t, "scale: 6000 locks on one Locker sharing a deadline")
-	n := envInt("RT_N", 6000)
+	n := envInt("SCALE_N", 6000)
 	m := acquireMany(t, n, time.Second)
 	c := m.Hook.waitRenewed(t, 3*n) // three renewals a lock, on average
 	deadlines := map[int64]int{}
@@ -338,13 +336,12 @@ func TestManyLocksSharedDeadline_StalledLink_DeadlinesBeforeServerExpiry(t *test
 	m.allLost(t)
 }
 
+// Symptom: renewals that met NOSCRIPT, resent one request per lock, outlived the locks' deadlines (49-129 of 500 lost).
 // TestRenewalBatch_NoScript_ResentInOnePipeline: a renewal batch that
 // meets NOSCRIPT (the refresh script is not in the server's cache: the
 // first renewal ever on a fresh server, or after a restart, a failover or
 // SCRIPT FLUSH) is resent as EVAL in one pipeline, not one request per
-// lock: with a few hundred locks and a round trip of a millisecond or
-// two, one request per lock outlived the locks' deadlines (49-129 of 500
-// lost). Asserted on the round trips: every pipeline that met NOSCRIPT is
+// lock. Asserted on the round trips: every pipeline that met NOSCRIPT is
 // followed by one pipeline of EVALs, as many as there were NOSCRIPTs.
 func TestRenewalBatch_NoScript_ResentInOnePipeline(t *testing.T) {
 	t.Parallel()
@@ -382,266 +379,81 @@ func envInt(name string, def int) int {
 	return def
 }
 
-// TestRelease_RetryAfterLostReplyAndTwoHandovers_ReportsReleased: the
-// holder's release takes effect but its reply is lost (Release returns a
-// network error). The key then changes hands twice. The caller retries
-// Release, as the docs invite ("after a network error the next call
-// retries"; "reports a release whose reply was lost as released"). The
-// retry must not report the lock lost: it was released by us, cleanly.
-//
-// The holder's client does not resend a request itself (MaxRetries -1):
-// a default client resends the script on a new connection after a short
-// random backoff, and the resend, answered, would hide the lost reply.
-func TestRelease_RetryAfterLostReplyAndTwoHandovers_ReportsReleased(t *testing.T) {
+// A release leaves the last token in the key as a marker with a bounded
+// lifetime: the next holder's token is above it, and a service that locks
+// many distinct keys does not keep them forever.
+func TestReleaseMarker(t *testing.T) {
 	t.Parallel()
 	srv := testserver.StartRedis(t)
-	p := testserver.StartProxy(t, srv.Addr())
-	t.Cleanup(p.Heal)
-	c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
-	t.Cleanup(func() { c.Close() })
+	c := newClient(t, srv)
 	l := redislock.New(c)
-	other := redislock.New(newClient(t, srv))
 	key := dlocktest.Key(t)
-
-	// Warm up: the scripts are cached, so the lost reply is the release's.
-	w, err := l.Acquire(dlocktest.Context(t), key)
+	lk, err := l.Acquire(dlocktest.Context(t), key, dlock.WithTTL(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Release(dlocktest.Context(t)); err != nil {
-		t.Fatal(err)
-	}
-	lk, err := l.Acquire(dlocktest.Context(t), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.LoseNextReply()
-	err1 := lk.Release(dlocktest.Context(t))
-	t.Logf("first Release: %v", err1)
-	if err1 == nil {
-		t.Fatal("the release whose reply was lost succeeded: the client resent it")
-	}
-	if v, err := newClient(t, srv).Get(dlocktest.Context(t), l.LockKey(key)).Result(); err != nil || !strings.HasPrefix(v, "|") {
-		t.Fatalf("the key holds %q (%v) after the release whose reply was lost, want its release marker", v, err)
-	}
-	// The release did take effect: the key is free. Two hand-overs.
-	for i := 0; i < 2; i++ {
-		o, err := other.TryAcquire(dlocktest.Context(t), key)
-		if err != nil {
-			t.Fatalf("hand-over %d: %v", i, err)
-		}
-		t.Logf("hand-over %d: token %d (ours was %d)", i, o.Token(), lk.Token())
-		if err := o.Release(dlocktest.Context(t)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	err2 := lk.Release(dlocktest.Context(t))
-	if errors.Is(err2, dlock.ErrLockLost) || errors.Is(err2, dlock.ErrNotHeld) {
-		t.Fatalf("retried Release of a lock we released cleanly reports it lost: %v", err2)
-	}
-	if err2 != nil {
-		t.Fatalf("retried Release: %v", err2)
-	}
-}
-
-// TestTryAcquire_ReservedKey_ReportsReservation: while a release reserves
-// the key for the waiter it woke, a TryAcquire by someone else says that
-// the key is reserved, for which waiter, and for how long. Symptom:
-// ErrNotAcquired naming an empty holder and no metadata ("not acquired",
-// by nobody).
-//
-// The reservation lasts HandoffReserve (100ms) on the server's clock, and
-// a TryAcquire sent later gets the key. So the test checks the
-// reservation the release wrote (for the waiter queued, ending within
-// 100ms of the server's time), then moves its end a minute on (the
-// marker's <until ms>, nothing else): the TryAcquire that follows comes
-// within the reservation however slow the machine.
-func TestTryAcquire_ReservedKey_ReportsReservation(t *testing.T) {
-	t.Parallel()
-	srv := testserver.StartRedis(t)
-	admin := newClient(t, srv)
-	l1 := redislock.New(newClient(t, srv))
-	px := testserver.StartProxy(t, srv.Addr())
-	t.Cleanup(px.Heal)
-	c2 := redis.NewClient(&redis.Options{Addr: px.Addr()})
-	t.Cleanup(func() { c2.Close() })
-	l2 := redislock.New(c2)
-	l3 := redislock.New(newClient(t, srv))
-	key := dlocktest.Key(t)
-	lk, err := l1.Acquire(dlocktest.Context(t), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waiting := make(chan error, 1)
-	go func() {
-		w, err := l2.Acquire(dlocktest.Context(t), key)
-		if err == nil {
-			err = w.Release(context.Background())
-		}
-		waiting <- err
-	}()
-	queue := l1.LockKey(key) + ":waiters"
-	waitQueued(t, admin, queue, 1)
-	ids, err := admin.ZRange(context.Background(), queue, 0, -1).Result()
-	if err != nil || len(ids) != 1 {
-		t.Fatal(ids, err)
-	}
-	px.Stall() // the waiter's host hangs: it does not take the key
 	if err := lk.Release(dlocktest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
-	ctx := dlocktest.Context(t)
-	marker, err := admin.Get(ctx, l1.LockKey(key)).Result()
+	v, _ := c.Get(dlocktest.Context(t), l.LockKey(key)).Result()
+	if v != "|"+strconv.FormatUint(lk.Token(), 10) {
+		t.Fatalf("marker = %q, want |%d", v, lk.Token())
+	}
+	pttl, err := c.PTTL(dlocktest.Context(t), l.LockKey(key)).Result()
+	if err != nil || pttl <= 0 || pttl > redislock.FenceRetention {
+		t.Fatalf("marker PTTL = %v, %v", pttl, err)
+	}
+	if infos, _ := l.List(dlocktest.Context(t), key); len(infos) != 0 {
+		t.Fatalf("a released key is listed: %+v", infos)
+	}
+	lk2, err := l.Acquire(dlocktest.Context(t), key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	now, err := admin.Time(ctx).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := strings.Split(marker, "|")
-	var until int64
-	if len(f) == 4 {
-		until, err = strconv.ParseInt(f[3], 10, 64)
-	}
-	if len(f) != 4 || f[1] != strconv.FormatUint(lk.Token(), 10) || f[2] != ids[0] || err != nil {
-		t.Fatalf("after the release the key holds %q, want a marker of token %d reserving it for waiter %s", marker, lk.Token(), ids[0])
-	}
-	if left := time.Duration(until-now.UnixMilli()) * time.Millisecond; left > redisproto.HandoffReserve {
-		t.Fatalf("the reservation ends %v after the server's time, want at most %v", left, redisproto.HandoffReserve)
-	}
-	f[3] = strconv.FormatInt(now.Add(time.Minute).UnixMilli(), 10)
-	if err := admin.SetArgs(ctx, l1.LockKey(key), strings.Join(f, "|"), redis.SetArgs{KeepTTL: true}).Err(); err != nil {
-		t.Fatal(err)
-	}
-	_, err = l3.TryAcquire(ctx, key)
-	t.Logf("TryAcquire: %v", err)
-	var na *dlock.NotAcquiredError
-	if !errors.As(err, &na) {
-		t.Fatalf("TryAcquire of a reserved key = %v, want a *dlock.NotAcquiredError", err)
-	}
-	if len(na.Holders) != 1 {
-		t.Fatalf("TryAcquire of a key reserved for waiter %s: holders %+v, want one (the reservation)", ids[0], na.Holders)
-	}
-	h := na.Holders[0]
-	if h.Owner != "" || h.Metadata[redislock.MetaReservedForWaiter] != ids[0] {
-		t.Fatalf("TryAcquire of a key reserved for waiter %s: holder %q, metadata %v", ids[0], h.Owner, h.Metadata)
-	}
-	if h.TTL <= 0 || h.TTL > time.Minute {
-		t.Fatalf("TTL %v, want the reservation left, within (0, 1m]", h.TTL)
-	}
-	if msg := err.Error(); !strings.Contains(msg, "reserved it for waiter "+ids[0]) {
-		t.Fatalf("message %q does not name the reservation", msg)
-	}
-	// The reservation is the waiter's: healed, it gets the key.
-	px.Heal()
-	if err := <-waiting; err != nil {
-		t.Fatalf("the waiter the key was reserved for: %v", err)
+	defer lk2.Release(dlocktest.Context(t))
+	if lk2.Token() <= lk.Token() {
+		t.Fatalf("token after the marker = %d, want above %d", lk2.Token(), lk.Token())
 	}
 }
 
-// dequeueHook records the outcome of every pipeline of ZREMs (a departed
-// waiter's removal from its queue) a client sends: when it was sent and
-// whether it failed.
-type dequeueHook struct {
-	mu    sync.Mutex
-	sends []dequeueSend
-}
-
-type dequeueSend struct {
-	at     time.Time
-	failed bool
-}
-
-func (h *dequeueHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (h *dequeueHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (h *dequeueHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		at := time.Now()
-		err := next(ctx, cmds)
-		if len(cmds) > 0 && cmds[0].Name() == "zrem" {
-			h.mu.Lock()
-			h.sends = append(h.sends, dequeueSend{at, err != nil})
-			h.mu.Unlock()
-		}
-		return err
-	}
-}
-
-// waitFailed waits (bounded by dlocktest.HangTimeout) until a removal
-// sent at or after since has failed.
-func (h *dequeueHook) waitFailed(t *testing.T, since time.Time, what string) {
-	t.Helper()
-	for end := time.Now().Add(dlocktest.HangTimeout); ; time.Sleep(5 * time.Millisecond) {
-		h.mu.Lock()
-		for _, s := range h.sends {
-			if s.failed && !s.at.Before(since) {
-				h.mu.Unlock()
-				return
-			}
-		}
-		h.mu.Unlock()
-		if time.Now().After(end) {
-			t.Fatalf("hang: no removal of the departed waiter failed %s within %v", what, dlocktest.HangTimeout)
-		}
-	}
-}
-
-// TestWaiters_DepartedWaiterDequeued_AfterStallAndCut: a waiter queues,
-// its link stalls and it gives up; its removal goes into the stall and
-// fails, the link is then cut (a retried removal is refused) and heals.
-// Symptom: a removal sent once left the departed waiter queued after all
-// of dlock's background work ended. Failed removals are retried
-// with backoff (up to 30s, or until the client is closed): once the link
-// heals and the background work has ended, the queue is empty. The
-// schedule follows the removals a hook on the client sees, not sleeps.
-//
-// Not parallel: it waits for all of dlock's background work to end.
-func TestWaiters_DepartedWaiterDequeued_AfterStallAndCut(t *testing.T) {
+// TestLostWhenValueChanged_ReportsNotHeld: someone overwrites the lock's
+// key: the holder's next renewal finds it and closes Lost() with
+// ErrNotHeld, and the holder's release leaves the intruder's value alone.
+// (A holder starved past its deadline before that renewal loses the lock
+// by its deadline instead: correct too, and told apart.)
+func TestLostWhenValueChanged_ReportsNotHeld(t *testing.T) {
+	t.Parallel()
 	srv := testserver.StartRedis(t)
-	admin := newClient(t, srv)
-	holder := redislock.New(newClient(t, srv))
+	c := newClient(t, srv)
+	l := redislock.New(c)
 	key := dlocktest.Key(t)
-	h, err := holder.Acquire(dlocktest.Context(t), key, dlock.WithTTL(30*time.Second))
+	lk, err := l.Acquire(dlocktest.Context(t), key, dlock.WithTTL(3*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.Release(context.Background())
-	queue := holder.LockKey(key) + ":waiters"
-
-	p := testserver.StartProxy(t, srv.Addr())
-	t.Cleanup(p.Heal)
-	// A short read timeout: a request in the stall fails sooner (the
-	// order of events is the same).
-	c := redis.NewClient(&redis.Options{Addr: p.Addr(), Password: srv.Password(), ReadTimeout: 500 * time.Millisecond})
-	t.Cleanup(func() { c.Close() })
-	hook := &dequeueHook{}
-	c.AddHook(hook)
-	l := redislock.New(c)
-	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
-	defer cancel()
-	got := make(chan error, 1)
-	go func() {
-		_, err := l.Acquire(ctx, key)
-		got <- err
-	}()
-	waitQueued(t, admin, queue, 1)
-	stalled := time.Now()
-	p.Stall()
-	t.Logf("Acquire: %v", <-got)
-	hook.waitFailed(t, stalled, "in the stall")
-	cut := time.Now()
-	p.Cut()
-	hook.waitFailed(t, cut, "on the cut link")
-	p.Heal()
-	if !background.Wait(dlocktest.HangTimeout) {
-		t.Fatal("background work did not end")
+	// Someone overwrites the key (another owner, a buggy script).
+	if err := c.Set(dlocktest.Context(t), l.LockKey(key), "intruder|1|{}", time.Minute).Err(); err != nil {
+		t.Fatal(err)
 	}
-	n, err := admin.ZCard(context.Background(), queue).Result()
-	members, _ := admin.ZRange(context.Background(), queue, 0, -1).Result()
-	pttl, _ := admin.PTTL(context.Background(), queue).Result()
-	t.Logf("after the waiter left and the link healed: %s holds %d waiters %v (pttl %v)", queue, n, members, pttl)
-	if n != 0 {
-		t.Errorf("the departed waiter is still queued after the link healed")
+	select {
+	case <-lk.Lost():
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatal("hang: Lost() not closed after the value changed")
+	}
+	switch {
+	case !errors.Is(lk.Err(), dlock.ErrLockLost):
+		t.Fatalf("Err() = %v, want ErrLockLost", lk.Err())
+	case errors.Is(lk.Err(), dlock.ErrNotHeld):
+	case time.Now().Before(lk.Deadline()):
+		t.Fatalf("Err() = %v before the deadline, want ErrNotHeld", lk.Err())
+	default:
+		t.Logf("lost by the deadline before a renewal found the key changed (a starved machine): %v", lk.Err())
+	}
+	// The intruder's key is untouched by the loser's cleanup and release.
+	if err := lk.Release(context.Background()); !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Release = %v", err)
+	}
+	if v, _ := c.Get(dlocktest.Context(t), l.LockKey(key)).Result(); v != "intruder|1|{}" {
+		t.Fatalf("intruder's value = %q", v)
 	}
 }

@@ -1,0 +1,149 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/redislock/redisproto"
+)
+
+// Try implements driver.Driver: one acquire script (acquire.lua for an
+// exclusive request, acquire_group.lua for a shared or limited one). A
+// held key (or one reserved for a woken waiter) is a
+// *dlock.NotAcquiredError naming the holders; a failed request is returned
+// as is, and the Engine aborts it.
+func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	meta, err := redisproto.EncodeMetadata(req.Metadata)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	if err := checkEviction(ctx, b.node, b.unsafeEviction); err != nil {
+		return driver.Grant{}, err
+	}
+	defer b.waiters.Begin(req.WaitID)() // may queue the waiter
+	group := req.Mode != driver.Exclusive
+	var o redisproto.Outcome
+	if group {
+		limit := 0
+		if req.Mode == driver.Limited {
+			limit = req.Limit
+		}
+		o, err = b.node.AcquireGroup(ctx, req.Key, req.Owner, req.TTL, meta, req.WaitID, limit)
+	} else {
+		o, err = b.node.Acquire(ctx, req.Key, req.Owner, req.TTL, meta, req.WaitID, req.Waiter)
+	}
+	var ae *redisproto.AckError
+	if err != nil && o.Granted && errors.As(err, &ae) {
+		return driver.Grant{}, b.rollback(ctx, req, o.Token, group, ae)
+	}
+	if err != nil {
+		return driver.Grant{}, requestError("acquire", req.Key, err)
+	}
+	if o.Granted {
+		return driver.Grant{Lease: &lease{b: b, key: req.Key, owner: req.Owner, token: o.Token, group: group}, Token: o.Token}, nil
+	}
+	if o.LimitMismatch > 0 {
+		return driver.Grant{}, fmt.Errorf("%w: redis key %q is held as a semaphore of %d permits, not %d",
+			dlock.ErrLimitMismatch, req.Key, o.LimitMismatch, req.Limit)
+	}
+	na := &dlock.NotAcquiredError{Key: req.Key}
+	switch {
+	case o.Group != "":
+		for _, h := range o.Holders {
+			na.Holders = append(na.Holders, dlock.Holder{
+				Owner: h.Owner, Token: h.Token, Metadata: h.Metadata, TTL: h.TTL, Mode: groupMode(o.Group),
+			})
+		}
+	default:
+		na.Holders = []dlock.Holder{{
+			Owner:    o.Holder.Owner,
+			Token:    o.Holder.Token,
+			Metadata: o.Holder.Metadata,
+			TTL:      o.PTTL,
+			Mode:     dlock.Exclusive,
+		}}
+	}
+	switch {
+	case o.WriterWaiting:
+		na.Cause = errWriterWaiting
+	case o.ReservedFor != "":
+		na.Cause = reservedError(o.ReservedFor)
+	}
+	return driver.Grant{}, na
+}
+
+// rollback releases a grant fewer replicas than asked acknowledged (ae),
+// synchronously, on the attempt's ctx. Rolled back, the attempt left
+// nothing behind: the *ReplicationError wraps dlock.ErrTransient, and a
+// blocking Acquire tries again after a backoff step. Otherwise it does
+// not, and the core undoes the attempt in the background (Abort). The
+// error says how many replicas are connected when fewer than asked for
+// are; then, for an attempt without a deadline, which could otherwise
+// wait for ever without a word, it wraps dlock.ErrUnavailable instead of
+// ErrTransient, and a blocking Acquire returns it.
+func (b *backend) rollback(ctx context.Context, req *driver.Request, token uint64, group bool, ae *redisproto.AckError) error {
+	re := replicationError(req.Key, "acquire", ae)
+	l := &lease{b: b, key: req.Key, owner: req.Owner, token: token, group: group}
+	if err := l.Release(ctx); err != nil {
+		re.rollbackErr = err
+	} else {
+		re.RolledBack = true
+	}
+	if ae.Err == nil && ae.Got < ae.Want {
+		if n, err := redisproto.ConnectedReplicas(ctx, b.node.Client); err == nil && n < ae.Want {
+			re.Connected = n
+			// A caller with a deadline waits for replicas to come back
+			// (a restart, a resync) until it; one without would wait
+			// for ever without a word.
+			_, re.unbounded = ctx.Deadline()
+			re.unbounded = !re.unbounded
+		}
+	}
+	return re
+}
+
+// requestError is the error of a request (op) on key that failed: it
+// wraps dlock.ErrUnavailable when the server could not be reached or
+// dropped the connection (refused, reset), the client's error kept.
+func requestError(op, key string, err error) error {
+	err = fmt.Errorf("dlock: redis %s %q: %w", op, key, err)
+	if driver.Unreachable(err) {
+		return dlock.Unavailable(err)
+	}
+	return err
+}
+
+// errWriterWaiting explains a shared request refused for a waiting writer.
+var errWriterWaiting = errors.New("an exclusive request is waiting for it (writer preference: new shared holders wait until it is granted, gives up or its registration expires)")
+
+// reservedError explains a NotAcquiredError for a key that nobody holds
+// but that a release reserved for the waiter it woke.
+func reservedError(id string) error {
+	return fmt.Errorf("nobody holds it: the last release reserved it for waiter %s, which it woke (a hand-over in progress)", id)
+}
+
+// groupMode is the dlock.Mode of a group's holders.
+func groupMode(g string) dlock.Mode {
+	if g == redisproto.GroupLimited {
+		return dlock.Limited
+	}
+	return dlock.Shared
+}
+
+// Abort implements driver.Aborter: delete the lease if the lost reply had
+// granted it.
+func (b *backend) Abort(ctx context.Context, req *driver.Request) error {
+	return (&lease{b: b, key: req.Key, owner: req.Owner, group: req.Mode != driver.Exclusive}).Release(ctx)
+}
+
+// Leave implements driver.Leaver: withdraw a waiting writer's
+// registration, so that readers kept out for it may enter at once.
+func (b *backend) Leave(ctx context.Context, key, waiter string) error {
+	if waiter == "" {
+		return nil
+	}
+	return b.node.Leave(ctx, key, waiter)
+}

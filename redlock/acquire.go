@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -98,6 +99,44 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 	lease.token = tok
 	lease.mu.Unlock()
 	return driver.Grant{Lease: lease, Token: tok}, nil
+}
+
+// grantHook, when set (by tests), runs before each phase-one grant request
+// with its node; the function it returns (if any) runs once the node has
+// answered.
+var grantHook atomic.Pointer[func(n *node) (after func())]
+
+// cleanup releases, in the background, every node that granted or did not
+// answer cleanly in a failed attempt.
+func (l *lease) cleanup(seen map[int]answer) {
+	l.mu.Lock()
+	l.released = true
+	l.mu.Unlock()
+	var idx []int
+	for i := range l.b.nodes {
+		if a, ok := seen[i]; ok && a.err == nil && !a.ok {
+			continue // held by someone else: nothing of ours there
+		}
+		idx = append(idx, i)
+	}
+	background.Go(func() { l.releaseOn(idx) })
+}
+
+// finish waits for the n straggling answers of phase one and releases any
+// late grant if the attempt failed or the lock was released meanwhile.
+func (l *lease) finish(ch <-chan answer, n int, failed bool) {
+	for ; n > 0; n-- {
+		a := <-ch
+		if !a.ok && a.err == nil {
+			continue
+		}
+		l.mu.Lock()
+		gone := failed || l.released
+		l.mu.Unlock()
+		if gone {
+			l.releaseOn([]int{a.i})
+		}
+	}
 }
 
 // noValidity reports a majority granted too late to be used: transient,

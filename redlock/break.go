@@ -11,37 +11,25 @@ import (
 	"github.com/dlock-go/dlock/redislock/redisproto"
 )
 
-var (
-	_ dlock.Breaker  = (*Locker)(nil)
-	_ driver.Breaker = (*backend)(nil)
-)
-
 // Break implements dlock.Breaker (see dlock.Break) on every node in
-// parallel. It waits for a majority's answers up to ten node timeouts,
-// and for the other nodes until the node timeout has passed since the
-// call began (at least a quarter of what the majority took): a node
-// somewhat slower than the node timeout does not fail the break, and a
-// hung minority costs about the node timeout. The end of ctx ends every
-// wait, and every request's context is cancelled when Break returns (a
-// client does not retry it after that). On each node, one script removes
-// the lease (owner "": whoever's it is; else owner's only) and wakes the
-// node's first queued waiter, as a release without a token does. The
-// quorum counters are left alone, so the next token is above the broken
-// one. The result names, in Broken.Nodes, every node a lease was removed
-// from. A break that fewer than a majority of nodes answered fails (an
-// error naming each node's failure; the leases removed on the others stay
-// removed); otherwise the nodes that failed are listed in
-// Broken.NodeErrors, and their copies of the lease expire with its TTL.
-// A holder held past 100 ms whose lease is left on fewer than a majority
-// finds out within two node timeouts and a round trip (see Bind), others
-// at their next renewal.
+// parallel: on each node one script removes the lease (owner "": whoever's
+// it is; else owner's only) and wakes the node's first queued waiter, as a
+// release without a token does. The quorum counters are left alone, so the
+// next token is above the broken one. Broken.Nodes names every node a
+// lease was removed from. A break that fewer than a majority of nodes
+// answered fails (the leases removed on the others stay removed);
+// otherwise the nodes that failed are listed in Broken.NodeErrors, and
+// their copies of the lease expire with its TTL. It waits for a majority
+// up to ten node timeouts, and for the other nodes until the node timeout
+// has passed since the call began (at least a quarter of what the majority
+// took); the end of ctx ends every wait, and every request ends with the
+// call. The broken holder learns of it as the package's Guarantees say.
+// Details: docs/redlock.md.
 //
 // Not guaranteed: a break racing the holder's own Release is decided node
-// by node. When the release wins a majority and the break the other
-// nodes, both report success: the result names the holder on those nodes
-// only (with token 0 where the commit had not reached them), although the
-// lock was released rather than broken. Check Broken.Nodes against the
-// quorum before saying a lock was broken.
+// by node; both may report success, the result naming the holder on the
+// nodes the break won only. Check Broken.Nodes against the quorum before
+// saying a lock was broken.
 func (l *Locker) Break(ctx context.Context, key, owner string) (dlock.Broken, error) {
 	if l == nil {
 		return (*dlock.Engine)(nil).Break(ctx, key, owner) // an error wrapping dlock.ErrNilClient

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/background"
 	"github.com/dlock-go/dlock/redislock/redisproto"
 )
@@ -35,12 +34,6 @@ func (e *EvictionError) Error() string {
 
 // Unwrap returns dlock.ErrUnsupported.
 func (e *EvictionError) Unwrap() error { return dlock.ErrUnsupported }
-
-// WithUnsafeEviction lets a Locker use nodes that may evict keys under
-// memory pressure, which it otherwise refuses with an *EvictionError.
-func WithUnsafeEviction() Option {
-	return driver.Setting(func(o *options) { o.unsafeEviction = true })
-}
 
 // checkEviction asks every node, concurrently and once per node, and
 // refuses a node that may evict. It waits only until a majority of nodes

@@ -36,39 +36,6 @@ type lease struct {
 	acquiring chan struct{}
 }
 
-// cleanup releases, in the background, every node that granted or did not
-// answer cleanly in a failed attempt.
-func (l *lease) cleanup(seen map[int]answer) {
-	l.mu.Lock()
-	l.released = true
-	l.mu.Unlock()
-	var idx []int
-	for i := range l.b.nodes {
-		if a, ok := seen[i]; ok && a.err == nil && !a.ok {
-			continue // held by someone else: nothing of ours there
-		}
-		idx = append(idx, i)
-	}
-	background.Go(func() { l.releaseOn(idx) })
-}
-
-// finish waits for the n straggling answers of phase one and releases any
-// late grant if the attempt failed or the lock was released meanwhile.
-func (l *lease) finish(ch <-chan answer, n int, failed bool) {
-	for ; n > 0; n-- {
-		a := <-ch
-		if !a.ok && a.err == nil {
-			continue
-		}
-		l.mu.Lock()
-		gone := failed || l.released
-		l.mu.Unlock()
-		if gone {
-			l.releaseOn([]int{a.i})
-		}
-	}
-}
-
 // releaseOn releases the nodes idx, each bounded by the node timeout, and
 // waits for their answers (the client's timeouts bound a stalled one).
 func (l *lease) releaseOn(idx []int) {
@@ -192,11 +159,6 @@ var settleHook atomic.Pointer[func(ctx context.Context)]
 
 // endlessGrace, set by tests, makes Settle's grace never run out.
 var endlessGrace atomic.Bool
-
-// grantHook, when set (by tests), runs before each phase-one grant request
-// with its node; the function it returns (if any) runs once the node has
-// answered.
-var grantHook atomic.Pointer[func(n *node) (after func())]
 
 // releaseGraceMin is the least time Release waits, after a majority
 // released, for the other nodes' answers.
@@ -343,8 +305,6 @@ func (bt *batchTally) decideLocked(j int, final bool) {
 	}
 }
 
-var _ driver.LossNotifier = (*lease)(nil)
-
 // breakListenDelay is how long a lock is held before it listens for break
 // notices. Most locks are held for less: they cost no subscription, and a
 // break of one is found by its release or renewal.
@@ -357,11 +317,12 @@ const breakListenDelay = 100 * time.Millisecond
 // holds the lease: when the nodes that do, with those that did not
 // answer, are fewer than a majority, the lease can no longer be valid
 // and the Lock is lost (wrapping dlock.ErrNotHeld) within two node
-// timeouts and a round trip of the notice, not at its next renewal. It also asks once when the subscriptions are in place,
-// which covers a break before them. A node whose SUBSCRIBE fails (down)
-// is not listened to for the rest of the lock's life: a break that
-// reaches no other listened node is found by the next renewal. stop
-// cancels the listening without waiting on the network.
+// timeouts and a round trip of the notice, not at its next renewal. It
+// also asks once when the subscriptions are in place, which covers a break
+// before them. A node whose SUBSCRIBE fails (down) is not listened to for
+// the rest of the lock's life: a break that reaches no other listened node
+// is found by the next renewal. stop cancels the listening without waiting
+// on the network.
 func (l *lease) Bind(lose func(cause error)) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	// Not background work: it lasts as long as the lock (or the clients).
@@ -462,15 +423,9 @@ func (l *lease) heldOn(ctx context.Context) (held, asked int) {
 		case a := <-ch:
 			take(a)
 		case <-timer.C:
-			for drained := false; !drained; { // answers already in count
-				select {
-				case a := <-ch:
-					take(a)
-				default:
-					drained = true
-				}
-			}
-			return len(all) - gone, len(all) // the rest are silent
+			// The answers already in count; the rest are silent.
+			drain(ch, take)
+			return len(all) - gone, len(all)
 		case <-ctx.Done():
 			return len(all) - gone, len(all)
 		}

@@ -61,6 +61,12 @@ func WithNodeTimeout(d time.Duration) Option {
 	return driver.Setting(func(o *options) { o.nodeTimeout = d })
 }
 
+// WithUnsafeEviction lets a Locker use nodes that may evict keys under
+// memory pressure, which it otherwise refuses with an *EvictionError.
+func WithUnsafeEviction() Option {
+	return driver.Setting(func(o *options) { o.unsafeEviction = true })
+}
+
 // Locker is the Redlock algorithm over N independent Redis masters: a lock
 // is held when a majority of them granted it with validity left. It never
 // closes the clients.
@@ -72,12 +78,15 @@ type Locker struct {
 var (
 	_ dlock.Locker        = (*Locker)(nil)
 	_ dlock.Lister        = (*Locker)(nil)
+	_ dlock.Breaker       = (*Locker)(nil)
 	_ driver.Driver       = (*backend)(nil)
 	_ driver.Watcher      = (*backend)(nil)
 	_ driver.Aborter      = (*backend)(nil)
 	_ driver.BatchRenewer = (*backend)(nil)
+	_ driver.Breaker      = (*backend)(nil)
 	_ driver.WaitIDer     = (*multiSub)(nil)
 	_ driver.Settler      = (*lease)(nil)
+	_ driver.LossNotifier = (*lease)(nil)
 )
 
 type node struct {

@@ -229,14 +229,7 @@ func tally(ctx context.Context, ch <-chan answer, idx []int, need int, timeout t
 		return oks+len(idx)-len(r.seen) < need
 	}
 	expire := func(err error) {
-		for drained := false; !drained; { // answers already in count
-			select {
-			case a := <-ch:
-				take(a)
-			default:
-				drained = true
-			}
-		}
+		drain(ch, take) // answers already in count
 		for _, i := range idx {
 			if _, ok := r.seen[i]; !ok {
 				r.seen[i] = answer{i: i, err: err, noAnswer: true}
@@ -256,6 +249,18 @@ func tally(ctx context.Context, ch <-chan answer, idx []int, need int, timeout t
 		}
 	}
 	return r
+}
+
+// drain takes every answer already in ch, without waiting for more.
+func drain(ch <-chan answer, take func(answer)) {
+	for drained := false; !drained; {
+		select {
+		case a := <-ch:
+			take(a)
+		default:
+			drained = true
+		}
+	}
 }
 
 // results turns the answers of the nodes idx to op into a QuorumError's

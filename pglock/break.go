@@ -1,4 +1,5 @@
-// Breaking: an operator's removal of a lock's holders (dlock.Break).
+// Breaking: an operator's removal of a lock's holders (dlock.Break), and
+// the notice that tells the broken holders' Lockers.
 
 package pglock
 
@@ -12,11 +13,6 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
-)
-
-var (
-	_ dlock.Breaker  = (*Locker)(nil)
-	_ driver.Breaker = (*backend)(nil)
 )
 
 // Break implements dlock.Breaker (see dlock.Break), in one transaction: it
@@ -143,3 +139,11 @@ UPDATE `+b.n.table+` SET gen = gen + 1 WHERE key = $1`, b.mode, key, removedOwne
 func held(h dlock.Holder) driver.Held {
 	return driver.Held{Owner: h.Owner, Token: h.Token, Metadata: h.Metadata, TTL: h.TTL, Mode: driver.Mode(h.Mode)}
 }
+
+// breakNotice prefixes the key in the notice a Break sends besides the
+// waiters' (the key alone). The waiters of a key that itself begins with
+// it are woken by that notice too (for nothing), and a holder of the rest
+// of such a key reads its row on its release (for nothing); nobody
+// decides anything from a notice. A Break by a pglock without break
+// notices (an older version) is found by the holders' next renewal.
+const breakNotice = "dlock-break:"

@@ -42,111 +42,15 @@ const maxGuardRowAttempts = 3
 //	tx.Exec(ctx, "UPDATE inventory SET qty = qty - 1 WHERE sku = 42")
 //	return tx.Commit(ctx)
 //
-// Do wraps the same steps. A fenced read is Check followed by the SELECT
-// in the same transaction, committed: with an exclusive fence it records
-// the fence, so older holders can no longer write (call Check first in the
-// transaction, see below). Put and Get keep named values in the guard's
-// own table, each in a transaction of its own, so the guard offers the
-// guard.Guard contract on its own as well.
-//
-// Storage (see MigrateGuard, which creates it; WithGuardTable names it):
-// the table DefaultGuardTable has one row per resource (resource, token,
-// owner): the last exclusive fence the resource accepted (token 0: none
-// yet). Its shared table has a row (resource, token) per shared fence
-// admitted above the others since that exclusive fence; its values table
-// has one row per (resource, name) with the value as bytea.
-//
-// How Check works: it locks the resource's fence row (creating it with
-// token 0 on first use), FOR NO KEY UPDATE for an exclusive fence and FOR
-// SHARE for a shared one, and applies the rule of package guard
-// (dlock.FenceRecord.Admit, through guard.Checker) to the fence row and
-// the highest token in the shared table. An admitted shared fence above
-// that token inserts its own row there (rows of distinct tokens never
-// conflict, so shared checks do not wait for each other). An exclusive
-// fence's lock waits for every open transaction of a shared check on the
-// resource, then reads the shared table in a statement of its own; once
-// admitted above the last exclusive fence it updates the fence row and
-// deletes the shared rows below it. The row lock is held until the
-// transaction ends.
-//
-// Guarantees:
-//
-//   - Fenced commits. A transaction in which Check admitted f for a
-//     resource holds the resource's fence row locked until it commits or
-//     rolls back; any other transaction's Check on the resource waits for
-//     it (only shared fences' checks share the lock). So fenced
-//     transactions on one resource commit in fence order: once a
-//     transaction that recorded fence N committed, every later Check of a
-//     fence below N is refused, and a transaction admitted before it
-//     finished first. A lock holder that paused past its lease never
-//     commits a change after its successor's.
-//   - Fails closed. A refused Check returns a *dlock.StaleTokenError
-//     (errors.Is dlock.ErrStaleToken) and aborts the transaction (it runs a
-//     statement that raises an error): the caller's later statements fail
-//     and Commit rolls back (pgx.ErrTxCommitRollback), even if the refusal
-//     is ignored. Inside a savepoint (a nested pgx.Tx), only the savepoint
-//     is aborted. Put and Get write and return nothing when refused.
-//   - The rule is dlock.FenceRecord.Admit's, for every uint64 token (tokens
-//     are numeric(20,0), compared exactly): a paused writer is refused once
-//     a reader or permit holder granted after it checked. Shared fences are
-//     admitted at or above the last exclusive fence's token. Every refusal reports
-//     one dlock.EventRejected (Backend "postgres") to the Observer given
-//     with dlock.WithObserver.
-//   - Durable and shared: fences are committed rows, kept across restarts
-//     of the server and of the clients, and every Guard (any process) on
-//     the same tables sees and respects them.
-//   - No session state: every lock is transaction-scoped, so the Guard and
-//     MigrateGuard work through PgBouncer in transaction pooling mode
-//     (with pgx's statement cache off, as for any pgx client there:
-//     default_query_exec_mode=exec or simple_protocol).
-//   - Bounded by ctx: a call that ends with its context returns an error
-//     wrapping dlock.ErrUnavailable and the context's error.
-//
-// Not guaranteed:
-//
-//   - Only writes in a checked transaction are fenced: a change made on
-//     another connection, or in another database or system, is not.
-//   - A checked transaction blocks the next holder's Check on the resource
-//     for as long as it stays open (only ctx, or the server's
-//     lock_timeout, bounds that wait): keep fenced transactions short.
-//     Transactions that check two resources in opposite orders can
-//     deadlock; PostgreSQL then aborts one of them (SQLSTATE 40P01).
-//   - A call abandoned when its context ends returns at once, but with
-//     pgx's default context handling (the connection is closed, no cancel
-//     request is sent) its server backend may stay queued for the fence
-//     row until the row is free, and then end. Its transaction never
-//     commits. The server's lock_timeout bounds such waits.
-//   - Under REPEATABLE READ or SERIALIZABLE, an exclusive Check's
-//     transaction cannot see shared checks that committed after its
-//     snapshot, so the Check reads the shared fences once more, with the
-//     fence row locked, on a connection of the Guard's pool (it fails if
-//     that connection reaches another server, database or table, or a
-//     replica). While it waits for that connection, transactions waiting
-//     for the same fence row hold theirs: when they come from the Guard's
-//     pool, it needs a connection more than the transactions that can be
-//     open on one resource at once, or the Check waits until ctx ends
-//     (an error naming the pool). Under READ COMMITTED (PostgreSQL's
-//     default; Do, Put and Get always use it) no second connection is
-//     used.
-//   - Under REPEATABLE READ or SERIALIZABLE, Check fails with a
-//     serialization failure (SQLSTATE 40001) when another transaction
-//     changed the fence row after the snapshot was taken; retry the
-//     transaction. The snapshot is taken by the transaction's first
-//     statement: call Check first, or a fenced read may miss writes that
-//     committed before the fence was checked.
-//   - Check needs a read-write transaction on the primary: in a read-only
-//     transaction or on a replica it fails with an error wrapping
-//     dlock.ErrUnsupported. Highest works there, as of the replica.
-//   - A connection lost during COMMIT leaves the outcome unknown, as for
-//     any transaction (Put returns an error; the write may have
-//     committed, fenced).
-//   - Owners are kept as text: a fence whose owner is not valid UTF-8, or
-//     contains NUL, is refused with an error wrapping
-//     dlock.ErrInvalidOption. Lock owners (dlock.NewOwner) are hex.
-//   - Nothing is ever deleted: a resource keeps its fence row, and its
-//     values, until someone deletes them (deleting the fence row and the
-//     resource's rows of the shared table resets the resource: it admits
-//     every fence again).
+// Do wraps the same steps; Put and Get keep named values in the guard's
+// own table (MigrateGuard creates its tables), each in a transaction of
+// its own. Fenced transactions on one resource commit in fence order, a
+// refused Check aborts its transaction, and fences are durable rows that
+// every Guard on the same tables respects. Only writes in a checked
+// transaction are fenced, and a checked transaction blocks the next
+// holder's Check until it ends. The storage, how Check works, and the
+// Guard's full Guarantees and Not guaranteed (isolation levels, the
+// Guard's pool, read-only transactions) are in docs/pglock.md.
 type Guard struct {
 	pool   *pgxpool.Pool
 	chk    guard.Checker
@@ -223,8 +127,8 @@ func (g *Guard) checkOwner(resource string, f dlock.Fence) error {
 // COMMITTED (PostgreSQL's default) the Guard's pool is not used; an
 // exclusive Check under REPEATABLE READ or SERIALIZABLE also reads, with
 // the fence row locked, on a connection of the Guard's pool, which must
-// reach the same primary, database and tables (see Guard's Not
-// guaranteed). Check may be called again in tx, for the same resource
+// reach the same primary, database and tables (see the Guard's Not
+// guaranteed in docs/pglock.md). Check may be called again in tx, for the same resource
 // or others (in a consistent order across transactions). Other failures
 // (the server's, a context that ended, a read-only transaction) leave tx
 // in whatever state the failed statement left it: roll it back.
@@ -250,7 +154,7 @@ func (g *Guard) Check(ctx context.Context, tx pgx.Tx, resource string, f dlock.F
 
 // isNilTx reports a nil tx, also a nil pointer of a concrete type in the
 // interface (a *pgxpool.Tx left nil by a failed Begin), whose methods
-// would panic (red team).
+// would panic.
 func isNilTx(tx pgx.Tx) bool {
 	if tx == nil {
 		return true

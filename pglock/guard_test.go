@@ -378,9 +378,10 @@ func TestGuardDo(t *testing.T) {
 }
 
 // guardWaitBlocked waits (bounded) until n backends of pool's database
-// wait for a lock while running a statement on the guard's table. Other
-// tests' databases on a shared server have guard tables of their own,
-// whose waits made the count miss (a deadlock test ran out its context).
+// wait for a lock while running a statement on the guard's table. It
+// counts that database's backends alone: other tests' databases on a
+// shared server have guard tables of their own, whose waits would make
+// the count miss.
 func guardWaitBlocked(t *testing.T, pool *pgxpool.Pool, n int) {
 	t.Helper()
 	deadline := time.Now().Add(dlocktest.HangTimeout)
@@ -502,9 +503,43 @@ func TestGuardCheckWaits(t *testing.T) {
 	}
 }
 
-// A writer that paused past its lease committed while a reader granted
-// after it still held its read lock: its Check now waits for the reader's
+// guardCommitCheck checks f for res in a transaction of its own and
+// commits it.
+func guardCommitCheck(t *testing.T, ctx context.Context, g *pglock.Guard, pool *pgxpool.Pool, res string, f dlock.Fence) {
+	t.Helper()
+	tx := guardBegin(t, pool)
+	if err := g.Check(ctx, tx, res, f); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// guardWantRefusedBehindReader runs a paused writer's Check of w in txW,
+// which waits for the fence row that a reader's open transaction txR
+// holds, then commits txR, and wants the writer refused below the
+// reader's token, highest.
+func guardWantRefusedBehindReader(t *testing.T, ctx context.Context, g *pglock.Guard, pool *pgxpool.Pool, txW, txR pgx.Tx, res string, w dlock.Fence, highest uint64) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- g.Check(ctx, txW, res, w) }()
+	guardWaitBlocked(t, pool, 1)
+	if err := txR.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		guardCheckStale(t, err, res, w, highest)
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatal("hang: the writer's Check never returned")
+	}
+}
+
+// A writer that paused past its lease and checks again while a reader
+// granted after it still holds its read lock waits for the reader's
 // transaction and is refused.
+// Symptom: the paused writer committed while the reader still held its read lock (fixed in cfc2321).
 func TestGuardCheck_RefusesPausedWriterAfterReader(t *testing.T) {
 	t.Parallel()
 	_, pool := guardServer(t)
@@ -512,34 +547,18 @@ func TestGuardCheck_RefusesPausedWriterAfterReader(t *testing.T) {
 	g := pglock.NewGuard(pool)
 	res := "paused-writer"
 	w, r := dlock.Fence{Token: 5, Owner: "w"}, dlock.Fence{Token: 6, Owner: "r", Shared: true}
-	txW := guardBegin(t, pool)
-	if err := g.Check(ctx, txW, res, w); err != nil {
-		t.Fatal(err)
-	}
-	if err := txW.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	guardCommitCheck(t, ctx, g, pool, res, w)
 	txR := guardBegin(t, pool)
 	if err := g.Check(ctx, txR, res, r); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
 	txW2 := guardBegin(t, pool)
-	go func() { done <- g.Check(ctx, txW2, res, w) }()
-	guardWaitBlocked(t, pool, 1)
-	if err := txR.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		guardCheckStale(t, err, res, w, 6)
-	case <-time.After(dlocktest.HangTimeout):
-		t.Fatal("hang: the writer's Check never returned")
-	}
+	guardWantRefusedBehindReader(t, ctx, g, pool, txW2, txR, res, w, r.Token)
 }
 
-// Under REPEATABLE READ or SERIALIZABLE a paused writer whose snapshot
-// predated a reader's commit was admitted below the reader's token.
+// The same under REPEATABLE READ and SERIALIZABLE, the writer's snapshot
+// taken before the reader checks and commits: the writer is refused.
+// Symptom: the paused writer whose snapshot predated the reader's commit was admitted below the reader's token (fixed in e7e6fed).
 func TestGuardCheck_RefusesPausedWriterAfterReader_SnapshotIsolation(t *testing.T) {
 	t.Parallel()
 	_, pool := guardServer(t)
@@ -549,13 +568,7 @@ func TestGuardCheck_RefusesPausedWriterAfterReader_SnapshotIsolation(t *testing.
 		t.Run(string(iso), func(t *testing.T) {
 			res := "paused-writer-" + string(iso)
 			w, r := dlock.Fence{Token: 5, Owner: "w"}, dlock.Fence{Token: 6, Owner: "r", Shared: true}
-			txW := guardBegin(t, pool)
-			if err := g.Check(ctx, txW, res, w); err != nil {
-				t.Fatal(err)
-			}
-			if err := txW.Commit(ctx); err != nil {
-				t.Fatal(err)
-			}
+			guardCommitCheck(t, ctx, g, pool, res, w)
 			// The writer's transaction takes its snapshot before the
 			// reader checks and commits.
 			txW2, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: iso})
@@ -570,24 +583,15 @@ func TestGuardCheck_RefusesPausedWriterAfterReader_SnapshotIsolation(t *testing.
 			if err := g.Check(ctx, txR, res, r); err != nil {
 				t.Fatal(err)
 			}
-			done := make(chan error, 1)
-			go func() { done <- g.Check(ctx, txW2, res, w) }()
-			guardWaitBlocked(t, pool, 1)
-			if err := txR.Commit(ctx); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case err := <-done:
-				guardCheckStale(t, err, res, w, 6)
-			case <-time.After(dlocktest.HangTimeout):
-				t.Fatal("hang: the writer's Check never returned")
-			}
+			guardWantRefusedBehindReader(t, ctx, g, pool, txW2, txR, res, w, r.Token)
 		})
 	}
 }
 
 // An exclusive Check under REPEATABLE READ whose Guard's pool reaches
-// another database read that database's shared fences and admitted on them.
+// another database fails with an error wrapping dlock.ErrInvalidOption
+// naming the Guard's pool.
+// Symptom: the Check read that database's shared fences and admitted on them (fixed in 6e3347b).
 func TestGuardCheck_SnapshotIsolationRefusesAPoolOfAnotherDatabase(t *testing.T) {
 	t.Parallel()
 	_, poolA := guardServer(t)
@@ -605,8 +609,9 @@ func TestGuardCheck_SnapshotIsolationRefusesAPoolOfAnotherDatabase(t *testing.T)
 }
 
 // An exclusive Check under REPEATABLE READ on a pool whose only connection
-// its transaction holds waited for a second one with an error blaming the
-// fence row.
+// its transaction holds ends with its context, with an error wrapping
+// dlock.ErrUnavailable that names the Guard's pool.
+// Symptom: the Check waited for a second connection with an error blaming the fence row (fixed in 6e3347b).
 func TestGuardCheck_SnapshotIsolationNamesAnExhaustedPool(t *testing.T) {
 	t.Parallel()
 	pg, _ := guardServer(t)
@@ -625,8 +630,9 @@ func TestGuardCheck_SnapshotIsolationNamesAnExhaustedPool(t *testing.T) {
 	}
 }
 
-// Put, Get and Do on a server whose default isolation is REPEATABLE READ
-// needed a second connection, and on a pool of one waited until ctx ended.
+// Put and Get on a server whose default isolation is REPEATABLE READ run
+// under READ COMMITTED, on a pool of one connection.
+// Symptom: they needed a second connection, and on a pool of one waited until ctx ended (fixed in 6e3347b).
 func TestGuardPut_ReadCommittedWhateverTheServerDefault(t *testing.T) {
 	t.Parallel()
 	pg, _ := guardServer(t)
@@ -642,8 +648,9 @@ func TestGuardPut_ReadCommittedWhateverTheServerDefault(t *testing.T) {
 	}
 }
 
-// Two readers' SERIALIZABLE transactions, each with a shared Check, could
-// not both commit: each check read the shared tokens the other wrote.
+// Two readers' SERIALIZABLE transactions, each with a shared Check, both
+// commit.
+// Symptom: one failed to commit: each check read the shared tokens the other wrote (fixed in b02baca).
 func TestGuardCheck_SerializableSharedChecksCommitTogether(t *testing.T) {
 	t.Parallel()
 	_, pool := guardServer(t)
@@ -678,8 +685,9 @@ func TestGuardCheck_SerializableSharedChecksCommitTogether(t *testing.T) {
 	}
 }
 
-// A resource that only ever had shared holders kept one row per holder in
-// the shared table, for ever.
+// A resource that only ever has shared holders keeps one row in the shared
+// table, which still fences a paused writer out.
+// Symptom: it kept one row per holder, for ever (fixed in b02baca).
 func TestGuardCheck_SharedRowsStayFewWithoutWriters(t *testing.T) {
 	t.Parallel()
 	_, pool := guardServer(t)
@@ -911,11 +919,10 @@ func BenchmarkGuardCheck(b *testing.B) {
 	}
 }
 
-// Bad input: errors wrapping the documented sentinels, never a panic.
 // Tables migrated before the shared fences' table existed: a Check, in
 // either mode, says to run MigrateGuard again and names the missing
-// table. Symptom: the message named only the fence and values tables,
-// which exist.
+// table.
+// Symptom: the message named only the fence and values tables, which exist.
 func TestGuardCheck_NamesSharedTableWhenMigrationIsOld(t *testing.T) {
 	t.Parallel()
 	_, pool := guardServer(t)
@@ -938,6 +945,7 @@ func TestGuardCheck_NamesSharedTableWhenMigrationIsOld(t *testing.T) {
 	}
 }
 
+// Bad input: errors wrapping the documented sentinels, never a panic.
 func TestGuardBadInput(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -1050,6 +1058,28 @@ func TestGuardBadInput(t *testing.T) {
 	guardExec(t, pool, `CREATE TABLE junk2 (resource text, token bigint, owner text); CREATE TABLE junk2_values (resource text, name text, value bytea)`)
 	if err := pglock.MigrateGuard(ctx, pool, pglock.WithGuardTable("junk2")); err == nil || !strings.Contains(err.Error(), "not a table pglock.MigrateGuard made") {
 		t.Errorf("MigrateGuard over a table with a bigint token = %v", err)
+	}
+}
+
+// Check on a nil transaction of a concrete type in the pgx.Tx interface
+// (a *pgxpool.Tx left nil by a failed Begin) returns an error wrapping
+// dlock.ErrInvalidOption.
+// Symptom: Guard.Check passed its nil check and panicked with a nil pointer dereference (fixed in c05870a).
+func TestGuardCheck_RefusesTypedNilTx(t *testing.T) {
+	t.Parallel()
+	pg := sharedPG(t)
+	g := pglock.NewGuard(newPool(t, pg.DSN("")))
+	var tx *pgxpool.Tx
+	err := func() (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Fatalf("Guard.Check panicked on a nil *pgxpool.Tx: %v", r)
+			}
+		}()
+		return g.Check(dlocktest.Context(t), tx, "r", dlock.Fence{Token: 1, Owner: "o"})
+	}()
+	if !errors.Is(err, dlock.ErrInvalidOption) {
+		t.Fatalf("Check(nil *pgxpool.Tx) = %v, want ErrInvalidOption", err)
 	}
 }
 

@@ -1,5 +1,6 @@
 // The held lock: a row owned by this attempt, renewed (Refresh,
-// RefreshBatch) and released with owner-checked statements.
+// RefreshBatch) and released with owner-checked statements, and told of
+// its loss (Bind: the held locks' watch, woken by break notices).
 
 package pglock
 
@@ -112,7 +113,57 @@ SELECT key, owner FROM x UNION ALL SELECT key, owner FROM h`
 	}
 }
 
-var _ driver.LossNotifier = (*lease)(nil)
+// Release implements driver.Lease: mark the row released (its expiry set
+// to -infinity, keeping its token for the key's next grant) only if it is
+// still this owner's live lease, and notify waiters, in one statement. A
+// retried release whose first one took effect finds its own row marked
+// released and succeeds.
+func (l *lease) Release(ctx context.Context) error {
+	l.mu.Lock()
+	if l.gone {
+		l.mu.Unlock()
+		return nil
+	}
+	l.mu.Unlock()
+	b := l.b
+	if l.mode != driver.Exclusive {
+		ok, err := b.releaseShared(ctx, l.key, l.owner)
+		if err != nil {
+			return outage(fmt.Errorf("dlock: postgres release %q: %w", l.key, explain(err)))
+		}
+		if !ok {
+			return l.notHeld("expired before the release")
+		}
+		l.mu.Lock()
+		l.gone = true
+		l.mu.Unlock()
+		return nil
+	}
+	rctx, cancel := b.rpc(ctx)
+	defer cancel()
+	var released, notified int64
+	var before bool
+	sent := time.Now()
+	err := b.pool.QueryRow(rctx, `WITH r AS (
+	UPDATE `+b.n.table+` SET expires_at = '-infinity'
+	WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()
+	RETURNING key
+), n AS (SELECT pg_notify($3, key) FROM r)
+SELECT (SELECT count(*) FROM r), (SELECT count(*) FROM n),
+	EXISTS (SELECT 1 FROM `+b.n.table+` WHERE key = $1 AND owner = $2 AND expires_at = '-infinity')`,
+		b.mode, l.key, l.owner, b.n.channelName()).Scan(&released, &notified, &before)
+	if err != nil {
+		return outage(fmt.Errorf("dlock: postgres release %q: %w", l.key, explain(err)))
+	}
+	b.answered(sent)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if released > 0 || before {
+		l.gone = true
+		return nil
+	}
+	return l.notHeld("expired or taken over before the release")
+}
 
 // breakListenDelay is how long a lock is held before it listens for the
 // notices a dlock.Break sends. Most locks are held for less: they cost
@@ -141,14 +192,6 @@ func (l *lease) Bind(lose func(cause error)) (stop func()) {
 		l.b.held.remove(bd)
 	}
 }
-
-// breakNotice prefixes the key in the notice a Break sends besides the
-// waiters' (the key alone). The waiters of a key that itself begins with
-// it are woken by that notice too (for nothing), and a holder of the rest
-// of such a key reads its row on its release (for nothing); nobody
-// decides anything from a notice. A Break by a pglock without break
-// notices (an older version) is found by the holders' next renewal.
-const breakNotice = "dlock-break:"
 
 // heldWatch is a Locker's watch of its locks held for longer than
 // breakListenDelay: while it has any, it keeps the LISTEN connection open
@@ -354,56 +397,4 @@ func (h *heldWatch) roundDone(ok bool) {
 	if hook := h.hook.Load(); hook != nil {
 		(*hook)(ok)
 	}
-}
-
-// Release implements driver.Lease: mark the row released (its expiry set
-// to -infinity, keeping its token for the key's next grant) only if it is
-// still this owner's live lease, and notify waiters, in one statement. A
-// retried release whose first one took effect finds its own row marked
-// released and succeeds.
-func (l *lease) Release(ctx context.Context) error {
-	l.mu.Lock()
-	if l.gone {
-		l.mu.Unlock()
-		return nil
-	}
-	l.mu.Unlock()
-	b := l.b
-	if l.mode != driver.Exclusive {
-		ok, err := b.releaseShared(ctx, l.key, l.owner)
-		if err != nil {
-			return outage(fmt.Errorf("dlock: postgres release %q: %w", l.key, explain(err)))
-		}
-		if !ok {
-			return l.notHeld("expired before the release")
-		}
-		l.mu.Lock()
-		l.gone = true
-		l.mu.Unlock()
-		return nil
-	}
-	rctx, cancel := b.rpc(ctx)
-	defer cancel()
-	var released, notified int64
-	var before bool
-	sent := time.Now()
-	err := b.pool.QueryRow(rctx, `WITH r AS (
-	UPDATE `+b.n.table+` SET expires_at = '-infinity'
-	WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()
-	RETURNING key
-), n AS (SELECT pg_notify($3, key) FROM r)
-SELECT (SELECT count(*) FROM r), (SELECT count(*) FROM n),
-	EXISTS (SELECT 1 FROM `+b.n.table+` WHERE key = $1 AND owner = $2 AND expires_at = '-infinity')`,
-		b.mode, l.key, l.owner, b.n.channelName()).Scan(&released, &notified, &before)
-	if err != nil {
-		return outage(fmt.Errorf("dlock: postgres release %q: %w", l.key, explain(err)))
-	}
-	b.answered(sent)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if released > 0 || before {
-		l.gone = true
-		return nil
-	}
-	return l.notHeld("expired or taken over before the release")
 }

@@ -2,7 +2,7 @@ package pglock_test
 
 import (
 	"errors"
-	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +10,41 @@ import (
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/pglock"
 )
+
+// On a long schema-qualified table name that WithTable accepts (two parts
+// of up to 48 bytes, a channel name over PostgreSQL's 63 bytes), Release
+// succeeds and its NOTIFY wakes a waiter.
+// Symptom: every Release failed with "channel name too long", and waiters' truncated LISTEN never matched (fixed in 7359a61).
+func TestRelease_WakesWaitersOnLongSchemaQualifiedTable(t *testing.T) {
+	t.Parallel()
+	pg := sharedPG(t)
+	schema, table := strings.Repeat("s", 48), strings.Repeat("t", 48)
+	if _, err := pg.Exec("", "CREATE SCHEMA "+schema); err != nil {
+		t.Fatal(err)
+	}
+	opts := []pglock.Option{pglock.WithTable(schema + "." + table)}
+	key := dlocktest.Key(t)
+	holder, err := pglock.New(newPool(t, pg.DSN("")), opts...).Acquire(dlocktest.Context(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A waiter whose poll is a minute: only the release's NOTIFY wakes it
+	// within the test's bound.
+	waiter := pglock.New(newPool(t, pg.DSN("")), opts...)
+	got := acquireLater(dlocktest.Context(t), waiter, key, time.Minute)
+	waitListening(t, pg)
+	if err := holder.Release(dlocktest.Context(t)); err != nil {
+		t.Fatalf("Release with table %s.%s: %v", schema, table, err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatal("the waiter was not woken by the release")
+	}
+}
 
 // A break while the Locker's LISTEN connection is down (its notice sent
 // to nobody) reaches the holder once the connection is opened again, not
@@ -47,57 +82,6 @@ func TestBind_BreakWhileListenDownFoundOnReconnect(t *testing.T) {
 	var le *dlock.LostError
 	if !errors.As(lk.Err(), &le) || le.Reason != dlock.LossBackend || !errors.Is(lk.Err(), dlock.ErrNotHeld) {
 		t.Errorf("Err() = %v, want a *LostError with reason %q wrapping ErrNotHeld", lk.Err(), dlock.LossBackend)
-	}
-}
-
-// A key whose name begins like a break notice is still a key: its
-// waiters are woken by its release, not left to poll.
-// Symptom: releases of a key named "dlock-break:…" woke none of its waiters.
-func TestWatch_KeyShapedLikeABreakNoticeWakesItsWaiters(t *testing.T) {
-	t.Parallel()
-	pg := ownPG(t)
-	holder := pglock.New(newPool(t, pg.DSN("")))
-	waiter := pglock.New(newPool(t, pg.DSN("")))
-	key := "dlock-break:" + dlocktest.Key(t)
-	lk, err := holder.Acquire(dlocktest.Context(t), key, dlock.WithTTL(5*time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan error, 1)
-	go func() {
-		// Its polls are an hour apart and its lease check five minutes:
-		// only a wake-up gets it the key within the test's context.
-		w, err := waiter.Acquire(dlocktest.Context(t), key, dlock.WithBackoff(dlock.ConstBackoff{Delay: time.Hour}))
-		if err == nil {
-			err = w.Release(dlocktest.Context(t))
-		}
-		got <- err
-	}()
-	waitListens(t, pg, 2) // the holder's Locker and the waiter's
-	if err := lk.Release(dlocktest.Context(t)); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-got; err != nil {
-		t.Fatalf("waiter of a released key: %v", err)
-	}
-}
-
-// waitListens waits (bounded) until n LISTEN connections are open on
-// pg's database.
-func waitListens(t *testing.T, pg *pgDB, n int) {
-	t.Helper()
-	q := "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND datname = current_database()"
-	for end := time.Now().Add(dlocktest.HangTimeout); ; time.Sleep(10 * time.Millisecond) {
-		out, err := pg.Exec("", q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if out == strconv.Itoa(n) {
-			return
-		}
-		if time.Now().After(end) {
-			t.Fatalf("hang: %s LISTEN connections, want %d", out, n)
-		}
 	}
 }
 

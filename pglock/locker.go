@@ -1,5 +1,5 @@
-// The Locker: New and its options, and the backend state shared by the
-// other files.
+// The Locker: New and its options, the backend state shared by the other
+// files, and the Locker's calls forwarded to the engine.
 
 package pglock
 
@@ -89,6 +89,13 @@ var (
 	_ driver.Lease        = (*lease)(nil)
 )
 
+var (
+	_ dlock.Breaker  = (*Locker)(nil)
+	_ driver.Breaker = (*backend)(nil)
+)
+
+var _ driver.LossNotifier = (*lease)(nil)
+
 // backend implements driver.Driver on a pgx pool.
 type backend struct {
 	pool    *pgxpool.Pool
@@ -106,41 +113,6 @@ type backend struct {
 	regs  map[waiterKey]time.Time // waiting writers this Locker registered, with when (see register)
 
 	lastOK atomic.Int64 // when the last statement PostgreSQL answered was sent (unix ns)
-}
-
-// answerRecency: an attempt whose context ends reports the key held (as
-// the engine does once it has seen a holder) only if PostgreSQL answered
-// a statement of this Locker this recently; otherwise it reports that
-// PostgreSQL did not answer (a hung server or stalled link, not a held
-// key).
-const answerRecency = time.Second
-
-// answered records that a statement sent at sent was answered.
-func (b *backend) answered(sent time.Time) {
-	for {
-		old := b.lastOK.Load()
-		if sent.UnixNano() <= old || b.lastOK.CompareAndSwap(old, sent.UnixNano()) {
-			return
-		}
-	}
-}
-
-// silent returns err, unless ctx ended and PostgreSQL has not answered for
-// answerRecency: then an error that does not wrap the context's (the
-// engine must report an outage, not a held key).
-func (b *backend) silent(ctx context.Context, what string, err error) error {
-	if ctx.Err() == nil {
-		return err
-	}
-	last := b.lastOK.Load()
-	if last == 0 {
-		return fmt.Errorf("dlock: postgres %s: no answer from PostgreSQL yet (%v)", what, err)
-	}
-	since := time.Since(time.Unix(0, last))
-	if since < answerRecency {
-		return err
-	}
-	return fmt.Errorf("dlock: postgres %s: no answer from PostgreSQL in the last %v (%v)", what, since.Round(time.Millisecond), err)
 }
 
 // New returns a Locker on pool. A nil pool gives a Locker whose every call
@@ -177,8 +149,8 @@ func New(pool *pgxpool.Pool, opts ...Option) *Locker {
 // replaced by QueryExecModeExec (one round trip, the unnamed statement).
 // The statement cache prepares named statements on the server connection,
 // and behind a transaction pooler (PgBouncer's transaction mode) that
-// connection is shared with other clients: red team, with a default pool
-// through PgBouncer most statements failed with "prepared statement
+// connection is shared with other clients: with the cache, a default pool
+// through PgBouncer fails most statements with "prepared statement
 // stmtcache_... already exists".
 func execMode(pool *pgxpool.Pool) pgx.QueryExecMode {
 	if m := pool.Config().ConnConfig.DefaultQueryExecMode; m != pgx.QueryExecModeCacheStatement {
@@ -205,27 +177,4 @@ func (b *backend) Spec() driver.Spec {
 // rpc bounds one statement by the request timeout.
 func (b *backend) rpc(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, b.timeout)
-}
-
-// ready creates the schema on first use (unless WithoutMigrate); a failure
-// is retried by the next call.
-func (b *backend) ready(ctx context.Context) error {
-	if !b.migrate {
-		return nil
-	}
-	b.mu.Lock()
-	done := b.migrated
-	b.mu.Unlock()
-	if done {
-		return nil
-	}
-	rctx, cancel := b.rpc(ctx)
-	defer cancel()
-	if err := migrate(rctx, b.pool, b.n, b.mode); err != nil {
-		return err
-	}
-	b.mu.Lock()
-	b.migrated = true
-	b.mu.Unlock()
-	return nil
 }

@@ -1,5 +1,6 @@
-// The schema: versioned migrations embedded in the package, applied by
-// Migrate (or by hand), recorded in dlock_schema_migrations.
+// The schema: the names of a Locker's objects, and the versioned
+// migrations embedded in the package, applied on first use or by Migrate
+// (or by hand), recorded in dlock_schema_migrations.
 
 package pglock
 
@@ -75,8 +76,9 @@ const maxIdentLen = 63
 
 // channelFor names the NOTIFY channel of a table: "<table>_released" (a
 // schema's dot made '_'), or, when that is longer than a channel name may
-// be (red team: every Release of a table named with two long parts failed
-// with "channel name too long"), "dlock_<hash of the table>_released".
+// be (pg_notify fails with "channel name too long", so every Release of a
+// table named with two long parts would fail), "dlock_<hash of the
+// table>_released".
 func channelFor(table string) string {
 	if c := strings.ReplaceAll(table, ".", "_") + "_released"; len(c) <= maxIdentLen {
 		return c
@@ -146,8 +148,8 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, n names, mode pgx.QueryExe
 	component := "leases:" + n.raw
 	// Up to date already (the common case): one read, no DDL and no lock.
 	// CREATE TABLE IF NOT EXISTS needs the privilege to create in the
-	// schema even when the table exists, so a role that may only use the
-	// table an administrator made could not pass the migration (red team).
+	// schema even when the table exists: a role that may only use the
+	// table an administrator made passes by this read alone.
 	var applied int
 	err = pool.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM "+MigrationsTable+" WHERE component = $1", mode, component).Scan(&applied)
 	if err == nil && applied >= ms[len(ms)-1].version {
@@ -187,46 +189,25 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, n names, mode pgx.QueryExe
 	return nil
 }
 
-// outage marks err, a statement's error, as dlock.ErrUnavailable when
-// PostgreSQL (or the pooler in front of it) could not be reached or
-// dropped the connection: a refused or reset connection, a connection
-// pgx already knew to be closed, or the server's own word that it cannot
-// serve a connection now (SQLSTATE class 08, connection exception, which
-// PgBouncer also uses when it cannot reach PostgreSQL; 53300,
-// too_many_connections; 57P01-57P03, the server shutting down, crashed
-// or starting; 25P03, the session ended by the server's
-// idle-in-transaction timeout). The original error stays in the chain. Others pass
-// unchanged.
-func outage(err error) error {
-	if driver.Unreachable(err) || errors.Is(err, pgconn.ErrConnClosed) {
-		return dlock.Unavailable(err)
+// ready creates the schema on first use (unless WithoutMigrate); a failure
+// is retried by the next call.
+func (b *backend) ready(ctx context.Context) error {
+	if !b.migrate {
+		return nil
 	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		switch {
-		case strings.HasPrefix(pe.Code, "08"), pe.Code == "53300", pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03",
-			pe.Code == "25P03":
-			return dlock.Unavailable(err)
-		}
+	b.mu.Lock()
+	done := b.migrated
+	b.mu.Unlock()
+	if done {
+		return nil
 	}
-	return err
-}
-
-// explain adds what to do to the PostgreSQL errors a user can fix.
-func explain(err error) error {
-	var pe *pgconn.PgError
-	if !errors.As(err, &pe) {
+	rctx, cancel := b.rpc(ctx)
+	defer cancel()
+	if err := migrate(rctx, b.pool, b.n, b.mode); err != nil {
 		return err
 	}
-	switch pe.Code {
-	case "42P01": // undefined_table
-		return fmt.Errorf("%w (run pglock.Migrate, or the SQL in pglock/migrations by hand, or drop WithoutMigrate)", err)
-	case "42703": // undefined_column
-		return fmt.Errorf("%w (the lease table predates migration 2: run pglock.Migrate, or pglock/migrations/0002_modes.sql by hand)", err)
-	case "25006": // read_only_sql_transaction
-		return fmt.Errorf("%w (the server is read-only: a hot standby? locks need the primary)", err)
-	case "42501": // insufficient_privilege
-		return fmt.Errorf("%w (the database user may not use the lease table or sequence)", err)
-	}
-	return err
+	b.mu.Lock()
+	b.migrated = true
+	b.mu.Unlock()
+	return nil
 }

@@ -1,27 +1,22 @@
 package pglock_test
 
 import (
-	"context"
-	"errors"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5"
 
-	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/pglock"
 )
 
-// A waiter behind PgBouncer in transaction mode does not LISTEN: the
-// LISTEN stayed on a pooled server session, every release's NOTIFY then
-// reached a session no client was linked to (PgBouncer logged "got packet
-// 'A' from server when not linked" for each) and PgBouncer once exited
-// with "server in bad state" (found by the safety harness). Direct and
-// through a plain TCP proxy, LISTEN is kept.
+// A waiter behind PgBouncer in transaction mode does not LISTEN, and
+// PgBouncer logs no notification for an unlinked server session. Direct
+// and through a plain TCP proxy, LISTEN is kept.
+// Symptom: the LISTEN stayed on a pooled server session; PgBouncer logged "got packet 'A' from server when not linked" for each NOTIFY and once exited with "server in bad state" (fixed in 6bf3533).
 func TestNoListenThroughPooler(t *testing.T) {
 	t.Parallel()
 	pg := ownPG(t)
@@ -66,71 +61,104 @@ func TestNoListenThroughPooler(t *testing.T) {
 	}
 }
 
-// PostgreSQL stops behind PgBouncer: PgBouncer, still up, turns the
-// statements away with a connection exception (SQLSTATE 08P01, "server
-// login has been failing"). Symptom guarded against: a Release, or a
-// TryAcquire, failing with that bare error rather than ErrUnavailable.
-func TestRelease_Unavailable_PostgresDownBehindPgBouncer(t *testing.T) {
+// Behind PgBouncer in transaction pooling mode with pgx's default
+// configuration (its statement cache prepares named statements on the
+// server connection, which the pooler hands to other clients), Migrate,
+// Acquire, Refresh, List and Release all succeed, cycle after cycle:
+// pglock runs its statements without the statement cache.
+// Symptom: most calls failed with "prepared statement stmtcache_... already exists" (or "does not exist") (fixed in 5a33186).
+func TestPgBouncer_DefaultPgxPoolServesEveryCall(t *testing.T) {
 	t.Parallel()
-	pg := ownPG(t)
+	pg := sharedPG(t)
 	pb := bouncerFor(t, pg)
-	l := pglock.New(newPool(t, pb.DSN("")))
-	// PgBouncer stops before the pool closes (cleanups run last first):
-	// with PostgreSQL down it keeps a closed client connection open, and
-	// pgx's Close waits 15 s for each.
-	t.Cleanup(pb.Stop)
-	lk, err := l.Acquire(dlocktest.Context(t), dlocktest.Key(t), dlock.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
+	dsn := strings.Replace(pb.DSN(""), "&default_query_exec_mode=exec", "", 1)
+	if dsn == pb.DSN("") {
+		t.Fatalf("cannot make a default DSN from %s", dsn)
 	}
-	pg.Stop()
-	// The first statement makes PgBouncer find PostgreSQL down; it may
-	// hold it until the context ends, an outage either way.
-	for _, what := range []string{"first TryAcquire", "TryAcquire"} {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := l.TryAcquire(ctx, dlocktest.Key(t))
-		cancel()
-		t.Logf("%s with PostgreSQL down: %v", what, err)
-		if !errors.Is(err, dlock.ErrUnavailable) {
-			t.Fatalf("%s with PostgreSQL down behind PgBouncer: %v, want ErrUnavailable", what, err)
+	const nPools = 4
+	var lockers []*pglock.Locker
+	for i := 0; i < nPools; i++ {
+		p := newPool(t, dsn)
+		if p.Config().ConnConfig.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
+			t.Fatalf("pool %d is not pgx's default configuration", i)
+		}
+		lockers = append(lockers, pglock.New(p))
+		if err := pglock.Migrate(dlocktest.Context(t), p); err != nil {
+			t.Fatalf("Migrate through PgBouncer with a default pool: %v", err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	err = lk.Release(ctx)
-	t.Logf("Release with PostgreSQL down: %v", err)
-	var pe *pgconn.PgError
-	if !errors.Is(err, dlock.ErrUnavailable) {
-		t.Fatalf("Release with PostgreSQL down behind PgBouncer: %v, want ErrUnavailable", err)
-	}
-	if errors.As(err, &pe) && !strings.HasPrefix(pe.Code, "08") {
-		t.Fatalf("Release: PgBouncer's error %v is not a connection exception", pe)
+	key := dlocktest.Key(t)
+	var last uint64
+	for i := 0; i < 40; i++ {
+		l := lockers[i%nPools]
+		lk, err := l.Acquire(dlocktest.Context(t), key)
+		if err != nil {
+			t.Fatalf("cycle %d: Acquire through PgBouncer with a default pool: %v", i, err)
+		}
+		if lk.Token() <= last {
+			t.Fatalf("cycle %d: token %d after %d", i, lk.Token(), last)
+		}
+		last = lk.Token()
+		if err := lk.Refresh(dlocktest.Context(t)); err != nil {
+			t.Fatalf("cycle %d: Refresh: %v", i, err)
+		}
+		if _, err := lockers[(i+1)%nPools].List(dlocktest.Context(t), key); err != nil {
+			t.Fatalf("cycle %d: List: %v", i, err)
+		}
+		if err := lk.Release(dlocktest.Context(t)); err != nil {
+			t.Fatalf("cycle %d: Release: %v", i, err)
+		}
 	}
 }
 
-// Every call on a lock held through a PgBouncer that stops answering
-// returns by its context's deadline wrapping dlock.ErrUnavailable and the
-// deadline. Symptom: Refresh returned a bare deadline error.
-func TestLockCalls_UnavailableByDeadline_PgBouncerStalled(t *testing.T) {
+// A role that may not run pg_backend_pid() (revoked from PUBLIC in a
+// hardened database): a server that answers the pooler check with an
+// error is taken as "cannot tell": the Locker stops trying LISTEN and its
+// waiters poll, still acquiring the key once it is released.
+// Symptom: while anyone waited, the Locker opened and closed a server connection a second, never listening (fixed in 991985c).
+func TestPooler_CheckRefusedStopsListenWaitersPoll(t *testing.T) {
 	t.Parallel()
-	pb := bouncerFor(t, sharedPG(t))
-	p := testserver.StartProxy(t, pb.Addr())
-	l := pglock.New(newPool(t, strings.Replace(pb.DSN(""), pb.Addr(), p.Addr(), 1)))
-	lk, err := l.Acquire(dlocktest.Context(t), dlocktest.Key(t), dlock.WithTTL(30*time.Second))
+	pg := ownPG(t)
+	if err := pglock.Migrate(dlocktest.Context(t), newPool(t, pg.DSN(""))); err != nil {
+		t.Fatal(err)
+	}
+	for _, sql := range []string{
+		"CREATE ROLE app LOGIN PASSWORD 'pw'",
+		"GRANT SELECT, INSERT, UPDATE ON " + pglock.DefaultTable + " TO app",
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON " + pglock.DefaultTable + "_holders, " + pglock.DefaultTable + "_writers TO app",
+		"GRANT USAGE ON SEQUENCE " + pglock.DefaultTable + "_token_seq TO app",
+		"GRANT SELECT ON " + pglock.MigrationsTable + " TO app",
+		"REVOKE EXECUTE ON FUNCTION pg_backend_pid() FROM PUBLIC",
+	} {
+		if _, err := pg.Exec("", sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	app := strings.Replace(pg.DSN(""), testserver.PostgresUser+"@", "app:pw@", 1)
+	key := dlocktest.Key(t)
+	ctx := dlocktest.Context(t)
+	holder := pglock.New(newPool(t, pg.DSN("")))
+	waiter := pglock.New(newPool(t, app))
+	hl, err := holder.Acquire(ctx, key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Stall()
-	for _, c := range []struct {
-		what string
-		fn   func(context.Context) error
-	}{{"Refresh", lk.Refresh}, {"Release", lk.Release}} {
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-		err := c.fn(ctx)
-		cancel()
-		if !errors.Is(err, dlock.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("%s through a stalled PgBouncer = %v, want ErrUnavailable and DeadlineExceeded", c.what, err)
+	got := acquireLater(ctx, waiter, key, 20*time.Millisecond)
+	end := time.Now().Add(dlocktest.HangTimeout)
+	for pglock.ListenGivenUp(waiter) == nil {
+		if time.Now().After(end) {
+			t.Fatal("the Locker still tries to LISTEN (a new server connection a second) though the server refuses the pooler check")
 		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	p.Heal()
+	t.Logf("given up: %v", pglock.ListenGivenUp(waiter))
+	if pglock.ListensThroughPooler(waiter) {
+		t.Error("reported as a pooler")
+	}
+	if err := hl.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
 }

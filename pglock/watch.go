@@ -1,7 +1,7 @@
-// Wake-ups: one LISTEN connection per Locker, while some Acquire waits or
-// a held lock listens for breaks (lease.go), and for a short linger
-// after, dispatching release notifications to the waiters of the released
-// key and break notices to the held locks' watch.
+// Wake-ups: waiters of a key are woken by its release's NOTIFY, received
+// on one LISTEN connection per Locker, open while some Acquire waits or a
+// held lock listens for breaks, and for a short linger after. Break
+// notices arriving on it are handed to the held locks' watch (lease.go).
 
 package pglock
 
@@ -23,10 +23,10 @@ import (
 // Timing of the LISTEN connection.
 const (
 	// listenLinger is how long the LISTEN connection stays open after
-	// its last waiter left, for the next wait of the Locker to reuse (a
-	// Locker that waits again and again, as contenders on a busy key do,
-	// otherwise opened a server connection per wait and missed the
-	// releases sent while it was opening).
+	// its last waiter left, for the next wait of the Locker to reuse (so
+	// a Locker that waits again and again, as contenders on a busy key
+	// do, does not open a server connection per wait and miss the
+	// releases sent while it is opening).
 	listenLinger = 2 * time.Second
 	// listenCheck is how long the LISTEN connection may stay silent
 	// before it is pinged: one that does not answer within the request
@@ -246,10 +246,9 @@ func (l *listener) run(ctx context.Context, r *listenRun) {
 }
 
 // dial opens a connection as the pool would, but outside it (hangUp
-// closes it). The pool's
-// notification handler (ConnConfig.OnNotification), if any, is left out:
-// with one, pgx buffers no notification and WaitForNotification returns
-// none (red team: a nil pointer panic in the LISTEN loop).
+// closes it). The pool's notification handler (ConnConfig.OnNotification),
+// if any, is left out: with one, pgx buffers no notification and
+// WaitForNotification returns none.
 func (l *listener) dial(ctx context.Context) (*pgx.Conn, error) {
 	pcfg := l.b.pool.Config()
 	cfg := pcfg.ConnConfig.Copy()
@@ -273,9 +272,8 @@ func (l *listener) dial(ctx context.Context) (*pgx.Conn, error) {
 }
 
 // hangUp closes c, dialed by dial, running the pool's BeforeClose hook
-// first as the pool does (red team: an application undoing in
-// BeforeClose what AfterConnect set up was left with an entry per LISTEN
-// connection).
+// first as the pool does (so an application undoing in BeforeClose what
+// AfterConnect set up is not left with an entry per LISTEN connection).
 func (l *listener) hangUp(c *pgx.Conn) {
 	if f := l.b.pool.Config().BeforeClose; f != nil {
 		f(c)
@@ -287,8 +285,8 @@ func (l *listener) hangUp(c *pgx.Conn) {
 // pooler, which would leave a LISTEN on a server session it shares with
 // other clients: NOTIFY then never reaches this listener, and the server
 // session, back in the pool, receives notifications nobody asked for
-// (PgBouncer 1.18 in transaction mode logged "got packet 'A' from server
-// when not linked" for each, and once exited on "server in bad state").
+// (PgBouncer 1.18 in transaction mode logs "got packet 'A' from server
+// when not linked" for each, and can exit on "server in bad state").
 // The test: the backend process ID the connection was given at startup
 // (BackendKeyData) is the server's own on a direct connection, and
 // through a plain TCP proxy, but a pooler hands its clients keys of its

@@ -1,13 +1,43 @@
+// The test servers: PostgreSQL databases of a test's own or on a server
+// that tests share, PgBouncer in front of them, and pools on them.
+
 package pglock_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/dlock-go/dlock/internal/testserver"
 )
+
+func TestMain(m *testing.M) { testserver.Main(m) }
+
+// newPool returns a default pgxpool on dsn, closed when the test ends.
+func newPool(t testing.TB, dsn string) *pgxpool.Pool {
+	t.Helper()
+	p, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+func escape(s string) string {
+	out := []byte{}
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\'' {
+			out = append(out, '\'')
+		}
+		out = append(out, s[i])
+	}
+	return string(out)
+}
 
 // pgDB is a PostgreSQL database of one test's own, on a server that the
 // test may share with others: DSN("") and Exec("", ...) name that

@@ -1,40 +1,19 @@
 // Shared and limited holders: one row each in the holders table, granted
-// under the lock of the key's row in the lease table; waiting writers.
+// under the lock of the key's row in the lease table, aborted and
+// released by owner-checked statements.
 
 package pglock
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"math"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
-	"github.com/jackc/pgx/v5"
 )
-
-// attemptRetries bounds the statements one attempt runs. The first is
-// one statement; if the key's row changed between its snapshot and its
-// lock (another grant, or a reader's renewal or release, on the key), so
-// that the snapshot's holders could not be trusted, the attempt runs the
-// statement once more (a new snapshot, which sees what raced it; a
-// contended handoff's losers end here, listing the winner), and if that
-// races too, reads holding the row's lock (see locked), which only a row
-// created in the meantime can race. After that many the attempt reports
-// the holders it saw.
-const attemptRetries = 4
-
-// holderOf is a holder as a statement reports it.
-func holderOf(owner string, token int64, md string, leftS float64, mode int) dlock.Holder {
-	h := dlock.Holder{Owner: owner, Token: uint64(token), Mode: dlock.Mode(mode)}
-	_ = json.Unmarshal([]byte(md), &h.Metadata)
-	if leftS > 0 {
-		h.TTL = time.Duration(leftS * float64(time.Second))
-	}
-	return h
-}
 
 // tryShared is Try for a Shared or Limited request, in one statement. It
 // reads, from its snapshot, the key's row (k), its live exclusive lease
@@ -184,61 +163,6 @@ SELECT 'info', 0, '', '{}', 0, coalesce((SELECT k.hmode FROM k), 0)::int, coales
 	}
 }
 
-// attemptStatement runs the statement of an attempt's attempt-th try
-// (see attemptRetries): the first two as one statement, which spends no
-// round trip on a lock when no other grant comes between its snapshot
-// and its upsert; later ones holding the key's row lock (see locked).
-func (b *backend) attemptStatement(ctx context.Context, attempt int, key, sql string, args []any, scan func(pgx.Rows) error) error {
-	if attempt > 2 {
-		return b.locked(ctx, key, sql, args, scan)
-	}
-	rows, err := b.pool.Query(ctx, sql, args...)
-	if err != nil {
-		return err
-	}
-	return scan(rows)
-}
-
-// locked runs an attempt's statement sql in a READ COMMITTED transaction
-// that first locks the key's row: the statement's snapshot, taken once
-// the lock is held, has the row's latest gen and the holders it counts,
-// and every other grant or renewal on the key waits for the
-// transaction's commit, so the attempt cannot race them. Taking the lock
-// costs round trips, so it is only for an attempt whose one-statement
-// form raced twice. The transaction holds the row's lock across client
-// round trips, so the server bounds it: a client that stalls inside it
-// (a paused process, a cut link) loses its session once it has been idle
-// for the request timeout (idle_in_transaction_session_timeout; so the
-// row is held at most about twice the request timeout), and a lock wait
-// longer than that fails (lock_timeout), instead of keeping the key and
-// its holder's renewals waiting until the connection dies.
-func (b *backend) locked(ctx context.Context, key, sql string, args []any, scan func(pgx.Rows) error) (err error) {
-	ms := min(max(b.timeout.Milliseconds(), 1), math.MaxInt32) // the settings' range
-	tx, err := b.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: fmt.Sprintf(
-		"BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL idle_in_transaction_session_timeout = %d; SET LOCAL lock_timeout = %d", ms, ms)})
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.timeout)
-			defer cancel()
-			_ = tx.Rollback(rctx)
-		}
-	}()
-	if _, err = tx.Exec(ctx, `SELECT 1 FROM `+b.n.table+` WHERE key = $1 FOR UPDATE`, b.mode, key); err != nil {
-		return err
-	}
-	rows, err := tx.Query(ctx, sql, args...)
-	if err != nil {
-		return err
-	}
-	if err = scan(rows); err != nil {
-		return err
-	}
-	return tx.Commit(ctx)
-}
-
 // abortShared marks req.Owner's holder row released, if an attempt whose
 // outcome is unknown wrote one, and wakes the key's waiters. If the
 // attempt wrote nothing (yet), it leaves a released row for the owner in
@@ -262,101 +186,6 @@ SELECT pg_notify($3, key) FROM r`, b.mode, req.Key, req.Owner, b.n.channelName()
 	if err != nil {
 		return outage(fmt.Errorf("dlock: postgres abort %q: %w", req.Key, explain(err)))
 	}
-	return nil
-}
-
-// waiterKey names a waiting writer's registration.
-type waiterKey struct{ key, waiter string }
-
-// register records req's Acquire as a waiting writer of req.Key after a
-// refused attempt, in a statement of its own: a row in the writers table
-// expiring req.TTL after the database's clock. Later refused attempts of
-// the same Acquire renew it once a third of the TTL has passed since the
-// last registration was sent (the engine attempts at least every TTL/3,
-// so a live writer's row never expires; a dead writer's expires a TTL
-// after its last registration). An error is not reported: the attempt's
-// own outcome stands, and the next refused attempt tries again.
-func (b *backend) register(ctx context.Context, req *driver.Request) {
-	k := waiterKey{req.Key, req.Waiter}
-	now := time.Now()
-	b.regMu.Lock()
-	if last, ok := b.regs[k]; ok && now.Sub(last) < req.TTL/3 {
-		b.regMu.Unlock()
-		return
-	}
-	if b.regs == nil {
-		b.regs = map[waiterKey]time.Time{}
-	}
-	// Recorded before the statement is sent: a registration whose reply
-	// is lost is still withdrawn by the grant or by Leave.
-	b.regs[k] = now
-	b.regMu.Unlock()
-	rctx, cancel := b.rpc(ctx)
-	defer cancel()
-	// A waiter that left (Leave) or was granted the key has a released
-	// row in the holders table under its id: a registration arriving
-	// after that (held by a stalled link) registers nothing.
-	_, err := b.pool.Exec(rctx, `INSERT INTO `+b.n.writers+` (key, waiter, expires_at)
-SELECT $1, $2, clock_timestamp() + $3 * interval '1 millisecond'
-WHERE NOT EXISTS (SELECT 1 FROM `+b.n.holders+` u WHERE u.key = $1 AND u.owner = $2 AND u.released)
-ON CONFLICT (key, waiter) DO UPDATE SET expires_at = EXCLUDED.expires_at`, b.mode, req.Key, req.Waiter, req.TTL.Milliseconds())
-	if err != nil {
-		b.regMu.Lock()
-		if _, ok := b.regs[k]; ok {
-			b.regs[k] = time.Time{} // try again at the next refused attempt
-		}
-		b.regMu.Unlock()
-	}
-}
-
-// registered reports whether this Locker may have registered waiter as a
-// waiting writer of key.
-func (b *backend) registered(key, waiter string) bool {
-	if waiter == "" {
-		return false
-	}
-	b.regMu.Lock()
-	defer b.regMu.Unlock()
-	_, ok := b.regs[waiterKey{key, waiter}]
-	return ok
-}
-
-// forget drops waiter's registration from the Locker's record (its row
-// was deleted).
-func (b *backend) forget(key, waiter string) {
-	b.regMu.Lock()
-	delete(b.regs, waiterKey{key, waiter})
-	b.regMu.Unlock()
-}
-
-// Leave implements driver.Leaver: remove waiter's registration as a
-// waiting writer of key, and wake the key's waiters (readers it kept
-// out). A waiter this Locker never registered costs no statement. It
-// leaves a released row under the waiter's id in the holders table (a
-// tombstone, deleted with the key's other released rows five minutes on),
-// so that a registration of this waiter still on its way (held by a
-// stalled link) registers nothing when it arrives.
-func (b *backend) Leave(ctx context.Context, key, waiter string) error {
-	if !b.registered(key, waiter) {
-		return nil
-	}
-	if err := b.ready(ctx); err != nil {
-		return err
-	}
-	rctx, cancel := b.rpc(ctx)
-	defer cancel()
-	_, err := b.pool.Exec(rctx, `WITH d AS (
-	DELETE FROM `+b.n.writers+` WHERE key = $1 AND waiter = $2 RETURNING key
-), t AS (
-	INSERT INTO `+b.n.holders+` (key, owner, mode, token, expires_at, released)
-	VALUES ($1, $2, 0, 0, clock_timestamp(), true)
-	ON CONFLICT (key, owner) DO NOTHING
-)
-SELECT pg_notify($3, key) FROM (SELECT DISTINCT key FROM d) d`, b.mode, key, waiter, b.n.channelName())
-	if err != nil {
-		return outage(fmt.Errorf("dlock: postgres leave %q: %w", key, explain(err)))
-	}
-	b.forget(key, waiter)
 	return nil
 }
 

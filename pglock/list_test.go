@@ -1,6 +1,8 @@
 package pglock_test
 
 import (
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,5 +44,23 @@ func TestListHeldFor(t *testing.T) {
 		if h := in.Holders[0].HeldFor; h < pause-20*time.Millisecond || h > dlock.DefaultTTL {
 			t.Errorf("%s: HeldFor = %v, want about %v or more", in.Key, h, pause)
 		}
+	}
+}
+
+// List with a prefix PostgreSQL's text cannot hold (a NUL byte, invalid
+// UTF-8) is refused up front with an error wrapping dlock.ErrInvalidKey.
+// A huge prefix is simply no match.
+// Symptom: such a prefix failed after a round trip with the server's "invalid byte sequence for encoding" (fixed in aa12bbf).
+func TestList_RefusesPrefixTextCannotHold(t *testing.T) {
+	t.Parallel()
+	pg := sharedPG(t)
+	l := pglock.New(newPool(t, pg.DSN("")))
+	for _, p := range []string{"a\x00", "\xff", "a\xc3"} {
+		if _, err := l.List(dlocktest.Context(t), p); !errors.Is(err, dlock.ErrInvalidKey) {
+			t.Errorf("List(%q) = %v, want ErrInvalidKey", p, err)
+		}
+	}
+	if infos, err := l.List(dlocktest.Context(t), strings.Repeat("é", 1<<16)); err != nil || len(infos) != 0 {
+		t.Errorf("List(huge prefix) = %v, %v", infos, err)
 	}
 }

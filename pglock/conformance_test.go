@@ -1,12 +1,9 @@
 package pglock_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
@@ -14,24 +11,11 @@ import (
 	"github.com/dlock-go/dlock/pglock"
 )
 
-func TestMain(m *testing.M) { testserver.Main(m) }
-
-// newPool returns a default pgxpool on dsn, closed when the test ends.
-func newPool(t testing.TB, dsn string) *pgxpool.Pool {
-	t.Helper()
-	p, err := pgxpool.New(context.Background(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
-	return p
-}
-
 // harness is the conformance harness on the server at dsn; admin deletes
 // rows behind their holders' backs. Its short lease is 2s rather than the
 // suite's 500ms: on a loaded 2-core machine running the race detector a
 // renewal's round trip can exceed the third of a 500ms lease, and a
-// renewed lock was rightly reported lost; the suite's promises do not
+// renewed lock is then rightly reported lost; the suite's promises do not
 // depend on the TTL, only on renewals fitting in it.
 func harness(t *testing.T, pg *pgDB, dsn string) dlocktest.Harness {
 	return dlocktest.Harness{
@@ -44,17 +28,6 @@ func harness(t *testing.T, pg *pgDB, dsn string) dlocktest.Harness {
 			}
 		},
 	}
-}
-
-func escape(s string) string {
-	out := []byte{}
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\'' {
-			out = append(out, '\'')
-		}
-		out = append(out, s[i])
-	}
-	return string(out)
 }
 
 // withFaults adds the fault section: Faults.New reaches the server

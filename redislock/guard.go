@@ -316,9 +316,15 @@ func (g *Guard) Highest(ctx context.Context, resource string) (dlock.Fence, erro
 	v, err, abandoned := redisproto.Await(ctx, func(ctx context.Context) (string, error) {
 		return g.client.Get(ctx, g.FenceKey(resource)).Result()
 	})
+	return fenceReply(ctx, resource, g.FenceKey(resource), v, err, abandoned)
+}
+
+// fenceReply is Highest's answer to a GET of the fence key: the client's
+// own give-up at ctx's end counts as no answer, as Await's abandonment does.
+func fenceReply(ctx context.Context, resource, key, v string, err error, abandoned bool) (dlock.Fence, error) {
 	switch {
-	case abandoned:
-		return dlock.Fence{}, fmt.Errorf("%w: redis guard %q: no answer before the context ended: %w", dlock.ErrUnavailable, resource, err)
+	case abandoned || clientGaveUp(ctx, err):
+		return dlock.Fence{}, fmt.Errorf("%w: redis guard %q: no answer before the context ended: %w", dlock.ErrUnavailable, resource, withCause(ctx, err))
 	case errors.Is(err, redis.Nil):
 		return dlock.Fence{}, nil
 	case err != nil:
@@ -326,7 +332,7 @@ func (g *Guard) Highest(ctx context.Context, resource string) (dlock.Fence, erro
 	}
 	f, ok := parseFence(v)
 	if !ok {
-		return dlock.Fence{}, fmt.Errorf("dlock: redis guard %q: %s holds %q, not <token>|<owner>", resource, g.FenceKey(resource), v)
+		return dlock.Fence{}, fmt.Errorf("dlock: redis guard %q: %s holds %q, not <token>|<owner>", resource, key, v)
 	}
 	return f, nil
 }

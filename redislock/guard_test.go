@@ -396,10 +396,13 @@ func TestGuard_ReturnsByDeadline_StalledLink(t *testing.T) {
 	p := testserver.StartProxy(t, srv.Addr())
 	c := redis.NewClient(&redis.Options{Addr: p.Addr(), Password: srv.Password()})
 	t.Cleanup(func() { c.Close() })
-	t.Cleanup(p.Heal) // runs before c.Close: abandoned calls finish
-	g := redislock.NewGuard(c)
+	// A client that gives up at the context's deadline by itself races the
+	// Guard's own abandonment: either way the error is ErrUnavailable.
+	cc := redis.NewClient(&redis.Options{Addr: p.Addr(), Password: srv.Password(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { cc.Close() })
+	t.Cleanup(p.Heal) // runs before the clients close: abandoned calls finish
 	f := dlock.Fence{Token: 5, Owner: "me"}
-	if err := g.Put(dlocktest.Context(t), "res", f, "x", "1"); err != nil {
+	if err := redislock.NewGuard(c).Put(dlocktest.Context(t), "res", f, "x", "1"); err != nil {
 		t.Fatal(err)
 	}
 	p.Stall()
@@ -407,6 +410,16 @@ func TestGuard_ReturnsByDeadline_StalledLink(t *testing.T) {
 		budget = 200 * time.Millisecond
 		slack  = 2 * time.Second // generous: only a wait for the client's own timeouts fails
 	)
+	for _, client := range []*redis.Client{c, cc} {
+		testGuardCallsOnStalledLink(t, redislock.NewGuard(client), f, budget, slack, client.Options().ContextTimeoutEnabled)
+	}
+}
+
+// testGuardCallsOnStalledLink calls every Guard method once on a stalled
+// link: each returns by its context's deadline with an error wrapping
+// dlock.ErrUnavailable and the context's error.
+func testGuardCallsOnStalledLink(t *testing.T, g *redislock.Guard, f dlock.Fence, budget, slack time.Duration, ctxTimeouts bool) {
+	t.Helper()
 	for _, tc := range []struct {
 		name string
 		fn   func(ctx context.Context) error
@@ -425,8 +438,8 @@ func TestGuard_ReturnsByDeadline_StalledLink(t *testing.T) {
 		if took > budget+slack {
 			t.Errorf("Guard.%s with a %v context on a stalled link returned after %v", tc.name, budget, took.Round(time.Millisecond))
 		}
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("Guard.%s on a stalled link = %v, want an error wrapping context.DeadlineExceeded", tc.name, err)
+		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, dlock.ErrUnavailable) {
+			t.Errorf("Guard.%s on a stalled link (ContextTimeoutEnabled %v) = %v, want an error wrapping dlock.ErrUnavailable and context.DeadlineExceeded", tc.name, ctxTimeouts, err)
 		}
 	}
 }

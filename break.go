@@ -170,7 +170,8 @@ func (e *Engine) Break(ctx context.Context, key, owner string) (Broken, error) {
 	if err != nil {
 		if ctx.Err() != nil && !errors.Is(err, ErrUnavailable) {
 			// The driver's own call ended with the context (a deadline
-			// it passed on): no answer, as above (RedTeam15_PausedServer).
+			// it passed on, as against a paused server): no answer, as
+			// above.
 			err = errors.Join(fmt.Errorf("%w: break %q: %w", ErrUnavailable, key, err), ctxErr(ctx))
 		}
 		return Broken{Key: key}, err

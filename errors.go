@@ -149,30 +149,6 @@ func (e *NotAcquiredError) soonest() time.Duration {
 	return d
 }
 
-// HolderString formats an owner id and its metadata for messages:
-// "owner 3f2a… (host=web-1 pid=42)".
-func HolderString(owner string, md map[string]string) string {
-	var b strings.Builder
-	if owner != "" {
-		short := owner
-		if len(short) > 12 {
-			short = short[:12]
-		}
-		b.WriteString("owner ")
-		b.WriteString(short)
-	}
-	if h, p := md[MetaHost], md[MetaPID]; h != "" || p != "" {
-		if b.Len() > 0 {
-			b.WriteString(" ")
-		}
-		fmt.Fprintf(&b, "(host=%s pid=%s)", h, p)
-	}
-	if b.Len() == 0 {
-		return "unknown holder"
-	}
-	return b.String()
-}
-
 // LostError reports why a held lock was lost. It unwraps to ErrLockLost and
 // to the underlying cause (ErrNotHeld, ErrHoldCapReached, a network error...).
 type LostError struct {

@@ -1,12 +1,15 @@
 package dlock_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/dlock-go/dlock"
 )
@@ -33,5 +36,36 @@ func TestUnavailable_KeepsTheNetworkError(t *testing.T) {
 	}
 	if again := dlock.Unavailable(err); again != err {
 		t.Fatalf("marked twice: %v", again)
+	}
+}
+
+func TestErrorsUnwrap(t *testing.T) {
+	na := &dlock.NotAcquiredError{Key: "k", Holders: []dlock.Holder{{Owner: "0123456789abcdef", Metadata: map[string]string{"host": "h", "pid": "1"}, TTL: time.Second}}, Cause: context.Canceled}
+	if !errors.Is(na, dlock.ErrNotAcquired) || !errors.Is(na, context.Canceled) {
+		t.Fatal("NotAcquiredError does not unwrap")
+	}
+	if s := na.Error(); !strings.Contains(s, "host=h pid=1") || !strings.Contains(s, "0123456789ab") || !strings.HasPrefix(s, "dlock: ") {
+		t.Fatalf("message %q", s)
+	}
+	le := &dlock.LostError{Key: "k", Token: 3, Reason: "x", Cause: dlock.ErrNotHeld}
+	if !errors.Is(le, dlock.ErrLockLost) || !errors.Is(le, dlock.ErrNotHeld) {
+		t.Fatal("LostError does not unwrap")
+	}
+	st := &dlock.StaleTokenError{Resource: "r", Token: 1, Highest: 2}
+	if !errors.Is(st, dlock.ErrStaleToken) {
+		t.Fatal("StaleTokenError does not unwrap")
+	}
+}
+
+// The hold cap's LostError names the reason once, and wraps
+// ErrHoldCapReached and ErrLockLost.
+// Symptom: its text read "hold cap reached: dlock: hold cap reached" (fixed in 8202e0b).
+func TestLostErrorHoldCapText(t *testing.T) {
+	e := &dlock.LostError{Key: "k", Token: 7, Reason: dlock.LossHoldCap, Cause: dlock.ErrHoldCapReached}
+	if got, want := e.Error(), `dlock: lock "k" (token 7) lost: hold cap reached`; got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
+	}
+	if !errors.Is(e, dlock.ErrHoldCapReached) || !errors.Is(e, dlock.ErrLockLost) {
+		t.Errorf("%v does not wrap ErrHoldCapReached and ErrLockLost", e)
 	}
 }

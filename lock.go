@@ -494,8 +494,8 @@ func (l *Lock) markLost(reason LossReason, cause error, cleanup bool) bool {
 // notifier to stop (unbind, nil if none) and the EventLost to report
 // (lost: this call lost the lock; see reportLost): the watchdog does both
 // after its losing loop, so that neither backend code nor an Observer
-// runs inside it (a slow Observer there held up every other lock's Lost()
-// behind it, red team).
+// runs inside it (a slow Observer there would hold up every other lock's
+// Lost() behind it).
 func (l *Lock) markLostUnbound(reason LossReason, cause error, cleanup bool) (bool, func(), bool) {
 	l.mu.Lock()
 	if l.state != stateHeld {

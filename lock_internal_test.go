@@ -105,9 +105,8 @@ func (l *clockedLease) Release(ctx context.Context) error {
 // A lock with a hold cap whose renewals hang after one renewal clipped to
 // the cap, its server's clock 0.5% fast (within the drift allowance): its
 // Lost() closes before the server lease ends, so before anyone else can
-// be granted the key. Lost() stayed open past the server's expiry when
-// the local deadline was not moved earlier by the clipped renewal and the
-// cap timer had no drift allowance.
+// be granted the key.
+// Symptom: Lost() stayed open past the server's expiry (the clipped renewal did not move the local deadline earlier).
 func TestHoldCap_LostBeforeServerLeaseEnds(t *testing.T) {
 	fc := newFakeClock()
 	st := newClockedStore(fc)
@@ -198,5 +197,211 @@ func TestRefreshFailed_ClientsOwnDeadlineErrorIsUnavailable(t *testing.T) {
 	other := errors.New("permission denied")
 	if err := refreshFailed(context.Background(), "k", other); errors.Is(err, ErrUnavailable) || !errors.Is(err, other) {
 		t.Fatalf("refreshFailed = %v, want the error as it is", err)
+	}
+}
+
+// gateBackend: one key, leases that expire on a "server" map; Refresh can
+// be gated.
+type gateBackend struct {
+	mu      sync.Mutex
+	expires map[string]time.Time
+	owner   map[string]string
+	gate    chan struct{} // when non-nil, Refresh waits on it
+}
+
+func newGateBackend() *gateBackend {
+	return &gateBackend{expires: map[string]time.Time{}, owner: map[string]string{}}
+}
+
+func (b *gateBackend) Try(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if e, ok := b.expires[req.Key]; ok && time.Now().Before(e) {
+		return driver.Grant{}, &NotAcquiredError{Key: req.Key, Holders: []Holder{{Owner: b.owner[req.Key], TTL: time.Until(e)}}}
+	}
+	b.expires[req.Key] = time.Now().Add(req.TTL)
+	b.owner[req.Key] = req.Owner
+	return driver.Grant{Lease: &gateLease{b: b, key: req.Key, owner: req.Owner}, Token: 1}, nil
+}
+
+func (*gateBackend) Spec() driver.Spec { return driver.Spec{Name: "test"} }
+
+type gateLease struct {
+	b          *gateBackend
+	key, owner string
+}
+
+func (l *gateLease) Refresh(ctx context.Context, ttl time.Duration) error {
+	l.b.mu.Lock()
+	g := l.b.gate
+	l.b.mu.Unlock()
+	if g != nil {
+		<-g
+	}
+	l.b.mu.Lock()
+	defer l.b.mu.Unlock()
+	if l.b.owner[l.key] != l.owner || !time.Now().Before(l.b.expires[l.key]) {
+		return fmt.Errorf("%w", ErrNotHeld)
+	}
+	l.b.expires[l.key] = time.Now().Add(ttl)
+	return nil
+}
+
+func (l *gateLease) Release(ctx context.Context) error {
+	l.b.mu.Lock()
+	defer l.b.mu.Unlock()
+	if l.b.owner[l.key] == l.owner {
+		delete(l.b.expires, l.key)
+		delete(l.b.owner, l.key)
+	}
+	return nil
+}
+
+// notifyLease is a lease that implements LossNotifier in the two ways a
+// backend is likely to get wrong, neither forbidden by the SPI doc.
+type notifyLease struct {
+	gateLease
+	mode string // "lose-in-stop", "lose-in-bind", "mutex"
+	mu   sync.Mutex
+	lose func(error)
+}
+
+func (l *notifyLease) Bind(lose func(cause error)) func() {
+	switch l.mode {
+	case "lose-in-bind":
+		lose(fmt.Errorf("%w: session already gone", ErrNotHeld))
+		return func() {}
+	case "lose-in-stop":
+		return func() { lose(fmt.Errorf("watch closed")) } // synchronous
+	case "mutex":
+		l.lose = lose
+		return func() { l.mu.Lock(); l.lose = nil; l.mu.Unlock() }
+	}
+	return nil
+}
+
+// fire simulates the backend's watch goroutine noticing a loss: under its
+// own mutex (to not race with stop), it calls lose.
+func (l *notifyLease) fire(entered chan<- struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	close(entered)
+	time.Sleep(50 * time.Millisecond) // widen the window
+	if l.lose != nil {
+		l.lose(fmt.Errorf("%w: session expired", ErrNotHeld))
+	}
+}
+
+type notifyBackend struct {
+	*gateBackend
+	mode string
+	last *notifyLease
+}
+
+func (b *notifyBackend) Try(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	g, err := b.gateBackend.Try(ctx, req)
+	if err != nil {
+		return g, err
+	}
+	nl := &notifyLease{gateLease: *g.Lease.(*gateLease), mode: b.mode}
+	b.last = nl
+	g.Lease = nl
+	return g, nil
+}
+
+func (*notifyBackend) Spec() driver.Spec { return driver.Spec{Name: "test"} }
+
+// LossNotifier re-entrancy does not deadlock Release: (a) a stop function
+// that reports the loss synchronously (stop runs with l.mu held, lose
+// takes l.mu); (b) a backend that calls lose under its own mutex while
+// stop takes that mutex (ABBA: l.mu -> backend mutex in Release, backend
+// mutex -> l.mu in the watch goroutine).
+// Symptom: Release blocked for ever and the lock's mutex stayed held (fixed in d6117d2).
+func TestRelease_LossNotifierReentryDoesNotDeadlock(t *testing.T) {
+	for _, mode := range []string{"lose-in-stop", "mutex"} {
+		t.Run(mode, func(t *testing.T) {
+			nb := &notifyBackend{gateBackend: newGateBackend(), mode: mode}
+			a := NewEngine(nb)
+			lk, err := a.TryAcquire(context.Background(), "k", WithTTL(time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if mode == "mutex" {
+				entered := make(chan struct{})
+				go nb.last.fire(entered)
+				<-entered
+			}
+			done := make(chan error, 1)
+			go func() { done <- lk.Release(context.Background()) }()
+			select {
+			case err := <-done:
+				t.Logf("held: Release returned %v", err)
+			case <-time.After(2 * time.Second):
+				t.Errorf("DEADLOCK: Release blocked for 2s (mode %s); the lock's mutex is held for ever, Err()/Deadline()/Refresh() now hang too", mode)
+				errc := make(chan struct{})
+				go func() { lk.Err(); close(errc) }()
+				select {
+				case <-errc:
+				case <-time.After(200 * time.Millisecond):
+					t.Logf("confirmed: lk.Err() blocks as well")
+				}
+			}
+		})
+	}
+}
+
+// A loss reported during Bind never hands out a lock that is lost at
+// birth: TryAcquire fails, or returns a live lock.
+// Symptom: TryAcquire returned success with a lock already lost (fixed in d6117d2).
+func TestTryAcquire_LossDuringBindHandsOutNoLostLock(t *testing.T) {
+	nb := &notifyBackend{gateBackend: newGateBackend(), mode: "lose-in-bind"}
+	a := NewEngine(nb)
+	lk, err := a.TryAcquire(context.Background(), "k", WithTTL(time.Second))
+	if err != nil {
+		t.Logf("held: %v", err)
+		return
+	}
+	if lk.Err() != nil {
+		t.Errorf("MISLEADING: TryAcquire returned success (err nil) with a lock that is already lost: %v", lk.Err())
+	}
+	_ = lk.Release(context.Background())
+}
+
+// Lost() and Err() lose a lock whose local deadline passed themselves,
+// whether or not the watchdog's timer (late with thousands of locks under
+// -race on 2 cores) has fired. The test moves the clock past the deadline
+// without firing the timer, to stand for one that fires late.
+// Symptom: a contender was granted a key 56ms after its holder's deadline while the holder's Lost() was open (fixed in 2015bed).
+func TestLock_LostAtDeadlineWhenWatchdogIsLate(t *testing.T) {
+	for _, look := range []string{"Lost", "Err"} {
+		t.Run(look, func(t *testing.T) {
+			a, fc := fakeEngine(&countingBackend{})
+			lk, err := a.TryAcquire(context.Background(), "k", WithTTL(MinTTL), WithAutoRefresh(false))
+			if err != nil {
+				t.Fatal(err)
+			}
+			fc.Spend(lk.Deadline().Sub(fc.Now()) + time.Millisecond)
+			var lost bool
+			if look == "Lost" {
+				select {
+				case <-lk.Lost():
+					lost = true
+				default:
+				}
+			}
+			err = lk.Err()
+			var le *LostError
+			if !errors.As(err, &le) || le.Reason != LossDeadline {
+				t.Fatalf("Err() after the deadline with the watchdog's timer stopped: %v, want a *LostError (deadline)", err)
+			}
+			if look == "Lost" && !lost {
+				t.Fatal("Lost() open after the deadline with the watchdog's timer stopped")
+			}
+			select {
+			case <-lk.Lost():
+			default:
+				t.Fatal("Lost() open after Err() reported the loss")
+			}
+		})
 	}
 }

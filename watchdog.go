@@ -12,7 +12,7 @@ import (
 	"github.com/dlock-go/dlock/internal/background"
 )
 
-// watchdog keeps the locks of one Acquirer: it renews auto-refreshed
+// watchdog keeps the locks of one Engine: it renews auto-refreshed
 // leases, batching all locks due within a short window into one
 // RefreshBatch call, and loses every lock whose local deadline passed.
 //
@@ -27,10 +27,10 @@ import (
 // renewal reports (its deadline still fires on time).
 //
 // The locks are kept in a min-heap by their next due time, so a pass
-// touches only the locks that are due (the first version scanned every
-// lock on every pass: with thousands of locks whose deadlines are spread
-// out, that is a pass per deadline times a scan of all of them, and under
-// the race detector the timer fell tens of ms behind).
+// touches only the locks that are due (a scan of every lock on every
+// pass, with thousands of locks whose deadlines are spread out, is a pass
+// per deadline times a scan of all of them: under the race detector the
+// timer falls tens of ms behind).
 //
 // Losing a lock costs CPU (1-2us; 10-50us under -race), so a pass that
 // must lose thousands at once starts early by that cost: the watchdog
@@ -145,7 +145,7 @@ func (w *watchdog) leadLocked(e *wdEntry, late, cost time.Duration, ahead int) t
 // counted at b), less b's distance from e's due time. It is at least the
 // timer's lateness for e itself. This holds whether e is due for renewal
 // or at its deadline: a renewal due just before a batch's shared deadline
-// must not make the timer forget the batch (red team). The stream is read
+// must not make the timer forget the batch. The stream is read
 // from the per-millisecond counts, as far as cost times the number of
 // tracked locks reaches, and no further than maxLeadScan ms. until is
 // the end of the millisecond that set the lead: the pass started for it
@@ -181,8 +181,8 @@ const maxLeadScan = 1024
 
 // maxLeadDiv bounds how early a lock counts as lost: by at most a quarter
 // of its TTL. The timer's lateness alone leads by at most a tenth; the
-// rest is for the CPU time of losing many locks at once (red team: 6000
-// to 15000 locks sharing one deadline under -race needed more than a
+// rest is for the CPU time of losing many locks at once (measured: 6000
+// to 15000 locks sharing one deadline under -race need more than a
 // tenth of a 1s TTL).
 const maxLeadDiv = 4
 
@@ -322,7 +322,7 @@ func (w *watchdog) armForLocked(e *wdEntry) { w.armLocked(e, false) }
 // for the stream lead: its root cannot be lost yet by its own lead, and
 // nothing behind it could), a stream lead that would fire the timer at
 // once gives way to e's own lead, so that the timer never fires again and
-// again for nothing (red team: 28000 passes in 230ms). w.mu held.
+// again for nothing (otherwise: 28000 passes in 230ms). w.mu held.
 func (w *watchdog) armLocked(e *wdEntry, stuck bool) {
 	late := time.Duration(w.lateness.Load())
 	due := e.due()
@@ -404,8 +404,8 @@ func (w *watchdog) pass() {
 		expired, at, more := w.collect(round == 0, round == maxPassRounds-1, &fired, &due)
 		if len(due) > 0 && (more || round > 0) {
 			// Renewals taken while a long losing loop runs start now,
-			// not after it (red team: 100ms locks due during a 30000-lock
-			// loop were sent 50ms late and lost).
+			// not after it (100ms locks due during a 30000-lock loop
+			// would be sent 50ms late and lost).
 			batch := due
 			due = nil
 			background.Go(func() { w.renew(batch) })
@@ -487,10 +487,10 @@ func (w *watchdog) collect(first, last bool, fired *passLead, due *[]*Lock) (exp
 		// A firing from before the timer's last re-arm (AfterFunc had
 		// already started it) finds the timer armed for later: it leaves
 		// that arming alone (it is still scheduled) and takes no lead
-		// from it. Taking it used to make such a pass find nothing to
-		// lose yet and re-arm the timer later, by the root's own lead,
-		// dropping the stream lead (red team: a batch lost 0.2ms short of
-		// collectable, then 25ms late).
+		// from it. Taking it would make such a pass find nothing to lose
+		// yet and re-arm the timer later, by the root's own lead,
+		// dropping the stream lead (a batch 0.2ms short of collectable
+		// would then be lost 25ms late).
 		if armed := w.timerAt; !armed.IsZero() && !now.Before(armed) {
 			w.noteLateness(now.Sub(armed))
 			*fired = passLead{w.timerLead, w.timerUntil}
@@ -537,7 +537,7 @@ func (w *watchdog) collect(first, last bool, fired *passLead, due *[]*Lock) (exp
 		// Not due by its own lead, but the timer was armed for a stream
 		// of deadlines behind it that needs a longer lead than this
 		// lock's TTL allows (a short lock in front of a batch of long
-		// ones, red team): set it aside and look further, so that the
+		// ones): set it aside and look further, so that the
 		// batch is not lost late and the timer is not re-armed in the
 		// past for a root that cannot be collected yet.
 		if fired.lead > floor && len(aside) < maxAside {
@@ -554,9 +554,10 @@ func (w *watchdog) collect(first, last bool, fired *passLead, due *[]*Lock) (exp
 	if !more {
 		// The loop ends: arm for what is next. While it runs it takes
 		// what comes due itself; arming the timer for a lock already due
-		// started a pass per round, and the passes fought over w.mu (red
-		// team, 6000 locks sharing a deadline under -race: 128 losses
-		// took 20-80ms, and the cost estimate rose to 600us a lock).
+		// would start a pass per round, and the passes would fight over
+		// w.mu (measured with 6000 locks sharing a deadline under -race:
+		// 128 losses took 20-80ms, and the cost estimate rose to 600us a
+		// lock).
 		w.looping--
 		if w.queue.Len() > 0 {
 			w.armLocked(w.queue[0], len(expired) == 0 && len(*due) == renewing)
@@ -613,8 +614,8 @@ func (w *watchdog) noteCost(start time.Time, n int) {
 		old = int64(defaultLoseCost)
 	}
 	// A round that waited for the mutex or was preempted says little about
-	// the next: one sample moves the estimate up by at most 4x (red team:
-	// unclamped, it rose to 1.5ms a lock against a real 10us).
+	// the next: one sample moves the estimate up by at most 4x (unclamped,
+	// it can rise to 1.5ms a lock against a real 10us).
 	per = min(per, 4*old)
 	w.loseCost.Store(old + (per-old)*int64(min(n, 64))/256)
 }

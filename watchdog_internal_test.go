@@ -25,6 +25,7 @@ func (l countingLease) Refresh(context.Context, time.Duration) error {
 	l.b.refreshes.Add(1)
 	return nil
 }
+
 func (l countingLease) Release(context.Context) error { return nil }
 
 // After the timer was seen very late (a process paused for seconds), the
@@ -56,7 +57,7 @@ func TestWatchdog_LatenessDoesNotSpin(t *testing.T) {
 // one) make the timer fire early by the measured cost of losing them all,
 // bounded by a tenth of the TTL; and a round loses at most maxRoundLosses
 // of them, so the first ones' Lost() does not wait for the whole batch to
-// be collected (red team, 6000 locks on a stalled link under -race).
+// be collected (seen with 6000 locks on a stalled link under -race).
 func TestSharedDeadlineLeadsAndRoundsAreBounded(t *testing.T) {
 	a := NewEngine(&countingBackend{})
 	w := a.wd
@@ -385,5 +386,51 @@ func TestWatchdog_RefusalAfterDeadlineIsLossAtDeadline(t *testing.T) {
 		if !background.Wait(10 * time.Second) {
 			t.Fatal("background work did not end")
 		}
+	}
+}
+
+// A manual Refresh whose success lands while a watchdog pass that already
+// counted the lock as expired (took it out of the heap) is about to lose
+// it: the pass finds the deadline moved and keeps the new one watched.
+// The test runs the pass's steps itself, on a fake clock, in the order
+// that interleaving takes.
+// Symptom: nothing re-armed the timer, and Lost() stayed open while the server lease expired (fixed in d6117d2).
+func TestWatchdog_RefreshDuringPassKeepsNewDeadlineWatched(t *testing.T) {
+	e, fc := fakeEngine(&countingBackend{})
+	w := e.wd
+	const ttl = 200 * time.Millisecond
+	lk := acquireNow(t, e, "b", WithTTL(ttl), WithAutoRefresh(false))
+	old := lk.Deadline()
+	// The pass starts just past the old deadline and collects the lock.
+	fc.Spend(old.Sub(fc.Now()) + time.Millisecond)
+	var fired passLead
+	var due []*Lock
+	expired, at, _ := w.collect(true, false, &fired, &due)
+	if len(expired) != 1 || expired[0] != lk {
+		t.Fatalf("the pass collected %d locks, want the one past its deadline", len(expired))
+	}
+	// Meanwhile the Refresh's success moves the deadline (as renewed does
+	// once it has checked the old one had not passed when it was sent).
+	newDeadline := fc.Now().Add(ttl)
+	lk.mu.Lock()
+	lk.deadline = newDeadline
+	w.setDeadline(lk, newDeadline)
+	lk.mu.Unlock()
+	// The pass goes on to lose what it collected: the lock is not lost,
+	// and its new deadline is watched.
+	cleanupAll(loseAll(w, expired, at))
+	if err := lk.Err(); err != nil {
+		t.Fatalf("a lock refreshed before the pass lost it was lost: %v", err)
+	}
+	w.mu.Lock()
+	armed := w.timerAt
+	w.mu.Unlock()
+	if armed.IsZero() || armed.After(newDeadline) {
+		t.Fatalf("after the pass, the timer is armed for %v, want by the new deadline %v", armed, newDeadline)
+	}
+	rec := recordLosses(fc, 0, []*Lock{lk})
+	rec.run(t, 100)
+	if worst, late := rec.late(); late > 0 {
+		t.Fatalf("the refreshed lock was lost %v after its new deadline", worst)
 	}
 }

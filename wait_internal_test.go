@@ -62,8 +62,8 @@ func waitPending(fc *fakeClock, bound time.Duration) bool {
 // reports what the backend answered within the attempt's grace, the key
 // held (ErrNotAcquired), not an outage. The backend here answers only once
 // the grace has started, so without the grace the error is ErrUnavailable
-// every run. The wait's end was reported as ErrUnavailable when the
-// answer came after the deadline.
+// every run.
+// Symptom: a wait whose attempt was answered just after the deadline was reported as ErrUnavailable.
 func TestAcquire_WaitEndingMidAttemptReportsHolder(t *testing.T) {
 	for _, wait := range []bool{true, false} {
 		ctx, cancel := context.WithCancel(context.Background())

@@ -3,15 +3,65 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock/driver"
-
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/memlock"
+	"github.com/dlock-go/dlock/driver"
 )
+
+// The zero Engine (a backend's Locker declared as a value, or a struct
+// literal that forgot NewEngine) fails every call with ErrNilClient, like
+// a nil *Engine.
+// Symptom: Acquire on the zero Engine panicked with a nil dereference (fixed in aac75ca).
+func TestEngine_ZeroValueFailsWithErrNilClient(t *testing.T) {
+	var e dlock.Engine
+	ctx := context.Background()
+	if _, err := e.TryAcquire(ctx, "k"); !errors.Is(err, dlock.ErrNilClient) {
+		t.Errorf("TryAcquire on the zero Engine: %v, want ErrNilClient", err)
+	}
+	if _, err := e.Acquire(ctx, "k"); !errors.Is(err, dlock.ErrNilClient) {
+		t.Errorf("Acquire on the zero Engine: %v, want ErrNilClient", err)
+	}
+	if err := e.Check(ctx); !errors.Is(err, dlock.ErrNilClient) {
+		t.Errorf("Check on the zero Engine: %v, want ErrNilClient", err)
+	}
+	if err := dlock.NewEngine(nil).Err(); !errors.Is(err, dlock.ErrNilClient) {
+		t.Errorf("NewEngine(nil).Err() = %v, want ErrNilClient", err)
+	}
+	if err := dlock.FailedEngine(nil).Err(); !errors.Is(err, dlock.ErrNilClient) {
+		t.Errorf("FailedEngine(nil).Err() = %v, want ErrNilClient", err)
+	}
+}
+
+func TestFailedEngine(t *testing.T) {
+	e := dlock.FailedEngine(dlock.ErrNilClient)
+	if _, err := e.Acquire(ctxT(t), "k"); !errors.Is(err, dlock.ErrNilClient) {
+		t.Fatal(err)
+	}
+	if _, err := dlock.NewEngine(nil).TryAcquire(ctxT(t), "k"); !errors.Is(err, dlock.ErrNilClient) {
+		t.Fatal(err)
+	}
+	var nilEngine *dlock.Engine
+	if err := nilEngine.Check(ctxT(t)); !errors.Is(err, dlock.ErrNilClient) {
+		t.Fatal(err)
+	}
+}
+
+func TestUnsupportedModeNamesIt(t *testing.T) {
+	e := dlock.NewEngine(newSlowClient(newStore()))
+	for _, o := range []struct {
+		opt  dlock.Option
+		name string
+	}{{dlock.WithShared(), "shared"}, {dlock.WithLimit(3), "limited"}} {
+		_, err := e.TryAcquire(ctxT(t), "k", o.opt)
+		if !errors.Is(err, dlock.ErrUnsupported) || !strings.Contains(err.Error(), o.name) {
+			t.Errorf("%s on a driver without it: %v", o.name, err)
+		}
+	}
+}
 
 // junkBackend returns whatever the test says.
 type junkBackend struct {
@@ -24,12 +74,15 @@ func (b *junkBackend) Try(ctx context.Context, req *driver.Request) (driver.Gran
 	return b.try()
 }
 
+func (*junkBackend) Spec() driver.Spec { return driver.Spec{Name: "test"} }
+
 type okLease struct{ refreshes atomic.Int32 }
 
 func (l *okLease) Refresh(ctx context.Context, ttl time.Duration) error {
 	l.refreshes.Add(1)
 	return nil
 }
+
 func (l *okLease) Release(ctx context.Context) error { return nil }
 
 // batchJunk: RefreshBatch misbehaves in the given way.
@@ -66,7 +119,10 @@ func (b *batchJunk) RefreshBatch(ctx context.Context, rs []driver.Renewal, done 
 	}
 }
 
-func TestRedJunkBackend(t *testing.T) {
+// Malformed driver answers (a grant without a lease, token 0, a batch
+// renewal reporting twice, out of range, never or after returning) make
+// no panic and no hang.
+func TestEngine_SurvivesMalformedDriverAnswers(t *testing.T) {
 	t.Run("nil Lease in a successful Grant", func(t *testing.T) {
 		b := &junkBackend{try: func() (driver.Grant, error) { return driver.Grant{Token: 1}, nil }}
 		a := dlock.NewEngine(b)
@@ -106,63 +162,3 @@ func TestRedJunkBackend(t *testing.T) {
 		})
 	}
 }
-
-// Watch returning (nil, nil), and a Subscription whose C() is nil.
-type nilWatch struct{ junkBackend }
-
-func (*nilWatch) Watch(ctx context.Context, key string) (driver.Subscription, error) { return nil, nil }
-
-func TestRedNilSubscription(t *testing.T) {
-	b := &nilWatch{}
-	b.try = func() (driver.Grant, error) {
-		return driver.Grant{}, &dlock.NotAcquiredError{Key: "k", Holders: []dlock.Holder{{Owner: "h", TTL: time.Second}}}
-	}
-	a := dlock.NewEngine(b)
-	_, err := a.Acquire(context.Background(), "k", dlock.WithWait(100*time.Millisecond))
-	t.Logf("Acquire with Watch()=(nil,nil): %v, tries %d", err, b.tries.Load())
-}
-
-// A typed-nil Locker passed to Do.
-func TestRedTypedNilLocker(t *testing.T) {
-	defer func() {
-		if r := recover(); r != nil {
-			t.Errorf("PANIC: Do with a typed-nil *memlock.Locker: %v", r)
-		}
-	}()
-	var m *memlock.Locker
-	err := dlock.Do(context.Background(), m, "k", func(context.Context, *dlock.Lock) error { return nil })
-	if !errors.Is(err, dlock.ErrNilClient) {
-		t.Errorf("Do(nil *memlock.Locker) = %v, want ErrNilClient", err)
-	}
-}
-
-// A context whose Done() is nil but that has a deadline (a hand-written
-// Context): calls run on the caller's goroutine and ignore the deadline.
-type deadlineNoDone struct{ context.Context }
-
-func (deadlineNoDone) Done() <-chan struct{} { return nil }
-
-func TestRedDeadlineButNilDone(t *testing.T) {
-	st := newStore()
-	c := newSlowClient(st)
-	a := dlock.NewEngine(c)
-	resume := c.hang("try")
-	defer resume()
-	inner, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { _, err := a.TryAcquire(deadlineNoDone{inner}, "k"); done <- err }()
-	select {
-	case err := <-done:
-		t.Logf("returned: %v", err)
-		if !errors.Is(err, dlock.ErrUnavailable) {
-			t.Errorf("err = %v, want ErrUnavailable", err)
-		}
-	case <-time.After(time.Second):
-		t.Errorf("TryAcquire with a 100ms Deadline() but nil Done() still blocked after 1s (runs on the caller's goroutine)")
-		resume()
-		<-done
-	}
-}
-
-func (*junkBackend) Spec() driver.Spec { return driver.Spec{Name: "test"} }

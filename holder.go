@@ -2,7 +2,9 @@ package dlock
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -28,6 +30,30 @@ type Holder struct {
 
 // String formats the holder for messages: "owner 3f2a… (host=web-1 pid=42)".
 func (h Holder) String() string { return HolderString(h.Owner, h.Metadata) }
+
+// HolderString formats an owner id and its metadata for messages:
+// "owner 3f2a… (host=web-1 pid=42)".
+func HolderString(owner string, md map[string]string) string {
+	var b strings.Builder
+	if owner != "" {
+		short := owner
+		if len(short) > 12 {
+			short = short[:12]
+		}
+		b.WriteString("owner ")
+		b.WriteString(short)
+	}
+	if h, p := md[MetaHost], md[MetaPID]; h != "" || p != "" {
+		if b.Len() > 0 {
+			b.WriteString(" ")
+		}
+		fmt.Fprintf(&b, "(host=%s pid=%s)", h, p)
+	}
+	if b.Len() == 0 {
+		return "unknown holder"
+	}
+	return b.String()
+}
 
 // Info describes one held key, for dlock ls and monitoring.
 type Info struct {

@@ -9,12 +9,12 @@ import (
 	"github.com/dlock-go/dlock/memlock"
 )
 
-// WithShared after WithLimit cleared the limit's error and its mode (and
-// WithLimit after WithShared replaced the shared mode), so contradictory
-// or invalid mode options were silently accepted as whichever came last:
-// WithLimit(-1), WithShared() took a shared lock. Each is now an error
-// wrapping ErrInvalidOption, before any I/O.
-func TestRegressModeOptionConflicts(t *testing.T) {
+// Contradictory or invalid mode options (WithShared with WithLimit in
+// either order, a bad limit, also when another mode option follows it)
+// are an error wrapping ErrInvalidOption, before any I/O; repeated
+// options of one mode stay valid (the last limit wins).
+// Symptom: WithLimit(-1), WithShared() took a shared lock: the last mode option won (fixed in da250e7).
+func TestModeOptions_ConflictsAreRefused(t *testing.T) {
 	ctx := context.Background()
 	l := memlock.New()
 	for name, opts := range map[string][]dlock.Option{

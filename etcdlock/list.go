@@ -30,7 +30,7 @@ import (
 // number of entries that do not hold. Release receipts (see Release) are
 // not locks and are skipped. prefix is matched against the escaped names.
 func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) {
-	if err := l.e.Check(ctx); err != nil {
+	if err := l.engine().Check(ctx); err != nil {
 		return nil, err
 	}
 	b := l.b

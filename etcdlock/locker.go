@@ -115,12 +115,21 @@ func New(client *clientv3.Client, opts ...Option) *Locker {
 
 // Acquire implements dlock.Locker.
 func (l *Locker) Acquire(ctx context.Context, key string, opts ...dlock.Option) (*dlock.Lock, error) {
-	return l.e.Acquire(ctx, key, opts...)
+	return l.engine().Acquire(ctx, key, opts...)
 }
 
 // TryAcquire implements dlock.Locker.
 func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...dlock.Option) (*dlock.Lock, error) {
-	return l.e.TryAcquire(ctx, key, opts...)
+	return l.engine().TryAcquire(ctx, key, opts...)
+}
+
+// engine is l's Engine, nil for a nil *Locker: every call of a nil *Locker
+// then fails with an error wrapping dlock.ErrNilClient instead of panicking.
+func (l *Locker) engine() *dlock.Engine {
+	if l == nil {
+		return nil
+	}
+	return l.e
 }
 
 // Break implements dlock.Breaker (see dlock.Break). It reads the key's
@@ -134,10 +143,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...dlock.Optio
 // removes the holding entries of etcdctl and concurrency.Mutex. The broken
 // holders' etcd leases are left alone (they may carry other locks).
 func (l *Locker) Break(ctx context.Context, key, owner string) (dlock.Broken, error) {
-	if l == nil {
-		return (*dlock.Engine)(nil).Break(ctx, key, owner) // an error wrapping dlock.ErrNilClient
-	}
-	return l.e.Break(ctx, key, owner)
+	return l.engine().Break(ctx, key, owner)
 }
 
 // Spec implements driver.Driver: exclusive, shared and limited locks.

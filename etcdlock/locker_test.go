@@ -257,3 +257,9 @@ func TestNilContext_IsInvalidOptionEverywhere(t *testing.T) {
 		}
 	}
 }
+
+// Every call of a nil *Locker is an error wrapping dlock.ErrNilClient.
+// Symptom: Acquire and TryAcquire of a nil *Locker panicked.
+func TestNilLocker_EveryCallIsErrNilClient(t *testing.T) {
+	dlocktest.TestNilLocker(t, (*etcdlock.Locker)(nil))
+}

@@ -22,10 +22,7 @@ var (
 // wakes waiters. A record this version does not understand is removed by
 // a forced break only.
 func (l *Locker) Break(ctx context.Context, key, owner string) (dlock.Broken, error) {
-	if l == nil {
-		return (*dlock.Engine)(nil).Break(ctx, key, owner) // an error wrapping dlock.ErrNilClient
-	}
-	return l.e.Break(ctx, key, owner)
+	return l.engine().Break(ctx, key, owner)
 }
 
 // Break implements driver.Breaker.
@@ -78,8 +75,12 @@ const opTimeout = 30 * time.Second
 // writers' registrations are kept). The holders lose the lock at once if they
 // have held it for more than 100 ms and are in this process or, with
 // inotify, in another (see the package doc); the others at their next
-// renewal. Expiring a free key does nothing.
+// renewal. Expiring a free key does nothing; a nil *Locker returns an
+// error wrapping dlock.ErrNilClient.
 func (l *Locker) Expire(key string) error {
+	if l == nil {
+		return l.engine().Err() // an error wrapping dlock.ErrNilClient
+	}
 	if err := dlock.ValidateKey(key); err != nil {
 		return err
 	}

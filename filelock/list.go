@@ -22,6 +22,9 @@ var errNilContext = fmt.Errorf("%w: filelock: nil context", dlock.ErrInvalidOpti
 // replaced atomically, so every entry is a consistent snapshot. Records that
 // cannot be decoded are skipped.
 func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) {
+	if l == nil {
+		return nil, l.engine().Err() // an error wrapping dlock.ErrNilClient
+	}
 	if ctx == nil {
 		return nil, errNilContext
 	}

@@ -82,16 +82,31 @@ func New(dir string, opts ...Option) (*Locker, error) {
 
 // Acquire implements dlock.Locker.
 func (l *Locker) Acquire(ctx context.Context, key string, opts ...dlock.Option) (*dlock.Lock, error) {
-	return l.e.Acquire(ctx, key, opts...)
+	return l.engine().Acquire(ctx, key, opts...)
 }
 
 // TryAcquire implements dlock.Locker.
 func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...dlock.Option) (*dlock.Lock, error) {
-	return l.e.TryAcquire(ctx, key, opts...)
+	return l.engine().TryAcquire(ctx, key, opts...)
 }
 
-// Dir returns the lock directory (absolute, symlinks resolved).
-func (l *Locker) Dir() string { return l.dir }
+// engine is l's Engine, nil for a nil *Locker: every call of a nil *Locker
+// then fails with an error wrapping dlock.ErrNilClient instead of panicking.
+func (l *Locker) engine() *dlock.Engine {
+	if l == nil {
+		return nil
+	}
+	return l.e
+}
+
+// Dir returns the lock directory (absolute, symlinks resolved); "" for a nil
+// *Locker.
+func (l *Locker) Dir() string {
+	if l == nil {
+		return ""
+	}
+	return l.dir
+}
 
 // backend implements the dlock SPI on a Locker's directory.
 type backend Locker

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/filelock"
 	"github.com/dlock-go/dlock/internal/testserver"
 )
@@ -138,5 +139,18 @@ func TestNilContext_IsAnErrorNotAPanic(t *testing.T) {
 	}
 	if hi, err := g.Highest(context.Background(), "r"); err != nil || hi != (dlock.Fence{}) {
 		t.Errorf("after Guard.Do(nil ctx): Highest = %+v, %v; want no fence recorded", hi, err)
+	}
+}
+
+// Every call of a nil *Locker is an error wrapping dlock.ErrNilClient.
+// Symptom: Acquire and TryAcquire of a nil *Locker panicked.
+func TestNilLocker_EveryCallIsErrNilClient(t *testing.T) {
+	dlocktest.TestNilLocker(t, (*filelock.Locker)(nil))
+	var l *filelock.Locker
+	if err := l.Expire("k"); !errors.Is(err, dlock.ErrNilClient) {
+		t.Errorf("nil Locker's Expire = %v, want an error wrapping dlock.ErrNilClient", err)
+	}
+	if d := l.Dir(); d != "" {
+		t.Errorf("nil Locker's Dir = %q, want \"\"", d)
 	}
 }

@@ -21,10 +21,7 @@ var (
 // and wakes the key's waiters.
 // Waiting-writer registrations stay.
 func (l *Locker) Break(ctx context.Context, key, owner string) (dlock.Broken, error) {
-	if l == nil {
-		return (*dlock.Engine)(nil).Break(ctx, key, owner) // an error wrapping dlock.ErrNilClient
-	}
-	return l.e.Break(ctx, key, owner)
+	return l.engine().Break(ctx, key, owner)
 }
 
 // Break implements driver.Breaker.
@@ -67,8 +64,11 @@ func (s *state) Break(ctx context.Context, key, owner string) (driver.BreakResul
 
 // Expire deletes every lease on key as if it had expired, behind the
 // holders' backs. Tests use it to exercise loss handling: a holder notices
-// at its next renewal.
+// at its next renewal. A nil *Locker does nothing.
 func (l *Locker) Expire(key string) {
+	if l == nil {
+		return
+	}
 	s := l.s
 	s.mu.Lock()
 	if ks := s.keys[key]; ks != nil {

@@ -12,7 +12,7 @@ import (
 
 // List implements dlock.Lister: the held keys under prefix, sorted.
 func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) {
-	if err := l.e.Check(ctx); err != nil {
+	if err := l.engine().Check(ctx); err != nil {
 		return nil, err
 	}
 	s := l.s

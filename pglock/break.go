@@ -27,10 +27,7 @@ import (
 // notifies the key's waiters. Tokens come from the sequence: the next
 // holder's is above every broken one's. Waiting writers' rows stay.
 func (l *Locker) Break(ctx context.Context, key, owner string) (dlock.Broken, error) {
-	if l == nil {
-		return (*dlock.Engine)(nil).Break(ctx, key, owner) // an error wrapping dlock.ErrNilClient
-	}
-	return l.e.Break(ctx, key, owner)
+	return l.engine().Break(ctx, key, owner)
 }
 
 // Break implements driver.Breaker.

@@ -20,7 +20,7 @@ import (
 // limited one. Waiters is -1: waiters poll or listen, they are not queued
 // in the table.
 func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) {
-	if err := l.e.Check(ctx); err != nil {
+	if err := l.engine().Check(ctx); err != nil {
 		return nil, err
 	}
 	if !utf8.ValidString(prefix) || strings.IndexByte(prefix, 0) >= 0 {

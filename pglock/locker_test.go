@@ -103,3 +103,9 @@ func TestWrongPassword(t *testing.T) {
 	}
 	t.Logf("wrong password: %v", err)
 }
+
+// Every call of a nil *Locker is an error wrapping dlock.ErrNilClient.
+// Symptom: Acquire and TryAcquire of a nil *Locker panicked.
+func TestNilLocker_EveryCallIsErrNilClient(t *testing.T) {
+	dlocktest.TestNilLocker(t, (*pglock.Locker)(nil))
+}

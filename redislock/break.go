@@ -22,10 +22,7 @@ var (
 // It returns by ctx's deadline even when the server does not answer (an
 // error wrapping dlock.ErrUnavailable).
 func (l *Locker) Break(ctx context.Context, key, owner string) (dlock.Broken, error) {
-	if l == nil {
-		return (*dlock.Engine)(nil).Break(ctx, key, owner) // an error wrapping dlock.ErrNilClient
-	}
-	return l.e.Break(ctx, key, owner)
+	return l.engine().Break(ctx, key, owner)
 }
 
 // Break implements driver.Breaker.

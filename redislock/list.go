@@ -25,7 +25,7 @@ import (
 // deadline even when the server does not answer (an error wrapping
 // dlock.ErrUnavailable).
 func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) {
-	if err := l.e.Check(ctx); err != nil {
+	if err := l.engine().Check(ctx); err != nil {
 		return nil, err
 	}
 	infos, err, abandoned := redisproto.Await(ctx, func(ctx context.Context) ([]dlock.Info, error) {

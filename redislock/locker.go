@@ -65,18 +65,27 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 
 // Acquire implements dlock.Locker.
 func (l *Locker) Acquire(ctx context.Context, key string, opts ...dlock.Option) (*dlock.Lock, error) {
-	return l.e.Acquire(ctx, key, opts...)
+	return l.engine().Acquire(ctx, key, opts...)
 }
 
 // TryAcquire implements dlock.Locker.
 func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...dlock.Option) (*dlock.Lock, error) {
-	return l.e.TryAcquire(ctx, key, opts...)
+	return l.engine().TryAcquire(ctx, key, opts...)
 }
 
-// LockKey is the Redis key holding key's lease ("" for a Locker built on
-// a nil client or with invalid options).
+// engine is l's Engine, nil for a nil *Locker: every call of a nil *Locker
+// then fails with an error wrapping dlock.ErrNilClient instead of panicking.
+func (l *Locker) engine() *dlock.Engine {
+	if l == nil {
+		return nil
+	}
+	return l.e
+}
+
+// LockKey is the Redis key holding key's lease ("" for a nil Locker, or
+// one built on a nil client or with invalid options).
 func (l *Locker) LockKey(key string) string {
-	if l.b == nil {
+	if l == nil || l.b == nil {
 		return ""
 	}
 	return l.b.node.LockKey(key)

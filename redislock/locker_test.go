@@ -166,3 +166,12 @@ func TestEntryPoints_NilContext_InvalidOption(t *testing.T) {
 		}
 	}
 }
+
+// Every call of a nil *Locker is an error wrapping dlock.ErrNilClient.
+// Symptom: Acquire and TryAcquire of a nil *Locker panicked.
+func TestNilLocker_EveryCallIsErrNilClient(t *testing.T) {
+	dlocktest.TestNilLocker(t, (*redislock.Locker)(nil))
+	if k := (*redislock.Locker)(nil).LockKey("k"); k != "" {
+		t.Errorf("nil Locker's LockKey = %q, want \"\"", k)
+	}
+}

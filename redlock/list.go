@@ -21,7 +21,7 @@ import (
 // when nodes do not answer: those count as failed, and without a majority
 // of answers the error wraps dlock.ErrUnavailable.
 func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) {
-	if err := l.e.Check(ctx); err != nil { // before any goroutine gets ctx
+	if err := l.engine().Check(ctx); err != nil { // before any goroutine gets ctx
 		return nil, err
 	}
 	b := l.b

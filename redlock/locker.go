@@ -166,12 +166,21 @@ func (b *backend) Spec() driver.Spec {
 
 // Acquire implements dlock.Locker.
 func (l *Locker) Acquire(ctx context.Context, key string, opts ...dlock.Option) (*dlock.Lock, error) {
-	return l.e.Acquire(ctx, key, opts...)
+	return l.engine().Acquire(ctx, key, opts...)
 }
 
 // TryAcquire implements dlock.Locker.
 func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...dlock.Option) (*dlock.Lock, error) {
-	return l.e.TryAcquire(ctx, key, opts...)
+	return l.engine().TryAcquire(ctx, key, opts...)
+}
+
+// engine is l's Engine, nil for a nil *Locker: every call of a nil *Locker
+// then fails with an error wrapping dlock.ErrNilClient instead of panicking.
+func (l *Locker) engine() *dlock.Engine {
+	if l == nil {
+		return nil
+	}
+	return l.e
 }
 
 func nodeName(c redis.UniversalClient, i int) string {

@@ -181,3 +181,9 @@ func TestLocker_NilContextIsInvalidOption(t *testing.T) {
 		}
 	}
 }
+
+// Every call of a nil *Locker is an error wrapping dlock.ErrNilClient.
+// Symptom: Acquire and TryAcquire of a nil *Locker panicked.
+func TestNilLocker_EveryCallIsErrNilClient(t *testing.T) {
+	dlocktest.TestNilLocker(t, (*redlock.Locker)(nil))
+}

@@ -33,10 +33,7 @@ const maxBreakRounds = 16
 // the holding nodes of Curator's and go-zookeeper's lock recipes. The
 // broken holders' sessions are left alone (they may carry other locks).
 func (l *Locker) Break(ctx context.Context, key, owner string) (dlock.Broken, error) {
-	if l == nil {
-		return (*dlock.Engine)(nil).Break(ctx, key, owner) // an error wrapping dlock.ErrNilClient
-	}
-	return l.e.Break(ctx, key, owner)
+	return l.engine().Break(ctx, key, owner)
 }
 
 // Break implements driver.Breaker.

@@ -28,7 +28,7 @@ const listWorkers = 16
 // number of queue nodes behind them. Znodes under
 // the Locker's prefix that EscapeKey cannot have produced are skipped.
 func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) {
-	if err := l.e.Check(ctx); err != nil {
+	if err := l.engine().Check(ctx); err != nil {
 		return nil, err
 	}
 	b := l.b

@@ -182,12 +182,21 @@ var errNoTimeout = errors.New("dlock: zklock: the connection's session timeout i
 
 // Acquire implements dlock.Locker.
 func (l *Locker) Acquire(ctx context.Context, key string, opts ...dlock.Option) (*dlock.Lock, error) {
-	return l.e.Acquire(ctx, key, opts...)
+	return l.engine().Acquire(ctx, key, opts...)
 }
 
 // TryAcquire implements dlock.Locker.
 func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...dlock.Option) (*dlock.Lock, error) {
-	return l.e.TryAcquire(ctx, key, opts...)
+	return l.engine().TryAcquire(ctx, key, opts...)
+}
+
+// engine is l's Engine, nil for a nil *Locker: every call of a nil *Locker
+// then fails with an error wrapping dlock.ErrNilClient instead of panicking.
+func (l *Locker) engine() *dlock.Engine {
+	if l == nil {
+		return nil
+	}
+	return l.e
 }
 
 // Path returns the znode of key's queue under this Locker's prefix

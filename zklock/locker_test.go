@@ -45,3 +45,9 @@ func TestCall_TakesReplyReadyWhenRequestTimeoutFires(t *testing.T) {
 		t.Fatalf("hang: a request had no reply within %v", dlocktest.HangTimeout)
 	}
 }
+
+// Every call of a nil *Locker is an error wrapping dlock.ErrNilClient.
+// Symptom: Acquire and TryAcquire of a nil *Locker panicked.
+func TestNilLocker_EveryCallIsErrNilClient(t *testing.T) {
+	dlocktest.TestNilLocker(t, (*zklock.Locker)(nil))
+}

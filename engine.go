@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
+	"reflect"
 	"sync/atomic"
 	"time"
 
@@ -40,10 +42,18 @@ var _ Locker = (*Engine)(nil)
 // among opts (WithObserver; a backend passes its New's whole option list,
 // and the options meant for the backend are ignored here). Leases are
 // renewed in batches when d implements driver.BatchRenewer. A nil d gives
-// an Engine that fails every call with ErrNilClient.
+// an Engine that fails every call with ErrNilClient, and an option of a
+// package other than d's and the core's (another backend's, which d would
+// silently ignore) one that fails every call with ErrInvalidOption naming
+// that package.
 func NewEngine(d driver.Driver, opts ...driver.Option) *Engine {
 	if d == nil {
 		return FailedEngine(fmt.Errorf("%w: nil driver", ErrNilClient))
+	}
+	if own := driverPackage(d); own != "" {
+		if _, name := driver.ForeignTo(opts, own); name != "" {
+			return FailedEngine(fmt.Errorf("%w: a %s option given to %s.New, which would ignore it", ErrInvalidOption, name, path.Base(own)))
+		}
 	}
 	e := &Engine{drv: d, spec: d.Spec()}
 	e.src = &source{name: e.spec.Name, obs: ObserverOf(opts)}
@@ -186,4 +196,14 @@ func (e *Engine) config(ctx context.Context, key string, opts []Option) (*config
 		return cfg, fmt.Errorf("%w: the %s backend does not offer %s locks (%q)", ErrUnsupported, e.spec.Name, cfg.mode, key)
 	}
 	return cfg, nil
+}
+
+// driverPackage is the import path of the package that defines d's type
+// ("" for an unnamed type).
+func driverPackage(d driver.Driver) string {
+	t := reflect.TypeOf(d)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t.PkgPath()
 }

@@ -140,7 +140,7 @@ func (f ObserverFunc) Observe(e Event) { f(e) }
 //
 //	redislock.New(client, dlock.WithObserver(dlock.NewSlogObserver(logger)))
 func WithObserver(o Observer) driver.Option {
-	return driver.Setting(func(s *coreSettings) { s.observer = o })
+	return driver.CoreSetting(func(s *coreSettings) { s.observer = o })
 }
 
 // ObserverOf returns the Observer that WithObserver set among opts, or nil

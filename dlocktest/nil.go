@@ -3,9 +3,11 @@ package dlocktest
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 )
 
 // TestNilLocker holds a backend's nil *Locker (given as a dlock.Locker
@@ -54,3 +56,28 @@ func callNil(call func() error) (err error) {
 	return call()
 }
 
+// foreignSettings stands for another backend's settings.
+type foreignSettings struct{ prefix string }
+
+// ForeignOption returns an option made for settings of package dlocktest,
+// which no backend's New applies: it stands for another backend's option
+// (zklock.WithPrefix given to etcdlock.New).
+func ForeignOption() driver.Option {
+	return driver.Setting(func(s *foreignSettings) { s.prefix = "/elsewhere" })
+}
+
+// TestRefusesForeignOption holds a Locker built with ForeignOption among its
+// options to the contract: its calls fail with an error wrapping
+// dlock.ErrInvalidOption that names the option's package, instead of
+// locking with the option silently dropped.
+func TestRefusesForeignOption(t *testing.T, l dlock.Locker) {
+	t.Helper()
+	lk, err := l.TryAcquire(Context(t), Key(t))
+	if err == nil {
+		lk.Release(Context(t))
+		t.Fatalf("TryAcquire of a Locker built with another package's option succeeded; want an error wrapping dlock.ErrInvalidOption")
+	}
+	if !errors.Is(err, dlock.ErrInvalidOption) || !strings.Contains(err.Error(), "dlocktest option") {
+		t.Fatalf("TryAcquire of a Locker built with another package's option = %v, want an error wrapping dlock.ErrInvalidOption naming the dlocktest option", err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"syscall"
 	"testing"
@@ -77,5 +78,26 @@ func TestUnreachable_RefusedResetEOF_NotContextOrClosed(t *testing.T) {
 		if got := driver.Unreachable(c.err); got != c.want {
 			t.Errorf("%s (%v): Unreachable = %v, want %v", c.name, c.err, got, c.want)
 		}
+	}
+}
+
+type c struct{}
+
+// An option of another package's settings is foreign; nil options, core
+// options and the package's own are not.
+func TestForeign_ReportsAnotherPackagesOptionOnly(t *testing.T) {
+	own := []driver.Option{nil, driver.Setting(func(*a) {}), driver.CoreSetting(func(*struct{ n int }) {})}
+	if o, name := driver.Foreign[b](own); o != nil || name != "" {
+		t.Fatalf("Foreign of own and core options = %v %q, want none", o, name)
+	}
+	foreign := driver.Setting(func(*http.Request) {})
+	o, name := driver.Foreign[c](append(own, foreign))
+	if o == nil || name != "http" {
+		t.Fatalf("Foreign of a net/http option = %v %q, want it and \"http\"", o, name)
+	}
+	var core struct{ n int }
+	driver.Apply(&core, []driver.Option{driver.CoreSetting(func(x *struct{ n int }) { x.n = 3 })})
+	if core.n != 3 {
+		t.Fatalf("a core option was not applied: %+v", core)
 	}
 }

@@ -263,3 +263,10 @@ func TestNilContext_IsInvalidOptionEverywhere(t *testing.T) {
 func TestNilLocker_EveryCallIsErrNilClient(t *testing.T) {
 	dlocktest.TestNilLocker(t, (*etcdlock.Locker)(nil))
 }
+
+// Another backend's option is refused, not silently ignored.
+// Symptom: etcdlock.New(c, zklock.WithPrefix("/app")) locked without the prefix.
+func TestNew_RefusesAnotherBackendsOption(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	dlocktest.TestRefusesForeignOption(t, etcdlock.New(newClient(t, c.Endpoints()), dlocktest.ForeignOption()))
+}

@@ -77,6 +77,9 @@ func New(dir string, opts ...Option) (*Locker, error) {
 	}
 	l := &Locker{dir: canon, opts: o}
 	l.e = dlock.NewEngine((*backend)(l), opts...)
+	if err := l.e.Err(); err != nil { // another backend's option
+		return nil, err
+	}
 	return l, nil
 }
 

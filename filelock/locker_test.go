@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -152,5 +153,14 @@ func TestNilLocker_EveryCallIsErrNilClient(t *testing.T) {
 	}
 	if d := l.Dir(); d != "" {
 		t.Errorf("nil Locker's Dir = %q, want \"\"", d)
+	}
+}
+
+// Another backend's option is refused, not silently ignored.
+// Symptom: etcdlock.New(c, zklock.WithPrefix("/app")) locked without the prefix.
+func TestNew_RefusesAnotherBackendsOption(t *testing.T) {
+	_, err := filelock.New(t.TempDir(), dlocktest.ForeignOption())
+	if !errors.Is(err, dlock.ErrInvalidOption) || !strings.Contains(err.Error(), "dlocktest option") {
+		t.Fatalf("filelock.New with another package's option = %v, want an error wrapping dlock.ErrInvalidOption naming the dlocktest option", err)
 	}
 }

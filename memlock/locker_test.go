@@ -13,3 +13,9 @@ func TestNilLocker_EveryCallIsErrNilClient(t *testing.T) {
 	dlocktest.TestNilLocker(t, (*memlock.Locker)(nil))
 	(*memlock.Locker)(nil).Expire("k") // does nothing, no panic
 }
+
+// Another backend's option is refused, not silently ignored.
+// Symptom: etcdlock.New(c, zklock.WithPrefix("/app")) locked without the prefix.
+func TestNew_RefusesAnotherBackendsOption(t *testing.T) {
+	dlocktest.TestRefusesForeignOption(t, memlock.New(dlocktest.ForeignOption()))
+}

@@ -109,3 +109,10 @@ func TestWrongPassword(t *testing.T) {
 func TestNilLocker_EveryCallIsErrNilClient(t *testing.T) {
 	dlocktest.TestNilLocker(t, (*pglock.Locker)(nil))
 }
+
+// Another backend's option is refused, not silently ignored.
+// Symptom: etcdlock.New(c, zklock.WithPrefix("/app")) locked without the prefix.
+func TestNew_RefusesAnotherBackendsOption(t *testing.T) {
+	pg := sharedPG(t)
+	dlocktest.TestRefusesForeignOption(t, pglock.New(newPool(t, pg.DSN("")), dlocktest.ForeignOption()))
+}

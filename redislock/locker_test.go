@@ -175,3 +175,10 @@ func TestNilLocker_EveryCallIsErrNilClient(t *testing.T) {
 		t.Errorf("nil Locker's LockKey = %q, want \"\"", k)
 	}
 }
+
+// Another backend's option is refused, not silently ignored.
+// Symptom: etcdlock.New(c, zklock.WithPrefix("/app")) locked without the prefix.
+func TestNew_RefusesAnotherBackendsOption(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	dlocktest.TestRefusesForeignOption(t, redislock.New(newClient(t, srv), dlocktest.ForeignOption()))
+}

@@ -187,3 +187,10 @@ func TestLocker_NilContextIsInvalidOption(t *testing.T) {
 func TestNilLocker_EveryCallIsErrNilClient(t *testing.T) {
 	dlocktest.TestNilLocker(t, (*redlock.Locker)(nil))
 }
+
+// Another backend's option is refused, not silently ignored.
+// Symptom: etcdlock.New(c, zklock.WithPrefix("/app")) locked without the prefix.
+func TestNew_RefusesAnotherBackendsOption(t *testing.T) {
+	c := startNodes(t, 3)
+	dlocktest.TestRefusesForeignOption(t, c.locker(t, dlocktest.ForeignOption()))
+}

@@ -51,3 +51,10 @@ func TestCall_TakesReplyReadyWhenRequestTimeoutFires(t *testing.T) {
 func TestNilLocker_EveryCallIsErrNilClient(t *testing.T) {
 	dlocktest.TestNilLocker(t, (*zklock.Locker)(nil))
 }
+
+// Another backend's option is refused, not silently ignored.
+// Symptom: etcdlock.New(c, zklock.WithPrefix("/app")) locked without the prefix.
+func TestNew_RefusesAnotherBackendsOption(t *testing.T) {
+	z := sharedZooKeeper(t)
+	dlocktest.TestRefusesForeignOption(t, zklock.New(connect(t, []string{z.Addr()}), dlocktest.ForeignOption()))
+}

@@ -226,18 +226,19 @@ func synopsisGroups(t *testing.T) map[string]string {
 	return groups
 }
 
-// README.md's synopsis under "## The `dlock` command" is dlock --help's.
-func TestReadmeSynopsis(t *testing.T) {
+// The synopsis at the top of docs/cli.md, the command's reference, is
+// dlock --help's.
+func TestCLIReferenceSynopsis(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	ref, err := os.ReadFile(filepath.Join("..", "..", "docs", "cli.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, sec, ok := strings.Cut(string(readme), "\n## The `dlock` command\n")
+	_, sec, ok := strings.Cut(string(ref), "# The `dlock` command\n")
 	_, block, ok2 := strings.Cut(sec, "```sh\n")
 	block, _, ok3 := strings.Cut(block, "```\n")
 	if !ok || !ok2 || !ok3 {
-		t.Fatal("README.md: no ```sh block under \"## The `dlock` command\"")
+		t.Fatal("docs/cli.md: no ```sh block under \"# The `dlock` command\"")
 	}
 	_, rest, _ := strings.Cut(usage, "\nUsage:\n")
 	syn, _, _ := strings.Cut(rest, "\n\n")
@@ -246,6 +247,6 @@ func TestReadmeSynopsis(t *testing.T) {
 		want.WriteString(strings.TrimPrefix(l, "  ") + "\n")
 	}
 	if block != want.String() {
-		t.Errorf("README.md's synopsis differs from dlock --help's (main.go usage); README:\n%s\nwant:\n%s", block, want.String())
+		t.Errorf("docs/cli.md's synopsis differs from dlock --help's (main.go usage); docs/cli.md:\n%s\nwant:\n%s", block, want.String())
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -451,5 +452,79 @@ tests:
 	defer cancel()
 	if out, err := exec.CommandContext(ctx, bin, "test", "rules", f).CombinedOutput(); err != nil {
 		t.Fatalf("promtool test rules (the stat's query %s): %v\n%s", expr, err, out)
+	}
+}
+
+// Symptom: after a scrape gap every old nonzero fencing/lost total fired again (fixed in 0f4169c).
+// Edge series for alerts.yml, as promtool unit tests
+// (alerts_edge_test.yml): scrape gaps, no traffic (NaN ratios), counter
+// resets and restarts neither fire falsely nor hide an event.
+func TestAlertRules_EdgeSeriesNeitherFireFalselyNorHideEvents(t *testing.T) {
+	bin := promtool(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "test", "rules", "alerts_edge_test.yml").CombinedOutput()
+	if err != nil {
+		t.Fatalf("promtool test rules alerts_edge_test.yml: %v\n%s", err, out)
+	}
+}
+
+// Symptom: the dashboard's "Fencing rejections" stat showed a process's first stale write as 0 (fixed in 65c49ca).
+// increase() over the range never sees a series' first increment
+// (client_golang creates a labelled counter at its first Inc), so the
+// stat must count it otherwise. The panel's own query, with its variables
+// filled in, is run by promtool on such a series.
+func TestDashboard_FencingRejectionsStatCountsFirstRejection(t *testing.T) {
+	bin := promtool(t)
+	b, err := os.ReadFile("dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d dashboard
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatal(err)
+	}
+	expr := ""
+	var walk func([]panel)
+	walk = func(ps []panel) {
+		for _, p := range ps {
+			if p.Title == "Fencing rejections" && len(p.Targets) == 1 {
+				expr = p.Targets[0].Expr
+			}
+			walk(p.Panels)
+		}
+	}
+	walk(d.Panels)
+	if expr == "" {
+		t.Fatal(`no "Fencing rejections" panel with one query`)
+	}
+	expr = strings.NewReplacer("$backend", ".*", "$key_class", ".*", "$__range", "1h").Replace(expr)
+	// One series rejecting for years (flat over the hour) and one born at
+	// its first rejection 20 minutes before the evaluation: 1 rejection.
+	test := `rule_files: []
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'dlock_fencing_rejected_total{backend="redis",key_class="old"}'
+        values: '5x90'
+      - series: 'dlock_fencing_rejected_total{backend="redis",key_class="new"}'
+        values: '_x69 1x20'
+    promql_expr_test:
+      - expr: '` + expr + `'
+        eval_time: 90m
+        exp_samples:
+          - labels: '{}'
+            value: 1
+`
+	f := filepath.Join(t.TempDir(), "dashboard_test.yml")
+	if err := os.WriteFile(f, []byte(test), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "test", "rules", f).CombinedOutput()
+	if err != nil {
+		t.Fatalf("promtool on the panel's query %s: %v\n%s", expr, err, out)
 	}
 }

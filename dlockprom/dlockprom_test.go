@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -358,4 +360,97 @@ func TestObserveNeverPanics(t *testing.T) {
 		obs.Observe(dlock.Event{Kind: k})
 	}
 	obs.Observe(dlock.Event{Kind: dlock.EventRelease, Backend: "x", Key: "never-acquired"})
+}
+
+// Symptom: locks_held stayed at 1 for ever after a loss during Acquire (fixed in 0f4169c).
+// A Lock lost (on the watchdog's goroutine) while its call is still
+// reporting EventAcquire must reach the Observer as acquired, then lost:
+// dlock reports a Lock's Events after its EventAcquire, so locks_held
+// drops back to 0 (and the Observer's map keeps no entry). The stall is a
+// call observer placed before dlockprom's.
+func TestObserver_LossDuringAcquireLeavesNothingHeld(t *testing.T) {
+	reg, obs := newObs(t)
+	ml := memlock.New()
+	lostSeen := make(chan struct{})
+	var once sync.Once
+	var stalled atomic.Bool
+	stall := dlock.ObserverFunc(func(e dlock.Event) {
+		if e.Kind == dlock.EventLost {
+			once.Do(func() { close(lostSeen) })
+		}
+		if e.Kind != dlock.EventAcquire || e.Result != dlock.ResultAcquired || !stalled.CompareAndSwap(false, true) {
+			return
+		}
+		ml.Expire(e.Key)
+		select { // bounded: with the fix the loss waits for this Event
+		case <-lostSeen:
+		case <-time.After(2 * time.Second):
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lk, err := ml.Acquire(ctx, "k", dlock.WithTTL(dlock.MinTTL), dlock.WithCallObserver(stall), dlock.WithCallObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lk.Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the expired lock was not lost")
+	}
+	waitFor(t, reg, "dlock_lost_total", with("reason", string(dlock.LossNotHeld)), 1)
+	if err := lk.Release(ctx); !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Release: %v", err)
+	}
+	expect(t, reg, "dlock_locks_held", mem, 0)
+	expect(t, reg, "dlock_waiters", mem, 0)
+}
+
+// Guards against: gauges left above 0 or driven negative when releases race losses.
+// Many concurrent calls sharing the Observer as Locker and call observer
+// of different Lockers, releases racing losses: the gauges come back to 0
+// and never go negative; raw keys never become label values.
+func TestObserver_GaugesReturnToZeroWhenReleasesRaceLosses(t *testing.T) {
+	reg, obs := newObs(t)
+	ml := memlock.New(dlock.WithObserver(obs))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Go(func() {
+			key := "secret-key-" + strings.Repeat("x", i*60)
+			for range 5 {
+				lk, err := ml.Acquire(ctx, key, dlock.WithTTL(dlock.MinTTL))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				var in sync.WaitGroup
+				in.Go(func() { ml.Expire(key) })
+				in.Go(func() { _ = lk.Release(ctx) })
+				in.Wait()
+				<-lk.Lost()
+			}
+		})
+	}
+	wg.Wait()
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if value(t, reg, "dlock_locks_held", mem) == 0 {
+			break
+		}
+	}
+	expect(t, reg, "dlock_locks_held", mem, 0)
+	expect(t, reg, "dlock_waiters", mem, 0)
+	for _, name := range []string{"dlock_locks_held", "dlock_waiters", "dlock_acquire_total", "dlock_lost_total", "dlock_renew_total", "dlock_hold_duration_seconds"} {
+		for _, s := range scrape(t, reg, name) {
+			if s.value < 0 {
+				t.Errorf("%s%v = %v", name, s.labels, s.value)
+			}
+			for k, v := range s.labels {
+				if strings.Contains(v, "secret") {
+					t.Errorf("%s: label %s carries the key: %q", name, k, v)
+				}
+			}
+		}
+	}
 }

@@ -7,5 +7,5 @@ import (
 )
 
 // TestMain checks for leaked goroutines (the tests hold memlock locks,
-// whose watchdogs run on goroutines): red team, issue 15.
+// whose watchdogs run on goroutines).
 func TestMain(m *testing.M) { testserver.Main(m) }

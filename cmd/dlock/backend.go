@@ -1017,8 +1017,8 @@ func (b *backend) list(ctx context.Context, prefix string) ([]lockInfo, error) {
 // sentinelGrace is how much longer than the first Sentinel the others
 // have to answer answeringSentinels. It is what a hung Sentinel costs
 // each command; it must be well above the lag between two healthy
-// Sentinels on a loaded host (a quarter of a second was not: a Sentinel
-// that answered was left out, and said not to answer).
+// Sentinels on a loaded host (a quarter of a second is not: a Sentinel
+// that answered would be left out, and said not to answer).
 const sentinelGrace = time.Second
 
 // silentSentinel is a Sentinel answeringSentinels left out: err is why

@@ -450,10 +450,11 @@ func TestClientLogsOnlyWithVerbose(t *testing.T) {
 	}
 }
 
+// Symptom: opening a backend against a silent server took up to twice --connect-timeout (fixed in 67d60d4).
 // Opening a backend, probe, TLS-mismatch look and closing included, ends
 // within --connect-timeout against a server that accepts connections and
 // never answers: no second probe after the first timed out, no Close
-// waiting on a Sentinel. (It used to take up to twice the timeout.)
+// waiting on a Sentinel.
 func TestOpeningBoundedBySilentServer(t *testing.T) {
 	t.Parallel()
 	silent := silentServer(t)

@@ -7,7 +7,7 @@ package main
 // one-letter short name (-w 5, --wait 5, --wait=5, -w5; switches may be
 // grouped: -sn). Options come before the operands; the first operand (or
 // "--") ends them. A long name with one dash (-ttl 10s) is accepted too,
-// as Go's flag package did before. The help lists each option once, short
+// as Go's flag package accepts it. The help lists each option once, short
 // and long together:
 //
 //	-w, --wait DUR|SECS   give up after waiting this long ...

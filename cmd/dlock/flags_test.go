@@ -145,3 +145,50 @@ func TestOptionSetHelp(t *testing.T) {
 		}
 	}
 }
+
+// usageLines asserts a usage error: exit 2, nothing on stdout, and on
+// stderr exactly "dlock CMD: ...want..." and the pointer to --help.
+func usageLines(t *testing.T, r result, cmd, want string, args []string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+	if r.code != exitUsage || r.stdout != "" || len(lines) != 2 || !strings.HasPrefix(lines[0], "dlock "+cmd+": ") ||
+		!strings.Contains(lines[0], want) || lines[1] != "Try 'dlock "+cmd+" --help' for more information." {
+		t.Errorf("dlock %q: exit %d, stdout %q, stderr %q; want exit 2, a line with %q and the pointer to --help", args, r.code, r.stdout, r.stderr, want)
+	}
+}
+
+// Guards against: a usage error found after parsing printed without the pointer to --help.
+// Every command's usage errors are the two lines, for the checks made
+// after parsing too (not only for unknown options).
+func TestUsageErrors_TwoLinesForEveryCommand(t *testing.T) {
+	t.Parallel()
+	url := fileURL(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"ls", "a", "b"}, "at most one PREFIX"},
+		{[]string{"ls", "--connect-timeout", "0"}, "--connect-timeout must be positive"},
+		{[]string{"ls", "--connect-timeout", "-1s"}, "--connect-timeout must be positive"},
+		{[]string{"ls", "--bogus"}, "option --bogus is not defined"},
+		{[]string{"check", "extra"}, `no arguments expected, got "extra"`},
+		{[]string{"check", "--connect-timeout", "0s"}, "--connect-timeout must be positive"},
+		{[]string{"check", "--json=maybe"}, `invalid boolean value "maybe" for --json`},
+		{[]string{"demo", "x"}, "unexpected argument"},
+		{[]string{"demo", "--workers", "1"}, "--workers must be 2-64"},
+		{[]string{"demo", "--workers", "65"}, "--workers must be 2-64"},
+		{[]string{"demo", "--rounds", "0"}, "--rounds must be 1-1000"},
+		{[]string{"demo", "--metrics"}, "option --metrics needs a value (ADDR)"},
+		{[]string{"serve", "x"}, "unexpected argument"},
+		{[]string{"serve", "--cert", "c.pem"}, "--cert without --key"},
+		{[]string{"unlock"}, "one KEY expected"},
+		{[]string{"unlock", "k"}, "either --owner ID or --force"},
+		{[]string{"unlock", "--force", "--owner", "0123456789abcdef0123456789abcdef", "k"}, "either --owner ID or --force"},
+		{[]string{"unlock", "--owner", "nothex", "k"}, "--owner"},
+		{[]string{"unlock", "--force", ""}, "key"},
+		{[]string{"unlock", "--force", "a", "b"}, "one KEY expected"},
+		{[]string{"unlock", "--force", "--connect-timeout", "0s", "k"}, "--connect-timeout must be positive"},
+	} {
+		usageLines(t, runDlock(t, url, c.args...), c.args[0], c.want, c.args)
+	}
+}

@@ -282,8 +282,8 @@ func holdUnderShell(t *testing.T, url string, args ...string) (sh *exec.Cmd, hol
 	return sh, pid
 }
 
-// dlock hold started by a script that was killed kept renewing the lock
-// for ever: it now releases it and exits once its parent is gone.
+// Symptom: dlock hold started by a script that was killed kept renewing the lock for ever (fixed in d8dcbbb).
+// It releases the lock and exits once its parent is gone.
 func TestHold_ReleasesWhenParentDies(t *testing.T) {
 	t.Parallel()
 	url := fileURL(t)
@@ -489,9 +489,8 @@ func orphanHold(t *testing.T, url string, args ...string) (pid int, stdout, stde
 	return pid, stdout, stderr
 }
 
-// dlock hold started after the process that started it had exited (its
-// parent already init) kept renewing the lock for ever: it refuses to
-// hold it, as a usage error that points to --detach.
+// Symptom: dlock hold started after its starter had exited (its parent already init) kept renewing the lock for ever.
+// It refuses to hold the lock, as a usage error that points to --detach.
 func TestHold_RefusesWhenParentAlreadyGone(t *testing.T) {
 	t.Parallel()
 	url := fileURL(t)
@@ -562,9 +561,8 @@ func TestHold_DetachHoldsWhenParentAlreadyGone(t *testing.T) {
 	}
 }
 
-// dlock hold waiting for a held lock went on waiting after the script
-// that started it was killed, and then held the lock for nobody: it stops
-// waiting and exits, and never takes the lock.
+// Symptom: dlock hold went on waiting after the script that started it was killed, then held the lock for nobody.
+// It stops waiting and exits, and never takes the lock.
 func TestHold_StopsWaitingWhenParentDies(t *testing.T) {
 	t.Parallel()
 	url := fileURL(t)
@@ -641,9 +639,9 @@ func TestHold_MaxHoldReleasesAndExits5(t *testing.T) {
 	}
 }
 
+// Symptom: with --max-hold at or below --ttl the first deadline was already the cap's, so any loss read as the cap.
 // A lock broken under a capped hold is a loss (exit 4), not the planned
-// end at the cap (exit 5). Symptom: with --max-hold at or below --ttl the
-// first deadline was already the cap's, so any loss read as the cap.
+// end at the cap (exit 5).
 func TestHold_BrokenUnderMaxHoldIsLost(t *testing.T) {
 	t.Parallel()
 	url := fileURL(t)

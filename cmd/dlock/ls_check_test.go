@@ -2,17 +2,26 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/filelock"
 	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/redislock"
 )
 
 // lsHeader is ls's table header, fields joined by one space.
@@ -560,4 +569,274 @@ func TestCheck_WarnsUnsafeRedisSettings(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Symptom: "ls --watch 1e9 --count 1" took 1e9 for PREFIX after a bare --watch, and --count became an extra argument (fixed in ca54652).
+// "--watch 1e9" (or 0, -1, 86401) is a bad interval, not a bare --watch
+// followed by PREFIX "1e9"; an explicit --count 0 is an error, not "no
+// bound". A PREFIX that starts with a digit but is no number stays a
+// PREFIX.
+func TestLs_WatchOutOfRangeIsBadInterval(t *testing.T) {
+	t.Parallel()
+	url := fileURL(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--watch", "1e9", "--count", "1"}, `invalid value "1e9" for --watch: want a positive duration`},
+		{[]string{"--watch", "86401"}, "at most 86400"},
+		{[]string{"--watch", "0"}, `invalid value "0" for --watch`},
+		{[]string{"--watch", "-1", "jobs/"}, `invalid value "-1" for --watch`},
+		{[]string{"--watch", "1e999"}, `invalid value "1e999" for --watch`},
+		{[]string{"--watch", "--count", "0"}, "--count takes a positive number"},
+		{[]string{"--watch", "--count", "99999999999999999999"}, `invalid value "99999999999999999999" for --count`},
+		{[]string{"--count=1"}, "goes with --watch"},
+	} {
+		args := append([]string{"ls"}, c.args...)
+		usageLines(t, runDlock(t, url, args...), "ls", c.want, args)
+	}
+	if r := runDlock(t, url, "ls", "--count", "1", "--watch", "2024/"); r.code != 0 || !strings.Contains(r.stdout, "no locks held") {
+		t.Errorf("ls --count 1 --watch 2024/: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+}
+
+// Symptom: check on a refusing etcd said only that no answer came, since etcd's client retries until the deadline (fixed in ca54652).
+// dlock check against a server that refuses connections says so, even
+// when the client library only reports that no answer came in time
+// (etcd's retries until the deadline); against one that accepts and
+// never answers it does not claim a refusal. Both exit 3, in bounded time.
+func TestCheck_NamesRefusalButNotForHungServer(t *testing.T) {
+	t.Parallel()
+	dead := deadAddr(t)
+	// The refusal is found by dialling from half the timeout on: time for
+	// that on a loaded machine.
+	r := runDlock(t, "", "check", "--url", "etcd://"+dead, "--connect-timeout", "4s")
+	if r.code != exitBackend || !strings.Contains(r.stderr, "refused") || !strings.Contains(r.stderr, dead) {
+		t.Errorf("check on a refusing etcd: exit %d %q; want %d naming the refusal by %s", r.code, r.stderr, exitBackend, dead)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	for _, scheme := range []string{"etcd", "redis"} {
+		r := runDlock(t, "", "check", "--url", scheme+"://"+ln.Addr().String(), "--connect-timeout", "1s")
+		if r.code != exitBackend || strings.Contains(r.stderr, "refused") || !strings.Contains(r.stderr, "no answer") {
+			t.Errorf("check on a hung %s: exit %d %q; want %d, no answer, no refusal", scheme, r.code, r.stderr, exitBackend)
+		}
+	}
+}
+
+// Guards against: ls showing "acquired" in METADATA, or a HELD-FOR below zero, for holders with odd stamps.
+// ls on a file backend, holders stamped by dlock and by other clients with
+// odd "acquired" values: METADATA never shows "acquired", HELD-FOR is a
+// duration or "-", and --json's held_for_ms is ≥ 0 for a holder stamped by
+// dlock, never below -1 (unknown) otherwise.
+func TestLs_HeldForWithOddAcquiredStamps(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	url := "file://" + dir
+	l, err := filelock.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	before := time.Now()
+	odd := map[string]string{
+		"heldfor/stamped": "",
+		"heldfor/future":  strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10),
+		"heldfor/junk":    "junk",
+		"heldfor/old":     "1",
+		"heldfor/huge":    "99999999999999999999",
+	}
+	for key, v := range odd {
+		opts := []dlock.Option{dlock.WithTTL(time.Minute), dlock.WithMetadata("note", "x")}
+		if v != "" {
+			opts = append(opts, dlock.WithMetadata(dlock.MetaAcquired, v))
+		}
+		lk, err := l.TryAcquire(ctx, key, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { lk.Release(context.Background()) })
+	}
+	noDefault, err := l.TryAcquire(ctx, "heldfor/nodefault", dlock.WithTTL(time.Minute), dlock.WithoutDefaultMetadata())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { noDefault.Release(context.Background()) })
+	time.Sleep(20 * time.Millisecond) // so that the stamped holder's HeldFor is not 0
+
+	rows, lsOut := lsRows(t, url)
+	t.Logf("ls:\n%s", lsOut.stdout)
+	if len(rows) != len(odd)+1 {
+		t.Fatalf("ls rows %q: want %d", rows, len(odd)+1)
+	}
+	for _, f := range rows {
+		line := strings.Join(f, " ")
+		if strings.Contains(f[len(f)-1], dlock.MetaAcquired) {
+			t.Errorf("ls row %q: METADATA shows acquired", line)
+		}
+		if f[4] != "-" {
+			if d, err := time.ParseDuration(f[4]); err != nil || d < 0 {
+				t.Errorf("ls row %q: HELD-FOR %q is not a duration ≥ 0", line, f[4])
+			}
+		}
+	}
+	r := runDlock(t, url, "ls", "--json")
+	var js []map[string]any
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &js) != nil {
+		t.Fatalf("ls --json: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	for _, row := range js {
+		key, _ := row["key"].(string)
+		held, ok := row["held_for_ms"].(float64)
+		switch {
+		case !ok || held < -1:
+			t.Errorf("ls --json %s: held_for_ms %v", key, row["held_for_ms"])
+		case key == "heldfor/stamped" && (held < 0 || held > float64(time.Since(before).Milliseconds()+1)):
+			t.Errorf("ls --json %s: held_for_ms %v, want in [0, %d]", key, held, time.Since(before).Milliseconds())
+		}
+	}
+}
+
+// heldForWaitGap is how long heldForAfterWait's second run waits after its
+// first attempt: a held_for that counted the wait would exceed the time
+// since the holder was told to release by about that much.
+const heldForWaitGap = 2 * time.Second
+
+// heldForAfterWait starts a holder of key, then a `dlock run --wait`
+// that waits for it and holds key; once that run has said it waits (its
+// first attempt found key held), and heldForWaitGap later, the holder is
+// told to release. It returns when the waiting run was started, when the
+// holder was told to release (before the waiting run could have the key),
+// and ls --json's held_for_ms for key.
+func heldForAfterWait(t *testing.T, url, key string) (called, released time.Time, held float64) {
+	t.Helper()
+	dir := t.TempDir()
+	background(t, url, "run", key, "--", "sh", "-c", "echo started; set -- "+filepath.Join(dir, "go")+"; "+shWaitFor)
+	called = time.Now()
+	waiter := dlockCmd(t.Context(), url, "run", "--verbose", "--wait", "60s", key, "--", "sh", "-c", "echo started; exec sleep 60")
+	wout, werr := &syncBuffer{}, &syncBuffer{}
+	waiter.Stdout, waiter.Stderr = wout, werr
+	waiter.WaitDelay = 5 * time.Second
+	if err := waiter.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopCmd(t, waiter) })
+	waitFor(t, hang, "the second run never said it waits", func() bool { return strings.Contains(werr.String(), "waiting for") })
+	time.Sleep(heldForWaitGap)
+	released = time.Now()
+	marker(t, dir, "go")
+	waitFor(t, hang, "the second run never got the key", func() bool { return strings.Contains(wout.String(), "started") })
+	r := runDlock(t, url, "ls", "--json", key)
+	var js []map[string]any
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &js) != nil || len(js) != 1 {
+		t.Fatalf("ls --json: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	held, _ = js[0]["held_for_ms"].(float64)
+	return called, released, held
+}
+
+// Guards against: ls HELD-FOR counting the time a `dlock run --wait` waited for the key.
+// File backend (a polling waiter, each attempt stamped afresh): a `dlock
+// run --wait` that waited for the holder: ls --json's held_for_ms must
+// not count that wait. It got the key after the holder was told to
+// release: its held_for is at most the time since then (half
+// heldForWaitGap more for an attempt stamped just before and granted just
+// after; the wait would add all of heldForWaitGap).
+func TestLs_HeldForExcludesTheWait_File(t *testing.T) {
+	t.Parallel()
+	_, released, held := heldForAfterWait(t, fileURL(t), "heldfor/waited")
+	most := (time.Since(released) + heldForWaitGap/2).Milliseconds()
+	if held < 0 || held > float64(most) {
+		t.Errorf("held_for_ms %v, %v after the holder was told to release: want in [0, %d], the wait is counted", held, time.Since(released).Round(time.Millisecond), most)
+	}
+}
+
+// Guards against: a queued ZooKeeper waiter's HELD-FOR going past the time since it queued, or below zero.
+// ZooKeeper queues a waiter (etcd alike): its znode, written when it
+// queued, carries the "acquired" stamp of the one Queue attempt, so
+// HELD-FOR counts the wait. That is the documented limit (README,
+// design.md); the test holds it to it: held_for lies within [0, the time
+// since the waiting run started] (stamping the grant would take a write
+// per waited acquisition).
+func TestLs_HeldForBoundedBySinceQueued_ZooKeeper(t *testing.T) {
+	t.Parallel()
+	url := "zk://" + sharedZooKeeper(t).Addr() + "/heldfor"
+	called, _, held := heldForAfterWait(t, url, "heldfor/queued")
+	if most := time.Since(called).Milliseconds() + 1; held < 0 || held > float64(most) {
+		t.Errorf("held_for_ms %v: want in [0, %d], the time since the waiting run started", held, most)
+	}
+}
+
+// Guards against: a HeldFor out of bounds, or another holder's "acquired" stamp, when redislock acquires, lists and releases at once.
+// redislock, many clients acquiring (contended, so later attempts restamp
+// "acquired"), listing and releasing at once (run with -race): every
+// HeldFor is in [0, since the start], and each holder's metadata is the
+// one it was acquired with.
+func TestRedislockList_HeldForInBoundsUnderRace(t *testing.T) {
+	t.Parallel()
+	addr := testserver.StartRedis(t).Addr()
+	ctx := context.Background()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for g := 0; g < 6; g++ {
+		cl := redis.NewClient(&redis.Options{Addr: addr})
+		t.Cleanup(func() { cl.Close() })
+		l := redislock.New(cl)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 8; i++ {
+				key := fmt.Sprintf("heldfor/race/%d", i%2)
+				lk, err := l.Acquire(ctx, key, dlock.WithWait(20*time.Second), dlock.WithMetadata("g", strconv.Itoa(g)))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				infos, err := l.List(ctx, "heldfor/race/")
+				if err != nil {
+					t.Error(err)
+				}
+				for _, in := range infos {
+					for _, h := range in.Holders {
+						if h.HeldFor < 0 || h.HeldFor > time.Since(start)+time.Millisecond {
+							t.Errorf("%s: HeldFor %v out of [0, %v]", in.Key, h.HeldFor, time.Since(start))
+						}
+						if h.Owner == lk.Owner() && h.Metadata[dlock.MetaAcquired] != lk.Metadata()[dlock.MetaAcquired] {
+							t.Errorf("%s: stored acquired %q, the Lock says %q", in.Key, h.Metadata[dlock.MetaAcquired], lk.Metadata()[dlock.MetaAcquired])
+						}
+					}
+				}
+				if err := lk.Release(ctx); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }

@@ -740,9 +740,9 @@ func TestUnknownCommand_SuggestsClosest(t *testing.T) {
 	}
 }
 
-// --ttl 1ms printed "dlock run: dlock: invalid ttl ..." (exit 2 after
-// connecting): it is now a usage error with one "dlock run: " prefix, and
-// so are the other bad durations and an invalid key.
+// Symptom: --ttl 1ms printed "dlock run: dlock: invalid ttl ..." (exit 2 after connecting) (fixed in 00d8929).
+// A --ttl below the minimum is a usage error with one "dlock run: "
+// prefix, and so are the other bad durations and an invalid key.
 func TestRun_TTLBelowMinimumIsUsageError(t *testing.T) {
 	t.Parallel()
 	url := fileURL(t)
@@ -796,8 +796,8 @@ func TestRun_CMDDoesNotSeePassword(t *testing.T) {
 	}
 }
 
-// A CMD that exists but cannot be executed exited 127, as if it were not
-// there: it exits 126, and 127 stays for a CMD that was not found.
+// Symptom: a CMD that exists but cannot be executed exited 127, as if it were not there.
+// It exits 126, and 127 stays for a CMD that was not found.
 func TestRun_NotExecutableExits126(t *testing.T) {
 	t.Parallel()
 	url := fileURL(t)

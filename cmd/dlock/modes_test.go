@@ -203,8 +203,8 @@ func TestModeConflictMessages(t *testing.T) {
 	}
 }
 
-// A --shared run refused while only readers hold the key was refused for
-// a waiting writer (writer preference): the message says so.
+// A --shared run refused while only readers hold the key is refused for a
+// waiting writer (writer preference): the message says so.
 func TestHeldTextWaitingWriter(t *testing.T) {
 	t.Parallel()
 	na := &dlock.NotAcquiredError{Key: "k", Holders: []dlock.Holder{

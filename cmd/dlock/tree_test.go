@@ -297,8 +297,8 @@ func TestIgnoredSignalsStayIgnored(t *testing.T) {
 // SIGKILL to dlock's whole job (kill -9 %1, a process-group kill) does
 // not reach the supervisor, which has a group of its own: it sees dlock
 // gone and kills the whole tree, processes that left CMD's session too.
-// (With the supervisor in dlock's group, both died at once and only CMD,
-// by its parent-death signal, was sure to follow.)
+// (With the supervisor in dlock's group, both would die at once and only
+// CMD, by its parent-death signal, would be sure to follow.)
 func TestKilledJobKillsWholeTree(t *testing.T) {
 	t.Parallel()
 	const setsid, orphan = "300.901", "300.902"
@@ -321,10 +321,10 @@ func TestKilledJobKillsWholeTree(t *testing.T) {
 	}
 }
 
+// Symptom: dlock exited 0 and released the lock with the leftover running on under init (fixed in 4c3c18a).
 // The supervisor SIGKILLed while it waits out --grace for what CMD left
 // running: the leftover comes to dlock (a subreaper too), which must kill
-// it before releasing the lock, and say so. It used to exit 0 and release
-// the lock with the leftover running on under init.
+// it before releasing the lock, and say so.
 func TestSupervisorKilledDuringGrace(t *testing.T) {
 	t.Parallel()
 	const m = "300.801"

@@ -51,11 +51,12 @@ func TestShortWaitStillMakesOneAttempt(t *testing.T) {
 	}
 }
 
-// ?acks=1 on a Redis without replicas: with -n the first attempt's answer
-// was reported as "no answer ... within --connect-timeout"; with -w the
-// cause must be kept; without -w the wait must still end. Every way it
-// is one line, exit 3, naming the missing acknowledgement. (One key each: an attempt cut short at the end
-// of a wait may leave its lease behind until the lease runs out.)
+// Symptom: with -n, unmet ?acks=1 was reported as "no answer ... within --connect-timeout".
+// ?acks=1 on a Redis without replicas: with -n and with -w the cause is
+// kept; without -w the wait still ends. Every way it is one line, exit
+// 3, naming the missing acknowledgement. (One key each: an attempt cut
+// short at the end of a wait may leave its lease behind until the lease
+// runs out.)
 func TestRun_UnmetAcksReportsTheCause(t *testing.T) {
 	t.Parallel()
 	srv := testserver.StartRedis(t)

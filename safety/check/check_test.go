@@ -288,3 +288,57 @@ func TestEmpty(t *testing.T) {
 		t.Fatalf("Analyze(nil) = %+v", r)
 	}
 }
+
+// Symptom: a token granted twice by concurrent acquisitions went uncounted (fixed in 5cfc392).
+// Two acquisitions of one key granted the same token to different
+// holders: fencing cannot tell them apart. With the two calls concurrent
+// (the second called before the first returned), the ordered comparison
+// with acquisitions completed before the call does not see it, the
+// sections do not overlap, and the guard (correctly) refuses the second
+// holder, so Porcupine is satisfied too: the token granted twice is
+// itself counted as a token regression.
+func TestAnalyze_CountsTokenGrantedTwiceToConcurrentAcquisitions(t *testing.T) {
+	ev := []history.Event{
+		{Worker: 1, Key: "k", Op: history.OpAcquire, Result: history.OK, Token: 5, T0: 0, T1: 10},
+		{Worker: 2, Key: "k", Op: history.OpAcquire, Result: history.OK, Token: 5, T0: 1, T1: 30},
+		{Worker: 1, Key: "k", Op: history.OpRelease, Result: history.OK, Token: 5, T0: 20, T1: 21},
+		{Worker: 2, Key: "k", Op: history.OpRelease, Result: history.OK, Token: 5, T0: 40, T1: 41},
+	}
+	r := Analyze(ev)
+	if r.TokenRegressions != 1 {
+		t.Fatalf("two holders granted token 5: %d token regressions, want 1 (%v)", r.TokenRegressions, r.Examples)
+	}
+	// Distinct tokens, concurrent calls: no regression.
+	ev[1].Token = 6
+	if r := Analyze(ev); r.TokenRegressions != 0 {
+		t.Fatalf("tokens 5 and 6: %d regressions", r.TokenRegressions)
+	}
+	// Same token on different keys: no regression.
+	ev[1].Token, ev[1].Key, ev[3].Key = 5, "other", "other"
+	if r := Analyze(ev); r.TokenRegressions != 0 {
+		t.Fatalf("token 5 on two keys: %d regressions", r.TokenRegressions)
+	}
+}
+
+// Symptom: a fenced write at an equal token from another worker was not counted stale (fixed in fec01cf).
+// The fenced register applies a write at the highest token it had
+// applied, presented by another worker: dlock's rule for exclusive fences
+// refuses an equal token from another holder, so (b) counts it as a stale
+// write, not only tokens strictly below the highest (otherwise only
+// Porcupine, when it does not time out, would see it).
+func TestAnalyze_EqualTokenFromOtherWorkerIsStale(t *testing.T) {
+	ev := []history.Event{
+		{Worker: 1, Key: "k", Op: history.OpAccept, Register: history.Fenced, Result: history.OK, Token: 5, Value: 1, T0: 1},
+		{Worker: 2, Key: "k", Op: history.OpAccept, Register: history.Fenced, Result: history.OK, Token: 5, Value: 2, T0: 2},
+		{Worker: 2, Key: "k", Op: history.OpAccept, Register: history.Fenced, Result: history.OK, Token: 5, Value: 3, T0: 3},
+		{Worker: 1, Key: "k", Op: history.OpAccept, Register: history.Fenced, Result: history.OK, Token: 6, Value: 4, T0: 4},
+		{Worker: 1, Key: "k", Op: history.OpAccept, Register: history.Fenced, Result: history.OK, Token: 6, Value: 5, T0: 5},
+	}
+	r := Analyze(ev)
+	if r.Fenced.StaleAccepted != 2 {
+		t.Fatalf("worker 2 wrote twice at worker 1's token 5: %d stale accepted, want 2 (the same holder's second write and a higher token are not stale)", r.Fenced.StaleAccepted)
+	}
+	if !r.FencedViolations() {
+		t.Fatal("not a fenced violation")
+	}
+}

@@ -20,7 +20,7 @@ func TestOpenLockerBadSentinelSpec(t *testing.T) {
 		"sentinel:m@127.0.0.1:26379?acks=x",        // not a number
 		"sentinel:m@127.0.0.1:26379?timeout=1s",    // an unknown option
 		"sentinel:m@127.0.0.1:26379?acks=1&acks=2", // one option only
-		"sentinel:m@a:1,,b:2",                      // an empty address (red team 16)
+		"sentinel:m@a:1,,b:2",                      // an empty address
 		"sentinel:m@@a:1",                          // two @
 		"sentinel:m@a:1?",                          // an empty query
 		"sentinel:m@a",                             // no port

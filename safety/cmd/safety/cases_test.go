@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -16,8 +17,8 @@ import (
 // A pause lands on whichever asked worker reaches its critical section,
 // and the worker that never gets the lock is not stopped later. (One
 // worker chosen at random could wait behind the others past the
-// deadline on a loaded machine, and a short case then had no pause: the
-// negative control read as blind.)
+// deadline on a loaded machine, and a short case would then have no
+// pause: the negative control would read as blind.)
 func TestPauseInCriticalSection_LandsOnTheWorkerThatGetsTheLock(t *testing.T) {
 	ctx := context.Background()
 	blockedDir, freeDir := t.TempDir(), t.TempDir()
@@ -75,6 +76,64 @@ func waitWorkerStarted(t *testing.T, dir string, id int) {
 		}
 		if time.Now().After(end) {
 			t.Fatalf("worker %d did not start", id)
+		}
+	}
+}
+
+// Symptom: a timed-out pause request stopped the worker later, unrecorded, and no one resumed it (fixed in 1db806a).
+// A pause request that timed out (the worker was not getting the lock) is
+// withdrawn: the worker does not stop itself at its next critical section
+// (an uncounted fault, which the case would wait 30 s past its end to
+// kill).
+func TestPauseInCriticalSection_TimedOutRequestIsWithdrawn(t *testing.T) {
+	ctx := context.Background()
+	lockDir := t.TempDir()
+	lk := holdRegisterLock(t, lockDir)
+	h := &tb{root: t.TempDir()}
+	defer h.close()
+	dir := t.TempDir()
+	c := caseSpec{backend: "file", fault: "client-pause", ttl: 500 * time.Millisecond, dur: 6 * time.Second}
+	w := startWorker(h, dir, "file:"+lockDir, 0, c, c.dur, 1)
+	waitWorkerStarted(t, dir, 0) // and failed an acquisition: the test holds the lock
+	if len(pauseInCriticalSection([]*proc{w}, 300*time.Millisecond)) > 0 {
+		t.Fatal("the worker paused in a critical section while the test held the lock")
+	}
+	if err := lk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if stopped(w.cmd.Process.Pid) {
+			t.Fatal("the worker stopped itself after its pause request had timed out: an unrecorded pause no one resumes")
+		}
+		select {
+		case <-w.done:
+			t.Fatal("the worker exited early")
+		default:
+		}
+	}
+}
+
+// Symptom: crashed workers went unnoticed and the case reported their events as if they had run their course (fixed in 074d0f7).
+// A worker process that crashes (exit status 3 here) makes a case error
+// that says how it ended: cmd.Wait's error is kept.
+func TestRunCase_CrashedWorkerIsCaseError(t *testing.T) {
+	t.Setenv("DLOCK_SAFETY_TEST_WORKER_EXIT", "1")
+	c := caseSpec{backend: "file", fault: "none", ttl: time.Second, dur: time.Second}
+	res := runCase(c, 2, 1)
+	if res.err == "" {
+		t.Fatal("a case whose workers all crashed has no error")
+	}
+	if !strings.Contains(res.err, "exit status 3") || !strings.Contains(res.err, "told to fail") {
+		t.Fatalf("the case error does not say how the worker ended: %s", res.err)
+	}
+}
+
+// Symptom: the matrix's Faults section listed clock-jump and kill-leader with an empty description (fixed in 62b1ae4).
+// Every fault a case injects has its faultDoc entry.
+func TestFaultDoc_DescribesEveryCaseFault(t *testing.T) {
+	for _, c := range append(allCases(), quickCases()...) {
+		if faultDoc[c.fault] == "" {
+			t.Errorf("%s: fault %q has no faultDoc entry (the matrix would describe it as empty)", c.name(), c.fault)
 		}
 	}
 }

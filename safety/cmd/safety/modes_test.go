@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -91,37 +90,32 @@ func TestSemRowProblems(t *testing.T) {
 	}
 }
 
-// redisModes reports whether redislock offers the Shared and Limited
-// modes (it does once issue 14's redislock work is merged).
-func redisModes(t *testing.T, addr string) bool {
+// requireRedisModes fails the test unless redislock grants Shared and
+// Limited locks on the server at addr.
+func requireRedisModes(t *testing.T, addr string) {
+	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, opt := range []dlock.Option{dlock.WithShared(), dlock.WithLimit(semPermits)} {
 		lk, err := redislock.New(c).TryAcquire(ctx, "safety/probe", opt)
-		if errors.Is(err, dlock.ErrUnsupported) {
-			return false
-		}
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("redislock refused a shared or limited lock the rw and sem rows need: %v", err)
 		}
 		if err := lk.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return true
 }
 
-// The new rows end to end, short: real worker processes on a real
+// The rw and sem rows end to end, short: real worker processes on a real
 // redis-server, writers (rw) or permit holders (sem) paused past their
 // TTL. The run's own rules (problems) must hold: the rw row's control
 // sees the paused writer's damage and the fenced register none; the sem
 // row sees a holder beyond the limit.
 func TestPrimitiveRowsRedis(t *testing.T) {
-	if !redisModes(t, testserver.StartRedis(t).Addr()) {
-		t.Skip("redislock does not offer Shared and Limited locks yet")
-	}
+	requireRedisModes(t, testserver.StartRedis(t).Addr())
 	for _, backend := range []string{"redis-rw", "redis-sem"} {
 		c := caseSpec{backend: backend, fault: "client-pause", ttl: 500 * time.Millisecond, dur: 8 * time.Second, pauses: 3}
 		r := runCase(c, 4, 1)

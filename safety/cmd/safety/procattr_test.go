@@ -69,10 +69,11 @@ func alive(pid int) bool {
 	return i > 0 && len(s) > i+2 && s[i+2] != 'Z' && s[i+2] != 'X'
 }
 
+// Symptom: a harness killed mid-case left its workers and redis-servers running (fixed in deaa8a4).
 // A harness killed mid-case (make's timeout, ^C on go run, an OOM kill)
-// left its children running: workers (a stopped one forever) and
-// redis-servers, holding ports and CPU on a 2-core machine.
-func TestRegressNoOrphansWhenHarnessDies(t *testing.T) {
+// takes its children with it: workers (a stopped one too) and
+// redis-servers, which would otherwise hold ports and CPU.
+func TestHarnessDeath_EndsItsChildren(t *testing.T) {
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

@@ -147,7 +147,7 @@ func truncate(s string, n int) string {
 // (ErrUnavailable when the backend gave no answer; the break may then
 // still take effect).
 func (e *Engine) Break(ctx context.Context, key, owner string) (Broken, error) {
-	if err := e.Check(ctx); err != nil {
+	if err := e.check(ctx); err != nil {
 		return Broken{}, err
 	}
 	if err := ValidateKey(key); err != nil {

@@ -31,7 +31,7 @@ func TestBreakUnsupported(t *testing.T) {
 	if _, err := dlock.Break(ctx, plainLocker{memlock.New()}, "k", ""); !errors.Is(err, dlock.ErrUnsupported) {
 		t.Errorf("Break on a Locker without Break = %v, want ErrUnsupported", err)
 	}
-	if _, err := dlock.FailedEngine(dlock.ErrNilClient).Break(ctx, "k", ""); !errors.Is(err, dlock.ErrNilClient) {
+	if _, err := dlock.NewEngine(driver.Failed(dlock.ErrNilClient)).Break(ctx, "k", ""); !errors.Is(err, dlock.ErrNilClient) {
 		t.Errorf("Break on a failed engine = %v, want its error", err)
 	}
 	var zero *dlock.Engine

@@ -30,6 +30,7 @@ type Engine struct {
 	queuer  driver.Queuer
 	aborter driver.Aborter
 	leaver  driver.Leaver
+	lister  heldLister
 	wd      *watchdog
 	src     *source
 	rtt     atomic.Int64 // moving average of answered attempts, ns
@@ -41,22 +42,26 @@ var _ Locker = (*Engine)(nil)
 // NewEngine returns an Engine over d, configured by the core's options
 // among opts (WithObserver; a backend passes its New's whole option list,
 // and the options meant for the backend are ignored here). Leases are
-// renewed in batches when d implements driver.BatchRenewer. A nil d gives
-// an Engine that fails every call with ErrNilClient, and an option of a
-// package other than d's and the core's (another backend's, which d would
-// silently ignore) one that fails every call with ErrInvalidOption naming
-// that package.
+// renewed in batches when d implements driver.BatchRenewer.
+//
+// The Engine fails every call, with the same error, when d is nil
+// (ErrNilClient), made by driver.Failed (its error), or when opts hold an
+// option of a package other than d's and the core's: another backend's,
+// which d would silently ignore (ErrInvalidOption, naming the package).
 func NewEngine(d driver.Driver, opts ...driver.Option) *Engine {
 	if d == nil {
-		return FailedEngine(fmt.Errorf("%w: nil driver", ErrNilClient))
+		return failedEngine(fmt.Errorf("%w: nil driver", ErrNilClient))
+	}
+	if failed, err := driver.FailureOf(d); failed {
+		return failedEngine(err)
 	}
 	if own := driverPackage(d); own != "" {
 		if _, name := driver.ForeignTo(opts, own); name != "" {
-			return FailedEngine(fmt.Errorf("%w: a %s option given to %s.New, which would ignore it", ErrInvalidOption, name, path.Base(own)))
+			return failedEngine(fmt.Errorf("%w: a %s option given to %s.New, which would ignore it", ErrInvalidOption, name, path.Base(own)))
 		}
 	}
 	e := &Engine{drv: d, spec: d.Spec()}
-	e.src = &source{name: e.spec.Name, obs: ObserverOf(opts)}
+	e.src = &source{name: e.spec.Name, obs: observerOf(opts)}
 	if e.minTTL = e.spec.MinTTL; e.minTTL <= 0 {
 		e.minTTL = MinTTL
 	}
@@ -64,27 +69,25 @@ func NewEngine(d driver.Driver, opts ...driver.Option) *Engine {
 	e.queuer, _ = d.(driver.Queuer)
 	e.aborter, _ = d.(driver.Aborter)
 	e.leaver, _ = d.(driver.Leaver)
+	e.lister, _ = d.(heldLister)
 	br, _ := d.(driver.BatchRenewer)
 	e.wd = newWatchdog(br, e.src)
 	return e
 }
 
-// FailedEngine returns an Engine whose every call fails with err: what a
-// backend's New returns when it is given a nil client or a bad option (its
-// signature has no error), so the failure is reported once, the same way,
-// by the first call.
-func FailedEngine(err error) *Engine {
+// failedEngine returns an Engine whose every call fails with err
+// (ErrNilClient when err is nil).
+func failedEngine(err error) *Engine {
 	if err == nil {
 		err = ErrNilClient
 	}
 	return &Engine{err: err, src: &source{}}
 }
 
-// Err returns the error the Engine was constructed with (nil for a working
-// one). Backends check it in methods of their own (List, guards). A nil
-// *Engine and the zero Engine (not made by NewEngine or FailedEngine)
-// report an error wrapping ErrNilClient.
-func (e *Engine) Err() error {
+// failure returns the error the Engine was constructed with (nil for a
+// working one). A nil *Engine (a nil backend Locker's) and the zero Engine
+// (not made by NewEngine) report an error wrapping ErrNilClient.
+func (e *Engine) failure() error {
 	switch {
 	case e == nil:
 		return fmt.Errorf("%w: nil Locker", ErrNilClient)
@@ -94,10 +97,10 @@ func (e *Engine) Err() error {
 	return e.err
 }
 
-// Check returns the error a call with ctx must fail with before doing
+// check returns the error a call with ctx must fail with before doing
 // anything: the constructor's failure or a nil context.
-func (e *Engine) Check(ctx context.Context) error {
-	if err := e.Err(); err != nil {
+func (e *Engine) check(ctx context.Context) error {
+	if err := e.failure(); err != nil {
 		return err
 	}
 	if ctx == nil {
@@ -131,7 +134,7 @@ var errNilContext = fmt.Errorf("%w: nil context", ErrInvalidOption)
 // Locker's Observer and to the call's (WithCallObserver). Without either
 // it costs nothing more than acquire.
 func (e *Engine) observed(ctx context.Context, key string, opts []Option, wait bool) (*Lock, error) {
-	if err := e.Err(); err != nil {
+	if err := e.failure(); err != nil {
 		return nil, err
 	}
 	var start time.Time

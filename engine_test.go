@@ -25,28 +25,37 @@ func TestEngine_ZeroValueFailsWithErrNilClient(t *testing.T) {
 	if _, err := e.Acquire(ctx, "k"); !errors.Is(err, dlock.ErrNilClient) {
 		t.Errorf("Acquire on the zero Engine: %v, want ErrNilClient", err)
 	}
-	if err := e.Check(ctx); !errors.Is(err, dlock.ErrNilClient) {
-		t.Errorf("Check on the zero Engine: %v, want ErrNilClient", err)
-	}
-	if err := dlock.NewEngine(nil).Err(); !errors.Is(err, dlock.ErrNilClient) {
-		t.Errorf("NewEngine(nil).Err() = %v, want ErrNilClient", err)
-	}
-	if err := dlock.FailedEngine(nil).Err(); !errors.Is(err, dlock.ErrNilClient) {
-		t.Errorf("FailedEngine(nil).Err() = %v, want ErrNilClient", err)
+	if _, err := e.List(ctx, ""); !errors.Is(err, dlock.ErrNilClient) {
+		t.Errorf("List on the zero Engine: %v, want ErrNilClient", err)
 	}
 }
 
-func TestFailedEngine(t *testing.T) {
-	e := dlock.FailedEngine(dlock.ErrNilClient)
-	if _, err := e.Acquire(ctxT(t), "k"); !errors.Is(err, dlock.ErrNilClient) {
-		t.Fatal(err)
-	}
-	if _, err := dlock.NewEngine(nil).TryAcquire(ctxT(t), "k"); !errors.Is(err, dlock.ErrNilClient) {
-		t.Fatal(err)
-	}
-	var nilEngine *dlock.Engine
-	if err := nilEngine.Check(ctxT(t)); !errors.Is(err, dlock.ErrNilClient) {
-		t.Fatal(err)
+// An Engine over no driver, or over driver.Failed, fails every call with
+// the constructor's error; a nil *Engine (a nil backend Locker's) too.
+func TestNewEngine_FailedDriverFailsEveryCall(t *testing.T) {
+	boom := errors.New("boom")
+	for _, tc := range []struct {
+		name string
+		e    *dlock.Engine
+		want error
+	}{
+		{"nil driver", dlock.NewEngine(nil), dlock.ErrNilClient},
+		{"driver.Failed(nil)", dlock.NewEngine(driver.Failed(nil)), dlock.ErrNilClient},
+		{"driver.Failed(boom)", dlock.NewEngine(driver.Failed(boom)), boom},
+		{"nil *Engine", nil, dlock.ErrNilClient},
+	} {
+		if _, err := tc.e.Acquire(ctxT(t), "k"); !errors.Is(err, tc.want) {
+			t.Errorf("%s: Acquire = %v, want %v", tc.name, err, tc.want)
+		}
+		if _, err := tc.e.TryAcquire(ctxT(t), "k"); !errors.Is(err, tc.want) {
+			t.Errorf("%s: TryAcquire = %v, want %v", tc.name, err, tc.want)
+		}
+		if _, err := tc.e.List(ctxT(t), ""); !errors.Is(err, tc.want) {
+			t.Errorf("%s: List = %v, want %v", tc.name, err, tc.want)
+		}
+		if _, err := tc.e.Break(ctxT(t), "k", ""); !errors.Is(err, tc.want) {
+			t.Errorf("%s: Break = %v, want %v", tc.name, err, tc.want)
+		}
 	}
 }
 

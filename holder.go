@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -78,12 +79,45 @@ type Lister interface {
 	List(ctx context.Context, prefix string) ([]Info, error)
 }
 
-// FillHeldFor sets, for each holder in infos whose HeldFor is 0, HeldFor
+// heldLister is the driver side of List: a driver.Driver with this method
+// gives its Engine, and so its backend's Locker, a List. ListHeld returns
+// the keys held under prefix, as the service reports them; the Engine
+// checks the arguments first, returns by ctx's deadline whatever the
+// driver does, fills HeldFor from MetaAcquired where the service left it
+// 0, and sorts the result by key.
+type heldLister interface {
+	ListHeld(ctx context.Context, prefix string) ([]Info, error)
+}
+
+// List implements Lister over a driver that lists held keys (ListHeld;
+// every dlock backend's does): the keys held under prefix ("" for all),
+// sorted by key. It returns by ctx's deadline even when the service does
+// not answer (an error wrapping ErrUnavailable and the context's error).
+// A driver that cannot list gives an error wrapping ErrUnsupported.
+func (e *Engine) List(ctx context.Context, prefix string) ([]Info, error) {
+	if err := e.check(ctx); err != nil {
+		return nil, err
+	}
+	if e.lister == nil {
+		return nil, fmt.Errorf("%w: %s cannot list held keys", ErrUnsupported, e.spec.Name)
+	}
+	infos, err, abandoned := call(ctx, func(ctx context.Context) ([]Info, error) { return e.lister.ListHeld(ctx, prefix) }, nil)
+	switch {
+	case abandoned:
+		return nil, fmt.Errorf("%w: %s list: no answer before the context ended: %w", ErrUnavailable, e.spec.Name, err)
+	case err != nil:
+		return nil, err
+	}
+	fillHeldFor(infos, time.Now())
+	slices.SortStableFunc(infos, func(a, b Info) int { return strings.Compare(a.Key, b.Key) })
+	return infos, nil
+}
+
+// fillHeldFor sets, for each holder in infos whose HeldFor is 0, HeldFor
 // to the time from its Metadata[MetaAcquired] to now (never negative: the
 // holder's clock may run ahead of now's); a holder without that metadata,
-// or with a value that is not Unix milliseconds, keeps 0. Backends call it
-// at the end of List.
-func FillHeldFor(infos []Info, now time.Time) {
+// or with a value that is not Unix milliseconds, keeps 0.
+func fillHeldFor(infos []Info, now time.Time) {
 	for i := range infos {
 		for j := range infos[i].Holders {
 			h := &infos[i].Holders[j]

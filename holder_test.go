@@ -14,29 +14,6 @@ import (
 	"github.com/dlock-go/dlock/memlock"
 )
 
-func TestFillHeldFor(t *testing.T) {
-	now := time.UnixMilli(1_800_000_000_000)
-	at := func(d time.Duration) map[string]string {
-		return map[string]string{dlock.MetaAcquired: strconv.FormatInt(now.Add(-d).UnixMilli(), 10)}
-	}
-	infos := []dlock.Info{{Key: "k", Holders: []dlock.Holder{
-		{Metadata: at(1500 * time.Millisecond)},                        // derived
-		{Metadata: at(time.Hour), HeldFor: 3 * time.Second},            // the service's own kept
-		{Metadata: at(-time.Minute)},                                   // holder's clock ahead: 0, never negative
-		{Metadata: map[string]string{dlock.MetaAcquired: "yesterday"}}, // junk: unknown
-		{Metadata: map[string]string{dlock.MetaAcquired: "-5"}},        // junk: unknown
-		{}, // WithoutDefaultMetadata: unknown
-	}}}
-	dlock.FillHeldFor(infos, now)
-	want := []time.Duration{1500 * time.Millisecond, 3 * time.Second, 0, 0, 0, 0}
-	for i, h := range infos[0].Holders {
-		if h.HeldFor != want[i] {
-			t.Errorf("holder %d: HeldFor %v, want %v", i, h.HeldFor, want[i])
-		}
-	}
-	dlock.FillHeldFor(nil, now) // no panic
-}
-
 // MetaAcquired is the winning attempt's time, not the call's: a waiter
 // that waited does not count its wait as held.
 func TestAcquiredIsTheWinningAttempts(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/observe"
 )
 
 // LossReason says why a held lock was lost (LostError.Reason, Event.Reason).
@@ -134,22 +135,28 @@ type ObserverFunc func(Event)
 // Observe implements Observer.
 func (f ObserverFunc) Observe(e Event) { f(e) }
 
+// LockerOption configures a Locker or a guard when a backend's New or
+// guard constructor builds it: every backend's Option is this type, so one
+// list holds the backend's own options and the core's (WithObserver). An
+// option of another backend is refused (ErrInvalidOption), never silently
+// ignored.
+type LockerOption = driver.Option
+
 // WithObserver makes a backend's Locker (or guard) report its Events to o.
 // Every backend's New and every guard constructor accepts it among its own
 // options:
 //
 //	redislock.New(client, dlock.WithObserver(dlock.NewSlogObserver(logger)))
-func WithObserver(o Observer) driver.Option {
+func WithObserver(o Observer) LockerOption {
 	return driver.CoreSetting(func(s *coreSettings) { s.observer = o })
 }
 
-// ObserverOf returns the Observer that WithObserver set among opts, or nil
-// (also for a typed nil). Backend packages use it for parts that report
-// Events without an Engine (guards); a Locker gets its Observer through
-// NewEngine. The Observer returned recovers a panic of the one set, so
-// that reporting an Event never unwinds the caller's state (a held mutex,
-// a lock being handed out).
-func ObserverOf(opts []driver.Option) Observer {
+// observerOf returns the Observer that WithObserver set among opts, or nil
+// (also for a typed nil). A Locker gets it through NewEngine, a guard
+// through internal/observe. The Observer returned recovers a panic of the
+// one set, so that reporting an Event never unwinds the caller's state (a
+// held mutex, a lock being handed out).
+func observerOf(opts []driver.Option) Observer {
 	var s coreSettings
 	driver.Apply(&s, opts)
 	o := s.observer
@@ -160,6 +167,10 @@ func ObserverOf(opts []driver.Option) Observer {
 		return o
 	}
 	return recovering{o}
+}
+
+func init() {
+	observe.Of = func(opts []driver.Option) any { return observerOf(opts) }
 }
 
 // isNilValue reports whether o holds a typed nil (a nil pointer, func,

@@ -15,6 +15,7 @@ import (
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/guard"
+	"github.com/dlock-go/dlock/internal/observe"
 	"github.com/dlock-go/dlock/memlock"
 )
 
@@ -669,11 +670,11 @@ func TestObserver_TypedNilCountsAsNone(t *testing.T) {
 	if err := lk.Release(ctx); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	if o := dlock.ObserverOf(nil); o != nil {
-		t.Errorf("ObserverOf(nil) = %v, want nil", o)
+	if o := observe.Of(nil); o != nil {
+		t.Errorf("observe.Of(nil) = %v, want nil", o)
 	}
-	if o := dlock.ObserverOf([]driver.Option{dlock.WithObserver(dlock.ObserverFunc(nil))}); o != nil {
-		t.Errorf("ObserverOf(typed nil) = %v, want nil", o)
+	if o := observe.Of([]driver.Option{dlock.WithObserver(dlock.ObserverFunc(nil))}); o != nil {
+		t.Errorf("observe.Of(typed nil) = %v, want nil", o)
 	}
 }
 

@@ -30,10 +30,12 @@ import (
 // number of entries that do not hold. Release receipts (see Release) are
 // not locks and are skipped. prefix is matched against the escaped names.
 func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) {
-	if err := l.engine().Check(ctx); err != nil {
-		return nil, err
-	}
-	b := l.b
+	return l.engine().List(ctx, prefix)
+}
+
+// ListHeld lists the keys held under prefix for the Engine's List, which
+// checks the arguments, returns by ctx's deadline, fills HeldFor and sorts.
+func (b *backend) ListHeld(ctx context.Context, prefix string) ([]dlock.Info, error) {
 	ctx, cancel := b.rpc(ctx)
 	defer cancel()
 	resp, err := b.client.Get(ctx, b.prefix+EscapeKey(prefix), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
@@ -72,7 +74,6 @@ func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) 
 		out = append(out, info)
 	}
 	slices.SortFunc(out, func(a, b dlock.Info) int { return cmp.Compare(a.Key, b.Key) })
-	dlock.FillHeldFor(out, time.Now())
 	return out, nil
 }
 

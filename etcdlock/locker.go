@@ -38,7 +38,7 @@ const (
 // Option configures a Locker or a Guard: etcdlock's own options below and
 // the core's (dlock.WithObserver). Each is applied where it is meant and
 // ignored elsewhere.
-type Option = driver.Option
+type Option = dlock.LockerOption
 
 type options struct {
 	prefix         string
@@ -104,9 +104,9 @@ func New(client *clientv3.Client, opts ...Option) *Locker {
 		sessions: map[int64][]*session{}, orphans: map[*entry]struct{}{}, spent: map[string]struct{}{}}
 	switch {
 	case client == nil:
-		return &Locker{e: dlock.FailedEngine(fmt.Errorf("%w: etcdlock.New was given a nil etcd client", dlock.ErrNilClient)), b: b}
+		return &Locker{e: dlock.NewEngine(driver.Failed(fmt.Errorf("%w: etcdlock.New was given a nil etcd client", dlock.ErrNilClient))), b: b}
 	case o.requestTimeout < 0:
-		return &Locker{e: dlock.FailedEngine(fmt.Errorf("%w: etcdlock: negative request timeout %v", dlock.ErrInvalidOption, o.requestTimeout)), b: b}
+		return &Locker{e: dlock.NewEngine(driver.Failed(fmt.Errorf("%w: etcdlock: negative request timeout %v", dlock.ErrInvalidOption, o.requestTimeout))), b: b}
 	case o.requestTimeout == 0:
 		b.timeout = DefaultRequestTimeout
 	}

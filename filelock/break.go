@@ -79,7 +79,7 @@ const opTimeout = 30 * time.Second
 // error wrapping dlock.ErrNilClient.
 func (l *Locker) Expire(key string) error {
 	if l == nil {
-		return l.engine().Err() // an error wrapping dlock.ErrNilClient
+		return fmt.Errorf("%w: nil filelock.Locker", dlock.ErrNilClient)
 	}
 	if err := dlock.ValidateKey(key); err != nil {
 		return err

@@ -22,13 +22,13 @@ var errNilContext = fmt.Errorf("%w: filelock: nil context", dlock.ErrInvalidOpti
 // replaced atomically, so every entry is a consistent snapshot. Records that
 // cannot be decoded are skipped.
 func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) {
-	if l == nil {
-		return nil, l.engine().Err() // an error wrapping dlock.ErrNilClient
-	}
-	if ctx == nil {
-		return nil, errNilContext
-	}
-	ents, err := os.ReadDir(l.dir)
+	return l.engine().List(ctx, prefix)
+}
+
+// ListHeld lists the keys held under prefix for the Engine's List, which
+// checks the arguments, returns by ctx's deadline, fills HeldFor and sorts.
+func (b *backend) ListHeld(ctx context.Context, prefix string) ([]dlock.Info, error) {
+	ents, err := os.ReadDir(b.dir)
 	if err != nil {
 		return nil, fmt.Errorf("filelock: list: %w", err)
 	}
@@ -41,7 +41,7 @@ func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) 
 			continue
 		}
 		var r record
-		if ok, err := readJSON(filepath.Join(l.dir, e.Name()), &r); !ok || err != nil {
+		if ok, err := readJSON(filepath.Join(b.dir, e.Name()), &r); !ok || err != nil {
 			continue
 		}
 		if !strings.HasPrefix(r.Key, prefix) || fileID(r.Key)+leaseSuffix != e.Name() {
@@ -59,6 +59,5 @@ func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) 
 		out = append(out, info)
 	}
 	slices.SortFunc(out, func(a, b dlock.Info) int { return strings.Compare(a.Key, b.Key) })
-	dlock.FillHeldFor(out, time.Now())
 	return out, nil
 }

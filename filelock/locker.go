@@ -25,7 +25,7 @@ type options struct {
 
 // Option configures a Locker: filelock's own options below and the
 // core's (dlock.WithObserver).
-type Option = driver.Option
+type Option = dlock.LockerOption
 
 // WithPollInterval sets the fallback polling period of waiters (default
 // DefaultPollInterval, jittered ±25%). Values below MinPollInterval make
@@ -75,11 +75,11 @@ func New(dir string, opts ...Option) (*Locker, error) {
 	if err != nil {
 		return nil, err
 	}
+	if _, name := driver.Foreign[options](opts); name != "" {
+		return nil, fmt.Errorf("%w: a %s option given to filelock.New, which would ignore it", dlock.ErrInvalidOption, name)
+	}
 	l := &Locker{dir: canon, opts: o}
 	l.e = dlock.NewEngine((*backend)(l), opts...)
-	if err := l.e.Err(); err != nil { // another backend's option
-		return nil, err
-	}
 	return l, nil
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/observe"
 )
 
 // Guard is what every guard offers: fenced Put and Get of named values
@@ -62,7 +63,8 @@ type Checker struct {
 // to the Observer set among them with dlock.WithObserver (none: no
 // reports); other options are ignored.
 func NewChecker(backend string, opts []driver.Option) Checker {
-	return Checker{backend: backend, obs: dlock.ObserverOf(opts)}
+	o, _ := observe.Of(opts).(dlock.Observer)
+	return Checker{backend: backend, obs: o}
 }
 
 // Backend returns the backend name given to NewChecker.

@@ -12,10 +12,12 @@ import (
 
 // List implements dlock.Lister: the held keys under prefix, sorted.
 func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) {
-	if err := l.engine().Check(ctx); err != nil {
-		return nil, err
-	}
-	s := l.s
+	return l.engine().List(ctx, prefix)
+}
+
+// ListHeld lists the keys held under prefix for the Engine's List, which
+// checks the arguments, returns by ctx's deadline, fills HeldFor and sorts.
+func (s *state) ListHeld(ctx context.Context, prefix string) ([]dlock.Info, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()

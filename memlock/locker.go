@@ -14,7 +14,7 @@ import (
 
 // Option configures a Locker. memlock has no options of its own; it
 // accepts the core's (dlock.WithObserver).
-type Option = driver.Option
+type Option = dlock.LockerOption
 
 // Locker is an in-memory lock service. The zero value is not usable; call
 // New. Lockers are safe for concurrent use; share one between the goroutines

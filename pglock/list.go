@@ -20,15 +20,17 @@ import (
 // limited one. Waiters is -1: waiters poll or listen, they are not queued
 // in the table.
 func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) {
-	if err := l.engine().Check(ctx); err != nil {
-		return nil, err
-	}
+	return l.engine().List(ctx, prefix)
+}
+
+// ListHeld lists the keys held under prefix for the Engine's List, which
+// checks the arguments, returns by ctx's deadline, fills HeldFor and sorts.
+func (b *backend) ListHeld(ctx context.Context, prefix string) ([]dlock.Info, error) {
 	if !utf8.ValidString(prefix) || strings.IndexByte(prefix, 0) >= 0 {
 		// PostgreSQL's text cannot hold it (keys never do: see
 		// dlock.ValidateKey).
 		return nil, fmt.Errorf("%w: postgres list: prefix %q is not valid UTF-8 without NUL", dlock.ErrInvalidKey, prefix)
 	}
-	b := l.b
 	if err := b.ready(ctx); err != nil {
 		return nil, err
 	}

@@ -29,7 +29,7 @@ const (
 // Option configures a Locker, a Guard or Migrate: pglock's own options and
 // the core's (dlock.WithObserver). Each is applied where it is meant and
 // ignored elsewhere.
-type Option = driver.Option
+type Option = dlock.LockerOption
 
 type options struct {
 	table          string
@@ -123,7 +123,7 @@ func New(pool *pgxpool.Pool, opts ...Option) *Locker {
 	o := defaultOptions()
 	driver.Apply(&o, opts)
 	b := &backend{pool: pool, timeout: o.requestTimeout, migrate: !o.noMigrate}
-	fail := func(err error) *Locker { return &Locker{e: dlock.FailedEngine(err), b: b} }
+	fail := func(err error) *Locker { return &Locker{e: dlock.NewEngine(driver.Failed(err)), b: b} }
 	n, err := namesFor(o.table)
 	switch {
 	case pool == nil:

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -25,11 +24,14 @@ import (
 // deadline even when the server does not answer (an error wrapping
 // dlock.ErrUnavailable).
 func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) {
-	if err := l.engine().Check(ctx); err != nil {
-		return nil, err
-	}
+	return l.engine().List(ctx, prefix)
+}
+
+// ListHeld lists the keys held under prefix for the Engine's List, which
+// checks the arguments, returns by ctx's deadline, fills HeldFor and sorts.
+func (b *backend) ListHeld(ctx context.Context, prefix string) ([]dlock.Info, error) {
 	infos, err, abandoned := redisproto.Await(ctx, func(ctx context.Context) ([]dlock.Info, error) {
-		return l.b.list(ctx, prefix)
+		return b.list(ctx, prefix)
 	})
 	switch {
 	case abandoned || clientGaveUp(ctx, err):
@@ -37,7 +39,6 @@ func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) 
 	case err != nil:
 		return nil, fmt.Errorf("dlock: redis list: %w", err)
 	}
-	dlock.FillHeldFor(infos, time.Now())
 	return infos, nil
 }
 

@@ -52,11 +52,11 @@ var (
 // wrapping dlock.ErrInvalidOption.
 func New(client redis.UniversalClient, opts ...Option) *Locker {
 	if redisproto.IsNil(client) {
-		return &Locker{e: dlock.FailedEngine(fmt.Errorf("%w: redislock.New was given a nil redis client", dlock.ErrNilClient))}
+		return &Locker{e: dlock.NewEngine(driver.Failed(fmt.Errorf("%w: redislock.New was given a nil redis client", dlock.ErrNilClient)))}
 	}
 	cfg := newConfig(opts)
 	if err := cfg.validate(client, "redislock.New"); err != nil {
-		return &Locker{e: dlock.FailedEngine(err)}
+		return &Locker{e: dlock.NewEngine(driver.Failed(err))}
 	}
 	b := &backend{node: redisproto.NewNode(client, cfg.prefix), unsafeEviction: cfg.unsafeEviction}
 	b.node.Acks, b.node.AckTimeout = cfg.acks, cfg.ackTimeout
@@ -94,7 +94,7 @@ func (l *Locker) LockKey(key string) string {
 // Option configures a Locker or a Guard: redislock's own options
 // (WithPrefix, WithReplicaAcks) and the core's (dlock.WithObserver), in
 // one list.
-type Option = driver.Option
+type Option = dlock.LockerOption
 
 // config holds redislock's own settings.
 type config struct {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/background"
@@ -21,10 +20,12 @@ import (
 // when nodes do not answer: those count as failed, and without a majority
 // of answers the error wraps dlock.ErrUnavailable.
 func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) {
-	if err := l.engine().Check(ctx); err != nil { // before any goroutine gets ctx
-		return nil, err
-	}
-	b := l.b
+	return l.engine().List(ctx, prefix)
+}
+
+// ListHeld lists the keys held under prefix for the Engine's List, which
+// checks the arguments, returns by ctx's deadline, fills HeldFor and sorts.
+func (b *backend) ListHeld(ctx context.Context, prefix string) ([]dlock.Info, error) {
 	type kv struct{ key, owner string }
 	type listed struct {
 		i     int
@@ -88,6 +89,5 @@ func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) 
 		}
 	}
 	slices.SortFunc(out, func(x, y dlock.Info) int { return strings.Compare(x.Key, y.Key) })
-	dlock.FillHeldFor(out, time.Now())
 	return out, nil
 }

@@ -40,7 +40,7 @@ const (
 
 // Option configures a Locker: redlock's own options below and the core's
 // (dlock.WithObserver), in one list.
-type Option = driver.Option
+type Option = dlock.LockerOption
 
 type options struct {
 	prefix         string
@@ -126,7 +126,7 @@ func New(clients []redis.UniversalClient, opts ...Option) *Locker {
 	}
 	b := &backend{quorum: len(clients)/2 + 1, nodeTimeout: o.nodeTimeout, unsafeEviction: o.unsafeEviction}
 	if err := b.addNodes(clients, o); err != nil {
-		return &Locker{e: dlock.FailedEngine(err), b: b}
+		return &Locker{e: dlock.NewEngine(driver.Failed(err)), b: b}
 	}
 	return &Locker{e: dlock.NewEngine(b, opts...), b: b}
 }

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/go-zookeeper/zk"
 
@@ -28,10 +27,12 @@ const listWorkers = 16
 // number of queue nodes behind them. Znodes under
 // the Locker's prefix that EscapeKey cannot have produced are skipped.
 func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) {
-	if err := l.engine().Check(ctx); err != nil {
-		return nil, err
-	}
-	b := l.b
+	return l.engine().List(ctx, prefix)
+}
+
+// ListHeld lists the keys held under prefix for the Engine's List, which
+// checks the arguments, returns by ctx's deadline, fills HeldFor and sorts.
+func (b *backend) ListHeld(ctx context.Context, prefix string) ([]dlock.Info, error) {
 	root := b.prefix
 	if root == "" {
 		root = "/"
@@ -74,7 +75,6 @@ func (l *Locker) List(ctx context.Context, prefix string) ([]dlock.Info, error) 
 		}
 	}
 	slices.SortFunc(out, func(a, b dlock.Info) int { return cmp.Compare(a.Key, b.Key) })
-	dlock.FillHeldFor(out, time.Now())
 	return out, nil
 }
 

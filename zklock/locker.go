@@ -36,7 +36,7 @@ const (
 // Option configures a Locker, a Guard or Connect: zklock's own options
 // below and the core's (dlock.WithObserver). Each is applied where it is
 // meant and ignored elsewhere.
-type Option = driver.Option
+type Option = dlock.LockerOption
 
 type options struct {
 	prefix         string
@@ -154,7 +154,7 @@ func New(conn *zk.Conn, opts ...Option) *Locker {
 	if b.timeout == 0 {
 		b.timeout = DefaultRequestTimeout
 	}
-	fail := func(err error) *Locker { return &Locker{e: dlock.FailedEngine(err), b: b} }
+	fail := func(err error) *Locker { return &Locker{e: dlock.NewEngine(driver.Failed(err)), b: b} }
 	switch {
 	case conn == nil:
 		return fail(fmt.Errorf("%w: zklock.New was given a nil *zk.Conn", dlock.ErrNilClient))

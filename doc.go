@@ -126,7 +126,8 @@
 // server-side FIFO queue), driver.BatchRenewer (many renewals in one round
 // trip, each reported as soon as known), driver.Aborter (undo an attempt
 // whose outcome is unknown) and driver.LossNotifier (report a loss it
-// notices on its own). Its steps must be idempotent for the same owner (a
+// notices on its own); a driver with a method ListHeld(ctx, prefix)
+// ([]dlock.Info, error) gives its Engine a working List. Its steps must be idempotent for the same owner (a
 // client's own retry after a lost reply). NewEngine turns that into a
 // Locker with the common wait loop, watchdog, Lock handle and Observer
 // calls; package dlocktest, including its fault section, checks the

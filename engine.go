@@ -46,7 +46,8 @@ var _ Locker = (*Engine)(nil)
 //
 // The Engine fails every call, with the same error, when d is nil
 // (ErrNilClient), made by driver.Failed (its error), or when opts hold an
-// option of a package other than d's and the core's: another backend's,
+// option of a package other than the backend's (driver.Spec.OptionPackage,
+// by default the package of d's type) and the core's: another backend's,
 // which d would silently ignore (ErrInvalidOption, naming the package).
 func NewEngine(d driver.Driver, opts ...driver.Option) *Engine {
 	if d == nil {
@@ -55,12 +56,17 @@ func NewEngine(d driver.Driver, opts ...driver.Option) *Engine {
 	if failed, err := driver.FailureOf(d); failed {
 		return failedEngine(err)
 	}
-	if own := driverPackage(d); own != "" {
+	spec := d.Spec()
+	own := spec.OptionPackage
+	if own == "" {
+		own = driverPackage(d)
+	}
+	if own != "" {
 		if _, name := driver.ForeignTo(opts, own); name != "" {
-			return failedEngine(fmt.Errorf("%w: a %s option given to %s.New, which would ignore it", ErrInvalidOption, name, path.Base(own)))
+			return failedEngine(fmt.Errorf("%w: a %s option given to a %s Locker, which does not apply it", ErrInvalidOption, name, path.Base(own)))
 		}
 	}
-	e := &Engine{drv: d, spec: d.Spec()}
+	e := &Engine{drv: d, spec: spec}
 	e.src = &source{name: e.spec.Name, obs: observerOf(opts)}
 	if e.minTTL = e.spec.MinTTL; e.minTTL <= 0 {
 		e.minTTL = MinTTL

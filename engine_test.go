@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -169,5 +170,29 @@ func TestEngine_SurvivesMalformedDriverAnswers(t *testing.T) {
 			}
 			lk.Release(context.Background())
 		})
+	}
+}
+
+// optDriver keeps its options in another package (net/http stands for it)
+// and says so in its Spec, or not.
+type optDriver struct{ pkg string }
+
+func (d optDriver) Spec() driver.Spec {
+	return driver.Spec{Name: "optfake", OptionPackage: d.pkg}
+}
+func (optDriver) Try(context.Context, *driver.Request) (driver.Grant, error) {
+	return driver.Grant{}, errors.New("unused")
+}
+
+// A backend's own options are accepted where its Spec says they live; an
+// option of any other package is ErrInvalidOption naming that package.
+func TestNewEngine_OptionPackage(t *testing.T) {
+	opt := driver.Setting(func(*http.Request) {})
+	if _, err := dlock.NewEngine(optDriver{pkg: "net/http"}, opt).List(ctxT(t), ""); errors.Is(err, dlock.ErrInvalidOption) {
+		t.Errorf("an option of the Spec's OptionPackage was refused: %v", err)
+	}
+	_, err := dlock.NewEngine(optDriver{}, opt).TryAcquire(ctxT(t), "k")
+	if !errors.Is(err, dlock.ErrInvalidOption) || !strings.Contains(err.Error(), "http option") {
+		t.Errorf("an option of another package = %v, want ErrInvalidOption naming http", err)
 	}
 }

@@ -23,9 +23,10 @@ type Holder struct {
 	// Mode is how the holder shares the key.
 	Mode Mode
 	// HeldFor is how long the holder has held the key: by the service's
-	// clock where it records the acquisition (pglock, memlock), else
-	// since Metadata[MetaAcquired], by the holder's clock against the
-	// lister's (FillHeldFor); 0 when neither says.
+	// clock where it records the acquisition (pglock, memlock), else, and
+	// where the service's figure is 0 (a clock that went back), since
+	// Metadata[MetaAcquired], by the holder's clock against the lister's;
+	// 0 when neither says.
 	HeldFor time.Duration
 }
 
@@ -74,7 +75,8 @@ type Info struct {
 //
 //	if ls, ok := locker.(dlock.Lister); ok { infos, err := ls.List(ctx, "jobs/") }
 //
-// Infos come sorted by key.
+// Infos come sorted by key. An Engine is a Lister whatever its driver; over
+// a driver that cannot list, List returns an error wrapping ErrUnsupported.
 type Lister interface {
 	List(ctx context.Context, prefix string) ([]Info, error)
 }
@@ -92,8 +94,11 @@ type heldLister interface {
 // List implements Lister over a driver that lists held keys (ListHeld;
 // every dlock backend's does): the keys held under prefix ("" for all),
 // sorted by key. It returns by ctx's deadline even when the service does
-// not answer (an error wrapping ErrUnavailable and the context's error).
-// A driver that cannot list gives an error wrapping ErrUnsupported.
+// not answer; a list cut off by the context's end, whether the Engine or
+// the driver's client gave up first, and a list asked with a context that
+// had already ended, fail with an error wrapping ErrUnavailable and the
+// context's error. A driver that cannot list gives an error wrapping
+// ErrUnsupported.
 func (e *Engine) List(ctx context.Context, prefix string) ([]Info, error) {
 	if err := e.check(ctx); err != nil {
 		return nil, err
@@ -103,7 +108,7 @@ func (e *Engine) List(ctx context.Context, prefix string) ([]Info, error) {
 	}
 	infos, err, abandoned := call(ctx, func(ctx context.Context) ([]Info, error) { return e.lister.ListHeld(ctx, prefix) }, nil)
 	switch {
-	case abandoned:
+	case abandoned || ctx.Err() != nil && isContextErr(err, ctx):
 		return nil, fmt.Errorf("%w: %s list: no answer before the context ended: %w", ErrUnavailable, e.spec.Name, err)
 	case err != nil:
 		return nil, err

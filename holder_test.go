@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/filelock"
 	"github.com/dlock-go/dlock/memlock"
 )
@@ -272,5 +274,65 @@ func TestHeldFor_InBoundsUnderConcurrentListing(t *testing.T) {
 			}
 			wg.Wait()
 		})
+	}
+}
+
+// listDriver is a driver whose only use is listing.
+type listDriver struct {
+	list func(ctx context.Context, prefix string) ([]dlock.Info, error)
+}
+
+func (listDriver) Spec() driver.Spec { return driver.Spec{Name: "listfake"} }
+func (listDriver) Try(context.Context, *driver.Request) (driver.Grant, error) {
+	return driver.Grant{}, errors.New("unused")
+}
+func (d listDriver) ListHeld(ctx context.Context, prefix string) ([]dlock.Info, error) {
+	return d.list(ctx, prefix)
+}
+
+// The Engine's List sorts the driver's answer by key and fills HeldFor
+// from MetaAcquired where the driver left it 0.
+func TestEngineList_SortsAndFillsHeldFor(t *testing.T) {
+	acquired := strconv.FormatInt(time.Now().Add(-time.Minute).UnixMilli(), 10)
+	e := dlock.NewEngine(listDriver{list: func(context.Context, string) ([]dlock.Info, error) {
+		return []dlock.Info{
+			{Key: "b", Holders: []dlock.Holder{{HeldFor: time.Second}}},
+			{Key: "a", Holders: []dlock.Holder{{Metadata: map[string]string{dlock.MetaAcquired: acquired}}}},
+		}, nil
+	}})
+	infos, err := e.List(ctxT(t), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) != 2 || infos[0].Key != "a" || infos[1].Key != "b" {
+		t.Fatalf("List = %+v, want a then b", infos)
+	}
+	if h := infos[0].Holders[0].HeldFor; h < time.Minute {
+		t.Errorf("a's HeldFor = %v, want at least a minute from MetaAcquired", h)
+	}
+	if h := infos[1].Holders[0].HeldFor; h != time.Second {
+		t.Errorf("b's HeldFor = %v, want the driver's 1s kept", h)
+	}
+}
+
+// A List cut off by its context is ErrUnavailable joined with the
+// context's error, whether the Engine abandons the driver or the driver's
+// client returns the context's error first, and also when the context had
+// ended before the call.
+// Symptom: the error wrapped ErrUnavailable only when the Engine abandoned the driver first.
+func TestEngineList_ContextEndIsUnavailable(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	e := dlock.NewEngine(listDriver{list: func(ctx context.Context, _ string) ([]dlock.Info, error) {
+		cancel() // the client gives up as the context ends
+		return nil, ctx.Err()
+	}})
+	if _, err := e.List(ctx, ""); !errors.Is(err, dlock.ErrUnavailable) || !errors.Is(err, context.Canceled) {
+		t.Errorf("List whose client gave up at the context's end = %v, want ErrUnavailable and context.Canceled", err)
+	}
+	if _, err := e.List(ctx, ""); !errors.Is(err, dlock.ErrUnavailable) || !errors.Is(err, context.Canceled) {
+		t.Errorf("List with an ended context = %v, want ErrUnavailable and context.Canceled", err)
+	}
+	if _, err := dlock.NewEngine(noBreak{}).List(ctxT(t), ""); !errors.Is(err, dlock.ErrUnsupported) {
+		t.Errorf("List over a driver without ListHeld = %v, want ErrUnsupported", err)
 	}
 }

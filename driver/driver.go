@@ -146,6 +146,12 @@ type Spec struct {
 	// Shared and Limited say which modes besides Exclusive the driver
 	// implements.
 	Shared, Limited bool
+	// OptionPackage is the import path of the package whose options
+	// (Setting) the backend's New applies; dlock.NewEngine refuses an
+	// option of any other package but the core's. Empty means the package
+	// that defines the driver's type, which is right unless the backend
+	// keeps its driver type and its options in different packages.
+	OptionPackage string
 }
 
 // Driver is one lock service. Try is its only required method; the

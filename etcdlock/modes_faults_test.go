@@ -153,7 +153,7 @@ func TestShared_LostReleaseReplyRetried_WriterGetsKey(t *testing.T) {
 	if err == nil || errors.Is(err, dlock.ErrNotHeld) {
 		t.Fatalf("Release whose reply was lost = %v, want an error that is not ErrNotHeld", err)
 	}
-	// Retried by the caller, as the README tells.
+	// Retried by the caller: a release whose reply was lost is not ErrNotHeld.
 	if err := r.Release(dlocktest.Context(t)); err != nil {
 		t.Fatalf("retried release: %v", err)
 	}

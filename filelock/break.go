@@ -75,11 +75,11 @@ const opTimeout = 30 * time.Second
 // writers' registrations are kept). The holders lose the lock at once if they
 // have held it for more than 100 ms and are in this process or, with
 // inotify, in another (see the package doc); the others at their next
-// renewal. Expiring a free key does nothing; a nil *Locker returns an
-// error wrapping dlock.ErrNilClient.
+// renewal. Expiring a free key does nothing; a nil *Locker, or one not
+// made by New, returns an error wrapping dlock.ErrNilClient.
 func (l *Locker) Expire(key string) error {
-	if l == nil {
-		return fmt.Errorf("%w: nil filelock.Locker", dlock.ErrNilClient)
+	if l == nil || l.dir == "" {
+		return fmt.Errorf("%w: filelock.Locker not made by New", dlock.ErrNilClient)
 	}
 	if err := dlock.ValidateKey(key); err != nil {
 		return err

@@ -12,9 +12,6 @@ import (
 	"github.com/dlock-go/dlock"
 )
 
-// errNilContext is List's error for a nil context, like dlock's Acquire's.
-var errNilContext = fmt.Errorf("%w: filelock: nil context", dlock.ErrInvalidOption)
-
 // List returns the keys with unexpired leases whose key starts with prefix,
 // sorted by key, each with its mode, its limit (for a semaphore) and every
 // unexpired holder, oldest token first. Waiters is -1: filelock keeps no

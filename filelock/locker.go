@@ -71,12 +71,12 @@ func New(dir string, opts ...Option) (*Locker, error) {
 	if o.poll < MinPollInterval {
 		return nil, fmt.Errorf("%w: filelock: poll interval %v is below %v", dlock.ErrInvalidOption, o.poll, MinPollInterval)
 	}
+	if _, name := driver.Foreign[options](opts); name != "" {
+		return nil, fmt.Errorf("%w: a %s option given to filelock.New, which does not apply it", dlock.ErrInvalidOption, name)
+	}
 	canon, err := prepareDir(dir)
 	if err != nil {
 		return nil, err
-	}
-	if _, name := driver.Foreign[options](opts); name != "" {
-		return nil, fmt.Errorf("%w: a %s option given to filelock.New, which would ignore it", dlock.ErrInvalidOption, name)
 	}
 	l := &Locker{dir: canon, opts: o}
 	l.e = dlock.NewEngine((*backend)(l), opts...)

@@ -151,6 +151,10 @@ func TestNilLocker_EveryCallIsErrNilClient(t *testing.T) {
 	if err := l.Expire("k"); !errors.Is(err, dlock.ErrNilClient) {
 		t.Errorf("nil Locker's Expire = %v, want an error wrapping dlock.ErrNilClient", err)
 	}
+	// Symptom: the zero Locker's Expire wrote a flock file into the working directory.
+	if err := new(filelock.Locker).Expire("k"); !errors.Is(err, dlock.ErrNilClient) {
+		t.Errorf("zero Locker's Expire = %v, want an error wrapping dlock.ErrNilClient", err)
+	}
 	if d := l.Dir(); d != "" {
 		t.Errorf("nil Locker's Dir = %q, want \"\"", d)
 	}
@@ -159,8 +163,12 @@ func TestNilLocker_EveryCallIsErrNilClient(t *testing.T) {
 // Another backend's option is refused, not silently ignored.
 // Symptom: etcdlock.New(c, zklock.WithPrefix("/app")) locked without the prefix.
 func TestNew_RefusesAnotherBackendsOption(t *testing.T) {
-	_, err := filelock.New(t.TempDir(), dlocktest.ForeignOption())
+	dir := filepath.Join(t.TempDir(), "locks")
+	_, err := filelock.New(dir, dlocktest.ForeignOption())
 	if !errors.Is(err, dlock.ErrInvalidOption) || !strings.Contains(err.Error(), "dlocktest option") {
 		t.Fatalf("filelock.New with another package's option = %v, want an error wrapping dlock.ErrInvalidOption naming the dlocktest option", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused filelock.New created its directory: %v", err)
 	}
 }

@@ -64,9 +64,9 @@ func (s *state) Break(ctx context.Context, key, owner string) (driver.BreakResul
 
 // Expire deletes every lease on key as if it had expired, behind the
 // holders' backs. Tests use it to exercise loss handling: a holder notices
-// at its next renewal. A nil *Locker does nothing.
+// at its next renewal. A nil *Locker, or one not made by New, does nothing.
 func (l *Locker) Expire(key string) {
-	if l == nil {
+	if l == nil || l.s == nil {
 		return
 	}
 	s := l.s

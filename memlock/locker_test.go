@@ -12,6 +12,7 @@ import (
 func TestNilLocker_EveryCallIsErrNilClient(t *testing.T) {
 	dlocktest.TestNilLocker(t, (*memlock.Locker)(nil))
 	(*memlock.Locker)(nil).Expire("k") // does nothing, no panic
+	new(memlock.Locker).Expire("k")    // the zero Locker's neither
 }
 
 // Another backend's option is refused, not silently ignored.

@@ -780,7 +780,7 @@ func TestLs_HeldForExcludesTheWait_File(t *testing.T) {
 // Guards against: a queued ZooKeeper waiter's HELD-FOR going past the time since it queued, or below zero.
 // ZooKeeper queues a waiter (etcd alike): its znode, written when it
 // queued, carries the "acquired" stamp of the one Queue attempt, so
-// HELD-FOR counts the wait. That is the documented limit (README,
+// HELD-FOR counts the wait. That is the documented limit (docs/cli.md,
 // design.md); the test holds it to it: held_for lies within [0, the time
 // since the waiting run started] (stamping the grant would take a write
 // per waited acquisition).

@@ -294,6 +294,9 @@ func ownersByPrefix(ctx context.Context, l dlock.Locker, key, prefix string) ([]
 		return nil, errNoLister
 	}
 	infos, err := ls.List(ctx, key)
+	if errors.Is(err, dlock.ErrUnsupported) {
+		return nil, errNoLister
+	}
 	if err != nil {
 		return nil, err
 	}

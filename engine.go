@@ -63,7 +63,7 @@ func NewEngine(d driver.Driver, opts ...driver.Option) *Engine {
 	}
 	if own != "" {
 		if _, name := driver.ForeignTo(opts, own); name != "" {
-			return failedEngine(fmt.Errorf("%w: a %s option given to a %s Locker, which does not apply it", ErrInvalidOption, name, path.Base(own)))
+			return failedEngine(fmt.Errorf("%w: the %s Locker does not apply a %s option", ErrInvalidOption, path.Base(own), name))
 		}
 	}
 	e := &Engine{drv: d, spec: spec}

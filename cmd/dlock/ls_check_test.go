@@ -798,7 +798,7 @@ func TestLs_HeldForBoundedBySinceQueued_ZooKeeper(t *testing.T) {
 // "acquired"), listing and releasing at once (run with -race): every
 // HeldFor is in [0, since the start], and each holder's metadata is the
 // one it was acquired with.
-func TestRedislockList_HeldForInBoundsUnderRace(t *testing.T) {
+func TestLs_RedisHeldForInBoundsUnderRace(t *testing.T) {
 	t.Parallel()
 	addr := testserver.StartRedis(t).Addr()
 	ctx := context.Background()

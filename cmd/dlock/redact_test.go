@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-func TestRedact(t *testing.T) {
+func TestURL_RedactsSecretsWhereverPrinted(t *testing.T) {
 	t.Parallel()
 	cases := map[string]string{
 		"redis://u:pw@h:1/0?dial_timeout=1s":                        "redis://u:xxxxx@h:1/0?dial_timeout=1s",

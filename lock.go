@@ -133,7 +133,9 @@ func newLock(key, owner string, cfg *config, g driver.Grant, start time.Time, wd
 func NewOwner() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
-	return hex.EncodeToString(b[:])
+	var h [32]byte
+	hex.Encode(h[:], b[:])
+	return string(h[:])
 }
 
 // errNilLock is what the methods of a nil *Lock report.

@@ -147,6 +147,9 @@ func WithDrift(factor float64, min time.Duration) Option {
 	return func(c *config) { c.DriftFactor, c.DriftMin = factor, min }
 }
 
+// pid is MetaPID's value: the process's id, read once.
+var pid = strconv.Itoa(os.Getpid())
+
 var hostname = func() string {
 	h, err := os.Hostname()
 	if err != nil {
@@ -215,7 +218,7 @@ func newConfig(key string, minTTL time.Duration, opts ...Option) (*config, error
 	md := make(map[string]string, len(c.Metadata)+3)
 	if !c.NoDefaultMetadata {
 		md[MetaHost] = hostname
-		md[MetaPID] = strconv.Itoa(os.Getpid())
+		md[MetaPID] = pid
 		md[MetaAcquired] = acquiredNow()
 	}
 	_, userAcquired := c.Metadata[MetaAcquired]

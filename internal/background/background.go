@@ -7,35 +7,35 @@ package background
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// The running work is counted under mu rather than in a sync.WaitGroup:
-// work starts at any time (a timer fires, a lock is lost) while a test
-// waits, and a WaitGroup forbids an Add from zero concurrent with a Wait
-// (the race detector reports it).
+// The running work is counted in an atomic, not a sync.WaitGroup: work
+// starts at any time (a timer fires, a lock is lost) while a test waits,
+// and a WaitGroup forbids an Add from zero concurrent with a Wait (the race
+// detector reports it). Go and its end touch only the counter unless a
+// Wait is waiting: every backend call bounded by a context runs here, on
+// every Locker of the process at once.
 var (
+	running atomic.Int64
+	waiting atomic.Int32 // Waits in progress
+
 	mu      sync.Mutex
-	running int
-	idle    chan struct{} // closed when running drops to zero
+	idle    chan struct{} // made by a Wait; closed when running drops to zero
 	pending = map[*time.Timer]func(){}
 )
 
-func start() {
-	mu.Lock()
-	defer mu.Unlock()
-	if running == 0 {
-		idle = make(chan struct{})
-	}
-	running++
-}
+func start() { running.Add(1) }
 
 func done() {
-	mu.Lock()
-	defer mu.Unlock()
-	running--
-	if running == 0 {
-		close(idle)
+	if running.Add(-1) == 0 && waiting.Load() > 0 {
+		mu.Lock()
+		if idle != nil {
+			close(idle)
+			idle = nil
+		}
+		mu.Unlock()
 	}
 }
 
@@ -51,16 +51,23 @@ func Go(f func()) {
 // Wait blocks until no background work is running, or for at most d, and
 // reports whether everything ended.
 func Wait(d time.Duration) bool {
+	waiting.Add(1)
+	defer waiting.Add(-1)
 	t := time.NewTimer(d)
 	defer t.Stop()
 	for {
+		// The channel is made before the counter is read: a done that
+		// brings it to zero after the read sees this Wait (waiting) and
+		// closes the channel.
 		mu.Lock()
-		if running == 0 {
-			mu.Unlock()
-			return true
+		if idle == nil {
+			idle = make(chan struct{})
 		}
 		ch := idle
 		mu.Unlock()
+		if running.Load() == 0 {
+			return true
+		}
 		select {
 		case <-ch:
 			// Work may have started again since; look once more.

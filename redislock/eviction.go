@@ -52,6 +52,9 @@ func checkEviction(ctx context.Context, n *redisproto.Node, allowed bool) error 
 	if allowed {
 		return nil
 	}
+	if ev, ok := n.KnownEviction(); ok {
+		return evictionError(ev)
+	}
 	ev, err, abandoned := redisproto.Await(ctx, n.Eviction)
 	if abandoned || err != nil && ctx.Err() != nil {
 		// No answer in time: like every call's (the client may have
@@ -65,6 +68,12 @@ func checkEviction(ctx context.Context, n *redisproto.Node, allowed bool) error 
 		}
 		return err
 	}
+	return evictionError(ev)
+}
+
+// evictionError is the *EvictionError of a server that may evict keys,
+// else nil.
+func evictionError(ev redisproto.Eviction) error {
 	if ev.Evicts() {
 		return &EvictionError{Addr: ev.Addr, MaxMemory: ev.MaxMemory, Policy: ev.Policy}
 	}

@@ -68,6 +68,24 @@ func (b *backend) checkEviction(ctx context.Context, timeout time.Duration) erro
 			return e
 		}
 	}
+	// Once every node's reading is known (the check's answers are cached
+	// per node), an attempt starts no goroutine for it.
+	known := 0
+	for _, n := range b.nodes {
+		ev, ok := n.KnownEviction()
+		switch {
+		case !ok:
+		case ev.Evicts():
+			e := &EvictionError{Node: n.name, MaxMemory: ev.MaxMemory, Policy: ev.Policy}
+			n.evicts.Store(e)
+			return e
+		default:
+			known++
+		}
+	}
+	if known == len(b.nodes) {
+		return nil
+	}
 	type result struct {
 		answered bool
 		err      error

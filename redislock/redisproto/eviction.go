@@ -62,6 +62,14 @@ func (n *Node) Eviction(ctx context.Context) (Eviction, error) {
 	return ev, nil
 }
 
+// KnownEviction returns the Eviction reading Eviction cached, without
+// asking the server: ok is false before the first conclusive reading.
+func (n *Node) KnownEviction() (ev Eviction, ok bool) {
+	n.ev.mu.Lock()
+	defer n.ev.mu.Unlock()
+	return n.ev.ev, n.ev.done
+}
+
 // readEviction asks c's server, or every master of a Cluster client.
 func readEviction(ctx context.Context, c redis.UniversalClient) (Eviction, error) {
 	cc, ok := c.(*redis.ClusterClient)

@@ -87,6 +87,31 @@ func (n *Node) WaiterChannel(key, id string) string { return n.waiterPrefix(key)
 
 func (n *Node) waiterPrefix(key string) string { return n.LockKey(key) + channelSuffix }
 
+// withSuffixes returns lk followed by lk+suffix for each of suffixes,
+// in one allocation for the strings (they share one backing array) and
+// one for the slice: a script's KEYS are built on every request.
+func withSuffixes(lk string, suffixes ...string) []string {
+	size := len(lk) * (len(suffixes) + 1)
+	for _, s := range suffixes {
+		size += len(s)
+	}
+	var b strings.Builder
+	b.Grow(size)
+	b.WriteString(lk)
+	for _, s := range suffixes {
+		b.WriteString(lk)
+		b.WriteString(s)
+	}
+	all := b.String()
+	keys := make([]string, len(suffixes)+1)
+	keys[0], all = all[:len(lk)], all[len(lk):]
+	for i, s := range suffixes {
+		n := len(lk) + len(s)
+		keys[i+1], all = all[:n], all[n:]
+	}
+	return keys
+}
+
 // decodeLockKey is the dlock key of lock key k (the inverse of LockKey).
 func (n *Node) decodeLockKey(k string) string {
 	return DecodeHashTag(strings.TrimSuffix(strings.TrimPrefix(k, n.Prefix+":{"), "}"))

@@ -92,7 +92,7 @@ func (n *Node) Acquire(ctx context.Context, key, owner string, ttl time.Duration
 
 // groupKeys are the keys of acquire.lua and acquire_group.lua.
 func (n *Node) groupKeys(lk string) []string {
-	return []string{lk, lk + waitersSuffix, lk + receiptsSuffix, lk + holdersSuffix, lk + holderDataSuffix, lk + writersSuffix, lk + permitSuffix}
+	return withSuffixes(lk, waitersSuffix, receiptsSuffix, holdersSuffix, holderDataSuffix, writersSuffix, permitSuffix)
 }
 
 // AcquireGroup is a shared (limit 0) or limited (limit >= 1) acquisition:
@@ -162,7 +162,7 @@ const HandoffReserve = 100 * time.Millisecond
 // Receipts).
 func (n *Node) Release(ctx context.Context, key, owner string, token uint64, retention time.Duration) (bool, error) {
 	lk := n.LockKey(key)
-	v, err := releaseScript.Run(ctx, n.Client, []string{lk, lk + waitersSuffix, lk + receiptsSuffix},
+	v, err := releaseScript.Run(ctx, n.Client, withSuffixes(lk, waitersSuffix, receiptsSuffix),
 		owner+"|", Ms(retention), lk+channelSuffix, Ms(HandoffReserve), tokenArg(token), n.cluster).Int64()
 	return v == 1, err
 }

@@ -3,6 +3,7 @@ package redisproto
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -68,10 +69,57 @@ func FormatValue(owner string, token uint64, meta string) string {
 	return owner + "|" + strconv.FormatUint(token, 10) + "|" + meta
 }
 
-// EncodeMetadata encodes metadata for FormatValue and the scripts.
+// EncodeMetadata encodes metadata for FormatValue and the scripts: the
+// JSON object json.Marshal gives (keys sorted, the same escaping), built
+// without reflection for the strings that need no escaping, which are
+// all of dlock's own (host, pid, acquired time).
 func EncodeMetadata(md map[string]string) (string, error) {
-	b, err := json.Marshal(md)
-	return string(b), err
+	if len(md) == 0 {
+		if md == nil {
+			return "null", nil
+		}
+		return "{}", nil
+	}
+	var keys [8]string
+	ks := keys[:0]
+	size := 2
+	for k, v := range md {
+		if !plainJSON(k) || !plainJSON(v) {
+			b, err := json.Marshal(md)
+			return string(b), err
+		}
+		ks = append(ks, k)
+		size += len(k) + len(v) + 6
+	}
+	slices.Sort(ks)
+	var sb strings.Builder
+	sb.Grow(size)
+	sb.WriteByte('{')
+	for i, k := range ks {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteByte('"')
+		sb.WriteString(k)
+		sb.WriteString(`":"`)
+		sb.WriteString(md[k])
+		sb.WriteByte('"')
+	}
+	sb.WriteByte('}')
+	return sb.String(), nil
+}
+
+// plainJSON reports whether json.Marshal writes s as itself between
+// quotes: printable ASCII without '"', '\\' and the characters it escapes
+// for HTML ('<', '>', '&').
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20 || c >= 0x7f, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
 }
 
 // ParseValue splits a lease value "<owner>|<token>|<metadata json>".

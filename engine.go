@@ -27,6 +27,7 @@ type Engine struct {
 	spec    driver.Spec
 	minTTL  time.Duration
 	watcher driver.Watcher // nil if the driver has none
+	ready   driver.ReadyWatcher
 	queuer  driver.Queuer
 	aborter driver.Aborter
 	leaver  driver.Leaver
@@ -72,6 +73,7 @@ func NewEngine(d driver.Driver, opts ...driver.Option) *Engine {
 		e.minTTL = MinTTL
 	}
 	e.watcher, _ = d.(driver.Watcher)
+	e.ready, _ = d.(driver.ReadyWatcher)
 	e.queuer, _ = d.(driver.Queuer)
 	e.aborter, _ = d.(driver.Aborter)
 	e.leaver, _ = d.(driver.Leaver)

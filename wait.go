@@ -55,6 +55,14 @@ func (e *Engine) attemptGrace() time.Duration {
 	return min(max(4*time.Duration(e.rtt.Load()), minAttemptGrace), maxAttemptGrace)
 }
 
+// queuedPollMin is the shortest fallback poll of a waiter that is queued
+// for a wake-up by name (a WaitID) and listening, under DefaultBackoff: a
+// missed wake-up (a lost pub/sub connection wakes every listener anyway)
+// delays it by at most this much more than the backoff step, and a lease
+// that expires without a release still sets an earlier retry (the
+// holder's TTL seen by the last attempt).
+const queuedPollMin = 50 * time.Millisecond
+
 // waiter is the state of one acquisition across its attempts.
 type waiter struct {
 	e       *Engine
@@ -170,6 +178,12 @@ func (w *waiter) sleep(ctx context.Context, n int, notify <-chan struct{}) bool 
 	if d <= 0 {
 		d = time.Millisecond // a Backoff returning ≤ 0 must not spin
 	}
+	if w.waitID != "" && notify != nil && w.cfg.Backoff == DefaultBackoff {
+		// Queued and listening: a release wakes this waiter by name, so
+		// the default schedule's first steps would only add load to a
+		// contended key (every waiter polling every few milliseconds).
+		d = max(d, queuedPollMin)
+	}
 	if w.last != nil {
 		if ttl := w.last.soonest(); ttl > 0 && ttl+time.Millisecond < d {
 			d = ttl + time.Millisecond // a lease expires by then
@@ -251,6 +265,14 @@ func (e *Engine) poll(ctx context.Context, cfg *config, wait bool) (lk *Lock, er
 			w.leave()
 		}
 	}()
+	if wait && e.ready != nil && e.watcher != nil {
+		if s := e.ready.Ready(cfg.key); s != nil {
+			sub, watched = s, true
+			if wi, ok := s.(driver.WaitIDer); ok {
+				w.waitID = wi.WaitID()
+			}
+		}
+	}
 	for n := 1; ; n++ {
 		if ctx.Err() != nil {
 			return nil, w.ended(ctx)

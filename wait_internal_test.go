@@ -428,3 +428,70 @@ func TestAcquire_WaitEndedBetweenFailedAttemptsKeepsTheirVerdict(t *testing.T) {
 		t.Fatal("background work did not end")
 	}
 }
+
+// readyBackend is a backend on which the key is always held, whose
+// Watcher has a subscription ready (ReadyWatcher) for waiter "ready-1".
+// It records every attempt; Watch must not be needed.
+type readyBackend struct {
+	mu   sync.Mutex
+	reqs []driver.Request
+	sub  *readySub
+}
+
+type readySub struct{ ch chan struct{} }
+
+func (s *readySub) C() <-chan struct{} { return s.ch }
+func (s *readySub) Close()             {}
+func (s *readySub) WaitID() string     { return "ready-1" }
+
+func (b *readyBackend) Try(ctx context.Context, req *driver.Request) (driver.Grant, error) {
+	b.mu.Lock()
+	b.reqs = append(b.reqs, *req)
+	b.mu.Unlock()
+	return driver.Grant{}, &NotAcquiredError{Key: req.Key, Holders: []Holder{{Owner: "other", Token: 7, TTL: time.Hour}}}
+}
+
+func (b *readyBackend) Watch(context.Context, string) (driver.Subscription, error) {
+	return nil, errors.New("readyBackend: Watch called although a subscription was ready")
+}
+
+func (b *readyBackend) Ready(string) driver.Subscription { return b.sub }
+
+func (*readyBackend) Spec() driver.Spec { return driver.Spec{Name: "test"} }
+
+// A blocking Acquire takes a subscription its driver has ready before its
+// first attempt: that attempt carries the WaitID (the driver queues it),
+// and the waiter, queued and listening, polls no sooner than
+// queuedPollMin under the default backoff.
+// Symptom: every contended Acquire made an attempt, a SUBSCRIBE and a second attempt, and its waiters polled every few milliseconds.
+func TestPoll_ReadySubscription_FirstAttemptQueued(t *testing.T) {
+	fc := newFakeClock()
+	b := &readyBackend{sub: &readySub{ch: make(chan struct{}, 1)}}
+	e := NewEngine(b)
+	e.wd.clk = fc
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	start := fc.Now()
+	got := make(chan error, 1)
+	go func() {
+		_, err := e.Acquire(ctx, "k")
+		got <- err
+	}()
+	if !waitPending(fc, 5*time.Second) {
+		t.Fatal("hang: the waiter never slept")
+	}
+	due, _ := fc.pending()
+	b.mu.Lock()
+	reqs := append([]driver.Request(nil), b.reqs...)
+	b.mu.Unlock()
+	if len(reqs) != 1 || reqs[0].WaitID != "ready-1" {
+		t.Fatalf("attempts before the first sleep: %+v, want one with WaitID ready-1", reqs)
+	}
+	if d := due.Sub(start); d < queuedPollMin {
+		t.Errorf("a queued, listening waiter polls after %v, want at least %v", d, queuedPollMin)
+	}
+	cancel()
+	if err := <-got; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Acquire: %v, want context.Canceled", err)
+	}
+}

@@ -270,6 +270,17 @@ type Watcher interface {
 	Watch(ctx context.Context, key string) (Subscription, error)
 }
 
+// ReadyWatcher is implemented by Watchers that may hold a subscription for
+// key that is listening already (one a finished wait of the same key
+// left behind): Ready hands it over without network I/O, or returns nil.
+// A blocking Acquire asks before its first attempt, so that this attempt
+// already carries the WaitID and is queued if refused: a contended
+// Acquire then costs one attempt and a wake-up, not an attempt, a
+// SUBSCRIBE and a second attempt.
+type ReadyWatcher interface {
+	Ready(key string) Subscription
+}
+
 // Subscription is a live interest in a key's release.
 type Subscription interface {
 	C() <-chan struct{}

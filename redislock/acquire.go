@@ -43,6 +43,7 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 		return driver.Grant{}, requestError("acquire", req.Key, err)
 	}
 	if o.Granted {
+		b.waiters.Granted(req.WaitID) // the grant dequeued it
 		return driver.Grant{Lease: &lease{b: b, key: req.Key, owner: req.Owner, token: o.Token, group: group}, Token: o.Token}, nil
 	}
 	if o.LimitMismatch > 0 {

@@ -193,6 +193,7 @@ func (c config) validate(client redis.UniversalClient, fn string) error {
 type backend struct {
 	node    *redisproto.Node
 	waiters redisproto.Waiters
+	idle    idleWaiters // channels of granted waits, for the next (Ready)
 	// unsafeEviction: WithUnsafeEviction (else Try refuses a server that
 	// may evict keys).
 	unsafeEviction bool
@@ -203,6 +204,7 @@ var (
 	_ driver.Aborter      = (*backend)(nil)
 	_ driver.Leaver       = (*backend)(nil)
 	_ driver.Watcher      = (*backend)(nil)
+	_ driver.ReadyWatcher = (*backend)(nil)
 	_ driver.BatchRenewer = (*backend)(nil)
 	_ driver.WaitIDer     = (*subscription)(nil)
 )

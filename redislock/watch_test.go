@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -426,5 +428,85 @@ func TestCluster_ReleaseOnOtherMaster_WakesAndReservesOneWaiter(t *testing.T) {
 		lk.Release(context.Background())
 	case <-ctx.Done():
 		t.Fatal("hang: the woken waiter did not get the lock")
+	}
+}
+
+// A wait that ends granted keeps its channel subscribed, for the next
+// wait of the same key: a release meanwhile reserves the key for nobody
+// (no queue holds the kept id), and the next wait is queued, under the
+// same id, by its first attempt.
+// Symptom: every contended Acquire paid a SUBSCRIBE (and, with its Locker's last wait ended, a new pub/sub connection) and a second attempt before it was queued.
+func TestWatch_GrantedWaitsChannel_ServesNextWaitReservesNothing(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t)
+	admin := newClient(t, srv)
+	holder := redislock.New(newClient(t, srv))
+	var attempts atomic.Int32
+	obs := dlock.WithCallObserver(dlock.ObserverFunc(func(e dlock.Event) {
+		if e.Kind == dlock.EventAttempt {
+			attempts.Add(1)
+		}
+	}))
+	l := redislock.New(newClient(t, srv))
+	key := dlocktest.Key(t)
+	lockKey := holder.LockKey(key)
+	queue := lockKey + ":waiters"
+	ctx := dlocktest.Context(t)
+
+	// wait queues l behind the holder's lock h and returns l's lock once
+	// h is released, with the id l was queued under.
+	wait := func(h *dlock.Lock) (*dlock.Lock, string) {
+		t.Helper()
+		got := make(chan *dlock.Lock, 1)
+		go func() {
+			lk, err := l.Acquire(ctx, key, obs)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- lk
+		}()
+		waitQueued(t, admin, queue, 1)
+		ids, err := admin.ZRange(ctx, queue, 0, -1).Result()
+		if err != nil || len(ids) != 1 {
+			t.Fatalf("queue: %q, %v", ids, err)
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		lk := <-got
+		if lk == nil {
+			t.FailNow()
+		}
+		return lk, ids[0]
+	}
+
+	h, err := holder.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lk, id := wait(h)
+	chans, err := admin.PubSubChannels(ctx, lockKey+":w:*").Result()
+	if err != nil || !slices.Equal(chans, []string{lockKey + ":w:" + id}) {
+		t.Fatalf("after the granted wait: subscribed %q (%v), want the wait's channel kept", chans, err)
+	}
+	if err := lk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := admin.Get(ctx, lockKey).Result(); err != nil || strings.Count(v, "|") != 1 {
+		t.Fatalf("after a release with only a kept channel: %s = %q (%v), want a marker reserving nothing", lockKey, v, err)
+	}
+
+	h, err = holder.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	attempts.Store(0)
+	lk, again := wait(h)
+	defer lk.Release(ctx)
+	if again != id {
+		t.Errorf("the next wait was queued as %s, want the kept channel's %s", again, id)
+	}
+	if n := attempts.Load(); n != 2 {
+		t.Errorf("the next wait made %d attempts, want 2: one queued, one granted on the wake-up", n)
 	}
 }

@@ -103,6 +103,24 @@ type Subscription struct {
 // C receives (without blocking the sender) when the channel publishes.
 func (s *Subscription) C() <-chan struct{} { return s.ch }
 
+// Confirmed reports whether the subscription is live and Redis confirmed
+// its channel's SUBSCRIBE. (After a lost connection go-redis subscribes
+// again when it reconnects; the hub wakes every listener then, and their
+// polling covers what was published meanwhile.)
+func (s *Subscription) Confirmed() bool {
+	s.h.mu.Lock()
+	defer s.h.mu.Unlock()
+	if _, live := s.h.subs[s.channel][s]; !live {
+		return false
+	}
+	select {
+	case <-s.h.confirmed[s.channel]:
+		return true
+	default:
+		return false
+	}
+}
+
 // Close ends the subscription. It never waits on the network.
 func (s *Subscription) Close() { s.once.Do(func() { s.h.unwatch(s) }) }
 

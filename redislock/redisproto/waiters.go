@@ -36,6 +36,7 @@ type Waiter struct {
 	inflight int
 	left     bool
 	dequeued bool
+	granted  bool // an attempt with its id was granted
 }
 
 // Add registers waiter id for key on nodes.
@@ -71,14 +72,38 @@ func (ws *Waiters) Begin(id string) (end func()) {
 	}
 }
 
+// Granted records that an attempt made with wait id was granted: the
+// grant removed the id from the key's queue (every acquisition script
+// does). An unknown id is ignored.
+func (ws *Waiters) Granted(id string) {
+	if id == "" {
+		return
+	}
+	if v, ok := ws.m.Load(id); ok {
+		w := v.(*Waiter)
+		w.mu.Lock()
+		w.granted = true
+		w.mu.Unlock()
+	}
+}
+
 // Leave marks the waiter gone: it is removed from its queues now, or when
 // its last attempt in flight returns. It never waits on the network.
-func (w *Waiter) Leave() {
+// clean reports that nothing needs removing: an attempt of the waiter's
+// was granted (which dequeued it) and none is in flight, so no queue
+// holds its id, and its channel may serve another wait of the same key.
+func (w *Waiter) Leave() (clean bool) {
 	w.ws.m.Delete(w.id)
 	w.mu.Lock()
 	w.left = true
+	if w.granted && w.inflight == 0 && !w.dequeued {
+		w.dequeued, clean = true, true
+	}
 	w.mu.Unlock()
-	w.maybeDequeue()
+	if !clean {
+		w.maybeDequeue()
+	}
+	return clean
 }
 
 func (w *Waiter) maybeDequeue() {

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"maps"
 	"sync"
 	"time"
 
@@ -47,7 +46,8 @@ type Lock struct {
 	key      string
 	owner    string
 	token    uint64
-	cfg      *config
+	cfg      lockConfig
+	meta     []string // the metadata stored with the lease: key, value, ...
 	lease    driver.Lease
 	wd       *watchdog
 	acquired time.Time
@@ -81,6 +81,33 @@ type Lock struct {
 	early     []Event
 }
 
+// lockConfig is what a Lock keeps of its acquisition's config: a held
+// lock costs memory for as long as it is held, and a Locker may hold
+// many (the metadata map alone would double a Lock's size).
+type lockConfig struct {
+	TTL, MaxHold, DriftMin time.Duration
+	DriftFactor            float64
+	mode                   Mode
+	callObs                Observer
+}
+
+// Drift is the clock-drift allowance for the Lock's TTL (config.Drift).
+func (c *lockConfig) Drift() time.Duration {
+	return time.Duration(float64(c.TTL)*c.DriftFactor) + c.DriftMin
+}
+
+// metaPairs flattens md into key, value pairs.
+func metaPairs(md map[string]string) []string {
+	if len(md) == 0 {
+		return nil
+	}
+	p := make([]string, 0, 2*len(md))
+	for k, v := range md {
+		p = append(p, k, v)
+	}
+	return p
+}
+
 // releaseFlight is one server-side release in progress.
 type releaseFlight struct {
 	done chan struct{}
@@ -91,7 +118,9 @@ type releaseFlight struct {
 // request that began the lease's validity was sent: the local deadline
 // counts from it.
 func newLock(key, owner string, cfg *config, g driver.Grant, start time.Time, wd *watchdog) *Lock {
-	l := &Lock{key: key, owner: owner, token: g.Token, cfg: cfg, lease: g.Lease, wd: wd, acquired: start, endsWithClient: g.EndsWithClient, linger: g.Linger}
+	l := &Lock{key: key, owner: owner, token: g.Token, lease: g.Lease, wd: wd, acquired: start, endsWithClient: g.EndsWithClient, linger: g.Linger,
+		cfg:  lockConfig{TTL: cfg.TTL, MaxHold: cfg.MaxHold, DriftMin: cfg.DriftMin, DriftFactor: cfg.DriftFactor, mode: cfg.mode, callObs: cfg.callObs},
+		meta: metaPairs(cfg.Metadata)}
 	l.life, l.cancel = context.WithCancelCause(context.Background())
 	l.deadline = l.capDeadline(start.Add(cfg.TTL - cfg.Drift()))
 	if b, ok := g.Lease.(driver.LossNotifier); ok {
@@ -182,7 +211,11 @@ func (l *Lock) Metadata() map[string]string {
 	if l == nil {
 		return nil
 	}
-	return maps.Clone(l.cfg.Metadata)
+	md := make(map[string]string, len(l.meta)/2)
+	for i := 0; i+1 < len(l.meta); i += 2 {
+		md[l.meta[i]] = l.meta[i+1]
+	}
+	return md
 }
 
 // Lost returns a channel closed once when the lock is lost or released

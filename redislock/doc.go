@@ -52,8 +52,9 @@
 //   - No lock and no Guard operation on a server that reported at first use
 //     that it may evict keys, unless WithUnsafeEviction.
 //   - A holder whose lease dlock.Break removed is told promptly (a notice
-//     and one read, or the read 100 ms into the hold), while its server is
-//     reachable and its subscription confirmed.
+//     and one read, or the read when its Locker's break subscription is
+//     confirmed), while its server is reachable and that subscription
+//     confirmed.
 //
 // # Not guaranteed
 //

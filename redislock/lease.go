@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
@@ -109,65 +109,212 @@ var _ driver.LossNotifier = (*lease)(nil)
 // breakCheckTimeout bounds the read a break notice triggers.
 const breakCheckTimeout = 5 * time.Second
 
-// breakListenDelay is how long a lock is held before it listens for break
-// notices. Most locks are held for less: they cost no subscription at
-// all, and a break of one is found by its release or renewal. A lock
-// held longer listens, and reads its key once when the SUBSCRIBE is
-// confirmed, so a break at any time reaches it within about this delay
-// plus a round trip (not at its next renewal, up to TTL/3 later).
-const breakListenDelay = 100 * time.Millisecond
-
-// Bind implements driver.LossNotifier: once the lock has been held for
-// breakListenDelay, the lease listens on its key's break channel (the
-// acquisition never waits for the SUBSCRIBE), and on each notice reads
-// the key once; when the key no longer names this owner the Lock is lost
-// at once (LossBackend, wrapping dlock.ErrNotHeld), not at its next
-// renewal. Once the SUBSCRIBE is confirmed the key is read once too,
-// which covers a break before it; when Redis does not confirm it within
-// the hub's bound (a stalled link), a break before it took effect is
-// found by the next renewal. stop cancels the listening without waiting
-// on the network.
+// Bind implements driver.LossNotifier: the lease listens for break
+// notices of its key from the moment it is granted, and on each notice
+// its key is read (see breakChecks); when the key no longer names this
+// owner the Lock is lost at once (LossBackend, wrapping dlock.ErrNotHeld),
+// not at its next renewal. The notices of every key come on one pattern
+// subscription per Locker (see breakWatch): a held lock costs an entry in
+// a map, no subscription, timer or goroutine. Once the pattern
+// subscription is confirmed every lease listening then is checked once,
+// which covers a break before it; when Redis does not confirm it (a
+// stalled link), a break before it took effect is found by the next
+// renewal. stop ends the listening without waiting on the network.
 func (l *lease) Bind(lose func(cause error)) (stop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
-	// Not background work: it lasts as long as the lock (or the client).
-	t := time.AfterFunc(breakListenDelay, func() { go l.listenBreaks(ctx, lose) })
-	return func() {
-		t.Stop()
-		cancel()
+	bl := &breakListener{l: l, lose: lose}
+	l.b.breaks.add(bl)
+	return bl.stop
+}
+
+// breakListener is one Lock's listening for break notices.
+type breakListener struct {
+	l    *lease
+	lose func(cause error)
+	// queued: the listener waits in breakChecks for its key to be read
+	// (set by a notice, on the hub's reader goroutine).
+	queued  atomic.Bool
+	done    atomic.Bool // stopped, or lost: no more checks nor losses
+	stopped atomic.Bool
+}
+
+// notice queues a read of the key, unless one is queued already. It runs
+// on the hub's reader goroutine and does not block.
+func (bl *breakListener) notice() {
+	if !bl.done.Load() && bl.queued.CompareAndSwap(false, true) {
+		bl.l.b.breakChecks.add(bl)
 	}
 }
 
-// listenBreaks is Bind's listener, until ctx ends or the lock is lost.
-func (l *lease) listenBreaks(ctx context.Context, lose func(cause error)) {
-	ch := make(chan struct{}, 1)
-	sub, err := l.b.node.WatchBreaks(ctx, l.key, ch)
-	if err != nil {
-		return // unwatched, or the server is unreachable: renewals report
+func (bl *breakListener) stop() {
+	if bl.stopped.Swap(true) {
+		return
 	}
-	defer sub.Close()
-	// A break before the SUBSCRIBE published before anyone listened:
-	// check once now that the notices are heard.
-	select {
-	case ch <- struct{}{}:
-	default: // a notice is already pending
+	bl.done.Store(true)
+	bl.l.b.breaks.remove(bl)
+}
+
+// breakWatch is a Locker's listening for break notices: the listeners of
+// its held locks by key, and while any is there (and breakIdle after the
+// last left) one pattern subscription to every break channel of the
+// prefix. Breaks are rare; a notice of a key nobody here holds costs a
+// map lookup.
+type breakWatch struct {
+	node *redisproto.Node
+
+	mu    sync.Mutex
+	byKey map[string][]*breakListener
+	n     int
+	sub   *redisproto.Subscription // nil while not listening
+	// starting: a goroutine is opening the subscription (outside mu: the
+	// hub calls notice with its own lock held, and notice takes mu).
+	starting bool
+	idle     *time.Timer // closes sub once nobody listened for breakIdle
+}
+
+// breakIdle is how long the pattern subscription outlives the last held
+// lock: a Locker that takes short locks one after another keeps it.
+const breakIdle = time.Minute
+
+func (bw *breakWatch) add(bl *breakListener) {
+	bw.mu.Lock()
+	if bw.byKey == nil {
+		bw.byKey = map[string][]*breakListener{}
 	}
+	bw.byKey[bl.l.key] = append(bw.byKey[bl.l.key], bl)
+	bw.n++
+	if bw.idle != nil {
+		bw.idle.Stop()
+		bw.idle = nil
+	}
+	start := bw.sub == nil && !bw.starting
+	bw.starting = bw.starting || start
+	bw.mu.Unlock()
+	if start {
+		sub := bw.node.ListenAllBreaks(bw.notice) // returns at once
+		bw.mu.Lock()
+		bw.sub, bw.starting = sub, false
+		bw.mu.Unlock()
+	}
+}
+
+func (bw *breakWatch) remove(bl *breakListener) {
+	bw.mu.Lock()
+	defer bw.mu.Unlock()
+	ls := bw.byKey[bl.l.key]
+	i := slices.Index(ls, bl)
+	if i < 0 {
+		return
+	}
+	if ls = slices.Delete(ls, i, i+1); len(ls) == 0 {
+		delete(bw.byKey, bl.l.key)
+	} else {
+		bw.byKey[bl.l.key] = ls
+	}
+	if bw.n--; bw.n == 0 && bw.idle == nil {
+		bw.idle = time.AfterFunc(breakIdle, bw.closeIdle)
+	}
+}
+
+// closeIdle ends the pattern subscription if nobody listened since.
+func (bw *breakWatch) closeIdle() {
+	bw.mu.Lock()
+	var sub *redisproto.Subscription
+	if bw.n == 0 && bw.sub != nil {
+		sub, bw.sub = bw.sub, nil
+	}
+	bw.idle = nil
+	bw.mu.Unlock()
+	if sub != nil {
+		sub.Close() // never waits on the network
+	}
+}
+
+// notice is the pattern subscription's: a break of key, or ("") a
+// confirmation or a lost connection, which every listener checks.
+func (bw *breakWatch) notice(key string) {
+	bw.mu.Lock()
+	defer bw.mu.Unlock()
+	if key != "" {
+		for _, bl := range bw.byKey[key] {
+			bl.notice()
+		}
+		return
+	}
+	for _, ls := range bw.byKey {
+		for _, bl := range ls {
+			bl.notice()
+		}
+	}
+}
+
+// breakChecks reads the keys of the locks that heard a break notice (or
+// whose SUBSCRIBE was confirmed, or whose pub/sub connection was lost):
+// one goroutine per Locker while any is queued, each round one pipeline
+// of reads of at most maxBreakChecks keys, bounded by breakCheckTimeout. A
+// Locker holding many locks whose subscriptions are confirmed at once
+// reads their keys in a few round trips, not one each.
+type breakChecks struct {
+	mu      sync.Mutex
+	pending []*breakListener
+	running bool
+}
+
+// maxBreakChecks caps the reads of one round trip.
+const maxBreakChecks = 1000
+
+func (bc *breakChecks) add(bl *breakListener) {
+	bc.mu.Lock()
+	defer bc.mu.Unlock()
+	bc.pending = append(bc.pending, bl)
+	if !bc.running {
+		bc.running = true
+		// Not background work: it lasts while locks hear notices.
+		go bc.run(bl.l.b.node)
+	}
+}
+
+func (bc *breakChecks) run(node *redisproto.Node) {
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ch:
+		bc.mu.Lock()
+		batch := bc.pending
+		if len(batch) > maxBreakChecks {
+			batch = batch[:maxBreakChecks:maxBreakChecks]
 		}
-		cctx, ccancel := context.WithTimeout(ctx, breakCheckTimeout)
-		held, err, abandoned := redisproto.Await(cctx, func(c context.Context) (bool, error) {
-			return l.b.node.Holds(c, l.key, l.owner, l.group)
+		bc.pending = bc.pending[len(batch):]
+		if len(batch) == 0 {
+			bc.pending = nil
+			bc.running = false
+			bc.mu.Unlock()
+			return
+		}
+		bc.mu.Unlock()
+		qs := make([]redisproto.HoldsQuery, 0, len(batch))
+		live := batch[:0]
+		for _, bl := range batch {
+			// A notice from now on queues the listener again: the read
+			// below may have been sent before the break it announces.
+			bl.queued.Store(false)
+			if bl.done.Load() {
+				continue
+			}
+			live = append(live, bl)
+			qs = append(qs, redisproto.HoldsQuery{Key: bl.l.key, Owner: bl.l.owner, Group: bl.l.group})
+		}
+		if len(qs) == 0 {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), breakCheckTimeout)
+		held, err, abandoned := redisproto.Await(ctx, func(c context.Context) ([]bool, error) {
+			return node.HoldsAll(c, qs)
 		})
-		ccancel()
-		if err == nil && !abandoned && !held {
-			lose(fmt.Errorf("%w: redis key %s no longer holds owner %s (broken)", dlock.ErrNotHeld, l.b.node.LockKey(l.key), l.owner))
-			return
+		cancel()
+		if err != nil || abandoned {
+			continue // unknown: the renewals report
 		}
-		if errors.Is(err, redis.ErrClosed) {
-			return // the client is closed: no more notices, nor checks
+		for i, bl := range live {
+			if !held[i] && bl.done.CompareAndSwap(false, true) {
+				bl.lose(fmt.Errorf("%w: redis key %s no longer holds owner %s (broken)", dlock.ErrNotHeld, node.LockKey(bl.l.key), bl.l.owner))
+			}
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -455,5 +456,99 @@ func TestLostWhenValueChanged_ReportsNotHeld(t *testing.T) {
 	}
 	if v, _ := c.Get(dlocktest.Context(t), l.LockKey(key)).Result(); v != "intruder|1|{}" {
 		t.Fatalf("intruder's value = %q", v)
+	}
+}
+
+// Held locks listen for break notices on one pattern subscription per
+// Locker: with 300 locks held, the server has one pattern subscriber and
+// no break channel subscribed, and the process runs about as many
+// goroutines as before; a break of one lock is still heard (its Lost
+// closes) and the others stay held.
+// Symptom: every lock held past 100 ms subscribed a channel of its own and ran a goroutine for as long as it was held.
+func TestBind_ManyHeldLocks_ListenOnOneSubscription(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	admin := newClient(t, srv)
+	l := redislock.New(newClient(t, srv))
+	ctx := dlocktest.Context(t)
+	const n = 300
+	base := dlocktest.Key(t)
+	before := runtime.NumGoroutine()
+	locks := make([]*dlock.Lock, n)
+	for i := range locks {
+		lk, err := l.Acquire(ctx, fmt.Sprintf("%s-%d", base, i), dlock.WithTTL(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lk.Release(context.Background())
+		locks[i] = lk
+	}
+	for end := time.Now().Add(dlocktest.HangTimeout); ; time.Sleep(10 * time.Millisecond) {
+		pats, err := admin.PubSubNumPat(ctx).Result()
+		if err == nil && pats == 1 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("hang: %d pattern subscriptions (%v), want 1", pats, err)
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // past the delay a lock once waited before it subscribed
+	if chans, err := admin.PubSubChannels(ctx, l.LockKey(base+"-*")+":b").Result(); err != nil || len(chans) != 0 {
+		t.Errorf("break channels subscribed: %d (%v), want none", len(chans), err)
+	}
+	if added := runtime.NumGoroutine() - before; added > n/10 {
+		t.Errorf("%d goroutines added for %d held locks, want a few at most", added, n)
+	}
+	other := redislock.New(newClient(t, srv))
+	if _, err := other.Break(ctx, locks[7].Key(), ""); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-locks[7].Lost():
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatal("hang: the broken lock was not told")
+	}
+	if err := locks[7].Err(); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("the broken lock: %v, want dlock.ErrNotHeld", err)
+	}
+	for i, lk := range locks {
+		if i != 7 && lk.Err() != nil {
+			t.Errorf("lock %d: %v after another's break", i, lk.Err())
+		}
+	}
+}
+
+// A prefix with glob characters still gets its break notices, and only
+// its own: the pattern subscription escapes them.
+// Symptom: a pattern built from the raw prefix would match other prefixes' channels, or none of its own.
+func TestBind_GlobCharactersInPrefix_BreakHeard(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t)
+	ctx := dlocktest.Context(t)
+	const prefix = `a*b?[c]\d`
+	l := redislock.New(newClient(t, srv), redislock.WithPrefix(prefix))
+	other := redislock.New(newClient(t, srv), redislock.WithPrefix("aXb!cd"))
+	key := dlocktest.Key(t)
+	// No renewal: only the break notice can tell the lock before its
+	// deadline.
+	mine, err := l.Acquire(ctx, key, dlock.WithTTL(5*time.Minute), dlock.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mine.Release(context.Background())
+	theirs, err := other.Acquire(ctx, key, dlock.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer theirs.Release(context.Background())
+	if _, err := redislock.New(newClient(t, srv), redislock.WithPrefix(prefix)).Break(ctx, key, ""); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-mine.Lost():
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatal("hang: the broken lock was not told")
+	}
+	if err := theirs.Err(); err != nil {
+		t.Errorf("a lock under another prefix: %v", err)
 	}
 }

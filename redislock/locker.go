@@ -59,6 +59,7 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 		return &Locker{e: dlock.NewEngine(driver.Failed(err))}
 	}
 	b := &backend{node: redisproto.NewNode(client, cfg.prefix), unsafeEviction: cfg.unsafeEviction}
+	b.breaks.node = b.node
 	b.node.Acks, b.node.AckTimeout = cfg.acks, cfg.ackTimeout
 	return &Locker{e: dlock.NewEngine(b, opts...), b: b}
 }
@@ -194,6 +195,10 @@ type backend struct {
 	node    *redisproto.Node
 	waiters redisproto.Waiters
 	idle    idleWaiters // channels of granted waits, for the next (Ready)
+	// breaks and breakChecks: held locks listen for break notices, and
+	// read their keys on one.
+	breaks      breakWatch
+	breakChecks breakChecks
 	// unsafeEviction: WithUnsafeEviction (else Try refuses a server that
 	// may evict keys).
 	unsafeEviction bool

@@ -80,6 +80,71 @@ func (n *Node) WatchBreaks(ctx context.Context, key string, ch chan struct{}) (*
 	return n.breaks.watch(ctx, n.BreakChannel(key), ch)
 }
 
+// ListenAllBreaks listens for the break notices of every key of the
+// Node's prefix with one pattern subscription (PSUBSCRIBE), without
+// waiting: notice is called (on the hub's reader goroutine, which it must
+// not block, nor call into the Node's subscriptions) with the dlock key
+// of each break, and with "" once Redis confirms the PSUBSCRIBE (a break
+// before it was not heard) and when the pub/sub connection was lost. A
+// Locker holding many locks listens once, not once per lock. It returns
+// at once, even on a stalled link.
+func (n *Node) ListenAllBreaks(notice func(key string)) *Subscription {
+	pattern := globEscape(n.Prefix) + ":{*}" + breakChanSuffix
+	head, tail := n.Prefix+":{", "}"+breakChanSuffix
+	return n.breaks.listenPattern(pattern, func(channel string) {
+		if channel == "" {
+			notice("")
+			return
+		}
+		tag, ok := strings.CutPrefix(channel, head)
+		if tag, ok = strings.CutSuffix(tag, tail); ok && tag != "" {
+			notice(DecodeHashTag(tag))
+		}
+	})
+}
+
+// HoldsQuery is one question of HoldsAll: does Owner still hold Key
+// (Group: as a shared or limited holder)?
+type HoldsQuery struct {
+	Key, Owner string
+	Group      bool
+}
+
+// HoldsAll is Holds for each query, in one pipeline (on a Cluster, one
+// per master): held[i] answers qs[i]. err is the first failure of the
+// round trip; the answers are then not to be trusted.
+func (n *Node) HoldsAll(ctx context.Context, qs []HoldsQuery) (held []bool, err error) {
+	cmds := make([]redis.Cmder, len(qs))
+	_, err = n.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, q := range qs {
+			if q.Group {
+				cmds[i] = p.ZScore(ctx, n.HoldersKey(q.Key), q.Owner)
+			} else {
+				cmds[i] = p.Get(ctx, n.LockKey(q.Key))
+			}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	held = make([]bool, len(qs))
+	for i, q := range qs {
+		switch c := cmds[i].(type) {
+		case *redis.FloatCmd:
+			held[i] = c.Err() == nil
+		case *redis.StringCmd:
+			v, err := c.Result()
+			owner, _, _ := strings.Cut(v, "|")
+			held[i] = err == nil && owner != "" && owner == q.Owner
+		}
+		if err := cmds[i].Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, err
+		}
+	}
+	return held, nil
+}
+
 // Holds reports whether owner still holds key: the exclusive lease's
 // value names it, or (group) it is among the group's holders. One read,
 // no write.

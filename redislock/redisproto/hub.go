@@ -53,9 +53,12 @@ type hub struct {
 
 	mu   sync.Mutex
 	conn *hubConn // nil while nobody waits
-	// channel -> live subscriptions
-	subs map[string]map[*Subscription]struct{}
-	// channel -> closed when Redis confirms the SUBSCRIBE
+	// channel -> live subscriptions (a slice: a channel has one listener
+	// or a few, and a Locker holding many locks listens on one channel
+	// per lock)
+	subs map[string][]*Subscription
+	// channel -> closed when Redis confirms the SUBSCRIBE; made by watch
+	// only (listen's subscriptions are told by a call instead)
 	confirmed map[string]chan struct{}
 }
 
@@ -84,20 +87,32 @@ const (
 
 type hubOp struct {
 	kind    opKind
-	channel string
-	done    chan error // opSubscribe: the result (buffered)
+	channel string     // a channel, or a pattern
+	pattern bool       // PSUBSCRIBE, PUNSUBSCRIBE
+	done    chan error // opSubscribe by watch: the result (buffered)
 }
 
 func newHub(c redis.UniversalClient) *hub {
-	return &hub{client: c, subs: map[string]map[*Subscription]struct{}{}, confirmed: map[string]chan struct{}{}}
+	return &hub{client: c, subs: map[string][]*Subscription{}, confirmed: map[string]chan struct{}{}}
 }
 
 // Subscription is a live interest in a release channel.
 type Subscription struct {
 	h       *hub
 	channel string
-	ch      chan struct{}
+	ch      chan struct{} // watch's: notices are sent here
+	fnc     func(string)  // listenPattern's: called with the channel ("" when not a message)
+	pattern bool          // channel is a pattern (PSUBSCRIBE)
 	once    sync.Once
+}
+
+// key is s's key in hub.subs: its channel, or its pattern after a NUL
+// (dlock's channel names never start with one).
+func (s *Subscription) key() string {
+	if s.pattern {
+		return "\x00" + s.channel
+	}
+	return s.channel
 }
 
 // C receives (without blocking the sender) when the channel publishes.
@@ -110,7 +125,7 @@ func (s *Subscription) C() <-chan struct{} { return s.ch }
 func (s *Subscription) Confirmed() bool {
 	s.h.mu.Lock()
 	defer s.h.mu.Unlock()
-	if _, live := s.h.subs[s.channel][s]; !live {
+	if !slices.Contains(s.h.subs[s.key()], s) {
 		return false
 	}
 	select {
@@ -125,6 +140,10 @@ func (s *Subscription) Confirmed() bool {
 func (s *Subscription) Close() { s.once.Do(func() { s.h.unwatch(s) }) }
 
 func (s *Subscription) notify() {
+	if s.fnc != nil {
+		s.fnc("")
+		return
+	}
 	select {
 	case s.ch <- struct{}{}:
 	default:
@@ -138,25 +157,12 @@ func (s *Subscription) notify() {
 func (h *hub) watch(ctx context.Context, channel string, ch chan struct{}) (*Subscription, error) {
 	s := &Subscription{h: h, channel: channel, ch: ch}
 	h.mu.Lock()
-	if h.conn == nil {
-		// No connection is made before the first request or Receive.
-		c := &hubConn{ps: h.client.Subscribe(context.WithoutCancel(ctx))}
-		h.conn = c
-		if h.lasting {
-			go h.read(c)
-		} else {
-			background.Go(func() { h.read(c) })
-		}
-	}
-	set := h.subs[channel]
-	first := set == nil
-	if first {
-		set = map[*Subscription]struct{}{}
-		h.subs[channel] = set
-		h.confirmed[channel] = make(chan struct{})
-	}
-	set[s] = struct{}{}
+	first := h.addLocked(s)
 	confirmed := h.confirmed[channel]
+	if confirmed == nil {
+		confirmed = make(chan struct{})
+		h.confirmed[channel] = confirmed
+	}
 	var subscribed chan error
 	if first {
 		subscribed = make(chan error, 1)
@@ -184,19 +190,60 @@ func (h *hub) watch(ctx context.Context, channel string, ch chan struct{}) (*Sub
 	}
 }
 
+// listenPattern subscribes fn to a pattern (PSUBSCRIBE) without waiting
+// for anything: fn is called on the hub's reader goroutine, with the hub
+// locked (it must not block, nor call into the hub), with the channel of
+// each message matching the pattern, and with "" once Redis confirms the
+// PSUBSCRIBE (a message published before may have been missed) and when
+// the connection failed.
+func (h *hub) listenPattern(pattern string, fn func(channel string)) *Subscription {
+	s := &Subscription{h: h, channel: pattern, fnc: fn, pattern: true}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.addLocked(s) {
+		h.queueLocked(h.conn, hubOp{kind: opSubscribe, channel: pattern, pattern: true})
+	}
+	return s
+}
+
+// addLocked registers s, opening the hub's connection if none is open,
+// and reports whether s is its channel's first listener (its SUBSCRIBE
+// is to be sent). h.mu held.
+func (h *hub) addLocked(s *Subscription) (first bool) {
+	if h.conn == nil {
+		// No connection is made before the first request or Receive.
+		c := &hubConn{ps: h.client.Subscribe(context.Background())}
+		h.conn = c
+		if h.lasting {
+			go h.read(c)
+		} else {
+			background.Go(func() { h.read(c) })
+		}
+	}
+	set := h.subs[s.key()]
+	h.subs[s.key()] = append(set, s)
+	return len(set) == 0
+}
+
 // unwatch removes s. When s was the channel's last listener the channel's
 // UNSUBSCRIBE is queued, and when it was the hub's last the connection's
 // closing: unwatch returns at once even on a stalled link.
 func (h *hub) unwatch(s *Subscription) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	set := h.subs[s.channel]
-	delete(set, s)
-	if len(set) > 0 {
+	set := h.subs[s.key()]
+	i := slices.Index(set, s)
+	if i < 0 {
 		return
 	}
-	delete(h.subs, s.channel)
-	delete(h.confirmed, s.channel)
+	if set = slices.Delete(set, i, i+1); len(set) > 0 {
+		h.subs[s.key()] = set
+		return
+	}
+	delete(h.subs, s.key())
+	if !s.pattern {
+		delete(h.confirmed, s.channel)
+	}
 	c := h.conn
 	if c == nil {
 		return
@@ -208,7 +255,7 @@ func (h *hub) unwatch(s *Subscription) {
 		h.queueLocked(c, hubOp{kind: opClose})
 		return
 	}
-	h.queueLocked(c, hubOp{kind: opUnsubscribe, channel: s.channel})
+	h.queueLocked(c, hubOp{kind: opUnsubscribe, channel: s.channel, pattern: s.pattern})
 }
 
 // queueLocked appends op to c's queue and starts its worker if none runs.
@@ -218,8 +265,10 @@ func (h *hub) queueLocked(c *hubConn, op hubOp) {
 	switch op.kind {
 	case opUnsubscribe:
 		for i, o := range c.ops {
-			if o.kind == opSubscribe && o.channel == op.channel {
-				o.done <- errUnwatched
+			if o.kind == opSubscribe && o.channel == op.channel && o.pattern == op.pattern {
+				if o.done != nil {
+					o.done <- errUnwatched
+				}
 				c.ops = slices.Delete(c.ops, i, i+1)
 				return
 			}
@@ -254,7 +303,7 @@ func (h *hub) work(c *hubConn) {
 		h.mu.Unlock()
 		for i := 0; i < len(ops); {
 			j := i + 1
-			for j < len(ops) && ops[j].kind == ops[i].kind && ops[i].kind != opClose {
+			for j < len(ops) && ops[j].kind == ops[i].kind && ops[j].pattern == ops[i].pattern && ops[i].kind != opClose {
 				j++
 			}
 			if ops[i].kind == opClose {
@@ -269,9 +318,14 @@ func (h *hub) work(c *hubConn) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 			var err error
-			if ops[i].kind == opSubscribe {
+			switch {
+			case ops[i].kind == opSubscribe && ops[i].pattern:
+				err = c.ps.PSubscribe(ctx, channels...)
+			case ops[i].kind == opSubscribe:
 				err = c.ps.Subscribe(ctx, channels...)
-			} else {
+			case ops[i].pattern:
+				err = c.ps.PUnsubscribe(ctx, channels...)
+			default:
 				err = c.ps.Unsubscribe(ctx, channels...)
 			}
 			cancel()
@@ -308,14 +362,25 @@ func (h *hub) read(c *hubConn) {
 					}
 				}
 			}
+			if m.Kind == "psubscribe" {
+				for _, s := range h.subs["\x00"+m.Channel] {
+					s.fnc("")
+				}
+			}
 		case *redis.Message:
-			for s := range h.subs[m.Channel] {
+			if m.Pattern != "" {
+				for _, s := range h.subs["\x00"+m.Pattern] {
+					s.fnc(m.Channel)
+				}
+				break
+			}
+			for _, s := range h.subs[m.Channel] {
 				s.notify()
 			}
 		}
 		if err != nil {
 			for _, set := range h.subs {
-				for s := range set {
+				for _, s := range set {
 					s.notify()
 				}
 			}

@@ -52,8 +52,11 @@ type config struct {
 	heldN      int
 	heldD      time.Duration
 	heldTTL    time.Duration
-	out        string
-	group      string // only this group's libraries (a development run)
+	// heldManyN locks with TTL heldManyTTL: the scale row.
+	heldManyN   int
+	heldManyTTL time.Duration
+	out         string
+	group       string // only this group's libraries (a development run)
 }
 
 func main() {
@@ -66,12 +69,14 @@ func main() {
 	flag.IntVar(&cfg.heldN, "held", 10000, "locks held in the many-locks scenario")
 	flag.DurationVar(&cfg.heldD, "held-d", 30*time.Second, "how long the many locks are held")
 	flag.DurationVar(&cfg.heldTTL, "held-ttl", 3*time.Second, "TTL of the many held locks (renewed every TTL/3)")
+	flag.IntVar(&cfg.heldManyN, "held-many", 100000, "locks held in the scale row of the many-locks scenario")
+	flag.DurationVar(&cfg.heldManyTTL, "held-many-ttl", 30*time.Second, "TTL of the scale row's locks")
 	flag.StringVar(&cfg.out, "out", "", "write the Markdown report to this file")
 	flag.StringVar(&cfg.group, "group", "", "measure only this group's libraries (redis, redis-ha, redlock, etcd, zookeeper, postgres): a development run, without the held-locks scenario or -out (targets of other groups read as not met)")
 	quick := flag.Bool("quick", false, "short run (1s per library, 2s contention, 2000 locks for 5s) for smoke tests")
 	flag.Parse()
 	if *quick {
-		cfg.measure, cfg.contend, cfg.heldN, cfg.heldD = time.Second, 2*time.Second, 2000, 5*time.Second
+		cfg.measure, cfg.contend, cfg.heldN, cfg.heldManyN, cfg.heldD = time.Second, 2*time.Second, 2000, 5000, 5*time.Second
 	}
 	if cfg.group != "" && cfg.out != "" {
 		fmt.Fprintln(os.Stderr, "dlockbench: -group is a development run: it writes no report (-out)")
@@ -166,12 +171,18 @@ func run(t *tb, cfg config) int {
 		fmt.Println(rep.markdown())
 		return 0
 	}
-	progress("many held    dlock redislock (%d locks, ttl %v, %v)", cfg.heldN, cfg.heldTTL, cfg.heldD)
-	h, err := manyHeld(e.redis[0], cfg.heldN, cfg.heldTTL, cfg.heldD)
-	if err != nil {
-		rep.errs["many held"] = err.Error()
+	for _, run := range []struct {
+		n   int
+		ttl time.Duration
+	}{{cfg.heldN, cfg.heldTTL}, {cfg.heldManyN, cfg.heldManyTTL}} {
+		progress("many held    dlock redislock (%d locks, ttl %v, %v)", run.n, run.ttl, cfg.heldD)
+		h, err := manyHeld(e.redis[0], run.n, run.ttl, cfg.heldD)
+		if err != nil {
+			rep.errs[fmt.Sprintf("%d held", run.n)] = err.Error()
+			continue
+		}
+		rep.held = append(rep.held, h)
 	}
-	rep.held = h
 	rep.elapsed = time.Since(started)
 	md := rep.markdown()
 	fmt.Println(md)

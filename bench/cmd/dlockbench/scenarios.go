@@ -248,13 +248,15 @@ func contended(l lib, n int, d time.Duration) (contendedResult, error) {
 // heldResult is scenario 5.
 type heldResult struct {
 	locks          int
+	ttl            time.Duration
 	duration       time.Duration
+	acquireTime    time.Duration
 	roundTrips     int64
 	renewals       int64
 	ticks          float64
 	cpu            time.Duration
-	bytesPerLock   float64
-	goroutinesHeld int
+	bytesPerLock   float64 // heap per lock at the end of the hold (steady state)
+	goroutinesHeld int     // goroutines added, at the end of the hold
 	lost           int
 }
 
@@ -287,7 +289,10 @@ func heapInUse() uint64 {
 	return ms.HeapAlloc
 }
 
-// manyHeld: hold n locks with auto-refresh on one client for d.
+// manyHeld: hold n locks with auto-refresh on one client for d, after
+// acquiring them from 32 goroutines. Heap and goroutines are measured at
+// the end of the hold, when every lock is renewed and listens for break
+// notices (a lock does from 100 ms on), not right after acquiring.
 func manyHeld(addr string, n int, ttl, d time.Duration) (heldResult, error) {
 	c := redisClient(addr)
 	defer c.Close()
@@ -295,30 +300,71 @@ func manyHeld(addr string, n int, ttl, d time.Duration) (heldResult, error) {
 	c.AddHook(hook)
 	l := redislock.New(c)
 	ctx := context.Background()
+	// The client's connections (the pool the 32 goroutines fill, with
+	// their buffers) are the client's, not the locks': open them first.
+	var warm sync.WaitGroup
+	for w := 0; w < 32; w++ {
+		warm.Add(1)
+		go func() {
+			defer warm.Done()
+			for i := 0; i < 4; i++ {
+				if lk, err := l.Acquire(ctx, uniqueKey("warm"), dlock.WithTTL(ttl)); err == nil {
+					lk.Release(ctx)
+				}
+			}
+		}()
+	}
+	warm.Wait()
 	before := heapInUse()
 	g0 := runtime.NumGoroutine()
-	locks := make([]*dlock.Lock, 0, n)
-	for i := 0; i < n; i++ {
-		lk, err := l.Acquire(ctx, uniqueKey("held"), dlock.WithTTL(ttl))
-		if err != nil {
-			return heldResult{}, err
-		}
-		locks = append(locks, lk)
+	locks := make([]*dlock.Lock, n)
+	t0 := time.Now()
+	var (
+		wg       sync.WaitGroup
+		next     atomic.Int64
+		firstErr error
+		once     sync.Once
+	)
+	for w := 0; w < 32; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				lk, err := l.Acquire(ctx, uniqueKey("held"), dlock.WithTTL(ttl))
+				if err != nil {
+					once.Do(func() { firstErr = err })
+					return
+				}
+				locks[i] = lk
+			}
+		}()
 	}
-	after := heapInUse()
-	gHeld := runtime.NumGoroutine() - g0
+	wg.Wait()
+	defer func() {
+		for _, lk := range locks {
+			if lk != nil {
+				lk.Release(ctx)
+			}
+		}
+	}()
+	if firstErr != nil {
+		return heldResult{}, firstErr
+	}
+	acquired := time.Since(t0)
+	time.Sleep(time.Second) // every lock listens for break notices by now
 	hook.pipes.Store(0)
 	hook.cmds.Store(0)
 	cpu0 := cpuTime()
 	time.Sleep(d)
-	r := heldResult{locks: n, duration: d, roundTrips: hook.pipes.Load(), renewals: hook.cmds.Load(),
-		cpu: cpuTime() - cpu0, bytesPerLock: float64(after-before) / float64(n), goroutinesHeld: gHeld}
+	r := heldResult{locks: n, ttl: ttl, duration: d, acquireTime: acquired, roundTrips: hook.pipes.Load(), renewals: hook.cmds.Load(),
+		cpu: cpuTime() - cpu0}
 	r.ticks = d.Seconds() / (ttl / 3).Seconds()
+	r.goroutinesHeld = runtime.NumGoroutine() - g0
+	r.bytesPerLock = float64(heapInUse()-before) / float64(n)
 	for _, lk := range locks {
 		if lk.Err() != nil {
 			r.lost++
 		}
-		lk.Release(ctx)
 	}
 	return r, nil
 }

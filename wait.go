@@ -105,7 +105,7 @@ func (w *waiter) attempt(ctx context.Context, n int, fn func(context.Context, *d
 	}
 	// A fresh owner per attempt: a driver cleaning up a failed attempt in
 	// the background can never touch a later one.
-	req := &driver.Request{Key: cfg.key, Owner: NewOwner(), TTL: cfg.TTL, Metadata: cfg.Metadata, Mode: driver.Mode(cfg.mode), Limit: cfg.limit, WaitID: w.waitID, Waiter: w.waiter}
+	req := &driver.Request{Key: cfg.key, Owner: NewOwner(), TTL: cfg.TTL, Metadata: cfg.Metadata, Mode: driver.Mode(cfg.mode), Limit: cfg.limit, WaitID: w.waitID, Waiter: w.waiter, Attempt: n}
 	cfg.attempts = n
 	if e.src.obs != nil || cfg.callObs != nil {
 		e.src.emitCall(cfg.callObs, Event{Kind: EventAttempt, Key: cfg.key, Mode: cfg.mode, Attempts: n})

@@ -194,6 +194,10 @@ type Request struct {
 	// for TryAcquire. A driver that records waiting writers (see Writer
 	// preference) registers a refused Exclusive attempt under it.
 	Waiter string
+	// Attempt numbers the attempts of one acquisition from 1. Nothing
+	// from an earlier attempt (a registration, a queue entry) can exist
+	// for the first, which lets a driver try a cheaper request then.
+	Attempt int
 }
 
 // Grant is what a driver returns for a successful attempt.

@@ -25,6 +25,17 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 	}
 	defer b.waiters.Begin(req.WaitID)() // may queue the waiter
 	group := req.Mode != driver.Exclusive
+	if !group && req.WaitID == "" && req.Attempt <= 1 && b.node.Acks == 0 {
+		// The first attempt, not queued: the cheaper script for a free
+		// key; any other state is acquire.lua's to answer.
+		o, ok, err := b.node.AcquireFast(ctx, req.Key, req.Owner, req.TTL, meta)
+		if err != nil {
+			return driver.Grant{}, requestError("acquire", req.Key, err)
+		}
+		if ok {
+			return driver.Grant{Lease: &lease{b: b, key: req.Key, owner: req.Owner, token: o.Token, alone: true}, Token: o.Token}, nil
+		}
+	}
 	var o redisproto.Outcome
 	if group {
 		limit := 0

@@ -3,6 +3,7 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -256,10 +257,16 @@ func (h *failoverHold) judge(t *testing.T, want verdict, window, held time.Durat
 		}
 		t.Fatalf("the holder lost its lease (%v) and the contender was granted token %d: the holder should have kept it", lk.Err(), got.Token())
 	case got != nil && want == doubleGrant:
-		if lostYet(lk) {
+		// The server granted the key again within the holder's lease.
+		// The holder may have heard of it first: its Locker reads its
+		// keys when its pub/sub connection comes back (a notice may have
+		// been missed), on the new primary, which never had the key.
+		// Whether that read or the contender's grant comes first is a
+		// race; any other loss is not this control's.
+		if lostYet(lk) && !strings.Contains(fmt.Sprint(lk.Err()), "(broken)") {
 			t.Fatalf("the holder's Lost() closed (%v): the double grant this control shows did not happen", lk.Err())
 		}
-		t.Logf("double grant: holder token %d (deadline in %v), contender token %d", lk.Token(), time.Until(lk.Deadline()).Round(time.Second), got.Token())
+		t.Logf("double grant: holder token %d (deadline in %v; told: %v), contender token %d", lk.Token(), time.Until(lk.Deadline()).Round(time.Second), lk.Err(), got.Token())
 	case got != nil && (want == grantedAfterLoss || want == learnsOfLoss) && !lostYet(lk):
 		grant := time.Now()
 		select {

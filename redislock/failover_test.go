@@ -93,7 +93,9 @@ func failoverWhileHeld(t *testing.T, fault failoverFault, ttl time.Duration) {
 // the write), the primary dies, and the sentinels promote the replica that
 // never had the key. A contender is then granted the key while the holder
 // still, rightly by its own clock, believes it holds it: a double grant
-// the holder learns of only at its next renewal. Fencing tokens still
+// the holder learns of at its next renewal, or, if that comes first,
+// when its Locker's pub/sub connection comes back on the new primary and
+// reads its keys there. Fencing tokens still
 // order the two holders (the contender's is above the holder's: the new
 // primary issues max(marker + 1, its time in µs), and its clock is the
 // same host's), so a guard refuses the old holder's late writes.

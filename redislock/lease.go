@@ -21,6 +21,9 @@ type lease struct {
 	key, owner string
 	token      uint64 // 0 when unknown (Abort)
 	group      bool   // a shared or limited holder's
+	// alone: granted by the first attempt of its acquisition, on a free
+	// key; its release tries the script for a key nobody waits for.
+	alone bool
 }
 
 func (l *lease) result(op string, held bool, err error) error {
@@ -54,6 +57,11 @@ func (l *lease) Release(ctx context.Context) error {
 	if l.group {
 		held, err := l.b.node.ReleaseGroup(ctx, l.key, l.owner, l.token, FenceRetention)
 		return l.result("release", held, err)
+	}
+	if l.alone {
+		if ok, err := l.b.node.ReleaseFast(ctx, l.key, l.owner, FenceRetention); ok || err != nil {
+			return l.result("release", ok, err)
+		}
 	}
 	held, err := l.b.node.Release(ctx, l.key, l.owner, l.token, FenceRetention)
 	return l.result("release", held, err)

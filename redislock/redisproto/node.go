@@ -64,9 +64,11 @@ func Ms(d time.Duration) int64 { return d.Milliseconds() }
 // The single-node scripts, run by redislock and, for renewals, by redlock
 // (see the header of each file in lua/ for its KEYS, ARGV and replies).
 var (
-	acquireScript = script("acquire") // lua/acquire.lua
-	refreshScript = script("refresh") // lua/refresh.lua
-	releaseScript = script("release") // lua/release.lua
+	acquireScript     = script("acquire")      // lua/acquire.lua
+	acquireFastScript = script("acquire_fast") // lua/acquire_fast.lua
+	refreshScript     = script("refresh")      // lua/refresh.lua
+	releaseScript     = script("release")      // lua/release.lua
+	releaseFastScript = script("release_fast") // lua/release_fast.lua
 
 	acquireGroupScript = script("acquire_group") // lua/acquire_group.lua
 	refreshGroupScript = script("refresh_group") // lua/refresh_group.lua
@@ -88,6 +90,24 @@ func (n *Node) Acquire(ctx context.Context, key, owner string, ttl time.Duration
 	}
 	return parseOutcome(acquireScript.Run(ctx, n.Client, n.groupKeys(lk),
 		owner, Ms(ttl), meta, waitID, time.Now().UnixMicro(), waiter, lk+channelSuffix, n.cluster).Slice())
+}
+
+// AcquireFast is Acquire for the first attempt of an exclusive
+// acquisition that is not queued, on a Node without Acks: one smaller
+// script for a free key. ok false means the key is in a state only
+// acquire.lua answers for (held, reserved, a group's, or owner's own
+// lease): run Acquire.
+func (n *Node) AcquireFast(ctx context.Context, key, owner string, ttl time.Duration, meta string) (o Outcome, ok bool, err error) {
+	lk := n.LockKey(key)
+	res, err := acquireFastScript.Run(ctx, n.Client, withSuffixes(lk, receiptsSuffix), owner, Ms(ttl), meta).Slice()
+	if err != nil {
+		return Outcome{}, false, err
+	}
+	if len(res) == 1 {
+		return Outcome{}, false, nil
+	}
+	o, err = parseOutcome(res, nil)
+	return o, err == nil, err
 }
 
 // groupKeys are the keys of acquire.lua and acquire_group.lua.
@@ -165,6 +185,16 @@ func (n *Node) Release(ctx context.Context, key, owner string, token uint64, ret
 	v, err := releaseScript.Run(ctx, n.Client, withSuffixes(lk, waitersSuffix, receiptsSuffix),
 		owner+"|", Ms(retention), lk+channelSuffix, Ms(HandoffReserve), tokenArg(token), n.cluster).Int64()
 	return v == 1, err
+}
+
+// ReleaseFast is Release for a lease acquired uncontended: one smaller
+// script when no waiter is queued. ok false means the key is in a state
+// only release.lua answers for (waiters queued, or not owner's lease):
+// run Release.
+func (n *Node) ReleaseFast(ctx context.Context, key, owner string, retention time.Duration) (ok bool, err error) {
+	lk := n.LockKey(key)
+	v, err := releaseFastScript.Run(ctx, n.Client, withSuffixes(lk, waitersSuffix), owner+"|", Ms(retention)).Int64()
+	return err == nil && v == 1, err
 }
 
 func tokenArg(token uint64) string {

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/redislock/redisproto"
@@ -88,5 +90,54 @@ func TestReleaseRecognisesItsOwnRelease(t *testing.T) {
 	}
 	if v, _ := c.Get(ctx, n.LockKey(k2)).Result(); !strings.HasPrefix(v, b+"|") {
 		t.Fatalf("new holder's value = %q", v)
+	}
+}
+
+// The fast scripts act only where the full ones would do the same and
+// hand every other state back: a reservation, a lease (the same owner's
+// too: a retry), a group; a release with a waiter queued, or of a lease
+// no longer held. A grant over a marker takes a token above it.
+// Symptom: a fast path that decided one of these states itself would skip a reservation, a wake-up or a receipt.
+func TestFastScripts_DeferWhereTheFullScriptsDecide(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t)
+	c := newClient(t, srv.Addr())
+	n := redisproto.NewNode(c, "dlock")
+	ctx := dlocktest.Context(t)
+	own := strings.Repeat("a", 32)
+	for _, v := range []string{"|5|w1|99999999999999", own + "|5|{}", "*s|5|0"} {
+		k := key(t)
+		if err := c.Set(ctx, n.LockKey(k), v, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok, err := n.AcquireFast(ctx, k, own, time.Minute, "{}"); ok || err != nil {
+			t.Errorf("AcquireFast over %q: ok %v (%v), want it handed to acquire.lua", v, ok, err)
+		}
+		if got, _ := c.Get(ctx, n.LockKey(k)).Result(); got != v {
+			t.Errorf("AcquireFast over %q changed it to %q", v, got)
+		}
+	}
+	k := key(t)
+	if err := c.Set(ctx, n.LockKey(k), "|41", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	o, ok, err := n.AcquireFast(ctx, k, own, time.Minute, "{}")
+	if !ok || err != nil || o.Token <= 41 {
+		t.Fatalf("AcquireFast over the marker |41: %+v, %v, %v; want granted above 41", o, ok, err)
+	}
+	if err := c.ZAdd(ctx, n.WaitersKey(k), redis.Z{Score: 1, Member: "w1"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := n.ReleaseFast(ctx, k, own, time.Hour); ok || err != nil {
+		t.Errorf("ReleaseFast with a waiter queued: ok %v (%v), want it handed to release.lua", ok, err)
+	}
+	if err := c.Del(ctx, n.WaitersKey(k)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := n.ReleaseFast(ctx, k, own, time.Hour); !ok || err != nil {
+		t.Fatalf("ReleaseFast of the lease: ok %v (%v)", ok, err)
+	}
+	if ok, err := n.ReleaseFast(ctx, k, own, time.Hour); ok || err != nil {
+		t.Errorf("ReleaseFast again: ok %v (%v), want it handed to release.lua (which finds the marker)", ok, err)
 	}
 }

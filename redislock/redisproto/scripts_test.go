@@ -142,6 +142,16 @@ func TestEveryScriptLoadsAndRuns(t *testing.T) {
 			{[]string{lk, wk, rk}, []any{other, 60000, "{}", "w1", 123}, 0}, // held: queued
 			{gk, []any{other, 60000, "{}", "w1", 123, "wr1"}, 0},            // held: a waiting writer
 		}},
+		"acquire_fast": {[]string{"|41"}, []scriptCall{
+			{[]string{lk, rk}, []any{own, 60000, "{}"}, 1},   // over a marker: token above 41, receipt 41
+			{[]string{lk, rk}, []any{own, 60000, "{}"}, 2},   // retried: acquire.lua answers
+			{[]string{lk, rk}, []any{other, 60000, "{}"}, 2}, // held: acquire.lua answers
+		}},
+		"release_fast": {[]string{own + "|7|{}"}, []scriptCall{
+			{[]string{lk, wk}, []any{other + "|", 3600000}, 2}, // not this owner's
+			{[]string{lk, wk}, []any{own + "|", 3600000}, 1},   // the marker |7
+			{[]string{lk, wk}, []any{own + "|", 3600000}, 2},   // retried: release.lua answers
+		}},
 		"acquire_group": {[]string{"|41"}, []scriptCall{
 			{gk, []any{own, 60000, "{}", "", 0, "s", 0, ch, 100, "0"}, 1},     // over a marker: token above 41
 			{gk, []any{own, 60000, "{}", "", 0, "s", 0, ch, 100, "0"}, 1},     // retried

@@ -184,7 +184,11 @@ func parseOutcome(res []any, err error) (Outcome, error) {
 		return Outcome{}, err
 	}
 	if len(res) >= 2 && res[0] == int64(1) {
-		tok, err := strconv.ParseUint(fmt.Sprint(res[1]), 10, 64)
+		s, ok := res[1].(string)
+		if !ok {
+			s = fmt.Sprint(res[1])
+		}
+		tok, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
 			return Outcome{}, fmt.Errorf("bad token %v", res[1])
 		}

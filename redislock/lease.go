@@ -177,7 +177,21 @@ type breakWatch struct {
 	// hub calls notice with its own lock held, and notice takes mu).
 	starting bool
 	idle     *time.Timer // closes sub once nobody listened for breakIdle
+	// recent: when a notice last came for a key nobody here listened to
+	// (at most maxRecentBreaks keys; past that, recentAll stands for
+	// every key). A lock bound within breakRecent of such a notice is
+	// checked at once: the break may have come between its grant and
+	// its Bind, heard by nobody.
+	recent    map[string]time.Time
+	recentAll time.Time
 }
+
+// breakRecent is how long a notice nobody heard makes a newly bound lock
+// of its key check; maxRecentBreaks caps the keys remembered.
+const (
+	breakRecent     = 10 * time.Second
+	maxRecentBreaks = 1024
+)
 
 // breakIdle is how long the pattern subscription outlives the last held
 // lock: a Locker that takes short locks one after another keeps it.
@@ -190,6 +204,10 @@ func (bw *breakWatch) add(bl *breakListener) {
 	}
 	bw.byKey[bl.l.key] = append(bw.byKey[bl.l.key], bl)
 	bw.n++
+	now := time.Now()
+	if t, ok := bw.recent[bl.l.key]; ok && now.Sub(t) < breakRecent || now.Sub(bw.recentAll) < breakRecent {
+		bl.notice() // a break may have come before this lock listened
+	}
 	if bw.idle != nil {
 		bw.idle.Stop()
 		bw.idle = nil
@@ -243,8 +261,12 @@ func (bw *breakWatch) notice(key string) {
 	bw.mu.Lock()
 	defer bw.mu.Unlock()
 	if key != "" {
-		for _, bl := range bw.byKey[key] {
+		ls := bw.byKey[key]
+		for _, bl := range ls {
 			bl.notice()
+		}
+		if len(ls) == 0 {
+			bw.rememberLocked(key)
 		}
 		return
 	}
@@ -253,6 +275,27 @@ func (bw *breakWatch) notice(key string) {
 			bl.notice()
 		}
 	}
+}
+
+// rememberLocked records a notice for key, which nobody here listens to
+// (yet). bw.mu held.
+func (bw *breakWatch) rememberLocked(key string) {
+	now := time.Now()
+	if bw.recent == nil {
+		bw.recent = map[string]time.Time{}
+	}
+	if len(bw.recent) >= maxRecentBreaks {
+		for k, t := range bw.recent {
+			if now.Sub(t) >= breakRecent {
+				delete(bw.recent, k)
+			}
+		}
+	}
+	if len(bw.recent) >= maxRecentBreaks {
+		bw.recentAll = now
+		return
+	}
+	bw.recent[key] = now
 }
 
 // breakChecks reads the keys of the locks that heard a break notice (or
@@ -311,17 +354,24 @@ func (bc *breakChecks) run(node *redisproto.Node) {
 		if len(qs) == 0 {
 			continue
 		}
+		type answers struct {
+			held []bool
+			errs []error
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), breakCheckTimeout)
-		held, err, abandoned := redisproto.Await(ctx, func(c context.Context) ([]bool, error) {
-			return node.HoldsAll(c, qs)
+		a, _, abandoned := redisproto.Await(ctx, func(c context.Context) (answers, error) {
+			held, errs := node.HoldsAll(c, qs)
+			return answers{held, errs}, nil
 		})
 		cancel()
-		if err != nil || abandoned {
+		if abandoned {
 			continue // unknown: the renewals report
 		}
 		for i, bl := range live {
-			if !held[i] && bl.done.CompareAndSwap(false, true) {
-				bl.lose(fmt.Errorf("%w: redis key %s no longer holds owner %s (broken)", dlock.ErrNotHeld, node.LockKey(bl.l.key), bl.l.owner))
+			if a.errs[i] == nil && !a.held[i] && bl.done.CompareAndSwap(false, true) {
+				// On a goroutine of its own: losing a lock runs its
+				// Observer, which must not hold up the others' losses.
+				go bl.lose(fmt.Errorf("%w: redis key %s no longer holds owner %s (broken)", dlock.ErrNotHeld, node.LockKey(bl.l.key), bl.l.owner))
 			}
 		}
 	}

@@ -552,3 +552,90 @@ func TestBind_GlobCharactersInPrefix_BreakHeard(t *testing.T) {
 		t.Errorf("a lock under another prefix: %v", err)
 	}
 }
+
+// breakAfterGrant is a hook that, once, right after an acquisition's
+// script has answered (the lock granted, not yet handed to the caller),
+// runs breakIt and waits for it.
+type breakAfterGrant struct {
+	once    sync.Once
+	breakIt func()
+}
+
+func (h *breakAfterGrant) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *breakAfterGrant) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *breakAfterGrant) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if name := cmd.Name(); err == nil && (name == "evalsha" || name == "eval") && h.breakIt != nil {
+			h.once.Do(h.breakIt)
+		}
+		return err
+	}
+}
+
+// A break that comes between a lock's grant and the moment it listens
+// (its Locker's break subscription confirmed long before, so no check of
+// every lock is coming) still closes its Lost(): the notice nobody heard
+// makes the lock read its key when it starts listening.
+// Symptom: such a break was heard by nobody, and the holder learned of it at its next renewal.
+func TestBind_BreakBetweenGrantAndBind_LostCloses(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t)
+	ctx := dlocktest.Context(t)
+	c := newClient(t, srv)
+	hook := &breakAfterGrant{}
+	c.AddHook(hook)
+	l := redislock.New(c)
+	// Another held lock: the Locker's break subscription is up.
+	other, err := l.Acquire(ctx, dlocktest.Key(t), dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Release(context.Background())
+	admin := newClient(t, srv)
+	for end := time.Now().Add(dlocktest.HangTimeout); ; time.Sleep(5 * time.Millisecond) {
+		if n, err := admin.PubSubNumPat(ctx).Result(); err == nil && n == 1 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("hang: the Locker's break subscription never came up")
+		}
+	}
+	key := dlocktest.Key(t)
+	watcher := admin.PSubscribe(ctx, "*:b")
+	defer watcher.Close()
+	if _, err := watcher.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	breaker := redislock.New(newClient(t, srv))
+	hook.breakIt = func() {
+		if _, err := breaker.Break(ctx, key, ""); err != nil {
+			t.Error(err)
+			return
+		}
+		// The notice is out (the server wrote it to every subscriber);
+		// give the Locker's reader the time to take it, before the lock
+		// it is for listens.
+		if _, err := watcher.ReceiveMessage(ctx); err != nil {
+			t.Error(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// No renewal: only a break notice can tell the lock before its
+	// deadline.
+	lk, err := l.Acquire(ctx, key, dlock.WithTTL(5*time.Minute), dlock.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Release(context.Background())
+	select {
+	case <-lk.Lost():
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatal("hang: the lock broken before it listened was not told")
+	}
+	if err := lk.Err(); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Err: %v, want dlock.ErrNotHeld", err)
+	}
+}

@@ -111,11 +111,12 @@ type HoldsQuery struct {
 }
 
 // HoldsAll is Holds for each query, in one pipeline (on a Cluster, one
-// per master): held[i] answers qs[i]. err is the first failure of the
-// round trip; the answers are then not to be trusted.
-func (n *Node) HoldsAll(ctx context.Context, qs []HoldsQuery) (held []bool, err error) {
+// per master): held[i] answers qs[i] when errs[i] is nil; a query whose
+// command failed (its master down, say) has its error, and the others
+// their answers.
+func (n *Node) HoldsAll(ctx context.Context, qs []HoldsQuery) (held []bool, errs []error) {
 	cmds := make([]redis.Cmder, len(qs))
-	_, err = n.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, _ = n.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, q := range qs {
 			if q.Group {
 				cmds[i] = p.ZScore(ctx, n.HoldersKey(q.Key), q.Owner)
@@ -125,24 +126,22 @@ func (n *Node) HoldsAll(ctx context.Context, qs []HoldsQuery) (held []bool, err 
 		}
 		return nil
 	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, err
-	}
-	held = make([]bool, len(qs))
+	held, errs = make([]bool, len(qs)), make([]error, len(qs))
 	for i, q := range qs {
+		err := cmds[i].Err()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			errs[i] = err
+			continue
+		}
 		switch c := cmds[i].(type) {
 		case *redis.FloatCmd:
-			held[i] = c.Err() == nil
+			held[i] = err == nil
 		case *redis.StringCmd:
-			v, err := c.Result()
-			owner, _, _ := strings.Cut(v, "|")
+			owner, _, _ := strings.Cut(c.Val(), "|")
 			held[i] = err == nil && owner != "" && owner == q.Owner
 		}
-		if err := cmds[i].Err(); err != nil && !errors.Is(err, redis.Nil) {
-			return nil, err
-		}
 	}
-	return held, nil
+	return held, errs
 }
 
 // Holds reports whether owner still holds key: the exclusive lease's

@@ -42,10 +42,11 @@ func (b *backend) subscription(key, id string, s *redisproto.Subscription) *subs
 // subscription is a waiter's: driver.Subscription and driver.WaitIDer.
 type subscription struct {
 	*redisproto.Subscription
-	b   *backend
-	key string
-	w   *redisproto.Waiter
-	id  string
+	b    *backend
+	key  string
+	w    *redisproto.Waiter
+	id   string
+	once sync.Once
 }
 
 // WaitID implements driver.WaitIDer.
@@ -57,10 +58,12 @@ func (s *subscription) WaitID() string { return s.id }
 // holds its id, and the channel stays subscribed for a while for the next
 // wait of the same key (Ready). It never waits on the network.
 func (s *subscription) Close() {
-	if s.w.Leave() && s.Subscription.Confirmed() && s.b.idle.put(s.key, s.id, s.Subscription) {
-		return
-	}
-	s.Subscription.Close()
+	s.once.Do(func() {
+		if s.w.Leave() && s.Subscription.Confirmed() && s.b.idle.put(s.key, s.id, s.Subscription) {
+			return
+		}
+		s.Subscription.Close()
+	})
 }
 
 // Bounds of the channels kept listening between waits.

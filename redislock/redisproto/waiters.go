@@ -36,7 +36,7 @@ type Waiter struct {
 	inflight int
 	left     bool
 	dequeued bool
-	granted  bool // an attempt with its id was granted
+	granted  bool // its last attempt begun was granted
 }
 
 // Add registers waiter id for key on nodes.
@@ -60,6 +60,7 @@ func (ws *Waiters) Begin(id string) (end func()) {
 	w := v.(*Waiter)
 	w.mu.Lock()
 	w.inflight++
+	w.granted = false // only the last attempt's grant dequeued the id
 	w.mu.Unlock()
 	var once sync.Once
 	return func() {
@@ -74,7 +75,9 @@ func (ws *Waiters) Begin(id string) (end func()) {
 
 // Granted records that an attempt made with wait id was granted: the
 // grant removed the id from the key's queue (every acquisition script
-// does). An unknown id is ignored.
+// does). A later attempt with the id (the grant was refused by the core,
+// say, and the wait went on) clears it again in Begin. An unknown id is
+// ignored.
 func (ws *Waiters) Granted(id string) {
 	if id == "" {
 		return

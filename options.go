@@ -66,6 +66,9 @@ type config struct {
 	// means DefaultBackoff. Backends that are notified of releases still
 	// poll on this schedule so that a missed message never strands a waiter.
 	Backoff Backoff
+	// backoffDefault: Backoff is DefaultBackoff, filled in (not the
+	// caller's).
+	backoffDefault bool
 	// Metadata is stored with the lock and shown to other clients (dlock ls,
 	// NotAcquiredError). Host and pid are filled in unless NoDefaultMetadata.
 	Metadata map[string]string
@@ -213,7 +216,7 @@ func newConfig(key string, minTTL time.Duration, opts ...Option) (*config, error
 		return nil, fmt.Errorf("%w: drift allowance %v leaves too little of ttl %v", ErrInvalidOption, c.Drift(), c.TTL)
 	}
 	if c.Backoff == nil {
-		c.Backoff = DefaultBackoff
+		c.Backoff, c.backoffDefault = DefaultBackoff, true
 	}
 	md := make(map[string]string, len(c.Metadata)+3)
 	if !c.NoDefaultMetadata {

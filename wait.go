@@ -55,8 +55,9 @@ func (e *Engine) attemptGrace() time.Duration {
 	return min(max(4*time.Duration(e.rtt.Load()), minAttemptGrace), maxAttemptGrace)
 }
 
-// queuedPollMin is the shortest fallback poll of a waiter that is queued
-// for a wake-up by name (a WaitID) and listening, under DefaultBackoff: a
+// queuedPollMin is the shortest fallback poll of an exclusive waiter that
+// is queued for a wake-up by name (a WaitID) and listening, under
+// DefaultBackoff: a
 // missed wake-up (a lost pub/sub connection wakes every listener anyway)
 // delays it by at most this much more than the backoff step, and a lease
 // that expires without a release still sets an earlier retry (the
@@ -178,10 +179,12 @@ func (w *waiter) sleep(ctx context.Context, n int, notify <-chan struct{}) bool 
 	if d <= 0 {
 		d = time.Millisecond // a Backoff returning ≤ 0 must not spin
 	}
-	if w.waitID != "" && notify != nil && w.cfg.Backoff == DefaultBackoff {
-		// Queued and listening: a release wakes this waiter by name, so
-		// the default schedule's first steps would only add load to a
-		// contended key (every waiter polling every few milliseconds).
+	if w.waitID != "" && notify != nil && w.cfg.backoffDefault && w.cfg.mode == Exclusive {
+		// Queued and listening for an exclusive lock: a release wakes
+		// this waiter by name, so the default schedule's first steps
+		// would only add load to a contended key (every waiter polling
+		// every few milliseconds). Shared and limited waiters are woken
+		// along chains of pokes, and keep the default schedule.
 		d = max(d, queuedPollMin)
 	}
 	if w.last != nil {

@@ -495,3 +495,36 @@ func TestPoll_ReadySubscription_FirstAttemptQueued(t *testing.T) {
 		t.Fatalf("Acquire: %v, want context.Canceled", err)
 	}
 }
+
+// funcBackoff is a Backoff of a type that cannot be compared.
+type funcBackoff func(int) time.Duration
+
+func (f funcBackoff) Next(n int) time.Duration { return f(n) }
+
+// A DefaultBackoff of a type that cannot be compared (a func) does not
+// panic the wait of a queued waiter: whether the backoff is the default
+// is recorded when the config is made, not found by comparing.
+// Symptom: comparing the config's backoff with DefaultBackoff panicked ("comparing uncomparable type") on the first sleep.
+func TestPoll_UncomparableDefaultBackoff_NoPanic(t *testing.T) {
+	old := DefaultBackoff
+	DefaultBackoff = funcBackoff(func(int) time.Duration { return time.Millisecond })
+	t.Cleanup(func() { DefaultBackoff = old })
+	fc := newFakeClock()
+	b := &readyBackend{sub: &readySub{ch: make(chan struct{}, 1)}}
+	e := NewEngine(b)
+	e.wd.clk = fc
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got := make(chan error, 1)
+	go func() {
+		_, err := e.Acquire(ctx, "k")
+		got <- err
+	}()
+	if !waitPending(fc, 5*time.Second) {
+		t.Fatal("hang: the waiter never slept")
+	}
+	cancel()
+	if err := <-got; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Acquire: %v, want context.Canceled", err)
+	}
+}

@@ -25,25 +25,31 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 	}
 	defer b.waiters.Begin(req.WaitID)() // may queue the waiter
 	group := req.Mode != driver.Exclusive
+	var (
+		o        redisproto.Outcome
+		answered bool
+	)
 	if !group && req.WaitID == "" && req.Attempt <= 1 && b.node.Acks == 0 {
 		// The first attempt, not queued: the cheaper script for a free
-		// key; any other state is acquire.lua's to answer.
-		o, ok, err := b.node.AcquireFast(ctx, req.Key, req.Owner, req.TTL, meta)
+		// key (and a held one, for a TryAcquire); any other state is
+		// acquire.lua's to answer.
+		o, answered, err = b.node.AcquireFast(ctx, req.Key, req.Owner, req.TTL, meta, req.Waiter == "")
 		if err != nil {
 			return driver.Grant{}, requestError("acquire", req.Key, err)
 		}
-		if ok {
+		if answered && o.Granted {
 			return driver.Grant{Lease: &lease{b: b, key: req.Key, owner: req.Owner, token: o.Token, alone: true}, Token: o.Token}, nil
 		}
 	}
-	var o redisproto.Outcome
-	if group {
+	switch {
+	case answered:
+	case group:
 		limit := 0
 		if req.Mode == driver.Limited {
 			limit = req.Limit
 		}
 		o, err = b.node.AcquireGroup(ctx, req.Key, req.Owner, req.TTL, meta, req.WaitID, limit)
-	} else {
+	default:
 		o, err = b.node.Acquire(ctx, req.Key, req.Owner, req.TTL, meta, req.WaitID, req.Waiter)
 	}
 	var ae *redisproto.AckError

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -207,5 +208,60 @@ func TestTryAcquire_ReservedKey_ReportsReservation(t *testing.T) {
 	px.Heal()
 	if err := <-waiting; err != nil {
 		t.Fatalf("the waiter the key was reserved for: %v", err)
+	}
+}
+
+// scriptCounter counts the scripts a client runs outside pipelines.
+type scriptCounter struct{ n atomic.Int32 }
+
+func (h *scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := cmd.Name(); name == "evalsha" || name == "eval" {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// A TryAcquire of a key another owner holds is answered by one script,
+// as is an uncontended Acquire and its Release each.
+// Symptom: the cheaper script for a free key handed a held key to the full one, two round trips for every refused TryAcquire.
+func TestTryAcquire_HeldKey_OneScript(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t)
+	ctx := dlocktest.Context(t)
+	holder := redislock.New(newClient(t, srv))
+	key := dlocktest.Key(t)
+	h, err := holder.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, srv)
+	hook := &scriptCounter{}
+	c.AddHook(hook)
+	l := redislock.New(c)
+	if _, err := l.TryAcquire(ctx, key); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire of a held key: %v, want ErrNotAcquired", err)
+	}
+	if n := hook.n.Load(); n != 1 {
+		t.Errorf("TryAcquire of a held key ran %d scripts, want 1", n)
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hook.n.Store(0)
+	lk, err := l.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := hook.n.Load(); n != 2 {
+		t.Errorf("an uncontended Acquire and Release ran %d scripts, want 2", n)
 	}
 }

@@ -94,12 +94,17 @@ func (n *Node) Acquire(ctx context.Context, key, owner string, ttl time.Duration
 
 // AcquireFast is Acquire for the first attempt of an exclusive
 // acquisition that is not queued, on a Node without Acks: one smaller
-// script for a free key. ok false means the key is in a state only
-// acquire.lua answers for (held, reserved, a group's, or owner's own
-// lease): run Acquire.
-func (n *Node) AcquireFast(ctx context.Context, key, owner string, ttl time.Duration, meta string) (o Outcome, ok bool, err error) {
+// script for a free key, and, when tryOnly (no waiter to register: a
+// TryAcquire), for a key another owner holds. ok false means the key is
+// in a state only acquire.lua answers for (reserved, a group's, owner's
+// own lease, or held when a refusal registers a waiter): run Acquire.
+func (n *Node) AcquireFast(ctx context.Context, key, owner string, ttl time.Duration, meta string, tryOnly bool) (o Outcome, ok bool, err error) {
 	lk := n.LockKey(key)
-	res, err := acquireFastScript.Run(ctx, n.Client, withSuffixes(lk, receiptsSuffix), owner, Ms(ttl), meta).Slice()
+	flag := "0"
+	if tryOnly {
+		flag = "1"
+	}
+	res, err := acquireFastScript.Run(ctx, n.Client, withSuffixes(lk, receiptsSuffix), owner, Ms(ttl), meta, flag).Slice()
 	if err != nil {
 		return Outcome{}, false, err
 	}

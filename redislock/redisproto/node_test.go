@@ -110,8 +110,10 @@ func TestFastScripts_DeferWhereTheFullScriptsDecide(t *testing.T) {
 		if err := c.Set(ctx, n.LockKey(k), v, 0).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if _, ok, err := n.AcquireFast(ctx, k, own, time.Minute, "{}"); ok || err != nil {
-			t.Errorf("AcquireFast over %q: ok %v (%v), want it handed to acquire.lua", v, ok, err)
+		for _, tryOnly := range []bool{false, true} {
+			if _, ok, err := n.AcquireFast(ctx, k, own, time.Minute, "{}", tryOnly); ok || err != nil {
+				t.Errorf("AcquireFast (tryOnly %v) over %q: ok %v (%v), want it handed to acquire.lua", tryOnly, v, ok, err)
+			}
 		}
 		if got, _ := c.Get(ctx, n.LockKey(k)).Result(); got != v {
 			t.Errorf("AcquireFast over %q changed it to %q", v, got)
@@ -121,9 +123,20 @@ func TestFastScripts_DeferWhereTheFullScriptsDecide(t *testing.T) {
 	if err := c.Set(ctx, n.LockKey(k), "|41", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	o, ok, err := n.AcquireFast(ctx, k, own, time.Minute, "{}")
+	o, ok, err := n.AcquireFast(ctx, k, own, time.Minute, "{}", false)
 	if !ok || err != nil || o.Token <= 41 {
 		t.Fatalf("AcquireFast over the marker |41: %+v, %v, %v; want granted above 41", o, ok, err)
+	}
+	// Held by another owner: a refusal that registers nothing (tryOnly)
+	// is answered as acquire.lua would; one that registers a waiting
+	// writer is acquire.lua's.
+	other := strings.Repeat("b", 32)
+	if _, ok, err := n.AcquireFast(ctx, k, other, time.Minute, "{}", false); ok || err != nil {
+		t.Errorf("AcquireFast of a held key, not tryOnly: ok %v (%v), want it handed to acquire.lua", ok, err)
+	}
+	r, ok, err := n.AcquireFast(ctx, k, other, time.Minute, "{}", true)
+	if !ok || err != nil || r.Granted || r.Holder.Owner != own || r.PTTL <= 0 {
+		t.Errorf("AcquireFast of a held key, tryOnly: %+v, %v, %v; want refused naming %s, with its TTL", r, ok, err, own)
 	}
 	if err := c.ZAdd(ctx, n.WaitersKey(k), redis.Z{Score: 1, Member: "w1"}).Err(); err != nil {
 		t.Fatal(err)

@@ -143,9 +143,10 @@ func TestEveryScriptLoadsAndRuns(t *testing.T) {
 			{gk, []any{other, 60000, "{}", "w1", 123, "wr1"}, 0},            // held: a waiting writer
 		}},
 		"acquire_fast": {[]string{"|41"}, []scriptCall{
-			{[]string{lk, rk}, []any{own, 60000, "{}"}, 1},   // over a marker: token above 41, receipt 41
-			{[]string{lk, rk}, []any{own, 60000, "{}"}, 2},   // retried: acquire.lua answers
-			{[]string{lk, rk}, []any{other, 60000, "{}"}, 2}, // held: acquire.lua answers
+			{[]string{lk, rk}, []any{own, 60000, "{}", "0"}, 1},   // over a marker: token above 41, receipt 41
+			{[]string{lk, rk}, []any{own, 60000, "{}", "1"}, 2},   // retried: acquire.lua answers
+			{[]string{lk, rk}, []any{other, 60000, "{}", "0"}, 2}, // held, a refusal that registers: acquire.lua answers
+			{[]string{lk, rk}, []any{other, 60000, "{}", "1"}, 0}, // held: refused
 		}},
 		"release_fast": {[]string{own + "|7|{}"}, []scriptCall{
 			{[]string{lk, wk}, []any{other + "|", 3600000}, 2}, // not this owner's

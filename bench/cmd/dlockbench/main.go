@@ -76,7 +76,7 @@ func main() {
 	quick := flag.Bool("quick", false, "short run (1s per library, 2s contention, 2000 locks for 5s) for smoke tests")
 	flag.Parse()
 	if *quick {
-		cfg.measure, cfg.contend, cfg.heldN, cfg.heldManyN, cfg.heldD = time.Second, 2*time.Second, 2000, 5000, 5*time.Second
+		cfg.measure, cfg.contend, cfg.heldN, cfg.heldManyN, cfg.heldManyTTL, cfg.heldD = time.Second, 2*time.Second, 2000, 5000, 3*time.Second, 5*time.Second
 	}
 	if cfg.group != "" && cfg.out != "" {
 		fmt.Fprintln(os.Stderr, "dlockbench: -group is a development run: it writes no report (-out)")
@@ -131,6 +131,23 @@ func run(t *tb, cfg config) int {
 	}
 	rep := &report{cfg: cfg, libs: libs, zkVersion: zkVersion(zks), pgVersion: pgVersion(pg), unc: map[string]uncontendedResult{}, thr: map[string]float64{}, con: map[string]contendedResult{}, errs: map[string]string{}}
 
+	if cfg.group == "" {
+		// First, in a process that has done nothing else yet: the heap
+		// per lock is a difference of two heap readings, which another
+		// scenario's leftovers (freed meanwhile) would understate.
+		for _, run := range []struct {
+			n   int
+			ttl time.Duration
+		}{{cfg.heldN, cfg.heldTTL}, {cfg.heldManyN, cfg.heldManyTTL}} {
+			progress("many held    dlock redislock (%d locks, ttl %v, %v)", run.n, run.ttl, cfg.heldD)
+			h, err := manyHeld(e.redis[0], run.n, run.ttl, cfg.heldD)
+			if err != nil {
+				rep.errs[fmt.Sprintf("%d held", run.n)] = err.Error()
+				continue
+			}
+			rep.held = append(rep.held, h)
+		}
+	}
 	progress("uncontended  all %d libraries, interleaved in 10 rounds (%v each)", len(libs), cfg.measure)
 	rep.unc = uncontendedAll(libs, cfg.measure, 10)
 	for name, r := range rep.unc {
@@ -170,18 +187,6 @@ func run(t *tb, cfg config) int {
 	if cfg.group != "" {
 		fmt.Println(rep.markdown())
 		return 0
-	}
-	for _, run := range []struct {
-		n   int
-		ttl time.Duration
-	}{{cfg.heldN, cfg.heldTTL}, {cfg.heldManyN, cfg.heldManyTTL}} {
-		progress("many held    dlock redislock (%d locks, ttl %v, %v)", run.n, run.ttl, cfg.heldD)
-		h, err := manyHeld(e.redis[0], run.n, run.ttl, cfg.heldD)
-		if err != nil {
-			rep.errs[fmt.Sprintf("%d held", run.n)] = err.Error()
-			continue
-		}
-		rep.held = append(rep.held, h)
 	}
 	rep.elapsed = time.Since(started)
 	md := rep.markdown()

@@ -117,7 +117,7 @@ func (r *report) targets() []target {
 		add(fmt.Sprintf("%d held locks: ≤ 1 KiB of heap per held lock", h.locks), h.bytesPerLock > 0 && h.bytesPerLock <= 1024, "%.0f bytes per lock", h.bytesPerLock)
 		add(fmt.Sprintf("%d held locks: no lock lost", h.locks), h.lost == 0, "%d lost", h.lost)
 		if h.locks >= 100000 {
-			add(fmt.Sprintf("%d held locks: < 5%% of one core", h.locks), cpu < 5, "%.1f%% (%s in %v, the Redis server's CPU not counted)", cpu, h.cpu.Round(time.Millisecond), h.duration)
+			add(fmt.Sprintf("%d held locks (TTL %v): < 5%% of one core", h.locks, h.ttl), cpu < 5, "%.1f%% (%s in %v, the Redis server's CPU not counted)", cpu, h.cpu.Round(time.Millisecond), h.duration)
 		}
 	}
 	return ts

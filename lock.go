@@ -43,14 +43,17 @@ const (
 // (given bounded clock drift and no process pause between its check of
 // Lost() and its action; use fencing tokens for the latter).
 type Lock struct {
-	key      string
-	owner    string
-	token    uint64
-	cfg      lockConfig
-	meta     []string // the metadata stored with the lease: key, value, ...
-	lease    driver.Lease
-	wd       *watchdog
-	acquired time.Time
+	key   string
+	owner string
+	token uint64
+	cfg   lockConfig
+	meta  []string // the metadata stored with the lease: key, value, ...
+	// metaHostPID: the metadata also holds MetaHost and MetaPID with this
+	// process's values (kept once per process, not in meta).
+	metaHostPID bool
+	lease       driver.Lease
+	wd          *watchdog
+	acquired    time.Time
 	// From the grant: the lease ends with its client's session
 	// (driver.Grant.EndsWithClient), and the longest a dead holder's
 	// lease may outlive it (driver.Grant.Linger; zero: the TTL).
@@ -96,16 +99,27 @@ func (c *lockConfig) Drift() time.Duration {
 	return time.Duration(float64(c.TTL)*c.DriftFactor) + c.DriftMin
 }
 
-// metaPairs flattens md into key, value pairs.
-func metaPairs(md map[string]string) []string {
-	if len(md) == 0 {
-		return nil
+// metaPairs flattens md into key, value pairs, leaving out MetaHost and
+// MetaPID when both have this process's values (hostPID).
+func metaPairs(md map[string]string) (p []string, hostPID bool) {
+	h, okh := md[MetaHost]
+	q, okq := md[MetaPID]
+	hostPID = okh && okq && h == hostname && q == pid
+	n := len(md)
+	if hostPID {
+		n -= 2
 	}
-	p := make([]string, 0, 2*len(md))
+	if n == 0 {
+		return nil, hostPID
+	}
+	p = make([]string, 0, 2*n)
 	for k, v := range md {
+		if hostPID && (k == MetaHost || k == MetaPID) {
+			continue
+		}
 		p = append(p, k, v)
 	}
-	return p
+	return p, hostPID
 }
 
 // releaseFlight is one server-side release in progress.
@@ -119,8 +133,9 @@ type releaseFlight struct {
 // counts from it.
 func newLock(key, owner string, cfg *config, g driver.Grant, start time.Time, wd *watchdog) *Lock {
 	l := &Lock{key: key, owner: owner, token: g.Token, lease: g.Lease, wd: wd, acquired: start, endsWithClient: g.EndsWithClient, linger: g.Linger,
-		cfg:  lockConfig{TTL: cfg.TTL, MaxHold: cfg.MaxHold, DriftMin: cfg.DriftMin, DriftFactor: cfg.DriftFactor, mode: cfg.mode, callObs: cfg.callObs},
-		meta: metaPairs(cfg.Metadata)}
+		cfg: lockConfig{TTL: cfg.TTL, MaxHold: cfg.MaxHold, DriftMin: cfg.DriftMin, DriftFactor: cfg.DriftFactor, mode: cfg.mode, callObs: cfg.callObs},
+	}
+	l.meta, l.metaHostPID = metaPairs(cfg.Metadata)
 	l.life, l.cancel = context.WithCancelCause(context.Background())
 	l.deadline = l.capDeadline(start.Add(cfg.TTL - cfg.Drift()))
 	if b, ok := g.Lease.(driver.LossNotifier); ok {
@@ -211,9 +226,12 @@ func (l *Lock) Metadata() map[string]string {
 	if l == nil {
 		return nil
 	}
-	md := make(map[string]string, len(l.meta)/2)
+	md := make(map[string]string, len(l.meta)/2+2)
 	for i := 0; i+1 < len(l.meta); i += 2 {
 		md[l.meta[i]] = l.meta[i+1]
+	}
+	if l.metaHostPID {
+		md[MetaHost], md[MetaPID] = hostname, pid
 	}
 	return md
 }

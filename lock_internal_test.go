@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -403,5 +404,26 @@ func TestLock_LostAtDeadlineWhenWatchdogIsLate(t *testing.T) {
 				t.Fatal("Lost() open after Err() reported the loss")
 			}
 		})
+	}
+}
+
+// A Lock's Metadata is the metadata its acquisition stored, whatever it
+// holds: this process's host and pid (which the Lock keeps once per
+// process, not per lock), other values under those keys, or nothing.
+// Symptom: a compact copy of the metadata that dropped or invented a key would show other clients one thing and the holder another.
+func TestLockMetadata_RoundTrips(t *testing.T) {
+	for _, md := range []map[string]string{
+		{},
+		{MetaHost: hostname, MetaPID: pid, MetaAcquired: "1764460800000"},
+		{MetaHost: hostname, MetaPID: pid, MetaAcquired: "1", "job": "nightly"},
+		{MetaHost: "other-host", MetaPID: pid, MetaAcquired: "1"},
+		{MetaHost: hostname, MetaPID: "1", "x": ""},
+		{MetaHost: hostname},
+	} {
+		l := &Lock{}
+		l.meta, l.metaHostPID = metaPairs(md)
+		if got := l.Metadata(); !maps.Equal(got, md) {
+			t.Errorf("metadata %v came back as %v", md, got)
+		}
 	}
 }

@@ -198,10 +198,10 @@ type wdEntry struct {
 	l        *Lock
 	renewAt  time.Time // zero: auto-refresh off
 	deadline time.Time // the lock's local deadline (copy, under w.mu)
-	inflight bool      // a renewal of this lock is running
 	bucket   int64     // deadlineBucket(deadline), counted in sharing
-	counted  bool      // counted in sharing (while tracked)
 	idx      int       // position in the heap; -1 when not in it
+	inflight bool      // a renewal of this lock is running
+	counted  bool      // counted in sharing (while tracked)
 }
 
 // due is the next time a pass has something to do for the entry.

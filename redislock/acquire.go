@@ -24,6 +24,7 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 		return driver.Grant{}, err
 	}
 	defer b.waiters.Begin(req.WaitID)() // may queue the waiter
+	gen := b.breaks.gen.Load()          // before the request: see breakWatch.gen
 	group := req.Mode != driver.Exclusive
 	var (
 		o        redisproto.Outcome
@@ -38,7 +39,7 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 			return driver.Grant{}, requestError("acquire", req.Key, err)
 		}
 		if answered && o.Granted {
-			return driver.Grant{Lease: &lease{b: b, key: req.Key, owner: req.Owner, token: o.Token, alone: true}, Token: o.Token}, nil
+			return driver.Grant{Lease: &lease{b: b, key: req.Key, owner: req.Owner, token: o.Token, alone: true, gen: gen}, Token: o.Token}, nil
 		}
 	}
 	switch {
@@ -61,7 +62,7 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 	}
 	if o.Granted {
 		b.waiters.Granted(req.WaitID) // the grant dequeued it
-		return driver.Grant{Lease: &lease{b: b, key: req.Key, owner: req.Owner, token: o.Token, group: group}, Token: o.Token}, nil
+		return driver.Grant{Lease: &lease{b: b, key: req.Key, owner: req.Owner, token: o.Token, group: group, gen: gen}, Token: o.Token}, nil
 	}
 	if o.LimitMismatch > 0 {
 		return driver.Grant{}, fmt.Errorf("%w: redis key %q is held as a semaphore of %d permits, not %d",

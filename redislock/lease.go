@@ -24,6 +24,9 @@ type lease struct {
 	// alone: granted by the first attempt of its acquisition, on a free
 	// key; its release tries the script for a key nobody waits for.
 	alone bool
+	// gen: the Locker's break-notice count before the acquisition's
+	// request was sent (see breakWatch.gen).
+	gen uint64
 }
 
 func (l *lease) result(op string, held bool, err error) error {
@@ -125,9 +128,13 @@ const breakCheckTimeout = 5 * time.Second
 // subscription per Locker (see breakWatch): a held lock costs an entry in
 // a map, no subscription, timer or goroutine. Once the pattern
 // subscription is confirmed every lease listening then is checked once,
-// which covers a break before it; when Redis does not confirm it (a
-// stalled link), a break before it took effect is found by the next
-// renewal. stop ends the listening without waiting on the network.
+// which covers a break before it, and a lease bound after any notice
+// that came since its acquisition's request was sent is checked once
+// (a break between its grant and its Bind); when Redis does not confirm
+// the subscription (a stalled link), a break before it took effect is
+// found by the next renewal. The key is read by a script, so that a
+// client routing reads to replicas still asks the primary. stop ends the
+// listening without waiting on the network.
 func (l *lease) Bind(lose func(cause error)) (stop func()) {
 	bl := &breakListener{l: l, lose: lose}
 	l.b.breaks.add(bl)
@@ -177,21 +184,13 @@ type breakWatch struct {
 	// hub calls notice with its own lock held, and notice takes mu).
 	starting bool
 	idle     *time.Timer // closes sub once nobody listened for breakIdle
-	// recent: when a notice last came for a key nobody here listened to
-	// (at most maxRecentBreaks keys; past that, recentAll stands for
-	// every key). A lock bound within breakRecent of such a notice is
-	// checked at once: the break may have come between its grant and
-	// its Bind, heard by nobody.
-	recent    map[string]time.Time
-	recentAll time.Time
+	// gen counts the notices heard (keyed or not; under mu, read
+	// without it by Try). A lease records it before its acquisition's
+	// request is sent; a Bind that finds it changed reads its key once:
+	// the notice may have been its own key's break, between its grant
+	// and the moment it listened, heard by nobody.
+	gen atomic.Uint64
 }
-
-// breakRecent is how long a notice nobody heard makes a newly bound lock
-// of its key check; maxRecentBreaks caps the keys remembered.
-const (
-	breakRecent     = 10 * time.Second
-	maxRecentBreaks = 1024
-)
 
 // breakIdle is how long the pattern subscription outlives the last held
 // lock: a Locker that takes short locks one after another keeps it.
@@ -204,8 +203,7 @@ func (bw *breakWatch) add(bl *breakListener) {
 	}
 	bw.byKey[bl.l.key] = append(bw.byKey[bl.l.key], bl)
 	bw.n++
-	now := time.Now()
-	if t, ok := bw.recent[bl.l.key]; ok && now.Sub(t) < breakRecent || now.Sub(bw.recentAll) < breakRecent {
+	if bw.gen.Load() != bl.l.gen {
 		bl.notice() // a break may have come before this lock listened
 	}
 	if bw.idle != nil {
@@ -260,13 +258,10 @@ func (bw *breakWatch) closeIdle() {
 func (bw *breakWatch) notice(key string) {
 	bw.mu.Lock()
 	defer bw.mu.Unlock()
+	bw.gen.Add(1)
 	if key != "" {
-		ls := bw.byKey[key]
-		for _, bl := range ls {
+		for _, bl := range bw.byKey[key] {
 			bl.notice()
-		}
-		if len(ls) == 0 {
-			bw.rememberLocked(key)
 		}
 		return
 	}
@@ -275,27 +270,6 @@ func (bw *breakWatch) notice(key string) {
 			bl.notice()
 		}
 	}
-}
-
-// rememberLocked records a notice for key, which nobody here listens to
-// (yet). bw.mu held.
-func (bw *breakWatch) rememberLocked(key string) {
-	now := time.Now()
-	if bw.recent == nil {
-		bw.recent = map[string]time.Time{}
-	}
-	if len(bw.recent) >= maxRecentBreaks {
-		for k, t := range bw.recent {
-			if now.Sub(t) >= breakRecent {
-				delete(bw.recent, k)
-			}
-		}
-	}
-	if len(bw.recent) >= maxRecentBreaks {
-		bw.recentAll = now
-		return
-	}
-	bw.recent[key] = now
 }
 
 // breakChecks reads the keys of the locks that heard a break notice (or

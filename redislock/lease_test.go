@@ -639,3 +639,61 @@ func TestBind_BreakBetweenGrantAndBind_LostCloses(t *testing.T) {
 		t.Errorf("Err: %v, want dlock.ErrNotHeld", err)
 	}
 }
+
+// A break of every holder of a shared key, coming between a reader's
+// grant and the moment it listens, reaches that reader too, not only the
+// reader of the same Locker that was listening already.
+// Symptom: the notice went to the listening sibling only, and the new reader learned of the break at its next renewal.
+func TestBind_BreakBetweenGrantAndBindWithSiblingHolder_LostCloses(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t)
+	ctx := dlocktest.Context(t)
+	c := newClient(t, srv)
+	hook := &breakAfterGrant{}
+	c.AddHook(hook)
+	l := redislock.New(c)
+	key := dlocktest.Key(t)
+	noRenewal := []dlock.Option{dlock.WithShared(), dlock.WithTTL(5 * time.Minute), dlock.WithAutoRefresh(false)}
+	sibling, err := l.Acquire(ctx, key, noRenewal...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sibling.Release(context.Background())
+	admin := newClient(t, srv)
+	for end := time.Now().Add(dlocktest.HangTimeout); ; time.Sleep(5 * time.Millisecond) {
+		if n, err := admin.PubSubNumPat(ctx).Result(); err == nil && n == 1 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("hang: the Locker's break subscription never came up")
+		}
+	}
+	watcher := admin.PSubscribe(ctx, "*:b")
+	defer watcher.Close()
+	if _, err := watcher.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	breaker := redislock.New(newClient(t, srv))
+	hook.breakIt = func() {
+		if _, err := breaker.Break(ctx, key, ""); err != nil {
+			t.Error(err)
+			return
+		}
+		if _, err := watcher.ReceiveMessage(ctx); err != nil {
+			t.Error(err)
+		}
+		time.Sleep(50 * time.Millisecond) // the Locker's reader takes the notice
+	}
+	lk, err := l.Acquire(ctx, key, noRenewal...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Release(context.Background())
+	for name, h := range map[string]*dlock.Lock{"the sibling": sibling, "the new reader": lk} {
+		select {
+		case <-h.Lost():
+		case <-time.After(dlocktest.HangTimeout):
+			t.Fatalf("hang: %s was not told of the break", name)
+		}
+	}
+}

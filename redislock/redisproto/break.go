@@ -110,36 +110,54 @@ type HoldsQuery struct {
 	Group      bool
 }
 
-// HoldsAll is Holds for each query, in one pipeline (on a Cluster, one
-// per master): held[i] answers qs[i] when errs[i] is nil; a query whose
-// command failed (its master down, say) has its error, and the others
-// their answers.
+// heldScript answers HoldsAll's questions on the primary.
+var heldScript = script("held") // lua/held.lua
+
+// HoldsAll is Holds for each query, asked of the primary (a script: see
+// lua/held.lua), in one pipeline (on a Cluster, one per master): held[i]
+// answers qs[i] when errs[i] is nil; a query whose command failed (its
+// master down, say) has its error, and the others their answers. A
+// server that lacks the script gets those queries again as EVAL, in one
+// more pipeline.
 func (n *Node) HoldsAll(ctx context.Context, qs []HoldsQuery) (held []bool, errs []error) {
-	cmds := make([]redis.Cmder, len(qs))
-	_, _ = n.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, q := range qs {
-			if q.Group {
-				cmds[i] = p.ZScore(ctx, n.HoldersKey(q.Key), q.Owner)
-			} else {
-				cmds[i] = p.Get(ctx, n.LockKey(q.Key))
+	held, errs = make([]bool, len(qs)), make([]error, len(qs))
+	run := func(idx []int, eval bool) (missing []int) {
+		cmds := make([]*redis.Cmd, len(idx))
+		_, _ = n.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for k, i := range idx {
+				q := qs[i]
+				lk, group := n.LockKey(q.Key), "0"
+				if q.Group {
+					group = "1"
+				}
+				keys := withSuffixes(lk, holdersSuffix)
+				if eval {
+					cmds[k] = heldScript.Eval(ctx, p, keys, q.Owner, group)
+				} else {
+					cmds[k] = heldScript.EvalSha(ctx, p, keys, q.Owner, group)
+				}
+			}
+			return nil
+		})
+		for k, c := range cmds {
+			v, err := c.Int64()
+			switch {
+			case err != nil && !eval && redis.HasErrorPrefix(err, "NOSCRIPT"):
+				missing = append(missing, idx[k])
+			case err != nil:
+				errs[idx[k]] = err
+			default:
+				held[idx[k]] = v == 1
 			}
 		}
-		return nil
-	})
-	held, errs = make([]bool, len(qs)), make([]error, len(qs))
-	for i, q := range qs {
-		err := cmds[i].Err()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			errs[i] = err
-			continue
-		}
-		switch c := cmds[i].(type) {
-		case *redis.FloatCmd:
-			held[i] = err == nil
-		case *redis.StringCmd:
-			owner, _, _ := strings.Cut(c.Val(), "|")
-			held[i] = err == nil && owner != "" && owner == q.Owner
-		}
+		return missing
+	}
+	all := make([]int, len(qs))
+	for i := range all {
+		all[i] = i
+	}
+	if missing := run(all, false); len(missing) > 0 {
+		run(missing, true)
 	}
 	return held, errs
 }

@@ -148,6 +148,11 @@ func TestEveryScriptLoadsAndRuns(t *testing.T) {
 			{[]string{lk, rk}, []any{other, 60000, "{}", "0"}, 2}, // held, a refusal that registers: acquire.lua answers
 			{[]string{lk, rk}, []any{other, 60000, "{}", "1"}, 0}, // held: refused
 		}},
+		"held": {[]string{own + "|7|{}"}, []scriptCall{
+			{[]string{lk, hk}, []any{own, "0"}, 1},
+			{[]string{lk, hk}, []any{other, "0"}, 0},
+			{[]string{lk, hk}, []any{own, "1"}, 0}, // not a group holder
+		}},
 		"release_fast": {[]string{own + "|7|{}"}, []scriptCall{
 			{[]string{lk, wk}, []any{other + "|", 3600000}, 2}, // not this owner's
 			{[]string{lk, wk}, []any{own + "|", 3600000}, 1},   // the marker |7

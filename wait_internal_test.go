@@ -465,33 +465,55 @@ func (*readyBackend) Spec() driver.Spec { return driver.Spec{Name: "test"} }
 // queuedPollMin under the default backoff.
 // Symptom: every contended Acquire made an attempt, a SUBSCRIBE and a second attempt, and its waiters polled every few milliseconds.
 func TestPoll_ReadySubscription_FirstAttemptQueued(t *testing.T) {
-	fc := newFakeClock()
-	b := &readyBackend{sub: &readySub{ch: make(chan struct{}, 1)}}
-	e := NewEngine(b)
-	e.wd.clk = fc
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	start := fc.Now()
-	got := make(chan error, 1)
-	go func() {
-		_, err := e.Acquire(ctx, "k")
-		got <- err
-	}()
-	if !waitPending(fc, 5*time.Second) {
-		t.Fatal("hang: the waiter never slept")
-	}
-	due, _ := fc.pending()
-	b.mu.Lock()
-	reqs := append([]driver.Request(nil), b.reqs...)
-	b.mu.Unlock()
+	w := startReadyWaiter(t)
+	due, _ := w.fc.pending()
+	w.b.mu.Lock()
+	reqs := append([]driver.Request(nil), w.b.reqs...)
+	w.b.mu.Unlock()
 	if len(reqs) != 1 || reqs[0].WaitID != "ready-1" {
 		t.Fatalf("attempts before the first sleep: %+v, want one with WaitID ready-1", reqs)
 	}
-	if d := due.Sub(start); d < queuedPollMin {
+	if d := due.Sub(w.start); d < queuedPollMin {
 		t.Errorf("a queued, listening waiter polls after %v, want at least %v", d, queuedPollMin)
 	}
-	cancel()
-	if err := <-got; !errors.Is(err, context.Canceled) {
+	w.end(t)
+}
+
+// readyWaiter is a blocking Acquire on a readyBackend, asleep after its
+// first attempt (startReadyWaiter).
+type readyWaiter struct {
+	fc     *fakeClock
+	b      *readyBackend
+	start  time.Time
+	cancel context.CancelFunc
+	got    chan error
+}
+
+// startReadyWaiter starts a blocking Acquire on a readyBackend's Engine
+// with a fake clock and returns once it sleeps after its first attempt.
+func startReadyWaiter(t *testing.T) *readyWaiter {
+	t.Helper()
+	w := &readyWaiter{fc: newFakeClock(), b: &readyBackend{sub: &readySub{ch: make(chan struct{}, 1)}}, got: make(chan error, 1)}
+	e := NewEngine(w.b)
+	e.wd.clk = w.fc
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	w.start, w.cancel = w.fc.Now(), cancel
+	go func() {
+		_, err := e.Acquire(ctx, "k")
+		w.got <- err
+	}()
+	if !waitPending(w.fc, 5*time.Second) {
+		t.Fatal("hang: the waiter never slept")
+	}
+	return w
+}
+
+// end ends the wait and checks that Acquire returned its context's error.
+func (w *readyWaiter) end(t *testing.T) {
+	t.Helper()
+	w.cancel()
+	if err := <-w.got; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Acquire: %v, want context.Canceled", err)
 	}
 }
@@ -509,22 +531,5 @@ func TestPoll_UncomparableDefaultBackoff_NoPanic(t *testing.T) {
 	old := DefaultBackoff
 	DefaultBackoff = funcBackoff(func(int) time.Duration { return time.Millisecond })
 	t.Cleanup(func() { DefaultBackoff = old })
-	fc := newFakeClock()
-	b := &readyBackend{sub: &readySub{ch: make(chan struct{}, 1)}}
-	e := NewEngine(b)
-	e.wd.clk = fc
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	got := make(chan error, 1)
-	go func() {
-		_, err := e.Acquire(ctx, "k")
-		got <- err
-	}()
-	if !waitPending(fc, 5*time.Second) {
-		t.Fatal("hang: the waiter never slept")
-	}
-	cancel()
-	if err := <-got; !errors.Is(err, context.Canceled) {
-		t.Fatalf("Acquire: %v, want context.Canceled", err)
-	}
+	startReadyWaiter(t).end(t)
 }

@@ -575,25 +575,14 @@ func (h *breakAfterGrant) ProcessHook(next redis.ProcessHook) redis.ProcessHook 
 	}
 }
 
-// A break that comes between a lock's grant and the moment it listens
-// (its Locker's break subscription confirmed long before, so no check of
-// every lock is coming) still closes its Lost(): the notice nobody heard
-// makes the lock read its key when it starts listening.
-// Symptom: such a break was heard by nobody, and the holder learned of it at its next renewal.
-func TestBind_BreakBetweenGrantAndBind_LostCloses(t *testing.T) {
-	t.Parallel()
-	srv := testserver.StartRedis(t)
+// breakBeforeBind waits until l's break subscription is up (l holds a
+// lock already), then arms hook to break key (every holder) right after
+// l's next acquisition script answers, and to return once the notice is
+// out and l's reader has had the time to take it: before the lock it is
+// for listens.
+func breakBeforeBind(t *testing.T, srv *testserver.Redis, hook *breakAfterGrant, key string) {
+	t.Helper()
 	ctx := dlocktest.Context(t)
-	c := newClient(t, srv)
-	hook := &breakAfterGrant{}
-	c.AddHook(hook)
-	l := redislock.New(c)
-	// Another held lock: the Locker's break subscription is up.
-	other, err := l.Acquire(ctx, dlocktest.Key(t), dlock.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Release(context.Background())
 	admin := newClient(t, srv)
 	for end := time.Now().Add(dlocktest.HangTimeout); ; time.Sleep(5 * time.Millisecond) {
 		if n, err := admin.PubSubNumPat(ctx).Result(); err == nil && n == 1 {
@@ -603,9 +592,8 @@ func TestBind_BreakBetweenGrantAndBind_LostCloses(t *testing.T) {
 			t.Fatal("hang: the Locker's break subscription never came up")
 		}
 	}
-	key := dlocktest.Key(t)
 	watcher := admin.PSubscribe(ctx, "*:b")
-	defer watcher.Close()
+	t.Cleanup(func() { watcher.Close() })
 	if _, err := watcher.Receive(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -615,14 +603,50 @@ func TestBind_BreakBetweenGrantAndBind_LostCloses(t *testing.T) {
 			t.Error(err)
 			return
 		}
-		// The notice is out (the server wrote it to every subscriber);
-		// give the Locker's reader the time to take it, before the lock
-		// it is for listens.
+		// The notice is out (the server wrote it to every subscriber).
 		if _, err := watcher.ReceiveMessage(ctx); err != nil {
 			t.Error(err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// waitLost waits (bounded by dlocktest.HangTimeout) for each lock's
+// Lost() and checks its error wraps dlock.ErrNotHeld.
+func waitLost(t *testing.T, locks map[string]*dlock.Lock) {
+	t.Helper()
+	for name, lk := range locks {
+		select {
+		case <-lk.Lost():
+		case <-time.After(dlocktest.HangTimeout):
+			t.Fatalf("hang: %s was not told of the break", name)
+		}
+		if err := lk.Err(); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("%s: Err %v, want dlock.ErrNotHeld", name, err)
+		}
+	}
+}
+
+// A break that comes between a lock's grant and the moment it listens
+// (its Locker's break subscription confirmed long before, so no check of
+// every lock is coming) still closes its Lost(): the notice heard
+// meanwhile makes the lock read its key when it starts listening.
+// Symptom: such a break was heard by nobody, and the holder learned of it at its next renewal.
+func TestBind_BreakBetweenGrantAndBind_LostCloses(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t)
+	ctx := dlocktest.Context(t)
+	c := newClient(t, srv)
+	hook := &breakAfterGrant{}
+	c.AddHook(hook)
+	l := redislock.New(c)
+	other, err := l.Acquire(ctx, dlocktest.Key(t), dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Release(context.Background())
+	key := dlocktest.Key(t)
+	breakBeforeBind(t, srv, hook, key)
 	// No renewal: only a break notice can tell the lock before its
 	// deadline.
 	lk, err := l.Acquire(ctx, key, dlock.WithTTL(5*time.Minute), dlock.WithAutoRefresh(false))
@@ -630,14 +654,7 @@ func TestBind_BreakBetweenGrantAndBind_LostCloses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lk.Release(context.Background())
-	select {
-	case <-lk.Lost():
-	case <-time.After(dlocktest.HangTimeout):
-		t.Fatal("hang: the lock broken before it listened was not told")
-	}
-	if err := lk.Err(); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Errorf("Err: %v, want dlock.ErrNotHeld", err)
-	}
+	waitLost(t, map[string]*dlock.Lock{"the lock broken before it listened": lk})
 }
 
 // A break of every holder of a shared key, coming between a reader's
@@ -659,41 +676,11 @@ func TestBind_BreakBetweenGrantAndBindWithSiblingHolder_LostCloses(t *testing.T)
 		t.Fatal(err)
 	}
 	defer sibling.Release(context.Background())
-	admin := newClient(t, srv)
-	for end := time.Now().Add(dlocktest.HangTimeout); ; time.Sleep(5 * time.Millisecond) {
-		if n, err := admin.PubSubNumPat(ctx).Result(); err == nil && n == 1 {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatal("hang: the Locker's break subscription never came up")
-		}
-	}
-	watcher := admin.PSubscribe(ctx, "*:b")
-	defer watcher.Close()
-	if _, err := watcher.Receive(ctx); err != nil {
-		t.Fatal(err)
-	}
-	breaker := redislock.New(newClient(t, srv))
-	hook.breakIt = func() {
-		if _, err := breaker.Break(ctx, key, ""); err != nil {
-			t.Error(err)
-			return
-		}
-		if _, err := watcher.ReceiveMessage(ctx); err != nil {
-			t.Error(err)
-		}
-		time.Sleep(50 * time.Millisecond) // the Locker's reader takes the notice
-	}
+	breakBeforeBind(t, srv, hook, key)
 	lk, err := l.Acquire(ctx, key, noRenewal...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer lk.Release(context.Background())
-	for name, h := range map[string]*dlock.Lock{"the sibling": sibling, "the new reader": lk} {
-		select {
-		case <-h.Lost():
-		case <-time.After(dlocktest.HangTimeout):
-			t.Fatalf("hang: %s was not told of the break", name)
-		}
-	}
+	waitLost(t, map[string]*dlock.Lock{"the sibling": sibling, "the new reader": lk})
 }

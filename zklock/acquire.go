@@ -213,14 +213,24 @@ func (b *backend) ensureDir(ctx context.Context, dir string) error {
 // create of e's node, which the leader ordered, validating the session,
 // an instant before. A waiter's later look could be answered by a
 // follower cut off from the leader, whose stale queue and unforwarded
-// session would then start a lease the leader does not know of: it syncs
-// first, so the queue it reads is the leader's as of after the look was
-// sent, or it fails.
+// session would then start a lease the leader does not know of: it sends
+// a sync with the listing, and fails unless the sync succeeds, which
+// shows the session alive at the leader after the look was sent.
+// Whichever of the two the server answers first, the listing is never
+// newer than the leader's queue, and an older queue can only have more
+// nodes ahead of e's (sequence numbers only grow; nodes ahead only go),
+// so it admits e only where the leader's queue does too. The deletion of
+// e's own node before the sync reaches the client as a watch event
+// before the sync's reply: a fired watch counts as the node gone. A
+// permit syncs first instead: the nodes behind it decide whether it
+// marks itself granted, and a listing older than the sync could miss
+// them.
 func (b *backend) look(ctx context.Context, e *entry, mine *exists) ([]qnode, exists, error) {
+	together := mine != nil && e.mode != driver.Limited
 	kids := make(chan result[[]string], 1)
 	go func() {
-		if mine != nil {
-			if _, err := call(ctx, b, "sync", func() (string, error) { return b.conn.Sync(e.dir) }); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		if mine != nil && !together {
+			if err := b.sync(ctx, e.dir); err != nil {
 				kids <- result[[]string]{nil, err}
 				return
 			}
@@ -233,18 +243,23 @@ func (b *backend) look(ctx context.Context, e *entry, mine *exists) ([]qnode, ex
 	}()
 	var me exists
 	var err error
-	if mine == nil {
+	switch {
+	case mine == nil:
 		me, err = call(ctx, b, "exists", func() (exists, error) {
 			return watchNode(b.conn, e.path)
 		})
+	case together:
+		err = b.sync(ctx, e.dir)
 	}
 	k := <-kids
-	if mine != nil && k.err == nil {
+	if mine != nil && k.err == nil && err == nil {
 		me = *mine
 		me.ok = false
-		for _, c := range k.v {
-			if c == e.name {
-				me.ok = true
+		if len(mine.watch) == 0 {
+			for _, c := range k.v {
+				if c == e.name {
+					me.ok = true
+				}
 			}
 		}
 	}
@@ -266,6 +281,16 @@ func (b *backend) look(ctx context.Context, e *entry, mine *exists) ([]qnode, ex
 		}
 	}
 	return q, me, nil
+}
+
+// sync asks the server to catch up with the leader on dir (a key whose
+// znode the server reaper removed syncs fine: ErrNoNode is no failure).
+func (b *backend) sync(ctx context.Context, dir string) error {
+	_, err := call(ctx, b, "sync", func() (string, error) { return b.conn.Sync(dir) })
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil
+	}
+	return err
 }
 
 // holderOf reads the queue node n of key (its data and creation zxid) as
@@ -418,6 +443,7 @@ func (b *backend) Queue(ctx context.Context, req *driver.Request) (driver.Grant,
 		}
 		lastOK = sent
 		if !me.ok {
+			e.abandon() // a watch that fired for another reason leaves the node
 			return driver.Grant{}, fmt.Errorf("%w: zookeeper acquire %q: the queue node vanished while waiting (session expired?)", dlock.ErrTransient, req.Key)
 		}
 		if first == nil {

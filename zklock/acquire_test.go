@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -465,11 +466,11 @@ func TestTryAcquire_RefusedNodeGoneOnReturn(t *testing.T) {
 	releaseOK(t, lk)
 }
 
-// A waiter's look after its wait, the one that may grant it, is preceded
-// by a sync, so a follower cut off from the leader cannot answer it with
-// a queue the leader has moved past.
-// Symptom: the granting look read the children straight from whichever server the client was on (fixed in 424397f).
-func TestWaiter_SyncsBeforeTheLookThatGrants(t *testing.T) {
+// A waiter's look after its wait, the one that may grant it, sends a
+// sync with its listing, so a follower cut off from the leader cannot
+// answer it with a queue the leader has moved past.
+// Symptom: the granting look read the children straight from whichever server the client was on.
+func TestWaiter_SyncsWithTheLookThatGrants(t *testing.T) {
 	t.Parallel()
 	z := sharedZooKeeper(t)
 	holder := zklock.New(connect(t, []string{z.Addr()}))
@@ -522,7 +523,112 @@ func TestWaiter_SyncsBeforeTheLookThatGrants(t *testing.T) {
 			last = i
 		}
 	}
-	if first < 0 || first == last || !slices.Contains(reqs[first:last], "sync") {
-		t.Fatalf("the waiter's requests %v: want a sync between its first look and the look that granted it", reqs)
+	if first < 0 || first == last || !slices.Contains(reqs[first:], "sync") {
+		t.Fatalf("the waiter's requests %v: want a sync with the look that granted it", reqs)
 	}
+}
+
+// A waiter's node deleted just before the sync of its granting look is
+// not granted, even when the listing sent with the sync was answered
+// before the deletion and still shows the node.
+// Symptom: the grant went to a deleted node, whose Lost() was closed from the start.
+func TestWaiter_NodeDeletedBeforeTheSync_NotGranted(t *testing.T) {
+	t.Parallel()
+	z := sharedZooKeeper(t)
+	admin := connect(t, []string{z.Addr()})
+	holder := zklock.New(connect(t, []string{z.Addr()}))
+	waiter := zklock.New(connect(t, []string{z.Addr()}))
+	key := dlocktest.Key(t)
+	ctx := dlocktest.Context(t)
+	held, err := holder.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		watching   = make(chan struct{})
+		watched    atomic.Bool // the waiter watches the holder: its next look is the granting one
+		listing    atomic.Bool // that look's listing is on its way
+		listed     = make(chan struct{})
+		listedOnce sync.Once
+		deleted    atomic.Int64 // the czxid of the node deleted
+	)
+	zklock.SetHooks(waiter, &zklock.Hooks{
+		Request: func(what string) {
+			switch {
+			case what == "watch" && !watched.Load():
+				watched.Store(true)
+				close(watching)
+			case what == "list" && watched.Load():
+				listing.Store(true)
+			case what == "sync" && watched.Load() && deleted.Load() == 0:
+				// The listing sent with this sync is answered first...
+				if recvErr(t, errorOn(listed), "the listing's reply") != nil {
+					return
+				}
+				// ...then the waiter's node goes, before the sync is sent.
+				dir := waiter.Path(key)
+				kids := children(t, admin, dir)
+				if len(kids) != 1 {
+					t.Errorf("queue %v: want the waiter's node alone", kids)
+					return
+				}
+				_, st, err := admin.Get(dir + "/" + kids[0])
+				if err == nil {
+					err = admin.Delete(dir+"/"+kids[0], -1)
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				deleted.Store(st.Czxid)
+			}
+		},
+		// The listing's goroutine runs this right after its Request (the
+		// look's other request, the sync, waits in its hook meanwhile).
+		Waiting: func(replied func() bool) {
+			if !listing.CompareAndSwap(true, false) {
+				return
+			}
+			for end := time.Now().Add(dlocktest.HangTimeout); !replied() && time.Now().Before(end); {
+				time.Sleep(time.Millisecond)
+			}
+			listedOnce.Do(func() { close(listed) })
+		},
+	})
+	got := make(chan error, 1)
+	var lk *dlock.Lock
+	go func() {
+		var err error
+		lk, err = waiter.Acquire(ctx, key)
+		got <- err
+	}()
+	if recvErr(t, errorOn(watching), "the waiter's watch on the holder") != nil {
+		return
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := recvErr(t, got, "the waiter's Acquire"); err != nil {
+		t.Fatalf("waiter: %v", err)
+	}
+	defer lk.Release(context.Background())
+	zklock.SetHooks(waiter, nil)
+	if deleted.Load() == 0 {
+		t.Fatal("the waiter's node was never deleted: the granting look sent no sync")
+	}
+	if lk.Token() == uint64(deleted.Load()) {
+		t.Fatalf("granted on the node deleted before the sync (token %d)", lk.Token())
+	}
+	select {
+	case <-lk.Lost():
+		t.Fatalf("the granted lock is lost at once: %v", lk.Err())
+	default:
+	}
+}
+
+// errorOn is a channel that yields nil once ch is closed.
+func errorOn(ch <-chan struct{}) <-chan error {
+	out := make(chan error, 1)
+	go func() { <-ch; out <- nil }()
+	return out
 }

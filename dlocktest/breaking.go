@@ -834,6 +834,10 @@ func testBreakLeavesWaiters(t *testing.T, h Harness) {
 	waitClosed(t, sent, "the waiting reader's first attempt")
 	wantBroken(t, mustBreak(t, operator, key, ""), r1, r2)
 	w := recv(t, wch, "the waiting writer after a forced break")
+	// The broken readers find out (and stop being renewed: left held,
+	// they would outlive the test).
+	wantLostByBreak(t, r1)
+	wantLostByBreak(t, r2)
 	select {
 	case a := <-rch:
 		if a.err == nil {

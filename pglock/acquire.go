@@ -91,7 +91,7 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 	DELETE FROM ` + b.n.holders + ` g
 	WHERE g.key = $1 AND g.expires_at < clock_timestamp() - interval '5 minutes' AND EXISTS (SELECT 1 FROM taken)
 )`
-	args := []any{b.mode, req.Key, req.Owner, req.TTL.Milliseconds(), md}
+	args := []any{b.stmt.get(), req.Key, req.Owner, req.TTL.Milliseconds(), md}
 	if unreg {
 		sql += `, unreg AS (
 	DELETE FROM ` + b.n.writers + ` w
@@ -234,7 +234,7 @@ func (b *backend) locked(ctx context.Context, key, sql string, args []any, scan 
 			_ = tx.Rollback(rctx)
 		}
 	}()
-	if _, err = tx.Exec(ctx, `SELECT 1 FROM `+b.n.table+` WHERE key = $1 FOR UPDATE`, b.mode, key); err != nil {
+	if _, err = tx.Exec(ctx, `SELECT 1 FROM `+b.n.table+` WHERE key = $1 FOR UPDATE`, b.stmt.get(), key); err != nil {
 		return err
 	}
 	rows, err := tx.Query(ctx, sql, args...)
@@ -267,7 +267,7 @@ func (b *backend) Abort(ctx context.Context, req *driver.Request) error {
 	VALUES ($1, $2, 0, 0, clock_timestamp(), true)
 	ON CONFLICT (key, owner) DO NOTHING
 )
-SELECT count(*) FROM x`, b.mode, req.Key, req.Owner)
+SELECT count(*) FROM x`, b.stmt.get(), req.Key, req.Owner)
 	if err != nil {
 		return outage(fmt.Errorf("dlock: postgres abort %q: %w", req.Key, explain(err)))
 	}
@@ -308,7 +308,7 @@ func (b *backend) register(ctx context.Context, req *driver.Request) {
 	_, err := b.pool.Exec(rctx, `INSERT INTO `+b.n.writers+` (key, waiter, expires_at)
 SELECT $1, $2, clock_timestamp() + $3 * interval '1 millisecond'
 WHERE NOT EXISTS (SELECT 1 FROM `+b.n.holders+` u WHERE u.key = $1 AND u.owner = $2 AND u.released)
-ON CONFLICT (key, waiter) DO UPDATE SET expires_at = EXCLUDED.expires_at`, b.mode, req.Key, req.Waiter, req.TTL.Milliseconds())
+ON CONFLICT (key, waiter) DO UPDATE SET expires_at = EXCLUDED.expires_at`, b.stmt.get(), req.Key, req.Waiter, req.TTL.Milliseconds())
 	if err != nil {
 		b.regMu.Lock()
 		if _, ok := b.regs[k]; ok {
@@ -361,7 +361,7 @@ func (b *backend) Leave(ctx context.Context, key, waiter string) error {
 	VALUES ($1, $2, 0, 0, clock_timestamp(), true)
 	ON CONFLICT (key, owner) DO NOTHING
 )
-SELECT pg_notify($3, key) FROM (SELECT DISTINCT key FROM d) d`, b.mode, key, waiter, b.n.channelName())
+SELECT pg_notify($3, key) FROM (SELECT DISTINCT key FROM d) d`, b.stmt.get(), key, waiter, b.n.channelName())
 	if err != nil {
 		return outage(fmt.Errorf("dlock: postgres leave %q: %w", key, explain(err)))
 	}

@@ -65,7 +65,7 @@ func (b *backend) breakTx(ctx context.Context, key, owner string) (res driver.Br
 	err = tx.QueryRow(ctx, `SELECT owner, token, metadata::text,
 	CASE WHEN expires_at > clock_timestamp() THEN extract(epoch FROM expires_at - clock_timestamp())::float8 ELSE 0 END,
 	expires_at > clock_timestamp()
-FROM `+b.n.table+` WHERE key = $1 FOR UPDATE`, b.mode, key).Scan(&xOwner, &xToken, &xMD, &xLeft, &xLive)
+FROM `+b.n.table+` WHERE key = $1 FOR UPDATE`, b.stmt.get(), key).Scan(&xOwner, &xToken, &xMD, &xLeft, &xLive)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return res, tx.Rollback(ctx) // never locked
 	}
@@ -80,13 +80,13 @@ FROM `+b.n.table+` WHERE key = $1 FOR UPDATE`, b.mode, key).Scan(&xOwner, &xToke
 			return res, tx.Rollback(ctx)
 		}
 		res.Removed = append(res.Removed, h)
-		_, err = tx.Exec(ctx, `UPDATE `+b.n.table+` SET expires_at = clock_timestamp(), gen = gen + 1 WHERE key = $1`, b.mode, key)
+		_, err = tx.Exec(ctx, `UPDATE `+b.n.table+` SET expires_at = clock_timestamp(), gen = gen + 1 WHERE key = $1`, b.stmt.get(), key)
 	} else {
 		var rows pgx.Rows
 		rows, err = tx.Query(ctx, `SELECT owner, token, metadata::text,
 	extract(epoch FROM expires_at - clock_timestamp())::float8, mode::int
 FROM `+b.n.holders+` WHERE key = $1 AND expires_at > clock_timestamp() AND NOT released
-ORDER BY token FOR UPDATE`, b.mode, key)
+ORDER BY token FOR UPDATE`, b.stmt.get(), key)
 		if err != nil {
 			return res, err
 		}
@@ -120,13 +120,13 @@ ORDER BY token FOR UPDATE`, b.mode, key)
 		_, err = tx.Exec(ctx, `WITH h AS (
 	UPDATE `+b.n.holders+` SET expires_at = clock_timestamp() WHERE key = $1 AND owner = ANY($2::text[]) AND NOT released
 )
-UPDATE `+b.n.table+` SET gen = gen + 1 WHERE key = $1`, b.mode, key, removedOwners)
+UPDATE `+b.n.table+` SET gen = gen + 1 WHERE key = $1`, b.stmt.get(), key, removedOwners)
 	}
 	if err != nil {
 		return res, err
 	}
 	// The waiters' notice, and the broken holders' (see breakNotice).
-	if _, err = tx.Exec(ctx, `SELECT pg_notify($1, $2), pg_notify($1, $3)`, b.mode, b.n.channelName(), key, breakNotice+key); err != nil {
+	if _, err = tx.Exec(ctx, `SELECT pg_notify($1, $2), pg_notify($1, $3)`, b.stmt.get(), b.n.channelName(), key, breakNotice+key); err != nil {
 		return res, err
 	}
 	return res, tx.Commit(ctx)

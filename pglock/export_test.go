@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/dlock-go/dlock/driver"
 )
 
@@ -57,4 +59,14 @@ func Register(ctx context.Context, l *Locker, req *driver.Request) {
 func SetHeldRoundHook(t interface{ Cleanup(func()) }, l *Locker, f func(ok bool)) {
 	l.b.held.hook.Store(&f)
 	t.Cleanup(func() { l.b.held.hook.Store(nil) })
+}
+
+// CheckStatementMode runs l's check of its pool now (as its first
+// statements start it in the background) and returns the mode its
+// statements use from then on (tests).
+func CheckStatementMode(l *Locker) pgx.QueryExecMode {
+	if l.b.stmt.checking.CompareAndSwap(false, true) {
+		l.b.stmt.check()
+	}
+	return l.b.stmt.get()
 }

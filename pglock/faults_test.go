@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/dlock-go/dlock"
@@ -251,7 +252,7 @@ func TestLostReplyOnSharedAcquire(t *testing.T) {
 	t.Parallel()
 	pg := sharedPG(t)
 	proxy := testserver.StartProxy(t, pg.Addr())
-	l := pglock.New(newPool(t, pg.ViaProxy(proxy.Addr())))
+	l := preparedLocker(t, pg.ViaProxy(proxy.Addr()))
 	for _, opt := range []dlock.Option{dlock.WithShared(), dlock.WithLimit(2)} {
 		key := dlocktest.Key(t)
 		warm := mustLock(t, l, dlocktest.Key(t), opt, dlock.WithTTL(time.Minute))
@@ -275,6 +276,38 @@ func TestLostReplyOnSharedAcquire(t *testing.T) {
 	}
 }
 
+// A release whose statement is prepared on the connection first, and
+// whose preparation's reply is lost, fails as an outage without having
+// run; its retry releases, and the key is free.
+// Symptom: with prepared statements, a lost reply could hit the preparation instead of the release.
+func TestRelease_PreparationReplyLost_RetryReleases(t *testing.T) {
+	t.Parallel()
+	pg := sharedPG(t)
+	proxy := testserver.StartProxy(t, pg.Addr())
+	faulty := preparedLocker(t, pg.ViaProxy(proxy.Addr()),
+		pglock.WithRequestTimeout(2*time.Second), pglock.WithoutListen())
+	other := pglock.New(newPool(t, pg.DSN("")))
+	ctx := dlocktest.Context(t)
+	key := dlocktest.Key(t)
+	lk := mustLock(t, faulty, key, dlock.WithTTL(time.Minute))
+	proxy.LoseNextReply() // the release statement's first use: its preparation
+	err := lk.Release(ctx)
+	proxy.Heal()
+	if err == nil {
+		t.Fatal("release succeeded though the reply to its preparation was lost")
+	}
+	if !errors.Is(err, dlock.ErrUnavailable) {
+		t.Errorf("release with a lost preparation reply: %v, want an error wrapping dlock.ErrUnavailable", err)
+	}
+	if _, err := other.TryAcquire(ctx, key); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("the key after a release that never ran: %v, want it still held", err)
+	}
+	if err := lk.Release(ctx); err != nil {
+		t.Fatalf("retried release: %v", err)
+	}
+	mustRelease(t, mustLock(t, other, key))
+}
+
 // A shared or limited release whose reply is lost fails, leaves the row
 // released on the server (the permit is free at once, not a TTL later),
 // and its retry succeeds without freeing anything else; a permit whose
@@ -283,12 +316,17 @@ func TestSharedRelease_LostReplyFreesAtOnce(t *testing.T) {
 	t.Parallel()
 	pg := sharedPG(t)
 	proxy := testserver.StartProxy(t, pg.Addr())
-	faulty := pglock.New(newPool(t, pg.ViaProxy(proxy.Addr())),
+	faulty := preparedLocker(t, pg.ViaProxy(proxy.Addr()),
 		pglock.WithRequestTimeout(2*time.Second), pglock.WithoutListen())
 	other := pglock.New(newPool(t, pg.DSN("")))
 	ctx := dlocktest.Context(t)
 	for _, opt := range []dlock.Option{dlock.WithShared(), dlock.WithLimit(1)} {
 		key := dlocktest.Key(t)
+		warm := mustLock(t, faulty, dlocktest.Key(t), opt, dlock.WithTTL(time.Minute))
+		if err := warm.Refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+		mustRelease(t, warm)
 		lk := mustLock(t, faulty, key, opt, dlock.WithTTL(time.Minute))
 		proxy.LoseNextReply()
 		err := lk.Release(ctx)
@@ -600,4 +638,17 @@ func TestRestartKeepsTokens(t *testing.T) {
 	if lk2.Token() <= before {
 		t.Fatalf("token %d after a restart, %d before", lk2.Token(), before)
 	}
+}
+
+// preparedLocker is a Locker on a pool of one connection to dsn, which
+// runs its statements as prepared statements (its pool check done), so a
+// statement used once before is one round trip: a lost reply is then the
+// reply to its execution, not to its preparation.
+func preparedLocker(t *testing.T, dsn string, opts ...pglock.Option) *pglock.Locker {
+	t.Helper()
+	l := pglock.New(newPool(t, dsn+"&pool_max_conns=1"), opts...)
+	if m := pglock.CheckStatementMode(l); m != pgx.QueryExecModeCacheStatement {
+		t.Fatalf("statement mode %v, want the statement cache", m)
+	}
+	return l
 }

@@ -62,7 +62,7 @@ SET expires_at = clock_timestamp() + x.ttl * interval '1 millisecond'
 FROM unnest($1::text[], $2::text[], $3::bigint[]) AS x(key, owner, ttl)
 WHERE l.key = x.key AND l.owner = x.owner AND l.expires_at > clock_timestamp()
 RETURNING l.key, l.owner`
-	sql, args := excl, []any{b.mode, keys, owners, ttls}
+	sql, args := excl, []any{b.stmt.get(), keys, owners, ttls}
 	if len(hkeys) > 0 {
 		sql = `WITH x AS (` + excl + `), gate AS (
 	SELECT g.key FROM ` + b.n.table + ` g WHERE g.key = ANY($4::text[]) ORDER BY g.key FOR UPDATE
@@ -151,7 +151,7 @@ func (l *lease) Release(ctx context.Context) error {
 ), n AS (SELECT pg_notify($3, key) FROM r)
 SELECT (SELECT count(*) FROM r), (SELECT count(*) FROM n),
 	EXISTS (SELECT 1 FROM `+b.n.table+` WHERE key = $1 AND owner = $2 AND expires_at = '-infinity')`,
-		b.mode, l.key, l.owner, b.n.channelName()).Scan(&released, &notified, &before)
+		b.stmt.get(), l.key, l.owner, b.n.channelName()).Scan(&released, &notified, &before)
 	if err != nil {
 		return outage(fmt.Errorf("dlock: postgres release %q: %w", l.key, explain(err)))
 	}
@@ -362,7 +362,7 @@ func (h *heldWatch) round(ctx context.Context) (ok bool) {
 	rows, err := b.pool.Query(rctx, `SELECT x.i FROM unnest($1::text[], $2::text[], $3::bool[]) WITH ORDINALITY AS x(key, owner, excl, i)
 WHERE x.excl AND EXISTS (SELECT 1 FROM `+b.n.table+` l WHERE l.key = x.key AND l.owner = x.owner AND l.expires_at > clock_timestamp())
 OR NOT x.excl AND EXISTS (SELECT 1 FROM `+b.n.holders+` r WHERE r.key = x.key AND r.owner = x.owner AND r.expires_at > clock_timestamp() AND NOT r.released)`,
-		b.mode, keys, owners, excl)
+		b.stmt.get(), keys, owners, excl)
 	if err != nil {
 		h.roundDone(false)
 		return h.retry(ctx, due)

@@ -43,7 +43,7 @@ UNION ALL
 SELECT h.key, h.mode::int, coalesce(k.hlimit, 0)::int, h.owner, h.token, h.metadata::text, extract(epoch FROM h.expires_at - clock_timestamp())::float8, extract(epoch FROM clock_timestamp() - h.acquired_at)::float8
 FROM `+b.n.holders+` h LEFT JOIN `+b.n.table+` k ON k.key = h.key
 WHERE left(h.key, length($1)) = $1 AND h.expires_at > clock_timestamp() AND NOT h.released
-) u ORDER BY key COLLATE "C", token`, b.mode, prefix)
+) u ORDER BY key COLLATE "C", token`, b.stmt.get(), prefix)
 	if err != nil {
 		return nil, fmt.Errorf("dlock: postgres list: %w", explain(err))
 	}

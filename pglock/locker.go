@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock-go/dlock"
@@ -101,7 +100,7 @@ type backend struct {
 	pool    *pgxpool.Pool
 	n       names
 	timeout time.Duration
-	mode    pgx.QueryExecMode // passed to every statement: see execMode
+	stmt    *stmtMode // the mode passed to every statement
 	migrate bool
 	l       *listener // nil: WithoutListen
 	held    heldWatch // its locks that listen for breaks (lease.go)
@@ -136,27 +135,12 @@ func New(pool *pgxpool.Pool, opts ...Option) *Locker {
 		b.timeout = DefaultRequestTimeout
 	}
 	b.n = n
-	b.mode = execMode(pool)
+	b.stmt = newStmtMode(pool, b.timeout)
 	if !o.noListen {
 		b.l = newListener(b)
 	}
 	b.held.b = b
 	return &Locker{e: dlock.NewEngine(b, opts...), b: b}
-}
-
-// execMode is how pglock runs its statements on pool: as the pool is
-// configured, except that pgx's default, QueryExecModeCacheStatement, is
-// replaced by QueryExecModeExec (one round trip, the unnamed statement).
-// The statement cache prepares named statements on the server connection,
-// and behind a transaction pooler (PgBouncer's transaction mode) that
-// connection is shared with other clients: with the cache, a default pool
-// through PgBouncer fails most statements with "prepared statement
-// stmtcache_... already exists".
-func execMode(pool *pgxpool.Pool) pgx.QueryExecMode {
-	if m := pool.Config().ConnConfig.DefaultQueryExecMode; m != pgx.QueryExecModeCacheStatement {
-		return m
-	}
-	return pgx.QueryExecModeExec
 }
 
 // Acquire implements dlock.Locker.

@@ -135,11 +135,11 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, opts ...Option) error {
 	if err != nil {
 		return err
 	}
-	return migrate(ctx, pool, n, execMode(pool))
+	return migrate(ctx, pool, n, newStmtMode(pool, 0).unnamed())
 }
 
 // migrate applies the migrations not yet recorded, running every
-// statement in mode (see execMode).
+// statement in mode (see stmtMode.unnamed).
 func migrate(ctx context.Context, pool *pgxpool.Pool, n names, mode pgx.QueryExecMode) error {
 	ms, err := migrations()
 	if err != nil {
@@ -203,7 +203,7 @@ func (b *backend) ready(ctx context.Context) error {
 	}
 	rctx, cancel := b.rpc(ctx)
 	defer cancel()
-	if err := migrate(rctx, b.pool, b.n, b.mode); err != nil {
+	if err := migrate(rctx, b.pool, b.n, b.stmt.unnamed()); err != nil {
 		return err
 	}
 	b.mu.Lock()

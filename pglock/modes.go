@@ -123,7 +123,7 @@ SELECT 'info', 0, '', '{}', 0, coalesce((SELECT k.hmode FROM k), 0)::int, coales
 			}
 			return rows.Err()
 		}
-		args := []any{b.mode, req.Key, req.Owner, req.TTL.Milliseconds(), md, int(req.Mode), req.Limit}
+		args := []any{b.stmt.get(), req.Key, req.Owner, req.TTL.Milliseconds(), md, int(req.Mode), req.Limit}
 		rctx, cancel := b.rpc(ctx)
 		sent := time.Now()
 		err := b.attemptStatement(rctx, attempt, req.Key, sql, args, scan)
@@ -182,7 +182,7 @@ func (b *backend) abortShared(ctx context.Context, req *driver.Request) error {
 	WHERE NOT h.released
 	RETURNING key
 )
-SELECT pg_notify($3, key) FROM r`, b.mode, req.Key, req.Owner, b.n.channelName(), int(req.Mode))
+SELECT pg_notify($3, key) FROM r`, b.stmt.get(), req.Key, req.Owner, b.n.channelName(), int(req.Mode))
 	if err != nil {
 		return outage(fmt.Errorf("dlock: postgres abort %q: %w", req.Key, explain(err)))
 	}
@@ -206,7 +206,7 @@ func (b *backend) releaseShared(ctx context.Context, key, owner string) (bool, e
 ), n AS (SELECT pg_notify($3, key) FROM r)
 SELECT (SELECT count(*) FROM r), (SELECT count(*) FROM n),
 	EXISTS (SELECT 1 FROM `+b.n.holders+` WHERE key = $1 AND owner = $2 AND released)`,
-		b.mode, key, owner, b.n.channelName()).Scan(&released, &notified, &before)
+		b.stmt.get(), key, owner, b.n.channelName()).Scan(&released, &notified, &before)
 	if err != nil {
 		return false, err
 	}

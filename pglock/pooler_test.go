@@ -66,7 +66,7 @@ func TestNoListenThroughPooler(t *testing.T) {
 // server connection, which the pooler hands to other clients), Migrate,
 // Acquire, Refresh, List and Release all succeed, cycle after cycle:
 // pglock runs its statements without the statement cache.
-// Symptom: most calls failed with "prepared statement stmtcache_... already exists" (or "does not exist") (fixed in 5a33186).
+// Symptom: most calls failed with "prepared statement stmtcache_... already exists" (or "does not exist").
 func TestPgBouncer_DefaultPgxPoolServesEveryCall(t *testing.T) {
 	t.Parallel()
 	pg := sharedPG(t)
@@ -83,6 +83,9 @@ func TestPgBouncer_DefaultPgxPoolServesEveryCall(t *testing.T) {
 			t.Fatalf("pool %d is not pgx's default configuration", i)
 		}
 		lockers = append(lockers, pglock.New(p))
+		if m := pglock.CheckStatementMode(lockers[i]); m != pgx.QueryExecModeExec {
+			t.Fatalf("pool %d through PgBouncer: statements run in %v, want the unnamed statement", i, m)
+		}
 		if err := pglock.Migrate(dlocktest.Context(t), p); err != nil {
 			t.Fatalf("Migrate through PgBouncer with a default pool: %v", err)
 		}
@@ -115,7 +118,7 @@ func TestPgBouncer_DefaultPgxPoolServesEveryCall(t *testing.T) {
 // hardened database): a server that answers the pooler check with an
 // error is taken as "cannot tell": the Locker stops trying LISTEN and its
 // waiters poll, still acquiring the key once it is released.
-// Symptom: while anyone waited, the Locker opened and closed a server connection a second, never listening (fixed in 991985c).
+// Symptom: while anyone waited, the Locker opened and closed a server connection a second, never listening.
 func TestPooler_CheckRefusedStopsListenWaitersPoll(t *testing.T) {
 	t.Parallel()
 	pg := ownPG(t)
@@ -152,6 +155,9 @@ func TestPooler_CheckRefusedStopsListenWaitersPoll(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Logf("given up: %v", pglock.ListenGivenUp(waiter))
+	if m := pglock.CheckStatementMode(waiter); m != pgx.QueryExecModeExec {
+		t.Errorf("the server refused the pooler check, yet statements run in %v", m)
+	}
 	if pglock.ListensThroughPooler(waiter) {
 		t.Error("reported as a pooler")
 	}

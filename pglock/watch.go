@@ -332,6 +332,7 @@ func (l *listener) listenOnce(ctx context.Context) {
 		return
 	case pooled:
 		l.noListen.Store(errPooled)
+		b.stmt.sawPooler()
 		return
 	}
 	lctx, cancel := b.rpc(ctx)

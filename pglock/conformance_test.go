@@ -36,11 +36,11 @@ func withFaults(h dlocktest.Harness, pg *pgDB, dsnVia func(addr string) string) 
 	h.Faults = &dlocktest.Faults{
 		New: func(t testing.TB) (dlock.Locker, dlocktest.Link) {
 			p := testserver.StartProxy(t, pg.Addr())
-			return pglock.New(newPool(t, dsnVia(p.Addr()))), p
+			return settled(pglock.New(newPool(t, dsnVia(p.Addr())))), p
 		},
 		Down: func(t testing.TB) (dlock.Locker, func()) {
 			p := testserver.StartProxy(t, pg.Addr())
-			return pglock.New(newPool(t, dsnVia(p.Addr()))), p.Stop
+			return settled(pglock.New(newPool(t, dsnVia(p.Addr())))), p.Stop
 		},
 		Pause: func(t testing.TB, keys ...string) func() {
 			pg.Pause()
@@ -50,12 +50,19 @@ func withFaults(h dlocktest.Harness, pg *pgDB, dsnVia func(addr string) string) 
 	return h
 }
 
+// settled runs l's pool check now, so that no check of its own runs
+// through the fault proxy while a test has a fault armed.
+func settled(l *pglock.Locker) *pglock.Locker {
+	pglock.CheckStatementMode(l)
+	return l
+}
+
 // proxiedBouncer is the fault section's New and Down for PgBouncer pb:
 // a pool whose every connection to PgBouncer goes through a fault proxy.
 func proxiedBouncer(pb *bouncerDB) *dlocktest.Faults {
 	via := func(t testing.TB) (dlock.Locker, *testserver.Proxy) {
 		p := testserver.StartProxy(t, pb.Addr())
-		return pglock.New(newPool(t, strings.Replace(pb.DSN(""), pb.Addr(), p.Addr(), 1))), p
+		return settled(pglock.New(newPool(t, strings.Replace(pb.DSN(""), pb.Addr(), p.Addr(), 1)))), p
 	}
 	return &dlocktest.Faults{
 		New: func(t testing.TB) (dlock.Locker, dlocktest.Link) { return via(t) },

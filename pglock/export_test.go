@@ -65,8 +65,9 @@ func SetHeldRoundHook(t interface{ Cleanup(func()) }, l *Locker, f func(ok bool)
 // statements start it in the background) and returns the mode its
 // statements use from then on (tests).
 func CheckStatementMode(l *Locker) pgx.QueryExecMode {
-	if l.b.stmt.checking.CompareAndSwap(false, true) {
-		l.b.stmt.check()
+	for !l.b.stmt.checking.CompareAndSwap(false, true) {
+		time.Sleep(time.Millisecond) // a check of its own runs: it ends within the request timeout
 	}
+	l.b.stmt.check()
 	return l.b.stmt.get()
 }

@@ -176,7 +176,9 @@ func TestAbort_LateAttemptStatementTakesNothing(t *testing.T) {
 	t.Parallel()
 	pg := sharedPG(t)
 	proxy := testserver.StartProxy(t, pg.Addr())
-	faulty := pglock.New(newPool(t, pg.ViaProxy(proxy.Addr())), pglock.WithoutListen())
+	// The unnamed statement: the statement stalled is the attempt itself,
+	// never a preparation before it.
+	faulty := pglock.New(newPool(t, pg.ViaProxy(proxy.Addr())+"&default_query_exec_mode=exec"), pglock.WithoutListen())
 	healthy := pglock.New(newPool(t, pg.DSN("")))
 	ctx := dlocktest.Context(t)
 	for _, mode := range []driver.Mode{driver.Shared, driver.Limited, driver.Exclusive} {
@@ -221,7 +223,9 @@ func TestLeave_LateRegistrationRegistersNothing(t *testing.T) {
 	t.Parallel()
 	pg := sharedPG(t)
 	proxy := testserver.StartProxy(t, pg.Addr())
-	faulty := pglock.New(newPool(t, pg.ViaProxy(proxy.Addr())), pglock.WithoutListen())
+	// The unnamed statement: the statement stalled is the attempt itself,
+	// never a preparation before it.
+	faulty := pglock.New(newPool(t, pg.ViaProxy(proxy.Addr())+"&default_query_exec_mode=exec"), pglock.WithoutListen())
 	healthy := pglock.New(newPool(t, pg.DSN("")))
 	ctx := dlocktest.Context(t)
 	key := dlocktest.Key(t)

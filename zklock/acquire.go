@@ -25,6 +25,12 @@ type exists struct {
 	stat  *zk.Stat
 	watch <-chan zk.Event
 	data  []byte // watchNode only
+
+	// dials counts the client's connections before the watching read
+	// was sent (known: dialsOK), to tell whether a later request went
+	// over the connection that set the watch.
+	dials   int64
+	dialsOK bool
 }
 
 // watchNode reads path with a watch on it. It uses a data read, not an
@@ -221,12 +227,15 @@ func (b *backend) ensureDir(ctx context.Context, dir string) error {
 // nodes ahead of e's (sequence numbers only grow; nodes ahead only go),
 // so it admits e only where the leader's queue does too. The deletion of
 // e's own node before the sync reaches the client as a watch event
-// before the sync's reply: a fired watch counts as the node gone. A
-// permit syncs first instead: the nodes behind it decide whether it
-// marks itself granted, and a listing older than the sync could miss
-// them.
+// before the sync's reply, as long as the watch was set on the server
+// that answers the sync: a fired watch counts as the node gone. After a
+// reconnect (or on a connection Connect did not make, whose reconnects
+// zklock cannot see) the watch may be re-registered only after the sync
+// is answered, so the listing is read again after the sync. A permit
+// syncs first instead: the nodes behind it decide whether it marks
+// itself granted, and a listing older than the sync could miss them.
 func (b *backend) look(ctx context.Context, e *entry, mine *exists) ([]qnode, exists, error) {
-	together := mine != nil && e.mode != driver.Limited
+	together := mine != nil && e.mode != driver.Limited && mine.dialsOK
 	kids := make(chan result[[]string], 1)
 	go func() {
 		if mine != nil && !together {
@@ -245,13 +254,25 @@ func (b *backend) look(ctx context.Context, e *entry, mine *exists) ([]qnode, ex
 	var err error
 	switch {
 	case mine == nil:
+		dials, dialsOK := b.dials()
 		me, err = call(ctx, b, "exists", func() (exists, error) {
 			return watchNode(b.conn, e.path)
 		})
+		me.dials, me.dialsOK = dials, dialsOK
 	case together:
 		err = b.sync(ctx, e.dir)
 	}
 	k := <-kids
+	if together && err == nil && k.err == nil {
+		if d, _ := b.dials(); d != mine.dials {
+			// Reconnected since the watch was set: list again, after
+			// the sync.
+			k.v, k.err = call(ctx, b, "list", func() ([]string, error) {
+				k, _, err := b.conn.Children(e.dir)
+				return k, err
+			})
+		}
+	}
 	if mine != nil && k.err == nil && err == nil {
 		me = *mine
 		me.ok = false

@@ -626,6 +626,88 @@ func TestWaiter_NodeDeletedBeforeTheSync_NotGranted(t *testing.T) {
 	}
 }
 
+// After the client reconnected (to another server, in an ensemble) the
+// watch on the waiter's own node is set again only after the requests
+// already queued, so a deletion of the node before the sync need not
+// arrive before the sync's reply: the granting look then lists the queue
+// again after the sync.
+// Symptom: after a reconnect, a listing answered before the sync by a lagging server could grant a node deleted meanwhile.
+func TestWaiter_AfterReconnect_ListsAgainAfterTheSync(t *testing.T) {
+	t.Parallel()
+	z := sharedZooKeeper(t)
+	p := testserver.StartProxy(t, z.Addr())
+	holder := zklock.New(connect(t, []string{z.Addr()}))
+	wconn := connect(t, []string{p.Addr()})
+	waiter := zklock.New(wconn)
+	key := dlocktest.Key(t)
+	ctx := dlocktest.Context(t)
+	held, err := holder.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu        sync.Mutex
+		reqs      []string
+		recording bool
+		watched   bool
+		watching  = make(chan struct{})
+		once      sync.Once
+	)
+	zklock.SetHooks(waiter, &zklock.Hooks{Request: func(what string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if recording {
+			reqs = append(reqs, what)
+		}
+		switch {
+		case what == "watch":
+			watched = true
+		case what == "exists" && watched:
+			// The wait's first probe: its watch is set.
+			once.Do(func() { close(watching) })
+		}
+	}})
+	got := make(chan error, 1)
+	go func() {
+		lk, err := waiter.Acquire(ctx, key)
+		if err == nil {
+			err = lk.Release(ctx)
+		}
+		got <- err
+	}()
+	if recvErr(t, errorOn(watching), "the waiter's watch on the holder") != nil {
+		return
+	}
+	sid := wconn.SessionID()
+	p.Cut()
+	waitDisconnected(t, wconn)
+	p.Heal()
+	waitSession(t, wconn)
+	if wconn.SessionID() != sid {
+		t.Fatalf("the session changed (%x -> %x)", sid, wconn.SessionID())
+	}
+	mu.Lock()
+	recording = true
+	mu.Unlock()
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := recvErr(t, got, "the waiter's Acquire"); err != nil {
+		t.Fatalf("waiter: %v", err)
+	}
+	zklock.SetHooks(waiter, nil)
+	mu.Lock()
+	defer mu.Unlock()
+	look := reqs
+	if i := slices.IndexFunc(reqs, func(r string) bool { return strings.HasPrefix(r, "release") }); i >= 0 {
+		look = reqs[:i]
+	}
+	if !slices.Contains(look, "sync") || len(look) < 3 || look[len(look)-1] != "list" ||
+		slices.Index(look, "sync") > len(look)-2 || slices.Index(look, "list") == len(look)-1 {
+		t.Fatalf("the granting look's requests after the reconnect: %v, want a listing with the sync and one after it", look)
+	}
+}
+
 // errorOn is a channel that yields nil once ch is closed.
 func errorOn(ch <-chan struct{}) <-chan error {
 	out := make(chan error, 1)

@@ -54,12 +54,24 @@ func (b *backend) lease() (time.Duration, error) {
 	return LeaseOf(d), nil
 }
 
+// dials is the number of network connections the client has dialled, and
+// whether it is known (only for a connection Connect made): equal counts
+// before and after a span of requests mean they all went over one
+// connection, to one server.
+func (b *backend) dials() (int64, bool) {
+	if b.info == nil {
+		return 0, false
+	}
+	return b.info.dials.Load(), true
+}
+
 // sessionInfo is what Connect learned about a connection: the session
 // timeout the server granted at the last handshake, the network
 // connections it dialled, and the held locks to tell when a reconnect
 // lowers the timeout.
 type sessionInfo struct {
-	ms atomic.Int64
+	ms    atomic.Int64
+	dials atomic.Int64 // network connections dialled so far
 
 	mu      sync.Mutex
 	conns   map[*sniffConn]struct{}
@@ -69,6 +81,7 @@ type sessionInfo struct {
 
 // track records a dialled connection until it is closed.
 func (s *sessionInfo) track(c *sniffConn) {
+	s.dials.Add(1)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.conns == nil {

@@ -286,6 +286,9 @@ type waiterKey struct{ key, waiter string }
 // after its last registration). An error is not reported: the attempt's
 // own outcome stands, and the next refused attempt tries again.
 func (b *backend) register(ctx context.Context, req *driver.Request) {
+	if b.l != nil && req.WaitID != "" {
+		b.l.tag(req.Key, req.WaitID, req.Waiter) // a release that picks it wakes this wait
+	}
 	k := waiterKey{req.Key, req.Waiter}
 	now := time.Now()
 	b.regMu.Lock()
@@ -361,7 +364,7 @@ func (b *backend) Leave(ctx context.Context, key, waiter string) error {
 	VALUES ($1, $2, 0, 0, clock_timestamp(), true)
 	ON CONFLICT (key, owner) DO NOTHING
 )
-SELECT pg_notify($3, key) FROM (SELECT DISTINCT key FROM d) d`, b.stmt.get(), key, waiter, b.n.channelName())
+SELECT pg_notify($3, `+b.n.wakePayload("d.key", "$2")+`) FROM (SELECT DISTINCT key FROM d) d`, b.stmt.get(), key, waiter, b.n.channelName())
 	if err != nil {
 		return outage(fmt.Errorf("dlock: postgres leave %q: %w", key, explain(err)))
 	}

@@ -53,10 +53,12 @@
 //
 // # Not guaranteed
 //
-//   - Fair ordering: waiters are not queued, and all waiters of a key are
-//     woken by its release; apart from writer preference, whoever attempts
-//     first wins. A dead waiting writer keeps readers out for up to one
-//     TTL after its last registration.
+//   - Fair ordering: waiters are not queued. A release wakes one waiting
+//     writer (the first registered) when writers wait, else every waiter
+//     of the key, and a newcomer's attempt can still take the key first.
+//     A dead waiting writer keeps readers out for up to one TTL after its
+//     last registration, and may be the one a release wakes: the others
+//     then find the key by polling.
 //   - Failover: a lease written to a primary that fails before its
 //     replica has it is lost with it; locks need the primary (a read-only
 //     standby is refused with an error saying so).

@@ -71,3 +71,22 @@ func CheckStatementMode(l *Locker) pgx.QueryExecMode {
 	l.b.stmt.check()
 	return l.b.stmt.get()
 }
+
+// Wakes is the number of waits l's LISTEN connection woke by a notice
+// (tests: a release wakes one waiting writer).
+func Wakes(l *Locker) int64 { return l.b.l.wakes.Load() }
+
+// TaggedWaiters is the number of l's waits on key that a release can
+// wake by name (their registration as a waiting writer is tied to their
+// subscription) (tests).
+func TaggedWaiters(l *Locker, key string) int {
+	l.b.l.mu.Lock()
+	defer l.b.l.mu.Unlock()
+	n := 0
+	for s := range l.b.l.subs[key] {
+		if s.waiter != "" {
+			n++
+		}
+	}
+	return n
+}

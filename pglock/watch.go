@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/background"
 )
@@ -56,6 +57,8 @@ type listener struct {
 	// pooledConn). Waiters then poll.
 	noListen atomic.Value // of error
 
+	wakes atomic.Int64 // subscriptions woken by a notice (tests)
+
 	mu   sync.Mutex
 	subs map[string]map[*sub]struct{}
 	n    int
@@ -81,13 +84,22 @@ func newListener(b *backend) *listener {
 
 // sub is one waiter's subscription.
 type sub struct {
-	l    *listener
-	key  string
-	c    chan struct{}
-	once sync.Once
+	l      *listener
+	key    string
+	id     string // WaitID: the engine passes it with the waiter's attempts
+	c      chan struct{}
+	once   sync.Once
+	waiter string // the Request.Waiter registered with id (l.mu)
 }
 
+var _ driver.WaitIDer = (*sub)(nil)
+
 func (s *sub) C() <-chan struct{} { return s.c }
+
+// WaitID implements driver.WaitIDer: the waiter's attempts carry it, so a
+// registration as a waiting writer (register) can be tied to this
+// subscription, which a release's wake notice then wakes alone.
+func (s *sub) WaitID() string { return s.id }
 
 func (s *sub) Close() {
 	s.once.Do(func() { s.l.remove(s) })
@@ -118,7 +130,7 @@ func (l *listener) gaveUp() error {
 
 // add subscribes to key, starting the LISTEN loop if none runs.
 func (l *listener) add(key string) *sub {
-	s := &sub{l: l, key: key, c: make(chan struct{}, 1)}
+	s := &sub{l: l, key: key, id: dlock.NewOwner(), c: make(chan struct{}, 1)}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.subs[key] == nil {
@@ -186,8 +198,45 @@ func (l *listener) stop(r *listenRun) bool {
 	return true
 }
 
-// notify wakes the waiters of key, or, for a break notice (breakNotice
-// and a key), has the Locker's held locks of the key checked.
+// wakeNotice prefixes the notice of a release of a key that a writer
+// waits for: "dlock-wake:<waiter>:<key>" wakes that waiter alone (see
+// wakePayload). Waiter ids are hex: the first colon ends one.
+const wakeNotice = "dlock-wake:"
+
+// wakePayload is the SQL expression of the notice a release of the key
+// keyExpr sends: the wake notice of the key's live waiting writer that
+// registered first (the one whose registration expires first; not the
+// waiter exceptExpr, if given), or else the key itself, which wakes
+// every waiter of the key. A waiting writer keeps new readers out, so
+// waking the others would only have them try and fail: one waiter is
+// woken per release. Waiters not woken keep polling (the engine's
+// backoff), so a chosen waiter that is gone costs the others a poll step.
+func (n names) wakePayload(keyExpr, exceptExpr string) string {
+	except := ""
+	if exceptExpr != "" {
+		except = ` AND w.waiter <> ` + exceptExpr
+	}
+	return `coalesce((SELECT '` + wakeNotice + `' || w.waiter || ':' || ` + keyExpr + ` FROM ` + n.writers + ` w
+	WHERE w.key = ` + keyExpr + ` AND w.expires_at > clock_timestamp()` + except + `
+	ORDER BY w.expires_at, w.waiter LIMIT 1), ` + keyExpr + `)`
+}
+
+// tag ties the subscription of key with WaitID id to waiter, the
+// Request.Waiter it registered as a waiting writer with.
+func (l *listener) tag(key, id, waiter string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for s := range l.subs[key] {
+		if s.id == id {
+			s.waiter = waiter
+		}
+	}
+}
+
+// notify wakes the waiters of key; for a wake notice (wakeNotice, a
+// waiter and a key), the subscription tagged with that waiter only; for
+// a break notice (breakNotice and a key), it has the Locker's held locks
+// of the key checked.
 func (l *listener) notify(key string) {
 	if k, ok := strings.CutPrefix(key, breakNotice); ok {
 		l.b.held.broken(k) // not under l.mu: heldWatch.add locks h.mu, then l.mu
@@ -195,11 +244,27 @@ func (l *listener) notify(key string) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for s := range l.subs[key] {
-		select {
-		case s.c <- struct{}{}:
-		default:
+	if rest, ok := strings.CutPrefix(key, wakeNotice); ok {
+		if waiter, k, ok := strings.Cut(rest, ":"); ok {
+			for s := range l.subs[k] {
+				if s.waiter == waiter {
+					l.wake(s)
+				}
+			}
 		}
+		// And the waiters of key itself, if a key begins so.
+	}
+	for s := range l.subs[key] {
+		l.wake(s)
+	}
+}
+
+// wake wakes s (l.mu held).
+func (l *listener) wake(s *sub) {
+	l.wakes.Add(1)
+	select {
+	case s.c <- struct{}{}:
+	default:
 	}
 }
 

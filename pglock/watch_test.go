@@ -63,6 +63,58 @@ func TestWokenByNotify(t *testing.T) {
 	}
 }
 
+// A release with writers waiting wakes one of them, by name, not every
+// waiter of the key: two writers wait (polling only once a minute), the
+// holder's release wakes one, whose release wakes the other. Two
+// releases, two wake-ups.
+// Symptom: every release woke every waiter of the key, and all but one tried and failed.
+func TestRelease_WakesOneWaitingWriter(t *testing.T) {
+	t.Parallel()
+	pg := sharedPG(t)
+	key := dlocktest.Key(t)
+	ctx := dlocktest.Context(t)
+	holder, err := pglock.New(newPool(t, pg.DSN(""))).Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w1, w2 := pglock.New(newPool(t, pg.DSN(""))), pglock.New(newPool(t, pg.DSN("")))
+	got1 := acquireLater(ctx, w1, key, time.Minute)
+	got2 := acquireLater(ctx, w2, key, time.Minute)
+	// Release once both listen and both registered with their
+	// subscriptions.
+	end := time.Now().Add(dlocktest.HangTimeout)
+	for {
+		out, err := pg.Exec("", "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND datname = current_database()")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out == "2" && pglock.TaggedWaiters(w1, key) == 1 && pglock.TaggedWaiters(w2, key) == 1 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("hang: the waiters never both listened and registered (listening: %s)", out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	before := pglock.Wakes(w1) + pglock.Wakes(w2)
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, got := range []<-chan error{got1, got2} {
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatalf("waiter %d: %v", i+1, err)
+			}
+		case <-time.After(dlocktest.HangTimeout):
+			t.Fatalf("waiter %d was not woken (a one-minute poll would be next)", i+1)
+		}
+	}
+	if n := pglock.Wakes(w1) + pglock.Wakes(w2) - before; n != 2 {
+		t.Errorf("two releases woke %d waits, want 2 (one each)", n)
+	}
+}
+
 // A Locker that waits again and again keeps one LISTEN connection,
 // opened outside its pool (the pool opens no connection for it), and
 // closes it a linger after its last wait.

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -89,6 +90,10 @@ type watchdog struct {
 	// all takes, not only by the timer's lateness (measured under -race:
 	// 3289 locks sharing a deadline took 37ms to lose, the last 31ms late).
 	sharing map[int64]share
+	// maxTTL is the longest TTL of any lock counted in sharing so far (it
+	// only grows): no lead is longer than maxTTL/maxLeadDiv, or than the
+	// timer's lateness.
+	maxTTL time.Duration
 }
 
 // share is one deadline millisecond's count of tracked locks, and the
@@ -111,6 +116,7 @@ func (w *watchdog) shareLocked(e *wdEntry, d time.Time) {
 	sh.n++
 	sh.maxTTL = max(sh.maxTTL, e.l.cfg.TTL)
 	w.sharing[e.bucket] = sh
+	w.maxTTL = max(w.maxTTL, e.l.cfg.TTL)
 }
 
 // unshareLocked drops e's deadline count. w.mu held.
@@ -155,21 +161,49 @@ func (w *watchdog) leadLocked(e *wdEntry, late, cost time.Duration, ahead int) t
 // held.
 func (w *watchdog) streamLeadLocked(e *wdEntry, late, cost time.Duration) (lead time.Duration, until time.Time) {
 	from := e.due()
-	lead = min(late, e.l.cfg.TTL/10)
-	first := deadlineBucket(from)
 	steps := min(int64(cost*time.Duration(len(w.locks))/time.Millisecond)+1, maxLeadScan)
-	cum, seen := 0, 0
-	for b := first; b <= first+steps && seen < len(w.sharing); b++ {
-		sh, ok := w.sharing[b]
-		if !ok {
-			continue
-		}
-		seen++
+	// Fewer deadline milliseconds tracked than the window has (a renewal
+	// batch gives all its locks one): read those in the window instead of
+	// every millisecond of it.
+	sparse := int64(len(w.sharing)) <= steps
+	return w.streamScanLocked(from, min(late, e.l.cfg.TTL/10), late, cost, steps, sparse)
+}
+
+// streamScanLocked is streamLeadLocked's reading of the per-millisecond
+// counts from from's millisecond for steps more, starting from lead:
+// sparse reads the tracked milliseconds in the window, sorted, otherwise
+// every millisecond of the window is looked up. Both give the same
+// answer. w.mu held.
+func (w *watchdog) streamScanLocked(from time.Time, lead, late, cost time.Duration, steps int64, sparse bool) (time.Duration, time.Time) {
+	first := deadlineBucket(from)
+	var until time.Time
+	cum := 0
+	at := func(b int64, sh share) {
 		cum += sh.n
 		need := min(min(late, sh.maxTTL/10)+cost*time.Duration(cum), sh.maxTTL/maxLeadDiv)
 		end := time.Unix(0, (b+1)*int64(time.Millisecond))
 		if l := need - end.Add(-time.Millisecond).Sub(from); l > lead {
 			lead, until = l, end
+		}
+	}
+	if sparse {
+		var in []int64
+		for b := range w.sharing {
+			if b >= first && b <= first+steps {
+				in = append(in, b)
+			}
+		}
+		slices.Sort(in)
+		for _, b := range in {
+			at(b, w.sharing[b])
+		}
+		return lead, until
+	}
+	seen := 0
+	for b := first; b <= first+steps && seen < len(w.sharing); b++ {
+		if sh, ok := w.sharing[b]; ok {
+			seen++
+			at(b, sh)
 		}
 	}
 	return lead, until
@@ -328,9 +362,12 @@ func (w *watchdog) armLocked(e *wdEntry, stuck bool) {
 	due := e.due()
 	cost := w.cost()
 	// Nothing to do when even the longest lead the stream could need
-	// (losing every tracked lock, after the lateness) leaves the timer
-	// earlier: most adds end here without reading the stream.
-	if !w.timerAt.IsZero() && !due.Add(-late-cost*time.Duration(len(w.locks))).Before(w.timerAt) {
+	// (losing every tracked lock, after the lateness; and never more
+	// than the lateness or a maxLeadDiv-th of the longest TTL) leaves the
+	// timer earlier: most adds and re-arms after a renewal end here
+	// without reading the stream, however many locks are tracked.
+	longest := min(late+cost*time.Duration(len(w.locks)), max(late, w.maxTTL/maxLeadDiv))
+	if !w.timerAt.IsZero() && !due.Add(-longest).Before(w.timerAt) {
 		return
 	}
 	lead, until := w.streamLeadLocked(e, late, cost)

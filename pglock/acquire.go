@@ -70,6 +70,11 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 	// ($5, Request.Waiter), and leaves a tombstone for it (see Leave);
 	// other attempts run without that part.
 	unreg := b.registered(req.Key, req.Waiter)
+	if b.l != nil && req.WaitID != "" && req.Waiter != "" {
+		// Tie the wait to its registration before the attempt: a release
+		// naming it may come before the attempt's refusal returns.
+		b.l.tag(req.Key, req.WaitID, req.Waiter)
+	}
 	sql := `WITH k AS (
 	SELECT h.token, h.owner, h.metadata, h.expires_at, h.gen FROM ` + t + ` h WHERE h.key = $1
 ), live AS (
@@ -286,39 +291,50 @@ type waiterKey struct{ key, waiter string }
 // after its last registration). An error is not reported: the attempt's
 // own outcome stands, and the next refused attempt tries again.
 func (b *backend) register(ctx context.Context, req *driver.Request) {
-	if b.l != nil && req.WaitID != "" {
-		b.l.tag(req.Key, req.WaitID, req.Waiter) // a release that picks it wakes this wait
+	// A wait that listens (its attempts carry its subscription's WaitID)
+	// registers as one a release may wake by name (wake), and re-registers
+	// at once when it starts listening.
+	wake := b.l != nil && req.WaitID != ""
+	if wake {
+		b.l.tag(req.Key, req.WaitID, req.Waiter)
 	}
 	k := waiterKey{req.Key, req.Waiter}
 	now := time.Now()
 	b.regMu.Lock()
-	if last, ok := b.regs[k]; ok && now.Sub(last) < req.TTL/3 {
+	if last, ok := b.regs[k]; ok && now.Sub(last.at) < req.TTL/3 && last.wake == wake {
 		b.regMu.Unlock()
 		return
 	}
 	if b.regs == nil {
-		b.regs = map[waiterKey]time.Time{}
+		b.regs = map[waiterKey]registration{}
 	}
 	// Recorded before the statement is sent: a registration whose reply
 	// is lost is still withdrawn by the grant or by Leave.
-	b.regs[k] = now
+	b.regs[k] = registration{at: now, wake: wake}
 	b.regMu.Unlock()
 	rctx, cancel := b.rpc(ctx)
 	defer cancel()
 	// A waiter that left (Leave) or was granted the key has a released
 	// row in the holders table under its id: a registration arriving
 	// after that (held by a stalled link) registers nothing.
-	_, err := b.pool.Exec(rctx, `INSERT INTO `+b.n.writers+` (key, waiter, expires_at)
-SELECT $1, $2, clock_timestamp() + $3 * interval '1 millisecond'
+	_, err := b.pool.Exec(rctx, `INSERT INTO `+b.n.writers+` (key, waiter, expires_at, wake)
+SELECT $1, $2, clock_timestamp() + $3 * interval '1 millisecond', $4
 WHERE NOT EXISTS (SELECT 1 FROM `+b.n.holders+` u WHERE u.key = $1 AND u.owner = $2 AND u.released)
-ON CONFLICT (key, waiter) DO UPDATE SET expires_at = EXCLUDED.expires_at`, b.stmt.get(), req.Key, req.Waiter, req.TTL.Milliseconds())
+ON CONFLICT (key, waiter) DO UPDATE SET expires_at = EXCLUDED.expires_at, wake = EXCLUDED.wake`, b.stmt.get(), req.Key, req.Waiter, req.TTL.Milliseconds(), wake)
 	if err != nil {
 		b.regMu.Lock()
 		if _, ok := b.regs[k]; ok {
-			b.regs[k] = time.Time{} // try again at the next refused attempt
+			b.regs[k] = registration{} // try again at the next refused attempt
 		}
 		b.regMu.Unlock()
 	}
+}
+
+// registration is when this Locker last registered a waiting writer, and
+// whether as one a release may wake by name.
+type registration struct {
+	at   time.Time
+	wake bool
 }
 
 // registered reports whether this Locker may have registered waiter as a
@@ -364,7 +380,7 @@ func (b *backend) Leave(ctx context.Context, key, waiter string) error {
 	VALUES ($1, $2, 0, 0, clock_timestamp(), true)
 	ON CONFLICT (key, owner) DO NOTHING
 )
-SELECT pg_notify($3, `+b.n.wakePayload("d.key", "$2")+`) FROM (SELECT DISTINCT key FROM d) d`, b.stmt.get(), key, waiter, b.n.channelName())
+SELECT pg_notify($3, `+b.n.wakePayload("d.key", "''", "$2")+`) FROM (SELECT DISTINCT key FROM d) d`, b.stmt.get(), key, waiter, b.n.channelName())
 	if err != nil {
 		return outage(fmt.Errorf("dlock: postgres leave %q: %w", key, explain(err)))
 	}

@@ -53,9 +53,10 @@
 //
 // # Not guaranteed
 //
-//   - Fair ordering: waiters are not queued. A release wakes one waiting
-//     writer (the first registered) when writers wait, else every waiter
-//     of the key, and a newcomer's attempt can still take the key first.
+//   - Fair ordering: waiters are not queued. A release that frees the key
+//     wakes one listening waiting writer (the oldest registration) when
+//     writers wait, else every waiter of the key, and a newcomer's
+//     attempt can still take the key first.
 //     A dead waiting writer keeps readers out for up to one TTL after its
 //     last registration, and may be the one a release wakes: the others
 //     then find the key by polling.

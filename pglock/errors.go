@@ -52,7 +52,7 @@ func explain(err error) error {
 	case "42P01": // undefined_table
 		return fmt.Errorf("%w (run pglock.Migrate, or the SQL in pglock/migrations by hand, or drop WithoutMigrate)", err)
 	case "42703": // undefined_column
-		return fmt.Errorf("%w (the lease table predates migration 2: run pglock.Migrate, or pglock/migrations/0002_modes.sql by hand)", err)
+		return fmt.Errorf("%w (the lease tables predate pglock's latest migration: run pglock.Migrate, or the SQL in pglock/migrations by hand)", err)
 	case "25006": // read_only_sql_transaction
 		return fmt.Errorf("%w (the server is read-only: a hot standby? locks need the primary)", err)
 	case "42501": // insufficient_privilege

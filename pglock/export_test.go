@@ -90,3 +90,6 @@ func TaggedWaiters(l *Locker, key string) int {
 	}
 	return n
 }
+
+// Listening reports whether l's LISTEN connection is listening (tests).
+func Listening(l *Locker) bool { return l.b.l.listening.Load() }

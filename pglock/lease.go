@@ -148,7 +148,7 @@ func (l *lease) Release(ctx context.Context) error {
 	UPDATE `+b.n.table+` SET expires_at = '-infinity'
 	WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()
 	RETURNING key
-), n AS (SELECT pg_notify($3, `+b.n.wakePayload("r.key", "")+`) FROM r)
+), n AS (SELECT pg_notify($3, `+b.n.wakePayload("r.key", "$2", "")+`) FROM r)
 SELECT (SELECT count(*) FROM r), (SELECT count(*) FROM n),
 	EXISTS (SELECT 1 FROM `+b.n.table+` WHERE key = $1 AND owner = $2 AND expires_at = '-infinity')`,
 		b.stmt.get(), l.key, l.owner, b.n.channelName()).Scan(&released, &notified, &before)

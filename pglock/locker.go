@@ -109,7 +109,7 @@ type backend struct {
 	migrated bool
 
 	regMu sync.Mutex
-	regs  map[waiterKey]time.Time // waiting writers this Locker registered, with when (see register)
+	regs  map[waiterKey]registration // waiting writers this Locker registered (see register)
 
 	lastOK atomic.Int64 // when the last statement PostgreSQL answered was sent (unix ns)
 }

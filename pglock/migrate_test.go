@@ -48,8 +48,8 @@ INSERT INTO old_leases (key, owner, token, expires_at) VALUES ('held', 'oldowner
 	if err := pglock.Migrate(ctx, pool, pglock.WithTable("old_leases")); err != nil {
 		t.Fatalf("Migrate again: %v", err)
 	}
-	if v, err := pg.Exec("", "SELECT max(version) FROM "+pglock.MigrationsTable+" WHERE component = 'leases:old_leases'"); err != nil || v != "2" {
-		t.Fatalf("recorded version %q, %v; want 2", v, err)
+	if v, err := pg.Exec("", "SELECT max(version) FROM "+pglock.MigrationsTable+" WHERE component = 'leases:old_leases'"); err != nil || v != "3" {
+		t.Fatalf("recorded version %q, %v; want 3", v, err)
 	}
 }
 

@@ -57,7 +57,8 @@ type listener struct {
 	// pooledConn). Waiters then poll.
 	noListen atomic.Value // of error
 
-	wakes atomic.Int64 // subscriptions woken by a notice (tests)
+	wakes     atomic.Int64 // subscriptions woken by a notice (tests)
+	listening atomic.Bool  // a LISTEN connection is listening (tests)
 
 	mu   sync.Mutex
 	subs map[string]map[*sub]struct{}
@@ -204,20 +205,26 @@ func (l *listener) stop(r *listenRun) bool {
 const wakeNotice = "dlock-wake:"
 
 // wakePayload is the SQL expression of the notice a release of the key
-// keyExpr sends: the wake notice of the key's live waiting writer that
-// registered first (the one whose registration expires first; not the
-// waiter exceptExpr, if given), or else the key itself, which wakes
-// every waiter of the key. A waiting writer keeps new readers out, so
-// waking the others would only have them try and fail: one waiter is
-// woken per release. Waiters not woken keep polling (the engine's
-// backoff), so a chosen waiter that is gone costs the others a poll step.
-func (n names) wakePayload(keyExpr, exceptExpr string) string {
+// keyExpr sends. When the release leaves the key free (no live holder
+// but ownerExpr's, the releasing owner, whose row the statement's
+// snapshot still shows live), it names the live waiting writer that can
+// hear it (registered with wake) and whose registration is the oldest
+// (expires first): that writer alone wakes, since a waiting writer keeps
+// new readers out and the others would only try and fail. Not the
+// waiter exceptExpr, if given (a Leave's own). Otherwise, or with no such
+// writer, the notice is the key, which wakes every waiter of the key
+// (readers admitted together, permits freed while others hold). Waiters
+// not woken keep polling (the engine's backoff), so a named writer that
+// is gone costs the others a poll step.
+func (n names) wakePayload(keyExpr, ownerExpr, exceptExpr string) string {
 	except := ""
 	if exceptExpr != "" {
 		except = ` AND w.waiter <> ` + exceptExpr
 	}
 	return `coalesce((SELECT '` + wakeNotice + `' || w.waiter || ':' || ` + keyExpr + ` FROM ` + n.writers + ` w
-	WHERE w.key = ` + keyExpr + ` AND w.expires_at > clock_timestamp()` + except + `
+	WHERE w.key = ` + keyExpr + ` AND w.wake AND w.expires_at > clock_timestamp()` + except + `
+	  AND NOT EXISTS (SELECT 1 FROM ` + n.table + ` x WHERE x.key = ` + keyExpr + ` AND x.expires_at > clock_timestamp() AND x.owner <> ` + ownerExpr + `)
+	  AND NOT EXISTS (SELECT 1 FROM ` + n.holders + ` x WHERE x.key = ` + keyExpr + ` AND x.expires_at > clock_timestamp() AND NOT x.released AND x.owner <> ` + ownerExpr + `)
 	ORDER BY w.expires_at, w.waiter LIMIT 1), ` + keyExpr + `)`
 }
 
@@ -245,7 +252,7 @@ func (l *listener) notify(key string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if rest, ok := strings.CutPrefix(key, wakeNotice); ok {
-		if waiter, k, ok := strings.Cut(rest, ":"); ok {
+		if waiter, k, ok := strings.Cut(rest, ":"); ok && waiter != "" {
 			for s := range l.subs[k] {
 				if s.waiter == waiter {
 					l.wake(s)
@@ -406,6 +413,8 @@ func (l *listener) listenOnce(ctx context.Context) {
 	if err != nil {
 		return
 	}
+	l.listening.Store(true)
+	defer l.listening.Store(false)
 	l.wakeAll()
 	for {
 		wctx, cancel := context.WithTimeout(ctx, listenCheck)

@@ -80,19 +80,20 @@ func TestRelease_WakesOneWaitingWriter(t *testing.T) {
 	w1, w2 := pglock.New(newPool(t, pg.DSN(""))), pglock.New(newPool(t, pg.DSN("")))
 	got1 := acquireLater(ctx, w1, key, time.Minute)
 	got2 := acquireLater(ctx, w2, key, time.Minute)
-	// Release once both listen and both registered with their
-	// subscriptions.
+	// Release once both listen and both registered, as waits a release
+	// may wake by name.
 	end := time.Now().Add(dlocktest.HangTimeout)
 	for {
-		out, err := pg.Exec("", "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND datname = current_database()")
+		out, err := pg.Exec("", "SELECT count(*) FROM "+pglock.DefaultTable+"_writers WHERE wake AND key = '"+escape(key)+"'")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if out == "2" && pglock.TaggedWaiters(w1, key) == 1 && pglock.TaggedWaiters(w2, key) == 1 {
+		if out == "2" && pglock.Listening(w1) && pglock.Listening(w2) &&
+			pglock.TaggedWaiters(w1, key) == 1 && pglock.TaggedWaiters(w2, key) == 1 {
 			break
 		}
 		if time.Now().After(end) {
-			t.Fatalf("hang: the waiters never both listened and registered (listening: %s)", out)
+			t.Fatalf("hang: the waiters never both listened and registered (registered to be woken: %s)", out)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -107,11 +108,97 @@ func TestRelease_WakesOneWaitingWriter(t *testing.T) {
 				t.Fatalf("waiter %d: %v", i+1, err)
 			}
 		case <-time.After(dlocktest.HangTimeout):
-			t.Fatalf("waiter %d was not woken (a one-minute poll would be next)", i+1)
+			t.Fatalf("waiter %d was not woken (only a poll, seconds away, would find the key)", i+1)
 		}
 	}
 	if n := pglock.Wakes(w1) + pglock.Wakes(w2) - before; n != 2 {
 		t.Errorf("two releases woke %d waits, want 2 (one each)", n)
+	}
+}
+
+// A permit freed while other permits are still held wakes the limited
+// waiters, even when a writer waits for the key: the writer cannot take
+// the key yet, and writers do not keep permits out.
+// Symptom: the release named the waiting writer, who was refused, and the limited waiter found the free permit only at its next poll.
+func TestRelease_PermitFreedWhileWriterWaits_WakesLimitedWaiter(t *testing.T) {
+	t.Parallel()
+	pg := sharedPG(t)
+	key := dlocktest.Key(t)
+	ctx := dlocktest.Context(t)
+	holders := pglock.New(newPool(t, pg.DSN("")))
+	p1, err := holders.Acquire(ctx, key, dlock.WithLimit(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := holders.Acquire(ctx, key, dlock.WithLimit(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p2.Release(context.Background())
+	writer := pglock.New(newPool(t, pg.DSN("")))
+	wgot := acquireLater(ctx, writer, key, time.Minute)
+	limited := pglock.New(newPool(t, pg.DSN("")))
+	attempts := make(chan struct{}, 16)
+	lgot := make(chan error, 1)
+	go func() {
+		// Polls so rarely (its TTL caps the step at a third of it) that
+		// only a notice can wake it within the test's bound.
+		lk, err := limited.Acquire(ctx, key, dlock.WithLimit(2), dlock.WithTTL(4*dlocktest.HangTimeout),
+			dlock.WithBackoff(dlock.ConstBackoff{Delay: time.Hour}),
+			dlock.WithCallObserver(dlock.ObserverFunc(func(e dlock.Event) {
+				if e.Kind == dlock.EventAttempt {
+					attempts <- struct{}{}
+				}
+			})))
+		if err == nil {
+			err = lk.Release(context.Background())
+		}
+		lgot <- err
+	}()
+	// The limited waiter made its attempt after subscribing, and the
+	// writer is registered to be woken by name.
+	for i := 0; i < 2; i++ {
+		select {
+		case <-attempts:
+		case <-time.After(dlocktest.HangTimeout):
+			t.Fatal("hang: the limited waiter's attempts")
+		}
+	}
+	end := time.Now().Add(dlocktest.HangTimeout)
+	for {
+		out, err := pg.Exec("", "SELECT count(*) FROM "+pglock.DefaultTable+"_writers WHERE wake AND key = '"+escape(key)+"'")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out == "1" && pglock.Listening(limited) && pglock.Listening(writer) {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("hang: the writer never registered to be woken (%s), or a waiter never listened", out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := p1.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-lgot:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatal("the limited waiter was not woken by the freed permit")
+	}
+	if err := p2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-wgot:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatal("the writer did not get the key once every permit was back")
 	}
 }
 

@@ -1,0 +1,11 @@
+-- dlock pglock, migration 3: waiting writers a release may wake by name.
+-- {{writers}} stands for the (quoted) name of the writers table (by
+-- default dlock_leases_writers). Run by pglock.Migrate, or by hand with
+-- the name substituted. Idempotent; a constant default: no rewrite.
+--
+-- wake is true for a registration made by a wait that listens for
+-- notices (LISTEN) and is tied to them by its Locker: a release may then
+-- name that writer in its NOTIFY and wake it alone. Registrations of
+-- waits that poll (through a pooler, WithoutListen) and of pglocks from
+-- before this migration keep false and are never named.
+ALTER TABLE {{writers}} ADD COLUMN IF NOT EXISTS wake boolean NOT NULL DEFAULT false;

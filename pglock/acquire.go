@@ -294,7 +294,7 @@ func (b *backend) register(ctx context.Context, req *driver.Request) {
 	// A wait that listens (its attempts carry its subscription's WaitID)
 	// registers as one a release may wake by name (wake), and re-registers
 	// at once when it starts listening.
-	wake := b.l != nil && req.WaitID != ""
+	wake := b.l != nil && req.WaitID != "" && b.l.gaveUp() == nil
 	if wake {
 		b.l.tag(req.Key, req.WaitID, req.Waiter)
 	}
@@ -317,10 +317,24 @@ func (b *backend) register(ctx context.Context, req *driver.Request) {
 	// A waiter that left (Leave) or was granted the key has a released
 	// row in the holders table under its id: a registration arriving
 	// after that (held by a stalled link) registers nothing.
-	_, err := b.pool.Exec(rctx, `INSERT INTO `+b.n.writers+` (key, waiter, expires_at, wake)
+	reg := func() error {
+		if b.wakeOff.Load() {
+			_, err := b.pool.Exec(rctx, `INSERT INTO `+b.n.writers+` (key, waiter, expires_at)
+SELECT $1, $2, clock_timestamp() + $3 * interval '1 millisecond'
+WHERE NOT EXISTS (SELECT 1 FROM `+b.n.holders+` u WHERE u.key = $1 AND u.owner = $2 AND u.released)
+ON CONFLICT (key, waiter) DO UPDATE SET expires_at = EXCLUDED.expires_at`, b.stmt.get(), req.Key, req.Waiter, req.TTL.Milliseconds())
+			return err
+		}
+		_, err := b.pool.Exec(rctx, `INSERT INTO `+b.n.writers+` (key, waiter, expires_at, wake)
 SELECT $1, $2, clock_timestamp() + $3 * interval '1 millisecond', $4
 WHERE NOT EXISTS (SELECT 1 FROM `+b.n.holders+` u WHERE u.key = $1 AND u.owner = $2 AND u.released)
 ON CONFLICT (key, waiter) DO UPDATE SET expires_at = EXCLUDED.expires_at, wake = EXCLUDED.wake`, b.stmt.get(), req.Key, req.Waiter, req.TTL.Milliseconds(), wake)
+		return err
+	}
+	err := reg()
+	if err != nil && b.noWakeColumn(err) {
+		err = reg()
+	}
 	if err != nil {
 		b.regMu.Lock()
 		if _, ok := b.regs[k]; ok {
@@ -373,14 +387,21 @@ func (b *backend) Leave(ctx context.Context, key, waiter string) error {
 	}
 	rctx, cancel := b.rpc(ctx)
 	defer cancel()
-	_, err := b.pool.Exec(rctx, `WITH d AS (
+	leave := func() error {
+		_, err := b.pool.Exec(rctx, `WITH d AS (
 	DELETE FROM `+b.n.writers+` WHERE key = $1 AND waiter = $2 RETURNING key
 ), t AS (
 	INSERT INTO `+b.n.holders+` (key, owner, mode, token, expires_at, released)
 	VALUES ($1, $2, 0, 0, clock_timestamp(), true)
 	ON CONFLICT (key, owner) DO NOTHING
 )
-SELECT pg_notify($3, `+b.n.wakePayload("d.key", "''", "$2")+`) FROM (SELECT DISTINCT key FROM d) d`, b.stmt.get(), key, waiter, b.n.channelName())
+SELECT pg_notify($3, `+b.wakePayload("d.key", "''", "$2")+`) FROM (SELECT DISTINCT key FROM d) d`, b.stmt.get(), key, waiter, b.n.channelName())
+		return err
+	}
+	err := leave()
+	if err != nil && b.noWakeColumn(err) {
+		err = leave()
+	}
 	if err != nil {
 		return outage(fmt.Errorf("dlock: postgres leave %q: %w", key, explain(err)))
 	}

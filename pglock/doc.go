@@ -53,8 +53,8 @@
 //
 // # Not guaranteed
 //
-//   - Fair ordering: waiters are not queued. A release that frees the key
-//     wakes one listening waiting writer (the oldest registration) when
+//   - Fair ordering: waiters are not queued. A release wakes one
+//     listening waiting writer (the registration that expires first) when
 //     writers wait, else every waiter of the key, and a newcomer's
 //     attempt can still take the key first.
 //     A dead waiting writer keeps readers out for up to one TTL after its

@@ -144,14 +144,20 @@ func (l *lease) Release(ctx context.Context) error {
 	var released, notified int64
 	var before bool
 	sent := time.Now()
-	err := b.pool.QueryRow(rctx, `WITH r AS (
+	release := func() error {
+		return b.pool.QueryRow(rctx, `WITH r AS (
 	UPDATE `+b.n.table+` SET expires_at = '-infinity'
 	WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()
 	RETURNING key
-), n AS (SELECT pg_notify($3, `+b.n.wakePayload("r.key", "$2", "")+`) FROM r)
+), n AS (SELECT pg_notify($3, `+b.wakePayload("r.key", "$2", "")+`) FROM r)
 SELECT (SELECT count(*) FROM r), (SELECT count(*) FROM n),
 	EXISTS (SELECT 1 FROM `+b.n.table+` WHERE key = $1 AND owner = $2 AND expires_at = '-infinity')`,
-		b.stmt.get(), l.key, l.owner, b.n.channelName()).Scan(&released, &notified, &before)
+			b.stmt.get(), l.key, l.owner, b.n.channelName()).Scan(&released, &notified, &before)
+	}
+	err := release()
+	if err != nil && b.noWakeColumn(err) {
+		err = release()
+	}
 	if err != nil {
 		return outage(fmt.Errorf("dlock: postgres release %q: %w", l.key, explain(err)))
 	}

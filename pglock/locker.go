@@ -112,6 +112,8 @@ type backend struct {
 	regs  map[waiterKey]registration // waiting writers this Locker registered (see register)
 
 	lastOK atomic.Int64 // when the last statement PostgreSQL answered was sent (unix ns)
+
+	wakeOff atomic.Bool // the writers table has no wake column: notices name no writer
 }
 
 // New returns a Locker on pool. A nil pool gives a Locker whose every call

@@ -199,14 +199,20 @@ func (b *backend) releaseShared(ctx context.Context, key, owner string) (bool, e
 	var released, notified int64
 	var before bool
 	sent := time.Now()
-	err := b.pool.QueryRow(rctx, `WITH r AS (
+	release := func() error {
+		return b.pool.QueryRow(rctx, `WITH r AS (
 	UPDATE `+b.n.holders+` SET expires_at = clock_timestamp(), released = true
 	WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp() AND NOT released
 	RETURNING key
-), n AS (SELECT pg_notify($3, `+b.n.wakePayload("r.key", "$2", "")+`) FROM r)
+), n AS (SELECT pg_notify($3, `+b.wakePayload("r.key", "$2", "")+`) FROM r)
 SELECT (SELECT count(*) FROM r), (SELECT count(*) FROM n),
 	EXISTS (SELECT 1 FROM `+b.n.holders+` WHERE key = $1 AND owner = $2 AND released)`,
-		b.stmt.get(), key, owner, b.n.channelName()).Scan(&released, &notified, &before)
+			b.stmt.get(), key, owner, b.n.channelName()).Scan(&released, &notified, &before)
+	}
+	err := release()
+	if err != nil && b.noWakeColumn(err) {
+		err = release()
+	}
 	if err != nil {
 		return false, err
 	}

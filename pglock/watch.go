@@ -205,27 +205,43 @@ func (l *listener) stop(r *listenRun) bool {
 const wakeNotice = "dlock-wake:"
 
 // wakePayload is the SQL expression of the notice a release of the key
-// keyExpr sends. When the release leaves the key free (no live holder
-// but ownerExpr's, the releasing owner, whose row the statement's
-// snapshot still shows live), it names the live waiting writer that can
-// hear it (registered with wake) and whose registration is the oldest
-// (expires first): that writer alone wakes, since a waiting writer keeps
-// new readers out and the others would only try and fail. Not the
-// waiter exceptExpr, if given (a Leave's own). Otherwise, or with no such
-// writer, the notice is the key, which wakes every waiter of the key
-// (readers admitted together, permits freed while others hold). Waiters
-// not woken keep polling (the engine's backoff), so a named writer that
-// is gone costs the others a poll step.
-func (n names) wakePayload(keyExpr, ownerExpr, exceptExpr string) string {
+// keyExpr sends: it names the live waiting writer whose wait listens for
+// notices (registered with wake) and whose registration expires first,
+// not the waiter exceptExpr if given (a Leave's own), and only that
+// writer wakes: a waiting writer keeps new readers out, so the others
+// would only try and fail. The notice is the key itself, which wakes
+// every waiter of the key, when no such writer waits (readers are then
+// admitted together), when the release leaves a live limited holder
+// other than ownerExpr, the releasing owner, whose row the statement's
+// snapshot still shows (a freed permit: writers do not keep permits
+// out), and when the writers table has no wake column (migration 3 not
+// run). Waiters not woken keep polling (the engine's backoff), so a
+// named writer that is gone costs the others a poll step.
+func (b *backend) wakePayload(keyExpr, ownerExpr, exceptExpr string) string {
+	if b.wakeOff.Load() {
+		return keyExpr
+	}
+	n := b.n
 	except := ""
 	if exceptExpr != "" {
 		except = ` AND w.waiter <> ` + exceptExpr
 	}
 	return `coalesce((SELECT '` + wakeNotice + `' || w.waiter || ':' || ` + keyExpr + ` FROM ` + n.writers + ` w
 	WHERE w.key = ` + keyExpr + ` AND w.wake AND w.expires_at > clock_timestamp()` + except + `
-	  AND NOT EXISTS (SELECT 1 FROM ` + n.table + ` x WHERE x.key = ` + keyExpr + ` AND x.expires_at > clock_timestamp() AND x.owner <> ` + ownerExpr + `)
-	  AND NOT EXISTS (SELECT 1 FROM ` + n.holders + ` x WHERE x.key = ` + keyExpr + ` AND x.expires_at > clock_timestamp() AND NOT x.released AND x.owner <> ` + ownerExpr + `)
+	  AND NOT EXISTS (SELECT 1 FROM ` + n.holders + ` x WHERE x.key = ` + keyExpr + ` AND x.mode = 2 AND x.expires_at > clock_timestamp() AND NOT x.released AND x.owner <> ` + ownerExpr + `)
 	ORDER BY w.expires_at, w.waiter LIMIT 1), ` + keyExpr + `)`
+}
+
+// noWakeColumn reports whether err is a statement's failure on a writers
+// table without the wake column (a table not migrated to version 3, with
+// WithoutMigrate), and if so turns naming writers off for the Locker:
+// the statement failed before it did anything, and is run again without.
+func (b *backend) noWakeColumn(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "42703" || !strings.Contains(pe.Message, "wake") {
+		return false
+	}
+	return b.wakeOff.CompareAndSwap(false, true)
 }
 
 // tag ties the subscription of key with WaitID id to waiter, the

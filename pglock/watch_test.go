@@ -136,7 +136,16 @@ func TestRelease_PermitFreedWhileWriterWaits_WakesLimitedWaiter(t *testing.T) {
 	}
 	defer p2.Release(context.Background())
 	writer := pglock.New(newPool(t, pg.DSN("")))
-	wgot := acquireLater(ctx, writer, key, time.Minute)
+	wgot := make(chan error, 1)
+	go func() {
+		// Its poll step is capped at a third of its TTL: beyond the
+		// test's bound, so only a notice naming it gets it in time.
+		lk, err := writer.Acquire(ctx, key, dlock.WithTTL(4*dlocktest.HangTimeout), dlock.WithBackoff(dlock.ConstBackoff{Delay: time.Hour}))
+		if err == nil {
+			err = lk.Release(context.Background())
+		}
+		wgot <- err
+	}()
 	limited := pglock.New(newPool(t, pg.DSN("")))
 	attempts := make(chan struct{}, 16)
 	lgot := make(chan error, 1)
@@ -199,6 +208,57 @@ func TestRelease_PermitFreedWhileWriterWaits_WakesLimitedWaiter(t *testing.T) {
 		}
 	case <-time.After(dlocktest.HangTimeout):
 		t.Fatal("the writer did not get the key once every permit was back")
+	}
+}
+
+// On a table not migrated to version 3 (a writers table without the wake
+// column) and WithoutMigrate, releases, registrations and Leave still
+// work: the Locker stops naming writers, and a release wakes every
+// waiter of the key.
+// Symptom: every release failed with "column w.wake does not exist" until someone ran the migration.
+func TestRelease_WritersTableWithoutWakeColumn_WakesByKey(t *testing.T) {
+	t.Parallel()
+	pg := sharedPG(t)
+	table := "nowake_leases"
+	if err := pglock.Migrate(dlocktest.Context(t), newPool(t, pg.DSN("")), pglock.WithTable(table)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pg.Exec("", "ALTER TABLE "+table+"_writers DROP COLUMN wake"); err != nil {
+		t.Fatal(err)
+	}
+	opts := []pglock.Option{pglock.WithTable(table), pglock.WithoutMigrate()}
+	key := dlocktest.Key(t)
+	ctx := dlocktest.Context(t)
+	holder, err := pglock.New(newPool(t, pg.DSN("")), opts...).Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := pglock.New(newPool(t, pg.DSN("")), opts...)
+	got := acquireLater(ctx, waiter, key, time.Minute)
+	end := time.Now().Add(dlocktest.HangTimeout)
+	for {
+		out, err := pg.Exec("", "SELECT count(*) FROM "+table+"_writers WHERE key = '"+escape(key)+"'")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out == "1" && pglock.Listening(waiter) {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("hang: the waiter never registered (%s) or never listened", out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatalf("release on a writers table without the wake column: %v", err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatal("the waiter was not woken by the release")
 	}
 }
 

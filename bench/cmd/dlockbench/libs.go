@@ -156,7 +156,7 @@ func libraries(e *env) []lib {
 				}
 				return &zkLock{c: c}, nil
 			}},
-		{name: "dlock pglock", group: "postgres", contended: true, mode: fmt.Sprintf("Acquire (LISTEN/NOTIFY wake-up, backoff fallback 5-500ms), default watchdog, pglock.New on a default pgxpool (%d conns): one statement per acquire and one per release, a lease by the database's clock, a fencing token, no session state (pooler-safe)", pgMaxConns(e.pg)),
+		{name: "dlock pglock", group: "postgres", contended: true, mode: fmt.Sprintf("Acquire (LISTEN/NOTIFY wake-up of one waiting writer, backoff fallback 5-500ms), default watchdog, pglock.New on a default pgxpool (%d conns): one statement per acquire and one per release, a lease by the database's clock, a fencing token, no session state (pooler-safe)", pgMaxConns(e.pg)),
 			newLocker: func() (locker, error) {
 				pool, err := pgPool(e.pg)
 				if err != nil {

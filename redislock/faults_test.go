@@ -111,9 +111,17 @@ func TestRelease_RetryAfterLostReplyAndTwoHandovers_ReportsReleased(t *testing.T
 	key := dlocktest.Key(t)
 
 	// Warm up: the scripts are cached, so the lost reply is the release's.
+	// The Locker's break listening goes through the proxy too: its
+	// subscription is confirmed, and the read of the held lock's key that
+	// the confirmation starts is done, before anything else is sent.
 	w, err := l.Acquire(dlocktest.Context(t), key)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for end := time.Now().Add(dlocktest.HangTimeout); !redislock.BreakListening(l); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("hang: the Locker's break subscription never came up")
+		}
 	}
 	if err := w.Release(dlocktest.Context(t)); err != nil {
 		t.Fatal(err)

@@ -366,7 +366,9 @@ func (w *watchdog) armLocked(e *wdEntry, stuck bool) {
 	// than the lateness or a maxLeadDiv-th of the longest TTL) leaves the
 	// timer earlier: most adds and re-arms after a renewal end here
 	// without reading the stream, however many locks are tracked.
-	longest := min(late+cost*time.Duration(len(w.locks)), max(late, w.maxTTL/maxLeadDiv))
+	// (Plus a millisecond: a stream's lead counts from the start of the
+	// millisecond e is due in, not from e's due time.)
+	longest := min(late+cost*time.Duration(len(w.locks)), max(late, w.maxTTL/maxLeadDiv)) + time.Millisecond
 	if !w.timerAt.IsZero() && !due.Add(-longest).Before(w.timerAt) {
 		return
 	}

@@ -1,13 +1,16 @@
 package redislock
 
-// BreakListening reports whether l's break subscription has been
-// confirmed (a notice heard: the confirmation counts as one) and no read
-// of a held lock's key, which a notice starts, is queued or running
-// (tests: nothing of the break listening is in flight).
+// BreakListening reports whether l has heard a break notice (its pattern
+// subscription's confirmation counts as one: on a healthy link, the
+// subscription is up) and no read of a held lock's key, which a notice
+// starts, is queued or running (tests: nothing of the break listening is
+// in flight). It reads both under the watch's lock, as notices update
+// them.
 func BreakListening(l *Locker) bool {
-	bc := &l.b.breakChecks
+	bw, bc := &l.b.breaks, &l.b.breakChecks
+	bw.mu.Lock()
+	defer bw.mu.Unlock()
 	bc.mu.Lock()
-	idle := !bc.running && len(bc.pending) == 0
-	bc.mu.Unlock()
-	return l.b.breaks.gen.Load() > 0 && idle
+	defer bc.mu.Unlock()
+	return bw.gen.Load() > 0 && !bc.running && len(bc.pending) == 0
 }

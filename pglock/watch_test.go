@@ -82,33 +82,17 @@ func TestRelease_WakesOneWaitingWriter(t *testing.T) {
 	got2 := acquireLater(ctx, w2, key, time.Minute)
 	// Release once both listen and both registered, as waits a release
 	// may wake by name.
-	end := time.Now().Add(dlocktest.HangTimeout)
-	for {
-		out, err := pg.Exec("", "SELECT count(*) FROM "+pglock.DefaultTable+"_writers WHERE wake AND key = '"+escape(key)+"'")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if out == "2" && pglock.Listening(w1) && pglock.Listening(w2) &&
-			pglock.TaggedWaiters(w1, key) == 1 && pglock.TaggedWaiters(w2, key) == 1 {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatalf("hang: the waiters never both listened and registered (registered to be woken: %s)", out)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitFor(t, "both waiters listening and registered to be woken", func() bool {
+		return writers(t, pg, pglock.DefaultTable, key, true) == "2" && pglock.Listening(w1) && pglock.Listening(w2) &&
+			pglock.TaggedWaiters(w1, key) == 1 && pglock.TaggedWaiters(w2, key) == 1
+	})
 	before := pglock.Wakes(w1) + pglock.Wakes(w2)
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for i, got := range []<-chan error{got1, got2} {
-		select {
-		case err := <-got:
-			if err != nil {
-				t.Fatalf("waiter %d: %v", i+1, err)
-			}
-		case <-time.After(dlocktest.HangTimeout):
-			t.Fatalf("waiter %d was not woken (only a poll, seconds away, would find the key)", i+1)
+		if err := recvWithin(t, got, fmt.Sprintf("waiter %d's wake-up (only a poll, seconds away, would find the key)", i+1)); err != nil {
+			t.Fatalf("waiter %d: %v", i+1, err)
 		}
 	}
 	if n := pglock.Wakes(w1) + pglock.Wakes(w2) - before; n != 2 {
@@ -173,41 +157,20 @@ func TestRelease_PermitFreedWhileWriterWaits_WakesLimitedWaiter(t *testing.T) {
 			t.Fatal("hang: the limited waiter's attempts")
 		}
 	}
-	end := time.Now().Add(dlocktest.HangTimeout)
-	for {
-		out, err := pg.Exec("", "SELECT count(*) FROM "+pglock.DefaultTable+"_writers WHERE wake AND key = '"+escape(key)+"'")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if out == "1" && pglock.Listening(limited) && pglock.Listening(writer) {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatalf("hang: the writer never registered to be woken (%s), or a waiter never listened", out)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitFor(t, "the writer registered to be woken, and both waiters listening", func() bool {
+		return writers(t, pg, pglock.DefaultTable, key, true) == "1" && pglock.Listening(limited) && pglock.Listening(writer)
+	})
 	if err := p1.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-lgot:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(dlocktest.HangTimeout):
-		t.Fatal("the limited waiter was not woken by the freed permit")
+	if err := recvWithin(t, lgot, "the limited waiter's wake-up by the freed permit"); err != nil {
+		t.Fatal(err)
 	}
 	if err := p2.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-wgot:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(dlocktest.HangTimeout):
-		t.Fatal("the writer did not get the key once every permit was back")
+	if err := recvWithin(t, wgot, "the writer's wake-up once every permit was back"); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -235,31 +198,43 @@ func TestRelease_WritersTableWithoutWakeColumn_WakesByKey(t *testing.T) {
 	}
 	waiter := pglock.New(newPool(t, pg.DSN("")), opts...)
 	got := acquireLater(ctx, waiter, key, time.Minute)
-	end := time.Now().Add(dlocktest.HangTimeout)
-	for {
-		out, err := pg.Exec("", "SELECT count(*) FROM "+table+"_writers WHERE key = '"+escape(key)+"'")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if out == "1" && pglock.Listening(waiter) {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatalf("hang: the waiter never registered (%s) or never listened", out)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitFor(t, "the waiter registered and listening", func() bool {
+		return writers(t, pg, table, key, false) == "1" && pglock.Listening(waiter)
+	})
 	if err := holder.Release(ctx); err != nil {
 		t.Fatalf("release on a writers table without the wake column: %v", err)
 	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(dlocktest.HangTimeout):
-		t.Fatal("the waiter was not woken by the release")
+	if err := recvWithin(t, got, "the waiter's wake-up by the release"); err != nil {
+		t.Fatal(err)
 	}
+}
+
+// writers is the number of waiting writers of key in table's writers
+// table (only those a release may wake by name: wakeOnly).
+func writers(t *testing.T, pg *pgDB, table, key string, wakeOnly bool) string {
+	t.Helper()
+	q := "SELECT count(*) FROM " + table + "_writers WHERE key = '" + escape(key) + "'"
+	if wakeOnly {
+		q += " AND wake"
+	}
+	out, err := pg.Exec("", q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// recvWithin is what ch yields, failing the test as a hang if it yields
+// nothing within dlocktest.HangTimeout.
+func recvWithin(t *testing.T, ch <-chan error, what string) error {
+	t.Helper()
+	select {
+	case err := <-ch:
+		return err
+	case <-time.After(dlocktest.HangTimeout):
+		t.Fatalf("hang: %s did not come within %v", what, dlocktest.HangTimeout)
+	}
+	return nil
 }
 
 // A Locker that waits again and again keeps one LISTEN connection,

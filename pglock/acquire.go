@@ -291,13 +291,10 @@ type waiterKey struct{ key, waiter string }
 // after its last registration). An error is not reported: the attempt's
 // own outcome stands, and the next refused attempt tries again.
 func (b *backend) register(ctx context.Context, req *driver.Request) {
-	// A wait that listens (its attempts carry its subscription's WaitID)
-	// registers as one a release may wake by name (wake), and re-registers
-	// at once when it starts listening.
+	// A wait that listens (its attempts carry its subscription's WaitID,
+	// tied to it by Try) registers as one a release may wake by name
+	// (wake), and re-registers at once when it starts listening.
 	wake := b.l != nil && req.WaitID != "" && b.l.gaveUp() == nil
-	if wake {
-		b.l.tag(req.Key, req.WaitID, req.Waiter)
-	}
 	k := waiterKey{req.Key, req.Waiter}
 	now := time.Now()
 	b.regMu.Lock()

@@ -282,7 +282,7 @@ func holdUnderShell(t *testing.T, url string, args ...string) (sh *exec.Cmd, hol
 	return sh, pid
 }
 
-// Symptom: dlock hold started by a script that was killed kept renewing the lock for ever (fixed in d8dcbbb).
+// Symptom: dlock hold started by a script that was killed kept renewing the lock for ever.
 // It releases the lock and exits once its parent is gone.
 func TestHold_ReleasesWhenParentDies(t *testing.T) {
 	t.Parallel()
@@ -607,6 +607,13 @@ func TestHold_StopsWaitingWhenParentDies(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("hang: the waiting dlock hold %d still runs after its parent died", pid)
 		}
+	}
+	// sh's Wait returns once its stderr copy has read everything the hold
+	// wrote: a hold just exited may have output still in the pipe.
+	select {
+	case <-waitOf(sh).done:
+	case <-time.After(hang):
+		t.Fatal("hang: sh not reaped after the waiting hold exited")
 	}
 	if want := `dlock hold: the process that started dlock hold exited while waiting for "deploy": gave up waiting`; !strings.Contains(errb.String(), want) {
 		t.Errorf("stderr %q; want %q", errb.String(), want)

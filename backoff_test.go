@@ -30,7 +30,7 @@ func TestBackoffBounds(t *testing.T) {
 
 // ExpBackoff and ConstBackoff saturate rather than overflow with huge
 // bounds or jitter.
-// Symptom: their arithmetic panicked with large values (fixed in d6117d2).
+// Symptom: their arithmetic panicked with large values.
 func TestBackoff_HugeValuesDoNotOverflow(t *testing.T) {
 	try := func(name string, f func()) {
 		defer func() {
@@ -53,7 +53,7 @@ func TestBackoff_HugeValuesDoNotOverflow(t *testing.T) {
 
 // A waiting Acquire with a huge-jitter Backoff does not panic on the
 // caller's goroutine after the key was seen held.
-// Symptom: the Backoff's overflow panicked inside Acquire (fixed in d6117d2).
+// Symptom: the Backoff's overflow panicked inside Acquire.
 func TestAcquire_HugeJitterBackoffDoesNotPanic(t *testing.T) {
 	m := memlock.New()
 	lk, err := m.TryAcquire(context.Background(), "k")

@@ -10,7 +10,7 @@ import (
 )
 
 // Do releases the lock when fn panics, and the panic goes on.
-// Symptom: Do and WithLock never released after a panic; the watchdog renewed the lock for ever (fixed in f2a42d3).
+// Symptom: Do and WithLock never released after a panic; the watchdog renewed the lock for ever.
 func TestDoReleasesWhenFnPanics(t *testing.T) {
 	l := dlock.NewEngine(newSlowClient(newStore()))
 	func() {
@@ -32,7 +32,7 @@ func TestDoReleasesWhenFnPanics(t *testing.T) {
 }
 
 // Do with a typed-nil Locker fails with ErrNilClient.
-// Symptom: Do panicked on a typed-nil *memlock.Locker (fixed in d6117d2).
+// Symptom: Do panicked on a typed-nil *memlock.Locker.
 func TestDo_TypedNilLockerIsErrNilClient(t *testing.T) {
 	defer func() {
 		if r := recover(); r != nil {

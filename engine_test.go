@@ -16,7 +16,7 @@ import (
 // The zero Engine (a backend's Locker declared as a value, or a struct
 // literal that forgot NewEngine) fails every call with ErrNilClient, like
 // a nil *Engine.
-// Symptom: Acquire on the zero Engine panicked with a nil dereference (fixed in aac75ca).
+// Symptom: Acquire on the zero Engine panicked with a nil dereference.
 func TestEngine_ZeroValueFailsWithErrNilClient(t *testing.T) {
 	var e dlock.Engine
 	ctx := context.Background()

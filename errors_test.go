@@ -59,7 +59,7 @@ func TestErrorsUnwrap(t *testing.T) {
 
 // The hold cap's LostError names the reason once, and wraps
 // ErrHoldCapReached and ErrLockLost.
-// Symptom: its text read "hold cap reached: dlock: hold cap reached" (fixed in 8202e0b).
+// Symptom: its text read "hold cap reached: dlock: hold cap reached".
 func TestLostErrorHoldCapText(t *testing.T) {
 	e := &dlock.LostError{Key: "k", Token: 7, Reason: dlock.LossHoldCap, Cause: dlock.ErrHoldCapReached}
 	if got, want := e.Error(), `dlock: lock "k" (token 7) lost: hold cap reached`; got != want {

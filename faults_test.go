@@ -36,7 +36,7 @@ func hangFileKey(t *testing.T, dir, key string) func() {
 
 // Acquire and TryAcquire against a hung server return by their context's
 // deadline with ErrUnavailable, and the grants that arrive late are undone.
-// Symptom: Acquire overran its context by seconds and reported the outage as ErrNotAcquired (fixed in f2a42d3).
+// Symptom: Acquire overran its context by seconds and reported the outage as ErrNotAcquired.
 func TestAcquireReturnsByDeadlineAgainstHungBackend(t *testing.T) {
 	st := newStore()
 	c := newSlowClient(st)
@@ -153,7 +153,7 @@ func (deadlineNoDone) Done() <-chan struct{} { return nil }
 
 // A call with a context that has a deadline but a nil Done() returns by
 // that deadline against a hung server, with ErrUnavailable.
-// Symptom: such a call ran on the caller's goroutine and ignored the deadline (fixed in d6117d2).
+// Symptom: such a call ran on the caller's goroutine and ignored the deadline.
 func TestTryAcquire_ReturnsByDeadlineWhenDoneIsNil(t *testing.T) {
 	st := newStore()
 	c := newSlowClient(st)

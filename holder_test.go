@@ -198,7 +198,7 @@ func TestHeldFor_NeverNegativeWithUserAcquired(t *testing.T) {
 
 // The value of a user's own "acquired" metadata is stored as given
 // whether the first attempt wins or a later one does.
-// Symptom: the core stamped over it from the second attempt on (fixed in 7e4b65a).
+// Symptom: the core stamped over it from the second attempt on.
 func TestMetadata_UserAcquiredKeptAcrossAttempts(t *testing.T) {
 	ctx := context.Background()
 	const mine = "1234"

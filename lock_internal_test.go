@@ -317,7 +317,7 @@ func (*notifyBackend) Spec() driver.Spec { return driver.Spec{Name: "test"} }
 // takes l.mu); (b) a backend that calls lose under its own mutex while
 // stop takes that mutex (ABBA: l.mu -> backend mutex in Release, backend
 // mutex -> l.mu in the watch goroutine).
-// Symptom: Release blocked for ever and the lock's mutex stayed held (fixed in d6117d2).
+// Symptom: Release blocked for ever and the lock's mutex stayed held.
 func TestRelease_LossNotifierReentryDoesNotDeadlock(t *testing.T) {
 	for _, mode := range []string{"lose-in-stop", "mutex"} {
 		t.Run(mode, func(t *testing.T) {
@@ -353,7 +353,7 @@ func TestRelease_LossNotifierReentryDoesNotDeadlock(t *testing.T) {
 
 // A loss reported during Bind never hands out a lock that is lost at
 // birth: TryAcquire fails, or returns a live lock.
-// Symptom: TryAcquire returned success with a lock already lost (fixed in d6117d2).
+// Symptom: TryAcquire returned success with a lock already lost.
 func TestTryAcquire_LossDuringBindHandsOutNoLostLock(t *testing.T) {
 	nb := &notifyBackend{gateBackend: newGateBackend(), mode: "lose-in-bind"}
 	a := NewEngine(nb)
@@ -372,7 +372,7 @@ func TestTryAcquire_LossDuringBindHandsOutNoLostLock(t *testing.T) {
 // whether or not the watchdog's timer (late with thousands of locks under
 // -race on 2 cores) has fired. The test moves the clock past the deadline
 // without firing the timer, to stand for one that fires late.
-// Symptom: a contender was granted a key 56ms after its holder's deadline while the holder's Lost() was open (fixed in 2015bed).
+// Symptom: a contender was granted a key 56ms after its holder's deadline while the holder's Lost() was open.
 func TestLock_LostAtDeadlineWhenWatchdogIsLate(t *testing.T) {
 	for _, look := range []string{"Lost", "Err"} {
 		t.Run(look, func(t *testing.T) {

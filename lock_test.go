@@ -38,7 +38,7 @@ func TestLockContext(t *testing.T) {
 
 // Lock.Context of a lock already lost or released is done when returned,
 // with the loss or the release as its cause.
-// Symptom: it returned a live context until a goroutine hop later (fixed in e3d0ec0).
+// Symptom: it returned a live context until a goroutine hop later.
 func TestLock_ContextOfLostOrReleasedLockIsDone(t *testing.T) {
 	l := memlock.New()
 	ctx := context.Background()
@@ -63,7 +63,7 @@ func TestLock_ContextOfLostOrReleasedLockIsDone(t *testing.T) {
 }
 
 // Concurrent Release calls of a healthy lock all succeed.
-// Symptom: concurrent Release calls reported a healthy lock as lost (fixed in f2a42d3).
+// Symptom: concurrent Release calls reported a healthy lock as lost.
 func TestConcurrentReleaseIsHarmless(t *testing.T) {
 	for name, l := range map[string]dlock.Locker{
 		"memlock": memlock.New(),
@@ -95,7 +95,7 @@ func TestConcurrentReleaseIsHarmless(t *testing.T) {
 
 // A nil *Lock and nil contexts are errors (or, for Release(nil), a bounded
 // release), never panics.
-// Symptom: Refresh(nil) and Release on a nil *Lock panicked (fixed in f2a42d3).
+// Symptom: Refresh(nil) and Release on a nil *Lock panicked.
 func TestNilLockAndNilContext(t *testing.T) {
 	var nl *dlock.Lock
 	if err := nl.Release(context.Background()); !errors.Is(err, dlock.ErrNotHeld) {
@@ -175,7 +175,7 @@ func (c *flipCtx) Err() error {
 // A Release whose context expires between Release's own ctx.Err() check
 // and call()'s check ends its release flight: a retried Release on a
 // healthy backend succeeds, and one with context.Background() returns.
-// Symptom: the flight never landed and every later Release hung or failed (fixed in d6117d2).
+// Symptom: the flight never landed and every later Release hung or failed.
 func TestRelease_RetrySucceedsAfterContextExpiredMidCall(t *testing.T) {
 	st := newStore()
 	c := newSlowClient(st)
@@ -210,7 +210,7 @@ func TestRelease_RetrySucceedsAfterContextExpiredMidCall(t *testing.T) {
 
 // As above, with real short deadlines: every Release retried after one
 // whose deadline expired succeeds.
-// Symptom: locks could never be released again after a Release whose short deadline expired (fixed in d6117d2).
+// Symptom: locks could never be released again after a Release whose short deadline expired.
 func TestRelease_RetrySucceedsAfterShortDeadline(t *testing.T) {
 	st := newStore()
 	c := newSlowClient(st)

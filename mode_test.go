@@ -13,7 +13,7 @@ import (
 // either order, a bad limit, also when another mode option follows it)
 // are an error wrapping ErrInvalidOption, before any I/O; repeated
 // options of one mode stay valid (the last limit wins).
-// Symptom: WithLimit(-1), WithShared() took a shared lock: the last mode option won (fixed in da250e7).
+// Symptom: WithLimit(-1), WithShared() took a shared lock: the last mode option won.
 func TestModeOptions_ConflictsAreRefused(t *testing.T) {
 	ctx := context.Background()
 	l := memlock.New()

@@ -428,7 +428,7 @@ func checkCallOrder(t *testing.T, ks []dlock.EventKind) {
 // A Lock lost (on the watchdog's goroutine) while the caller is still
 // reporting its EventAcquire reaches the call's Observer as lost after
 // acquire: the Lock's Events come after its EventAcquire.
-// Symptom: the loss came first, and dlockprom's locks_held counted the lock held for ever (fixed in 12473ee).
+// Symptom: the loss came first, and dlockprom's locks_held counted the lock held for ever.
 func TestCallObserver_LossDuringAcquireIsReportedAfterIt(t *testing.T) {
 	ml := memlock.New()
 	rec := &orderRecorder{lost: make(chan struct{})}
@@ -625,7 +625,7 @@ func (hungRenewLease) Release(ctx context.Context) error { return nil }
 // An Observer blocked on one lock's EventLost does not keep another
 // lock's Lost() open past its deadline: the watchdog reports losses after
 // its losing loop.
-// Symptom: a blocked Observer kept every other Lost() open for ever, past the server's expiry (fixed in 35f560d).
+// Symptom: a blocked Observer kept every other Lost() open for ever, past the server's expiry.
 func TestObserver_BlockedOnLossDelaysNoOtherLoss(t *testing.T) {
 	block := make(chan struct{})
 	defer close(block)
@@ -659,7 +659,7 @@ func TestObserver_BlockedOnLossDelaysNoOtherLoss(t *testing.T) {
 
 // A typed-nil Observer (ObserverFunc(nil), a nil *T) counts as no
 // Observer.
-// Symptom: it panicked with a nil dereference on the first Event (fixed in 5e53406).
+// Symptom: it panicked with a nil dereference on the first Event.
 func TestObserver_TypedNilCountsAsNone(t *testing.T) {
 	ctx := context.Background()
 	l := memlock.New(dlock.WithObserver(dlock.ObserverFunc(nil)))
@@ -681,7 +681,7 @@ func TestObserver_TypedNilCountsAsNone(t *testing.T) {
 // An Observer that panics on every Event loses only its own Events:
 // TryAcquire returns the *Lock, its Release frees the key, and the
 // Observer is still called for the later Events.
-// Symptom: a panic on EventAcquire unwound TryAcquire after the grant, leaving the key held for ever (fixed in 5e53406).
+// Symptom: a panic on EventAcquire unwound TryAcquire after the grant, leaving the key held for ever.
 func TestObserver_PanicDropsOnlyItsEvent(t *testing.T) {
 	ctx := context.Background()
 	var (
@@ -719,7 +719,7 @@ func TestObserver_PanicDropsOnlyItsEvent(t *testing.T) {
 
 // A guard's Observer that panics on EventRejected leaves the resource
 // usable: the stale Put fails with ErrStaleToken and later calls return.
-// Symptom: the panic unwound guard.Memory with the resource's mutex held, and every later call hung (fixed in 5e53406).
+// Symptom: the panic unwound guard.Memory with the resource's mutex held, and every later call hung.
 func TestObserver_PanicInGuardLeavesResourceUsable(t *testing.T) {
 	ctx := context.Background()
 	m := guard.NewMemory(dlock.WithObserver(dlock.ObserverFunc(func(dlock.Event) { panic("observer bug") })))

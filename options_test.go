@@ -58,7 +58,7 @@ func TestValidateKey(t *testing.T) {
 
 // TTLs and drifts out of range are refused; huge waits and hold caps mean
 // for ever.
-// Symptom: huge TTLs overflowed backends, and WithDrift(NaN) was accepted and lost every lock at once (fixed in f2a42d3).
+// Symptom: huge TTLs overflowed backends, and WithDrift(NaN) was accepted and lost every lock at once.
 func TestConfigLimits(t *testing.T) {
 	ok := []dlock.Option{dlock.WithTTL(dlock.MaxTTL), dlock.WithTTL(dlock.MinTTL)}
 	for _, o := range ok {

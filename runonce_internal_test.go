@@ -7,7 +7,7 @@ import (
 
 // RunOnce's waits between attempts keep a random part above the minimum,
 // so replicas that split a quorum's votes do not retry together.
-// Symptom: replicas that split a Redlock vote all retried exactly runOnceRetryMin later, split again and gave up (fixed in ee9c222).
+// Symptom: replicas that split a Redlock vote all retried exactly runOnceRetryMin later, split again and gave up.
 func TestRunOnceRetryDelay_RandomAboveTheMinimum(t *testing.T) {
 	for n := 1; n < RunOnceAttempts; n++ {
 		lo, hi := time.Duration(1<<62), time.Duration(0)

@@ -164,7 +164,7 @@ func TestRunOnceJobError(t *testing.T) {
 // RunOnce promises that at most one replica runs the job; a shared or
 // multi-permit lock would let every replica in, so such options are
 // refused (WithLimit(1), one runner, is allowed).
-// Symptom: with WithShared or WithLimit(2) two replicas ran the job at once (fixed in ea08d69).
+// Symptom: with WithShared or WithLimit(2) two replicas ran the job at once.
 func TestRunOnce_RefusesSharedAndMultiPermitModes(t *testing.T) {
 	l := memlock.New()
 	ctx := context.Background()
@@ -212,7 +212,7 @@ func TestRunOnce_RefusesSharedAndMultiPermitModes(t *testing.T) {
 
 // RunOnce's release after fn returns by the caller's context against a
 // hung service.
-// Symptom: it returned only after DefaultReleaseTimeout (5s), the deadline stripped by context.WithoutCancel (fixed in ea08d69).
+// Symptom: it returned only after DefaultReleaseTimeout (5s), the deadline stripped by context.WithoutCancel.
 func TestRunOnce_ReleaseReturnsByCallersContext(t *testing.T) {
 	dir := t.TempDir()
 	l, err := filelock.New(dir)
@@ -249,7 +249,7 @@ func TestRunOnce_ReleaseReturnsByCallersContext(t *testing.T) {
 // WithMaxHold given to RunOnce applies "as for TryAcquire": a cap below
 // atMostFor is kept, not raised to atMostFor; a cap below atLeastFor is
 // refused.
-// Symptom: fn's context was cancelled only at atMostFor (fixed in b080e5e).
+// Symptom: fn's context was cancelled only at atMostFor.
 func TestRunOnce_KeepsCallersMaxHold(t *testing.T) {
 	l := memlock.New()
 	ran, err := dlock.RunOnce(context.Background(), l, "runonce/maxhold", time.Minute, 0, func(ctx context.Context) error {

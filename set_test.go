@@ -85,7 +85,7 @@ func TestAcquireAllCancelledReleases(t *testing.T) {
 // expired behind its back, the watchdog had not noticed yet) is a loss:
 // the first Release reports it, and so must a second Release and Err
 // (Set.Release: "A second Release returns the first's loss").
-// Symptom: a second Release and Err reported success after the first found the loss (fixed in c6e9faf).
+// Symptom: a second Release and Err reported success after the first found the loss.
 func TestSet_SecondReleaseReturnsFirstsLoss(t *testing.T) {
 	l := memlock.New()
 	ctx := context.Background()
@@ -108,7 +108,7 @@ func TestSet_SecondReleaseReturnsFirstsLoss(t *testing.T) {
 // An AcquireAll that fails after taking some keys gives them back within
 // a bound when the service hangs, not a whole DefaultReleaseTimeout for
 // each of them: its context has ended.
-// Symptom: the releases went one after the other, 5s each (fixed in c6e9faf).
+// Symptom: the releases went one after the other, 5s each.
 func TestAcquireAll_UndoIsBoundedAgainstHungService(t *testing.T) {
 	dir := t.TempDir()
 	l, err := filelock.New(dir)
@@ -172,7 +172,7 @@ func TestAcquireAll_UndoIsBoundedAgainstHungService(t *testing.T) {
 }
 
 // Set.Release with a nil context releases like Lock.Release does.
-// Symptom: Set.Release(nil) panicked in the bounded release path (fixed in b5a3386).
+// Symptom: Set.Release(nil) panicked in the bounded release path.
 func TestSet_ReleaseWithNilContextReleases(t *testing.T) {
 	l := memlock.New()
 	s, err := dlock.AcquireAll(context.Background(), l, []string{"set/n1", "set/n2"})
@@ -191,7 +191,7 @@ func TestSet_ReleaseWithNilContextReleases(t *testing.T) {
 // A lock of the set lost while AcquireAll still waited for a later key:
 // the Set it returns says so at once (Err, Lost), not a moment later from
 // a goroutine: "Err is nil while every lock of the set is held".
-// Symptom: the returned Set had Err nil and Lost() open with a lost lock (fixed in 371fd28).
+// Symptom: the returned Set had Err nil and Lost() open with a lost lock.
 func TestAcquireAll_ReturnedSetShowsLossAtOnce(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		l := memlock.New()
@@ -240,7 +240,7 @@ func TestAcquireAll_ReturnedSetShowsLossAtOnce(t *testing.T) {
 
 // Set.Context of a set that is already lost (or released) is done when it
 // is returned, so work started under it sees the loss at its first check.
-// Symptom: it returned a live context until a goroutine hop later (fixed in 2fdaf4a).
+// Symptom: it returned a live context until a goroutine hop later.
 func TestSet_ContextOfLostOrReleasedSetIsDone(t *testing.T) {
 	l := memlock.New()
 	ctx := context.Background()
@@ -273,7 +273,7 @@ func TestSet_ContextOfLostOrReleasedSetIsDone(t *testing.T) {
 // A second Release made while the first is still under way (the service
 // is slow) returns the first's loss too, not a clean release the first
 // then contradicts.
-// Symptom: the second Release returned nil while the first reported the loss (fixed in 358500d).
+// Symptom: the second Release returned nil while the first reported the loss.
 func TestSet_ConcurrentSecondReleaseReturnsFirstsLoss(t *testing.T) {
 	dir := t.TempDir()
 	l, err := filelock.New(dir)

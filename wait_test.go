@@ -64,7 +64,7 @@ func (d *writerRegistryDriver) registered() int {
 // abandoned) does not stay registered: once the abandoned attempt reaches
 // the server and registers the writer again, the core leaves again
 // (driver.Leaver: "stops keeping readers out at once").
-// Symptom: a writer that had given up kept readers out for a TTL (fixed in c712afe).
+// Symptom: a writer that had given up kept readers out for a TTL.
 func TestAcquire_AbandonedAttemptWithdrawsWriterRegistration(t *testing.T) {
 	d := &writerRegistryDriver{writers: map[string]bool{}, gate: make(chan struct{}), late: make(chan struct{})}
 	e := dlock.NewEngine(d)
@@ -111,7 +111,7 @@ func (c closedWatchClient) Watch(ctx context.Context, key string) (driver.Subscr
 
 // A subscription whose channel is closed is dropped and the wait polls on
 // its backoff.
-// Symptom: a closed subscription channel turned the wait into a busy loop against the server (fixed in d6117d2).
+// Symptom: a closed subscription channel turned the wait into a busy loop against the server.
 func TestAcquire_ClosedSubscriptionFallsBackToBackoff(t *testing.T) {
 	st := newStore()
 	holder := dlock.NewEngine(newSlowClient(st))
@@ -181,7 +181,7 @@ func (s hangCloseSub) Close()             { <-s.unblock }
 // An Acquire that got its lock returns by its context's deadline even when
 // closing its release subscription hangs (an unsubscribe to a hung
 // server): the close is bounded by the context.
-// Symptom: a hung Subscription.Close held Acquire past its deadline, for ever (fixed in 3e2a702).
+// Symptom: a hung Subscription.Close held Acquire past its deadline, for ever.
 func TestAcquire_ReturnsByDeadlineWhenSubscriptionCloseHangs(t *testing.T) {
 	d := &hangCloseDriver{unblock: make(chan struct{})}
 	defer close(d.unblock)
@@ -224,7 +224,7 @@ func (d *failAtDeadline) Abort(ctx context.Context, req *driver.Request) error {
 
 // The background undo of an attempt whose outcome is unknown runs once
 // per failed attempt and reads its own copy of the attempt's error.
-// Symptom: the undo read the named error result while the return wrote it, a data race under -race (fixed in 7670d7f).
+// Symptom: the undo read the named error result while the return wrote it, a data race under -race.
 func TestAcquire_UndoOfUnknownOutcomeIsRaceFree(t *testing.T) {
 	d := &failAtDeadline{}
 	e := dlock.NewEngine(d)

@@ -394,7 +394,7 @@ func TestWatchdog_RefusalAfterDeadlineIsLossAtDeadline(t *testing.T) {
 // it: the pass finds the deadline moved and keeps the new one watched.
 // The test runs the pass's steps itself, on a fake clock, in the order
 // that interleaving takes.
-// Symptom: nothing re-armed the timer, and Lost() stayed open while the server lease expired (fixed in d6117d2).
+// Symptom: nothing re-armed the timer, and Lost() stayed open while the server lease expired.
 func TestWatchdog_RefreshDuringPassKeepsNewDeadlineWatched(t *testing.T) {
 	e, fc := fakeEngine(&countingBackend{})
 	w := e.wd

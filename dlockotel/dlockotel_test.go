@@ -631,7 +631,7 @@ func TestConcurrentCalls(t *testing.T) {
 	}
 }
 
-// Symptom: Wrap hid the wrapped Locker's Breaker, so dlock.Break on a traced Locker failed with ErrUnsupported (fixed in fec6989).
+// Symptom: Wrap hid the wrapped Locker's Breaker, so dlock.Break on a traced Locker failed with ErrUnsupported.
 func TestWrap_PassesBreakerThrough(t *testing.T) {
 	ctx := context.Background()
 	ml := memlock.New()
@@ -703,7 +703,7 @@ type nilTracerProvider struct{ noop.TracerProvider }
 
 func (nilTracerProvider) Tracer(string, ...trace.TracerOption) trace.Tracer { return nil }
 
-// Symptom: a TracerProvider that panicked or returned a nil context or span broke Wrap or Acquire (fixed in fec6989).
+// Symptom: a TracerProvider that panicked or returned a nil context or span broke Wrap or Acquire.
 func TestWrap_SurvivesBrokenTracerProviders(t *testing.T) {
 	for name, tp := range map[string]trace.TracerProvider{
 		"nil span and context": nilProvider{},

@@ -455,7 +455,7 @@ tests:
 	}
 }
 
-// Symptom: after a scrape gap every old nonzero fencing/lost total fired again (fixed in 0f4169c).
+// Symptom: after a scrape gap every old nonzero fencing/lost total fired again.
 // Edge series for alerts.yml, as promtool unit tests
 // (alerts_edge_test.yml): scrape gaps, no traffic (NaN ratios), counter
 // resets and restarts neither fire falsely nor hide an event.
@@ -469,7 +469,7 @@ func TestAlertRules_EdgeSeriesNeitherFireFalselyNorHideEvents(t *testing.T) {
 	}
 }
 
-// Symptom: the dashboard's "Fencing rejections" stat showed a process's first stale write as 0 (fixed in 65c49ca).
+// Symptom: the dashboard's "Fencing rejections" stat showed a process's first stale write as 0.
 // increase() over the range never sees a series' first increment
 // (client_golang creates a labelled counter at its first Inc), so the
 // stat must count it otherwise. The panel's own query, with its variables

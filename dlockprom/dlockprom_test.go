@@ -362,7 +362,7 @@ func TestObserveNeverPanics(t *testing.T) {
 	obs.Observe(dlock.Event{Kind: dlock.EventRelease, Backend: "x", Key: "never-acquired"})
 }
 
-// Symptom: locks_held stayed at 1 for ever after a loss during Acquire (fixed in 0f4169c).
+// Symptom: locks_held stayed at 1 for ever after a loss during Acquire.
 // A Lock lost (on the watchdog's goroutine) while its call is still
 // reporting EventAcquire must reach the Observer as acquired, then lost:
 // dlock reports a Lock's Events after its EventAcquire, so locks_held

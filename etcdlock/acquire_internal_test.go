@@ -30,7 +30,7 @@ func TestUnreachable_RequestTimeoutIsUnavailable(t *testing.T) {
 // etcd's own request timeout (a proposal not committed in time, a leader
 // lost or changed) is transient: the attempt leaves nothing behind, and
 // Acquire tries again. Other errors pass unchanged.
-// Symptom: a blocking Acquire failed at once with "etcdserver: request timed out" while its context had minutes left (fixed in 7d36ecf).
+// Symptom: a blocking Acquire failed at once with "etcdserver: request timed out" while its context had minutes left.
 func TestServerTimeoutTransient_EtcdTimeoutsAreTransient(t *testing.T) {
 	t.Parallel()
 	for _, err := range []error{rpctypes.ErrTimeout, rpctypes.ErrTimeoutDueToLeaderFail, rpctypes.ErrTimeoutDueToConnectionLost, rpctypes.ErrLeaderChanged, rpctypes.ErrNoLeader} {

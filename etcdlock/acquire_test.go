@@ -14,7 +14,7 @@ import (
 // The reply to an acquisition's create is lost: Abort finds the entry by
 // its owner and deletes it (not another owner's), and the key is free
 // without waiting for the lease, which another lock keeps alive.
-// Symptom: the entry of a create whose reply was lost stayed while another lock kept its lease alive (fixed in 7fa8105).
+// Symptom: the entry of a create whose reply was lost stayed while another lock kept its lease alive.
 func TestLostCreateReplyIsAborted(t *testing.T) {
 	t.Parallel()
 	c, l, r := lossyLocker(t)

@@ -214,7 +214,7 @@ func TestGuardKeys(t *testing.T) {
 // The zero Guard (declared as a value, or a literal that forgot NewGuard)
 // fails every call with ErrNilClient, as a nil client does, like the zero
 // Locker.
-// Symptom: every method of the zero Guard panicked on its nil client (fixed in ae2e632).
+// Symptom: every method of the zero Guard panicked on its nil client.
 func TestGuard_ZeroValueFailsWithErrNilClient(t *testing.T) {
 	t.Parallel()
 	var g etcdlock.Guard
@@ -242,7 +242,7 @@ func TestGuard_ZeroValueFailsWithErrNilClient(t *testing.T) {
 // A default Guard's keys lie in no lock's queue directory (the default
 // lock prefix is empty): locks named "dlock", "dlock%guard" and
 // "dlock%25guard" are free next to them, and List shows none of them.
-// Symptom: a default Guard's fence keys in the queue of the lock named "dlock", blocking it (fixed in 2e76e61).
+// Symptom: a default Guard's fence keys in the queue of the lock named "dlock", blocking it.
 func TestGuard_DefaultPrefixOutsideLockQueues(t *testing.T) {
 	t.Parallel()
 	c := etcdtest.Start(t, 1)

@@ -279,7 +279,7 @@ func TestKeys_HierarchicalNamesAreSeparateInEveryMode(t *testing.T) {
 
 // QueuePrefix on the zero Locker reports DefaultPrefix's layout, as does
 // a Locker that New refused.
-// Symptom: QueuePrefix on the zero Locker panicked (fixed in d8c3370).
+// Symptom: QueuePrefix on the zero Locker panicked.
 func TestQueuePrefix_ZeroLockerUsesDefaultPrefix(t *testing.T) {
 	t.Parallel()
 	var zero etcdlock.Locker

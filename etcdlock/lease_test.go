@@ -22,7 +22,7 @@ import (
 // connection as status Unavailable; here the request reached etcd and its
 // reply was lost): Release fails with ErrUnavailable, gRPC's status kept
 // in the chain, and a retry succeeds.
-// Symptom: Release failing with the bare gRPC error rather than ErrUnavailable (fixed in 7b78d13).
+// Symptom: Release failing with the bare gRPC error rather than ErrUnavailable.
 func TestRelease_Unavailable_ConnectionDroppedUnderRequest(t *testing.T) {
 	t.Parallel()
 	_, l, r := lossyLocker(t)
@@ -81,7 +81,7 @@ func TestLeaseRevokedBehindBack(t *testing.T) {
 
 // A revoked lease is noticed at once, not at the next renewal (TTL/3 =
 // 20s here).
-// Symptom: a revoked lease went unnoticed until the renewal at TTL/3 (fixed in 7fa8105).
+// Symptom: a revoked lease went unnoticed until the renewal at TTL/3.
 func TestRevokedLeaseNoticedBeforeRenewal(t *testing.T) {
 	t.Parallel()
 	c := etcdtest.Start(t, 1)
@@ -115,7 +115,7 @@ func TestRevokedLeaseNoticedBeforeRenewal(t *testing.T) {
 // A Release that failed does not let the next Acquire on the same Locker
 // take over the old queue entry (same lease, same token): a retry of the
 // first Release would then delete the new holder's entry.
-// Symptom: the next Acquire took over the failed Release's entry and token (fixed in 7fa8105).
+// Symptom: the next Acquire took over the failed Release's entry and token.
 func TestFailedReleaseThenAcquireKeepsNewHolder(t *testing.T) {
 	t.Parallel()
 	c, l, p := proxied(t)
@@ -155,7 +155,7 @@ func TestFailedReleaseThenAcquireKeepsNewHolder(t *testing.T) {
 
 // A release whose reply was lost (the delete took effect), then retried,
 // returns nil, and the key is free.
-// Symptom: the retried release reported the lock lost after its first delete had taken effect (fixed in 7fa8105).
+// Symptom: the retried release reported the lock lost after its first delete had taken effect.
 func TestReleaseRetriedAfterLostReply(t *testing.T) {
 	t.Parallel()
 	c, l, r := lossyLocker(t)
@@ -195,7 +195,7 @@ func TestReleaseRetriedAfterLostReply(t *testing.T) {
 // answer within the request timeout); after the link heals, its retried
 // Release finds the entry gone without the receipt that a release of ours
 // writes with its delete, and reports the loss.
-// Symptom: the retried Release took the foreign delete for its own and returned nil (fixed in 69ea70b).
+// Symptom: the retried Release took the foreign delete for its own and returned nil.
 func TestForeignDeleteDuringStallIsReportedLost(t *testing.T) {
 	t.Parallel()
 	p := etcdtest.StartProcess(t)

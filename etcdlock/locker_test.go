@@ -213,7 +213,7 @@ func TestUnreachableWithoutDeadline(t *testing.T) {
 
 // Every entry point taking a context reports a nil one as an error
 // wrapping dlock.ErrInvalidOption, never a panic.
-// Symptom: Guard.Put and Guard.Highest panicked on a nil context (fixed in 6ed9dad).
+// Symptom: Guard.Put and Guard.Highest panicked on a nil context.
 func TestNilContext_IsInvalidOptionEverywhere(t *testing.T) {
 	t.Parallel()
 	c := etcdtest.Start(t, 1)

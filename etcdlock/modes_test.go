@@ -632,7 +632,7 @@ func TestSemaphoreWideWindow(t *testing.T) {
 // separate clients: with no writer anywhere, every one of them must get
 // it (a shared request is refused only by an exclusive holder or a
 // waiting writer).
-// Symptom: readers that TryAcquire together on a key only readers held were refused as held (fixed in d8b4d2d).
+// Symptom: readers that TryAcquire together on a key only readers held were refused as held.
 func TestShared_ConcurrentTryAcquireAllGranted(t *testing.T) {
 	t.Parallel()
 	c := etcdtest.Start(t, 1)

@@ -13,7 +13,7 @@ import (
 // An entry whose delete failed does not linger while another lock keeps
 // the shared lease alive: its delete is retried with the lease's next
 // keep-alive.
-// Symptom: the entry of a failed Release held the key as long as another lock renewed the lease (fixed in 7fa8105).
+// Symptom: the entry of a failed Release held the key as long as another lock renewed the lease.
 func TestFailedReleaseDoesNotLingerOnSharedLease(t *testing.T) {
 	t.Parallel()
 	c, l, p := proxied(t)

@@ -50,7 +50,7 @@ func TestSameClientTwoLocksExclude(t *testing.T) {
 // A short lock taken on a shared lease that is no longer fresh for the
 // lock's own TTL (but still is for the lease's, which etcd raises to its
 // minimum) is alive when it is handed out.
-// Symptom: a 300ms lock on a reused lease was handed out already lost (fixed in 7fa8105).
+// Symptom: a 300ms lock on a reused lease was handed out already lost.
 func TestShortTTLOnReusedLeaseIsAliveAtBirth(t *testing.T) {
 	t.Parallel()
 	c := etcdtest.Start(t, 1)

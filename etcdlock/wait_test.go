@@ -73,7 +73,7 @@ func TestFIFO(t *testing.T) {
 // A waiter whose lease expires while it waits (a renewal a loaded machine
 // sent late, or an operator's revoke) queues again, on a new lease, and
 // gets the key after the holder's release.
-// Symptom: a waiter whose lease expired failed its Acquire instead of queueing again (fixed in 9bf65f0).
+// Symptom: a waiter whose lease expired failed its Acquire instead of queueing again.
 func TestWait_LeaseExpiredQueuesAgain(t *testing.T) {
 	t.Parallel()
 	c := etcdtest.Start(t, 1)
@@ -139,7 +139,7 @@ func TestWait_LeaseExpiredQueuesAgain(t *testing.T) {
 // A queued Acquire that waits longer than its TTL (its lease renewed while
 // it waits, so Grant.Start is later than the attempt) is granted in one
 // attempt: it keeps its place in the queue.
-// Symptom: such a wait was refused at grant time ("no validity left") and queued again at the back (fixed in e9030c3).
+// Symptom: such a wait was refused at grant time ("no validity left") and queued again at the back.
 func TestWait_LongerThanTTL_GrantedInOneAttempt(t *testing.T) {
 	t.Parallel()
 	c := etcdtest.Start(t, 1)
@@ -183,7 +183,7 @@ func TestWait_LongerThanTTL_GrantedInOneAttempt(t *testing.T) {
 // A waiter whose context ends while etcd keeps answering (if slowly)
 // returns at once with the holder, and removes its entry in the
 // background rather than before returning.
-// Symptom: over a slow link such a wait reported ErrUnavailable instead of the holder (fixed in 7fa8105).
+// Symptom: over a slow link such a wait reported ErrUnavailable instead of the holder.
 func TestQueueReportsHolderWhenContextEnds(t *testing.T) {
 	t.Parallel()
 	c, l, p := proxied(t)

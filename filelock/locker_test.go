@@ -94,7 +94,7 @@ func TestNotWritable(t *testing.T) {
 
 // Every entry point taking a context reports a nil one as an error
 // wrapping dlock.ErrInvalidOption, never a panic.
-// Symptom: List, Guard.Do and Guard.Highest panicked on a nil context (fixed in df8d2b3).
+// Symptom: List, Guard.Do and Guard.Highest panicked on a nil context.
 func TestNilContext_IsAnErrorNotAPanic(t *testing.T) {
 	l, err := filelock.New(t.TempDir())
 	if err != nil {

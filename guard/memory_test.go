@@ -75,7 +75,7 @@ func TestMemorySerializesAndHonoursContext(t *testing.T) {
 // Every Memory method reports a nil context as an error wrapping
 // dlock.ErrInvalidOption, never a panic, and records no fence. The zero
 // Memory and NewMemory's behave alike.
-// Symptom: Memory.Do panicked on a nil context (fixed in df8d2b3).
+// Symptom: Memory.Do panicked on a nil context.
 func TestMemory_NilContextIsAnErrorNotAPanic(t *testing.T) {
 	for name, m := range map[string]*guard.Memory{"zero": new(guard.Memory), "NewMemory": guard.NewMemory()} {
 		var nilCtx context.Context

@@ -103,7 +103,7 @@ func TestAcquire_EveryExecModeWithQuotesAndPlaceholders(t *testing.T) {
 // NUL byte (valid UTF-8, accepted by the core) is refused before anything
 // is sent, with an error wrapping dlock.ErrInvalidOption; other odd
 // characters round-trip.
-// Symptom: such metadata failed on the server with "unsupported Unicode escape sequence (SQLSTATE 22P05)" (fixed in d0f800a).
+// Symptom: such metadata failed on the server with "unsupported Unicode escape sequence (SQLSTATE 22P05)".
 func TestAcquire_RefusesNULMetadata_OddBytesRoundTrip(t *testing.T) {
 	t.Parallel()
 	pg := sharedPG(t)
@@ -466,7 +466,7 @@ func waitersOnSmallPool(t *testing.T, n int) {
 // bumps the key row's gen between the writer's snapshot and its upsert.
 // Once: the plain retry takes the key; three times: the read under the
 // row's lock does.
-// Symptom: the writer was refused, naming no holder (fixed in 2acd91a).
+// Symptom: the writer was refused, naming no holder.
 func TestTryAcquire_TakesAFreeKeyWhoseRowChangedUnderIt(t *testing.T) {
 	t.Parallel()
 	pg := sharedPG(t)
@@ -503,7 +503,7 @@ func TestTryAcquire_TakesAFreeKeyWhoseRowChangedUnderIt(t *testing.T) {
 // lock (a paused process, a cut link) loses the lock: the server ends
 // such a transaction after the request timeout, and another client takes
 // the key.
-// Symptom: the stalled contender kept the key, and every renewal of its holder, waiting until its connection died (fixed in 2b79990).
+// Symptom: the stalled contender kept the key, and every renewal of its holder, waiting until its connection died.
 func TestLockedAttempt_StalledClientLosesTheRowLock(t *testing.T) {
 	t.Parallel()
 	pg := sharedPG(t)

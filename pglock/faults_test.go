@@ -32,7 +32,7 @@ import (
 // stopped server backend is undone (its owner's tombstone written on
 // another connection) before the statement runs, so the statement, run
 // after the holder left, takes nothing: the key is free.
-// Symptom: the late statement granted the key to an owner nobody held, for its whole TTL (fixed in bc39b43).
+// Symptom: the late statement granted the key to an owner nobody held, for its whole TTL.
 func TestAcquire_StatementRunAfterContextEndedTakesNothing(t *testing.T) {
 	t.Parallel()
 	if runtime.GOOS != "linux" {
@@ -171,7 +171,7 @@ func hexPort(addr string) int {
 // while the attempt waits in the stalled proxy, which delivers it on
 // Heal). The late statement grants the aborted owner nothing, in every
 // mode: the key is free for a writer at once.
-// Symptom: the key (a reader's share, a limit-1 semaphore's permit, the exclusive lease) stayed taken, by nobody, for a full TTL after the link healed (fixed in 2bb01ca).
+// Symptom: the key (a reader's share, a limit-1 semaphore's permit, the exclusive lease) stayed taken, by nobody, for a full TTL after the link healed.
 func TestAbort_LateAttemptStatementTakesNothing(t *testing.T) {
 	t.Parallel()
 	pg := sharedPG(t)
@@ -218,7 +218,7 @@ func TestAbort_LateAttemptStatementTakesNothing(t *testing.T) {
 // (its attempt's context ended) reaches PostgreSQL after the writer left
 // (the engine's Leave, on another connection, landed first). It does not
 // register the writer again: a reader gets the key at once.
-// Symptom: the writer that had given up kept every reader out for the registration's full TTL after the link healed (fixed in cecdb89).
+// Symptom: the writer that had given up kept every reader out for the registration's full TTL after the link healed.
 func TestLeave_LateRegistrationRegistersNothing(t *testing.T) {
 	t.Parallel()
 	pg := sharedPG(t)

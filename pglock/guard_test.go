@@ -539,7 +539,7 @@ func guardWantRefusedBehindReader(t *testing.T, ctx context.Context, g *pglock.G
 // A writer that paused past its lease and checks again while a reader
 // granted after it still holds its read lock waits for the reader's
 // transaction and is refused.
-// Symptom: the paused writer committed while the reader still held its read lock (fixed in cfc2321).
+// Symptom: the paused writer committed while the reader still held its read lock.
 func TestGuardCheck_RefusesPausedWriterAfterReader(t *testing.T) {
 	t.Parallel()
 	_, pool := guardServer(t)
@@ -558,7 +558,7 @@ func TestGuardCheck_RefusesPausedWriterAfterReader(t *testing.T) {
 
 // The same under REPEATABLE READ and SERIALIZABLE, the writer's snapshot
 // taken before the reader checks and commits: the writer is refused.
-// Symptom: the paused writer whose snapshot predated the reader's commit was admitted below the reader's token (fixed in e7e6fed).
+// Symptom: the paused writer whose snapshot predated the reader's commit was admitted below the reader's token.
 func TestGuardCheck_RefusesPausedWriterAfterReader_SnapshotIsolation(t *testing.T) {
 	t.Parallel()
 	_, pool := guardServer(t)
@@ -591,7 +591,7 @@ func TestGuardCheck_RefusesPausedWriterAfterReader_SnapshotIsolation(t *testing.
 // An exclusive Check under REPEATABLE READ whose Guard's pool reaches
 // another database fails with an error wrapping dlock.ErrInvalidOption
 // naming the Guard's pool.
-// Symptom: the Check read that database's shared fences and admitted on them (fixed in 6e3347b).
+// Symptom: the Check read that database's shared fences and admitted on them.
 func TestGuardCheck_SnapshotIsolationRefusesAPoolOfAnotherDatabase(t *testing.T) {
 	t.Parallel()
 	_, poolA := guardServer(t)
@@ -611,7 +611,7 @@ func TestGuardCheck_SnapshotIsolationRefusesAPoolOfAnotherDatabase(t *testing.T)
 // An exclusive Check under REPEATABLE READ on a pool whose only connection
 // its transaction holds ends with its context, with an error wrapping
 // dlock.ErrUnavailable that names the Guard's pool.
-// Symptom: the Check waited for a second connection with an error blaming the fence row (fixed in 6e3347b).
+// Symptom: the Check waited for a second connection with an error blaming the fence row.
 func TestGuardCheck_SnapshotIsolationNamesAnExhaustedPool(t *testing.T) {
 	t.Parallel()
 	pg, _ := guardServer(t)
@@ -632,7 +632,7 @@ func TestGuardCheck_SnapshotIsolationNamesAnExhaustedPool(t *testing.T) {
 
 // Put and Get on a server whose default isolation is REPEATABLE READ run
 // under READ COMMITTED, on a pool of one connection.
-// Symptom: they needed a second connection, and on a pool of one waited until ctx ended (fixed in 6e3347b).
+// Symptom: they needed a second connection, and on a pool of one waited until ctx ended.
 func TestGuardPut_ReadCommittedWhateverTheServerDefault(t *testing.T) {
 	t.Parallel()
 	pg, _ := guardServer(t)
@@ -650,7 +650,7 @@ func TestGuardPut_ReadCommittedWhateverTheServerDefault(t *testing.T) {
 
 // Two readers' SERIALIZABLE transactions, each with a shared Check, both
 // commit.
-// Symptom: one failed to commit: each check read the shared tokens the other wrote (fixed in b02baca).
+// Symptom: one failed to commit: each check read the shared tokens the other wrote.
 func TestGuardCheck_SerializableSharedChecksCommitTogether(t *testing.T) {
 	t.Parallel()
 	_, pool := guardServer(t)
@@ -687,7 +687,7 @@ func TestGuardCheck_SerializableSharedChecksCommitTogether(t *testing.T) {
 
 // A resource that only ever has shared holders keeps one row in the shared
 // table, which still fences a paused writer out.
-// Symptom: it kept one row per holder, for ever (fixed in b02baca).
+// Symptom: it kept one row per holder, for ever.
 func TestGuardCheck_SharedRowsStayFewWithoutWriters(t *testing.T) {
 	t.Parallel()
 	_, pool := guardServer(t)
@@ -1064,7 +1064,7 @@ func TestGuardBadInput(t *testing.T) {
 // Check on a nil transaction of a concrete type in the pgx.Tx interface
 // (a *pgxpool.Tx left nil by a failed Begin) returns an error wrapping
 // dlock.ErrInvalidOption.
-// Symptom: Guard.Check passed its nil check and panicked with a nil pointer dereference (fixed in c05870a).
+// Symptom: Guard.Check passed its nil check and panicked with a nil pointer dereference.
 func TestGuardCheck_RefusesTypedNilTx(t *testing.T) {
 	t.Parallel()
 	pg := sharedPG(t)

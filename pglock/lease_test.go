@@ -14,7 +14,7 @@ import (
 // On a long schema-qualified table name that WithTable accepts (two parts
 // of up to 48 bytes, a channel name over PostgreSQL's 63 bytes), Release
 // succeeds and its NOTIFY wakes a waiter.
-// Symptom: every Release failed with "channel name too long", and waiters' truncated LISTEN never matched (fixed in 7359a61).
+// Symptom: every Release failed with "channel name too long", and waiters' truncated LISTEN never matched.
 func TestRelease_WakesWaitersOnLongSchemaQualifiedTable(t *testing.T) {
 	t.Parallel()
 	pg := sharedPG(t)

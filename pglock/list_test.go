@@ -50,7 +50,7 @@ func TestListHeldFor(t *testing.T) {
 // List with a prefix PostgreSQL's text cannot hold (a NUL byte, invalid
 // UTF-8) is refused up front with an error wrapping dlock.ErrInvalidKey.
 // A huge prefix is simply no match.
-// Symptom: such a prefix failed after a round trip with the server's "invalid byte sequence for encoding" (fixed in aa12bbf).
+// Symptom: such a prefix failed after a round trip with the server's "invalid byte sequence for encoding".
 func TestList_RefusesPrefixTextCannotHold(t *testing.T) {
 	t.Parallel()
 	pg := sharedPG(t)

@@ -58,7 +58,7 @@ INSERT INTO old_leases (key, owner, token, expires_at) VALUES ('held', 'oldowner
 // as PostgreSQL 15's default, not to create in public). A default Locker
 // (migration on first use) works for that role in every mode; without
 // the table, the role is told to run pglock.Migrate.
-// Symptom: every call failed with "permission denied for schema public", blamed on the lease table (fixed in eea4ba1).
+// Symptom: every call failed with "permission denied for schema public", blamed on the lease table.
 func TestMigrate_OnFirstUseNeedsOnlyTableGrants(t *testing.T) {
 	t.Parallel()
 	pg := ownPG(t)

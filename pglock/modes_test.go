@@ -869,7 +869,7 @@ func TestModes_BadInputRefusedWithoutWrites(t *testing.T) {
 
 // A limited TryAcquire gets a free permit although other grants keep
 // changing the key's row between its snapshot and its lock.
-// Symptom: the TryAcquire was refused although permits were free (fixed in 37f84f2).
+// Symptom: the TryAcquire was refused although permits were free.
 func TestTryLimited_GetsInWhileOtherGrantsChangeTheRow(t *testing.T) {
 	t.Parallel()
 	pg := sharedPG(t)

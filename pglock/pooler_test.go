@@ -16,7 +16,7 @@ import (
 // A waiter behind PgBouncer in transaction mode does not LISTEN, and
 // PgBouncer logs no notification for an unlinked server session. Direct
 // and through a plain TCP proxy, LISTEN is kept.
-// Symptom: the LISTEN stayed on a pooled server session; PgBouncer logged "got packet 'A' from server when not linked" for each NOTIFY and once exited with "server in bad state" (fixed in 6bf3533).
+// Symptom: the LISTEN stayed on a pooled server session; PgBouncer logged "got packet 'A' from server when not linked" for each NOTIFY and once exited with "server in bad state".
 func TestNoListenThroughPooler(t *testing.T) {
 	t.Parallel()
 	pg := ownPG(t)

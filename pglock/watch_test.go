@@ -362,7 +362,7 @@ func TestWatch_KeyShapedLikeABreakNoticeWakesItsWaiters(t *testing.T) {
 // pool connections), with which pgx buffers no notification: the LISTEN
 // connection, dialed with the pool's configuration but not its handler,
 // still wakes the waiter on the release.
-// Symptom: the LISTEN loop dereferenced a nil notification, a panic in a background goroutine that killed the process (fixed in 11c4b7d).
+// Symptom: the LISTEN loop dereferenced a nil notification, a panic in a background goroutine that killed the process.
 func TestWatch_WakesWaitersOnPoolWithNotificationHandler(t *testing.T) {
 	t.Parallel()
 	pg := ownPG(t)
@@ -403,7 +403,7 @@ func TestWatch_WakesWaitersOnPoolWithNotificationHandler(t *testing.T) {
 // BeforeClose tears it down (a registry of connections, say): the LISTEN
 // connection, dialed with the pool's AfterConnect, is closed with its
 // BeforeClose, so no entry is left behind.
-// Symptom: the LISTEN connection was closed without BeforeClose, each leaving an entry behind (fixed in 3a800c6).
+// Symptom: the LISTEN connection was closed without BeforeClose, each leaving an entry behind.
 //
 // Not parallel: it waits for all of dlock's background work, which is
 // process-wide, to end.

@@ -631,7 +631,7 @@ func TestReplicaAcks_RollbackOnHungLink_NotTransient(t *testing.T) {
 	noLease(t, primary, l.LockKey(key))
 }
 
-// Symptom: a blocking Acquire asking more acknowledgements than replicas connected retried for ever without a word (fixed in ac65b2d).
+// Symptom: a blocking Acquire asking more acknowledgements than replicas connected retried for ever without a word.
 // A blocking Acquire asking more acknowledgements than the primary has
 // replicas connected returns ErrUnavailable, naming the replicas
 // connected.

@@ -73,7 +73,7 @@ func TestTokenIncreasesAfterRestart(t *testing.T) {
 	}
 }
 
-// Symptom: a last token of 2^53 or more gave a next token at or below it (fixed in 3d426e9).
+// Symptom: a last token of 2^53 or more gave a next token at or below it.
 // Tokens are Lua doubles in the scripts: a marker or group token at or
 // above 2^53 (written by hand, by another tool, or restored from
 // elsewhere) must not give a next token at or below it (2^53 + 1 reads

@@ -274,7 +274,7 @@ func (r *rejections) Observe(e dlock.Event) {
 	}
 }
 
-// Symptom: an Eval body's error reply reading "DLOCKSTALE 3" was reported as a refusal of an admitted fence (fixed in 7f9d94c).
+// Symptom: an Eval body's error reply reading "DLOCKSTALE 3" was reported as a refusal of an admitted fence.
 // An Eval body's own error reply is the body's error, never a refusal,
 // also when it reads like the guard's refusal ("DLOCKSTALE 3", say a
 // value or a pcall's error it passes on): no *dlock.StaleTokenError and
@@ -317,7 +317,7 @@ func TestGuardEval_BodyErrorReply_IsNotRefusal(t *testing.T) {
 	}
 }
 
-// Symptom: the script compared garbage in a fence key as a token: "|x" admitted any fence, "007|o" refused token 8 (fixed in c8e2fc4).
+// Symptom: the script compared garbage in a fence key as a token: "|x" admitted any fence, "007|o" refused token 8.
 // A fence key that does not hold a fence the guard wrote ("<token>|<owner>"
 // with a canonical decimal token > 0), for example after someone SET
 // garbage there, is reported as an error by Highest and by every fenced
@@ -362,7 +362,7 @@ func TestGuard_CorruptFenceKey_ReportedAndLeftAsIs(t *testing.T) {
 	}
 }
 
-// Symptom: Put, Get, IncrBy and Eval of the zero Guard panicked and killed the process (fixed in 9378fe8).
+// Symptom: Put, Get, IncrBy and Eval of the zero Guard panicked and killed the process.
 // The zero Guard (declared as a value, or a literal that forgot NewGuard)
 // fails every call with ErrNilClient, as a nil client does, like the zero
 // Locker, and never calls a nil client (a panic in the goroutine that
@@ -386,7 +386,7 @@ func TestGuard_ZeroValue_FailsWithNilClient(t *testing.T) {
 	}
 }
 
-// Symptom: Guard writes and Highest took about 5s with a 200ms context on a stalled link (fixed in cddbcc9).
+// Symptom: Guard writes and Highest took about 5s with a 200ms context on a stalled link.
 // Every Guard call returns by its context's deadline on a stalled link,
 // even with a default go-redis client (no ContextTimeoutEnabled), which
 // would otherwise wait for its own read timeout and retries.

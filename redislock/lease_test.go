@@ -280,7 +280,7 @@ func TestRenewalBatch_StalledLink_DeadlinesBeforeServerExpiry(t *testing.T) {
 	m.allLost(t)
 }
 
-// Symptom: with 6000 locks another client got a lock 31-120ms after its holder's deadline, Lost() still open (fixed in 9e51efb).
+// Symptom: with 6000 locks another client got a lock 31-120ms after its holder's deadline, Lost() still open.
 // TestManyLocks_StalledLink_DeadlinesBeforeServerExpiry: thousands of
 // locks on one Locker, and the link stalls soon after they were taken
 // (their deadlines still spread out): every holder's local deadline is at

@@ -49,7 +49,7 @@ func TestListReturnsByDeadline(t *testing.T) {
 	}
 }
 
-// Symptom: List with a prefix ending in '}' also listed the key before the brace (fixed in 0cd77ed).
+// Symptom: List with a prefix ending in '}' also listed the key before the brace.
 // List(prefix) returns only keys starting with prefix, also for a prefix
 // with '}', whose SCAN pattern "dlock:{a}*" also matches the lock key of
 // "a" itself ("dlock:{a}").
@@ -126,7 +126,7 @@ func (h *expireAfterGet) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 	return next
 }
 
-// Symptom: a lease ending between List's GET and PTTL was listed as held with a TTL of -2ns (fixed in a17b5bf).
+// Symptom: a lease ending between List's GET and PTTL was listed as held with a TTL of -2ns.
 // List never reports a holder with a TTL of 0 or less, also for a lease
 // that ends between the read of its holder and the read of its time left
 // (PTTL -2, "no such key").

@@ -127,7 +127,7 @@ func callNil(t *testing.T, name string, fn func() error) error {
 	}
 }
 
-// Symptom: List and the Guard methods panicked on a nil context (fixed in 1bcee32).
+// Symptom: List and the Guard methods panicked on a nil context.
 // Every entry point taking a context reports a nil one as an error
 // wrapping dlock.ErrInvalidOption, never a panic or a hang.
 func TestEntryPoints_NilContext_InvalidOption(t *testing.T) {

@@ -111,7 +111,7 @@ func waitQueued(t *testing.T, c redis.Cmdable, queue string, n int64) {
 	}
 }
 
-// Symptom: departed waiters stayed queued; the queue grew without bound and releases woke nobody (fixed in 508992f).
+// Symptom: departed waiters stayed queued; the queue grew without bound and releases woke nobody.
 // A waiter that gives up (its context ends) removes itself from the key's
 // waiter queue, in the background; a live waiter queued next is woken by
 // the release, which reserves the key for it.
@@ -276,7 +276,7 @@ func TestWaiters_DepartedWaiterDequeued_AfterStallAndCut(t *testing.T) {
 	}
 }
 
-// Symptom: channels of waits that ended while their SUBSCRIBE was in flight stayed subscribed (fixed in fa614d7).
+// Symptom: channels of waits that ended while their SUBSCRIBE was in flight stayed subscribed.
 // Waits that end while their SUBSCRIBE is in flight leave no channel
 // subscribed. A channel left behind would stay subscribed for as long as
 // the Locker has any waiter, and PUBLISH would count it as a listener.
@@ -337,7 +337,7 @@ func TestWatch_EndedWaits_LeaveNothingSubscribed(t *testing.T) {
 	}
 }
 
-// Symptom: on a Cluster a release on another master popped up to 16 waiters and reserved the key for none (fixed in 3636189).
+// Symptom: on a Cluster a release on another master popped up to 16 waiters and reserved the key for none.
 // On a Cluster, one Locker multiplexes every waiter on one pub/sub
 // connection, opened on the master of the first waiter's key. A release on
 // another master PUBLISHes to the waiter's channel; Redis Cluster forwards

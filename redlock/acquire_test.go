@@ -181,7 +181,7 @@ func TestNotAcquiredListsHoldersAcrossNodes(t *testing.T) {
 // are written on the nodes directly, with a reservation long enough that
 // the attempt always comes within it (a release's lasts 100ms, which a
 // starved test process can miss).
-// Symptom: a key reserved for a woken waiter was reported as held by an unknown holder (fixed in fc13912).
+// Symptom: a key reserved for a woken waiter was reported as held by an unknown holder.
 func TestTryAcquire_NamesReservation(t *testing.T) {
 	c := startNodes(t, 3)
 	other := c.locker(t)
@@ -217,7 +217,7 @@ func TestTryAcquire_NamesReservation(t *testing.T) {
 // phase-one grant, none a majority) means nobody holds the key: the attempt
 // fails with ErrTransient, so TryAcquire's callers (RunOnce) try again
 // instead of skipping a key nobody holds.
-// Symptom: RunOnce's four replicas all skipped a period nobody ran (fixed in 68f3540).
+// Symptom: RunOnce's four replicas all skipped a period nobody ran.
 func TestTryAcquire_SplitVoteIsTransient(t *testing.T) {
 	c := startNodes(t, 3)
 	l := c.locker(t)
@@ -265,7 +265,7 @@ func TestTryAcquire_SplitVoteIsTransient(t *testing.T) {
 // holds nothing (its Release returned once a majority released, its lease
 // still on the last node): the attempt is a split vote (ErrTransient,
 // which RunOnce retries), not a holder.
-// Symptom: RunOnce's replicas all saw "held" on a releasing holder's last node and skipped a period nobody ran (fixed in 4e85a89).
+// Symptom: RunOnce's replicas all saw "held" on a releasing holder's last node and skipped a period nobody ran.
 func TestTryAcquire_HolderMinorityBesideContenderIsSplitVote(t *testing.T) {
 	c := startNodes(t, 3)
 	l := c.locker(t)
@@ -586,7 +586,7 @@ func TestAcquire_WaitEndingOnSplitVoteIsTransientNotNotAcquired(t *testing.T) {
 
 // Many replicas firing RunOnce at once on a cold key: exactly one runs the
 // job, round after round (bounded: 20 rounds).
-// Symptom: RunOnce replicas racing on a free key all skipped the job (fixed in 68f3540).
+// Symptom: RunOnce replicas racing on a free key all skipped the job.
 func TestRunOnce_OneRunPerRound_ThreeNodes(t *testing.T) {
 	runOnceRounds(t, startNodes(t, 3), 4, 20)
 }

@@ -46,7 +46,7 @@ func TestReleaseCleansEveryNode(t *testing.T) {
 // Release waits, in its grace, for the acquisition's grants still in
 // flight: a node whose phase-one grant lands after it answered the release
 // holds no released lease when Release returns.
-// Symptom: a forced Break right after Release removed the released lease from such a node (fixed in f54b804).
+// Symptom: a forced Break right after Release removed the released lease from such a node.
 func TestRelease_SettlesAGrantStillInFlight(t *testing.T) {
 	c := startNodes(t, 3)
 	l := c.locker(t, redlock.WithNodeTimeout(5*time.Second))
@@ -88,7 +88,7 @@ func TestRelease_SettlesAGrantStillInFlight(t *testing.T) {
 // released) answers within Release's grace, and holds no remnant of the
 // lease when Release returns: a forced Break or a List right after it
 // does not see the released lease there.
-// Symptom: the conformance check "a forced break of a released key removes nothing" failed on a loaded machine (fixed in d427571).
+// Symptom: the conformance check "a forced break of a released key removes nothing" failed on a loaded machine.
 func TestRelease_SlowerNodeFreeOnReturn(t *testing.T) {
 	c := startNodes(t, 3)
 	l, link := c.lockerVia(t, []int{0, 1, 2}, redlock.WithNodeTimeout(5*time.Second))
@@ -158,7 +158,7 @@ func TestRelease_NilByDeadlineOrNodeTimeout_NodeHung(t *testing.T) {
 // The caller's deadline passes while Release waits, after a majority
 // released, for a stalled node (the grace): Release returns nil, by the
 // deadline.
-// Symptom: the grace ran on the core's own context past the caller's deadline, and a lock a majority had released came back ErrUnavailable (fixed in 53f641d).
+// Symptom: the grace ran on the core's own context past the caller's deadline, and a lock a majority had released came back ErrUnavailable.
 func TestRelease_NilWhenDeadlinePassesInGrace(t *testing.T) {
 	c := startNodes(t, 3)
 	l, link := c.lockerVia(t, []int{0, 1, 2}, redlock.WithNodeTimeout(5*time.Second))
@@ -192,7 +192,7 @@ func TestRelease_NilWhenDeadlinePassesInGrace(t *testing.T) {
 
 // The caller cancels Release's context while it waits, after a majority
 // released, for a stalled node (the grace): Release returns nil.
-// Symptom: a cancel during the grace turned a lock a majority had released into ErrUnavailable (fixed in 53f641d).
+// Symptom: a cancel during the grace turned a lock a majority had released into ErrUnavailable.
 func TestRelease_NilWhenCancelledInGrace(t *testing.T) {
 	c := startNodes(t, 3)
 	l, link := c.lockerVia(t, []int{0, 1, 2}, redlock.WithNodeTimeout(5*time.Second))
@@ -518,7 +518,7 @@ func TestRelease_RepeatedAndConcurrentCallsReturnNil_NodeStalled(t *testing.T) {
 // retries Release ("after a network error the next call retries"); the
 // promise is that a release whose reply was lost is reported released,
 // never lost.
-// Symptom: the retried Release reported the lock lost once the key had changed hands (fixed in 3db7ac0).
+// Symptom: the retried Release reported the lock lost once the key had changed hands.
 func TestRelease_RetryAfterLostRepliesSucceedsAfterHandover(t *testing.T) {
 	c := startNodes(t, 3)
 	l, link := c.lockerVia(t, []int{0, 1, 2})
@@ -575,7 +575,7 @@ func TestRelease_RetryAfterLostRepliesSucceedsAfterHandover(t *testing.T) {
 // does not answer; after Heal the retry succeeds, its Settle uses the
 // retry's state (no hang, no panic), and every node ends free of the
 // lease.
-// Symptom: a Release with every node silent failed with a bare *QuorumError that wrapped no dlock sentinel (fixed in bbc9f84).
+// Symptom: a Release with every node silent failed with a bare *QuorumError that wrapped no dlock sentinel.
 func TestRelease_UnavailableWhenAllSilentAndRetrySucceeds(t *testing.T) {
 	c := startNodes(t, 3)
 	l, link := c.lockerVia(t, []int{0, 1, 2}, redlock.WithNodeTimeout(300*time.Millisecond))
@@ -663,7 +663,7 @@ func TestRelease_NotHeldWhenGoneFromMajority_NodeHung(t *testing.T) {
 // (nodes 0 and 1), and a retry succeeds. Counting "gone" on a node that
 // did not grant as released would also report success for a lock lost
 // before its release (5 nodes, granted on 3, expired on 2 of those).
-// Symptom: the failed Release wrapped no dlock sentinel (fixed in bbc9f84).
+// Symptom: the failed Release wrapped no dlock sentinel.
 func TestRelease_UnavailableWhenItOvertakesAStragglingGrant(t *testing.T) {
 	c := startNodes(t, 3)
 	l, link := c.lockerVia(t, []int{1, 2}, redlock.WithNodeTimeout(time.Second))
@@ -857,7 +857,7 @@ func TestRelease_RacingBreakFreesHealthyNodes(t *testing.T) {
 // released every lock) and no healthy node keeps a lease. A hook ends the
 // context inside the first grace, so no step depends on the machine's
 // speed.
-// Symptom: the lock whose grace straddled the caller's deadline came back ErrUnavailable (fixed in 53f641d).
+// Symptom: the lock whose grace straddled the caller's deadline came back ErrUnavailable.
 func TestSetRelease_NilWhenContextEndsInGrace_NodeHung(t *testing.T) {
 	c := startNodes(t, 3)
 	l, link := c.lockerVia(t, []int{2}, redlock.WithNodeTimeout(5*time.Second))

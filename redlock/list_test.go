@@ -58,7 +58,7 @@ func TestListReturnsByDeadline(t *testing.T) {
 // List(prefix) returns only keys starting with prefix, also when prefix
 // contains '}': the SCAN pattern "dlock:{a}*" matches the lock key of
 // "a" itself ("dlock:{a}") on every node.
-// Symptom: List("a}") listed the lock of "a" itself (fixed in 0cd77ed).
+// Symptom: List("a}") listed the lock of "a" itself.
 func TestList_PrefixWithBraceMatchesOnlyItsKeys(t *testing.T) {
 	c := startNodes(t, 3)
 	l := c.locker(t)

@@ -109,7 +109,7 @@ type wrappedClient struct {
 // New never panics on its clients: a client of a type that cannot be a
 // map key is accepted, and a comparable client listed twice is still
 // refused.
-// Symptom: New's duplicate check panicked with "hash of unhashable type" (fixed in 2f4f9bd).
+// Symptom: New's duplicate check panicked with "hash of unhashable type".
 func TestNew_AcceptsUncomparableClients(t *testing.T) {
 	var cls []redis.UniversalClient
 	for range 3 {
@@ -142,7 +142,7 @@ func TestNew_AcceptsUncomparableClients(t *testing.T) {
 }
 
 // Quorum on the zero Locker, or on one New refused, does not panic.
-// Symptom: Quorum on the zero Locker panicked (fixed in d8c3370).
+// Symptom: Quorum on the zero Locker panicked.
 func TestQuorum_ZeroAndFailedLockersDoNotPanic(t *testing.T) {
 	var zero redlock.Locker
 	if q := zero.Quorum(); q != 0 {
@@ -153,7 +153,7 @@ func TestQuorum_ZeroAndFailedLockersDoNotPanic(t *testing.T) {
 
 // Every entry point taking a context reports a nil one as an error
 // wrapping dlock.ErrInvalidOption.
-// Symptom: List passed a nil context to one goroutine per node, whose panic crashed the process (fixed in eecdf45).
+// Symptom: List passed a nil context to one goroutine per node, whose panic crashed the process.
 func TestLocker_NilContextIsInvalidOption(t *testing.T) {
 	c := startNodes(t, 3)
 	l := c.locker(t)

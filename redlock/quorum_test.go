@@ -22,7 +22,7 @@ func TestQuorumErrorText(t *testing.T) {
 
 // A node whose key is reserved for a woken waiter is reported as such,
 // not as "held by unknown holder".
-// Symptom: a reserved node read "held by unknown holder" (fixed in fc13912).
+// Symptom: a reserved node read "held by unknown holder".
 func TestQuorumErrorNamesReservation(t *testing.T) {
 	qe := &redlock.QuorumError{Op: "acquire", Key: "k", Quorum: 2, Results: []redlock.NodeResult{
 		{Node: "a", Outcome: redlock.OutcomeHeld, Metadata: map[string]string{redlock.MetaReservedForWaiter: "w1"}},

@@ -16,7 +16,7 @@ import (
 // majority does not wait for the last node, which may queue it later or
 // never), then waits for dlock's background work to end (not for the
 // queues to look empty): no node may then hold it.
-// Symptom: a waiter that gave up stayed queued on the nodes (fixed in 508992f).
+// Symptom: a waiter that gave up stayed queued on the nodes.
 func TestWatch_DepartedWaiterLeavesEveryQueue(t *testing.T) {
 	c := startNodes(t, 3)
 	holder := c.locker(t)

@@ -434,7 +434,7 @@ func TestSemaphore_LostCreateReplyCountsOnce(t *testing.T) {
 
 // A refused TryAcquire's queue node is gone when TryAcquire returns: once
 // the holder releases, another client's TryAcquire gets the key.
-// Symptom: refused, "held by" the refused attempt's owner, while that node's deletion still ran in the background (fixed in 035dfcd).
+// Symptom: refused, "held by" the refused attempt's owner, while that node's deletion still ran in the background.
 func TestTryAcquire_RefusedNodeGoneOnReturn(t *testing.T) {
 	t.Parallel()
 	addrs := []string{sharedZooKeeper(t).Addr()}

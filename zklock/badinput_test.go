@@ -190,7 +190,7 @@ func TestAcquireBadModeInput_RefusedNoNodeLeft(t *testing.T) {
 // default prefix's path instead of dereferencing a nil backend: bad input
 // gives a clear error, never a panic (the zero Guard fails every call
 // with ErrNilClient).
-// Symptom: Path on the zero Locker and FencePath on the zero Guard panicked (fixed in 5805a9c).
+// Symptom: Path on the zero Locker and FencePath on the zero Guard panicked.
 func TestZeroValues_PathAndFencePathDoNotPanic(t *testing.T) {
 	for name, fn := range map[string]func() string{
 		"Locker{}.Path":     func() string { var l zklock.Locker; return l.Path("k") },

@@ -76,7 +76,7 @@ func TestGuardBadInput(t *testing.T) {
 // A Put whose value fits MaxValueLen but whose whole request (a long
 // prefix, paths, fence) does not is refused with ErrInvalidOption; the
 // connection, and an unrelated lock held on it, stay.
-// Symptom: such a Put was sent, ZooKeeper dropped the connection and the lock held on it was lost (fixed in 5dc83d6).
+// Symptom: such a Put was sent, ZooKeeper dropped the connection and the lock held on it was lost.
 func TestGuardPut_RefusesRequestOverPacketLimit(t *testing.T) {
 	t.Parallel()
 	z := sharedZooKeeper(t)
@@ -110,7 +110,7 @@ func TestGuardPut_RefusesRequestOverPacketLimit(t *testing.T) {
 // connection, which would drop every lock, waiter and guard sharing the
 // *zk.Conn; so bad input gives a clear error and does not break other
 // users of the connection.
-// Symptom: the 1 MiB Put was sent, the server dropped the connection and a lock held on it was lost (fixed in 5805a9c).
+// Symptom: the 1 MiB Put was sent, the server dropped the connection and a lock held on it was lost.
 func TestGuardPut_HugeValueKeepsConnectionAndLock(t *testing.T) {
 	t.Parallel()
 	z := sharedZooKeeper(t)

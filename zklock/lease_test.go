@@ -218,7 +218,7 @@ func testLeavesNoZnode(t *testing.T, n int) {
 // server (two thirds of the session timeout, well before the request
 // timeout and the caller's context) and fails the request with "zk:
 // connection closed", which Release reports wrapping ErrUnavailable.
-// Symptom: Release returned the bare "zk: connection closed", not ErrUnavailable (fixed in cd9ddf9).
+// Symptom: Release returned the bare "zk: connection closed", not ErrUnavailable.
 func TestRelease_Unavailable_ConnectionClosedOnStall(t *testing.T) {
 	t.Parallel()
 	z := sharedZooKeeper(t)

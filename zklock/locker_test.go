@@ -13,7 +13,7 @@ import (
 // A reply that is there when the request timeout fires is taken, also by
 // a caller that was not running while its reply came and the timeout
 // passed (a loaded machine).
-// Symptom: a healthy server reported as silent (no answer within the request timeout) on a loaded machine (fixed in c85cb1b).
+// Symptom: a healthy server reported as silent (no answer within the request timeout) on a loaded machine.
 func TestCall_TakesReplyReadyWhenRequestTimeoutFires(t *testing.T) {
 	t.Parallel()
 	z := sharedZooKeeper(t)

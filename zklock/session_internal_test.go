@@ -36,7 +36,7 @@ func connectReply(ms int32, sid int64, pwlen uint32, ro bool) []byte {
 
 // An HTTP server's reply fails the client's read of the 4-byte length
 // prefix itself, so the client never sees "HTTP" as a length.
-// Symptom: go-zookeeper allocated a 1.2 GB buffer for it on every reconnect attempt (fixed in b590576).
+// Symptom: go-zookeeper allocated a 1.2 GB buffer for it on every reconnect attempt.
 func TestSniffConn_RefusesLengthPrefixBeforeTheClientReadsIt(t *testing.T) {
 	sc, s := sniff(t, []byte("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"))
 	buf := make([]byte, 4) // what go-zookeeper reads first
@@ -51,7 +51,7 @@ func TestSniffConn_RefusesLengthPrefixBeforeTheClientReadsIt(t *testing.T) {
 
 // A reply claiming a password longer than 16 bytes is refused before the
 // client reads it, an expired session's reply too.
-// Symptom: go-zookeeper allocated the claimed length, 2 GB here, on every attempt (fixed in 0841652).
+// Symptom: go-zookeeper allocated the claimed length, 2 GB here, on every attempt.
 func TestSniffConn_RefusesAPasswordLengthOtherThan16(t *testing.T) {
 	for _, sid := range []int64{0, 7} { // expired, live
 		sc, s := sniff(t, connectReply(0, sid, 0x7fffffff, false))

@@ -111,7 +111,7 @@ func (h *httpish) Addr() string { return h.ln.Addr().String() }
 // reply without allocating for the reply's bogus length (go-zookeeper
 // takes "HTTP" for a 1.2 GB length). Not parallel: the bound is on the
 // process's allocations while it runs.
-// Symptom: 1.2 GB allocated on every attempt, stalling the process for seconds on each (fixed in b590576).
+// Symptom: 1.2 GB allocated on every attempt, stalling the process for seconds on each.
 func TestConnect_HTTPServer_NoAllocationForItsReply(t *testing.T) {
 	bad := startHTTPish(t)
 	log := &clientLog{addr: bad.Addr()}
@@ -187,7 +187,7 @@ func TestConnect_LeaseFromGrantedTimeout_HTTPServerInList(t *testing.T) {
 // A server whose well-formed handshake reply grants a 0ms session (a
 // wrong port, a hostile endpoint): Connect refuses it with an error; the
 // process does not crash (go-zookeeper panics on a zero ping interval).
-// Symptom: the process crashed with go-zookeeper's panic (fixed in 5805a9c).
+// Symptom: the process crashed with go-zookeeper's panic.
 func TestConnect_RefusesZeroTimeoutHandshake_NoCrash(t *testing.T) {
 	if os.Getenv("ZKTEST_CHILD") == "handshake" {
 		zeroTimeoutHandshakeChild(t)
@@ -441,7 +441,7 @@ func (r *rewriter) accept() {
 // session after the new, shorter timeout, and the holder's Lost() closes
 // before another client gets the key (doc.go: "Lost() closes before the
 // session can expire on the server").
-// Symptom: another client got the key while the holder's Lost() was still open (fixed in 5805a9c).
+// Symptom: another client got the key while the holder's Lost() was still open.
 func TestSessionTimeoutLoweredAtReconnect_LostBeforeTaken(t *testing.T) {
 	t.Parallel()
 	z := sharedZooKeeper(t)
@@ -491,7 +491,7 @@ func TestSessionTimeoutLoweredAtReconnect_LostBeforeTaken(t *testing.T) {
 // which go-zookeeper's goroutine would otherwise keep open reading the
 // handshake reply for 10 x 2/3 of the session timeout (200s for a 30s
 // session). Nothing is left behind by a call that returned by its context.
-// Symptom: every failed Connect against a hung ensemble left a socket and a goroutine for minutes (fixed in 5805a9c).
+// Symptom: every failed Connect against a hung ensemble left a socket and a goroutine for minutes.
 func TestConnect_ClosesConnToHungServer_WhenContextEnds(t *testing.T) {
 	hung, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

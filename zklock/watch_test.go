@@ -287,7 +287,7 @@ func TestSemaphore_FrozenWaiterDoesNotBlockQueue(t *testing.T) {
 // A semaphore's first waiting permit whose watch on the key's children
 // never fires (its event lost across a reconnect) is admitted once the
 // permit ahead is released.
-// Symptom: the waiter waited until its context ended (fixed in 6837327).
+// Symptom: the waiter waited until its context ended.
 func TestSemaphoreWaiter_AdmittedWhenChildrenWatchLost(t *testing.T) {
 	t.Parallel()
 	addrs := []string{sharedZooKeeper(t).Addr()}

@@ -418,7 +418,7 @@ func TestClientLogsOnlyWithVerbose(t *testing.T) {
 	}
 }
 
-// Symptom: opening a backend against a silent server took up to twice --connect-timeout (fixed in 67d60d4).
+// Symptom: opening a backend against a silent server took up to twice --connect-timeout.
 // Opening a backend, probe, TLS-mismatch look and closing included, ends
 // within --connect-timeout against a server that accepts connections and
 // never answers: no second probe after the first timed out, no Close

@@ -571,7 +571,7 @@ func TestCheck_WarnsUnsafeRedisSettings(t *testing.T) {
 	}
 }
 
-// Symptom: "ls --watch 1e9 --count 1" took 1e9 for PREFIX after a bare --watch, and --count became an extra argument (fixed in ca54652).
+// Symptom: "ls --watch 1e9 --count 1" took 1e9 for PREFIX after a bare --watch, and --count became an extra argument.
 // "--watch 1e9" (or 0, -1, 86401) is a bad interval, not a bare --watch
 // followed by PREFIX "1e9"; an explicit --count 0 is an error, not "no
 // bound". A PREFIX that starts with a digit but is no number stays a
@@ -600,7 +600,7 @@ func TestLs_WatchOutOfRangeIsBadInterval(t *testing.T) {
 	}
 }
 
-// Symptom: check on a refusing etcd said only that no answer came, since etcd's client retries until the deadline (fixed in ca54652).
+// Symptom: check on a refusing etcd said only that no answer came, since etcd's client retries until the deadline.
 // dlock check against a server that refuses connections says so, even
 // when the client library only reports that no answer came in time
 // (etcd's retries until the deadline); against one that accepts and

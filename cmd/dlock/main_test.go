@@ -740,7 +740,7 @@ func TestUnknownCommand_SuggestsClosest(t *testing.T) {
 	}
 }
 
-// Symptom: --ttl 1ms printed "dlock run: dlock: invalid ttl ..." (exit 2 after connecting) (fixed in 00d8929).
+// Symptom: --ttl 1ms printed "dlock run: dlock: invalid ttl ..." (exit 2 after connecting).
 // A --ttl below the minimum is a usage error with one "dlock run: "
 // prefix, and so are the other bad durations and an invalid key.
 func TestRun_TTLBelowMinimumIsUsageError(t *testing.T) {

@@ -2,7 +2,7 @@ package main
 
 import "testing"
 
-// Symptom: --ttl above dlock.MaxTTL came back from the library after connecting as "dlock run: dlock: invalid ttl", one line without the pointer to --help (fixed in ca54652).
+// Symptom: --ttl above dlock.MaxTTL came back from the library after connecting as "dlock run: dlock: invalid ttl", one line without the pointer to --help.
 // A --ttl above dlock.MaxTTL is a usage error of the option, found before
 // connecting.
 func TestRun_TTLAboveMaximumIsUsageErrorBeforeConnecting(t *testing.T) {

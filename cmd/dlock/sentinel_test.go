@@ -235,7 +235,7 @@ func TestSentinelLsWarnsHungSentinel(t *testing.T) {
 	}
 }
 
-// Symptom: one hung Sentinel of three made every redis+sentinel:// command fail with "not reachable" after the whole --connect-timeout (fixed in 311403c).
+// Symptom: one hung Sentinel of three made every redis+sentinel:// command fail with "not reachable" after the whole --connect-timeout.
 // One Sentinel of three is hung (SIGSTOP: its port accepts connections,
 // it never answers), the two others and the data servers are fine.
 // Sentinel exists to survive that; run, ls and check must work, within
@@ -311,7 +311,7 @@ func TestSentinelFailoverDuringRun_PausedPrimary(t *testing.T) {
 	}.judge(t, testserver.StartSentinel(t))
 }
 
-// Symptom: asking the Sentinels first used up --connect-timeout, so rediss+sentinel:// to plaintext Sentinels no longer named the mismatch (fixed in 92bb546).
+// Symptom: asking the Sentinels first used up --connect-timeout, so rediss+sentinel:// to plaintext Sentinels no longer named the mismatch.
 // rediss+sentinel:// to several plaintext Sentinels (each waits for the
 // end of a line that never comes) names the mismatch, within
 // --connect-timeout: asking the Sentinels first (answeringSentinels)

@@ -321,7 +321,7 @@ func TestKilledJobKillsWholeTree(t *testing.T) {
 	}
 }
 
-// Symptom: dlock exited 0 and released the lock with the leftover running on under init (fixed in 4c3c18a).
+// Symptom: dlock exited 0 and released the lock with the leftover running on under init.
 // The supervisor SIGKILLed while it waits out --grace for what CMD left
 // running: the leftover comes to dlock (a subreaper too), which must kill
 // it before releasing the lock, and say so.

@@ -254,7 +254,7 @@ func TestUnlockTimeoutBreakHangs(t *testing.T) {
 	}
 }
 
-// Symptom: with --timeout below --connect-timeout, a bad URL (exit 2) and a refused TLS file alike exited 3 (fixed in 32560f3).
+// Symptom: with --timeout below --connect-timeout, a bad URL (exit 2) and a refused TLS file alike exited 3.
 // The message rewrite for a connect that ran out of --timeout keeps the
 // open error's kind, not only its text.
 func TestUnlockTimeoutKeepsErrorKind(t *testing.T) {

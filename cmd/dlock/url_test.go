@@ -543,7 +543,7 @@ func TestURL_AcksJunkRefusedNamingOptionWithoutPassword(t *testing.T) {
 	}
 }
 
-// Symptom: postgres URLs passed ?acks= to the server as a runtime parameter, refused only once connected (fixed in cf5e3d3).
+// Symptom: postgres URLs passed ?acks= to the server as a runtime parameter, refused only once connected.
 // Through the binary: a junk or misplaced ?acks= is a usage error (exit
 // 2) that names the option and never echoes the password; nothing is
 // dialled (the addresses are dead).
@@ -717,7 +717,7 @@ func TestParseURL_IPv6ZoneInHostList(t *testing.T) {
 	}
 }
 
-// Symptom: FuzzParseURL's checkRedacted read tg.where with url.Parse, which refuses IPv6 host lists, so such seeds failed although parseURL was right (fixed in a9a250d).
+// Symptom: FuzzParseURL's checkRedacted read tg.where with url.Parse, which refuses IPv6 host lists, so such seeds failed although parseURL was right.
 // FuzzParseURL's checks of a parsed URL's printable form, run on IPv6
 // host lists.
 func TestCheckRedacted_ReadsIPv6HostLists(t *testing.T) {

@@ -55,7 +55,7 @@ func TestPgBouncer(t *testing.T) {
 // that a stop is a crash of the whole server: no backend outlives it to
 // finish its statement (logging "terminating connection due to unexpected
 // postmaster exit").
-// Symptom: backends reparented before Stop looked them up by parent pid survived it (fixed in f4f1d96).
+// Symptom: backends reparented before Stop looked them up by parent pid survived it.
 func TestPostgresStop_KillsEveryBackend(t *testing.T) {
 	pg := testserver.StartPostgres(t)
 	psql, err := exec.LookPath("psql")

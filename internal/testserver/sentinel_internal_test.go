@@ -120,7 +120,7 @@ func (f *fatalTB) run(fn func(TB)) (fataled bool) {
 
 // Options StartSentinel cannot honour fail at once with a message naming
 // the option.
-// Symptom: StartSentinel waited 40s for a topology that could not form, or returned a group whose Primary never answered (fixed in 1b39065).
+// Symptom: StartSentinel waited 40s for a topology that could not form, or returned a group whose Primary never answered.
 func TestStartSentinel_RefusesBadOptionsAtOnce(t *testing.T) {
 	for _, c := range []struct {
 		name string

@@ -24,7 +24,7 @@ func TestAckMs(t *testing.T) {
 	}
 }
 
-// Symptom: AckMs overflowed for a timeout near math.MaxInt64 and sent WAIT n 1 (fixed in 3037f10).
+// Symptom: AckMs overflowed for a timeout near math.MaxInt64 and sent WAIT n 1.
 // AckMs never overflows: a huge timeout (Node.AckTimeout is exported,
 // unchecked by redisproto) is a huge WAIT timeout, not 1ms, and a
 // negative one is 1ms, never 0 (WAIT n 0 blocks forever).

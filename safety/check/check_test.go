@@ -289,7 +289,7 @@ func TestEmpty(t *testing.T) {
 	}
 }
 
-// Symptom: a token granted twice by concurrent acquisitions went uncounted (fixed in 5cfc392).
+// Symptom: a token granted twice by concurrent acquisitions went uncounted.
 // Two acquisitions of one key granted the same token to different
 // holders: fencing cannot tell them apart. With the two calls concurrent
 // (the second called before the first returned), the ordered comparison
@@ -320,7 +320,7 @@ func TestAnalyze_CountsTokenGrantedTwiceToConcurrentAcquisitions(t *testing.T) {
 	}
 }
 
-// Symptom: a fenced write at an equal token from another worker was not counted stale (fixed in fec01cf).
+// Symptom: a fenced write at an equal token from another worker was not counted stale.
 // The fenced register applies a write at the highest token it had
 // applied, presented by another worker: dlock's rule for exclusive fences
 // refuses an equal token from another holder, so (b) counts it as a stale

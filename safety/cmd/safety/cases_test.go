@@ -80,7 +80,7 @@ func waitWorkerStarted(t *testing.T, dir string, id int) {
 	}
 }
 
-// Symptom: a timed-out pause request stopped the worker later, unrecorded, and no one resumed it (fixed in 1db806a).
+// Symptom: a timed-out pause request stopped the worker later, unrecorded, and no one resumed it.
 // A pause request that timed out (the worker was not getting the lock) is
 // withdrawn: the worker does not stop itself at its next critical section
 // (an uncounted fault, which the case would wait 30 s past its end to
@@ -113,7 +113,7 @@ func TestPauseInCriticalSection_TimedOutRequestIsWithdrawn(t *testing.T) {
 	}
 }
 
-// Symptom: crashed workers went unnoticed and the case reported their events as if they had run their course (fixed in 074d0f7).
+// Symptom: crashed workers went unnoticed and the case reported their events as if they had run their course.
 // A worker process that crashes (exit status 3 here) makes a case error
 // that says how it ended: cmd.Wait's error is kept.
 func TestRunCase_CrashedWorkerIsCaseError(t *testing.T) {
@@ -128,7 +128,7 @@ func TestRunCase_CrashedWorkerIsCaseError(t *testing.T) {
 	}
 }
 
-// Symptom: the matrix's Faults section listed clock-jump and kill-leader with an empty description (fixed in 62b1ae4).
+// Symptom: the matrix's Faults section listed clock-jump and kill-leader with an empty description.
 // Every fault a case injects has its faultDoc entry.
 func TestFaultDoc_DescribesEveryCaseFault(t *testing.T) {
 	for _, c := range append(allCases(), quickCases()...) {

@@ -69,7 +69,7 @@ func alive(pid int) bool {
 	return i > 0 && len(s) > i+2 && s[i+2] != 'Z' && s[i+2] != 'X'
 }
 
-// Symptom: a harness killed mid-case left its workers and redis-servers running (fixed in deaa8a4).
+// Symptom: a harness killed mid-case left its workers and redis-servers running.
 // A harness killed mid-case (make's timeout, ^C on go run, an OOM kill)
 // takes its children with it: workers (a stopped one too) and
 // redis-servers, which would otherwise hold ports and CPU.

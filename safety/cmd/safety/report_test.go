@@ -9,7 +9,7 @@ import (
 	"github.com/dlock-go/dlock/safety/history"
 )
 
-// Symptom: a run passed with "timed-out" in the fenced-history column (fixed in 42876a6).
+// Symptom: a run passed with "timed-out" in the fenced-history column.
 // A fenced history Porcupine could not decide (timed out) is not
 // verified, and is a problem: a history too hard to check could hide a
 // violation.
@@ -32,7 +32,7 @@ func TestProblems_UndecidedFencedHistoryFails(t *testing.T) {
 	}
 }
 
-// Symptom: rows other than client-pause passed vacuously when no worker ever acquired (fixed in ac6810d).
+// Symptom: rows other than client-pause passed vacuously when no worker ever acquired.
 // A case in which no worker ever acquired the lock (every worker crashed
 // at start, or the backend refused everything) measured nothing: its zeros
 // are not "no violation", whatever the fault.

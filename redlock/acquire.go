@@ -16,8 +16,10 @@ import (
 	"github.com/dlock-go/dlock/redislock/redisproto"
 )
 
-// Try implements driver.Driver: phase one grants on a majority, phase two
-// commits the quorum token on the granting majority.
+// Try implements driver.Driver: phase one grants on a majority and
+// proposes a token; when a majority records the proposal it is the token.
+// Otherwise phase two commits the quorum token (the highest floor + 1) on
+// the granting majority.
 //
 // The lock's validity, TTL − elapsed − drift, is the engine's to enforce:
 // it counts the lock's local deadline from the start of the attempt, before
@@ -38,6 +40,8 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 	}
 	lease := &lease{b: b, key: req.Key, owner: req.Owner, timeout: timeout, acquiring: make(chan struct{})}
 	all := b.all()
+	prop := b.proposal()
+	retention := req.TTL + FenceRetention
 	ch := b.fanOut(ctx, timeout, all, func(ctx context.Context, n *node) answer {
 		defer b.waiters.Begin(req.WaitID)() // may queue the waiter
 		if hook := grantHook.Load(); hook != nil {
@@ -45,8 +49,8 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 				defer after()
 			}
 		}
-		o, err := n.Grant(ctx, req.Key, req.Owner, req.TTL, meta, req.WaitID, waitScore(req.WaitID))
-		return answer{ok: err == nil && o.Granted, o: o, err: err}
+		o, err := n.Grant(ctx, req.Key, req.Owner, req.TTL, meta, req.WaitID, waitScore(req.WaitID), prop, retention)
+		return answer{ok: err == nil && o.Granted, o: o, err: err, offset: o.Now - b.tokens.now()}
 	})
 	r := tally(ctx, ch, all, b.quorum, timeout)
 	if !r.ok {
@@ -62,22 +66,44 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 		lease.cleanup(r.seen)
 		return driver.Grant{}, b.acquireError(req.Key, r.seen)
 	}
-	var granted []int
-	var tok uint64
+	var (
+		granted  []int
+		floor    uint64
+		recorded int
+		offset   int64
+	)
 	for _, i := range all {
 		if a := r.seen[i]; a.ok {
+			if len(granted) == 0 || a.offset > offset {
+				offset = a.offset
+			}
 			granted = append(granted, i)
-			tok = max(tok, a.o.Token)
+			floor = max(floor, a.o.Token)
+			if a.o.Recorded {
+				recorded++
+			}
 		}
 	}
-	tok++
+	b.tokens.measure(offset)
 	if elapsed := time.Since(start); elapsed >= req.TTL {
 		lease.cleanup(r.seen)
 		return driver.Grant{}, b.noValidity(req.Key, r.seen, elapsed)
 	}
+	if prop != 0 && recorded >= b.quorum {
+		// The proposal is durable on a majority: each of those nodes
+		// had a floor below it, and any majority that recorded an
+		// earlier token overlaps this one.
+		b.tokens.issued(prop)
+		lease.mu.Lock()
+		lease.token = prop
+		lease.mu.Unlock()
+		return driver.Grant{Lease: lease, Token: prop}, nil
+	}
+	tok := floor + 1
+	b.commitRounds.Add(1)
 	// Phase two: make the token durable on a majority before using it.
 	cch := b.fanOut(ctx, timeout, granted, func(ctx context.Context, n *node) answer {
-		ok, err := n.Commit(ctx, req.Key, req.Owner, tok, meta, req.TTL+FenceRetention)
+		ok, err := n.Commit(ctx, req.Key, req.Owner, tok, meta, retention)
 		return answer{ok: ok, err: err}
 	})
 	cr := tally(ctx, cch, granted, b.quorum, timeout)
@@ -95,10 +121,20 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 		lease.cleanup(r.seen)
 		return driver.Grant{}, b.noValidity(req.Key, r.seen, elapsed)
 	}
+	b.tokens.issued(tok)
 	lease.mu.Lock()
 	lease.token = tok
 	lease.mu.Unlock()
 	return driver.Grant{Lease: lease, Token: tok}, nil
+}
+
+// proposal is the token an attempt proposes: 0 (none) when the Locker
+// was set to commit every token.
+func (b *backend) proposal() uint64 {
+	if b.commitAlways {
+		return 0
+	}
+	return b.tokens.next()
 }
 
 // grantHook, when set (by tests), runs before each phase-one grant request

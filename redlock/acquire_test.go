@@ -745,6 +745,113 @@ func TestQuorumCounterWins(t *testing.T) {
 	lk.Release(dlocktest.Context(t))
 }
 
+// Symptom: every acquisition took a second round trip to each granting
+// node, to commit a token the grants could have recorded.
+// The first attempt of a Locker commits (it measures the nodes' clocks);
+// after it, a proposal recorded by a majority is the token: no commit
+// round runs, and the token is in the lease and the counter of that
+// majority.
+func TestTry_ProposalRecordedOnMajority_NoCommitRound(t *testing.T) {
+	t.Parallel()
+	c := startNodes(t, 3)
+	l := c.locker(t)
+	key := dlocktest.Key(t)
+	var last uint64
+	for i := range 3 {
+		lk, err := l.Acquire(dlocktest.Context(t), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lk.Token() <= last {
+			t.Fatalf("acquisition %d: token %d after %d", i, lk.Token(), last)
+		}
+		last = lk.Token()
+		recorded := 0
+		for j, v := range c.holders(t, key) {
+			fence, _ := c.admin[j].Get(context.Background(), lockKey(key)+":fence").Result()
+			if strings.HasPrefix(v, fmt.Sprintf("%s|%d|", lk.Owner(), lk.Token())) && fence == fmt.Sprint(lk.Token()) {
+				recorded++
+			}
+		}
+		if recorded < l.Quorum() {
+			t.Fatalf("acquisition %d: token %d recorded on %d nodes: %q", i, lk.Token(), recorded, c.holders(t, key))
+		}
+		if n := redlock.CommitRounds(l); n != 1 {
+			t.Fatalf("after acquisition %d: %d commit rounds, want the first attempt's", i, n)
+		}
+		if err := lk.Release(dlocktest.Context(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Symptom: a client whose clock was an hour ahead pushed the key's tokens
+// an hour ahead, and every client then paid the commit round.
+// Proposals follow the nodes' clocks, as measured by each client's first
+// attempt: tokens of one key increase across clients whose clocks
+// disagree, and each client commits once.
+func TestTry_ClientClocksDisagree_TokensIncreaseAndOneCommitEach(t *testing.T) {
+	t.Parallel()
+	c := startNodes(t, 3)
+	ahead, onTime := c.locker(t), c.locker(t)
+	redlock.SetClientClockAhead(ahead, time.Hour)
+	key := dlocktest.Key(t)
+	var last uint64
+	acquire := func(l *redlock.Locker, who string) {
+		t.Helper()
+		lk, err := l.Acquire(dlocktest.Context(t), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lk.Token() <= last {
+			t.Fatalf("%s: token %d after %d", who, lk.Token(), last)
+		}
+		last = lk.Token()
+		if err := lk.Release(dlocktest.Context(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		acquire(ahead, "the client an hour ahead")
+		acquire(onTime, "the client on time")
+	}
+	if a, o := redlock.CommitRounds(ahead), redlock.CommitRounds(onTime); a != 1 || o != 1 {
+		t.Fatalf("commit rounds: %d by the client ahead, %d by the one on time; want 1 each", a, o)
+	}
+	if hour := uint64(time.Hour.Microseconds()); last > uint64(time.Now().UnixMicro())+hour/2 {
+		t.Fatalf("token %d is half an hour ahead of the clock", last)
+	}
+}
+
+// Symptom: a proposal recorded by a minority only was used as the token.
+// The attempt commits instead, above the highest floor among the granting
+// nodes.
+func TestTry_ProposalRecordedOnMinority_Commits(t *testing.T) {
+	t.Parallel()
+	c := startNodes(t, 3)
+	l := c.locker(t)
+	measure, err := l.Acquire(dlocktest.Context(t), dlocktest.Key(t)+"-measure")
+	if err != nil {
+		t.Fatal(err)
+	}
+	measure.Release(dlocktest.Context(t))
+	key := dlocktest.Key(t)
+	high := uint64(time.Now().Add(24 * time.Hour).UnixMicro())
+	for _, a := range c.admin[:2] {
+		if err := a.Set(context.Background(), lockKey(key)+":fence", high, time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lk, err := l.Acquire(dlocktest.Context(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Release(dlocktest.Context(t))
+	if lk.Token() != high+1 || redlock.CommitRounds(l) != 2 {
+		t.Fatalf("token %d after %d commit rounds; want %d after two", lk.Token(), redlock.CommitRounds(l), high+1)
+	}
+}
+
 // denyFenceWrites makes node i refuse SET on fence counters (a Redis ACL
 // user that may SET lock keys only, checked inside scripts too): grants
 // succeed there, commits fail.
@@ -765,6 +872,7 @@ func TestCommitFailureIsTransient(t *testing.T) {
 	c := startNodes(t, 3)
 	cls := []redis.UniversalClient{c.denyFenceWrites(t, 0), c.denyFenceWrites(t, 1), c.client(t, c.srvs[2])}
 	l := redlock.New(cls)
+	redlock.CommitEveryToken(l) // a recorded proposal needs no commit
 	key := dlocktest.Key(t)
 	_, err := l.TryAcquire(dlocktest.Context(t), key)
 	t.Logf("TryAcquire: %v", err)

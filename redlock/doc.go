@@ -15,8 +15,9 @@
 // dlock.Breaker.
 //
 // A lock is held when a majority of nodes granted it (SET NX PX, each node
-// within a per-node timeout, WithNodeTimeout) and confirmed its fencing
-// token; it is valid for TTL − elapsed − drift. Acquisition, the token,
+// within a per-node timeout, WithNodeTimeout) and recorded its fencing
+// token (proposed in the grant, or committed in a second round when the
+// proposal fell short); it is valid for TTL − elapsed − drift. Acquisition, the token,
 // renewal, break notices, release, waiting, errors, eviction, List and
 // Break are described node by node in docs/redlock.md; each node holds
 // the keys of package github.com/dlock-go/dlock/redislock/redisproto.
@@ -56,7 +57,8 @@
 //     use the fencing token with a guard where correctness matters.
 //   - Tokens can repeat or go back when nodes lose their counters (a node
 //     restarted without persistence within FenceRetention, its clock
-//     behind the previous token; see docs/redlock.md).
+//     behind the previous token, which is up to ProposalLead ahead of the
+//     nodes' clocks; see docs/redlock.md).
 //   - Shared and counted locks: dlock.WithShared and dlock.WithLimit are
 //     refused with an error wrapping dlock.ErrUnsupported.
 //   - Strict arrival order among waiters: a woken waiter that does not

@@ -1,6 +1,9 @@
 package redlock
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // SetSettleHook makes f run as every Settle begins to wait (the grace
 // after a majority released), with the caller's context, until the test
@@ -41,4 +44,17 @@ func SetGrantHook(t interface{ Cleanup(func()) }, l *Locker, i int, before, afte
 func SetBreakCheckHook(t interface{ Cleanup(func()) }, f func(held int)) {
 	breakCheckHook.Store(&f)
 	t.Cleanup(func() { breakCheckHook.Store(nil) })
+}
+
+// CommitEveryToken makes l's attempts propose no token, so that each goes
+// through the commit round. Call it before l is used.
+func CommitEveryToken(l *Locker) { l.b.commitAlways = true }
+
+// CommitRounds is the number of commit rounds l's attempts have run.
+func CommitRounds(l *Locker) uint64 { return l.b.commitRounds.Load() }
+
+// SetClientClockAhead makes l's clock, as its proposals read it, d ahead
+// of the real one. Call it before l is used.
+func SetClientClockAhead(l *Locker, d time.Duration) {
+	l.b.tokens.clock = func() int64 { return time.Now().Add(d).UnixMicro() }
 }

@@ -111,6 +111,12 @@ type backend struct {
 	// unsafeEviction: WithUnsafeEviction (else Try refuses nodes that
 	// may evict keys).
 	unsafeEviction bool
+	tokens         proposer
+	// commitAlways: attempts propose no token, so every token goes
+	// through the commit round (set by tests of that round).
+	commitAlways bool
+	// commitRounds counts the phase-two rounds run (read by tests).
+	commitRounds atomic.Uint64
 }
 
 // New returns a Locker over clients, one per independent master (use an

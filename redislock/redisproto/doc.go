@@ -42,6 +42,8 @@
 //	value                           meaning                         written by         expires
 //	<owner>|<token>|<metadata>      a lease                         acquire            PX the TTL
 //	<owner>|0|<metadata>            a Redlock lease, not committed  quorum_grant       PX the TTL
+//	<owner>|<token>|<metadata>      a Redlock lease whose proposed  quorum_grant       PX the TTL
+//	                                token the grant recorded
 //	|<token>                        a release marker: free          release,           PX FenceRetention
 //	                                                                quorum_release
 //	|<token>|<wait id>|<until ms>   a release marker reserving the  release,           PX FenceRetention

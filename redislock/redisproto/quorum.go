@@ -14,12 +14,15 @@ var (
 	quorumReleaseScript = script("quorum_release") // lua/quorum_release.lua
 )
 
-// Grant is phase one of a quorum acquisition: SET NX PX with token 0 in the
-// value; it returns the node's counter floor.
-func (n *Node) Grant(ctx context.Context, key, owner string, ttl time.Duration, meta, waitID string, score int64) (Outcome, error) {
+// Grant is phase one of a quorum acquisition: SET NX PX; it returns the
+// node's counter floor from before the grant. A proposal above that floor
+// is recorded as the token in the value and in the counter (kept for
+// retention), and the Outcome says Recorded; otherwise the value holds
+// token 0 until a Commit. A proposal of 0 proposes nothing.
+func (n *Node) Grant(ctx context.Context, key, owner string, ttl time.Duration, meta, waitID string, score int64, proposal uint64, retention time.Duration) (Outcome, error) {
 	lk := n.LockKey(key)
 	return parseOutcome(grantScript.Run(ctx, n.Client, []string{lk, lk + fenceSuffix, lk + waitersSuffix, lk + receiptsSuffix},
-		owner, Ms(ttl), meta, waitID, score).Slice())
+		owner, Ms(ttl), meta, waitID, score, strconv.FormatUint(proposal, 10), Ms(retention)).Slice())
 }
 
 // Commit is phase two: if owner still holds key here, record token in the

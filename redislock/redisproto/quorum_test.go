@@ -21,7 +21,7 @@ func TestQuorumReleaseRecognisesItsOwnRelease(t *testing.T) {
 	n := redisproto.NewNode(c, "dlock")
 	ctx := dlocktest.Context(t)
 	k, a := key(t), strings.Repeat("a", 32)
-	g, err := n.Grant(ctx, k, a, time.Minute, "{}", "", 0)
+	g, err := n.Grant(ctx, k, a, time.Minute, "{}", "", 0, 0, 0)
 	if err != nil || !g.Granted {
 		t.Fatal(g, err)
 	}
@@ -30,7 +30,7 @@ func TestQuorumReleaseRecognisesItsOwnRelease(t *testing.T) {
 		t.Fatal(ok, err)
 	}
 	// A retried grant leaves the committed lease as it is.
-	if g2, err := n.Grant(ctx, k, a, time.Minute, "{}", "", 0); err != nil || !g2.Granted {
+	if g2, err := n.Grant(ctx, k, a, time.Minute, "{}", "", 0, 0, 0); err != nil || !g2.Granted {
 		t.Fatal(g2, err)
 	}
 	if v, _ := c.Get(ctx, n.LockKey(k)).Result(); v != fmt.Sprintf("%s|%d|{}", a, tok) {
@@ -42,11 +42,11 @@ func TestQuorumReleaseRecognisesItsOwnRelease(t *testing.T) {
 		}
 	}
 	// The marker is free for the next holder.
-	if g3, err := n.Grant(ctx, k, strings.Repeat("b", 32), time.Minute, "{}", "", 0); err != nil || !g3.Granted {
+	if g3, err := n.Grant(ctx, k, strings.Repeat("b", 32), time.Minute, "{}", "", 0, 0, 0); err != nil || !g3.Granted {
 		t.Fatal(g3, err)
 	}
 	k2 := key(t)
-	if g, err := n.Grant(ctx, k2, a, time.Minute, "{}", "", 0); err != nil || !g.Granted {
+	if g, err := n.Grant(ctx, k2, a, time.Minute, "{}", "", 0, 0, 0); err != nil || !g.Granted {
 		t.Fatal(g, err)
 	}
 	if ok, err := n.QuorumRelease(ctx, k2, a, 0, time.Hour); !ok || err != nil {
@@ -54,5 +54,52 @@ func TestQuorumReleaseRecognisesItsOwnRelease(t *testing.T) {
 	}
 	if n, _ := c.Exists(ctx, n.LockKey(k2)).Result(); n != 0 {
 		t.Fatal("a tokenless release left the key")
+	}
+}
+
+// Symptom: a grant executed twice (its reply lost, the client retrying)
+// answered "not recorded", which sent the attempt to a commit round.
+// A proposal above the floor is the token in the value and the counter;
+// the same grant again still counts as recorded, and a proposal at or
+// below the floor records nothing.
+func TestGrant_ProposalAboveFloor_RecordedOnceAndOnRetry(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t)
+	c := newClient(t, srv.Addr())
+	n := redisproto.NewNode(c, "dlock")
+	ctx := dlocktest.Context(t)
+	k, a := key(t), strings.Repeat("a", 32)
+	prop := uint64(time.Now().Add(time.Hour).UnixMicro())
+	for i := range 2 {
+		g, err := n.Grant(ctx, k, a, time.Minute, "{}", "", 0, prop, time.Hour)
+		if err != nil || !g.Granted || !g.Recorded || g.Token > prop || i == 0 && g.Token == prop {
+			t.Fatalf("grant %d = %+v, %v; want granted, recorded, floor below %d (at it when retried)", i, g, err, prop)
+		}
+	}
+	if v, _ := c.Get(ctx, n.LockKey(k)).Result(); v != fmt.Sprintf("%s|%d|{}", a, prop) {
+		t.Fatalf("value = %q, want the proposal as the token", v)
+	}
+	if v, _ := c.Get(ctx, n.FenceKey(k)).Result(); v != fmt.Sprint(prop) {
+		t.Fatalf("counter = %q, want %d", v, prop)
+	}
+	if ttl, _ := c.PTTL(ctx, n.FenceKey(k)).Result(); ttl <= 59*time.Minute {
+		t.Fatalf("counter PTTL %v, want the retention", ttl)
+	}
+	// Another owner after a release proposes at the counter: refused.
+	if ok, err := n.QuorumRelease(ctx, k, a, prop, time.Hour); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	b := strings.Repeat("b", 32)
+	g, err := n.Grant(ctx, k, b, time.Minute, "{}", "", 0, prop, time.Hour)
+	if err != nil || !g.Granted || g.Recorded || g.Token != prop {
+		t.Fatalf("grant at the floor = %+v, %v; want granted, not recorded, floor %d", g, err, prop)
+	}
+	if v, _ := c.Get(ctx, n.LockKey(k)).Result(); v != b+"|0|{}" {
+		t.Fatalf("value = %q, want token 0 until a commit", v)
+	}
+	// A retried grant of a lease whose token is another proposal's is
+	// not recorded either.
+	if g, err := n.Grant(ctx, k, b, time.Minute, "{}", "", 0, prop+1, time.Hour); err != nil || !g.Granted || g.Recorded {
+		t.Fatalf("retried grant with another proposal = %+v, %v; want not recorded", g, err)
 	}
 }

@@ -142,6 +142,10 @@ type Outcome struct {
 	// Token is the token assigned (Acquire) or the node's counter floor,
 	// max(counter, server time in µs) (Grant).
 	Token uint64
+	// Recorded: the grant recorded its proposed token (Grant).
+	Recorded bool
+	// Now is the server's time in µs when it granted (Grant).
+	Now int64
 	// Holder and PTTL describe the current holder when not granted. When
 	// the key is free but reserved for the waiter the last release woke,
 	// Holder has no owner, its Metadata says MetaReservedForWaiter, and
@@ -192,7 +196,13 @@ func parseOutcome(res []any, err error) (Outcome, error) {
 		if err != nil {
 			return Outcome{}, fmt.Errorf("bad token %v", res[1])
 		}
-		return Outcome{Granted: true, Token: tok}, nil
+		o := Outcome{Granted: true, Token: tok, Recorded: len(res) >= 3 && res[2] == int64(1)}
+		if len(res) >= 4 {
+			if s, ok := res[3].(string); ok {
+				o.Now, _ = strconv.ParseInt(s, 10, 64)
+			}
+		}
+		return o, nil
 	}
 	var o Outcome
 	if len(res) >= 2 && res[0] == int64(2) {

@@ -11,19 +11,26 @@
 -- ARGV[4]  wait id, "" when not waiting
 -- ARGV[5]  the wait id's queue score (the same on every node, so every
 --          node wakes the same waiter first)
+-- ARGV[6]  the proposed token, decimal; "0" proposes none
+-- ARGV[7]  the counter's retention, ms
 --
--- Returns {1, floor} when granted, where floor = max(counter, server time
--- in µs), decimal; else {0, the key's value, ms left on the lease or
+-- Returns {1, floor, recorded, now} when granted, where floor =
+-- max(counter, now) before this grant, decimal, recorded is 1 when the
+-- lease holds the proposed token, and now is the server time in µs,
+-- decimal; else {0, the key's value, ms left on the lease or
 -- reservation}.
 --
--- A free key gets the lease "<owner>|0|<metadata>", PX ttl; the commit
--- (quorum_commit.lua) writes the quorum token into it. A lease already
+-- A free key gets the lease "<owner>|<token>|<metadata>", PX ttl. The
+-- token is the proposal when it is above the floor: the counter is then
+-- raised to it here, as a commit would (quorum_commit.lua). Otherwise it
+-- is 0, and a commit writes the quorum token in later. A lease already
 -- held by the same owner (the same attempt executed twice: the client
 -- retried a request whose reply was lost) is granted again and left as it
 -- is (a commit may have recorded the token in it already; its expiry stays
--- the one the attempt counted from). A release marker ("|<token>", with or
--- without a reservation that has ended) counts as free; its token goes to
--- the receipts when the grant overwrites it.
+-- the one the attempt counted from); it counts as recorded when it holds
+-- the proposal. A release marker ("|<token>", with or without a
+-- reservation that has ended) counts as free; its token goes to the
+-- receipts when the grant overwrites it.
 local cur = redis.call('GET', KEYS[1])
 local pttl = 0
 local mine = cur and string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '|'
@@ -36,15 +43,27 @@ if pttl ~= 0 then
   queue_waiter(KEYS[3], ARGV[4], ARGV[5], pttl)
   return {0, cur, pttl}
 end
-if not mine then
-  take_marker(cur, KEYS[4])
-  redis.call('SET', KEYS[1], ARGV[1] .. '|0|' .. ARGV[3], 'PX', ARGV[2])
-end
 if ARGV[4] ~= '' then
   redis.call('ZREM', KEYS[3], ARGV[4])
 end
 local t = redis.call('TIME')
-local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local c = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-if c < floor then c = floor end
-return {1, string.format('%.0f', c)}
+if c < now then c = now end
+local p = tonumber(ARGV[6]) or 0
+local recorded = 0
+if mine then
+  if p > 0 and tonumber(string.match(cur, '^[^|]*|(%d+)|')) == p then
+    recorded = 1
+  end
+else
+  take_marker(cur, KEYS[4])
+  local tok = '0'
+  if p > c then
+    tok = ARGV[6]
+    redis.call('SET', KEYS[2], tok, 'PX', ARGV[7])
+    recorded = 1
+  end
+  redis.call('SET', KEYS[1], ARGV[1] .. '|' .. tok .. '|' .. ARGV[3], 'PX', ARGV[2])
+end
+return {1, string.format('%.0f', c), recorded, string.format('%.0f', now)}

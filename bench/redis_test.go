@@ -77,8 +77,9 @@ func benchRedlock(b *testing.B, n int) {
 	benchLocker(b, l)
 }
 
-// BenchmarkRedlock1 is Redlock's acquire+release on one node (grant,
-// commit, release: three round trips).
+// BenchmarkRedlock1 is Redlock's acquire+release on one node (grant with
+// the token, release: two round trips; the Locker's first attempt
+// commits too).
 func BenchmarkRedlock1(b *testing.B) { benchRedlock(b, 1) }
 
 // BenchmarkRedlock5 is Redlock on five independent masters.

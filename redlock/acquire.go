@@ -40,8 +40,8 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 	}
 	lease := &lease{b: b, key: req.Key, owner: req.Owner, timeout: timeout, acquiring: make(chan struct{})}
 	all := b.all()
-	prop := b.proposal()
 	retention := req.TTL + FenceRetention
+	prop := redisproto.Proposal{Token: b.proposal(), Retention: retention, MaxLead: b.maxLead}
 	ch := b.fanOut(ctx, timeout, all, func(ctx context.Context, n *node) answer {
 		defer b.waiters.Begin(req.WaitID)() // may queue the waiter
 		if hook := grantHook.Load(); hook != nil {
@@ -49,8 +49,8 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 				defer after()
 			}
 		}
-		o, err := n.Grant(ctx, req.Key, req.Owner, req.TTL, meta, req.WaitID, waitScore(req.WaitID), prop, retention)
-		return answer{ok: err == nil && o.Granted, o: o, err: err, offset: o.Now - b.tokens.now()}
+		o, err := n.Grant(ctx, req.Key, req.Owner, req.TTL, meta, req.WaitID, waitScore(req.WaitID), prop)
+		return answer{ok: err == nil && o.Granted, o: o, err: err, at: time.Now()}
 	})
 	r := tally(ctx, ch, all, b.quorum, timeout)
 	if !r.ok {
@@ -70,12 +70,15 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 		granted  []int
 		floor    uint64
 		recorded int
-		offset   int64
+		nodeTime int64 // the furthest node's time as of now, µs
+		rtt      time.Duration
 	)
+	now := time.Now()
 	for _, i := range all {
 		if a := r.seen[i]; a.ok {
-			if len(granted) == 0 || a.offset > offset {
-				offset = a.offset
+			if a.o.Now > 0 {
+				nodeTime = max(nodeTime, a.o.Now+now.Sub(a.at).Microseconds())
+				rtt = max(rtt, a.at.Sub(start))
 			}
 			granted = append(granted, i)
 			floor = max(floor, a.o.Token)
@@ -84,22 +87,25 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 			}
 		}
 	}
-	b.tokens.measure(offset)
+	b.tokens.measure(nodeTime, now, rtt)
 	if elapsed := time.Since(start); elapsed >= req.TTL {
 		lease.cleanup(r.seen)
 		return driver.Grant{}, b.noValidity(req.Key, r.seen, elapsed)
 	}
-	if prop != 0 && recorded >= b.quorum {
+	if prop.Token != 0 && recorded >= b.quorum {
 		// The proposal is durable on a majority: each of those nodes
 		// had a floor below it, and any majority that recorded an
 		// earlier token overlaps this one.
-		b.tokens.issued(prop)
 		lease.mu.Lock()
-		lease.token = prop
+		lease.token = prop.Token
 		lease.mu.Unlock()
-		return driver.Grant{Lease: lease, Token: prop}, nil
+		return driver.Grant{Lease: lease, Token: prop.Token}, nil
 	}
 	tok := floor + 1
+	if tok > maxProposal {
+		lease.cleanup(r.seen)
+		return driver.Grant{}, fmt.Errorf("dlock: redlock acquire %q: the nodes' token counter is at 2^53 or more: a larger token cannot be kept exactly; released", req.Key)
+	}
 	b.commitRounds.Add(1)
 	// Phase two: make the token durable on a majority before using it.
 	cch := b.fanOut(ctx, timeout, granted, func(ctx context.Context, n *node) answer {
@@ -121,7 +127,6 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 		lease.cleanup(r.seen)
 		return driver.Grant{}, b.noValidity(req.Key, r.seen, elapsed)
 	}
-	b.tokens.issued(tok)
 	lease.mu.Lock()
 	lease.token = tok
 	lease.mu.Unlock()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/redislock/redisproto"
 	"github.com/dlock-go/dlock/redlock"
 )
 
@@ -755,9 +756,13 @@ func TestTry_ProposalRecordedOnMajority_NoCommitRound(t *testing.T) {
 	t.Parallel()
 	c := startNodes(t, 3)
 	l := c.locker(t)
+	// Proposals a minute above the measure, which the nodes accept: no
+	// scheduling delay makes one fall short.
+	redlock.SetMaxProposalLead(l, time.Hour)
 	key := dlocktest.Key(t)
 	var last uint64
 	for i := range 3 {
+		redlock.RaiseClockMeasure(l, time.Duration(i+1)*time.Minute) // above the last one's
 		lk, err := l.Acquire(dlocktest.Context(t), key)
 		if err != nil {
 			t.Fatal(err)
@@ -785,41 +790,74 @@ func TestTry_ProposalRecordedOnMajority_NoCommitRound(t *testing.T) {
 	}
 }
 
-// Symptom: a client whose clock was an hour ahead pushed the key's tokens
-// an hour ahead, and every client then paid the commit round.
-// Proposals follow the nodes' clocks, as measured by each client's first
-// attempt: tokens of one key increase across clients whose clocks
-// disagree, and each client commits once.
-func TestTry_ClientClocksDisagree_TokensIncreaseAndOneCommitEach(t *testing.T) {
+// Symptom: a Locker's tokens ran ahead of the nodes' clocks (its last
+// token of another key, its own wall clock stepping), and a key whose
+// counter expired after its retention then gave a lower token.
+// Every token is at most MaxProposalLead (the nodes' limit) ahead of the
+// nodes' clocks, even right after a key whose counter is a day ahead was
+// acquired.
+func TestTry_TokensFollowTheNodesClocks(t *testing.T) {
 	t.Parallel()
 	c := startNodes(t, 3)
-	ahead, onTime := c.locker(t), c.locker(t)
-	redlock.SetClientClockAhead(ahead, time.Hour)
-	key := dlocktest.Key(t)
-	var last uint64
-	acquire := func(l *redlock.Locker, who string) {
-		t.Helper()
+	l := c.locker(t)
+	ahead := dlocktest.Key(t) + "-ahead"
+	high := uint64(time.Now().Add(24 * time.Hour).UnixMicro())
+	for _, a := range c.admin {
+		if err := a.Set(context.Background(), lockKey(ahead)+":fence", high, time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nodeTime := func() uint64 { // the furthest node's clock, µs
+		var m uint64
+		for _, a := range c.admin {
+			tm, err := a.Time(context.Background()).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			m = max(m, uint64(tm.UnixMicro()))
+		}
+		return m
+	}
+	for i, key := range []string{ahead, dlocktest.Key(t), ahead, dlocktest.Key(t) + "-2"} {
 		lk, err := l.Acquire(dlocktest.Context(t), key)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if lk.Token() <= last {
-			t.Fatalf("%s: token %d after %d", who, lk.Token(), last)
+		limit := nodeTime() + uint64(redisproto.MaxProposalLead.Microseconds())
+		if key == ahead {
+			limit = high + 2
 		}
-		last = lk.Token()
+		if lk.Token() > limit {
+			t.Fatalf("acquisition %d of %s: token %d, above %d", i, key, lk.Token(), limit)
+		}
 		if err := lk.Release(dlocktest.Context(t)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for range 3 {
-		acquire(ahead, "the client an hour ahead")
-		acquire(onTime, "the client on time")
-	}
-	if a, o := redlock.CommitRounds(ahead), redlock.CommitRounds(onTime); a != 1 || o != 1 {
-		t.Fatalf("commit rounds: %d by the client ahead, %d by the one on time; want 1 each", a, o)
-	}
-	if hour := uint64(time.Hour.Microseconds()); last > uint64(time.Now().UnixMicro())+hour/2 {
-		t.Fatalf("token %d is half an hour ahead of the clock", last)
+}
+
+// Symptom: a Locker idle for long proposed from a measure whose node
+// clocks had moved on by an unknown amount.
+// A measure older than a minute is not used: the attempt commits, and
+// measures again for the next one.
+func TestTry_StaleClockMeasure_CommitsAndMeasuresAgain(t *testing.T) {
+	t.Parallel()
+	c := startNodes(t, 3)
+	l := c.locker(t)
+	redlock.SetMaxProposalLead(l, time.Hour)
+	for i := range 3 {
+		if i == 1 {
+			redlock.AgeClockMeasure(l, 2*time.Minute)
+		}
+		redlock.RaiseClockMeasure(l, time.Minute) // no delay makes the proposal short
+		lk, err := l.Acquire(dlocktest.Context(t), dlocktest.Key(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lk.Release(dlocktest.Context(t))
+		if want := uint64(min(i+1, 2)); redlock.CommitRounds(l) != want {
+			t.Fatalf("after acquisition %d: %d commit rounds, want %d", i, redlock.CommitRounds(l), want)
+		}
 	}
 }
 
@@ -849,6 +887,33 @@ func TestTry_ProposalRecordedOnMinority_Commits(t *testing.T) {
 	defer lk.Release(dlocktest.Context(t))
 	if lk.Token() != high+1 || redlock.CommitRounds(l) != 2 {
 		t.Fatalf("token %d after %d commit rounds; want %d after two", lk.Token(), redlock.CommitRounds(l), high+1)
+	}
+}
+
+// Symptom: a counter past 2^53 gave the same token twice (Lua keeps
+// 2^53 + 1 as 2^53).
+// An attempt whose nodes' counter is at 2^53 or more fails with an error
+// saying so, and releases its grants.
+func TestTry_CounterAt2To53_FailsClearly(t *testing.T) {
+	t.Parallel()
+	c := startNodes(t, 3)
+	l := c.locker(t)
+	key := dlocktest.Key(t)
+	for _, a := range c.admin {
+		if err := a.Set(context.Background(), lockKey(key)+":fence", "9007199254740992", time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lk, err := l.TryAcquire(dlocktest.Context(t), key)
+	if err == nil || !strings.Contains(err.Error(), "2^53") || errors.Is(err, dlock.ErrTransient) {
+		t.Fatalf("TryAcquire over a counter of 2^53 = %v, %v; want a non-transient error naming 2^53", lk, err)
+	}
+	deadline := time.Now().Add(dlocktest.HangTimeout)
+	for h := c.holders(t, key); strings.Join(h, "") != ""; h = c.holders(t, key) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the failed attempt left leases: %q", h)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -64,8 +64,9 @@ func (b *backend) Break(ctx context.Context, key, owner string) (driver.BreakRes
 		answered = make([]bool, len(b.nodes))
 		oks      int
 	)
-	// Tokens of one lease differ between nodes that saw its commit and
-	// those that did not (0): report each owner with its highest.
+	// Tokens of one lease differ between nodes that recorded it (by its
+	// grant or its commit) and those that did not (0, or a proposal that
+	// fell short on a majority): report each owner with its highest.
 	top := map[string]uint64{}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()

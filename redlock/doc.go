@@ -57,7 +57,7 @@
 //     use the fencing token with a guard where correctness matters.
 //   - Tokens can repeat or go back when nodes lose their counters (a node
 //     restarted without persistence within FenceRetention, its clock
-//     behind the previous token, which is up to ProposalLead ahead of the
+//     behind the previous token, which is up to a second ahead of the
 //     nodes' clocks; see docs/redlock.md).
 //   - Shared and counted locks: dlock.WithShared and dlock.WithLimit are
 //     refused with an error wrapping dlock.ErrUnsupported.

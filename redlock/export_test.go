@@ -53,8 +53,22 @@ func CommitEveryToken(l *Locker) { l.b.commitAlways = true }
 // CommitRounds is the number of commit rounds l's attempts have run.
 func CommitRounds(l *Locker) uint64 { return l.b.commitRounds.Load() }
 
-// SetClientClockAhead makes l's clock, as its proposals read it, d ahead
-// of the real one. Call it before l is used.
-func SetClientClockAhead(l *Locker, d time.Duration) {
-	l.b.tokens.clock = func() int64 { return time.Now().Add(d).UnixMicro() }
+// AgeClockMeasure makes l's last measure of the nodes' clocks d older.
+func AgeClockMeasure(l *Locker, d time.Duration) {
+	if m := l.b.tokens.m.Load(); m != nil {
+		l.b.tokens.m.Store(&clockMeasure{node: m.node - d.Microseconds(), at: m.at.Add(-d), rtt: m.rtt})
+	}
 }
+
+// RaiseClockMeasure makes l's last measure of the nodes' clocks d ahead
+// of what it measured, so that its next proposal is d further above the
+// nodes' floors (whatever the scheduling delays before it is sent).
+func RaiseClockMeasure(l *Locker, d time.Duration) {
+	if m := l.b.tokens.m.Load(); m != nil {
+		l.b.tokens.m.Store(&clockMeasure{node: m.node + d.Microseconds(), at: m.at, rtt: m.rtt})
+	}
+}
+
+// SetMaxProposalLead makes the nodes record l's proposals up to d ahead of
+// their clocks. Call it before l is used.
+func SetMaxProposalLead(l *Locker, d time.Duration) { l.b.maxLead = d }

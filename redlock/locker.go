@@ -117,6 +117,9 @@ type backend struct {
 	commitAlways bool
 	// commitRounds counts the phase-two rounds run (read by tests).
 	commitRounds atomic.Uint64
+	// maxLead is the grants' Proposal.MaxLead (0: the default; set by
+	// tests).
+	maxLead time.Duration
 }
 
 // New returns a Locker over clients, one per independent master (use an

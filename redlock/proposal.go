@@ -6,11 +6,16 @@ import (
 )
 
 // ProposalLead is how far ahead of the nodes' clocks, as last measured,
-// an acquisition proposes its token. A node records the proposal as the
-// token when it is above the node's floor, max(counter, server time in
-// µs): the lead covers the round trip and the differences between the
-// nodes' clocks.
+// and of the round trip that measure took, an acquisition proposes its
+// token. A node records the proposal as the token when it is above the
+// node's floor, max(counter, server time in µs), and at most
+// redisproto.MaxProposalLead (1s) ahead of its time: the lead covers the
+// differences between the nodes' clocks and between round trips.
 const ProposalLead = 100 * time.Millisecond
+
+// measureLife is how long a measure of the nodes' clocks is used: an
+// attempt after that proposes nothing (and measures again).
+const measureLife = time.Minute
 
 // maxProposal bounds proposals below 2^53, the largest token the scripts
 // take (a Lua number is a double).
@@ -20,59 +25,53 @@ const maxProposal = 1<<53 - 1
 // a majority recording it makes the token durable in the grant's round
 // trip, with no commit round (see docs/redlock.md, Fencing token).
 //
-// Proposals follow the nodes' clocks, not the client's: each grant reply
-// carries the node's time, and the proposer keeps how far the nodes were
-// ahead of this clock. Until one reply has been measured it proposes
-// nothing, so a client whose clock is wrong never pushes tokens ahead of
-// the nodes' clocks.
+// Proposals follow the nodes' clocks, never the client's wall clock: each
+// grant reply carries the node's time, and a proposal is the latest
+// measure of the furthest node's time, moved on by the client's monotonic
+// clock since, plus the round trip of that measure and ProposalLead (a
+// node's time when it runs the grant is at most a round trip past what
+// the client can know of it). So a token is never more than that lead
+// ahead of the nodes' clocks (while they do not step back), whatever the
+// client's clock does, and the nodes refuse to record one more than
+// redisproto.MaxProposalLead ahead: once a key's counter has expired (its
+// retention), the nodes' clocks are above every token it gave. Before a
+// first measure, or once the last is older than measureLife, an attempt
+// proposes nothing.
 type proposer struct {
-	// clock is the client's clock in µs; nil: time.Now.
-	clock func() int64
-	// last is the highest token this backend issued: proposals are
-	// above it.
-	last atomic.Uint64
-	// offset is how far (µs) the nodes' clocks were ahead of this one in
-	// the last measured grant round, the furthest node's; set once
-	// measured is.
-	offset   atomic.Int64
-	measured atomic.Bool
+	m atomic.Pointer[clockMeasure]
 }
 
-func (p *proposer) now() int64 {
-	if p.clock != nil {
-		return p.clock()
-	}
-	return time.Now().UnixMicro()
+// clockMeasure: the nodes' time, µs, as of at (read on the monotonic
+// clock), and the round trip of the grant round that measured it.
+type clockMeasure struct {
+	node int64
+	at   time.Time
+	rtt  time.Duration
 }
 
 // next returns the proposal for an attempt starting now, or 0 (propose
-// nothing: the attempt commits) before a measure, or when it would be
-// 2^53 or more.
+// nothing: the attempt commits).
 func (p *proposer) next() uint64 {
-	if !p.measured.Load() {
+	m := p.m.Load()
+	if m == nil {
 		return 0
 	}
-	v := max(uint64(max(p.now()+p.offset.Load()+ProposalLead.Microseconds(), 0)), p.last.Load()+1)
-	if v > maxProposal {
+	since := time.Since(m.at)
+	if since < 0 || since > measureLife {
 		return 0
 	}
-	return v
+	v := m.node + (since + m.rtt + ProposalLead).Microseconds()
+	if v <= 0 || v > maxProposal {
+		return 0
+	}
+	return uint64(v)
 }
 
-// measure records the nodes' clocks' offset from this one, the largest
-// among the granting nodes of a round (each node's time minus this
-// clock as its reply arrived).
-func (p *proposer) measure(offset int64) {
-	p.offset.Store(offset)
-	p.measured.Store(true)
-}
-
-// issued records a token returned to the caller.
-func (p *proposer) issued(tok uint64) {
-	for {
-		cur := p.last.Load()
-		if tok <= cur || p.last.CompareAndSwap(cur, tok) {
-			return
-		}
+// measure records the nodes' time as of at (the furthest of the granting
+// nodes' times, each moved on by the time since its reply arrived) and
+// the round trip of the round, up to at.
+func (p *proposer) measure(node int64, at time.Time, rtt time.Duration) {
+	if node > 0 {
+		p.m.Store(&clockMeasure{node: node, at: at, rtt: rtt})
 	}
 }

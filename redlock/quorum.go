@@ -153,9 +153,9 @@ type answer struct {
 	o        redisproto.Outcome
 	err      error
 	noAnswer bool // err says the node did not answer in time
-	// offset is a grant's node time minus the client's as the reply
-	// arrived, µs.
-	offset int64
+	// at is when a grant's reply arrived (its o.Now is the node's time
+	// then, less the reply's way back).
+	at time.Time
 }
 
 // fanOut runs op on the nodes idx in parallel, each bounded by timeout,

@@ -14,15 +14,35 @@ var (
 	quorumReleaseScript = script("quorum_release") // lua/quorum_release.lua
 )
 
+// MaxProposalLead is the default Proposal.MaxLead.
+const MaxProposalLead = time.Second
+
+// Proposal is the token a quorum grant proposes to record.
+type Proposal struct {
+	// Token is the proposed token; 0 proposes none.
+	Token uint64
+	// Retention is how long the raised counter is kept.
+	Retention time.Duration
+	// MaxLead is the most the token may be ahead of the node's clock for
+	// the node to record it (0: MaxProposalLead): a client whose
+	// proposals run further ahead (a wrong measure) commits instead.
+	MaxLead time.Duration
+}
+
 // Grant is phase one of a quorum acquisition: SET NX PX; it returns the
-// node's counter floor from before the grant. A proposal above that floor
-// is recorded as the token in the value and in the counter (kept for
-// retention), and the Outcome says Recorded; otherwise the value holds
-// token 0 until a Commit. A proposal of 0 proposes nothing.
-func (n *Node) Grant(ctx context.Context, key, owner string, ttl time.Duration, meta, waitID string, score int64, proposal uint64, retention time.Duration) (Outcome, error) {
+// node's counter floor from before the grant and the node's time. A
+// proposed token above that floor, and at most p.MaxLead ahead of the
+// node's time, is recorded as the token in the value and in the counter
+// (kept for p.Retention), and the Outcome says Recorded; otherwise the
+// value holds token 0 until a Commit.
+func (n *Node) Grant(ctx context.Context, key, owner string, ttl time.Duration, meta, waitID string, score int64, p Proposal) (Outcome, error) {
 	lk := n.LockKey(key)
+	lead := p.MaxLead
+	if lead <= 0 {
+		lead = MaxProposalLead
+	}
 	return parseOutcome(grantScript.Run(ctx, n.Client, []string{lk, lk + fenceSuffix, lk + waitersSuffix, lk + receiptsSuffix},
-		owner, Ms(ttl), meta, waitID, score, strconv.FormatUint(proposal, 10), Ms(retention)).Slice())
+		owner, Ms(ttl), meta, waitID, score, strconv.FormatUint(p.Token, 10), Ms(p.Retention), lead.Microseconds()).Slice())
 }
 
 // Commit is phase two: if owner still holds key here, record token in the

@@ -25,7 +25,7 @@ func TestReleaseReceipts(t *testing.T) {
 		acquire := func(owner string) uint64 {
 			t.Helper()
 			if quorum {
-				g, err := n.Grant(ctx, k, owner, time.Minute, "{}", "", 0, 0, 0)
+				g, err := n.Grant(ctx, k, owner, time.Minute, "{}", "", 0, redisproto.Proposal{})
 				if err != nil || !g.Granted {
 					t.Fatal(g, err)
 				}

@@ -192,9 +192,9 @@ func TestEveryScriptLoadsAndRuns(t *testing.T) {
 			{[]string{lk, wk, hk, hdk, lk + ":pk"}, []any{"", 100, ch, 100, "0", "1"}, 0},   // free, Redlock node
 		}},
 		"quorum_grant": {[]string{"|41"}, []scriptCall{
-			{[]string{lk, fk, wk, rk}, []any{own, 60000, "{}", "", 0, "0", 60000}, 1},
-			{[]string{lk, fk, wk, rk}, []any{own, 60000, "{}", "", 0, "9007199254740000", 60000}, 1}, // retried, another proposal
-			{[]string{lk, fk, wk, rk}, []any{other, 60000, "{}", "1-a", 1, "0", 60000}, 0},
+			{[]string{lk, fk, wk, rk}, []any{own, 60000, "{}", "", 0, "0", 60000, 1000000}, 1},
+			{[]string{lk, fk, wk, rk}, []any{own, 60000, "{}", "", 0, "9007199254740000", 60000, 1000000}, 1}, // retried, another proposal
+			{[]string{lk, fk, wk, rk}, []any{other, 60000, "{}", "1-a", 1, "0", 60000, 1000000}, 0},
 		}},
 		"quorum_commit": {[]string{own + "|0|{}"}, []scriptCall{
 			{[]string{lk, fk}, []any{own + "|", "123", own + "|123|{}", 60000}, 1},

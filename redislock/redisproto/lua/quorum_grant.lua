@@ -13,6 +13,7 @@
 --          node wakes the same waiter first)
 -- ARGV[6]  the proposed token, decimal; "0" proposes none
 -- ARGV[7]  the counter's retention, ms
+-- ARGV[8]  the most, µs, a proposal may be ahead of the server's time
 --
 -- Returns {1, floor, recorded, now} when granted, where floor =
 -- max(counter, now) before this grant, decimal, recorded is 1 when the
@@ -21,9 +22,11 @@
 -- reservation}.
 --
 -- A free key gets the lease "<owner>|<token>|<metadata>", PX ttl. The
--- token is the proposal when it is above the floor: the counter is then
--- raised to it here, as a commit would (quorum_commit.lua). Otherwise it
--- is 0, and a commit writes the quorum token in later. A lease already
+-- token is the proposal when it is above the floor and at most ARGV[8]
+-- ahead of the server's time: the counter is then raised to it here, as
+-- a commit would (quorum_commit.lua). Otherwise it is 0, and a commit
+-- writes the quorum token in later. A proposal of 2^53 or more, or one
+-- without a positive retention, is an error before anything is written. A lease already
 -- held by the same owner (the same attempt executed twice: the client
 -- retried a request whose reply was lost) is granted again and left as it
 -- is (a commit may have recorded the token in it already; its expiry stays
@@ -31,6 +34,10 @@
 -- the proposal. A release marker ("|<token>", with or without a
 -- reservation that has ended) counts as free; its token goes to the
 -- receipts when the grant overwrites it.
+local p = tonumber(ARGV[6]) or 0
+if p >= 9007199254740992 or (p > 0 and (tonumber(ARGV[7]) or 0) <= 0) then
+  return redis.error_reply('ERR quorum_grant: bad proposal ' .. ARGV[6] .. ' or retention ' .. tostring(ARGV[7]))
+end
 local cur = redis.call('GET', KEYS[1])
 local pttl = 0
 local mine = cur and string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '|'
@@ -50,7 +57,6 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local c = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 if c < now then c = now end
-local p = tonumber(ARGV[6]) or 0
 local recorded = 0
 if mine then
   if p > 0 and tonumber(string.match(cur, '^[^|]*|(%d+)|')) == p then
@@ -59,7 +65,7 @@ if mine then
 else
   take_marker(cur, KEYS[4])
   local tok = '0'
-  if p > c then
+  if p > c and p <= now + (tonumber(ARGV[8]) or 0) then
     tok = ARGV[6]
     redis.call('SET', KEYS[2], tok, 'PX', ARGV[7])
     recorded = 1

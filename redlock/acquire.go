@@ -42,6 +42,7 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 	all := b.all()
 	retention := req.TTL + FenceRetention
 	prop := redisproto.Proposal{Token: b.proposal(), Retention: retention, MaxLead: b.maxLead}
+	sent := time.Now()
 	ch := b.fanOut(ctx, timeout, all, func(ctx context.Context, n *node) answer {
 		defer b.waiters.Begin(req.WaitID)() // may queue the waiter
 		if hook := grantHook.Load(); hook != nil {
@@ -67,18 +68,18 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 		return driver.Grant{}, b.acquireError(req.Key, r.seen)
 	}
 	var (
-		granted  []int
-		floor    uint64
-		recorded int
-		nodeTime int64 // the furthest node's time as of now, µs
-		rtt      time.Duration
+		granted   []int
+		floor     uint64
+		recorded  int
+		nodeTimes []int64 // the granting nodes' times as of now, µs
+		rtt       time.Duration
 	)
 	now := time.Now()
 	for _, i := range all {
 		if a := r.seen[i]; a.ok {
 			if a.o.Now > 0 {
-				nodeTime = max(nodeTime, a.o.Now+now.Sub(a.at).Microseconds())
-				rtt = max(rtt, a.at.Sub(start))
+				nodeTimes = append(nodeTimes, a.o.Now+now.Sub(a.at).Microseconds())
+				rtt = max(rtt, a.at.Sub(sent))
 			}
 			granted = append(granted, i)
 			floor = max(floor, a.o.Token)
@@ -87,7 +88,12 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 			}
 		}
 	}
-	b.tokens.measure(nodeTime, now, rtt)
+	if len(nodeTimes) >= b.quorum {
+		// The quorum-th latest clock: a majority's, which one node
+		// whose clock is ahead does not move.
+		slices.Sort(nodeTimes)
+		b.tokens.measure(nodeTimes[len(nodeTimes)-b.quorum], now, rtt)
+	}
 	if elapsed := time.Since(start); elapsed >= req.TTL {
 		lease.cleanup(r.seen)
 		return driver.Grant{}, b.noValidity(req.Key, r.seen, elapsed)

@@ -863,9 +863,9 @@ func TestTry_StaleClockMeasure_CommitsAndMeasuresAgain(t *testing.T) {
 
 // Symptom: a proposal recorded by a minority only was used as the token.
 // The attempt commits instead, above the highest floor among the granting
-// nodes.
+// nodes. Node 0 answers last, so the granting majority is node 1 (its
+// counter a day ahead: it does not record) and node 2 (it records).
 func TestTry_ProposalRecordedOnMinority_Commits(t *testing.T) {
-	t.Parallel()
 	c := startNodes(t, 3)
 	l := c.locker(t)
 	measure, err := l.Acquire(dlocktest.Context(t), dlocktest.Key(t)+"-measure")
@@ -880,13 +880,48 @@ func TestTry_ProposalRecordedOnMinority_Commits(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	gate := make(chan struct{})
+	var node2 string // node 2's lease as its grant left it
+	redlock.SetGrantHooks(t, l, func(i int) func() {
+		switch i {
+		case 0:
+			<-gate
+		case 2:
+			return func() { node2 = c.holders(t, key)[2] }
+		}
+		return nil
+	})
 	lk, err := l.Acquire(dlocktest.Context(t), key)
+	close(gate)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer lk.Release(dlocktest.Context(t))
+	if !strings.HasPrefix(node2, lk.Owner()+"|") || strings.HasPrefix(node2, lk.Owner()+"|0|") {
+		t.Fatalf("node 2's lease after its grant: %q; want the proposal recorded", node2)
+	}
 	if lk.Token() != high+1 || redlock.CommitRounds(l) != 2 {
 		t.Fatalf("token %d after %d commit rounds; want %d after two", lk.Token(), redlock.CommitRounds(l), high+1)
+	}
+}
+
+// The defaults take the one-round path: of five acquisitions after the
+// Locker's first, at least one proposal is recorded by a majority (each
+// falls short only if its request takes longer than the lead, 100 ms,
+// plus the measured round trip to reach the nodes).
+func TestTry_Defaults_ProposalRecorded(t *testing.T) {
+	t.Parallel()
+	c := startNodes(t, 3)
+	l := c.locker(t)
+	for range 6 {
+		lk, err := l.Acquire(dlocktest.Context(t), dlocktest.Key(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lk.Release(dlocktest.Context(t))
+	}
+	if n := redlock.CommitRounds(l); n == 6 {
+		t.Fatalf("%d commit rounds in 6 acquisitions: no proposal was recorded", n)
 	}
 }
 

@@ -36,6 +36,24 @@ func SetGrantHook(t interface{ Cleanup(func()) }, l *Locker, i int, before, afte
 	t.Cleanup(func() { grantHook.Store(nil) })
 }
 
+// SetGrantHooks makes f run as a phase-one grant request to each node of
+// l is about to be sent, with the node's index; the function f returns
+// (if any) runs once that node has answered, before the attempt sees the
+// answer. Until the test ends; the hook is the package's, so a test that
+// sets it must not run in parallel.
+func SetGrantHooks(t interface{ Cleanup(func()) }, l *Locker, f func(i int) (after func())) {
+	g := func(n *node) func() {
+		for i, m := range l.b.nodes {
+			if m == n {
+				return f(i)
+			}
+		}
+		return nil
+	}
+	grantHook.Store(&g)
+	t.Cleanup(func() { grantHook.Store(nil) })
+}
+
 // SetBreakCheckHook makes f run after each check a break notice (or the
 // subscriptions being in place) triggers in a held lock, with the number
 // of nodes found holding the lease, silent or not heard from when the

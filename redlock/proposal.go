@@ -27,12 +27,14 @@ const maxProposal = 1<<53 - 1
 //
 // Proposals follow the nodes' clocks, never the client's wall clock: each
 // grant reply carries the node's time, and a proposal is the latest
-// measure of the furthest node's time, moved on by the client's monotonic
+// measure of a majority's time (the quorum-th latest of the granting
+// nodes' clocks, so that one node whose clock is ahead does not lead),
+// moved on by the client's monotonic
 // clock since, plus the round trip of that measure and ProposalLead (a
 // node's time when it runs the grant is at most a round trip past what
 // the client can know of it). So a token is never more than that lead
-// ahead of the nodes' clocks (while they do not step back), whatever the
-// client's clock does, and the nodes refuse to record one more than
+// ahead of a majority's clocks (while they do not step back), whatever
+// the client's clock does, and the nodes refuse to record one more than
 // redisproto.MaxProposalLead ahead: once a key's counter has expired (its
 // retention), the nodes' clocks are above every token it gave. Before a
 // first measure, or once the last is older than measureLife, an attempt
@@ -67,9 +69,9 @@ func (p *proposer) next() uint64 {
 	return uint64(v)
 }
 
-// measure records the nodes' time as of at (the furthest of the granting
-// nodes' times, each moved on by the time since its reply arrived) and
-// the round trip of the round, up to at.
+// measure records a majority's time as of at (each node's reply time
+// moved on by the time since its reply arrived) and the round trip of
+// the round.
 func (p *proposer) measure(node int64, at time.Time, rtt time.Duration) {
 	if node > 0 {
 		p.m.Store(&clockMeasure{node: node, at: at, rtt: rtt})

@@ -34,9 +34,12 @@
 -- the proposal. A release marker ("|<token>", with or without a
 -- reservation that has ended) counts as free; its token goes to the
 -- receipts when the grant overwrites it.
-local p = tonumber(ARGV[6]) or 0
-if p >= 9007199254740992 or (p > 0 and (tonumber(ARGV[7]) or 0) <= 0) then
-  return redis.error_reply('ERR quorum_grant: bad proposal ' .. ARGV[6] .. ' or retention ' .. tostring(ARGV[7]))
+local p = 0
+if string.match(ARGV[6], '^%d+$') then p = tonumber(ARGV[6]) end
+if not string.match(ARGV[6], '^%d+$') or p >= 9007199254740992 or
+   (p > 0 and not (string.match(ARGV[7], '^%d+$') and tonumber(ARGV[7]) > 0
+                   and string.match(ARGV[8], '^%d+$'))) then
+  return redis.error_reply('ERR quorum_grant: bad proposal ' .. ARGV[6] .. ', retention ' .. tostring(ARGV[7]) .. ' or lead ' .. tostring(ARGV[8]))
 end
 local cur = redis.call('GET', KEYS[1])
 local pttl = 0

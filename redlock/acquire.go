@@ -170,7 +170,12 @@ func (l *lease) cleanup(seen map[int]answer) {
 }
 
 // finish waits for the n straggling answers of phase one and releases any
-// late grant if the attempt failed or the lock was released meanwhile.
+// late grant if the attempt failed or the lock was released meanwhile,
+// unless the node released it already: its answer to the lock's last
+// Release says it released the lease at a time (the node's clock) after
+// the grant ran. A grant that ran after that release (it overtook it on
+// another connection, or the client sent it again after a lost reply) is
+// released again.
 func (l *lease) finish(ch <-chan answer, n int, failed bool) {
 	for ; n > 0; n-- {
 		a := <-ch
@@ -179,10 +184,28 @@ func (l *lease) finish(ch <-chan answer, n int, failed bool) {
 		}
 		l.mu.Lock()
 		gone := failed || l.released
+		releases := l.releases
 		l.mu.Unlock()
-		if gone {
-			l.releaseOn([]int{a.i})
+		if !gone {
+			continue
 		}
+		if !failed && a.ok && a.o.Now > 0 && releases != nil && releasedAfter(&releases[a.i], a.o.Now, l.timeout) {
+			continue
+		}
+		l.releaseOn([]int{a.i})
+	}
+}
+
+// releasedAfter waits (at most timeout) for r and reports whether that
+// release removed the lease after the node's time grantAt.
+func releasedAfter(r *nodeRelease, grantAt int64, timeout time.Duration) bool {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-r.done:
+		return r.ok && r.at > grantAt
+	case <-t.C:
+		return false
 	}
 }
 

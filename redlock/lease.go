@@ -34,6 +34,19 @@ type lease struct {
 	// after the lock was released has been released again; nil for a
 	// lease that was not acquired here (Abort).
 	acquiring chan struct{}
+	// releases has, per node, the answer of the last Release (nil before
+	// one): a straggling grant that node ran before that release needs
+	// no release of its own.
+	releases []nodeRelease
+}
+
+// nodeRelease is one node's answer to a Release: done is closed once it
+// answered (or its request ended); ok says it released the lease, at
+// the node's time then (µs).
+type nodeRelease struct {
+	done chan struct{}
+	ok   bool
+	at   int64
 }
 
 // releaseOn releases the nodes idx, each bounded by the node timeout, and
@@ -46,7 +59,7 @@ func (l *lease) releaseOn(idx []int) {
 	tok := l.token
 	l.mu.Unlock()
 	ch := l.b.fanOut(context.Background(), l.timeout, idx, func(ctx context.Context, n *node) answer {
-		ok, err := n.QuorumRelease(ctx, l.key, l.owner, tok, FenceRetention)
+		ok, _, err := n.QuorumRelease(ctx, l.key, l.owner, tok, FenceRetention)
 		return answer{ok: ok, err: err}
 	})
 	for range idx {
@@ -74,8 +87,13 @@ func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 // node released already (a retry after a lost reply or an error) counts
 // as released: it keeps a marker with the lease's token.
 func (l *lease) Release(ctx context.Context) error {
+	releases := make([]nodeRelease, len(l.b.nodes))
+	for i := range releases {
+		releases[i].done = make(chan struct{})
+	}
 	l.mu.Lock()
 	l.released = true
+	l.releases = releases
 	tok := l.token
 	l.mu.Unlock()
 	all := l.b.all()
@@ -87,7 +105,10 @@ func (l *lease) Release(ctx context.Context) error {
 	// timeout on its own.
 	start := time.Now()
 	ch := l.b.fanOut(context.WithoutCancel(ctx), l.timeout, all, func(ctx context.Context, n *node) answer {
-		ok, err := n.QuorumRelease(ctx, l.key, l.owner, tok, FenceRetention)
+		ok, at, err := n.QuorumRelease(ctx, l.key, l.owner, tok, FenceRetention)
+		r := &releases[n.idx]
+		r.ok, r.at = ok && err == nil, at
+		close(r.done)
 		return answer{ok: ok, err: err}
 	})
 	r := tally(ctx, ch, all, l.b.quorum, l.timeout)

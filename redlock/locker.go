@@ -91,6 +91,7 @@ var (
 
 type node struct {
 	*redisproto.Node
+	idx      int // in backend.nodes
 	name     string
 	renewing atomic.Bool // a RefreshBatch pipeline to this node is running
 	// unanswered: the node's eviction check got no answer; later attempts
@@ -163,7 +164,7 @@ func (b *backend) addNodes(clients []redis.UniversalClient, o options) error {
 		default:
 			seen[c] = true
 		}
-		b.nodes = append(b.nodes, &node{Node: redisproto.NewNode(c, o.prefix), name: nodeName(c, i)})
+		b.nodes = append(b.nodes, &node{Node: redisproto.NewNode(c, o.prefix), idx: len(b.nodes), name: nodeName(c, i)})
 	}
 	return nil
 }

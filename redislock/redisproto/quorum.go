@@ -2,6 +2,7 @@ package redisproto
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"time"
 )
@@ -57,10 +58,20 @@ func (n *Node) Commit(ctx context.Context, key, owner string, token uint64, meta
 // hand the key to the first queued waiter; false means owner does not
 // hold key. With the lease's quorum token (0 when unknown) the key keeps
 // the marker "|<token>" for retention, so that a retried release reports
-// true (see Receipts); without it the key is deleted.
-func (n *Node) QuorumRelease(ctx context.Context, key, owner string, token uint64, retention time.Duration) (bool, error) {
+// true (see Receipts); without it the key is deleted. at is the node's
+// time when it ran the release, µs (0 if the reply lacks it).
+func (n *Node) QuorumRelease(ctx context.Context, key, owner string, token uint64, retention time.Duration) (ok bool, at int64, err error) {
 	lk := n.LockKey(key)
-	v, err := quorumReleaseScript.Run(ctx, n.Client, []string{lk, lk + waitersSuffix, lk + receiptsSuffix},
-		owner+"|", lk+channelSuffix, Ms(HandoffReserve), tokenArg(token), Ms(retention), n.cluster).Int64()
-	return v == 1, err
+	res, err := quorumReleaseScript.Run(ctx, n.Client, []string{lk, lk + waitersSuffix, lk + receiptsSuffix},
+		owner+"|", lk+channelSuffix, Ms(HandoffReserve), tokenArg(token), Ms(retention), n.cluster).Slice()
+	if err != nil {
+		return false, 0, err
+	}
+	if len(res) < 2 {
+		return false, 0, fmt.Errorf("quorum_release: unexpected reply %v", res)
+	}
+	if s, isStr := res[1].(string); isStr {
+		at, _ = strconv.ParseInt(s, 10, 64)
+	}
+	return res[0] == int64(1), at, nil
 }

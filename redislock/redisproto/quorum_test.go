@@ -37,7 +37,7 @@ func TestQuorumReleaseRecognisesItsOwnRelease(t *testing.T) {
 		t.Fatalf("value after a retried grant = %q", v)
 	}
 	for i := range 2 {
-		if ok, err := n.QuorumRelease(ctx, k, a, tok, time.Hour); !ok || err != nil {
+		if ok, _, err := n.QuorumRelease(ctx, k, a, tok, time.Hour); !ok || err != nil {
 			t.Fatalf("release %d = %v, %v", i, ok, err)
 		}
 	}
@@ -49,7 +49,7 @@ func TestQuorumReleaseRecognisesItsOwnRelease(t *testing.T) {
 	if g, err := n.Grant(ctx, k2, a, time.Minute, "{}", "", 0, redisproto.Proposal{}); err != nil || !g.Granted {
 		t.Fatal(g, err)
 	}
-	if ok, err := n.QuorumRelease(ctx, k2, a, 0, time.Hour); !ok || err != nil {
+	if ok, _, err := n.QuorumRelease(ctx, k2, a, 0, time.Hour); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	if n, _ := c.Exists(ctx, n.LockKey(k2)).Result(); n != 0 {
@@ -93,7 +93,7 @@ func TestGrant_ProposalAboveFloor_RecordedOnceAndOnRetry(t *testing.T) {
 		t.Fatalf("retried grant with another proposal = %+v, %v; want not recorded", g, err)
 	}
 	// Another owner after a release proposes at the counter: refused.
-	if ok, err := n.QuorumRelease(ctx, k, a, prop, time.Hour); !ok || err != nil {
+	if ok, _, err := n.QuorumRelease(ctx, k, a, prop, time.Hour); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	b := strings.Repeat("b", 32)

@@ -45,7 +45,7 @@ func TestReleaseReceipts(t *testing.T) {
 			var ok bool
 			var err error
 			if quorum {
-				ok, err = n.QuorumRelease(ctx, k, owner, tok, time.Hour)
+				ok, _, err = n.QuorumRelease(ctx, k, owner, tok, time.Hour)
 			} else {
 				ok, err = n.Release(ctx, k, owner, tok, time.Hour)
 			}

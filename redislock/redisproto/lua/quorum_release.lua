@@ -11,8 +11,8 @@
 -- ARGV[5]  the marker's retention, ms
 -- ARGV[6]  "1" on a Cluster, else "0"
 --
--- Returns 1 when released (now or already), 0 when owner does not hold
--- the key.
+-- Returns {1, now} when released (now or already), {0, now} when owner
+-- does not hold the key, where now is the server time in µs, decimal.
 --
 -- Like release.lua, it wakes the first queued waiter still listening and
 -- reserves the key for it ("|<token>|<id>|<until>"); the quorum counter
@@ -25,12 +25,14 @@
 -- grant took the marker over, by the token recorded in the receipts.
 -- Without a token the key is deleted, or, when the release woke a waiter,
 -- holds "|0|<id>|<until>" for the reservation.
+local t = redis.call('TIME')
+local now = string.format('%.0f', tonumber(t[1]) * 1000000 + tonumber(t[2]))
 local v = redis.call('GET', KEYS[1])
 if not (v and string.sub(v, 1, #ARGV[1]) == ARGV[1]) then
   if has_receipt(v, KEYS[3], ARGV[4]) then
-    return 1 -- released already
+    return {1, now} -- released already
   end
-  return 0
+  return {0, now}
 end
 local turn = wake_one(KEYS[2], ARGV[2], ARGV[3], ARGV[6])
 if ARGV[4] ~= '' then
@@ -44,4 +46,4 @@ elseif turn then
 else
   redis.call('DEL', KEYS[1])
 end
-return 1
+return {1, now}

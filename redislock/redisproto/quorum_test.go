@@ -1,10 +1,13 @@
 package redisproto_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testserver"
@@ -16,10 +19,7 @@ import (
 // cleanup) deletes the key.
 func TestQuorumReleaseRecognisesItsOwnRelease(t *testing.T) {
 	t.Parallel()
-	srv := testserver.StartRedis(t)
-	c := newClient(t, srv.Addr())
-	n := redisproto.NewNode(c, "dlock")
-	ctx := dlocktest.Context(t)
+	c, n, ctx := quorumNode(t)
 	k, a := key(t), strings.Repeat("a", 32)
 	g, err := n.Grant(ctx, k, a, time.Minute, "{}", "", 0, redisproto.Proposal{})
 	if err != nil || !g.Granted {
@@ -64,10 +64,7 @@ func TestQuorumReleaseRecognisesItsOwnRelease(t *testing.T) {
 // below the floor records nothing.
 func TestGrant_ProposalAboveFloor_RecordedOnceAndOnRetry(t *testing.T) {
 	t.Parallel()
-	srv := testserver.StartRedis(t)
-	c := newClient(t, srv.Addr())
-	n := redisproto.NewNode(c, "dlock")
-	ctx := dlocktest.Context(t)
+	c, n, ctx := quorumNode(t)
 	k, a := key(t), strings.Repeat("a", 32)
 	prop := uint64(time.Now().Add(time.Hour).UnixMicro())
 	far := redisproto.Proposal{Token: prop, Retention: time.Hour, MaxLead: 2 * time.Hour}
@@ -115,10 +112,7 @@ func TestGrant_ProposalAboveFloor_RecordedOnceAndOnRetry(t *testing.T) {
 // before anything is written.
 func TestGrant_ProposalTooFarAheadOrBad_NotRecorded(t *testing.T) {
 	t.Parallel()
-	srv := testserver.StartRedis(t)
-	c := newClient(t, srv.Addr())
-	n := redisproto.NewNode(c, "dlock")
-	ctx := dlocktest.Context(t)
+	c, n, ctx := quorumNode(t)
 	k, a := key(t), strings.Repeat("a", 32)
 	ahead := uint64(time.Now().Add(time.Hour).UnixMicro())
 	g, err := n.Grant(ctx, k, a, time.Minute, "{}", "", 0, redisproto.Proposal{Token: ahead, Retention: time.Hour})
@@ -143,4 +137,12 @@ func TestGrant_ProposalTooFarAheadOrBad_NotRecorded(t *testing.T) {
 			t.Fatalf("grant with %+v wrote %d keys", p, n)
 		}
 	}
+}
+
+// quorumNode starts a server and returns a default client on it, its
+// Node under the default prefix, and the test's context.
+func quorumNode(t *testing.T) (*redis.Client, *redisproto.Node, context.Context) {
+	srv := testserver.StartRedis(t)
+	c := newClient(t, srv.Addr())
+	return c, redisproto.NewNode(c, "dlock"), dlocktest.Context(t)
 }

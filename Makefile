@@ -57,6 +57,15 @@ deps:
 	export DEBIAN_FRONTEND=noninteractive; \
 	apt-get update -qq && apt-get install -y -qq --no-install-recommends $(DEB_PKGS) >/dev/null && \
 	echo "deps: installed $(DEB_PKGS)"
+	@# The TairString module (Tair's CAS and CAD for redis-server), a test
+	@# fixture beside the checkout: built where internal/testserver looks
+	@# for it (testserver.TairStringTarget). Tests that need it build it
+	@# themselves too, or take DLOCK_TAIRSTRING.
+	@src=../shared/tairstring; out="$${XDG_CACHE_HOME:-$$HOME/.cache}/dlock/tairstring.so"; \
+	if [ -f $$src/build.sh ]; then \
+	  mkdir -p "$$(dirname "$$out")" && bash $$src/build.sh "$$out.make.tmp" >/dev/null && mv "$$out.make.tmp" "$$out" && \
+	  echo "deps: built the TairString module ($$out)"; \
+	else echo "deps: no $$src beside the checkout: the Tair tests will skip (set DLOCK_TAIRSTRING to a built module)"; fi
 
 ## fmt-check: fail if gofmt would change a file.
 fmt-check:

@@ -162,6 +162,17 @@
 // a NUL byte and <name> the value kept under name (see redislock.Guard;
 // R is encoded as HashTag encodes lock keys). List reads lock keys only.
 //
+// # Without scripts
+//
+// On a server with Tair's CAS and CAD (Alibaba Cloud Tair, or redis-server
+// with the TairString module), tair.go implements exclusive locks with
+// native commands only, for users whose ACL denies scripts: TairAcquire
+// (SET NX PX, then the token by CAS), TairRefresh (CAS) and TairRelease
+// (CAD, and PUBLISH on the key's free channel "P:{T}:free"). They read and
+// write the lock values above, so a lease taken either way is read by the
+// other; their comments give the token argument. redislock's Locker does
+// not use them yet.
+//
 // # Scripts
 //
 // Each script is a file in lua/, embedded, whose header comment gives its

@@ -128,6 +128,9 @@ func (b *backend) rollback(ctx context.Context, req *driver.Request, token uint6
 // wraps dlock.ErrUnavailable when the server could not be reached or
 // dropped the connection (refused, reset), the client's error kept.
 func requestError(op, key string, err error) error {
+	if redisproto.ScriptsDenied(err) {
+		return fmt.Errorf("dlock: redis %s %q: %w (redislock runs Lua scripts: the client's ACL user needs EVALSHA and EVAL, e.g. +@scripting)", op, key, err)
+	}
 	err = fmt.Errorf("dlock: redis %s %q: %w", op, key, err)
 	if driver.Unreachable(err) {
 		return dlock.Unavailable(err)

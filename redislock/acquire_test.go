@@ -265,3 +265,28 @@ func TestTryAcquire_HeldKey_OneScript(t *testing.T) {
 		t.Errorf("an uncontended Acquire and Release ran %d scripts, want 2", n)
 	}
 }
+
+// Symptom: on a user whose ACL denies scripts, every call failed with
+// "NOPERM this user has no permissions to run the 'evalsha' command",
+// which does not say that redislock needs scripts.
+// The error says what the user must be allowed, at once for a blocking
+// Acquire too, and is not a holder.
+func TestAcquire_ScriptsDenied_ErrorSaysWhatToAllow(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t)
+	if _, err := srv.Do("ACL", "SETUSER", "app", "on", ">pw", "~*", "&*", "+@all", "-@scripting"); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "app", Password: "pw"})
+	t.Cleanup(func() { c.Close() })
+	l := redislock.New(c)
+	ctx, cancel := context.WithTimeout(context.Background(), dlocktest.HangTimeout)
+	defer cancel()
+	for _, acquire := range []func(context.Context, string, ...dlock.Option) (*dlock.Lock, error){l.TryAcquire, l.Acquire} {
+		_, err := acquire(ctx, dlocktest.Key(t))
+		if err == nil || !strings.Contains(err.Error(), "NOPERM") || !strings.Contains(err.Error(), "+@scripting") ||
+			errors.Is(err, dlock.ErrNotAcquired) || ctx.Err() != nil {
+			t.Fatalf("acquire without script permission: %v; want the NOPERM with what to allow, before the deadline", err)
+		}
+	}
+}

@@ -214,6 +214,18 @@ func (n *Node) TairRelease(ctx context.Context, key, value string) (released boo
 	return r == 1 || r == -1, err
 }
 
+// ScriptsDenied reports whether err is the server refusing this user a
+// script command (an ACL NOPERM on EVAL, EVALSHA or SCRIPT).
+func ScriptsDenied(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	s := re.Error()
+	return strings.HasPrefix(s, "NOPERM") &&
+		(strings.Contains(s, "'evalsha'") || strings.Contains(s, "'eval'") || strings.Contains(s, "'script"))
+}
+
 // TairDelete deletes the lease value if the key still holds it (CAD),
 // without telling waiters: the undoing of an attempt.
 func (n *Node) TairDelete(ctx context.Context, key, value string) error {

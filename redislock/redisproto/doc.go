@@ -167,11 +167,14 @@
 // On a server with Tair's CAS and CAD (Alibaba Cloud Tair, or redis-server
 // with the TairString module), tair.go implements exclusive locks with
 // native commands only, for users whose ACL denies scripts: TairAcquire
-// (SET NX PX, then the token by CAS), TairRefresh (CAS) and TairRelease
-// (CAD, and PUBLISH on the key's free channel "P:{T}:free"). They read and
-// write the lock values above, so a lease taken either way is read by the
-// other; their comments give the token argument. redislock's Locker does
-// not use them yet.
+// (SET NX PX, or CAS over a release marker, then the token by CAS),
+// TairRefresh (CAS) and TairRelease (CAS to the marker "|<token>", and
+// PUBLISH on the key's free channel "P:{T}:free"). They read and write
+// the lock values, markers and receipts above, so a lease taken either
+// way is read by the other; their comments give the token argument. A
+// Lua-free release wakes no waiter of the scripts' queue (those find the
+// key free at their next poll). redislock's Locker does not use them
+// yet.
 //
 // # Scripts
 //

@@ -14,30 +14,38 @@ import (
 // The Lua-free protocol for exclusive locks, on a server with Tair's CAS
 // and CAD (Alibaba Cloud Tair, or redis-server with the TairString
 // module) where scripts may be denied: native commands only, no script,
-// no MULTI. The keys and values are the scripts' (see the package
-// documentation), so both protocols read each other's leases.
+// no MULTI. Its keys and values are the scripts' (see the package
+// documentation), so a deployment may mix clients of both protocols.
 //
-//   - Acquire (two round trips): SET the lease with token 0 NX PX ttl,
-//     then GET, PTTL and TIME in the same pipeline; a grant then writes
-//     its token with CAS (the lease still token 0, so still this
-//     attempt's) and PX. The token is max(server time in µs after the
-//     grant, the released token a marker holds + 1): taken while the
-//     attempt holds the key, after every earlier holder's grant, so it is
-//     above theirs (while the server's clock does not go back, the same
-//     assumption as next_token in lua/helpers.lua). A release marker
-//     "|<token>" (left by a script release) is taken over by CAS.
-//   - Refresh: CAS the value to itself with PX ttl.
-//   - Release: CAD the value, and PUBLISH on the key's free channel in
-//     the same round trip.
+//   - Acquire, two round trips. The first pipeline sends SET the lease
+//     with token 0 NX PX ttl, then GET, PTTL and TIME. A key holding a
+//     release marker ("|<token>", or a reservation for a waiter whose
+//     time has run out) is taken over instead: CAS from the marker, its
+//     token pushed to the receipts as take_marker does, then GET and
+//     TIME. The second round trip writes the token with CAS and PX. The
+//     token is max(the server's time in µs, read after the grant, the
+//     marker's token + 1): it is taken while the attempt holds the key,
+//     after every earlier holder's grant, and above the token the key
+//     kept when its last lease was released.
+//   - Refresh: CAS the value to itself, PX ttl.
+//   - Release: CAS the value to the marker "|<token>", PX retention, as a
+//     script release leaves it, and PUBLISH on the key's free channel.
+//     Not CAD: a deleted key would forget its last token, and the next
+//     token would rest on the server's clock alone.
 //
-// CAS without an expiry removes the key's TTL: every CAS here gives one.
+// Every CAS gives an expiry: CAS without one removes the key's TTL. A
+// Ring client is refused: its pipelines send TIME and PUBLISH to other
+// shards than the key's.
 
 // freeSuffix is the channel a Lua-free release publishes on.
 const freeSuffix = ":free"
 
-// FreeChannel is the channel TairRelease publishes on when it released
-// key: waiters of the Lua-free protocol listen on it.
+// FreeChannel is the channel TairRelease publishes on: waiters of the
+// Lua-free protocol listen on it.
 func (n *Node) FreeChannel(key string) string { return n.LockKey(key) + freeSuffix }
+
+// errTairRing refuses the Lua-free protocol on a Ring client.
+var errTairRing = errors.New("the Lua-free protocol needs a standalone, Sentinel or Cluster client: a Ring sends TIME and PUBLISH to other shards than the key's")
 
 // keyCmdable is a client that also sends arbitrary commands (CAS, CAD).
 type keyCmdable interface {
@@ -45,22 +53,28 @@ type keyCmdable interface {
 	Do(ctx context.Context, args ...any) *redis.Cmd
 }
 
-// keyClient is the client that reaches key's server with commands that
-// name no key (TIME): a Cluster client's master for the key's slot, else
-// the Node's client.
-func (n *Node) keyClient(ctx context.Context, key string) (keyCmdable, error) {
-	if cc, ok := n.Client.(*redis.ClusterClient); ok {
-		return cc.MasterForKey(ctx, key)
+// keyClient is the client that reaches lk's server with the commands
+// that name no key (TIME): a Cluster client's master for the key's slot,
+// else the Node's client.
+func (n *Node) keyClient(ctx context.Context, lk string) (keyCmdable, error) {
+	switch c := n.Client.(type) {
+	case *redis.ClusterClient:
+		return c.MasterForKey(ctx, lk)
+	case *redis.Ring:
+		return nil, errTairRing
 	}
 	return n.Client, nil
 }
 
 // TairAcquire is the Lua-free exclusive acquisition (see above). A held
-// key (or one reserved for a waiter a script release woke) is a refusal
-// naming its holder, as Acquire's. ttl must be at least a millisecond.
+// key, or one reserved for a waiter a script release woke, is a refusal
+// naming its holder, as Acquire's. Each owner is used for one call: a
+// call that failed may leave the owner's lease with token 0, which
+// TairDelete removes (an Engine aborts such an attempt). A resend of its
+// requests by the client finds its own lease and goes on.
 func (n *Node) TairAcquire(ctx context.Context, key, owner string, ttl time.Duration, meta string) (Outcome, error) {
 	if ttl < time.Millisecond {
-		return Outcome{}, fmt.Errorf("TairAcquire: ttl %v below 1ms", ttl)
+		return Outcome{}, fmt.Errorf("TairAcquire %q: ttl %v below 1ms", key, ttl)
 	}
 	start := time.Now()
 	lk := n.LockKey(key)
@@ -88,83 +102,121 @@ func (n *Node) TairAcquire(ctx context.Context, key, owner string, ttl time.Dura
 	case strings.HasPrefix(v, owner+"|"):
 		// This attempt's grant, now or by a resend of the pipeline.
 		if info := ParseValue(v); info.Token != 0 {
-			return Outcome{Granted: true, Token: info.Token}, nil
+			return Outcome{Granted: true, Token: info.Token, PTTL: pttl.Val()}, nil
 		}
-	case strings.HasPrefix(v, "|") && !isReserved(v):
-		// A script release's marker: free, and its token is the key's
-		// latest.
-		t, err := strconv.ParseUint(strings.TrimPrefix(v, "|"), 10, 64)
+	case strings.HasPrefix(v, "|"):
+		m, err := parseMarker(v)
 		if err != nil {
-			return Outcome{}, fmt.Errorf("TairAcquire %q: bad marker %q", key, v)
+			return Outcome{}, fmt.Errorf("TairAcquire %q: %w", key, err)
 		}
-		last = t
-		if err := c.Do(ctx, "CAS", lk, v, hold, "PX", Ms(ttl)).Err(); err != nil {
+		if left := m.until - now.Val().UnixMilli(); m.waiter != "" && left > 0 {
+			return Outcome{ReservedFor: m.waiter, PTTL: time.Duration(left) * time.Millisecond,
+				Holder: Info{Metadata: map[string]string{MetaReservedForWaiter: m.waiter}}}, nil
+		}
+		if m.token >= 1<<53-1 {
+			return Outcome{}, fmt.Errorf("TairAcquire %q: DLOCKTOKEN the key's last token is 2^53 or more: a next token above it cannot be kept exactly", key)
+		}
+		last = m.token
+		if now, err = n.takeOver(ctx, c, lk, v, hold, last, ttl); err != nil {
 			return Outcome{}, err
 		}
-		if now, err = timeAfter(ctx, c, lk, hold); err != nil || now == nil {
-			return n.tairRefusal(ctx, c, lk, err)
+		if now == nil {
+			return n.tairRefusal(ctx, c, lk)
 		}
 	default:
 		return refusalOf(v, pttl.Val())
 	}
 	tok := max(uint64(now.Val().UnixMicro()), last+1)
-	if tok >= 1<<53 {
-		return Outcome{}, fmt.Errorf("TairAcquire %q: token %d is 2^53 or more", key, tok)
-	}
 	left := ttl - time.Since(start)
 	if left < time.Millisecond {
 		_ = n.TairDelete(ctx, key, hold)
 		return Outcome{}, fmt.Errorf("TairAcquire %q: the grant took %v of its %v TTL", key, time.Since(start), ttl)
 	}
 	stamped := FormatValue(owner, tok, meta)
-	switch r, err := c.Do(ctx, "CAS", lk, hold, stamped, "PX", Ms(left)).Int64(); {
-	case err != nil:
-		return Outcome{}, err
-	case r == 1:
-		return Outcome{Granted: true, Token: tok}, nil
-	}
-	// The grant is gone (expired, broken) or already stamped by a resend
-	// of this CAS: read which.
-	cur, err := c.Get(ctx, lk).Result()
+	var cas *redis.Cmd
+	_, err = c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cas = p.Do(ctx, "CAS", lk, hold, stamped, "PX", msUp(left))
+		get = p.Get(ctx, lk)
+		return nil
+	})
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return Outcome{}, err
 	}
-	if cur == stamped {
-		return Outcome{Granted: true, Token: tok}, nil
+	// 1, or 0 for a resend of this CAS that found it done.
+	if r, _ := cas.Int64(); r == 1 || get.Val() == stamped {
+		return Outcome{Granted: true, Token: tok, PTTL: left}, nil
 	}
-	return Outcome{}, fmt.Errorf("TairAcquire %q: the grant was gone before its token was written", key)
+	return Outcome{}, fmt.Errorf("TairAcquire %q: the grant was gone (expired or broken) before its token was written", key)
 }
 
-// timeAfter reads the server's time after checking, in the same round
-// trip, that lk holds want: nil when it does not.
-func timeAfter(ctx context.Context, c keyCmdable, lk, want string) (*redis.TimeCmd, error) {
+// msUp is d in whole milliseconds, rounded up: a lease's expiry on the
+// server is never before the one its holder counts with.
+func msUp(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
+
+// marker is a release marker "|<token>" or "|<token>|<wait id>|<until ms>".
+type marker struct {
+	token  uint64
+	waiter string
+	until  int64 // ms on the server's clock; 0 without a waiter
+}
+
+func parseMarker(v string) (marker, error) {
+	parts := strings.Split(strings.TrimPrefix(v, "|"), "|")
+	var m marker
+	var err error
+	switch len(parts) {
+	case 3:
+		m.waiter = parts[1]
+		if m.until, err = strconv.ParseInt(parts[2], 10, 64); err != nil {
+			return m, fmt.Errorf("bad release marker %q", v)
+		}
+		fallthrough
+	case 1:
+		if m.token, err = strconv.ParseUint(parts[0], 10, 64); err != nil {
+			return m, fmt.Errorf("bad release marker %q", v)
+		}
+		return m, nil
+	}
+	return m, fmt.Errorf("bad release marker %q", v)
+}
+
+// takeOver replaces the release marker v with hold by CAS, records the
+// marker's token last in the receipts (as take_marker in
+// lua/helpers.lua does: the marker proves that lease's release), and
+// returns the server's time after the takeover, or nil when lk does not
+// hold hold (another client took the marker first).
+func (n *Node) takeOver(ctx context.Context, c keyCmdable, lk, v, hold string, last uint64, ttl time.Duration) (*redis.TimeCmd, error) {
 	var (
 		get *redis.StringCmd
 		now *redis.TimeCmd
 	)
 	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Do(ctx, "CAS", lk, v, hold, "PX", Ms(ttl))
+		if last != 0 {
+			rel := lk + receiptsSuffix
+			p.LPush(ctx, rel, last)
+			p.LTrim(ctx, rel, 0, Receipts-1)
+			p.PExpire(ctx, rel, ReceiptRetention)
+		}
 		get, now = p.Get(ctx, lk), p.Time(ctx)
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err
 	}
-	if get.Val() != want {
+	if get.Val() != hold {
 		return nil, nil
 	}
 	return now, nil
 }
 
 // tairRefusal reads lk's holder after a takeover that did not happen.
-func (n *Node) tairRefusal(ctx context.Context, c keyCmdable, lk string, err error) (Outcome, error) {
-	if err != nil {
-		return Outcome{}, err
-	}
+func (n *Node) tairRefusal(ctx context.Context, c keyCmdable, lk string) (Outcome, error) {
 	var (
 		get  *redis.StringCmd
 		pttl *redis.DurationCmd
 	)
-	_, err = c.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		get, pttl = p.Get(ctx, lk), p.PTTL(ctx, lk)
 		return nil
 	})
@@ -174,44 +226,79 @@ func (n *Node) tairRefusal(ctx context.Context, c keyCmdable, lk string, err err
 	return refusalOf(get.Val(), pttl.Val())
 }
 
-// refusalOf is the Outcome of a key held as v, with pttl left.
+// refusalOf is the Outcome of a key held as v, with pttl left (PTTL's
+// -1, no expiry, and -2, no key, count as 0).
 func refusalOf(v string, pttl time.Duration) (Outcome, error) {
-	return parseOutcome([]any{int64(0), v, pttl.Milliseconds()}, nil)
-}
-
-// isReserved reports whether a release marker reserves the key for a
-// waiter ("|<token>|<wait id>|<until ms>").
-func isReserved(v string) bool {
-	_, ok := reservedFor(v)
-	return ok
+	return parseOutcome([]any{int64(0), v, max(pttl, 0).Milliseconds()}, nil)
 }
 
 // TairRefresh extends the lease value to ttl if the key still holds it:
-// CAS value value PX ttl.
+// CAS value value PX ttl. ttl must be at least a millisecond.
 func (n *Node) TairRefresh(ctx context.Context, key, value string, ttl time.Duration) (bool, error) {
-	r, err := n.Client.Do(ctx, "CAS", n.LockKey(key), value, value, "PX", Ms(ttl)).Int64()
+	if ttl < time.Millisecond {
+		return false, fmt.Errorf("TairRefresh %q: ttl %v below 1ms", key, ttl)
+	}
+	r, err := n.Client.Do(ctx, "CAS", n.LockKey(key), value, value, "PX", msUp(ttl)).Int64()
 	return r == 1, err
 }
 
-// TairRelease deletes the lease value if the key still holds it (CAD) and
-// publishes on the key's free channel, in one round trip. released is
-// true when CAD deleted it, and when the key was gone already (a resend
-// of a release whose reply was lost, or a lease that expired or was
-// broken: a caller that has not passed its lease's deadline rules out
-// expiry); false when another value holds the key.
-func (n *Node) TairRelease(ctx context.Context, key, value string) (released bool, err error) {
+// TairRelease releases the lease value: if the key still holds it, CAS
+// it to the marker "|<token>" for retention, and PUBLISH on the key's
+// free channel, in one round trip. released is true when it did, and when
+// the lease was released already (a resend of a release whose reply was
+// lost: the key holds its marker, or a later grant took the marker over
+// and recorded its token in the receipts); false when the key no longer
+// holds the lease (expired, broken, or another holder's). A PUBLISH the
+// server refuses (an ACL without the channel) does not fail a release
+// that happened: waiters then find the key free at their next poll.
+func (n *Node) TairRelease(ctx context.Context, key, value string, retention time.Duration) (released bool, err error) {
+	if retention < time.Millisecond {
+		return false, fmt.Errorf("TairRelease %q: retention %v below 1ms", key, retention)
+	}
 	lk := n.LockKey(key)
-	var cad *redis.Cmd
-	_, err = n.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		cad = p.Do(ctx, "CAD", lk, value)
+	tok := strconv.FormatUint(ParseValue(value).Token, 10)
+	mark := "|" + tok
+	var (
+		cas  *redis.Cmd
+		get  *redis.StringCmd
+		rels *redis.StringSliceCmd
+	)
+	// The pipeline's own error is its first command's that failed; each
+	// command's is read below, and PUBLISH's is left alone.
+	_, _ = n.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cas = p.Do(ctx, "CAS", lk, value, mark, "PX", Ms(retention))
+		get, rels = p.Get(ctx, lk), p.LRange(ctx, lk+receiptsSuffix, 0, Receipts-1)
 		p.Publish(ctx, lk+freeSuffix, "1")
 		return nil
 	})
-	if err != nil {
+	r, err := cas.Int64()
+	switch {
+	case err != nil:
+		return false, err
+	case r == 1:
+		return true, nil
+	}
+	if err := get.Err(); err != nil && !errors.Is(err, redis.Nil) {
 		return false, err
 	}
-	r, err := cad.Int64()
-	return r == 1 || r == -1, err
+	if err := rels.Err(); err != nil {
+		return false, err
+	}
+	if v := get.Val(); v == mark || strings.HasPrefix(v, mark+"|") {
+		return true, nil
+	}
+	for _, r := range rels.Val() {
+		if r == tok && tok != "0" {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// TairDelete deletes the lease value if the key still holds it (CAD),
+// without telling waiters: the undoing of an attempt.
+func (n *Node) TairDelete(ctx context.Context, key, value string) error {
+	return n.Client.Do(ctx, "CAD", n.LockKey(key), value).Err()
 }
 
 // ScriptsDenied reports whether err is the server refusing this user a
@@ -224,10 +311,4 @@ func ScriptsDenied(err error) bool {
 	s := re.Error()
 	return strings.HasPrefix(s, "NOPERM") &&
 		(strings.Contains(s, "'evalsha'") || strings.Contains(s, "'eval'") || strings.Contains(s, "'script"))
-}
-
-// TairDelete deletes the lease value if the key still holds it (CAD),
-// without telling waiters: the undoing of an attempt.
-func (n *Node) TairDelete(ctx context.Context, key, value string) error {
-	return n.Client.Do(ctx, "CAD", n.LockKey(key), value).Err()
 }

@@ -66,11 +66,11 @@ func TestTairAcquire_NoScripts_TokensIncrease(t *testing.T) {
 	if ok, err := n.TairRefresh(ctx, k, redisproto.FormatValue(b, last, "{}"), time.Minute); ok || err != nil {
 		t.Fatalf("TairRefresh of another value = %v, %v; want false", ok, err)
 	}
-	if ok, err := n.TairRelease(ctx, k, redisproto.FormatValue(b, last, "{}")); ok || err != nil {
+	if ok, err := n.TairRelease(ctx, k, redisproto.FormatValue(b, last, "{}"), time.Hour); ok || err != nil {
 		t.Fatalf("TairRelease of another value = %v, %v; want false", ok, err)
 	}
 	for i := range 2 { // the second is a resend
-		if ok, err := n.TairRelease(ctx, k, va); !ok || err != nil {
+		if ok, err := n.TairRelease(ctx, k, va, time.Hour); !ok || err != nil {
 			t.Fatalf("TairRelease %d = %v, %v", i, ok, err)
 		}
 	}
@@ -145,7 +145,7 @@ func TestTairRelease_PublishesOnFreeChannel(t *testing.T) {
 	if err != nil || !o.Granted {
 		t.Fatal(o, err)
 	}
-	if ok, err := n.TairRelease(ctx, k, redisproto.FormatValue(a, o.Token, "{}")); !ok || err != nil {
+	if ok, err := n.TairRelease(ctx, k, redisproto.FormatValue(a, o.Token, "{}"), time.Hour); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	if m, err := sub.ReceiveMessage(ctx); err != nil || m.Channel != n.FreeChannel(k) {
@@ -153,9 +153,10 @@ func TestTairRelease_PublishesOnFreeChannel(t *testing.T) {
 	}
 }
 
-// Renewals and releases are the native commands: they show up as
-// cmdstat_cas and cmdstat_cad, and no script runs.
-func TestTair_CommandStats_CASAndCADNoScripts(t *testing.T) {
+// Grants, renewals and releases are native commands: the token's write,
+// the renewal and the release are CAS (the release leaves the token's
+// marker, as a script release does), and no script runs.
+func TestTair_CommandStats_CASNoScripts(t *testing.T) {
 	t.Parallel()
 	n, admin, ctx := tairNode(t)
 	k, a := key(t), strings.Repeat("a", 32)
@@ -170,14 +171,14 @@ func TestTair_CommandStats_CASAndCADNoScripts(t *testing.T) {
 	if ok, err := n.TairRefresh(ctx, k, v, time.Minute); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	if ok, err := n.TairRelease(ctx, k, v); !ok || err != nil {
+	if ok, err := n.TairRelease(ctx, k, v, time.Hour); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	stats, err := admin.Info(ctx, "commandstats").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"cmdstat_cas:calls=2,", "cmdstat_cad:calls=1,"} {
+	for _, want := range []string{"cmdstat_cas:calls=3,", "cmdstat_set:calls=1,"} {
 		if !strings.Contains(stats, want) {
 			t.Errorf("commandstats lack %q:\n%s", want, stats)
 		}
@@ -186,5 +187,160 @@ func TestTair_CommandStats_CASAndCADNoScripts(t *testing.T) {
 		if strings.Contains(stats, not) {
 			t.Errorf("a script ran: %s", not)
 		}
+	}
+}
+
+// Symptom: a release deleted the key (CAD), so the key forgot its last
+// token, and with the server's clock behind it the next token was lower.
+// A release leaves the marker "|<token>", and the next grant, by either
+// protocol, is above it however far behind the clock is.
+func TestTairRelease_LeavesTokenMarker_NextGrantAbove(t *testing.T) {
+	t.Parallel()
+	n, admin, ctx := tairNode(t)
+	k, a := key(t), strings.Repeat("a", 32)
+	high := uint64(time.Now().Add(time.Hour).UnixMicro()) // a clock an hour ahead, now behind
+	if err := admin.Set(ctx, n.LockKey(k), "|"+strconv.FormatUint(high, 10), time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	o, err := n.TairAcquire(ctx, k, a, time.Minute, "{}")
+	if err != nil || !o.Granted || o.Token != high+1 {
+		t.Fatalf("TairAcquire over |%d: %+v, %v", high, o, err)
+	}
+	if ok, err := n.TairRelease(ctx, k, redisproto.FormatValue(a, o.Token, "{}"), time.Hour); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if v, _ := admin.Get(ctx, n.LockKey(k)).Result(); v != "|"+strconv.FormatUint(high+1, 10) {
+		t.Fatalf("after the release the key holds %q, want the marker |%d", v, high+1)
+	}
+	b := strings.Repeat("b", 32)
+	o2, err := n.TairAcquire(ctx, k, b, time.Minute, "{}")
+	if err != nil || !o2.Granted || o2.Token != high+2 {
+		t.Fatalf("next TairAcquire = %+v, %v; want token %d", o2, err, high+2)
+	}
+	// A script acquisition after a Lua-free release reads the marker too.
+	if ok, err := n.TairRelease(ctx, k, redisproto.FormatValue(b, o2.Token, "{}"), time.Hour); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	script := redisproto.NewNode(admin, "dlock")
+	if o3, err := script.Acquire(ctx, k, strings.Repeat("c", 32), time.Minute, "{}", "", ""); err != nil || !o3.Granted || o3.Token != high+3 {
+		t.Fatalf("script Acquire after a Lua-free release = %+v, %v; want token %d", o3, err, high+3)
+	}
+}
+
+// Symptom: taking over a script release's marker recorded no receipt, so
+// that holder's resent release answered "not held".
+// The takeover records the marker's token in the receipts, and a marker
+// reserving the key for a waiter whose time ran out is free.
+func TestTairAcquire_TakesOverMarker_ReceiptAndEndedReservation(t *testing.T) {
+	t.Parallel()
+	n, admin, ctx := tairNode(t)
+	script := redisproto.NewNode(admin, "dlock")
+	k, a, b := key(t), strings.Repeat("a", 32), strings.Repeat("b", 32)
+	o, err := script.Acquire(ctx, k, a, time.Minute, "{}", "", "")
+	if err != nil || !o.Granted {
+		t.Fatal(o, err)
+	}
+	if ok, err := script.Release(ctx, k, a, o.Token, time.Hour); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	g, err := n.TairAcquire(ctx, k, b, time.Minute, "{}")
+	if err != nil || !g.Granted || g.Token <= o.Token {
+		t.Fatalf("TairAcquire over the marker = %+v, %v", g, err)
+	}
+	if ok, err := script.Release(ctx, k, a, o.Token, time.Hour); !ok || err != nil {
+		t.Fatalf("the script holder's resent release = %v, %v; want released (by the receipt)", ok, err)
+	}
+	k2 := key(t) + "-ended"
+	ended := strconv.FormatInt(time.Now().Add(-time.Second).UnixMilli(), 10)
+	if err := admin.Set(ctx, n.LockKey(k2), "|7|w1|"+ended, time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if g, err := n.TairAcquire(ctx, k2, b, time.Minute, "{}"); err != nil || !g.Granted {
+		t.Fatalf("over a reservation that ended: %+v, %v; want granted", g, err)
+	}
+}
+
+// A marker whose token is 2^53 or more is refused with DLOCKTOKEN and
+// left as it is, as the scripts do.
+func TestTairAcquire_MarkerAt2To53_RefusedAndKept(t *testing.T) {
+	t.Parallel()
+	n, admin, ctx := tairNode(t)
+	for _, tok := range []string{"9007199254740991", "9007199254740992", "18446744073709551615"} {
+		k := key(t) + tok
+		if err := admin.Set(ctx, n.LockKey(k), "|"+tok, time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if o, err := n.TairAcquire(ctx, k, strings.Repeat("a", 32), time.Minute, "{}"); err == nil || !strings.Contains(err.Error(), "DLOCKTOKEN") {
+			t.Fatalf("over |%s: %+v, %v; want DLOCKTOKEN", tok, o, err)
+		}
+		if v, _ := admin.Get(ctx, n.LockKey(k)).Result(); v != "|"+tok {
+			t.Fatalf("the marker became %q", v)
+		}
+	}
+}
+
+// Symptom: a release whose PUBLISH the user's ACL refused reported a
+// failure, after the lease was released.
+// The release counts; only the notice is lost.
+func TestTairRelease_PublishDenied_StillReleased(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t, testserver.WithTairString(t))
+	if _, err := srv.Do("ACL", "SETUSER", "nochan", "on", ">pw", "~*", "resetchannels", "+@all", "-@scripting"); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "nochan", Password: "pw"})
+	t.Cleanup(func() { c.Close() })
+	n, ctx := redisproto.NewNode(c, "dlock"), dlocktest.Context(t)
+	k, a := key(t), strings.Repeat("a", 32)
+	o, err := n.TairAcquire(ctx, k, a, time.Minute, "{}")
+	if err != nil || !o.Granted {
+		t.Fatal(o, err)
+	}
+	if ok, err := n.TairRelease(ctx, k, redisproto.FormatValue(a, o.Token, "{}"), time.Hour); !ok || err != nil {
+		t.Fatalf("TairRelease without channel permission = %v, %v; want released", ok, err)
+	}
+}
+
+// A Ring client is refused: its pipelines would read TIME on another
+// shard than the key's.
+func TestTairAcquire_RingClient_Refused(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t, testserver.WithTairString(t))
+	r := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": srv.Addr()}})
+	t.Cleanup(func() { r.Close() })
+	n := redisproto.NewNode(r, "dlock")
+	if o, err := n.TairAcquire(dlocktest.Context(t), key(t), strings.Repeat("a", 32), time.Minute, "{}"); err == nil || !strings.Contains(err.Error(), "Ring") {
+		t.Fatalf("TairAcquire on a Ring = %+v, %v; want a refusal naming the Ring", o, err)
+	}
+}
+
+// Replies lost on the link (the request ran; go-redis sends it again on
+// a new connection): the grant finds its own lease and goes on, and the
+// release finds its marker. Both report success once.
+func TestTair_LostReplies_GrantAndReleaseOnce(t *testing.T) {
+	t.Parallel()
+	n0, admin, ctx := tairNode(t)
+	_ = n0
+	srvAddr := admin.Options().Addr
+	p := testserver.StartProxy(t, srvAddr)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), Username: "app", Password: "pw"})
+	t.Cleanup(func() { c.Close() })
+	if err := c.Ping(ctx).Err(); err != nil { // the connection's set-up, before any fault
+		t.Fatal(err)
+	}
+	n := redisproto.NewNode(c, "dlock")
+	k, a := key(t), strings.Repeat("a", 32)
+	p.LoseNextReply()
+	o, err := n.TairAcquire(ctx, k, a, time.Minute, "{}")
+	if err != nil || !o.Granted || p.Dropped() != 1 {
+		t.Fatalf("TairAcquire with its first reply lost = %+v, %v (%d replies dropped)", o, err, p.Dropped())
+	}
+	v := redisproto.FormatValue(a, o.Token, "{}")
+	if got, _ := admin.Get(ctx, n.LockKey(k)).Result(); got != v {
+		t.Fatalf("value %q, want %q", got, v)
+	}
+	p.LoseNextReply()
+	if ok, err := n.TairRelease(ctx, k, v, time.Hour); !ok || err != nil || p.Dropped() != 2 {
+		t.Fatalf("TairRelease with its reply lost = %v, %v (%d replies dropped)", ok, err, p.Dropped())
 	}
 }

@@ -29,16 +29,15 @@ const maxProposal = 1<<53 - 1
 // grant reply carries the node's time, and a proposal is the latest
 // measure of a majority's time (the quorum-th latest of the granting
 // nodes' clocks, so that one node whose clock is ahead does not lead),
-// moved on by the client's monotonic
-// clock since, plus the round trip of that measure and ProposalLead (a
-// node's time when it runs the grant is at most a round trip past what
-// the client can know of it). So a token is never more than that lead
-// ahead of a majority's clocks (while they do not step back), whatever
-// the client's clock does, and the nodes refuse to record one more than
-// redisproto.MaxProposalLead ahead: once a key's counter has expired (its
-// retention), the nodes' clocks are above every token it gave. Before a
-// first measure, or once the last is older than measureLife, an attempt
-// proposes nothing.
+// moved on by the client's monotonic clock since, plus the round trip of
+// that measure and ProposalLead (a node's time when it runs the grant is
+// at most a round trip past what the client can know of it). So a token
+// is never more than that lead ahead of a majority's clocks (while they
+// do not step back), whatever the client's clock does, and the nodes
+// refuse to record one more than redisproto.MaxProposalLead ahead: once a
+// key's counter has expired (its retention), the nodes' clocks are above
+// every token it gave. Before a first measure, or once the last is older
+// than measureLife, an attempt proposes nothing.
 type proposer struct {
 	m atomic.Pointer[clockMeasure]
 }

@@ -26,12 +26,12 @@
 -- ahead of the server's time: the counter is then raised to it here, as
 -- a commit would (quorum_commit.lua). Otherwise it is 0, and a commit
 -- writes the quorum token in later. A proposal of 2^53 or more, or one
--- without a positive retention, is an error before anything is written. A lease already
--- held by the same owner (the same attempt executed twice: the client
--- retried a request whose reply was lost) is granted again and left as it
--- is (a commit may have recorded the token in it already; its expiry stays
--- the one the attempt counted from); it counts as recorded when it holds
--- the proposal. A release marker ("|<token>", with or without a
+-- without a positive retention, is an error before anything is written.
+-- A lease already held by the same owner (the same attempt executed
+-- twice: the client retried a request whose reply was lost) is granted
+-- again and left as it is (a commit may have recorded the token in it
+-- already; its expiry stays the one the attempt counted from); it counts
+-- as recorded when it holds the proposal. A release marker ("|<token>", with or without a
 -- reservation that has ended) counts as free; its token goes to the
 -- receipts when the grant overwrites it.
 local p = 0

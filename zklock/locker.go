@@ -215,6 +215,10 @@ func (b *backend) Spec() driver.Spec {
 
 func (b *backend) keyPath(key string) string { return b.prefix + "/" + EscapeKey(key) }
 
+// noServerPause is how long call waits before sending once more a
+// request the client dropped unsent (zk.ErrNoServer).
+const noServerPause = 10 * time.Millisecond
+
 // result is one go-zookeeper call's outcome.
 type result[T any] struct {
 	v   T
@@ -222,7 +226,8 @@ type result[T any] struct {
 }
 
 // call runs fn, a blocking go-zookeeper call, bounded by ctx and the
-// request timeout. go-zookeeper calls take no context: one ends when its
+// request timeout; a request the client dropped unsent while reconnecting
+// is sent once more. go-zookeeper calls take no context: one ends when its
 // reply arrives or the connection drops (the client gives up on a silent
 // server after two thirds of the session timeout). When ctx or the
 // request timeout ends first, call returns at once and fn finishes in the
@@ -239,9 +244,23 @@ func call[T any](ctx context.Context, b *backend, what string, fn func() (T, err
 	}
 	t := time.NewTimer(b.timeout)
 	defer t.Stop()
-	done := make(chan result[T], 1)
+	done, stop := make(chan result[T], 1), make(chan struct{})
+	defer close(stop)
 	background.Go(func() {
 		v, err := fn()
+		// ErrNoServer: the client dropped the request unsent as it went
+		// round its servers to reconnect (with one address, at every
+		// reconnection), whether or not the next dial succeeds. Sent
+		// once more, it waits in the client's queue for that dial: a
+		// server that is back takes it; one still down drops it again a
+		// second later, and the caller hears of the outage as before.
+		if errors.Is(err, zk.ErrNoServer) {
+			select {
+			case <-stop:
+			case <-time.After(noServerPause):
+				v, err = fn()
+			}
+		}
 		done <- result[T]{v, err}
 	})
 	if h := b.hooks.Load(); h != nil && h.waiting != nil {

@@ -117,7 +117,9 @@ type backend struct {
 	fixed   time.Duration // WithSessionTimeout, for connections not from Connect
 
 	watchEvents atomic.Int64 // watch events its waiters and holders received
-	hooks       atomic.Pointer[testHooks]
+	// lastReply is when a request last got the server's answer (unix ns).
+	lastReply atomic.Int64
+	hooks     atomic.Pointer[testHooks]
 }
 
 // testHooks let tests see and schedule the backend's steps (see
@@ -135,6 +137,8 @@ type testHooks struct {
 	// waiting runs once a request was started, before call waits for
 	// its reply; replied reports whether the reply is there.
 	waiting func(replied func() bool)
+	// hasSession replaces the client's state check of a request's resend.
+	hasSession func() bool
 }
 
 // New returns a Locker on conn. conn should come from Connect, which
@@ -215,8 +219,8 @@ func (b *backend) Spec() driver.Spec {
 
 func (b *backend) keyPath(key string) string { return b.prefix + "/" + EscapeKey(key) }
 
-// noServerPause is how long call waits before sending once more a
-// request the client dropped unsent (zk.ErrNoServer).
+// noServerPause is how often call looks for the client's session before
+// sending once more a request the client dropped unsent (zk.ErrNoServer).
 const noServerPause = 10 * time.Millisecond
 
 // result is one go-zookeeper call's outcome.
@@ -227,13 +231,13 @@ type result[T any] struct {
 
 // call runs fn, a blocking go-zookeeper call, bounded by ctx and the
 // request timeout; a request the client dropped unsent while reconnecting
-// is sent once more. go-zookeeper calls take no context: one ends when its
-// reply arrives or the connection drops (the client gives up on a silent
-// server after two thirds of the session timeout). When ctx or the
-// request timeout ends first, call returns at once and fn finishes in the
-// background. A reply that is there when they end is taken, not dropped:
-// a process that was not running for a while (a loaded machine) finds
-// both ready at once.
+// is sent once more, once it has a session. go-zookeeper calls take no
+// context: one ends when its reply arrives or the connection drops (the
+// client gives up on a silent server after two thirds of the session
+// timeout). When ctx or the request timeout ends first, call returns at
+// once and fn finishes in the background. A reply that is there when they
+// end is taken, not dropped: a process that was not running for a while
+// (a loaded machine) finds both ready at once.
 func call[T any](ctx context.Context, b *backend, what string, fn func() (T, error)) (T, error) {
 	var zero T
 	if err := ctx.Err(); err != nil {
@@ -244,46 +248,109 @@ func call[T any](ctx context.Context, b *backend, what string, fn func() (T, err
 	}
 	t := time.NewTimer(b.timeout)
 	defer t.Stop()
-	done, stop := make(chan result[T], 1), make(chan struct{})
-	defer close(stop)
+	done := make(chan result[T], 1)
+	// resend: see resendState. A request the client dropped unsent
+	// (zk.ErrNoServer: as it went round its servers to reconnect; with one
+	// address, at every reconnection, even when the next dial succeeds)
+	// while the server answered a moment ago (a reconnection, not an
+	// outage that has lasted) is sent once more when the client has a
+	// session again, unless the caller has given up by then: it then
+	// hears that nothing was sent.
+	var resend atomic.Int32
 	background.Go(func() {
 		v, err := fn()
-		// ErrNoServer: the client dropped the request unsent as it went
-		// round its servers to reconnect (with one address, at every
-		// reconnection), whether or not the next dial succeeds. Sent
-		// once more, it waits in the client's queue for that dial: a
-		// server that is back takes it; one still down drops it again a
-		// second later, and the caller hears of the outage as before.
-		if errors.Is(err, zk.ErrNoServer) {
-			select {
-			case <-stop:
-			case <-time.After(noServerPause):
+		if errors.Is(err, zk.ErrNoServer) && b.answeredWithin(sessionWait) && resend.CompareAndSwap(sending, dropped) {
+			if b.awaitSession(&resend) && resend.CompareAndSwap(dropped, resent) {
 				v, err = fn()
 			}
 		}
+		b.noteReply(err)
 		done <- result[T]{v, err}
 	})
 	if h := b.hooks.Load(); h != nil && h.waiting != nil {
 		h.waiting(func() bool { return len(done) > 0 })
 	}
+	// gaveUp ends the wait: the reply if it is there, else nothing sent
+	// if the resend is still to come, else err.
+	gaveUp := func(err error) (T, error) {
+		select {
+		case r := <-done:
+			return outcome(what, r)
+		default:
+		}
+		if resend.CompareAndSwap(dropped, abandoned) {
+			return outcome(what, result[T]{err: zk.ErrNoServer})
+		}
+		resend.CompareAndSwap(sending, abandoned) // no resend after this
+		return zero, err
+	}
 	select {
 	case r := <-done:
 		return outcome(what, r)
 	case <-ctx.Done():
-		select {
-		case r := <-done:
-			return outcome(what, r)
-		default:
-		}
-		return zero, fmt.Errorf("dlock: zookeeper %s: %w", what, context.Cause(ctx))
+		return gaveUp(fmt.Errorf("dlock: zookeeper %s: %w", what, context.Cause(ctx)))
 	case <-t.C:
-		select {
-		case r := <-done:
-			return outcome(what, r)
-		default:
-		}
-		return zero, fmt.Errorf("%w: zookeeper %s: no answer within the request timeout %v", dlock.ErrUnavailable, what, b.timeout)
+		return gaveUp(fmt.Errorf("%w: zookeeper %s: no answer within the request timeout %v", dlock.ErrUnavailable, what, b.timeout))
 	}
+}
+
+// resendState is where a call stands with a request the client dropped
+// unsent.
+const (
+	sending   = iota // the first send is under way
+	dropped          // dropped unsent; waiting for a session to send it again
+	resent           // sent again
+	abandoned        // the caller gave up first: it is not sent again
+)
+
+// sessionWait bounds how long a request dropped unsent waits for the
+// client's session before the call reports that nothing was sent: a
+// client reconnecting to a server that is up has one within go-zookeeper's
+// one-second pause between rounds of its servers and a dial. It is also
+// how recent the server's last answer must be for the wait: in an outage
+// that has lasted longer, a drop is reported at once.
+const sessionWait = 3 * time.Second
+
+// awaitSession waits until the client has a session (polling its state),
+// the call is abandoned, or sessionWait has passed; it reports whether
+// the client has one.
+func (b *backend) awaitSession(resend *atomic.Int32) bool {
+	for end := time.Now().Add(sessionWait); time.Now().Before(end); time.Sleep(noServerPause) {
+		if resend.Load() == abandoned {
+			return false
+		}
+		if b.hasSession() {
+			return true
+		}
+	}
+	return false
+}
+
+// noteReply records that a request got the server's answer: err is nil
+// or the server's refusal, not a lost or missing connection.
+func (b *backend) noteReply(err error) {
+	switch {
+	case err == nil:
+	case errors.Is(err, zk.ErrNoServer), errors.Is(err, zk.ErrConnectionClosed), errors.Is(err, zk.ErrClosing),
+		errors.Is(err, zk.ErrSessionExpired), driver.Unreachable(err):
+		return
+	}
+	b.lastReply.Store(time.Now().UnixNano())
+}
+
+// answeredWithin reports whether a request got the server's answer within
+// d: the client was connected a moment ago, so a drop of unsent requests
+// is a reconnection in progress rather than an outage that has lasted.
+func (b *backend) answeredWithin(d time.Duration) bool {
+	return time.Since(time.Unix(0, b.lastReply.Load())) < d
+}
+
+// hasSession reports whether the client is connected with a session.
+func (b *backend) hasSession() bool {
+	if h := b.hooks.Load(); h != nil && h.hasSession != nil {
+		return h.hasSession()
+	}
+	return b.conn.State() == zk.StateHasSession
 }
 
 // outcome is what call returns for fn's result r.

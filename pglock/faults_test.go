@@ -286,11 +286,7 @@ func TestLostReplyOnSharedAcquire(t *testing.T) {
 // Symptom: with prepared statements, a lost reply could hit the preparation instead of the release.
 func TestRelease_PreparationReplyLost_RetryReleases(t *testing.T) {
 	t.Parallel()
-	pg := sharedPG(t)
-	proxy := testserver.StartProxy(t, pg.Addr())
-	faulty := preparedLocker(t, pg.ViaProxy(proxy.Addr()),
-		pglock.WithRequestTimeout(2*time.Second), pglock.WithoutListen())
-	other := pglock.New(newPool(t, pg.DSN("")))
+	proxy, faulty, other := preparedBehindProxy(t)
 	ctx := dlocktest.Context(t)
 	key := dlocktest.Key(t)
 	lk := mustLock(t, faulty, key, dlock.WithTTL(time.Minute))
@@ -318,11 +314,7 @@ func TestRelease_PreparationReplyLost_RetryReleases(t *testing.T) {
 // renewal reply is lost is never doubled.
 func TestSharedRelease_LostReplyFreesAtOnce(t *testing.T) {
 	t.Parallel()
-	pg := sharedPG(t)
-	proxy := testserver.StartProxy(t, pg.Addr())
-	faulty := preparedLocker(t, pg.ViaProxy(proxy.Addr()),
-		pglock.WithRequestTimeout(2*time.Second), pglock.WithoutListen())
-	other := pglock.New(newPool(t, pg.DSN("")))
+	proxy, faulty, other := preparedBehindProxy(t)
 	ctx := dlocktest.Context(t)
 	for _, opt := range []dlock.Option{dlock.WithShared(), dlock.WithLimit(1)} {
 		key := dlocktest.Key(t)
@@ -655,4 +647,16 @@ func preparedLocker(t *testing.T, dsn string, opts ...pglock.Option) *pglock.Loc
 		t.Fatalf("statement mode %v, want the statement cache", m)
 	}
 	return l
+}
+
+// preparedBehindProxy returns a fault proxy in front of the shared
+// server, a Locker through it with its statements prepared (so that a
+// lost reply is its statement's, not a preparation's), and a Locker on
+// the server directly.
+func preparedBehindProxy(t *testing.T) (*testserver.Proxy, *pglock.Locker, *pglock.Locker) {
+	pg := sharedPG(t)
+	proxy := testserver.StartProxy(t, pg.Addr())
+	faulty := preparedLocker(t, pg.ViaProxy(proxy.Addr()),
+		pglock.WithRequestTimeout(2*time.Second), pglock.WithoutListen())
+	return proxy, faulty, pglock.New(newPool(t, pg.DSN("")))
 }

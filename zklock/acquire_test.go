@@ -495,14 +495,7 @@ func TestWaiter_SyncsWithTheLookThatGrants(t *testing.T) {
 			once.Do(func() { close(waiting) })
 		}
 	}})
-	got := make(chan error, 1)
-	go func() {
-		lk, err := waiter.Acquire(ctx, key)
-		if err == nil {
-			err = lk.Release(ctx)
-		}
-		got <- err
-	}()
+	got := acquireAndRelease(ctx, waiter, key)
 	select {
 	case <-waiting:
 	case <-ctx.Done():
@@ -667,14 +660,7 @@ func TestWaiter_AfterReconnect_ListsAgainAfterTheSync(t *testing.T) {
 			once.Do(func() { close(watching) })
 		}
 	}})
-	got := make(chan error, 1)
-	go func() {
-		lk, err := waiter.Acquire(ctx, key)
-		if err == nil {
-			err = lk.Release(ctx)
-		}
-		got <- err
-	}()
+	got := acquireAndRelease(ctx, waiter, key)
 	if recvErr(t, errorOn(watching), "the waiter's watch on the holder") != nil {
 		return
 	}
@@ -713,4 +699,18 @@ func errorOn(ch <-chan struct{}) <-chan error {
 	out := make(chan error, 1)
 	go func() { <-ch; out <- nil }()
 	return out
+}
+
+// acquireAndRelease acquires key with l and releases it, in the
+// background, and sends the first error (or nil) on the channel.
+func acquireAndRelease(ctx context.Context, l *zklock.Locker, key string) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		lk, err := l.Acquire(ctx, key)
+		if err == nil {
+			err = lk.Release(ctx)
+		}
+		got <- err
+	}()
+	return got
 }

@@ -142,3 +142,20 @@ func newestFile(dir string) (time.Time, error) {
 	})
 	return newest, err
 }
+
+// NoScriptsUser is the ACL user AddNoScriptsUser creates, and
+// NoScriptsPassword its password.
+const (
+	NoScriptsUser     = "noscripts"
+	NoScriptsPassword = "noscripts-pw"
+)
+
+// AddNoScriptsUser creates on r the ACL user NoScriptsUser, who may run
+// every command but the scripting ones (+@all -@scripting) on every key
+// and channel, as a deployment that denies Lua does.
+func (r *Redis) AddNoScriptsUser(t TB) {
+	t.Helper()
+	if _, err := r.Do("ACL", "SETUSER", NoScriptsUser, "on", ">"+NoScriptsPassword, "~*", "&*", "+@all", "-@scripting"); err != nil {
+		t.Fatalf("ACL SETUSER %s: %v", NoScriptsUser, err)
+	}
+}

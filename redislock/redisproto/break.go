@@ -108,6 +108,9 @@ func (n *Node) ListenAllBreaks(notice func(key string)) *Subscription {
 type HoldsQuery struct {
 	Key, Owner string
 	Group      bool
+	// Value, when set, is the exclusive lease's whole value, read with
+	// GET (the Lua-free protocol) instead of the script.
+	Value string
 }
 
 // heldScript answers HoldsAll's questions on the primary.
@@ -118,7 +121,9 @@ var heldScript = script("held") // lua/held.lua
 // answers qs[i] when errs[i] is nil; a query whose command failed (its
 // master down, say) has its error, and the others their answers. A
 // server that lacks the script gets those queries again as EVAL, in one
-// more pipeline.
+// more pipeline. A query with a Value is a GET compared with it (the
+// Lua-free protocol), which a client that routes reads to replicas may
+// send to one.
 func (n *Node) HoldsAll(ctx context.Context, qs []HoldsQuery) (held []bool, errs []error) {
 	held, errs = make([]bool, len(qs)), make([]error, len(qs))
 	run := func(idx []int, eval bool) (missing []int) {
@@ -131,15 +136,29 @@ func (n *Node) HoldsAll(ctx context.Context, qs []HoldsQuery) (held []bool, errs
 					group = "1"
 				}
 				keys := withSuffixes(lk, holdersSuffix)
-				if eval {
+				switch {
+				case q.Value != "":
+					cmds[k] = p.Do(ctx, "GET", lk)
+				case eval:
 					cmds[k] = heldScript.Eval(ctx, p, keys, q.Owner, group)
-				} else {
+				default:
 					cmds[k] = heldScript.EvalSha(ctx, p, keys, q.Owner, group)
 				}
 			}
 			return nil
 		})
 		for k, c := range cmds {
+			if v := qs[idx[k]].Value; v != "" {
+				got, err := c.Text()
+				switch {
+				case errors.Is(err, redis.Nil):
+				case err != nil:
+					errs[idx[k]] = err
+				default:
+					held[idx[k]] = got == v
+				}
+				continue
+			}
 			v, err := c.Int64()
 			switch {
 			case err != nil && !eval && redis.HasErrorPrefix(err, "NOSCRIPT"):

@@ -16,11 +16,17 @@ type Renewal struct {
 	TTL        time.Duration
 	// Group marks a shared or limited holder's lease (refresh_group.lua).
 	Group bool
+	// Value, when set, is the exclusive lease's whole value, renewed by
+	// the Lua-free protocol's CAS (see TairRefresh) instead of a script.
+	Value string
 }
 
 // refreshCmd queues r's renewal script on p: EVALSHA, or EVAL when eval
 // is set (the server lacked the script).
 func (n *Node) refreshCmd(ctx context.Context, p redis.Pipeliner, r Renewal, eval bool) *redis.Cmd {
+	if r.Value != "" {
+		return p.Do(ctx, "CAS", n.LockKey(r.Key), r.Value, r.Value, "PX", msUp(r.TTL))
+	}
 	s, keys, args := refreshScript, []string{n.LockKey(r.Key)}, []any{r.Owner + "|", Ms(r.TTL)}
 	if r.Group {
 		lk := keys[0]

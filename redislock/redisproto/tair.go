@@ -28,10 +28,13 @@ import (
 //     after every earlier holder's grant, and above the token the key
 //     kept when its last lease was released.
 //   - Refresh: CAS the value to itself, PX ttl.
-//   - Release: CAS the value to the marker "|<token>", PX retention, as a
-//     script release leaves it, and PUBLISH on the key's free channel.
-//     Not CAD: a deleted key would forget its last token, and the next
-//     token would rest on the server's clock alone.
+//   - Release: CAD the value, then SET the marker "|<token>" NX PX
+//     retention, as a script release leaves it, and PUBLISH on the key's
+//     free channel, in one pipeline. The marker keeps the key's last
+//     token, so that the next token does not rest on the server's clock
+//     alone; a grant that lands between the CAD and the SET (no marker
+//     then) takes the server's time, above this token unless the clock
+//     went back.
 //
 // Every CAS gives an expiry: CAS without one removes the key's TTL. A
 // Ring client is refused: its pipelines send TIME and PUBLISH to other
@@ -242,15 +245,21 @@ func (n *Node) TairRefresh(ctx context.Context, key, value string, ttl time.Dura
 	return r == 1, err
 }
 
-// TairRelease releases the lease value: if the key still holds it, CAS
-// it to the marker "|<token>" for retention, and PUBLISH on the key's
-// free channel, in one round trip. released is true when it did, and when
-// the lease was released already (a resend of a release whose reply was
-// lost: the key holds its marker, or a later grant took the marker over
-// and recorded its token in the receipts); false when the key no longer
-// holds the lease (expired, broken, or another holder's). A PUBLISH the
-// server refuses (an ACL without the channel) does not fail a release
-// that happened: waiters then find the key free at their next poll.
+// TairRelease releases the lease value, in one round trip: CAD it; SET
+// the release marker "|<token>" NX for retention, so that the key keeps
+// its last token when nobody took it meanwhile; and PUBLISH on the key's
+// free channel. released is true when the CAD deleted the lease, and
+// when the lease was released already (a resend of a release whose reply
+// was lost: the key holds its marker, or a later grant took the marker
+// over and recorded its token in the receipts); false when the key no
+// longer holds the lease (expired, broken, or another holder's). A
+// PUBLISH the server refuses (an ACL without the channel) does not fail
+// a release that happened: waiters then find the key free at their next
+// poll.
+//
+// A marker the SET NX writes on a key whose lease had expired names this
+// lease's token, which is then the key's last: the next grant's token is
+// above it, as it would be anyway.
 func (n *Node) TairRelease(ctx context.Context, key, value string, retention time.Duration) (released bool, err error) {
 	if retention < time.Millisecond {
 		return false, fmt.Errorf("TairRelease %q: retention %v below 1ms", key, retention)
@@ -259,24 +268,30 @@ func (n *Node) TairRelease(ctx context.Context, key, value string, retention tim
 	tok := strconv.FormatUint(ParseValue(value).Token, 10)
 	mark := "|" + tok
 	var (
-		cas  *redis.Cmd
-		get  *redis.StringCmd
-		rels *redis.StringSliceCmd
+		cad, set *redis.Cmd
+		get      *redis.StringCmd
+		rels     *redis.StringSliceCmd
 	)
 	// The pipeline's own error is its first command's that failed; each
 	// command's is read below, and PUBLISH's is left alone.
 	_, _ = n.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		cas = p.Do(ctx, "CAS", lk, value, mark, "PX", Ms(retention))
+		cad = p.Do(ctx, "CAD", lk, value)
+		set = p.Do(ctx, "SET", lk, mark, "NX", "PX", Ms(retention))
 		get, rels = p.Get(ctx, lk), p.LRange(ctx, lk+receiptsSuffix, 0, Receipts-1)
 		p.Publish(ctx, lk+freeSuffix, "1")
 		return nil
 	})
-	r, err := cas.Int64()
+	r, err := cad.Int64()
 	switch {
 	case err != nil:
 		return false, err
 	case r == 1:
 		return true, nil
+	}
+	if err := set.Err(); err == nil {
+		return false, nil // the key was empty: the lease had ended
+	} else if !errors.Is(err, redis.Nil) {
+		return false, err
 	}
 	if err := get.Err(); err != nil && !errors.Is(err, redis.Nil) {
 		return false, err
@@ -299,6 +314,98 @@ func (n *Node) TairRelease(ctx context.Context, key, value string, retention tim
 // without telling waiters: the undoing of an attempt.
 func (n *Node) TairDelete(ctx context.Context, key, value string) error {
 	return n.Client.Do(ctx, "CAD", n.LockKey(key), value).Err()
+}
+
+// TairAbort deletes owner's lease of key, if the key holds one, whatever
+// its token (GET, then CAD of the value read): the undoing of an attempt
+// whose reply was lost. A lease it removed with a token leaves the
+// release marker, as TairRelease does.
+func (n *Node) TairAbort(ctx context.Context, key, owner string, retention time.Duration) error {
+	v, err := n.Client.Get(ctx, n.LockKey(key)).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return nil
+	case err != nil:
+		return err
+	case !strings.HasPrefix(v, owner+"|"):
+		return nil
+	}
+	if ParseValue(v).Token == 0 {
+		return n.TairDelete(ctx, key, v)
+	}
+	_, err = n.TairRelease(ctx, key, v, retention)
+	return err
+}
+
+// TairBreak is Break in the Lua-free protocol, for exclusive leases: it
+// reads the key and, when it holds a lease (owner's, or anyone's when
+// owner is ""), deletes that value with CAD and leaves the release marker
+// "|<token+2>" (see lua/break.lua: the broken holder's resent release
+// must not find a marker or receipt of its own), then publishes on the
+// break channel and the free channel. A lease granted after the read is
+// never touched. A group (a shared or limited holder's key, written by
+// the scripts) is an error: breaking it needs them.
+func (n *Node) TairBreak(ctx context.Context, key, owner string, retention time.Duration) (removed, others []Info, err error) {
+	lk := n.LockKey(key)
+	var (
+		get  *redis.StringCmd
+		pttl *redis.DurationCmd
+	)
+	if _, err := n.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		get, pttl = p.Get(ctx, lk), p.PTTL(ctx, lk)
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, nil, err
+	}
+	v := get.Val()
+	if v == "" || strings.HasPrefix(v, "|") {
+		return nil, nil, nil
+	}
+	if _, _, _, ok := ParseGroup(v); ok {
+		return nil, nil, fmt.Errorf("redis key %s holds shared or limited holders, which only the scripts can break", lk)
+	}
+	in := ParseValue(v)
+	in.Key, in.TTL = key, max(pttl.Val(), 0)
+	if owner != "" && in.Owner != owner {
+		return nil, []Info{in}, nil
+	}
+	var cad *redis.Cmd
+	_, _ = n.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cad = p.Do(ctx, "CAD", lk, v)
+		if in.Token != 0 {
+			p.Do(ctx, "SET", lk, "|"+strconv.FormatUint(in.Token+2, 10), "NX", "PX", Ms(retention))
+		}
+		p.Publish(ctx, lk+breakChanSuffix, "1")
+		p.Publish(ctx, lk+freeSuffix, "1")
+		return nil
+	})
+	r, err := cad.Int64()
+	switch {
+	case err != nil:
+		return nil, nil, err
+	case r != 1:
+		// Released, expired or broken since the read: nothing removed.
+		return nil, nil, nil
+	}
+	return []Info{in}, nil, nil
+}
+
+// TairOffers reports whether the server has the Lua-free protocol's
+// commands, CAS and CAD (COMMAND INFO; a Cluster client asks a random
+// node: every node of a Cluster loads the same modules).
+func (n *Node) TairOffers(ctx context.Context) (bool, error) {
+	infos, err := n.Client.Do(ctx, "COMMAND", "INFO", "cas", "cad").Slice()
+	if err != nil {
+		return false, err
+	}
+	return len(infos) == 2 && infos[0] != nil && infos[1] != nil, nil
+}
+
+// WatchFree is Watch for a waiter of the Lua-free protocol: it listens
+// on the key's free channel, on which every Lua-free release publishes
+// (every waiter of the key is told; none is reserved the key).
+func (n *Node) WatchFree(ctx context.Context, key string) (*Subscription, error) {
+	return n.hub.watch(ctx, n.FreeChannel(key), make(chan struct{}, 1))
 }
 
 // ScriptsDenied reports whether err is the server refusing this user a

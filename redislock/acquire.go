@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
@@ -23,12 +24,34 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 	if err := checkEviction(ctx, b.node, b.unsafeEviction); err != nil {
 		return driver.Grant{}, err
 	}
+	switch tair, err := b.proto.tair(); {
+	case err != nil:
+		return driver.Grant{}, requestError("acquire", req.Key, err)
+	case tair:
+		return b.tryTair(ctx, req, meta)
+	}
+	g, err := b.tryScripts(ctx, req, meta)
+	if err == nil {
+		return g, nil
+	}
+	if tair, ferr := b.proto.fallBack(ctx, err); !tair {
+		if ferr != err {
+			return driver.Grant{}, requestError("acquire", req.Key, ferr)
+		}
+		return g, err
+	}
+	return b.tryTair(ctx, req, meta)
+}
+
+// tryScripts is Try by the scripts.
+func (b *backend) tryScripts(ctx context.Context, req *driver.Request, meta string) (driver.Grant, error) {
 	defer b.waiters.Begin(req.WaitID)() // may queue the waiter
 	gen := b.breaks.gen.Load()          // before the request: see breakWatch.gen
 	group := req.Mode != driver.Exclusive
 	var (
 		o        redisproto.Outcome
 		answered bool
+		err      error
 	)
 	if !group && req.WaitID == "" && req.Attempt <= 1 && b.node.Acks == 0 {
 		// The first attempt, not queued: the cheaper script for a free
@@ -68,6 +91,11 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 		return driver.Grant{}, fmt.Errorf("%w: redis key %q is held as a semaphore of %d permits, not %d",
 			dlock.ErrLimitMismatch, req.Key, o.LimitMismatch, req.Limit)
 	}
+	return driver.Grant{}, notAcquired(req, o)
+}
+
+// notAcquired is the refusal o (not granted) of req.
+func notAcquired(req *driver.Request, o redisproto.Outcome) *dlock.NotAcquiredError {
 	na := &dlock.NotAcquiredError{Key: req.Key}
 	switch {
 	case o.Group != "":
@@ -91,7 +119,7 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 	case o.ReservedFor != "":
 		na.Cause = reservedError(o.ReservedFor)
 	}
-	return driver.Grant{}, na
+	return na
 }
 
 // rollback releases a grant fewer replicas than asked acknowledged (ae),
@@ -128,10 +156,14 @@ func (b *backend) rollback(ctx context.Context, req *driver.Request, token uint6
 // wraps dlock.ErrUnavailable when the server could not be reached or
 // dropped the connection (refused, reset), the client's error kept.
 func requestError(op, key string, err error) error {
-	if redisproto.ScriptsDenied(err) {
-		return fmt.Errorf("dlock: redis %s %q: %w (redislock runs Lua scripts: the client's ACL user needs EVALSHA and EVAL, e.g. +@scripting)", op, key, err)
+	what := op
+	if key != "" {
+		what += " " + strconv.Quote(key)
 	}
-	err = fmt.Errorf("dlock: redis %s %q: %w", op, key, err)
+	if redisproto.ScriptsDenied(err) {
+		return fmt.Errorf("dlock: redis %s: %w (redislock runs Lua scripts: the client's ACL user needs EVALSHA and EVAL, e.g. +@scripting)", what, err)
+	}
+	err = fmt.Errorf("dlock: redis %s: %w", what, err)
 	if driver.Unreachable(err) {
 		return dlock.Unavailable(err)
 	}
@@ -158,14 +190,28 @@ func groupMode(g string) dlock.Mode {
 // Abort implements driver.Aborter: delete the lease if the lost reply had
 // granted it.
 func (b *backend) Abort(ctx context.Context, req *driver.Request) error {
-	return (&lease{b: b, key: req.Key, owner: req.Owner, group: req.Mode != driver.Exclusive}).Release(ctx)
+	tair, denied := b.proto.tair()
+	switch {
+	case denied != nil:
+		return nil // no script runs for this client, so none granted
+	case tair && req.Mode == driver.Exclusive:
+		if err := b.node.TairAbort(ctx, req.Key, req.Owner, FenceRetention); err != nil {
+			return requestError("abort", req.Key, err)
+		}
+		return nil
+	}
+	err := (&lease{b: b, key: req.Key, owner: req.Owner, group: req.Mode != driver.Exclusive}).Release(ctx)
+	if tair, _ := b.proto.fallBack(ctx, err); tair && req.Mode == driver.Exclusive {
+		return b.Abort(ctx, req)
+	}
+	return err
 }
 
 // Leave implements driver.Leaver: withdraw a waiting writer's
 // registration, so that readers kept out for it may enter at once.
 func (b *backend) Leave(ctx context.Context, key, waiter string) error {
-	if waiter == "" {
-		return nil
+	if tair, denied := b.proto.tair(); waiter == "" || tair || denied != nil {
+		return nil // no waiter was registered
 	}
 	return b.node.Leave(ctx, key, waiter)
 }

@@ -2,7 +2,6 @@ package redislock
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
@@ -27,9 +26,21 @@ func (l *Locker) Break(ctx context.Context, key, owner string) (dlock.Broken, er
 
 // Break implements driver.Breaker.
 func (b *backend) Break(ctx context.Context, key, owner string) (driver.BreakResult, error) {
-	removed, others, err := b.node.Break(ctx, key, owner, FenceRetention)
+	breakLock := b.node.Break
+	switch tair, denied := b.proto.tair(); {
+	case denied != nil:
+		return driver.BreakResult{}, requestError("break", key, denied)
+	case tair:
+		breakLock = b.node.TairBreak
+	}
+	removed, others, err := breakLock(ctx, key, owner, FenceRetention)
+	if tair, ferr := b.proto.fallBack(ctx, err); tair {
+		removed, others, err = b.node.TairBreak(ctx, key, owner, FenceRetention)
+	} else {
+		err = ferr
+	}
 	if err != nil {
-		return driver.BreakResult{}, fmt.Errorf("dlock: redis break %q: %w", key, err)
+		return driver.BreakResult{}, requestError("break", key, err)
 	}
 	return driver.BreakResult{Removed: helds(removed, ""), Others: helds(others, "")}, nil
 }

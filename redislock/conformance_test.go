@@ -29,21 +29,36 @@ const conformanceTTL = 2 * time.Second
 // by opts, on clients whose ReadTimeout is readTimeout (0: go-redis's
 // default).
 func conformance(t *testing.T, srv *testserver.Redis, readTimeout time.Duration, opts ...redislock.Option) {
+	suite(t, srv, redis.Options{Password: srv.Password(), ReadTimeout: readTimeout}, opts...)
+}
+
+// conformanceAs runs the dlocktest suite through default Lockers on
+// default clients of srv that log in as user.
+func conformanceAs(t *testing.T, srv *testserver.Redis, user, password string) {
+	suite(t, srv, redis.Options{Username: user, Password: password})
+}
+
+// suite runs the dlocktest suite through Lockers on srv configured by
+// opts, on clients with co's options (but Addr).
+func suite(t *testing.T, srv *testserver.Redis, co redis.Options, opts ...redislock.Option) {
 	admin := newClient(t, srv)
+	client := func(t testing.TB, addr string) *redis.Client {
+		o := co
+		o.Addr = addr
+		c := redis.NewClient(&o)
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
 	proxied := func(t testing.TB) (dlock.Locker, *testserver.Proxy) {
 		p := testserver.StartProxy(t, srv.Addr())
-		c := redis.NewClient(&redis.Options{Addr: p.Addr(), Password: srv.Password(), ReadTimeout: readTimeout})
-		t.Cleanup(func() { c.Close() })
-		return redislock.New(c, opts...), p
+		return redislock.New(client(t, p.Addr()), opts...), p
 	}
 	dlocktest.TestLocker(t, dlocktest.Harness{
 		TTL: conformanceTTL,
 		// A break publishes a notice; holders check their keys at once.
 		TellsBroken: true,
 		New: func(t testing.TB) dlock.Locker {
-			c := redis.NewClient(&redis.Options{Addr: srv.Addr(), Password: srv.Password(), ReadTimeout: readTimeout})
-			t.Cleanup(func() { c.Close() })
-			return redislock.New(c, opts...)
+			return redislock.New(client(t, srv.Addr()), opts...)
 		},
 		Expire: func(t testing.TB, key string) {
 			if err := admin.Del(context.Background(), redislock.New(admin).LockKey(key)).Err(); err != nil {
@@ -67,4 +82,15 @@ func conformance(t *testing.T, srv *testserver.Redis, readTimeout time.Duration,
 			},
 		},
 	})
+}
+
+// The conformance suite, fault section included, on a server with Tair's
+// CAS and CAD whose user may run no script (+@all -@scripting): the
+// default Locker finds the scripts refused and speaks the Lua-free
+// protocol.
+func TestConformanceTair(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t, testserver.WithTairString(t))
+	srv.AddNoScriptsUser(t)
+	conformanceAs(t, srv, testserver.NoScriptsUser, testserver.NoScriptsPassword)
 }

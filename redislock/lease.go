@@ -24,6 +24,10 @@ type lease struct {
 	// alone: granted by the first attempt of its acquisition, on a free
 	// key; its release tries the script for a key nobody waits for.
 	alone bool
+	// tair: granted by the Lua-free protocol, whose commands compare the
+	// whole value (see value); meta is the value's metadata.
+	tair bool
+	meta string
 	// gen: the Locker's break-notice count before the acquisition's
 	// request was sent (see breakWatch.gen).
 	gen uint64
@@ -45,6 +49,10 @@ func (l *lease) result(op string, held bool, err error) error {
 
 // Refresh implements driver.Lease (compare-and-pexpire).
 func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
+	if l.tair {
+		held, err := l.b.node.TairRefresh(ctx, l.key, l.value(), ttl)
+		return l.result("refresh", held, err)
+	}
 	if l.group {
 		held, err := l.b.node.RefreshGroup(ctx, l.key, l.owner, ttl)
 		return l.result("refresh", held, err)
@@ -57,6 +65,10 @@ func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 // marker, then publish). A release that already took effect (a retry
 // after a lost reply or an error) succeeds again.
 func (l *lease) Release(ctx context.Context) error {
+	if l.tair {
+		held, err := l.b.node.TairRelease(ctx, l.key, l.value(), FenceRetention)
+		return l.result("release", held, err)
+	}
 	if l.group {
 		held, err := l.b.node.ReleaseGroup(ctx, l.key, l.owner, l.token, FenceRetention)
 		return l.result("release", held, err)
@@ -84,6 +96,9 @@ func (b *backend) RefreshBatch(ctx context.Context, rs []driver.Renewal, done fu
 		l := r.Lease.(*lease)
 		leases[i] = l
 		batch[i] = redisproto.Renewal{Key: l.key, Owner: l.owner, TTL: r.TTL, Group: l.group}
+		if l.tair {
+			batch[i].Value = l.value()
+		}
 	}
 	var (
 		mu     sync.Mutex
@@ -323,7 +338,11 @@ func (bc *breakChecks) run(node *redisproto.Node) {
 				continue
 			}
 			live = append(live, bl)
-			qs = append(qs, redisproto.HoldsQuery{Key: bl.l.key, Owner: bl.l.owner, Group: bl.l.group})
+			q := redisproto.HoldsQuery{Key: bl.l.key, Owner: bl.l.owner, Group: bl.l.group}
+			if bl.l.tair {
+				q.Value = bl.l.value()
+			}
+			qs = append(qs, q)
 		}
 		if len(qs) == 0 {
 			continue

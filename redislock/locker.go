@@ -46,7 +46,7 @@ var (
 )
 
 // New returns a Locker on client, configured by opts (WithPrefix,
-// WithReplicaAcks, dlock.WithObserver). A nil client gives a Locker whose
+// WithReplicaAcks, WithProtocol, WithUnsafeEviction, dlock.WithObserver). A nil client gives a Locker whose
 // every call fails with an error wrapping dlock.ErrNilClient, and invalid
 // options (see WithReplicaAcks) one whose every call fails with an error
 // wrapping dlock.ErrInvalidOption.
@@ -59,6 +59,7 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 		return &Locker{e: dlock.NewEngine(driver.Failed(err))}
 	}
 	b := &backend{node: redisproto.NewNode(client, cfg.prefix), unsafeEviction: cfg.unsafeEviction}
+	b.proto = protocol{forced: cfg.protocol, learned: learnedFor(client), node: b.node}
 	b.breaks.node = b.node
 	b.node.Acks, b.node.AckTimeout = cfg.acks, cfg.ackTimeout
 	return &Locker{e: dlock.NewEngine(b, opts...), b: b}
@@ -104,6 +105,8 @@ type config struct {
 	ackTimeout time.Duration
 	// unsafeEviction: WithUnsafeEviction.
 	unsafeEviction bool
+	// protocol: WithProtocol.
+	protocol Protocol
 }
 
 // WithPrefix sets the key prefix (default DefaultPrefix; an empty prefix
@@ -176,6 +179,10 @@ func (c config) validate(client redis.UniversalClient, fn string) error {
 		return fmt.Errorf("%w: %s: WithReplicaAcks(%d, ...): the replica count must be 0 (off) to %d", dlock.ErrInvalidOption, fn, c.acks, MaxReplicaAcks)
 	case c.ackTimeout > MaxAckTimeout:
 		return fmt.Errorf("%w: %s: WithReplicaAcks(%d, %s): the timeout must be at most %s", dlock.ErrInvalidOption, fn, c.acks, c.ackTimeout, MaxAckTimeout)
+	case c.protocol < ProtocolAuto || c.protocol > ProtocolTair:
+		return fmt.Errorf("%w: %s: WithProtocol(%v): want ProtocolAuto, ProtocolScripts or ProtocolTair", dlock.ErrInvalidOption, fn, c.protocol)
+	case c.protocol == ProtocolTair && c.acks > 0:
+		return fmt.Errorf("%w: %s: WithReplicaAcks(%d, ...) with ProtocolTair: replica acknowledgement needs the scripts", dlock.ErrInvalidOption, fn, c.acks)
 	case c.acks == 0:
 		return nil
 	}
@@ -202,6 +209,8 @@ type backend struct {
 	// unsafeEviction: WithUnsafeEviction (else Try refuses a server that
 	// may evict keys).
 	unsafeEviction bool
+	// proto: scripts, or the Lua-free protocol (see protocol.go).
+	proto protocol
 }
 
 var (

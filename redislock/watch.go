@@ -16,6 +16,15 @@ import (
 // the subscription (Acquire returned) removes the waiter from the queue in
 // the background, once none of its attempts is in flight.
 func (b *backend) Watch(ctx context.Context, key string) (driver.Subscription, error) {
+	if tair, _ := b.proto.tair(); tair {
+		// Every waiter listens on the key's free channel: a release
+		// wakes them all, and the first to retry takes the key.
+		s, err := b.node.WatchFree(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
 	id := dlock.NewOwner()[:16]
 	s, err := b.node.Watch(ctx, key, id)
 	if err != nil {
@@ -28,6 +37,9 @@ func (b *backend) Watch(ctx context.Context, key string) (driver.Subscription, e
 // left listening (see idleWaiters), handed to the next wait of key, whose
 // first attempt then queues it.
 func (b *backend) Ready(key string) driver.Subscription {
+	if tair, _ := b.proto.tair(); tair {
+		return nil
+	}
 	id, s := b.idle.take(key)
 	if s == nil {
 		return nil

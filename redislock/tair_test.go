@@ -1,0 +1,268 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/redislock"
+)
+
+// startTair starts a redis-server with the TairString module (CAS, CAD)
+// and the no-scripts ACL user.
+func startTair(t *testing.T) *testserver.Redis {
+	t.Helper()
+	srv := testserver.StartRedis(t, testserver.WithTairString(t))
+	srv.AddNoScriptsUser(t)
+	return srv
+}
+
+// noScriptsClient is a default client of srv's no-scripts user.
+func noScriptsClient(t testing.TB, addr string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr, Username: testserver.NoScriptsUser, Password: testserver.NoScriptsPassword})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// commandStat returns a command's field (calls, rejected_calls) from
+// INFO commandstats, 0 when the command never ran.
+func commandStat(t *testing.T, c *redis.Client, cmd, field string) int {
+	t.Helper()
+	info, err := c.Info(dlocktest.Context(t), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":")
+		if !ok {
+			continue
+		}
+		for _, kv := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(kv, field+"="); ok {
+				n, _ := strconv.Atoi(v)
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// The default Locker on a user that may run no script, on a server with
+// CAS and CAD: one script is refused, then every Locker of the client
+// acquires, renews and releases with CAS and CAD, and never sends a
+// script again; tokens increase.
+func TestNew_ScriptsRefused_TairOnceForTheClient(t *testing.T) {
+	t.Parallel()
+	srv := startTair(t)
+	admin := newClient(t, srv)
+	c := noScriptsClient(t, srv.Addr())
+	ctx := dlocktest.Context(t)
+	key := dlocktest.Key(t)
+	var last uint64
+	for i := range 3 {
+		lk, err := redislock.New(c).Acquire(ctx, key, dlock.WithTTL(time.Second))
+		if err != nil {
+			t.Fatalf("acquisition %d: %v", i, err)
+		}
+		if lk.Token() <= last {
+			t.Fatalf("token %d after %d", lk.Token(), last)
+		}
+		last = lk.Token()
+		if err := lk.Refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := lk.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := commandStat(t, admin, "evalsha", "rejected_calls") + commandStat(t, admin, "eval", "rejected_calls"); n != 1 {
+		t.Errorf("%d scripts refused, want 1", n)
+	}
+	if n := commandStat(t, admin, "evalsha", "calls") + commandStat(t, admin, "eval", "calls"); n != 0 {
+		t.Errorf("%d scripts ran", n)
+	}
+	if n := commandStat(t, admin, "cas", "calls"); n < 6 { // 3 token writes and 3 renewals at least
+		t.Errorf("%d CAS calls, want at least 6", n)
+	}
+	if n := commandStat(t, admin, "cad", "calls"); n != 3 {
+		t.Errorf("%d CAD calls, want 3 (the releases)", n)
+	}
+}
+
+// Symptom: every call on a user whose scripts are refused, on a server
+// without CAS and CAD, sent its script again. The first refusal says what
+// the user needs and that the server offers no CAS/CAD; later calls fail
+// the same way without sending a script.
+func TestNew_ScriptsRefusedNoCAS_FailsClearlyScriptSentOnce(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t)
+	srv.AddNoScriptsUser(t)
+	admin := newClient(t, srv)
+	l := redislock.New(noScriptsClient(t, srv.Addr()))
+	for i := range 3 {
+		_, err := l.TryAcquire(dlocktest.Context(t), dlocktest.Key(t))
+		if err == nil || !strings.Contains(err.Error(), "+@scripting") || !strings.Contains(err.Error(), "no CAS and CAD") {
+			t.Fatalf("attempt %d: %v, want an error naming +@scripting and the missing CAS/CAD", i, err)
+		}
+	}
+	if n := commandStat(t, admin, "evalsha", "rejected_calls") + commandStat(t, admin, "eval", "rejected_calls"); n != 1 {
+		t.Errorf("%d scripts refused, want 1", n)
+	}
+}
+
+// Shared and limited locks need the scripts: on the Lua-free protocol
+// they are refused with an error wrapping dlock.ErrUnsupported that
+// names the mode, and leave nothing on the server.
+func TestTryAcquire_GroupModesOnTair_Unsupported(t *testing.T) {
+	t.Parallel()
+	srv := startTair(t)
+	admin := newClient(t, srv)
+	l := redislock.New(noScriptsClient(t, srv.Addr()), redislock.WithProtocol(redislock.ProtocolTair))
+	key := dlocktest.Key(t)
+	for _, c := range []struct {
+		opt  dlock.Option
+		name string
+	}{{dlock.WithShared(), "shared"}, {dlock.WithLimit(2), "limited"}} {
+		_, err := l.TryAcquire(dlocktest.Context(t), key, c.opt)
+		if !errors.Is(err, dlock.ErrUnsupported) || !strings.Contains(err.Error(), c.name) {
+			t.Errorf("%s: %v, want ErrUnsupported naming the mode", c.name, err)
+		}
+	}
+	if n, err := admin.Exists(dlocktest.Context(t), l.LockKey(key)).Result(); n != 0 || err != nil {
+		t.Errorf("the refusals left the lock key (%d, %v)", n, err)
+	}
+}
+
+// WithProtocol forces either protocol: ProtocolTair never sends a script,
+// even where scripts run; ProtocolScripts never falls back to CAS/CAD.
+func TestWithProtocol_ForcesEitherProtocol(t *testing.T) {
+	t.Parallel()
+	srv := startTair(t)
+	admin := newClient(t, srv)
+	ctx := dlocktest.Context(t)
+	lk, err := redislock.New(newClient(t, srv), redislock.WithProtocol(redislock.ProtocolTair)).Acquire(ctx, dlocktest.Key(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := commandStat(t, admin, "evalsha", "calls") + commandStat(t, admin, "eval", "calls"); n != 0 {
+		t.Errorf("ProtocolTair ran %d scripts", n)
+	}
+	cas := commandStat(t, admin, "cas", "calls")
+	_, err = redislock.New(noScriptsClient(t, srv.Addr()), redislock.WithProtocol(redislock.ProtocolScripts)).TryAcquire(ctx, dlocktest.Key(t))
+	if err == nil || !strings.Contains(err.Error(), "+@scripting") {
+		t.Errorf("ProtocolScripts on a user without scripts: %v, want the refusal naming +@scripting", err)
+	}
+	if n := commandStat(t, admin, "cas", "calls"); n != cas {
+		t.Errorf("ProtocolScripts fell back to CAS (%d calls)", n-cas)
+	}
+	if _, err := redislock.ParseProtocol("lua"); !errors.Is(err, dlock.ErrInvalidOption) {
+		t.Errorf("ParseProtocol(lua): %v, want ErrInvalidOption", err)
+	}
+	if _, err := redislock.New(newClient(t, srv), redislock.WithProtocol(redislock.ProtocolTair), redislock.WithReplicaAcks(1, 0)).TryAcquire(ctx, dlocktest.Key(t)); !errors.Is(err, dlock.ErrInvalidOption) {
+		t.Errorf("ProtocolTair with WithReplicaAcks: %v, want ErrInvalidOption", err)
+	}
+}
+
+// A release on the Lua-free protocol wakes the key's waiters by
+// notification: with a 30s lease and a minute between polls, every
+// waiter would otherwise wait out the lease. Every waiter is told (none
+// is reserved the key); the first to retry takes it, and the rest wait
+// on. The test logs the hand-over's time and the attempts one release
+// caused (the herd).
+func TestRelease_Tair_WakesWaitersByNotification(t *testing.T) {
+	t.Parallel()
+	srv := startTair(t)
+	admin := newClient(t, srv)
+	ctx := dlocktest.Context(t)
+	key := dlocktest.Key(t)
+	holder, err := redislock.New(noScriptsClient(t, srv.Addr())).Acquire(ctx, key, dlock.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 4
+	got := make(chan *dlock.Lock, n)
+	for range n {
+		l := redislock.New(noScriptsClient(t, srv.Addr()))
+		go func() {
+			// Well before the lease would end: only a notification
+			// can hand the key over in time.
+			wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			lk, err := l.Acquire(wctx, key, dlock.WithTTL(30*time.Second), dlock.WithBackoff(dlock.ConstBackoff{Delay: time.Minute}))
+			if err != nil {
+				t.Error(err)
+			}
+			got <- lk
+		}()
+	}
+	free := redislock.New(admin).LockKey(key) + ":free"
+	for end := time.Now().Add(dlocktest.HangTimeout); ; time.Sleep(5 * time.Millisecond) {
+		if m, _ := admin.PubSubNumSub(ctx, free).Result(); m[free] == n {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("hang: the waiters never listened")
+		}
+	}
+	if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	released := time.Now()
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first := <-got
+	if first == nil {
+		t.Fatal("no waiter took the key")
+	}
+	t.Logf("hand-over %v after the release; %d grant attempts", time.Since(released), commandStat(t, admin, "set", "calls")-1)
+	for i := 1; i < n; i++ {
+		if err := first.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if first = <-got; first == nil {
+			t.Fatalf("waiter %d never took the key", i)
+		}
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Locker.Protocol says which protocol the default Locker takes, and why,
+// on a server that runs scripts, on one that refuses them and offers
+// CAS/CAD, and when forced.
+func TestLocker_Protocol_SaysWhichAndWhy(t *testing.T) {
+	t.Parallel()
+	srv := startTair(t)
+	ctx := dlocktest.Context(t)
+	for _, c := range []struct {
+		l    *redislock.Locker
+		want redislock.Protocol
+	}{
+		{redislock.New(newClient(t, srv)), redislock.ProtocolScripts},
+		{redislock.New(noScriptsClient(t, srv.Addr())), redislock.ProtocolTair},
+		{redislock.New(newClient(t, srv), redislock.WithProtocol(redislock.ProtocolTair)), redislock.ProtocolTair},
+	} {
+		p, why, err := c.l.Protocol(ctx)
+		if err != nil || p != c.want || why == "" {
+			t.Errorf("Protocol() = %v, %q, %v; want %v and a reason", p, why, err, c.want)
+		}
+	}
+	plain := testserver.StartRedis(t)
+	plain.AddNoScriptsUser(t)
+	if _, _, err := redislock.New(noScriptsClient(t, plain.Addr())).Protocol(ctx); err == nil || !strings.Contains(err.Error(), "no CAS and CAD") {
+		t.Errorf("Protocol() on a server refusing scripts without CAS/CAD: %v, want an error saying so", err)
+	}
+}

@@ -6,7 +6,8 @@
 //	err := dlock.Do(ctx, l, "nightly-report", func(ctx context.Context, lk *dlock.Lock) error { ... })
 //
 // New takes redislock's options (WithPrefix, WithReplicaAcks,
-// WithUnsafeEviction) and the core's (dlock.WithObserver) in one list; a
+// WithUnsafeEviction, WithProtocol) and the core's (dlock.WithObserver)
+// in one list; a
 // nil client gives a Locker whose every call fails with an error wrapping
 // dlock.ErrNilClient. The Locker runs on the dlock core as the driver
 // "redis": one Lua script per acquisition, owner-checked renewal and
@@ -17,6 +18,12 @@
 // at a time over pub/sub, in queue order. List (dlock.Lister) reports the
 // held keys under a prefix. The keys, values and scripts are dlock's Redis
 // wire protocol, documented in package redisproto.
+//
+// Where the server refuses the client's user every script (an ACL with
+// -@scripting) and offers Tair's CAS and CAD, the default Locker learns
+// it from the first refusal and from then on speaks a Lua-free protocol of
+// native commands, for exclusive locks (WithProtocol forces either
+// protocol; Locker.Protocol says which is used).
 //
 // The protocol, waiting, renewal, eviction, breaks, replica
 // acknowledgement, the Guard's key layout and the full guarantees and
@@ -86,4 +93,10 @@
 //   - Prompt notice of a lease removed other than by dlock.Break (DEL,
 //     FLUSHALL, expiry), or of a break notice missed while the link was down.
 //   - Break notices on Redlock (package redlock).
+//   - On the Lua-free protocol: shared and limited locks, WithReplicaAcks
+//     and the Guard (all need scripts); one waiter woken per release (a
+//     release wakes every waiter of the key); a break's retry after a
+//     lost reply finding what it removed; a token above the last one when
+//     a grant lands between a release's CAD and its marker and the
+//     server's clock went back.
 package redislock

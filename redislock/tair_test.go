@@ -266,3 +266,85 @@ func TestLocker_Protocol_SaysWhichAndWhy(t *testing.T) {
 		t.Errorf("Protocol() on a server refusing scripts without CAS/CAD: %v, want an error saying so", err)
 	}
 }
+
+// On a Cluster whose nodes have CAS and CAD and whose user may run no
+// script, the default Locker takes, renews (one batch over the masters),
+// hands over and releases exclusive locks on keys of every master, with
+// increasing tokens.
+func TestCluster_Tair_AcquireRenewRelease(t *testing.T) {
+	t.Parallel()
+	nodes := testserver.StartRedisCluster(t, 3, testserver.WithTairString(t))
+	for _, n := range nodes {
+		n.AddNoScriptsUser(t)
+	}
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr()}, Username: testserver.NoScriptsUser, Password: testserver.NoScriptsPassword})
+	t.Cleanup(func() { c.Close() })
+	ctx := dlocktest.Context(t)
+	l := redislock.New(c)
+	masters := map[string]bool{}
+	var held []*dlock.Lock
+	for i := 0; len(masters) < 3 && i < 100; i++ {
+		key := dlocktest.Key(t)
+		m, err := c.MasterForKey(ctx, l.LockKey(key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if masters[m.Options().Addr] {
+			continue
+		}
+		masters[m.Options().Addr] = true
+		lk, err := l.Acquire(ctx, key, dlock.WithTTL(3*time.Second))
+		if err != nil {
+			t.Fatalf("acquire on %s: %v", m.Options().Addr, err)
+		}
+		held = append(held, lk)
+	}
+	if len(held) != 3 {
+		t.Fatalf("keys on %d masters, want 3", len(held))
+	}
+	// The watchdog's batch renews each key with CAS: every master counts
+	// a second CAS (the first wrote the token).
+	for _, n := range nodes {
+		for end := time.Now().Add(dlocktest.HangTimeout); ; time.Sleep(20 * time.Millisecond) {
+			info, err := n.Do("INFO", "commandstats")
+			if err == nil && !strings.Contains(info, "cmdstat_cas:calls=1,") && strings.Contains(info, "cmdstat_cas:calls=") {
+				break
+			}
+			if time.Now().After(end) {
+				t.Fatalf("hang: no renewal on %s: %v %s", n.Addr(), err, info)
+			}
+		}
+	}
+	for _, lk := range held {
+		select {
+		case <-lk.Lost():
+			t.Fatalf("%s lost: %v", lk.Key(), lk.Err())
+		default:
+		}
+		next := redislock.New(c)
+		w := make(chan *dlock.Lock, 1)
+		go func() {
+			nl, err := next.Acquire(ctx, lk.Key(), dlock.WithTTL(time.Second))
+			if err != nil {
+				t.Error(err)
+			}
+			w <- nl
+		}()
+		if err := lk.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		nl := <-w
+		if nl == nil {
+			t.FailNow()
+		}
+		if nl.Token() <= lk.Token() {
+			t.Errorf("%s: token %d after %d", lk.Key(), nl.Token(), lk.Token())
+		}
+		if err := nl.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p, _, err := l.Protocol(ctx); p != redislock.ProtocolTair || err != nil {
+		t.Errorf("Protocol() = %v, %v; want tair", p, err)
+	}
+}

@@ -353,9 +353,9 @@ func (r *Redis) Restart() {
 
 // StartRedisCluster starts n (≥ 3) cluster-enabled redis-servers, splits
 // the 16384 slots between them, joins them and waits until every node
-// reports cluster_state:ok. It returns the nodes; clients may be given any
-// of their addresses.
-func StartRedisCluster(t TB, n int) []*Redis {
+// reports cluster_state:ok. opts apply to every node. It returns the
+// nodes; clients may be given any of their addresses.
+func StartRedisCluster(t TB, n int, opts ...RedisOption) []*Redis {
 	t.Helper()
 	if n < 3 {
 		t.Fatalf("StartRedisCluster: need at least 3 masters, got %d", n)
@@ -363,9 +363,9 @@ func StartRedisCluster(t TB, n int) []*Redis {
 	nodes := make([]*Redis, n)
 	for i := range nodes {
 		dir := t.TempDir()
-		nodes[i] = StartRedis(t, WithArgs("--cluster-enabled", "yes",
+		nodes[i] = StartRedis(t, append([]RedisOption{WithArgs("--cluster-enabled", "yes",
 			"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
-			"--cluster-node-timeout", "5000"))
+			"--cluster-node-timeout", "5000")}, opts...)...)
 	}
 	const slots = 16384
 	for i, nd := range nodes {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -390,15 +391,43 @@ func (n *Node) TairBreak(ctx context.Context, key, owner string, retention time.
 	return []Info{in}, nil, nil
 }
 
+// compareCommands is a set of commands that compare a key's value before
+// they write it or delete it, which the Lua-free protocol runs on.
+type compareCommands struct {
+	name     string
+	commands []string // what COMMAND INFO must find
+}
+
+// compareTable lists the sets the Lua-free protocol can run on. Redis 8's
+// SET ... IFEQ with DELEX ... IFEQ, and Valkey's SET ... IFEQ with
+// DELIFEQ, would be entries here, each with its own calls in TairRefresh,
+// TairRelease, TairDelete and TairAbort; none is listed while no test
+// server has them.
+var compareTable = []compareCommands{{name: "tair", commands: []string{"cas", "cad"}}}
+
 // TairOffers reports whether the server has the Lua-free protocol's
-// commands, CAS and CAD (COMMAND INFO; a Cluster client asks a random
-// node: every node of a Cluster loads the same modules).
+// commands, Tair's CAS and CAD (COMMAND INFO; a Cluster client asks a
+// random node: every node of a Cluster loads the same modules).
 func (n *Node) TairOffers(ctx context.Context) (bool, error) {
-	infos, err := n.Client.Do(ctx, "COMMAND", "INFO", "cas", "cad").Slice()
-	if err != nil {
-		return false, err
+	for _, set := range compareTable {
+		args := append([]any{"COMMAND", "INFO"}, anys(set.commands)...)
+		infos, err := n.Client.Do(ctx, args...).Slice()
+		if err != nil {
+			return false, err
+		}
+		if len(infos) == len(set.commands) && !slices.Contains(infos, nil) {
+			return true, nil
+		}
 	}
-	return len(infos) == 2 && infos[0] != nil && infos[1] != nil, nil
+	return false, nil
+}
+
+func anys(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
 }
 
 // WatchFree is Watch for a waiter of the Lua-free protocol: it listens

@@ -20,6 +20,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/etcdlock"
+	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/pglock"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/dlock-go/dlock/redlock"
@@ -42,8 +43,8 @@ type lib struct {
 	name string
 	// mode states the blocking mode and settings used, for the report.
 	mode string
-	// group: libraries compared with each other ("redis", "redlock", "etcd",
-	// "zookeeper", "postgres").
+	// group: libraries compared with each other ("redis", "redis-ha",
+	// "tair", "redlock", "etcd", "zookeeper", "postgres").
 	group string
 	// newLocker makes a contender with its own client connections.
 	newLocker func() (locker, error)
@@ -59,6 +60,9 @@ type env struct {
 	// sentinel: a primary with one replica, watched by one sentinel.
 	sentinelMaster string
 	sentinels      []string
+	// tair: a redis-server with the TairString module and the ACL user
+	// testserver.NoScriptsUser ("" where the module is not available).
+	tair string
 }
 
 // failoverClient is a default go-redis Sentinel client of e's group.
@@ -70,7 +74,41 @@ func redisClient(addr string) *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
 }
 
+// tairClient is a go-redis client with default options on the Tair
+// server at addr, logged in as the user that may not run scripts.
+func tairClient(addr string) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: addr, Username: testserver.NoScriptsUser, Password: testserver.NoScriptsPassword})
+}
+
+// libraries are the libraries of every group; the tair group only where
+// its server runs.
 func libraries(e *env) []lib {
+	libs := baseLibraries(e)
+	if e.tair != "" {
+		libs = append(libs, tairLibraries(e.tair)...)
+	}
+	return libs
+}
+
+// tairLibraries are the tair group, on the Tair server at addr as the
+// user that may not run scripts: redislock's default locker, which finds
+// scripts refused and takes exclusive locks with TairString's CAS and
+// CAD, and its floor.
+func tairLibraries(addr string) []lib {
+	return []lib{
+		{name: nTairFloor, group: "tair", mode: "raw go-redis as the no-scripts user: SET NX, then the CAD command; no waiting (uncontended only)",
+			newLocker: func() (locker, error) { return &tairFloor{c: tairClient(addr)}, nil }},
+		{name: nDTair, group: "tair", contended: true, mode: "redislock.New with defaults, as an ACL user that may not run scripts (+@all -@scripting) on a server with TairString: CAS and CAD instead of Lua; Acquire (pub/sub wake-up, backoff fallback 5-500ms), default watchdog; default go-redis options",
+			newLocker: func() (locker, error) {
+				c := tairClient(addr)
+				return &dlockLocker{l: redislock.New(c), close_: func() { c.Close() }}, nil
+			}},
+	}
+}
+
+// baseLibraries are the libraries of the groups on servers that need no
+// module.
+func baseLibraries(e *env) []lib {
 	one := e.redis[0]
 	five := e.redis[:5]
 	return []lib{
@@ -189,17 +227,41 @@ type floor struct{ c *redis.Client }
 var cad = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
 
 func (f *floor) lock(ctx context.Context, key string) (func(context.Context) error, error) {
-	owner := dlock.NewOwner()
-	ok, err := f.c.SetNX(ctx, key, owner, benchTTL).Result()
+	owner, err := floorAcquire(ctx, f.c, key)
 	if err != nil {
 		return nil, err
-	}
-	if !ok {
-		return nil, errors.New("floor: key held")
 	}
 	return func(ctx context.Context) error { return cad.Run(ctx, f.c, []string{key}, owner).Err() }, nil
 }
 func (f *floor) close() { f.c.Close() }
+
+// floorAcquire is the floors' acquire: SET key to a new owner, NX, with
+// the bench TTL. It fails if key is held.
+func floorAcquire(ctx context.Context, c *redis.Client, key string) (owner string, err error) {
+	owner = dlock.NewOwner()
+	ok, err := c.SetNX(ctx, key, owner, benchTTL).Result()
+	if err != nil {
+		return "", err
+	}
+	if !ok {
+		return "", errors.New("floor: key held")
+	}
+	return owner, nil
+}
+
+// tairFloor is the floor on a server with TairString, for a user that may
+// not run scripts: the floor's SET NX, then TairString's CAD command
+// (compare-and-delete) in place of the script.
+type tairFloor struct{ c *redis.Client }
+
+func (f *tairFloor) lock(ctx context.Context, key string) (func(context.Context) error, error) {
+	owner, err := floorAcquire(ctx, f.c, key)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error { return f.c.Do(ctx, "CAD", key, owner).Err() }, nil
+}
+func (f *tairFloor) close() { f.c.Close() }
 
 type dlockLocker struct {
 	l      dlock.Locker

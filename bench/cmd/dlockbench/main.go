@@ -72,7 +72,7 @@ func main() {
 	flag.IntVar(&cfg.heldManyN, "held-many", 100000, "locks held in the scale row of the many-locks scenario")
 	flag.DurationVar(&cfg.heldManyTTL, "held-many-ttl", 30*time.Second, "TTL of the scale row's locks")
 	flag.StringVar(&cfg.out, "out", "", "write the Markdown report to this file")
-	flag.StringVar(&cfg.group, "group", "", "measure only this group's libraries (redis, redis-ha, redlock, etcd, zookeeper, postgres): a development run, without the held-locks scenario or -out (targets of other groups read as not met)")
+	flag.StringVar(&cfg.group, "group", "", "measure only this group's libraries (redis, redis-ha, tair, redlock, etcd, zookeeper, postgres): a development run, without the held-locks scenario or -out (targets of other groups read as not met)")
 	quick := flag.Bool("quick", false, "short run (1s per library, 2s contention, 2000 locks for 5s) for smoke tests")
 	flag.Parse()
 	if *quick {
@@ -103,11 +103,16 @@ func progress(format string, args ...any) {
 
 func run(t *tb, cfg config) int {
 	started := time.Now()
-	progress("starting 5 redis-servers, a Sentinel group (primary, replica, sentinel), 1 etcd member, 1 ZooKeeper server and 1 PostgreSQL server on loopback")
+	progress("starting 5 redis-servers, a redis-server with the TairString module, a Sentinel group (primary, replica, sentinel), 1 etcd member, 1 ZooKeeper server and 1 PostgreSQL server on loopback")
 	e := &env{}
 	for i := 0; i < 5; i++ {
 		e.redis = append(e.redis, testserver.StartRedis(t).Addr())
 	}
+	tair, tairErr := startTair(t)
+	if tairErr != nil {
+		progress("no tair group: %v", tairErr)
+	}
+	e.tair = tair
 	sg := testserver.StartSentinel(t, testserver.WithReplicas(1), testserver.WithSentinels(1))
 	e.sentinelMaster, e.sentinels = sg.Master(), sg.Addrs()
 	e.etcdEPs = etcdtest.Start(t, 1).Endpoints()
@@ -124,12 +129,19 @@ func run(t *tb, cfg config) int {
 			}
 		}
 		if len(only) == 0 {
+			if cfg.group == "tair" && tairErr != nil {
+				fmt.Fprintln(os.Stderr, "dlockbench: no tair group:", tairErr)
+				return 1
+			}
 			fmt.Fprintf(os.Stderr, "dlockbench: no library in group %q\n", cfg.group)
 			return 2
 		}
 		libs = only
 	}
 	rep := &report{cfg: cfg, libs: libs, zkVersion: zkVersion(zks), pgVersion: pgVersion(pg), unc: map[string]uncontendedResult{}, thr: map[string]float64{}, con: map[string]contendedResult{}, errs: map[string]string{}}
+	if tairErr != nil && cfg.group == "" {
+		rep.errs["tair"] = "group not measured: " + tairErr.Error()
+	}
 
 	if cfg.group == "" {
 		// First, in a process that has done nothing else yet: the heap
@@ -199,6 +211,22 @@ func run(t *tb, cfg config) int {
 		progress("wrote %s", cfg.out)
 	}
 	return 0
+}
+
+// startTair starts the tair group's server: a redis-server with the
+// TairString module loaded and the ACL user testserver.NoScriptsUser, who
+// may run every command but the scripting ones. It returns the server's
+// address, or why it could not start (the module is not available where
+// it is neither built nor buildable).
+func startTair(t *tb) (addr string, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			addr, err = "", fmt.Errorf("%v", r)
+		}
+	}()
+	srv := testserver.StartRedis(t, testserver.WithTairString(t))
+	srv.AddNoScriptsUser(t)
+	return srv.Addr(), nil
 }
 
 // zkVersion is the server's version as "srvr" reports it.

@@ -30,6 +30,9 @@ const (
 	// The redis-ha group: the cost of replica acknowledgement.
 	nDSentinel = "dlock redislock (Sentinel)"
 	nDAcks     = "dlock redislock (Sentinel, acks=1)"
+	// The tair group: redislock without scripts, on TairString.
+	nTairFloor = "floor: SET NX PX + CAD (Tair)"
+	nDTair     = "dlock redislock (Tair, no scripts)"
 	nBsm       = "bsm/redislock"
 	nRS1       = "redsync (1 pool)"
 	nRueidis   = "rueidislock"
@@ -123,6 +126,15 @@ func (r *report) targets() []target {
 	return ts
 }
 
+// floorOf names the floor the rows of group are compared with: the tair
+// group's own, on its server, else the Redis floor.
+func floorOf(group string) string {
+	if group == "tair" {
+		return nTairFloor
+	}
+	return nFloor
+}
+
 // hasGroup reports whether a library of group is in the run.
 func (r *report) hasGroup(group string) bool {
 	for _, l := range r.libs {
@@ -155,10 +167,10 @@ func (r *report) markdown() string {
 
 	w("## Uncontended acquire + release (1 goroutine, distinct keys)\n\nThe libraries are measured interleaved, in 10 rounds, so that changes in the machine's speed during the run hit all of them alike.\n\n")
 	w("| library | p50 | p99 | ops/s | p50 vs floor | p50 vs dlock of its group |\n|---|---|---|---|---|---|\n")
-	dl := map[string]string{"redis-ha": nDSentinel, "redis": nDRedis, "redlock": nDRL, "etcd": nDEtcd, "zookeeper": nDZk, "postgres": nDPg}
+	dl := map[string]string{"redis-ha": nDSentinel, "redis": nDRedis, "tair": nDTair, "redlock": nDRL, "etcd": nDEtcd, "zookeeper": nDZk, "postgres": nDPg}
 	for _, l := range r.libs {
 		u := r.unc[l.name]
-		w("| %s | %s | %s | %.0f | %s | %s |\n", l.name, us(u.p50), us(u.p99), u.opsPerS, ratio(float64(u.p50), float64(r.unc[nFloor].p50)), ratio(float64(u.p50), float64(r.unc[dl[l.group]].p50)))
+		w("| %s | %s | %s | %.0f | %s | %s |\n", l.name, us(u.p50), us(u.p99), u.opsPerS, ratio(float64(u.p50), float64(r.unc[floorOf(l.group)].p50)), ratio(float64(u.p50), float64(r.unc[dl[l.group]].p50)))
 	}
 	w("\n## Throughput (%d goroutines sharing one client, distinct keys)\n\n| library | ops/s | vs dlock of its group |\n|---|---|---|\n", r.cfg.parallel)
 	for _, l := range r.libs {
@@ -181,6 +193,7 @@ func (r *report) markdown() string {
 		w("\nReplica acknowledgement (the redis-ha rows): both run on the same Sentinel group, a primary with one replica on this machine. With acks=1 a grant (and each renewal) is followed by WAIT 1 on the connection that wrote it, in the same round trip, so it returns once the replica has the write: uncontended p50 %s and throughput %s of the same locker without acks, contended handoffs/s %s. On loopback the replica is microseconds away; across machines each grant also pays the round trip to the nearest acknowledging replica.\n",
 			ratio(float64(r.unc[nDAcks].p50), float64(r.unc[nDSentinel].p50)), ratio(r.thr[nDAcks], r.thr[nDSentinel]), ratio(r.con[nDAcks].handoffsPerS, r.con[nDSentinel].handoffsPerS))
 	}
+	r.tairMarkdown(w)
 	r.modesMarkdown(w)
 	w("\n## Many held locks (dlock redislock, one client)\n\n")
 	w("Each row acquires its locks from 32 goroutines, holds them, and is measured at the end of the hold, when every lock is renewed and listens for break notices. CPU is this process's (client, with the watchdog), not the Redis server's.\n\n")
@@ -209,6 +222,20 @@ func (r *report) markdown() string {
 		}
 	}
 	return b.String()
+}
+
+// tairMarkdown writes the tair group's ratios to its floor, if the group
+// ran.
+func (r *report) tairMarkdown(w func(string, ...any)) {
+	if !r.hasGroup("tair") {
+		return
+	}
+	w("\nRedis without scripts (the tair rows): both run on one redis-server with the TairString module, as an ACL user that may not run scripts (+@all -@scripting), on go-redis clients with default options (a pool of 10 connections per CPU; the other Redis rows' clients have 64). redislock.New finds scripts refused and takes exclusive locks with TairString's CAS and CAD. Against its floor on the same server (SET NX, then CAD): uncontended p50 %s, throughput %s; contended handoffs/s %.0f",
+		ratio(float64(r.unc[nDTair].p50), float64(r.unc[nTairFloor].p50)), ratio(r.thr[nDTair], r.thr[nTairFloor]), r.con[nDTair].handoffsPerS)
+	if r.hasGroup("redis") {
+		w(" (%s of dlock redislock's with scripts)", ratio(r.con[nDTair].handoffsPerS, r.con[nDRedis].handoffsPerS))
+	}
+	w(".\n")
 }
 
 // modesMarkdown writes the read-write lock and semaphore section.

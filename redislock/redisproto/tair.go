@@ -137,20 +137,20 @@ func (n *Node) TairAcquire(ctx context.Context, key, owner string, ttl time.Dura
 		return Outcome{}, fmt.Errorf("TairAcquire %q: the grant took %v of its %v TTL", key, time.Since(start), ttl)
 	}
 	stamped := FormatValue(owner, tok, meta)
-	var cas *redis.Cmd
-	_, err = c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		cas = p.Do(ctx, "CAS", lk, hold, stamped, "PX", msUp(left))
-		get = p.Get(ctx, lk)
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
+	r, err := c.Do(ctx, "CAS", lk, hold, stamped, "PX", msUp(left)).Int64()
+	if err != nil {
 		return Outcome{}, err
 	}
-	// 1, or 0 for a resend of this CAS that found it done.
-	if r, _ := cas.Int64(); r == 1 || get.Val() == stamped {
-		return Outcome{Granted: true, Token: tok, PTTL: left}, nil
+	if r != 1 {
+		// 0: gone, or a resend of this CAS (the client's, after a lost
+		// reply) that found it done.
+		if v, err := c.Get(ctx, lk).Result(); err != nil && !errors.Is(err, redis.Nil) {
+			return Outcome{}, err
+		} else if v != stamped {
+			return Outcome{}, fmt.Errorf("TairAcquire %q: the grant was gone (expired or broken) before its token was written", key)
+		}
 	}
-	return Outcome{}, fmt.Errorf("TairAcquire %q: the grant was gone (expired or broken) before its token was written", key)
+	return Outcome{Granted: true, Token: tok, PTTL: left}, nil
 }
 
 // msUp is d in whole milliseconds, rounded up: a lease's expiry on the
@@ -246,7 +246,8 @@ func (n *Node) TairRefresh(ctx context.Context, key, value string, ttl time.Dura
 	return r == 1, err
 }
 
-// TairRelease releases the lease value, in one round trip: CAD it; SET
+// TairRelease releases the lease value, in one round trip (two for a
+// lease it finds gone): CAD it; SET
 // the release marker "|<token>" NX for retention, so that the key keeps
 // its last token when nobody took it meanwhile; and PUBLISH on the key's
 // free channel. released is true when the CAD deleted the lease, and
@@ -268,17 +269,12 @@ func (n *Node) TairRelease(ctx context.Context, key, value string, retention tim
 	lk := n.LockKey(key)
 	tok := strconv.FormatUint(ParseValue(value).Token, 10)
 	mark := "|" + tok
-	var (
-		cad, set *redis.Cmd
-		get      *redis.StringCmd
-		rels     *redis.StringSliceCmd
-	)
+	var cad, set *redis.Cmd
 	// The pipeline's own error is its first command's that failed; each
 	// command's is read below, and PUBLISH's is left alone.
 	_, _ = n.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		cad = p.Do(ctx, "CAD", lk, value)
 		set = p.Do(ctx, "SET", lk, mark, "NX", "PX", Ms(retention))
-		get, rels = p.Get(ctx, lk), p.LRange(ctx, lk+receiptsSuffix, 0, Receipts-1)
 		p.Publish(ctx, lk+freeSuffix, "1")
 		return nil
 	})
@@ -294,10 +290,17 @@ func (n *Node) TairRelease(ctx context.Context, key, value string, retention tim
 	} else if !errors.Is(err, redis.Nil) {
 		return false, err
 	}
-	if err := get.Err(); err != nil && !errors.Is(err, redis.Nil) {
-		return false, err
-	}
-	if err := rels.Err(); err != nil {
+	// The key holds something else: this lease's marker (a resend of
+	// this release), or a later holder, which may have taken the marker
+	// over (the receipts name it).
+	var (
+		get  *redis.StringCmd
+		rels *redis.StringSliceCmd
+	)
+	if _, err := n.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		get, rels = p.Get(ctx, lk), p.LRange(ctx, lk+receiptsSuffix, 0, Receipts-1)
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
 		return false, err
 	}
 	if v := get.Val(); v == mark || strings.HasPrefix(v, mark+"|") {

@@ -103,6 +103,11 @@ func tairLibraries(addr string) []lib {
 				c := tairClient(addr)
 				return &dlockLocker{l: redislock.New(c), close_: func() { c.Close() }}, nil
 			}},
+		{name: nDTairScripts, group: "tair", contended: true, mode: "redislock.New with defaults on the same server, as the default user, who may run scripts: Lua, as on any Redis; default go-redis options",
+			newLocker: func() (locker, error) {
+				c := redis.NewClient(&redis.Options{Addr: addr})
+				return &dlockLocker{l: redislock.New(c), close_: func() { c.Close() }}, nil
+			}},
 	}
 }
 

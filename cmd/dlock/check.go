@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/redislock"
 )
 
 const checkUsage = `Usage: dlock check [--url URL|--url-file PATH] [--connect-timeout 5s]
@@ -29,6 +30,14 @@ an answer too). It prints
 and exits 0, or prints the error and exits 3 (2 for a bad URL). The whole
 check, connecting included, ends within --connect-timeout (and a fraction
 of a second), even when a server accepts the connection and never answers.
+
+For a redis[s]://, redis[s]+cluster:// or redis[s]+sentinel:// URL a second
+line says which protocol the locks take, and why:
+  redis protocol: scripts (the server runs this client's scripts)
+tair is the Lua-free protocol on Tair's CAS and CAD (exclusive locks only),
+taken when the server refuses the user's scripts and offers CAS and CAD, or
+with ?lock_protocol=tair. A server that refuses the scripts and lacks CAS
+and CAD fails the lock round trip, and with --read-only gets a warning.
 
 The probe key is one per host, not one per check: services keep a fencing
 counter (or a row, a znode) per key, and a probe every few seconds must not
@@ -53,7 +62,8 @@ The Redis checks need CONFIG GET (and INFO); a server that refuses them
 gets a warning saying so.
 
 --json prints one object: ok (true or false), backend, address, probe
-("lock" or "list"), elapsed_ms, error when not ok, and warnings.
+("lock" or "list"), elapsed_ms, error when not ok, warnings, and for Redis
+protocol ("scripts" or "tair") and protocol_reason.
 
 Kubernetes exec probe (keep the URL, and its password, in a Secret passed
 as $DLOCK_URL):
@@ -89,6 +99,11 @@ type checkResult struct {
 	ElapsedMs float64  `json:"elapsed_ms"`
 	Error     string   `json:"error,omitempty"`
 	Warnings  []string `json:"warnings,omitempty"`
+	// Protocol is the protocol a redislock Locker's requests take
+	// ("scripts" or "tair"), ProtocolReason why; empty for the other
+	// backends.
+	Protocol       string `json:"protocol,omitempty"`
+	ProtocolReason string `json:"protocol_reason,omitempty"`
 
 	busy  bool // the probe lock was held by another check
 	usage bool // a bad URL or option: exit 2
@@ -136,8 +151,9 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	done := make(chan checkResult, 1) // buffered: a round trip that ends late never blocks
 	go func() {
 		r := res
-		busy, warnings, err := probeService(raw, connect, readOnly)
+		busy, proto, warnings, err := probeService(raw, connect, readOnly)
 		r.busy, r.Warnings = busy, warnings
+		r.Protocol, r.ProtocolReason = proto.name, proto.why
 		r.setErr(err)
 		done <- r
 	}()
@@ -185,6 +201,9 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		busy = " (the probe lock was held by another check)"
 	}
 	fmt.Fprintf(stdout, "ok: %s %s in %s%s\n", res.Backend, quoteField(res.Address), fmtElapsed(elapsed), busy)
+	if res.Protocol != "" {
+		fmt.Fprintf(stdout, "redis protocol: %s (%s)\n", res.Protocol, res.ProtocolReason)
+	}
 	if code != 0 {
 		fmt.Fprintf(stderr, "dlock check: --strict: %d warning(s)\n", len(res.Warnings))
 	}
@@ -212,15 +231,20 @@ func (r *checkResult) setErr(err error) {
 	r.usage = errors.Is(err, errBadURL) || errors.Is(err, dlock.ErrInvalidOption)
 }
 
+// lockProtocol is the protocol a redislock Locker's requests take, by
+// name, and why.
+type lockProtocol struct{ name, why string }
+
 // probeService opens the service and makes check's round trip: a lock
 // taken and released, or with readOnly a listing. busy reports that the
-// probe lock was held (by another check): the service answered. After a
+// probe lock was held (by another check): the service answered. proto is
+// the protocol a Redis backend's locks take (redisProtocol). After a
 // round trip that worked, warnings name the servers that did not answer
 // (a Redlock node; an etcd, ZooKeeper or Sentinel address that refuses
 // connections): the service works without them, for now. Opening and
 // the round trip end by connect, as far as the clients honour their
 // context (cmdCheck does not wait longer).
-func probeService(raw string, connect time.Duration, readOnly bool) (busy bool, warnings []string, err error) {
+func probeService(raw string, connect time.Duration, readOnly bool) (busy bool, proto lockProtocol, warnings []string, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), connect)
 	defer cancel()
 	// A client that retries a refused connection until the deadline
@@ -262,16 +286,17 @@ func probeService(raw string, connect time.Duration, readOnly bool) (busy bool, 
 	}
 	b, err := openBackend(raw, openOptions{connectTimeout: connect, readOnly: readOnly})
 	if err != nil {
-		return false, nil, withRefused(err)
+		return false, proto, nil, withRefused(err)
 	}
 	defer b.close()
 	busy, err = roundTrip(ctx, b, connect, readOnly)
 	if err != nil {
-		return false, nil, withRefused(err)
+		return false, proto, nil, withRefused(err)
 	}
+	proto, warnings = redisProtocol(ctx, b)
 	if t != nil {
 		if left := time.Until(deadlineOf(ctx)); left > 0 { // 0 would be no bound
-			warnings = endpointWarnings(t, left)
+			warnings = append(warnings, endpointWarnings(t, left)...)
 		}
 		warnings = append(warnings, settingsWarnings(ctx, t, b)...)
 	}
@@ -292,7 +317,25 @@ func probeService(raw string, connect time.Duration, readOnly bool) (busy bool, 
 			}
 		}
 	}
-	return busy, warnings, nil
+	return busy, proto, warnings, nil
+}
+
+// redisProtocol asks a redislock backend's Locker which protocol its
+// requests take (redislock.Locker.Protocol, within ctx): after the round
+// trip it knows whether the server refused a script, and otherwise sends
+// one that touches no key. Other backends have no protocol to report. A
+// Locker that cannot tell (the server refuses the scripts and lacks CAS
+// and CAD) gets a warning instead.
+func redisProtocol(ctx context.Context, b *backend) (lockProtocol, []string) {
+	l, ok := b.locker.(*redislock.Locker)
+	if !ok {
+		return lockProtocol{}, nil
+	}
+	p, why, err := l.Protocol(ctx)
+	if err != nil {
+		return lockProtocol{}, []string{fmt.Sprintf("warning: %s: cannot tell which protocol the locks take: %s", b.where, oneLine(err.Error()))}
+	}
+	return lockProtocol{p.String(), why}, nil
 }
 
 // dialAll opens (and closes) a TCP connection to each address at once,

@@ -47,6 +47,9 @@ func (t *target) parseCluster(raw string, u *url.URL) error {
 	if err := t.takeUnsafeEviction(raw, q); err != nil {
 		return err
 	}
+	if err := t.takeLockProtocol(raw, q); err != nil {
+		return err
+	}
 	// go-redis checks its own cluster options.
 	if _, err := redis.ParseClusterURL((&url.URL{Scheme: "redis", Host: addrs[0], RawQuery: q.Encode()}).String()); err != nil {
 		return badURL(raw, "%s", strings.TrimPrefix(err.Error(), "redis: "))

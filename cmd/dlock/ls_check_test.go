@@ -394,6 +394,67 @@ func TestCheckProbeKeyBusy(t *testing.T) {
 	}
 }
 
+// check names the protocol a Redis backend's locks take, and why: on a
+// server that refuses the user's scripts and offers CAS and CAD, the
+// Lua-free one (tair), in the line after "ok:" and in --json.
+func TestCheck_TairServer_SaysLuaFreeProtocol(t *testing.T) {
+	t.Parallel()
+	_, url := startTairNoScripts(t)
+	r := runDlock(t, url, "check")
+	lines := strings.Split(r.stdout, "\n")
+	if r.code != 0 || len(lines) < 2 || !strings.HasPrefix(lines[0], "ok: redis ") ||
+		!strings.HasPrefix(lines[1], "redis protocol: tair (the server refuses this client's user scripts and offers CAS and CAD") {
+		t.Fatalf("check on the Tair server: exit %d, stdout %q, stderr %q; want the ok line, then redis protocol: tair and why", r.code, r.stdout, r.stderr)
+	}
+	for _, args := range [][]string{{"check", "--json"}, {"check", "--json", "--read-only"}} {
+		r := runDlock(t, url, args...)
+		var res map[string]any
+		if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || r.code != 0 || res["protocol"] != "tair" ||
+			!strings.Contains(fmt.Sprint(res["protocol_reason"]), "refuses this client's user scripts") {
+			t.Fatalf("dlock %v on the Tair server: %v, exit %d, stdout %q, stderr %q; want protocol tair and why", args, err, r.code, r.stdout, r.stderr)
+		}
+	}
+}
+
+// check on a server whose default user runs scripts says the locks take
+// scripts; a backend other than Redis names no protocol.
+func TestCheck_PlainServer_SaysScriptsProtocol(t *testing.T) {
+	t.Parallel()
+	url := "redis://" + testserver.StartRedis(t).Addr()
+	r := runDlock(t, url, "check")
+	lines := strings.Split(r.stdout, "\n")
+	if r.code != 0 || len(lines) < 2 || !strings.HasPrefix(lines[0], "ok: redis ") ||
+		lines[1] != "redis protocol: scripts (the server runs this client's scripts)" {
+		t.Fatalf("check on a plain server: exit %d, stdout %q, stderr %q; want the ok line, then redis protocol: scripts", r.code, r.stdout, r.stderr)
+	}
+	r = runDlock(t, url, "check", "--json")
+	var res map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || r.code != 0 || res["protocol"] != "scripts" || res["protocol_reason"] != "the server runs this client's scripts" {
+		t.Fatalf("check --json on a plain server: %v, exit %d, stdout %q, stderr %q; want protocol scripts", err, r.code, r.stdout, r.stderr)
+	}
+	r = runDlock(t, fileURL(t), "check", "--json")
+	if r.code != 0 || strings.Contains(r.stdout, "protocol") {
+		t.Fatalf("check --json on a file backend: exit %d, stdout %q; want no protocol", r.code, r.stdout)
+	}
+}
+
+// On a server that refuses the user's scripts and lacks CAS and CAD the
+// locks cannot work: check's lock round trip fails, and --read-only, which
+// takes no lock, warns that no protocol is left.
+func TestCheck_NoScriptsNoTair_FailsOrWarns(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t)
+	srv.AddNoScriptsUser(t)
+	url := "redis://" + testserver.NoScriptsUser + ":" + testserver.NoScriptsPassword + "@" + srv.Addr()
+	if r := runDlock(t, url, "check"); r.code != exitBackend || !strings.Contains(r.stderr, "CAS and CAD") {
+		t.Fatalf("check: exit %d, stdout %q, stderr %q; want exit %d naming CAS and CAD", r.code, r.stdout, r.stderr, exitBackend)
+	}
+	r := runDlock(t, url, "check", "--read-only")
+	if r.code != 0 || strings.Contains(r.stdout, "redis protocol:") || !strings.Contains(r.stderr, "warning: ") || !strings.Contains(r.stderr, "cannot tell which protocol the locks take") {
+		t.Fatalf("check --read-only: exit %d, stdout %q, stderr %q; want exit 0 and a warning that no protocol is left", r.code, r.stdout, r.stderr)
+	}
+}
+
 // check fails with exit 3 against a dead server, and against a hung one
 // within --connect-timeout (and a generous margin for a slow machine).
 func TestCheckUnreachableAndHung(t *testing.T) {

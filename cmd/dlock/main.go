@@ -88,6 +88,10 @@ Secrets are never printed.
 redis://, rediss:// and redis[s]+sentinel:// take ?acks=N[&ack_timeout=500ms]:
 each acquisition and renewal counts only once N replicas acknowledged it
 (WAIT); an unacknowledged attempt fails (exit 3) and leaves no lease.
+redis[s]://, redis[s]+cluster:// and redis[s]+sentinel:// take
+?lock_protocol=auto|scripts|tair: Lua scripts, or the Lua-free protocol on
+Tair's CAS and CAD (exclusive locks only); auto, the default, takes scripts
+until the server refuses the user's scripts and offers CAS and CAD.
 `
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }

@@ -43,9 +43,10 @@ func (t *target) open(o openOptions) (*backend, error) {
 		}
 		return &backend{locker: l, close: func() {}, where: t.where}, nil
 	case "redis", "rediss":
-		plain := *t // go-redis's URL: without dlock's TLS files and acks
+		plain := *t // go-redis's URL: without dlock's own options
 		plain.CA, plain.Cert, plain.Key = "", "", ""
 		plain.Acks, plain.AckTimeout, plain.UnsafeEviction = 0, 0, false
+		plain.LockProtocol = redislock.ProtocolAuto
 		opt, err := redis.ParseURL(plain.URL())
 		if err != nil { // parseURL accepted it: cannot happen
 			return nil, &urlError{scrub(fmt.Sprintf("%v %q: %v", errBadURL, t.where, err), t.secrets)}
@@ -123,6 +124,9 @@ func (t *target) redisBackend(c redis.UniversalClient, o openOptions) *backend {
 	}
 	if t.UnsafeEviction {
 		opts = append(opts, redislock.WithUnsafeEviction())
+	}
+	if t.LockProtocol != redislock.ProtocolAuto {
+		opts = append(opts, redislock.WithProtocol(t.LockProtocol))
 	}
 	l := redislock.New(c, opts...)
 	probe := func(ctx context.Context) error { return c.Ping(ctx).Err() }

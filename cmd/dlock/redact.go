@@ -16,7 +16,7 @@ const redactedMark = "xxxxx"
 var plainParams = map[string]bool{
 	// dlock
 	"ca": true, "cert": true, "key": true, "acks": true, "ack_timeout": true, "unsafe_eviction": true,
-	"sentinel_username": true, "session_timeout": true, "table": true, "listen": true,
+	"lock_protocol": true, "sentinel_username": true, "session_timeout": true, "table": true, "listen": true,
 	// go-redis
 	"db": true, "addr": true, "client_name": true, "protocol": true, "dial_timeout": true,
 	"read_timeout": true, "write_timeout": true, "pool_fifo": true, "pool_size": true,

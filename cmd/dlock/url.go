@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dlock-go/dlock/redislock"
 )
 
 // target is a parsed lock-service URL: everything needed to connect, with
@@ -63,6 +65,10 @@ type target struct {
 	// UnsafeEviction accepts a Redis that may evict keys (redis-family
 	// schemes: ?unsafe_eviction=true), which is otherwise refused.
 	UnsafeEviction bool
+	// LockProtocol is the protocol redislock speaks (redis-family schemes
+	// but redlock: ?lock_protocol=auto|scripts|tair), ProtocolAuto by
+	// default.
+	LockProtocol redislock.Protocol
 
 	// where is the URL with every secret redacted, for messages.
 	where string
@@ -352,6 +358,9 @@ func (t *target) URL() string {
 		if t.UnsafeEviction {
 			q.Set("unsafe_eviction", "true")
 		}
+		if t.LockProtocol != redislock.ProtocolAuto {
+			q.Set("lock_protocol", t.LockProtocol.String())
+		}
 	case "redis+sentinel", "rediss+sentinel":
 		u.Path = "/" + t.Master
 		if t.DB != 0 {
@@ -393,10 +402,14 @@ func (t *target) URL() string {
 	return u.String()
 }
 
-// renderAcks puts ?acks=, ?ack_timeout= and ?unsafe_eviction= back in q.
+// renderAcks puts ?acks=, ?ack_timeout=, ?unsafe_eviction= and
+// ?lock_protocol= back in q.
 func (t *target) renderAcks(q url.Values) {
 	if t.UnsafeEviction {
 		q.Set("unsafe_eviction", "true")
+	}
+	if t.LockProtocol != redislock.ProtocolAuto {
+		q.Set("lock_protocol", t.LockProtocol.String())
 	}
 	if t.Acks != 0 || t.AckTimeout != 0 {
 		q.Set("acks", strconv.Itoa(t.Acks))

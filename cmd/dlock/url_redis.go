@@ -42,7 +42,11 @@ func (t *target) parseRedis(raw string, u *url.URL) error {
 	if err := t.takeUnsafeEviction(raw, q); err != nil {
 		return err
 	}
-	// go-redis checks its own options, without dlock's TLS files and acks.
+	if err := t.takeLockProtocol(raw, q); err != nil {
+		return err
+	}
+	// go-redis checks its own options, without dlock's TLS files, acks,
+	// eviction and lock protocol.
 	gu := *u
 	gu.RawQuery = q.Encode()
 	opt, err := redis.ParseURL(gu.String())
@@ -91,11 +95,14 @@ func (t *target) parseSentinel(raw string, u *url.URL) error {
 	if err != nil {
 		return err
 	}
-	q, err := query(raw, u, append(known, "sentinel_username", "sentinel_password", "acks", "ack_timeout", "unsafe_eviction")...)
+	q, err := query(raw, u, append(known, "sentinel_username", "sentinel_password", "acks", "ack_timeout", "unsafe_eviction", "lock_protocol")...)
 	if err != nil {
 		return err
 	}
 	if err := t.takeUnsafeEviction(raw, q); err != nil {
+		return err
+	}
+	if err := t.takeLockProtocol(raw, q); err != nil {
 		return err
 	}
 	if err := t.takeTLSParams(raw, u, q); err != nil {
@@ -163,6 +170,25 @@ func (t *target) takeUnsafeEviction(raw string, q url.Values) error {
 	}
 	t.UnsafeEviction = v
 	q.Del("unsafe_eviction")
+	return nil
+}
+
+// takeLockProtocol takes ?lock_protocol=auto|scripts|tair out of q: the
+// protocol redislock speaks (redislock.WithProtocol). go-redis's own
+// ?protocol= is the RESP version.
+func (t *target) takeLockProtocol(raw string, q url.Values) error {
+	if !q.Has("lock_protocol") {
+		return nil
+	}
+	if len(q["lock_protocol"]) > 1 {
+		return badURL(raw, "option ?lock_protocol= given %d times", len(q["lock_protocol"]))
+	}
+	p, err := redislock.ParseProtocol(q.Get("lock_protocol"))
+	if err != nil {
+		return badURL(raw, "?lock_protocol=%q is not auto, scripts or tair", q.Get("lock_protocol"))
+	}
+	t.LockProtocol = p
+	q.Del("lock_protocol")
 	return nil
 }
 

@@ -256,6 +256,22 @@ func TestParseURL(t *testing.T) {
 		{raw: "redis+sentinel://a:1/m?acks=x", err: "not a replica count"},
 		{raw: "redis+cluster://a:1?acks=1", err: "acks"},
 		{raw: "redlock://a:1,b:2,c:3?acks=1", err: "unknown option ?acks="},
+		{raw: "redis://h:1?lock_protocol=tair", want: target{Scheme: "redis", Addrs: []string{"h:1"}, LockProtocol: redislock.ProtocolTair}},
+		{raw: "redis://h:1?lock_protocol=auto", want: target{Scheme: "redis", Addrs: []string{"h:1"}}},
+		{raw: "redis://h:1/2?lock_protocol=scripts&protocol=2&unsafe_eviction=true", want: target{Scheme: "redis", Addrs: []string{"h:1"}, DB: 2, LockProtocol: redislock.ProtocolScripts, UnsafeEviction: true, Options: url.Values{"protocol": {"2"}}}},
+		{raw: "rediss://h:1?lock_protocol=tair&ca=ca.pem", want: target{Scheme: "rediss", Addrs: []string{"h:1"}, CA: "ca.pem", TLS: true, LockProtocol: redislock.ProtocolTair}},
+		{raw: "redis+cluster://a:1,b:2?lock_protocol=tair&read_timeout=2s", want: target{Scheme: "redis+cluster", Addrs: []string{"a:1", "b:2"}, LockProtocol: redislock.ProtocolTair, Options: url.Values{"read_timeout": {"2s"}}}},
+		{raw: "rediss+cluster://a:1?lock_protocol=scripts", want: target{Scheme: "rediss+cluster", Addrs: []string{"a:1"}, TLS: true, LockProtocol: redislock.ProtocolScripts}},
+		{raw: "redis+sentinel://a:1,b:2/m?lock_protocol=tair&acks=0", want: target{Scheme: "redis+sentinel", Addrs: []string{"a:1", "b:2"}, Master: "m", LockProtocol: redislock.ProtocolTair}},
+		{raw: "rediss+sentinel://a:1/m/1?lock_protocol=scripts&ca=ca.pem", want: target{Scheme: "rediss+sentinel", Addrs: []string{"a:1"}, Master: "m", DB: 1, CA: "ca.pem", TLS: true, LockProtocol: redislock.ProtocolScripts}},
+		{raw: "redis://h:1?lock_protocol=lua", err: `?lock_protocol="lua" is not auto, scripts or tair`},
+		{raw: "redis://h:1?lock_protocol=", err: "is not auto, scripts or tair"},
+		{raw: "redis://h:1?lock_protocol=tair&lock_protocol=tair", err: "?lock_protocol= given 2 times"},
+		{raw: "redis+cluster://a:1?lock_protocol=TAIR", err: "is not auto, scripts or tair"},
+		{raw: "redis+cluster://a:1?lock_protocol=tair&lock_protocol=auto", err: "given 2 times"},
+		{raw: "redis+sentinel://a:1/m?lock_protocol=cas", err: "is not auto, scripts or tair"},
+		{raw: "redis+sentinel://a:1/m?lock_protocol=tair&lock_protocol=tair", err: "given 2 times"},
+		{raw: "redlock://a:1,b:2,c:3?lock_protocol=tair", err: "unknown option ?lock_protocol="},
 		{raw: "zk://alice:@h:1", err: "without a password"},
 		{raw: "zk://:pw@h:1", err: "needs a user name"},
 		{raw: "zk://a%3Ab:pw@h:1", err: "contains"},
@@ -467,6 +483,33 @@ func TestRun_UnsafeEvictionURLOption(t *testing.T) {
 	if r := runDlock(t, url+"?unsafe_eviction=maybe", "run", "evk", "--", "true"); r.code != exitUsage || !strings.Contains(r.stderr, "unsafe_eviction") {
 		t.Fatalf("?unsafe_eviction=maybe: exit %d, stderr %q; want a usage error", r.code, r.stderr)
 	}
+}
+
+// ?lock_protocol=tair takes the Lua-free protocol even where the user may
+// run scripts: dlock run works and the server is sent no script.
+func TestRun_LockProtocolTairURLOption_SendsNoScript(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t, testserver.WithTairString(t))
+	url := "redis://" + srv.Addr() + "?lock_protocol=tair"
+	noScripts := func(after string) {
+		t.Helper()
+		stats, err := srv.Do("INFO", "commandstats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(stats, "cmdstat_evalsha:") || strings.Contains(stats, "cmdstat_eval:") {
+			t.Fatalf("the server was sent a script by %s under ?lock_protocol=tair:\n%s", after, stats)
+		}
+	}
+	if r := runDlock(t, url, "run", "pk", "--", "echo", "ran"); r.code != 0 || r.stdout != "ran\n" {
+		t.Fatalf("run with ?lock_protocol=tair: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	noLease(t, srv, redislock.DefaultPrefix+":{pk}")
+	noScripts("dlock run")
+	if r := runDlock(t, url, "check"); r.code != 0 || !strings.Contains(r.stdout, "\nredis protocol: tair (") {
+		t.Fatalf("check with ?lock_protocol=tair: exit %d, stdout %q, stderr %q; want redis protocol: tair", r.code, r.stdout, r.stderr)
+	}
+	noScripts("dlock check")
 }
 
 // Guards against: junk ?acks= or ?ack_timeout= values panicking, being accepted, or echoing the password.

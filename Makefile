@@ -8,9 +8,10 @@ MODULES = $(shell $(GO) list -m -f '{{.Dir}}')
 # brings the server jar and default-jre (java) that zklock's tests start;
 # postgresql and pgbouncer are started by internal/testserver (as the
 # postgres user when the tests run as root); prometheus brings promtool,
-# which checks and unit-tests dlockprom/alerts.yml.
-DEB_PKGS := redis-server redis-sentinel gcc zookeeper postgresql pgbouncer prometheus
-SERVER_BINS := redis-server redis-sentinel gcc java psql pgbouncer promtool
+# which checks and unit-tests dlockprom/alerts.yml; spin model-checks the
+# protocols' Promela models (model/, make model).
+DEB_PKGS := redis-server redis-sentinel gcc zookeeper postgresql pgbouncer prometheus spin
+SERVER_BINS := redis-server redis-sentinel gcc java psql pgbouncer promtool spin
 SERVER_FILES := /usr/share/java/zookeeper.jar /usr/lib/postgresql/*/bin/postgres
 TEST_TIMEOUT ?= 20m
 # How many modules' tests run at once, and how many of a package's
@@ -38,7 +39,7 @@ LONG ?=
 # mid-call (golang/go#75804, fixed in Go 1.27), with no crasher found.
 FUZZTIME ?= 20000x
 
-.PHONY: all deps test test-long vet fmt-check fuzz fuzz-quick release-check safety safety-quick safety-repro bench bench-quick demo examples build clean
+.PHONY: all deps test test-long model vet fmt-check fuzz fuzz-quick release-check safety safety-quick safety-repro bench bench-quick demo examples build clean
 
 all: test
 
@@ -66,6 +67,14 @@ deps:
 	  mkdir -p "$$(dirname "$$out")" && bash $$src/build.sh "$$out.make.tmp" >/dev/null && mv "$$out.make.tmp" "$$out" && \
 	  echo "deps: built the TairString module ($$out)"; \
 	else echo "deps: no $$src beside the checkout: the Tair tests will skip (set DLOCK_TAIRSTRING to a built module)"; fi
+
+## model: check every protocol model in model/ with SPIN (exhaustive),
+## and make sure SPIN catches each model's mutants: one line per model
+## (MODEL <name> states=N ... errors=0) and per mutant (MUTANT <name>/<n>
+## errors=K); fails on an error in a model or a mutant not caught.
+model: deps
+	@echo "== model"
+	@bash model/check.sh
 
 ## fmt-check: fail if gofmt would change a file.
 fmt-check:

@@ -24,7 +24,7 @@ func (b *backend) Try(ctx context.Context, req *driver.Request) (driver.Grant, e
 	if err := checkEviction(ctx, b.node, b.unsafeEviction); err != nil {
 		return driver.Grant{}, err
 	}
-	switch tair, err := b.proto.tair(); {
+	switch tair, err := b.proto.mode(ctx); {
 	case err != nil:
 		return driver.Grant{}, requestError("acquire", req.Key, err)
 	case tair:
@@ -190,27 +190,36 @@ func groupMode(g string) dlock.Mode {
 // Abort implements driver.Aborter: delete the lease if the lost reply had
 // granted it.
 func (b *backend) Abort(ctx context.Context, req *driver.Request) error {
-	tair, denied := b.proto.tair()
+	tair, none := b.proto.known()
 	switch {
-	case denied != nil:
-		return nil // no script runs for this client, so none granted
-	case tair && req.Mode == driver.Exclusive:
-		if err := b.node.TairAbort(ctx, req.Key, req.Owner, FenceRetention); err != nil {
-			return requestError("abort", req.Key, err)
-		}
-		return nil
+	case none:
+		return nil // scripts refused and no Lua-free way: nothing ran
+	case tair:
+		return b.tairAbort(ctx, req)
 	}
 	err := (&lease{b: b, key: req.Key, owner: req.Owner, group: req.Mode != driver.Exclusive}).Release(ctx)
-	if tair, _ := b.proto.fallBack(ctx, err); tair && req.Mode == driver.Exclusive {
-		return b.Abort(ctx, req)
+	if tair, _ := b.proto.fallBack(ctx, err); tair {
+		return b.tairAbort(ctx, req)
 	}
 	return err
+}
+
+// tairAbort is Abort on the Lua-free protocol: only an exclusive request
+// can have been granted there.
+func (b *backend) tairAbort(ctx context.Context, req *driver.Request) error {
+	if req.Mode != driver.Exclusive {
+		return nil
+	}
+	if err := b.node.TairAbort(ctx, req.Key, req.Owner, FenceRetention); err != nil {
+		return requestError("abort", req.Key, err)
+	}
+	return nil
 }
 
 // Leave implements driver.Leaver: withdraw a waiting writer's
 // registration, so that readers kept out for it may enter at once.
 func (b *backend) Leave(ctx context.Context, key, waiter string) error {
-	if tair, denied := b.proto.tair(); waiter == "" || tair || denied != nil {
+	if tair, none := b.proto.known(); waiter == "" || tair || none {
 		return nil // no waiter was registered
 	}
 	return b.node.Leave(ctx, key, waiter)

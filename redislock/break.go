@@ -27,9 +27,9 @@ func (l *Locker) Break(ctx context.Context, key, owner string) (dlock.Broken, er
 // Break implements driver.Breaker.
 func (b *backend) Break(ctx context.Context, key, owner string) (driver.BreakResult, error) {
 	breakLock := b.node.Break
-	switch tair, denied := b.proto.tair(); {
-	case denied != nil:
-		return driver.BreakResult{}, requestError("break", key, denied)
+	switch tair, err := b.proto.mode(ctx); {
+	case err != nil:
+		return driver.BreakResult{}, requestError("break", key, err)
 	case tair:
 		breakLock = b.node.TairBreak
 	}

@@ -14,3 +14,10 @@ func BreakListening(l *Locker) bool {
 	defer bc.mu.Unlock()
 	return bw.gen.Load() > 0 && !bc.running && len(bc.pending) == 0
 }
+
+// SetOfferHook makes hook run before each question whether the server
+// offers CAS and CAD (nil: none), until the test ends.
+func SetOfferHook(t interface{ Cleanup(func()) }, hook func()) {
+	offerHook.Store(&hook)
+	t.Cleanup(func() { offerHook.Store(nil) })
+}

@@ -20,7 +20,7 @@ const (
 	MinTTL = dlock.MinTTL
 	// FenceRetention is how long a released key keeps its last fencing
 	// token (the "|<token>" marker; see docs/redislock.md).
-	FenceRetention = time.Hour
+	FenceRetention = redisproto.MarkerRetention
 	// MetaReservedForWaiter is the metadata key of the holder reported by
 	// a *dlock.NotAcquiredError for a key nobody holds but that a release
 	// reserved (for 100ms) for the waiter it woke: its value is that

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"weak"
 
 	"github.com/redis/go-redis/v9"
@@ -71,18 +72,82 @@ func WithProtocol(p Protocol) Option {
 // Locker on the client (see learnedFor).
 type learned struct {
 	mu sync.Mutex
-	// tair: the server refused a script and offers CAS and CAD. denied:
-	// it refused a script and lacks them (the refusal kept, to be
-	// returned without sending another script).
-	tair   bool
-	denied error
+	// refusal: the first script the server refused this client's user
+	// (an ACL NOPERM), nil while none was. Once set, no script is sent.
+	refusal error
+	// offers: whether the server has CAS and CAD: 0 unknown, 1 yes, -1
+	// no.
+	offers int8
+	// asking: closed when the question in flight (offer) is answered;
+	// nil when none is.
+	asking chan struct{}
 }
 
-func (l *learned) get() (tair bool, denied error) {
+func (l *learned) state() (refusal error, offers int8) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.tair, l.denied
+	return l.refusal, l.offers
 }
+
+// refuse records err, a refused script, unless one is recorded already.
+func (l *learned) refuse(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.refusal == nil {
+		l.refusal = err
+	}
+}
+
+// offer reports whether the server offers CAS and CAD, asking it when
+// nobody knows yet: one question per client at a time, which the other
+// callers wait for until their own ctx ends. A question that failed
+// leaves the answer unknown, for the next caller to ask again.
+func (l *learned) offer(ctx context.Context, node *redisproto.Node) (bool, error) {
+	for {
+		l.mu.Lock()
+		switch {
+		case l.offers != 0:
+			ok := l.offers > 0
+			l.mu.Unlock()
+			return ok, nil
+		case l.asking != nil:
+			ch := l.asking
+			l.mu.Unlock()
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				return false, fmt.Errorf("asking whether the server offers CAS and CAD: %w", context.Cause(ctx))
+			}
+		}
+		ch := make(chan struct{})
+		l.asking = ch
+		l.mu.Unlock()
+		if hook := offerHook.Load(); hook != nil {
+			(*hook)()
+		}
+		ok, err := node.TairOffers(ctx)
+		l.mu.Lock()
+		switch {
+		case err != nil:
+		case ok:
+			l.offers = 1
+		default:
+			l.offers = -1
+		}
+		l.asking = nil
+		close(ch)
+		l.mu.Unlock()
+		if err != nil {
+			return false, fmt.Errorf("asking whether the server offers CAS and CAD: %w", err)
+		}
+		return ok, nil
+	}
+}
+
+// offerHook, when set (tests), runs before each question learned.offer
+// sends.
+var offerHook atomic.Pointer[func()]
 
 // learnedByClient holds each go-redis client's learned, keyed by a weak
 // pointer to the client: an entry goes when its client is collected.
@@ -122,65 +187,62 @@ type protocol struct {
 	node    *redisproto.Node
 }
 
-// tair reports whether requests go the Lua-free way, or the error that
-// refuses every request (scripts refused, and no CAS/CAD).
-func (p *protocol) tair() (bool, error) {
-	switch p.forced {
-	case ProtocolTair:
-		return true, nil
-	case ProtocolScripts:
+// mode reports whether requests go the Lua-free way, asking the server
+// whether it offers CAS and CAD when that decides it (see learned.offer),
+// or the error that refuses the request: scripts refused and no CAS/CAD,
+// ProtocolTair on a server without them, or the question failing.
+func (p *protocol) mode(ctx context.Context) (bool, error) {
+	refusal, _ := p.learned.state()
+	switch {
+	case p.forced == ProtocolScripts, p.forced == ProtocolAuto && refusal == nil:
 		return false, nil
 	}
-	return p.learned.get()
+	ok, err := p.learned.offer(ctx, p.node)
+	switch {
+	case err != nil && refusal != nil:
+		return false, fmt.Errorf("%w (and %w)", refusal, err)
+	case err != nil:
+		return false, err
+	case ok:
+		return true, nil
+	case refusal != nil:
+		return false, fmt.Errorf("%w (and the server offers no CAS and CAD, Tair's commands, for redislock's Lua-free protocol)", refusal)
+	}
+	return false, fmt.Errorf("%w: WithProtocol(ProtocolTair) on a server without CAS and CAD (Tair's commands: Alibaba Cloud Tair, or the TairString module)", dlock.ErrUnsupported)
+}
+
+// known is mode without a question to the server: tair when requests go
+// the Lua-free way, none when no request can have run (scripts refused,
+// and the Lua-free way not open). For the calls that must not wait:
+// undoing an attempt, leaving, listening.
+func (p *protocol) known() (tair, none bool) {
+	switch p.forced {
+	case ProtocolTair:
+		return true, false
+	case ProtocolScripts:
+		return false, false
+	}
+	refusal, offers := p.learned.state()
+	switch {
+	case refusal == nil:
+		return false, false
+	case offers > 0:
+		return true, false
+	}
+	return false, true
 }
 
 // fallBack reports whether a request whose script failed with err is to
 // be made again the Lua-free way: err is the server refusing the script
-// (nothing ran) and refused says so. Otherwise it returns the error to
-// report: err, or what refused returned.
+// (nothing ran), recorded, and mode says so. Otherwise it returns the
+// error to report: err, or what mode returned.
 func (p *protocol) fallBack(ctx context.Context, err error) (bool, error) {
 	var re redis.Error
-	if !redisproto.ScriptsDenied(err) || !errors.As(err, &re) {
+	if p.forced != ProtocolAuto || !redisproto.ScriptsDenied(err) || !errors.As(err, &re) {
 		return false, err
 	}
-	tair, rerr := p.refused(ctx, re)
-	if tair {
-		return true, nil
-	}
-	if rerr == re {
-		return false, err
-	}
-	return false, rerr
-}
-
-// refused handles a script the server refused (err, an ACL NOPERM):
-// under ProtocolAuto it asks the server (once per client) whether it
-// offers CAS and CAD, and reports true when requests are to go the
-// Lua-free way from now on; otherwise it returns the error to report.
-func (p *protocol) refused(ctx context.Context, err error) (bool, error) {
-	if p.forced != ProtocolAuto {
-		return false, err
-	}
-	l := p.learned
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	switch {
-	case l.tair:
-		return true, nil
-	case l.denied != nil:
-		return false, l.denied
-	}
-	ok, cerr := p.node.TairOffers(ctx)
-	switch {
-	case cerr != nil:
-		// Unknown: the next refused script asks again.
-		return false, fmt.Errorf("%w (and asking whether the server offers CAS and CAD failed: %w)", err, cerr)
-	case ok:
-		l.tair = true
-		return true, nil
-	}
-	l.denied = fmt.Errorf("%w (and the server offers no CAS and CAD, Tair's commands, for redislock's Lua-free protocol)", err)
-	return false, l.denied
+	p.learned.refuse(re)
+	return p.mode(ctx)
 }
 
 // Protocol reports the protocol the Locker's requests take now,
@@ -194,25 +256,25 @@ func (l *Locker) Protocol(ctx context.Context) (Protocol, string, error) {
 		return 0, "", fmt.Errorf("%w: redislock.Locker.Protocol on a Locker without a client", dlock.ErrNilClient)
 	}
 	p := &l.b.proto
-	switch p.forced {
-	case ProtocolTair:
-		return ProtocolTair, "forced by WithProtocol(ProtocolTair)", nil
-	case ProtocolScripts:
-		return ProtocolScripts, "forced by WithProtocol(ProtocolScripts)", nil
-	}
-	tair, err := p.tair()
-	if err == nil && !tair {
-		err = l.b.node.Client.Eval(ctx, "return 1", nil).Err()
-		if err == nil {
-			return ProtocolScripts, "the server runs this client's scripts", nil
-		}
-		if tair, err = p.fallBack(ctx, err); err != nil {
-			return 0, "", requestError("probe", "", err)
+	tair, err := p.mode(ctx)
+	if err == nil && !tair && p.forced == ProtocolAuto {
+		if refusal, _ := p.learned.state(); refusal == nil {
+			err = l.b.node.Client.Eval(ctx, "return 1", nil).Err()
+			if err == nil {
+				return ProtocolScripts, "the server runs this client's scripts", nil
+			}
+			if tair, err = p.fallBack(ctx, err); err != nil && !tair && !redisproto.ScriptsDenied(err) {
+				err = fmt.Errorf("a script that touches no key: %w", err)
+			}
 		}
 	}
 	switch {
 	case err != nil:
-		return 0, "", requestError("probe", "", err)
+		return 0, "", requestError("protocol probe", "", err)
+	case p.forced == ProtocolTair:
+		return ProtocolTair, "forced by WithProtocol(ProtocolTair); the server offers CAS and CAD", nil
+	case p.forced == ProtocolScripts:
+		return ProtocolScripts, "forced by WithProtocol(ProtocolScripts)", nil
 	case tair:
 		return ProtocolTair, "the server refuses this client's user scripts and offers CAS and CAD (Lua-free: exclusive locks only)", nil
 	}

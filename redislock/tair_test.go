@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/internal/background"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/redislock"
 )
@@ -346,5 +348,115 @@ func TestCluster_Tair_AcquireRenewRelease(t *testing.T) {
 	}
 	if p, _, err := l.Protocol(ctx); p != redislock.ProtocolTair || err != nil {
 		t.Errorf("Protocol() = %v, %v; want tair", p, err)
+	}
+}
+
+// Symptom: a caller that found the question "does the server offer CAS
+// and CAD" in flight waited for it past its own deadline (the question
+// ran under a lock the others took without a context). It returns by its
+// deadline while the question is still unanswered.
+func TestProtocol_QuestionInFlight_OthersReturnByTheirDeadline(t *testing.T) {
+	// Not parallel: the hook is the package's.
+	srv := startTair(t)
+	c := noScriptsClient(t, srv.Addr())
+	asking, answer := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	redislock.SetOfferHook(t, func() {
+		once.Do(func() { close(asking); <-answer })
+	})
+	first := make(chan error, 1)
+	go func() {
+		_, err := redislock.New(c).TryAcquire(dlocktest.Context(t), dlocktest.Key(t))
+		first <- err
+	}()
+	<-asking // the first caller's script was refused; its question is parked
+	ctx, cancel := context.WithTimeout(dlocktest.Context(t), 200*time.Millisecond)
+	defer cancel()
+	_, err := redislock.New(c).TryAcquire(ctx, dlocktest.Key(t))
+	select {
+	case <-first:
+		t.Fatal("the first caller's question was answered before the second returned")
+	default:
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("second TryAcquire: %v, want its deadline", err)
+	}
+	close(answer)
+	if err := <-first; err != nil {
+		t.Errorf("first TryAcquire, once answered: %v", err)
+	}
+}
+
+// Symptom: a user that may run neither scripts nor COMMAND was sent a
+// script on every call and never used CAS/CAD. The commands themselves
+// tell: one script is refused, then every call goes the Lua-free way.
+func TestNew_CommandAlsoDenied_TairFoundByTheCommands(t *testing.T) {
+	t.Parallel()
+	srv := startTair(t)
+	if _, err := srv.Do("ACL", "SETUSER", "nocmd", "on", ">pw", "~*", "&*", "+@all", "-@scripting", "-command"); err != nil {
+		t.Fatal(err)
+	}
+	admin := newClient(t, srv)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "nocmd", Password: "pw"})
+	t.Cleanup(func() { c.Close() })
+	ctx := dlocktest.Context(t)
+	for i := range 3 {
+		lk, err := redislock.New(c).TryAcquire(ctx, dlocktest.Key(t))
+		if err != nil {
+			t.Fatalf("attempt %d: %v", i, err)
+		}
+		if err := lk.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := commandStat(t, admin, "evalsha", "rejected_calls") + commandStat(t, admin, "eval", "rejected_calls"); n != 1 {
+		t.Errorf("%d scripts refused, want 1", n)
+	}
+}
+
+// Symptom: a shared request on the Lua-free protocol, refused as
+// unsupported, was then undone by a release script (sent to a server that
+// refuses scripts, or under ProtocolTair). Nothing is sent for it.
+func TestTryAcquire_GroupModeOnTair_SendsNoScript(t *testing.T) {
+	t.Parallel()
+	srv := startTair(t)
+	admin := newClient(t, srv)
+	ctx := dlocktest.Context(t)
+	auto := redislock.New(noScriptsClient(t, srv.Addr()))
+	if _, _, err := auto.Protocol(ctx); err != nil { // learns: one refused script
+		t.Fatal(err)
+	}
+	for _, l := range []*redislock.Locker{auto, redislock.New(newClient(t, srv), redislock.WithProtocol(redislock.ProtocolTair))} {
+		for range 3 {
+			if _, err := l.TryAcquire(ctx, dlocktest.Key(t), dlock.WithShared()); !errors.Is(err, dlock.ErrUnsupported) {
+				t.Fatalf("shared TryAcquire: %v, want ErrUnsupported", err)
+			}
+		}
+	}
+	if !background.Wait(dlocktest.HangTimeout) { // the core's undoing of the refused attempts
+		t.Fatal("hang: background work never ended")
+	}
+	if n := commandStat(t, admin, "evalsha", "calls") + commandStat(t, admin, "eval", "calls"); n != 0 {
+		t.Errorf("%d scripts ran", n)
+	}
+	if n := commandStat(t, admin, "evalsha", "rejected_calls") + commandStat(t, admin, "eval", "rejected_calls"); n != 1 {
+		t.Errorf("%d scripts refused, want the 1 that taught", n)
+	}
+}
+
+// Symptom: ProtocolTair on a server without CAS wrote its hold, then
+// failed, and the hold kept the key for its whole TTL. The server is asked
+// first: the attempt fails with ErrUnsupported and leaves nothing.
+func TestTryAcquire_ForcedTairWithoutCAS_UnsupportedLeavesNothing(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t)
+	admin := newClient(t, srv)
+	l := redislock.New(newClient(t, srv), redislock.WithProtocol(redislock.ProtocolTair))
+	key := dlocktest.Key(t)
+	if _, err := l.TryAcquire(dlocktest.Context(t), key); !errors.Is(err, dlock.ErrUnsupported) || !strings.Contains(err.Error(), "CAS") {
+		t.Fatalf("TryAcquire: %v, want ErrUnsupported naming CAS", err)
+	}
+	if n, err := admin.Exists(dlocktest.Context(t), l.LockKey(key)).Result(); n != 0 || err != nil {
+		t.Errorf("the key exists (%d, %v)", n, err)
 	}
 }

@@ -16,7 +16,7 @@ import (
 // the subscription (Acquire returned) removes the waiter from the queue in
 // the background, once none of its attempts is in flight.
 func (b *backend) Watch(ctx context.Context, key string) (driver.Subscription, error) {
-	if tair, _ := b.proto.tair(); tair {
+	if tair, _ := b.proto.known(); tair {
 		// Every waiter listens on the key's free channel: a release
 		// wakes them all, and the first to retry takes the key.
 		s, err := b.node.WatchFree(ctx, key)
@@ -37,7 +37,7 @@ func (b *backend) Watch(ctx context.Context, key string) (driver.Subscription, e
 // left listening (see idleWaiters), handed to the next wait of key, whose
 // first attempt then queues it.
 func (b *backend) Ready(key string) driver.Subscription {
-	if tair, _ := b.proto.tair(); tair {
+	if tair, _ := b.proto.known(); tair {
 		return nil
 	}
 	id, s := b.idle.take(key)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -70,12 +71,25 @@ func (n *Node) keyClient(ctx context.Context, lk string) (keyCmdable, error) {
 	return n.Client, nil
 }
 
+// maxTairToken bounds the tokens the Lua-free protocol hands out and the
+// markers it takes over: a token must stay exact as a double (the
+// scripts' numbers, and a guard's JSON), below 2^53.
+const maxTairToken = 1<<53 - 3
+
+// afterTakeOver, when set (tests), runs when TairAcquire has taken a
+// release marker over, before it writes its token.
+var afterTakeOver atomic.Pointer[func()]
+
+// MarkerRetention is how long a release marker keeps its key's last token
+// (redislock.FenceRetention).
+const MarkerRetention = time.Hour
+
 // TairAcquire is the Lua-free exclusive acquisition (see above). A held
 // key, or one reserved for a waiter a script release woke, is a refusal
 // naming its holder, as Acquire's. Each owner is used for one call: a
-// call that failed may leave the owner's lease with token 0, which
-// TairDelete removes (an Engine aborts such an attempt). A resend of its
-// requests by the client finds its own lease and goes on.
+// call that failed may leave the owner's hold, which TairAbort undoes (an
+// Engine aborts such an attempt). A resend of its requests by the client
+// finds its own lease and goes on.
 func (n *Node) TairAcquire(ctx context.Context, key, owner string, ttl time.Duration, meta string) (Outcome, error) {
 	if ttl < time.Millisecond {
 		return Outcome{}, fmt.Errorf("TairAcquire %q: ttl %v below 1ms", key, ttl)
@@ -117,15 +131,22 @@ func (n *Node) TairAcquire(ctx context.Context, key, owner string, ttl time.Dura
 			return Outcome{ReservedFor: m.waiter, PTTL: time.Duration(left) * time.Millisecond,
 				Holder: Info{Metadata: map[string]string{MetaReservedForWaiter: m.waiter}}}, nil
 		}
-		if m.token >= 1<<53-1 {
-			return Outcome{}, fmt.Errorf("TairAcquire %q: DLOCKTOKEN the key's last token is 2^53 or more: a next token above it cannot be kept exactly", key)
+		if m.token >= maxTairToken {
+			return Outcome{}, fmt.Errorf("TairAcquire %q: DLOCKTOKEN the key's last token is %d: a next token above it cannot be kept exactly (2^53)", key, m.token)
 		}
+		// The hold carries the marker's token while it holds the key, so
+		// that undoing it (TairAbort, or a grant too slow to stamp)
+		// leaves the marker again rather than an empty key.
 		last = m.token
+		hold = FormatValue(owner, last, meta)
 		if now, err = n.takeOver(ctx, c, lk, v, hold, last, ttl); err != nil {
 			return Outcome{}, err
 		}
 		if now == nil {
 			return n.tairRefusal(ctx, c, lk)
+		}
+		if h := afterTakeOver.Load(); h != nil {
+			(*h)()
 		}
 	default:
 		return refusalOf(v, pttl.Val())
@@ -133,7 +154,7 @@ func (n *Node) TairAcquire(ctx context.Context, key, owner string, ttl time.Dura
 	tok := max(uint64(now.Val().UnixMicro()), last+1)
 	left := ttl - time.Since(start)
 	if left < time.Millisecond {
-		_ = n.TairDelete(ctx, key, hold)
+		_ = n.TairAbort(ctx, key, owner, MarkerRetention)
 		return Outcome{}, fmt.Errorf("TairAcquire %q: the grant took %v of its %v TTL", key, time.Since(start), ttl)
 	}
 	stamped := FormatValue(owner, tok, meta)
@@ -197,7 +218,11 @@ func (n *Node) takeOver(ctx context.Context, c keyCmdable, lk, v, hold string, l
 	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.Do(ctx, "CAS", lk, v, hold, "PX", Ms(ttl))
 		if last != 0 {
+			// Every contender that read the marker sends this: each
+			// removes the copies of the token before it pushes its own,
+			// so a herd leaves one receipt, not eight.
 			rel := lk + receiptsSuffix
+			p.LRem(ctx, rel, 0, last)
 			p.LPush(ctx, rel, last)
 			p.LTrim(ctx, rel, 0, Receipts-1)
 			p.PExpire(ctx, rel, ReceiptRetention)
@@ -247,21 +272,17 @@ func (n *Node) TairRefresh(ctx context.Context, key, value string, ttl time.Dura
 }
 
 // TairRelease releases the lease value, in one round trip (two for a
-// lease it finds gone): CAD it; SET
-// the release marker "|<token>" NX for retention, so that the key keeps
-// its last token when nobody took it meanwhile; and PUBLISH on the key's
-// free channel. released is true when the CAD deleted the lease, and
-// when the lease was released already (a resend of a release whose reply
-// was lost: the key holds its marker, or a later grant took the marker
-// over and recorded its token in the receipts); false when the key no
-// longer holds the lease (expired, broken, or another holder's). A
+// lease it does not find): CAD it; SET the release marker "|<token>" NX
+// for retention, so that the key keeps its last token when nobody took
+// it meanwhile; and PUBLISH on the key's free channel. released is true
+// when the CAD deleted the lease, and when the lease was released already
+// (a resend of a release whose reply was lost: the key held its marker,
+// or a later grant took the marker over and recorded its token in the
+// receipts); false when the key no longer holds the lease (expired,
+// broken, or another holder's), as the scripts' release answers. A
 // PUBLISH the server refuses (an ACL without the channel) does not fail
 // a release that happened: waiters then find the key free at their next
 // poll.
-//
-// A marker the SET NX writes on a key whose lease had expired names this
-// lease's token, which is then the key's last: the next grant's token is
-// above it, as it would be anyway.
 func (n *Node) TairRelease(ctx context.Context, key, value string, retention time.Duration) (released bool, err error) {
 	if retention < time.Millisecond {
 		return false, fmt.Errorf("TairRelease %q: retention %v below 1ms", key, retention)
@@ -285,31 +306,44 @@ func (n *Node) TairRelease(ctx context.Context, key, value string, retention tim
 	case r == 1:
 		return true, nil
 	}
-	if err := set.Err(); err == nil {
-		return false, nil // the key was empty: the lease had ended
-	} else if !errors.Is(err, redis.Nil) {
+	// The lease was not there. A marker the SET NX wrote now (on an empty
+	// key) is no release's: it is removed, so that a resend of this call
+	// does not take it for one. Then the key and its receipts tell whether
+	// this lease was released before: its marker was there already, or a
+	// later grant took it over.
+	wrote := set.Err() == nil
+	if err := set.Err(); err != nil && !errors.Is(err, redis.Nil) {
 		return false, err
 	}
-	// The key holds something else: this lease's marker (a resend of
-	// this release), or a later holder, which may have taken the marker
-	// over (the receipts name it).
 	var (
 		get  *redis.StringCmd
 		rels *redis.StringSliceCmd
 	)
 	if _, err := n.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if wrote {
+			p.Do(ctx, "CAD", lk, mark)
+		}
 		get, rels = p.Get(ctx, lk), p.LRange(ctx, lk+receiptsSuffix, 0, Receipts-1)
 		return nil
 	}); err != nil && !errors.Is(err, redis.Nil) {
 		return false, err
 	}
-	if v := get.Val(); v == mark || strings.HasPrefix(v, mark+"|") {
-		return true, nil
+	if err := get.Err(); err != nil && !errors.Is(err, redis.Nil) {
+		return false, err
+	}
+	if err := rels.Err(); err != nil {
+		return false, err
 	}
 	for _, r := range rels.Val() {
 		if r == tok && tok != "0" {
 			return true, nil
 		}
+	}
+	if wrote {
+		return false, nil
+	}
+	if v := get.Val(); v == mark || strings.HasPrefix(v, mark+"|") {
+		return true, nil
 	}
 	return false, nil
 }
@@ -322,23 +356,32 @@ func (n *Node) TairDelete(ctx context.Context, key, value string) error {
 
 // TairAbort deletes owner's lease of key, if the key holds one, whatever
 // its token (GET, then CAD of the value read): the undoing of an attempt
-// whose reply was lost. A lease it removed with a token leaves the
-// release marker, as TairRelease does.
+// whose reply was lost. A lease or hold with a token (a taken-over
+// marker's) leaves the release marker, as TairRelease does.
 func (n *Node) TairAbort(ctx context.Context, key, owner string, retention time.Duration) error {
-	v, err := n.Client.Get(ctx, n.LockKey(key)).Result()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return nil
-	case err != nil:
-		return err
-	case !strings.HasPrefix(v, owner+"|"):
-		return nil
+	// The attempt's own requests may still be on their way (its token
+	// write changes the value between the read and the delete): read
+	// again while the key still names the owner, a few times.
+	for range 3 {
+		v, err := n.Client.Get(ctx, n.LockKey(key)).Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+			return nil
+		case err != nil:
+			return err
+		case !strings.HasPrefix(v, owner+"|"):
+			return nil
+		}
+		if ParseValue(v).Token == 0 {
+			err = n.TairDelete(ctx, key, v)
+		} else {
+			_, err = n.TairRelease(ctx, key, v, retention)
+		}
+		if err != nil {
+			return err
+		}
 	}
-	if ParseValue(v).Token == 0 {
-		return n.TairDelete(ctx, key, v)
-	}
-	_, err = n.TairRelease(ctx, key, v, retention)
-	return err
+	return nil
 }
 
 // TairBreak is Break in the Lua-free protocol, for exclusive leases: it
@@ -370,6 +413,9 @@ func (n *Node) TairBreak(ctx context.Context, key, owner string, retention time.
 	}
 	in := ParseValue(v)
 	in.Key, in.TTL = key, max(pttl.Val(), 0)
+	if in.Token > maxTairToken {
+		return nil, nil, fmt.Errorf("redis key %s: DLOCKTOKEN its lease's token %d leaves no room for a marker above it below 2^53", lk, in.Token)
+	}
 	if owner != "" && in.Owner != owner {
 		return nil, []Info{in}, nil
 	}
@@ -409,13 +455,22 @@ type compareCommands struct {
 var compareTable = []compareCommands{{name: "tair", commands: []string{"cas", "cad"}}}
 
 // TairOffers reports whether the server has the Lua-free protocol's
-// commands, Tair's CAS and CAD (COMMAND INFO; a Cluster client asks a
-// random node: every node of a Cluster loads the same modules).
+// commands, Tair's CAS and CAD (COMMAND INFO, or, for a user that may not
+// run COMMAND, CAS and CAD on a key that never exists; a Cluster client
+// asks a random node: every node of a Cluster loads the same modules).
 func (n *Node) TairOffers(ctx context.Context) (bool, error) {
 	for _, set := range compareTable {
 		args := append([]any{"COMMAND", "INFO"}, anys(set.commands)...)
 		infos, err := n.Client.Do(ctx, args...).Slice()
-		if err != nil {
+		switch {
+		case isErrorReply(err):
+			// COMMAND refused (an ACL): try the commands themselves.
+			ok, err := n.tairRuns(ctx)
+			if ok || err != nil {
+				return ok, err
+			}
+			continue
+		case err != nil:
 			return false, err
 		}
 		if len(infos) == len(set.commands) && !slices.Contains(infos, nil) {
@@ -423,6 +478,27 @@ func (n *Node) TairOffers(ctx context.Context) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// tairRuns runs CAS and CAD on a key that never exists (they write
+// nothing there): they run when their replies are integers; an error
+// reply (unknown command, or one the user may not run) says they do not.
+func (n *Node) tairRuns(ctx context.Context) (bool, error) {
+	probe := n.Prefix + ":{}:cas-probe"
+	var cas, cad *redis.Cmd
+	_, _ = n.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cas = p.Do(ctx, "CAS", probe, "-", "-", "PX", 1)
+		cad = p.Do(ctx, "CAD", probe, "-")
+		return nil
+	})
+	for _, c := range []*redis.Cmd{cas, cad} {
+		if _, err := c.Int64(); isErrorReply(err) {
+			return false, nil
+		} else if err != nil {
+			return false, err
+		}
+	}
+	return true, nil
 }
 
 func anys(ss []string) []any {

@@ -2,6 +2,7 @@ package redisproto_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -340,5 +341,162 @@ func TestTair_LostReplies_GrantAndReleaseOnce(t *testing.T) {
 	p.LoseNextReply()
 	if ok, err := n.TairRelease(ctx, k, v, time.Hour); !ok || err != nil || p.Dropped() != 2 {
 		t.Fatalf("TairRelease with its reply lost = %v, %v (%d replies dropped)", ok, err, p.Dropped())
+	}
+}
+
+// Symptom: a release of a lease that had expired (nobody took the key)
+// answered false, and the same release sent again answered true: the
+// first had written the marker on the empty key, which the second took
+// for its own. Both answer false, and the key is left empty.
+func TestTairRelease_ExpiredLease_FalseAlsoWhenSentAgain(t *testing.T) {
+	t.Parallel()
+	n, admin, ctx := tairNode(t)
+	k, a := key(t), strings.Repeat("a", 32)
+	o, err := n.TairAcquire(ctx, k, a, time.Minute, "{}")
+	if err != nil || !o.Granted {
+		t.Fatal(o, err)
+	}
+	if err := admin.Del(ctx, n.LockKey(k)).Err(); err != nil { // the lease ends on the server
+		t.Fatal(err)
+	}
+	v := redisproto.FormatValue(a, o.Token, "{}")
+	for i := range 2 {
+		if ok, err := n.TairRelease(ctx, k, v, time.Hour); ok || err != nil {
+			t.Fatalf("release %d of an ended lease = %v, %v; want false", i, ok, err)
+		}
+	}
+	if got, err := admin.Exists(ctx, n.LockKey(k)).Result(); got != 0 || err != nil {
+		t.Errorf("the key exists after releases of an ended lease (%d, %v)", got, err)
+	}
+}
+
+// Symptom: a release sent again after its marker was taken over and the
+// next lease expired answered false (a release that happened), and wrote
+// a marker below the next holder's token. The receipts answer it: true.
+func TestTairRelease_SentAgainAfterTakeoverAndExpiry_Released(t *testing.T) {
+	t.Parallel()
+	n, admin, ctx := tairNode(t)
+	k, a, b := key(t), strings.Repeat("a", 32), strings.Repeat("b", 32)
+	oa, err := n.TairAcquire(ctx, k, a, time.Minute, "{}")
+	if err != nil || !oa.Granted {
+		t.Fatal(oa, err)
+	}
+	va := redisproto.FormatValue(a, oa.Token, "{}")
+	if ok, err := n.TairRelease(ctx, k, va, time.Hour); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	ob, err := n.TairAcquire(ctx, k, b, time.Minute, "{}") // takes a's marker over
+	if err != nil || !ob.Granted {
+		t.Fatal(ob, err)
+	}
+	if err := admin.Del(ctx, n.LockKey(k)).Err(); err != nil { // b's lease ends
+		t.Fatal(err)
+	}
+	if ok, err := n.TairRelease(ctx, k, va, time.Hour); !ok || err != nil {
+		t.Fatalf("a's release sent again = %v, %v; want true (its receipt)", ok, err)
+	}
+	if got, _ := admin.Get(ctx, n.LockKey(k)).Result(); got != "" {
+		t.Errorf("key %q after the resend, want it empty", got)
+	}
+}
+
+// Symptom: every contender that read a release marker pushed its token
+// to the receipts, so a herd of waiters pushed the older receipts out and
+// a resent release found none. One receipt per marker, however many
+// contenders send the takeover.
+func TestTairAcquire_HerdTakingOverOneMarker_OneReceipt(t *testing.T) {
+	t.Parallel()
+	n, admin, ctx := tairNode(t)
+	k := key(t)
+	var first string
+	for i := range 3 { // three hand-overs: three receipts
+		o := strings.Repeat(strconv.Itoa(i), 32)
+		g, err := n.TairAcquire(ctx, k, o, time.Minute, "{}")
+		if err != nil || !g.Granted {
+			t.Fatal(g, err)
+		}
+		v := redisproto.FormatValue(o, g.Token, "{}")
+		if i == 0 {
+			first = v
+		}
+		if ok, err := n.TairRelease(ctx, k, v, time.Hour); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+	}
+	marker, err := admin.Get(ctx, n.LockKey(k)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, _ := strconv.ParseUint(strings.TrimPrefix(marker, "|"), 10, 64)
+	for i := range 20 { // contenders that all read the marker
+		o := fmt.Sprintf("%032d", i)
+		if _, err := n.TakeOver(ctx, k, marker, redisproto.FormatValue(o, last, "{}"), last, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rels, err := admin.LRange(ctx, n.LockKey(k)+":rel", 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rels) != 3 {
+		t.Errorf("receipts %v after 3 hand-overs and a herd, want 3", rels)
+	}
+	if ok, err := n.TairRelease(ctx, k, first, time.Hour); !ok || err != nil {
+		t.Errorf("the first holder's release sent again = %v, %v; want true", ok, err)
+	}
+}
+
+// Symptom: undoing a grant's hold on a key whose marker it had taken
+// over deleted the key, so the key forgot its last token. The hold
+// carries the marker's token, and undoing it leaves the marker again.
+func TestTairAbort_HoldOfATakenOverMarker_LeavesTheMarker(t *testing.T) {
+	// Not parallel: the hook is the package's.
+	n, admin, ctx := tairNode(t)
+	k, a := key(t), strings.Repeat("a", 32)
+	const last = 1 << 52
+	marker := "|" + strconv.FormatUint(last, 10)
+	if err := admin.Set(ctx, n.LockKey(k), marker, time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var hold string
+	redisproto.SetAfterTakeOver(t, func() { hold, _ = admin.Get(ctx, n.LockKey(k)).Result() })
+	if o, err := n.TairAcquire(ctx, k, a, time.Minute, "{}"); err != nil || !o.Granted {
+		t.Fatal(o, err)
+	}
+	if want := redisproto.FormatValue(a, last, "{}"); hold != want {
+		t.Fatalf("hold %q while the marker is taken over, want %q", hold, want)
+	}
+	// Undo the attempt as if its token write had not happened.
+	if err := admin.Set(ctx, n.LockKey(k), hold, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.TairAbort(ctx, k, a, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := admin.Get(ctx, n.LockKey(k)).Result(); got != marker {
+		t.Fatalf("key %q after the abort, want the marker %q", got, marker)
+	}
+	o, err := n.TairAcquire(ctx, k, strings.Repeat("b", 32), time.Minute, "{}")
+	if err != nil || !o.Granted || o.Token <= last {
+		t.Errorf("next grant = %+v, %v; want a token above %d", o, err, uint64(last))
+	}
+}
+
+// Symptom: breaking a lease whose token is near 2^64 wrapped the marker's
+// token round to 1, and the next grant was below the broken holder's.
+// Such a lease is refused with DLOCKTOKEN and left in place.
+func TestTairBreak_TokenAbove2To53_RefusedAndKept(t *testing.T) {
+	t.Parallel()
+	n, admin, ctx := tairNode(t)
+	k := key(t)
+	v := "a|18446744073709551615|{}"
+	if err := admin.Set(ctx, n.LockKey(k), v, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := n.TairBreak(ctx, k, "", time.Hour); err == nil || !strings.Contains(err.Error(), "DLOCKTOKEN") {
+		t.Fatalf("TairBreak: %v, want DLOCKTOKEN", err)
+	}
+	if got, _ := admin.Get(ctx, n.LockKey(k)).Result(); got != v {
+		t.Errorf("key %q after the refused break, want %q", got, v)
 	}
 }

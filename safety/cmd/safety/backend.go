@@ -22,7 +22,8 @@ import (
 )
 
 // openLocker opens the backend a worker locks with, from a spec
-// "redis:ADDR", "sentinel:MASTER@ADDR,ADDR,...[?acks=N]" (a failover
+// "redis:[USER:PASSWORD@]ADDR" (as that ACL user if given),
+// "sentinel:MASTER@ADDR,ADDR,...[?acks=N]" (a failover
 // client of the sentinels at the ADDRs; acks=N: WithReplicaAcks(N,
 // redislock.DefaultAckTimeout)), "redlock:ADDR,ADDR,...", "etcd:URL,URL,...",
 // "zk:ADDR,ADDR,...@SESSIONTIMEOUT", "pg:DSN" or "file:DIR". Clients are
@@ -39,7 +40,11 @@ func openLocker(spec string) (dlock.Locker, func(), error) {
 	}
 	switch kind {
 	case "redis":
-		c := redis.NewClient(&redis.Options{Addr: arg})
+		opts, err := redisOptions(spec, arg)
+		if err != nil {
+			return nil, nil, err
+		}
+		c := redis.NewClient(opts)
 		return redislock.New(c), func() { c.Close() }, nil
 	case "sentinel":
 		return openSentinel(spec, arg)
@@ -86,6 +91,28 @@ func openLocker(spec string) (dlock.Locker, func(), error) {
 		return l, func() {}, nil
 	}
 	return nil, nil, fmt.Errorf("unknown backend %q", kind)
+}
+
+// redisOptions are go-redis's default client options for the argument of
+// a "redis:" spec, [USER:PASSWORD@]ADDR: the address and, if given, the
+// ACL user to connect as. The credentials end at the last "@" (an address
+// has none), the user name at the first ":".
+func redisOptions(spec, arg string) (*redis.Options, error) {
+	bad := func(why string) error {
+		return fmt.Errorf("bad redis spec %q: %s; want redis:[USER:PASSWORD@]ADDR", spec, why)
+	}
+	opts := &redis.Options{Addr: arg}
+	if i := strings.LastIndexByte(arg, '@'); i >= 0 {
+		user, password, ok := strings.Cut(arg[:i], ":")
+		if !ok || user == "" {
+			return nil, bad("credentials without a user name and a password")
+		}
+		opts = &redis.Options{Addr: arg[i+1:], Username: user, Password: password}
+	}
+	if _, _, err := net.SplitHostPort(opts.Addr); err != nil {
+		return nil, bad(err.Error())
+	}
+	return opts, nil
 }
 
 // openSentinel opens a redislock Locker on a go-redis failover client

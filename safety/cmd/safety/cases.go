@@ -128,6 +128,14 @@ func allCases() []caseSpec {
 		{"redis", "restart-volatile", ttl, dur, pauses},
 		{"redis-aof", "restart-aof", ttl, dur, pauses},
 		{"redis-clock", "clock-jump", ttl, dur, 2},
+		// redislock's Lua-free protocol: Tair's CAS and CAD, as a user
+		// who may not run scripts; the plain redis row's faults.
+		{"redis-tair", "none", ttl, dur, 0},
+		{"redis-tair", "client-pause", ttl, dur, pauses},
+		{"redis-tair", "server-pause", ttl, dur, 2},
+		{"redis-tair", "partition-client", ttl, dur, 2},
+		{"redis-tair", "lost-replies", ttl, dur, 1},
+		{"redis-tair", "restart-volatile", ttl, dur, pauses},
 		{"redlock", "none", ttl, dur, 0},
 		{"redlock", "client-pause", ttl, dur, pauses},
 		{"redlock", "server-pause", ttl, dur, 2},
@@ -166,6 +174,10 @@ func allCases() []caseSpec {
 		{"redis-sem", "client-pause", ttl, dur, pauses},
 		{"etcd-rw", "client-pause", etcdTTL, 20 * time.Second, 2},
 		{"etcd-sem", "client-pause", etcdTTL, 20 * time.Second, 2},
+		// Skipped while the Lua-free protocol grants exclusive locks
+		// only (see unsupportedMode).
+		{"redis-tair-rw", "client-pause", ttl, dur, pauses},
+		{"redis-tair-sem", "client-pause", ttl, dur, pauses},
 		// Sentinel failovers (one per case: the killed primary stays
 		// down). A 20 s lease outlasts a failover and is first renewed
 		// after 6.7 s, after the end of a 6 s section (think): a holder
@@ -208,6 +220,9 @@ type deployment struct {
 	// configurations again (see testserver.Sentinel.KeepReplicationLinks).
 	sentinel        *testserver.Sentinel
 	restoreSentinel func()
+	// noScriptsUser: the workers connect to redis[0] as the ACL user
+	// testserver.NoScriptsUser (redis-tair).
+	noScriptsUser bool
 }
 
 func deploy(t *tb, c caseSpec, workers int) *deployment {
@@ -222,6 +237,13 @@ func deploy(t *tb, c caseSpec, workers int) *deployment {
 		d.redis = []*testserver.Redis{srv}
 		for _, addr := range d.clientAddrs(t, c, workers, srv.Addr()) {
 			d.specs = append(d.specs, "redis:"+addr)
+		}
+	case "redis-tair":
+		srv := testserver.StartRedis(t, testserver.WithTairString(t))
+		srv.AddNoScriptsUser(t)
+		d.redis, d.noScriptsUser = []*testserver.Redis{srv}, true
+		for _, addr := range d.clientAddrs(t, c, workers, srv.Addr()) {
+			d.specs = append(d.specs, noScriptsSpec(addr))
 		}
 	case "redis-sentinel", "redis-sentinel-acks":
 		var opts []testserver.SentinelOption
@@ -308,6 +330,27 @@ func deploy(t *tb, c caseSpec, workers int) *deployment {
 		t.Fatalf("unknown backend %q", c.backend)
 	}
 	return d
+}
+
+// noScriptsSpec is the backend spec of a Redis client of the server at
+// addr that connects as testserver.NoScriptsUser, who may run every
+// command but scripts.
+func noScriptsSpec(addr string) string {
+	return "redis:" + testserver.NoScriptsUser + ":" + testserver.NoScriptsPassword + "@" + addr
+}
+
+// restartRedis kills the deployment's one redis-server and starts it again
+// (restart-volatile, restart-aof). The server's ACL users are part of its
+// configuration, which a deployment keeps across a restart (an ACL file or
+// redis.conf): the no-scripts user is created again as soon as the server
+// answers; a connection made before that is refused (WRONGPASS), and its
+// call fails as one sent during the restart does.
+func (d *deployment) restartRedis(t *tb) {
+	srv := d.redis[0]
+	srv.Restart()
+	if d.noScriptsUser {
+		srv.AddNoScriptsUser(t)
+	}
 }
 
 // clientAddrs is the address each of n workers reaches the server at addr
@@ -508,6 +551,7 @@ type caseResult struct {
 	start, end int64
 	injected   int
 	err        string
+	skipped    string // why the case did not run (see unsupportedMode)
 	seed       uint64
 	analysis   *analyzed
 }
@@ -535,6 +579,10 @@ func runCase(c caseSpec, workers int, seed uint64) (res caseResult) {
 	t.Cleanup(func() { os.RemoveAll(root) })
 	dir := t.TempDir()
 	d := deploy(t, c, workers)
+	if why := unsupportedMode(t, c, d.specs); why != "" {
+		res.skipped = why
+		return res
+	}
 	rng := rand.New(rand.NewPCG(seed, 7))
 	res.start = history.Now()
 	var procs []*proc
@@ -691,7 +739,7 @@ func inject(t *tb, c caseSpec, d *deployment, procs *[]*proc, dir string, seed u
 		if d.pg != nil {
 			d.pg.Restart()
 		} else {
-			d.redis[0].Restart()
+			d.restartRedis(t)
 		}
 		mark(from)
 		time.Sleep(c.ttl)

@@ -23,6 +23,9 @@ func TestPrimitiveCases(t *testing.T) {
 		{"redis-aof", "", "redis-aof", []string{"exclusive", "exclusive", "exclusive", "exclusive"}},
 		{"redis-rw", "rw", "redis", []string{"exclusive", "shared", "exclusive", "shared"}},
 		{"redis-sem", "sem", "redis", []string{"limited", "limited", "limited", "limited"}},
+		{"redis-tair", "", "redis-tair", []string{"exclusive", "exclusive", "exclusive", "exclusive"}},
+		{"redis-tair-rw", "rw", "redis-tair", []string{"exclusive", "shared", "exclusive", "shared"}},
+		{"redis-tair-sem", "sem", "redis-tair", []string{"limited", "limited", "limited", "limited"}},
 	} {
 		c := caseSpec{backend: tc.backend, fault: "client-pause"}
 		if c.prim() != tc.prim || c.base() != tc.base {
@@ -37,8 +40,26 @@ func TestPrimitiveCases(t *testing.T) {
 	}
 	// Every primitive row's backend deploys as its base.
 	for _, c := range allCases() {
-		if c.prim() != "" && c.base() != "redis" && c.base() != "etcd" {
+		if c.prim() != "" && c.base() != "redis" && c.base() != "etcd" && c.base() != "redis-tair" {
 			t.Errorf("%s: unexpected base %q", c.name(), c.base())
+		}
+	}
+}
+
+// Only the redis-tair rows may be skipped for a mode their backend does
+// not offer: anywhere else a refused mode is the case's error, and no
+// probe runs.
+func TestMayLackModes(t *testing.T) {
+	for _, c := range allCases() {
+		if got, want := mayLackModes(c.base()), c.base() == "redis-tair"; got != want {
+			t.Errorf("%s: mayLackModes = %v, want %v", c.name(), got, want)
+		}
+		if c.base() != "redis-tair" {
+			h := &tb{root: t.TempDir()}
+			if why := unsupportedMode(h, c, []string{"redis:127.0.0.1:1", "redis:127.0.0.1:1"}); why != "" {
+				t.Errorf("%s: skipped without a probe: %s", c.name(), why)
+			}
+			h.close()
 		}
 	}
 }

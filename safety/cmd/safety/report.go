@@ -44,6 +44,9 @@ func (r *caseResult) summary() string {
 	if r.err != "" {
 		return "ERROR: " + r.err
 	}
+	if r.skipped != "" {
+		return "SKIPPED: " + r.skipped
+	}
 	a := r.analyze()
 	return fmt.Sprintf("faults %d, %s", r.injected, a.String())
 }
@@ -58,7 +61,8 @@ func (r *caseResult) summary() string {
 // guard turns into refusals, not as fenced violations.
 func expectedLimit(c caseSpec) string { return "" }
 
-// problems are what make the run fail: a case that errored, a case that
+// problems are what make the run fail: a case that errored (a skipped
+// case, whose mode the backend does not offer, is not one), a case that
 // measured nothing (no acquisition or no fenced write applied: its zeros
 // would pass vacuously), a fenced history Porcupine did not decide (not
 // verified), a negative control that saw nothing under client
@@ -70,6 +74,9 @@ func (rep report) problems() []string {
 		r := &rep.results[i]
 		if r.err != "" {
 			out = append(out, r.spec.name()+": "+r.err)
+			continue
+		}
+		if r.skipped != "" {
 			continue
 		}
 		a := r.analyze()
@@ -130,7 +137,11 @@ func (rep report) markdown() string {
 	for i := range rep.results {
 		r := &rep.results[i]
 		if r.err != "" {
-			fmt.Fprintf(&b, "| %s | %s | error: %s |||||||||||| %d |\n", r.spec.backend, r.spec.fault, strings.NewReplacer("|", "/", "\n", " / ").Replace(r.err), r.seed)
+			fmt.Fprintf(&b, "| %s | %s | error: %s |||||||||||| %d |\n", r.spec.backend, r.spec.fault, cell(r.err), r.seed)
+			continue
+		}
+		if r.skipped != "" {
+			fmt.Fprintf(&b, "| %s | %s | skipped: %s |||||||||||| %d |\n", r.spec.backend, r.spec.fault, cell(r.skipped), r.seed)
 			continue
 		}
 		a := r.analyze()
@@ -163,6 +174,9 @@ func (rep report) markdown() string {
 	}
 	return b.String()
 }
+
+// cell is text made fit for one table cell.
+func cell(s string) string { return strings.NewReplacer("|", "/", "\n", " / ").Replace(s) }
 
 // rate formats acquisitions per second: whole numbers, but two decimals
 // below one (the Sentinel rows' 6 s sections make a fraction of one).
@@ -238,6 +252,22 @@ const matrixNotes = `
   depends on and Kleppmann criticised): the next holder enters while the
   first still works; fencing refuses the late write. The backward jump only
   makes leases last longer (liveness, not safety).
+- **Without scripts** (the redis-tair rows): a server with Tair's CAS and
+  CAD (here redis-server with the TairString module) and an ACL user who
+  may run every command but scripts (+@all -@scripting), as managed
+  services that deny Lua configure. redislock.New with its defaults sends
+  a script, is refused (NOPERM), finds CAS and CAD and from then on locks
+  with native commands only (redislock.ProtocolAuto): the Lua-free
+  protocol. Its token follows the scripts' rule, max(the marker's token +
+  1, the server's time in µs), taken while the attempt holds the key, so
+  the rows read as the redis rows do: a paused holder comes back to a key
+  granted to another with a higher token and the guard refuses its write;
+  a stopped server, a stalled link and lost replies cost availability
+  only; a restart without persistence forgets the lease (the row creates
+  the user again at once, as a deployment's ACL file would), and fencing
+  holds by the server's clock. Shared and limited locks need scripts:
+  redislock refuses them on this path (dlock.ErrUnsupported), so the
+  redis-tair-rw and redis-tair-sem rows are skipped, naming the refusal.
 - **Redlock with one of three nodes restarted** (restart-minority) does not
   hand a key to two holders: a healthy holder took all three nodes, so one
   forgetful node leaves a majority still holding it. **Kleppmann's scenario**

@@ -75,3 +75,25 @@ func TestProblems_HealthyCasePasses(t *testing.T) {
 		t.Fatalf("a healthy case failed: %s", strings.Join(ps, "; "))
 	}
 }
+
+// A skipped case (a mode its backend does not offer) is not a problem, and
+// its row says why it was skipped; a case that errored still fails.
+func TestProblems_SkippedCase(t *testing.T) {
+	c := caseSpec{backend: "redis-tair-rw", fault: "client-pause", ttl: time.Second, dur: time.Second}
+	why := "shared locks refused: dlock: not supported: no shared | locks"
+	rep := report{results: []caseResult{{spec: c, skipped: why, seed: 7}}}
+	if ps := rep.problems(); len(ps) != 0 {
+		t.Fatalf("a skipped case failed the run: %v", ps)
+	}
+	if s := rep.results[0].summary(); !strings.HasPrefix(s, "SKIPPED: ") {
+		t.Errorf("summary %q", s)
+	}
+	md := rep.markdown()
+	if !strings.Contains(md, "| redis-tair-rw | client-pause | skipped: shared locks refused: dlock: not supported: no shared / locks |||||||||||| 7 |") {
+		t.Errorf("skipped row:\n%s", md)
+	}
+	rep.results[0].err = "deploy failed"
+	if ps := rep.problems(); len(ps) != 1 {
+		t.Errorf("an errored case: %v", ps)
+	}
+}

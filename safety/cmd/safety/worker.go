@@ -43,17 +43,12 @@ func runWorker(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	opts := []dlock.Option{dlock.WithTTL(*ttl), dlock.WithWait(2 * *ttl)}
-	switch *mode {
-	case "exclusive":
-	case "shared":
-		opts = append(opts, dlock.WithShared())
-	case "limited":
-		opts = append(opts, dlock.WithLimit(*limit))
-	default:
-		fmt.Fprintf(os.Stderr, "worker %d: unknown mode %q\n", *id, *mode)
+	modeOpts, err := modeOptions(*mode, *limit)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "worker %d: %v\n", *id, err)
 		return 2
 	}
+	opts := append([]dlock.Option{dlock.WithTTL(*ttl), dlock.WithWait(2 * *ttl)}, modeOpts...)
 	shared, lim := *mode != "exclusive", 0
 	if *mode == "limited" {
 		lim = *limit
@@ -159,6 +154,21 @@ func runWorker(args []string) int {
 		cancel()
 	}
 	return 0
+}
+
+// modeOptions are the lock options of a worker mode (its -mode flag):
+// none for exclusive, dlock.WithShared for shared, dlock.WithLimit(limit)
+// for limited.
+func modeOptions(mode string, limit int) ([]dlock.Option, error) {
+	switch mode {
+	case "exclusive":
+		return nil, nil
+	case "shared":
+		return []dlock.Option{dlock.WithShared()}, nil
+	case "limited":
+		return []dlock.Option{dlock.WithLimit(limit)}, nil
+	}
+	return nil, fmt.Errorf("unknown mode %q", mode)
 }
 
 // errSkipped marks a register operation the worker's mode does not do.

@@ -17,17 +17,19 @@ import (
 
 // lease is one holder's lease: driver.Lease.
 type lease struct {
-	b          *backend
-	key, owner string
-	token      uint64 // 0 when unknown (Abort)
-	group      bool   // a shared or limited holder's
+	b   *backend
+	key string
+	// owner is the holder's owner id; for a Lua-free lease (tair), its
+	// whole value on the server, which its CAS and CAD compare (see
+	// ownerID).
+	owner string
+	token uint64 // 0 when unknown (Abort)
+	group bool   // a shared or limited holder's
 	// alone: granted by the first attempt of its acquisition, on a free
 	// key; its release tries the script for a key nobody waits for.
 	alone bool
-	// tair: granted by the Lua-free protocol, whose commands compare the
-	// whole value (see value); meta is the value's metadata.
+	// tair: granted by the Lua-free protocol.
 	tair bool
-	meta string
 	// gen: the Locker's break-notice count before the acquisition's
 	// request was sent (see breakWatch.gen).
 	gen uint64
@@ -42,7 +44,7 @@ func (l *lease) result(op string, held bool, err error) error {
 	case err != nil:
 		return requestError(op, l.key, err)
 	case !held:
-		return fmt.Errorf("%w: redis key %s no longer holds owner %s", dlock.ErrNotHeld, l.b.node.LockKey(l.key), l.owner)
+		return fmt.Errorf("%w: redis key %s no longer holds owner %s", dlock.ErrNotHeld, l.b.node.LockKey(l.key), l.ownerID())
 	}
 	return nil
 }
@@ -50,7 +52,7 @@ func (l *lease) result(op string, held bool, err error) error {
 // Refresh implements driver.Lease (compare-and-pexpire).
 func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	if l.tair {
-		held, err := l.b.node.TairRefresh(ctx, l.key, l.value(), ttl)
+		held, err := l.b.node.TairRefresh(ctx, l.key, l.owner, ttl)
 		return l.result("refresh", held, err)
 	}
 	if l.group {
@@ -66,7 +68,7 @@ func (l *lease) Refresh(ctx context.Context, ttl time.Duration) error {
 // after a lost reply or an error) succeeds again.
 func (l *lease) Release(ctx context.Context) error {
 	if l.tair {
-		held, err := l.b.node.TairRelease(ctx, l.key, l.value(), FenceRetention)
+		held, err := l.b.node.TairRelease(ctx, l.key, l.owner, FenceRetention)
 		return l.result("release", held, err)
 	}
 	if l.group {
@@ -97,7 +99,7 @@ func (b *backend) RefreshBatch(ctx context.Context, rs []driver.Renewal, done fu
 		leases[i] = l
 		batch[i] = redisproto.Renewal{Key: l.key, Owner: l.owner, TTL: r.TTL, Group: l.group}
 		if l.tair {
-			batch[i].Value = l.value()
+			batch[i].Value = l.owner
 		}
 	}
 	var (
@@ -340,7 +342,7 @@ func (bc *breakChecks) run(node *redisproto.Node) {
 			live = append(live, bl)
 			q := redisproto.HoldsQuery{Key: bl.l.key, Owner: bl.l.owner, Group: bl.l.group}
 			if bl.l.tair {
-				q.Value = bl.l.value()
+				q.Value = bl.l.owner
 			}
 			qs = append(qs, q)
 		}
@@ -364,7 +366,7 @@ func (bc *breakChecks) run(node *redisproto.Node) {
 			if a.errs[i] == nil && !a.held[i] && bl.done.CompareAndSwap(false, true) {
 				// On a goroutine of its own: losing a lock runs its
 				// Observer, which must not hold up the others' losses.
-				go bl.lose(fmt.Errorf("%w: redis key %s no longer holds owner %s (broken)", dlock.ErrNotHeld, node.LockKey(bl.l.key), bl.l.owner))
+				go bl.lose(fmt.Errorf("%w: redis key %s no longer holds owner %s (broken)", dlock.ErrNotHeld, node.LockKey(bl.l.key), bl.l.ownerID()))
 			}
 		}
 	}

@@ -26,9 +26,14 @@ func (b *backend) tryTair(ctx context.Context, req *driver.Request, meta string)
 	if !o.Granted {
 		return driver.Grant{}, notAcquired(req, o)
 	}
-	return driver.Grant{Lease: &lease{b: b, key: req.Key, owner: req.Owner, token: o.Token, tair: true, meta: meta, gen: gen}, Token: o.Token}, nil
+	v := redisproto.FormatValue(req.Owner, o.Token, meta)
+	return driver.Grant{Lease: &lease{b: b, key: req.Key, owner: v, token: o.Token, tair: true, gen: gen}, Token: o.Token}, nil
 }
 
-// value is a Lua-free lease's value on the server: the one its CAS and CAD
-// compare with.
-func (l *lease) value() string { return redisproto.FormatValue(l.owner, l.token, l.meta) }
+// ownerID is the lease's owner id (see lease.owner).
+func (l *lease) ownerID() string {
+	if l.tair {
+		return redisproto.ParseValue(l.owner).Owner
+	}
+	return l.owner
+}

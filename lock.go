@@ -92,6 +92,9 @@ type lockConfig struct {
 	DriftFactor            float64
 	mode                   Mode
 	callObs                Observer
+	// releaseNotBefore: the earliest a lost lock's cleanup releases the
+	// server-side lease (config.releaseNotBefore); nil: at once.
+	releaseNotBefore *time.Time
 }
 
 // Drift is the clock-drift allowance for the Lock's TTL (config.Drift).
@@ -133,7 +136,7 @@ type releaseFlight struct {
 // counts from it.
 func newLock(key, owner string, cfg *config, g driver.Grant, start time.Time, wd *watchdog) *Lock {
 	l := &Lock{key: key, owner: owner, token: g.Token, lease: g.Lease, wd: wd, acquired: start, endsWithClient: g.EndsWithClient, linger: g.Linger,
-		cfg: lockConfig{TTL: cfg.TTL, MaxHold: cfg.MaxHold, DriftMin: cfg.DriftMin, DriftFactor: cfg.DriftFactor, mode: cfg.mode, callObs: cfg.callObs},
+		cfg: lockConfig{TTL: cfg.TTL, MaxHold: cfg.MaxHold, DriftMin: cfg.DriftMin, DriftFactor: cfg.DriftFactor, mode: cfg.mode, callObs: cfg.callObs, releaseNotBefore: cfg.releaseNotBefore},
 	}
 	l.meta, l.metaHostPID = metaPairs(cfg.Metadata)
 	l.life, l.cancel = context.WithCancelCause(context.Background())
@@ -586,6 +589,15 @@ func (l *Lock) reportLost() {
 // cleanup releases a lost lock on the server, best effort, so the key
 // frees as soon as the server is reachable rather than at expiry.
 func (l *Lock) cleanup() {
+	if t := l.cfg.releaseNotBefore; t != nil {
+		if wait := time.Until(*t); wait > 0 {
+			// RunOnce: the key stays taken for atLeastFor, lost or not
+			// (the lease outlives it: its TTL and cap are at least
+			// atLeastFor).
+			background.AfterFunc(wait, func() { _ = l.releaseServer(context.Background()) })
+			return
+		}
+	}
 	// Already on a background goroutine: run the request here (its own
 	// context is bounded by DefaultReleaseTimeout), not on another one.
 	_ = l.releaseServer(context.Background())

@@ -91,6 +91,9 @@ type config struct {
 	DriftMin    time.Duration
 
 	ttlSet bool
+	// releaseNotBefore: a lost lock's server-side lease is released no
+	// sooner (RunOnce: atLeastFor); nil means at once.
+	releaseNotBefore *time.Time
 
 	// mode and limit: from WithShared (shared) and WithLimit (limited,
 	// limit; modeErr: a bad limit), resolved by resolveMode.

@@ -99,14 +99,16 @@ func RunOnce(ctx context.Context, l Locker, key string, atMostFor, atLeastFor ti
 	maxHold := atMostFor
 	if cfg.MaxHold > 0 && cfg.MaxHold < atMostFor {
 		// The caller's own cap applies, as for TryAcquire; it must leave
-		// atLeastFor covered (a lock lost at its cap is released at once).
+		// atLeastFor covered (the lease must outlive it: a lost lock is
+		// released no sooner than atLeastFor, and expires at its cap).
 		if cfg.MaxHold < atLeastFor {
 			return false, fmt.Errorf("%w: RunOnce WithMaxHold %v is below atLeastFor %v", ErrInvalidOption, cfg.MaxHold, atLeastFor)
 		}
 		maxHold = cfg.MaxHold
 	}
-	opts = append(opts[:len(opts):len(opts)], WithTTL(ttl), WithMaxHold(maxHold))
 	start := time.Now()
+	keepUntil := start.Add(atLeastFor)
+	opts = append(opts[:len(opts):len(opts)], WithTTL(ttl), WithMaxHold(maxHold), func(c *config) { c.releaseNotBefore = &keepUntil })
 	lk, err := tryTransient(ctx, l, key, cfg.Backoff, opts)
 	var held *NotAcquiredError
 	switch {
@@ -132,7 +134,11 @@ func RunOnce(ctx context.Context, l Locker, key string, atMostFor, atLeastFor ti
 		if lost != nil && !errors.Is(lost, ErrReleased) {
 			err = errors.Join(err, lost)
 		}
-		if wait := time.Until(start.Add(atLeastFor)); wait > 0 && lost == nil {
+		// The key stays taken until atLeastFor, also when the lock was
+		// lost meanwhile (at its cap or deadline, which drift allowance
+		// puts before atLeastFor when atMostFor or the TTL equals it):
+		// the lock's own cleanup waits for it too.
+		if wait := time.Until(keepUntil); wait > 0 {
 			background.AfterFunc(wait, func() { _ = lk.Release(context.Background()) })
 			return
 		}

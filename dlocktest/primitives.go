@@ -679,6 +679,31 @@ func testRunOnce(t *testing.T, h Harness) {
 			release(t, lk)
 		}
 	})
+	// Symptom: with atMostFor equal to atLeastFor, the lock's cap (and
+	// local deadline), which the drift allowance puts before atLeastFor,
+	// released the key when it fired, and a late replica ran the job
+	// again within atLeastFor. The key stays taken for atLeastFor.
+	t.Run("AtLeastForOutlivesALoss", func(t *testing.T) {
+		t.Parallel()
+		key := Key(t)
+		atLeast := 2 * h.TTL
+		if refusesAtLeastFor(t, h, atLeast, atLeast) {
+			t.Skip("the backend cannot keep the key for atLeastFor")
+		}
+		// A drift allowance of 40% of the TTL: the lock is lost at 60% of
+		// atLeastFor, and the late replica fires at 80% of it.
+		start := time.Now()
+		ran, err := dlock.RunOnce(ctxT(t), h.New(t), key, atLeast, atLeast, func(context.Context) error { return nil },
+			dlock.WithTTL(atLeast), dlock.WithDrift(0.4, time.Millisecond))
+		if !ran || err != nil {
+			t.Fatalf("RunOnce on a free key: ran=%v err=%v", ran, err)
+		}
+		time.Sleep(time.Until(start.Add(atLeast * 4 / 5)))
+		ran, err = dlock.RunOnce(ctxT(t), h.New(t), key, atLeast, atLeast, func(context.Context) error { return nil }, dlock.WithTTL(atLeast))
+		if err != nil || ran {
+			t.Fatalf("a late replica within atLeastFor, after the first lock was lost at its cap: ran=%v err=%v; want it skipped", ran, err)
+		}
+	})
 	t.Run("AtMostFor", func(t *testing.T) {
 		t.Parallel()
 		key := Key(t)

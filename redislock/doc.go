@@ -96,7 +96,5 @@
 //   - On the Lua-free protocol: shared and limited locks, WithReplicaAcks
 //     and the Guard (all need scripts); one waiter woken per release (a
 //     release wakes every waiter of the key); a break's retry after a
-//     lost reply finding what it removed; a token above the last one when
-//     a grant lands between a release's CAD and its marker and the
-//     server's clock went back.
+//     lost reply finding what it removed.
 package redislock

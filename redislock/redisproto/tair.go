@@ -30,13 +30,12 @@ import (
 //     after every earlier holder's grant, and above the token the key
 //     kept when its last lease was released.
 //   - Refresh: CAS the value to itself, PX ttl.
-//   - Release: CAD the value, then SET the marker "|<token>" NX PX
-//     retention, as a script release leaves it, and PUBLISH on the key's
-//     free channel, in one pipeline. The marker keeps the key's last
-//     token, so that the next token does not rest on the server's clock
-//     alone; a grant that lands between the CAD and the SET (no marker
-//     then) takes the server's time, above this token unless the clock
-//     went back.
+//   - Release: CAS the value to the marker "|<token>", PX retention, as a
+//     script release leaves it, and PUBLISH on the key's free channel.
+//     The marker keeps the key's last token, so that the next token does
+//     not rest on the server's clock alone, and proves the release to a
+//     resend of it. CAD deletes only what a grant abandoned before its
+//     token was written.
 //
 // Every CAS gives an expiry: CAS without one removes the key's TTL. A
 // Ring client is refused: its pipelines send TIME and PUBLISH to other
@@ -271,18 +270,23 @@ func (n *Node) TairRefresh(ctx context.Context, key, value string, ttl time.Dura
 	return r == 1, err
 }
 
-// TairRelease releases the lease value, in one round trip (two for a
-// lease it does not find): CAD it; SET the release marker "|<token>" NX
-// for retention, so that the key keeps its last token when nobody took
-// it meanwhile; and PUBLISH on the key's free channel. released is true
-// when the CAD deleted the lease, and when the lease was released already
-// (a resend of a release whose reply was lost: the key held its marker,
-// or a later grant took the marker over and recorded its token in the
-// receipts); false when the key no longer holds the lease (expired,
-// broken, or another holder's), as the scripts' release answers. A
-// PUBLISH the server refuses (an ACL without the channel) does not fail
-// a release that happened: waiters then find the key free at their next
-// poll.
+// TairRelease releases the lease value: CAS it to the release marker
+// "|<token>" for retention, as a script release leaves it, and PUBLISH on
+// the key's free channel, in one round trip. released is true when the
+// CAS replaced the lease, and when the lease was released already (a
+// resend of a release whose reply was lost: the key holds its marker, or
+// a later grant took the marker over and recorded its token in the
+// receipts; one more round trip reads them); false when the key no
+// longer holds the lease (expired, broken, or another holder's), as the
+// scripts' release answers. A PUBLISH the server refuses (an ACL without
+// the channel) does not fail a release that happened: waiters then find
+// the key free at their next poll.
+//
+// Not CAD: a release must leave the marker exactly when it removed the
+// lease. After a CAD, nothing in the same round trip can know whether it
+// removed anything: a marker written regardless would stand on a key
+// whose lease had ended (and a resend would take it for its own), and a
+// CAD whose reply was lost would leave no trace at all.
 func (n *Node) TairRelease(ctx context.Context, key, value string, retention time.Duration) (released bool, err error) {
 	if retention < time.Millisecond {
 		return false, fmt.Errorf("TairRelease %q: retention %v below 1ms", key, retention)
@@ -290,60 +294,39 @@ func (n *Node) TairRelease(ctx context.Context, key, value string, retention tim
 	lk := n.LockKey(key)
 	tok := strconv.FormatUint(ParseValue(value).Token, 10)
 	mark := "|" + tok
-	var cad, set *redis.Cmd
-	// The pipeline's own error is its first command's that failed; each
-	// command's is read below, and PUBLISH's is left alone.
+	var cas *redis.Cmd
+	// The pipeline's own error is its first command's that failed;
+	// PUBLISH's is left alone.
 	_, _ = n.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		cad = p.Do(ctx, "CAD", lk, value)
-		set = p.Do(ctx, "SET", lk, mark, "NX", "PX", Ms(retention))
+		cas = p.Do(ctx, "CAS", lk, value, mark, "PX", Ms(retention))
 		p.Publish(ctx, lk+freeSuffix, "1")
 		return nil
 	})
-	r, err := cad.Int64()
+	r, err := cas.Int64()
 	switch {
 	case err != nil:
 		return false, err
 	case r == 1:
 		return true, nil
 	}
-	// The lease was not there. A marker the SET NX wrote now (on an empty
-	// key) is no release's: it is removed, so that a resend of this call
-	// does not take it for one. Then the key and its receipts tell whether
-	// this lease was released before: its marker was there already, or a
-	// later grant took it over.
-	wrote := set.Err() == nil
-	if err := set.Err(); err != nil && !errors.Is(err, redis.Nil) {
-		return false, err
-	}
+	// The lease was not there: released before (a resend), or ended.
 	var (
 		get  *redis.StringCmd
 		rels *redis.StringSliceCmd
 	)
 	if _, err := n.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		if wrote {
-			p.Do(ctx, "CAD", lk, mark)
-		}
 		get, rels = p.Get(ctx, lk), p.LRange(ctx, lk+receiptsSuffix, 0, Receipts-1)
 		return nil
 	}); err != nil && !errors.Is(err, redis.Nil) {
 		return false, err
 	}
-	if err := get.Err(); err != nil && !errors.Is(err, redis.Nil) {
-		return false, err
-	}
-	if err := rels.Err(); err != nil {
-		return false, err
+	if v := get.Val(); v == mark || strings.HasPrefix(v, mark+"|") {
+		return true, nil
 	}
 	for _, r := range rels.Val() {
 		if r == tok && tok != "0" {
 			return true, nil
 		}
-	}
-	if wrote {
-		return false, nil
-	}
-	if v := get.Val(); v == mark || strings.HasPrefix(v, mark+"|") {
-		return true, nil
 	}
 	return false, nil
 }
@@ -386,10 +369,11 @@ func (n *Node) TairAbort(ctx context.Context, key, owner string, retention time.
 
 // TairBreak is Break in the Lua-free protocol, for exclusive leases: it
 // reads the key and, when it holds a lease (owner's, or anyone's when
-// owner is ""), deletes that value with CAD and leaves the release marker
+// owner is ""), replaces that value by CAS with the release marker
 // "|<token+2>" (see lua/break.lua: the broken holder's resent release
-// must not find a marker or receipt of its own), then publishes on the
-// break channel and the free channel. A lease granted after the read is
+// must not find a marker or receipt of its own; a hold without a token
+// is deleted with CAD), then publishes on the break channel and the free
+// channel. A lease granted after the read is
 // never touched. A group (a shared or limited holder's key, written by
 // the scripts) is an error: breaking it needs them.
 func (n *Node) TairBreak(ctx context.Context, key, owner string, retention time.Duration) (removed, others []Info, err error) {
@@ -419,17 +403,18 @@ func (n *Node) TairBreak(ctx context.Context, key, owner string, retention time.
 	if owner != "" && in.Owner != owner {
 		return nil, []Info{in}, nil
 	}
-	var cad *redis.Cmd
+	var del *redis.Cmd
 	_, _ = n.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		cad = p.Do(ctx, "CAD", lk, v)
 		if in.Token != 0 {
-			p.Do(ctx, "SET", lk, "|"+strconv.FormatUint(in.Token+2, 10), "NX", "PX", Ms(retention))
+			del = p.Do(ctx, "CAS", lk, v, "|"+strconv.FormatUint(in.Token+2, 10), "PX", Ms(retention))
+		} else {
+			del = p.Do(ctx, "CAD", lk, v)
 		}
 		p.Publish(ctx, lk+breakChanSuffix, "1")
 		p.Publish(ctx, lk+freeSuffix, "1")
 		return nil
 	})
-	r, err := cad.Int64()
+	r, err := del.Int64()
 	switch {
 	case err != nil:
 		return nil, nil, err
@@ -463,14 +448,15 @@ func (n *Node) TairOffers(ctx context.Context) (bool, error) {
 		args := append([]any{"COMMAND", "INFO"}, anys(set.commands)...)
 		infos, err := n.Client.Do(ctx, args...).Slice()
 		switch {
-		case isErrorReply(err):
-			// COMMAND refused (an ACL): try the commands themselves.
+		case isNoPerm(err):
+			// COMMAND refused by an ACL: try the commands themselves.
 			ok, err := n.tairRuns(ctx)
 			if ok || err != nil {
 				return ok, err
 			}
 			continue
 		case err != nil:
+			// BUSY, LOADING, a lost link: no answer yet.
 			return false, err
 		}
 		if len(infos) == len(set.commands) && !slices.Contains(infos, nil) {
@@ -481,8 +467,9 @@ func (n *Node) TairOffers(ctx context.Context) (bool, error) {
 }
 
 // tairRuns runs CAS and CAD on a key that never exists (they write
-// nothing there): they run when their replies are integers; an error
-// reply (unknown command, or one the user may not run) says they do not.
+// nothing there): they run when their replies are integers, and not
+// when the server does not know them or the user may not run them; any
+// other error (OOM, BUSY, a lost link) is no answer.
 func (n *Node) tairRuns(ctx context.Context) (bool, error) {
 	probe := n.Prefix + ":{}:cas-probe"
 	var cas, cad *redis.Cmd
@@ -492,13 +479,20 @@ func (n *Node) tairRuns(ctx context.Context) (bool, error) {
 		return nil
 	})
 	for _, c := range []*redis.Cmd{cas, cad} {
-		if _, err := c.Int64(); isErrorReply(err) {
+		_, err := c.Int64()
+		switch {
+		case isNoPerm(err), isErrorReply(err) && strings.Contains(err.Error(), "unknown command"):
 			return false, nil
-		} else if err != nil {
+		case err != nil:
 			return false, err
 		}
 	}
 	return true, nil
+}
+
+// isNoPerm reports whether err is an ACL's refusal of a command.
+func isNoPerm(err error) bool {
+	return isErrorReply(err) && strings.HasPrefix(err.Error(), "NOPERM")
 }
 
 func anys(ss []string) []any {

@@ -153,8 +153,8 @@ func TestTairRelease_PublishesOnFreeChannel(t *testing.T) {
 }
 
 // Grants, renewals and releases are native commands: the token's write,
-// the renewal is CAS, the release CAD (then the token's marker, SET NX,
-// as a script release leaves it), and no script runs.
+// the renewal and the release are CAS (the release leaves the token's
+// marker, as a script release does), and no script runs.
 func TestTair_CommandStats_CASNoScripts(t *testing.T) {
 	t.Parallel()
 	n, admin, ctx := tairNode(t)
@@ -177,7 +177,7 @@ func TestTair_CommandStats_CASNoScripts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"cmdstat_cas:calls=2,", "cmdstat_cad:calls=1,", "cmdstat_set:calls=2,"} {
+	for _, want := range []string{"cmdstat_cas:calls=3,", "cmdstat_set:calls=1,"} {
 		if !strings.Contains(stats, want) {
 			t.Errorf("commandstats lack %q:\n%s", want, stats)
 		}
@@ -189,10 +189,9 @@ func TestTair_CommandStats_CASNoScripts(t *testing.T) {
 	}
 }
 
-// Symptom: a release that deleted the key (CAD) alone would forget its
-// last token, and with the server's clock behind it the next token would
-// be lower. A release leaves the marker "|<token>", and the next grant,
-// by either protocol, is above it however far behind the clock is.
+// A release leaves the marker "|<token>" (a key deleted instead would
+// forget its last token), and the next grant, by either protocol, is
+// above it however far behind the server's clock is.
 func TestTairRelease_LeavesTokenMarker_NextGrantAbove(t *testing.T) {
 	t.Parallel()
 	n, admin, ctx := tairNode(t)
@@ -498,5 +497,41 @@ func TestTairBreak_TokenAbove2To53_RefusedAndKept(t *testing.T) {
 	}
 	if got, _ := admin.Get(ctx, n.LockKey(k)).Result(); got != v {
 		t.Errorf("key %q after the refused break, want %q", got, v)
+	}
+}
+
+// Symptom: an error reply that passes (OOM, BUSY) to the question "does
+// the server have CAS and CAD" was taken for "no", for good. Only an
+// unknown command or an ACL's refusal is a no; other errors leave the
+// answer to a later question.
+func TestTairOffers_PassingErrorReply_NoAnswer(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t, testserver.WithTairString(t))
+	if _, err := srv.Do("ACL", "SETUSER", "nocmd", "on", ">pw", "~*", "&*", "+@all", "-@scripting", "-command"); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "nocmd", Password: "pw"})
+	t.Cleanup(func() { c.Close() })
+	n, ctx := redisproto.NewNode(c, "dlock"), dlocktest.Context(t)
+	if _, err := srv.Do("CONFIG", "SET", "maxmemory", "1"); err != nil { // CAS is refused as deny-oom
+		t.Fatal(err)
+	}
+	if ok, err := n.TairOffers(ctx); ok || err == nil || !strings.Contains(err.Error(), "OOM") {
+		t.Fatalf("TairOffers while out of memory = %v, %v; want no answer (the OOM error)", ok, err)
+	}
+	if _, err := srv.Do("CONFIG", "SET", "maxmemory", "0"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := n.TairOffers(ctx); !ok || err != nil {
+		t.Fatalf("TairOffers = %v, %v; want true", ok, err)
+	}
+	plain := testserver.StartRedis(t)
+	if _, err := plain.Do("ACL", "SETUSER", "nocmd", "on", ">pw", "~*", "&*", "+@all", "-@scripting", "-command"); err != nil {
+		t.Fatal(err)
+	}
+	pc := redis.NewClient(&redis.Options{Addr: plain.Addr(), Username: "nocmd", Password: "pw"})
+	t.Cleanup(func() { pc.Close() })
+	if ok, err := redisproto.NewNode(pc, "dlock").TairOffers(ctx); ok || err != nil {
+		t.Fatalf("TairOffers without the module = %v, %v; want false", ok, err)
 	}
 }

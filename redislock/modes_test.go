@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -931,4 +932,58 @@ func TestModes_Semaphore_LimitAndLeasesHold(t *testing.T) {
 			cancel()
 		}
 	})
+}
+
+// Symptom: with a writer registered that died waiting, the readers queued
+// behind it handed the key's reservation back and forth, each woken at
+// once by the other, one script per round trip until the registration
+// expired. A reader that hands the reservation on is not queued again:
+// one release causes one attempt per reader queued.
+func TestModes_DeadWriterRegistered_ReadersPassTheReservationOnce(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t)
+	admin := newClient(t, srv)
+	ctx := dlocktest.Context(t)
+	key := dlocktest.Key(t)
+	x := mustTry(t, redislock.New(newClient(t, srv)), key)
+	wctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for range 2 {
+		l := redislock.New(newClient(t, srv))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// A minute between polls: only wake-ups make attempts.
+			if lk, err := l.Acquire(wctx, key, dlock.WithShared(), dlock.WithBackoff(dlock.ConstBackoff{Delay: time.Minute})); err == nil {
+				_ = lk.Release(context.Background())
+			}
+		}()
+	}
+	defer func() { cancel(); wg.Wait() }()
+	l0waiters(t, admin, key, 2)
+	lkey := redislock.New(admin).LockKey(key)
+	now, err := admin.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.ZAdd(ctx, lkey+":wr", redis.Z{Score: float64(now.Add(time.Minute).UnixMilli()), Member: "dead-writer"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The release (release_fast.lua, then release.lua: waiters are
+	// queued) and one attempt by each reader.
+	for end := time.Now().Add(dlocktest.HangTimeout); evalCalls(t, admin) < 4; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("hang: %d scripts after the release, want 4", evalCalls(t, admin))
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // a hand-off each round trip would run hundreds meanwhile
+	if n := evalCalls(t, admin); n > 4 {
+		t.Errorf("%d scripts after one release, want 4: the readers handed the reservation back and forth", n)
+	}
 }

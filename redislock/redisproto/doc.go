@@ -139,7 +139,10 @@
 // waiter, which may be a reader kept out). While P:{T}:wr holds a score
 // in the future, acquire_group refuses shared requests (reply 3); a
 // reader refused so while the marker reserves the key for it hands the
-// reservation to the next queued waiter.
+// reservation to the next queued waiter that has not handed one on, and
+// queues again scored from HandedOn up, behind every such waiter: a
+// hand-on reaches each queued waiter once, and readers queued behind a
+// writer that died waiting do not hand it back and forth.
 //
 // Receipts. P:{T}:rel lists the tokens of the last Receipts release
 // markers that an acquisition (acquire, quorum_grant) overwrote; it is
@@ -173,8 +176,8 @@
 // the lock values, markers and receipts above, so a lease taken either
 // way is read by the other; their comments give the token argument. A
 // Lua-free release wakes no waiter of the scripts' queue (those find the
-// key free at their next poll). redislock's Locker does not use them
-// yet.
+// key free at their next poll). redislock's Locker uses them when the
+// server refuses its user's scripts (see redislock's Protocol).
 //
 // # Scripts
 //

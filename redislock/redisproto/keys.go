@@ -116,3 +116,11 @@ func withSuffixes(lk string, suffixes ...string) []string {
 func (n *Node) decodeLockKey(k string) string {
 	return DecodeHashTag(strings.TrimSuffix(strings.TrimPrefix(k, n.Prefix+":{"), "}"))
 }
+
+// HandedOn is the score from which a waiter queue holds the readers that
+// handed a reservation on while a writer was registered (the queue's
+// scores are otherwise the waiters' clocks in µs, far below it, and
+// below 2^53 with it): a hand-on wakes only waiters below it, so it
+// reaches every other queued waiter once and never comes back (lua
+// wake_unhanded). A release wakes them in order as any other waiter.
+const HandedOn = 4_000_000_000_000_000

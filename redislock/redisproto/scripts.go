@@ -75,6 +75,7 @@ func luaConstants() []luaDef {
 	}{
 		{"RECEIPTS", Receipts},
 		{"RECEIPT_RETENTION_MS", Ms(ReceiptRetention)},
+		{"HANDED_ON", HandedOn},
 	} {
 		code := fmt.Sprintf("local %s = %d", c.name, c.value)
 		defs = append(defs, luaDef{name: c.name, code: code, bare: code})

@@ -109,12 +109,16 @@ else
   if ARGV[6] == 's' and live_writers(KEYS[6], now) > 0 then
     if v and ARGV[4] ~= '' and string.match(v, '^|%d+|([^|]*)|') == ARGV[4] then
       -- reserved for this reader: hand the reservation to the next waiter
+      -- that has not handed one on, and queue this reader again behind
+      -- every such waiter (see wake_unhanded).
       local marker = '|' .. string.format('%.0f', last)
-      local turn = wake_one(KEYS[2], ARGV[8], ARGV[9], ARGV[10])
+      local turn = wake_unhanded(KEYS[2], ARGV[8], ARGV[9], ARGV[10])
       if turn then
         marker = marker .. '|' .. turn
       end
       redis.call('SET', KEYS[1], marker, 'KEEPTTL')
+      queue_waiter(KEYS[2], ARGV[4], string.format('%.0f', HANDED_ON + tonumber(ARGV[5])), 0)
+      return {3, 0, {}}
     end
     queue_waiter(KEYS[2], ARGV[4], ARGV[5], 0)
     return {3, 0, {}}

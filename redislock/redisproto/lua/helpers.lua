@@ -76,6 +76,24 @@ local function wake_one(waiters, prefix, reserve_ms, cluster)
   return nil
 end
 
+-- wake_unhanded(waiters, prefix, reserve_ms, cluster): wake_one among the
+-- waiters that no reader queued again after handing a reservation on
+-- (those are scored from HANDED_ON up): a handed-on reservation never
+-- comes back to a reader that handed it on, so the readers queued behind
+-- a writer that died waiting hand it on once each, not back and forth
+-- until the writer's registration expires.
+local function wake_unhanded(waiters, prefix, reserve_ms, cluster)
+  for i = 1, 16 do
+    local w = redis.call('ZRANGEBYSCORE', waiters, '-inf', '(' .. string.format('%.0f', HANDED_ON), 'LIMIT', 0, 1)
+    if #w == 0 then return nil end
+    redis.call('ZREM', waiters, w[1])
+    if redis.call('PUBLISH', prefix .. w[1], '1') > 0 or cluster == '1' then
+      return w[1] .. '|' .. string.format('%.0f', now_ms() + tonumber(reserve_ms))
+    end
+  end
+  return nil
+end
+
 -- take_marker(v, rel): an acquisition is about to overwrite v; if v is a
 -- release marker ("|<token>...", token > 0), record its token in the
 -- receipt list rel, which keeps (at least) the last RECEIPTS tokens and

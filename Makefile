@@ -90,8 +90,9 @@ vet:
 
 ## test: deps and the gofmt check, then race-enabled tests of every
 ## module (the long ones left out: -short), and beside them a short run
-## of the small packages' fuzzers, the release check, a short safety run
-## and go vet (last: it reuses the tests' builds). The case studies run as
+## of the small packages' fuzzers, the release check, a short safety run,
+## the protocol models (make model, under a minute) and go vet (last: it
+## reuses the tests' builds). The case studies run as
 ## the examples module's tests, not as programs a second time. It ends
 ## with each module's and step's wall time and the slowest tests.
 test: deps fmt-check
@@ -99,6 +100,7 @@ test: deps fmt-check
 	  -also '$(MAKE) --no-print-directory fuzz-quick' \
 	  -also '$(MAKE) --no-print-directory release-check' \
 	  -also '$(MAKE) --no-print-directory safety-quick' \
+	  -also '$(MAKE) --no-print-directory model' \
 	  -also '$(MAKE) --no-print-directory vet VETFLAGS=-race'
 
 ## test-long: the tests too long for every run (scale, failover

@@ -40,7 +40,7 @@ run() {
   local kinds=(safety)
   for c in $claims; do kinds+=("ltl:$c"); done
   for k in "${kinds[@]}"; do
-    local cflags=(-O2 -DMEMLIM="$MEMLIM" -DVECTORSZ=4096) pflags=(-m"$DEPTH" -n)
+    local cflags=(-O0 -DMEMLIM="$MEMLIM" -DVECTORSZ=4096) pflags=(-m"$DEPTH" -n)
     if [[ $k == safety ]]; then
       cflags+=(-DSAFETY -DNOCLAIM)
     else

@@ -1,5 +1,12 @@
 package redislock
 
+import (
+	"context"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+)
+
 // BreakListening reports whether l has heard a break notice (its pattern
 // subscription's confirmation counts as one: on a healthy link, the
 // subscription is up) and no read of a held lock's key, which a notice
@@ -20,4 +27,11 @@ func BreakListening(l *Locker) bool {
 func SetOfferHook(t interface{ Cleanup(func()) }, hook func()) {
 	offerHook.Store(&hook)
 	t.Cleanup(func() { offerHook.Store(nil) })
+}
+
+// AbortShared undoes a shared request of key on l as the core does when
+// the request's outcome is unknown (driver.Aborter), and returns when it
+// is done.
+func AbortShared(ctx context.Context, l *Locker, key string) error {
+	return l.b.Abort(ctx, &driver.Request{Key: key, Owner: dlock.NewOwner(), Mode: driver.Shared})
 }

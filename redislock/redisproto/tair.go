@@ -448,8 +448,9 @@ func (n *Node) TairOffers(ctx context.Context) (bool, error) {
 		args := append([]any{"COMMAND", "INFO"}, anys(set.commands)...)
 		infos, err := n.Client.Do(ctx, args...).Slice()
 		switch {
-		case isNoPerm(err):
-			// COMMAND refused by an ACL: try the commands themselves.
+		case isNoPerm(err), isUnknownCommand(err):
+			// COMMAND refused by an ACL, or renamed away: try the
+			// commands themselves.
 			ok, err := n.tairRuns(ctx)
 			if ok || err != nil {
 				return ok, err
@@ -481,13 +482,19 @@ func (n *Node) tairRuns(ctx context.Context) (bool, error) {
 	for _, c := range []*redis.Cmd{cas, cad} {
 		_, err := c.Int64()
 		switch {
-		case isNoPerm(err), isErrorReply(err) && strings.Contains(err.Error(), "unknown command"):
+		case isNoPerm(err), isUnknownCommand(err):
 			return false, nil
 		case err != nil:
 			return false, err
 		}
 	}
 	return true, nil
+}
+
+// isUnknownCommand reports whether err is the server's reply to a
+// command it does not have.
+func isUnknownCommand(err error) bool {
+	return isErrorReply(err) && strings.Contains(err.Error(), "unknown command")
 }
 
 // isNoPerm reports whether err is an ACL's refusal of a command.

@@ -535,3 +535,16 @@ func TestTairOffers_PassingErrorReply_NoAnswer(t *testing.T) {
 		t.Fatalf("TairOffers without the module = %v, %v; want false", ok, err)
 	}
 }
+
+// Symptom: on a server whose COMMAND is renamed away, the question "does
+// the server have CAS and CAD" failed on every request, so a user without
+// scripts could never lock. The commands themselves answer it.
+func TestTairOffers_CommandRenamedAway_AnsweredByTheCommands(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartRedis(t, testserver.WithTairString(t), testserver.WithArgs("--rename-command", "COMMAND", ""))
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), Password: srv.Password()})
+	t.Cleanup(func() { c.Close() })
+	if ok, err := redisproto.NewNode(c, "dlock").TairOffers(dlocktest.Context(t)); !ok || err != nil {
+		t.Fatalf("TairOffers = %v, %v; want true", ok, err)
+	}
+}

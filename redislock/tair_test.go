@@ -56,6 +56,13 @@ func commandStat(t *testing.T, c *redis.Client, cmd, field string) int {
 	return 0
 }
 
+// scriptStat is field of INFO commandstats summed over EVALSHA and EVAL:
+// calls (scripts run) or rejected_calls (refused).
+func scriptStat(t *testing.T, c *redis.Client, field string) int {
+	t.Helper()
+	return commandStat(t, c, "evalsha", field) + commandStat(t, c, "eval", field)
+}
+
 // The default Locker on a user that may run no script, on a server with
 // CAS and CAD: one script is refused, then every Locker of the client
 // acquires, renews and releases with CAS, and never sends a script
@@ -84,10 +91,10 @@ func TestNew_ScriptsRefused_TairOnceForTheClient(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := commandStat(t, admin, "evalsha", "rejected_calls") + commandStat(t, admin, "eval", "rejected_calls"); n != 1 {
+	if n := scriptStat(t, admin, "rejected_calls"); n != 1 {
 		t.Errorf("%d scripts refused, want 1", n)
 	}
-	if n := commandStat(t, admin, "evalsha", "calls") + commandStat(t, admin, "eval", "calls"); n != 0 {
+	if n := scriptStat(t, admin, "calls"); n != 0 {
 		t.Errorf("%d scripts ran", n)
 	}
 	// Grants: one token write, then two takeovers of the marker with
@@ -113,7 +120,7 @@ func TestNew_ScriptsRefusedNoCAS_FailsClearlyScriptSentOnce(t *testing.T) {
 			t.Fatalf("attempt %d: %v, want an error naming +@scripting and the missing CAS/CAD", i, err)
 		}
 	}
-	if n := commandStat(t, admin, "evalsha", "rejected_calls") + commandStat(t, admin, "eval", "rejected_calls"); n != 1 {
+	if n := scriptStat(t, admin, "rejected_calls"); n != 1 {
 		t.Errorf("%d scripts refused, want 1", n)
 	}
 }
@@ -155,7 +162,7 @@ func TestWithProtocol_ForcesEitherProtocol(t *testing.T) {
 	if err := lk.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := commandStat(t, admin, "evalsha", "calls") + commandStat(t, admin, "eval", "calls"); n != 0 {
+	if n := scriptStat(t, admin, "calls"); n != 0 {
 		t.Errorf("ProtocolTair ran %d scripts", n)
 	}
 	cas := commandStat(t, admin, "cas", "calls")
@@ -407,7 +414,7 @@ func TestNew_CommandAlsoDenied_TairFoundByTheCommands(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := commandStat(t, admin, "evalsha", "rejected_calls") + commandStat(t, admin, "eval", "rejected_calls"); n != 1 {
+	if n := scriptStat(t, admin, "rejected_calls"); n != 1 {
 		t.Errorf("%d scripts refused, want 1", n)
 	}
 }
@@ -437,10 +444,10 @@ func TestTryAcquire_GroupModeOnTair_SendsNoScript(t *testing.T) {
 			}
 		}
 	}
-	if n := commandStat(t, admin, "evalsha", "calls") + commandStat(t, admin, "eval", "calls"); n != 0 {
+	if n := scriptStat(t, admin, "calls"); n != 0 {
 		t.Errorf("%d scripts ran", n)
 	}
-	if n := commandStat(t, admin, "evalsha", "rejected_calls") + commandStat(t, admin, "eval", "rejected_calls"); n != 1 {
+	if n := scriptStat(t, admin, "rejected_calls"); n != 1 {
 		t.Errorf("%d scripts refused, want the 1 that taught", n)
 	}
 }

@@ -130,6 +130,17 @@
  * though that owner never held two nodes at once (client 1's second
  * attempt meets a split vote and gives up: nobody runs). "period" (both
  * skip) still holds with TMO=1 (29.6M states, no fault).
+ *
+ * Found, also without TMO: "held" as checked by default allows a
+ * NotAcquired verdict once any owner has been on a majority at some point
+ * of the run. Checked per attempt (-DSTRICT_HELD=1: an owner on a
+ * majority since the attempt began), it fails with no fault and no early
+ * timeout: client 0's lease wins nodes 0 and 1 while its grant to node 2
+ * is in flight; its Release reaches nodes 1 and 0 and succeeds; its late
+ * grant then takes node 2 (finish re-releases it later). Client 1's next
+ * attempt sees that owner on node 0, then on node 2, never on both at
+ * once, every node answering: splitVote reports ErrNotAcquired on a key
+ * nobody holds. A spurious refusal right after a release; safety holds.
  */
 #ifndef MUTANT
 #define MUTANT 0
@@ -149,6 +160,9 @@
 #define FAULTS 1    /* faults in all: a lost message, or a restart */
 #ifndef TMO
 #define TMO 0       /* waits cut short, beyond those a loss forces */
+#endif
+#ifndef STRICT_HELD
+#define STRICT_HELD 0 /* "held" per attempt (see Found) */
 #endif
 
 #define I(c,n) ((c)*NN+(n))
@@ -216,6 +230,7 @@ bool lost;          /* a message was lost */
 byte maxRet = 1;    /* the highest token returned (X's: 1) */
 byte maxTok = 1;    /* the highest token proposed or committed */
 bool majAny;        /* some owner was on a majority of nodes at once */
+bool majSince[2];   /* ... since client c's attempt began (STRICT_HELD) */
 bool silentSkip;    /* a NotAcquired verdict counted unknown nodes */
 
 #define ANS(c,n,x) (ans[I(c,n)] == (x))
@@ -368,7 +383,11 @@ inline verdict(c) {
 #endif
         /* held: ErrNotAcquired only when an owner was on a majority, or
          * the nodes that did not answer could make one. */
+#if STRICT_HELD
+        assert(vc[c] != VHELD || majSince[c] || UNKNOWN(c) > 0);
+#else
         assert(vc[c] != VHELD || majAny || UNKNOWN(c) > 0);
+#endif
         if :: vc[c] == VHELD && UNKNOWN(c) > 0 -> silentSkip = true :: else fi
      fi;
      failed1[c] = true;
@@ -405,6 +424,7 @@ end:
        /* Try: a fresh owner, a proposal, a grant to every node. */
        k++;
        own[c] = c * ATT + k;
+       majSince[c] = false;
        win[c] = true; gone[c] = false; failed1[c] = false; relcalled[c] = false;
        relok[I(c,0)] = false; relok[I(c,1)] = false; relok[I(c,2)] = false;
        tokc[c] = 0;
@@ -461,7 +481,7 @@ inline grant(n, tk) {
      :: else -> htk[n] = false
      fi;
      hold[n] = own[c];
-     if :: ON(own[c]) >= Q -> majAny = true :: else fi
+     if :: ON(own[c]) >= Q -> majAny = true; majSince[0] = true; majSince[1] = true :: else fi
   :: else ->
      if
      :: tk ->

@@ -41,9 +41,11 @@
  * replica's attempt for p, retries included, is sent in it), SHUT (the
  * window is over), LEAST (atLeastFor has passed since the run's attempt
  * was sent), MOST (atMostFor has). Assumptions:
- *   T1 skew < atLeastFor: a replica fires, and sends its attempts, before
- *      atLeastFor has passed since any other replica's attempt of the same
- *      period was sent (SHUT before LEAST);
+ *   T1 skew + the retry span < atLeastFor: a replica fires, and sends its
+ *      attempts (up to RunOnceAttempts, a backoff step of at least 50 ms
+ *      apart), before atLeastFor has passed since another replica's
+ *      RunOnce of the same period began (keepUntil counts from RunOnce's
+ *      start) (SHUT before LEAST);
  *   T2 the lease held for atLeastFor is not released early: nothing frees
  *      the key before LEAST but a WEAK lease (which runOnceBounds refuses)
  *      and what RunOnce releases itself, and it releases nothing before

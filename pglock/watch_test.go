@@ -66,7 +66,7 @@ func TestWokenByNotify(t *testing.T) {
 // A release with writers waiting wakes one of them, by name, not every
 // waiter of the key: two writers wait (polling only once a minute), the
 // holder's release wakes one, whose release wakes the other. Two
-// releases, two wake-ups.
+// releases, at most two wake-ups.
 // Symptom: every release woke every waiter of the key, and all but one tried and failed.
 func TestRelease_WakesOneWaitingWriter(t *testing.T) {
 	t.Parallel()
@@ -95,8 +95,11 @@ func TestRelease_WakesOneWaitingWriter(t *testing.T) {
 			t.Fatalf("waiter %d: %v", i+1, err)
 		}
 	}
-	if n := pglock.Wakes(w1) + pglock.Wakes(w2) - before; n != 2 {
-		t.Errorf("two releases woke %d waits, want 2 (one each)", n)
+	// At most one wait per release (waking every waiter would be 3: both,
+	// then the last). A release may wake none: the waiter may take the
+	// key by an attempt of its own already in flight.
+	if n := pglock.Wakes(w1) + pglock.Wakes(w2) - before; n > 2 {
+		t.Errorf("two releases woke %d waits, want at most 2 (one each)", n)
 	}
 }
 

@@ -52,8 +52,8 @@
  * created (sequence order), with modes: 0 a reader or a permit, 1 a writer
  * or a permit, 2 a reader or a permit, 3 a permit. Four clients: the
  * granted mark matters only for a permit behind a waiting permit of its
- * size, which needs LIMIT + 2 nodes (the regression test's p1, p2, frozen
- * waiter and w4).
+ * size, which needs LIMIT + 2 nodes (as in zklock's
+ * TestSemaphore_FrozenWaiterDoesNotBlockQueue: p1, p2, a frozen waiter, w4).
  *
  * Properties:
  *   limit:   at most LIMIT permit holders, and modes never mix: an

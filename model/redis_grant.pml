@@ -86,8 +86,9 @@
  *                      the key for a queued subscriber and tells it;
  *   clean (assert)     once every Acquire returned, every lock was
  *                      released and the background work ended, no waiter
- *                      that left is still queued (105da79's regression
- *                      test);
+ *                      that left is still queued (as redislock's
+ *                      TestWaiters_DepartedWaiterDequeued_AfterStallAndCut
+ *                      checks);
  *   ltl strand         no live waiter waits for ever while nobody holds
  *                      the key (weak fairness).
  */
@@ -441,8 +442,8 @@ init {
     run client(0); run client(1); run client(2); run bg()
   };
   /* clean: once every Acquire returned, every lock was released and the
-   * background work is done, no departed waiter is left queued (the
-   * regression test of 105da79) */
+   * background work is done, no departed waiter is left queued (as
+   * TestWaiters_DepartedWaiterDequeued_AfterStallAndCut checks) */
   atomic {
     (st[0] == DONE || st[0] == GONE) && (st[1] == DONE || st[1] == GONE) &&
     (st[2] == DONE || st[2] == GONE) && relA[0] == 0 && relA[2] == 0 &&

@@ -83,19 +83,8 @@ func l0waiters(t *testing.T, c *redis.Client, key string, n int64) int64 {
 	}
 }
 
-func evalCalls(t *testing.T, c *redis.Client) int {
-	info, err := c.Info(dlocktest.Context(t), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if strings.HasPrefix(line, "cmdstat_evalsha:calls=") {
-			n, _ := strconv.Atoi(strings.TrimPrefix(strings.SplitN(line, ",", 2)[0], "cmdstat_evalsha:calls="))
-			return n
-		}
-	}
-	return 0
-}
+// evalCalls is the number of EVALSHA calls the server has run.
+func evalCalls(t *testing.T, c *redis.Client) int { return commandStat(t, c, "evalsha", "calls") }
 
 // waitQueued waits (bounded) until queue holds n waiters.
 func waitQueued(t *testing.T, c redis.Cmdable, queue string, n int64) {
